@@ -1,0 +1,81 @@
+"""What follows from a path of entries: state, pending tool calls, last error.
+
+Folding root -> entry is linear in depth, so the result is kept as a keyframe in
+the index at every KEY_EVERY-th entry; answering for any entry then folds at
+most KEY_EVERY entries on top of the nearest keyframe.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Callable, Optional
+
+from .models import Entry
+
+KEY_EVERY = 256
+RESULT_KINDS = ("tool_result", "error")
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch; never modifies its arguments."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = dict(target) if isinstance(target, dict) else {}
+    for k, v in patch.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = merge_patch(out.get(k), v)
+    return out
+
+
+def empty() -> dict:
+    return {"state": None, "pending": {}, "last_error": None}
+
+
+def step(d: dict, e: Entry) -> dict:
+    """The derived values after entry e, given those at its parent (d is not modified)."""
+    out = {"state": d["state"], "pending": d["pending"], "last_error": d["last_error"]}
+    if e.delta is not None:
+        out["state"] = merge_patch(d["state"], e.delta)
+    if e.kind == "tool_call" and e.call_id:
+        p = dict(d["pending"])
+        name = e.payload.get("name") if isinstance(e.payload, dict) else None
+        p[e.call_id] = {"hash": e.hash, "call_id": e.call_id, "name": name}
+        out["pending"] = p
+    elif e.kind in RESULT_KINDS and e.call_id and e.call_id in d["pending"]:
+        p = dict(d["pending"])
+        del p[e.call_id]
+        out["pending"] = p
+    if e.kind == "error" or (e.kind == "tool_result" and isinstance(e.payload, dict) and e.payload.get("is_error") is True):
+        out["last_error"] = e.hash
+    return out
+
+
+def derive(
+    head: Optional[str],
+    read: Callable[[str], Entry],
+    load_key: Callable[[str], Optional[dict]],
+    save_key: Callable[[str, dict], None],
+) -> dict:
+    """Derived values at `head`, using and filling keyframes."""
+    if head is None:
+        return empty()
+    path: list[Entry] = []
+    base = empty()
+    h: Optional[str] = head
+    while h is not None:
+        e = read(h)
+        if e.seq % KEY_EVERY == 0:
+            k = load_key(h)
+            if k is not None:
+                base = k
+                break
+        path.append(e)
+        h = e.parent
+    d = base
+    for e in reversed(path):
+        d = step(d, e)
+        if e.seq % KEY_EVERY == 0:
+            save_key(e.hash, d)
+    return d

@@ -1,0 +1,236 @@
+"""The local index: a SQLite cache of where things are in the tape's files.
+
+Everything here can be rebuilt from the tape directory, so the index lives
+outside it (in $CTAPE_CACHE_DIR, else ~/.cache/ctape) and is never fsync'd: a
+crash or a deleted cache costs a rescan, never data. Each file's row says up to
+which offset it has been read; a file that grew (an append, an rsync) is read
+from there on, so keeping the index fresh costs a stat per file plus the new
+bytes. A file that shrank or vanished (compaction, an rsync that brought an old
+copy back) makes the index start over.
+
+Tables:
+  files    path -> how far it has been indexed, and any damage seen there
+  objects  first 8 bytes of a hash -> (file, offset, is_entry)
+  records  ref records by session, ordered by (lamport clock, writer, n)
+  claims   the newest record of each writer for each ref of a session
+  partials partial-stream chunks; closed: streams that were recorded
+  keyframes derived state snapshots (state, pending calls) at every 256th entry
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from typing import Iterable, Optional
+
+SCHEMA_VERSION = 3
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS files(id INTEGER PRIMARY KEY, path TEXT UNIQUE NOT NULL,
+    indexed INTEGER NOT NULL DEFAULT 0, torn INTEGER NOT NULL DEFAULT 0, corrupt INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS objects(key INTEGER PRIMARY KEY, file INTEGER NOT NULL,
+    offset INTEGER NOT NULL, entry INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS records(session TEXT NOT NULL, w TEXT NOT NULL, n INTEGER NOT NULL,
+    lc INTEGER NOT NULL, file INTEGER NOT NULL, offset INTEGER NOT NULL, body TEXT NOT NULL,
+    PRIMARY KEY(session, w, n)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS records_order ON records(session, lc, w, n);
+CREATE TABLE IF NOT EXISTS claims(session TEXT NOT NULL, ref TEXT NOT NULL, w TEXT NOT NULL,
+    n INTEGER NOT NULL, lc INTEGER NOT NULL, value TEXT, seen TEXT NOT NULL,
+    PRIMARY KEY(session, ref, w)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS partials(session TEXT NOT NULL, stream TEXT NOT NULL, off INTEGER NOT NULL,
+    body TEXT NOT NULL, PRIMARY KEY(session, stream, off)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS closed(session TEXT NOT NULL, stream TEXT NOT NULL,
+    PRIMARY KEY(session, stream)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS keyframes(key INTEGER PRIMARY KEY, body TEXT NOT NULL);
+"""
+
+
+def hash_key(h: str) -> int:
+    """The signed 64-bit integer of a hash's first 16 hex digits (SQLite's integer key)."""
+    v = int(h[:16], 16)
+    return v - (1 << 64) if v >= 1 << 63 else v
+
+
+def prefix_range(prefix: str) -> tuple[int, int]:
+    p = prefix[:16]
+    lo = int(p.ljust(16, "0"), 16)
+    hi = int(p.ljust(16, "f"), 16)
+    conv = lambda v: v - (1 << 64) if v >= 1 << 63 else v  # noqa: E731
+    return conv(lo), conv(hi)
+
+
+class Index:
+    def __init__(self, path: Optional[str]):
+        self.path = path or ":memory:"
+        self.db = self._connect(self.path)
+
+    @staticmethod
+    def _connect(path: str) -> sqlite3.Connection:
+        db = sqlite3.connect(path, timeout=60, isolation_level=None, check_same_thread=False)
+        db.execute("PRAGMA busy_timeout=60000")
+        if path != ":memory:":
+            db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=OFF")
+        row = None
+        try:
+            row = db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
+        except sqlite3.OperationalError:
+            pass
+        if row is None or int(row[0]) != SCHEMA_VERSION:
+            drops = "".join(
+                f"DROP TABLE IF EXISTS {t};"
+                for t in ("meta", "files", "objects", "records", "claims", "partials", "closed", "keyframes")
+            )
+            db.executescript(
+                f"BEGIN IMMEDIATE;{drops}{SCHEMA}INSERT OR REPLACE INTO meta VALUES('schema', '{SCHEMA_VERSION}');COMMIT;"
+            )
+        return db
+
+    # -- files ---------------------------------------------------------------
+
+    def file_rows(self) -> dict[str, tuple[int, int, int, int]]:
+        return {p: (i, ix, t, c) for i, p, ix, t, c in self.db.execute("SELECT id, path, indexed, torn, corrupt FROM files")}
+
+    def file_id(self, path: str) -> int:
+        row = self.db.execute("SELECT id FROM files WHERE path=?", (path,)).fetchone()
+        if row:
+            return row[0]
+        self.db.execute("INSERT OR IGNORE INTO files(path) VALUES(?)", (path,))
+        return self.db.execute("SELECT id FROM files WHERE path=?", (path,)).fetchone()[0]
+
+    def path_of(self, file_id: int) -> Optional[str]:
+        row = self.db.execute("SELECT path FROM files WHERE id=?", (file_id,)).fetchone()
+        return row[0] if row else None
+
+    def reset(self) -> None:
+        self.db.execute("BEGIN IMMEDIATE")
+        for t in ("files", "objects", "records", "claims", "partials", "closed", "keyframes"):
+            self.db.execute(f"DELETE FROM {t}")
+        self.db.execute("COMMIT")
+
+    # -- writing a batch of indexed records -------------------------------------
+
+    def apply(self, batch: "IndexBatch") -> None:
+        if batch.empty():
+            return
+        db = self.db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            if batch.objects:
+                db.executemany("INSERT OR IGNORE INTO objects VALUES(?,?,?,?)", batch.objects)
+            if batch.records:
+                db.executemany("INSERT OR IGNORE INTO records VALUES(?,?,?,?,?,?,?)", batch.records)
+            for session, ref, w, n, lc, value, seen in batch.claims:
+                db.execute(
+                    "INSERT INTO claims VALUES(?,?,?,?,?,?,?) ON CONFLICT(session, ref, w) DO UPDATE SET "
+                    "n=excluded.n, lc=excluded.lc, value=excluded.value, seen=excluded.seen WHERE excluded.n > claims.n",
+                    (session, ref, w, n, lc, value, seen),
+                )
+            if batch.partials:
+                db.executemany("INSERT OR IGNORE INTO partials VALUES(?,?,?,?)", batch.partials)
+            if batch.closed:
+                db.executemany("INSERT OR IGNORE INTO closed VALUES(?,?)", batch.closed)
+            for file_id, indexed, torn, corrupt in batch.files:
+                db.execute(
+                    "UPDATE files SET indexed=max(indexed, ?), torn=?, corrupt=max(corrupt, ?) WHERE id=?",
+                    (indexed, torn, corrupt, file_id),
+                )
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+
+    # -- queries -------------------------------------------------------------------
+
+    def find_object(self, h: str) -> Optional[tuple[int, int]]:
+        row = self.db.execute("SELECT file, offset FROM objects WHERE key=?", (hash_key(h),)).fetchone()
+        return (row[0], row[1]) if row else None
+
+    def entries_with_prefix(self, prefix: str, limit: int = 20) -> list[tuple[int, int]]:
+        lo, hi = prefix_range(prefix)
+        return self.db.execute(
+            "SELECT file, offset FROM objects WHERE key BETWEEN ? AND ? AND entry=1 LIMIT ?", (lo, hi, limit)
+        ).fetchall()
+
+    def claims(self, session: str) -> list[tuple]:
+        return self.db.execute(
+            "SELECT ref, w, n, lc, value, seen FROM claims WHERE session=?", (session,)
+        ).fetchall()
+
+    def sessions(self) -> list[str]:
+        return [r[0] for r in self.db.execute("SELECT DISTINCT session FROM claims ORDER BY session")]
+
+    def max_lc_and_seen(self, session: str) -> tuple[int, dict[str, int]]:
+        lc = self.db.execute("SELECT max(lc) FROM records WHERE session=?", (session,)).fetchone()[0] or 0
+        seen = dict(self.db.execute("SELECT w, max(n) FROM records WHERE session=? GROUP BY w", (session,)))
+        return lc, seen
+
+    def records(self, session: str, newest_first: bool = True, limit: int = -1) -> Iterable[dict]:
+        order = "DESC" if newest_first else "ASC"
+        q = f"SELECT body FROM records WHERE session=? ORDER BY lc {order}, w {order}, n {order} LIMIT ?"
+        for (body,) in self.db.execute(q, (session, limit)):
+            yield json.loads(body)
+
+    def all_records(self) -> Iterable[dict]:
+        for (body,) in self.db.execute("SELECT body FROM records"):
+            yield json.loads(body)
+
+    def open_partials(self, session: str) -> list[dict]:
+        rows = self.db.execute(
+            "SELECT p.body FROM partials p WHERE p.session=? AND NOT EXISTS "
+            "(SELECT 1 FROM closed c WHERE c.session=p.session AND c.stream=p.stream) ORDER BY p.stream, p.off",
+            (session,),
+        ).fetchall()
+        return [json.loads(b) for (b,) in rows]
+
+    def keyframe(self, h: str) -> Optional[dict]:
+        row = self.db.execute("SELECT body FROM keyframes WHERE key=?", (hash_key(h),)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def put_keyframe(self, h: str, body: dict) -> None:
+        try:
+            self.db.execute("INSERT OR REPLACE INTO keyframes VALUES(?,?)", (hash_key(h), json.dumps(body)))
+        except sqlite3.OperationalError:
+            pass  # a cache write that fails (read-only cache, busy) costs only speed
+
+    def object_count(self) -> int:
+        return self.db.execute("SELECT count(*) FROM objects").fetchone()[0]
+
+
+class IndexBatch:
+    """Rows gathered while scanning or writing, applied in one SQLite transaction."""
+
+    __slots__ = ("objects", "records", "claims", "partials", "closed", "files")
+
+    def __init__(self):
+        self.objects: list = []
+        self.records: list = []
+        self.claims: list = []
+        self.partials: list = []
+        self.closed: list = []
+        self.files: list = []
+
+    def empty(self) -> bool:
+        return not (self.objects or self.records or self.claims or self.partials or self.closed or self.files)
+
+    def add_ref(self, file_id: int, offset: int, body: bytes, rec: dict) -> None:
+        s, w, n, lc = rec["s"], rec["w"], rec["n"], rec["lc"]
+        self.records.append((s, w, n, lc, file_id, offset, body.decode("utf-8")))
+        seen = json.dumps(rec.get("seen") or {}, sort_keys=True)
+        for ref, value in rec.get("set", {}).items():
+            self.claims.append((s, ref, w, n, lc, value, seen))
+        if rec.get("stream"):
+            self.closed.append((s, rec["stream"]))
+
+    def add_partial(self, rec: dict, body: bytes) -> None:
+        self.partials.append((rec["s"], rec["stream"], rec["off"], body.decode("utf-8")))
+
+
+def default_cache_root() -> str:
+    env = os.environ.get("CTAPE_CACHE_DIR")
+    if env:
+        return env
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "ctape")

@@ -1,0 +1,99 @@
+"""Pure values: entry kinds, entries, names and times. No I/O here."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+from enum import Enum
+from typing import Any, Optional
+
+from pydantic import BaseModel, ConfigDict
+
+from .errors import InvalidInput, InvalidName
+
+
+class EntryKind(str, Enum):
+    SYSTEM = "system"
+    USER = "user"
+    ASSISTANT = "assistant"
+    STREAMING = "streaming"
+    TOOL_CALL = "tool_call"
+    TOOL_RESULT = "tool_result"
+    ANCHOR = "anchor"
+    ERROR = "error"
+
+    @classmethod
+    def parse(cls, text: str) -> "EntryKind":
+        try:
+            return cls(text.replace("-", "_"))
+        except ValueError:
+            kinds = ", ".join(k.value for k in cls)
+            raise InvalidInput(f"unknown kind {text!r}; use one of: {kinds}") from None
+
+
+class Entry(BaseModel):
+    """One history item. `hash` names it and, through `parent`, its whole history."""
+
+    model_config = ConfigDict(frozen=True)
+
+    hash: str
+    parent: Optional[str]
+    seq: int
+    kind: str
+    time: str
+    payload: Any
+    meta: dict
+    delta: Any = None
+
+    def to_json(self) -> dict:
+        return {
+            "hash": self.hash,
+            "parent": self.parent,
+            "seq": self.seq,
+            "kind": self.kind,
+            "time": self.time,
+            "payload": self.payload,
+            "meta": self.meta,
+            "delta": self.delta,
+        }
+
+    @property
+    def call_id(self) -> Optional[str]:
+        p = self.payload
+        return p.get("call_id") if isinstance(p, dict) and isinstance(p.get("call_id"), str) else None
+
+
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+def check_name(name: str, what: str = "name") -> str:
+    """Validate a session or branch name before it is used anywhere, paths included."""
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name) or name.endswith(".lock"):
+        shown = name if isinstance(name, str) and len(name) <= 40 else (repr(name)[:40] + "...")
+        raise InvalidName(
+            f"invalid {what} {shown!r}: use 1-128 of A-Z a-z 0-9 . _ -, starting with a letter or digit, not ending in .lock"
+        )
+    return name
+
+
+def now_rfc3339() -> str:
+    return format_time(datetime.now(timezone.utc))
+
+
+def format_time(dt: datetime) -> str:
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return dt.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_time(text: str) -> str:
+    """Normalise an RFC 3339 / ISO 8601 time to ctape's form (UTC, microseconds, Z)."""
+    try:
+        dt = datetime.fromisoformat(text.replace("Z", "+00:00") if text.endswith("Z") else text)
+    except (ValueError, AttributeError):
+        raise InvalidInput(f"invalid time {text!r}; use RFC 3339, e.g. 2026-01-02T03:04:05Z") from None
+    return format_time(dt)
+
+
+def time_seconds(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()

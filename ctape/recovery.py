@@ -1,0 +1,46 @@
+"""What an agent needs to resume: pending tool calls, an interrupted stream, the last error."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .stream import open_streams
+
+if TYPE_CHECKING:
+    from .session import Session
+
+
+def status(session: "Session") -> dict:
+    tape = session.tape
+    refs = session.refs()
+    h = refs.head_hash
+    incomplete = bool(h) and not tape.has_entry(h)
+    head = tape.read_entry(h) if h and not incomplete else None
+    d = tape.derived(h) if head else {"pending": {}, "last_error": None}
+    interrupted = None
+    streams = open_streams(session) if session.exists() else []
+    if streams:
+        s = streams[-1]
+        interrupted = {"content": s["content"], "stream": s["stream"], "base": s["base"], "time": s["time"], "recorded": False}
+    elif head is not None and head.kind == "streaming":
+        c = head.payload.get("content") if isinstance(head.payload, dict) else None
+        interrupted = {"content": c, "hash": head.hash, "time": head.time, "recorded": True}
+    last_error = None
+    if d["last_error"]:
+        e = tape.read_entry(d["last_error"])
+        p = e.payload if isinstance(e.payload, dict) else {}
+        msg = p.get("message") if e.kind == "error" else p.get("output")
+        last_error = {"hash": e.hash, "kind": e.kind, "message": msg, "call_id": p.get("call_id"), "time": e.time}
+    return {
+        "session": session.name,
+        "head": h,
+        "branch": refs.branch,
+        "detached": refs.head is not None and refs.branch is None,
+        "seq": head.seq if head else 0,
+        "last_entry": {"hash": head.hash, "kind": head.kind, "time": head.time} if head else None,
+        "pending_tool_calls": list(d["pending"].values()),
+        "interrupted_stream": interrupted,
+        "last_error": last_error,
+        "conflicts": sorted(refs.conflicts),
+        "incomplete": incomplete,
+    }

@@ -1,0 +1,321 @@
+"""Session: one conversation, its branches, HEAD and ref log."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Iterator, Optional
+
+from . import refs as refmod
+from .canonical import canonical_json, externalize, is_hash
+from .errors import InvalidInput, RefNotFound
+from .models import Entry, check_name, now_rfc3339, parse_time
+from .refs import HEAD, RefState
+from .store import TYPE_BLOB, TYPE_ENTRY, SegmentWriter
+from .tape import Tape, check_kind
+
+
+class Session:
+    def __init__(self, tape: Tape, name: str):
+        self.tape = tape
+        self.store = tape.store
+        self.name = check_name(name, "session name")
+
+    def __repr__(self) -> str:
+        return f"Session({self.name!r})"
+
+    # -- refs ------------------------------------------------------------------------
+
+    def refs(self) -> RefState:
+        w = self.store._writers.get(self.name)
+        if w is not None and getattr(w, "refstate", None) is not None:
+            return w.refstate
+        self.store.refresh(self.name)
+        return self._load_refs()
+
+    def _load_refs(self) -> RefState:
+        idx = self.store.index
+        claims = refmod.claims_from_rows(idx.claims(self.name))
+        lc, seen = idx.max_lc_and_seen(self.name)
+        state = refmod.resolve(claims, lc, seen)
+        state.claims = claims  # type: ignore[attr-defined]
+        return state
+
+    @property
+    def head(self) -> Optional[Entry]:
+        h = self.refs().head_hash
+        return self.tape.read_entry(h) if h else None
+
+    @property
+    def branch_name(self) -> Optional[str]:
+        return self.refs().branch
+
+    def exists(self) -> bool:
+        return self.tape._session_exists(self.name)
+
+    def _writer_refs(self, w: SegmentWriter) -> RefState:
+        if getattr(w, "refstate", None) is None:
+            w.refstate = self._load_refs()
+        return w.refstate
+
+    def _write_ref(self, w: SegmentWriter, op: str, changes: dict[str, Optional[str]], **extra: Any) -> dict:
+        """Write one ref record moving `changes`, settling any sync conflict on the way."""
+        st = self._writer_refs(w)
+        me = self.store.writer
+        sets: dict[str, Optional[str]] = dict(st.settle)
+        sets.update(changes)
+        old = {}
+        for ref in sets:
+            old[ref] = st.head if ref == HEAD else st.branches.get(ref)
+        n = st.seen.get(me, 0) + 1
+        rec = {
+            "s": self.name,
+            "w": me,
+            "n": n,
+            "lc": st.lc + 1,
+            "t": extra.pop("time", None) or now_rfc3339(),
+            "op": op,
+            "set": sets,
+            "old": old,
+        }
+        seen = {k: v for k, v in st.seen.items() if k != me}
+        if seen:
+            rec["seen"] = seen
+        rec.update(extra)
+        w.put_ref(rec)
+        claims = refmod.apply_record(st.claims, rec)  # type: ignore[attr-defined]
+        new_seen = dict(st.seen)
+        new_seen[me] = n
+        w.refstate = refmod.resolve(claims, rec["lc"], new_seen)
+        w.refstate.claims = claims  # type: ignore[attr-defined]
+        return rec
+
+    # -- appending -----------------------------------------------------------------------
+
+    def append(
+        self,
+        kind: str,
+        payload: Any = None,
+        meta: Optional[dict] = None,
+        delta: Any = None,
+        time: Optional[str] = None,
+        *,
+        op: str = "append",
+        parent: Any = ...,
+        record_extra: Optional[dict] = None,
+    ) -> Entry:
+        """Append one entry at HEAD (or after `parent`) and move HEAD's branch to it."""
+        kind = check_kind(kind)
+        if meta is None:
+            meta = {}
+        if not isinstance(meta, dict):
+            raise InvalidInput("meta must be a JSON object")
+        with self.store.writing(self.name) as w:
+            self._record_partials(w)
+            st = self._writer_refs(w)
+            base = st.head_hash if parent is ... else parent
+            e = self._put_entry(w, kind, payload, meta, delta, time, base)
+            extra = dict(record_extra or {})
+            if parent is ... or base == st.head_hash:
+                self._write_ref(w, op, self._advance(st, e.hash), **extra)
+            else:
+                self._write_ref(w, op, extra.pop("set", {}), **extra)
+            return e
+
+    @staticmethod
+    def _advance(st: RefState, h: str) -> dict[str, Optional[str]]:
+        """The ref changes that move HEAD to a new child entry h."""
+        if st.head is None:  # a new session starts on branch main
+            return {"main": h, HEAD: "@main"}
+        if st.branch is not None:
+            return {st.branch: h}
+        return {HEAD: h}
+
+    def _put_entry(self, w: SegmentWriter, kind: str, payload: Any, meta: dict, delta: Any, time: Optional[str], parent: Optional[str]) -> Entry:
+        seq = self.tape.read_entry(parent).seq + 1 if parent else 1
+        t = parse_time(time) if time else now_rfc3339()
+        put_blob = lambda b: w.put_object(TYPE_BLOB, b)  # noqa: E731
+        body = {
+            "delta": externalize(delta, put_blob),
+            "kind": kind,
+            "meta": externalize(meta, put_blob),
+            "parent": parent,
+            "payload": externalize(payload, put_blob),
+            "seq": seq,
+            "time": t,
+        }
+        h = w.put_object(TYPE_ENTRY, canonical_json(body))
+        e = Entry.model_construct(hash=h, parent=parent, seq=seq, kind=kind, time=t, payload=payload, meta=meta, delta=delta)
+        self.tape._entries[h] = e
+        return e
+
+    def _record_partials(self, w: SegmentWriter) -> None:
+        """Turn an interrupted stream left by a dead writer into one `streaming` entry."""
+        if getattr(w, "partials_checked", False):
+            return
+        w.partials_checked = True
+        from .stream import record_partials
+
+        record_partials(self, w)
+
+    # -- moving refs ------------------------------------------------------------------------
+
+    def checkout(self, ref: str, new_branch: Optional[str] = None) -> RefState:
+        """Attach HEAD to a branch, or detach it at an entry; `new_branch` forks a branch there."""
+        if new_branch is not None:
+            check_name(new_branch, "branch name")
+        branch = self._branch_of_ref(ref)
+        with self.store.writing(self.name) as w:
+            st = self._writer_refs(w)
+            if new_branch is not None:
+                if new_branch in st.branches and new_branch not in st.conflicts:
+                    raise InvalidInput(f"branch {new_branch!r} already exists; pick another name or check it out")
+                h = self.tape.resolve(ref, self.name)
+                if h is None:
+                    raise RefNotFound(f"{ref!r} has no entries to fork from")
+                self._write_ref(w, "checkout", {new_branch: h, HEAD: "@" + new_branch}, ref=ref)
+            elif branch is not None:
+                self._write_ref(w, "checkout", {HEAD: "@" + branch}, ref=ref)
+            else:
+                h = self.tape.resolve(ref, self.name)
+                if h is None:
+                    raise RefNotFound(f"{ref!r} has no entries yet")
+                self._write_ref(w, "checkout", {HEAD: h}, ref=ref)
+            return w.refstate
+
+    def _branch_of_ref(self, ref: str) -> Optional[str]:
+        """The branch of this session a REF names exactly, for attaching HEAD."""
+        if "~" in ref or "^" in ref or "@{" in ref:
+            return None
+        if "/" in ref:
+            s, _, b = ref.partition("/")
+            if s == self.name and b in self.refs().branches:
+                return b
+            if s != self.name and self.tape._session_exists(s):
+                raise InvalidInput(f"{ref!r} is a branch of another session; check it out with -s {s}")
+            return None
+        if ref in self.refs().branches:
+            return ref
+        return None
+
+    def branch(self, name: str, ref: Optional[str] = None) -> str:
+        """Create branch `name` at REF (default: HEAD); returns its entry hash."""
+        check_name(name, "branch name")
+        with self.store.writing(self.name) as w:
+            st = self._writer_refs(w)
+            if name in st.branches and name not in st.conflicts:
+                raise InvalidInput(f"branch {name!r} already exists; delete it first or pick another name")
+            h = self.tape.resolve(ref, self.name) if ref else st.head_hash
+            if h is None:
+                raise RefNotFound(f"nothing to branch from: session {self.name!r} has no entries yet")
+            self._write_ref(w, "branch", {name: h})
+            return h
+
+    def delete_branch(self, name: str) -> str:
+        check_name(name, "branch name")
+        with self.store.writing(self.name) as w:
+            st = self._writer_refs(w)
+            if name not in st.branches:
+                raise RefNotFound(f"session {self.name!r} has no branch {name!r}; see `ctape branch -s {self.name}`")
+            tip = st.branches[name]
+            changes: dict[str, Optional[str]] = {name: None}
+            if st.branch == name:
+                changes[HEAD] = tip  # detach at its tip: nothing is lost
+            self._write_ref(w, "delete", changes)
+            return tip
+
+    def branches(self) -> list[dict]:
+        st = self.refs()
+        return [
+            {"name": b, "hash": h, "current": st.branch == b, **({"conflict_of": st.conflicts[b]} if b in st.conflicts else {})}
+            for b, h in sorted(st.branches.items())
+        ]
+
+    def set_refs(self, op: str, changes: dict[str, Optional[str]], **extra: Any) -> None:
+        """Write one ref record as is (import, sync tools)."""
+        with self.store.writing(self.name) as w:
+            self._write_ref(w, op, changes, **extra)
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def log(self, ref: Optional[str] = None, limit: Optional[int] = None, kinds: Iterable[str] = ()) -> Iterator[Entry]:
+        """Entries newest first from REF (default HEAD), following parents."""
+        h = self.tape.resolve(ref, self.name) if ref else self.refs().head_hash
+        want = {check_kind(k) for k in kinds}
+        count = 0
+        while h is not None and (limit is None or count < limit):
+            e = self.tape.read_entry(h)
+            if not want or e.kind in want:
+                yield e
+                count += 1
+            h = e.parent
+
+    def reflog(self, limit: int = -1) -> list[dict]:
+        self.store.refresh(self.name)
+        out = []
+        for rec in self.store.index.records(self.name, newest_first=True, limit=limit):
+            for ref, new in sorted(rec.get("set", {}).items()):
+                out.append(
+                    {
+                        "ref": ref if ref == HEAD else f"{self.name}/{ref}",
+                        "old": (rec.get("old") or {}).get(ref),
+                        "new": new,
+                        "op": rec.get("op"),
+                        "time": rec.get("t"),
+                        "writer": rec.get("w"),
+                    }
+                )
+        for i, line in enumerate(out):
+            line["index"] = i
+        return out
+
+    def head_positions(self) -> list[str]:
+        """Entry hashes HEAD has pointed at, newest first (for SESSION@{N})."""
+        self.store.refresh(self.name)
+        branches: dict[str, Optional[str]] = {}
+        head: Optional[str] = None
+        positions: list[str] = []
+        for rec in self.store.index.records(self.name, newest_first=False):
+            for ref, value in rec.get("set", {}).items():
+                if ref == HEAD:
+                    head = value
+                else:
+                    branches[ref] = value
+            at = branches.get(head[1:]) if head and head.startswith("@") else head
+            if at and (not positions or positions[-1] != at):
+                positions.append(at)
+        return positions[::-1]
+
+    def head_at(self, n: int) -> Optional[str]:
+        if n == 0:
+            return self.refs().head_hash
+        pos = self.head_positions()
+        if n >= len(pos):
+            raise RefNotFound(f"{self.name}@{{{n}}}: the ref log has only {len(pos)} HEAD position(s)")
+        return pos[n]
+
+    def status(self) -> dict:
+        from .recovery import status
+
+        return status(self)
+
+    def state(self, ref: Optional[str] = None) -> Any:
+        h = self.tape.resolve(ref, self.name) if ref else self.refs().head_hash
+        return self.tape.derived(h)["state"]
+
+    def context(self, ref: Optional[str] = None, policies: Iterable[str] = (), format: str = "openai", resume: str = "drop", max_tokens: Optional[int] = None) -> Any:
+        from .context import build_context
+
+        return build_context(self, ref, list(policies), format, resume, max_tokens)
+
+    def stream(self, flush_interval: float = 0.5):
+        from .stream import StreamWriter
+
+        return StreamWriter(self, flush_interval)
+
+    def recover(self) -> list[Entry]:
+        from .stream import recover
+
+        return recover(self)
+
+
+def is_entry_hash(s: str) -> bool:
+    return is_hash(s)

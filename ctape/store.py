@@ -1,0 +1,613 @@
+"""The tape directory on disk: files, objects, durability, locks, and the index.
+
+Layout (docs/format.md is the full description):
+
+    TAPE/ctape.json                          created once by init: format, version, tape id
+    TAPE/sessions/<session>/<writer>-<n>.seg  append-only segments, one writer each
+    TAPE/packs/<hash>.pack                   immutable files written by compact
+
+An append writes its new objects and its ref record to the session's segment of
+this writer in one write() and one fsync. Everything else (where an object
+lives, which records a session has) is in the local index and can be rebuilt.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import secrets
+import socket
+import stat
+import threading
+import zlib
+from contextlib import contextmanager
+from typing import Iterator, Optional
+
+from blake3 import blake3
+
+from . import framing
+from .canonical import canonical_json, object_hash
+from .errors import CorruptObject, EntryNotFound, InvalidInput, NotATape, ObjectTooLarge, StorageError, UnsafePath
+from .index import Index, IndexBatch, default_cache_root, hash_key
+
+FORMAT_FILE = "ctape.json"
+FORMAT_NAME = "ctape-tape"
+FORMAT_VERSION = 1
+SEGMENT_LIMIT = 64 << 20  # roll to a new segment past this size
+DEFAULT_MAX_OBJECT = 1 << 30  # refuse frames that claim more than this when decompressed
+COMPRESS_MIN = 64  # objects smaller than this are stored raw
+
+TYPE_ENTRY = ord("E")
+TYPE_BLOB = ord("B")
+CODEC_RAW = 0
+CODEC_ZSTD = 1
+
+_zstd = None
+
+
+def zstd():
+    global _zstd
+    if _zstd is None:
+        import zstandard
+
+        _zstd = zstandard
+    return _zstd
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _storage_error(e: OSError, what: str) -> StorageError:
+    if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        return StorageError(f"cannot write {what}: the tape directory is read-only ({e.strerror}); use a writable copy")
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return StorageError(f"cannot write {what}: no space left on the device; free space and retry (nothing was lost)")
+    return StorageError(f"cannot write {what}: {e.strerror}")
+
+
+def check_not_symlink(path: str) -> None:
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(st.st_mode):
+        raise UnsafePath(f"refusing symlink inside the tape directory: {path}; replace it with the real file or folder")
+
+
+class Store:
+    """One open tape directory."""
+
+    def __init__(self, root: str, *, cache_dir: Optional[str] = None, max_object: Optional[int] = None):
+        self.root = os.path.abspath(root)
+        meta_path = os.path.join(self.root, FORMAT_FILE)
+        if not os.path.isdir(self.root):
+            raise NotATape(f"no tape directory at {self.root}; create one with `ctape init`")
+        check_not_symlink(meta_path)
+        try:
+            with open(meta_path, "rb") as f:
+                meta = json.loads(f.read(1 << 16))
+        except FileNotFoundError:
+            raise NotATape(f"{self.root} is not a tape directory (no {FORMAT_FILE}); create one with `ctape init`") from None
+        except (ValueError, OSError):
+            raise NotATape(f"{meta_path} is damaged; restore it from a copy of the tape") from None
+        if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
+            raise NotATape(f"{self.root} is not a ctape tape directory")
+        if meta.get("version", 0) > FORMAT_VERSION:
+            raise NotATape(f"{self.root} uses format version {meta['version']}; upgrade ctape to read it")
+        self.tape_id = str(meta.get("tape_id", ""))
+        for sub in ("sessions", "packs"):
+            check_not_symlink(os.path.join(self.root, sub))
+        self.max_object = max_object or int(os.environ.get("CTAPE_MAX_OBJECT", DEFAULT_MAX_OBJECT))
+        self.writer = self._writer_id()
+        self.index = Index(self._index_path(cache_dir))
+        self._fds: dict[int, int] = {}
+        self._known: dict[str, dict[str, int]] = {}  # session -> {file name: size} as last seen
+        self._writers: dict[str, "SegmentWriter"] = {}
+        self._batch_depth = 0
+        self._lock = threading.RLock()
+        self.pending: dict[str, tuple[int, bytes]] = {}  # objects written but not yet indexed
+        self._cctx = None
+        self._dctx = None
+
+    # -- identity ---------------------------------------------------------------
+
+    def _writer_id(self) -> str:
+        env = os.environ.get("CTAPE_WRITER")
+        if env:
+            if not (4 <= len(env) <= 32 and env.isalnum() and env.islower() or env.isdigit()):
+                raise InvalidInput("CTAPE_WRITER must be 4-32 lowercase letters or digits")
+            return env
+        st = os.stat(self.root)
+        machine = ""
+        for p in ("/etc/machine-id", "/var/lib/dbus/machine-id"):
+            try:
+                with open(p) as f:
+                    machine = f.read().strip()
+                break
+            except OSError:
+                continue
+        ident = f"{self.tape_id}|{machine}|{socket.gethostname()}|{os.path.realpath(self.root)}|{st.st_dev}|{st.st_ino}"
+        return blake3(ident.encode()).hexdigest()[:12]
+
+    def _index_path(self, cache_dir: Optional[str]) -> Optional[str]:
+        base = cache_dir or default_cache_root()
+        st = os.stat(self.root)
+        key = blake3(f"{self.tape_id}|{os.path.realpath(self.root)}|{st.st_dev}|{st.st_ino}".encode()).hexdigest()[:20]
+        d = os.path.join(base, key)
+        try:
+            os.makedirs(d, mode=0o700, exist_ok=True)
+            path = os.path.join(d, "index.sqlite")
+            if os.path.exists(path) and not os.access(path, os.W_OK):
+                return None
+            return path
+        except OSError:
+            return None  # no writable cache: index in memory, rebuilt per process
+
+    @staticmethod
+    def init(root: str) -> bool:
+        """Create a tape directory; False when one is there already."""
+        root = os.path.abspath(root)
+        meta_path = os.path.join(root, FORMAT_FILE)
+        if os.path.lexists(root) and not os.path.isdir(root):
+            raise InvalidInput(f"cannot init: {root} exists and is not a directory; choose another path")
+        if os.path.isdir(root):
+            check_not_symlink(meta_path)
+            if os.path.exists(meta_path):
+                return False
+        try:
+            os.makedirs(root, mode=0o700, exist_ok=True)
+            for sub in ("sessions", "packs"):
+                os.makedirs(os.path.join(root, sub), mode=0o700, exist_ok=True)
+            body = json.dumps({"format": FORMAT_NAME, "version": FORMAT_VERSION, "tape_id": secrets.token_hex(16)}) + "\n"
+            tmp = meta_path + f".tmp{os.getpid()}"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            try:
+                os.write(fd, body.encode())
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            try:
+                os.link(tmp, meta_path)  # never replaces a ctape.json written meanwhile
+            except FileExistsError:
+                return False
+            finally:
+                os.unlink(tmp)
+            for d in (root, os.path.dirname(root)):
+                _fsync_dir(d)
+        except OSError as e:
+            raise _storage_error(e, f"tape directory {root}") from None
+        return True
+
+    # -- files ------------------------------------------------------------------
+
+    def session_dir(self, session: str) -> str:
+        return os.path.join(self.root, "sessions", session)
+
+    def list_files(self, session: Optional[str] = None) -> dict[str, int]:
+        """Data files (relative path -> size) of one session plus packs, or of the whole tape."""
+        out: dict[str, int] = {}
+        dirs = ["packs"]
+        if session is None:
+            try:
+                names = os.listdir(os.path.join(self.root, "sessions"))
+            except FileNotFoundError:
+                names = []
+            dirs += [f"sessions/{n}" for n in sorted(names)]
+        else:
+            dirs.append(f"sessions/{session}")
+        for d in dirs:
+            full = os.path.join(self.root, d)
+            try:
+                with os.scandir(full) as it:
+                    for e in it:
+                        if e.name.endswith((".seg", ".pack")):
+                            st = e.stat(follow_symlinks=False)
+                            if stat.S_ISREG(st.st_mode):
+                                out[f"{d}/{e.name}"] = st.st_size
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+        return out
+
+    def sessions(self) -> list[str]:
+        try:
+            names = os.listdir(os.path.join(self.root, "sessions"))
+        except FileNotFoundError:
+            return []
+        return sorted(n for n in names if os.path.isdir(os.path.join(self.root, "sessions", n)))
+
+    def _read_fd(self, file_id: int) -> int:
+        fd = self._fds.get(file_id)
+        if fd is None:
+            rel = self.index.path_of(file_id)
+            if rel is None:
+                raise EntryNotFound("index points at an unknown file; run `ctape fsck`")
+            try:
+                fd = os.open(os.path.join(self.root, rel), os.O_RDONLY | os.O_NOFOLLOW)
+            except OSError as e:
+                if e.errno == errno.ELOOP:
+                    raise UnsafePath(f"refusing symlink inside the tape directory: {rel}") from None
+                raise
+            self._fds[file_id] = fd
+        return fd
+
+    def close(self) -> None:
+        for w in list(self._writers.values()):
+            w.release()
+        self._writers.clear()
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+    # -- index freshness ------------------------------------------------------------
+
+    def refresh(self, session: Optional[str] = None) -> bool:
+        """Bring the index up to date with the files; True when anything changed."""
+        files = self.list_files(session)
+        if session is not None and self._known.get(session) == files:
+            return False
+        rows = self.index.file_rows()
+        scope = ("packs/",) if session is not None else ("packs/", "sessions/")
+        prefixes = scope + ((f"sessions/{session}/",) if session is not None else ())
+        for path, (fid, indexed, _, _) in rows.items():
+            if path.startswith(prefixes) and (path not in files or files[path] < indexed):
+                self._full_reindex()
+                return True
+        changed = False
+        for path, size in files.items():
+            row = rows.get(path)
+            indexed = row[1] if row else 0
+            if size > indexed or row is None:
+                self._index_file(path, indexed)
+                changed = True
+        if session is not None:
+            self._known[session] = files
+        return changed
+
+    def _full_reindex(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+        self._known.clear()
+        self.index.reset()
+        for path in self.list_files(None):
+            self._index_file(path, 0)
+
+    def _index_file(self, rel: str, start: int) -> None:
+        fid = self.index.file_id(rel)
+        try:
+            fd = os.open(os.path.join(self.root, rel), os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            return
+        try:
+            size = os.fstat(fd).st_size
+            data = os.pread(fd, size - start, start) if size > start else b""
+        finally:
+            os.close(fd)
+        batch = IndexBatch()
+        indexed, torn, corrupt = start, 0, 0
+        for item in framing.scan(data, 0):
+            if isinstance(item, framing.Damage):
+                if item.torn:
+                    torn = 1
+                    break
+                corrupt = 1
+                continue
+            self._index_record(batch, fid, start + item.offset, item.type, item.body)
+            indexed = start + item.end
+        if corrupt and not torn:
+            indexed = start + len(data)
+        batch.files.append((fid, indexed, torn, corrupt))
+        self.index.apply(batch)
+
+    @staticmethod
+    def _index_record(batch: IndexBatch, fid: int, offset: int, type_: int, body: bytes) -> None:
+        if type_ == framing.T_OBJECT:
+            h = body[:32].hex()
+            batch.objects.append((hash_key(h), fid, offset, 1 if body[32] == TYPE_ENTRY else 0))
+        elif type_ == framing.T_REF:
+            try:
+                rec = json.loads(body)
+                batch.add_ref(fid, offset, body, rec)
+            except (ValueError, KeyError, TypeError):
+                pass  # fsck reports unreadable records
+        elif type_ == framing.T_PARTIAL:
+            try:
+                batch.add_partial(json.loads(body), body)
+            except (ValueError, KeyError, TypeError):
+                pass
+
+    # -- objects ----------------------------------------------------------------------
+
+    def encode_object(self, type_: int, body: bytes) -> tuple[str, bytes]:
+        """(hash, the object record's frame body)."""
+        h = object_hash(b"entry" if type_ == TYPE_ENTRY else b"blob", body)
+        if len(body) >= COMPRESS_MIN:
+            if self._cctx is None:
+                self._cctx = zstd().ZstdCompressor(level=3, write_content_size=True)
+            data, codec = self._cctx.compress(body), CODEC_ZSTD
+            if len(data) >= len(body):
+                data, codec = body, CODEC_RAW
+        else:
+            data, codec = body, CODEC_RAW
+        return h, bytes.fromhex(h) + bytes((type_, codec)) + data
+
+    def decode_object(self, h: str, rec_body: bytes) -> tuple[int, bytes]:
+        if rec_body[:32].hex() != h:
+            raise CorruptObject(f"object {h} is not where the index says; run `ctape fsck`")
+        type_, codec = rec_body[32], rec_body[33]
+        data = rec_body[34:]
+        if codec == CODEC_ZSTD:
+            z = zstd()
+            try:
+                size = z.frame_content_size(data)
+            except z.ZstdError:
+                raise CorruptObject(f"object {h} is corrupt (bad zstd frame); run `ctape fsck`") from None
+            if size < 0 or size > self.max_object:
+                raise ObjectTooLarge(
+                    f"object {h} claims {size} bytes, over the limit of {self.max_object}; "
+                    "raise CTAPE_MAX_OBJECT if you trust this tape"
+                )
+            if self._dctx is None:
+                self._dctx = z.ZstdDecompressor()
+            try:
+                body = self._dctx.decompress(data, max_output_size=size)
+            except z.ZstdError:
+                raise CorruptObject(f"object {h} is corrupt (zstd data); run `ctape fsck`") from None
+        elif codec == CODEC_RAW:
+            body = data
+        else:
+            raise CorruptObject(f"object {h} has an unknown codec {codec}; run `ctape fsck`")
+        kind = b"entry" if type_ == TYPE_ENTRY else b"blob"
+        if object_hash(kind, body) != h:
+            raise CorruptObject(f"object {h} is corrupt (hash mismatch); run `ctape fsck`")
+        return type_, body
+
+    def read_record_at(self, file_id: int, offset: int) -> bytes:
+        fd = self._read_fd(file_id)
+        head = os.pread(fd, framing.HEADER_SIZE, offset)
+        parsed = framing.parse_header(head) if len(head) == framing.HEADER_SIZE else None
+        if parsed is None:
+            raise CorruptObject(f"damaged record at offset {offset} of {self.index.path_of(file_id)}; run `ctape fsck`")
+        _, length = parsed
+        rest = os.pread(fd, length + framing.TRAILER_SIZE, offset + framing.HEADER_SIZE)
+        body = rest[:length]
+        if len(rest) != length + framing.TRAILER_SIZE or int.from_bytes(rest[length:], "little") != zlib.crc32(body):
+            raise CorruptObject(f"damaged record at offset {offset} of {self.index.path_of(file_id)}; run `ctape fsck`")
+        return body
+
+    def get_object(self, h: str) -> tuple[int, bytes]:
+        """(type, canonical body) of an object, verified against its hash."""
+        p = self.pending.get(h)
+        if p is not None:
+            return p
+        loc = self.index.find_object(h)
+        if loc is None:
+            self.refresh()
+            loc = self.index.find_object(h)
+            if loc is None:
+                raise EntryNotFound(f"object {h} is not in this tape (not synced yet, or removed)")
+        try:
+            return self.decode_object(h, self.read_record_at(*loc))
+        except CorruptObject:
+            # the index may be stale (a file replaced by compaction): rebuild once and retry
+            self._full_reindex()
+            loc = self.index.find_object(h)
+            if loc is None:
+                raise EntryNotFound(f"object {h} is not in this tape (not synced yet, or removed)") from None
+            return self.decode_object(h, self.read_record_at(*loc))
+
+    def has_object(self, h: str) -> bool:
+        return h in self.pending or self.index.find_object(h) is not None
+
+    # -- writing ---------------------------------------------------------------------
+
+    @contextmanager
+    def writing(self, session: str) -> Iterator["SegmentWriter"]:
+        """Hold the session's lock; on exit the writes are durable (or, in a batch, queued)."""
+        with self._lock:
+            w = self._writers.get(session)
+            fresh = w is None
+            if fresh:
+                w = SegmentWriter(self, session)
+                self._writers[session] = w
+            try:
+                yield w
+                if self._batch_depth == 0:
+                    w.flush(durable=True)
+            finally:
+                if self._batch_depth == 0:
+                    w.release()
+                    self._writers.pop(session, None)
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        with self._lock:
+            self._batch_depth += 1
+            try:
+                yield
+            finally:
+                self._batch_depth -= 1
+                if self._batch_depth == 0:
+                    writers = list(self._writers.values())
+                    self._writers.clear()
+                    try:
+                        for w in writers:
+                            w.flush(durable=True)
+                    finally:
+                        for w in writers:
+                            w.release()
+
+
+class SegmentWriter:
+    """The lock and the active segment of one session, for this writer."""
+
+    def __init__(self, store: Store, session: str):
+        self.store = store
+        self.session = session
+        self.dir = store.session_dir(session)
+        self.lock_fd = -1
+        self.fd = -1
+        self.buf = bytearray()
+        self.batch = IndexBatch()
+        self.new_objects: list[str] = []
+        self.created = False
+        self._acquire()
+
+    def _acquire(self) -> None:
+        st = self.store
+        sessions = os.path.join(st.root, "sessions")
+        check_not_symlink(self.dir)
+        try:
+            if not os.path.isdir(self.dir):
+                os.makedirs(sessions, mode=0o700, exist_ok=True)
+                os.mkdir(self.dir, 0o700)
+                _fsync_dir(sessions)
+        except FileExistsError:
+            pass
+        except OSError as e:
+            raise _storage_error(e, f"session {self.session}") from None
+        self.lock_fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        fcntl.flock(self.lock_fd, fcntl.LOCK_EX)
+        st.refresh(self.session)
+        self._open_segment()
+
+    def _open_segment(self) -> None:
+        st = self.store
+        rows = st.index.file_rows()
+        prefix = f"sessions/{self.session}/{st.writer}-"
+        mine = sorted(p for p in rows if p.startswith(prefix))
+        self.rel = None
+        if mine:
+            last = mine[-1]
+            fid, indexed, torn, corrupt = rows[last]
+            size = os.stat(os.path.join(st.root, last), follow_symlinks=False).st_size
+            if not torn and not corrupt and size == indexed and size < SEGMENT_LIMIT:
+                self.rel, self.file_id, self.offset = last, fid, size
+                if size == 0:  # created by a writer that died before its first write
+                    self._queue_header()
+            number = int(last[len(prefix) : -4]) + 1
+        else:
+            number = 1
+        self.next_number = number
+
+    def _create_segment(self) -> None:
+        st = self.store
+        while True:
+            rel = f"sessions/{self.session}/{st.writer}-{self.next_number:06d}.seg"
+            try:
+                fd = os.open(os.path.join(st.root, rel), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+                break
+            except FileExistsError:
+                self.next_number += 1
+            except OSError as e:
+                raise _storage_error(e, f"session {self.session}") from None
+        os.close(fd)
+        _fsync_dir(self.dir)
+        self.rel, self.file_id, self.offset = rel, st.index.file_id(rel), 0
+        self.next_number += 1
+        self.created = True
+        self._queue_header()
+
+    def _queue_header(self) -> None:
+        st = self.store
+        head = canonical_json({"format": "ctape-segment", "version": 1, "writer": st.writer, "session": self.session})
+        self._frame(framing.T_HEADER, head)
+
+    def _frame(self, type_: int, body: bytes) -> int:
+        """Queue one record; returns its offset in the file."""
+        if self.rel is None:
+            self._create_segment()
+        offset = self.offset + len(self.buf)
+        self.buf += framing.frame(type_, body)
+        return offset
+
+    def put_object(self, type_: int, body: bytes) -> str:
+        st = self.store
+        h = object_hash(b"entry" if type_ == TYPE_ENTRY else b"blob", body)
+        if h in st.pending or st.index.find_object(h) is not None:
+            return h
+        h, rec = st.encode_object(type_, body)
+        offset = self._frame(framing.T_OBJECT, rec)
+        self.batch.objects.append((hash_key(h), self.file_id, offset, 1 if type_ == TYPE_ENTRY else 0))
+        st.pending[h] = (type_, body)
+        self.new_objects.append(h)
+        return h
+
+    def put_ref(self, rec: dict) -> None:
+        body = canonical_json(rec)
+        offset = self._frame(framing.T_REF, body)
+        self.batch.add_ref(self.file_id, offset, body, rec)
+
+    def put_partial(self, rec: dict) -> None:
+        body = canonical_json(rec)
+        self._frame(framing.T_PARTIAL, body)
+        self.batch.add_partial(rec, body)
+
+    def flush(self, durable: bool) -> None:
+        if not self.buf:
+            return
+        st = self.store
+        try:
+            if self.fd < 0:
+                self.fd = os.open(os.path.join(st.root, self.rel), os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
+            view = memoryview(self.buf)
+            while view:
+                n = os.write(self.fd, view)
+                view = view[n:]
+            if durable:
+                os.fdatasync(self.fd)
+        except OSError as e:
+            self._undo_write()
+            raise _storage_error(e, f"session {self.session}") from None
+        self.offset += len(self.buf)
+        self.buf = bytearray()
+        self.batch.files.append((self.file_id, self.offset, 0, 0))
+        st.index.apply(self.batch)
+        self._forget_pending()
+        self.created = False
+        st._known.pop(self.session, None)
+
+    def _forget_pending(self) -> None:
+        for h in self.new_objects:
+            self.store.pending.pop(h, None)
+        self.new_objects = []
+        self.batch = IndexBatch()
+        self.buf = bytearray()
+
+    def _undo_write(self) -> None:
+        """After a failed write (full disk, I/O error) put the file back as it was.
+
+        The bytes were never acknowledged, so cutting them off edits nothing that
+        anyone has seen. If that fails too, never append after them again.
+        """
+        self._forget_pending()
+        path = os.path.join(self.store.root, self.rel)
+        try:
+            if self.created:
+                os.unlink(path)
+                _fsync_dir(self.dir)
+            elif self.fd >= 0:
+                os.ftruncate(self.fd, self.offset)
+                os.fdatasync(self.fd)
+                return
+        except OSError:
+            pass
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        self.rel = None
+
+    def release(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        if self.lock_fd >= 0:
+            os.close(self.lock_fd)  # closing the descriptor drops the flock
+            self.lock_fd = -1

@@ -1,0 +1,137 @@
+"""Streams: an assistant message written as it arrives, that survives a crash.
+
+While text arrives, the writer persists what it has received at least every
+`flush_interval` seconds as a partial record (one fsync per flush, only the new
+text each time). Partial records never become entries one by one: a normal end
+appends one `assistant` entry; a crash leaves them open, and `recover` (or the
+next write to the session) turns them into one `streaming` entry whose parent is
+the HEAD the stream started from.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from typing import TYPE_CHECKING, Optional
+
+from .models import Entry, now_rfc3339
+
+
+if TYPE_CHECKING:
+    from .session import Session
+    from .store import SegmentWriter
+
+
+class StreamWriter:
+    def __init__(self, session: "Session", flush_interval: float = 0.5):
+        self.session = session
+        self.interval = flush_interval
+        self.id = secrets.token_hex(8)
+        self.base: Optional[str] = None
+        self.branch: Optional[str] = None
+        self.text: list[str] = []
+        self.flushed = 0  # characters persisted
+        self.size = 0
+        self.entry: Optional[Entry] = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self._started = False
+
+    def __enter__(self) -> "StreamWriter":
+        refs = self.session.refs()
+        self.base, self.branch = refs.head_hash, refs.branch
+        self._thread = threading.Thread(target=self._ticker, name="ctape-stream-flush", daemon=True)
+        self._thread.start()
+        return self
+
+    def write(self, chunk: str) -> None:
+        if not isinstance(chunk, str):
+            raise TypeError("stream chunks are str")
+        with self._lock:
+            self.text.append(chunk)
+            self.size += len(chunk)
+
+    def _ticker(self) -> None:
+        while not self._stop.wait(self.interval / 2):
+            self.flush()
+
+    def flush(self) -> None:
+        """Persist what has arrived since the last flush (one fsync)."""
+        with self._lock:
+            if self.size == self.flushed:
+                return
+            full = "".join(self.text)
+            self.text = [full]
+            new = full[self.flushed :]
+            rec = {"s": self.session.name, "stream": self.id, "off": self.flushed, "text": new, "base": self.base, "t": now_rfc3339()}
+            with self.session.store.writing(self.session.name) as w:
+                w.put_partial(rec)
+            self.flushed = len(full)
+
+    def content(self) -> str:
+        with self._lock:
+            return "".join(self.text)
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        text = self.content()
+        if exc_type is None:
+            self.entry = self.session.append("assistant", {"content": text}, op="stream", record_extra={"stream": self.id})
+        elif text:
+            self.flush()
+            recover(self.session)
+
+
+def _open_streams(session: "Session") -> dict[str, dict]:
+    streams: dict[str, dict] = {}
+    for p in session.store.index.open_partials(session.name):
+        s = streams.setdefault(p["stream"], {"stream": p["stream"], "base": p.get("base"), "parts": {}, "time": p.get("t")})
+        s["parts"][p["off"]] = p["text"]
+        s["time"] = max(s["time"] or "", p.get("t") or "") or None
+    for s in streams.values():
+        text, pos = [], 0
+        for off in sorted(s["parts"]):
+            piece = s["parts"][off]
+            if off > pos:
+                break  # a gap: keep the prefix we can prove
+            text.append(piece[pos - off :])
+            pos = max(pos, off + len(piece))
+        s["content"] = "".join(text)
+        del s["parts"]
+    return streams
+
+
+def open_streams(session: "Session") -> list[dict]:
+    session.store.refresh(session.name)
+    return sorted(_open_streams(session).values(), key=lambda s: (s["time"] or "", s["stream"]))
+
+
+def record_partials(session: "Session", w: "SegmentWriter") -> list[Entry]:
+    """Inside a held session lock: record every open stream as one `streaming` entry."""
+    out = []
+    for s in sorted(_open_streams(session).values(), key=lambda s: (s["time"] or "", s["stream"])):
+        st = session._writer_refs(w)
+        base = s["base"]
+        e = session._put_entry(w, "streaming", {"content": s["content"]}, {}, None, s["time"], base)
+        if st.head_hash == base:
+            session._write_ref(w, "recover", session._advance(st, e.hash), stream=s["stream"])
+        else:
+            session._write_ref(w, "recover", {f"stream-{s['stream'][:8]}": e.hash}, stream=s["stream"])
+        out.append(e)
+    return out
+
+
+def recover(session: "Session") -> list[Entry]:
+    if not session.exists():
+        return []
+    with session.store.writing(session.name) as w:
+        w.partials_checked = True
+        return record_partials(session, w)
+
+
+def wait_interval(seconds: float) -> None:
+    time.sleep(seconds)

@@ -1,0 +1,208 @@
+"""Tape: one open tape directory, as the Python API sees it."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import OrderedDict
+from contextlib import contextmanager
+from typing import Iterator, Optional
+
+from . import derived
+from .canonical import internalize, is_hash
+from .errors import AmbiguousRef, EntryNotFound, InvalidInput, RefNotFound
+from .models import NAME_RE, Entry
+from .refspec import parse_ref
+from .store import TYPE_ENTRY, Store
+
+
+class Tape:
+    """A tape directory. Open with Tape.open(path) or create with Tape.init(path)."""
+
+    def __init__(self, store: Store):
+        self.store = store
+        self._entries: OrderedDict[str, Entry] = OrderedDict()
+
+    @classmethod
+    def init(cls, path: str | os.PathLike = ".ctape", **kw) -> "Tape":
+        Store.init(os.fspath(path))
+        return cls(Store(os.fspath(path), **kw))
+
+    @classmethod
+    def open(cls, path: str | os.PathLike = ".ctape", **kw) -> "Tape":
+        return cls(Store(os.fspath(path), **kw))
+
+    @property
+    def path(self) -> str:
+        return self.store.root
+
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> "Tape":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def session(self, name: str) -> "Session":
+        from .session import Session
+
+        return Session(self, name)
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """Many appends, one fsync at the end. Session locks are held until then."""
+        with self.store.batch():
+            yield
+
+    # -- entries ------------------------------------------------------------------
+
+    def read_entry(self, h: str) -> Entry:
+        e = self._entries.get(h)
+        if e is not None:
+            self._entries.move_to_end(h)
+            return e
+        type_, body = self.store.get_object(h)
+        if type_ != TYPE_ENTRY:
+            raise EntryNotFound(f"{h} is a payload value, not an entry")
+        raw = json.loads(body)
+        get_blob = lambda b: self.store.get_object(b)[1]  # noqa: E731
+        e = Entry.model_construct(
+            hash=h,
+            parent=raw["parent"],
+            seq=raw["seq"],
+            kind=raw["kind"],
+            time=raw["time"],
+            payload=internalize(raw["payload"], get_blob),
+            meta=internalize(raw["meta"], get_blob),
+            delta=internalize(raw["delta"], get_blob),
+        )
+        self._entries[h] = e
+        if len(self._entries) > 4096:
+            self._entries.popitem(last=False)
+        return e
+
+    def has_entry(self, h: str) -> bool:
+        return self.store.has_object(h)
+
+    def derived(self, h: Optional[str]) -> dict:
+        idx = self.store.index
+        return derived.derive(h, self.read_entry, idx.keyframe, idx.put_keyframe)
+
+    # -- refs ------------------------------------------------------------------------
+
+    def get(self, ref: str, session: Optional[str] = None) -> Entry:
+        h = self.resolve(ref, session)
+        if h is None:
+            raise RefNotFound(f"{ref!r} has no entries yet")
+        return self.read_entry(h)
+
+    def resolve(self, ref: str, session: Optional[str] = None) -> Optional[str]:
+        """The entry hash a REF names (None for a session or branch with no entry yet)."""
+        spec = parse_ref(ref)
+        h = self._resolve_base(spec.base, session, spec.reflog)
+        for i in range(spec.back):
+            if h is None:
+                break
+            e = self.read_entry(h)
+            if e.parent is None:
+                raise RefNotFound(f"{ref!r} goes past the root ({i} step(s) back is the first entry)")
+            h = e.parent
+        return h
+
+    def _resolve_base(self, base: str, session: Optional[str], reflog: Optional[int]) -> Optional[str]:
+        from .session import Session
+
+        if reflog is not None:
+            name = base if NAME_RE.fullmatch(base) and self._session_exists(base) else session
+            if name is None or (base != name and not self._session_exists(base)):
+                raise RefNotFound(f"@{{N}} needs a session: {base!r} is not one")
+            return Session(self, name).head_at(reflog)
+        if is_hash(base):
+            if not self.store.has_object(base):
+                self.store.refresh()
+                if not self.store.has_object(base):
+                    raise EntryNotFound(f"no entry {base} in this tape (not synced yet?)")
+            return base
+        if "/" in base:
+            s, _, b = base.partition("/")
+            if NAME_RE.fullmatch(s) and NAME_RE.fullmatch(b) and self._session_exists(s):
+                branches = Session(self, s).refs().branches
+                if b in branches:
+                    return branches[b]
+                raise RefNotFound(f"session {s!r} has no branch {b!r}; see `ctape branch -s {s}`")
+            raise RefNotFound(f"unknown ref {base!r}; use SESSION/BRANCH with an existing session")
+        if session is not None and NAME_RE.fullmatch(base) and self._session_exists(session):
+            branches = Session(self, session).refs().branches
+            if base in branches:
+                return branches[base]
+        if NAME_RE.fullmatch(base) and self._session_exists(base):
+            return Session(self, base).refs().head_hash
+        if len(base) >= 4 and all(c in "0123456789abcdef" for c in base.lower()):
+            return self._resolve_prefix(base.lower())
+        raise RefNotFound(f"unknown ref {base!r}: not a session, branch or entry hash; see `ctape sessions` and `ctape log`")
+
+    def _resolve_prefix(self, prefix: str) -> str:
+        self.store.refresh()
+        found = []
+        for fid, off in self.store.index.entries_with_prefix(prefix, limit=64):
+            body = self.store.read_record_at(fid, off)
+            h = body[:32].hex()
+            if h.startswith(prefix) and h not in found:
+                found.append(h)
+        if not found:
+            raise RefNotFound(f"no entry starts with {prefix!r}")
+        if len(found) > 1:
+            raise AmbiguousRef(f"{prefix!r} is ambiguous: {', '.join(sorted(found)[:10])}; give more digits")
+        return found[0]
+
+    def _session_exists(self, name: str) -> bool:
+        return os.path.isdir(self.store.session_dir(name))
+
+    # -- whole-tape views -----------------------------------------------------------------
+
+    def sessions(self) -> list[dict]:
+        from .session import Session
+
+        out = []
+        for name in self.store.sessions():
+            st = Session(self, name)
+            refs = st.refs()
+            h = refs.head_hash
+            e = self.read_entry(h) if h and self.store.has_object(h) else None
+            out.append(
+                {
+                    "session": name,
+                    "head": h,
+                    "branch": refs.branch,
+                    "entries": e.seq if e else 0,
+                    "last_time": e.time if e else None,
+                }
+            )
+        return out
+
+    def stats(self) -> dict:
+        from .maintenance import stats
+
+        return stats(self)
+
+    def fsck(self) -> dict:
+        from .maintenance import fsck
+
+        return fsck(self)
+
+    def compact(self, expire: str | float = "90d", grace: str | float = "14d", dry_run: bool = False, progress=None) -> dict:
+        from .compact import compact
+
+        return compact(self, expire=expire, grace=grace, dry_run=dry_run, progress=progress)
+
+
+def check_kind(kind) -> str:
+    from .models import EntryKind
+
+    if isinstance(kind, EntryKind):
+        return kind.value
+    if not isinstance(kind, str):
+        raise InvalidInput("kind must be a string")
+    return EntryKind.parse(kind).value
