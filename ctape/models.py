@@ -97,3 +97,20 @@ def parse_time(text: str) -> str:
 
 def time_seconds(text: str) -> float:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+_REQUIRED = {
+    "tool_call": ("call_id", "name"),
+    "tool_result": ("call_id",),
+    "anchor": ("name",),
+    "error": ("message",),
+}
+
+
+def check_payload(kind: str, payload: Any) -> None:
+    """The payload conventions of SPEC section 3: an object, with the fields its kind needs."""
+    if not isinstance(payload, dict):
+        raise InvalidInput(f"a {kind} payload must be a JSON object, e.g. {{\"content\": \"...\"}}")
+    for key in _REQUIRED.get(kind, ()):
+        if not isinstance(payload.get(key), str):
+            raise InvalidInput(f"a {kind} payload needs a string {key!r}")

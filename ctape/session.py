@@ -7,7 +7,7 @@ from typing import Any, Iterable, Iterator, Optional
 from . import refs as refmod
 from .canonical import canonical_json, externalize, is_hash
 from .errors import InvalidInput, RefNotFound
-from .models import Entry, check_name, now_rfc3339, parse_time
+from .models import Entry, check_name, check_payload, now_rfc3339, parse_time
 from .refs import HEAD, RefState
 from .store import TYPE_BLOB, TYPE_ENTRY, SegmentWriter
 from .tape import Tape, check_kind
@@ -99,11 +99,11 @@ class Session:
         time: Optional[str] = None,
         *,
         op: str = "append",
-        parent: Any = ...,
         record_extra: Optional[dict] = None,
     ) -> Entry:
-        """Append one entry at HEAD (or after `parent`) and move HEAD's branch to it."""
+        """Append one entry at HEAD and move HEAD (or its branch) to it."""
         kind = check_kind(kind)
+        check_payload(kind, payload)
         if meta is None:
             meta = {}
         if not isinstance(meta, dict):
@@ -111,13 +111,8 @@ class Session:
         with self.store.writing(self.name) as w:
             self._record_partials(w)
             st = self._writer_refs(w)
-            base = st.head_hash if parent is ... else parent
-            e = self._put_entry(w, kind, payload, meta, delta, time, base)
-            extra = dict(record_extra or {})
-            if parent is ... or base == st.head_hash:
-                self._write_ref(w, op, self._advance(st, e.hash), **extra)
-            else:
-                self._write_ref(w, op, extra.pop("set", {}), **extra)
+            e = self._put_entry(w, kind, payload, meta, delta, time, st.head_hash)
+            self._write_ref(w, op, self._advance(st, e.hash), **(record_extra or {}))
             return e
 
     @staticmethod
@@ -229,6 +224,13 @@ class Session:
             for b, h in sorted(st.branches.items())
         ]
 
+    def put_entry(self, kind: str, payload: Any, meta: Optional[dict] = None, delta: Any = None, time: Optional[str] = None, parent: Optional[str] = None) -> Entry:
+        """Store an entry after `parent` without moving any ref (importers; pair with set_refs)."""
+        kind = check_kind(kind)
+        check_payload(kind, payload)
+        with self.store.writing(self.name) as w:
+            return self._put_entry(w, kind, payload, meta or {}, delta, time, parent)
+
     def set_refs(self, op: str, changes: dict[str, Optional[str]], **extra: Any) -> None:
         """Write one ref record as is (import, sync tools)."""
         with self.store.writing(self.name) as w:
@@ -248,31 +250,22 @@ class Session:
                 count += 1
             h = e.parent
 
-    def reflog(self, limit: int = -1) -> list[dict]:
-        self.store.refresh(self.name)
-        out = []
-        for rec in self.store.index.records(self.name, newest_first=True, limit=limit):
-            for ref, new in sorted(rec.get("set", {}).items()):
-                out.append(
-                    {
-                        "ref": ref if ref == HEAD else f"{self.name}/{ref}",
-                        "old": (rec.get("old") or {}).get(ref),
-                        "new": new,
-                        "op": rec.get("op"),
-                        "time": rec.get("t"),
-                        "writer": rec.get("w"),
-                    }
-                )
-        for i, line in enumerate(out):
-            line["index"] = i
-        return out
+    def reflog(self) -> list[dict]:
+        """Every ref move, newest first. Lines that moved HEAD carry `at`: N of SESSION@{N}."""
+        lines, _ = self._replay()
+        return lines
 
     def head_positions(self) -> list[str]:
         """Entry hashes HEAD has pointed at, newest first (for SESSION@{N})."""
+        _, positions = self._replay()
+        return positions
+
+    def _replay(self) -> tuple[list[dict], list[str]]:
         self.store.refresh(self.name)
         branches: dict[str, Optional[str]] = {}
         head: Optional[str] = None
         positions: list[str] = []
+        lines: list[dict] = []
         for rec in self.store.index.records(self.name, newest_first=False):
             for ref, value in rec.get("set", {}).items():
                 if ref == HEAD:
@@ -280,9 +273,29 @@ class Session:
                 else:
                     branches[ref] = value
             at = branches.get(head[1:]) if head and head.startswith("@") else head
-            if at and (not positions or positions[-1] != at):
+            moved = bool(at) and (not positions or positions[-1] != at)
+            if moved:
                 positions.append(at)
-        return positions[::-1]
+            for ref, new in sorted(rec.get("set", {}).items()):
+                lines.append(
+                    {
+                        "ref": ref if ref == HEAD else f"{self.name}/{ref}",
+                        "old": (rec.get("old") or {}).get(ref),
+                        "new": new,
+                        "op": rec.get("op"),
+                        "time": rec.get("t"),
+                        "writer": rec.get("w"),
+                        "head": at,
+                        "_pos": len(positions) - 1 if moved else None,
+                    }
+                )
+        lines.reverse()
+        total = len(positions)
+        for i, line in enumerate(lines):
+            line["index"] = i
+            pos = line.pop("_pos")
+            line["at"] = None if pos is None else total - 1 - pos
+        return lines, positions[::-1]
 
     def head_at(self, n: int) -> Optional[str]:
         if n == 0:

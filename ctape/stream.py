@@ -135,3 +135,40 @@ def recover(session: "Session") -> list[Entry]:
 
 def wait_interval(seconds: float) -> None:
     time.sleep(seconds)
+
+
+class StreamInterrupted(Exception):
+    def __init__(self, signum: int):
+        self.signum = signum
+
+
+def run_cli_stream(session: "Session", interval: float) -> Optional[Entry]:
+    """`ctape stream`: stdin as it arrives; SIGTERM/SIGINT record the partial text at once."""
+    import codecs
+    import os
+    import signal
+
+    from .errors import CtapeError, InvalidInput
+
+    def on_signal(signum, frame):
+        raise StreamInterrupted(signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, on_signal)
+    decoder = codecs.getincrementaldecoder("utf-8")("strict")
+    writer = StreamWriter(session, interval)
+    try:
+        with writer:
+            while True:
+                chunk = os.read(0, 65536)
+                if not chunk:
+                    writer.write(decoder.decode(b"", final=True))
+                    break
+                writer.write(decoder.decode(chunk))
+    except UnicodeDecodeError:
+        raise InvalidInput("stdin is not valid UTF-8; the text before the bad byte was kept as a streaming entry") from None
+    except StreamInterrupted as e:
+        err = CtapeError(f"stream interrupted by signal {e.signum}; the partial text was recorded as a streaming entry")
+        err.exit_code = 128 + e.signum
+        raise err from None
+    return writer.entry

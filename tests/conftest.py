@@ -1,0 +1,60 @@
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(tmp_path_factory, monkeypatch):
+    """Every test gets its own index cache, and no CTAPE_* settings from the caller."""
+    for var in ("CTAPE_DIR", "CTAPE_SESSION", "CTAPE_WRITER", "CTAPE_DEBUG", "CTAPE_MAX_OBJECT"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("CTAPE_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+
+
+@pytest.fixture
+def tape_dir(tmp_path):
+    from ctape import Tape
+
+    d = tmp_path / "tape"
+    Tape.init(d).close()
+    return d
+
+
+@pytest.fixture
+def tape(tape_dir):
+    from ctape import Tape
+
+    t = Tape.open(tape_dir)
+    yield t
+    t.close()
+
+
+def run_cli(*args, input=None, env=None, cwd=None, check=False):
+    """Run the real `ctape` command in a subprocess."""
+    e = dict(os.environ)
+    e.update(env or {})
+    p = subprocess.run(
+        [sys.executable, "-m", "ctape", *map(str, args)],
+        input=input,
+        capture_output=True,
+        env=e,
+        cwd=cwd,
+    )
+    if check and p.returncode != 0:
+        raise AssertionError(f"ctape {args} failed ({p.returncode}): {p.stderr.decode()}")
+    return p
+
+
+def snapshot(path):
+    """Every file under path with its bytes, to prove a command changed nothing."""
+    out = {}
+    for root, dirs, files in os.walk(path):
+        for name in dirs:
+            out[os.path.relpath(os.path.join(root, name), path)] = "dir"
+        for name in files:
+            full = os.path.join(root, name)
+            with open(full, "rb") as f:
+                out[os.path.relpath(full, path)] = f.read()
+    return out
