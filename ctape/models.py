@@ -63,6 +63,10 @@ class Entry(BaseModel):
         return p.get("call_id") if isinstance(p, dict) and isinstance(p.get("call_id"), str) else None
 
 
+# meta key marking an entry that is kept but is not a conversation message (an import's
+# bookkeeping record, for example): `context` leaves such entries out
+HIDDEN = "ctape.hidden"
+
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 

@@ -115,6 +115,9 @@ class Store:
         self.pending: dict[str, tuple[int, bytes]] = {}  # objects written but not yet indexed
         self._cctx = None
         self._dctx = None
+        # what this process read from data files: lets tests prove that a question
+        # about one session does not read the whole tape
+        self.io = {"bytes_read": 0, "records_read": 0, "files_indexed": 0}
 
     # -- identity ---------------------------------------------------------------
 
@@ -290,6 +293,8 @@ class Store:
             data = os.pread(fd, size - start, start) if size > start else b""
         finally:
             os.close(fd)
+        self.io["bytes_read"] += len(data)
+        self.io["files_indexed"] += 1
         batch = IndexBatch()
         indexed, torn, corrupt = start, 0, 0
         for item in framing.scan(data, 0):
@@ -378,6 +383,8 @@ class Store:
         _, length = parsed
         rest = os.pread(fd, length + framing.TRAILER_SIZE, offset + framing.HEADER_SIZE)
         body = rest[:length]
+        self.io["bytes_read"] += framing.HEADER_SIZE + len(rest)
+        self.io["records_read"] += 1
         if len(rest) != length + framing.TRAILER_SIZE or int.from_bytes(rest[length:], "little") != zlib.crc32(body):
             raise CorruptObject(f"damaged record at offset {offset} of {self.index.path_of(file_id)}; run `ctape fsck`")
         return body
