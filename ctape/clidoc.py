@@ -1,0 +1,61 @@
+"""The CLI reference (docs/cli.md), generated from click's own --help text.
+
+    python -m ctape.clidoc > docs/cli.md
+
+The output is deterministic: the terminal width is fixed at 100 columns, commands
+come in click's listing order (sorted), and nothing depends on the environment.
+tests/test_cli_docs.py fails when docs/cli.md differs from this output.
+"""
+
+from __future__ import annotations
+
+import click
+
+WIDTH = 100
+
+HEADER = """\
+# ctape command-line reference
+
+Generated from `ctape --help` and each command's `--help` by `python -m ctape.clidoc`;
+do not edit by hand. Regenerate with:
+
+    python -m ctape.clidoc > docs/cli.md
+"""
+
+
+def _context(cmd: click.Command, name: str, parent: click.Context | None) -> click.Context:
+    settings = dict(cmd.context_settings)
+    settings.setdefault("terminal_width", WIDTH)
+    settings.setdefault("max_content_width", WIDTH)
+    return cmd.context_class(cmd, info_name=name, parent=parent, **settings)
+
+
+def _help(cmd: click.Command, ctx: click.Context) -> str:
+    text = cmd.get_help(ctx)
+    return "\n".join(line.rstrip() for line in text.splitlines()).strip("\n")
+
+
+def _section(title: str, body: str) -> str:
+    return f"## `{title}`\n\n```text\n{body}\n```\n"
+
+
+def render() -> str:
+    """The whole reference as Markdown."""
+    from .cli import main
+
+    root = _context(main, "ctape", None)
+    parts = [HEADER, _section("ctape", _help(main, root))]
+    for name in main.list_commands(root):
+        cmd = main.get_command(root, name)
+        if cmd is None or cmd.hidden:
+            continue
+        parts.append(_section(f"ctape {name}", _help(cmd, _context(cmd, name, root))))
+    return "\n".join(parts)
+
+
+def main() -> None:
+    click.echo(render(), nl=False)
+
+
+if __name__ == "__main__":
+    main()

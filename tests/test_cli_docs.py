@@ -1,0 +1,52 @@
+"""The CLI reference in docs/cli.md is generated from --help and must not drift."""
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from conftest import run_cli
+from ctape import clidoc
+from ctape.cli import main
+
+DOC = pathlib.Path(__file__).resolve().parent.parent / "docs" / "cli.md"
+COMMANDS = sorted(main.commands)
+
+
+def test_cli_md_is_up_to_date():
+    assert DOC.read_text(encoding="utf-8") == clidoc.render(), "run python -m ctape.clidoc > docs/cli.md"
+
+
+def test_clidoc_is_deterministic_and_ignores_the_terminal(monkeypatch):
+    first = clidoc.render()
+    monkeypatch.setenv("COLUMNS", "40")
+    assert clidoc.render() == first
+    for name in COMMANDS:
+        assert f"## `ctape {name}`" in first
+    assert first.count("```text\n") == len(COMMANDS) + 1
+
+
+def test_clidoc_module_prints_the_reference():
+    p = subprocess.run([sys.executable, "-m", "ctape.clidoc"], capture_output=True, env={**os.environ, "COLUMNS": "33"})
+    assert p.returncode == 0 and p.stderr == b""
+    assert p.stdout.decode("utf-8") == clidoc.render()
+
+
+def test_top_level_help_has_examples():
+    p = run_cli("--help")
+    assert p.returncode == 0, p.stderr
+    assert "Examples:" in p.stdout.decode()
+    assert p.stderr == b""
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_every_subcommand_help_has_examples(name):
+    p = run_cli(name, "--help")
+    assert p.returncode == 0, p.stderr
+    out = p.stdout.decode()
+    first = out.splitlines()[0]
+    assert first.startswith("Usage: ") and f"ctape {name} [OPTIONS]" in first, first
+    assert "Examples:" in out
+    assert p.stderr == b""
