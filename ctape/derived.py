@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 from typing import Any, Callable, Optional
 
-from .models import Entry
+from .models import HIDDEN, Entry
 
 KEY_EVERY = 256
 RESULT_KINDS = ("tool_result", "error")
@@ -30,12 +30,14 @@ def merge_patch(target: Any, patch: Any) -> Any:
 
 
 def empty() -> dict:
-    return {"state": None, "pending": {}, "last_error": None}
+    return {"state": None, "pending": {}, "last_error": None, "systems": []}
 
 
 def step(d: dict, e: Entry) -> dict:
     """The derived values after entry e, given those at its parent (d is not modified)."""
-    out = {"state": d["state"], "pending": d["pending"], "last_error": d["last_error"]}
+    out = {"state": d["state"], "pending": d["pending"], "last_error": d["last_error"], "systems": d["systems"]}
+    if e.kind == "system" and not (isinstance(e.meta, dict) and e.meta.get(HIDDEN)):
+        out["systems"] = d["systems"] + [e.hash]
     if e.delta is not None:
         out["state"] = merge_patch(d["state"], e.delta)
     if e.kind == "tool_call" and e.call_id:

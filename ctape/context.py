@@ -1,0 +1,424 @@
+"""Context views: the prompt a model sees, built from the path root -> REF.
+
+The tape keeps everything; a view picks. Steps, in order:
+
+1. the window: the path root -> REF (with --max-tokens or last-turn, only as far
+   back as needed; system messages come from the whole path either way);
+2. neutral messages: system / user / assistant (+ tool calls) / tool results;
+   entries marked hidden (ctape.hidden) and anchors are left out;
+3. policies: exclude-errors, dedupe-tools, then a fixed "interrupted" result for
+   every pending tool call, then last-turn and --max-tokens;
+4. --resume prefix: the partial text of an interrupted stream as a final
+   assistant message (prefill);
+5. a format: openai (Chat Completions), anthropic ({"system", "messages"}), tape.
+
+Every step is a pure function of the entries, so the output is deterministic.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Optional
+
+from blake3 import blake3
+
+from .errors import InvalidInput
+from .models import HIDDEN, Entry
+
+if TYPE_CHECKING:
+    from .session import Session
+
+INTERRUPTED = "[interrupted: this tool call did not complete and no result was recorded]"
+POLICIES = ("last-turn", "exclude-errors", "dedupe-tools")
+FORMATS = ("openai", "anthropic", "tape")
+
+
+@dataclass
+class Call:
+    id: str
+    name: str
+    arguments: Any
+    hash: str
+
+
+@dataclass
+class Msg:
+    role: str  # system | user | assistant | tool
+    content: Any = None
+    calls: list[Call] = field(default_factory=list)
+    call_id: Optional[str] = None  # tool results
+    is_error: bool = False
+    hashes: list[str] = field(default_factory=list)
+    error: bool = False  # an `error` entry
+    synthetic: bool = False
+
+
+def build_context(session: "Session", ref: Optional[str], policies: list[str], fmt: str, resume: str, max_tokens: Optional[int]) -> Any:
+    for p in policies:
+        if p not in POLICIES:
+            raise InvalidInput(f"unknown policy {p!r}; use {', '.join(POLICIES)}")
+    if fmt not in FORMATS:
+        raise InvalidInput(f"unknown format {fmt!r}; use {', '.join(FORMATS)}")
+    if resume not in ("prefix", "drop"):
+        raise InvalidInput("--resume takes prefix or drop")
+    tape = session.tape
+    head = tape.resolve(ref, session.name) if ref else session.refs().head_hash
+    window = _window(tape, head, "last-turn" in policies, max_tokens)
+    derived = tape.derived(head)
+    in_window = {e.hash for e in window}
+    systems = [tape.read_entry(h) for h in derived["systems"] if h not in in_window]
+    entries = systems + window
+    partial = None
+    if window and window[-1].kind == "streaming":
+        partial = _text(window[-1].payload.get("content") if isinstance(window[-1].payload, dict) else "")
+        entries = entries[:-1]
+    elif ref is None:
+        from .stream import open_streams
+
+        streams = open_streams(session) if session.exists() else []
+        if streams and streams[-1]["base"] == head:
+            partial = streams[-1]["content"]
+    msgs = to_messages(entries)
+    if "exclude-errors" in policies:
+        msgs = exclude_errors(msgs)
+    if "dedupe-tools" in policies:
+        msgs = dedupe_tools(msgs)
+    msgs = answer_pending(msgs)
+    if "last-turn" in policies:
+        msgs = last_turn(msgs, window)
+    if max_tokens is not None:
+        msgs = fit_tokens(msgs, max_tokens)
+    if resume == "prefix" and partial:
+        msgs.append(Msg("assistant", partial, hashes=[], synthetic=True))
+    if fmt == "openai":
+        return to_openai(msgs)
+    if fmt == "anthropic":
+        return to_anthropic(msgs)
+    return to_tape(msgs, tape)
+
+
+# -- 1. the window -----------------------------------------------------------------------
+
+
+def _window(tape, head: Optional[str], last_turn: bool, max_tokens: Optional[int]) -> list[Entry]:
+    out: list[Entry] = []
+    budget = None if max_tokens is None else max_tokens * 2 + 64
+    used = 0
+    h = head
+    while h is not None:
+        e = tape.read_entry(h)
+        out.append(e)
+        if e.kind != "system":
+            used += estimate(e.payload)
+        if last_turn and e.kind in ("anchor", "user") and not _hidden(e):
+            break
+        if budget is not None and used > budget:
+            break
+        h = e.parent
+    out.reverse()
+    return out
+
+
+def _hidden(e: Entry) -> bool:
+    return isinstance(e.meta, dict) and bool(e.meta.get(HIDDEN))
+
+
+def estimate(value: Any) -> int:
+    """A rough token count: about four characters of JSON text per token."""
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
+    return len(text) // 4 + 4
+
+
+# -- 2. neutral messages -----------------------------------------------------------------------
+
+
+def _text(c: Any) -> Any:
+    return c if c is not None else ""
+
+
+def to_messages(entries: list[Entry]) -> list[Msg]:
+    msgs: list[Msg] = []
+    for e in entries:
+        if _hidden(e) or e.kind == "anchor":
+            continue
+        p = e.payload if isinstance(e.payload, dict) else {"content": e.payload}
+        if e.kind in ("system", "user"):
+            msgs.append(Msg(e.kind, _text(p.get("content")), hashes=[e.hash]))
+        elif e.kind in ("assistant", "streaming"):
+            msgs.append(Msg("assistant", _text(p.get("content")), hashes=[e.hash]))
+        elif e.kind == "tool_call":
+            call = Call(str(p.get("call_id")), str(p.get("name")), p.get("arguments"), e.hash)
+            last = msgs[-1] if msgs else None
+            if last is not None and last.role == "assistant" and not last.synthetic and _calls_open(msgs):
+                last.calls.append(call)
+                last.hashes.append(e.hash)
+            else:
+                msgs.append(Msg("assistant", None, calls=[call], hashes=[e.hash]))
+        elif e.kind == "tool_result":
+            msgs.append(Msg("tool", p.get("output"), call_id=str(p.get("call_id")), is_error=p.get("is_error") is True, hashes=[e.hash]))
+        elif e.kind == "error":
+            if isinstance(p.get("call_id"), str):
+                msgs.append(Msg("tool", f"Error: {p.get('message')}", call_id=p["call_id"], is_error=True, hashes=[e.hash], error=True))
+            else:
+                msgs.append(Msg("user", f"[error] {p.get('message')}", hashes=[e.hash], error=True))
+    return msgs
+
+
+def _calls_open(msgs: list[Msg]) -> bool:
+    """True when the last message is an assistant message that tool results have not followed yet."""
+    return bool(msgs) and msgs[-1].role == "assistant"
+
+
+# -- 3. policies --------------------------------------------------------------------------------
+
+
+def _drop_calls(msgs: list[Msg], drop: set[str]) -> list[Msg]:
+    """Remove tool calls with these ids, and their results, keeping the rest valid."""
+    out = []
+    for m in msgs:
+        if m.role == "assistant" and m.calls:
+            kept = [c for c in m.calls if c.id not in drop]
+            if not kept and not m.content:
+                continue
+            m = Msg(m.role, m.content, kept, hashes=m.hashes)
+        elif m.role == "tool" and m.call_id in drop:
+            continue
+        out.append(m)
+    return out
+
+
+def exclude_errors(msgs: list[Msg]) -> list[Msg]:
+    failed = {m.call_id for m in msgs if m.role == "tool" and (m.is_error or m.error)}
+    return [m for m in _drop_calls(msgs, failed) if not m.error]
+
+
+def dedupe_tools(msgs: list[Msg]) -> list[Msg]:
+    """Repeated calls (same name and arguments) keep only the last; equal outputs are said once."""
+    results = {m.call_id: i for i, m in enumerate(msgs) if m.role == "tool"}
+    last_of: dict[str, str] = {}
+    order: list[tuple[str, str]] = []
+    for m in msgs:
+        for c in m.calls:
+            if c.id in results:
+                key = c.name + "\0" + json.dumps(c.arguments, sort_keys=True, ensure_ascii=False)
+                last_of[key] = c.id
+                order.append((key, c.id))
+    drop = {cid for key, cid in order if last_of[key] != cid}
+    msgs = _drop_calls(msgs, drop)
+    # identical outputs under different calls: keep the newest, point the older ones at it
+    newest: dict[str, str] = {}
+    for m in msgs:
+        if m.role == "tool":
+            newest[_digest(m.content)] = m.call_id
+    out = []
+    for m in msgs:
+        if m.role == "tool":
+            other = newest[_digest(m.content)]
+            if other != m.call_id and estimate(m.content) > 16:
+                m = Msg("tool", f"[same output as the result of call {other}, below]", call_id=m.call_id, is_error=m.is_error, hashes=m.hashes)
+        out.append(m)
+    return out
+
+
+def _digest(value: Any) -> str:
+    return blake3(json.dumps(value, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+
+def answer_pending(msgs: list[Msg]) -> list[Msg]:
+    """Put each call's result right after its assistant message; a fixed result for pending ones.
+
+    Provider APIs want every tool call answered before the next turn, and no
+    result without its call, so results whose call is not in view are left out.
+    """
+    results: dict[str, Msg] = {}
+    for m in msgs:
+        if m.role == "tool" and m.call_id not in results:
+            results[m.call_id] = m
+    out: list[Msg] = []
+    for m in msgs:
+        if m.role == "tool":
+            continue
+        out.append(m)
+        for c in m.calls:
+            r = results.pop(c.id, None)
+            out.append(r if r is not None else Msg("tool", INTERRUPTED, call_id=c.id, is_error=True, synthetic=True))
+    return out
+
+
+def last_turn(msgs: list[Msg], window: list[Entry]) -> list[Msg]:
+    start = None
+    for i in range(len(msgs) - 1, -1, -1):
+        if msgs[i].role == "user" and not msgs[i].error:
+            start = i
+            break
+    anchors = [e.hash for e in window if e.kind == "anchor"]
+    if anchors:
+        # the newest anchor wins when it is newer than the newest user message
+        pos = {h: i for i, e in enumerate(window) for h in [e.hash]}
+        anchor_pos = pos[anchors[-1]]
+        after = [i for i, m in enumerate(msgs) if m.hashes and pos.get(m.hashes[0], -1) > anchor_pos]
+        if after and (start is None or after[0] > start):
+            start = after[0]
+    if start is None:
+        return msgs
+    return [m for m in msgs[:start] if m.role == "system"] + msgs[start:]
+
+
+def fit_tokens(msgs: list[Msg], max_tokens: int) -> list[Msg]:
+    """Drop the oldest non-system turns (an assistant message goes with its tool results)."""
+    groups: list[list[Msg]] = []
+    for m in msgs:
+        if m.role == "tool" and groups and groups[-1][0].role == "assistant":
+            groups[-1].append(m)
+        else:
+            groups.append([m])
+    cost = lambda g: sum(estimate(m.content) + sum(estimate(c.arguments) for c in m.calls) for m in g)  # noqa: E731
+    total = sum(cost(g) for g in groups)
+    keep = [True] * len(groups)
+    for i, g in enumerate(groups):
+        if total <= max_tokens:
+            break
+        if g[0].role != "system" and i < len(groups) - 1:
+            keep[i] = False
+            total -= cost(g)
+    return [m for g, k in zip(groups, keep) if k for m in g]
+
+
+# -- 5. formats ------------------------------------------------------------------------------------
+
+
+def _as_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+def _openai_content(c: Any) -> Any:
+    if isinstance(c, str):
+        return c
+    if isinstance(c, list):
+        parts = []
+        for p in c:
+            if isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str):
+                parts.append({"type": "text", "text": p["text"]})
+            elif isinstance(p, dict) and p.get("type") == "image" and isinstance(p.get("source"), dict) and p["source"].get("type") == "base64":
+                src = p["source"]
+                parts.append({"type": "image_url", "image_url": {"url": f"data:{src.get('media_type')};base64,{src.get('data')}"}})
+            elif isinstance(p, dict) and p.get("type") == "image_url":
+                parts.append(p)
+            else:
+                parts.append({"type": "text", "text": _as_text(p)})
+        return parts
+    return _as_text(c)
+
+
+def to_openai(msgs: list[Msg]) -> list[dict]:
+    out = []
+    for m in msgs:
+        if m.role == "tool":
+            out.append({"role": "tool", "tool_call_id": m.call_id, "content": _as_text(m.content)})
+        elif m.role == "assistant":
+            d: dict = {"role": "assistant", "content": _assistant_text(m.content) if (m.content or not m.calls) else None}
+            if m.calls:
+                d["tool_calls"] = [
+                    {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments if isinstance(c.arguments, str) else json.dumps(c.arguments, ensure_ascii=False, sort_keys=True)}}
+                    for c in m.calls
+                ]
+            out.append(d)
+        else:
+            out.append({"role": m.role, "content": _openai_content(m.content) if m.role == "user" else _plain(m.content)})
+    return out
+
+
+def _assistant_text(c: Any) -> str:
+    if isinstance(c, list):
+        return "".join(p.get("text", "") for p in c if isinstance(p, dict) and p.get("type") == "text") or _as_text(c)
+    return _as_text(c)
+
+
+def _plain(c: Any) -> str:
+    return _assistant_text(c)
+
+
+def _anthropic_blocks(c: Any) -> list[dict]:
+    if isinstance(c, str):
+        return [{"type": "text", "text": c}] if c else []
+    if isinstance(c, list):
+        out = []
+        for p in c:
+            if isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str):
+                if p["text"]:
+                    out.append({"type": "text", "text": p["text"]})
+            elif isinstance(p, dict) and p.get("type") == "image" and isinstance(p.get("source"), dict):
+                out.append({"type": "image", "source": p["source"]})
+            elif isinstance(p, dict) and p.get("type") in ("thinking", "redacted_thinking", "tool_use", "tool_result"):
+                continue  # structure that the tape holds as entries of its own
+            else:
+                out.append({"type": "text", "text": _as_text(p)})
+        return out
+    return [{"type": "text", "text": _as_text(c)}] if c is not None else []
+
+
+def to_anthropic(msgs: list[Msg]) -> dict:
+    system = "\n\n".join(_plain(m.content) for m in msgs if m.role == "system")
+    turns: list[dict] = []
+
+    def add(role: str, blocks: list[dict]) -> None:
+        if not blocks:
+            return
+        if turns and turns[-1]["role"] == role:
+            turns[-1]["content"].extend(blocks)
+        else:
+            turns.append({"role": role, "content": list(blocks)})
+
+    for m in msgs:
+        if m.role == "system":
+            continue
+        if m.role == "user":
+            add("user", _anthropic_blocks(m.content))
+        elif m.role == "assistant":
+            blocks = _anthropic_blocks(m.content)
+            for c in m.calls:
+                blocks.append({"type": "tool_use", "id": c.id, "name": c.name, "input": _tool_input(c.arguments)})
+            add("assistant", blocks)
+        else:
+            block = {"type": "tool_result", "tool_use_id": m.call_id, "content": _as_text(m.content)}
+            if m.is_error:
+                block["is_error"] = True
+            add("user", [block])
+    if turns and turns[0]["role"] != "user":
+        turns.insert(0, {"role": "user", "content": [{"type": "text", "text": "(conversation start)"}]})
+    out: dict = {"messages": turns}
+    if system:
+        out["system"] = system
+    return out
+
+
+def _tool_input(args: Any) -> dict:
+    if isinstance(args, dict):
+        return args
+    if isinstance(args, str):
+        try:
+            v = json.loads(args)
+            if isinstance(v, dict):
+                return v
+        except ValueError:
+            pass
+    return {"input": args}
+
+
+def to_tape(msgs: list[Msg], tape) -> list[dict]:
+    out = []
+    for m in msgs:
+        if m.synthetic:
+            if m.role == "tool":
+                out.append({"hash": None, "kind": "tool_result", "payload": {"call_id": m.call_id, "output": m.content, "is_error": True}, "synthetic": True})
+            else:
+                out.append({"hash": None, "kind": "streaming", "payload": {"content": m.content}, "synthetic": True})
+            continue
+        for h in m.hashes:
+            e = tape.read_entry(h)
+            d = e.to_json()
+            if m.role == "tool" and m.content != (e.payload or {}).get("output") and e.kind == "tool_result":
+                d["view"] = {"output": m.content}
+            out.append(d)
+    return out
