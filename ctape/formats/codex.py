@@ -1,0 +1,204 @@
+"""Codex CLI rollout files (`~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl`).
+
+Each line `{"timestamp", "type", "payload"}` becomes one entry (two or more only
+never: Codex writes one item per line), chained in file order on branch `main`.
+The line itself is kept in `meta["codex"]`, so `export --format codex` gives the
+file back record for record. docs/import.md has the mapping table.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterator, Optional
+
+from ..errors import InvalidInput
+from ..models import HIDDEN
+from ..refs import HEAD
+from . import _common as c
+
+FMT = "codex"
+LEGACY_ITEMS = {"message", "reasoning", "function_call", "function_call_output", "custom_tool_call", "custom_tool_call_output", "web_search_call", "local_shell_call"}
+
+
+def is_record(v: Any) -> bool:
+    """A line Codex could have written: the envelope, or the legacy bare header/items."""
+    if not isinstance(v, dict):
+        return False
+    if isinstance(v.get("type"), str) and isinstance(v.get("payload"), dict):
+        return True
+    return v.get("type") in LEGACY_ITEMS or v.get("record_type") == "state" or ("id" in v and "instructions" in v)
+
+
+def session_id(v: Any) -> Optional[str]:
+    if not isinstance(v, dict):
+        return None
+    if v.get("type") == "session_meta" and isinstance(v.get("payload"), dict):
+        return v["payload"].get("id")
+    if "id" in v and "instructions" in v:  # legacy header
+        return v.get("id")
+    return None
+
+
+def record_time(v: Any) -> Optional[str]:
+    if not isinstance(v, dict):
+        return None
+    t = v.get("timestamp")
+    if t is None and isinstance(v.get("payload"), dict):
+        t = v["payload"].get("timestamp")
+    return c.valid_time(t)
+
+
+# -- mapping --------------------------------------------------------------------------
+
+
+def _hidden(label: str, **extra) -> tuple[str, dict, bool]:
+    return ("system", {"content": label, **extra}, True)
+
+
+def _content(parts: Any) -> Any:
+    """Text parts joined into one string; anything else (images) kept as the part list."""
+    if isinstance(parts, list) and all(isinstance(p, dict) and p.get("type") in ("input_text", "output_text", "text") for p in parts):
+        return "".join(p.get("text") or "" for p in parts)
+    return parts if isinstance(parts, (str, list)) else c.text_of(parts)
+
+
+def _arguments(text: Any) -> Any:
+    if isinstance(text, str):
+        try:
+            return json.loads(text)
+        except ValueError:
+            return text
+    return text
+
+
+def map_item(item: dict) -> tuple[str, dict, bool]:
+    """A Responses API item (response_item payload, or a legacy bare line) as (kind, payload, hidden)."""
+    t = item.get("type")
+    call_id = item.get("call_id")
+    if t == "message":
+        role = item.get("role")
+        kind = {"user": "user", "assistant": "assistant"}.get(role, "system")
+        return (kind, {"content": _content(item.get("content"))}, False)
+    if t == "reasoning":
+        summary = c.text_of(item.get("summary"))
+        return ("assistant", {"content": summary, "type": "reasoning"}, True)
+    if isinstance(t, str) and t.endswith("_call_output") and isinstance(call_id, str):
+        return ("tool_result", {"call_id": call_id, "output": item.get("output")}, False)
+    if isinstance(t, str) and t.endswith("_call") and isinstance(call_id, str):
+        name = item.get("name") if isinstance(item.get("name"), str) else t
+        args = _arguments(item["arguments"]) if "arguments" in item else item.get("input", item.get("action"))
+        return ("tool_call", {"call_id": call_id, "name": name, "arguments": args}, False)
+    return _hidden(f"codex {t}", type=t)
+
+
+def map_record(v: Any) -> tuple[str, dict, bool]:
+    if not isinstance(v, dict):
+        return _hidden("codex record")
+    rtype, p = v.get("type"), v.get("payload")
+    if not isinstance(p, dict):  # legacy layout: bare header, state markers and items
+        if "instructions" in v and isinstance(v.get("instructions"), str):
+            return ("system", {"content": v["instructions"]}, False)
+        if v.get("type") in LEGACY_ITEMS:
+            return map_item(v)
+        return _hidden("codex " + str(rtype or v.get("record_type")))
+    if rtype == "session_meta":
+        text = (p.get("base_instructions") or {}).get("text") if isinstance(p.get("base_instructions"), dict) else None
+        if isinstance(text, str) and text:
+            return ("system", {"content": text}, False)
+        return _hidden("codex session_meta")
+    if rtype == "response_item":
+        return map_item(p)
+    if rtype == "compacted":
+        return ("anchor", {"name": "compacted", "summary": p.get("message")}, False)
+    if rtype == "event_msg" and p.get("type") == "error" and isinstance(p.get("message"), str):
+        return ("error", {"message": p["message"]}, True)
+    sub = p.get("type")
+    return _hidden(f"codex {rtype}" + (f" {sub}" if isinstance(sub, str) else ""), type=rtype)
+
+
+# -- import ---------------------------------------------------------------------------
+
+
+def import_files(tape, files: list[str], session: Optional[str], progress: bool = False) -> list[str]:
+    return [import_file(tape, path, session, progress) for path in files]
+
+
+def import_file(tape, path: str, session: Optional[str], progress: bool = False) -> str:
+    with c.open_source(path) as f:
+        lines, first_time, sid, truncated = _scan(f, path)
+        name = c.check_target(session or c.session_name(sid, path))
+        s = tape.session(name)
+        clock = c.Clock(first_time)
+        bar = c.Progress(path, progress)
+        parent: Optional[str] = None
+        kept_raw = 0
+        with tape.batch():
+            for line in lines:
+                value = c.read_at(f, line)
+                if line.ok:
+                    kind, payload, hide = map_record(value)
+                    meta = c.record_meta(FMT, value, line.number, hide)
+                    t = clock.take(record_time(value))
+                else:
+                    kind, payload, hide = _hidden("codex line that is not JSON")
+                    meta = c.raw_line_meta(FMT, value, line.number)
+                    t = clock.last
+                    kept_raw += 1
+                parent = s.put_entry(kind, payload, meta, None, t, parent).hash
+                bar.update(line.offset)
+            s.set_refs("import", {"main": parent, HEAD: "@main"}, source=FMT)
+        bar.done()
+    notes = [f"kept {kept_raw} lines that are not JSON as they are" if kept_raw else "", truncated]
+    return c.summary_line(path, name, len(lines), len(lines), 1, notes)
+
+
+def _scan(f, path: str):
+    """First pass: which lines to import, the first time and the session id; refuses a file with no record."""
+    lines, first_time, sid, valid = [], None, None, 0
+    for ln in c.scan_lines(f):
+        if ln.ok:
+            valid += is_record(ln.value)
+            first_time = first_time or record_time(ln.value)
+            sid = sid or session_id(ln.value)
+            ln.value = None  # read again when importing: memory stays bounded
+        lines.append(ln)
+    truncated = ""
+    if lines and not lines[-1].ok:
+        dropped = lines.pop()
+        truncated = f"skipped the incomplete last line {dropped.number} (file still being written?)"
+    if not valid:
+        raise InvalidInput(f"{path}: no Codex rollout record found (expected JSON lines like {{\"timestamp\", \"type\", \"payload\"}}); is this a Codex session file?")
+    return lines, first_time, sid, truncated
+
+
+# -- export ---------------------------------------------------------------------------
+
+
+def export(tape, ref: str) -> Iterator[str]:
+    return c.export_records(tape, ref, FMT, synthesize)
+
+
+def synthesize(e) -> Optional[dict]:
+    """A rollout line for an entry that did not come from Codex."""
+    p = e.payload if isinstance(e.payload, dict) else {}
+    if isinstance(e.meta, dict) and e.meta.get(HIDDEN):
+        return None
+    if e.kind in ("user", "assistant", "system"):
+        role = {"system": "developer"}.get(e.kind, e.kind)
+        ptype = "output_text" if e.kind == "assistant" else "input_text"
+        content = p.get("content")
+        parts = [{"type": ptype, "text": content}] if isinstance(content, str) else content
+        item = {"type": "message", "role": role, "content": parts}
+    elif e.kind == "tool_call":
+        args = p.get("arguments")
+        item = {"type": "function_call", "name": p.get("name"), "arguments": args if isinstance(args, str) else json.dumps(args), "call_id": p.get("call_id")}
+    elif e.kind == "tool_result":
+        out = p.get("output")
+        item = {"type": "function_call_output", "call_id": p.get("call_id"), "output": out if isinstance(out, str) else json.dumps(out)}
+    elif e.kind == "anchor":
+        return {"timestamp": e.time, "type": "compacted", "payload": {"message": p.get("summary") or p.get("name"), "replacement_history": []}}
+    elif e.kind == "error":
+        return {"timestamp": e.time, "type": "event_msg", "payload": {"type": "error", "message": p.get("message")}}
+    else:  # streaming: the partial text of an assistant message
+        item = {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": p.get("content")}]}
+    return {"timestamp": e.time, "type": "response_item", "payload": item}
