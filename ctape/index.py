@@ -62,9 +62,21 @@ def prefix_range(prefix: str) -> tuple[int, int]:
 
 
 class Index:
+    """The SQLite cache, plus rows this process wrote but has not applied yet.
+
+    Appends add their rows with `add`; they are applied in bulk (every
+    APPLY_EVERY rows, before any query that needs them, and at close), so the
+    durable append path costs no SQLite transaction. Losing them (a crash) only
+    means the next reader indexes those bytes from the file again.
+    """
+
+    APPLY_EVERY = 2048
+
     def __init__(self, path: Optional[str]):
         self.path = path or ":memory:"
         self.db = self._connect(self.path)
+        self.pending = IndexBatch()
+        self.pending_objects: dict[int, tuple[int, int]] = {}
 
     @staticmethod
     def _connect(path: str) -> sqlite3.Connection:
@@ -90,7 +102,36 @@ class Index:
 
     # -- files ---------------------------------------------------------------
 
+    def add(self, batch: "IndexBatch") -> None:
+        p = self.pending
+        p.objects += batch.objects
+        p.records += batch.records
+        p.claims += batch.claims
+        p.partials += batch.partials
+        p.closed += batch.closed
+        p.files += batch.files
+        for key, fid, off, _ in batch.objects:
+            self.pending_objects.setdefault(key, (fid, off))
+        if len(p.objects) + len(p.records) >= self.APPLY_EVERY:
+            self.sync()
+
+    def sync(self) -> None:
+        """Apply the rows this process has added."""
+        if self.pending.empty():
+            return
+        batch, self.pending = self.pending, IndexBatch()
+        self.apply(batch)
+        self.pending_objects.clear()
+
+    def close(self) -> None:
+        try:
+            self.sync()
+        except sqlite3.Error:
+            pass
+        self.db.close()
+
     def file_rows(self) -> dict[str, tuple[int, int, int, int]]:
+        self.sync()
         return {p: (i, ix, t, c) for i, p, ix, t, c in self.db.execute("SELECT id, path, indexed, torn, corrupt FROM files")}
 
     def file_id(self, path: str) -> int:
@@ -105,6 +146,8 @@ class Index:
         return row[0] if row else None
 
     def reset(self) -> None:
+        self.pending = IndexBatch()
+        self.pending_objects.clear()
         self.db.execute("BEGIN IMMEDIATE")
         for t in ("files", "objects", "records", "claims", "partials", "closed", "keyframes"):
             self.db.execute(f"DELETE FROM {t}")
@@ -145,39 +188,50 @@ class Index:
     # -- queries -------------------------------------------------------------------
 
     def find_object(self, h: str) -> Optional[tuple[int, int]]:
-        row = self.db.execute("SELECT file, offset FROM objects WHERE key=?", (hash_key(h),)).fetchone()
+        key = hash_key(h)
+        loc = self.pending_objects.get(key)
+        if loc is not None:
+            return loc
+        row = self.db.execute("SELECT file, offset FROM objects WHERE key=?", (key,)).fetchone()
         return (row[0], row[1]) if row else None
 
     def entries_with_prefix(self, prefix: str, limit: int = 20) -> list[tuple[int, int]]:
+        self.sync()
         lo, hi = prefix_range(prefix)
         return self.db.execute(
             "SELECT file, offset FROM objects WHERE key BETWEEN ? AND ? AND entry=1 LIMIT ?", (lo, hi, limit)
         ).fetchall()
 
     def claims(self, session: str) -> list[tuple]:
+        self.sync()
         return self.db.execute(
             "SELECT ref, w, n, lc, value, seen FROM claims WHERE session=?", (session,)
         ).fetchall()
 
     def sessions(self) -> list[str]:
+        self.sync()
         return [r[0] for r in self.db.execute("SELECT DISTINCT session FROM claims ORDER BY session")]
 
     def max_lc_and_seen(self, session: str) -> tuple[int, dict[str, int]]:
+        self.sync()
         lc = self.db.execute("SELECT max(lc) FROM records WHERE session=?", (session,)).fetchone()[0] or 0
         seen = dict(self.db.execute("SELECT w, max(n) FROM records WHERE session=? GROUP BY w", (session,)))
         return lc, seen
 
     def records(self, session: str, newest_first: bool = True, limit: int = -1) -> Iterable[dict]:
+        self.sync()
         order = "DESC" if newest_first else "ASC"
         q = f"SELECT body FROM records WHERE session=? ORDER BY lc {order}, w {order}, n {order} LIMIT ?"
         for (body,) in self.db.execute(q, (session, limit)):
             yield json.loads(body)
 
     def all_records(self) -> Iterable[dict]:
+        self.sync()
         for (body,) in self.db.execute("SELECT body FROM records"):
             yield json.loads(body)
 
     def open_partials(self, session: str) -> list[dict]:
+        self.sync()
         rows = self.db.execute(
             "SELECT p.body FROM partials p WHERE p.session=? AND NOT EXISTS "
             "(SELECT 1 FROM closed c WHERE c.session=p.session AND c.stream=p.stream) ORDER BY p.stream, p.off",
@@ -196,6 +250,7 @@ class Index:
             pass  # a cache write that fails (read-only cache, busy) costs only speed
 
     def object_count(self) -> int:
+        self.sync()
         return self.db.execute("SELECT count(*) FROM objects").fetchone()[0]
 
 
@@ -218,7 +273,7 @@ class IndexBatch:
     def add_ref(self, file_id: int, offset: int, body: bytes, rec: dict) -> None:
         s, w, n, lc = rec["s"], rec["w"], rec["n"], rec["lc"]
         self.records.append((s, w, n, lc, file_id, offset, body.decode("utf-8")))
-        seen = json.dumps(rec.get("seen") or {}, sort_keys=True)
+        seen = json.dumps(rec["seen"], sort_keys=True) if rec.get("seen") else "{}"
         for ref, value in rec.get("set", {}).items():
             self.claims.append((s, ref, w, n, lc, value, seen))
         if rec.get("stream"):

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
+import time as _time
 from datetime import datetime, timezone
 from enum import Enum
 from typing import Any, Optional
 
-from pydantic import BaseModel, ConfigDict
+from dataclasses import dataclass
 
 from .errors import InvalidInput, InvalidName
 
@@ -24,17 +25,29 @@ class EntryKind(str, Enum):
 
     @classmethod
     def parse(cls, text: str) -> "EntryKind":
-        try:
-            return cls(text.replace("-", "_"))
-        except ValueError:
-            kinds = ", ".join(k.value for k in cls)
-            raise InvalidInput(f"unknown kind {text!r}; use one of: {kinds}") from None
+        return cls(kind_value(text))
 
 
-class Entry(BaseModel):
-    """One history item. `hash` names it and, through `parent`, its whole history."""
+KINDS = {k.value: k.value for k in EntryKind} | {"tool-call": "tool_call", "tool-result": "tool_result"}
 
-    model_config = ConfigDict(frozen=True)
+
+def kind_value(kind: Any) -> str:
+    """The canonical kind string for a kind name (the CLI also takes tool-call / tool-result)."""
+    if isinstance(kind, EntryKind):
+        return kind.value
+    v = KINDS.get(kind) if isinstance(kind, str) else None
+    if v is None:
+        raise InvalidInput(f"unknown kind {kind!r}; use one of: {', '.join(k.value for k in EntryKind)}")
+    return v
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One history item. `hash` names it and, through `parent`, its whole history.
+
+    A plain frozen dataclass rather than a pydantic model: entries are built on
+    the append path, where a model's construction cost shows up per append.
+    """
 
     hash: str
     parent: Optional[str]
@@ -81,7 +94,9 @@ def check_name(name: str, what: str = "name") -> str:
 
 
 def now_rfc3339() -> str:
-    return format_time(datetime.now(timezone.utc))
+    ns = _time.time_ns()
+    sec, rem = divmod(ns, 1_000_000_000)
+    return _time.strftime("%Y-%m-%dT%H:%M:%S", _time.gmtime(sec)) + f".{rem // 1000:06d}Z"
 
 
 def format_time(dt: datetime) -> str:

@@ -40,12 +40,15 @@ class Claim:
 
 @dataclass
 class RefState:
+    """A session's refs as resolved from the claims of every writer."""
+
+    claims: dict[str, dict[str, Claim]] = field(default_factory=dict)  # ref -> writer -> claim
     branches: dict[str, str] = field(default_factory=dict)
     head: Optional[str] = None  # "@branch", an entry hash, or None (no HEAD yet)
     conflicts: dict[str, str] = field(default_factory=dict)  # conflict branch -> branch it shadows
     settle: dict[str, Optional[str]] = field(default_factory=dict)  # refs a next record must write
     lc: int = 0
-    seen: dict[str, int] = field(default_factory=dict)
+    seen: dict[str, int] = field(default_factory=dict)  # writer -> newest n read
 
     @property
     def branch(self) -> Optional[str]:
@@ -59,34 +62,59 @@ class RefState:
             return self.branches.get(self.head[1:])
         return self.head
 
+    def apply(self, rec: dict) -> None:
+        """Take one more record into account (any order gives the same result)."""
+        w, n = rec["w"], rec["n"]
+        seen = rec.get("seen") or {}
+        for ref, value in rec.get("set", {}).items():
+            mine = self.claims.setdefault(ref, {})
+            old = mine.get(w)
+            if old is None or n > old.n:
+                mine[w] = Claim(ref, w, n, rec["lc"], value, seen)
+        self.lc = max(self.lc, rec["lc"])
+        self.seen[w] = max(self.seen.get(w, 0), n)
+        for ref in rec.get("set", {}):
+            self._resolve_ref(ref)
 
-def resolve(claims: list[Claim], lc: int, seen: dict[str, int]) -> RefState:
-    by_ref: dict[str, list[Claim]] = {}
-    for c in claims:
-        by_ref.setdefault(c.ref, []).append(c)
-    state = RefState(lc=lc, seen=dict(seen))
-    for ref in sorted(by_ref):
-        cs = by_ref[ref]
-        standing = [c for c in cs if not any(o is not c and o.seen.get(c.w, 0) >= c.n for o in cs)]
+    def resolve_all(self) -> None:
+        self.branches.clear()
+        self.conflicts.clear()
+        self.settle.clear()
+        self.head = None
+        for ref in sorted(self.claims):
+            self._resolve_ref(ref)
+
+    def _resolve_ref(self, ref: str) -> None:
+        cs = list(self.claims.get(ref, {}).values())
+        for name in [c for c, of in self.conflicts.items() if of == ref]:
+            del self.conflicts[name]
+            self.branches.pop(name, None)
+            self.settle.pop(name, None)
+        self.settle.pop(ref, None)
+        if len(cs) == 1:
+            standing = cs
+        else:
+            standing = [c for c in cs if not any(o is not c and o.seen.get(c.w, 0) >= c.n for o in cs)]
         winner = max(standing, key=lambda c: (c.lc, c.w))
         if ref == HEAD:
-            state.head = winner.value
+            self.head = winner.value
         elif winner.value is not None:
-            state.branches[ref] = winner.value
-        losers = [c for c in standing if c is not winner and c.value is not None and c.value != winner.value]
-        if len(standing) > 1:
-            state.settle[ref] = winner.value
+            self.branches[ref] = winner.value
+        else:
+            self.branches.pop(ref, None)
+        if len(standing) == 1:
+            return
+        self.settle[ref] = winner.value
         if ref == HEAD:
-            continue
-        for c in losers:
+            return
+        for c in standing:
+            if c is winner or c.value is None or c.value == winner.value:
+                continue
             name = conflict_name(ref, c.w)
-            if name not in by_ref:
-                state.branches[name] = c.value
-                state.conflicts[name] = ref
-                state.settle[name] = c.value
-    if state.head and state.head.startswith("@") and state.head[1:] not in state.branches:
-        pass  # attached to a branch with no entry yet (a new session): head_hash is None
-    return state
+            if name not in self.claims:
+                self.branches[name] = c.value
+                self.conflicts[name] = ref
+                self.settle[name] = c.value
 
 
 def conflict_name(branch: str, writer: str) -> str:
@@ -94,13 +122,9 @@ def conflict_name(branch: str, writer: str) -> str:
     return branch[: 128 - len(suffix)] + suffix
 
 
-def claims_from_rows(rows) -> list[Claim]:
-    return [Claim(ref, w, n, lc, value, json.loads(seen)) for ref, w, n, lc, value, seen in rows]
-
-
-def apply_record(claims: list[Claim], rec: dict) -> list[Claim]:
-    """Claims after one more record (used to keep a writer's view current in a batch)."""
-    out = [c for c in claims if not (c.w == rec["w"] and c.ref in rec["set"])]
-    for ref, value in rec["set"].items():
-        out.append(Claim(ref, rec["w"], rec["n"], rec["lc"], value, rec.get("seen") or {}))
-    return out
+def from_rows(rows, lc: int, seen: dict[str, int]) -> RefState:
+    state = RefState(lc=lc, seen=dict(seen))
+    for ref, w, n, lc_, value, seen_json in rows:
+        state.claims.setdefault(ref, {})[w] = Claim(ref, w, n, lc_, value, json.loads(seen_json))
+    state.resolve_all()
+    return state

@@ -25,19 +25,17 @@ class Session:
     # -- refs ------------------------------------------------------------------------
 
     def refs(self) -> RefState:
+        """The session's refs now (while this process holds the session's lock: its own view)."""
         w = self.store._writers.get(self.name)
-        if w is not None and getattr(w, "refstate", None) is not None:
+        if w is not None and w.locked and w.refstate is not None:
             return w.refstate
         self.store.refresh(self.name)
         return self._load_refs()
 
     def _load_refs(self) -> RefState:
         idx = self.store.index
-        claims = refmod.claims_from_rows(idx.claims(self.name))
         lc, seen = idx.max_lc_and_seen(self.name)
-        state = refmod.resolve(claims, lc, seen)
-        state.claims = claims  # type: ignore[attr-defined]
-        return state
+        return refmod.from_rows(idx.claims(self.name), lc, seen)
 
     @property
     def head(self) -> Optional[Entry]:
@@ -52,7 +50,7 @@ class Session:
         return self.tape._session_exists(self.name)
 
     def _writer_refs(self, w: SegmentWriter) -> RefState:
-        if getattr(w, "refstate", None) is None:
+        if w.refstate is None:
             w.refstate = self._load_refs()
         return w.refstate
 
@@ -80,12 +78,8 @@ class Session:
         if seen:
             rec["seen"] = seen
         rec.update(extra)
-        w.put_ref(rec)
-        claims = refmod.apply_record(st.claims, rec)  # type: ignore[attr-defined]
-        new_seen = dict(st.seen)
-        new_seen[me] = n
-        w.refstate = refmod.resolve(claims, rec["lc"], new_seen)
-        w.refstate.claims = claims  # type: ignore[attr-defined]
+        w.put_ref(rec, coalesce=op == "append" and not st.settle and not extra)
+        st.apply(rec)
         return rec
 
     # -- appending -----------------------------------------------------------------------
@@ -112,7 +106,7 @@ class Session:
             self._record_partials(w)
             st = self._writer_refs(w)
             e = self._put_entry(w, kind, payload, meta, delta, time, st.head_hash)
-            self._write_ref(w, op, self._advance(st, e.hash), **(record_extra or {}))
+            self._write_ref(w, op, self._advance(st, e.hash), time=None if time else e.time, **(record_extra or {}))
             return e
 
     @staticmethod
@@ -137,14 +131,18 @@ class Session:
             "seq": seq,
             "time": t,
         }
-        h = w.put_object(TYPE_ENTRY, canonical_json(body))
-        e = Entry.model_construct(hash=h, parent=parent, seq=seq, kind=kind, time=t, payload=payload, meta=meta, delta=delta)
+        # a child of an entry this writer just created cannot be on the tape already
+        h = w.put_object(TYPE_ENTRY, canonical_json(body), new=parent is not None and parent in w.fresh)
+        w.fresh.add(h)
+        if len(w.fresh) > 4096:
+            w.fresh = {h}
+        e = Entry(hash=h, parent=parent, seq=seq, kind=kind, time=t, payload=payload, meta=meta, delta=delta)
         self.tape._entries[h] = e
         return e
 
     def _record_partials(self, w: SegmentWriter) -> None:
         """Turn an interrupted stream left by a dead writer into one `streaming` entry."""
-        if getattr(w, "partials_checked", False):
+        if w.partials_checked:
             return
         w.partials_checked = True
         from .stream import record_partials

@@ -21,6 +21,7 @@ import secrets
 import socket
 import stat
 import threading
+import time
 import zlib
 from contextlib import contextmanager
 from typing import Iterator, Optional
@@ -37,7 +38,7 @@ FORMAT_NAME = "ctape-tape"
 FORMAT_VERSION = 1
 SEGMENT_LIMIT = 64 << 20  # roll to a new segment past this size
 DEFAULT_MAX_OBJECT = 1 << 30  # refuse frames that claim more than this when decompressed
-COMPRESS_MIN = 64  # objects smaller than this are stored raw
+COMPRESS_MIN = 256  # smaller objects are stored raw: zstd saves little on them and costs time per append
 
 TYPE_ENTRY = ord("E")
 TYPE_BLOB = ord("B")
@@ -247,6 +248,13 @@ class Store:
         for fd in self._fds.values():
             os.close(fd)
         self._fds.clear()
+        self.index.close()
+
+    def __del__(self):
+        try:
+            self.index.sync()
+        except Exception:  # noqa: BLE001 - best effort at interpreter exit
+            pass
 
     # -- index freshness ------------------------------------------------------------
 
@@ -417,39 +425,55 @@ class Store:
 
     @contextmanager
     def writing(self, session: str) -> Iterator["SegmentWriter"]:
-        """Hold the session's lock; on exit the writes are durable (or, in a batch, queued)."""
+        """Hold the session's lock; on exit the writes are durable (or, in a batch, queued).
+
+        The writer of a session stays open between writes, with what it knows
+        (refs, active segment); taking the lock checks cheaply that nobody else
+        wrote meanwhile, and reloads when someone did.
+        """
         with self._lock:
             w = self._writers.get(session)
-            fresh = w is None
-            if fresh:
+            if w is None:
                 w = SegmentWriter(self, session)
                 self._writers[session] = w
+            if not w.locked:
+                w.lock()
+            ok = False
             try:
                 yield w
-                if self._batch_depth == 0:
-                    w.flush(durable=True)
+                ok = True
             finally:
                 if self._batch_depth == 0:
-                    w.release()
-                    self._writers.pop(session, None)
+                    try:
+                        if ok:
+                            w.flush(durable=True)
+                        else:
+                            w.discard()
+                    finally:
+                        w.unlock()
 
     @contextmanager
     def batch(self) -> Iterator[None]:
+        """Writes inside share one fsync per file at the end; an exception discards them all."""
         with self._lock:
             self._batch_depth += 1
+            ok = False
             try:
                 yield
+                ok = True
             finally:
                 self._batch_depth -= 1
                 if self._batch_depth == 0:
-                    writers = list(self._writers.values())
-                    self._writers.clear()
+                    writers = [w for w in self._writers.values() if w.locked]
                     try:
                         for w in writers:
-                            w.flush(durable=True)
+                            if ok:
+                                w.flush(durable=True)
+                            else:
+                                w.discard()
                     finally:
                         for w in writers:
-                            w.release()
+                            w.unlock()
 
 
 class SegmentWriter:
@@ -459,15 +483,68 @@ class SegmentWriter:
         self.store = store
         self.session = session
         self.dir = store.session_dir(session)
-        self.lock_fd = -1
+        self.dir_fd = -1
         self.fd = -1
+        self.locked = False
+        self.rel: Optional[str] = None
+        self.file_id = 0
+        self.offset = 0
+        self.next_number = 1
         self.buf = bytearray()
         self.batch = IndexBatch()
         self.new_objects: list[str] = []
         self.created = False
-        self._acquire()
+        self.refstate = None  # the session's refs as this writer knows them (see session.py)
+        self.held_ref: Optional[dict] = None  # an append record waiting for the batch's end
+        self.fresh: set[str] = set()  # entries this writer created (their children are new too)
+        self.partials_checked = False
+        self._seen_dir: Optional[int] = None  # the session folder's mtime when the view was taken
 
-    def _acquire(self) -> None:
+    # -- locking and the cached view ------------------------------------------------
+
+    def lock(self) -> None:
+        if self.dir_fd < 0:
+            self._open_dir()
+        fcntl.flock(self.dir_fd, fcntl.LOCK_EX)
+        self.locked = True
+        if not self._view_is_current():
+            self._reload()
+
+    def unlock(self) -> None:
+        if self.locked:
+            fcntl.flock(self.dir_fd, fcntl.LOCK_UN)
+            self.locked = False
+
+    def _view_is_current(self) -> bool:
+        """Did anyone change the session since this writer last looked?
+
+        Writers on this machine append to the same segment (same writer id), so
+        its size tells; new files (another writer, an rsync, compaction) change
+        the folder's mtime. An mtime too close to when it was read could hide a
+        second change in the same clock tick, so such a view is not trusted.
+        """
+        if self._seen_dir is None or self.refstate is None:
+            return False
+        if os.fstat(self.dir_fd).st_mtime_ns != self._seen_dir:
+            return False
+        if self.fd >= 0:
+            return os.fstat(self.fd).st_size == self.offset
+        return self.rel is None or os.stat(os.path.join(self.store.root, self.rel)).st_size == self.offset
+
+    def _reload(self) -> None:
+        st = self.store
+        mtime = os.fstat(self.dir_fd).st_mtime_ns
+        st.refresh(self.session)
+        self.refstate = None
+        self.partials_checked = False
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        self._open_segment()
+        racy = time.time_ns() - mtime < 50_000_000
+        self._seen_dir = None if racy else mtime
+
+    def _open_dir(self) -> None:
         st = self.store
         sessions = os.path.join(st.root, "sessions")
         check_not_symlink(self.dir)
@@ -480,10 +557,7 @@ class SegmentWriter:
             pass
         except OSError as e:
             raise _storage_error(e, f"session {self.session}") from None
-        self.lock_fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-        fcntl.flock(self.lock_fd, fcntl.LOCK_EX)
-        st.refresh(self.session)
-        self._open_segment()
+        self.dir_fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
 
     def _open_segment(self) -> None:
         st = self.store
@@ -499,10 +573,9 @@ class SegmentWriter:
                 self.rel, self.file_id, self.offset = last, fid, size
                 if size == 0:  # created by a writer that died before its first write
                     self._queue_header()
-            number = int(last[len(prefix) : -4]) + 1
+            self.next_number = int(last[len(prefix) : -4]) + 1
         else:
-            number = 1
-        self.next_number = number
+            self.next_number = 1
 
     def _create_segment(self) -> None:
         st = self.store
@@ -520,6 +593,7 @@ class SegmentWriter:
         self.rel, self.file_id, self.offset = rel, st.index.file_id(rel), 0
         self.next_number += 1
         self.created = True
+        self._seen_dir = None  # we changed the folder ourselves
         self._queue_header()
 
     def _queue_header(self) -> None:
@@ -527,18 +601,24 @@ class SegmentWriter:
         head = canonical_json({"format": "ctape-segment", "version": 1, "writer": st.writer, "session": self.session})
         self._frame(framing.T_HEADER, head)
 
+    # -- queueing records ---------------------------------------------------------------
+
     def _frame(self, type_: int, body: bytes) -> int:
         """Queue one record; returns its offset in the file."""
-        if self.rel is None:
+        if self.rel is None or self.offset + len(self.buf) >= SEGMENT_LIMIT:
+            if self.rel is not None:
+                self.flush(durable=False)
+                self._close_segment()
             self._create_segment()
         offset = self.offset + len(self.buf)
         self.buf += framing.frame(type_, body)
         return offset
 
-    def put_object(self, type_: int, body: bytes) -> str:
+    def put_object(self, type_: int, body: bytes, new: bool = False) -> str:
+        """Queue an object unless the tape has it; `new` skips the look-up for one that cannot exist yet."""
         st = self.store
         h = object_hash(b"entry" if type_ == TYPE_ENTRY else b"blob", body)
-        if h in st.pending or st.index.find_object(h) is not None:
+        if h in st.pending or (not new and st.index.find_object(h) is not None):
             return h
         h, rec = st.encode_object(type_, body)
         offset = self._frame(framing.T_OBJECT, rec)
@@ -547,7 +627,23 @@ class SegmentWriter:
         self.new_objects.append(h)
         return h
 
-    def put_ref(self, rec: dict) -> None:
+    def put_ref(self, rec: dict, coalesce: bool = False) -> None:
+        """Queue a ref record. Inside a batch, consecutive appends that move the same
+        ref share one record (the last position), written when the batch ends."""
+        held = self.held_ref
+        if held is not None:
+            if coalesce and held["set"].keys() == rec["set"].keys():
+                rec = dict(rec, old=held["old"])
+                self.held_ref = rec
+                return
+            self.held_ref = None
+            self._frame_ref(held)
+        if coalesce and self.store._batch_depth > 0:
+            self.held_ref = rec
+        else:
+            self._frame_ref(rec)
+
+    def _frame_ref(self, rec: dict) -> None:
         body = canonical_json(rec)
         offset = self._frame(framing.T_REF, body)
         self.batch.add_ref(self.file_id, offset, body, rec)
@@ -557,7 +653,12 @@ class SegmentWriter:
         self._frame(framing.T_PARTIAL, body)
         self.batch.add_partial(rec, body)
 
+    # -- writing --------------------------------------------------------------------------
+
     def flush(self, durable: bool) -> None:
+        if self.held_ref is not None:
+            held, self.held_ref = self.held_ref, None
+            self._frame_ref(held)
         if not self.buf:
             return
         st = self.store
@@ -576,17 +677,24 @@ class SegmentWriter:
         self.offset += len(self.buf)
         self.buf = bytearray()
         self.batch.files.append((self.file_id, self.offset, 0, 0))
-        st.index.apply(self.batch)
-        self._forget_pending()
+        st.index.add(self.batch)
+        self.batch = IndexBatch()
+        for h in self.new_objects:
+            st.pending.pop(h, None)
+        self.new_objects = []
         self.created = False
-        st._known.pop(self.session, None)
 
-    def _forget_pending(self) -> None:
+    def discard(self) -> None:
+        """Drop what was queued and not written; forget the view it was built on."""
         for h in self.new_objects:
             self.store.pending.pop(h, None)
         self.new_objects = []
         self.batch = IndexBatch()
         self.buf = bytearray()
+        self.held_ref = None
+        self.fresh = set()
+        self.refstate = None
+        self._seen_dir = None
 
     def _undo_write(self) -> None:
         """After a failed write (full disk, I/O error) put the file back as it was.
@@ -594,27 +702,36 @@ class SegmentWriter:
         The bytes were never acknowledged, so cutting them off edits nothing that
         anyone has seen. If that fails too, never append after them again.
         """
-        self._forget_pending()
+        self.discard()
         path = os.path.join(self.store.root, self.rel)
         try:
             if self.created:
+                if self.fd >= 0:
+                    os.close(self.fd)
+                    self.fd = -1
                 os.unlink(path)
                 _fsync_dir(self.dir)
-            elif self.fd >= 0:
+                self.rel = None
+                return
+            if self.fd >= 0:
                 os.ftruncate(self.fd, self.offset)
                 os.fdatasync(self.fd)
                 return
         except OSError:
             pass
+        self._close_segment()
+
+    def _close_segment(self) -> None:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
         self.rel = None
 
     def release(self) -> None:
+        self.unlock()
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
-        if self.lock_fd >= 0:
-            os.close(self.lock_fd)  # closing the descriptor drops the flock
-            self.lock_fd = -1
+        if self.dir_fd >= 0:
+            os.close(self.dir_fd)
+            self.dir_fd = -1

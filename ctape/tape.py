@@ -68,7 +68,7 @@ class Tape:
             raise EntryNotFound(f"{h} is a payload value, not an entry")
         raw = json.loads(body)
         get_blob = lambda b: self.store.get_object(b)[1]  # noqa: E731
-        e = Entry.model_construct(
+        e = Entry(
             hash=h,
             parent=raw["parent"],
             seq=raw["seq"],
@@ -199,10 +199,6 @@ class Tape:
 
 
 def check_kind(kind) -> str:
-    from .models import EntryKind
+    from .models import kind_value
 
-    if isinstance(kind, EntryKind):
-        return kind.value
-    if not isinstance(kind, str):
-        raise InvalidInput("kind must be a string")
-    return EntryKind.parse(kind).value
+    return kind_value(kind)
