@@ -1,0 +1,380 @@
+"""Claude Code session files (`~/.claude/projects/<cwd-slug>/<sessionId>.jsonl`).
+
+Each line becomes one entry, or several when it holds several tool results or
+content blocks; the line itself is kept in `meta["claude-code"]` with its line
+number, so `export --format claude-code` gives the file back record for record.
+
+The `uuid`/`parentUuid` tree keeps its shape. Records are laid out in threads: a
+record extends the thread of its parent when the parent is that thread's tip; a
+record whose parent is further back starts a new thread (a fork, which becomes a
+branch), except for the two things that only look like forks in these files:
+parallel tool results (each result's parent is its own tool_use line) and
+bookkeeping lines (progress, attachments, hooks, snapshots), which are spliced in
+where they appear. A parent that appears later in the file is waited for.
+Subagent files (every message a sidechain) go to a session of their own,
+`<session>-agent-<agentId>`; inline sidechains become branches `agent-<agentId>`.
+docs/import.md has the mapping table.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import uuid as uuidlib
+from collections import defaultdict
+from typing import Any, Iterator, Optional
+
+from ..errors import InvalidInput
+from ..models import HIDDEN
+from ..refs import HEAD
+from . import _common as c
+
+FMT = "claude-code"
+MESSAGE_TYPES = ("user", "assistant")
+SPLICE_WINDOW = 256  # how far back a parallel tool result's parent may be on its thread
+
+
+# -- mapping --------------------------------------------------------------------------
+
+
+def _blocks_content(blocks: list) -> Any:
+    if all(isinstance(b, dict) and b.get("type") == "text" for b in blocks):
+        return "".join(b.get("text") or "" for b in blocks)
+    return blocks
+
+
+def _split(kind: str, blocks: list, special: str) -> list[tuple[str, dict, bool]]:
+    """Content blocks in order: runs of plain blocks as one `kind` entry, each tool block its own entry."""
+    out: list[tuple[str, dict, bool]] = []
+    run: list = []
+
+    def flush():
+        if run:
+            out.append((kind, {"content": _blocks_content(list(run))}, False))
+            run.clear()
+
+    for b in blocks:
+        if special == "tool_use" and isinstance(b, dict) and b.get("type") == "tool_use" and isinstance(b.get("id"), str) and isinstance(b.get("name"), str):
+            flush()
+            out.append(("tool_call", {"call_id": b["id"], "name": b["name"], "arguments": b.get("input")}, False))
+        elif special == "tool_result" and isinstance(b, dict) and b.get("type") == "tool_result" and isinstance(b.get("tool_use_id"), str):
+            flush()
+            payload = {"call_id": b["tool_use_id"], "output": b.get("content")}
+            if isinstance(b.get("is_error"), bool):
+                payload["is_error"] = b["is_error"]
+            out.append(("tool_result", payload, False))
+        else:
+            run.append(b)
+    flush()
+    return out or [(kind, {"content": []}, False)]
+
+
+def map_record(v: Any) -> list[tuple[str, dict, bool]]:
+    """One record as entries: [(kind, payload, hidden), ...], never empty."""
+    if not isinstance(v, dict):
+        return [("system", {"content": "claude-code record"}, True)]
+    t = v.get("type")
+    msg = v.get("message") if isinstance(v.get("message"), dict) else {}
+    content = msg.get("content")
+    if t == "assistant" and (v.get("isApiErrorMessage") or (msg.get("model") == "<synthetic>" and v.get("error"))):
+        text = c.text_of(content) or str(v.get("error") or "API error")
+        return [("error", {"message": text}, False)]
+    if t in MESSAGE_TYPES and "message" in v:
+        if isinstance(content, list):
+            return _split(t, content, "tool_use" if t == "assistant" else "tool_result")
+        return [(t, {"content": content if isinstance(content, str) else c.text_of(content)}, False)]
+    if t == "system" and v.get("subtype") == "compact_boundary":
+        return [("anchor", {"name": "compact_boundary", "summary": v.get("content")}, False)]
+    label = v.get("summary") if t == "summary" else v.get("content")
+    sub = v.get("subtype") or v.get("operation") or _type_of(v.get("data")) or _type_of(v.get("attachment"))
+    text = label if isinstance(label, str) else f"claude-code {t}" + (f" {sub}" if isinstance(sub, str) else "")
+    return [("system", {"content": text, "type": t if isinstance(t, str) else None}, True)]
+
+
+def _type_of(v: Any) -> Any:
+    return v.get("type") if isinstance(v, dict) else None
+
+
+def is_record(v: Any) -> bool:
+    return isinstance(v, dict) and isinstance(v.get("type"), str) and ("uuid" in v or "sessionId" in v or "leafUuid" in v or "messageId" in v)
+
+
+# -- the first pass: structure only ----------------------------------------------------------
+
+
+class Info:
+    """What the second pass needs to know about a line, without its content."""
+
+    __slots__ = ("line", "uuid", "parent", "message", "results", "sidechain", "agent")
+
+    def __init__(self, line: c.Line, v: Any):
+        self.line = line
+        d = v if isinstance(v, dict) else {}
+        u, p = d.get("uuid"), d.get("parentUuid") or d.get("logicalParentUuid")
+        self.uuid = u if isinstance(u, str) else None
+        self.parent = p if isinstance(p, str) else None
+        kinds = [k for k, _, _ in map_record(v)] if line.ok else ["system"]
+        self.message = self.uuid is not None and (d.get("type") in MESSAGE_TYPES or "anchor" in kinds)
+        self.results = "tool_result" in kinds
+        self.sidechain = d.get("isSidechain") is True
+        self.agent = d.get("agentId") if isinstance(d.get("agentId"), str) else None
+
+
+def _scan(f, path: str):
+    infos: list[Info] = []
+    first_time = sid = None
+    valid = 0
+    for ln in c.scan_lines(f):
+        v = ln.value
+        if ln.ok:
+            valid += is_record(v)
+            if isinstance(v, dict):
+                first_time = first_time or c.valid_time(v.get("timestamp"))
+                sid = sid or (v.get("sessionId") if isinstance(v.get("sessionId"), str) else None)
+        infos.append(Info(ln, v))
+        ln.value = None  # read again when importing: memory stays bounded
+    truncated = ""
+    if infos and not infos[-1].line.ok:
+        dropped = infos.pop()
+        truncated = f"skipped the incomplete last line {dropped.line.number} (file still being written?)"
+    if not valid:
+        raise InvalidInput(f"{path}: no Claude Code record found (expected JSON lines with type, uuid, sessionId); is this a Claude Code session file?")
+    return infos, first_time, sid, truncated
+
+
+def is_subagent(infos: list[Info]) -> Optional[str]:
+    """The agentId when every message of the file is a sidechain (a subagent file)."""
+    msgs = [i for i in infos if i.message]
+    if msgs and all(i.sidechain for i in msgs):
+        return next((i.agent for i in msgs if i.agent), None) or "sidechain"
+    return None
+
+
+# -- the second pass: entries and threads ------------------------------------------------------
+
+
+class Thread:
+    def __init__(self, tip: Optional[str], first: Info):
+        self.tip = tip
+        self.first = first
+        self.has_message = False
+        self.last_index = -1
+
+
+class Builder:
+    def __init__(self, session, f, infos: list[Info], first_time: Optional[str], bar: c.Progress):
+        self.s, self.f, self.infos, self.bar = session, f, infos, bar
+        self.clock = c.Clock(first_time)
+        self.in_file = {i.uuid for i in infos if i.uuid}
+        self.entry_of: dict[str, str] = {}
+        self.thread_of: dict[str, Thread] = {}
+        self.parent_of: dict[str, Optional[str]] = {}
+        self.after: dict[str, str] = {}  # entry -> bookkeeping entry spliced right after it
+        self.threads: list[Thread] = []
+        self.last: Optional[Thread] = None
+        self.entries = 0
+        self.raw_lines = 0
+
+    def run(self) -> None:
+        waiting: dict[str, list[int]] = defaultdict(list)
+        for i, info in enumerate(self.infos):
+            p = info.parent
+            if info.message and p and p in self.in_file and p not in self.entry_of and p != info.uuid:
+                waiting[p].append(i)  # its parent is further down the file
+            else:
+                self._cascade(i, waiting, False)
+        while waiting:  # parents that never came (a cycle): break it at the earliest line
+            p, js = min(waiting.items(), key=lambda kv: kv[1][0])
+            i = js.pop(0)
+            if not js:
+                del waiting[p]
+            self._cascade(i, waiting, True)
+
+    def _cascade(self, i: int, waiting: dict, force_root: bool) -> None:
+        """Process line i, then every line that was waiting for it, in file order."""
+        todo = [(i, force_root)]
+        while todo:
+            j, root = todo.pop(0)
+            self._process(j, root)
+            u = self.infos[j].uuid
+            if u and u in waiting:
+                todo[:0] = [(k, False) for k in waiting.pop(u)]
+
+    def _thread_for(self, info: Info, force_root: bool) -> Thread:
+        p = None if force_root else info.parent
+        if not info.message:
+            return self.last or self._new_thread(None, info)
+        if p is None or p not in self.entry_of:
+            if self.last and not self.last.has_message and not info.sidechain:
+                return self.last  # bookkeeping lines before the first message: one prelude
+            return self._new_thread(None, info)
+        pe, t = self.entry_of[p], self.thread_of[p]
+        while pe in self.after:  # children of X go after the bookkeeping lines spliced after X
+            pe = self.after[pe]
+        if t.tip == pe or (info.results and self._recent_ancestor(pe, t.tip)):
+            return t
+        return self._new_thread(pe, info)
+
+    def _new_thread(self, tip: Optional[str], info: Info) -> Thread:
+        t = Thread(tip, info)
+        self.threads.append(t)
+        return t
+
+    def _recent_ancestor(self, h: str, tip: Optional[str]) -> bool:
+        for _ in range(SPLICE_WINDOW):
+            if tip is None:
+                return False
+            if tip == h:
+                return True
+            tip = self.parent_of.get(tip)
+        return False
+
+    def _process(self, i: int, force_root: bool) -> None:
+        info = self.infos[i]
+        t = self._thread_for(info, force_root)
+        value = c.read_at(self.f, info.line)
+        n = info.line.number
+        if info.line.ok:
+            parts = map_record(value)
+            time = self.clock.take(value.get("timestamp") if isinstance(value, dict) else None)
+        else:
+            parts = [("system", {"content": "claude-code line that is not JSON"}, True)]
+            time = self.clock.last
+            self.raw_lines += 1
+        parent = t.tip
+        for k, (kind, payload, hide) in enumerate(parts):
+            if k == 0:
+                meta = c.record_meta(FMT, value, n, hide) if info.line.ok else c.raw_line_meta(FMT, value, n)
+            else:
+                meta = c.part_meta(FMT, n, k, hide)
+            h = self.s.put_entry(kind, payload, meta, None, time, parent).hash
+            self.parent_of[h] = parent
+            parent = h
+            self.entries += 1
+        if not info.message and t.tip is not None:
+            self.after[t.tip] = parent
+        t.tip = parent
+        t.has_message = t.has_message or info.message
+        t.last_index = max(t.last_index, i)
+        if info.uuid and info.uuid not in self.entry_of:
+            self.entry_of[info.uuid] = parent
+            self.thread_of[info.uuid] = t
+        self.last = t
+        self.bar.update(info.line.offset)
+
+    def refs(self) -> dict[str, str]:
+        """Branch `main` at the thread of the last non-sidechain message; every other thread a branch."""
+        main = None
+        for info in reversed(self.infos):
+            if info.message and not info.sidechain and info.uuid in self.thread_of:
+                main = self.thread_of[info.uuid]
+                break
+        main = main or self.last
+        out = {"main": main.tip}
+        taken = {"main"}
+        for t in self.threads:
+            if t is main or t.tip is None:
+                continue
+            u = t.first.uuid or f"line{t.first.line.number}"
+            base = (f"agent-{t.first.agent}" if t.first.agent else f"sidechain-{u[:8]}") if t.first.sidechain else f"fork-{u[:8]}"
+            out[c.branch_name(base, taken)] = t.tip
+        return out
+
+
+# -- import ---------------------------------------------------------------------------
+
+
+def import_files(tape, files: list[str], session: Optional[str], progress: bool = False) -> list[str]:
+    out = []
+    todo = list(files)
+    listed = {os.path.abspath(p) for p in files}
+    single = len(files) == 1
+    main_name: dict[str, str] = {}  # sessionId -> session its main file went to
+    i = 0
+    while i < len(todo):
+        path = todo[i]
+        i += 1
+        line, sid, name, agent = import_file(tape, path, session, progress, single and i == 1, main_name)
+        out.append(line)
+        if not agent:
+            main_name[sid or ""] = name
+            for extra in find_subagent_files(path, sid):
+                if os.path.abspath(extra) not in listed:
+                    listed.add(os.path.abspath(extra))
+                    todo.append(extra)
+    return out
+
+
+def find_subagent_files(path: str, sid: Optional[str]) -> list[str]:
+    """Subagent transcripts of a session file: `<session>/subagents/agent-*.jsonl`, and
+    `agent-*.jsonl` beside it whose records carry the same sessionId."""
+    stem = os.path.splitext(path)[0]
+    found = sorted(glob.glob(os.path.join(glob.escape(stem), "subagents", "agent-*.jsonl")))
+    if sid:
+        for p in sorted(glob.glob(os.path.join(glob.escape(os.path.dirname(path) or "."), "agent-*.jsonl"))):
+            try:
+                with open(p, "rb") as f:
+                    first = json.loads(f.readline() or b"{}")
+            except (OSError, ValueError):
+                continue
+            if isinstance(first, dict) and first.get("sessionId") == sid:
+                found.append(p)
+    return found
+
+
+def import_file(tape, path: str, session: Optional[str], progress: bool, exact: bool, main_name: dict):
+    with c.open_source(path) as f:
+        infos, first_time, sid, truncated = _scan(f, path)
+        agent = is_subagent(infos)
+        base = session or main_name.get(sid or "") or c.session_name(sid, path)
+        name = base if (exact and session) or not agent else c.session_name(f"{base}-agent-{agent}", path)
+        c.check_target(name)
+        s = tape.session(name)
+        bar = c.Progress(path, progress)
+        b = Builder(s, f, infos, first_time, bar)
+        with tape.batch():
+            b.run()
+            refs = b.refs()
+            s.set_refs("import", {**refs, HEAD: "@main"}, source=FMT)
+        bar.done()
+    notes = [f"subagent {agent}" if agent else "", f"kept {b.raw_lines} lines that are not JSON as they are" if b.raw_lines else "", truncated]
+    return c.summary_line(path, name, len(infos), b.entries, len(refs), notes), sid, name, agent
+
+
+# -- export ---------------------------------------------------------------------------
+
+
+def export(tape, ref: str) -> Iterator[str]:
+    return c.export_records(tape, ref, FMT, synthesize)
+
+
+def _uuid(h: Optional[str]) -> Optional[str]:
+    return str(uuidlib.UUID(h[:32])) if h else None
+
+
+def synthesize(e) -> Optional[dict]:
+    """A Claude Code line for an entry that did not come from Claude Code."""
+    if isinstance(e.meta, dict) and e.meta.get(HIDDEN):
+        return None
+    p = e.payload if isinstance(e.payload, dict) else {}
+    base = {"parentUuid": _uuid(e.parent), "uuid": _uuid(e.hash), "timestamp": e.time}
+    if e.kind == "tool_call":
+        block = {"type": "tool_use", "id": p.get("call_id"), "name": p.get("name"), "input": p.get("arguments")}
+        return {**base, "type": "assistant", "message": {"role": "assistant", "content": [block]}}
+    if e.kind == "tool_result":
+        block = {"type": "tool_result", "tool_use_id": p.get("call_id"), "content": p.get("output")}
+        if isinstance(p.get("is_error"), bool):
+            block["is_error"] = p["is_error"]
+        return {**base, "type": "user", "message": {"role": "user", "content": [block]}}
+    if e.kind in ("assistant", "streaming"):
+        content = p.get("content")
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        return {**base, "type": "assistant", "message": {"role": "assistant", "content": blocks}}
+    if e.kind == "user":
+        return {**base, "type": "user", "message": {"role": "user", "content": p.get("content")}}
+    if e.kind == "anchor":
+        return {**base, "type": "system", "subtype": "compact_boundary", "content": p.get("summary") or p.get("name")}
+    if e.kind == "error":
+        return {**base, "type": "assistant", "isApiErrorMessage": True, "message": {"role": "assistant", "content": [{"type": "text", "text": p.get("message")}]}}
+    return {**base, "type": "system", "content": c.text_of(p.get("content"))}
