@@ -1,0 +1,316 @@
+"""OpenAI-style transcripts: Chat Completions messages, and agent files that hold them.
+
+Accepted shapes:
+- a JSON list of messages (or of OpenHands events), read whole;
+- JSON Lines, one message, event or container per line, streamed;
+- an object holding the list: a container with `history` or `messages` (SWE-agent
+  `.traj`, an OpenHands eval `output.jsonl` line, a request body).
+
+A message or event is one entry (an assistant message with tool calls: its text,
+then one `tool_call` per call). A container is a hidden entry holding everything
+but its list, followed by one entry per item, and each container starts a
+conversation of its own (a root; the last is branch `main`, earlier ones are
+branches `run-<instance_id or line>`). Export in this format writes each record
+back, a container with its list put back in. docs/import.md has the mapping table.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterator, Optional
+
+from ..errors import InvalidInput
+from ..models import HIDDEN
+from ..refs import HEAD
+from . import _common as c
+
+FMT = "openai"
+CONTAINER = "ctape.container"  # meta key: which field of the container record held the list
+LIST_KEYS = ("history", "messages")
+
+
+# -- recognising records -------------------------------------------------------------------
+
+
+def is_message(v: Any) -> bool:
+    return isinstance(v, dict) and isinstance(v.get("role"), str)
+
+
+def is_event(v: Any) -> bool:
+    return isinstance(v, dict) and ("action" in v or "observation" in v) and ("source" in v or "id" in v)
+
+
+def list_key(v: Any) -> Optional[str]:
+    if isinstance(v, dict) and not is_message(v):
+        for k in LIST_KEYS:
+            if isinstance(v.get(k), list):
+                return k
+    return None
+
+
+def is_record(v: Any) -> bool:
+    return is_message(v) or is_event(v) or list_key(v) is not None
+
+
+def record_time(v: Any) -> Optional[str]:
+    return c.valid_time(v.get("timestamp")) if isinstance(v, dict) else None
+
+
+# -- mapping --------------------------------------------------------------------------
+
+
+def _hidden(label: str) -> tuple[str, dict, bool]:
+    return ("system", {"content": label}, True)
+
+
+def _arguments(text: Any) -> Any:
+    if isinstance(text, str):
+        try:
+            return json.loads(text)
+        except ValueError:
+            return text
+    return text
+
+
+def map_message(m: dict) -> list[tuple[str, dict, bool]]:
+    role, content = m.get("role"), m.get("content")
+    if role in ("system", "developer"):
+        return [("system", {"content": content if content is not None else ""}, False)]
+    if role == "user":
+        return [("user", {"content": content if content is not None else ""}, False)]
+    if role in ("tool", "function"):
+        ids = m.get("tool_call_ids") if isinstance(m.get("tool_call_ids"), list) else [m.get("tool_call_id") or m.get("name") or ""]
+        ids = [i for i in ids if isinstance(i, str)] or [""]
+        return [("tool_result", {"call_id": i, "output": content}, False) for i in ids]
+    if role == "assistant":
+        out = []
+        calls = m.get("tool_calls") if isinstance(m.get("tool_calls"), list) else []
+        fc = m.get("function_call") if isinstance(m.get("function_call"), dict) else None
+        if content not in (None, "", []) or not (calls or fc):
+            out.append(("assistant", {"content": content if content is not None else ""}, False))
+        for call in calls:
+            fn = call.get("function") if isinstance(call, dict) and isinstance(call.get("function"), dict) else {}
+            cid, name = call.get("id") if isinstance(call, dict) else None, fn.get("name")
+            if isinstance(cid, str) and isinstance(name, str):
+                out.append(("tool_call", {"call_id": cid, "name": name, "arguments": _arguments(fn.get("arguments"))}, False))
+        if fc and isinstance(fc.get("name"), str):  # legacy function calling: paired by name
+            out.append(("tool_call", {"call_id": fc["name"], "name": fc["name"], "arguments": _arguments(fc.get("arguments"))}, False))
+        return out or [("assistant", {"content": ""}, False)]
+    return [_hidden(f"openai message role {role}")]
+
+
+def map_event(ev: dict) -> list[tuple[str, dict, bool]]:
+    """An OpenHands event: messages, tool calls (actions) and results (observations)."""
+    action, obs, src = ev.get("action"), ev.get("observation"), ev.get("source")
+    args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
+    tcm = ev.get("tool_call_metadata") if isinstance(ev.get("tool_call_metadata"), dict) else {}
+    cid, fname = tcm.get("tool_call_id"), tcm.get("function_name")
+    text = ev.get("message") if isinstance(ev.get("message"), str) else ""
+    if action == "message":
+        kind = "user" if src == "user" else "assistant"
+        return [(kind, {"content": args.get("content") if isinstance(args.get("content"), str) else text}, False)]
+    if action == "system":
+        return [("system", {"content": args.get("content") if isinstance(args.get("content"), str) else text}, False)]
+    if action == "finish":  # the agent's last word; OpenHands never runs it, so it is no pending call
+        return [("assistant", {"content": args.get("final_thought") or args.get("message") or text}, False)]
+    if action is not None and isinstance(cid, str) and isinstance(fname, str):
+        return [("tool_call", {"call_id": cid, "name": fname, "arguments": args}, False)]
+    if obs is not None and isinstance(cid, str):
+        return [("tool_result", {"call_id": cid, "output": ev.get("content"), "is_error": obs == "error"}, False)]
+    if obs == "error":
+        return [("error", {"message": str(ev.get("content") or text or "error")}, False)]
+    return [_hidden(f"openhands {'action ' + str(action) if action is not None else 'observation ' + str(obs)}")]
+
+
+def map_record(v: Any) -> list[tuple[str, dict, bool]]:
+    if is_message(v):
+        return map_message(v)
+    if is_event(v):
+        return map_event(v)
+    return [_hidden("openai record")]
+
+
+# -- reading --------------------------------------------------------------------------
+
+
+def _records(f, path: str):
+    """(line number, Line or None, value) for every record, and a note on a truncated tail.
+
+    JSON Lines are streamed (values read again on the second pass); a JSON document
+    (a list, or one object spread over lines) is read whole.
+    """
+    f.seek(0)
+    first = next((raw for raw in f if raw.strip()), b"")
+    try:
+        json.loads(first)
+        lines = list(_scan(f))
+        note = ""
+        if lines and not lines[-1].ok:
+            note = f"skipped the incomplete last line {lines.pop().number} (file still being written?)"
+        return [(ln.number, ln, None) for ln in lines], note
+    except (ValueError, UnicodeDecodeError):
+        pass
+    f.seek(0)
+    try:
+        doc = json.load(f)
+    except (ValueError, UnicodeDecodeError):
+        raise InvalidInput(f"{path}: not JSON and not JSON Lines; expected chat messages, a SWE-agent .traj or OpenHands events") from None
+    items = doc if isinstance(doc, list) else [doc]
+    return [(i, None, v) for i, v in enumerate(items, 1)], ""
+
+
+def _scan(f) -> Iterator[c.Line]:
+    f.seek(0)
+    for ln in c.scan_lines(f):
+        yield ln
+
+
+# -- import ---------------------------------------------------------------------------
+
+
+def import_files(tape, files: list[str], session: Optional[str], progress: bool = False) -> list[str]:
+    return [import_file(tape, path, session, progress) for path in files]
+
+
+def import_file(tape, path: str, session: Optional[str], progress: bool = False) -> str:
+    with c.open_source(path) as f:
+        records, note = _records(f, path)
+        first_time, valid = None, 0
+        for _, ln, v in records:
+            value = c.read_at(f, ln) if ln is not None and ln.ok else v
+            valid += is_record(value)
+            first_time = first_time or record_time(value) or _first_item_time(value)
+        if not valid:
+            raise InvalidInput(f"{path}: no chat message, OpenHands event or history found; is this an OpenAI-style transcript?")
+        name = c.check_target(session or c.session_name(None, path))
+        s = tape.session(name)
+        w = _Writer(s, c.Clock(first_time))
+        bar = c.Progress(path, progress)
+        with tape.batch():
+            for number, ln, v in records:
+                if ln is not None and not ln.ok:
+                    w.put([_hidden("openai line that is not JSON")], c.raw_line_meta(FMT, c.raw_text(f, ln), number), None, number)
+                    w.raw += 1
+                    continue
+                w.record(c.read_at(f, ln) if ln is not None else v, number)
+                if ln is not None:
+                    bar.update(ln.offset)
+            s.set_refs("import", {**w.refs(), HEAD: "@main"}, source=FMT)
+        bar.done()
+    notes = [f"kept {w.raw} lines that are not JSON as they are" if w.raw else "", note]
+    return c.summary_line(path, name, len(records), w.entries, len(w.runs) or 1, notes)
+
+
+def _first_item_time(v: Any) -> Optional[str]:
+    k = list_key(v)
+    for item in v[k] if k else ():
+        t = record_time(item)
+        if t:
+            return t
+    return None
+
+
+class _Writer:
+    """Entries in file order; each container record starts a new root."""
+
+    def __init__(self, session, clock: c.Clock):
+        self.s, self.clock = session, clock
+        self.tip: Optional[str] = None
+        self.runs: list[tuple[str, int]] = []  # (name base, index of the run's container)
+        self.tips: list[Optional[str]] = []
+        self.entries = 0
+        self.raw = 0
+
+    def put(self, parts, first_meta: dict, time_value: Any, line: int, item: Optional[int] = None) -> None:
+        t = self.clock.take(time_value)
+        for k, (kind, payload, hide) in enumerate(parts):
+            meta = first_meta if k == 0 else c.part_meta(FMT, line, k, hide)
+            if k and item is not None:
+                meta[c.ITEM] = item
+            self.tip = self.s.put_entry(kind, payload, meta, None, t, self.tip).hash
+            self.entries += 1
+        if self.tips:
+            self.tips[-1] = self.tip
+
+    def record(self, v: Any, line: int) -> None:
+        key = list_key(v)
+        if key is None:
+            self.put(map_record(v), c.record_meta(FMT, v, line, not is_record(v)), record_time(v), line)
+            return
+        if self.entries:
+            self.tip = None  # a new conversation
+        base = v.get("instance_id") if isinstance(v.get("instance_id"), str) else f"line{line}"
+        self.runs.append((f"run-{base}", line))
+        self.tips.append(None)
+        rest = {k: val for k, val in v.items() if k != key}
+        meta = c.record_meta(FMT, rest, line, True)
+        meta[CONTAINER] = key
+        self.put([_hidden(f"openai container ({key}: {len(v[key])} items)")], meta, record_time(v), line)
+        for i, item in enumerate(v[key]):
+            meta = {FMT: item, c.LINE: line, c.ITEM: i}
+            if not is_record(item):
+                meta[HIDDEN] = True
+            self.put(map_record(item), meta, record_time(item), line, i)
+
+    def refs(self) -> dict[str, str]:
+        if not self.runs:
+            return {"main": self.tip}
+        out = {"main": self.tips[-1]}
+        taken = {"main"}
+        for (base, _), tip in zip(self.runs[:-1], self.tips[:-1]):
+            out[c.branch_name(base, taken)] = tip
+        return out
+
+
+# -- export ---------------------------------------------------------------------------
+
+
+def export(tape, ref: str) -> Iterator[str]:
+    """Records back as JSON lines; a container with its items put back in its list."""
+    group: Optional[tuple[dict, str, list]] = None
+    for e in c.entries_for_export(tape, ref):
+        m = e.meta if isinstance(e.meta, dict) else {}
+        src = c.source_format(m)
+        if src == FMT and c.PART in m:
+            continue
+        if src == FMT and c.ITEM in m:
+            if group is not None:
+                group[2].append(m[FMT])
+            continue
+        if group is not None:
+            yield c.dumps({**group[0], group[1]: group[2]})
+            group = None
+        if src == FMT:
+            if CONTAINER in m:
+                group = (m[FMT], m[CONTAINER], [])
+            elif c.RAW in m:
+                yield m[c.RAW]
+            elif FMT in m:
+                yield c.dumps(m[FMT])
+        elif not (src and m.get(HIDDEN)):
+            msg = synthesize(e)
+            if msg is not None:
+                yield c.dumps(msg)
+    if group is not None:
+        yield c.dumps({**group[0], group[1]: group[2]})
+
+
+def synthesize(e) -> Optional[dict]:
+    """A Chat Completions message for an entry that did not come from this format."""
+    if isinstance(e.meta, dict) and e.meta.get(HIDDEN):
+        return None
+    p = e.payload if isinstance(e.payload, dict) else {}
+    if e.kind in ("system", "user", "assistant"):
+        return {"role": e.kind, "content": p.get("content")}
+    if e.kind == "streaming":
+        return {"role": "assistant", "content": p.get("content")}
+    if e.kind == "tool_call":
+        args = p.get("arguments")
+        fn = {"name": p.get("name"), "arguments": args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)}
+        return {"role": "assistant", "content": None, "tool_calls": [{"id": p.get("call_id"), "type": "function", "function": fn}]}
+    if e.kind == "tool_result":
+        out = p.get("output")
+        return {"role": "tool", "tool_call_id": p.get("call_id"), "content": out if isinstance(out, str) else json.dumps(out, ensure_ascii=False)}
+    if e.kind == "error" and p.get("call_id"):
+        return {"role": "tool", "tool_call_id": p.get("call_id"), "content": p.get("message")}
+    return None
