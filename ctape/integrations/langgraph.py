@@ -87,6 +87,14 @@ def _is_json(v: Any, depth: int = 0) -> bool:
     return False
 
 
+def _copy_json(v: Any) -> Any:
+    if type(v) is dict:
+        return {k: _copy_json(x) for k, x in v.items()}
+    if type(v) is list:
+        return [_copy_json(x) for x in v]
+    return v
+
+
 def _is_message(v: Any) -> bool:
     from langchain_core.messages import BaseMessage
 
@@ -110,7 +118,7 @@ class _Codec:
 
     def dec(self, d: dict) -> Any:
         if "j" in d:
-            return d["j"]
+            return _copy_json(d["j"])  # callers may change what they get; the tape's copy must not
         if "m" in d:
             return [self.dec_message(x) for x in d["m"]]
         if "m1" in d:
@@ -138,7 +146,7 @@ class _Codec:
         from langchain_core.messages import messages_from_dict
 
         if "d" in d:
-            return messages_from_dict([d["d"]])[0]
+            return messages_from_dict([_copy_json(d["d"])])[0]
         return self.dec(d)
 
 
