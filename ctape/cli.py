@@ -16,6 +16,23 @@ EXIT_FAIL, EXIT_USAGE = 1, 2
 
 
 class CtapeGroup(click.Group):
+    def main(self, *args, **kwargs):
+        """Usage errors as one line on stderr (exit 2), like every other error."""
+        kwargs["standalone_mode"] = False
+        try:
+            rv = super().main(*args, **kwargs)
+        except click.exceptions.Abort:
+            _fail("interrupted", 130)
+        except click.ClickException as e:
+            hint = ""
+            ctx = getattr(e, "ctx", None)
+            if isinstance(e, click.UsageError) and ctx is not None:
+                hint = f"; see `{ctx.command_path} --help`"
+            _fail(e.format_message() + hint, e.exit_code)
+        except click.exceptions.Exit as e:
+            sys.exit(e.exit_code)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
@@ -387,11 +404,11 @@ def branch(ctx, name, ref, delete, session, as_json):
     """
     tape = open_tape(ctx)
     s = tape.session(need_session(session))
-    if delete:
+    if delete is not None:
         tip = s.delete_branch(delete)
         click.echo(f"Deleted branch {delete} (was {tip[:12]})", err=True)
         return
-    if name:
+    if name is not None:
         h = s.branch(name, ref)
         click.echo(f"Created branch {name} at {h[:12]}", err=True)
         return

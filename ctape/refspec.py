@@ -12,7 +12,7 @@ from typing import Optional
 
 from .errors import InvalidInput
 
-_SUFFIX = re.compile(r"(~\d*|\^)")
+_SUFFIX = re.compile(r"(~[0-9]*|\^)")
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ def parse_ref(text: str) -> RefSpec:
     if rest.startswith("@{"):
         close = rest.find("}")
         num = rest[2:close] if close > 0 else ""
-        if not num.isdigit():
+        if not re.fullmatch(r"[0-9]+", num):
             raise InvalidInput(f"invalid ref {text!r}: use SESSION@{{N}} with N a number")
         reflog = int(num)
         rest = rest[close + 1 :]

@@ -103,7 +103,7 @@ class Session:
         if not isinstance(meta, dict):
             raise InvalidInput("meta must be a JSON object")
         with self.store.writing(self.name) as w:
-            self._record_partials(w)
+            self._record_partials(w, skip=(record_extra or {}).get("stream"))
             st = self._writer_refs(w)
             e = self._put_entry(w, kind, payload, meta, delta, time, st.head_hash)
             self._write_ref(w, op, self._advance(st, e.hash), time=None if time else e.time, **(record_extra or {}))
@@ -140,21 +140,26 @@ class Session:
         self.tape._entries[h] = e
         return e
 
-    def _record_partials(self, w: SegmentWriter) -> None:
+    def _record_partials(self, w: SegmentWriter, skip: Optional[str] = None) -> None:
         """Turn an interrupted stream left by a dead writer into one `streaming` entry."""
         if w.partials_checked:
             return
         w.partials_checked = True
         from .stream import record_partials
 
-        record_partials(self, w)
+        record_partials(self, w, skip=skip)
 
     # -- moving refs ------------------------------------------------------------------------
+
+    def _must_exist(self) -> None:
+        if not self.exists():
+            raise RefNotFound(f"no session {self.name!r}; see `ctape sessions` (appending creates one)")
 
     def checkout(self, ref: str, new_branch: Optional[str] = None) -> RefState:
         """Attach HEAD to a branch, or detach it at an entry; `new_branch` forks a branch there."""
         if new_branch is not None:
             check_name(new_branch, "branch name")
+        self._must_exist()
         branch = self._branch_of_ref(ref)
         with self.store.writing(self.name) as w:
             st = self._writer_refs(w)
@@ -192,6 +197,7 @@ class Session:
     def branch(self, name: str, ref: Optional[str] = None) -> str:
         """Create branch `name` at REF (default: HEAD); returns its entry hash."""
         check_name(name, "branch name")
+        self._must_exist()
         with self.store.writing(self.name) as w:
             st = self._writer_refs(w)
             if name in st.branches and name not in st.conflicts:
@@ -204,6 +210,7 @@ class Session:
 
     def delete_branch(self, name: str) -> str:
         check_name(name, "branch name")
+        self._must_exist()
         with self.store.writing(self.name) as w:
             st = self._writer_refs(w)
             if name not in st.branches:

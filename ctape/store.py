@@ -208,11 +208,14 @@ class Store:
             dirs.append(f"sessions/{session}")
         for d in dirs:
             full = os.path.join(self.root, d)
+            check_not_symlink(full)
             try:
                 with os.scandir(full) as it:
                     for e in it:
                         if e.name.endswith((".seg", ".pack")):
                             st = e.stat(follow_symlinks=False)
+                            if stat.S_ISLNK(st.st_mode):
+                                raise UnsafePath(f"refusing symlink inside the tape directory: {d}/{e.name}; replace it with the real file")
                             if stat.S_ISREG(st.st_mode):
                                 out[f"{d}/{e.name}"] = st.st_size
             except (FileNotFoundError, NotADirectoryError):

@@ -110,10 +110,12 @@ def open_streams(session: "Session") -> list[dict]:
     return sorted(_open_streams(session).values(), key=lambda s: (s["time"] or "", s["stream"]))
 
 
-def record_partials(session: "Session", w: "SegmentWriter") -> list[Entry]:
-    """Inside a held session lock: record every open stream as one `streaming` entry."""
+def record_partials(session: "Session", w: "SegmentWriter", skip: Optional[str] = None) -> list[Entry]:
+    """Inside a held session lock: record every open stream (but `skip`) as one `streaming` entry."""
     out = []
     for s in sorted(_open_streams(session).values(), key=lambda s: (s["time"] or "", s["stream"])):
+        if s["stream"] == skip:
+            continue
         st = session._writer_refs(w)
         base = s["base"]
         e = session._put_entry(w, "streaming", {"content": s["content"]}, {}, None, s["time"], base)

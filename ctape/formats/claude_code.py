@@ -159,6 +159,7 @@ class Thread:
         self.tip = tip
         self.first = first
         self.has_message = False
+        self.first_message: Optional[Info] = None  # names the branch: stable while the thread grows
         self.last_index = -1
 
 
@@ -256,6 +257,8 @@ class Builder:
             self.after[t.tip] = parent
         t.tip = parent
         t.has_message = t.has_message or info.message
+        if info.message and t.first_message is None:
+            t.first_message = info
         t.last_index = max(t.last_index, i)
         if info.uuid and info.uuid not in self.entry_of:
             self.entry_of[info.uuid] = parent
@@ -276,8 +279,9 @@ class Builder:
         for t in self.threads:
             if t is main or t.tip is None:
                 continue
-            u = t.first.uuid or f"line{t.first.line.number}"
-            base = (f"agent-{t.first.agent}" if t.first.agent else f"sidechain-{u[:8]}") if t.first.sidechain else f"fork-{u[:8]}"
+            first = t.first_message or t.first
+            u = first.uuid or f"line{first.line.number}"
+            base = (f"agent-{first.agent}" if first.agent else f"sidechain-{u[:8]}") if first.sidechain else f"fork-{u[:8]}"
             out[c.branch_name(base, taken)] = t.tip
         return out
 
