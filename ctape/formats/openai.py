@@ -237,6 +237,9 @@ class _Writer:
         if key is None:
             self.put(map_record(v), c.record_meta(FMT, v, line, not is_record(v)), record_time(v), line)
             return
+        if self.entries and not self.runs:  # messages before the first container: a run of their own
+            self.runs.append(("run-line1", 1))
+            self.tips.append(self.tip)
         if self.entries:
             self.tip = None  # a new conversation
         base = v.get("instance_id") if isinstance(v.get("instance_id"), str) else f"line{line}"
