@@ -1,18 +1,56 @@
-"""compact: remove what nothing reaches, and pack what is left."""
+"""compact: remove what nothing reaches, and pack what is left.
+
+1. Under the tape's compaction lock (one compaction at a time), take a snapshot
+   of every data file and its size.
+2. Read every file once: the entry graph (parent and blob links) and the ref
+   records. Roots are every writer's newest claim on every ref (branches, HEAD,
+   conflict tips), every ref record younger than --expire (anchors are reached
+   through the records that appended them) and the start of every open stream.
+3. For each session, write one pack: the objects that are reachable, or that sit
+   in a file younger than --grace, compressed together in blocks; the ref
+   records that are kept; open partial streams. Packs are written under a
+   temporary name, fsync'd, then renamed: created whole.
+4. Freeze writers (every session lock) for a moment: whatever was appended
+   since the snapshot, to old files or new ones, is checked. New appends to a
+   file about to go are copied into a rescue pack, and objects that new entries
+   refer to are rescued from the files about to go. Then the old files are
+   removed and the index rebuilt.
+
+So an append that returns during compaction is never lost, and with the default
+grace an object that a concurrent writer deduplicated against is young enough,
+or is rescued.
+"""
 
 from __future__ import annotations
 
+import fcntl
+import json
+import os
 import re
+import secrets
+import time
+from datetime import datetime, timezone
+from typing import Callable, Optional
 
-from .errors import InvalidInput
+from blake3 import blake3
+
+from . import framing
+from .canonical import blob_refs, canonical_json
+from .errors import CorruptObject, InvalidInput, StorageError
+from .models import format_time
+from .store import TYPE_ENTRY, Store, _fsync_dir, zstd
 
 _DUR = re.compile(r"(\d+)([smhdw])")
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+BLOCK_BYTES = 256 << 10  # uncompressed bytes of objects per pack block
+LARGE_OBJECT = 64 << 10  # objects this large stay on their own (read without their neighbours)
 
 
 def parse_duration(text, what: str = "duration") -> float:
     """Seconds in `now`, `30m`, `12h`, `14d`, `2w` (or a number of seconds)."""
-    if isinstance(text, (int, float)):
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        if text < 0:
+            raise InvalidInput(f"invalid {what} {text!r}: must not be negative")
         return float(text)
     if text == "now":
         return 0.0
@@ -22,5 +60,412 @@ def parse_duration(text, what: str = "duration") -> float:
     return int(m.group(1)) * _UNIT[m.group(2)]
 
 
-def compact(tape, expire="90d", grace="14d", dry_run=False, progress=None) -> dict:
-    raise InvalidInput("compact is not implemented yet")
+class Scan:
+    """What pass 1 learns from every file."""
+
+    def __init__(self):
+        self.graph: dict[str, list[str]] = {}  # entry -> the objects it refers to
+        self.records: list[dict] = []
+        self.closed: set[tuple[str, str]] = set()
+        self.partial_streams: dict[tuple[str, str], Optional[str]] = {}
+
+
+def compact(tape, expire="90d", grace="14d", dry_run: bool = False, progress: Optional[Callable[[str], None]] = None) -> dict:
+    store: Store = tape.store
+    expire_s = parse_duration(expire, "--expire")
+    grace_s = parse_duration(grace, "--grace")
+    say = progress or (lambda msg: None)
+    now = time.time()
+    cutoff = format_time(datetime.fromtimestamp(now - expire_s, timezone.utc))
+    with _compaction_lock(store):
+        store.index.sync()
+        store.refresh()
+        snapshot = store.list_files(None)
+        ages = {p: now - _mtime(store, p) for p in snapshot}
+        say(f"compact: reading {len(snapshot)} files")
+        scan = _scan(store, snapshot, say)
+        kept_records = _kept_records(scan.records, cutoff)
+        roots = _roots(scan, kept_records)
+        live = _mark(scan.graph, roots)
+        report = _plan(store, snapshot, ages, grace_s, live)
+        dropped_in = report.pop("dropped_in")
+        report.update(files_before=len(snapshot), dry_run=dry_run, expired_records=len(scan.records) - len(kept_records))
+        if dry_run:
+            report["files_after"] = report["files_before"]
+            return report
+        kept_ids = {(r["s"], r["w"], r["n"]) for r in kept_records}
+        open_streams = {k for k in scan.partial_streams if k not in scan.closed}
+        by_session: dict[str, list[str]] = {}
+        for p in snapshot:
+            parts = p.split("/")
+            if parts[0] == "sessions":
+                by_session.setdefault(parts[1], []).append(p)
+        written: dict[str, list[str]] = {}
+        for n, (session, files) in enumerate(sorted(by_session.items()), 1):
+            say(f"compact: packing session {n}/{len(by_session)}")
+            if _already_compact(files, dropped_in):
+                continue
+            pack = _write_pack(store, session, files, snapshot, ages, grace_s, live, kept_ids, open_streams)
+            written[session] = [pack] if pack else []
+        removed = _freeze_and_swap(store, snapshot, written, scan, live, say)
+        store._full_reindex()
+        report["files_after"] = len(store.list_files(None))
+        report["removed_files"] = removed
+        return report
+
+
+# -- pass 1 ------------------------------------------------------------------------------
+
+
+def _scan(store: Store, snapshot: dict[str, int], say) -> Scan:
+    scan = Scan()
+    for i, (path, size) in enumerate(sorted(snapshot.items()), 1):
+        if i % 50 == 0:
+            say(f"compact: reading file {i}/{len(snapshot)}")
+        for rec in _records(store, path, 0, size):
+            _learn(store, scan, rec)
+    return scan
+
+
+def _records(store: Store, path: str, start: int, end: Optional[int]):
+    """Records of a file between two offsets; pack blocks come out as their object records."""
+    fd = os.open(os.path.join(store.root, path), os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        size = os.fstat(fd).st_size if end is None else end
+        data = os.pread(fd, size - start, start) if size > start else b""
+    finally:
+        os.close(fd)
+    for item in framing.scan(data):
+        if isinstance(item, framing.Damage):
+            continue  # fsck reports damage; compaction keeps only what reads back
+        if item.type == framing.T_BLOCK:
+            try:
+                raw = store.decompress(item.body, f"block in {path}")
+            except CorruptObject:
+                continue
+            for inner in framing.scan(raw):
+                if isinstance(inner, framing.Record):
+                    yield framing.Record(start + item.offset, inner.type, inner.body)
+        else:
+            yield framing.Record(start + item.offset, item.type, item.body)
+
+
+def _learn(store: Store, scan: Scan, rec: framing.Record) -> None:
+    if rec.type == framing.T_OBJECT:
+        if rec.body[32] != TYPE_ENTRY:
+            return
+        h = rec.body[:32].hex()
+        if h in scan.graph:
+            return
+        try:
+            _, body = store.decode_object(h, rec.body)
+        except CorruptObject:
+            return
+        raw = json.loads(body)
+        links = blob_refs([raw.get("payload"), raw.get("meta"), raw.get("delta")], [])
+        if raw.get("parent"):
+            links.append(raw["parent"])
+        scan.graph[h] = links
+    elif rec.type == framing.T_REF:
+        try:
+            r = json.loads(rec.body)
+        except ValueError:
+            return
+        scan.records.append(r)
+        if r.get("stream"):
+            scan.closed.add((r["s"], r["stream"]))
+    elif rec.type == framing.T_PARTIAL:
+        try:
+            p = json.loads(rec.body)
+        except ValueError:
+            return
+        scan.partial_streams[(p["s"], p["stream"])] = p.get("base")
+
+
+def _kept_records(records: list[dict], cutoff: str) -> list[dict]:
+    """Records younger than the cutoff, plus each writer's newest claim on each ref."""
+    newest: dict[tuple, dict] = {}
+    for r in records:
+        for ref in r.get("set") or {}:
+            key = (r["s"], ref, r["w"])
+            if key not in newest or r["n"] > newest[key]["n"]:
+                newest[key] = r
+    keep = {id(r) for r in newest.values()}
+    out, seen = [], set()
+    for r in records:
+        ident = (r["s"], r["w"], r["n"])
+        if ident in seen:
+            continue
+        if id(r) in keep or r.get("t", "") >= cutoff:
+            seen.add(ident)
+            out.append(r)
+    return out
+
+
+def _roots(scan: Scan, kept: list[dict]) -> set[str]:
+    roots = set()
+    for r in kept:
+        for v in list((r.get("set") or {}).values()) + list((r.get("old") or {}).values()):
+            if isinstance(v, str) and not v.startswith("@"):
+                roots.add(v)
+    for key, base in scan.partial_streams.items():
+        if key not in scan.closed and base:
+            roots.add(base)
+    return roots
+
+
+def _mark(graph: dict[str, list[str]], roots: set[str]) -> set[str]:
+    live: set[str] = set()
+    stack = list(roots)
+    while stack:
+        h = stack.pop()
+        if h in live:
+            continue
+        live.add(h)
+        stack.extend(x for x in graph.get(h, ()) if x not in live)
+    return live
+
+
+def _plan(store: Store, snapshot, ages, grace_s, live) -> dict:
+    kept = freed = kept_bytes = freed_bytes = 0
+    seen: set[str] = set()
+    dropped_in: dict[str, int] = {}
+    for path, size in snapshot.items():
+        young = ages[path] < grace_s
+        for rec in _records(store, path, 0, size):
+            if rec.type != framing.T_OBJECT:
+                continue
+            h = rec.body[:32].hex()
+            if h in seen:
+                dropped_in[path] = dropped_in.get(path, 0) + 1  # a second copy goes
+                continue
+            if h in live or young:
+                kept += 1
+                kept_bytes += len(rec.body)
+                seen.add(h)
+            else:
+                freed += 1
+                freed_bytes += len(rec.body)
+                dropped_in[path] = dropped_in.get(path, 0) + 1
+    return {"kept_objects": kept, "kept_bytes": kept_bytes, "freed_objects": freed, "freed_bytes": freed_bytes, "dropped_in": dropped_in}
+
+
+def _already_compact(files: list[str], dropped_in: dict[str, int]) -> bool:
+    return len(files) == 1 and files[0].endswith(".pack") and not dropped_in.get(files[0])
+
+
+# -- writing packs ------------------------------------------------------------------------------
+
+
+class PackWriter:
+    """Builds a pack in memory-bounded blocks, then installs it under its content hash."""
+
+    def __init__(self, store: Store, session: str):
+        self.store = store
+        self.session = session
+        self.dir = store.session_dir(session)
+        self.tmp = os.path.join(self.dir, f".tmp-pack-{secrets.token_hex(6)}")
+        self.fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        self.hasher = blake3()
+        self.block: list[bytes] = []
+        self.block_size = 0
+        self.objects: set[str] = set()
+        self.count = 0
+        self.cctx = zstd().ZstdCompressor(level=9, write_content_size=True)
+        self._write(framing.frame(framing.T_HEADER, canonical_json({"format": "ctape-pack", "version": 1, "session": session, "writer": store.writer})))
+
+    def _write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            n = os.write(self.fd, view)
+            view = view[n:]
+        self.hasher.update(data)
+
+    def add_object(self, body: bytes) -> None:
+        """Add an object record body (hash, type, codec, data) unless the pack has it."""
+        h = body[:32].hex()
+        if h in self.objects:
+            return
+        self.objects.add(h)
+        self.count += 1
+        if body[33] == 0 and len(body) < LARGE_OBJECT:  # raw: compress with its neighbours
+            self.block.append(framing.frame(framing.T_OBJECT, body))
+            self.block_size += len(body)
+            if self.block_size >= BLOCK_BYTES:
+                self._flush_block()
+        elif body[33] == 1 and len(body) < LARGE_OBJECT // 4:  # small and compressed alone: do better in a block
+            _, raw = self.store.decode_object(h, body)
+            self.add_raw(h, body[32], raw)
+        else:
+            self._write(framing.frame(framing.T_OBJECT, body))
+
+    def add_raw(self, h: str, type_: int, raw: bytes) -> None:
+        rec = bytes.fromhex(h) + bytes((type_, 0)) + raw
+        self.block.append(framing.frame(framing.T_OBJECT, rec))
+        self.block_size += len(rec)
+        if self.block_size >= BLOCK_BYTES:
+            self._flush_block()
+
+    def _flush_block(self) -> None:
+        if self.block:
+            self._write(framing.frame(framing.T_BLOCK, self.cctx.compress(b"".join(self.block))))
+            self.block, self.block_size = [], 0
+
+    def add_record(self, type_: int, body: bytes) -> None:
+        self._flush_block()
+        self.count += 1
+        self._write(framing.frame(type_, body))
+
+    def finish(self) -> Optional[str]:
+        """fsync, rename to pack-<hash>.pack, fsync the folder; returns the relative path."""
+        self._flush_block()
+        os.fsync(self.fd)
+        os.close(self.fd)
+        if self.count == 0:
+            os.unlink(self.tmp)
+            return None
+        name = f"pack-{self.hasher.hexdigest()[:32]}.pack"
+        final = os.path.join(self.dir, name)
+        os.rename(self.tmp, final)
+        _fsync_dir(self.dir)
+        return f"sessions/{self.session}/{name}"
+
+    def abort(self) -> None:
+        try:
+            os.close(self.fd)
+        except OSError:
+            pass
+        try:
+            os.unlink(self.tmp)
+        except OSError:
+            pass
+
+
+def _write_pack(store, session, files, snapshot, ages, grace_s, live, kept_ids, open_streams) -> Optional[str]:
+    pw = PackWriter(store, session)
+    try:
+        refs: list[bytes] = []
+        partials: list[bytes] = []
+        for path in sorted(files):
+            young = ages[path] < grace_s
+            for rec in _records(store, path, 0, snapshot[path]):
+                if rec.type == framing.T_OBJECT:
+                    if young or rec.body[:32].hex() in live:
+                        pw.add_object(rec.body)
+                elif rec.type == framing.T_REF:
+                    r = json.loads(rec.body)
+                    if (r["s"], r["w"], r["n"]) in kept_ids:
+                        refs.append(rec.body)
+                elif rec.type == framing.T_PARTIAL:
+                    p = json.loads(rec.body)
+                    if (p["s"], p["stream"]) in open_streams:
+                        partials.append(rec.body)
+        for body in dict.fromkeys(refs):
+            pw.add_record(framing.T_REF, body)
+        for body in dict.fromkeys(partials):
+            pw.add_record(framing.T_PARTIAL, body)
+        return pw.finish()
+    except OSError as e:
+        pw.abort()
+        raise StorageError(f"compact could not write a pack: {e.strerror}; nothing was removed") from None
+    except BaseException:
+        pw.abort()
+        raise
+
+
+# -- the swap -----------------------------------------------------------------------------------------
+
+
+def _freeze_and_swap(store: Store, snapshot, written, scan: Scan, live: set[str], say) -> int:
+    """With every session locked: carry over what arrived since the snapshot, then remove old files."""
+    say("compact: swapping files")
+    sessions = sorted(store.sessions())
+    fds = []
+    try:
+        for s in sessions:
+            fd = os.open(store.session_dir(s), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            fds.append(fd)
+        now_files = store.list_files(None)
+        doomed = {p for s, packs in written.items() for p in snapshot if p.startswith(f"sessions/{s}/") and p not in packs}
+        # 1. what was appended after the snapshot
+        fresh: list[tuple[str, framing.Record]] = []
+        for path, size in now_files.items():
+            start = snapshot.get(path, 0) if path in snapshot else 0
+            if path in written.get(path.split("/")[1] if path.startswith("sessions/") else "", []):
+                continue
+            if size > start:
+                fresh.extend((path, rec) for rec in _records(store, path, start, size))
+        # 2. objects the fresh entries and records reach that are not kept
+        needed: set[str] = set()
+        for _, rec in fresh:
+            if rec.type == framing.T_OBJECT and rec.body[32] == TYPE_ENTRY:
+                _learn(store, scan, rec)
+            elif rec.type == framing.T_REF:
+                r = json.loads(rec.body)
+                needed.update(v for v in list((r.get("set") or {}).values()) + list((r.get("old") or {}).values()) if isinstance(v, str) and not v.startswith("@"))
+        for path, rec in fresh:
+            if rec.type == framing.T_OBJECT and rec.body[32] == TYPE_ENTRY:
+                needed.update(scan.graph.get(rec.body[:32].hex(), ()))
+        rescue = _mark(scan.graph, needed) - live
+        # 3. a rescue pack per session for fresh records in doomed files and rescued objects
+        rescued = 0
+        by_session: dict[str, list[bytes]] = {}
+        for path, rec in fresh:
+            if path in doomed:
+                by_session.setdefault(path.split("/")[1], []).append(framing.frame(rec.type, rec.body))
+        if rescue:
+            for path in sorted(doomed):
+                for rec in _records(store, path, 0, snapshot[path]):
+                    if rec.type == framing.T_OBJECT and rec.body[:32].hex() in rescue:
+                        by_session.setdefault(path.split("/")[1], []).append(framing.frame(rec.type, rec.body))
+                        rescue.discard(rec.body[:32].hex())
+                        rescued += 1
+        for session, frames in by_session.items():
+            pw = PackWriter(store, session)
+            try:
+                for fr in frames:
+                    for item in framing.scan(fr):
+                        if item.type == framing.T_OBJECT:
+                            pw.add_object(item.body)
+                        elif item.type != framing.T_HEADER:
+                            pw.add_record(item.type, item.body)
+                pw.finish()
+            except BaseException:
+                pw.abort()
+                raise
+        # 4. remove what the packs replace
+        for path in sorted(doomed):
+            try:
+                os.unlink(os.path.join(store.root, path))
+            except FileNotFoundError:
+                pass
+        for s in {p.split("/")[1] for p in doomed}:
+            _fsync_dir(store.session_dir(s))
+        return len(doomed)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _mtime(store: Store, path: str) -> float:
+    st = os.stat(os.path.join(store.root, path), follow_symlinks=False)
+    return max(st.st_mtime, st.st_ctime)
+
+
+class _compaction_lock:
+    def __init__(self, store: Store):
+        self.store = store
+        self.fd = -1
+
+    def __enter__(self):
+        self.fd = os.open(self.store.root, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self.fd)
+            raise StorageError("another `ctape compact` is running on this tape; wait for it to finish") from None
+        return self
+
+    def __exit__(self, *exc):
+        os.close(self.fd)

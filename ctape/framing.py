@@ -32,7 +32,8 @@ T_HEADER = ord("H")  # file header: JSON, first record of every file
 T_OBJECT = ord("O")  # object: 32-byte hash, codec byte, data
 T_REF = ord("R")  # ref record: canonical JSON
 T_PARTIAL = ord("P")  # partial stream text: canonical JSON
-RECORD_TYPES = {T_HEADER, T_OBJECT, T_REF, T_PARTIAL}
+T_BLOCK = ord("K")  # packs only: a zstd frame holding many object records, compressed together
+RECORD_TYPES = {T_HEADER, T_OBJECT, T_REF, T_PARTIAL, T_BLOCK}
 
 
 def frame(type_: int, body: bytes) -> bytes:

@@ -26,9 +26,23 @@ def walk_files(tape: "Tape") -> Iterator[tuple[str, os.stat_result]]:
 
 
 def scan_file(tape: "Tape", rel: str) -> Iterator[framing.Record | framing.Damage]:
+    """Every record of a data file; the object records inside pack blocks come out one by one."""
     with open(os.path.join(tape.store.root, rel), "rb", opener=lambda p, f: os.open(p, f | os.O_NOFOLLOW)) as f:
         data = f.read()
-    yield from framing.scan(data)
+    for item in framing.scan(data):
+        if isinstance(item, framing.Record) and item.type == framing.T_BLOCK:
+            try:
+                raw = tape.store.decompress(item.body, f"block at offset {item.offset} of {rel}")
+            except CorruptObject as e:
+                yield framing.Damage(item.offset, False, str(e).split(";")[0])
+                continue
+            for inner in framing.scan(raw):
+                if isinstance(inner, framing.Damage):
+                    yield framing.Damage(item.offset, False, "damaged record inside a pack block")
+                    break
+                yield framing.Record(item.offset, inner.type, inner.body)
+        else:
+            yield item
 
 
 def fsck(tape: "Tape") -> dict:

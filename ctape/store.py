@@ -116,6 +116,7 @@ class Store:
         self.pending: dict[str, tuple[int, bytes]] = {}  # objects written but not yet indexed
         self._cctx = None
         self._dctx = None
+        self._blocks: dict[tuple[int, int], dict[str, bytes]] = {}
         # what this process read from data files: lets tests prove that a question
         # about one session does not read the whole tape
         self.io = {"bytes_read": 0, "records_read": 0, "files_indexed": 0}
@@ -285,6 +286,7 @@ class Store:
         return changed
 
     def _full_reindex(self) -> None:
+        self._blocks.clear()
         for fd in self._fds.values():
             os.close(fd)
         self._fds.clear()
@@ -322,9 +324,15 @@ class Store:
         batch.files.append((fid, indexed, torn, corrupt))
         self.index.apply(batch)
 
-    @staticmethod
-    def _index_record(batch: IndexBatch, fid: int, offset: int, type_: int, body: bytes) -> None:
-        if type_ == framing.T_OBJECT:
+    def _index_record(self, batch: IndexBatch, fid: int, offset: int, type_: int, body: bytes) -> None:
+        if type_ == framing.T_BLOCK:
+            try:
+                inner = self.block_records(fid, offset, body)
+            except CorruptObject:
+                return  # fsck reports it
+            for h, rec in inner.items():
+                batch.objects.append((hash_key(h), fid, offset, 1 if rec[32] == TYPE_ENTRY else 0))
+        elif type_ == framing.T_OBJECT:
             h = body[:32].hex()
             batch.objects.append((hash_key(h), fid, offset, 1 if body[32] == TYPE_ENTRY else 0))
         elif type_ == framing.T_REF:
@@ -360,22 +368,7 @@ class Store:
         type_, codec = rec_body[32], rec_body[33]
         data = rec_body[34:]
         if codec == CODEC_ZSTD:
-            z = zstd()
-            try:
-                size = z.frame_content_size(data)
-            except z.ZstdError:
-                raise CorruptObject(f"object {h} is corrupt (bad zstd frame); run `ctape fsck`") from None
-            if size < 0 or size > self.max_object:
-                raise ObjectTooLarge(
-                    f"object {h} claims {size} bytes, over the limit of {self.max_object}; "
-                    "raise CTAPE_MAX_OBJECT if you trust this tape"
-                )
-            if self._dctx is None:
-                self._dctx = z.ZstdDecompressor()
-            try:
-                body = self._dctx.decompress(data, max_output_size=size)
-            except z.ZstdError:
-                raise CorruptObject(f"object {h} is corrupt (zstd data); run `ctape fsck`") from None
+            body = self.decompress(data, f"object {h}")
         elif codec == CODEC_RAW:
             body = data
         else:
@@ -385,20 +378,65 @@ class Store:
             raise CorruptObject(f"object {h} is corrupt (hash mismatch); run `ctape fsck`")
         return type_, body
 
-    def read_record_at(self, file_id: int, offset: int) -> bytes:
-        fd = self._read_fd(file_id)
+    def read_record_at(self, file_id: int, offset: int, want_type: bool = False):
+        """The body of the record at `offset` (with its type when asked), checksum verified."""
+        try:
+            fd = self._read_fd(file_id)
+        except FileNotFoundError:
+            raise EntryNotFound("a file the index names is gone (compacted?)") from None
         head = os.pread(fd, framing.HEADER_SIZE, offset)
         parsed = framing.parse_header(head) if len(head) == framing.HEADER_SIZE else None
         if parsed is None:
             raise CorruptObject(f"damaged record at offset {offset} of {self.index.path_of(file_id)}; run `ctape fsck`")
-        _, length = parsed
+        type_, length = parsed
         rest = os.pread(fd, length + framing.TRAILER_SIZE, offset + framing.HEADER_SIZE)
         body = rest[:length]
         self.io["bytes_read"] += framing.HEADER_SIZE + len(rest)
         self.io["records_read"] += 1
         if len(rest) != length + framing.TRAILER_SIZE or int.from_bytes(rest[length:], "little") != zlib.crc32(body):
             raise CorruptObject(f"damaged record at offset {offset} of {self.index.path_of(file_id)}; run `ctape fsck`")
-        return body
+        return (type_, body) if want_type else body
+
+    def block_records(self, file_id: int, offset: int, body: bytes) -> dict[str, bytes]:
+        """The object records inside a pack block, by hash (the last few blocks are cached)."""
+        key = (file_id, offset)
+        cached = self._blocks.get(key)
+        if cached is None:
+            raw = self.decompress(body, f"block at offset {offset}")
+            cached = {}
+            for item in framing.scan(raw):
+                if isinstance(item, framing.Damage):
+                    raise CorruptObject(f"damaged block at offset {offset} of {self.index.path_of(file_id)}; run `ctape fsck`")
+                cached[item.body[:32].hex()] = item.body
+            self._blocks[key] = cached
+            if len(self._blocks) > 8:
+                self._blocks.pop(next(iter(self._blocks)))
+        return cached
+
+    def decompress(self, data: bytes, what: str) -> bytes:
+        """Decompress a zstd frame, refusing one that claims more than max_object bytes."""
+        z = zstd()
+        try:
+            size = z.frame_content_size(data)
+        except z.ZstdError:
+            raise CorruptObject(f"{what} is corrupt (bad zstd frame); run `ctape fsck`") from None
+        if size < 0 or size > self.max_object:
+            raise ObjectTooLarge(f"{what} claims {size} bytes, over the limit of {self.max_object}; raise CTAPE_MAX_OBJECT if you trust this tape")
+        if self._dctx is None:
+            self._dctx = z.ZstdDecompressor()
+        try:
+            return self._dctx.decompress(data, max_output_size=size)
+        except z.ZstdError:
+            raise CorruptObject(f"{what} is corrupt (zstd data); run `ctape fsck`") from None
+
+    def read_object_at(self, h: str, file_id: int, offset: int) -> tuple[int, bytes]:
+        type_, body = self.read_record_at(file_id, offset, want_type=True)
+        if type_ == framing.T_BLOCK:
+            inner = self.block_records(file_id, offset, body).get(h)
+            if inner is None:
+                raise CorruptObject(f"object {h} is not in the block the index names; run `ctape fsck`")
+            body = inner
+        return self.decode_object(h, body)
 
     def get_object(self, h: str) -> tuple[int, bytes]:
         """(type, canonical body) of an object, verified against its hash."""
@@ -412,14 +450,14 @@ class Store:
             if loc is None:
                 raise EntryNotFound(f"object {h} is not in this tape (not synced yet, or removed)")
         try:
-            return self.decode_object(h, self.read_record_at(*loc))
-        except CorruptObject:
-            # the index may be stale (a file replaced by compaction): rebuild once and retry
+            return self.read_object_at(h, *loc)
+        except (CorruptObject, EntryNotFound):
+            # the index may be stale (files replaced by compaction): rebuild once and retry
             self._full_reindex()
             loc = self.index.find_object(h)
             if loc is None:
                 raise EntryNotFound(f"object {h} is not in this tape (not synced yet, or removed)") from None
-            return self.decode_object(h, self.read_record_at(*loc))
+            return self.read_object_at(h, *loc)
 
     def has_object(self, h: str) -> bool:
         return h in self.pending or self.index.find_object(h) is not None
@@ -492,7 +530,6 @@ class SegmentWriter:
         self.rel: Optional[str] = None
         self.file_id = 0
         self.offset = 0
-        self.next_number = 1
         self.buf = bytearray()
         self.batch = IndexBatch()
         self.new_objects: list[str] = []
@@ -566,7 +603,7 @@ class SegmentWriter:
         st = self.store
         rows = st.index.file_rows()
         prefix = f"sessions/{self.session}/{st.writer}-"
-        mine = sorted(p for p in rows if p.startswith(prefix))
+        mine = sorted(p for p in rows if p.startswith(prefix) and p.endswith(".seg"))
         self.rel = None
         if mine:
             last = mine[-1]
@@ -576,25 +613,24 @@ class SegmentWriter:
                 self.rel, self.file_id, self.offset = last, fid, size
                 if size == 0:  # created by a writer that died before its first write
                     self._queue_header()
-            self.next_number = int(last[len(prefix) : -4]) + 1
-        else:
-            self.next_number = 1
+
 
     def _create_segment(self) -> None:
         st = self.store
+        # Names carry the creation time, so a name is never used twice, even after
+        # compaction removed the file and an rsync without --delete brought an old copy back.
         while True:
-            rel = f"sessions/{self.session}/{st.writer}-{self.next_number:06d}.seg"
+            rel = f"sessions/{self.session}/{st.writer}-{time.time_ns():020d}.seg"
             try:
                 fd = os.open(os.path.join(st.root, rel), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
                 break
             except FileExistsError:
-                self.next_number += 1
+                continue
             except OSError as e:
                 raise _storage_error(e, f"session {self.session}") from None
         os.close(fd)
         _fsync_dir(self.dir)
         self.rel, self.file_id, self.offset = rel, st.index.file_id(rel), 0
-        self.next_number += 1
         self.created = True
         self._seen_dir = None  # we changed the folder ourselves
         self._queue_header()

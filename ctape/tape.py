@@ -146,11 +146,16 @@ class Tape:
     def _resolve_prefix(self, prefix: str) -> str:
         self.store.refresh()
         found = []
+        from .framing import T_BLOCK
+        from .store import TYPE_ENTRY
+
         for fid, off in self.store.index.entries_with_prefix(prefix, limit=64):
-            body = self.store.read_record_at(fid, off)
-            h = body[:32].hex()
-            if h.startswith(prefix) and h not in found:
-                found.append(h)
+            type_, body = self.store.read_record_at(fid, off, want_type=True)
+            inner = self.store.block_records(fid, off, body).values() if type_ == T_BLOCK else [body]
+            for rec in inner:
+                h = rec[:32].hex()
+                if h.startswith(prefix) and rec[32] == TYPE_ENTRY and h not in found:
+                    found.append(h)
         if not found:
             raise RefNotFound(f"no entry starts with {prefix!r}")
         if len(found) > 1:
