@@ -31,6 +31,15 @@ EPOCH = "1970-01-01T00:00:00Z"  # time of leading records when the file has no t
 # -- reading ----------------------------------------------------------------------------
 
 
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not JSON")
+
+
+def loads(text) -> Any:
+    """json.loads that refuses NaN and Infinity (ctape stores plain JSON only)."""
+    return json.loads(text, parse_constant=_no_constant)
+
+
 class Line:
     """One non-blank line of a JSON Lines file: where it is and what it holds."""
 
@@ -54,7 +63,7 @@ def scan_lines(f) -> Iterator[Line]:
         length = len(raw)
         if raw.strip():
             try:
-                yield Line(number, offset, length, json.loads(raw), True)
+                yield Line(number, offset, length, loads(raw), True)
             except (ValueError, UnicodeDecodeError):
                 yield Line(number, offset, length, None, False)
         offset += length
@@ -64,7 +73,7 @@ def read_at(f, line: Line) -> Any:
     """The value of a line found by scan_lines, read again (keeps memory bounded)."""
     f.seek(line.offset)
     raw = f.read(line.length)
-    return json.loads(raw) if line.ok else raw.decode("utf-8", "replace").rstrip("\r\n")
+    return loads(raw) if line.ok else raw.decode("utf-8", "replace").rstrip("\r\n")
 
 
 def raw_text(f, line: Line) -> str:

@@ -65,7 +65,7 @@ def _content(parts: Any) -> Any:
 def _arguments(text: Any) -> Any:
     if isinstance(text, str):
         try:
-            return json.loads(text)
+            return c.loads(text)
         except ValueError:
             return text
     return text

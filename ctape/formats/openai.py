@@ -66,7 +66,7 @@ def _hidden(label: str) -> tuple[str, dict, bool]:
 def _arguments(text: Any) -> Any:
     if isinstance(text, str):
         try:
-            return json.loads(text)
+            return c.loads(text)
         except ValueError:
             return text
     return text
@@ -142,7 +142,7 @@ def _records(f, path: str):
     f.seek(0)
     first = next((raw for raw in f if raw.strip()), b"")
     try:
-        json.loads(first)
+        c.loads(first)
         lines = list(_scan(f))
         note = ""
         if lines and not lines[-1].ok:
@@ -152,7 +152,7 @@ def _records(f, path: str):
         pass
     f.seek(0)
     try:
-        doc = json.load(f)
+        doc = c.loads(f.read())
     except (ValueError, UnicodeDecodeError):
         raise InvalidInput(f"{path}: not JSON and not JSON Lines; expected chat messages, a SWE-agent .traj or OpenHands events") from None
     items = doc if isinstance(doc, list) else [doc]
