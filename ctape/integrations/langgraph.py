@@ -269,6 +269,7 @@ class TapeSaver(BaseCheckpointSaver[str]):
         self._threads: dict[str, _Thread] = {}
         self._values: OrderedDict[tuple[str, str], Any] = OrderedDict()  # (entry, channel) -> value
         self._cache_size = cache_size
+        self._parked: dict[tuple[str, str, str], list[dict]] = {}  # writes that came before their checkpoint
 
     def close(self) -> None:
         if self._owns:
@@ -558,8 +559,10 @@ class TapeSaver(BaseCheckpointSaver[str]):
             written.append(e)
             latest = th.latest(ns)
             self._move_refs(th, s, ns, start, e.hash, newest=latest is None or cid >= latest, label=cid)
-        for w in written:
-            th.add(w)
+            for w in written:
+                th.add(w)
+            for payload in self._parked.pop((th.name, ns, cid), []):
+                self._write_entry(th, s, tid, ns, cid, payload)
         for ch, v in keep.items():
             self._cache((e.hash, ch), list(v) if type(v) is list else v)
         th.tips = dict(s.refs().branches)
@@ -602,9 +605,12 @@ class TapeSaver(BaseCheckpointSaver[str]):
         cid = conf["checkpoint_id"]
         with self._lock:
             th = self._thread(tid)
+            parked = self._parked.get((th.name, ns, cid))
             have = set()
             for _, h in th.writes.get((ns, cid), []):
                 p = self.tape.read_entry(h).payload
+                have.update((p["task_id"], idx) for idx, _, _ in p["writes"])
+            for p in parked or []:
                 have.update((p["task_id"], idx) for idx, _, _ in p["writes"])
             recs = []
             for i, (ch, v) in enumerate(writes):
@@ -614,15 +620,25 @@ class TapeSaver(BaseCheckpointSaver[str]):
                 recs.append([idx, ch, self.codec.enc(v)])
             if not recs:
                 return
-            s = self.tape.session(th.name)
             payload = {"task_id": task_id, "task_path": task_path, "writes": recs}
-            meta = {HIDDEN: True, KEY: {"type": "writes", "thread_id": tid, "checkpoint_ns": ns, "checkpoint_id": cid}}
-            tip = th.seg.get((ns, cid), (0, None))[1]
+            if (ns, cid) not in th.cps:
+                # LangGraph's async durability can send a checkpoint's writes before the
+                # checkpoint itself: keep them until it arrives, then store them after it
+                self._parked.setdefault((th.name, ns, cid), []).append(payload)
+                return
+            s = self.tape.session(th.name)
             with self.tape.batch():
-                e = s.put_entry("system", payload, meta, None, None, tip)
-                self._move_refs(th, s, ns, tip, e.hash, newest=False, label=cid)
+                e = self._write_entry(th, s, tid, ns, cid, payload)
             th.add(e)
             th.tips = dict(s.refs().branches)
+
+    def _write_entry(self, th: _Thread, s, tid: str, ns: str, cid: str, payload: dict):
+        meta = {HIDDEN: True, KEY: {"type": "writes", "thread_id": tid, "checkpoint_ns": ns, "checkpoint_id": cid}}
+        tip = th.seg.get((ns, cid), (0, None))[1]
+        e = s.put_entry("system", payload, meta, None, None, tip)
+        self._move_refs(th, s, ns, tip, e.hash, newest=False, label=cid)
+        th.add(e)
+        return e
 
     # -- deleting, copying, pruning -------------------------------------------------------------
 
