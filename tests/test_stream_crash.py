@@ -375,7 +375,6 @@ def test_sigterm_sigint_record_partial_at_once(tape_dir, tmp_path, sig, interval
     assert len(log_entries(tape_dir)) == 2
 
 
-@pytest.mark.xfail(strict=True, reason="core bug: StreamWriter.__exit__ appends via Session.append, whose _record_partials records the stream's own flushed partials as a streaming entry first")
 def test_eof_appends_one_assistant(tape_dir, tmp_path):
     """A normal EOF appends one assistant entry and prints its hash."""
     base = start_session(tape_dir)
@@ -414,7 +413,6 @@ def test_stream_into_new_session_then_kill(tape_dir, tmp_path):
     assert e["seq"] == 1
 
 
-@pytest.mark.xfail(strict=True, reason="core bug: StreamWriter.__exit__ appends via Session.append, whose _record_partials records the stream's own flushed partials as a streaming entry first")
 def test_python_stream_normal_exit(tape_dir, tmp_path):
     """The block exits normally after several flushes: one assistant entry, no streaming entry."""
     base = start_session(tape_dir)
