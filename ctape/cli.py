@@ -535,11 +535,12 @@ def context(ctx, ref, session, policies, fmt, resume, max_tokens):
       ctape context -s chat --policy last-turn --policy dedupe-tools --max-tokens 8000
       ctape context -s chat --resume prefix
     """
+    from .context import build_context
+
     tape = open_tape(ctx)
     name = _session_for(tape, ref, session)
-    if name is None:
-        raise click.UsageError("context needs a session: pass -s NAME")
-    out = tape.session(name).context(ref, policies, fmt, resume, max_tokens)
+    s = tape.session(name) if name else None
+    out = build_context(s, ref, list(policies), fmt, resume, max_tokens, tape=tape)
     click.echo(json.dumps(out, ensure_ascii=False, indent=2))
 
 

@@ -85,7 +85,7 @@ def compact(tape, expire="90d", grace="14d", dry_run: bool = False, progress: Op
         say(f"compact: reading {len(snapshot)} files")
         scan = _scan(store, snapshot, say)
         kept_records = _kept_records(scan.records, cutoff)
-        roots = _roots(scan, kept_records)
+        roots = _roots(scan, kept_records, cutoff)
         live = _mark(scan.graph, roots)
         report = _plan(store, snapshot, ages, grace_s, live)
         dropped_in = report.pop("dropped_in")
@@ -108,7 +108,6 @@ def compact(tape, expire="90d", grace="14d", dry_run: bool = False, progress: Op
             pack = _write_pack(store, session, files, snapshot, ages, grace_s, live, kept_ids, open_streams)
             written[session] = [pack] if pack else []
         removed = _freeze_and_swap(store, snapshot, written, scan, live, say)
-        store._full_reindex()
         report["files_after"] = len(store.list_files(None))
         report["removed_files"] = removed
         return report
@@ -202,10 +201,14 @@ def _kept_records(records: list[dict], cutoff: str) -> list[dict]:
     return out
 
 
-def _roots(scan: Scan, kept: list[dict]) -> set[str]:
+def _roots(scan: Scan, kept: list[dict], cutoff: str) -> set[str]:
+    """Every kept record's new values; the old values too while the record has not expired."""
     roots = set()
     for r in kept:
-        for v in list((r.get("set") or {}).values()) + list((r.get("old") or {}).values()):
+        values = list((r.get("set") or {}).values())
+        if r.get("t", "") >= cutoff:
+            values += list((r.get("old") or {}).values())
+        for v in values:
             if isinstance(v, str) and not v.startswith("@"):
                 roots.add(v)
     for key, base in scan.partial_streams.items():
@@ -289,10 +292,7 @@ class PackWriter:
         self.objects.add(h)
         self.count += 1
         if body[33] == 0 and len(body) < LARGE_OBJECT:  # raw: compress with its neighbours
-            self.block.append(framing.frame(framing.T_OBJECT, body))
-            self.block_size += len(body)
-            if self.block_size >= BLOCK_BYTES:
-                self._flush_block()
+            self._add_to_block(framing.T_OBJECT, body)
         elif body[33] == 1 and len(body) < LARGE_OBJECT // 4:  # small and compressed alone: do better in a block
             _, raw = self.store.decode_object(h, body)
             self.add_raw(h, body[32], raw)
@@ -300,9 +300,11 @@ class PackWriter:
             self._write(framing.frame(framing.T_OBJECT, body))
 
     def add_raw(self, h: str, type_: int, raw: bytes) -> None:
-        rec = bytes.fromhex(h) + bytes((type_, 0)) + raw
-        self.block.append(framing.frame(framing.T_OBJECT, rec))
-        self.block_size += len(rec)
+        self._add_to_block(framing.T_OBJECT, bytes.fromhex(h) + bytes((type_, 0)) + raw)
+
+    def _add_to_block(self, type_: int, body: bytes) -> None:
+        self.block.append(framing.frame(type_, body))
+        self.block_size += len(body)
         if self.block_size >= BLOCK_BYTES:
             self._flush_block()
 
@@ -312,9 +314,9 @@ class PackWriter:
             self.block, self.block_size = [], 0
 
     def add_record(self, type_: int, body: bytes) -> None:
-        self._flush_block()
+        """A ref or partial record; they compress well together (hashes repeat as old/new)."""
         self.count += 1
-        self._write(framing.frame(type_, body))
+        self._add_to_block(type_, body)
 
     def finish(self) -> Optional[str]:
         """fsync, rename to pack-<hash>.pack, fsync the folder; returns the relative path."""
@@ -360,6 +362,7 @@ def _write_pack(store, session, files, snapshot, ages, grace_s, live, kept_ids, 
                     p = json.loads(rec.body)
                     if (p["s"], p["stream"]) in open_streams:
                         partials.append(rec.body)
+        pw._flush_block()  # records get blocks of their own
         for body in dict.fromkeys(refs):
             pw.add_record(framing.T_REF, body)
         for body in dict.fromkeys(partials):
@@ -442,6 +445,7 @@ def _freeze_and_swap(store: Store, snapshot, written, scan: Scan, live: set[str]
                 pass
         for s in {p.split("/")[1] for p in doomed}:
             _fsync_dir(store.session_dir(s))
+        store._full_reindex()  # before writers may go on, so they find the index whole
         return len(doomed)
     finally:
         for fd in fds:

@@ -54,7 +54,10 @@ class Msg:
     synthetic: bool = False
 
 
-def build_context(session: "Session", ref: Optional[str], policies: list[str], fmt: str, resume: str, max_tokens: Optional[int]) -> Any:
+def build_context(session: Optional["Session"], ref: Optional[str], policies: list[str], fmt: str, resume: str, max_tokens: Optional[int], tape=None) -> Any:
+    """The prompt for the path root -> REF (default: the session's HEAD).
+
+    Without a session, REF must name an entry on its own (a hash or prefix)."""
     for p in policies:
         if p not in POLICIES:
             raise InvalidInput(f"unknown policy {p!r}; use {', '.join(POLICIES)}")
@@ -62,8 +65,10 @@ def build_context(session: "Session", ref: Optional[str], policies: list[str], f
         raise InvalidInput(f"unknown format {fmt!r}; use {', '.join(FORMATS)}")
     if resume not in ("prefix", "drop"):
         raise InvalidInput("--resume takes prefix or drop")
-    tape = session.tape
-    head = tape.resolve(ref, session.name) if ref else session.refs().head_hash
+    tape = session.tape if session is not None else tape
+    if ref is None and session is None:
+        raise InvalidInput("context needs a REF or a session")
+    head = tape.resolve(ref, session.name if session else None) if ref else session.refs().head_hash
     window = _window(tape, head, "last-turn" in policies, max_tokens)
     derived = tape.derived(head)
     in_window = {e.hash for e in window}
@@ -73,7 +78,7 @@ def build_context(session: "Session", ref: Optional[str], policies: list[str], f
     if window and window[-1].kind == "streaming":
         partial = _text(window[-1].payload.get("content") if isinstance(window[-1].payload, dict) else "")
         entries = entries[:-1]
-    elif ref is None:
+    elif ref is None and session is not None:
         from .stream import open_streams
 
         streams = open_streams(session) if session.exists() else []
@@ -90,7 +95,10 @@ def build_context(session: "Session", ref: Optional[str], policies: list[str], f
     if max_tokens is not None:
         msgs = fit_tokens(msgs, max_tokens)
     if resume == "prefix" and partial:
-        msgs.append(Msg("assistant", partial, hashes=[], synthetic=True))
+        if fmt == "anthropic":
+            partial = partial.rstrip()  # the Messages API refuses a prefill that ends in white space
+        if partial:
+            msgs.append(Msg("assistant", partial, hashes=[], synthetic=True))
     if fmt == "openai":
         return to_openai(msgs)
     if fmt == "anthropic":
@@ -181,7 +189,8 @@ def _drop_calls(msgs: list[Msg], drop: set[str]) -> list[Msg]:
             kept = [c for c in m.calls if c.id not in drop]
             if not kept and not m.content:
                 continue
-            m = Msg(m.role, m.content, kept, hashes=m.hashes)
+            gone = {c.hash for c in m.calls if c.id in drop}
+            m = Msg(m.role, m.content, kept, hashes=[h for h in m.hashes if h not in gone])
         elif m.role == "tool" and m.call_id in drop:
             continue
         out.append(m)

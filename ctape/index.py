@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+from contextlib import contextmanager
 from typing import Iterable, Optional
 
 SCHEMA_VERSION = 5
@@ -77,6 +78,7 @@ class Index:
         self.db = self._connect(self.path)
         self.pending = IndexBatch()
         self.pending_objects: dict[int, tuple[int, int]] = {}
+        self._in_rebuild = False
 
     @staticmethod
     def _connect(path: str) -> sqlite3.Connection:
@@ -145,13 +147,36 @@ class Index:
         row = self.db.execute("SELECT path FROM files WHERE id=?", (file_id,)).fetchone()
         return row[0] if row else None
 
-    def reset(self) -> None:
+    @contextmanager
+    def rebuilding(self):
+        """Empty the index and fill it again inside one write transaction."""
         self.pending = IndexBatch()
         self.pending_objects.clear()
         self.db.execute("BEGIN IMMEDIATE")
-        for t in ("files", "objects", "records", "claims", "partials", "closed", "keyframes"):
-            self.db.execute(f"DELETE FROM {t}")
-        self.db.execute("COMMIT")
+        self._in_rebuild = True
+        try:
+            for t in ("objects", "records", "claims", "partials", "closed", "keyframes"):
+                self.db.execute(f"DELETE FROM {t}")
+            self.db.execute("UPDATE files SET indexed=0, torn=0, corrupt=0")
+            yield
+            self.db.execute("DELETE FROM files WHERE indexed=0 AND torn=0 AND corrupt=0 AND id NOT IN (SELECT file FROM objects)")
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        finally:
+            self._in_rebuild = False
+
+    def apply_many(self, batches: list["IndexBatch"]) -> None:
+        merged = IndexBatch()
+        for b in batches:
+            merged.objects += b.objects
+            merged.records += b.records
+            merged.claims += b.claims
+            merged.partials += b.partials
+            merged.closed += b.closed
+            merged.files += b.files
+        self.apply(merged)
 
     # -- writing a batch of indexed records -------------------------------------
 
@@ -159,7 +184,9 @@ class Index:
         if batch.empty():
             return
         db = self.db
-        db.execute("BEGIN IMMEDIATE")
+        own = not self._in_rebuild
+        if own:
+            db.execute("BEGIN IMMEDIATE")
         try:
             if batch.objects:
                 db.executemany("INSERT OR IGNORE INTO objects VALUES(?,?,?,?)", batch.objects)
@@ -180,9 +207,11 @@ class Index:
                     "UPDATE files SET indexed=max(indexed, ?), torn=?, corrupt=max(corrupt, ?) WHERE id=?",
                     (indexed, torn, corrupt, file_id),
                 )
-            db.execute("COMMIT")
+            if own:
+                db.execute("COMMIT")
         except BaseException:
-            db.execute("ROLLBACK")
+            if own:
+                db.execute("ROLLBACK")
             raise
 
     # -- queries -------------------------------------------------------------------

@@ -132,10 +132,12 @@ class Session:
             "time": t,
         }
         # a child of an entry this writer just created cannot be on the tape already
+        n_before = len(w.new_objects)
         h = w.put_object(TYPE_ENTRY, canonical_json(body), new=parent is not None and parent in w.fresh)
-        w.fresh.add(h)
-        if len(w.fresh) > 4096:
-            w.fresh = {h}
+        if len(w.new_objects) > n_before:  # written now, not found on the tape
+            if len(w.fresh) > 4096:
+                w.fresh.clear()
+            w.fresh.add(h)
         e = Entry(hash=h, parent=parent, seq=seq, kind=kind, time=t, payload=payload, meta=meta, delta=delta)
         self.tape._entries[h] = e
         return e

@@ -286,21 +286,29 @@ class Store:
         return changed
 
     def _full_reindex(self) -> None:
+        """Rebuild the index from every file, in one transaction (readers never see it half-built)."""
         self._blocks.clear()
         for fd in self._fds.values():
             os.close(fd)
         self._fds.clear()
         self._known.clear()
-        self.index.reset()
-        for path in self.list_files(None):
-            self._index_file(path, 0)
+        batches = []
+        with self.index.rebuilding():
+            for path in self.list_files(None):
+                batches.append(self._scan_file(path, 0))
+            self.index.apply_many(batches)
 
     def _index_file(self, rel: str, start: int) -> None:
+        self.index.apply(self._scan_file(rel, start))
+
+    def _scan_file(self, rel: str, start: int) -> IndexBatch:
+        """Index rows for the records of a file from `start` on."""
         fid = self.index.file_id(rel)
+        batch = IndexBatch()
         try:
             fd = os.open(os.path.join(self.root, rel), os.O_RDONLY | os.O_NOFOLLOW)
         except OSError:
-            return
+            return batch
         try:
             size = os.fstat(fd).st_size
             data = os.pread(fd, size - start, start) if size > start else b""
@@ -308,7 +316,6 @@ class Store:
             os.close(fd)
         self.io["bytes_read"] += len(data)
         self.io["files_indexed"] += 1
-        batch = IndexBatch()
         indexed, torn, corrupt = start, 0, 0
         for item in framing.scan(data, 0):
             if isinstance(item, framing.Damage):
@@ -322,16 +329,17 @@ class Store:
         if corrupt and not torn:
             indexed = start + len(data)
         batch.files.append((fid, indexed, torn, corrupt))
-        self.index.apply(batch)
+        return batch
 
     def _index_record(self, batch: IndexBatch, fid: int, offset: int, type_: int, body: bytes) -> None:
         if type_ == framing.T_BLOCK:
             try:
-                inner = self.block_records(fid, offset, body)
+                inner = self.block_items(fid, offset, body)
             except CorruptObject:
                 return  # fsck reports it
-            for h, rec in inner.items():
-                batch.objects.append((hash_key(h), fid, offset, 1 if rec[32] == TYPE_ENTRY else 0))
+            for rec in inner:
+                if rec.type != framing.T_BLOCK:
+                    self._index_record(batch, fid, offset, rec.type, rec.body)
         elif type_ == framing.T_OBJECT:
             h = body[:32].hex()
             batch.objects.append((hash_key(h), fid, offset, 1 if body[32] == TYPE_ENTRY else 0))
@@ -397,17 +405,22 @@ class Store:
             raise CorruptObject(f"damaged record at offset {offset} of {self.index.path_of(file_id)}; run `ctape fsck`")
         return (type_, body) if want_type else body
 
+    def block_items(self, file_id: int, offset: int, body: bytes) -> list[framing.Record]:
+        """The records inside a pack block."""
+        raw = self.decompress(body, f"block at offset {offset}")
+        out = []
+        for item in framing.scan(raw):
+            if isinstance(item, framing.Damage):
+                raise CorruptObject(f"damaged block at offset {offset} of {self.index.path_of(file_id)}; run `ctape fsck`")
+            out.append(item)
+        return out
+
     def block_records(self, file_id: int, offset: int, body: bytes) -> dict[str, bytes]:
         """The object records inside a pack block, by hash (the last few blocks are cached)."""
         key = (file_id, offset)
         cached = self._blocks.get(key)
         if cached is None:
-            raw = self.decompress(body, f"block at offset {offset}")
-            cached = {}
-            for item in framing.scan(raw):
-                if isinstance(item, framing.Damage):
-                    raise CorruptObject(f"damaged block at offset {offset} of {self.index.path_of(file_id)}; run `ctape fsck`")
-                cached[item.body[:32].hex()] = item.body
+            cached = {r.body[:32].hex(): r.body for r in self.block_items(file_id, offset, body) if r.type == framing.T_OBJECT}
             self._blocks[key] = cached
             if len(self._blocks) > 8:
                 self._blocks.pop(next(iter(self._blocks)))
@@ -539,13 +552,20 @@ class SegmentWriter:
         self.fresh: set[str] = set()  # entries this writer created (their children are new too)
         self.partials_checked = False
         self._seen_dir: Optional[int] = None  # the session folder's mtime when the view was taken
+        self.made_dir = False  # this writer created the session folder and has not written to it yet
 
     # -- locking and the cached view ------------------------------------------------
 
     def lock(self) -> None:
-        if self.dir_fd < 0:
-            self._open_dir()
-        fcntl.flock(self.dir_fd, fcntl.LOCK_EX)
+        while True:
+            if self.dir_fd < 0:
+                self._open_dir()
+            fcntl.flock(self.dir_fd, fcntl.LOCK_EX)
+            if os.fstat(self.dir_fd).st_nlink > 0:
+                break
+            # the folder was removed while we waited (a discarded first write): start over
+            os.close(self.dir_fd)
+            self.dir_fd = -1
         self.locked = True
         if not self._view_is_current():
             self._reload()
@@ -593,6 +613,7 @@ class SegmentWriter:
                 os.makedirs(sessions, mode=0o700, exist_ok=True)
                 os.mkdir(self.dir, 0o700)
                 _fsync_dir(sessions)
+                self.made_dir = True
         except FileExistsError:
             pass
         except OSError as e:
@@ -715,6 +736,7 @@ class SegmentWriter:
             raise _storage_error(e, f"session {self.session}") from None
         self.offset += len(self.buf)
         self.buf = bytearray()
+        self.made_dir = False
         self.batch.files.append((self.file_id, self.offset, 0, 0))
         st.index.add(self.batch)
         self.batch = IndexBatch()
@@ -724,7 +746,32 @@ class SegmentWriter:
         self.created = False
 
     def discard(self) -> None:
-        """Drop what was queued and not written; forget the view it was built on."""
+        """Drop what was queued and not written; forget the view it was built on.
+
+        A segment file or session folder that this writer created for the
+        discarded writes, and that holds nothing, goes too: the tape is left as it was."""
+        if self.created and self.rel is not None:
+            try:
+                if self.fd >= 0:
+                    os.close(self.fd)
+                    self.fd = -1
+                path = os.path.join(self.store.root, self.rel)
+                if os.path.getsize(path) == 0:
+                    os.unlink(path)
+                    self.rel = None
+                    self.created = False
+            except OSError:
+                pass
+        if self.made_dir:
+            try:
+                os.rmdir(self.dir)  # only succeeds when empty
+                _fsync_dir(os.path.dirname(self.dir))
+                os.close(self.dir_fd)
+                self.dir_fd = -1
+                self.store._writers.pop(self.session, None)
+                self.locked = False
+            except OSError:
+                pass
         for h in self.new_objects:
             self.store.pending.pop(h, None)
         self.new_objects = []

@@ -67,7 +67,6 @@ def test_import_is_deterministic(tmp_path, fmt, path):
 FRESH_BUG = "core: Session._put_entry adds a dedupe hit to SegmentWriter.fresh, so its children skip the look-up and are written again"
 
 
-@pytest.mark.xfail(strict=True, reason=FRESH_BUG)
 @pytest.mark.parametrize("fmt,path", [CASES[3], CASES[8], CASES[-1]], ids=["claude-code", "codex", "openai"])
 def test_second_session_adds_little(tape, tape_dir, fmt, path):
     import_files(tape, fmt, [str(path)], "one")
@@ -255,7 +254,6 @@ def test_export_converts_between_formats(tape, tmp_path):
     assert tape.session("y").status()["pending_tool_calls"][0]["call_id"] == "call_UtYwHmwWekzvq83m8Rb9K8jJ"
 
 
-@pytest.mark.xfail(strict=True, reason=FRESH_BUG)
 def test_identical_entry_chain_in_a_second_session_writes_no_objects(tape, tape_dir):
     """The core bug behind test_second_session_adds_little, without any importer."""
     for name in ("one", "two"):
@@ -270,7 +268,6 @@ def test_identical_entry_chain_in_a_second_session_writes_no_objects(tape, tape_
     assert dir_size(tape_dir) - before < 2000
 
 
-@pytest.mark.xfail(strict=True, reason="core: Store.batch flushes the queued objects even when its body raised, so a failed import leaves orphan objects")
 def test_failure_midway_changes_nothing(tape, tape_dir, monkeypatch):
     from ctape.session import Session
 

@@ -1,0 +1,202 @@
+"""Two copies of a tape directory, synced with the real rsync binary."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+
+import pytest
+
+from ctape import Tape
+
+from conftest import run_cli, snapshot
+
+pytestmark = pytest.mark.skipif(shutil.which("rsync") is None, reason="rsync is not installed (.ci/run installs it)")
+
+
+def rsync(src, dst, *flags):
+    subprocess.run(["rsync", "-a", *flags, f"{src}/", f"{dst}/"], check=True)
+
+
+def cli_json(d, *args):
+    p = run_cli("--dir", d, *args, "--json", check=True)
+    return [json.loads(line) for line in p.stdout.decode().splitlines()]
+
+
+def every_entry(d, session):
+    """Hashes of every entry reachable from any branch of the session."""
+    out = set()
+    for b in cli_json(d, "branch", "-s", session):
+        out |= {e["hash"] for e in cli_json(d, "log", f"{session}/{b['name']}")}
+    return out
+
+
+@pytest.fixture
+def pair(tmp_path):
+    a, b = tmp_path / "A", tmp_path / "B"
+    t = Tape.init(a)
+    s = t.session("chat")
+    s.append("system", {"content": "shared prompt " * 100})
+    s.append("user", {"content": "start"})
+    t.close()
+    rsync(a, b)
+    return a, b
+
+
+def test_both_sides_append_then_rsync_both_ways(pair):
+    a, b = pair
+    ta, tb = Tape.open(a), Tape.open(b)
+    a_new = [ta.session("chat").append("assistant", {"content": f"from A {i}"}).hash for i in range(2)]
+    b_new = [tb.session("chat").append("assistant", {"content": "from B"}).hash]
+    assert ta.store.writer != tb.store.writer
+    ta.close(), tb.close()
+    rsync(a, b)
+    rsync(b, a)
+    assert snapshot(a) == snapshot(b)
+    for d in (a, b):
+        entries = every_entry(d, "chat")
+        assert set(a_new) | set(b_new) <= entries
+    # the outcome is deterministic: the same on both copies
+    sa, sb = cli_json(a, "status", "-s", "chat")[0], cli_json(b, "status", "-s", "chat")[0]
+    assert sa["head"] == sb["head"] and sa["conflicts"] == sb["conflicts"]
+    assert len(sa["conflicts"]) == 1
+    branches = {x["name"]: x["hash"] for x in cli_json(a, "branch", "-s", "chat")}
+    assert branches == {x["name"]: x["hash"] for x in cli_json(b, "branch", "-s", "chat")}
+    assert {branches["main"], branches[sa["conflicts"][0]]} == {a_new[-1], b_new[-1]}
+    # the conflict shows in the graph and in the human status
+    graph = run_cli("--dir", a, "log", "-s", "chat", "--graph", check=True).stdout.decode()
+    assert sa["conflicts"][0] in graph and "main" in graph
+    assert "conflict" in run_cli("--dir", a, "status", "-s", "chat", check=True).stdout.decode()
+
+
+def test_conflict_resolution_syncs(pair):
+    a, b = pair
+    Tape.open(a).session("chat").append("assistant", {"content": "A"})
+    Tape.open(b).session("chat").append("assistant", {"content": "B"})
+    rsync(a, b), rsync(b, a)
+    conflict = cli_json(a, "status", "-s", "chat")[0]["conflicts"][0]
+    # resolving on A: delete the conflict branch; the next write settles it for good
+    run_cli("--dir", a, "branch", "-d", conflict, "-s", "chat", check=True)
+    assert cli_json(a, "status", "-s", "chat")[0]["conflicts"] == []
+    rsync(a, b), rsync(b, a)
+    for d in (a, b):
+        st = cli_json(d, "status", "-s", "chat")[0]
+        assert st["conflicts"] == []
+        assert conflict not in {x["name"] for x in cli_json(d, "branch", "-s", "chat")}
+    assert snapshot(a) == snapshot(b)
+
+
+def test_continuing_on_a_conflicted_branch_keeps_the_other_tip(pair):
+    a, b = pair
+    Tape.open(a).session("chat").append("assistant", {"content": "A"})
+    hb = Tape.open(b).session("chat").append("assistant", {"content": "B"}).hash
+    rsync(a, b), rsync(b, a)
+    run_cli("--dir", b, "append", "user", '{"content": "go on"}', "-s", "chat", check=True)
+    rsync(b, a)
+    for d in (a, b):
+        assert hb in every_entry(d, "chat")
+    branches = {x["name"] for x in cli_json(a, "branch", "-s", "chat")}
+    assert any(".conflict-" in n for n in branches)
+
+
+def test_copy_taken_while_appending_opens(tmp_path):
+    a, b = tmp_path / "A", tmp_path / "B"
+    Tape.init(a).close()
+    code = (
+        "import ctape, sys\n"
+        f"s = ctape.Tape.open({str(a)!r}).session('live')\n"
+        "for i in range(100000):\n"
+        "    s.append('user', {'content': 'x' * (i % 300) + str(i)})\n"
+    )
+    p = subprocess.Popen([os.sys.executable, "-c", code])
+    try:
+        time.sleep(1.0)
+        for _ in range(3):
+            rsync(a, b)
+            time.sleep(0.2)
+    finally:
+        p.kill()
+        p.wait()
+    r = run_cli("--dir", b, "log", "-s", "live", "-n", "5", "--json")
+    assert r.returncode == 0, r.stderr
+    assert len(r.stdout.splitlines()) == 5
+    f = run_cli("--dir", b, "fsck")
+    assert f.returncode == 0, f.stdout + f.stderr
+    rsync(a, b)
+    assert run_cli("--dir", b, "fsck").returncode == 0
+
+
+def test_interrupted_rsync_reports_not_synced_then_completes(tmp_path):
+    a, b = tmp_path / "A", tmp_path / "B"
+    t = Tape.init(a)
+    big = os.urandom(300_000).hex()  # incompressible, so the transfer takes a while
+    t.session("first").append("tool_result", {"call_id": "c1", "output": big})
+    t.session("second").append("tool_result", {"call_id": "c9", "output": big})  # deduped: stored in `first`
+    t.session("second").append("user", {"content": "after"})
+    t.close()
+    # an rsync that only got some files across: `second` without `first`
+    os.makedirs(b)
+    rsync(a, b, "--exclude=sessions/first/")
+    r = run_cli("--dir", b, "fsck", "--json")
+    report = json.loads(r.stdout)
+    assert r.returncode == 1
+    assert report["problems"] and all(p["severity"] == "not-synced" for p in report["problems"]), report
+    assert not any(p["severity"] == "corrupt" for p in report["problems"])
+    shown = run_cli("--dir", b, "log", "-s", "second", "-n", "1", "--json")
+    assert shown.returncode == 0 and json.loads(shown.stdout)["payload"] == {"content": "after"}
+    full = run_cli("--dir", b, "show", "second~1")
+    assert full.returncode == 1 and len(full.stderr.decode().strip().splitlines()) == 1
+    assert b"not" in full.stderr and b"Traceback" not in full.stderr
+    rsync(a, b)
+    assert run_cli("--dir", b, "fsck").returncode == 0
+    assert json.loads(run_cli("--dir", b, "show", "second~1", "--json").stdout)["payload"]["output"] == big
+
+
+def test_real_rsync_killed_midway(tmp_path):
+    a, b = tmp_path / "A", tmp_path / "B"
+    t = Tape.init(a)
+    for n in range(6):
+        s = t.session(f"s{n}")
+        with t.batch():
+            for i in range(40):
+                s.append("tool_result", {"call_id": f"c{i}", "output": os.urandom(4000).hex()})
+    t.close()
+    p = subprocess.Popen(["rsync", "-a", "--bwlimit=800", f"{a}/", f"{b}/"])
+    time.sleep(1.0)
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    if os.path.isdir(b / "sessions") and os.path.exists(b / "ctape.json"):
+        r = run_cli("--dir", b, "fsck", "--json")
+        report = json.loads(r.stdout)
+        assert not any(x["severity"] == "corrupt" for x in report["problems"]), report
+        assert run_cli("--dir", b, "sessions").returncode == 0
+    rsync(a, b)
+    assert run_cli("--dir", b, "fsck").returncode == 0
+    assert snapshot(a).keys() <= snapshot(b).keys()
+
+
+def test_compact_then_rsync_without_delete(pair):
+    a, b = pair
+    tb = Tape.open(b)
+    hb = tb.session("chat").append("assistant", {"content": "B side"}).hash
+    tb.close()
+    rsync(b, a)
+    ta = Tape.open(a)
+    ha = ta.session("chat").append("assistant", {"content": "A side"}).hash
+    ta.compact(grace="now", expire="now")
+    ta.close()
+    before = set(snapshot(a))
+    rsync(b, a)  # no --delete: the old segment files come back
+    assert set(snapshot(a)) > before
+    r = run_cli("--dir", a, "fsck", "--json")
+    assert r.returncode == 0, r.stdout
+    entries = every_entry(a, "chat")
+    assert {ha, hb} <= entries
+    Tape.open(a).compact(grace="now", expire="now")
+    assert run_cli("--dir", a, "fsck").returncode == 0
+    assert {ha, hb} <= every_entry(a, "chat")
+    rsync(a, b)
+    assert {ha, hb} <= every_entry(b, "chat")
+    assert run_cli("--dir", b, "fsck").returncode == 0
