@@ -515,6 +515,30 @@ def scale(tmp: str, quick: bool = False) -> list[dict]:
     return out
 
 
+def scale_table(recs: list[dict]) -> str:
+    lines = []
+    for r in recs:
+        if r["op"] == "build":
+            lines.append(f"build {r['tape']}: {r['entries']:,} entries in {r['sessions']} sessions, {r['seconds']:.1f} s ({r['rate']:,.0f}/s batched"
+                         f"{'' if r['complete'] else ', STOPPED at the time budget; all would take ~%.0f s' % r['extrapolated_s']}),"
+                         f" tape {r.get('bytes', 0) / 1e6:.1f} MB, index {r.get('index_bytes', 0) / 1e6:.1f} MB")
+    lines.append(f"\n{'operation (real CLI subprocess)':<32}{'tape':<16}{'first s':>9}{'median s':>10}{'min s':>8}")
+    for r in recs:
+        if "median_s" in r and "first_s" in r:
+            lines.append(f"{r['op']:<32}{r['tape']:<16}{r['first_s']:>9.3f}{r['median_s']:>10.3f}{r['min_s']:>8.3f}")
+        elif "median_s" in r:
+            lines.append(f"{r['op']:<32}{r['tape']:<16}{'':>9}{r['median_s']:>10.3f}")
+    lines.append(f"\n{'in-process reads':<32}{'tape':<16}{'bytes':>10}{'records':>9}{'files indexed':>15}")
+    for r in recs:
+        if r["op"].startswith("io "):
+            lines.append(f"{r['op'][3:]:<32}{r['tape']:<16}{r['bytes_read']:>10,}{r['records_read']:>9}{r['files_indexed']:>15}")
+    for r in recs:
+        if r["op"] == "compact":
+            lines.append(f"\ncompact of {r['entries']:,} entries: {r['seconds']:.1f} s, peak RSS {r['rss_peak_mb']:.0f} MB,"
+                         f" {r['bytes_before'] / 1e6:.0f} MB -> {r['bytes_after'] / 1e6:.0f} MB in {r['files_after']} files")
+    return "\n".join(lines)
+
+
 # -- the report -------------------------------------------------------------------------------------
 
 
@@ -698,9 +722,14 @@ def main(argv: list[str]) -> int:
             if chart(med, png):
                 print(f"chart: {png}", file=sys.stderr)
         if full or a.scale_only:
-            for rec in scale(tmp, quick=a.smoke):
+            recs = scale(tmp, quick=a.smoke)
+            for rec in recs:
                 results.write(json.dumps(rec) + "\n")
             results.flush()
+            text = scale_table(recs)
+            print(text, file=sys.stderr)
+            with open(os.path.join(out_dir, "scale.txt"), "w") as f:
+                f.write(text + "\n")
         print(f"results: {results_path}", file=sys.stderr)
     finally:
         results.close()
