@@ -1,4 +1,8 @@
-"""ctape: an immutable, content-addressed tape of LLM-agent conversations."""
+"""ctape: an immutable, content-addressed tape of LLM-agent conversations.
+
+The names below are imported on first use, so that `ctape --help` and other
+light commands start fast.
+"""
 
 from .errors import (
     AmbiguousRef,
@@ -14,9 +18,6 @@ from .errors import (
     StorageError,
     UnsafePath,
 )
-from .models import Entry, EntryKind
-from .session import Session
-from .tape import Tape
 
 __version__ = "0.1.0"
 
@@ -38,3 +39,20 @@ __all__ = [
     "ConflictError",
     "StorageError",
 ]
+
+_LAZY = {"Tape": "tape", "Session": "session", "Entry": "models", "EntryKind": "models"}
+
+
+def __getattr__(name):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ctape' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(list(globals()) + list(_LAZY))

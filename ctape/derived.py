@@ -30,12 +30,16 @@ def merge_patch(target: Any, patch: Any) -> Any:
 
 
 def empty() -> dict:
-    return {"state": None, "pending": {}, "last_error": None, "systems": []}
+    return {"state": None, "pending": {}, "last_error": None, "systems": [], "last_key": None}
 
 
 def step(d: dict, e: Entry) -> dict:
     """The derived values after entry e, given those at its parent (d is not modified)."""
-    out = {"state": d["state"], "pending": d["pending"], "last_error": d["last_error"], "systems": d["systems"]}
+    out = {"state": d["state"], "pending": d["pending"], "last_error": d["last_error"], "systems": d["systems"], "last_key": d.get("last_key")}
+    if e.seq % KEY_EVERY == 0:
+        # keyframes link to the previous one, so `~N` can jump KEY_EVERY entries at a time
+        out["prev_key"] = d.get("last_key")
+        out["last_key"] = e.hash
     if e.kind == "system" and not (isinstance(e.meta, dict) and e.meta.get(HIDDEN)):
         out["systems"] = d["systems"] + [e.hash]
     if e.delta is not None:
@@ -52,6 +56,21 @@ def step(d: dict, e: Entry) -> dict:
     if e.kind == "error" or (e.kind == "tool_result" and isinstance(e.payload, dict) and e.payload.get("is_error") is True):
         out["last_error"] = e.hash
     return out
+
+
+def ancestor(h: str, back: int, read: Callable[[str], Entry], load_key: Callable[[str], Optional[dict]]) -> Optional[str]:
+    """The entry `back` parents above h (None past the root), jumping between keyframes."""
+    while back > 0:
+        e = read(h)
+        if e.seq % KEY_EVERY == 0 and back >= KEY_EVERY:
+            k = load_key(h)
+            if k is not None and k.get("prev_key"):
+                h, back = k["prev_key"], back - KEY_EVERY
+                continue
+        if e.parent is None:
+            return None
+        h, back = e.parent, back - 1
+    return h
 
 
 def derive(

@@ -25,7 +25,7 @@ import sqlite3
 from contextlib import contextmanager
 from typing import Iterable, Optional
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 7
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
@@ -78,6 +78,7 @@ class Index:
         self.db = self._connect(self.path)
         self.pending = IndexBatch()
         self.pending_objects: dict[int, tuple[int, int]] = {}
+        self.pending_keyframes: dict[int, str] = {}
         self._in_rebuild = False
 
     @staticmethod
@@ -112,8 +113,11 @@ class Index:
         p.partials += batch.partials
         p.closed += batch.closed
         p.files += batch.files
+        p.keyframes += batch.keyframes
         for key, fid, off, _ in batch.objects:
             self.pending_objects.setdefault(key, (fid, off))
+        for key, body in batch.keyframes:
+            self.pending_keyframes[key] = body
         if len(p.objects) + len(p.records) >= self.APPLY_EVERY:
             self.sync()
 
@@ -124,6 +128,7 @@ class Index:
         batch, self.pending = self.pending, IndexBatch()
         self.apply(batch)
         self.pending_objects.clear()
+        self.pending_keyframes.clear()
 
     def close(self) -> None:
         try:
@@ -152,10 +157,12 @@ class Index:
         """Empty the index and fill it again inside one write transaction."""
         self.pending = IndexBatch()
         self.pending_objects.clear()
+        self.pending_keyframes.clear()
         self.db.execute("BEGIN IMMEDIATE")
         self._in_rebuild = True
         try:
-            for t in ("objects", "records", "claims", "partials", "closed", "keyframes"):
+            # keyframes stay: they are named by entry hash, so they never go stale
+            for t in ("objects", "records", "claims", "partials", "closed"):
                 self.db.execute(f"DELETE FROM {t}")
             self.db.execute("UPDATE files SET indexed=0, torn=0, corrupt=0")
             yield
@@ -202,6 +209,8 @@ class Index:
                 db.executemany("INSERT OR IGNORE INTO partials VALUES(?,?,?,?)", batch.partials)
             if batch.closed:
                 db.executemany("INSERT OR IGNORE INTO closed VALUES(?,?)", batch.closed)
+            if batch.keyframes:
+                db.executemany("INSERT OR REPLACE INTO keyframes VALUES(?,?)", batch.keyframes)
             for file_id, indexed, torn, corrupt in batch.files:
                 db.execute(
                     "UPDATE files SET indexed=max(indexed, ?), torn=?, corrupt=max(corrupt, ?) WHERE id=?",
@@ -269,6 +278,9 @@ class Index:
         return [json.loads(b) for (b,) in rows]
 
     def keyframe(self, h: str) -> Optional[dict]:
+        body = self.pending_keyframes.get(hash_key(h))
+        if body is not None:
+            return json.loads(body)
         row = self.db.execute("SELECT body FROM keyframes WHERE key=?", (hash_key(h),)).fetchone()
         return json.loads(row[0]) if row else None
 
@@ -286,9 +298,10 @@ class Index:
 class IndexBatch:
     """Rows gathered while scanning or writing, applied in one SQLite transaction."""
 
-    __slots__ = ("objects", "records", "claims", "partials", "closed", "files")
+    __slots__ = ("objects", "records", "claims", "partials", "closed", "files", "keyframes")
 
     def __init__(self):
+        self.keyframes: list = []
         self.objects: list = []
         self.records: list = []
         self.claims: list = []
@@ -297,7 +310,7 @@ class IndexBatch:
         self.files: list = []
 
     def empty(self) -> bool:
-        return not (self.objects or self.records or self.claims or self.partials or self.closed or self.files)
+        return not (self.objects or self.records or self.claims or self.partials or self.closed or self.files or self.keyframes)
 
     def add_ref(self, file_id: int, offset: int, body: bytes, rec: dict) -> None:
         s, w, n, lc = rec["s"], rec["w"], rec["n"], rec["lc"]

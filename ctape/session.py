@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Iterator, Optional
 
+import json
+
+from . import derived
 from . import refs as refmod
+from .index import hash_key
 from .canonical import canonical_json, externalize, is_hash
 from .errors import InvalidInput, RefNotFound
 from .models import Entry, check_name, check_payload, now_rfc3339, parse_time
@@ -106,8 +110,19 @@ class Session:
             self._record_partials(w, skip=(record_extra or {}).get("stream"))
             st = self._writer_refs(w)
             e = self._put_entry(w, kind, payload, meta, delta, time, st.head_hash)
+            self._track_derived(w, e)
             self._write_ref(w, op, self._advance(st, e.hash), time=None if time else e.time, **(record_extra or {}))
             return e
+
+    def _track_derived(self, w: SegmentWriter, e: Entry) -> None:
+        """Keep state and pending calls of the chain being appended to, and save a keyframe
+        every KEY_EVERY entries, so `state` and `status` never walk far (written with the index)."""
+        if w.derived_head != e.parent or w.derived is None:
+            w.derived = derived.empty() if e.parent is None else self.tape.derived(e.parent)
+        w.derived = derived.step(w.derived, e)
+        w.derived_head = e.hash
+        if e.seq % derived.KEY_EVERY == 0:
+            w.batch.keyframes.append((hash_key(e.hash), json.dumps(w.derived)))
 
     @staticmethod
     def _advance(st: RefState, h: str) -> dict[str, Optional[str]]:

@@ -553,6 +553,8 @@ class SegmentWriter:
         self.partials_checked = False
         self._seen_dir: Optional[int] = None  # the session folder's mtime when the view was taken
         self.made_dir = False  # this writer created the session folder and has not written to it yet
+        self.derived: Optional[dict] = None  # state and pending calls at derived_head (see Session._track_derived)
+        self.derived_head: Optional[str] = None
 
     # -- locking and the cached view ------------------------------------------------
 

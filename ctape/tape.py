@@ -102,14 +102,13 @@ class Tape:
         """The entry hash a REF names (None for a session or branch with no entry yet)."""
         spec = parse_ref(ref)
         h = self._resolve_base(spec.base, session, spec.reflog)
-        for i in range(spec.back):
-            if h is None:
-                break
-            e = self.read_entry(h)
-            if e.parent is None:
-                raise RefNotFound(f"{ref!r} goes past the root ({i} step(s) back is the first entry)")
-            h = e.parent
-        return h
+        if h is None or spec.back == 0:
+            return h
+        up = derived.ancestor(h, spec.back, self.read_entry, self.store.index.keyframe)
+        if up is None:
+            seq = self.read_entry(h).seq
+            raise RefNotFound(f"{ref!r} goes past the root: {spec.base} has only {seq - 1} entries before it")
+        return up
 
     def _resolve_base(self, base: str, session: Optional[str], reflog: Optional[int]) -> Optional[str]:
         from .session import Session
