@@ -47,7 +47,11 @@ def test_smoke_run(tmp_path):
     peers = {peer for (grp, _, peer) in med if grp == "main"}
     assert {"ctape-durable", "ctape-batched", "jsonl-fsync", "jsonl", "sqlite"} <= peers
     for (grp, n, peer), r in med.items():
-        assert r["entries"] > 0 and r["rate"] > 0 and r["bytes"] > 0, r
+        assert r["entries"] > 0 and r["rate"] > 0, r
+        if grp == "paired":  # the durable peers taking turns: all three ran
+            assert {"rate_ctape-durable", "rate_jsonl-fsync", "rate_sqlite"} <= set(r)
+            continue
+        assert r["bytes"] > 0, r
         if grp == "main":
             assert r["entries"] == n * r["sessions"]
     for (grp, n, peer), r in med.items():

@@ -269,6 +269,48 @@ def run_import(spec, d):
     return secs, {"bytes": du(out), "source_bytes": sum(map(du, src)), "zstd3_bytes": zstd3(src), "entries": sum(len(rs) for _, rs in recs)}
 
 
+def run_paired(spec, wl, d, chunk: int = 25):
+    """The durable peers in one process, taking turns every `chunk` entries, so that they
+    see the same disk: on a shared machine fsync latency drifts by 4x within a minute."""
+    import sqlite3
+
+    from ctape import Tape
+
+    tape = Tape.init(os.path.join(d, "tape"), cache_dir=os.path.join(d, "cache"))
+    db = sqlite3.connect(os.path.join(d, "h.sqlite"), isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=FULL")
+    db.execute("CREATE TABLE entries(id INTEGER PRIMARY KEY, session TEXT, seq INTEGER, kind TEXT, time TEXT, payload TEXT, meta TEXT, delta TEXT)")
+    spent = {"ctape-durable": 0.0, "jsonl-fsync": 0.0, "sqlite": 0.0}
+    for name, entries in wl.items():
+        s = tape.session(name)
+        fd = os.open(os.path.join(d, f"{name}.jsonl"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        for i in range(0, len(entries), chunk):
+            part = list(enumerate(entries[i:i + chunk], i + 1))
+            t = time.perf_counter()
+            for seq, (kind, payload, meta, delta) in part:
+                s.append(kind, payload, meta=meta, delta=delta)
+            t2 = time.perf_counter()
+            for seq, e in part:
+                os.write(fd, jsonl_line(name, seq, e))
+                os.fdatasync(fd)
+            t3 = time.perf_counter()
+            for seq, (kind, payload, meta, delta) in part:
+                db.execute("BEGIN")
+                db.execute("INSERT INTO entries(session, seq, kind, time, payload, meta, delta) VALUES(?,?,?,?,?,?,?)",
+                           (name, seq, kind, now(), json.dumps(payload), json.dumps(meta), json.dumps(delta)))
+                db.execute("COMMIT")
+            t4 = time.perf_counter()
+            spent["ctape-durable"] += t2 - t
+            spent["jsonl-fsync"] += t3 - t2
+            spent["sqlite"] += t4 - t3
+        os.close(fd)
+    tape.close()
+    db.close()
+    n = sum(map(len, wl.values()))
+    return spent["ctape-durable"], {f"rate_{k}": n / v for k, v in spent.items()}
+
+
 def worker(spec: dict) -> dict:
     d = spec["dir"]
     os.makedirs(d, exist_ok=True)
@@ -293,6 +335,7 @@ def worker(spec: dict) -> dict:
             "jsonl": lambda: run_jsonl(spec, wl, d, False),
             "sqlite": lambda: run_sqlite(spec, wl, d),
             "langgraph": lambda: run_langgraph(spec, wl, d),
+            "paired-durable": lambda: run_paired(spec, wl, d),
         }[spec["peer"]]
         secs, facts = fn()
     out = {k: v for k, v in spec.items() if k != "dir"}
@@ -677,6 +720,10 @@ def main(argv: list[str]) -> int:
             for n in lengths:
                 sessions = 2 if a.smoke else 10 if n <= 100 else 3 if n <= 1000 else 1
                 jobs += [dict(workload="generated", n=n, sessions=sessions, peer=p, group="main") for p in peers if p != "langgraph"]
+            for n in lengths[:2]:  # the durable peers taking turns in one process (see run_paired)
+                jobs.append(dict(workload="generated", n=n, sessions=2 if a.smoke else 10 if n <= 100 else 3, peer="paired-durable", group="paired"))
+            if not a.smoke and not a.no_real:
+                jobs.append(dict(workload="real", n=0, sessions=len(workload.real_transcripts()), peer="paired-durable", group="paired"))
             if "langgraph" in peers:  # one session, with its JSON Lines and ctape peers on the same entries
                 for n in lg_lengths:
                     jobs += [dict(workload="generated", n=n, sessions=1, peer=p, group="langgraph")
@@ -698,7 +745,15 @@ def main(argv: list[str]) -> int:
             for m in med:
                 record(dict(m, kind="median"))
             imp = median_rows([r for r in rows if r["workload"] == "import"])
-            text = table(med)
+            text = table([m for m in med if m["group"] != "paired"])
+            paired = [m for m in med if m["group"] == "paired"]
+            if paired:
+                text += "\n\ndurable peers taking turns every 25 entries in one process (medians; entries/s and ratio to jsonl-fsync):"
+                for m in sorted(paired, key=lambda m: (m["workload"], m["n"])):
+                    what = f"{m['workload']} n={m['n']} x {m['sessions']}" if m["workload"] == "generated" else f"real transcripts ({m['entries']:,})"
+                    text += (f"\n  {what:<30} ctape-durable {m['rate_ctape-durable']:>7,.0f} ({m['rate_ctape-durable'] / m['rate_jsonl-fsync']:.2f})"
+                             f"  jsonl-fsync {m['rate_jsonl-fsync']:>7,.0f}  sqlite {m['rate_sqlite']:>7,.0f} ({m['rate_sqlite'] / m['rate_jsonl-fsync']:.2f})"
+                             f"  per repeat: {[round(r['rate_ctape-durable'] / r['rate_jsonl-fsync'], 2) for r in rows if r['group'] == 'paired' and r['n'] == m['n'] and r['workload'] == m['workload']]}")
             ci = {r["peer"]: r for r in imp}
             if "ctape-import" in ci:
                 c, j = ci["ctape-import"], ci["jsonl-import"]
