@@ -38,7 +38,7 @@ from . import framing
 from .canonical import blob_refs, canonical_json
 from .errors import CorruptObject, InvalidInput, StorageError
 from .models import format_time
-from .store import TYPE_ENTRY, Store, _fsync_dir, zstd
+from .store import TYPE_ENTRY, Store, _fsync_dir, open_for_reading, zstd
 
 _DUR = re.compile(r"(\d+)([smhdw])")
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -128,7 +128,7 @@ def _scan(store: Store, snapshot: dict[str, int], say) -> Scan:
 
 def _records(store: Store, path: str, start: int, end: Optional[int]):
     """Records of a file between two offsets; pack blocks come out as their object records."""
-    fd = os.open(os.path.join(store.root, path), os.O_RDONLY | os.O_NOFOLLOW)
+    fd = open_for_reading(os.path.join(store.root, path))
     try:
         size = os.fstat(fd).st_size if end is None else end
         data = os.pread(fd, size - start, start) if size > start else b""
@@ -275,7 +275,7 @@ class PackWriter:
         self.objects: set[str] = set()
         self.count = 0
         self.cctx = zstd().ZstdCompressor(level=9, write_content_size=True)
-        self._write(framing.frame(framing.T_HEADER, canonical_json({"format": "ctape-pack", "version": 1, "session": session, "writer": store.writer})))
+        self._write(framing.frame(framing.T_HEADER, canonical_json({"format": "ctape-pack", "version": 1, "session": session})))
 
     def _write(self, data: bytes) -> None:
         view = memoryview(data)

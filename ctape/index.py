@@ -25,7 +25,7 @@ import sqlite3
 from contextlib import contextmanager
 from typing import Iterable, Optional
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
@@ -45,6 +45,8 @@ CREATE TABLE IF NOT EXISTS partials(session TEXT NOT NULL, stream TEXT NOT NULL,
 CREATE TABLE IF NOT EXISTS closed(session TEXT NOT NULL, stream TEXT NOT NULL,
     PRIMARY KEY(session, stream)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS keyframes(key INTEGER PRIMARY KEY, body TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS writers(session TEXT NOT NULL, w TEXT NOT NULL, n INTEGER NOT NULL,
+    lc INTEGER NOT NULL, PRIMARY KEY(session, w)) WITHOUT ROWID;
 """
 
 
@@ -96,7 +98,7 @@ class Index:
         if row is None or int(row[0]) != SCHEMA_VERSION:
             drops = "".join(
                 f"DROP TABLE IF EXISTS {t};"
-                for t in ("meta", "files", "objects", "records", "claims", "partials", "closed", "keyframes")
+                for t in ("meta", "files", "objects", "records", "claims", "partials", "closed", "keyframes", "writers")
             )
             db.executescript(
                 f"BEGIN IMMEDIATE;{drops}{SCHEMA}INSERT OR REPLACE INTO meta VALUES('schema', '{SCHEMA_VERSION}');COMMIT;"
@@ -162,7 +164,7 @@ class Index:
         self._in_rebuild = True
         try:
             # keyframes stay: they are named by entry hash, so they never go stale
-            for t in ("objects", "records", "claims", "partials", "closed"):
+            for t in ("objects", "records", "claims", "partials", "closed", "writers"):
                 self.db.execute(f"DELETE FROM {t}")
             self.db.execute("UPDATE files SET indexed=0, torn=0, corrupt=0")
             yield
@@ -199,6 +201,11 @@ class Index:
                 db.executemany("INSERT OR IGNORE INTO objects VALUES(?,?,?,?)", batch.objects)
             if batch.records:
                 db.executemany("INSERT OR IGNORE INTO records VALUES(?,?,?,?,?,?,?)", batch.records)
+                db.executemany(
+                    "INSERT INTO writers VALUES(?,?,?,?) ON CONFLICT(session, w) DO UPDATE SET "
+                    "n=max(n, excluded.n), lc=max(lc, excluded.lc)",
+                    [(r[0], r[1], r[2], r[3]) for r in batch.records],
+                )
             for session, ref, w, n, lc, value, seen in batch.claims:
                 db.execute(
                     "INSERT INTO claims VALUES(?,?,?,?,?,?,?) ON CONFLICT(session, ref, w) DO UPDATE SET "
@@ -252,9 +259,8 @@ class Index:
 
     def max_lc_and_seen(self, session: str) -> tuple[int, dict[str, int]]:
         self.sync()
-        lc = self.db.execute("SELECT max(lc) FROM records WHERE session=?", (session,)).fetchone()[0] or 0
-        seen = dict(self.db.execute("SELECT w, max(n) FROM records WHERE session=? GROUP BY w", (session,)))
-        return lc, seen
+        rows = self.db.execute("SELECT w, n, lc FROM writers WHERE session=?", (session,)).fetchall()
+        return max((lc for _, _, lc in rows), default=0), {w: n for w, n, _ in rows}
 
     def records(self, session: str, newest_first: bool = True, limit: int = -1) -> Iterable[dict]:
         self.sync()

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Iterator
 from . import framing
 from .canonical import blob_refs
 from .errors import CorruptObject
-from .store import TYPE_ENTRY
+from .store import TYPE_ENTRY, open_for_reading
 
 if TYPE_CHECKING:
     from .tape import Tape
@@ -27,7 +27,8 @@ def walk_files(tape: "Tape") -> Iterator[tuple[str, os.stat_result]]:
 
 def scan_file(tape: "Tape", rel: str) -> Iterator[framing.Record | framing.Damage]:
     """Every record of a data file; the object records inside pack blocks come out one by one."""
-    with open(os.path.join(tape.store.root, rel), "rb", opener=lambda p, f: os.open(p, f | os.O_NOFOLLOW)) as f:
+    fd = open_for_reading(os.path.join(tape.store.root, rel))
+    with os.fdopen(fd, "rb") as f:
         data = f.read()
     for item in framing.scan(data):
         if isinstance(item, framing.Record) and item.type == framing.T_BLOCK:
@@ -98,7 +99,8 @@ def fsck(tape: "Tape") -> dict:
     me = store.writer
 
     def missing(what, h, rel):
-        writer = os.path.basename(rel).split("-")[0] if rel.startswith("sessions/") else None
+        name = os.path.basename(rel)
+        writer = name.split("-")[0] if name.endswith(".seg") else None
         if writer and writer != me:
             problem(what, f"refers to {h}, which has not arrived yet (written on another machine): run rsync again", "not-synced")
         else:

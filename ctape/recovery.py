@@ -15,6 +15,10 @@ def status(session: "Session") -> dict:
     refs = session.refs()
     h = refs.head_hash
     incomplete = bool(h) and not tape.has_entry(h)
+    if incomplete and session.store.damage(session.name):
+        from .errors import CorruptObject
+
+        raise CorruptObject(f"HEAD entry {h} of session {session.name!r} is damaged; run `ctape fsck`")
     head = tape.read_entry(h) if h and not incomplete else None
     d = tape.derived(h) if head else {"pending": {}, "last_error": None}
     interrupted = None

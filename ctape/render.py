@@ -118,14 +118,19 @@ def graph(tape, session: Optional[str], ref: Optional[str], limit: Optional[int]
             lanes.append(h)
             cols = [len(lanes) - 1]
         col = cols[0]
+        for extra in reversed(cols[1:]):  # branches that fork here join their lane first, as in git
+            merge = "".join(
+                "|/" if i == extra - 1 else ("" if i == extra else ("| " if x is not None else "  "))
+                for i, x in enumerate(lanes)
+            )
+            lines.append(merge.rstrip())
+            lanes[extra] = None
+            while lanes and lanes[-1] is None:
+                lanes.pop()
         if not want or e.kind in want:
             row = "".join("* " if i == col else ("| " if x is not None else "  ") for i, x in enumerate(lanes))
             lines.append(f"{row}{oneline(e, deco)}")
             shown += 1
-        for extra in cols[1:]:
-            lanes[extra] = None
-            merge = "".join("|/" if i == extra else ("| " if x is not None else "  ") for i, x in enumerate(lanes))
-            lines.append(merge.rstrip())
         lanes[col] = e.parent
         while lanes and lanes[-1] is None:
             lanes.pop()

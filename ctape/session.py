@@ -10,7 +10,7 @@ from . import derived
 from . import refs as refmod
 from .index import hash_key
 from .canonical import canonical_json, externalize, is_hash
-from .errors import InvalidInput, RefNotFound
+from .errors import CorruptObject, InvalidInput, RefNotFound
 from .models import Entry, check_name, check_payload, now_rfc3339, parse_time
 from .refs import HEAD, RefState
 from .store import TYPE_BLOB, TYPE_ENTRY, SegmentWriter
@@ -31,12 +31,19 @@ class Session:
     def refs(self) -> RefState:
         """The session's refs now (while this process holds the session's lock: its own view)."""
         w = self.store._writers.get(self.name)
-        if w is not None and w.locked and w.refstate is not None:
+        if w is not None and w.refstate is not None and (w.locked or w.view_is_current()):
             return w.refstate
         self.store.refresh(self.name)
         return self._load_refs()
 
+    def check_refs_intact(self) -> None:
+        """Refuse to answer from refs that a damaged record may have changed."""
+        for path, level in self.store.damage(self.name):
+            if level >= 2:
+                raise CorruptObject(f"session {self.name!r} has a damaged record in {path}: its branches and HEAD may be wrong; run `ctape fsck`")
+
     def _load_refs(self) -> RefState:
+        self.check_refs_intact()
         idx = self.store.index
         lc, seen = idx.max_lc_and_seen(self.name)
         return refmod.from_rows(idx.claims(self.name), lc, seen)

@@ -17,6 +17,7 @@ import errno
 import fcntl
 import json
 import os
+import re
 import secrets
 import socket
 import stat
@@ -73,6 +74,24 @@ def _storage_error(e: OSError, what: str) -> StorageError:
     return StorageError(f"cannot write {what}: {e.strerror}")
 
 
+def open_for_reading(path: str) -> int:
+    """Open a data file to read it without touching its access time.
+
+    Writers use the access time to notice that a copy of their growing segment
+    was taken (by rsync, say): ctape's own reads must not look like one.
+    O_NOATIME is refused for files of other users; then a plain open is used.
+    """
+    flags = os.O_RDONLY | os.O_NOFOLLOW
+    try:
+        return os.open(path, flags | getattr(os, "O_NOATIME", 0))
+    except PermissionError:
+        return os.open(path, flags)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise UnsafePath(f"refusing symlink inside the tape directory: {path}") from None
+        raise
+
+
 def check_not_symlink(path: str) -> None:
     try:
         st = os.lstat(path)
@@ -117,6 +136,7 @@ class Store:
         self._cctx = None
         self._dctx = None
         self._blocks: dict[tuple[int, int], dict[str, bytes]] = {}
+        self.discard_listeners: list = []  # called with the hashes of objects a failed batch dropped
         # what this process read from data files: lets tests prove that a question
         # about one session does not read the whole tape
         self.io = {"bytes_read": 0, "records_read": 0, "files_indexed": 0}
@@ -126,8 +146,8 @@ class Store:
     def _writer_id(self) -> str:
         env = os.environ.get("CTAPE_WRITER")
         if env:
-            if not (4 <= len(env) <= 32 and env.isalnum() and env.islower() or env.isdigit()):
-                raise InvalidInput("CTAPE_WRITER must be 4-32 lowercase letters or digits")
+            if not re.fullmatch(r"[a-z0-9]{4,32}", env):
+                raise InvalidInput("CTAPE_WRITER must be 4-32 characters of a-z and 0-9")
             return env
         st = os.stat(self.root)
         machine = ""
@@ -223,6 +243,11 @@ class Store:
                 continue
         return out
 
+    def damage(self, session: str) -> list[tuple[str, int]]:
+        """Files of a session (and packs) with damaged records: (path, level)."""
+        prefixes = (f"sessions/{session}/", "packs/")
+        return [(p, c) for p, (_, _, _, c) in self.index.file_rows().items() if c and p.startswith(prefixes)]
+
     def sessions(self) -> list[str]:
         try:
             names = os.listdir(os.path.join(self.root, "sessions"))
@@ -236,12 +261,7 @@ class Store:
             rel = self.index.path_of(file_id)
             if rel is None:
                 raise EntryNotFound("index points at an unknown file; run `ctape fsck`")
-            try:
-                fd = os.open(os.path.join(self.root, rel), os.O_RDONLY | os.O_NOFOLLOW)
-            except OSError as e:
-                if e.errno == errno.ELOOP:
-                    raise UnsafePath(f"refusing symlink inside the tape directory: {rel}") from None
-                raise
+            fd = open_for_reading(os.path.join(self.root, rel))
             self._fds[file_id] = fd
         return fd
 
@@ -306,8 +326,8 @@ class Store:
         fid = self.index.file_id(rel)
         batch = IndexBatch()
         try:
-            fd = os.open(os.path.join(self.root, rel), os.O_RDONLY | os.O_NOFOLLOW)
-        except OSError:
+            fd = open_for_reading(os.path.join(self.root, rel))
+        except (OSError, UnsafePath):
             return batch
         try:
             size = os.fstat(fd).st_size
@@ -322,7 +342,7 @@ class Store:
                 if item.torn:
                     torn = 1
                     break
-                corrupt = 1
+                corrupt = max(corrupt, _damage_level(data, item))
                 continue
             self._index_record(batch, fid, start + item.offset, item.type, item.body)
             indexed = start + item.end
@@ -357,9 +377,10 @@ class Store:
 
     # -- objects ----------------------------------------------------------------------
 
-    def encode_object(self, type_: int, body: bytes) -> tuple[str, bytes]:
+    def encode_object(self, type_: int, body: bytes, h: Optional[str] = None) -> tuple[str, bytes]:
         """(hash, the object record's frame body)."""
-        h = object_hash(b"entry" if type_ == TYPE_ENTRY else b"blob", body)
+        if h is None:
+            h = object_hash(b"entry" if type_ == TYPE_ENTRY else b"blob", body)
         if len(body) >= COMPRESS_MIN:
             if self._cctx is None:
                 self._cctx = zstd().ZstdCompressor(level=3, write_content_size=True)
@@ -443,6 +464,9 @@ class Store:
             raise CorruptObject(f"{what} is corrupt (zstd data); run `ctape fsck`") from None
 
     def read_object_at(self, h: str, file_id: int, offset: int) -> tuple[int, bytes]:
+        cached = self._blocks.get((file_id, offset))
+        if cached is not None and h in cached:
+            return self.decode_object(h, cached[h])
         type_, body = self.read_record_at(file_id, offset, want_type=True)
         if type_ == framing.T_BLOCK:
             inner = self.block_records(file_id, offset, body).get(h)
@@ -530,6 +554,27 @@ class Store:
                             w.unlock()
 
 
+def _write_all(fd: int, data) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def _damage_level(data: bytes, d: framing.Damage) -> int:
+    """1: a damaged object record (reading that object fails); 2: anything else, which may
+    have been a ref record, so the refs read from this file cannot be trusted."""
+    head = data[d.offset : d.offset + framing.HEADER_SIZE]
+    parsed = framing.parse_header(head) if len(head) == framing.HEADER_SIZE else None
+    return 1 if parsed is not None and parsed[0] == framing.T_OBJECT else 2
+
+
+def _files_row(file_id: int, indexed: int) -> IndexBatch:
+    b = IndexBatch()
+    b.files.append((file_id, indexed, 0, 0))
+    return b
+
+
 class SegmentWriter:
     """The lock and the active segment of one session, for this writer."""
 
@@ -553,6 +598,7 @@ class SegmentWriter:
         self.partials_checked = False
         self._seen_dir: Optional[int] = None  # the session folder's mtime when the view was taken
         self.made_dir = False  # this writer created the session folder and has not written to it yet
+        self.atime_seen: Optional[int] = None  # the active segment's access time after our last write
         self.derived: Optional[dict] = None  # state and pending calls at derived_head (see Session._track_derived)
         self.derived_head: Optional[str] = None
 
@@ -576,6 +622,10 @@ class SegmentWriter:
         if self.locked:
             fcntl.flock(self.dir_fd, fcntl.LOCK_UN)
             self.locked = False
+
+    def view_is_current(self) -> bool:
+        """Without the lock: may this writer's view still be used for reading?"""
+        return self.dir_fd >= 0 and not self.buf and self._view_is_current()
 
     def _view_is_current(self) -> bool:
         """Did anyone change the session since this writer last looked?
@@ -632,8 +682,11 @@ class SegmentWriter:
             last = mine[-1]
             fid, indexed, torn, corrupt = rows[last]
             size = os.stat(os.path.join(st.root, last), follow_symlinks=False).st_size
-            if not torn and not corrupt and size == indexed and size < SEGMENT_LIMIT:
+            fst = os.stat(os.path.join(st.root, last), follow_symlinks=False)
+            copied = fst.st_atime_ns > fst.st_mtime_ns  # read since its last write: a copy may exist
+            if not torn and not corrupt and not copied and size == indexed and size < SEGMENT_LIMIT:
                 self.rel, self.file_id, self.offset = last, fid, size
+                self.atime_seen = fst.st_atime_ns
                 if size == 0:  # created by a writer that died before its first write
                     self._queue_header()
 
@@ -645,28 +698,58 @@ class SegmentWriter:
         while True:
             rel = f"sessions/{self.session}/{st.writer}-{time.time_ns():020d}.seg"
             try:
-                fd = os.open(os.path.join(st.root, rel), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+                fd = os.open(os.path.join(st.root, rel), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
                 break
             except FileExistsError:
                 continue
             except OSError as e:
                 raise _storage_error(e, f"session {self.session}") from None
-        os.close(fd)
+        self.fd = fd
+        self.atime_seen = os.fstat(fd).st_atime_ns
         _fsync_dir(self.dir)
         self.rel, self.file_id, self.offset = rel, st.index.file_id(rel), 0
         self.created = True
         self._seen_dir = None  # we changed the folder ourselves
         self._queue_header()
 
+    def _header_frame(self) -> bytes:
+        head = canonical_json({"format": "ctape-segment", "version": 1, "writer": self.store.writer, "session": self.session})
+        return framing.frame(framing.T_HEADER, head)
+
     def _queue_header(self) -> None:
-        st = self.store
-        head = canonical_json({"format": "ctape-segment", "version": 1, "writer": st.writer, "session": self.session})
-        self._frame(framing.T_HEADER, head)
+        self.buf += self._header_frame()
 
     # -- queueing records ---------------------------------------------------------------
 
+    # -- copies taken while we append -----------------------------------------------------
+    #
+    # A growing segment must never be appended to once another copy of it may exist:
+    # `rsync -a` back from that copy would replace the longer file with the shorter one.
+    # A copy is a read, and a read moves the file's access time (relatime, the Linux
+    # default, updates it when it is not newer than the last write; ctape's own readers
+    # use O_NOATIME). So a writer notes the access time when it writes; if it has moved
+    # before the next write, the segment is sealed and a new one started; if it moved
+    # during a write, that write is repeated in a new segment before it is acknowledged.
+
+    def _atime(self) -> int:
+        return os.fstat(self.fd).st_atime_ns if self.fd >= 0 else os.stat(os.path.join(self.store.root, self.rel)).st_atime_ns
+
+    def _begin(self) -> None:
+        """At the first record of a write: seal the segment if it was read since our last write."""
+        if self.rel is None:
+            return
+        if self.fd < 0:
+            self.fd = os.open(os.path.join(self.store.root, self.rel), os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
+        atime = self._atime()
+        if self.atime_seen is not None and atime != self.atime_seen:
+            self._close_segment()
+        else:
+            self.atime_seen = atime
+
     def _frame(self, type_: int, body: bytes) -> int:
         """Queue one record; returns its offset in the file."""
+        if not self.buf:
+            self._begin()
         if self.rel is None or self.offset + len(self.buf) >= SEGMENT_LIMIT:
             if self.rel is not None:
                 self.flush(durable=False)
@@ -682,7 +765,7 @@ class SegmentWriter:
         h = object_hash(b"entry" if type_ == TYPE_ENTRY else b"blob", body)
         if h in st.pending or (not new and st.index.find_object(h) is not None):
             return h
-        h, rec = st.encode_object(type_, body)
+        h, rec = st.encode_object(type_, body, h)
         offset = self._frame(framing.T_OBJECT, rec)
         self.batch.objects.append((hash_key(h), self.file_id, offset, 1 if type_ == TYPE_ENTRY else 0))
         st.pending[h] = (type_, body)
@@ -727,15 +810,15 @@ class SegmentWriter:
         try:
             if self.fd < 0:
                 self.fd = os.open(os.path.join(st.root, self.rel), os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
-            view = memoryview(self.buf)
-            while view:
-                n = os.write(self.fd, view)
-                view = view[n:]
+            _write_all(self.fd, self.buf)
             if durable:
                 os.fdatasync(self.fd)
+            before, self.atime_seen = self.atime_seen, self._atime()
+            read_meanwhile = before is not None and self.atime_seen != before
         except OSError as e:
             self._undo_write()
             raise _storage_error(e, f"session {self.session}") from None
+        records = bytes(self.buf[len(self._header_frame()) :] if self.created else self.buf)
         self.offset += len(self.buf)
         self.buf = bytearray()
         self.made_dir = False
@@ -746,21 +829,42 @@ class SegmentWriter:
             st.pending.pop(h, None)
         self.new_objects = []
         self.created = False
+        if read_meanwhile:
+            self._repeat_in_new_segment(records, durable)
+
+    def _repeat_in_new_segment(self, records: bytes, durable: bool) -> None:
+        """The segment was read while we wrote, so the reader's copy may lack this write.
+        Write the same records again to a new segment (a record does not depend on where
+        it sits): the write then survives whatever later happens to the copied file.
+        Index rows still point at the first copy, which this machine keeps."""
+        self._close_segment()
+        try:
+            self._create_segment()
+            self.buf += records
+            _write_all(self.fd, self.buf)
+            if durable:
+                os.fdatasync(self.fd)
+            self.atime_seen = self._atime()
+        except OSError as e:
+            self._undo_write()
+            raise _storage_error(e, f"session {self.session}") from None
+        self.offset = len(self.buf)
+        self.buf = bytearray()
+        self.created = False
+        self.store.index.add(_files_row(self.file_id, self.offset))
 
     def discard(self) -> None:
         """Drop what was queued and not written; forget the view it was built on.
 
         A segment file or session folder that this writer created for the
         discarded writes, and that holds nothing, goes too: the tape is left as it was."""
+        self._forget_queued()
         if self.created and self.rel is not None:
             try:
-                if self.fd >= 0:
-                    os.close(self.fd)
-                    self.fd = -1
                 path = os.path.join(self.store.root, self.rel)
                 if os.path.getsize(path) == 0:
+                    self._close_segment()
                     os.unlink(path)
-                    self.rel = None
                     self.created = False
             except OSError:
                 pass
@@ -774,12 +878,17 @@ class SegmentWriter:
                 self.locked = False
             except OSError:
                 pass
+
+    def _forget_queued(self) -> None:
         for h in self.new_objects:
             self.store.pending.pop(h, None)
+        for listener in self.store.discard_listeners:
+            listener(self.new_objects)
         self.new_objects = []
         self.batch = IndexBatch()
         self.buf = bytearray()
         self.held_ref = None
+        self.derived = self.derived_head = None
         self.fresh = set()
         self.refstate = None
         self._seen_dir = None
@@ -790,20 +899,21 @@ class SegmentWriter:
         The bytes were never acknowledged, so cutting them off edits nothing that
         anyone has seen. If that fails too, never append after them again.
         """
-        self.discard()
+        self._forget_queued()
+        if self.rel is None:
+            return
         path = os.path.join(self.store.root, self.rel)
         try:
             if self.created:
-                if self.fd >= 0:
-                    os.close(self.fd)
-                    self.fd = -1
+                self._close_segment()
+                self.created = False
                 os.unlink(path)
                 _fsync_dir(self.dir)
-                self.rel = None
                 return
             if self.fd >= 0:
                 os.ftruncate(self.fd, self.offset)
                 os.fdatasync(self.fd)
+                self.atime_seen = self._atime()
                 return
         except OSError:
             pass
@@ -814,6 +924,7 @@ class SegmentWriter:
             os.close(self.fd)
             self.fd = -1
         self.rel = None
+        self.atime_seen = None
 
     def release(self) -> None:
         self.unlock()

@@ -22,6 +22,12 @@ class Tape:
     def __init__(self, store: Store):
         self.store = store
         self._entries: OrderedDict[str, Entry] = OrderedDict()
+        store.discard_listeners.append(self._forget)
+
+    def _forget(self, hashes) -> None:
+        """Entries of a discarded batch were never stored: drop them from the cache too."""
+        for h in hashes:
+            self._entries.pop(h, None)
 
     @classmethod
     def init(cls, path: str | os.PathLike = ".ctape", **kw) -> "Tape":

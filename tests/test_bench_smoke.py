@@ -264,8 +264,6 @@ def test_packed_session_reads_do_not_grow_with_the_tape(tmp_path, monkeypatch):
         assert big[q]["records_read"] == small[q]["records_read"], (q, small[q], big[q])
 
 
-@pytest.mark.xfail(reason="store.read_object_at preads and CRC-checks the whole compressed pack block "
-                   "for every object, before looking in the decompressed-block cache (see docs/performance.md)", strict=False)
 def test_packed_log_reads_less_than_the_session_pack(tmp_path, monkeypatch):
     io = IO(monkeypatch)
     d = tmp_path / "tape"

@@ -232,10 +232,6 @@ def test_status_after_a_flip_in_a_blob_or_header(clean, cache):
         check_reads(fx, fx.stale_cache() if cache == "stale" else None, r.type)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core bug: status after a flipped byte in an entry on the HEAD path exits 0 with wrong data (incomplete: true, last_entry null, last_error null) instead of failing",
-)
 @pytest.mark.parametrize("cache", ["fresh", "stale"])
 def test_status_after_a_flip_in_an_entry(clean, cache):
     fx = clean
@@ -255,10 +251,6 @@ def test_reads_after_a_flip_in_a_ref_record_with_a_stale_index(clean):
         check_reads(fx, fx.stale_cache(), r.type)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core bug: a ref record with a bad checksum is skipped silently when indexing; HEAD falls back to an older record and log/status exit 0 with an older history",
-)
 def test_reads_after_a_flip_in_a_ref_record(clean):
     fx = clean
     last_ref = [r for r in fx.records if r.type == framing.T_REF][-1]

@@ -200,3 +200,51 @@ def test_compact_then_rsync_without_delete(pair):
     rsync(a, b)
     assert {ha, hb} <= every_entry(b, "chat")
     assert run_cli("--dir", b, "fsck").returncode == 0
+
+
+def test_many_rounds_of_plain_rsync_lose_no_acknowledged_append(tmp_path):
+    """The copy of a growing segment on the other side must never come back over newer appends."""
+    a, b = tmp_path / "A", tmp_path / "B"
+    t = Tape.init(a)
+    t.session("chat").append("user", {"content": "start"})
+    t.close()
+    rsync(a, b)
+    live_a = Tape.open(a)  # a long-lived writer on A, keeping its view between rounds
+    acked = set()
+    for r in range(4):
+        for i in range(2):
+            acked.add(live_a.session("chat").append("user", {"content": f"A {r} {i}"}).hash)
+            p = run_cli("--dir", b, "append", "user", json.dumps({"content": f"B {r} {i}"}), "-s", "chat", check=True)
+            acked.add(p.stdout.decode().strip())
+        rsync(a, b)
+        rsync(b, a)
+    live_a.close()
+    assert snapshot(a) == snapshot(b)
+    for d in (a, b):
+        t = Tape.open(d)
+        s = t.session("chat")
+        reached = set()
+        for line in s.reflog():
+            for v in (line["new"], line["old"]):
+                if v and not v.startswith("@") and t.has_entry(v):
+                    reached |= {e.hash for e in s.log(v)}
+        assert acked <= reached, f"{d.name} lost {len(acked - reached)} acknowledged appends"
+        assert t.fsck()["ok"]
+
+
+def test_reading_does_not_seal_the_segment(tape_dir):
+    t = Tape.open(tape_dir)
+    t.session("chat").append("user", {"content": "one"})
+    for args in (["log", "-s", "chat"], ["status", "-s", "chat"], ["fsck"], ["stats"]):
+        run_cli("--dir", tape_dir, *args, check=True)
+    t.session("chat").append("user", {"content": "two"})
+    run_cli("--dir", tape_dir, "append", "user", '{"content": "three"}', "-s", "chat", check=True)
+    assert len(os.listdir(tape_dir / "sessions" / "chat")) == 1
+
+
+def test_a_copy_seals_the_segment(tape_dir, tmp_path):
+    t = Tape.open(tape_dir)
+    t.session("chat").append("user", {"content": "one"})
+    rsync(tape_dir, tmp_path / "copy")
+    t.session("chat").append("user", {"content": "two"})
+    assert len(os.listdir(tape_dir / "sessions" / "chat")) == 2
