@@ -34,7 +34,7 @@ from typing import Callable, Optional
 
 from blake3 import blake3
 
-from . import framing
+from . import framing, packing
 from .canonical import blob_refs, canonical_json
 from .errors import CorruptObject, InvalidInput, StorageError
 from .models import format_time
@@ -42,7 +42,8 @@ from .store import TYPE_ENTRY, Store, _fsync_dir, open_for_reading, zstd
 
 _DUR = re.compile(r"(\d+)([smhdw])")
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-BLOCK_BYTES = 256 << 10  # uncompressed bytes of objects per pack block
+BLOCK_BYTES = 1 << 20  # uncompressed bytes per pack block: larger compresses better, reads cost more
+BLOCK_LEVEL = 9
 LARGE_OBJECT = 64 << 10  # objects this large stay on their own (read without their neighbours)
 
 
@@ -138,13 +139,13 @@ def _records(store: Store, path: str, start: int, end: Optional[int]):
         if isinstance(item, framing.Damage):
             continue  # fsck reports damage; compaction keeps only what reads back
         if item.type == framing.T_BLOCK:
+            where = f"block in {path}"
             try:
-                raw = store.decompress(item.body, f"block in {path}")
+                inner = packing.decode_block(store.decompress(item.body, where), where)
             except CorruptObject:
                 continue
-            for inner in framing.scan(raw):
-                if isinstance(inner, framing.Record):
-                    yield framing.Record(start + item.offset, inner.type, inner.body)
+            for rec in inner:
+                yield framing.Record(start + item.offset, rec.type, rec.body)
         else:
             yield framing.Record(start + item.offset, item.type, item.body)
 
@@ -261,7 +262,7 @@ def _already_compact(files: list[str], dropped_in: dict[str, int]) -> bool:
 
 
 class PackWriter:
-    """Builds a pack in memory-bounded blocks, then installs it under its content hash."""
+    """Builds a pack block by block (see packing.py), then installs it under its content hash."""
 
     def __init__(self, store: Store, session: str):
         self.store = store
@@ -270,11 +271,11 @@ class PackWriter:
         self.tmp = os.path.join(self.dir, f".tmp-pack-{secrets.token_hex(6)}")
         self.fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         self.hasher = blake3()
-        self.block: list[bytes] = []
+        self.block: list[tuple[int, bytes]] = []
         self.block_size = 0
         self.objects: set[str] = set()
         self.count = 0
-        self.cctx = zstd().ZstdCompressor(level=9, write_content_size=True)
+        self.cctx = zstd().ZstdCompressor(level=BLOCK_LEVEL, write_content_size=True)
         self._write(framing.frame(framing.T_HEADER, canonical_json({"format": "ctape-pack", "version": 1, "session": session})))
 
     def _write(self, data: bytes) -> None:
@@ -291,32 +292,33 @@ class PackWriter:
             return
         self.objects.add(h)
         self.count += 1
-        if body[33] == 0 and len(body) < LARGE_OBJECT:  # raw: compress with its neighbours
-            self._add_to_block(framing.T_OBJECT, body)
-        elif body[33] == 1 and len(body) < LARGE_OBJECT // 4:  # small and compressed alone: do better in a block
-            _, raw = self.store.decode_object(h, body)
-            self.add_raw(h, body[32], raw)
-        else:
+        if len(body) >= LARGE_OBJECT:  # large: on its own, so reading it needs no neighbours
             self._write(framing.frame(framing.T_OBJECT, body))
+            return
+        if body[33] != 0:
+            _, raw = self.store.decode_object(h, body)
+            if len(raw) >= LARGE_OBJECT * 4:
+                self._write(framing.frame(framing.T_OBJECT, body))
+                return
+            body = body[:33] + b"\0" + raw
+        self._add(framing.T_OBJECT, body)
 
-    def add_raw(self, h: str, type_: int, raw: bytes) -> None:
-        self._add_to_block(framing.T_OBJECT, bytes.fromhex(h) + bytes((type_, 0)) + raw)
+    def add_record(self, type_: int, body: bytes) -> None:
+        """A ref or partial record, in order among the objects (its hashes point at them)."""
+        self.count += 1
+        self._add(type_, body)
 
-    def _add_to_block(self, type_: int, body: bytes) -> None:
-        self.block.append(framing.frame(type_, body))
+    def _add(self, type_: int, body: bytes) -> None:
+        self.block.append((type_, body))
         self.block_size += len(body)
         if self.block_size >= BLOCK_BYTES:
             self._flush_block()
 
     def _flush_block(self) -> None:
         if self.block:
-            self._write(framing.frame(framing.T_BLOCK, self.cctx.compress(b"".join(self.block))))
+            raw = packing.encode_block(self.block)
+            self._write(framing.frame(framing.T_BLOCK, self.cctx.compress(raw)))
             self.block, self.block_size = [], 0
-
-    def add_record(self, type_: int, body: bytes) -> None:
-        """A ref or partial record; they compress well together (hashes repeat as old/new)."""
-        self.count += 1
-        self._add_to_block(type_, body)
 
     def finish(self) -> Optional[str]:
         """fsync, rename to pack-<hash>.pack, fsync the folder; returns the relative path."""
@@ -346,27 +348,19 @@ class PackWriter:
 def _write_pack(store, session, files, snapshot, ages, grace_s, live, kept_ids, open_streams) -> Optional[str]:
     pw = PackWriter(store, session)
     try:
-        refs: list[bytes] = []
-        partials: list[bytes] = []
+        done: set[bytes] = set()
         for path in sorted(files):
             young = ages[path] < grace_s
             for rec in _records(store, path, 0, snapshot[path]):
                 if rec.type == framing.T_OBJECT:
                     if young or rec.body[:32].hex() in live:
                         pw.add_object(rec.body)
-                elif rec.type == framing.T_REF:
+                elif rec.type in (framing.T_REF, framing.T_PARTIAL) and rec.body not in done:
                     r = json.loads(rec.body)
-                    if (r["s"], r["w"], r["n"]) in kept_ids:
-                        refs.append(rec.body)
-                elif rec.type == framing.T_PARTIAL:
-                    p = json.loads(rec.body)
-                    if (p["s"], p["stream"]) in open_streams:
-                        partials.append(rec.body)
-        pw._flush_block()  # records get blocks of their own
-        for body in dict.fromkeys(refs):
-            pw.add_record(framing.T_REF, body)
-        for body in dict.fromkeys(partials):
-            pw.add_record(framing.T_PARTIAL, body)
+                    keep = (r["s"], r["w"], r["n"]) in kept_ids if rec.type == framing.T_REF else (r["s"], r["stream"]) in open_streams
+                    if keep:
+                        done.add(rec.body)
+                        pw.add_record(rec.type, rec.body)
         return pw.finish()
     except OSError as e:
         pw.abort()

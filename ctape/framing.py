@@ -33,7 +33,9 @@ T_OBJECT = ord("O")  # object: 32-byte hash, codec byte, data
 T_REF = ord("R")  # ref record: canonical JSON
 T_PARTIAL = ord("P")  # partial stream text: canonical JSON
 T_BLOCK = ord("K")  # packs only: a zstd frame holding many object records, compressed together
-RECORD_TYPES = {T_HEADER, T_OBJECT, T_REF, T_PARTIAL, T_BLOCK}
+T_BLOCK_OBJECT = ord("o")  # inside blocks only: an object stored without its name (see packing.py)
+T_BLOCK_REF = ord("r")  # inside blocks only: a ref record with positional references
+RECORD_TYPES = {T_HEADER, T_OBJECT, T_REF, T_PARTIAL, T_BLOCK, T_BLOCK_OBJECT, T_BLOCK_REF}
 
 
 def frame(type_: int, body: bytes) -> bytes:

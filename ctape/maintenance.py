@@ -7,7 +7,7 @@ import os
 import stat
 from typing import TYPE_CHECKING, Iterator
 
-from . import framing
+from . import framing, packing
 from .canonical import blob_refs
 from .errors import CorruptObject
 from .store import TYPE_ENTRY, open_for_reading
@@ -32,16 +32,14 @@ def scan_file(tape: "Tape", rel: str) -> Iterator[framing.Record | framing.Damag
         data = f.read()
     for item in framing.scan(data):
         if isinstance(item, framing.Record) and item.type == framing.T_BLOCK:
+            where = f"block at offset {item.offset} of {rel}"
             try:
-                raw = tape.store.decompress(item.body, f"block at offset {item.offset} of {rel}")
+                inner = packing.decode_block(tape.store.decompress(item.body, where), where)
             except CorruptObject as e:
                 yield framing.Damage(item.offset, False, str(e).split(";")[0])
                 continue
-            for inner in framing.scan(raw):
-                if isinstance(inner, framing.Damage):
-                    yield framing.Damage(item.offset, False, "damaged record inside a pack block")
-                    break
-                yield framing.Record(item.offset, inner.type, inner.body)
+            for rec in inner:
+                yield framing.Record(item.offset, rec.type, rec.body)
         else:
             yield item
 

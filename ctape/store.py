@@ -29,7 +29,7 @@ from typing import Iterator, Optional
 
 from blake3 import blake3
 
-from . import framing
+from . import framing, packing
 from .canonical import canonical_json, object_hash
 from .errors import CorruptObject, EntryNotFound, InvalidInput, NotATape, ObjectTooLarge, StorageError, UnsafePath
 from .index import Index, IndexBatch, default_cache_root, hash_key
@@ -428,13 +428,8 @@ class Store:
 
     def block_items(self, file_id: int, offset: int, body: bytes) -> list[framing.Record]:
         """The records inside a pack block."""
-        raw = self.decompress(body, f"block at offset {offset}")
-        out = []
-        for item in framing.scan(raw):
-            if isinstance(item, framing.Damage):
-                raise CorruptObject(f"damaged block at offset {offset} of {self.index.path_of(file_id)}; run `ctape fsck`")
-            out.append(item)
-        return out
+        where = f"block at offset {offset} of {self.index.path_of(file_id)}"
+        return packing.decode_block(self.decompress(body, where), where)
 
     def block_records(self, file_id: int, offset: int, body: bytes) -> dict[str, bytes]:
         """The object records inside a pack block, by hash (the last few blocks are cached)."""

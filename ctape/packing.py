@@ -1,0 +1,111 @@
+"""The inside of a pack block: many records compressed together, without hashes.
+
+Content addressing puts 32 bytes of pure entropy into every entry (its parent's
+hash) and every object record (its own name), and compression can do nothing
+with them: on agent data they would be most of a compacted tape. Inside a pack
+block they are not stored:
+
+- an object is stored without its name (type 'o'); the name is its hash,
+  computed again when the block is read;
+- a reference to an object earlier in the same block -- an entry's parent, a
+  blob reference, a hash in a ref record -- is written as its distance back, in
+  objects: `"<64 hex>"` becomes `"#<d>"` and the blob reference `\\u0000b<64 hex>`
+  becomes `\\u0000#<d>` (codec POSITIONAL). A body that already holds `"#` or
+  `\\u0000#` anywhere is stored as it is (codec PLAIN), so decoding is exact.
+
+Reading a block rebuilds every record's canonical bytes in order, hashing each
+object as it goes; callers see ordinary object records (with names) and ref
+records. A reference to something outside the block keeps its full hash.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable
+
+from . import framing
+from .canonical import object_hash
+from .errors import CorruptObject
+
+T_OBJ = framing.T_BLOCK_OBJECT  # type byte, codec byte, data
+T_REF = framing.T_BLOCK_REF  # codec byte, data
+PLAIN, POSITIONAL = 0, 3
+
+_HASH = re.compile(rb'"([0-9a-f]{64})"|\\u0000b([0-9a-f]{64})')
+_POS = re.compile(rb'"#(\d+)"|\\u0000#(\d+)')
+_KIND = {ord("E"): b"entry", ord("B"): b"blob"}
+
+
+def _encode(body: bytes, positions: dict[str, int], here: int) -> tuple[int, bytes]:
+    if b'"#' in body or b"\\u0000#" in body:
+        return PLAIN, body
+
+    def sub(m: re.Match) -> bytes:
+        h = (m.group(1) or m.group(2)).decode()
+        p = positions.get(h)
+        if p is None:
+            return m.group(0)
+        d = str(here - p).encode()
+        return b'"#' + d + b'"' if m.group(1) else b"\\u0000#" + d
+
+    out = _HASH.sub(sub, body)
+    return (POSITIONAL, out) if out != body else (PLAIN, body)
+
+
+def encode_block(items: Iterable[tuple[int, bytes]]) -> bytes:
+    """Frame (record type, canonical record body) items for a block; objects come as full
+    object record bodies (hash, type, codec 0, canonical data)."""
+    out: list[bytes] = []
+    positions: dict[str, int] = {}
+    n = 0
+    for type_, body in items:
+        if type_ == framing.T_OBJECT:
+            h, kind, data = body[:32].hex(), body[32], body[34:]
+            codec, data = _encode(data, positions, n) if kind == ord("E") else (PLAIN, data)
+            out.append(framing.frame(T_OBJ, bytes((kind, codec)) + data))
+            positions[h] = n
+            n += 1
+        elif type_ == framing.T_REF:
+            codec, data = _encode(body, positions, n)
+            out.append(framing.frame(T_REF, bytes((codec,)) + data))
+        else:
+            out.append(framing.frame(type_, body))
+    return b"".join(out)
+
+
+def decode_block(raw: bytes, where: str) -> list[framing.Record]:
+    """The records of a block as ordinary records: objects with their names, canonical refs."""
+    names: list[str] = []
+    out: list[framing.Record] = []
+
+    def bad(why: str) -> CorruptObject:
+        return CorruptObject(f"damaged {where}: {why}; run `ctape fsck`")
+
+    def resolve(data: bytes) -> bytes:
+        def sub(m: re.Match) -> bytes:
+            d = int(m.group(1) or m.group(2))
+            if not 0 < d <= len(names):
+                raise bad("a reference points outside the block")
+            h = names[-d].encode()
+            return b'"' + h + b'"' if m.group(1) else b"\\u0000b" + h
+
+        return _POS.sub(sub, data)
+
+    for item in framing.scan(raw):
+        if isinstance(item, framing.Damage):
+            raise bad(item.reason)
+        if item.type == T_OBJ:
+            kind, codec, data = item.body[0], item.body[1], item.body[2:]
+            if kind not in _KIND or codec not in (PLAIN, POSITIONAL):
+                raise bad("unknown object type or codec")
+            if codec == POSITIONAL:
+                data = resolve(data)
+            h = object_hash(_KIND[kind], data)
+            names.append(h)
+            out.append(framing.Record(item.offset, framing.T_OBJECT, bytes.fromhex(h) + bytes((kind, 0)) + data))
+        elif item.type == T_REF:
+            codec, data = item.body[0], item.body[1:]
+            out.append(framing.Record(item.offset, framing.T_REF, resolve(data) if codec == POSITIONAL else data))
+        else:
+            out.append(item)
+    return out

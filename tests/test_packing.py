@@ -1,0 +1,87 @@
+"""Pack blocks store no hashes; reading them must rebuild every record byte for byte."""
+
+import json
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ctape import Tape, framing
+from ctape.canonical import canonical_json, object_hash
+from ctape.packing import decode_block, encode_block
+
+from conftest import run_cli
+
+
+def obj(kind: bytes, data: bytes) -> bytes:
+    h = object_hash(b"entry" if kind == b"E" else b"blob", data)
+    return bytes.fromhex(h) + kind + b"\0" + data
+
+
+def roundtrip(items):
+    raw = encode_block(items)
+    got = [(r.type, r.body) for r in decode_block(raw, "test block")]
+    assert got == items
+    return raw
+
+
+def test_chain_and_records_roundtrip_and_shrink():
+    items, parent = [], None
+    blob = obj(b"B", b"x" * 2000)
+    items.append((framing.T_OBJECT, blob))
+    for i in range(50):
+        body = canonical_json({"kind": "user", "parent": parent, "payload": {"content": f"m{i}", "file": "\0b" + blob[:32].hex()}, "seq": i + 1})
+        o = obj(b"E", body)
+        items.append((framing.T_OBJECT, o))
+        rec = canonical_json({"s": "chat", "set": {"main": o[:32].hex()}, "old": {"main": parent}, "n": i + 1})
+        items.append((framing.T_REF, rec))
+        parent = o[:32].hex()
+    raw = roundtrip(items)
+    assert sum(len(b) for _, b in items) - len(raw) > 50 * (32 + 64 + 64) * 0.9  # names and hashes are gone
+
+
+def test_bodies_that_look_like_references_are_kept_as_they_are():
+    a = obj(b"E", canonical_json({"parent": None, "payload": {"content": "#1"}}))
+    tricky = [
+        canonical_json({"parent": a[:32].hex(), "payload": {"content": '"#1"'}}),
+        canonical_json({"parent": a[:32].hex(), "payload": {"content": "\0#1"}}),
+        canonical_json({"parent": a[:32].hex(), "payload": {"x": "#2", "y": a[:32].hex()}}),
+    ]
+    roundtrip([(framing.T_OBJECT, a)] + [(framing.T_OBJECT, obj(b"E", b)) for b in tricky])
+
+
+hexes = st.text("0123456789abcdef", min_size=64, max_size=64)
+values = st.recursive(
+    st.one_of(st.none(), st.integers(), st.text(max_size=20), hexes, st.just("#1"), st.just("\0#2"), st.just('"#3"')),
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=6), inner, max_size=4)),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(values, min_size=1, max_size=8), st.data())
+def test_random_blocks_roundtrip(payloads, data):
+    items, names = [], []
+    for p in payloads:
+        ref = data.draw(st.sampled_from(names)) if names and data.draw(st.booleans()) else None
+        body = canonical_json({"parent": ref, "payload": p, "blob": "\0b" + ref if ref else None})
+        o = obj(b"E", body)
+        items.append((framing.T_OBJECT, o))
+        names.append(o[:32].hex())
+        if data.draw(st.booleans()):
+            items.append((framing.T_REF, canonical_json({"set": {"main": data.draw(st.sampled_from(names))}, "p": p})))
+    roundtrip(items)
+
+
+def test_compacted_tape_reads_back_equal(tape_dir):
+    t = Tape.open(tape_dir)
+    s = t.session("chat")
+    for i in range(300):
+        s.append("tool_result", {"call_id": f"c{i}", "output": ("same file " * 200) if i % 5 == 0 else f"out {i}"}, delta={"i": i})
+    before = [e.to_json() for e in s.log()]
+    t.compact(grace="now")
+    t.close()
+    t = Tape.open(tape_dir)
+    assert [e.to_json() for e in t.session("chat").log()] == before
+    assert t.fsck()["ok"]
+    r = run_cli("--dir", tape_dir, "log", "-s", "chat", "-n", "3", "--json", env={"CTAPE_CACHE_DIR": str(tape_dir.parent / "fresh-cache")})
+    assert [json.loads(x) for x in r.stdout.splitlines()] == before[:3]
