@@ -42,8 +42,8 @@ from .store import TYPE_ENTRY, Store, _fsync_dir, open_for_reading, zstd
 
 _DUR = re.compile(r"(\d+)([smhdw])")
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-BLOCK_BYTES = 1 << 20  # uncompressed bytes per pack block: larger compresses better, reads cost more
-BLOCK_LEVEL = 9
+BLOCK_BYTES = 2 << 20  # uncompressed bytes per pack block: larger compresses better, reads cost more
+BLOCK_LEVEL = 12  # zstd level: 19 saves ~12% more but compresses ~10x slower
 LARGE_OBJECT = 64 << 10  # objects this large stay on their own (read without their neighbours)
 
 
@@ -275,7 +275,7 @@ class PackWriter:
         self.block_size = 0
         self.objects: set[str] = set()
         self.count = 0
-        self.cctx = zstd().ZstdCompressor(level=BLOCK_LEVEL, write_content_size=True)
+        self.cctx = zstd().ZstdCompressor(level=BLOCK_LEVEL, write_content_size=True, write_checksum=True)
         self._write(framing.frame(framing.T_HEADER, canonical_json({"format": "ctape-pack", "version": 1, "session": session})))
 
     def _write(self, data: bytes) -> None:

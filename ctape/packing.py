@@ -16,6 +16,11 @@ block they are not stored:
 Reading a block rebuilds every record's canonical bytes in order, hashing each
 object as it goes; callers see ordinary object records (with names) and ref
 records. A reference to something outside the block keeps its full hash.
+
+Records inside a block are framed lightly -- a type byte, the body length as a
+LEB128 varint, the body -- with no checksums of their own: the block's frame
+carries a CRC of the compressed bytes, the zstd frame a checksum of the content,
+and every object is verified against its hash when read.
 """
 
 from __future__ import annotations
@@ -62,15 +67,49 @@ def encode_block(items: Iterable[tuple[int, bytes]]) -> bytes:
         if type_ == framing.T_OBJECT:
             h, kind, data = body[:32].hex(), body[32], body[34:]
             codec, data = _encode(data, positions, n) if kind == ord("E") else (PLAIN, data)
-            out.append(framing.frame(T_OBJ, bytes((kind, codec)) + data))
+            out.append(_inner(T_OBJ, bytes((kind, codec)) + data))
             positions[h] = n
             n += 1
         elif type_ == framing.T_REF:
             codec, data = _encode(body, positions, n)
-            out.append(framing.frame(T_REF, bytes((codec,)) + data))
+            out.append(_inner(T_REF, bytes((codec,)) + data))
         else:
-            out.append(framing.frame(type_, body))
+            out.append(_inner(type_, body))
     return b"".join(out)
+
+
+def _inner(type_: int, body: bytes) -> bytes:
+    n, head = len(body), bytearray((type_,))
+    while True:
+        byte = n & 0x7F
+        n >>= 7
+        if n:
+            head.append(byte | 0x80)
+        else:
+            head.append(byte)
+            return bytes(head) + body
+
+
+def _inner_records(raw: bytes, bad) -> list[tuple[int, int, bytes]]:
+    out, pos, size = [], 0, len(raw)
+    while pos < size:
+        start, type_ = pos, raw[pos]
+        pos += 1
+        n = shift = 0
+        while True:
+            if pos >= size or shift > 35:
+                raise bad("a record inside the block is cut short")
+            byte = raw[pos]
+            pos += 1
+            n |= (byte & 0x7F) << shift
+            shift += 7
+            if not byte & 0x80:
+                break
+        if pos + n > size:
+            raise bad("a record inside the block is cut short")
+        out.append((start, type_, raw[pos : pos + n]))
+        pos += n
+    return out
 
 
 def decode_block(raw: bytes, where: str) -> list[framing.Record]:
@@ -91,21 +130,25 @@ def decode_block(raw: bytes, where: str) -> list[framing.Record]:
 
         return _POS.sub(sub, data)
 
-    for item in framing.scan(raw):
-        if isinstance(item, framing.Damage):
-            raise bad(item.reason)
-        if item.type == T_OBJ:
-            kind, codec, data = item.body[0], item.body[1], item.body[2:]
+    for offset, type_, body in _inner_records(raw, bad):
+        if type_ == T_OBJ:
+            if len(body) < 2:
+                raise bad("an object record is too short")
+            kind, codec, data = body[0], body[1], body[2:]
             if kind not in _KIND or codec not in (PLAIN, POSITIONAL):
                 raise bad("unknown object type or codec")
             if codec == POSITIONAL:
                 data = resolve(data)
             h = object_hash(_KIND[kind], data)
             names.append(h)
-            out.append(framing.Record(item.offset, framing.T_OBJECT, bytes.fromhex(h) + bytes((kind, 0)) + data))
-        elif item.type == T_REF:
-            codec, data = item.body[0], item.body[1:]
-            out.append(framing.Record(item.offset, framing.T_REF, resolve(data) if codec == POSITIONAL else data))
+            out.append(framing.Record(offset, framing.T_OBJECT, bytes.fromhex(h) + bytes((kind, 0)) + data))
+        elif type_ == T_REF:
+            if not body:
+                raise bad("a ref record is empty")
+            codec, data = body[0], body[1:]
+            out.append(framing.Record(offset, framing.T_REF, resolve(data) if codec == POSITIONAL else data))
+        elif type_ in (framing.T_PARTIAL, framing.T_OBJECT):
+            out.append(framing.Record(offset, type_, body))
         else:
-            out.append(item)
+            raise bad(f"unknown record type {type_}")
     return out

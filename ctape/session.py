@@ -83,8 +83,11 @@ class Session:
             "t": extra.pop("time", None) or now_rfc3339(),
             "op": op,
             "set": sets,
-            "old": old,
         }
+        if op != "append" or st.settle:
+            # an append moves a ref from the new entry's parent: its old value is
+            # implied, and the ref log works it out when it replays the records
+            rec["old"] = old
         seen = {k: v for k, v in st.seen.items() if k != me}
         if seen:
             rec["seen"] = seen
@@ -296,6 +299,7 @@ class Session:
         positions: list[str] = []
         lines: list[dict] = []
         for rec in self.store.index.records(self.name, newest_first=False):
+            before = {ref: (head if ref == HEAD else branches.get(ref)) for ref in rec.get("set", {})}
             for ref, value in rec.get("set", {}).items():
                 if ref == HEAD:
                     head = value
@@ -309,7 +313,7 @@ class Session:
                 lines.append(
                     {
                         "ref": ref if ref == HEAD else f"{self.name}/{ref}",
-                        "old": (rec.get("old") or {}).get(ref),
+                        "old": (rec["old"] or {}).get(ref) if "old" in rec else before.get(ref),
                         "new": new,
                         "op": rec.get("op"),
                         "time": rec.get("t"),

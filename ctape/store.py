@@ -773,8 +773,7 @@ class SegmentWriter:
         held = self.held_ref
         if held is not None:
             if coalesce and held["set"].keys() == rec["set"].keys():
-                rec = dict(rec, old=held["old"])
-                self.held_ref = rec
+                self.held_ref = rec  # the ref log replays the records, so the old value follows
                 return
             self.held_ref = None
             self._frame_ref(held)
