@@ -243,15 +243,26 @@ def _plan(store: Store, snapshot, ages, grace_s, live) -> dict:
             if h in seen:
                 dropped_in[path] = dropped_in.get(path, 0) + 1  # a second copy goes
                 continue
+            size = _logical_size(rec.body)
             if h in live or young:
                 kept += 1
-                kept_bytes += len(rec.body)
+                kept_bytes += size
                 seen.add(h)
             else:
                 freed += 1
-                freed_bytes += len(rec.body)
+                freed_bytes += size
                 dropped_in[path] = dropped_in.get(path, 0) + 1
     return {"kept_objects": kept, "kept_bytes": kept_bytes, "freed_objects": freed, "freed_bytes": freed_bytes, "dropped_in": dropped_in}
+
+
+def _logical_size(body: bytes) -> int:
+    """An object's uncompressed size, so that reports do not depend on how it is stored."""
+    if body[33] == 1:
+        try:
+            return max(zstd().frame_content_size(body[34:]), 0)
+        except zstd().ZstdError:
+            return len(body) - 34
+    return len(body) - 34
 
 
 def _already_compact(files: list[str], dropped_in: dict[str, int]) -> bool:

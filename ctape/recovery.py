@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .errors import CorruptObject, EntryNotFound
 from .stream import open_streams
 
 if TYPE_CHECKING:
@@ -16,11 +17,14 @@ def status(session: "Session") -> dict:
     h = refs.head_hash
     incomplete = bool(h) and not tape.has_entry(h)
     if incomplete and session.store.damage(session.name):
-        from .errors import CorruptObject
-
         raise CorruptObject(f"HEAD entry {h} of session {session.name!r} is damaged; run `ctape fsck`")
-    head = tape.read_entry(h) if h and not incomplete else None
-    d = tape.derived(h) if head else {"pending": {}, "last_error": None}
+    head, d = None, {"pending": {}, "last_error": None}
+    if h and not incomplete:
+        try:
+            head = tape.read_entry(h)
+            d = tape.derived(h)
+        except EntryNotFound:
+            incomplete = True  # an entry or value on the path has not arrived yet (an rsync under way)
     interrupted = None
     streams = open_streams(session) if session.exists() else []
     if streams:
@@ -30,8 +34,13 @@ def status(session: "Session") -> dict:
         c = head.payload.get("content") if isinstance(head.payload, dict) else None
         interrupted = {"content": c, "hash": head.hash, "time": head.time, "recorded": True}
     last_error = None
+    e = None
     if d["last_error"]:
-        e = tape.read_entry(d["last_error"])
+        try:
+            e = tape.read_entry(d["last_error"])
+        except EntryNotFound:
+            incomplete = True
+    if e is not None:
         p = e.payload if isinstance(e.payload, dict) else {}
         msg = p.get("message") if e.kind == "error" else p.get("output")
         last_error = {"hash": e.hash, "kind": e.kind, "message": msg, "call_id": p.get("call_id"), "time": e.time}

@@ -248,3 +248,20 @@ def test_a_copy_seals_the_segment(tape_dir, tmp_path):
     rsync(tape_dir, tmp_path / "copy")
     t.session("chat").append("user", {"content": "two"})
     assert len(os.listdir(tape_dir / "sessions" / "chat")) == 2
+
+
+def test_status_while_a_value_has_not_arrived(tmp_path):
+    a, b = tmp_path / "A", tmp_path / "B"
+    t = Tape.init(a)
+    big = "shared tool output " * 200
+    t.session("first").append("tool_result", {"call_id": "c1", "output": big})
+    t.session("second").append("tool_result", {"call_id": "c2", "output": big})  # its value lives in `first`
+    t.close()
+    os.makedirs(b)
+    rsync(a, b, "--exclude=sessions/first/")
+    r = run_cli("--dir", b, "status", "-s", "second", "--json")
+    assert r.returncode == 0, r.stderr
+    st = json.loads(r.stdout)
+    assert st["incomplete"] is True and st["head"]
+    rsync(a, b)
+    assert json.loads(run_cli("--dir", b, "status", "-s", "second", "--json").stdout)["incomplete"] is False
