@@ -11,7 +11,7 @@ from typing import Iterator, Optional
 from . import derived
 from .canonical import internalize, is_hash
 from .errors import AmbiguousRef, EntryNotFound, InvalidInput, RefNotFound
-from .models import NAME_RE, Entry
+from .models import NAME_RE, Entry, kind_value
 from .refspec import parse_ref
 from .store import TYPE_ENTRY, Store
 
@@ -208,7 +208,4 @@ class Tape:
         return compact(self, expire=expire, grace=grace, dry_run=dry_run, progress=progress)
 
 
-def check_kind(kind) -> str:
-    from .models import kind_value
-
-    return kind_value(kind)
+check_kind = kind_value
