@@ -754,12 +754,11 @@ def check_no_errors(fmt, out):
 
 # -- a real transcript ------------------------------------------------------------------------------
 
-TRANSCRIPTS = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "transcripts" / "claude-code"
-if not TRANSCRIPTS.is_dir():
-    TRANSCRIPTS = Path("/work/shared/fixtures/transcripts/claude-code")
+TRANSCRIPTS = Path(__file__).resolve().parent / "fixtures" / "transcripts" / "claude-code"
+assert TRANSCRIPTS.is_dir(), "tests/fixtures/transcripts is part of the repository"
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in TRANSCRIPTS.glob("*.jsonl")) if TRANSCRIPTS.is_dir() else [])
+@pytest.mark.parametrize("name", sorted(p.name for p in TRANSCRIPTS.glob("*.jsonl")))
 def test_imported_claude_code_transcript_gives_valid_context(tape_dir, name):
     p = run_cli("--dir", tape_dir, "import", "claude-code", TRANSCRIPTS / name, "-s", "imported")
     err = p.stderr.decode().lower()
