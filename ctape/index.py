@@ -109,13 +109,7 @@ class Index:
 
     def add(self, batch: "IndexBatch") -> None:
         p = self.pending
-        p.objects += batch.objects
-        p.records += batch.records
-        p.claims += batch.claims
-        p.partials += batch.partials
-        p.closed += batch.closed
-        p.files += batch.files
-        p.keyframes += batch.keyframes
+        p.extend(batch)
         for key, fid, off, _ in batch.objects:
             self.pending_objects.setdefault(key, (fid, off))
         for key, body in batch.keyframes:
@@ -179,12 +173,7 @@ class Index:
     def apply_many(self, batches: list["IndexBatch"]) -> None:
         merged = IndexBatch()
         for b in batches:
-            merged.objects += b.objects
-            merged.records += b.records
-            merged.claims += b.claims
-            merged.partials += b.partials
-            merged.closed += b.closed
-            merged.files += b.files
+            merged.extend(b)
         self.apply(merged)
 
     # -- writing a batch of indexed records -------------------------------------
@@ -314,6 +303,10 @@ class IndexBatch:
         self.partials: list = []
         self.closed: list = []
         self.files: list = []
+
+    def extend(self, other: "IndexBatch") -> None:
+        for name in self.__slots__:
+            getattr(self, name).extend(getattr(other, name))
 
     def empty(self) -> bool:
         return not (self.objects or self.records or self.claims or self.partials or self.closed or self.files or self.keyframes)

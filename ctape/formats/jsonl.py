@@ -14,7 +14,8 @@ from __future__ import annotations
 import json
 from typing import Iterator, Optional
 
-from ..errors import InvalidInput, RefNotFound
+from ..errors import InvalidInput
+from ._common import entries_for_export
 from ..models import NAME_RE, check_name
 from ..refs import HEAD
 
@@ -52,16 +53,9 @@ def export(tape, ref: str) -> Iterator[str]:
             yield dump(e.to_json())
         yield dump({"ctape": "refs", "session": ref, "branches": {b: h for b, h in st.branches.items() if b not in st.conflicts}, "head": st.head})
         return
-    h = tape.resolve(ref)
-    if h is None:
-        raise RefNotFound(f"{ref!r} has no entries to export")
-    path = []
-    while h:
-        e = tape.read_entry(h)
-        path.append(e)
-        h = e.parent
+    path = entries_for_export(tape, ref)  # root -> REF
     yield dump({"ctape": HEADER, "version": 1, "ref": ref})
-    for e in reversed(path):
+    for e in path:
         yield dump(e.to_json())
 
 
