@@ -10,7 +10,8 @@ block they are not stored:
 - a reference to an object earlier in the same block -- an entry's parent, a
   blob reference, a hash in a ref record -- is written as its distance back, in
   objects: `"<64 hex>"` becomes `"#<d>"` and the blob reference `\\u0000b<64 hex>`
-  becomes `\\u0000#<d>` (codec POSITIONAL). A body that already holds `"#` or
+  becomes `\\u0000#<d>;` (codec POSITIONAL; the `;` ends the number, since what
+  follows the hash may be a digit). A body that already holds `"#` or
   `\\u0000#` anywhere is stored as it is (codec PLAIN), so decoding is exact.
 
 Reading a block rebuilds every record's canonical bytes in order, hashing each
@@ -37,7 +38,7 @@ T_REF = framing.T_BLOCK_REF  # codec byte, data
 PLAIN, POSITIONAL = 0, 3
 
 _HASH = re.compile(rb'"([0-9a-f]{64})"|\\u0000b([0-9a-f]{64})')
-_POS = re.compile(rb'"#(\d+)"|\\u0000#(\d+)')
+_POS = re.compile(rb'"#(\d+)"|\\u0000#(\d+);')
 _KIND = {ord("E"): b"entry", ord("B"): b"blob"}
 
 
@@ -51,27 +52,37 @@ def _encode(body: bytes, positions: dict[str, int], here: int) -> tuple[int, byt
         if p is None:
             return m.group(0)
         d = str(here - p).encode()
-        return b'"#' + d + b'"' if m.group(1) else b"\\u0000#" + d
+        return b'"#' + d + b'"' if m.group(1) else b"\\u0000#" + d + b";"
 
     out = _HASH.sub(sub, body)
     return (POSITIONAL, out) if out != body else (PLAIN, body)
 
 
-def encode_block(items: Iterable[tuple[int, bytes]]) -> bytes:
+def encode_block(items: list[tuple[int, bytes]]) -> bytes:
     """Frame (record type, canonical record body) items for a block; objects come as full
-    object record bodies (hash, type, codec 0, canonical data)."""
+    object record bodies (hash, type, codec 0, canonical data).
+
+    The result is decoded again and compared with the items before it is returned; if
+    that ever differs, the block is stored without positional references."""
+    raw = _encode_block(items, positional=True)
+    if [(r.type, r.body) for r in decode_block(raw, "new block")] != list(items):
+        raw = _encode_block(items, positional=False)
+    return raw
+
+
+def _encode_block(items: Iterable[tuple[int, bytes]], positional: bool) -> bytes:
     out: list[bytes] = []
     positions: dict[str, int] = {}
     n = 0
     for type_, body in items:
         if type_ == framing.T_OBJECT:
             h, kind, data = body[:32].hex(), body[32], body[34:]
-            codec, data = _encode(data, positions, n) if kind == ord("E") else (PLAIN, data)
+            codec, data = _encode(data, positions, n) if kind == ord("E") and positional else (PLAIN, data)
             out.append(_inner(T_OBJ, bytes((kind, codec)) + data))
             positions[h] = n
             n += 1
         elif type_ == framing.T_REF:
-            codec, data = _encode(body, positions, n)
+            codec, data = _encode(body, positions, n) if positional else (PLAIN, body)
             out.append(_inner(T_REF, bytes((codec,)) + data))
         else:
             out.append(_inner(type_, body))

@@ -85,3 +85,27 @@ def test_compacted_tape_reads_back_equal(tape_dir):
     assert t.fsck()["ok"]
     r = run_cli("--dir", tape_dir, "log", "-s", "chat", "-n", "3", "--json", env={"CTAPE_CACHE_DIR": str(tape_dir.parent / "fresh-cache")})
     assert [json.loads(x) for x in r.stdout.splitlines()] == before[:3]
+
+
+def test_a_hash_followed_by_a_digit_in_text():
+    """Found in review: a blob reference written out in text, followed by a digit."""
+    blob = obj(b"B", b"y" * 3000)
+    text = "\\u0000b" + blob[:32].hex() + "7 and more"
+    e = obj(b"E", canonical_json({"parent": None, "payload": {"content": text}}))
+    roundtrip([(framing.T_OBJECT, blob), (framing.T_OBJECT, e)])
+
+
+def test_review_repro_survives_compact(tape_dir):
+    t = Tape.open(tape_dir)
+    s = t.session("chat")
+    blob = "z" * 2000
+    s.append("tool_result", {"call_id": "c", "output": blob})
+    from ctape.canonical import object_hash as oh
+
+    h = oh(b"blob", blob.encode())
+    msg = s.append("user", {"content": "\\u0000b" + h + "5"})
+    t.compact(expire="now", grace="now")
+    t.close()
+    t = Tape.open(tape_dir)
+    assert t.get("chat").payload == msg.payload
+    assert t.fsck()["ok"]
