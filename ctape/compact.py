@@ -69,6 +69,7 @@ class Scan:
         self.records: list[dict] = []
         self.closed: set[tuple[str, str]] = set()
         self.partial_streams: dict[tuple[str, str], Optional[str]] = {}
+        self.file_records: dict[str, list[tuple]] = {}  # path -> (s, w, n) of its ref records
 
 
 def compact(tape, expire="90d", grace="14d", dry_run: bool = False, progress: Optional[Callable[[str], None]] = None) -> dict:
@@ -104,7 +105,7 @@ def compact(tape, expire="90d", grace="14d", dry_run: bool = False, progress: Op
         written: dict[str, list[str]] = {}
         for n, (session, files) in enumerate(sorted(by_session.items()), 1):
             say(f"compact: packing session {n}/{len(by_session)}")
-            if _already_compact(files, dropped_in):
+            if _already_compact(files, dropped_in, scan.file_records, kept_ids):
                 continue
             pack = _write_pack(store, session, files, snapshot, ages, grace_s, live, kept_ids, open_streams)
             written[session] = [pack] if pack else []
@@ -123,7 +124,11 @@ def _scan(store: Store, snapshot: dict[str, int], say) -> Scan:
         if i % 50 == 0:
             say(f"compact: reading file {i}/{len(snapshot)}")
         for rec in _records(store, path, 0, size):
+            before = len(scan.records)
             _learn(store, scan, rec)
+            if len(scan.records) > before:
+                r = scan.records[-1]
+                scan.file_records.setdefault(path, []).append((r["s"], r["w"], r["n"]))
     return scan
 
 
@@ -265,8 +270,11 @@ def _logical_size(body: bytes) -> int:
     return len(body) - 34
 
 
-def _already_compact(files: list[str], dropped_in: dict[str, int]) -> bool:
-    return len(files) == 1 and files[0].endswith(".pack") and not dropped_in.get(files[0])
+def _already_compact(files: list[str], dropped_in: dict[str, int], file_records: dict, kept_ids: set) -> bool:
+    """One pack from which nothing would go: no object, no expired ref record."""
+    if len(files) != 1 or not files[0].endswith(".pack") or dropped_in.get(files[0]):
+        return False
+    return all(r in kept_ids for r in file_records.get(files[0], ()))
 
 
 # -- writing packs ------------------------------------------------------------------------------

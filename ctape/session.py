@@ -144,7 +144,12 @@ class Session:
         return {HEAD: h}
 
     def _put_entry(self, w: SegmentWriter, kind: str, payload: Any, meta: dict, delta: Any, time: Optional[str], parent: Optional[str]) -> Entry:
-        seq = self.tape.read_entry(parent).seq + 1 if parent else 1
+        if parent is None:
+            seq = 1
+        elif parent == w.last_entry[0]:
+            seq = w.last_entry[1] + 1
+        else:
+            seq = self.tape.read_entry(parent).seq + 1
         t = parse_time(time) if time else now_rfc3339()
         put_blob = lambda b: w.put_object(TYPE_BLOB, b)  # noqa: E731
         body = {
@@ -163,8 +168,9 @@ class Session:
             if len(w.fresh) > 4096:
                 w.fresh.clear()
             w.fresh.add(h)
+        # the caller keeps its dicts (and may change them), so this Entry is not cached
         e = Entry(hash=h, parent=parent, seq=seq, kind=kind, time=t, payload=payload, meta=meta, delta=delta)
-        self.tape._entries[h] = e
+        w.last_entry = (h, seq)
         return e
 
     def _record_partials(self, w: SegmentWriter, skip: Optional[str] = None) -> None:

@@ -70,7 +70,7 @@ def _storage_error(e: OSError, what: str) -> StorageError:
     if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
         return StorageError(f"cannot write {what}: the tape directory is read-only ({e.strerror}); use a writable copy")
     if e.errno in (errno.ENOSPC, errno.EDQUOT):
-        return StorageError(f"cannot write {what}: no space left on the device; free space and retry (nothing was lost)")
+        return StorageError(f"cannot write {what}: no space left on the device; free space and retry (nothing acknowledged was lost)")
     return StorageError(f"cannot write {what}: {e.strerror}")
 
 
@@ -480,7 +480,7 @@ class Store:
             self.refresh()
             loc = self.index.find_object(h)
             if loc is None:
-                raise EntryNotFound(f"object {h} is not in this tape (not synced yet, or removed)")
+                self._not_found(h)
         try:
             return self.read_object_at(h, *loc)
         except (CorruptObject, EntryNotFound):
@@ -488,8 +488,15 @@ class Store:
             self._full_reindex()
             loc = self.index.find_object(h)
             if loc is None:
-                raise EntryNotFound(f"object {h} is not in this tape (not synced yet, or removed)") from None
+                self._not_found(h)
             return self.read_object_at(h, *loc)
+
+    def _not_found(self, h: str):
+        """An object the index cannot find: damaged if the tape has damaged records, else not here yet."""
+        damaged = [p for p, (_, _, _, c) in self.index.file_rows().items() if c]
+        if damaged:
+            raise CorruptObject(f"object {h} cannot be read: damaged records in {', '.join(damaged[:3])}; run `ctape fsck`")
+        raise EntryNotFound(f"object {h} is not in this tape (not synced yet, or removed)")
 
     def has_object(self, h: str) -> bool:
         return h in self.pending or self.index.find_object(h) is not None
@@ -538,13 +545,15 @@ class Store:
                 self._batch_depth -= 1
                 if self._batch_depth == 0:
                     writers = [w for w in self._writers.values() if w.locked]
+                    done = 0
                     try:
-                        for w in writers:
-                            if ok:
+                        if ok:
+                            for w in writers:
                                 w.flush(durable=True)
-                            else:
-                                w.discard()
+                                done += 1
                     finally:
+                        for w in writers[done:]:
+                            w.discard()  # not written: drop, so no later append writes them
                         for w in writers:
                             w.unlock()
 
@@ -586,12 +595,15 @@ class SegmentWriter:
         self.buf = bytearray()
         self.batch = IndexBatch()
         self.new_objects: list[str] = []
+        self.new_set: set[str] = set()
         self.created = False
         self.refstate = None  # the session's refs as this writer knows them (see session.py)
         self.held_ref: Optional[dict] = None  # an append record waiting for the batch's end
         self.fresh: set[str] = set()  # entries this writer created (their children are new too)
+        self.last_entry: tuple[Optional[str], int] = (None, 0)  # (hash, seq) of the last entry it wrote
         self.partials_checked = False
         self._seen_dir: Optional[int] = None  # the session folder's mtime when the view was taken
+        self._seen_sizes: dict[str, int] = {}  # and its data files' sizes
         self.made_dir = False  # this writer created the session folder and has not written to it yet
         self.atime_seen: Optional[int] = None  # the active segment's access time after our last write
         self.derived: Optional[dict] = None  # state and pending calls at derived_head (see Session._track_derived)
@@ -610,8 +622,12 @@ class SegmentWriter:
             os.close(self.dir_fd)
             self.dir_fd = -1
         self.locked = True
-        if not self._view_is_current():
-            self._reload()
+        try:
+            if not self._view_is_current():
+                self._reload()
+        except BaseException:
+            self.unlock()
+            raise
 
     def unlock(self) -> None:
         if self.locked:
@@ -634,9 +650,16 @@ class SegmentWriter:
             return False
         if os.fstat(self.dir_fd).st_mtime_ns != self._seen_dir:
             return False
-        if self.fd >= 0:
-            return os.fstat(self.fd).st_size == self.offset
-        return self.rel is None or os.stat(os.path.join(self.store.root, self.rel)).st_size == self.offset
+        return self._sizes() == self._seen_sizes
+
+    def _sizes(self) -> dict[str, int]:
+        """Every data file of the session and its size (writers with other ids append too)."""
+        out = {}
+        with os.scandir(self.dir) as it:
+            for e in it:
+                if e.name.endswith((".seg", ".pack")):
+                    out[e.name] = e.stat(follow_symlinks=False).st_size
+        return out
 
     def _reload(self) -> None:
         st = self.store
@@ -650,6 +673,7 @@ class SegmentWriter:
         self._open_segment()
         racy = time.time_ns() - mtime < 50_000_000
         self._seen_dir = None if racy else mtime
+        self._seen_sizes = self._sizes()
 
     def _open_dir(self) -> None:
         st = self.store
@@ -747,7 +771,9 @@ class SegmentWriter:
             self._begin()
         if self.rel is None or self.offset + len(self.buf) >= SEGMENT_LIMIT:
             if self.rel is not None:
-                self.flush(durable=False)
+                # a full segment is synced before it is left, and a held ref record stays
+                # queued: it must not move a ref before the write (or batch) it ends
+                self.flush(durable=True, with_held=False)
                 self._close_segment()
             self._create_segment()
         offset = self.offset + len(self.buf)
@@ -758,13 +784,18 @@ class SegmentWriter:
         """Queue an object unless the tape has it; `new` skips the look-up for one that cannot exist yet."""
         st = self.store
         h = object_hash(b"entry" if type_ == TYPE_ENTRY else b"blob", body)
-        if h in st.pending or (not new and st.index.find_object(h) is not None):
+        if h in self.new_set:
+            return h
+        # an object still queued by another session's writer is not on disk yet: if that
+        # write failed, this one would refer to nothing, so it gets its own copy
+        if h not in st.pending and not new and st.index.find_object(h) is not None:
             return h
         h, rec = st.encode_object(type_, body, h)
         offset = self._frame(framing.T_OBJECT, rec)
         self.batch.objects.append((hash_key(h), self.file_id, offset, 1 if type_ == TYPE_ENTRY else 0))
         st.pending[h] = (type_, body)
         self.new_objects.append(h)
+        self.new_set.add(h)
         return h
 
     def put_ref(self, rec: dict, coalesce: bool = False) -> None:
@@ -794,8 +825,8 @@ class SegmentWriter:
 
     # -- writing --------------------------------------------------------------------------
 
-    def flush(self, durable: bool) -> None:
-        if self.held_ref is not None:
+    def flush(self, durable: bool, with_held: bool = True) -> None:
+        if self.held_ref is not None and with_held:
             held, self.held_ref = self.held_ref, None
             self._frame_ref(held)
         if not self.buf:
@@ -814,6 +845,7 @@ class SegmentWriter:
             raise _storage_error(e, f"session {self.session}") from None
         records = bytes(self.buf[len(self._header_frame()) :] if self.created else self.buf)
         self.offset += len(self.buf)
+        self._seen_sizes[os.path.basename(self.rel)] = self.offset
         self.buf = bytearray()
         self.made_dir = False
         self.batch.files.append((self.file_id, self.offset, 0, 0))
@@ -822,6 +854,7 @@ class SegmentWriter:
         for h in self.new_objects:
             st.pending.pop(h, None)
         self.new_objects = []
+        self.new_set = set()
         self.created = False
         if read_meanwhile:
             self._repeat_in_new_segment(records, durable)
@@ -879,6 +912,7 @@ class SegmentWriter:
         for listener in self.store.discard_listeners:
             listener(self.new_objects)
         self.new_objects = []
+        self.new_set = set()
         self.batch = IndexBatch()
         self.buf = bytearray()
         self.held_ref = None
@@ -908,10 +942,18 @@ class SegmentWriter:
                 os.ftruncate(self.fd, self.offset)
                 os.fdatasync(self.fd)
                 self.atime_seen = self._atime()
+                self._forget_indexed_tail()
                 return
         except OSError:
             pass
         self._close_segment()
+
+    def _forget_indexed_tail(self) -> None:
+        """Another process may have indexed the bytes just cut off: start the index over."""
+        try:
+            self.store._full_reindex()
+        except Exception:  # noqa: BLE001 - the index is a cache; a later reader rebuilds it
+            pass
 
     def _close_segment(self) -> None:
         if self.fd >= 0:
