@@ -30,12 +30,12 @@ import re
 import secrets
 import time
 from datetime import datetime, timezone
-from typing import Callable, Optional
+from typing import Callable, NamedTuple, Optional
 
 from blake3 import blake3
 
 from . import framing, packing
-from .canonical import blob_refs, canonical_json
+from .canonical import canonical_json
 from .errors import CorruptObject, InvalidInput, StorageError
 from .models import format_time
 from .store import TYPE_ENTRY, Store, _fsync_dir, open_for_reading, zstd
@@ -61,15 +61,36 @@ def parse_duration(text, what: str = "duration") -> float:
     return int(m.group(1)) * _UNIT[m.group(2)]
 
 
+class Rec(NamedTuple):
+    """The parts of a ref record compaction needs (kept small: a tape may hold millions)."""
+
+    s: str
+    w: str
+    n: int
+    t: str
+    set: tuple  # ((ref, value), ...)
+    old: tuple  # old values
+
+    @classmethod
+    def parse(cls, body: bytes) -> "Rec":
+        r = json.loads(body)
+        return cls(r["s"], r["w"], r["n"], r.get("t", ""), tuple((r.get("set") or {}).items()), tuple((r.get("old") or {}).values()))
+
+
+# links from an entry's canonical bytes: its parent and its blob references (anything
+# that looks like one counts: keeping an object too many is safe, one too few is not)
+_LINKS = re.compile(rb'"parent":"([0-9a-f]{64})"|\\u0000b([0-9a-f]{64})')
+
+
 class Scan:
-    """What pass 1 learns from every file."""
+    """What pass 1 learns from every file. Hashes are kept as 32-byte strings."""
 
     def __init__(self):
-        self.graph: dict[str, list[str]] = {}  # entry -> the objects it refers to
-        self.records: list[dict] = []
+        self.graph: dict[bytes, tuple] = {}  # entry -> the objects it refers to
+        self.records: list[Rec] = []
         self.closed: set[tuple[str, str]] = set()
         self.partial_streams: dict[tuple[str, str], Optional[str]] = {}
-        self.file_records: dict[str, list[tuple]] = {}  # path -> (s, w, n) of its ref records
+        self.file_records: dict[str, list[tuple]] = {}  # pack path -> (s, w, n) of its ref records
 
 
 def compact(tape, expire="90d", grace="14d", dry_run: bool = False, progress: Optional[Callable[[str], None]] = None) -> dict:
@@ -95,7 +116,7 @@ def compact(tape, expire="90d", grace="14d", dry_run: bool = False, progress: Op
         if dry_run:
             report["files_after"] = report["files_before"]
             return report
-        kept_ids = {(r["s"], r["w"], r["n"]) for r in kept_records}
+        kept_ids = {(r.s, r.w, r.n) for r in kept_records}
         open_streams = {k for k in scan.partial_streams if k not in scan.closed}
         by_session: dict[str, list[str]] = {}
         for p in snapshot:
@@ -126,9 +147,9 @@ def _scan(store: Store, snapshot: dict[str, int], say) -> Scan:
         for rec in _records(store, path, 0, size):
             before = len(scan.records)
             _learn(store, scan, rec)
-            if len(scan.records) > before:
+            if len(scan.records) > before and path.endswith(".pack"):
                 r = scan.records[-1]
-                scan.file_records.setdefault(path, []).append((r["s"], r["w"], r["n"]))
+                scan.file_records.setdefault(path, []).append((r.s, r.w, r.n))
     return scan
 
 
@@ -159,24 +180,20 @@ def _learn(store: Store, scan: Scan, rec: framing.Record) -> None:
     if rec.type == framing.T_OBJECT:
         if rec.body[32] != TYPE_ENTRY:
             return
-        h = rec.body[:32].hex()
-        if h in scan.graph:
+        key = rec.body[:32]
+        if key in scan.graph:
             return
         try:
-            _, body = store.decode_object(h, rec.body)
+            _, body = store.decode_object(key.hex(), rec.body)
         except CorruptObject:
             return
-        raw = json.loads(body)
-        links = blob_refs([raw.get("payload"), raw.get("meta"), raw.get("delta")], [])
-        if raw.get("parent"):
-            links.append(raw["parent"])
-        scan.graph[h] = links
+        scan.graph[key] = tuple(bytes.fromhex((a or b).decode()) for a, b in _LINKS.findall(body))
     elif rec.type == framing.T_REF:
         try:
             r = json.loads(rec.body)
-        except ValueError:
+            scan.records.append(Rec(r["s"], r["w"], r["n"], r.get("t", ""), tuple((r.get("set") or {}).items()), tuple((r.get("old") or {}).values())))
+        except (ValueError, KeyError, TypeError):
             return
-        scan.records.append(r)
         if r.get("stream"):
             scan.closed.add((r["s"], r["stream"]))
     elif rec.type == framing.T_PARTIAL:
@@ -187,44 +204,43 @@ def _learn(store: Store, scan: Scan, rec: framing.Record) -> None:
         scan.partial_streams[(p["s"], p["stream"])] = p.get("base")
 
 
-def _kept_records(records: list[dict], cutoff: str) -> list[dict]:
+def _kept_records(records: list[Rec], cutoff: str) -> list[Rec]:
     """Records younger than the cutoff, plus each writer's newest claim on each ref."""
-    newest: dict[tuple, dict] = {}
+    newest: dict[tuple, Rec] = {}
     for r in records:
-        for ref in r.get("set") or {}:
-            key = (r["s"], ref, r["w"])
-            if key not in newest or r["n"] > newest[key]["n"]:
+        for ref, _ in r.set:
+            key = (r.s, ref, r.w)
+            if key not in newest or r.n > newest[key].n:
                 newest[key] = r
-    keep = {id(r) for r in newest.values()}
+    keep = {(r.s, r.w, r.n) for r in newest.values()}
     out, seen = [], set()
     for r in records:
-        ident = (r["s"], r["w"], r["n"])
+        ident = (r.s, r.w, r.n)
         if ident in seen:
             continue
-        if id(r) in keep or r.get("t", "") >= cutoff:
+        if ident in keep or r.t >= cutoff:
             seen.add(ident)
             out.append(r)
     return out
 
 
-def _roots(scan: Scan, kept: list[dict], cutoff: str) -> set[str]:
+def _hash_values(values) -> set[bytes]:
+    return {bytes.fromhex(v) for v in values if isinstance(v, str) and len(v) == 64 and not v.startswith("@")}
+
+
+def _roots(scan: Scan, kept: list[Rec], cutoff: str) -> set[bytes]:
     """Every kept record's new values; the old values too while the record has not expired."""
-    roots = set()
+    roots: set[bytes] = set()
     for r in kept:
-        values = list((r.get("set") or {}).values())
-        if r.get("t", "") >= cutoff:
-            values += list((r.get("old") or {}).values())
-        for v in values:
-            if isinstance(v, str) and not v.startswith("@"):
-                roots.add(v)
-    for key, base in scan.partial_streams.items():
-        if key not in scan.closed and base:
-            roots.add(base)
+        roots |= _hash_values(v for _, v in r.set)
+        if r.t >= cutoff:
+            roots |= _hash_values(r.old)
+    roots |= _hash_values(base for key, base in scan.partial_streams.items() if key not in scan.closed)
     return roots
 
 
-def _mark(graph: dict[str, list[str]], roots: set[str]) -> set[str]:
-    live: set[str] = set()
+def _mark(graph: dict[bytes, tuple], roots: set[bytes]) -> set[bytes]:
+    live: set[bytes] = set()
     stack = list(roots)
     while stack:
         h = stack.pop()
@@ -244,7 +260,7 @@ def _plan(store: Store, snapshot, ages, grace_s, live) -> dict:
         for rec in _records(store, path, 0, size):
             if rec.type != framing.T_OBJECT:
                 continue
-            h = rec.body[:32].hex()
+            h = rec.body[:32]
             if h in seen:
                 dropped_in[path] = dropped_in.get(path, 0) + 1  # a second copy goes
                 continue
@@ -372,7 +388,7 @@ def _write_pack(store, session, files, snapshot, ages, grace_s, live, kept_ids, 
             young = ages[path] < grace_s
             for rec in _records(store, path, 0, snapshot[path]):
                 if rec.type == framing.T_OBJECT:
-                    if young or rec.body[:32].hex() in live:
+                    if young or rec.body[:32] in live:
                         pw.add_object(rec.body)
                 elif rec.type in (framing.T_REF, framing.T_PARTIAL) and rec.body not in done:
                     r = json.loads(rec.body)
@@ -413,16 +429,16 @@ def _freeze_and_swap(store: Store, snapshot, written, scan: Scan, live: set[str]
             if size > start:
                 fresh.extend((path, rec) for rec in _records(store, path, start, size))
         # 2. objects the fresh entries and records reach that are not kept
-        needed: set[str] = set()
+        needed: set[bytes] = set()
         for _, rec in fresh:
             if rec.type == framing.T_OBJECT and rec.body[32] == TYPE_ENTRY:
                 _learn(store, scan, rec)
             elif rec.type == framing.T_REF:
-                r = json.loads(rec.body)
-                needed.update(v for v in list((r.get("set") or {}).values()) + list((r.get("old") or {}).values()) if isinstance(v, str) and not v.startswith("@"))
+                r = Rec.parse(rec.body)
+                needed |= _hash_values([v for _, v in r.set] + list(r.old))
         for path, rec in fresh:
             if rec.type == framing.T_OBJECT and rec.body[32] == TYPE_ENTRY:
-                needed.update(scan.graph.get(rec.body[:32].hex(), ()))
+                needed.update(scan.graph.get(rec.body[:32], ()))
         rescue = _mark(scan.graph, needed) - live
         # 3. a rescue pack per session for fresh records in doomed files and rescued objects
         rescued = 0
@@ -433,9 +449,9 @@ def _freeze_and_swap(store: Store, snapshot, written, scan: Scan, live: set[str]
         if rescue:
             for path in sorted(doomed):
                 for rec in _records(store, path, 0, snapshot[path]):
-                    if rec.type == framing.T_OBJECT and rec.body[:32].hex() in rescue:
+                    if rec.type == framing.T_OBJECT and rec.body[:32] in rescue:
                         by_session.setdefault(path.split("/")[1], []).append(framing.frame(rec.type, rec.body))
-                        rescue.discard(rec.body[:32].hex())
+                        rescue.discard(rec.body[:32])
                         rescued += 1
         for session, frames in by_session.items():
             pw = PackWriter(store, session)
