@@ -10,8 +10,9 @@ The header has its own checksum so that a flipped length byte reads as corruptio
 not as a torn tail. Scanning tells three outcomes apart:
 
 - a good record;
-- a torn tail: the file ends inside a record, or the record's remaining bytes are
-  all zero up to the end of the file (what a crash during a write leaves);
+- a torn tail: the file ends inside a record, or the header is all zeros to the end of
+  the file, or the last record ends in a run of at least 8 zero bytes (what a crash
+  during a write leaves, when the file's size was updated before its data);
 - corruption: a complete record whose checksum fails.
 """
 
@@ -78,7 +79,7 @@ def scan(data: bytes, start: int = 0) -> Iterator[Record | Damage]:
     pos, size = start, len(data)
     while pos < size:
         if size - pos < HEADER_SIZE:
-            yield _tail_damage(data, pos, "file ends inside a record header")
+            yield Damage(pos, True, "file ends inside a record header")
             return
         parsed = parse_header(data[pos : pos + HEADER_SIZE])
         if parsed is None:
@@ -86,9 +87,6 @@ def scan(data: bytes, start: int = 0) -> Iterator[Record | Damage]:
                 yield Damage(pos, True, "zero-filled tail")
                 return
             nxt = _resync(data, pos + 1)
-            if nxt is None and not any(data[pos:]):
-                yield Damage(pos, True, "zero-filled tail")
-                return
             yield Damage(pos, False, "bad record header")
             if nxt is None:
                 return
@@ -109,10 +107,6 @@ def scan(data: bytes, start: int = 0) -> Iterator[Record | Damage]:
             continue
         yield Record(pos, type_, body)
         pos = end
-
-
-def _tail_damage(data: bytes, pos: int, reason: str) -> Damage:
-    return Damage(pos, True, reason)
 
 
 def _zero_tail(data: bytes, start: int, end: int) -> bool:

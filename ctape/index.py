@@ -258,11 +258,6 @@ class Index:
         for (body,) in self.db.execute(q, (session, limit)):
             yield json.loads(body)
 
-    def all_records(self) -> Iterable[dict]:
-        self.sync()
-        for (body,) in self.db.execute("SELECT body FROM records"):
-            yield json.loads(body)
-
     def open_partials(self, session: str) -> list[dict]:
         self.sync()
         rows = self.db.execute(
@@ -285,9 +280,6 @@ class Index:
         except sqlite3.OperationalError:
             pass  # a cache write that fails (read-only cache, busy) costs only speed
 
-    def object_count(self) -> int:
-        self.sync()
-        return self.db.execute("SELECT count(*) FROM objects").fetchone()[0]
 
 
 class IndexBatch:

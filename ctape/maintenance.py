@@ -108,12 +108,9 @@ def fsck(tape: "Tape") -> dict:
         for r in refs:
             if r not in objects:
                 missing(f"entry {h}", r, rel)
-    expired = _expired_before(records)
     reachable_roots = set()
     for rel, rec in records:
         s = rec.get("s")
-        if expired.get(s) and rec.get("t", "") < expired[s] and rec.get("op") != "expire":
-            continue
         for ref, value in (rec.get("set") or {}).items():
             if value and not value.startswith("@"):
                 reachable_roots.add(value)
@@ -131,15 +128,6 @@ def fsck(tape: "Tape") -> dict:
         "files": files,
         "dangling": len(dangling),
     }
-
-
-def _expired_before(records) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for _, rec in records:
-        if rec.get("op") == "expire" and rec.get("before"):
-            s = rec.get("s")
-            out[s] = max(out.get(s, ""), rec["before"])
-    return out
 
 
 def _dangling(entry_refs, roots, objects) -> list[str]:

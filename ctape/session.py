@@ -9,7 +9,7 @@ import json
 from . import derived
 from . import refs as refmod
 from .index import hash_key
-from .canonical import canonical_json, externalize, is_hash
+from .canonical import canonical_json, externalize
 from .errors import CorruptObject, InvalidInput, RefNotFound
 from .models import Entry, check_name, check_payload, now_rfc3339, parse_time
 from .refs import HEAD, RefState
@@ -368,6 +368,3 @@ class Session:
 
         return recover(self)
 
-
-def is_entry_hash(s: str) -> bool:
-    return is_hash(s)

@@ -2,9 +2,10 @@
 
 Layout (docs/format.md is the full description):
 
-    TAPE/ctape.json                          created once by init: format, version, tape id
-    TAPE/sessions/<session>/<writer>-<n>.seg  append-only segments, one writer each
-    TAPE/packs/<hash>.pack                   immutable files written by compact
+    TAPE/ctape.json                              created once by init: format, version, tape id
+    TAPE/sessions/<session>/<writer>-<time>.seg   append-only segments, one writer each
+    TAPE/sessions/<session>/pack-<hash>.pack      immutable files written by compact
+    TAPE/packs/                                   reserved (created, not written yet)
 
 An append writes its new objects and its ref record to the session's segment of
 this writer in one write() and one fsync. Everything else (where an object

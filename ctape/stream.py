@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import secrets
 import threading
-import time
 from typing import TYPE_CHECKING, Optional
 
 from .models import Entry, now_rfc3339
@@ -134,9 +133,6 @@ def recover(session: "Session") -> list[Entry]:
         w.partials_checked = True
         return record_partials(session, w)
 
-
-def wait_interval(seconds: float) -> None:
-    time.sleep(seconds)
 
 
 class StreamInterrupted(Exception):

@@ -6,14 +6,17 @@ import json
 import os
 from collections import OrderedDict
 from contextlib import contextmanager
-from typing import Iterator, Optional
+from typing import TYPE_CHECKING, Iterator, Optional
 
 from . import derived
 from .canonical import internalize, is_hash
-from .errors import AmbiguousRef, EntryNotFound, InvalidInput, RefNotFound
+from .errors import AmbiguousRef, EntryNotFound, RefNotFound
 from .models import NAME_RE, Entry, kind_value
 from .refspec import parse_ref
 from .store import TYPE_ENTRY, Store
+
+if TYPE_CHECKING:
+    from .session import Session
 
 
 class Tape:

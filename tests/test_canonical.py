@@ -1,7 +1,6 @@
 """The canonical form and content hashes (SPEC section 2), as hypothesis round-trips."""
 
 import json
-import random
 
 from blake3 import blake3
 from hypothesis import HealthCheck, given, settings
