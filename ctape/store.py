@@ -605,6 +605,7 @@ class SegmentWriter:
         self.partials_checked = False
         self._seen_dir: Optional[int] = None  # the session folder's mtime when the view was taken
         self._seen_sizes: dict[str, int] = {}  # and its data files' sizes
+        self._others_grow = False  # the folder holds segments of other writer ids
         self.made_dir = False  # this writer created the session folder and has not written to it yet
         self.atime_seen: Optional[int] = None  # the active segment's access time after our last write
         self.derived: Optional[dict] = None  # state and pending calls at derived_head (see Session._track_derived)
@@ -651,7 +652,13 @@ class SegmentWriter:
             return False
         if os.fstat(self.dir_fd).st_mtime_ns != self._seen_dir:
             return False
-        return self._sizes() == self._seen_sizes
+        if self._others_grow:
+            # segments of other writer ids (CTAPE_WRITER, another path to this folder)
+            # grow without changing the folder: compare every file's size
+            return self._sizes() == self._seen_sizes
+        if self.fd >= 0:
+            return os.fstat(self.fd).st_size == self.offset
+        return self.rel is None or os.stat(os.path.join(self.store.root, self.rel)).st_size == self.offset
 
     def _sizes(self) -> dict[str, int]:
         """Every data file of the session and its size (writers with other ids append too)."""
@@ -675,6 +682,8 @@ class SegmentWriter:
         racy = time.time_ns() - mtime < 50_000_000
         self._seen_dir = None if racy else mtime
         self._seen_sizes = self._sizes()
+        mine = f"{self.store.writer}-"
+        self._others_grow = any(n.endswith(".seg") and not n.startswith(mine) for n in self._seen_sizes)
 
     def _open_dir(self) -> None:
         st = self.store
