@@ -38,7 +38,8 @@ from . import framing, packing
 from .canonical import canonical_json
 from .errors import CorruptObject, InvalidInput, StorageError
 from .models import format_time
-from .store import TYPE_ENTRY, Store, _fsync_dir, open_for_reading, zstd
+from .files import TYPE_ENTRY, fsync_dir, open_for_reading, zstd
+from .store import Store
 
 _DUR = re.compile(r"(\d+)([smhdw])")
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -366,7 +367,7 @@ class PackWriter:
         name = f"pack-{self.hasher.hexdigest()[:32]}.pack"
         final = os.path.join(self.dir, name)
         os.rename(self.tmp, final)
-        _fsync_dir(self.dir)
+        fsync_dir(self.dir)
         return f"sessions/{self.session}/{name}"
 
     def abort(self) -> None:
@@ -473,7 +474,7 @@ def _freeze_and_swap(store: Store, snapshot, written, scan: Scan, live: set[str]
             except FileNotFoundError:
                 pass
         for s in {p.split("/")[1] for p in doomed}:
-            _fsync_dir(store.session_dir(s))
+            fsync_dir(store.session_dir(s))
         store._full_reindex()  # before writers may go on, so they find the index whole
         return len(doomed)
     finally:

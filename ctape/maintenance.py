@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Iterator
 from . import framing, packing
 from .canonical import blob_refs
 from .errors import CorruptObject
-from .store import TYPE_ENTRY, open_for_reading
+from .files import TYPE_ENTRY, open_for_reading
 
 if TYPE_CHECKING:
     from .tape import Tape

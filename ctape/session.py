@@ -13,7 +13,8 @@ from .canonical import canonical_json, externalize
 from .errors import CorruptObject, InvalidInput, RefNotFound
 from .models import Entry, check_name, check_payload, now_rfc3339, parse_time
 from .refs import HEAD, RefState
-from .store import TYPE_BLOB, TYPE_ENTRY, SegmentWriter
+from .files import TYPE_BLOB, TYPE_ENTRY
+from .segment import SegmentWriter
 from .tape import Tape, check_kind
 
 

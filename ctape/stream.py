@@ -19,7 +19,7 @@ from .models import Entry, now_rfc3339
 
 if TYPE_CHECKING:
     from .session import Session
-    from .store import SegmentWriter
+    from .segment import SegmentWriter
 
 
 class StreamWriter:

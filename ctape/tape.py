@@ -13,7 +13,8 @@ from .canonical import internalize, is_hash
 from .errors import AmbiguousRef, EntryNotFound, RefNotFound
 from .models import NAME_RE, Entry, kind_value
 from .refspec import parse_ref
-from .store import TYPE_ENTRY, Store
+from .files import TYPE_ENTRY
+from .store import Store
 
 if TYPE_CHECKING:
     from .session import Session
@@ -155,7 +156,6 @@ class Tape:
         self.store.refresh()
         found = []
         from .framing import T_BLOCK
-        from .store import TYPE_ENTRY
 
         for fid, off in self.store.index.entries_with_prefix(prefix, limit=64):
             type_, body = self.store.read_record_at(fid, off, want_type=True)

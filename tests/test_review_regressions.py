@@ -7,14 +7,14 @@ import sys
 
 import pytest
 
-from ctape import Tape, store
+from ctape import Tape, segment
 from ctape.errors import StorageError
 
 from conftest import run_cli, snapshot
 
 
 def test_a_full_segment_is_synced_before_it_is_left(tape_dir, monkeypatch):
-    monkeypatch.setattr(store, "SEGMENT_LIMIT", 4096)
+    monkeypatch.setattr(segment, "SEGMENT_LIMIT", 4096)
     synced = []
     real = os.fdatasync
     monkeypatch.setattr(os, "fdatasync", lambda fd: (synced.append(os.readlink(f"/proc/self/fd/{fd}")), real(fd))[1])
@@ -25,7 +25,7 @@ def test_a_full_segment_is_synced_before_it_is_left(tape_dir, monkeypatch):
 
 
 def test_a_batch_crossing_a_segment_that_fails_moves_no_ref(tape_dir, monkeypatch):
-    monkeypatch.setattr(store, "SEGMENT_LIMIT", 4096)
+    monkeypatch.setattr(segment, "SEGMENT_LIMIT", 4096)
     t = Tape.open(tape_dir)
     s = t.session("chat")
     first = s.append("user", {"content": "before"})

@@ -1,0 +1,433 @@
+"""SegmentWriter: one session's lock and active segment, for this writer.
+
+An append queues its records here and `flush` writes them with one write and
+one fdatasync. The writer keeps its view of the session (refs, active segment,
+where it left off) between appends and checks cheaply, under the session lock,
+whether anyone else wrote meanwhile. It seals its segment once a copy of it may
+exist (see "copies taken while we append" below).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from typing import TYPE_CHECKING, Optional
+
+from . import framing
+from .canonical import canonical_json, object_hash
+from .files import TYPE_ENTRY, check_not_symlink, fsync_dir, storage_error, write_all
+from .index import IndexBatch, hash_key
+
+if TYPE_CHECKING:
+    from .store import Store
+
+SEGMENT_LIMIT = 64 << 20  # roll to a new segment past this size
+
+
+def _files_row(file_id: int, indexed: int) -> IndexBatch:
+    b = IndexBatch()
+    b.files.append((file_id, indexed, 0, 0))
+    return b
+
+
+class SegmentWriter:
+    """The lock and the active segment of one session, for this writer."""
+
+    def __init__(self, store: Store, session: str):
+        self.store = store
+        self.session = session
+        self.dir = store.session_dir(session)
+        self.dir_fd = -1
+        self.fd = -1
+        self.locked = False
+        self.rel: Optional[str] = None
+        self.file_id = 0
+        self.offset = 0
+        self.buf = bytearray()
+        self.batch = IndexBatch()
+        self.new_objects: list[str] = []
+        self.new_set: set[str] = set()
+        self.created = False
+        self.refstate = None  # the session's refs as this writer knows them (see session.py)
+        self.held_ref: Optional[dict] = None  # an append record waiting for the batch's end
+        self.fresh: set[str] = set()  # entries this writer created (their children are new too)
+        self.last_entry: tuple[Optional[str], int] = (None, 0)  # (hash, seq) of the last entry it wrote
+        self.partials_checked = False
+        self._seen_dir: Optional[int] = None  # the session folder's mtime when the view was taken
+        self._seen_sizes: dict[str, int] = {}  # and its data files' sizes
+        self._others_grow = False  # the folder holds segments of other writer ids
+        self.made_dir = False  # this writer created the session folder and has not written to it yet
+        self.atime_seen: Optional[int] = None  # the active segment's access time after our last write
+        self.derived: Optional[dict] = None  # state and pending calls at derived_head (see Session._track_derived)
+        self.derived_head: Optional[str] = None
+
+    # -- locking and the cached view ------------------------------------------------
+
+    def lock(self) -> None:
+        while True:
+            if self.dir_fd < 0:
+                self._open_dir()
+            fcntl.flock(self.dir_fd, fcntl.LOCK_EX)
+            if os.fstat(self.dir_fd).st_nlink > 0:
+                break
+            # the folder was removed while we waited (a discarded first write): start over
+            os.close(self.dir_fd)
+            self.dir_fd = -1
+        self.locked = True
+        try:
+            if not self._view_is_current():
+                self._reload()
+        except BaseException:
+            self.unlock()
+            raise
+
+    def unlock(self) -> None:
+        if self.locked:
+            fcntl.flock(self.dir_fd, fcntl.LOCK_UN)
+            self.locked = False
+
+    def view_is_current(self) -> bool:
+        """Without the lock: may this writer's view still be used for reading?"""
+        return self.dir_fd >= 0 and not self.buf and self._view_is_current()
+
+    def _view_is_current(self) -> bool:
+        """Did anyone change the session since this writer last looked?
+
+        Writers on this machine append to the same segment (same writer id), so
+        its size tells; new files (another writer, an rsync, compaction) change
+        the folder's mtime. An mtime too close to when it was read could hide a
+        second change in the same clock tick, so such a view is not trusted.
+        """
+        if self._seen_dir is None or self.refstate is None:
+            return False
+        if os.fstat(self.dir_fd).st_mtime_ns != self._seen_dir:
+            return False
+        if self._others_grow:
+            # segments of other writer ids (CTAPE_WRITER, another path to this folder)
+            # grow without changing the folder: compare every file's size
+            return self._sizes() == self._seen_sizes
+        if self.fd >= 0:
+            return os.fstat(self.fd).st_size == self.offset
+        return self.rel is None or os.stat(os.path.join(self.store.root, self.rel)).st_size == self.offset
+
+    def _sizes(self) -> dict[str, int]:
+        """Every data file of the session and its size (writers with other ids append too)."""
+        out = {}
+        with os.scandir(self.dir) as it:
+            for e in it:
+                if e.name.endswith((".seg", ".pack")):
+                    out[e.name] = e.stat(follow_symlinks=False).st_size
+        return out
+
+    def _reload(self) -> None:
+        st = self.store
+        mtime = os.fstat(self.dir_fd).st_mtime_ns
+        st.refresh(self.session)
+        self.refstate = None
+        self.partials_checked = False
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        self._open_segment()
+        racy = time.time_ns() - mtime < 50_000_000
+        self._seen_dir = None if racy else mtime
+        self._seen_sizes = self._sizes()
+        mine = f"{self.store.writer}-"
+        self._others_grow = any(n.endswith(".seg") and not n.startswith(mine) for n in self._seen_sizes)
+
+    def _open_dir(self) -> None:
+        st = self.store
+        sessions = os.path.join(st.root, "sessions")
+        check_not_symlink(self.dir)
+        try:
+            if not os.path.isdir(self.dir):
+                os.makedirs(sessions, mode=0o700, exist_ok=True)
+                os.mkdir(self.dir, 0o700)
+                fsync_dir(sessions)
+                self.made_dir = True
+        except FileExistsError:
+            pass
+        except OSError as e:
+            raise storage_error(e, f"session {self.session}") from None
+        self.dir_fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+
+    def _open_segment(self) -> None:
+        st = self.store
+        rows = st.index.file_rows()
+        prefix = f"sessions/{self.session}/{st.writer}-"
+        mine = sorted(p for p in rows if p.startswith(prefix) and p.endswith(".seg"))
+        self.rel = None
+        if mine:
+            last = mine[-1]
+            fid, indexed, torn, corrupt = rows[last]
+            size = os.stat(os.path.join(st.root, last), follow_symlinks=False).st_size
+            fst = os.stat(os.path.join(st.root, last), follow_symlinks=False)
+            copied = fst.st_atime_ns > fst.st_mtime_ns  # read since its last write: a copy may exist
+            if not torn and not corrupt and not copied and size == indexed and size < SEGMENT_LIMIT:
+                self.rel, self.file_id, self.offset = last, fid, size
+                self.atime_seen = fst.st_atime_ns
+                if size == 0:  # created by a writer that died before its first write
+                    self._queue_header()
+
+
+    def _create_segment(self) -> None:
+        st = self.store
+        # Names carry the creation time, so a name is never used twice, even after
+        # compaction removed the file and an rsync without --delete brought an old copy back.
+        while True:
+            rel = f"sessions/{self.session}/{st.writer}-{time.time_ns():020d}.seg"
+            try:
+                fd = os.open(os.path.join(st.root, rel), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+                break
+            except FileExistsError:
+                continue
+            except OSError as e:
+                raise storage_error(e, f"session {self.session}") from None
+        self.fd = fd
+        self.atime_seen = os.fstat(fd).st_atime_ns
+        fsync_dir(self.dir)
+        self.rel, self.file_id, self.offset = rel, st.index.file_id(rel), 0
+        self.created = True
+        self._seen_dir = None  # we changed the folder ourselves
+        self._queue_header()
+
+    def _header_frame(self) -> bytes:
+        head = canonical_json({"format": "ctape-segment", "version": 1, "writer": self.store.writer, "session": self.session})
+        return framing.frame(framing.T_HEADER, head)
+
+    def _queue_header(self) -> None:
+        self.buf += self._header_frame()
+
+    # -- queueing records ---------------------------------------------------------------
+
+    # -- copies taken while we append -----------------------------------------------------
+    #
+    # A growing segment must never be appended to once another copy of it may exist:
+    # `rsync -a` back from that copy would replace the longer file with the shorter one.
+    # A copy is a read, and a read moves the file's access time (relatime, the Linux
+    # default, updates it when it is not newer than the last write; ctape's own readers
+    # use O_NOATIME). So a writer notes the access time when it writes; if it has moved
+    # before the next write, the segment is sealed and a new one started; if it moved
+    # during a write, that write is repeated in a new segment before it is acknowledged.
+
+    def _atime(self) -> int:
+        return os.fstat(self.fd).st_atime_ns if self.fd >= 0 else os.stat(os.path.join(self.store.root, self.rel)).st_atime_ns
+
+    def _begin(self) -> None:
+        """At the first record of a write: seal the segment if it was read since our last write."""
+        if self.rel is None:
+            return
+        if self.fd < 0:
+            self.fd = os.open(os.path.join(self.store.root, self.rel), os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
+        atime = self._atime()
+        if self.atime_seen is not None and atime != self.atime_seen:
+            self._close_segment()
+        else:
+            self.atime_seen = atime
+
+    def _frame(self, type_: int, body: bytes) -> int:
+        """Queue one record; returns its offset in the file."""
+        if not self.buf:
+            self._begin()
+        if self.rel is None or self.offset + len(self.buf) >= SEGMENT_LIMIT:
+            if self.rel is not None:
+                # a full segment is synced before it is left, and a held ref record stays
+                # queued: it must not move a ref before the write (or batch) it ends
+                self.flush(durable=True, with_held=False)
+                self._close_segment()
+            self._create_segment()
+        offset = self.offset + len(self.buf)
+        self.buf += framing.frame(type_, body)
+        return offset
+
+    def put_object(self, type_: int, body: bytes, new: bool = False) -> str:
+        """Queue an object unless the tape has it; `new` skips the look-up for one that cannot exist yet."""
+        st = self.store
+        h = object_hash(b"entry" if type_ == TYPE_ENTRY else b"blob", body)
+        if h in self.new_set:
+            return h
+        # an object still queued by another session's writer is not on disk yet: if that
+        # write failed, this one would refer to nothing, so it gets its own copy
+        if h not in st.pending and not new and st.index.find_object(h) is not None:
+            return h
+        h, rec = st.encode_object(type_, body, h)
+        offset = self._frame(framing.T_OBJECT, rec)
+        self.batch.objects.append((hash_key(h), self.file_id, offset, 1 if type_ == TYPE_ENTRY else 0))
+        st.pending[h] = (type_, body)
+        self.new_objects.append(h)
+        self.new_set.add(h)
+        return h
+
+    def put_ref(self, rec: dict, coalesce: bool = False) -> None:
+        """Queue a ref record. Inside a batch, consecutive appends that move the same
+        ref share one record (the last position), written when the batch ends."""
+        held = self.held_ref
+        if held is not None:
+            if coalesce and held["set"].keys() == rec["set"].keys():
+                self.held_ref = rec  # the ref log replays the records, so the old value follows
+                return
+            self.held_ref = None
+            self._frame_ref(held)
+        if coalesce and self.store._batch_depth > 0:
+            self.held_ref = rec
+        else:
+            self._frame_ref(rec)
+
+    def _frame_ref(self, rec: dict) -> None:
+        body = canonical_json(rec)
+        offset = self._frame(framing.T_REF, body)
+        self.batch.add_ref(self.file_id, offset, body, rec)
+
+    def put_partial(self, rec: dict) -> None:
+        body = canonical_json(rec)
+        self._frame(framing.T_PARTIAL, body)
+        self.batch.add_partial(rec, body)
+
+    # -- writing --------------------------------------------------------------------------
+
+    def flush(self, durable: bool, with_held: bool = True) -> None:
+        if self.held_ref is not None and with_held:
+            held, self.held_ref = self.held_ref, None
+            self._frame_ref(held)
+        if not self.buf:
+            return
+        st = self.store
+        try:
+            if self.fd < 0:
+                self.fd = os.open(os.path.join(st.root, self.rel), os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
+            write_all(self.fd, self.buf)
+            if durable:
+                os.fdatasync(self.fd)
+            before, self.atime_seen = self.atime_seen, self._atime()
+            read_meanwhile = before is not None and self.atime_seen != before
+        except OSError as e:
+            self._undo_write()
+            raise storage_error(e, f"session {self.session}") from None
+        records = bytes(self.buf[len(self._header_frame()) :] if self.created else self.buf)
+        self.offset += len(self.buf)
+        self._seen_sizes[os.path.basename(self.rel)] = self.offset
+        self.buf = bytearray()
+        self.made_dir = False
+        self.batch.files.append((self.file_id, self.offset, 0, 0))
+        st.index.add(self.batch)
+        self.batch = IndexBatch()
+        for h in self.new_objects:
+            st.pending.pop(h, None)
+        self.new_objects = []
+        self.new_set = set()
+        self.created = False
+        if read_meanwhile:
+            self._repeat_in_new_segment(records, durable)
+
+    def _repeat_in_new_segment(self, records: bytes, durable: bool) -> None:
+        """The segment was read while we wrote, so the reader's copy may lack this write.
+        Write the same records again to a new segment (a record does not depend on where
+        it sits): the write then survives whatever later happens to the copied file.
+        Index rows still point at the first copy, which this machine keeps."""
+        self._close_segment()
+        try:
+            self._create_segment()
+            self.buf += records
+            write_all(self.fd, self.buf)
+            if durable:
+                os.fdatasync(self.fd)
+            self.atime_seen = self._atime()
+        except OSError as e:
+            self._undo_write()
+            raise storage_error(e, f"session {self.session}") from None
+        self.offset = len(self.buf)
+        self.buf = bytearray()
+        self.created = False
+        self.store.index.add(_files_row(self.file_id, self.offset))
+
+    def discard(self) -> None:
+        """Drop what was queued and not written; forget the view it was built on.
+
+        A segment file or session folder that this writer created for the
+        discarded writes, and that holds nothing, goes too: the tape is left as it was."""
+        self._forget_queued()
+        if self.created and self.rel is not None:
+            try:
+                path = os.path.join(self.store.root, self.rel)
+                if os.path.getsize(path) == 0:
+                    self._close_segment()
+                    os.unlink(path)
+                    self.created = False
+            except OSError:
+                pass
+        if self.made_dir:
+            try:
+                os.rmdir(self.dir)  # only succeeds when empty
+                fsync_dir(os.path.dirname(self.dir))
+                os.close(self.dir_fd)
+                self.dir_fd = -1
+                self.store._writers.pop(self.session, None)
+                self.locked = False
+            except OSError:
+                pass
+
+    def _forget_queued(self) -> None:
+        for h in self.new_objects:
+            self.store.pending.pop(h, None)
+        for listener in self.store.discard_listeners:
+            listener(self.new_objects)
+        self.new_objects = []
+        self.new_set = set()
+        self.batch = IndexBatch()
+        self.buf = bytearray()
+        self.held_ref = None
+        self.derived = self.derived_head = None
+        self.fresh = set()
+        self.refstate = None
+        self._seen_dir = None
+
+    def _undo_write(self) -> None:
+        """After a failed write (full disk, I/O error) put the file back as it was.
+
+        The bytes were never acknowledged, so cutting them off edits nothing that
+        anyone has seen. If that fails too, never append after them again.
+        """
+        self._forget_queued()
+        if self.rel is None:
+            return
+        path = os.path.join(self.store.root, self.rel)
+        try:
+            if self.created:
+                self._close_segment()
+                self.created = False
+                os.unlink(path)
+                fsync_dir(self.dir)
+                return
+            if self.fd >= 0:
+                os.ftruncate(self.fd, self.offset)
+                os.fdatasync(self.fd)
+                self.atime_seen = self._atime()
+                self._forget_indexed_tail()
+                return
+        except OSError:
+            pass
+        self._close_segment()
+
+    def _forget_indexed_tail(self) -> None:
+        """Another process may have indexed the bytes just cut off: start the index over."""
+        try:
+            self.store._full_reindex()
+        except Exception:  # noqa: BLE001 - the index is a cache; a later reader rebuilds it
+            pass
+
+    def _close_segment(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        self.rel = None
+        self.atime_seen = None
+
+    def release(self) -> None:
+        self.unlock()
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        if self.dir_fd >= 0:
+            os.close(self.dir_fd)
+            self.dir_fd = -1
