@@ -285,3 +285,16 @@ def test_failure_midway_changes_nothing(tape, tape_dir, monkeypatch):
         import_files(tape, "codex", [str(CASES[8][1])], "f")
     assert "f" not in {s["session"] for s in tape.sessions() if s["head"]}  # nothing visible: refs never set
     assert snapshot(tape_dir) == before
+
+
+def test_a_line_with_a_lone_surrogate_is_kept_verbatim(tmp_path, tape_dir):
+    src = tmp_path / "cc.jsonl"
+    good = {"type": "user", "uuid": "u1", "parentUuid": None, "sessionId": "s1", "timestamp": "2026-01-01T00:00:00.000Z",
+            "message": {"role": "user", "content": "hello"}}
+    bad = '{"type": "user", "uuid": "u2", "parentUuid": "u1", "message": {"role": "user", "content": "\\ud800 broken"}}'
+    after = dict(good, uuid="u3", parentUuid="u1", message={"role": "user", "content": "after"})
+    src.write_text(json.dumps(good) + "\n" + bad + "\n" + json.dumps(after) + "\n")
+    r = run_cli("--dir", tape_dir, "import", "claude-code", src, "-s", "sur")
+    assert r.returncode == 0, r.stderr
+    out = run_cli("--dir", tape_dir, "export", "sur", "--format", "claude-code", check=True).stdout.decode().splitlines()
+    assert [json.loads(out[0]), out[1], json.loads(out[2])] == [good, bad, after]

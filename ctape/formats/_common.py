@@ -35,9 +35,20 @@ def _no_constant(name: str):
     raise ValueError(f"{name} is not JSON")
 
 
+_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
 def loads(text) -> Any:
-    """json.loads that refuses NaN and Infinity (ctape stores plain JSON only)."""
-    return json.loads(text, parse_constant=_no_constant)
+    """json.loads that refuses what ctape cannot store as JSON: NaN, Infinity, and a lone
+    surrogate escape such as "\\ud800" (such a line is then kept verbatim, as text)."""
+    value = json.loads(text, parse_constant=_no_constant)
+    raw = text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
+    if _SURROGATE.search(raw):
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError("a lone surrogate escape") from None
+    return value
 
 
 class Line:
