@@ -14,15 +14,17 @@ import os
 import time
 from typing import TYPE_CHECKING, Optional
 
-from . import framing
+from . import framing, packing
 from .canonical import canonical_json, object_hash
-from .files import TYPE_ENTRY, check_not_symlink, fsync_dir, storage_error, write_all
+from .files import TYPE_ENTRY, check_not_symlink, fsync_dir, storage_error, write_all, zstd
 from .index import IndexBatch, hash_key
 
 if TYPE_CHECKING:
     from .store import Store
 
 SEGMENT_LIMIT = 64 << 20  # roll to a new segment past this size
+BLOCK_BYTES = 1 << 20  # in a batch: uncompressed bytes of records per block
+BLOCK_OBJECT_MAX = 64 << 10  # larger objects stay on their own, so reading one needs no neighbours
 
 
 def _files_row(file_id: int, indexed: int) -> IndexBatch:
@@ -45,6 +47,9 @@ class SegmentWriter:
         self.file_id = 0
         self.offset = 0
         self.buf = bytearray()
+        self.block: list[tuple] = []  # records of a batch waiting to be compressed together
+        self.block_size = 0
+        self._bctx = None
         self.batch = IndexBatch()
         self.new_objects: list[str] = []
         self.new_set: set[str] = set()
@@ -232,9 +237,9 @@ class SegmentWriter:
             self._begin()
         if self.rel is None or self.offset + len(self.buf) >= SEGMENT_LIMIT:
             if self.rel is not None:
-                # a full segment is synced before it is left, and a held ref record stays
-                # queued: it must not move a ref before the write (or batch) it ends
-                self.flush(durable=True, with_held=False)
+                # a full segment is synced before it is left; a held ref record and an
+                # open block stay queued: no ref may move before the write (or batch) it ends
+                self.flush(durable=True, with_queued=False)
                 self._close_segment()
             self._create_segment()
         offset = self.offset + len(self.buf)
@@ -251,9 +256,13 @@ class SegmentWriter:
         # write failed, this one would refer to nothing, so it gets its own copy
         if h not in st.pending and not new and st.index.find_object(h) is not None:
             return h
-        h, rec = st.encode_object(type_, body, h)
-        offset = self._frame(framing.T_OBJECT, rec)
-        self.batch.objects.append((hash_key(h), self.file_id, offset, 1 if type_ == TYPE_ENTRY else 0))
+        if st._batch_depth > 0 and len(body) < BLOCK_OBJECT_MAX:
+            # in a batch, small objects are compressed together in blocks (as in packs)
+            self._to_block(framing.T_OBJECT, bytes.fromhex(h) + bytes((type_, 0)) + body, (h, type_))
+        else:
+            h, rec = st.encode_object(type_, body, h)
+            offset = self._frame(framing.T_OBJECT, rec)
+            self.batch.objects.append((hash_key(h), self.file_id, offset, 1 if type_ == TYPE_ENTRY else 0))
         st.pending[h] = (type_, body)
         self.new_objects.append(h)
         self.new_set.add(h)
@@ -276,8 +285,37 @@ class SegmentWriter:
 
     def _frame_ref(self, rec: dict) -> None:
         body = canonical_json(rec)
+        if self.store._batch_depth > 0:
+            # in a batch, a ref record goes into the block, after the entries it names:
+            # a torn write can then never leave a record whose entries are missing
+            self._to_block(framing.T_REF, body, rec)
+            return
         offset = self._frame(framing.T_REF, body)
         self.batch.add_ref(self.file_id, offset, body, rec)
+
+    # -- blocks: a batch's records compressed together ------------------------------------------
+
+    def _to_block(self, type_: int, body: bytes, what) -> None:
+        self.block.append((type_, body, what))
+        self.block_size += len(body)
+        if self.block_size >= BLOCK_BYTES:
+            self._close_block()
+
+    def _close_block(self) -> None:
+        """Frame the queued block (see packing.py) and add its index rows."""
+        if not self.block:
+            return
+        items, self.block, self.block_size = self.block, [], 0
+        raw = packing.encode_block([(t, b) for t, b, _ in items])
+        if self._bctx is None:
+            self._bctx = zstd().ZstdCompressor(level=3, write_content_size=True, write_checksum=True)
+        offset = self._frame(framing.T_BLOCK, self._bctx.compress(raw))
+        for type_, body, what in items:
+            if type_ == framing.T_OBJECT:
+                h, kind = what
+                self.batch.objects.append((hash_key(h), self.file_id, offset, 1 if kind == TYPE_ENTRY else 0))
+            else:
+                self.batch.add_ref(self.file_id, offset, body, what)
 
     def put_partial(self, rec: dict) -> None:
         body = canonical_json(rec)
@@ -286,10 +324,12 @@ class SegmentWriter:
 
     # -- writing --------------------------------------------------------------------------
 
-    def flush(self, durable: bool, with_held: bool = True) -> None:
-        if self.held_ref is not None and with_held:
-            held, self.held_ref = self.held_ref, None
-            self._frame_ref(held)
+    def flush(self, durable: bool, with_queued: bool = True) -> None:
+        if with_queued:
+            if self.held_ref is not None:
+                held, self.held_ref = self.held_ref, None
+                self._frame_ref(held)
+            self._close_block()
         if not self.buf:
             return
         st = self.store
@@ -376,6 +416,7 @@ class SegmentWriter:
         self.new_set = set()
         self.batch = IndexBatch()
         self.buf = bytearray()
+        self.block, self.block_size = [], 0
         self.held_ref = None
         self.derived = self.derived_head = None
         self.fresh = set()

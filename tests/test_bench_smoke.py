@@ -157,10 +157,16 @@ def test_reads_do_not_grow_with_the_session_itself(tmp_path, monkeypatch):
     short = questions(io, d, "a")
     build(d, {"a": 2700})
     long = questions(io, d, "a")
+    build(d, {"a": 8100})
+    longer = questions(io, d, "a")
     assert long["log"]["records_read"] <= short["log"]["records_read"] + 10
     assert long["show"]["records_read"] <= short["show"]["records_read"] + 5
     assert long["status"]["records_read"] <= 2 * KEY_EVERY + 20
-    assert long["context"]["records_read"] <= 3 * short["context"]["records_read"]
+    # batched entries sit in blocks: what a budget reaches spans a few blocks, however long
+    # the session (the 300-entry session is a single block, so it is no baseline here)
+    for q in ("log", "show", "status", "context"):
+        assert longer[q]["records_read"] <= long[q]["records_read"] + 2, (q, long[q], longer[q])
+        assert longer[q]["bytes_read"] <= 1.5 * long[q]["bytes_read"] + 64 * 1024, (q, long[q], longer[q])
 
 
 def test_cold_index_reads_only_the_session(tmp_path, monkeypatch):
@@ -168,7 +174,7 @@ def test_cold_index_reads_only_the_session(tmp_path, monkeypatch):
     files (and packs), never the other sessions' segments."""
     io = IO(monkeypatch)
     d = tmp_path / "tape"
-    build(d, {"a": 200, **{f"x{i:02d}": 200 for i in range(9)}})
+    build(d, {"a": 200, **{f"x{i:02d}": 2000 for i in range(9)}})
     a_bytes = sum(f.stat().st_size for f in (d / "sessions" / "a").iterdir())
     tape_bytes = sum(f.stat().st_size for f in (d / "sessions").rglob("*.seg"))
     shutil.rmtree(os.environ["CTAPE_CACHE_DIR"])
