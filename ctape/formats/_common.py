@@ -60,6 +60,16 @@ class Line:
         self.number, self.offset, self.length, self.value, self.ok = number, offset, length, value, ok
 
 
+def tool_arguments(text: Any) -> Any:
+    """Tool-call arguments that arrive as a JSON string, parsed when they are JSON."""
+    if isinstance(text, str):
+        try:
+            return loads(text)
+        except ValueError:
+            return text
+    return text
+
+
 def open_source(path: str):
     try:
         return open(path, "rb")

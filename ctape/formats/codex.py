@@ -62,15 +62,6 @@ def _content(parts: Any) -> Any:
     return parts if isinstance(parts, (str, list)) else c.text_of(parts)
 
 
-def _arguments(text: Any) -> Any:
-    if isinstance(text, str):
-        try:
-            return c.loads(text)
-        except ValueError:
-            return text
-    return text
-
-
 def map_item(item: dict) -> tuple[str, dict, bool]:
     """A Responses API item (response_item payload, or a legacy bare line) as (kind, payload, hidden)."""
     t = item.get("type")
@@ -86,7 +77,7 @@ def map_item(item: dict) -> tuple[str, dict, bool]:
         return ("tool_result", {"call_id": call_id, "output": item.get("output")}, False)
     if isinstance(t, str) and t.endswith("_call") and isinstance(call_id, str):
         name = item.get("name") if isinstance(item.get("name"), str) else t
-        args = _arguments(item["arguments"]) if "arguments" in item else item.get("input", item.get("action"))
+        args = c.tool_arguments(item["arguments"]) if "arguments" in item else item.get("input", item.get("action"))
         return ("tool_call", {"call_id": call_id, "name": name, "arguments": args}, False)
     return _hidden(f"codex {t}", type=t)
 

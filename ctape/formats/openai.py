@@ -63,15 +63,6 @@ def _hidden(label: str) -> tuple[str, dict, bool]:
     return ("system", {"content": label}, True)
 
 
-def _arguments(text: Any) -> Any:
-    if isinstance(text, str):
-        try:
-            return c.loads(text)
-        except ValueError:
-            return text
-    return text
-
-
 def map_message(m: dict) -> list[tuple[str, dict, bool]]:
     role, content = m.get("role"), m.get("content")
     if role in ("system", "developer"):
@@ -92,9 +83,9 @@ def map_message(m: dict) -> list[tuple[str, dict, bool]]:
             fn = call.get("function") if isinstance(call, dict) and isinstance(call.get("function"), dict) else {}
             cid, name = call.get("id") if isinstance(call, dict) else None, fn.get("name")
             if isinstance(cid, str) and isinstance(name, str):
-                out.append(("tool_call", {"call_id": cid, "name": name, "arguments": _arguments(fn.get("arguments"))}, False))
+                out.append(("tool_call", {"call_id": cid, "name": name, "arguments": c.tool_arguments(fn.get("arguments"))}, False))
         if fc and isinstance(fc.get("name"), str):  # legacy function calling: paired by name
-            out.append(("tool_call", {"call_id": fc["name"], "name": fc["name"], "arguments": _arguments(fc.get("arguments"))}, False))
+            out.append(("tool_call", {"call_id": fc["name"], "name": fc["name"], "arguments": c.tool_arguments(fc.get("arguments"))}, False))
         return out or [("assistant", {"content": ""}, False)]
     return [_hidden(f"openai message role {role}")]
 
