@@ -334,7 +334,7 @@ def to_openai(msgs: list[Msg]) -> list[dict]:
                 ]
             out.append(d)
         else:
-            out.append({"role": m.role, "content": _openai_content(m.content) if m.role == "user" else _plain(m.content)})
+            out.append({"role": m.role, "content": _openai_content(m.content) if m.role == "user" else _assistant_text(m.content)})
     return out
 
 
@@ -342,10 +342,6 @@ def _assistant_text(c: Any) -> str:
     if isinstance(c, list):
         return "".join(p.get("text", "") for p in c if isinstance(p, dict) and p.get("type") == "text") or _as_text(c)
     return _as_text(c)
-
-
-def _plain(c: Any) -> str:
-    return _assistant_text(c)
 
 
 def _anthropic_blocks(c: Any) -> list[dict]:
@@ -368,7 +364,7 @@ def _anthropic_blocks(c: Any) -> list[dict]:
 
 
 def to_anthropic(msgs: list[Msg]) -> dict:
-    system = "\n\n".join(_plain(m.content) for m in msgs if m.role == "system")
+    system = "\n\n".join(_assistant_text(m.content) for m in msgs if m.role == "system")
     turns: list[dict] = []
 
     def add(role: str, blocks: list[dict]) -> None:

@@ -217,16 +217,13 @@ class Session:
         """The branch of this session a REF names exactly, for attaching HEAD."""
         if "~" in ref or "^" in ref or "@{" in ref:
             return None
-        if "/" in ref:
-            s, _, b = ref.partition("/")
-            if s == self.name and b in self.refs().branches:
-                return b
-            if s != self.name and self.tape._session_exists(s):
+        s, slash, b = ref.partition("/")
+        if slash and s != self.name:
+            if self.tape._session_exists(s):
                 raise InvalidInput(f"{ref!r} is a branch of another session; check it out with -s {s}")
             return None
-        if ref in self.refs().branches:
-            return ref
-        return None
+        name = b if slash else ref
+        return name if name in self.refs().branches else None
 
     def branch(self, name: str, ref: Optional[str] = None) -> str:
         """Create branch `name` at REF (default: HEAD); returns its entry hash."""
