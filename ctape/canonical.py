@@ -15,7 +15,7 @@ by one more leading "\\0". docs/format.md has a worked example; tests pin it.
 from __future__ import annotations
 
 import json
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from blake3 import blake3
 
@@ -38,6 +38,31 @@ def canonical_json(value: Any) -> bytes:
         raise InvalidInput(f"value is not plain JSON ({e}); use strings, numbers, lists and objects") from None
     except UnicodeEncodeError:
         raise InvalidInput("text is not valid Unicode (lone surrogate); send UTF-8") from None
+
+
+def entry_body(
+    kind: str, payload: Any, meta: Any, delta: Any, parent: Optional[str], seq: int, time: str, put_blob: Callable[[bytes], str]
+) -> bytes:
+    """The canonical bytes of an entry: `canonical_json` of the body with its values
+    externalized (docs/format.md, "The entry body").
+
+    Most entries need no change: text shorter than a blob cannot hold a blob-sized
+    string, and text without `\\u0000` holds no string that starts with NUL. Those are
+    encoded once, without walking the values; the others (and payloads that plainly
+    hold a large string) are walked first."""
+    body = {"delta": delta, "kind": kind, "meta": meta, "parent": parent, "payload": payload, "seq": seq, "time": time}
+    if not (isinstance(payload, dict) and any(isinstance(v, str) and len(v) >= BLOB_MIN for v in payload.values())):
+        try:
+            text = _encoder.encode(body)
+        except (ValueError, TypeError) as e:
+            raise InvalidInput(f"value is not plain JSON ({e}); use strings, numbers, lists and objects") from None
+        if len(text) < BLOB_MIN + 2 and "\\u0000" not in text:
+            return _utf8(text)
+        del text  # it may be large
+    body["delta"] = externalize(delta, put_blob)
+    body["meta"] = externalize(meta, put_blob)
+    body["payload"] = externalize(payload, put_blob)
+    return canonical_json(body)
 
 
 def object_hash(type_: bytes, body: bytes) -> str:

@@ -165,10 +165,11 @@ def _records(store: Store, path: str, start: int, end: Optional[int]):
     for item in framing.scan(data):
         if isinstance(item, framing.Damage):
             continue  # fsck reports damage; compaction keeps only what reads back
-        if item.type == framing.T_BLOCK:
-            where = f"block in {path}"
+        if item.type == framing.T_DICT:
+            continue  # only for reading the blocks after it; packs compress alone
+        if item.type in framing.BLOCK_TYPES:
             try:
-                inner = packing.decode_block(store.decompress(item.body, where), where)
+                inner = store.block_items(store.index.file_id(path), start + item.offset, item.body, item.type)
             except CorruptObject:
                 continue
             for rec in inner:

@@ -33,10 +33,13 @@ T_HEADER = ord("H")  # file header: JSON, first record of every file
 T_OBJECT = ord("O")  # object: 32-byte hash, codec byte, data
 T_REF = ord("R")  # ref record: canonical JSON
 T_PARTIAL = ord("P")  # partial stream text: canonical JSON
-T_BLOCK = ord("K")  # packs only: a zstd frame holding many object records, compressed together
+T_BLOCK = ord("K")  # a zstd frame holding many records, compressed together (see packing.py)
+T_DICT = ord("D")  # a compression dictionary for later blocks of the same file: a zstd frame
+T_DICT_BLOCK = ord("Z")  # a block compressed with a dictionary earlier in the same file
 T_BLOCK_OBJECT = ord("o")  # inside blocks only: an object stored without its name (see packing.py)
 T_BLOCK_REF = ord("r")  # inside blocks only: a ref record with positional references
-RECORD_TYPES = {T_HEADER, T_OBJECT, T_REF, T_PARTIAL, T_BLOCK, T_BLOCK_OBJECT, T_BLOCK_REF}
+RECORD_TYPES = {T_HEADER, T_OBJECT, T_REF, T_PARTIAL, T_BLOCK, T_DICT, T_DICT_BLOCK, T_BLOCK_OBJECT, T_BLOCK_REF}
+BLOCK_TYPES = (T_BLOCK, T_DICT_BLOCK)
 
 
 def frame(type_: int, body: bytes) -> bytes:

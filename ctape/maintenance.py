@@ -7,7 +7,7 @@ import os
 import stat
 from typing import TYPE_CHECKING, Iterator
 
-from . import framing, packing
+from . import framing
 from .canonical import blob_refs
 from .errors import CorruptObject
 from .files import TYPE_ENTRY, open_for_reading
@@ -26,15 +26,22 @@ def walk_files(tape: "Tape") -> Iterator[tuple[str, os.stat_result]]:
 
 
 def scan_file(tape: "Tape", rel: str) -> Iterator[framing.Record | framing.Damage]:
-    """Every record of a data file; the object records inside pack blocks come out one by one."""
+    """Every record of a data file; the records inside blocks come out one by one, and a
+    dictionary record that does not decompress is damage even if no block uses it."""
     fd = open_for_reading(os.path.join(tape.store.root, rel))
     with os.fdopen(fd, "rb") as f:
         data = f.read()
     for item in framing.scan(data):
-        if isinstance(item, framing.Record) and item.type == framing.T_BLOCK:
-            where = f"block at offset {item.offset} of {rel}"
+        if isinstance(item, framing.Record) and item.type == framing.T_DICT:
             try:
-                inner = packing.decode_block(tape.store.decompress(item.body, where), where)
+                tape.store.decompress(item.body, f"dictionary at offset {item.offset} of {rel}")
+            except CorruptObject as e:
+                yield framing.Damage(item.offset, False, str(e).split(";")[0])
+                continue
+            yield item
+        elif isinstance(item, framing.Record) and item.type in framing.BLOCK_TYPES:
+            try:
+                inner = tape.store.block_items(tape.store.index.file_id(rel), item.offset, item.body, item.type)
             except CorruptObject as e:
                 yield framing.Damage(item.offset, False, str(e).split(";")[0])
                 continue

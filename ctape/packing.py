@@ -42,9 +42,12 @@ _POS = re.compile(rb'"#(\d+)"|\\u0000#(\d+);')
 _KIND = {ord("E"): b"entry", ord("B"): b"blob"}
 
 
-def _encode(body: bytes, positions: dict[str, int], here: int) -> tuple[int, bytes]:
-    if b'"#' in body or b"\\u0000#" in body:
+def _encode(body: bytes, names: list[str], positions: dict[str, int]) -> tuple[int, bytes]:
+    """The body with references to earlier objects of the block as distances, if that
+    decodes back to exactly the body (checked here, on every body: decoding must be exact)."""
+    if not positions or b'"#' in body or b"\\u0000#" in body:
         return PLAIN, body
+    here = len(names)
 
     def sub(m: re.Match) -> bytes:
         h = (m.group(1) or m.group(2)).decode()
@@ -55,72 +58,112 @@ def _encode(body: bytes, positions: dict[str, int], here: int) -> tuple[int, byt
         return b'"#' + d + b'"' if m.group(1) else b"\\u0000#" + d + b";"
 
     out = _HASH.sub(sub, body)
-    return (POSITIONAL, out) if out != body else (PLAIN, body)
+    if out == body or _resolve(out, names, _never) != body:
+        return PLAIN, body
+    return POSITIONAL, out
 
 
-def encode_block(items: list[tuple[int, bytes]]) -> bytes:
+def _resolve(data: bytes, names: list[str], bad) -> bytes:
+    """Positional references back to hashes; `names` are the block's objects so far."""
+
+    def sub(m: re.Match) -> bytes:
+        d = int(m.group(1) or m.group(2))
+        if not 0 < d <= len(names):
+            raise bad("a reference points outside the block")
+        h = names[-d].encode()
+        return b'"' + h + b'"' if m.group(1) else b"\\u0000b" + h
+
+    return _POS.sub(sub, data)
+
+
+def _never(why: str) -> Exception:
+    return AssertionError(why)  # encoding only writes distances that exist
+
+
+def encode_block(items: Iterable[tuple[int, bytes]]) -> bytes:
     """Frame (record type, canonical record body) items for a block; objects come as full
-    object record bodies (hash, type, codec 0, canonical data).
-
-    The result is decoded again and compared with the items before it is returned; if
-    that ever differs, the block is stored without positional references."""
-    raw = _encode_block(items, positional=True)
-    if [(r.type, r.body) for r in decode_block(raw, "new block")] != list(items):
-        raw = _encode_block(items, positional=False)
-    return raw
-
-
-def _encode_block(items: Iterable[tuple[int, bytes]], positional: bool) -> bytes:
+    object record bodies (hash, type, codec 0, canonical data)."""
     out: list[bytes] = []
+    names: list[str] = []
     positions: dict[str, int] = {}
-    n = 0
     for type_, body in items:
         if type_ == framing.T_OBJECT:
             h, kind, data = body[:32].hex(), body[32], body[34:]
-            codec, data = _encode(data, positions, n) if kind == ord("E") and positional else (PLAIN, data)
+            codec, data = _encode(data, names, positions) if kind == ord("E") else (PLAIN, data)
             out.append(_inner(T_OBJ, bytes((kind, codec)) + data))
-            positions[h] = n
-            n += 1
+            positions[h] = len(names)
+            names.append(h)
         elif type_ == framing.T_REF:
-            codec, data = _encode(body, positions, n) if positional else (PLAIN, body)
+            codec, data = _encode(body, names, positions)
             out.append(_inner(T_REF, bytes((codec,)) + data))
         else:
             out.append(_inner(type_, body))
     return b"".join(out)
 
 
-def _inner(type_: int, body: bytes) -> bytes:
-    n, head = len(body), bytearray((type_,))
+def _varint(n: int) -> bytes:
+    """LEB128: seven bits a byte, low bits first, the high bit set on all but the last."""
+    if n < 0x80:
+        return bytes((n,))
+    out = bytearray()
     while True:
         byte = n & 0x7F
         n >>= 7
         if n:
-            head.append(byte | 0x80)
+            out.append(byte | 0x80)
         else:
-            head.append(byte)
-            return bytes(head) + body
+            out.append(byte)
+            return bytes(out)
+
+
+def _read_varint(raw: bytes, pos: int) -> tuple[int, int]:
+    """(value, position after it), or (-1, pos) when the bytes end first or it runs too long."""
+    n = shift = 0
+    size = len(raw)
+    while True:
+        if pos >= size or shift > 35:
+            return -1, pos
+        byte = raw[pos]
+        pos += 1
+        n |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return n, pos
+
+
+def _inner(type_: int, body: bytes) -> bytes:
+    return bytes((type_,)) + _varint(len(body)) + body
 
 
 def _inner_records(raw: bytes, bad) -> list[tuple[int, int, bytes]]:
     out, pos, size = [], 0, len(raw)
     while pos < size:
         start, type_ = pos, raw[pos]
-        pos += 1
-        n = shift = 0
-        while True:
-            if pos >= size or shift > 35:
-                raise bad("a record inside the block is cut short")
-            byte = raw[pos]
-            pos += 1
-            n |= (byte & 0x7F) << shift
-            shift += 7
-            if not byte & 0x80:
-                break
-        if pos + n > size:
+        n, pos = _read_varint(raw, pos + 1)
+        if n < 0 or pos + n > size:
             raise bad("a record inside the block is cut short")
         out.append((start, type_, raw[pos : pos + n]))
         pos += n
     return out
+
+
+# -- blocks compressed with a dictionary ------------------------------------------------------
+#
+# A durable append is one small block, and a small block compressed alone keeps most of
+# its size. So a writer puts a dictionary record (`D`: a zstd frame of recent raw block
+# bytes) into its segment now and then, and compresses the small blocks after it with
+# that dictionary (`Z`). The `Z` body starts with the distance back, in bytes, from the
+# start of the `Z` record to the start of its `D` record, which is always in the same file.
+
+
+def dict_block_body(distance: int, frame: bytes) -> bytes:
+    return _varint(distance) + frame
+
+
+def split_dict_block(body: bytes) -> tuple[int, bytes]:
+    """(distance back to the dictionary record, the zstd frame); distance -1 if unreadable."""
+    distance, pos = _read_varint(body, 0)
+    return distance, body[pos:]
 
 
 def decode_block(raw: bytes, where: str) -> list[framing.Record]:
@@ -131,16 +174,6 @@ def decode_block(raw: bytes, where: str) -> list[framing.Record]:
     def bad(why: str) -> CorruptObject:
         return CorruptObject(f"damaged {where}: {why}; run `ctape fsck`")
 
-    def resolve(data: bytes) -> bytes:
-        def sub(m: re.Match) -> bytes:
-            d = int(m.group(1) or m.group(2))
-            if not 0 < d <= len(names):
-                raise bad("a reference points outside the block")
-            h = names[-d].encode()
-            return b'"' + h + b'"' if m.group(1) else b"\\u0000b" + h
-
-        return _POS.sub(sub, data)
-
     for offset, type_, body in _inner_records(raw, bad):
         if type_ == T_OBJ:
             if len(body) < 2:
@@ -149,7 +182,7 @@ def decode_block(raw: bytes, where: str) -> list[framing.Record]:
             if kind not in _KIND or codec not in (PLAIN, POSITIONAL):
                 raise bad("unknown object type or codec")
             if codec == POSITIONAL:
-                data = resolve(data)
+                data = _resolve(data, names, bad)
             h = object_hash(_KIND[kind], data)
             names.append(h)
             out.append(framing.Record(offset, framing.T_OBJECT, bytes.fromhex(h) + bytes((kind, 0)) + data))
@@ -157,7 +190,7 @@ def decode_block(raw: bytes, where: str) -> list[framing.Record]:
             if not body:
                 raise bad("a ref record is empty")
             codec, data = body[0], body[1:]
-            out.append(framing.Record(offset, framing.T_REF, resolve(data) if codec == POSITIONAL else data))
+            out.append(framing.Record(offset, framing.T_REF, _resolve(data, names, bad) if codec == POSITIONAL else data))
         elif type_ in (framing.T_PARTIAL, framing.T_OBJECT):
             out.append(framing.Record(offset, type_, body))
         else:

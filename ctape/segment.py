@@ -25,6 +25,14 @@ if TYPE_CHECKING:
 SEGMENT_LIMIT = 64 << 20  # roll to a new segment past this size
 BLOCK_BYTES = 1 << 20  # in a batch: uncompressed bytes of records per block
 BLOCK_OBJECT_MAX = 64 << 10  # larger objects stay on their own, so reading one needs no neighbours
+# Small blocks (a durable append is one) are compressed with a dictionary of recent
+# raw block bytes, written to the segment as a `D` record (see packing.py):
+RACY_NS = 50_000_000  # a folder mtime this recent may hide a second change in the same tick
+DICT_AFTER = 4  # small blocks in a segment before it gets a dictionary
+DICT_MIN = 16 << 10  # size of a segment's first dictionary
+DICT_MAX = 64 << 10  # size of the largest
+DICT_REFRESH = 8  # a new dictionary once this many times its size has been compressed with it
+DICT_BLOCK_MAX = 256 << 10  # larger blocks compress well alone
 
 
 def _files_row(file_id: int, indexed: int) -> IndexBatch:
@@ -50,6 +58,8 @@ class SegmentWriter:
         self.block: list[tuple] = []  # records of a batch waiting to be compressed together
         self.block_size = 0
         self._bctx = None
+        self.dict: Optional[_Dictionary] = None  # the dictionary in use, in the active segment
+        self.plain_blocks: tuple[Optional[str], int] = (None, 0)  # small blocks in a segment without one
         self.batch = IndexBatch()
         self.new_objects: list[str] = []
         self.new_set: set[str] = set()
@@ -60,7 +70,9 @@ class SegmentWriter:
         self.last_entry: tuple[Optional[str], int] = (None, 0)  # (hash, seq) of the last entry it wrote
         self.partials_checked = False
         self._seen_dir: Optional[int] = None  # the session folder's mtime when the view was taken
-        self._seen_sizes: dict[str, int] = {}  # and its data files' sizes
+        self._seen_sizes: dict[str, tuple[int, int]] = {}  # and its data files' (size, inode)
+        self._racy_until = 0  # until then (ns), the folder's mtime alone cannot be trusted
+        self.ino = 0  # the active segment's inode
         self._others_grow = False  # the folder holds segments of other writer ids
         self.made_dir = False  # this writer created the session folder and has not written to it yet
         self.atime_seen: Optional[int] = None  # the active segment's access time after our last write
@@ -74,14 +86,15 @@ class SegmentWriter:
             if self.dir_fd < 0:
                 self._open_dir()
             fcntl.flock(self.dir_fd, fcntl.LOCK_EX)
-            if os.fstat(self.dir_fd).st_nlink > 0:
+            dst = os.fstat(self.dir_fd)
+            if dst.st_nlink > 0:
                 break
             # the folder was removed while we waited (a discarded first write): start over
             os.close(self.dir_fd)
             self.dir_fd = -1
         self.locked = True
         try:
-            if not self._view_is_current():
+            if not self._view_is_current(dst):
                 self._reload()
         except BaseException:
             self.unlock()
@@ -96,7 +109,7 @@ class SegmentWriter:
         """Without the lock: may this writer's view still be used for reading?"""
         return self.dir_fd >= 0 and not self.buf and self._view_is_current()
 
-    def _view_is_current(self) -> bool:
+    def _view_is_current(self, dst: Optional[os.stat_result] = None) -> bool:
         """Did anyone change the session since this writer last looked?
 
         Writers on this machine append to the same segment (same writer id), so
@@ -106,23 +119,31 @@ class SegmentWriter:
         """
         if self._seen_dir is None or self.refstate is None:
             return False
-        if os.fstat(self.dir_fd).st_mtime_ns != self._seen_dir:
+        if (dst or os.fstat(self.dir_fd)).st_mtime_ns != self._seen_dir:
             return False
-        if self._others_grow:
-            # segments of other writer ids (CTAPE_WRITER, another path to this folder)
-            # grow without changing the folder: compare every file's size
-            return self._sizes() == self._seen_sizes
+        if self._others_grow or self._racy_until:
+            # segments of other writer ids (CTAPE_WRITER, another path to this folder) grow
+            # without changing the folder, and a second change of the folder in the clock
+            # tick of the first leaves its mtime as it was: compare every file instead.
+            # Once the tick has passed, a match proves the view, and mtime suffices again.
+            now = time.time_ns()
+            if self._sizes() != self._seen_sizes:
+                return False
+            if self._racy_until and now >= self._racy_until:
+                self._racy_until = 0
+            return True
         if self.fd >= 0:
             return os.fstat(self.fd).st_size == self.offset
         return self.rel is None or os.stat(os.path.join(self.store.root, self.rel)).st_size == self.offset
 
-    def _sizes(self) -> dict[str, int]:
-        """Every data file of the session and its size (writers with other ids append too)."""
+    def _sizes(self) -> dict[str, tuple[int, int]]:
+        """Every data file of the session, its size and inode (a file replaced by a rename
+        keeps its name, and maybe its size)."""
         out = {}
         with os.scandir(self.dir) as it:
             for e in it:
                 if e.name.endswith((".seg", ".pack")):
-                    out[e.name] = e.stat(follow_symlinks=False).st_size
+                    out[e.name] = (e.stat(follow_symlinks=False).st_size, e.inode())
         return out
 
     def _reload(self) -> None:
@@ -135,8 +156,8 @@ class SegmentWriter:
             os.close(self.fd)
             self.fd = -1
         self._open_segment()
-        racy = time.time_ns() - mtime < 50_000_000
-        self._seen_dir = None if racy else mtime
+        self._seen_dir = mtime
+        self._racy_until = mtime + RACY_NS if time.time_ns() - mtime < RACY_NS else 0
         self._seen_sizes = self._sizes()
         mine = f"{self.store.writer}-"
         self._others_grow = any(n.endswith(".seg") and not n.startswith(mine) for n in self._seen_sizes)
@@ -166,11 +187,11 @@ class SegmentWriter:
         if mine:
             last = mine[-1]
             fid, indexed, torn, corrupt = rows[last]
-            size = os.stat(os.path.join(st.root, last), follow_symlinks=False).st_size
             fst = os.stat(os.path.join(st.root, last), follow_symlinks=False)
+            size = fst.st_size
             copied = fst.st_atime_ns > fst.st_mtime_ns  # read since its last write: a copy may exist
             if not torn and not corrupt and not copied and size == indexed and size < SEGMENT_LIMIT:
-                self.rel, self.file_id, self.offset = last, fid, size
+                self.rel, self.file_id, self.offset, self.ino = last, fid, size, fst.st_ino
                 self.atime_seen = fst.st_atime_ns
                 if size == 0:  # created by a writer that died before its first write
                     self._queue_header()
@@ -190,7 +211,8 @@ class SegmentWriter:
             except OSError as e:
                 raise storage_error(e, f"session {self.session}") from None
         self.fd = fd
-        self.atime_seen = os.fstat(fd).st_atime_ns
+        fst = os.fstat(fd)
+        self.atime_seen, self.ino = fst.st_atime_ns, fst.st_ino
         fsync_dir(self.dir)
         self.rel, self.file_id, self.offset = rel, st.index.file_id(rel), 0
         self.created = True
@@ -233,6 +255,11 @@ class SegmentWriter:
 
     def _frame(self, type_: int, body: bytes) -> int:
         """Queue one record; returns its offset in the file."""
+        self._room()
+        return self._queue(type_, body)
+
+    def _room(self) -> None:
+        """Make sure the next record has a segment to go to."""
         if not self.buf:
             self._begin()
         if self.rel is None or self.offset + len(self.buf) >= SEGMENT_LIMIT:
@@ -242,6 +269,8 @@ class SegmentWriter:
                 self.flush(durable=True, with_queued=False)
                 self._close_segment()
             self._create_segment()
+
+    def _queue(self, type_: int, body: bytes) -> int:
         offset = self.offset + len(self.buf)
         self.buf += framing.frame(type_, body)
         return offset
@@ -256,8 +285,8 @@ class SegmentWriter:
         # write failed, this one would refer to nothing, so it gets its own copy
         if h not in st.pending and not new and st.index.find_object(h) is not None:
             return h
-        if st._batch_depth > 0 and len(body) < BLOCK_OBJECT_MAX:
-            # in a batch, small objects are compressed together in blocks (as in packs)
+        if len(body) < BLOCK_OBJECT_MAX:
+            # small objects go into the write's block, compressed together (as in packs)
             self._to_block(framing.T_OBJECT, bytes.fromhex(h) + bytes((type_, 0)) + body, (h, type_))
         else:
             h, rec = st.encode_object(type_, body, h)
@@ -284,14 +313,9 @@ class SegmentWriter:
             self._frame_ref(rec)
 
     def _frame_ref(self, rec: dict) -> None:
-        body = canonical_json(rec)
-        if self.store._batch_depth > 0:
-            # in a batch, a ref record goes into the block, after the entries it names:
-            # a torn write can then never leave a record whose entries are missing
-            self._to_block(framing.T_REF, body, rec)
-            return
-        offset = self._frame(framing.T_REF, body)
-        self.batch.add_ref(self.file_id, offset, body, rec)
+        # a ref record goes into the block, after the entries it names: a torn write
+        # can then never leave a record whose entries are missing
+        self._to_block(framing.T_REF, canonical_json(rec), rec)
 
     # -- blocks: a batch's records compressed together ------------------------------------------
 
@@ -307,15 +331,56 @@ class SegmentWriter:
             return
         items, self.block, self.block_size = self.block, [], 0
         raw = packing.encode_block([(t, b) for t, b, _ in items])
-        if self._bctx is None:
-            self._bctx = zstd().ZstdCompressor(level=3, write_content_size=True, write_checksum=True)
-        offset = self._frame(framing.T_BLOCK, self._bctx.compress(raw))
+        self._room()
+        d = self._dictionary() if len(raw) < DICT_BLOCK_MAX else None
+        if d is None:
+            offset = self._queue(framing.T_BLOCK, self._plain().compress(raw))
+        else:
+            offset = self.offset + len(self.buf)
+            offset = self._queue(framing.T_DICT_BLOCK, packing.dict_block_body(offset - d.offset, d.cctx.compress(raw)))
+            d.used += len(raw)
+        if len(raw) < DICT_BLOCK_MAX:
+            recent = self.store.recent_blocks
+            recent += raw
+            if len(recent) > 2 * DICT_MAX:
+                del recent[:-DICT_MAX]
         for type_, body, what in items:
             if type_ == framing.T_OBJECT:
                 h, kind = what
                 self.batch.objects.append((hash_key(h), self.file_id, offset, 1 if kind == TYPE_ENTRY else 0))
             else:
                 self.batch.add_ref(self.file_id, offset, body, what)
+
+    def _plain(self):
+        if self._bctx is None:
+            self._bctx = zstd().ZstdCompressor(level=3, write_content_size=True, write_checksum=True)
+        return self._bctx
+
+    def _dictionary(self) -> Optional["_Dictionary"]:
+        """The dictionary for the next small block of the active segment: the one in use,
+        or a new one made from the blocks this process wrote last, queued as a `D` record.
+
+        A segment gets its first dictionary once DICT_AFTER small blocks went into it
+        without one (a single batch or import would not repay it), and that one is small,
+        as a short session would not repay a large one; each next dictionary is twice the
+        size of the last, up to DICT_MAX."""
+        d = self.dict if self.dict is not None and self.dict.rel == self.rel else None
+        recent = self.store.recent_blocks
+        if d is None:
+            rel, plain = self.plain_blocks
+            plain = plain if rel == self.rel else 0
+            if plain < DICT_AFTER or len(recent) < DICT_MIN:
+                self.plain_blocks = (self.rel, plain + 1)
+                return None
+            size = DICT_MIN
+        elif d.used >= DICT_REFRESH * len(d.content):
+            size = min(DICT_MAX, 2 * len(d.content))
+        else:
+            return d
+        content = bytes(recent[-size:])
+        offset = self._queue(framing.T_DICT, self._plain().compress(content))
+        self.dict = _Dictionary(self.rel, offset, content)
+        return self.dict
 
     def put_partial(self, rec: dict) -> None:
         body = canonical_json(rec)
@@ -344,9 +409,9 @@ class SegmentWriter:
         except OSError as e:
             self._undo_write()
             raise storage_error(e, f"session {self.session}") from None
-        records = bytes(self.buf[len(self._header_frame()) :] if self.created else self.buf)
-        self.offset += len(self.buf)
-        self._seen_sizes[os.path.basename(self.rel)] = self.offset
+        written, start, created = self.buf, self.offset, self.created
+        self.offset += len(written)
+        self._seen_sizes[os.path.basename(self.rel)] = (self.offset, self.ino)
         self.buf = bytearray()
         self.made_dir = False
         self.batch.files.append((self.file_id, self.offset, 0, 0))
@@ -358,13 +423,32 @@ class SegmentWriter:
         self.new_set = set()
         self.created = False
         if read_meanwhile:
+            skip = len(self._header_frame()) if created else 0
+            records = self._without_dictionaries(bytes(written[skip:]), start + skip)
             self._repeat_in_new_segment(records, durable)
+
+    def _without_dictionaries(self, records: bytes, base: int) -> bytes:
+        """The records of a write, its `Z` blocks turned into plain `K` blocks: a `Z` block
+        points back at a dictionary that may not be part of the write. The blocks are read
+        back from where they were just written, at `base`."""
+        out = bytearray()
+        for item in framing.scan(records):
+            if item.type == framing.T_DICT:
+                continue
+            if item.type == framing.T_DICT_BLOCK:
+                where = f"block just written to {self.rel}"
+                raw = self.store.block_raw(self.file_id, base + item.offset, item.body, item.type, where)
+                out += framing.frame(framing.T_BLOCK, self._plain().compress(raw))
+            else:
+                out += framing.frame(item.type, item.body)
+        return bytes(out)
 
     def _repeat_in_new_segment(self, records: bytes, durable: bool) -> None:
         """The segment was read while we wrote, so the reader's copy may lack this write.
         Write the same records again to a new segment (a record does not depend on where
-        it sits): the write then survives whatever later happens to the copied file.
-        Index rows still point at the first copy, which this machine keeps."""
+        it sits; blocks that need a dictionary are written without one): the write then
+        survives whatever later happens to the copied file. Index rows still point at the
+        first copy, which this machine keeps."""
         self._close_segment()
         try:
             self._create_segment()
@@ -417,6 +501,8 @@ class SegmentWriter:
         self.batch = IndexBatch()
         self.buf = bytearray()
         self.block, self.block_size = [], 0
+        if self.dict is not None and self.dict.offset >= self.offset:
+            self.dict = None  # its record was never written
         self.held_ref = None
         self.derived = self.derived_head = None
         self.fresh = set()
@@ -472,3 +558,14 @@ class SegmentWriter:
         if self.dir_fd >= 0:
             os.close(self.dir_fd)
             self.dir_fd = -1
+
+
+class _Dictionary:
+    """A `D` record of the active segment and a compressor that uses it."""
+
+    def __init__(self, rel: str, offset: int, content: bytes):
+        z = zstd()
+        self.rel, self.offset, self.content, self.used = rel, offset, content, 0
+        d = z.ZstdCompressionDict(content, dict_type=z.DICT_TYPE_RAWCONTENT)
+        d.precompute_compress(level=3)
+        self.cctx = z.ZstdCompressor(level=3, dict_data=d, write_content_size=True, write_checksum=True)

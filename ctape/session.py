@@ -9,7 +9,7 @@ import json
 from . import derived
 from . import refs as refmod
 from .index import hash_key
-from .canonical import canonical_json, externalize
+from .canonical import entry_body
 from .errors import CorruptObject, InvalidInput, RefNotFound
 from .models import Entry, check_name, check_payload, now_rfc3339, parse_time
 from .refs import HEAD, RefState
@@ -152,19 +152,10 @@ class Session:
         else:
             seq = self.tape.read_entry(parent).seq + 1
         t = parse_time(time) if time else now_rfc3339()
-        put_blob = lambda b: w.put_object(TYPE_BLOB, b)  # noqa: E731
-        body = {
-            "delta": externalize(delta, put_blob),
-            "kind": kind,
-            "meta": externalize(meta, put_blob),
-            "parent": parent,
-            "payload": externalize(payload, put_blob),
-            "seq": seq,
-            "time": t,
-        }
+        body = entry_body(kind, payload, meta, delta, parent, seq, t, lambda b: w.put_object(TYPE_BLOB, b))
         # a child of an entry this writer just created cannot be on the tape already
         n_before = len(w.new_objects)
-        h = w.put_object(TYPE_ENTRY, canonical_json(body), new=parent is not None and parent in w.fresh)
+        h = w.put_object(TYPE_ENTRY, body, new=parent is not None and parent in w.fresh)
         if len(w.new_objects) > n_before:  # written now, not found on the tape
             if len(w.fresh) > 4096:
                 w.fresh.clear()

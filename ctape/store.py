@@ -86,6 +86,8 @@ class Store:
         self._cctx = None
         self._dctx = None
         self._blocks: dict[tuple[int, int], dict[str, bytes]] = {}
+        self._dicts: dict[tuple[int, int], object] = {}  # (file, offset) -> decompressor with that dictionary
+        self.recent_blocks = bytearray()  # raw bytes of the blocks this process wrote last (dictionary material)
         self.discard_listeners: list = []  # called with the hashes of objects a failed batch dropped
         # what this process read from data files: lets tests prove that a question
         # about one session does not read the whole tape
@@ -258,6 +260,7 @@ class Store:
     def _full_reindex(self) -> None:
         """Rebuild the index from every file, in one transaction (readers never see it half-built)."""
         self._blocks.clear()
+        self._dicts.clear()
         for fd in self._fds.values():
             os.close(fd)
         self._fds.clear()
@@ -294,21 +297,23 @@ class Store:
                     break
                 corrupt = max(corrupt, _damage_level(data, item))
                 continue
-            self._index_record(batch, fid, start + item.offset, item.type, item.body)
+            if not self._index_record(batch, fid, start + item.offset, item.type, item.body):
+                corrupt = 2  # a block that does not decode may have held ref records
             indexed = start + item.end
         if corrupt and not torn:
             indexed = start + len(data)
         batch.files.append((fid, indexed, torn, corrupt))
         return batch
 
-    def _index_record(self, batch: IndexBatch, fid: int, offset: int, type_: int, body: bytes) -> None:
-        if type_ == framing.T_BLOCK:
+    def _index_record(self, batch: IndexBatch, fid: int, offset: int, type_: int, body: bytes) -> bool:
+        """Add the index rows of one record; False for a block that cannot be read (fsck reports it)."""
+        if type_ in framing.BLOCK_TYPES:
             try:
-                inner = self.block_items(fid, offset, body)
+                inner = self.block_items(fid, offset, body, type_)
             except CorruptObject:
-                return  # fsck reports it
+                return False
             for rec in inner:
-                if rec.type != framing.T_BLOCK:
+                if rec.type not in framing.BLOCK_TYPES:
                     self._index_record(batch, fid, offset, rec.type, rec.body)
         elif type_ == framing.T_OBJECT:
             h = body[:32].hex()
@@ -324,6 +329,7 @@ class Store:
                 batch.add_partial(json.loads(body), body)
             except (ValueError, KeyError, TypeError):
                 pass
+        return True
 
     # -- objects ----------------------------------------------------------------------
 
@@ -376,23 +382,52 @@ class Store:
             raise CorruptObject(f"damaged record at offset {offset} of {self.index.path_of(file_id)}; run `ctape fsck`")
         return (type_, body) if want_type else body
 
-    def block_items(self, file_id: int, offset: int, body: bytes) -> list[framing.Record]:
-        """The records inside a pack block."""
+    def block_items(self, file_id: int, offset: int, body: bytes, type_: int = framing.T_BLOCK) -> list[framing.Record]:
+        """The records inside a block (`K`, or `Z` with its dictionary)."""
         where = f"block at offset {offset} of {self.index.path_of(file_id)}"
-        return packing.decode_block(self.decompress(body, where), where)
+        return packing.decode_block(self.block_raw(file_id, offset, body, type_, where), where)
 
-    def block_records(self, file_id: int, offset: int, body: bytes) -> dict[str, bytes]:
-        """The object records inside a pack block, by hash (the last few blocks are cached)."""
+    def block_raw(self, file_id: int, offset: int, body: bytes, type_: int, where: str) -> bytes:
+        """The decompressed bytes of a block record."""
+        if type_ != framing.T_DICT_BLOCK:
+            return self.decompress(body, where)
+        distance, frame = packing.split_dict_block(body)
+        if not 0 < distance <= offset:
+            raise CorruptObject(f"damaged {where}: its dictionary offset is impossible; run `ctape fsck`")
+        return self.decompress(frame, where, self._dictionary(file_id, offset - distance, where))
+
+    def _dictionary(self, file_id: int, offset: int, where: str):
+        """A decompressor for the dictionary record at `offset` (the last few are cached)."""
+        key = (file_id, offset)
+        dctx = self._dicts.get(key)
+        if dctx is None:
+            try:
+                type_, body = self.read_record_at(file_id, offset, want_type=True)
+            except CorruptObject:
+                raise CorruptObject(f"damaged {where}: its dictionary record is damaged; run `ctape fsck`") from None
+            if type_ != framing.T_DICT:
+                raise CorruptObject(f"damaged {where}: no dictionary record where it points; run `ctape fsck`")
+            z = zstd()
+            content = self.decompress(body, f"dictionary at offset {offset} of {self.index.path_of(file_id)}")
+            dctx = z.ZstdDecompressor(dict_data=z.ZstdCompressionDict(content, dict_type=z.DICT_TYPE_RAWCONTENT))
+            self._dicts[key] = dctx
+            if len(self._dicts) > 4:
+                self._dicts.pop(next(iter(self._dicts)))
+        return dctx
+
+    def block_records(self, file_id: int, offset: int, body: bytes, type_: int = framing.T_BLOCK) -> dict[str, bytes]:
+        """The object records inside a block, by hash (the last few blocks are cached)."""
         key = (file_id, offset)
         cached = self._blocks.get(key)
         if cached is None:
-            cached = {r.body[:32].hex(): r.body for r in self.block_items(file_id, offset, body) if r.type == framing.T_OBJECT}
+            items = self.block_items(file_id, offset, body, type_)
+            cached = {r.body[:32].hex(): r.body for r in items if r.type == framing.T_OBJECT}
             self._blocks[key] = cached
             if len(self._blocks) > 8:
                 self._blocks.pop(next(iter(self._blocks)))
         return cached
 
-    def decompress(self, data: bytes, what: str) -> bytes:
+    def decompress(self, data: bytes, what: str, dctx=None) -> bytes:
         """Decompress a zstd frame, refusing one that claims more than max_object bytes."""
         z = zstd()
         try:
@@ -401,10 +436,12 @@ class Store:
             raise CorruptObject(f"{what} is corrupt (bad zstd frame); run `ctape fsck`") from None
         if size < 0 or size > self.max_object:
             raise ObjectTooLarge(f"{what} claims {size} bytes, over the limit of {self.max_object}; raise CTAPE_MAX_OBJECT if you trust this tape")
-        if self._dctx is None:
-            self._dctx = z.ZstdDecompressor()
+        if dctx is None:
+            if self._dctx is None:
+                self._dctx = z.ZstdDecompressor()
+            dctx = self._dctx
         try:
-            return self._dctx.decompress(data, max_output_size=size)
+            return dctx.decompress(data, max_output_size=size)
         except z.ZstdError:
             raise CorruptObject(f"{what} is corrupt (zstd data); run `ctape fsck`") from None
 
@@ -413,8 +450,8 @@ class Store:
         if cached is not None and h in cached:
             return self.decode_object(h, cached[h])
         type_, body = self.read_record_at(file_id, offset, want_type=True)
-        if type_ == framing.T_BLOCK:
-            inner = self.block_records(file_id, offset, body).get(h)
+        if type_ in framing.BLOCK_TYPES:
+            inner = self.block_records(file_id, offset, body, type_).get(h)
             if inner is None:
                 raise CorruptObject(f"object {h} is not in the block the index names; run `ctape fsck`")
             body = inner

@@ -155,11 +155,11 @@ class Tape:
     def _resolve_prefix(self, prefix: str) -> str:
         self.store.refresh()
         found = []
-        from .framing import T_BLOCK
+        from .framing import BLOCK_TYPES
 
         for fid, off in self.store.index.entries_with_prefix(prefix, limit=64):
             type_, body = self.store.read_record_at(fid, off, want_type=True)
-            inner = self.store.block_records(fid, off, body).values() if type_ == T_BLOCK else [body]
+            inner = self.store.block_records(fid, off, body, type_).values() if type_ in BLOCK_TYPES else [body]
             for rec in inner:
                 h = rec[:32].hex()
                 if h.startswith(prefix) and rec[32] == TYPE_ENTRY and h not in found:

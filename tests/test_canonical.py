@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ctape import Tape
-from ctape.canonical import BLOB_MIN, canonical_json, externalize, internalize, object_hash
+from ctape.canonical import BLOB_MIN, canonical_json, entry_body, externalize, internalize, object_hash
 
 # strings that exercise the blob and escape rules: "\0"-prefixed (incl. ones that look
 # like a blob reference), around BLOB_MIN, and ordinary unicode text
@@ -139,3 +139,32 @@ def test_entry_round_trips_through_the_tape(tape_dir, extra, meta, delta):
         assert canonical_json(got.delta) == canonical_json(delta)
     finally:
         t2.close()
+
+
+@given(json_values, json_objects, json_values, st.sampled_from([None, "ab" * 32]), st.integers(1, 10**6))
+@settings(max_examples=300, deadline=None)
+def test_entry_body_is_canonical_json_of_the_externalized_body(payload, meta, delta, parent, seq):
+    """The append path puts the entry's bytes together from its parts, skipping the
+    externalize walk where it cannot change anything: the result must be exactly the
+    canonical JSON of the documented body, with the same blobs in the same order."""
+    t = "2026-01-02T03:04:05.000000Z"
+    fast, slow = [], []
+    got = entry_body("tool_result", payload, meta, delta, parent, seq, t, lambda b: fast.append(b) or object_hash(b"blob", b))
+
+    def put(b):
+        slow.append(b)
+        return object_hash(b"blob", b)
+
+    want = canonical_json(
+        {
+            "delta": externalize(delta, put),
+            "kind": "tool_result",
+            "meta": externalize(meta, put),
+            "parent": parent,
+            "payload": externalize(payload, put),
+            "seq": seq,
+            "time": t,
+        }
+    )
+    assert got == want
+    assert fast == slow

@@ -19,7 +19,8 @@ def test_a_full_segment_is_synced_before_it_is_left(tape_dir, monkeypatch):
     real = os.fdatasync
     monkeypatch.setattr(os, "fdatasync", lambda fd: (synced.append(os.readlink(f"/proc/self/fd/{fd}")), real(fd))[1])
     t = Tape.open(tape_dir)
-    t.session("chat").append("tool_result", {"call_id": "c", "output": os.urandom(6000).hex()})
+    # an output of 64 KiB or more is a record of its own, written before the append's block
+    t.session("chat").append("tool_result", {"call_id": "c", "output": os.urandom(40000).hex()})
     segments = {os.path.join(r, f) for r, _, fs in os.walk(tape_dir / "sessions") for f in fs}
     assert len(segments) >= 2 and segments <= set(synced)
 
