@@ -191,7 +191,7 @@ def decode_block(raw: bytes, where: str) -> list[framing.Record]:
                 raise bad("a ref record is empty")
             codec, data = body[0], body[1:]
             out.append(framing.Record(offset, framing.T_REF, _resolve(data, names, bad) if codec == POSITIONAL else data))
-        elif type_ in (framing.T_PARTIAL, framing.T_OBJECT):
+        elif type_ == framing.T_PARTIAL:
             out.append(framing.Record(offset, type_, body))
         else:
             raise bad(f"unknown record type {type_}")

@@ -482,6 +482,21 @@ def scale(tmp: str, quick: bool = False) -> list[dict]:
         print(json.dumps(rec), flush=True)
         out.append(rec)
 
+    # Measure the command as an installed package runs: pip writes bytecode at install
+    # time, but a source checkout run with PYTHONDONTWRITEBYTECODE=1 (as on the machines
+    # this was written on) compiles every module at every start, ~30-40 ms.
+    import compileall
+
+    import ctape
+
+    compileall.compile_dir(os.path.dirname(ctape.__file__), quiet=1)
+    ts = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "pass"], check=True)
+        ts.append(time.perf_counter() - t)
+    emit({"tape": "-", "op": "python -c pass (interpreter start)", "median_s": statistics.median(ts), "min_s": min(ts)})
+
     def timings(tape_dir, cache, label, cmds):
         for name, args in cmds:
             first, _ = cli(tape_dir, cache, *args)
