@@ -39,7 +39,7 @@ from .canonical import canonical_json
 from .errors import CorruptObject, InvalidInput, StorageError
 from .models import format_time
 from .files import TYPE_ENTRY, fsync_dir, open_for_reading, zstd
-from .store import Store
+from .store import Source, Store
 
 _DUR = re.compile(r"(\d+)([smhdw])")
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -155,27 +155,29 @@ def _scan(store: Store, snapshot: dict[str, int], say) -> Scan:
 
 
 def _records(store: Store, path: str, start: int, end: Optional[int]):
-    """Records of a file between two offsets; pack blocks come out as their object records."""
+    """Records of a file between two offsets; blocks come out as the records they hold."""
     fd = open_for_reading(os.path.join(store.root, path))
     try:
         size = os.fstat(fd).st_size if end is None else end
         data = os.pread(fd, size - start, start) if size > start else b""
+        src = Source(fd, data, start)  # a block's dictionary is read from what this read
+        fid = store.index.file_id(path)
+        for item in framing.scan(data):
+            if isinstance(item, framing.Damage):
+                continue  # fsck reports damage; compaction keeps only what reads back
+            if item.type == framing.T_DICT:
+                continue  # only for reading the blocks after it; packs compress alone
+            if item.type in framing.BLOCK_TYPES:
+                try:
+                    inner = store.block_items(fid, start + item.offset, item.body, item.type, src)
+                except CorruptObject:
+                    continue
+                for rec in inner:
+                    yield framing.Record(start + item.offset, rec.type, rec.body)
+            else:
+                yield framing.Record(start + item.offset, item.type, item.body)
     finally:
         os.close(fd)
-    for item in framing.scan(data):
-        if isinstance(item, framing.Damage):
-            continue  # fsck reports damage; compaction keeps only what reads back
-        if item.type == framing.T_DICT:
-            continue  # only for reading the blocks after it; packs compress alone
-        if item.type in framing.BLOCK_TYPES:
-            try:
-                inner = store.block_items(store.index.file_id(path), start + item.offset, item.body, item.type)
-            except CorruptObject:
-                continue
-            for rec in inner:
-                yield framing.Record(start + item.offset, rec.type, rec.body)
-        else:
-            yield framing.Record(start + item.offset, item.type, item.body)
 
 
 def _learn(store: Store, scan: Scan, rec: framing.Record) -> None:
@@ -327,18 +329,23 @@ class PackWriter:
         h = body[:32].hex()
         if h in self.objects:
             return
-        self.objects.add(h)
-        self.count += 1
         if len(body) >= LARGE_OBJECT:  # large: on its own, so reading it needs no neighbours
+            self.objects.add(h)
+            self.count += 1
             self._write(framing.frame(framing.T_OBJECT, body))
             return
-        if body[33] != 0:
+        try:
+            # verified: inside a block the name is not stored, and the references to it
+            # become distances, so a wrong name would silently rename what points at it
             _, raw = self.store.decode_object(h, body)
-            if len(raw) >= LARGE_OBJECT * 4:
-                self._write(framing.frame(framing.T_OBJECT, body))
-                return
-            body = body[:33] + b"\0" + raw
-        self._add(framing.T_OBJECT, body)
+        except CorruptObject:
+            return  # it does not read back (fsck reports it); compaction keeps what does
+        self.objects.add(h)
+        self.count += 1
+        if len(raw) >= LARGE_OBJECT * 4:
+            self._write(framing.frame(framing.T_OBJECT, body))
+            return
+        self._add(framing.T_OBJECT, body[:33] + b"\0" + raw)
 
     def add_record(self, type_: int, body: bytes) -> None:
         """A ref or partial record, in order among the objects (its hashes point at them)."""

@@ -11,6 +11,7 @@ from . import framing
 from .canonical import blob_refs
 from .errors import CorruptObject
 from .files import TYPE_ENTRY, open_for_reading
+from .store import Source
 
 if TYPE_CHECKING:
     from .tape import Tape
@@ -41,7 +42,7 @@ def scan_file(tape: "Tape", rel: str) -> Iterator[framing.Record | framing.Damag
             yield item
         elif isinstance(item, framing.Record) and item.type in framing.BLOCK_TYPES:
             try:
-                inner = tape.store.block_items(tape.store.index.file_id(rel), item.offset, item.body, item.type)
+                inner = tape.store.block_items(tape.store.index.file_id(rel), item.offset, item.body, item.type, Source(None, data, 0))
             except CorruptObject as e:
                 yield framing.Damage(item.offset, False, str(e).split(";")[0])
                 continue

@@ -59,6 +59,11 @@ class SegmentWriter:
         self.block_size = 0
         self._bctx = None
         self.dict: Optional[_Dictionary] = None  # the dictionary in use, in the active segment
+        # raw bytes of this writer's last blocks: the material for its dictionaries. Only this
+        # session's own text: a dictionary is stored in the session's files, which may be
+        # synced, shared or kept where other sessions are not
+        self.recent = bytearray()
+        self.raw_blocks: dict[int, bytes] = {}  # offset -> raw bytes of the Z blocks queued in buf
         self.plain_blocks: tuple[Optional[str], int] = (None, 0)  # small blocks in a segment without one
         self.batch = IndexBatch()
         self.new_objects: list[str] = []
@@ -143,12 +148,17 @@ class SegmentWriter:
         with os.scandir(self.dir) as it:
             for e in it:
                 if e.name.endswith((".seg", ".pack")):
-                    out[e.name] = (e.stat(follow_symlinks=False).st_size, e.inode())
+                    st = e.stat(follow_symlinks=False)
+                    out[e.name] = (st.st_size, st.st_ino)
         return out
 
     def _reload(self) -> None:
         st = self.store
+        # look at the folder before reading it: whatever changes after this shows as a
+        # difference at the next check (listed after, a file added in between would be
+        # part of the listing but maybe not of what was read)
         mtime = os.fstat(self.dir_fd).st_mtime_ns
+        self._seen_sizes = self._sizes()
         st.refresh(self.session)
         self.refstate = None
         self.partials_checked = False
@@ -158,7 +168,6 @@ class SegmentWriter:
         self._open_segment()
         self._seen_dir = mtime
         self._racy_until = mtime + RACY_NS if time.time_ns() - mtime < RACY_NS else 0
-        self._seen_sizes = self._sizes()
         mine = f"{self.store.writer}-"
         self._others_grow = any(n.endswith(".seg") and not n.startswith(mine) for n in self._seen_sizes)
 
@@ -339,8 +348,9 @@ class SegmentWriter:
             offset = self.offset + len(self.buf)
             offset = self._queue(framing.T_DICT_BLOCK, packing.dict_block_body(offset - d.offset, d.cctx.compress(raw)))
             d.used += len(raw)
+            self.raw_blocks[offset] = raw  # in case the write must be repeated without dictionaries
         if len(raw) < DICT_BLOCK_MAX:
-            recent = self.store.recent_blocks
+            recent = self.recent
             recent += raw
             if len(recent) > 2 * DICT_MAX:
                 del recent[:-DICT_MAX]
@@ -363,9 +373,11 @@ class SegmentWriter:
         A segment gets its first dictionary once DICT_AFTER small blocks went into it
         without one (a single batch or import would not repay it), and that one is small,
         as a short session would not repay a large one; each next dictionary is twice the
-        size of the last, up to DICT_MAX."""
+        size of the last, up to DICT_MAX. A tape of format version 1 gets none."""
+        if not self.store.dictionaries:
+            return None
         d = self.dict if self.dict is not None and self.dict.rel == self.rel else None
-        recent = self.store.recent_blocks
+        recent = self.recent
         if d is None:
             rel, plain = self.plain_blocks
             plain = plain if rel == self.rel else 0
@@ -410,6 +422,7 @@ class SegmentWriter:
             self._undo_write()
             raise storage_error(e, f"session {self.session}") from None
         written, start, created = self.buf, self.offset, self.created
+        raw_blocks, self.raw_blocks = self.raw_blocks, {}
         self.offset += len(written)
         self._seen_sizes[os.path.basename(self.rel)] = (self.offset, self.ino)
         self.buf = bytearray()
@@ -424,21 +437,19 @@ class SegmentWriter:
         self.created = False
         if read_meanwhile:
             skip = len(self._header_frame()) if created else 0
-            records = self._without_dictionaries(bytes(written[skip:]), start + skip)
+            records = self._without_dictionaries(bytes(written[skip:]), start + skip, raw_blocks)
             self._repeat_in_new_segment(records, durable)
 
-    def _without_dictionaries(self, records: bytes, base: int) -> bytes:
-        """The records of a write, its `Z` blocks turned into plain `K` blocks: a `Z` block
-        points back at a dictionary that may not be part of the write. The blocks are read
-        back from where they were just written, at `base`."""
+    def _without_dictionaries(self, records: bytes, base: int, raw_blocks: dict[int, bytes]) -> bytes:
+        """The records of a write (written at offset `base`), its `Z` blocks turned into plain
+        `K` blocks of the same content (kept in `raw_blocks` by offset): a `Z` block points
+        back at a dictionary that may not be part of the write."""
         out = bytearray()
         for item in framing.scan(records):
             if item.type == framing.T_DICT:
                 continue
             if item.type == framing.T_DICT_BLOCK:
-                where = f"block just written to {self.rel}"
-                raw = self.store.block_raw(self.file_id, base + item.offset, item.body, item.type, where)
-                out += framing.frame(framing.T_BLOCK, self._plain().compress(raw))
+                out += framing.frame(framing.T_BLOCK, self._plain().compress(raw_blocks[base + item.offset]))
             else:
                 out += framing.frame(item.type, item.body)
         return bytes(out)
@@ -501,6 +512,7 @@ class SegmentWriter:
         self.batch = IndexBatch()
         self.buf = bytearray()
         self.block, self.block_size = [], 0
+        self.raw_blocks = {}
         if self.dict is not None and self.dict.offset >= self.offset:
             self.dict = None  # its record was never written
         self.held_ref = None

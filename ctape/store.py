@@ -23,7 +23,7 @@ import stat
 import threading
 import zlib
 from contextlib import contextmanager
-from typing import Iterator, Optional
+from typing import Iterator, NamedTuple, Optional
 
 from blake3 import blake3
 
@@ -46,7 +46,7 @@ from .segment import SegmentWriter
 
 FORMAT_FILE = "ctape.json"
 FORMAT_NAME = "ctape-tape"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: segments may hold dictionaries (D) and blocks compressed with them (Z)
 DEFAULT_MAX_OBJECT = 1 << 30  # refuse frames that claim more than this when decompressed
 COMPRESS_MIN = 256  # smaller objects are stored raw: zstd saves little on them and costs time per append
 
@@ -72,6 +72,9 @@ class Store:
         if meta.get("version", 0) > FORMAT_VERSION:
             raise NotATape(f"{self.root} uses format version {meta['version']}; upgrade ctape to read it")
         self.tape_id = str(meta.get("tape_id", ""))
+        # a version-1 tape may also be written by a ctape that does not know D and Z
+        # records (and would take them for damage): it gets none
+        self.dictionaries = meta.get("version", 0) >= 2
         for sub in ("sessions", "packs"):
             check_not_symlink(os.path.join(self.root, sub))
         self.max_object = max_object or int(os.environ.get("CTAPE_MAX_OBJECT", DEFAULT_MAX_OBJECT))
@@ -86,8 +89,7 @@ class Store:
         self._cctx = None
         self._dctx = None
         self._blocks: dict[tuple[int, int], dict[str, bytes]] = {}
-        self._dicts: dict[tuple[int, int], object] = {}  # (file, offset) -> decompressor with that dictionary
-        self.recent_blocks = bytearray()  # raw bytes of the blocks this process wrote last (dictionary material)
+        self._dicts: dict[tuple[int, int, int], object] = {}  # (file, offset, crc) -> decompressor with that dictionary
         self.discard_listeners: list = []  # called with the hashes of objects a failed batch dropped
         # what this process read from data files: lets tests prove that a question
         # about one session does not read the whole tape
@@ -272,7 +274,18 @@ class Store:
             self.index.apply_many(batches)
 
     def _index_file(self, rel: str, start: int) -> None:
+        self._forget_reads(self.index.file_id(rel))
         self.index.apply(self._scan_file(rel, start))
+
+    def _forget_reads(self, file_id: int) -> None:
+        """Drop what this process keeps open or decoded of a file that changed: an rsync
+        may have replaced it (a new inode under the same name)."""
+        fd = self._fds.pop(file_id, None)
+        if fd is not None:
+            os.close(fd)
+        for cache in (self._blocks, self._dicts):
+            for key in [k for k in cache if k[0] == file_id]:
+                del cache[key]
 
     def _scan_file(self, rel: str, start: int) -> IndexBatch:
         """Index rows for the records of a file from `start` on."""
@@ -285,36 +298,37 @@ class Store:
         try:
             size = os.fstat(fd).st_size
             data = os.pread(fd, size - start, start) if size > start else b""
+            self.io["bytes_read"] += len(data)
+            self.io["files_indexed"] += 1
+            indexed, torn, corrupt = start, 0, 0
+            src = Source(fd, data, start)
+            for item in framing.scan(data, 0):
+                if isinstance(item, framing.Damage):
+                    if item.torn:
+                        torn = 1
+                        break
+                    corrupt = max(corrupt, _damage_level(data, item))
+                    continue
+                if not self._index_record(batch, fid, start + item.offset, item.type, item.body, src):
+                    corrupt = 2  # a block that does not decode may have held ref records
+                indexed = start + item.end
         finally:
             os.close(fd)
-        self.io["bytes_read"] += len(data)
-        self.io["files_indexed"] += 1
-        indexed, torn, corrupt = start, 0, 0
-        for item in framing.scan(data, 0):
-            if isinstance(item, framing.Damage):
-                if item.torn:
-                    torn = 1
-                    break
-                corrupt = max(corrupt, _damage_level(data, item))
-                continue
-            if not self._index_record(batch, fid, start + item.offset, item.type, item.body):
-                corrupt = 2  # a block that does not decode may have held ref records
-            indexed = start + item.end
         if corrupt and not torn:
             indexed = start + len(data)
         batch.files.append((fid, indexed, torn, corrupt))
         return batch
 
-    def _index_record(self, batch: IndexBatch, fid: int, offset: int, type_: int, body: bytes) -> bool:
+    def _index_record(self, batch: IndexBatch, fid: int, offset: int, type_: int, body: bytes, src: "Source") -> bool:
         """Add the index rows of one record; False for a block that cannot be read (fsck reports it)."""
         if type_ in framing.BLOCK_TYPES:
             try:
-                inner = self.block_items(fid, offset, body, type_)
+                inner = self.block_items(fid, offset, body, type_, src)
             except CorruptObject:
                 return False
             for rec in inner:
                 if rec.type not in framing.BLOCK_TYPES:
-                    self._index_record(batch, fid, offset, rec.type, rec.body)
+                    self._index_record(batch, fid, offset, rec.type, rec.body, src)
         elif type_ == framing.T_OBJECT:
             h = body[:32].hex()
             batch.objects.append((hash_key(h), fid, offset, 1 if body[32] == TYPE_ENTRY else 0))
@@ -363,12 +377,14 @@ class Store:
             raise CorruptObject(f"object {h} is corrupt (hash mismatch); run `ctape fsck`")
         return type_, body
 
-    def read_record_at(self, file_id: int, offset: int, want_type: bool = False):
-        """The body of the record at `offset` (with its type when asked), checksum verified."""
-        try:
-            fd = self._read_fd(file_id)
-        except FileNotFoundError:
-            raise EntryNotFound("a file the index names is gone (compacted?)") from None
+    def read_record_at(self, file_id: int, offset: int, want_type: bool = False, fd: Optional[int] = None):
+        """The body of the record at `offset` (with its type when asked), checksum verified;
+        read through `fd` when given, else through this process's descriptor of the file."""
+        if fd is None:
+            try:
+                fd = self._read_fd(file_id)
+            except FileNotFoundError:
+                raise EntryNotFound("a file the index names is gone (compacted?)") from None
         head = os.pread(fd, framing.HEADER_SIZE, offset)
         parsed = framing.parse_header(head) if len(head) == framing.HEADER_SIZE else None
         if parsed is None:
@@ -382,37 +398,44 @@ class Store:
             raise CorruptObject(f"damaged record at offset {offset} of {self.index.path_of(file_id)}; run `ctape fsck`")
         return (type_, body) if want_type else body
 
-    def block_items(self, file_id: int, offset: int, body: bytes, type_: int = framing.T_BLOCK) -> list[framing.Record]:
+    def block_items(self, file_id: int, offset: int, body: bytes, type_: int = framing.T_BLOCK, src: Optional["Source"] = None) -> list[framing.Record]:
         """The records inside a block (`K`, or `Z` with its dictionary)."""
         where = f"block at offset {offset} of {self.index.path_of(file_id)}"
-        return packing.decode_block(self.block_raw(file_id, offset, body, type_, where), where)
+        return packing.decode_block(self.block_raw(file_id, offset, body, type_, where, src), where)
 
-    def block_raw(self, file_id: int, offset: int, body: bytes, type_: int, where: str) -> bytes:
-        """The decompressed bytes of a block record."""
+    def block_raw(self, file_id: int, offset: int, body: bytes, type_: int, where: str, src: Optional["Source"] = None) -> bytes:
+        """The decompressed bytes of a block record. A scan of the file passes what it read
+        (`src`), and a `Z` block's dictionary is then taken from those same bytes or read
+        through the same descriptor, never through another view of the file."""
         if type_ != framing.T_DICT_BLOCK:
             return self.decompress(body, where)
         distance, frame = packing.split_dict_block(body)
         if not 0 < distance <= offset:
             raise CorruptObject(f"damaged {where}: its dictionary offset is impossible; run `ctape fsck`")
-        return self.decompress(frame, where, self._dictionary(file_id, offset - distance, where))
+        return self.decompress(frame, where, self._dictionary(file_id, offset - distance, where, src))
 
-    def _dictionary(self, file_id: int, offset: int, where: str):
-        """A decompressor for the dictionary record at `offset` (the last few are cached)."""
-        key = (file_id, offset)
-        dctx = self._dicts.get(key)
+    def _dictionary(self, file_id: int, offset: int, where: str, src: Optional["Source"]):
+        """A decompressor for the dictionary record at `offset`; the last few are cached by
+        file, offset and the record's checksum (a file cut and written again, or replaced,
+        may hold another dictionary at the same offset)."""
+        try:
+            rec = src.record_at(offset) if src is not None else None
+            if rec is None:
+                rec = self.read_record_at(file_id, offset, want_type=True, fd=src.fd if src is not None else None)
+        except CorruptObject:
+            raise CorruptObject(f"damaged {where}: its dictionary record is damaged; run `ctape fsck`") from None
+        type_, body = rec
+        if type_ != framing.T_DICT:
+            raise CorruptObject(f"damaged {where}: no dictionary record where it points; run `ctape fsck`")
+        key = (file_id, offset, zlib.crc32(body))
+        dctx = self._dicts.pop(key, None)
         if dctx is None:
-            try:
-                type_, body = self.read_record_at(file_id, offset, want_type=True)
-            except CorruptObject:
-                raise CorruptObject(f"damaged {where}: its dictionary record is damaged; run `ctape fsck`") from None
-            if type_ != framing.T_DICT:
-                raise CorruptObject(f"damaged {where}: no dictionary record where it points; run `ctape fsck`")
             z = zstd()
             content = self.decompress(body, f"dictionary at offset {offset} of {self.index.path_of(file_id)}")
             dctx = z.ZstdDecompressor(dict_data=z.ZstdCompressionDict(content, dict_type=z.DICT_TYPE_RAWCONTENT))
-            self._dicts[key] = dctx
-            if len(self._dicts) > 4:
+            if len(self._dicts) >= 4:
                 self._dicts.pop(next(iter(self._dicts)))
+        self._dicts[key] = dctx  # most recently used last
         return dctx
 
     def block_records(self, file_id: int, offset: int, body: bytes, type_: int = framing.T_BLOCK) -> dict[str, bytes]:
@@ -545,6 +568,26 @@ class Store:
                             w.discard()  # not written: drop, so no later append writes them
                         for w in writers:
                             w.unlock()
+
+
+class Source(NamedTuple):
+    """What a scan of a file read: the descriptor it read through, and the bytes it read
+    from offset `base` on."""
+
+    fd: Optional[int]
+    data: bytes
+    base: int
+
+    def record_at(self, offset: int) -> Optional[tuple[int, bytes]]:
+        """(type, body) of the record at `offset` if it lies in the bytes read (None if not);
+        CorruptObject if those bytes are not a good record."""
+        pos = offset - self.base
+        if pos < 0 or pos >= len(self.data):
+            return None
+        item = next(framing.scan(self.data, pos), None)
+        if not isinstance(item, framing.Record) or item.offset != pos:
+            raise CorruptObject(f"damaged record at offset {offset}")
+        return item.type, item.body
 
 
 def _damage_level(data: bytes, d: framing.Damage) -> int:

@@ -191,3 +191,151 @@ def test_the_dictionary_shrinks_a_durable_session(tmp_path, monkeypatch):
             append_many(t, "chat", 400)
         sizes[label] = sum(p.stat().st_size for p in segments(d, "chat"))
     assert sizes["with"] < 0.6 * sizes["without"], sizes
+
+
+# -- found in review: a file replaced under a reader, and a racy listing ----------------------
+
+WRITER = """
+import sys
+from ctape import Tape
+t = Tape.open(sys.argv[1]); s = t.session("s")
+for i in range(int(sys.argv[2])):
+    s.append("user", {"content": "step %d: module %d test %d " % (i, i % 7, i % 11) + "x" * 300})
+t.close()
+"""
+
+
+def replace_by_rename(src_dir, dst_dir):
+    """What rsync does to a file that changed: a temp file with the new content, renamed
+    over the old name (a new inode). The source is read without moving its access time."""
+    os.makedirs(dst_dir, exist_ok=True)
+    for name in os.listdir(src_dir):
+        fd = open_for_reading(os.path.join(src_dir, name))
+        with os.fdopen(fd, "rb") as f:
+            data = f.read()
+        tmp = os.path.join(dst_dir, "." + name + ".tmp")
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.rename(tmp, os.path.join(dst_dir, name))
+
+
+@pytest.fixture
+def two_copies(tmp_path, monkeypatch):
+    import shutil
+    import subprocess
+    import sys
+
+    a, b = tmp_path / "A", tmp_path / "B"
+    Tape.init(a).close()
+    shutil.copytree(a, b)
+
+    def b_appends(n):
+        env = dict(os.environ, CTAPE_WRITER="bbbb", CTAPE_CACHE_DIR=str(tmp_path / "cache-b"))
+        subprocess.run([sys.executable, "-c", WRITER, str(b), str(n)], check=True, env=env)
+
+    def sync():
+        replace_by_rename(b / "sessions" / "s", a / "sessions" / "s")
+
+    return a, b_appends, sync
+
+
+def test_a_reader_whose_file_was_replaced_reads_the_new_dictionaries(two_copies):
+    """A long-running reader holds a descriptor of the old file; the new, longer copy has
+    dictionaries (and Z blocks using them) past the old end. Indexing the new tail must take
+    them from the new file: a false "damaged" mark would refuse the session's refs."""
+    a, b_appends, sync = two_copies
+    b_appends(5)
+    sync()
+    with Tape.open(a) as reader:
+        s = reader.session("s")
+        assert s.head.seq == 5  # the reader now has the first copy open
+        b_appends(200)
+        sync()
+        assert s.head.seq == 205
+        assert not [p for p, (_, _, _, corrupt) in reader.store.index.file_rows().items() if corrupt]
+    assert run_cli("--dir", a, "fsck").returncode == 0
+    with Tape.open(a) as again:
+        assert again.session("s").head.seq == 205
+
+
+def test_compact_keeps_what_arrives_during_it_by_a_rename(two_copies, monkeypatch):
+    """Appends synced in (file replaced by rename) between compaction's snapshot and its
+    freeze must be rescued, their Z blocks decoded with dictionaries from the new file."""
+    import ctape.compact as compact
+
+    a, b_appends, sync = two_copies
+    b_appends(60)
+    sync()
+    real = compact._freeze_and_swap
+
+    def sync_meanwhile(*args, **kw):
+        b_appends(300)
+        sync()
+        return real(*args, **kw)
+
+    monkeypatch.setattr(compact, "_freeze_and_swap", sync_meanwhile)
+    with Tape.open(a) as t:
+        t.compact(expire="90d", grace="now")
+    with Tape.open(a, cache_dir=str(a.parent / "fresh-cache")) as t:
+        assert t.session("s").head.seq == 360
+        assert t.fsck()["ok"]
+
+
+def test_a_file_added_while_the_view_is_taken_is_noticed(tmp_path, monkeypatch):
+    """The session folder changes in the same clock tick as the view is being taken (the
+    listing and the read do not happen at once): the writer must not keep a view that
+    lacks the new file's claims."""
+    import shutil
+    import subprocess
+    import sys
+    import time
+
+    a, b = tmp_path / "A", tmp_path / "B"
+    t = Tape.init(a)
+    shutil.copytree(a, b)
+    s = t.session("s")
+    s.append("user", {"content": "hello"})
+    env = dict(os.environ, CTAPE_WRITER="bbbb", CTAPE_CACHE_DIR=str(tmp_path / "cache-b"))
+    subprocess.run([sys.executable, "-c", "import sys; from ctape import Tape; t = Tape.open(sys.argv[1]); t.session('s').append('user', {'content': 'from b'}); t.close()", str(b)],
+                   check=True, env=env)
+    (bseg,) = [p for p in (b / "sessions" / "s").iterdir() if p.name.startswith("bbbb")]
+    sdir = a / "sessions" / "s"
+    w = t.store._writers["s"]
+    s.append("user", {"content": "a1"})
+    w._seen_dir = None  # the next lock takes the view again
+    tick = time.time_ns()
+    os.utime(sdir, ns=(tick, tick))
+    real_open_segment = segment.SegmentWriter._open_segment
+
+    def file_arrives_meanwhile(self):
+        real_open_segment(self)
+        if not (sdir / bseg.name).exists():
+            shutil.copy2(bseg, sdir / bseg.name)
+            os.utime(sdir, ns=(tick, tick))  # the same tick: the folder's mtime does not move
+
+    monkeypatch.setattr(segment.SegmentWriter, "_open_segment", file_arrives_meanwhile)
+    s.append("user", {"content": "a2"})
+    monkeypatch.setattr(segment.SegmentWriter, "_open_segment", real_open_segment)
+    time.sleep(0.1)  # past the racy window
+    s.append("user", {"content": "a3"})
+    mine = s.refs()
+    with Tape.open(a, cache_dir=str(tmp_path / "fresh")) as fresh:
+        theirs = fresh.session("s").refs()
+    assert mine.seen == theirs.seen and mine.branches == theirs.branches
+    t.close()
+
+
+def test_a_dictionary_holds_only_its_own_session(tape_dir, small_dicts):
+    """Dictionaries are stored in the session's files, which may be synced or shared where
+    other sessions are not: no other session's text may end up in them."""
+    with Tape.open(tape_dir) as t:
+        secret, public = t.session("secret"), t.session("public")
+        for i in range(60):
+            secret.append("user", {"content": f"my api key is sk-SECRET{i:04d} please keep it"})
+            public.append("user", {"content": f"public step {i}: looking at module {i % 7}"})
+    dicts = [r for p in segments(tape_dir, "public") for r in records(p) if r.type == framing.T_DICT]
+    assert dicts
+    import zstandard
+
+    for r in dicts:
+        assert b"SECRET" not in zstandard.ZstdDecompressor().decompress(r.body)

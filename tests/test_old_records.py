@@ -66,15 +66,37 @@ def test_old_records_read_in_a_real_process(old_tape):
 def test_new_appends_join_old_records_and_compact(old_tape):
     with Tape.open(old_tape) as t:
         s = t.session("chat")
-        new = [s.append("tool_result", {"call_id": "c2", "output": f"{i} passed"}) for i in range(12)]
+        # enough appends that a version-2 tape would have had its dictionary long ago
+        new = [s.append("tool_result", {"call_id": "c2", "output": f"{i} passed " * 300}) for i in range(40)]
         assert new[0].parent == HEAD
     # this machine is another writer than the one that wrote the fixture: its own segment
     old_seg, new_seg = sorted((old_tape / "sessions" / "chat").glob("*.seg"), key=lambda p: p.name.startswith("oldformat"), reverse=True)
     assert "R" in types(old_seg) and "R" not in types(new_seg) and "K" in types(new_seg)
+    # a version-1 tape gets no dictionaries: a ctape that predates them may write to it
+    # too (another machine), and would take them for damage
+    assert "D" not in types(new_seg) and "Z" not in types(new_seg)
+    assert json.loads((old_tape / "ctape.json").read_text())["version"] == 1
     log = cli_json(old_tape, "log", "-s", "chat")
-    assert [e["hash"] for e in log[:13]] == [e.hash for e in reversed(new)] + [HEAD]
+    assert [e["hash"] for e in log[:41]] == [e.hash for e in reversed(new)] + [HEAD]
     assert run_cli("--dir", old_tape, "fsck").returncode == 0
     run_cli("--dir", old_tape, "compact", "--grace", "now", check=True)
     assert not list((old_tape / "sessions" / "chat").glob("*.seg"))
     assert cli_json(old_tape, "log", "-s", "chat") == log
     assert run_cli("--dir", old_tape, "fsck").returncode == 0
+
+
+def test_a_new_tape_is_version_2_and_uses_dictionaries(tmp_path):
+    with Tape.init(tmp_path / "t") as t:
+        s = t.session("chat")
+        for i in range(40):
+            s.append("tool_result", {"call_id": "c2", "output": f"{i} passed " * 300})
+    assert json.loads((tmp_path / "t" / "ctape.json").read_text())["version"] == 2
+    (seg,) = (tmp_path / "t" / "sessions" / "chat").glob("*.seg")
+    assert "D" in types(seg) and "Z" in types(seg)
+
+
+def test_a_newer_version_is_refused(old_tape):
+    meta = json.loads((old_tape / "ctape.json").read_text())
+    (old_tape / "ctape.json").write_text(json.dumps(dict(meta, version=3)) + "\n")
+    p = run_cli("--dir", old_tape, "log", "-s", "chat")
+    assert p.returncode != 0 and b"upgrade ctape" in p.stderr and len(p.stderr.splitlines()) == 1
