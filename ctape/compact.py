@@ -105,6 +105,14 @@ def compact(tape, expire="90d", grace="14d", dry_run: bool = False, progress: Op
         store.index.sync()
         store.refresh()
         snapshot = store.list_files(None)
+        # compaction removes the files it replaces: never one with damaged records in it,
+        # whose bytes may still be recovered by hand or from another copy of the tape
+        damaged = sorted(p for p, (_, _, _, corrupt) in store.index.file_rows().items() if corrupt and p in snapshot)
+        if damaged:
+            raise CorruptObject(
+                f"not compacting: damaged records in {', '.join(damaged[:3])}; run `ctape fsck`, "
+                "then restore those files from another copy of the tape or move them out of it"
+            )
         ages = {p: now - _mtime(store, p) for p in snapshot}
         say(f"compact: reading {len(snapshot)} files")
         scan = _scan(store, snapshot, say)

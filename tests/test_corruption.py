@@ -31,7 +31,7 @@ import zstandard
 from click.testing import CliRunner
 
 import ctape.segment
-from conftest import run_cli
+from conftest import run_cli, snapshot
 from ctape import Tape, framing, packing
 from ctape.canonical import object_hash
 from ctape.cli import main
@@ -750,3 +750,16 @@ def test_configured_limit_refuses_an_honest_frame(clean):
     assert biggest > 1000
     res = CliRunner().invoke(main, ["--dir", str(fx.dir), "fsck"], env={"CTAPE_MAX_OBJECT": str(biggest), "CTAPE_CACHE_DIR": "/dev/null/x"})
     assert res.exit_code == 0, res.stdout
+
+
+def test_compact_refuses_a_tape_with_damaged_records(clean):
+    """compact removes the files it replaces; a damaged one may still be recovered by hand
+    or from another copy, so compaction stops and says so, and changes nothing."""
+    fx = clean
+    d = fx.of_type(framing.T_DICT)[0]
+    fx.write(flipped(fx.data, d.offset + framing.HEADER_SIZE + 5, 0xFF))
+    before = snapshot(fx.dir)
+    res = fx.cli("compact", "--grace", "now")
+    one_line_failure(res)
+    assert "damaged records" in res.stderr and "fsck" in res.stderr
+    assert snapshot(fx.dir) == before
