@@ -20,18 +20,27 @@ if TYPE_CHECKING:
     from .session import Session
 
 
+ENTRY_CACHE = 4096  # entries kept decoded per Tape
+ENTRY_CACHE_BYTES = 64 << 20  # and at most about this many bytes of them
+
+
 class Tape:
     """A tape directory. Open with Tape.open(path) or create with Tape.init(path)."""
 
     def __init__(self, store: Store):
         self.store = store
-        self._entries: OrderedDict[str, Entry] = OrderedDict()
+        # recently read entries, with the bytes each holds: bounded in count and in bytes
+        # (an entry can carry megabytes of tool output)
+        self._entries: OrderedDict[str, tuple[Entry, int]] = OrderedDict()
+        self._entry_bytes = 0
         store.discard_listeners.append(self._forget)
 
     def _forget(self, hashes) -> None:
         """Entries of a discarded batch were never stored: drop them from the cache too."""
         for h in hashes:
-            self._entries.pop(h, None)
+            cached = self._entries.pop(h, None)
+            if cached is not None:
+                self._entry_bytes -= cached[1]
 
     @classmethod
     def init(cls, path: str | os.PathLike = ".ctape", **kw) -> "Tape":
@@ -69,15 +78,22 @@ class Tape:
     # -- entries ------------------------------------------------------------------
 
     def read_entry(self, h: str) -> Entry:
-        e = self._entries.get(h)
-        if e is not None:
+        cached = self._entries.get(h)
+        if cached is not None:
             self._entries.move_to_end(h)
-            return e
+            return cached[0]
         type_, body = self.store.get_object(h)
         if type_ != TYPE_ENTRY:
             raise EntryNotFound(f"{h} is a payload value, not an entry")
         raw = json.loads(body)
-        get_blob = lambda b: self.store.get_object(b)[1]  # noqa: E731
+        size = len(body)
+
+        def get_blob(b: str) -> bytes:
+            nonlocal size
+            data = self.store.get_object(b)[1]
+            size += len(data)
+            return data
+
         e = Entry(
             hash=h,
             parent=raw["parent"],
@@ -88,9 +104,10 @@ class Tape:
             meta=internalize(raw["meta"], get_blob),
             delta=internalize(raw["delta"], get_blob),
         )
-        self._entries[h] = e
-        if len(self._entries) > 4096:
-            self._entries.popitem(last=False)
+        self._entries[h] = (e, size)
+        self._entry_bytes += size
+        while len(self._entries) > ENTRY_CACHE or (self._entry_bytes > ENTRY_CACHE_BYTES and len(self._entries) > 1):
+            self._entry_bytes -= self._entries.popitem(last=False)[1][1]
         return e
 
     def has_entry(self, h: str) -> bool:

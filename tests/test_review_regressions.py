@@ -141,3 +141,19 @@ def test_a_rejected_batch_leaves_the_tape_byte_identical(tape_dir):
             t.session("new").append("user", {"content": "z"})
             raise ValueError
     assert snapshot(tape_dir) == before
+
+
+def test_the_entry_cache_is_bounded_in_bytes(tape, monkeypatch):
+    """Entries carry whole tool outputs: a cache bounded only by count held ~3.7 GB after
+    reading a 78,000-entry session with large outputs (the long kill -9 loop)."""
+    import ctape.tape as tape_module
+
+    monkeypatch.setattr(tape_module, "ENTRY_CACHE_BYTES", 1 << 20)
+    s = tape.session("big")
+    for i in range(30):
+        s.append("tool_result", {"call_id": f"c{i}", "output": f"{i} " + "line of output\n" * 14000})
+    tape._entries.clear()
+    tape._entry_bytes = 0
+    assert len(list(s.log())) == 30
+    assert tape._entry_bytes <= 1 << 20 and 1 <= len(tape._entries) <= 6
+    assert tape._entry_bytes == sum(size for _, size in tape._entries.values())
