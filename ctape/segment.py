@@ -25,9 +25,9 @@ if TYPE_CHECKING:
 SEGMENT_LIMIT = 64 << 20  # roll to a new segment past this size
 BLOCK_BYTES = 1 << 20  # in a batch: uncompressed bytes of records per block
 BLOCK_OBJECT_MAX = 64 << 10  # larger objects stay on their own, so reading one needs no neighbours
-# Small blocks (a durable append is one) are compressed with a dictionary of recent
-# raw block bytes, written to the segment as a `D` record (see packing.py):
 RACY_NS = 50_000_000  # a folder mtime this recent may hide a second change in the same tick
+# Small blocks (a durable append is one) are compressed with a dictionary of the session's
+# recent raw block bytes, written to the segment as a `D` record (see packing.py):
 DICT_AFTER = 4  # small blocks in a segment before it gets a dictionary
 DICT_MIN = 16 << 10  # size of a segment's first dictionary
 DICT_MAX = 64 << 10  # size of the largest
@@ -326,7 +326,7 @@ class SegmentWriter:
         # can then never leave a record whose entries are missing
         self._to_block(framing.T_REF, canonical_json(rec), rec)
 
-    # -- blocks: a batch's records compressed together ------------------------------------------
+    # -- blocks: a write's records compressed together (see packing.py) ---------------------------
 
     def _to_block(self, type_: int, body: bytes, what) -> None:
         self.block.append((type_, body, what))
@@ -345,8 +345,8 @@ class SegmentWriter:
         if d is None:
             offset = self._queue(framing.T_BLOCK, self._plain().compress(raw))
         else:
-            offset = self.offset + len(self.buf)
-            offset = self._queue(framing.T_DICT_BLOCK, packing.dict_block_body(offset - d.offset, d.cctx.compress(raw)))
+            here = self.offset + len(self.buf)
+            offset = self._queue(framing.T_DICT_BLOCK, packing.dict_block_body(here - d.offset, d.cctx.compress(raw)))
             d.used += len(raw)
             self.raw_blocks[offset] = raw  # in case the write must be repeated without dictionaries
         if len(raw) < DICT_BLOCK_MAX:
@@ -368,7 +368,8 @@ class SegmentWriter:
 
     def _dictionary(self) -> Optional["_Dictionary"]:
         """The dictionary for the next small block of the active segment: the one in use,
-        or a new one made from the blocks this process wrote last, queued as a `D` record.
+        or a new one made from the blocks this writer wrote last to the session, queued as
+        a `D` record.
 
         A segment gets its first dictionary once DICT_AFTER small blocks went into it
         without one (a single batch or import would not repay it), and that one is small,
