@@ -35,6 +35,11 @@ class Tape:
         self._entry_bytes = 0
         store.discard_listeners.append(self._forget)
 
+    def _clear_entries(self) -> None:
+        """Forget every decoded entry (the next reads go to the files)."""
+        self._entries.clear()
+        self._entry_bytes = 0
+
     def _forget(self, hashes) -> None:
         """Entries of a discarded batch were never stored: drop them from the cache too."""
         for h in hashes:

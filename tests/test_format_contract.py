@@ -87,7 +87,7 @@ def test_worked_example_through_the_real_append_path(example):
     assert tape.store.get_object(ENTRY2)[1] == ENTRY2_BYTES
     assert tape.store.get_object(BLOB)[1] == BLOB_TEXT.encode()
     # and reads back as the original values (blob fetched, escape removed)
-    tape._entries.clear()
+    tape._clear_entries()
     back = tape.get(ENTRY2)
     assert back.payload == {"call_id": "c1", "output": BLOB_TEXT}
     assert back.meta == {"host": "café", "raw": "\0x"}

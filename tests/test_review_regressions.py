@@ -152,8 +152,7 @@ def test_the_entry_cache_is_bounded_in_bytes(tape, monkeypatch):
     s = tape.session("big")
     for i in range(30):
         s.append("tool_result", {"call_id": f"c{i}", "output": f"{i} " + "line of output\n" * 14000})
-    tape._entries.clear()
-    tape._entry_bytes = 0
+    tape._clear_entries()
     assert len(list(s.log())) == 30
     assert tape._entry_bytes <= 1 << 20 and 1 <= len(tape._entries) <= 6
     assert tape._entry_bytes == sum(size for _, size in tape._entries.values())
