@@ -60,6 +60,10 @@ def test_smoke_run(tmp_path):
             jl = med[(grp, n, "jsonl")]
             assert r["bytes"] < jl["bytes"]  # dedupe + compression before compact
             assert jl["zstd3_bytes"] < jl["bytes"]
+    # durable appends are compressed against the session's earlier blocks (dictionary
+    # blocks): 0.36 x the JSON Lines at 200 entries per session, 0.59 x before them
+    durable, jl = med[("main", 200, "ctape-durable")], med[("main", 200, "jsonl")]
+    assert durable["bytes"] <= 0.45 * jl["bytes"], (durable["bytes"], jl["bytes"])
     prof = next(r for r in rows if r["kind"] == "profile")
     assert prof["fdatasync_per_append"] == 1.0
     lg = importlib.util.find_spec("langgraph") is not None and importlib.util.find_spec("langgraph.checkpoint.sqlite") is not None
