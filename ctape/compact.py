@@ -74,7 +74,10 @@ class Rec(NamedTuple):
 
     @classmethod
     def parse(cls, body: bytes) -> "Rec":
-        r = json.loads(body)
+        return cls.of(json.loads(body))
+
+    @classmethod
+    def of(cls, r: dict) -> "Rec":
         return cls(r["s"], r["w"], r["n"], r.get("t", ""), tuple((r.get("set") or {}).items()), tuple((r.get("old") or {}).values()))
 
 
@@ -203,7 +206,7 @@ def _learn(store: Store, scan: Scan, rec: framing.Record) -> None:
     elif rec.type == framing.T_REF:
         try:
             r = json.loads(rec.body)
-            scan.records.append(Rec(r["s"], r["w"], r["n"], r.get("t", ""), tuple((r.get("set") or {}).items()), tuple((r.get("old") or {}).values())))
+            scan.records.append(Rec.of(r))
         except (ValueError, KeyError, TypeError):
             return
         if r.get("stream"):

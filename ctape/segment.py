@@ -120,7 +120,8 @@ class SegmentWriter:
         Writers on this machine append to the same segment (same writer id), so
         its size tells; new files (another writer, an rsync, compaction) change
         the folder's mtime. An mtime too close to when it was read could hide a
-        second change in the same clock tick, so such a view is not trusted.
+        second change in the same clock tick, so until that tick has passed the
+        folder is listed and compared file by file.
         """
         if self._seen_dir is None or self.refstate is None:
             return False
@@ -235,8 +236,6 @@ class SegmentWriter:
     def _queue_header(self) -> None:
         self.buf += self._header_frame()
 
-    # -- queueing records ---------------------------------------------------------------
-
     # -- copies taken while we append -----------------------------------------------------
     #
     # A growing segment must never be appended to once another copy of it may exist:
@@ -250,12 +249,24 @@ class SegmentWriter:
     def _atime(self) -> int:
         return os.fstat(self.fd).st_atime_ns if self.fd >= 0 else os.stat(os.path.join(self.store.root, self.rel)).st_atime_ns
 
+    def _open_fd(self) -> None:
+        """Open the active segment for appending, if this process does not hold it open."""
+        if self.fd < 0:
+            self.fd = os.open(os.path.join(self.store.root, self.rel), os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
+
+    def _write_buf(self, durable: bool) -> int:
+        """Write the queued bytes (and sync them when durable); the segment's access time after."""
+        self._open_fd()
+        write_all(self.fd, self.buf)
+        if durable:
+            os.fdatasync(self.fd)
+        return self._atime()
+
     def _begin(self) -> None:
         """At the first record of a write: seal the segment if it was read since our last write."""
         if self.rel is None:
             return
-        if self.fd < 0:
-            self.fd = os.open(os.path.join(self.store.root, self.rel), os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
+        self._open_fd()
         atime = self._atime()
         if self.atime_seen is not None and atime != self.atime_seen:
             self._close_segment()
@@ -298,8 +309,7 @@ class SegmentWriter:
             # small objects go into the write's block, compressed together (as in packs)
             self._to_block(framing.T_OBJECT, bytes.fromhex(h) + bytes((type_, 0)) + body, (h, type_))
         else:
-            h, rec = st.encode_object(type_, body, h)
-            offset = self._frame(framing.T_OBJECT, rec)
+            offset = self._frame(framing.T_OBJECT, st.encode_object(type_, body, h))
             self.batch.objects.append((hash_key(h), self.file_id, offset, 1 if type_ == TYPE_ENTRY else 0))
         st.pending[h] = (type_, body)
         self.new_objects.append(h)
@@ -412,12 +422,7 @@ class SegmentWriter:
             return
         st = self.store
         try:
-            if self.fd < 0:
-                self.fd = os.open(os.path.join(st.root, self.rel), os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
-            write_all(self.fd, self.buf)
-            if durable:
-                os.fdatasync(self.fd)
-            before, self.atime_seen = self.atime_seen, self._atime()
+            before, self.atime_seen = self.atime_seen, self._write_buf(durable)
             read_meanwhile = before is not None and self.atime_seen != before
         except OSError as e:
             self._undo_write()
@@ -465,10 +470,7 @@ class SegmentWriter:
         try:
             self._create_segment()
             self.buf += records
-            write_all(self.fd, self.buf)
-            if durable:
-                os.fdatasync(self.fd)
-            self.atime_seen = self._atime()
+            self.atime_seen = self._write_buf(durable)
         except OSError as e:
             self._undo_write()
             raise storage_error(e, f"session {self.session}") from None

@@ -48,7 +48,6 @@ FORMAT_FILE = "ctape.json"
 FORMAT_NAME = "ctape-tape"
 FORMAT_VERSION = 2  # 2: segments may hold dictionaries (D) and blocks compressed with them (Z)
 DEFAULT_MAX_OBJECT = 1 << 30  # refuse frames that claim more than this when decompressed
-COMPRESS_MIN = 256  # smaller objects are stored raw: zstd saves little on them and costs time per append
 
 
 class Store:
@@ -347,19 +346,15 @@ class Store:
 
     # -- objects ----------------------------------------------------------------------
 
-    def encode_object(self, type_: int, body: bytes, h: Optional[str] = None) -> tuple[str, bytes]:
-        """(hash, the object record's frame body)."""
-        if h is None:
-            h = object_hash(b"entry" if type_ == TYPE_ENTRY else b"blob", body)
-        if len(body) >= COMPRESS_MIN:
-            if self._cctx is None:
-                self._cctx = zstd().ZstdCompressor(level=3, write_content_size=True)
-            data, codec = self._cctx.compress(body), CODEC_ZSTD
-            if len(data) >= len(body):
-                data, codec = body, CODEC_RAW
-        else:
+    def encode_object(self, type_: int, body: bytes, h: str) -> bytes:
+        """The `O` record body of object h (objects of 64 KiB or more get one; smaller
+        ones go into blocks): compressed, or raw when compression does not make it smaller."""
+        if self._cctx is None:
+            self._cctx = zstd().ZstdCompressor(level=3, write_content_size=True)
+        data, codec = self._cctx.compress(body), CODEC_ZSTD
+        if len(data) >= len(body):
             data, codec = body, CODEC_RAW
-        return h, bytes.fromhex(h) + bytes((type_, codec)) + data
+        return bytes.fromhex(h) + bytes((type_, codec)) + data
 
     def decode_object(self, h: str, rec_body: bytes) -> tuple[int, bytes]:
         if rec_body[:32].hex() != h:
