@@ -27,7 +27,7 @@ and every object is verified against its hash when read.
 from __future__ import annotations
 
 import re
-from typing import Iterable
+from typing import Iterable, Optional
 
 from . import framing
 from .canonical import object_hash
@@ -42,11 +42,19 @@ _POS = re.compile(rb'"#(\d+)"|\\u0000#(\d+);')
 _KIND = {ord("E"): b"entry", ord("B"): b"blob"}
 
 
-def _encode(body: bytes, names: list[str], positions: dict[str, int]) -> tuple[int, bytes]:
-    """The body with references to earlier objects of the block as distances, if that
-    decodes back to exactly the body (checked here, on every body: decoding must be exact)."""
+def _encode(body: bytes, names: list[str], positions: dict[str, int], refs: Optional[Iterable[str]] = None) -> tuple[int, bytes]:
+    """The body with references to earlier objects of the block as distances.
+
+    `refs`, when the caller knows them, are the hashes the body refers to (an entry's
+    parent and blobs, the entries a ref record names): their places are then found
+    with a plain search (see _encode_known). Otherwise every quoted hash is looked
+    up, and the result is kept only if it decodes back to exactly the body."""
     if not positions or b'"#' in body or b"\\u0000#" in body:
         return PLAIN, body
+    if refs is not None:
+        out = _encode_known(body, refs, len(names), positions)
+        if out is not None:
+            return (PLAIN, body) if out is body else (POSITIONAL, out)
     here = len(names)
 
     def sub(m: re.Match) -> bytes:
@@ -61,6 +69,41 @@ def _encode(body: bytes, names: list[str], positions: dict[str, int]) -> tuple[i
     if out == body or _resolve(out, names, _never) != body:
         return PLAIN, body
     return POSITIONAL, out
+
+
+def _encode_known(body: bytes, refs: Iterable[str], here: int, positions: dict[str, int]) -> Optional[bytes]:
+    """Replace the first occurrence of each known reference to an earlier object of the
+    block -- `"<hash>"` or `\\u0000b<hash>` -- by its distance; None when two of them
+    overlap (the caller then takes the general way), `body` itself when none is there.
+
+    Decoding gives back exactly the body, without checking: the body holds no `"#` and
+    no `\\u0000#` (the caller made sure), so after the replacement the only places
+    where the decoder finds a reference start are the replaced ones. A replacement
+    starts with `"` or `\\` where the original had the same byte; what follows it
+    is the original's next byte, and a `"` followed by `#` would have been a `"#` in
+    the body already; and a replaced span never shares bytes with another."""
+    spans = []
+    for h in set(refs):
+        p = positions.get(h)
+        if p is None:
+            continue
+        hx = h.encode()
+        d = str(here - p).encode()
+        for token, short in ((b'"' + hx + b'"', b'"#' + d + b'"'), (b"\\u0000b" + hx, b"\\u0000#" + d + b";")):
+            i = body.find(token)
+            if i >= 0:
+                spans.append((i, i + len(token), short))
+    if not spans:
+        return body
+    spans.sort()
+    out, pos = [], 0
+    for start, end, short in spans:
+        if start < pos:
+            return None
+        out += (body[pos:start], short)
+        pos = end
+    out.append(body[pos:])
+    return b"".join(out)
 
 
 def _resolve(data: bytes, names: list[str], bad) -> bytes:
@@ -80,21 +123,22 @@ def _never(why: str) -> Exception:
     return AssertionError(why)  # encoding only writes distances that exist
 
 
-def encode_block(items: Iterable[tuple[int, bytes]]) -> bytes:
-    """Frame (record type, canonical record body) items for a block; objects come as full
-    object record bodies (hash, type, codec 0, canonical data)."""
+def encode_block(items: Iterable[tuple]) -> bytes:
+    """Frame (record type, canonical record body[, hashes it refers to]) items for a block;
+    objects come as full object record bodies (hash, type, codec 0, canonical data)."""
     out: list[bytes] = []
     names: list[str] = []
     positions: dict[str, int] = {}
-    for type_, body in items:
+    for item in items:
+        type_, body, refs = item if len(item) == 3 else (*item, None)
         if type_ == framing.T_OBJECT:
             h, kind, data = body[:32].hex(), body[32], body[34:]
-            codec, data = _encode(data, names, positions) if kind == ord("E") else (PLAIN, data)
+            codec, data = _encode(data, names, positions, refs) if kind == ord("E") else (PLAIN, data)
             out.append(_inner(T_OBJ, bytes((kind, codec)) + data))
             positions[h] = len(names)
             names.append(h)
         elif type_ == framing.T_REF:
-            codec, data = _encode(body, names, positions)
+            codec, data = _encode(body, names, positions, refs)
             out.append(_inner(T_REF, bytes((codec,)) + data))
         else:
             out.append(_inner(type_, body))

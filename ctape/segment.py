@@ -295,8 +295,9 @@ class SegmentWriter:
         self.buf += framing.frame(type_, body)
         return offset
 
-    def put_object(self, type_: int, body: bytes, new: bool = False) -> str:
-        """Queue an object unless the tape has it; `new` skips the look-up for one that cannot exist yet."""
+    def put_object(self, type_: int, body: bytes, new: bool = False, refs: Optional[list[str]] = None) -> str:
+        """Queue an object unless the tape has it; `new` skips the look-up for one that
+        cannot exist yet; `refs` are the hashes it refers to, when known (see packing.py)."""
         st = self.store
         h = object_hash(b"entry" if type_ == TYPE_ENTRY else b"blob", body)
         if h in self.new_set:
@@ -307,7 +308,7 @@ class SegmentWriter:
             return h
         if len(body) < BLOCK_OBJECT_MAX:
             # small objects go into the write's block, compressed together (as in packs)
-            self._to_block(framing.T_OBJECT, bytes.fromhex(h) + bytes((type_, 0)) + body, (h, type_))
+            self._to_block(framing.T_OBJECT, bytes.fromhex(h) + bytes((type_, 0)) + body, (h, type_), refs)
         else:
             offset = self._frame(framing.T_OBJECT, st.encode_object(type_, body, h))
             self.batch.objects.append((hash_key(h), self.file_id, offset, 1 if type_ == TYPE_ENTRY else 0))
@@ -334,12 +335,14 @@ class SegmentWriter:
     def _frame_ref(self, rec: dict) -> None:
         # a ref record goes into the block, after the entries it names: a torn write
         # can then never leave a record whose entries are missing
-        self._to_block(framing.T_REF, canonical_json(rec), rec)
+        refs = [v for v in rec["set"].values() if v is not None and v[:1] != "@"]
+        refs += [v for v in rec.get("old", {}).values() if v is not None and v[:1] != "@"]
+        self._to_block(framing.T_REF, canonical_json(rec), rec, refs)
 
     # -- blocks: a write's records compressed together (see packing.py) ---------------------------
 
-    def _to_block(self, type_: int, body: bytes, what) -> None:
-        self.block.append((type_, body, what))
+    def _to_block(self, type_: int, body: bytes, what, refs: Optional[list[str]] = None) -> None:
+        self.block.append((type_, body, refs, what))
         self.block_size += len(body)
         if self.block_size >= BLOCK_BYTES:
             self._close_block()
@@ -349,7 +352,7 @@ class SegmentWriter:
         if not self.block:
             return
         items, self.block, self.block_size = self.block, [], 0
-        raw = packing.encode_block([(t, b) for t, b, _ in items])
+        raw = packing.encode_block([item[:3] for item in items])
         self._room()
         d = self._dictionary() if len(raw) < DICT_BLOCK_MAX else None
         if d is None:
@@ -364,7 +367,7 @@ class SegmentWriter:
             recent += raw
             if len(recent) > 2 * DICT_MAX:
                 del recent[:-DICT_MAX]
-        for type_, body, what in items:
+        for type_, body, _, what in items:
             if type_ == framing.T_OBJECT:
                 h, kind = what
                 self.batch.objects.append((hash_key(h), self.file_id, offset, 1 if kind == TYPE_ENTRY else 0))

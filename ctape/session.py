@@ -152,10 +152,16 @@ class Session:
         else:
             seq = self.tape.read_entry(parent).seq + 1
         t = parse_time(time) if time else now_rfc3339()
-        body = entry_body(kind, payload, meta, delta, parent, seq, t, lambda b: w.put_object(TYPE_BLOB, b))
+        refs = [parent] if parent is not None else []
+
+        def put_blob(b: bytes) -> str:
+            refs.append(w.put_object(TYPE_BLOB, b))
+            return refs[-1]
+
+        body = entry_body(kind, payload, meta, delta, parent, seq, t, put_blob)
         # a child of an entry this writer just created cannot be on the tape already
         n_before = len(w.new_objects)
-        h = w.put_object(TYPE_ENTRY, body, new=parent is not None and parent in w.fresh)
+        h = w.put_object(TYPE_ENTRY, body, new=parent is not None and parent in w.fresh, refs=refs)
         if len(w.new_objects) > n_before:  # written now, not found on the tape
             if len(w.fresh) > 4096:
                 w.fresh.clear()

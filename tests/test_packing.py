@@ -109,3 +109,66 @@ def test_review_repro_survives_compact(tape_dir):
     t = Tape.open(tape_dir)
     assert t.get("chat").payload == msg.payload
     assert t.fsck()["ok"]
+
+
+# -- references the writer names (packing._encode_known): no decode check at write time,
+# so decoding must give back exactly the body for any bytes around the references
+
+def _pieces(names):
+    quoted = [b'"' + n.encode() + b'"' for n in names]
+    blobs = [b"\\u0000b" + n.encode() for n in names]
+    raw = [n.encode() for n in names]
+    return st.sampled_from(quoted + blobs + raw + [b'"', b"#", b"1", b"\\", b"\\u0000", b"b", b";", b'"#1"'])
+
+
+def _known_roundtrip(bodies_and_refs):
+    items, names = [], []
+    for make_body, refs in bodies_and_refs:
+        o = obj(b"E", make_body(names))
+        items.append((framing.T_OBJECT, o, refs(names)))
+        names.append(o[:32].hex())
+    raw = encode_block(items)
+    assert [(r.type, r.body) for r in decode_block(raw, "test block")] == [(t, b) for t, b, _ in items]
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.data())
+def test_known_references_decode_exactly_whatever_surrounds_them(data):
+    items, names = [], []
+    for i in range(data.draw(st.integers(1, 5))):
+        if names:
+            body = b"".join(data.draw(st.lists(_pieces(names), max_size=8)))
+            refs = data.draw(st.lists(st.sampled_from(names + ["f" * 64]), max_size=4))
+        else:
+            body, refs = b'{"seq":%d}' % i, []
+        o = obj(b"E", body)
+        items.append((framing.T_OBJECT, o, refs))
+        names.append(o[:32].hex())
+    raw = encode_block(items)
+    got = [(r.type, r.body) for r in decode_block(raw, "test block")]
+    assert got == [(t, b) for t, b, _ in items]
+
+
+def test_known_references_that_touch_or_sit_beside_look_alikes():
+    first = (lambda names: b"a", lambda names: [])
+    second = (lambda names: b"b", lambda names: [])
+    cases = [
+        lambda n: b'"' + n[0] + b'"' + n[1] + b'"',  # two references sharing a quote
+        lambda n: b'"' + n[0] + b'""#1"',  # a reference beside text that decodes
+        lambda n: b'"' + n[0] + b'"#1"',  # the closing quote would start one
+        lambda n: b"\\u0000b" + n[0] + b'"' + n[1] + b'"',
+        lambda n: b"\\\\u0000b" + n[1] + b";1",
+    ]
+    for case in cases:
+        body = lambda names, case=case: case([x.encode() for x in names])  # noqa: E731
+        _known_roundtrip([first, second, (body, lambda names: list(names))])
+
+
+def test_known_references_are_replaced():
+    a = obj(b"E", b'{"seq":1}')
+    b = obj(b"E", canonical_json({"parent": a[:32].hex(), "payload": {"x": 1}}))
+    rec = canonical_json({"set": {"main": b[:32].hex()}, "old": {"main": a[:32].hex()}})
+    items = [(framing.T_OBJECT, a, []), (framing.T_OBJECT, b, [a[:32].hex()]), (framing.T_REF, rec, [b[:32].hex(), a[:32].hex()])]
+    raw = encode_block(items)
+    assert a[:32].hex().encode() not in raw and b[:32].hex().encode() not in raw
+    assert [(r.type, r.body) for r in decode_block(raw, "test block")] == [(t, body) for t, body, _ in items]
