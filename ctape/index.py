@@ -190,16 +190,26 @@ class Index:
                 db.executemany("INSERT OR IGNORE INTO objects VALUES(?,?,?,?)", batch.objects)
             if batch.records:
                 db.executemany("INSERT OR IGNORE INTO records VALUES(?,?,?,?,?,?,?)", batch.records)
+                writers: dict[tuple, tuple] = {}  # (session, writer) -> largest n and lc
+                for s, w, n, lc, *_ in batch.records:
+                    old = writers.get((s, w))
+                    writers[(s, w)] = (n, lc) if old is None else (max(n, old[0]), max(lc, old[1]))
                 db.executemany(
                     "INSERT INTO writers VALUES(?,?,?,?) ON CONFLICT(session, w) DO UPDATE SET "
                     "n=max(n, excluded.n), lc=max(lc, excluded.lc)",
-                    [(r[0], r[1], r[2], r[3]) for r in batch.records],
+                    [(s, w, n, lc) for (s, w), (n, lc) in writers.items()],
                 )
-            for session, ref, w, n, lc, value, seen in batch.claims:
-                db.execute(
+            if batch.claims:
+                newest: dict[tuple, tuple] = {}  # a writer's claim with the largest n wins
+                for row in batch.claims:
+                    key = row[:3]
+                    old = newest.get(key)
+                    if old is None or row[3] > old[3]:
+                        newest[key] = row
+                db.executemany(
                     "INSERT INTO claims VALUES(?,?,?,?,?,?,?) ON CONFLICT(session, ref, w) DO UPDATE SET "
                     "n=excluded.n, lc=excluded.lc, value=excluded.value, seen=excluded.seen WHERE excluded.n > claims.n",
-                    (session, ref, w, n, lc, value, seen),
+                    list(newest.values()),
                 )
             if batch.partials:
                 db.executemany("INSERT OR IGNORE INTO partials VALUES(?,?,?,?)", batch.partials)
@@ -207,10 +217,14 @@ class Index:
                 db.executemany("INSERT OR IGNORE INTO closed VALUES(?,?)", batch.closed)
             if batch.keyframes:
                 db.executemany("INSERT OR REPLACE INTO keyframes VALUES(?,?)", batch.keyframes)
-            for file_id, indexed, torn, corrupt in batch.files:
-                db.execute(
+            if batch.files:
+                files: dict[int, tuple] = {}  # file -> (largest indexed, last torn, largest corrupt)
+                for file_id, indexed, torn, corrupt in batch.files:
+                    old = files.get(file_id)
+                    files[file_id] = (indexed, torn, corrupt) if old is None else (max(indexed, old[0]), torn, max(corrupt, old[2]))
+                db.executemany(
                     "UPDATE files SET indexed=max(indexed, ?), torn=?, corrupt=max(corrupt, ?) WHERE id=?",
-                    (indexed, torn, corrupt, file_id),
+                    [(i, t, c, f) for f, (i, t, c) in files.items()],
                 )
             if own:
                 db.execute("COMMIT")

@@ -93,10 +93,14 @@ def check_name(name: str, what: str = "name") -> str:
     return name
 
 
+_second: list = [None, ""]  # the last whole second formatted, and its text
+
+
 def now_rfc3339() -> str:
-    ns = _time.time_ns()
-    sec, rem = divmod(ns, 1_000_000_000)
-    return _time.strftime("%Y-%m-%dT%H:%M:%S", _time.gmtime(sec)) + f".{rem // 1000:06d}Z"
+    sec, rem = divmod(_time.time_ns(), 1_000_000_000)
+    if sec != _second[0]:
+        _second[:] = sec, _time.strftime("%Y-%m-%dT%H:%M:%S", _time.gmtime(sec))
+    return f"{_second[1]}.{rem // 1000:06d}Z"
 
 
 def format_time(dt: datetime) -> str:

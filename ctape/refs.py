@@ -85,7 +85,18 @@ class RefState:
             self._resolve_ref(ref)
 
     def _resolve_ref(self, ref: str) -> None:
-        cs = list(self.claims.get(ref, {}).values())
+        mine = self.claims.get(ref, {})
+        if len(mine) == 1 and not self.conflicts:  # one writer moves this ref: nothing to settle
+            (winner,) = mine.values()
+            self.settle.pop(ref, None)
+            if ref == HEAD:
+                self.head = winner.value
+            elif winner.value is not None:
+                self.branches[ref] = winner.value
+            else:
+                self.branches.pop(ref, None)
+            return
+        cs = list(mine.values())
         for name in [c for c, of in self.conflicts.items() if of == ref]:
             del self.conflicts[name]
             self.branches.pop(name, None)
