@@ -48,8 +48,8 @@ def test_smoke_run(tmp_path):
     assert {"ctape-durable", "ctape-batched", "jsonl-fsync", "jsonl", "sqlite"} <= peers
     for (grp, n, peer), r in med.items():
         assert r["entries"] > 0 and r["rate"] > 0, r
-        if grp == "paired":  # the durable peers taking turns: all three ran
-            assert {"rate_ctape-durable", "rate_jsonl-fsync", "rate_sqlite"} <= set(r)
+        if grp == "paired":  # the durable peers taking turns: all of them ran
+            assert {"rate_ctape-durable", "rate_jsonl-fsync", "rate_sqlite", "rate_floor-durable"} <= set(r)
             continue
         assert r["bytes"] > 0, r
         if grp == "main":

@@ -15,6 +15,9 @@ Peers (each writes the same entries from tests/bench/workload.py):
     langgraph       LangGraph SqliteSaver, StateGraph over an add_messages channel, one
                     invoke per entry (one session of 100 and 300 entries only: it stores
                     the whole message list at every step)
+    floor-batched   not a peer: the least any writer of ctape's format must do per entry
+                    (FloorWriter below), batched; `paired-durable` also runs it durably
+                    as floor-durable. What ctape spends above it is bookkeeping.
 
 Every measurement runs in a fresh subprocess (`--worker`), so its peak memory
 (getrusage ru_maxrss) is its own. Peers run in rotating order inside each repeat,
@@ -49,7 +52,7 @@ if ROOT not in sys.path:
 
 import workload  # noqa: E402
 
-PEERS = ["ctape-durable", "ctape-batched", "jsonl-fsync", "jsonl", "sqlite", "langgraph"]
+PEERS = ["ctape-durable", "ctape-batched", "jsonl-fsync", "jsonl", "sqlite", "langgraph", "floor-batched"]
 LANGGRAPH_MAX = int(os.environ.get("CTAPE_BENCH_LANGGRAPH_MAX", 300))  # entries in its one session: SqliteSaver
 # stores the whole message list at every step, so its disk use and time grow with the square
 # of the history (300 entries: ~160 MB, ~10 s; 1,000 would be ~1.7 GB and minutes per repeat)
@@ -269,6 +272,74 @@ def run_import(spec, d):
     return secs, {"bytes": du(out), "source_bytes": sum(map(du, src)), "zstd3_bytes": zstd3(src), "entries": sum(len(rs) for _, rs in recs)}
 
 
+class FloorWriter:
+    """The least that any writer of ctape's format must do per entry, with none of ctape's
+    bookkeeping (no lock, no refs, no index, no checks): canonical JSON of the entry with
+    its parent's hash, seq and time; blake3 of it; the ref record's canonical JSON; the two
+    compressed together (with a dictionary of the session's recent bytes when durable, as
+    ctape does; in 1 MiB blocks when batched); a CRC; one write (and one fdatasync).
+    What ctape spends above this is its own; what this spends is the format's price."""
+
+    def __init__(self, path: str, durable: bool):
+        import blake3
+        import zstandard
+        import zlib
+
+        self.blake3, self.zstd, self.crc32 = blake3.blake3, zstandard, zlib.crc32
+        self.encode = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self.durable, self.parent, self.n = durable, None, 0
+        self.plain = zstandard.ZstdCompressor(level=3, write_content_size=True, write_checksum=True)
+        self.cctx, self.recent, self.block = None, bytearray(), bytearray()
+
+    def append(self, session: str, kind, payload, meta, delta) -> None:
+        from ctape.models import now_rfc3339
+
+        self.n += 1
+        t = now_rfc3339()
+        body = self.encode({"delta": delta, "kind": kind, "meta": meta, "parent": self.parent, "payload": payload, "seq": self.n, "time": t}).encode()
+        h = self.blake3(b"entry\0" + body).hexdigest()
+        ref = self.encode({"lc": self.n, "n": self.n, "op": "append", "s": session, "set": {"main": h}, "t": t, "w": "0123456789ab"}).encode()
+        self.parent = h
+        if not self.durable:
+            self.block += body + ref
+            if len(self.block) >= 1 << 20:
+                self.flush()
+            return
+        raw = body + ref
+        if self.cctx is None and len(self.recent) >= 16 << 10:
+            d = self.zstd.ZstdCompressionDict(bytes(self.recent[-(64 << 10):]), dict_type=self.zstd.DICT_TYPE_RAWCONTENT)
+            d.precompute_compress(level=3)
+            self.cctx = self.zstd.ZstdCompressor(level=3, dict_data=d, write_content_size=True, write_checksum=True)
+        self.recent += raw
+        frame = (self.cctx or self.plain).compress(raw)
+        os.write(self.fd, self.crc32(frame).to_bytes(4, "little") + frame)
+        os.fdatasync(self.fd)
+
+    def flush(self) -> None:
+        if self.block:
+            frame = self.plain.compress(bytes(self.block))
+            os.write(self.fd, self.crc32(frame).to_bytes(4, "little") + frame)
+            self.block = bytearray()
+
+    def close(self) -> None:
+        self.flush()
+        os.close(self.fd)
+
+
+def run_floor(spec, wl, d):
+    """The batched floor: FloorWriter without syncs, one file per session."""
+    t = time.perf_counter()
+    paths = []
+    for name, entries in wl.items():
+        paths.append(os.path.join(d, f"{name}.floor"))
+        w = FloorWriter(paths[-1], durable=False)
+        for kind, payload, meta, delta in entries:
+            w.append(name, kind, payload, meta, delta)
+        w.close()
+    return time.perf_counter() - t, {"bytes": sum(map(du, paths)), "files": len(paths), "rss_append_mb": maxrss_mb()}
+
+
 def run_paired(spec, wl, d, chunk: int = 25):
     """The durable peers in one process, taking turns every `chunk` entries, so that they
     see the same disk: on a shared machine fsync latency drifts by 4x within a minute."""
@@ -281,10 +352,11 @@ def run_paired(spec, wl, d, chunk: int = 25):
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA synchronous=FULL")
     db.execute("CREATE TABLE entries(id INTEGER PRIMARY KEY, session TEXT, seq INTEGER, kind TEXT, time TEXT, payload TEXT, meta TEXT, delta TEXT)")
-    spent = {"ctape-durable": 0.0, "jsonl-fsync": 0.0, "sqlite": 0.0}
+    spent = {"ctape-durable": 0.0, "jsonl-fsync": 0.0, "sqlite": 0.0, "floor-durable": 0.0}
     for name, entries in wl.items():
         s = tape.session(name)
         fd = os.open(os.path.join(d, f"{name}.jsonl"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        floor = FloorWriter(os.path.join(d, f"{name}.floor"), durable=True)
         for i in range(0, len(entries), chunk):
             part = list(enumerate(entries[i:i + chunk], i + 1))
             t = time.perf_counter()
@@ -301,10 +373,15 @@ def run_paired(spec, wl, d, chunk: int = 25):
                            (name, seq, kind, now(), json.dumps(payload), json.dumps(meta), json.dumps(delta)))
                 db.execute("COMMIT")
             t4 = time.perf_counter()
+            for seq, (kind, payload, meta, delta) in part:
+                floor.append(name, kind, payload, meta, delta)
+            t5 = time.perf_counter()
             spent["ctape-durable"] += t2 - t
             spent["jsonl-fsync"] += t3 - t2
             spent["sqlite"] += t4 - t3
+            spent["floor-durable"] += t5 - t4
         os.close(fd)
+        floor.close()
     tape.close()
     db.close()
     n = sum(map(len, wl.values()))
@@ -336,6 +413,7 @@ def worker(spec: dict) -> dict:
             "sqlite": lambda: run_sqlite(spec, wl, d),
             "langgraph": lambda: run_langgraph(spec, wl, d),
             "paired-durable": lambda: run_paired(spec, wl, d),
+            "floor-batched": lambda: run_floor(spec, wl, d),
         }[spec["peer"]]
         secs, facts = fn()
     out = {k: v for k, v in spec.items() if k != "dir"}
@@ -657,7 +735,7 @@ def chart(med: list[dict], path: str) -> bool:
         return False
     gen = [r for r in med if r["group"] == "main" or (r["group"] == "langgraph" and r["peer"] == "langgraph")]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.8))
-    styles = {"ctape-durable": "C0-o", "ctape-batched": "C0--s", "jsonl-fsync": "C1-o", "jsonl": "C1--s", "sqlite": "C2-o", "langgraph": "C3-o"}
+    styles = {"ctape-durable": "C0-o", "ctape-batched": "C0--s", "jsonl-fsync": "C1-o", "jsonl": "C1--s", "sqlite": "C2-o", "langgraph": "C3-o", "floor-batched": "C7:x"}
     for peer in PEERS:
         rs = sorted((r for r in gen if r["peer"] == peer), key=lambda r: r["n"])
         if not rs:
@@ -768,6 +846,7 @@ def main(argv: list[str]) -> int:
                     what = f"{m['workload']} n={m['n']} x {m['sessions']}" if m["workload"] == "generated" else f"real transcripts ({m['entries']:,})"
                     text += (f"\n  {what:<30} ctape-durable {m['rate_ctape-durable']:>7,.0f} ({m['rate_ctape-durable'] / m['rate_jsonl-fsync']:.2f})"
                              f"  jsonl-fsync {m['rate_jsonl-fsync']:>7,.0f}  sqlite {m['rate_sqlite']:>7,.0f} ({m['rate_sqlite'] / m['rate_jsonl-fsync']:.2f})"
+                             f"  floor-durable {m['rate_floor-durable']:>7,.0f} ({m['rate_floor-durable'] / m['rate_jsonl-fsync']:.2f})"
                              f"  per repeat: {[round(r['rate_ctape-durable'] / r['rate_jsonl-fsync'], 2) for r in rows if r['group'] == 'paired' and r['n'] == m['n'] and r['workload'] == m['workload']]}")
             ci = {r["peer"]: r for r in imp}
             if "ctape-import" in ci:
