@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from blake3 import blake3
 
 from .errors import InvalidInput
+from . import derived as derived_mod
 from .models import HIDDEN, Entry
 
 if TYPE_CHECKING:
@@ -70,9 +71,9 @@ def build_context(session: Optional["Session"], ref: Optional[str], policies: li
         raise InvalidInput("context needs a REF or a session")
     head = tape.resolve(ref, session.name if session else None) if ref else session.refs().head_hash
     window = _window(tape, head, "last-turn" in policies, max_tokens)
-    derived = tape.derived(head)
+    dv = tape.derived(head)
     in_window = {e.hash for e in window}
-    systems = [tape.read_entry(h) for h in derived["systems"] if h not in in_window]
+    systems = [tape.read_entry(h) for h in derived_mod.systems(dv, tape.derived) if h not in in_window]
     entries = systems + window
     partial = None
     if window and window[-1].kind == "streaming":

@@ -1,8 +1,15 @@
-"""What follows from a path of entries: state, pending tool calls, last error.
+"""What follows from a path of entries: state, pending tool calls, last error,
+and the system messages on the path.
 
 Folding root -> entry is linear in depth, so the result is kept as a keyframe in
 the index at every KEY_EVERY-th entry; answering for any entry then folds at
 most KEY_EVERY entries on top of the nearest keyframe.
+
+System messages are not carried whole from keyframe to keyframe: a session with
+many of them (Codex writes one per turn) would store a longer list at every
+keyframe, quadratic in the history. Each keyframe holds the system messages since
+the one before it (`systems`) and links to the nearest earlier keyframe that
+holds any (`sys_key`); `systems()` follows those links.
 """
 
 from __future__ import annotations
@@ -30,18 +37,22 @@ def merge_patch(target: Any, patch: Any) -> Any:
 
 
 def empty() -> dict:
-    return {"state": None, "pending": {}, "last_error": None, "systems": [], "last_key": None}
+    return {"state": None, "pending": {}, "last_error": None, "systems": [], "sys_key": None, "last_key": None}
 
 
 def step(d: dict, e: Entry) -> dict:
     """The derived values after entry e, given those at its parent (d is not modified)."""
-    out = {"state": d["state"], "pending": d["pending"], "last_error": d["last_error"], "systems": d["systems"], "last_key": d.get("last_key")}
+    out = {"state": d["state"], "pending": d["pending"], "last_error": d["last_error"], "systems": d["systems"], "sys_key": d["sys_key"], "last_key": d["last_key"]}
+    if e.parent is not None and e.parent == d["last_key"]:
+        # d is the parent's keyframe: its system messages stay there, a new run starts
+        out["systems"] = []
+        out["sys_key"] = d["last_key"] if d["systems"] else d["sys_key"]
     if e.seq % KEY_EVERY == 0:
         # keyframes link to the previous one, so `~N` can jump KEY_EVERY entries at a time
         out["prev_key"] = d.get("last_key")
         out["last_key"] = e.hash
     if e.kind == "system" and not (isinstance(e.meta, dict) and e.meta.get(HIDDEN)):
-        out["systems"] = d["systems"] + [e.hash]
+        out["systems"] = out["systems"] + [e.hash]
     if e.delta is not None:
         out["state"] = merge_patch(d["state"], e.delta)
     if e.kind == "tool_call" and e.call_id:
@@ -56,6 +67,18 @@ def step(d: dict, e: Entry) -> dict:
     if e.kind == "error" or (e.kind == "tool_result" and isinstance(e.payload, dict) and e.payload.get("is_error") is True):
         out["last_error"] = e.hash
     return out
+
+
+def systems(d: dict, derived_at: Callable[[str], dict]) -> list[str]:
+    """Hashes of every system entry on the path d was derived for, oldest first
+    (`derived_at` gives the derived values at a keyframe entry)."""
+    runs = [d["systems"]]
+    k = d["sys_key"]
+    while k is not None:
+        kd = derived_at(k)
+        runs.append(kd["systems"])
+        k = kd["sys_key"]
+    return [h for run in reversed(runs) for h in run]
 
 
 def ancestor(h: str, back: int, read: Callable[[str], Entry], load_key: Callable[[str], Optional[dict]]) -> Optional[str]:

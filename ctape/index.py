@@ -25,7 +25,7 @@ import sqlite3
 from contextlib import contextmanager
 from typing import Iterable, Optional
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);

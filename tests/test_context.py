@@ -782,3 +782,41 @@ def test_imported_claude_code_transcript_gives_valid_context(tape_dir, name):
         assert len(oa) > 1
     finally:
         t.close()
+
+
+def test_many_system_messages_all_reach_the_prompt_and_keyframes_stay_small(tape_dir):
+    """Codex writes a system message every turn. Every one on the path is in the prompt,
+    in order, across keyframes, forks and a fresh index; a keyframe holds only those
+    since the one before it (it used to hold them all: quadratic in the history)."""
+    import sqlite3
+
+    from ctape import derived
+
+    t = Tape.open(tape_dir)
+    s = t.session("codex")
+    want = []
+    for i in range(1300):
+        if i % 2 == 0:
+            s.append("system", {"content": f"turn context {i}"})
+            want.append(f"turn context {i}")
+        else:
+            s.append("user", {"content": f"u{i}"})
+    fork_at = s.log().__next__().hash
+    s.checkout("codex~700", new_branch="side")
+    side_want = want[:300]  # HEAD~700 is entry 600 of 1,300: systems 0, 2, ..., 598
+    s.append("system", {"content": "side system"})
+    side_want.append("side system")
+
+    def systems_in(ref):
+        msgs = t.session("codex").context(ref, format="openai")
+        return [m["content"] for m in msgs if m["role"] == "system"]
+
+    assert systems_in(fork_at) == want
+    assert systems_in(None) == side_want
+    assert systems_in("codex~1") == want[:300]
+    rows = sqlite3.connect(t.store.index.path).execute("SELECT body FROM keyframes").fetchall()
+    assert rows and max(len(json.loads(b)["systems"]) for (b,) in rows) <= derived.KEY_EVERY
+    t.close()
+    fresh = Tape.open(tape_dir, cache_dir=str(tape_dir.parent / "fresh-cache"))  # no keyframes yet
+    assert [m["content"] for m in fresh.session("codex").context(fork_at, format="openai") if m["role"] == "system"] == want
+    fresh.close()

@@ -236,6 +236,7 @@ def real_transcripts() -> dict[str, list[Entry]]:
     conversations in one record each, so they are left out of the per-entry workload
     (import_files() below covers every file)."""
     from ctape.formats import claude_code, codex
+    from ctape.models import HIDDEN
 
     out: dict[str, list[Entry]] = {}
     for fmt, mod in (("claude-code", claude_code), ("codex-rollout", codex)):
@@ -244,7 +245,7 @@ def real_transcripts() -> dict[str, list[Entry]]:
             for v in _records(path):
                 mapped = mod.map_record(v)
                 for kind, payload, hidden in [mapped] if isinstance(mapped, tuple) else mapped:
-                    entries.append((kind, payload, {"hidden": True} if hidden else {}, None))
+                    entries.append((kind, payload, {HIDDEN: True} if hidden else {}, None))
             out[f"{fmt[:6]}-{i}"] = entries
     return out
 
