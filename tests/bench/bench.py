@@ -275,9 +275,10 @@ def run_import(spec, d):
 class FloorWriter:
     """The least that any writer of ctape's format must do per entry, with none of ctape's
     bookkeeping (no lock, no refs, no index, no checks): canonical JSON of the entry with
-    its parent's hash, seq and time; blake3 of it; the ref record's canonical JSON; the two
-    compressed together (with a dictionary of the session's recent bytes when durable, as
-    ctape does; in 1 MiB blocks when batched); a CRC; one write (and one fdatasync).
+    its parent's hash, seq and time; blake3 of it; the ref record's canonical JSON (one per
+    append when durable, one per BATCH entries when batched, as ctape writes them); zstd
+    (with a dictionary of the session's recent bytes when durable, as ctape does; in 1 MiB
+    blocks when batched); a CRC; one write (and one fdatasync).
     What ctape spends above this is its own; what this spends is the format's price."""
 
     def __init__(self, path: str, durable: bool):
@@ -299,13 +300,15 @@ class FloorWriter:
         t = now_rfc3339()
         body = self.encode({"delta": delta, "kind": kind, "meta": meta, "parent": self.parent, "payload": payload, "seq": self.n, "time": t}).encode()
         h = self.blake3(b"entry\0" + body).hexdigest()
-        ref = self.encode({"lc": self.n, "n": self.n, "op": "append", "s": session, "set": {"main": h}, "t": t, "w": "0123456789ab"}).encode()
         self.parent = h
-        if not self.durable:
-            self.block += body + ref
+        if not self.durable:  # one ref record per batch, as ctape writes
+            self.block += body
+            if self.n % BATCH == 0:
+                self.block += self.ref(session, t)
             if len(self.block) >= 1 << 20:
                 self.flush()
             return
+        ref = self.ref(session, t)
         raw = body + ref
         if self.cctx is None and len(self.recent) >= 16 << 10:
             d = self.zstd.ZstdCompressionDict(bytes(self.recent[-(64 << 10):]), dict_type=self.zstd.DICT_TYPE_RAWCONTENT)
@@ -315,6 +318,9 @@ class FloorWriter:
         frame = (self.cctx or self.plain).compress(raw)
         os.write(self.fd, self.crc32(frame).to_bytes(4, "little") + frame)
         os.fdatasync(self.fd)
+
+    def ref(self, session: str, t: str) -> bytes:
+        return self.encode({"lc": self.n, "n": self.n, "op": "append", "s": session, "set": {"main": self.parent}, "t": t, "w": "0123456789ab"}).encode()
 
     def flush(self) -> None:
         if self.block:
