@@ -42,11 +42,11 @@ def empty() -> dict:
 
 def step(d: dict, e: Entry) -> dict:
     """The derived values after entry e, given those at its parent (d is not modified)."""
-    out = {"state": d["state"], "pending": d["pending"], "last_error": d["last_error"], "systems": d["systems"], "sys_key": d["sys_key"], "last_key": d["last_key"]}
-    if e.parent is not None and e.parent == d["last_key"]:
+    out = {"state": d["state"], "pending": d["pending"], "last_error": d["last_error"], "systems": d["systems"], "sys_key": d.get("sys_key"), "last_key": d.get("last_key")}
+    if e.parent is not None and e.parent == out["last_key"]:
         # d is the parent's keyframe: its system messages stay there, a new run starts
         out["systems"] = []
-        out["sys_key"] = d["last_key"] if d["systems"] else d["sys_key"]
+        out["sys_key"] = out["last_key"] if d["systems"] else out["sys_key"]
     if e.seq % KEY_EVERY == 0:
         # keyframes link to the previous one, so `~N` can jump KEY_EVERY entries at a time
         out["prev_key"] = d.get("last_key")
@@ -73,11 +73,11 @@ def systems(d: dict, derived_at: Callable[[str], dict]) -> list[str]:
     """Hashes of every system entry on the path d was derived for, oldest first
     (`derived_at` gives the derived values at a keyframe entry)."""
     runs = [d["systems"]]
-    k = d["sys_key"]
+    k = d.get("sys_key")  # a keyframe written before sys_key existed holds every system message
     while k is not None:
         kd = derived_at(k)
         runs.append(kd["systems"])
-        k = kd["sys_key"]
+        k = kd.get("sys_key")
     return [h for run in reversed(runs) for h in run]
 
 

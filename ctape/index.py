@@ -191,17 +191,25 @@ class Index:
             if batch.records:
                 db.executemany("INSERT OR IGNORE INTO records VALUES(?,?,?,?,?,?,?)", batch.records)
                 writers: dict[tuple, tuple] = {}  # (session, writer) -> largest n and lc
+                odd = []  # counters that are not integers (a hand-made record): SQLite compares them
                 for s, w, n, lc, *_ in batch.records:
+                    if type(n) is not int or type(lc) is not int:
+                        odd.append((s, w, n, lc))
+                        continue
                     old = writers.get((s, w))
                     writers[(s, w)] = (n, lc) if old is None else (max(n, old[0]), max(lc, old[1]))
                 db.executemany(
                     "INSERT INTO writers VALUES(?,?,?,?) ON CONFLICT(session, w) DO UPDATE SET "
                     "n=max(n, excluded.n), lc=max(lc, excluded.lc)",
-                    [(s, w, n, lc) for (s, w), (n, lc) in writers.items()],
+                    [(s, w, n, lc) for (s, w), (n, lc) in writers.items()] + odd,
                 )
             if batch.claims:
                 newest: dict[tuple, tuple] = {}  # a writer's claim with the largest n wins
+                odd = []
                 for row in batch.claims:
+                    if type(row[3]) is not int:
+                        odd.append(row)
+                        continue
                     key = row[:3]
                     old = newest.get(key)
                     if old is None or row[3] > old[3]:
@@ -209,7 +217,7 @@ class Index:
                 db.executemany(
                     "INSERT INTO claims VALUES(?,?,?,?,?,?,?) ON CONFLICT(session, ref, w) DO UPDATE SET "
                     "n=excluded.n, lc=excluded.lc, value=excluded.value, seen=excluded.seen WHERE excluded.n > claims.n",
-                    list(newest.values()),
+                    list(newest.values()) + odd,
                 )
             if batch.partials:
                 db.executemany("INSERT OR IGNORE INTO partials VALUES(?,?,?,?)", batch.partials)
@@ -219,7 +227,7 @@ class Index:
                 db.executemany("INSERT OR REPLACE INTO keyframes VALUES(?,?)", batch.keyframes)
             if batch.files:
                 files: dict[int, tuple] = {}  # file -> (largest indexed, last torn, largest corrupt)
-                for file_id, indexed, torn, corrupt in batch.files:
+                for file_id, indexed, torn, corrupt in batch.files:  # written by this code: integers
                     old = files.get(file_id)
                     files[file_id] = (indexed, torn, corrupt) if old is None else (max(indexed, old[0]), torn, max(corrupt, old[2]))
                 db.executemany(

@@ -93,14 +93,16 @@ def check_name(name: str, what: str = "name") -> str:
     return name
 
 
-_second: list = [None, ""]  # the last whole second formatted, and its text
+_second: tuple[int, str] = (-1, "")  # the last whole second formatted, and its text
 
 
 def now_rfc3339() -> str:
+    global _second
     sec, rem = divmod(_time.time_ns(), 1_000_000_000)
-    if sec != _second[0]:
-        _second[:] = sec, _time.strftime("%Y-%m-%dT%H:%M:%S", _time.gmtime(sec))
-    return f"{_second[1]}.{rem // 1000:06d}Z"
+    cached = _second  # read once: another thread may replace it meanwhile
+    if cached[0] != sec:
+        cached = _second = (sec, _time.strftime("%Y-%m-%dT%H:%M:%S", _time.gmtime(sec)))
+    return f"{cached[1]}.{rem // 1000:06d}Z"
 
 
 def format_time(dt: datetime) -> str:

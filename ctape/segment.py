@@ -142,7 +142,9 @@ class SegmentWriter:
             return True
         if self.fd >= 0:
             fst = os.fstat(self.fd)
-            if dst is not None:  # taking the lock: the write that follows needs the access time too
+            if dst is not None and self.store._batch_depth == 0:
+                # taking the lock for one append: its write, a moment later, needs the access
+                # time too (a batch writes when it ends, so it looks again then)
                 self._locked_stat = fst
             return fst.st_size == self.offset
         return self.rel is None or os.stat(os.path.join(self.store.root, self.rel)).st_size == self.offset

@@ -156,3 +156,64 @@ def test_the_entry_cache_is_bounded_in_bytes(tape, monkeypatch):
     assert len(list(s.log())) == 30
     assert tape._entry_bytes <= 1 << 20 and 1 <= len(tape._entries) <= 6
     assert tape._entry_bytes == sum(size for _, size in tape._entries.values())
+
+
+def test_a_hand_made_ref_record_with_a_string_counter_still_opens(tape_dir, tmp_path, monkeypatch):
+    """Found in review: index rows folded in Python compared an int with a str where SQLite
+    used to compare them; a fresh cache could then not open the tape."""
+    t = Tape.open(tape_dir)
+    e = t.session("chat").append("user", {"content": "hi"})
+    with t.store.writing("chat") as w:
+        w.put_ref({"s": "chat", "w": t.store.writer, "n": "7", "lc": 9, "t": "2026-01-01T00:00:00.000000Z",
+                   "op": "x", "set": {"main": e.hash}, "old": {"main": e.hash}})
+    t.close()
+    monkeypatch.setenv("CTAPE_CACHE_DIR", str(tmp_path / "fresh-cache"))
+    t = Tape.open(tape_dir)
+    assert t.session("chat").head.hash == e.hash
+    t.close()
+
+
+def test_now_rfc3339_never_mixes_two_threads_seconds(monkeypatch):
+    """Found in review: the cached second was checked and read in two steps, so a thread
+    could return another thread's second (seen with a trace function installed, as under
+    a debugger or pure-Python coverage, which lets threads switch between the lines)."""
+    import sys
+    import threading
+    import time as real
+
+    from ctape import models
+
+    class PerThreadClock:
+        strftime, gmtime, local = staticmethod(real.strftime), staticmethod(real.gmtime), threading.local()
+
+        def time_ns(self):
+            return self.local.sec * 1_000_000_000 + 123_000
+
+    monkeypatch.setattr(models, "_time", PerThreadClock())
+    old_interval = sys.getswitchinterval()
+    wrong = []
+
+    def tracer(frame, event, arg):
+        return tracer if frame.f_code.co_name == "now_rfc3339" else None
+
+    def worker(sec):
+        PerThreadClock.local.sec = sec
+        want = real.strftime("%Y-%m-%dT%H:%M:%S", real.gmtime(sec))
+        for _ in range(20_000):
+            got = models.now_rfc3339()
+            if not got.startswith(want):
+                wrong.append(got)
+                return
+
+    sys.setswitchinterval(1e-6)
+    threading.settrace(tracer)
+    try:
+        threads = [threading.Thread(target=worker, args=(s,)) for s in (1_700_000_000, 1_700_000_001)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+    finally:
+        threading.settrace(None)
+        sys.setswitchinterval(old_interval)
+    assert not wrong, wrong[:2]

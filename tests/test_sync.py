@@ -250,6 +250,26 @@ def test_a_copy_seals_the_segment(tape_dir, tmp_path):
     assert len(os.listdir(tape_dir / "sessions" / "chat")) == 2
 
 
+def test_a_copy_taken_during_a_batch_seals_the_segment_before_the_batch_writes(tape_dir, tmp_path):
+    """Found in review: the lock's stat, taken at the batch's first append, was reused when
+    the batch wrote, so a copy made during the batch went unseen until after the write."""
+    t = Tape.open(tape_dir)
+    s = t.session("chat")
+    s.append("user", {"content": "one"})
+    time.sleep(0.1)  # past the new folder's racy-mtime window, so the lock trusts the segment's stat
+    s.append("user", {"content": "one more"})
+    folder, copied = tape_dir / "sessions" / "chat", tmp_path / "copy" / "sessions" / "chat"
+    with t.batch():
+        s.append("user", {"content": "two"})  # takes the lock; written when the batch ends
+        rsync(tape_dir, tmp_path / "copy")
+        s.append("user", {"content": "three"})
+    (seg,) = os.listdir(copied)
+    assert (folder / seg).stat().st_size == (copied / seg).stat().st_size  # the copied segment never grew
+    assert len(os.listdir(folder)) == 2
+    t.close()
+    assert [e.payload["content"] for e in Tape.open(tape_dir).session("chat").log()] == ["three", "two", "one more", "one"]
+
+
 def test_status_while_a_value_has_not_arrived(tmp_path):
     a, b = tmp_path / "A", tmp_path / "B"
     t = Tape.init(a)
