@@ -11,10 +11,14 @@ copy back) makes the index start over.
 Tables:
   files    path -> how far it has been indexed, and any damage seen there
   objects  first 8 bytes of a hash -> (file, offset, is_entry)
-  records  ref records by session, ordered by (lamport clock, writer, n)
+  writers  the newest n and Lamport clock of each writer of a session
   claims   the newest record of each writer for each ref of a session
   partials partial-stream chunks; closed: streams that were recorded
   keyframes derived state snapshots (state, pending calls) at every 256th entry
+
+The ref log itself (`ctape reflog`, SESSION@{N}) is read from the session's files when
+asked: a row per ref record made this cache as large as the tape for sessions written
+one append at a time.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import sqlite3
 from contextlib import contextmanager
 from typing import Iterable, Optional
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
@@ -33,10 +37,6 @@ CREATE TABLE IF NOT EXISTS files(id INTEGER PRIMARY KEY AUTOINCREMENT, path TEXT
     indexed INTEGER NOT NULL DEFAULT 0, torn INTEGER NOT NULL DEFAULT 0, corrupt INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS objects(key INTEGER PRIMARY KEY, file INTEGER NOT NULL,
     offset INTEGER NOT NULL, entry INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS records(session TEXT NOT NULL, w TEXT NOT NULL, n INTEGER NOT NULL,
-    lc INTEGER NOT NULL, file INTEGER NOT NULL, offset INTEGER NOT NULL, body TEXT NOT NULL,
-    PRIMARY KEY(session, w, n)) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS records_order ON records(session, lc, w, n);
 CREATE TABLE IF NOT EXISTS claims(session TEXT NOT NULL, ref TEXT NOT NULL, w TEXT NOT NULL,
     n INTEGER NOT NULL, lc INTEGER NOT NULL, value TEXT, seen TEXT NOT NULL,
     PRIMARY KEY(session, ref, w)) WITHOUT ROWID;
@@ -114,7 +114,7 @@ class Index:
             self.pending_objects.setdefault(key, (fid, off))
         for key, body in batch.keyframes:
             self.pending_keyframes[key] = body
-        if len(p.objects) + len(p.records) >= self.APPLY_EVERY:
+        if len(p.objects) + len(p.writers) >= self.APPLY_EVERY:
             self.sync()
 
     def sync(self) -> None:
@@ -158,7 +158,7 @@ class Index:
         self._in_rebuild = True
         try:
             # keyframes stay: they are named by entry hash, so they never go stale
-            for t in ("objects", "records", "claims", "partials", "closed", "writers"):
+            for t in ("objects", "claims", "partials", "closed", "writers"):
                 self.db.execute(f"DELETE FROM {t}")
             self.db.execute("UPDATE files SET indexed=0, torn=0, corrupt=0")
             yield
@@ -188,11 +188,10 @@ class Index:
         try:
             if batch.objects:
                 db.executemany("INSERT OR IGNORE INTO objects VALUES(?,?,?,?)", batch.objects)
-            if batch.records:
-                db.executemany("INSERT OR IGNORE INTO records VALUES(?,?,?,?,?,?,?)", batch.records)
+            if batch.writers:
                 writers: dict[tuple, tuple] = {}  # (session, writer) -> largest n and lc
                 odd = []  # counters that are not integers (a hand-made record): SQLite compares them
-                for s, w, n, lc, *_ in batch.records:
+                for s, w, n, lc in batch.writers:
                     if type(n) is not int or type(lc) is not int:
                         odd.append((s, w, n, lc))
                         continue
@@ -273,13 +272,6 @@ class Index:
         rows = self.db.execute("SELECT w, n, lc FROM writers WHERE session=?", (session,)).fetchall()
         return max((lc for _, _, lc in rows), default=0), {w: n for w, n, _ in rows}
 
-    def records(self, session: str, newest_first: bool = True, limit: int = -1) -> Iterable[dict]:
-        self.sync()
-        order = "DESC" if newest_first else "ASC"
-        q = f"SELECT body FROM records WHERE session=? ORDER BY lc {order}, w {order}, n {order} LIMIT ?"
-        for (body,) in self.db.execute(q, (session, limit)):
-            yield json.loads(body)
-
     def open_partials(self, session: str) -> list[dict]:
         self.sync()
         rows = self.db.execute(
@@ -307,12 +299,12 @@ class Index:
 class IndexBatch:
     """Rows gathered while scanning or writing, applied in one SQLite transaction."""
 
-    __slots__ = ("objects", "records", "claims", "partials", "closed", "files", "keyframes")
+    __slots__ = ("objects", "writers", "claims", "partials", "closed", "files", "keyframes")
 
     def __init__(self):
         self.keyframes: list = []
         self.objects: list = []
-        self.records: list = []
+        self.writers: list = []  # (session, writer, n, lc) of every ref record
         self.claims: list = []
         self.partials: list = []
         self.closed: list = []
@@ -323,11 +315,11 @@ class IndexBatch:
             getattr(self, name).extend(getattr(other, name))
 
     def empty(self) -> bool:
-        return not (self.objects or self.records or self.claims or self.partials or self.closed or self.files or self.keyframes)
+        return not (self.objects or self.writers or self.claims or self.partials or self.closed or self.files or self.keyframes)
 
-    def add_ref(self, file_id: int, offset: int, body: bytes, rec: dict) -> None:
+    def add_ref(self, rec: dict) -> None:
         s, w, n, lc = rec["s"], rec["w"], rec["n"], rec["lc"]
-        self.records.append((s, w, n, lc, file_id, offset, body.decode("utf-8")))
+        self.writers.append((s, w, n, lc))
         seen = json.dumps(rec["seen"], sort_keys=True) if rec.get("seen") else "{}"
         for ref, value in rec.get("set", {}).items():
             self.claims.append((s, ref, w, n, lc, value, seen))

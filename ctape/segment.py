@@ -380,7 +380,7 @@ class SegmentWriter:
                 h, kind = what
                 self.batch.objects.append((hash_key(h), self.file_id, offset, 1 if kind == TYPE_ENTRY else 0))
             else:
-                self.batch.add_ref(self.file_id, offset, body, what)
+                self.batch.add_ref(what)
 
     def _plain(self):
         if self._bctx is None:

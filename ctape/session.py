@@ -6,7 +6,7 @@ from typing import Any, Iterable, Iterator, Optional
 
 import json
 
-from . import derived
+from . import derived, framing
 from . import refs as refmod
 from .index import hash_key
 from .canonical import entry_body
@@ -293,13 +293,31 @@ class Session:
         _, positions = self._replay()
         return positions
 
+    def _ref_records(self) -> list[dict]:
+        """Every ref record of the session, oldest first (Lamport clock, writer, n), read
+        from its files: the index keeps no copy (it would be as large as the tape for
+        sessions written one append at a time), and this is read only for the ref log."""
+        from .maintenance import scan_file
+
+        found: dict[tuple, dict] = {}
+        for rel in self.store.list_files(self.name):
+            for item in scan_file(self.tape, rel):
+                if isinstance(item, framing.Record) and item.type == framing.T_REF:
+                    try:
+                        rec = json.loads(item.body)
+                    except ValueError:
+                        continue  # fsck reports it
+                    if isinstance(rec, dict) and rec.get("s") == self.name and _well_formed(rec):
+                        found.setdefault((rec["w"], rec["n"]), rec)  # a write repeated after a copy
+        return sorted(found.values(), key=lambda r: (r["lc"], r["w"], r["n"]))
+
     def _replay(self) -> tuple[list[dict], list[str]]:
-        self.store.refresh(self.name)
+        self.store.refresh(self.name)  # so that the index knows every entry the ref log names
         branches: dict[str, Optional[str]] = {}
         head: Optional[str] = None
         positions: list[str] = []
         lines: list[dict] = []
-        for rec in self.store.index.records(self.name, newest_first=False):
+        for rec in self._ref_records():
             before = {ref: (head if ref == HEAD else branches.get(ref)) for ref in rec.get("set", {})}
             for ref, value in rec.get("set", {}).items():
                 if ref == HEAD:
@@ -363,3 +381,8 @@ class Session:
 
         return recover(self)
 
+
+def _well_formed(rec: dict) -> bool:
+    """A ref record the ref log can order and replay (a hand-made one may not be)."""
+    return (type(rec.get("lc")) is int and type(rec.get("n")) is int and isinstance(rec.get("w"), str)
+            and isinstance(rec.get("set", {}), dict) and isinstance(rec.get("old", {}), (dict, type(None))))

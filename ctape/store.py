@@ -334,7 +334,7 @@ class Store:
         elif type_ == framing.T_REF:
             try:
                 rec = json.loads(body)
-                batch.add_ref(fid, offset, body, rec)
+                batch.add_ref(rec)
             except (ValueError, KeyError, TypeError):
                 pass  # fsck reports unreadable records
         elif type_ == framing.T_PARTIAL:

@@ -222,6 +222,29 @@ def test_durable_append_costs_one_fdatasync(tmp_path, monkeypatch):
     tape.close()
 
 
+def test_the_index_keeps_no_copy_of_durable_appends(tmp_path):
+    """Counted, not timed: the index cache outside the tape grows by an object row per
+    append, not by a copy of every ref record (it used to: ~350 bytes an append, as much
+    as the tape itself for short sessions), and not by keyframes that repeat the history."""
+    import glob
+    import sqlite3
+
+    tape = Tape.init(tmp_path / "tape", cache_dir=str(tmp_path / "cache"))
+    s = tape.session("chat")
+    entries = workload.generate_session(1000, seed=5)
+    for i, (kind, payload, meta, delta) in enumerate(entries):
+        s.append("system" if i % 2 else kind, payload if i % 2 == 0 else {"content": f"turn {i}"}, meta=meta, delta=delta)
+    tape.close()
+    (db,) = glob.glob(str(tmp_path / "cache" / "*" / "index.sqlite"))
+    assert not os.path.exists(db + "-wal")  # closing folds the write-ahead log in
+    per_append = os.path.getsize(db) / len(entries)
+    assert per_append < 200, per_append  # 135 now; 440 with a row per ref record and whole-list keyframes
+    tables = {name for (name,) in sqlite3.connect(db).execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert "records" not in tables
+    r = Tape.open(tmp_path / "tape", cache_dir=str(tmp_path / "cache")).session("chat").reflog()
+    assert len(r) == len(entries) + 1  # HEAD attached once, then one line per append
+
+
 # -- lazy imports --------------------------------------------------------------------------------------
 
 
