@@ -81,6 +81,7 @@ class Index:
         self.pending = IndexBatch()
         self.pending_objects: dict[int, tuple[int, int]] = {}
         self.pending_keyframes: dict[int, str] = {}
+        self._paths: dict[int, str] = {}  # file id -> path
         self._in_rebuild = False
 
     @staticmethod
@@ -145,8 +146,13 @@ class Index:
         return self.db.execute("SELECT id FROM files WHERE path=?", (path,)).fetchone()[0]
 
     def path_of(self, file_id: int) -> Optional[str]:
-        row = self.db.execute("SELECT path FROM files WHERE id=?", (file_id,)).fetchone()
-        return row[0] if row else None
+        path = self._paths.get(file_id)  # ids are never reused (AUTOINCREMENT), so this never goes stale
+        if path is None:
+            row = self.db.execute("SELECT path FROM files WHERE id=?", (file_id,)).fetchone()
+            if row is None:
+                return None
+            path = self._paths[file_id] = row[0]
+        return path
 
     @contextmanager
     def rebuilding(self):

@@ -32,6 +32,7 @@ def scan_file(tape: "Tape", rel: str) -> Iterator[framing.Record | framing.Damag
     fd = open_for_reading(os.path.join(tape.store.root, rel))
     with os.fdopen(fd, "rb") as f:
         data = f.read()
+    file_id = None
     for item in framing.scan(data):
         if isinstance(item, framing.Record) and item.type == framing.T_DICT:
             try:
@@ -41,8 +42,10 @@ def scan_file(tape: "Tape", rel: str) -> Iterator[framing.Record | framing.Damag
                 continue
             yield item
         elif isinstance(item, framing.Record) and item.type in framing.BLOCK_TYPES:
+            if file_id is None:
+                file_id = tape.store.index.file_id(rel)
             try:
-                inner = tape.store.block_items(tape.store.index.file_id(rel), item.offset, item.body, item.type, Source(None, data, 0))
+                inner = tape.store.block_items(file_id, item.offset, item.body, item.type, Source(None, data, 0))
             except CorruptObject as e:
                 yield framing.Damage(item.offset, False, str(e).split(";")[0])
                 continue
