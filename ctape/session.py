@@ -297,6 +297,16 @@ class Session:
         """Every ref record of the session, oldest first (Lamport clock, writer, n), read
         from its files: the index keeps no copy (it would be as large as the tape for
         sessions written one append at a time), and this is read only for the ref log."""
+        for attempt in range(3):
+            try:
+                return self._read_ref_records()
+            except FileNotFoundError:
+                if attempt == 2:
+                    raise
+                # a compaction replaced files while we read them: their records are in its pack
+        return []
+
+    def _read_ref_records(self) -> list[dict]:
         from .maintenance import scan_file
 
         found: dict[tuple, dict] = {}

@@ -217,3 +217,35 @@ def test_now_rfc3339_never_mixes_two_threads_seconds(monkeypatch):
         threading.settrace(None)
         sys.setswitchinterval(old_interval)
     assert not wrong, wrong[:2]
+
+
+def test_reflog_read_while_a_compaction_replaces_the_files(tape_dir, monkeypatch):
+    """The ref log is read from the session's files; a compaction that removes them
+    between the listing and the reading must not lose lines or fail."""
+    from ctape import maintenance
+
+    for writer in ("aaaaaaaaaaaa", "bbbbbbbbbbbb"):  # two writers: two segment files
+        monkeypatch.setenv("CTAPE_WRITER", writer)
+        t = Tape.open(tape_dir)
+        for i in range(3):
+            t.session("chat").append("user", {"content": f"{writer} {i}"})
+        t.close()
+    monkeypatch.delenv("CTAPE_WRITER")
+    t = Tape.open(tape_dir)
+    before = t.session("chat").reflog()
+    assert len(os.listdir(tape_dir / "sessions" / "chat")) == 2
+    real_scan, compacted = maintenance.scan_file, []
+
+    def scan_then_compact(tape, rel):
+        if not compacted:  # the first file is open and read; then the files go
+            items = list(real_scan(tape, rel))
+            compacted.append(Tape.open(tape_dir).compact(grace="now"))
+            yield from items
+            return
+        yield from real_scan(tape, rel)
+
+    monkeypatch.setattr(maintenance, "scan_file", scan_then_compact)
+    after = t.session("chat").reflog()
+    assert compacted and [f for f in os.listdir(tape_dir / "sessions" / "chat") if f.endswith(".seg")] == []
+    assert [(x["new"], x["op"]) for x in after] == [(x["new"], x["op"]) for x in before]
+    t.close()
