@@ -40,6 +40,8 @@ PLAIN, POSITIONAL = 0, 3
 _HASH = re.compile(rb'"([0-9a-f]{64})"|\\u0000b([0-9a-f]{64})')
 _POS = re.compile(rb'"#(\d+)"|\\u0000#(\d+);')
 _KIND = {ord("E"): b"entry", ord("B"): b"blob"}
+_ENTRY = ord("E")
+_OBJ_START, _REF_START = bytes((T_OBJ,)), bytes((T_REF,))
 
 
 def _encode(body: bytes, names: list[str], positions: dict[str, int], refs: Optional[Iterable[str]] = None) -> tuple[int, bytes]:
@@ -126,20 +128,23 @@ def _never(why: str) -> Exception:
 def encode_block(items: Iterable[tuple]) -> bytes:
     """Frame (record type, canonical record body[, hashes it refers to]) items for a block;
     objects come as full object record bodies (hash, type, codec 0, canonical data)."""
-    out: list[bytes] = []
+    out: list = []  # pieces joined once at the end (a blob's bytes are not copied before)
     names: list[str] = []
     positions: dict[str, int] = {}
     for item in items:
         type_, body, refs = item if len(item) == 3 else (*item, None)
         if type_ == framing.T_OBJECT:
-            h, kind, data = body[:32].hex(), body[32], body[34:]
-            codec, data = _encode(data, names, positions, refs) if kind == ord("E") else (PLAIN, data)
-            out.append(_inner(T_OBJ, bytes((kind, codec)) + data))
+            h, kind = body[:32].hex(), body[32]
+            if kind == _ENTRY:
+                codec, data = _encode(body[34:], names, positions, refs)
+            else:
+                codec, data = PLAIN, memoryview(body)[34:]
+            out += (_OBJ_START, _varint(len(data) + 2), bytes((kind, codec)), data)
             positions[h] = len(names)
             names.append(h)
         elif type_ == framing.T_REF:
             codec, data = _encode(body, names, positions, refs)
-            out.append(_inner(T_REF, bytes((codec,)) + data))
+            out += (_REF_START, _varint(len(data) + 1), bytes((codec,)), data)
         else:
             out.append(_inner(type_, body))
     return b"".join(out)
