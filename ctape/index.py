@@ -104,6 +104,10 @@ class Index:
             db.executescript(
                 f"BEGIN IMMEDIATE;{drops}{SCHEMA}INSERT OR REPLACE INTO meta VALUES('schema', '{SCHEMA_VERSION}');COMMIT;"
             )
+            try:
+                db.execute("VACUUM")  # give back the dropped tables' pages (the tables are empty: cheap)
+            except sqlite3.OperationalError:
+                pass  # another process is using the cache: the pages are reused as it grows
         return db
 
     # -- files ---------------------------------------------------------------
@@ -146,7 +150,9 @@ class Index:
         return self.db.execute("SELECT id FROM files WHERE path=?", (path,)).fetchone()[0]
 
     def path_of(self, file_id: int) -> Optional[str]:
-        path = self._paths.get(file_id)  # ids are never reused (AUTOINCREMENT), so this never goes stale
+        # AUTOINCREMENT never reuses an id while the table lives; an index dropped and made
+        # again (by a ctape of another schema version) starts over, and so does a rebuild here
+        path = self._paths.get(file_id)
         if path is None:
             row = self.db.execute("SELECT path FROM files WHERE id=?", (file_id,)).fetchone()
             if row is None:
@@ -157,6 +163,7 @@ class Index:
     @contextmanager
     def rebuilding(self):
         """Empty the index and fill it again inside one write transaction."""
+        self._paths.clear()
         self.pending = IndexBatch()
         self.pending_objects.clear()
         self.pending_keyframes.clear()

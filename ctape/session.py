@@ -298,19 +298,24 @@ class Session:
         from its files: the index keeps no copy (it would be as large as the tape for
         sessions written one append at a time), and this is read only for the ref log."""
         for attempt in range(3):
+            files = self.store.list_files(self.name)
             try:
-                return self._read_ref_records()
+                records = self._read_ref_records(files)
             except FileNotFoundError:
                 if attempt == 2:
                     raise
-                # a compaction replaced files while we read them: their records are in its pack
+                continue  # a compaction replaced files while we read them: their records are in its pack
+            if set(self.store.list_files(self.name)) == set(files) or attempt == 2:
+                return records
+            # the folder changed while we read (a listing taken during a compaction's rename
+            # may hold neither the old files nor the new pack): read again
         return []
 
-    def _read_ref_records(self) -> list[dict]:
+    def _read_ref_records(self, files: Iterable[str]) -> list[dict]:
         from .maintenance import scan_file
 
         found: dict[tuple, dict] = {}
-        for rel in self.store.list_files(self.name):
+        for rel in files:
             for item in scan_file(self.tape, rel):
                 if isinstance(item, framing.Record) and item.type == framing.T_REF:
                     try:

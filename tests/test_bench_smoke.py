@@ -241,8 +241,9 @@ def test_the_index_keeps_no_copy_of_durable_appends(tmp_path):
     assert per_append < 200, per_append  # 135 now; 440 with a row per ref record and whole-list keyframes
     tables = {name for (name,) in sqlite3.connect(db).execute("SELECT name FROM sqlite_master WHERE type='table'")}
     assert "records" not in tables
-    r = Tape.open(tmp_path / "tape", cache_dir=str(tmp_path / "cache")).session("chat").reflog()
-    assert len(r) == len(entries) + 1  # HEAD attached once, then one line per append
+    tape = Tape.open(tmp_path / "tape", cache_dir=str(tmp_path / "cache"))
+    assert len(tape.session("chat").reflog()) == len(entries) + 1  # HEAD attached once, then a line per append
+    tape.close()
 
 
 # -- lazy imports --------------------------------------------------------------------------------------
