@@ -297,19 +297,20 @@ class Session:
         """Every ref record of the session, oldest first (Lamport clock, writer, n), read
         from its files: the index keeps no copy (it would be as large as the tape for
         sessions written one append at a time), and this is read only for the ref log."""
-        for attempt in range(3):
+        tries = 3
+        while True:
+            tries -= 1
             files = self.store.list_files(self.name)
             try:
                 records = self._read_ref_records(files)
             except FileNotFoundError:
-                if attempt == 2:
+                if not tries:
                     raise
                 continue  # a compaction replaced files while we read them: their records are in its pack
-            if set(self.store.list_files(self.name)) == set(files) or attempt == 2:
-                return records
             # the folder changed while we read (a listing taken during a compaction's rename
             # may hold neither the old files nor the new pack): read again
-        return []
+            if not tries or set(self.store.list_files(self.name)) == set(files):
+                return records
 
     def _read_ref_records(self, files: Iterable[str]) -> list[dict]:
         from .maintenance import scan_file
