@@ -11,6 +11,7 @@ from . import framing
 from .canonical import blob_refs
 from .errors import CorruptObject
 from .files import TYPE_ENTRY, open_for_reading
+from .refs import well_formed
 from .store import Source
 
 if TYPE_CHECKING:
@@ -102,9 +103,14 @@ def fsck(tape: "Tape") -> dict:
                         problem(f"entry {h}", "entry body is not valid JSON")
             elif item.type == framing.T_REF:
                 try:
-                    records.append((rel, json.loads(item.body)))
+                    rec = json.loads(item.body)
                 except ValueError:
                     problem(f"{rel}@{item.offset}", "ref record is not valid JSON")
+                    continue
+                if not well_formed(rec):
+                    problem(f"{rel}@{item.offset}", "ref record has fields of the wrong type (s, w, n, lc, set, old): not written by ctape")
+                    continue
+                records.append((rel, rec))
     me = store.writer
 
     def missing(what, h, rel):

@@ -128,6 +128,14 @@ class RefState:
                 self.settle[name] = c.value
 
 
+def well_formed(rec) -> bool:
+    """A ref record whose fields have the types ctape writes (a hand-made one may not):
+    the ref log orders and replays only these, and fsck reports the others."""
+    return (isinstance(rec, dict) and isinstance(rec.get("s"), str) and isinstance(rec.get("w"), str)
+            and type(rec.get("n")) is int and type(rec.get("lc")) is int
+            and isinstance(rec.get("set", {}), dict) and isinstance(rec.get("old", {}), (dict, type(None))))
+
+
 def conflict_name(branch: str, writer: str) -> str:
     suffix = f".conflict-{writer[:8]}"
     return branch[: 128 - len(suffix)] + suffix

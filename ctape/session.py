@@ -323,7 +323,7 @@ class Session:
                         rec = json.loads(item.body)
                     except ValueError:
                         continue  # fsck reports it
-                    if isinstance(rec, dict) and rec.get("s") == self.name and _well_formed(rec):
+                    if isinstance(rec, dict) and rec.get("s") == self.name and refmod.well_formed(rec):
                         found.setdefault((rec["w"], rec["n"]), rec)  # a write repeated after a copy
         return sorted(found.values(), key=lambda r: (r["lc"], r["w"], r["n"]))
 
@@ -397,8 +397,3 @@ class Session:
 
         return recover(self)
 
-
-def _well_formed(rec: dict) -> bool:
-    """A ref record the ref log can order and replay (a hand-made one may not be)."""
-    return (type(rec.get("lc")) is int and type(rec.get("n")) is int and isinstance(rec.get("w"), str)
-            and isinstance(rec.get("set", {}), dict) and isinstance(rec.get("old", {}), (dict, type(None))))
