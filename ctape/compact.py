@@ -38,8 +38,8 @@ from . import framing, packing
 from .canonical import canonical_json
 from .errors import CorruptObject, InvalidInput, StorageError
 from .models import format_time
-from .files import TYPE_ENTRY, fsync_dir, open_for_reading, zstd
-from .store import Source, Store
+from .files import TYPE_ENTRY, fsync_dir, zstd
+from .store import Store
 
 _DUR = re.compile(r"(\d+)([smhdw])")
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -166,29 +166,11 @@ def _scan(store: Store, snapshot: dict[str, int], say) -> Scan:
 
 
 def _records(store: Store, path: str, start: int, end: Optional[int]):
-    """Records of a file between two offsets; blocks come out as the records they hold."""
-    fd = open_for_reading(os.path.join(store.root, path))
-    try:
-        size = os.fstat(fd).st_size if end is None else end
-        data = os.pread(fd, size - start, start) if size > start else b""
-        src = Source(fd, data, start)  # a block's dictionary is read from what this read
-        fid = store.index.file_id(path)
-        for item in framing.scan(data):
-            if isinstance(item, framing.Damage):
-                continue  # fsck reports damage; compaction keeps only what reads back
-            if item.type == framing.T_DICT:
-                continue  # only for reading the blocks after it; packs compress alone
-            if item.type in framing.BLOCK_TYPES:
-                try:
-                    inner = store.block_items(fid, start + item.offset, item.body, item.type, src)
-                except CorruptObject:
-                    continue
-                for rec in inner:
-                    yield framing.Record(start + item.offset, rec.type, rec.body)
-            else:
-                yield framing.Record(start + item.offset, item.type, item.body)
-    finally:
-        os.close(fd)
+    """The records of a file between two offsets that read back (fsck reports the rest);
+    dictionaries are left out: packs compress alone."""
+    for item in store.scan_file(path, start, end):
+        if isinstance(item, framing.Record) and item.type != framing.T_DICT:
+            yield item
 
 
 def _learn(store: Store, scan: Scan, rec: framing.Record) -> None:

@@ -27,7 +27,7 @@ import json
 import os
 import sqlite3
 from contextlib import contextmanager
-from typing import Iterable, Optional
+from typing import Optional
 
 SCHEMA_VERSION = 10
 

@@ -10,9 +10,8 @@ from typing import TYPE_CHECKING, Iterator
 from . import framing
 from .canonical import blob_refs
 from .errors import CorruptObject
-from .files import TYPE_ENTRY, open_for_reading
+from .files import TYPE_ENTRY
 from .refs import well_formed
-from .store import Source
 
 if TYPE_CHECKING:
     from .tape import Tape
@@ -25,35 +24,6 @@ def walk_files(tape: "Tape") -> Iterator[tuple[str, os.stat_result]]:
         for name in dirnames + filenames:
             full = os.path.join(dirpath, name)
             yield os.path.relpath(full, root), os.lstat(full)
-
-
-def scan_file(tape: "Tape", rel: str) -> Iterator[framing.Record | framing.Damage]:
-    """Every record of a data file; the records inside blocks come out one by one, and a
-    dictionary record that does not decompress is damage even if no block uses it."""
-    fd = open_for_reading(os.path.join(tape.store.root, rel))
-    with os.fdopen(fd, "rb") as f:
-        data = f.read()
-    file_id = None
-    for item in framing.scan(data):
-        if isinstance(item, framing.Record) and item.type == framing.T_DICT:
-            try:
-                tape.store.decompress(item.body, f"dictionary at offset {item.offset} of {rel}")
-            except CorruptObject as e:
-                yield framing.Damage(item.offset, False, str(e).split(";")[0])
-                continue
-            yield item
-        elif isinstance(item, framing.Record) and item.type in framing.BLOCK_TYPES:
-            if file_id is None:
-                file_id = tape.store.index.file_id(rel)
-            try:
-                inner = tape.store.block_items(file_id, item.offset, item.body, item.type, Source(None, data, 0))
-            except CorruptObject as e:
-                yield framing.Damage(item.offset, False, str(e).split(";")[0])
-                continue
-            for rec in inner:
-                yield framing.Record(item.offset, rec.type, rec.body)
-        else:
-            yield item
 
 
 def fsck(tape: "Tape") -> dict:
@@ -76,7 +46,7 @@ def fsck(tape: "Tape") -> dict:
         if not stat.S_ISREG(st.st_mode) or not rel.endswith((".seg", ".pack")):
             continue
         files += 1
-        items = list(scan_file(tape, rel))
+        items = list(store.scan_file(rel))
         for i, item in enumerate(items):
             if isinstance(item, framing.Damage):
                 if item.torn and i == len(items) - 1:
@@ -171,7 +141,7 @@ def stats(tape: "Tape") -> dict:
     for rel, st in walk_files(tape):
         if stat.S_ISREG(st.st_mode) and rel.endswith((".seg", ".pack")):
             stored += st.st_size
-            for item in scan_file(tape, rel):
+            for item in store.scan_file(rel):
                 if isinstance(item, framing.Record) and item.type == framing.T_OBJECT:
                     h = item.body[:32].hex()
                     if h in sizes:

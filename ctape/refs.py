@@ -85,28 +85,19 @@ class RefState:
             self._resolve_ref(ref)
 
     def _resolve_ref(self, ref: str) -> None:
-        mine = self.claims.get(ref, {})
-        if len(mine) == 1 and not self.conflicts:  # one writer moves this ref: nothing to settle
-            (winner,) = mine.values()
-            self.settle.pop(ref, None)
-            if ref == HEAD:
-                self.head = winner.value
-            elif winner.value is not None:
-                self.branches[ref] = winner.value
-            else:
-                self.branches.pop(ref, None)
-            return
-        cs = list(mine.values())
-        for name in [c for c, of in self.conflicts.items() if of == ref]:
-            del self.conflicts[name]
-            self.branches.pop(name, None)
-            self.settle.pop(name, None)
+        cs = list(self.claims.get(ref, {}).values())
+        if self.conflicts:
+            for name in [c for c, of in self.conflicts.items() if of == ref]:
+                del self.conflicts[name]
+                self.branches.pop(name, None)
+                self.settle.pop(name, None)
         self.settle.pop(ref, None)
-        if len(cs) == 1:
+        if len(cs) == 1:  # one writer moves this ref (the usual case): nothing to weigh
             standing = cs
+            winner = cs[0]
         else:
             standing = [c for c in cs if not any(o is not c and o.seen.get(c.w, 0) >= c.n for o in cs)]
-        winner = max(standing, key=lambda c: (c.lc, c.w))
+            winner = max(standing, key=lambda c: (c.lc, c.w))
         if ref == HEAD:
             self.head = winner.value
         elif winner.value is not None:

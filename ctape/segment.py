@@ -81,7 +81,6 @@ class SegmentWriter:
         self._others_grow = False  # the folder holds segments of other writer ids
         self.made_dir = False  # this writer created the session folder and has not written to it yet
         self.atime_seen: Optional[int] = None  # the active segment's access time after our last write
-        self._locked_stat: Optional[os.stat_result] = None  # the active segment's, when the lock was taken
         self.derived: Optional[dict] = None  # state and pending calls at derived_head (see Session._track_derived)
         self.derived_head: Optional[str] = None
 
@@ -107,7 +106,6 @@ class SegmentWriter:
             raise
 
     def unlock(self) -> None:
-        self._locked_stat = None
         if self.locked:
             fcntl.flock(self.dir_fd, fcntl.LOCK_UN)
             self.locked = False
@@ -141,12 +139,7 @@ class SegmentWriter:
                 self._racy_until = 0
             return True
         if self.fd >= 0:
-            fst = os.fstat(self.fd)
-            if dst is not None and self.store._batch_depth == 0:
-                # taking the lock for one append: its write, a moment later, needs the access
-                # time too (a batch writes when it ends, so it looks again then)
-                self._locked_stat = fst
-            return fst.st_size == self.offset
+            return os.fstat(self.fd).st_size == self.offset
         return self.rel is None or os.stat(os.path.join(self.store.root, self.rel)).st_size == self.offset
 
     def _sizes(self) -> dict[str, tuple[int, int]]:
@@ -274,8 +267,7 @@ class SegmentWriter:
         if self.rel is None:
             return
         self._open_fd()
-        fst, self._locked_stat = self._locked_stat, None
-        atime = fst.st_atime_ns if fst is not None else self._atime()
+        atime = self._atime()
         if self.atime_seen is not None and atime != self.atime_seen:
             self._close_segment()
         else:
@@ -570,7 +562,6 @@ class SegmentWriter:
             pass
 
     def _close_segment(self) -> None:
-        self._locked_stat = None
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1

@@ -313,11 +313,9 @@ class Session:
                 return records
 
     def _read_ref_records(self, files: Iterable[str]) -> list[dict]:
-        from .maintenance import scan_file
-
         found: dict[tuple, dict] = {}
         for rel in files:
-            for item in scan_file(self.tape, rel):
+            for item in self.store.scan_file(rel):
                 if isinstance(item, framing.Record) and item.type == framing.T_REF:
                     try:
                         rec = json.loads(item.body)

@@ -344,6 +344,43 @@ class Store:
                 pass
         return True
 
+    def scan_file(self, rel: str, start: int = 0, end: Optional[int] = None) -> Iterator[framing.Record | framing.Damage]:
+        """Every record of a data file from `start` to `end` (default: its size), at offsets
+        in the file. The records inside a block come out one by one, at the block's offset;
+        a block that does not decode, and a dictionary record that does not decompress
+        (even one no block uses), come out as damage."""
+        fd = open_for_reading(os.path.join(self.root, rel))
+        try:
+            size = os.fstat(fd).st_size if end is None else end
+            data = os.pread(fd, size - start, start) if size > start else b""
+            src = Source(fd, data, start)  # a block's dictionary is read from what this read
+            file_id = None
+            for item in framing.scan(data):
+                offset = start + item.offset
+                if isinstance(item, framing.Damage):
+                    yield framing.Damage(offset, item.torn, item.reason)
+                elif item.type == framing.T_DICT:
+                    try:
+                        self.decompress(item.body, f"dictionary at offset {offset} of {rel}")
+                    except CorruptObject as e:
+                        yield framing.Damage(offset, False, str(e).split(";")[0])
+                        continue
+                    yield framing.Record(offset, item.type, item.body)
+                elif item.type in framing.BLOCK_TYPES:
+                    if file_id is None:
+                        file_id = self.index.file_id(rel)
+                    try:
+                        inner = self.block_items(file_id, offset, item.body, item.type, src)
+                    except CorruptObject as e:
+                        yield framing.Damage(offset, False, str(e).split(";")[0])
+                        continue
+                    for rec in inner:
+                        yield framing.Record(offset, rec.type, rec.body)
+                else:
+                    yield framing.Record(offset, item.type, item.body)
+        finally:
+            os.close(fd)
+
     # -- objects ----------------------------------------------------------------------
 
     def encode_object(self, type_: int, body: bytes, h: str) -> bytes:

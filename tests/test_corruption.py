@@ -36,7 +36,6 @@ from ctape import Tape, framing, packing
 from ctape.canonical import object_hash
 from ctape.cli import main
 from ctape.errors import CorruptObject, ObjectTooLarge
-from ctape.maintenance import scan_file
 from ctape.segment import BLOCK_OBJECT_MAX
 from ctape.store import CODEC_ZSTD
 
@@ -105,10 +104,10 @@ class Fixture:
         self.held = {}  # offset of a top-level record -> the records it holds
         t = Tape.open(self.dir)
         try:
-            for item in scan_file(t, self.rel):
+            for item in t.store.scan_file(self.rel):
                 assert isinstance(item, framing.Record), item
                 self.held.setdefault(item.offset, []).append(item)
-            assert all(isinstance(item, framing.Record) for item in scan_file(t, self.other_rel))
+            assert all(isinstance(item, framing.Record) for item in t.store.scan_file(self.other_rel))
         finally:
             t.close()
         assert sorted(self.held) == [r.offset for r in self.records]

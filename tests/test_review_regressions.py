@@ -225,7 +225,7 @@ def test_now_rfc3339_never_mixes_two_threads_seconds(monkeypatch):
 def test_reflog_read_while_a_compaction_replaces_the_files(tape_dir, monkeypatch):
     """The ref log is read from the session's files; a compaction that removes them
     between the listing and the reading must not lose lines or fail."""
-    from ctape import maintenance
+    from ctape.store import Store
 
     for writer in ("aaaaaaaaaaaa", "bbbbbbbbbbbb"):  # two writers: two segment files
         monkeypatch.setenv("CTAPE_WRITER", writer)
@@ -237,19 +237,20 @@ def test_reflog_read_while_a_compaction_replaces_the_files(tape_dir, monkeypatch
     t = Tape.open(tape_dir)
     before = t.session("chat").reflog()
     assert len(os.listdir(tape_dir / "sessions" / "chat")) == 2
-    real_scan, compacted = maintenance.scan_file, []
+    real_scan, compacted = Store.scan_file, []
 
-    def scan_then_compact(tape, rel):
+    def scan_then_compact(store, rel, *args):
         if not compacted:  # the first file is open and read; then the files go
-            items = list(real_scan(tape, rel))
+            items = list(real_scan(store, rel, *args))
+            compacted.append("started")  # the compaction reads files through here too
             other = Tape.open(tape_dir)
             compacted.append(other.compact(grace="now"))
             other.close()
             yield from items
             return
-        yield from real_scan(tape, rel)
+        yield from real_scan(store, rel, *args)
 
-    monkeypatch.setattr(maintenance, "scan_file", scan_then_compact)
+    monkeypatch.setattr(Store, "scan_file", scan_then_compact)
     after = t.session("chat").reflog()
     assert compacted and [f for f in os.listdir(tape_dir / "sessions" / "chat") if f.endswith(".seg")] == []
     assert after == before
