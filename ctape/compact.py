@@ -95,6 +95,7 @@ class Scan:
         self.closed: set[tuple[str, str]] = set()
         self.partial_streams: dict[tuple[str, str], Optional[str]] = {}
         self.file_records: dict[str, list[tuple]] = {}  # pack path -> (s, w, n) of its ref records
+        self.ends: dict[str, int] = {}  # file -> end of the last whole record read (the swap reads on from there)
 
 
 def compact(tape, expire="90d", grace="14d", dry_run: bool = False, progress: Optional[Callable[[str], None]] = None) -> dict:
@@ -104,10 +105,13 @@ def compact(tape, expire="90d", grace="14d", dry_run: bool = False, progress: Op
     say = progress or (lambda msg: None)
     now = time.time()
     cutoff = format_time(datetime.fromtimestamp(now - expire_s, timezone.utc))
+    if store._batch_depth:
+        raise InvalidInput("compact cannot run inside a batch (it waits for every session's lock, and the batch holds some); run it after the batch")
     with _compaction_lock(store):
+        _remove_stale_temp_packs(store)
         store.index.sync()
         store.refresh()
-        snapshot = store.list_files(None)
+        snapshot = _snapshot(store)
         # compaction removes the files it replaces: never one with damaged records in it,
         # whose bytes may still be recovered by hand or from another copy of the tape
         damaged = sorted(p for p, (_, _, _, corrupt) in store.index.file_rows().items() if corrupt and p in snapshot)
@@ -156,7 +160,7 @@ def _scan(store: Store, snapshot: dict[str, int], say) -> Scan:
     for i, (path, size) in enumerate(sorted(snapshot.items()), 1):
         if i % 50 == 0:
             say(f"compact: reading file {i}/{len(snapshot)}")
-        for rec in _records(store, path, 0, size):
+        for rec in _records(store, path, 0, size, scan.ends):
             before = len(scan.records)
             _learn(store, scan, rec)
             if len(scan.records) > before and path.endswith(".pack"):
@@ -165,10 +169,10 @@ def _scan(store: Store, snapshot: dict[str, int], say) -> Scan:
     return scan
 
 
-def _records(store: Store, path: str, start: int, end: Optional[int]):
+def _records(store: Store, path: str, start: int, end: Optional[int], ends: Optional[dict] = None):
     """The records of a file between two offsets that read back (fsck reports the rest);
     dictionaries are left out: packs compress alone."""
-    for item in store.scan_file(path, start, end):
+    for item in store.scan_file(path, start, end, ends):
         if isinstance(item, framing.Record) and item.type != framing.T_DICT:
             yield item
 
@@ -425,7 +429,9 @@ def _freeze_and_swap(store: Store, snapshot, written, scan: Scan, live: set[str]
         # 1. what was appended after the snapshot
         fresh: list[tuple[str, framing.Record]] = []
         for path, size in now_files.items():
-            start = snapshot.get(path, 0) if path in snapshot else 0
+            # from the end of the last whole record pass 1 read, not from the snapshot's size:
+            # a record cut by the snapshot (a write under way, a torn tail) was not packed
+            start = scan.ends.get(path, 0)
             if path in written.get(path.split("/")[1] if path.startswith("sessions/") else "", []):
                 continue
             if size > start:
@@ -481,6 +487,42 @@ def _freeze_and_swap(store: Store, snapshot, written, scan: Scan, live: set[str]
     finally:
         for fd in fds:
             os.close(fd)
+
+
+def _snapshot(store: Store) -> dict[str, int]:
+    """Every data file and its size, each session's taken under its lock: a writer holds
+    the lock from its write() to the end of its fsync, so no size falls inside an append
+    (a torn tail a crash left is still possible: pass 1 notes where whole records end)."""
+    out = {p: size for p, size in store.list_files(None).items() if p.startswith("packs/")}
+    for s in store.sessions():
+        try:
+            fd = os.open(store.session_dir(s), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            out.update(store.list_files(s))
+        finally:
+            os.close(fd)
+    return out
+
+
+def _remove_stale_temp_packs(store: Store) -> None:
+    """A `.tmp-pack-*` is written only under the compaction lock, which this process holds:
+    any found now was left by a compaction that was killed."""
+    for s in store.sessions():
+        d = store.session_dir(s)
+        try:
+            names = [n for n in os.listdir(d) if n.startswith(".tmp-pack-")]
+        except OSError:
+            continue
+        for n in names:
+            try:
+                os.unlink(os.path.join(d, n))
+            except OSError:
+                pass
+        if names:
+            fsync_dir(d)
 
 
 def _mtime(store: Store, path: str) -> float:

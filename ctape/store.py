@@ -344,22 +344,29 @@ class Store:
                 pass
         return True
 
-    def scan_file(self, rel: str, start: int = 0, end: Optional[int] = None) -> Iterator[framing.Record | framing.Damage]:
+    def scan_file(self, rel: str, start: int = 0, end: Optional[int] = None, ends: Optional[dict] = None) -> Iterator[framing.Record | framing.Damage]:
         """Every record of a data file from `start` to `end` (default: its size), at offsets
         in the file. The records inside a block come out one by one, at the block's offset;
         a block that does not decode, and a dictionary record that does not decompress
-        (even one no block uses), come out as damage."""
+        (even one no block uses), come out as damage. `ends`, when given, gets
+        ends[rel] = the offset just after the last whole record read: where a later read
+        must start so that a record cut by `end` (a write under way) is not skipped."""
         fd = open_for_reading(os.path.join(self.root, rel))
         try:
             size = os.fstat(fd).st_size if end is None else end
             data = os.pread(fd, size - start, start) if size > start else b""
             src = Source(fd, data, start)  # a block's dictionary is read from what this read
             file_id = None
+            if ends is not None:
+                ends[rel] = start
             for item in framing.scan(data):
                 offset = start + item.offset
                 if isinstance(item, framing.Damage):
                     yield framing.Damage(offset, item.torn, item.reason)
-                elif item.type == framing.T_DICT:
+                    continue
+                if ends is not None:
+                    ends[rel] = start + item.end
+                if item.type == framing.T_DICT:
                     try:
                         self.decompress(item.body, f"dictionary at offset {offset} of {rel}")
                     except CorruptObject as e:

@@ -1,0 +1,161 @@
+"""compact beside writers whose single write takes long: a large value, a long batch.
+
+A compaction that took its snapshot of file sizes while such a write was under way
+cut the record in two, skipped it when packing and again when rescuing what came
+later, then removed the file: the writer had printed its hash, and the entry's blob
+was gone (issue 17, item 1). Every append a writer acknowledged must survive every
+compaction, whatever it overlaps; real processes, default grace and `--grace now`.
+
+Short here; `CTAPE_SLOW=1` runs each case for minutes (CTAPE_RACE_SECONDS sets how long).
+"""
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from ctape import Tape
+
+SLOW = bool(os.environ.get("CTAPE_SLOW"))
+SECONDS = float(os.environ.get("CTAPE_RACE_SECONDS", 300 if SLOW else 6))
+
+# appends values of a few MB (incompressible: each write() stays large), one at a time
+LARGE = r"""
+import os, sys, time, ctape
+path, session, seconds, size = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4])
+s = ctape.Tape.open(path).session(session)
+end = time.time() + seconds
+i = 0
+while time.time() < end or i < 3:
+    e = s.append("tool_result", {"call_id": f"c{i}", "output": os.urandom(size // 2).hex()})
+    print(e.hash, flush=True)
+    i += 1
+"""
+
+# long batches of small appends: one large write() at the end of each
+BATCH = r"""
+import os, sys, time, ctape
+path, session, seconds, n = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4])
+t = ctape.Tape.open(path)
+s = t.session(session)
+end = time.time() + seconds
+round_ = 0
+while time.time() < end or round_ < 2:
+    hashes = []
+    with t.batch():
+        for i in range(n):
+            out = f"unique {round_} {i} " + os.urandom(24).hex() if i % 4 else "same output " * 50
+            hashes.append(s.append("tool_result", {"call_id": f"b{i}", "output": out}).hash)
+    print(" ".join(hashes), flush=True)
+    round_ += 1
+"""
+
+COMPACT = r"""
+import sys, time, ctape
+path, grace, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
+end = time.time() + seconds
+rounds = 0
+while time.time() < end or rounds < 2:
+    t = ctape.Tape.open(path)
+    t.compact(expire="now", grace=grace)
+    t.close()
+    rounds += 1
+print(rounds)
+"""
+
+
+def _run(tape_dir, writers, grace):
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(tape_dir), *map(str, args)], stdout=subprocess.PIPE, text=True) for code, args in writers]
+    comp = subprocess.Popen([sys.executable, "-c", COMPACT, str(tape_dir), grace, str(SECONDS)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    acked = []
+    for (code, args), p in zip(writers, procs):
+        out, _ = p.communicate(timeout=SECONDS + 600)
+        assert p.returncode == 0
+        acked.append((args[0], out.split()))
+    out, err = comp.communicate(timeout=SECONDS + 600)
+    assert comp.returncode == 0, err
+    assert int(out) >= 2
+    t = Tape.open(tape_dir)
+    try:
+        for session, hashes in acked:
+            chain = [e.hash for e in t.session(session).log()][::-1]
+            assert chain == hashes, f"{session}: acknowledged appends lost or out of order"
+            for h in hashes:
+                assert t.get(h).payload["output"]  # the entry and its blob read back
+        report = t.fsck()
+        assert report["ok"], report["problems"]
+    finally:
+        t.close()
+    return sum(len(h) for _, h in acked)
+
+
+@pytest.mark.parametrize("grace", ["14d", "now"])
+def test_large_appends_beside_compactions(tape_dir, grace):
+    # values of 6 MB here, 40 MB in the slow run: each append is one write() of that size,
+    # long enough for a snapshot to fall inside it
+    assert _run(tape_dir, [(LARGE, ("big", SECONDS, (40 if SLOW else 6) << 20))], grace) >= 3
+
+
+@pytest.mark.parametrize("grace", ["14d", "now"])
+def test_long_batches_beside_compactions(tape_dir, grace):
+    assert _run(tape_dir, [(BATCH, ("batch", SECONDS, 20000)), (LARGE, ("big", SECONDS, 2 << 20))], grace) >= 2
+
+
+def test_compact_inside_a_batch_is_refused(tape):
+    s = tape.session("chat")
+    s.append("user", {"content": "hi"})
+    with pytest.raises(Exception) as exc:
+        with tape.batch():
+            s.append("user", {"content": "in a batch"})
+            tape.compact()
+    assert "batch" in str(exc.value)
+    assert [e.payload["content"] for e in s.log()] == ["hi"]
+
+
+def test_a_record_cut_by_the_snapshot_survives(tmp_path):
+    """Deterministic form of the race: the bytes of one acknowledged append (a large
+    object, then its block with the entry and the ref record) are half in the file when
+    compact takes its snapshot, the rest arrives before the swap, as with a long write().
+    Before the fix the record that straddled the snapshot was skipped when packing and
+    when rescuing, and its file removed: the append was gone."""
+    import shutil
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    Tape.init(a).close()
+    t = Tape.open(a)
+    t.session("chat").append("user", {"content": "read the log"})
+    t.close()
+    shutil.copytree(a, b, symlinks=True)
+    t = Tape.open(a)
+    big = t.session("chat").append("tool_result", {"call_id": "c1", "output": os.urandom(1 << 20).hex()})
+    t.close()
+    # what that append added to A's files (a new segment, or the tail of the old one)
+    new = {}
+    for p in (a / "sessions" / "chat").iterdir():
+        q = b / "sessions" / "chat" / p.name
+        have = q.stat().st_size if q.exists() else 0
+        if p.stat().st_size > have:
+            new[q] = p.read_bytes()[have:]
+    ((target, data),) = new.items()
+    assert len(data) > 1 << 20
+    cut = len(data) // 2
+    with open(target, "ab") as f:
+        f.write(data[:cut])  # under way when the snapshot is taken
+
+    def progress(msg):
+        if msg.startswith("compact: swapping"):
+            with open(target, "ab") as f:
+                f.write(data[cut:])  # done (and acknowledged) before the swap
+
+    tb = Tape.open(b)
+    tb.compact(expire="now", grace="now", progress=progress)
+    tb.close()
+    tb = Tape.open(b)
+    try:
+        assert tb.session("chat").head.hash == big.hash
+        assert tb.get(big.hash).payload["output"] == big.payload["output"]
+        assert tb.fsck()["ok"]
+    finally:
+        tb.close()
