@@ -106,6 +106,35 @@ def need_session(session: str | None) -> str:
     return check_name(session, "session name")
 
 
+def readable(entries):
+    """Entries until one cannot be read (damaged, or not synced yet): then one warning line
+    and the walk stops there. When not even the first reads back, that is the error."""
+    from .errors import CorruptObject, EntryNotFound
+
+    it, shown = iter(entries), False
+    while True:
+        try:
+            e = next(it)
+        except StopIteration:
+            return
+        except (CorruptObject, EntryNotFound) as err:
+            if not shown:
+                raise
+            click.echo(f"ctape: warning: history stops here: {str(err).split(';')[0]} (older entries cannot be reached from this one); see `ctape fsck`", err=True)
+            return
+        shown = True
+        yield e
+
+
+def warn_damage(tape, session) -> None:
+    """One line on stderr when a session is read from damaged files (what reads back is shown)."""
+    if session:
+        damaged = tape.session(session).damage()
+        if damaged:
+            click.echo(f"ctape: warning: session {session!r} has damaged records in {damaged[0]}: showing what is readable; "
+                       "run `ctape fsck --salvage` to keep it and write again", err=True)
+
+
 def emit_json(value) -> None:
     click.echo(json.dumps(value, ensure_ascii=False))
 
@@ -295,15 +324,16 @@ def log(ctx, ref, session, limit, kinds, oneline, graph, as_json, no_pager):
         raise click.BadParameter("-n must be 0 or more")
     if graph and not as_json:
         echo_lines(render.graph(tape, name, ref, limit, kinds), not no_pager)
-        return
-    entries = tape.session(name).log(ref, limit=limit, kinds=kinds) if name else _log_ref(tape, ref, limit, kinds)
-    if as_json:
-        for e in entries:
-            emit_json(e.to_json())
-        return
-    deco = render.decorations(tape, name) if name else {}
-    lines = [render.oneline(e, deco) if oneline else render.full(e, deco) for e in entries]
-    echo_lines(lines, not no_pager)
+    else:
+        entries = readable(tape.session(name).log(ref, limit=limit, kinds=kinds) if name else _log_ref(tape, ref, limit, kinds))
+        if as_json:
+            for e in entries:
+                emit_json(e.to_json())
+        else:
+            deco = render.decorations(tape, name) if name else {}
+            lines = [render.oneline(e, deco) if oneline else render.full(e, deco) for e in entries]
+            echo_lines(lines, not no_pager)
+    warn_damage(tape, name)  # after the listing: reading it may be what found the damage
 
 
 def _session_for(tape, ref, session):
@@ -491,7 +521,9 @@ def status(ctx, session, as_json):
     """
     from . import render
 
-    st = open_tape(ctx).session(need_session(session)).status()
+    tape = open_tape(ctx)
+    st = tape.session(need_session(session)).status()
+    warn_damage(tape, st["session"])
     if as_json:
         emit_json(st)
     else:
@@ -605,17 +637,34 @@ def compact(ctx, expire, grace, dry_run, as_json):
 
 
 @main.command()
+@click.option("--salvage", is_flag=True, help="Rewrite what is intact of damaged files into new packs and move the damaged files into quarantine/.")
 @json_option
 @click.pass_context
-def fsck(ctx, as_json):
+def fsck(ctx, salvage, as_json):
     """Verify every object, record and reference; exit 1 on corrupt or missing data.
+
+    With --salvage, first keep what is intact of every damaged file (a new pack) and move
+    the damaged file into quarantine/ inside the tape (kept, never read again); a file cut
+    shorter than it was has its loss written down. Then verify as usual.
 
     \b
     Examples:
       ctape fsck
       ctape fsck --json
+      ctape fsck --salvage
     """
-    report = open_tape(ctx).fsck()
+    tape = open_tape(ctx)
+    if salvage:
+        done = tape.salvage()
+        for s in done["salvaged"]:
+            click.echo(f"salvaged {s['file']}: kept {s['kept_records']} records, moved the file to {s['quarantined']}", err=True)
+        for rel in done["truncated"]:
+            click.echo(f"noted the loss in {rel} (cut shorter than it was)", err=True)
+        if done["removed_temp_packs"]:
+            click.echo(f"removed {done['removed_temp_packs']} unfinished pack(s) of a killed compaction", err=True)
+        if not (done["salvaged"] or done["truncated"] or done["removed_temp_packs"]):
+            click.echo("nothing to salvage: no damaged files", err=True)
+    report = tape.fsck()
     if as_json:
         emit_json(report)
     else:

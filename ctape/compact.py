@@ -39,7 +39,7 @@ from .canonical import canonical_json
 from .errors import CorruptObject, InvalidInput, StorageError
 from .models import format_time
 from .files import TYPE_ENTRY, fsync_dir, zstd
-from .store import Store
+from .store import Store, record_problem
 
 _DUR = re.compile(r"(\d+)([smhdw])")
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -95,6 +95,7 @@ class Scan:
         self.closed: set[tuple[str, str]] = set()
         self.partial_streams: dict[tuple[str, str], Optional[str]] = {}
         self.file_records: dict[str, list[tuple]] = {}  # pack path -> (s, w, n) of its ref records
+        self.damaged: set[str] = set()  # files holding damaged records
         self.ends: dict[str, int] = {}  # file -> end of the last whole record read (the swap reads on from there)
 
 
@@ -112,22 +113,29 @@ def compact(tape, expire="90d", grace="14d", dry_run: bool = False, progress: Op
         store.index.sync()
         store.refresh()
         snapshot = _snapshot(store)
-        # compaction removes the files it replaces: never one with damaged records in it,
-        # whose bytes may still be recovered by hand or from another copy of the tape
-        damaged = sorted(p for p, (_, _, _, corrupt) in store.index.file_rows().items() if corrupt and p in snapshot)
-        if damaged:
-            raise CorruptObject(
-                f"not compacting: damaged records in {', '.join(damaged[:3])}; run `ctape fsck`, "
-                "then restore those files from another copy of the tape or move them out of it"
-            )
         ages = {p: now - _mtime(store, p) for p in snapshot}
         say(f"compact: reading {len(snapshot)} files")
         scan = _scan(store, snapshot, say)
+        # compaction removes the files it replaces: never one with damaged records in it,
+        # whose bytes may still be recovered by hand or from another copy of the tape. A
+        # damaged session is left as it is (`ctape fsck --salvage` handles it) and
+        # everything its files hold counts as reachable; the other sessions are compacted.
+        damaged = scan.damaged | {p for p, (_, _, _, corrupt) in store.index.file_rows().items() if corrupt and p in snapshot}
+        damaged |= {p for p, _, _ in store.index.lost_rows() if p in snapshot}
+        if any(p.startswith("packs/") for p in damaged):
+            raise CorruptObject(
+                f"not compacting: damaged records in {', '.join(sorted(damaged)[:3])}; run `ctape fsck`, "
+                "then restore those files from another copy of the tape or move them out of it"
+            )
+        skipped = sorted({p.split("/")[1] for p in damaged})
+        work = {p: size for p, size in snapshot.items() if p.split("/")[1] not in skipped}
+        pinned = _entries_of(store, {p: size for p, size in snapshot.items() if p not in work})
         kept_records = _kept_records(scan.records, cutoff)
-        roots = _roots(scan, kept_records, cutoff)
+        roots = _roots(scan, kept_records, cutoff) | pinned
         live = _mark(scan.graph, roots)
-        report = _plan(store, snapshot, ages, grace_s, live)
+        report = _plan(store, work, ages, grace_s, live)
         dropped_in = report.pop("dropped_in")
+        report["skipped_sessions"] = skipped
         report.update(files_before=len(snapshot), dry_run=dry_run, expired_records=len(scan.records) - len(kept_records))
         if dry_run:
             report["files_after"] = report["files_before"]
@@ -135,7 +143,7 @@ def compact(tape, expire="90d", grace="14d", dry_run: bool = False, progress: Op
         kept_ids = {(r.s, r.w, r.n) for r in kept_records}
         open_streams = {k for k in scan.partial_streams if k not in scan.closed}
         by_session: dict[str, list[str]] = {}
-        for p in snapshot:
+        for p in work:
             parts = p.split("/")
             if parts[0] == "sessions":
                 by_session.setdefault(parts[1], []).append(p)
@@ -160,49 +168,63 @@ def _scan(store: Store, snapshot: dict[str, int], say) -> Scan:
     for i, (path, size) in enumerate(sorted(snapshot.items()), 1):
         if i % 50 == 0:
             say(f"compact: reading file {i}/{len(snapshot)}")
-        for rec in _records(store, path, 0, size, scan.ends):
+        for rec in _records(store, path, 0, size, scan.ends, scan.damaged):
             before = len(scan.records)
-            _learn(store, scan, rec)
+            if not _learn(store, scan, rec, path):
+                scan.damaged.add(path)
             if len(scan.records) > before and path.endswith(".pack"):
                 r = scan.records[-1]
                 scan.file_records.setdefault(path, []).append((r.s, r.w, r.n))
     return scan
 
 
-def _records(store: Store, path: str, start: int, end: Optional[int], ends: Optional[dict] = None):
+def _entries_of(store: Store, files: dict[str, int]) -> set[bytes]:
+    """Every entry held in these files (a damaged session's: all of it stays)."""
+    out: set[bytes] = set()
+    for path, size in files.items():
+        for rec in _records(store, path, 0, size):
+            if rec.type == framing.T_OBJECT and rec.body[32] == TYPE_ENTRY:
+                out.add(rec.body[:32])
+    return out
+
+
+def _records(store: Store, path: str, start: int, end: Optional[int], ends: Optional[dict] = None, damaged: Optional[set] = None):
     """The records of a file between two offsets that read back (fsck reports the rest);
-    dictionaries are left out: packs compress alone."""
+    dictionaries are left out: packs compress alone. `damaged` collects the file when it
+    holds damage (a torn tail of a segment is an unfinished write, not damage)."""
     for item in store.scan_file(path, start, end, ends):
-        if isinstance(item, framing.Record) and item.type != framing.T_DICT:
-            yield item
+        if isinstance(item, framing.Record):
+            if item.type != framing.T_DICT:
+                yield item
+        elif damaged is not None and (not item.torn or path.endswith(".pack")):
+            damaged.add(path)
 
 
-def _learn(store: Store, scan: Scan, rec: framing.Record) -> None:
+def _learn(store: Store, scan: Scan, rec: framing.Record, path: str) -> bool:
+    """Take one record into the scan; False when it is damaged."""
     if rec.type == framing.T_OBJECT:
         if rec.body[32] != TYPE_ENTRY:
-            return
+            return True
         key = rec.body[:32]
         if key in scan.graph:
-            return
+            return True
         try:
             _, body = store.decode_object(key.hex(), rec.body)
         except CorruptObject:
-            return
+            return False
         scan.graph[key] = tuple(bytes.fromhex((a or b).decode()) for a, b in _LINKS.findall(body))
-    elif rec.type == framing.T_REF:
-        try:
-            r = json.loads(rec.body)
-            scan.records.append(Rec.of(r))
-        except (ValueError, KeyError, TypeError):
-            return
+    elif rec.type in (framing.T_REF, framing.T_PARTIAL):
+        parts = path.split("/")
+        r = record_problem(rec.type, rec.body, parts[1] if parts[0] == "sessions" else None)
+        if isinstance(r, str):
+            return False
+        if rec.type == framing.T_PARTIAL:
+            scan.partial_streams[(r["s"], r["stream"])] = r.get("base")
+            return True
+        scan.records.append(Rec.of(r))
         if r.get("stream"):
             scan.closed.add((r["s"], r["stream"]))
-    elif rec.type == framing.T_PARTIAL:
-        try:
-            p = json.loads(rec.body)
-        except ValueError:
-            return
-        scan.partial_streams[(p["s"], p["stream"])] = p.get("base")
+    return True
 
 
 def _kept_records(records: list[Rec], cutoff: str) -> list[Rec]:
@@ -438,12 +460,13 @@ def _freeze_and_swap(store: Store, snapshot, written, scan: Scan, live: set[str]
                 fresh.extend((path, rec) for rec in _records(store, path, start, size))
         # 2. objects the fresh entries and records reach that are not kept
         needed: set[bytes] = set()
-        for _, rec in fresh:
+        for path, rec in fresh:
             if rec.type == framing.T_OBJECT and rec.body[32] == TYPE_ENTRY:
-                _learn(store, scan, rec)
+                _learn(store, scan, rec, path)
             elif rec.type == framing.T_REF:
-                r = Rec.parse(rec.body)
-                needed |= _hash_values([v for _, v in r.set] + list(r.old))
+                r = record_problem(rec.type, rec.body, None)
+                if not isinstance(r, str):
+                    needed |= _hash_values(list(r.get("set", {}).values()) + list((r.get("old") or {}).values()))
         for path, rec in fresh:
             if rec.type == framing.T_OBJECT and rec.body[32] == TYPE_ENTRY:
                 needed.update(scan.graph.get(rec.body[:32], ()))

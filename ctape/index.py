@@ -15,6 +15,8 @@ Tables:
   claims   the newest record of each writer for each ref of a session
   partials partial-stream chunks; closed: streams that were recorded
   keyframes derived state snapshots (state, pending calls) at every 256th entry
+  lost     files found shorter than this machine had read them: acknowledged records
+           gone (kept across rebuilds; cleared when the file is whole again or salvaged)
 
 The ref log itself (`ctape reflog`, SESSION@{N}) is read from the session's files when
 asked: a row per ref record made this cache as large as the tape for sessions written
@@ -29,7 +31,7 @@ import sqlite3
 from contextlib import contextmanager
 from typing import Optional
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
@@ -47,6 +49,7 @@ CREATE TABLE IF NOT EXISTS closed(session TEXT NOT NULL, stream TEXT NOT NULL,
 CREATE TABLE IF NOT EXISTS keyframes(key INTEGER PRIMARY KEY, body TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS writers(session TEXT NOT NULL, w TEXT NOT NULL, n INTEGER NOT NULL,
     lc INTEGER NOT NULL, PRIMARY KEY(session, w)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS lost(path TEXT PRIMARY KEY, expected INTEGER NOT NULL, found INTEGER NOT NULL);
 """
 
 
@@ -99,7 +102,7 @@ class Index:
         if row is None or int(row[0]) != SCHEMA_VERSION:
             drops = "".join(
                 f"DROP TABLE IF EXISTS {t};"
-                for t in ("meta", "files", "objects", "records", "claims", "partials", "closed", "keyframes", "writers")
+                for t in ("meta", "files", "objects", "records", "claims", "partials", "closed", "keyframes", "writers", "lost")
             )
             db.executescript(
                 f"BEGIN IMMEDIATE;{drops}{SCHEMA}INSERT OR REPLACE INTO meta VALUES('schema', '{SCHEMA_VERSION}');COMMIT;"
@@ -300,6 +303,20 @@ class Index:
             return json.loads(body)
         row = self.db.execute("SELECT body FROM keyframes WHERE key=?", (hash_key(h),)).fetchone()
         return json.loads(row[0]) if row else None
+
+    # -- files found shorter than they were read (not part of a rebuild: the files cannot tell)
+
+    def note_lost(self, path: str, expected: int, found: int) -> None:
+        self.db.execute(
+            "INSERT INTO lost VALUES(?,?,?) ON CONFLICT(path) DO UPDATE SET expected=max(expected, excluded.expected), found=excluded.found",
+            (path, expected, found),
+        )
+
+    def lost_rows(self) -> list[tuple[str, int, int]]:
+        return self.db.execute("SELECT path, expected, found FROM lost ORDER BY path").fetchall()
+
+    def clear_lost(self, path: str) -> None:
+        self.db.execute("DELETE FROM lost WHERE path=?", (path,))
 
     def put_keyframe(self, h: str, body: dict) -> None:
         try:

@@ -5,25 +5,54 @@ from __future__ import annotations
 import json
 import os
 import stat
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Iterator, Optional
 
 from . import framing
 from .canonical import blob_refs
 from .errors import CorruptObject
 from .files import TYPE_ENTRY
-from .refs import well_formed
+from .models import NAME_RE
+from .store import record_problem
 
 if TYPE_CHECKING:
     from .tape import Tape
 
 
+QUARANTINE = "quarantine"  # damaged files moved aside by `fsck --salvage`: kept, never read
+
+
 def walk_files(tape: "Tape") -> Iterator[tuple[str, os.stat_result]]:
-    """Every path under the tape directory (relative), without following symlinks."""
+    """Every path under the tape directory (relative), without following symlinks, except
+    what is inside quarantine/."""
     root = tape.store.root
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        if dirpath == root and QUARANTINE in dirnames:
+            dirnames.remove(QUARANTINE)
         for name in dirnames + filenames:
             full = os.path.join(dirpath, name)
             yield os.path.relpath(full, root), os.lstat(full)
+
+
+def stray(rel: str, st: os.stat_result) -> Optional[str]:
+    """Why a path is not part of the tape's layout (docs/format.md section 1), or None.
+    Stray paths are reported as warnings and do not stop any command."""
+    parts = rel.split("/")
+    if len(parts) == 1:
+        ok = rel in ("ctape.json", "sessions", "packs")
+    elif parts[0] == "packs":
+        ok = len(parts) == 2 and parts[1].endswith(".pack") and stat.S_ISREG(st.st_mode)
+    elif parts[0] == "sessions":
+        if len(parts) == 2:
+            ok = stat.S_ISDIR(st.st_mode) and bool(NAME_RE.fullmatch(parts[1])) and not parts[1].endswith(".lock")
+        else:
+            ok = len(parts) == 3 and stat.S_ISREG(st.st_mode) and parts[2].endswith((".seg", ".pack"))
+    else:
+        ok = False
+    if ok:
+        return None
+    if parts[-1].startswith(".tmp-pack-"):
+        return "a pack left unfinished by a compaction that was killed: `ctape compact` or `ctape fsck --salvage` removes it"
+    return "not part of a tape (ctape ignores it); move it out of the tape directory"
 
 
 def fsck(tape: "Tape") -> dict:
@@ -39,17 +68,31 @@ def fsck(tape: "Tape") -> dict:
     def problem(what, text, severity="corrupt"):
         problems.append({"what": what, "problem": text, "severity": severity})
 
+    store.refresh()  # notes files found shorter than this machine had read them
+    for rel, expected, found in store.index.lost_rows():
+        problem(rel, f"lost acknowledged data: {expected - found} bytes shorter than this machine had read it ({found} of {expected}); "
+                "restore it from another copy (rsync), or run `ctape fsck --salvage` to keep what is left", "lost")
     for rel, st in walk_files(tape):
         if stat.S_ISLNK(st.st_mode):
             problem(rel, "symlink inside the tape directory (ctape never follows it); replace it with the real file", "unsafe")
             continue
+        why = stray(rel, st)
+        if why:
+            warnings.append({"what": rel, "problem": why})
+            continue
         if not stat.S_ISREG(st.st_mode) or not rel.endswith((".seg", ".pack")):
             continue
+        if st.st_nlink > 1:
+            warnings.append({"what": rel, "problem": f"hard link: {st.st_nlink} paths share this file; ctape no longer appends to it (it starts a new segment)"})
         files += 1
+        session = rel.split("/")[1] if rel.startswith("sessions/") else None
+        is_pack = rel.endswith(".pack")
+        if is_pack and not _pack_hash_ok(store, rel):
+            problem(rel, "pack does not match its name (its bytes were changed or cut): records are lost; run `ctape fsck --salvage`")
         items = list(store.scan_file(rel))
         for i, item in enumerate(items):
             if isinstance(item, framing.Damage):
-                if item.torn and i == len(items) - 1:
+                if item.torn and i == len(items) - 1 and not is_pack:
                     warnings.append({"what": f"{rel}@{item.offset}", "problem": f"torn tail ({item.reason}): an unfinished write, skipped"})
                 else:
                     problem(f"{rel}@{item.offset}", item.reason)
@@ -71,19 +114,21 @@ def fsck(tape: "Tape") -> dict:
                         entry_refs[h] = (rel, refs)
                     except (ValueError, AttributeError):
                         problem(f"entry {h}", "entry body is not valid JSON")
-            elif item.type == framing.T_REF:
-                try:
-                    rec = json.loads(item.body)
-                except ValueError:
-                    problem(f"{rel}@{item.offset}", "ref record is not valid JSON")
+            elif item.type in (framing.T_REF, framing.T_PARTIAL):
+                rec = record_problem(item.type, item.body, session)
+                if isinstance(rec, str):
+                    what = "ref record" if item.type == framing.T_REF else "stream record"
+                    problem(f"{rel}@{item.offset}", f"{what}: {rec}; it is not used")
                     continue
-                if not well_formed(rec):
-                    problem(f"{rel}@{item.offset}", "ref record has fields of the wrong type (s, w, n, lc, set, old): not written by ctape")
-                    continue
-                records.append((rel, rec))
+                if item.type == framing.T_REF:
+                    records.append((rel, rec))
     me = store.writer
+    reports = quarantine_reports(store.root)
+    salvaged_away = {h for r in reports for h in r["missing"]}
 
     def missing(what, h, rel):
+        if h in salvaged_away:
+            return  # lost to damage; the salvage report (a warning below) names it
         name = os.path.basename(rel)
         writer = name.split("-")[0] if name.endswith(".seg") else None
         if writer and writer != me:
@@ -103,6 +148,9 @@ def fsck(tape: "Tape") -> dict:
                 reachable_roots.add(value)
                 if value not in objects:
                     missing(f"ref {s}/{ref} (record {rec.get('w')}#{rec.get('n')})", value, rel)
+    for report in reports:
+        gone = f"; {len(report['missing'])} entries or values referred to are gone" if report["missing"] else ""
+        warnings.append({"what": report["file"], "problem": f"salvaged on {report['time']}: {report['lost']}{gone}; the damaged file is kept in {report['kept_at']}"})
     dangling = _dangling(entry_refs, reachable_roots, objects)
     if dangling:
         warnings.append({"what": f"{len(dangling)} entries", "problem": "dangling: no branch, HEAD or ref-log record reaches them (compact removes them)"})
@@ -115,6 +163,36 @@ def fsck(tape: "Tape") -> dict:
         "files": files,
         "dangling": len(dangling),
     }
+
+
+def _pack_hash_ok(store, rel: str) -> bool:
+    from .files import open_for_reading
+    from .store import pack_name_matches
+
+    fd = open_for_reading(os.path.join(store.root, rel))
+    try:
+        data = os.pread(fd, os.fstat(fd).st_size, 0)
+    finally:
+        os.close(fd)
+    return pack_name_matches(rel, data)
+
+
+def quarantine_reports(root: str) -> list[dict]:
+    """What `fsck --salvage` wrote about each file it moved into quarantine/."""
+    out = []
+    base = os.path.join(root, QUARANTINE)
+    for dirpath, _, filenames in os.walk(base, followlinks=False):
+        for name in sorted(filenames):
+            if name.endswith(".salvage.json"):
+                try:
+                    with open(os.path.join(dirpath, name), "rb") as f:
+                        r = json.loads(f.read(1 << 20))
+                    report = {k: str(r.get(k, "?")) for k in ("file", "time", "lost", "kept_at")}
+                    report["missing"] = [h for h in r.get("missing", []) if isinstance(h, str)]
+                    out.append(report)
+                except (OSError, ValueError, AttributeError):
+                    out.append({"file": os.path.relpath(os.path.join(dirpath, name), root), "time": "?", "lost": "unreadable salvage report", "kept_at": QUARANTINE, "missing": []})
+    return out
 
 
 def _dangling(entry_refs, roots, objects) -> list[str]:

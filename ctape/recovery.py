@@ -16,15 +16,15 @@ def status(session: "Session") -> dict:
     refs = session.refs()
     h = refs.head_hash
     incomplete = bool(h) and not tape.has_entry(h)
-    if incomplete and session.store.damage(session.name):
-        raise CorruptObject(f"HEAD entry {h} of session {session.name!r} is damaged; run `ctape fsck`")
     head, d = None, {"pending": {}, "last_error": None}
     if h and not incomplete:
         try:
             head = tape.read_entry(h)
             d = tape.derived(h)
-        except EntryNotFound:
-            incomplete = True  # an entry or value on the path has not arrived yet (an rsync under way)
+        except (EntryNotFound, CorruptObject):
+            # an entry or value on the path has not arrived yet (an rsync under way), or
+            # is damaged (`damaged` below names the files): what follows from it is unknown
+            incomplete = True
     interrupted = None
     streams = open_streams(session) if session.exists() else []
     if streams:
@@ -38,7 +38,7 @@ def status(session: "Session") -> dict:
     if d["last_error"]:
         try:
             e = tape.read_entry(d["last_error"])
-        except EntryNotFound:
+        except (EntryNotFound, CorruptObject):
             incomplete = True
     if e is not None:
         p = e.payload if isinstance(e.payload, dict) else {}
@@ -56,4 +56,5 @@ def status(session: "Session") -> dict:
         "last_error": last_error,
         "conflicts": sorted(refs.conflicts),
         "incomplete": incomplete,
+        "damaged": session.damage(),
     }

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import stat
 import time
 from typing import TYPE_CHECKING, Optional
 
@@ -200,7 +201,10 @@ class SegmentWriter:
             fst = os.stat(os.path.join(st.root, last), follow_symlinks=False)
             size = fst.st_size
             copied = fst.st_atime_ns > fst.st_mtime_ns  # read since its last write: a copy may exist
-            if not torn and not corrupt and not copied and size == indexed and size < SEGMENT_LIMIT:
+            # a second name for the file (a hard link planted from outside the tape, or a
+            # `cp -al` backup) would receive every append too: never write to such a file
+            shared = fst.st_nlink != 1 or not stat.S_ISREG(fst.st_mode)
+            if not torn and not corrupt and not copied and not shared and size == indexed and size < SEGMENT_LIMIT:
                 self.rel, self.file_id, self.offset, self.ino = last, fid, size, fst.st_ino
                 self.atime_seen = fst.st_atime_ns
                 if size == 0:  # created by a writer that died before its first write
@@ -267,8 +271,9 @@ class SegmentWriter:
         if self.rel is None:
             return
         self._open_fd()
-        atime = self._atime()
-        if self.atime_seen is not None and atime != self.atime_seen:
+        fst = os.fstat(self.fd)
+        atime = fst.st_atime_ns
+        if (self.atime_seen is not None and atime != self.atime_seen) or fst.st_nlink != 1:
             self._close_segment()
         else:
             self.atime_seen = atime

@@ -10,7 +10,7 @@ from . import derived, framing
 from . import refs as refmod
 from .index import hash_key
 from .canonical import entry_body
-from .errors import CorruptObject, InvalidInput, RefNotFound
+from .errors import CorruptObject, EntryNotFound, InvalidInput, RefNotFound
 from .models import Entry, check_name, check_payload, now_rfc3339, parse_time
 from .refs import HEAD, RefState
 from .files import TYPE_BLOB, TYPE_ENTRY
@@ -37,14 +37,22 @@ class Session:
         self.store.refresh(self.name)
         return self._load_refs()
 
+    def damage(self) -> list[str]:
+        """Files of this session known to hold damage (a record that fails its checks, or
+        acknowledged bytes lost): reads go on from what reads back. Empty when healthy."""
+        return [path for path, level in self.store.damage(self.name)]
+
     def check_refs_intact(self) -> None:
-        """Refuse to answer from refs that a damaged record may have changed."""
-        for path, level in self.store.damage(self.name):
-            if level >= 2:
-                raise CorruptObject(f"session {self.name!r} has a damaged record in {path}: its branches and HEAD may be wrong; run `ctape fsck`")
+        """Refuse to write on refs that a damaged record may have changed (a damaged record
+        that is not an object, or lost bytes). Reading goes on; the CLI warns."""
+        damaged = [path for path, level in self.store.damage(self.name) if level >= 2]
+        if damaged:
+            raise CorruptObject(
+                f"session {self.name!r} has a damaged record in {damaged[0]}: its branches and HEAD may be wrong, "
+                "so nothing is written to it; run `ctape fsck --salvage` to keep what is intact, then retry"
+            )
 
     def _load_refs(self) -> RefState:
-        self.check_refs_intact()
         idx = self.store.index
         lc, seen = idx.max_lc_and_seen(self.name)
         return refmod.from_rows(idx.claims(self.name), lc, seen)
@@ -63,6 +71,7 @@ class Session:
 
     def _writer_refs(self, w: SegmentWriter) -> RefState:
         if w.refstate is None:
+            self.check_refs_intact()
             w.refstate = self._load_refs()
         return w.refstate
 
@@ -129,7 +138,14 @@ class Session:
         """Keep state and pending calls of the chain being appended to, and save a keyframe
         every KEY_EVERY entries, so `state` and `status` never walk far (written with the index)."""
         if w.derived_head != e.parent or w.derived is None:
-            w.derived = derived.empty() if e.parent is None else self.tape.derived(e.parent)
+            try:
+                w.derived = derived.empty() if e.parent is None else self.tape.derived(e.parent)
+            except EntryNotFound:
+                # the chain has a hole (lost to damage and salvaged, or not synced yet): what
+                # follows from it is unknown, and the append needs none of it; no keyframe is
+                # kept for it. Damage not salvaged yet (CorruptObject) stops the append.
+                w.derived, w.derived_head = None, None
+                return
         w.derived = derived.step(w.derived, e)
         w.derived_head = e.hash
         if e.seq % derived.KEY_EVERY == 0:

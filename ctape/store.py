@@ -42,6 +42,8 @@ from .files import (  # noqa: F401 - TYPE_*, CODEC_*, open_for_reading and zstd 
     zstd,
 )
 from .index import Index, IndexBatch, default_cache_root, hash_key
+from .models import NAME_RE
+from .refs import well_formed
 from .segment import SegmentWriter
 
 FORMAT_FILE = "ctape.json"
@@ -197,16 +199,23 @@ class Store:
         return out
 
     def damage(self, session: str) -> list[tuple[str, int]]:
-        """Files of a session (and packs) with damaged records: (path, level)."""
+        """Files of a session (and packs) with damaged records: (path, level). A file found
+        shorter than this machine had read it (acknowledged records lost) counts as level 2."""
         prefixes = (f"sessions/{session}/", "packs/")
-        return [(p, c) for p, (_, _, _, c) in self.index.file_rows().items() if c and p.startswith(prefixes)]
+        found = {p: c for p, (_, _, _, c) in self.index.file_rows().items() if c and p.startswith(prefixes)}
+        for p, _, _ in self.index.lost_rows():
+            if p.startswith(prefixes):
+                found[p] = 2
+        return sorted(found.items())
 
     def sessions(self) -> list[str]:
+        """Session folders; anything else in sessions/ (a stray `.stfolder`, a file) is left
+        to fsck, which reports it, and does not stop the commands that list sessions."""
         try:
             names = os.listdir(os.path.join(self.root, "sessions"))
         except FileNotFoundError:
             return []
-        return sorted(n for n in names if os.path.isdir(os.path.join(self.root, "sessions", n)))
+        return sorted(n for n in names if NAME_RE.fullmatch(n) and not n.endswith(".lock") and os.path.isdir(os.path.join(self.root, "sessions", n)))
 
     def _read_fd(self, file_id: int) -> int:
         fd = self._fds.get(file_id)
@@ -243,11 +252,21 @@ class Store:
         rows = self.index.file_rows()
         scope = ("packs/",) if session is not None else ("packs/", "sessions/")
         prefixes = scope + ((f"sessions/{session}/",) if session is not None else ())
+        restart = False
         for path, (fid, indexed, _, _) in rows.items():
             if path.startswith(prefixes) and (path not in files or files[path] < indexed):
-                self._full_reindex()
-                return True
+                if path in files:
+                    # a file is only ever appended to (compaction removes whole files): shorter
+                    # than this machine read it means acknowledged records are gone
+                    self.index.note_lost(path, indexed, files[path])
+                restart = True
+        if restart:
+            self._full_reindex()
+            return True
         changed = False
+        for path, expected, _ in self.index.lost_rows():
+            if files.get(path, -1) >= expected:
+                self.index.clear_lost(path)  # the whole file is back (restored from a copy)
         for path, size in files.items():
             row = rows.get(path)
             indexed = row[1] if row else 0
@@ -287,8 +306,11 @@ class Store:
                 del cache[key]
 
     def _scan_file(self, rel: str, start: int) -> IndexBatch:
-        """Index rows for the records of a file from `start` on."""
+        """Index rows for the records of a file from `start` on. Damage is noted per file
+        (fsck names it); what reads back is indexed."""
         fid = self.index.file_id(rel)
+        parts = rel.split("/")
+        session = parts[1] if parts[0] == "sessions" else None
         batch = IndexBatch()
         try:
             fd = open_for_reading(os.path.join(self.root, rel))
@@ -301,14 +323,19 @@ class Store:
             self.io["files_indexed"] += 1
             indexed, torn, corrupt = start, 0, 0
             src = Source(fd, data, start)
+            is_pack = rel.endswith(".pack")
+            if is_pack and start == 0 and not pack_name_matches(rel, data):
+                corrupt = 2  # a pack is named by the hash of its bytes: these are not those bytes
             for item in framing.scan(data, 0):
                 if isinstance(item, framing.Damage):
-                    if item.torn:
+                    if item.torn and not is_pack:
                         torn = 1
                         break
-                    corrupt = max(corrupt, _damage_level(data, item))
+                    corrupt = max(corrupt, 2 if is_pack else _damage_level(data, item))  # packs never grow: a cut one lost records
+                    if item.torn:
+                        break
                     continue
-                if not self._index_record(batch, fid, start + item.offset, item.type, item.body, src):
+                if not self._index_record(batch, fid, start + item.offset, item.type, item.body, src, session):
                     corrupt = 2  # a block that does not decode may have held ref records
                 indexed = start + item.end
         finally:
@@ -318,30 +345,32 @@ class Store:
         batch.files.append((fid, indexed, torn, corrupt))
         return batch
 
-    def _index_record(self, batch: IndexBatch, fid: int, offset: int, type_: int, body: bytes, src: "Source") -> bool:
-        """Add the index rows of one record; False for a block that cannot be read (fsck reports it)."""
+    def _index_record(self, batch: IndexBatch, fid: int, offset: int, type_: int, body: bytes, src: "Source", session: Optional[str]) -> bool:
+        """Add the index rows of one record; False for a record that cannot be used: a block
+        that does not decode, or a ref or stream record that is malformed or names another
+        session than the folder it is in (it could move refs it has no business moving).
+        fsck reports each."""
         if type_ in framing.BLOCK_TYPES:
             try:
                 inner = self.block_items(fid, offset, body, type_, src)
             except CorruptObject:
                 return False
+            ok = True
             for rec in inner:
                 if rec.type not in framing.BLOCK_TYPES:
-                    self._index_record(batch, fid, offset, rec.type, rec.body, src)
-        elif type_ == framing.T_OBJECT:
+                    ok = self._index_record(batch, fid, offset, rec.type, rec.body, src, session) and ok
+            return ok
+        if type_ == framing.T_OBJECT:
             h = body[:32].hex()
             batch.objects.append((hash_key(h), fid, offset, 1 if body[32] == TYPE_ENTRY else 0))
-        elif type_ == framing.T_REF:
-            try:
-                rec = json.loads(body)
+        elif type_ in (framing.T_REF, framing.T_PARTIAL):
+            rec = record_problem(type_, body, session)
+            if isinstance(rec, str):
+                return False
+            if type_ == framing.T_REF:
                 batch.add_ref(rec)
-            except (ValueError, KeyError, TypeError):
-                pass  # fsck reports unreadable records
-        elif type_ == framing.T_PARTIAL:
-            try:
-                batch.add_partial(json.loads(body), body)
-            except (ValueError, KeyError, TypeError):
-                pass
+            else:
+                batch.add_partial(rec, body)
         return True
 
     def scan_file(self, rel: str, start: int = 0, end: Optional[int] = None, ends: Optional[dict] = None) -> Iterator[framing.Record | framing.Damage]:
@@ -546,7 +575,7 @@ class Store:
         """An object the index cannot find: damaged if the tape has damaged records, else not here yet."""
         damaged = [p for p, (_, _, _, c) in self.index.file_rows().items() if c]
         if damaged:
-            raise CorruptObject(f"object {h} cannot be read: damaged records in {', '.join(damaged[:3])}; run `ctape fsck`")
+            raise CorruptObject(f"object {h} cannot be read: damaged records in {', '.join(damaged[:3])}; run `ctape fsck`, and `ctape fsck --salvage` to keep what is intact")
         raise EntryNotFound(f"object {h} is not in this tape (not synced yet, or removed)")
 
     def has_object(self, h: str) -> bool:
@@ -627,6 +656,47 @@ class Source(NamedTuple):
         if not isinstance(item, framing.Record) or item.offset != pos:
             raise CorruptObject(f"damaged record at offset {offset}")
         return item.type, item.body
+
+
+def pack_name_matches(rel: str, data: bytes) -> bool:
+    """A pack's name is `pack-` + the first 32 hex digits of the blake3 of all its bytes."""
+    name = os.path.basename(rel)
+    return name == f"pack-{blake3(data).hexdigest()[:32]}.pack"
+
+
+def record_problem(type_: int, body: bytes, session: Optional[str]):
+    """The decoded ref or stream record, or a short reason (str) why it cannot be used:
+    not JSON, fields of the wrong type or range, or a session other than the folder's."""
+    try:
+        rec = json.loads(body)
+    except ValueError:
+        return "not JSON"
+    why = ref_record_problem(rec) if type_ == framing.T_REF else partial_record_problem(rec)
+    if why:
+        return why
+    if session is not None and rec["s"] != session:
+        return f"names session {rec['s']!r} but lies in the folder of {session!r}"
+    return rec
+
+
+def ref_record_problem(rec) -> Optional[str]:
+    if not well_formed(rec):
+        return "fields of the wrong type (s, w, n, lc, set, old): not written by ctape"
+    if not (0 <= rec["n"] < 1 << 63 and 0 <= rec["lc"] < 1 << 63):
+        return "counters out of range"
+    for ref, value in rec.get("set", {}).items():
+        if not isinstance(ref, str) or not (value is None or isinstance(value, str)):
+            return "a ref value that is not a string or null"
+    if not isinstance(rec.get("seen", {}), dict) or not all(type(v) is int and 0 <= v < 1 << 63 for v in rec.get("seen", {}).values()):
+        return "`seen` is not a map of writers to counters"
+    return None
+
+
+def partial_record_problem(rec) -> Optional[str]:
+    if not (isinstance(rec, dict) and isinstance(rec.get("s"), str) and isinstance(rec.get("stream"), str)
+            and type(rec.get("off")) is int and rec["off"] >= 0 and isinstance(rec.get("text"), str)):
+        return "stream record with fields of the wrong type (s, stream, off, text)"
+    return None
 
 
 def _damage_level(data: bytes, d: framing.Damage) -> int:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Iterator, Optional
 
 from . import derived
 from .canonical import internalize, is_hash
-from .errors import AmbiguousRef, EntryNotFound, RefNotFound
+from .errors import AmbiguousRef, CorruptObject, EntryNotFound, RefNotFound
 from .models import NAME_RE, Entry, kind_value
 from .refspec import parse_ref
 from .files import TYPE_ENTRY
@@ -205,7 +205,10 @@ class Tape:
             st = Session(self, name)
             refs = st.refs()
             h = refs.head_hash
-            e = self.read_entry(h) if h and self.store.has_object(h) else None
+            try:
+                e = self.read_entry(h) if h and self.store.has_object(h) else None
+            except CorruptObject:
+                e = None  # damage stays in its session: listed, marked, and fsck names it
             out.append(
                 {
                     "session": name,
@@ -213,6 +216,7 @@ class Tape:
                     "branch": refs.branch,
                     "entries": e.seq if e else 0,
                     "last_time": e.time if e else None,
+                    "damaged": bool(st.damage()),
                 }
             )
         return out
@@ -226,6 +230,13 @@ class Tape:
         from .maintenance import fsck
 
         return fsck(self)
+
+    def salvage(self) -> dict:
+        """Rewrite the intact records of damaged files into new packs and move the damaged
+        files into quarantine/ (see ctape/salvage.py); a tape with no damage is left as it is."""
+        from .salvage import salvage
+
+        return salvage(self)
 
     def compact(self, expire: str | float = "90d", grace: str | float = "14d", dry_run: bool = False, progress=None) -> dict:
         from .compact import compact
