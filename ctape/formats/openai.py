@@ -133,7 +133,8 @@ def _records(f, path: str):
     f.seek(0)
     first = next((raw for raw in f if raw.strip()), b"")
     try:
-        c.loads(first)
+        if isinstance(c.loads(first), list):
+            raise ValueError("a JSON list: a document, read whole")
         lines = list(_scan(f))
         note = ""
         if lines and not lines[-1].ok:
@@ -215,7 +216,7 @@ class _Writer:
     def put(self, parts, first_meta: dict, time_value: Any, line: int, item: Optional[int] = None) -> None:
         t = self.clock.take(time_value)
         for k, (kind, payload, hide) in enumerate(parts):
-            meta = first_meta if k == 0 else c.part_meta(FMT, line, k, hide)
+            meta = (c.hidden(first_meta) if hide else first_meta) if k == 0 else c.part_meta(FMT, line, k, hide)
             if k and item is not None:
                 meta[c.ITEM] = item
             self.tip = self.s.put_entry(kind, payload, meta, None, t, self.tip).hash

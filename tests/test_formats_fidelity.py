@@ -1,0 +1,54 @@
+"""What the importers hand to `context`, and what they do to existing refs (issues 13 and 17)."""
+
+import base64
+import json
+import os
+from pathlib import Path
+
+import pytest
+from conftest import run_cli, snapshot
+
+from ctape import Tape
+from ctape.errors import CtapeError
+from ctape.formats import export_ref, import_files
+
+FIXTURES = Path(__file__).parent / "fixtures" / "transcripts"
+OPENHANDS = FIXTURES / "openai-chat" / "All-Hands-AI__OpenHands__multi_swe_bench_examples_output.jsonl"
+CC_MAIN = FIXTURES / "claude-code" / "codemie-ai__codemie-code__incremental-subagents_turn-2.jsonl"
+
+
+def write_lines(path, records):
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+# -- 13.3: bookkeeping never reaches the prompt ------------------------------------------------
+
+
+def test_openhands_bookkeeping_is_hidden(tape, tmp_path):
+    events = [
+        {"id": 0, "source": "agent", "action": "system", "args": {"content": "You are OpenHands."}, "message": "sys"},
+        {"id": 1, "source": "user", "action": "message", "args": {"content": "Fix the bug."}, "message": "Fix the bug."},
+        {"id": 2, "source": "user", "action": "recall", "args": {"recall_type": "workspace_context", "query": "Fix the bug."}, "message": "Retrieving content"},
+        {"id": 3, "source": "environment", "observation": "recall", "content": "Added workspace context", "cause": 2, "extras": {}, "message": "Added"},
+        {"id": 4, "source": "environment", "observation": "agent_state_changed", "content": "", "extras": {"agent_state": "running"}, "message": ""},
+        {"id": 5, "source": "agent", "action": "change_agent_state", "args": {"agent_state": "awaiting_user_input"}, "message": ""},
+        {"id": 6, "source": "agent", "action": "finish", "args": {"final_thought": "Done."}, "message": "Done."},
+    ]
+    f = tmp_path / "events.json"
+    f.write_text(json.dumps(events))
+    import_files(tape, "openai", [str(f)], "oh")
+    out = tape.session("oh").context(format="openai")
+    assert out == [
+        {"role": "system", "content": "You are OpenHands."},
+        {"role": "user", "content": "Fix the bug."},
+        {"role": "assistant", "content": "Done."},
+    ]
+
+
+@pytest.mark.parametrize("fmt,path", [("openai", OPENHANDS), ("claude-code", CC_MAIN)] + [("codex", p) for p in sorted((FIXTURES / "codex-rollout").glob("*.jsonl"))], ids=lambda v: str(v)[-30:])
+def test_no_bookkeeping_label_in_any_prompt(tape, fmt, path):
+    import_files(tape, fmt, [str(path)], "s")
+    for msg in tape.session("s").context(format="openai"):
+        text = msg.get("content") if isinstance(msg.get("content"), str) else ""
+        assert not text.startswith(("openhands ", "codex ", "claude-code ", "openai ")), msg
