@@ -6,11 +6,15 @@ with its 1-based line number (`meta["ctape.line"]`). Export in the same format
 writes those values back in line order. A record that becomes several entries (a
 user line holding two tool results, an assistant message with three tool calls)
 keeps the record on its first entry; the others carry `ctape.part`. A line that is
-not JSON is kept verbatim as `ctape.raw` on a hidden entry and written back as is.
+not JSON is kept verbatim as `ctape.raw` on a hidden entry and written back as is;
+when its bytes are not UTF-8 either, they are kept as base64 in `ctape.raw.b64` and
+exported as a str whose undecodable bytes are surrogate escapes, so that
+`line.encode("utf-8", "surrogateescape")` gives the original bytes back.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -24,6 +28,7 @@ LINE = "ctape.line"  # 1-based line of the source file the record came from
 PART = "ctape.part"  # 1, 2, ... for the extra entries made from one record
 ITEM = "ctape.item"  # position of a message inside a container record (openai)
 RAW = "ctape.raw"  # the text of a line that is not JSON, kept verbatim
+RAW_B64 = "ctape.raw.b64"  # the bytes (base64) of a line that is neither JSON nor UTF-8
 FORMAT = "ctape.format"  # the format a RAW line came from
 EPOCH = "1970-01-01T00:00:00Z"  # time of leading records when the file has no time at all
 
@@ -91,15 +96,11 @@ def scan_lines(f) -> Iterator[Line]:
 
 
 def read_at(f, line: Line) -> Any:
-    """The value of a line found by scan_lines, read again (keeps memory bounded)."""
+    """The value of a line found by scan_lines, read again (keeps memory bounded);
+    for a line that is not JSON, its bytes without the line end."""
     f.seek(line.offset)
     raw = f.read(line.length)
-    return loads(raw) if line.ok else raw.decode("utf-8", "replace").rstrip("\r\n")
-
-
-def raw_text(f, line: Line) -> str:
-    f.seek(line.offset)
-    return f.read(line.length).decode("utf-8", "replace").rstrip("\r\n")
+    return loads(raw) if line.ok else raw.rstrip(b"\r\n")
 
 
 def ends_with_newline(f) -> bool:
@@ -178,8 +179,21 @@ def record_meta(fmt: str, record: Any, line: int, is_hidden: bool = False) -> di
     return hidden(meta) if is_hidden else meta
 
 
-def raw_line_meta(fmt: str, text: str, line: int) -> dict:
-    return hidden({RAW: text, FORMAT: fmt, LINE: line})
+def raw_line_meta(fmt: str, raw: bytes, line: int) -> dict:
+    try:
+        kept: dict = {RAW: raw.decode("utf-8")}
+    except UnicodeDecodeError:
+        kept = {RAW_B64: base64.b64encode(raw).decode("ascii")}
+    return hidden({**kept, FORMAT: fmt, LINE: line})
+
+
+def raw_line(meta: dict) -> Optional[str]:
+    """The line a raw-line entry keeps (undecodable bytes as surrogate escapes), else None."""
+    if isinstance(meta.get(RAW), str):
+        return meta[RAW]
+    if isinstance(meta.get(RAW_B64), str):
+        return base64.b64decode(meta[RAW_B64]).decode("utf-8", "surrogateescape")
+    return None
 
 
 def part_meta(fmt: str, line: int, part: int, is_hidden: bool = False) -> dict:
@@ -286,8 +300,8 @@ def export_records(tape, ref: str, fmt: str, synthesize: Callable[[Any], Optiona
         m = e.meta if isinstance(e.meta, dict) else {}
         src = source_format(m)
         if src == fmt:
-            if RAW in m:
-                yield m[RAW]
+            if raw_line(m) is not None:
+                yield raw_line(m)
             elif fmt in m:
                 yield dumps(m[fmt])
         elif src is not None and m.get(HIDDEN):

@@ -181,7 +181,7 @@ def import_file(tape, path: str, session: Optional[str], progress: bool = False)
         with tape.batch():
             for number, ln, v in records:
                 if ln is not None and not ln.ok:
-                    w.put([_hidden("openai line that is not JSON")], c.raw_line_meta(FMT, c.raw_text(f, ln), number), None, number)
+                    w.put([_hidden("openai line that is not JSON")], c.raw_line_meta(FMT, c.read_at(f, ln), number), None, number)
                     w.raw += 1
                     continue
                 w.record(c.read_at(f, ln) if ln is not None else v, number)
@@ -278,8 +278,8 @@ def export(tape, ref: str) -> Iterator[str]:
         if src == FMT:
             if CONTAINER in m:
                 group = (m[FMT], m[CONTAINER], [])
-            elif c.RAW in m:
-                yield m[c.RAW]
+            elif c.raw_line(m) is not None:
+                yield c.raw_line(m)
             elif FMT in m:
                 yield c.dumps(m[FMT])
         elif not (src and m.get(HIDDEN)):
