@@ -81,3 +81,93 @@ def test_cli_export_writes_invalid_utf8_back(tape_dir, tmp_path):
     run_cli("--dir", tape_dir, "import", "openai", f, "-s", "s", check=True)
     p = run_cli("--dir", tape_dir, "export", "s", "--format", "openai")
     assert p.returncode == 0 and p.stdout.splitlines()[1] == bad
+
+
+# -- 17.5: an import never removes, rewinds or corrupts an existing ref ----------------------------
+
+
+def _chat(tape, name="chat", n=3):
+    s = tape.session(name)
+    for i in range(n):
+        s.append("user", {"content": f"m{i}"})
+    return s
+
+
+def test_jsonl_refs_line_with_null_does_not_delete_a_branch(tape, tape_dir, tmp_path):
+    s = _chat(tape)
+    tip = s.refs().branches["main"]
+    f = write_lines(tmp_path / "x.jsonl", [{"ctape": "refs", "session": "chat", "branches": {"main": None}, "head": "@main"}])
+    run_cli("--dir", tape_dir, "import", "jsonl", f)
+    t2 = Tape.open(tape_dir)
+    try:
+        assert t2.session("chat").refs().branches == {"main": tip}
+    finally:
+        t2.close()
+
+
+@pytest.mark.parametrize("refs", [{"branches": {"main": "zz"}}, {"branches": {"main": "ab" * 32}}, {"branches": {}, "head": "zz"}, {"branches": {}, "head": "@bad name"}])
+def test_jsonl_refs_line_with_a_bad_value_is_a_one_line_error(tape, tape_dir, tmp_path, refs):
+    _chat(tape)
+    tape.close()
+    f = write_lines(tmp_path / "x.jsonl", [{"ctape": "refs", "session": "chat", **refs}])
+    before = snapshot(tape_dir)
+    p = run_cli("--dir", tape_dir, "import", "jsonl", f)
+    assert p.returncode != 0 and len(p.stderr.decode().strip().splitlines()) == 1, p.stderr
+    assert b"Traceback" not in p.stderr
+    assert snapshot(tape_dir) == before
+    for cmd in (["sessions"], ["log", "-s", "chat"], ["status", "-s", "chat"]):
+        assert run_cli("--dir", tape_dir, *cmd).returncode == 0
+
+
+@pytest.mark.parametrize("changes", [{"main": "zz"}, {"main": "ab" * 32}, {"HEAD": "zz"}, {"HEAD": "@bad name"}, {"bad name": None}])
+def test_set_refs_refuses_what_is_not_a_ref(tape, tape_dir, changes):
+    s = _chat(tape)
+    before = s.refs().branches
+    with pytest.raises(CtapeError):
+        s.set_refs("import", changes)
+    assert s.refs().branches == before
+    s.status()
+
+
+def test_claude_code_file_with_the_id_of_another_session_keeps_its_main(tape):
+    name = next(r["sessionId"] for r in map(json.loads, CC_MAIN.read_text().splitlines()) if r.get("sessionId"))
+    s = _chat(tape, name)
+    mine = s.refs().branches["main"]
+    import_files(tape, "claude-code", [str(CC_MAIN)], None)
+    st = tape.session(name).refs()
+    assert st.branches["main"] == mine
+    imported = [h for b, h in st.branches.items() if b != "main"]
+    assert imported, "the imported history is on a branch of its own"
+    assert any(tape.get(h).meta.get("claude-code") is not None or tape.get(h).meta.get("ctape.format") == "claude-code" for h in imported)
+
+
+def test_reimporting_a_shorter_file_does_not_rewind_main(tape):
+    turn1 = FIXTURES / "claude-code" / "codemie-ai__codemie-code__incremental-subagents_turn-1.jsonl"
+    import_files(tape, "claude-code", [str(CC_MAIN)], "cc")
+    full = tape.session("cc").refs().branches["main"]
+    import_files(tape, "claude-code", [str(turn1)], "cc")
+    assert tape.session("cc").refs().branches["main"] == full
+    # and the grown file after the short one moves main forward
+    import_files(tape, "claude-code", [str(turn1)], "cc2")
+    import_files(tape, "claude-code", [str(CC_MAIN)], "cc2")
+    assert tape.session("cc2").refs().branches["main"] == full
+
+
+def test_jsonl_import_of_a_divergent_export_keeps_both_tips(tape, tmp_path):
+    s = _chat(tape, "chat", 2)
+    dump = tmp_path / "chat.jsonl"
+    dump.write_text("\n".join(export_ref(tape, "chat", "jsonl")) + "\n")
+    s.append("user", {"content": "here"})
+    here = s.refs().branches["main"]
+    # the same session elsewhere went another way
+    t2 = Tape.init(tmp_path / "other")
+    import_files(t2, "jsonl", [str(dump)], None)
+    t2.session("chat").append("user", {"content": "there"})
+    there_dump = tmp_path / "there.jsonl"
+    there_dump.write_text("\n".join(export_ref(t2, "chat", "jsonl")) + "\n")
+    there = t2.session("chat").refs().branches["main"]
+    t2.close()
+    import_files(tape, "jsonl", [str(there_dump)], None)
+    st = tape.session("chat").refs()
+    assert st.branches["main"] == here
+    assert there in st.branches.values()

@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional
 
 from ..errors import InvalidInput, RefNotFound
 from ..models import HIDDEN, NAME_RE, check_name, parse_time
+from ..refs import HEAD
 
 LINE = "ctape.line"  # 1-based line of the source file the record came from
 PART = "ctape.part"  # 1, 2, ... for the extra entries made from one record
@@ -199,6 +200,53 @@ def raw_line(meta: dict) -> Optional[str]:
 def part_meta(fmt: str, line: int, part: int, is_hidden: bool = False) -> dict:
     meta = {FORMAT: fmt, LINE: line, PART: part}
     return hidden(meta) if is_hidden else meta
+
+
+def is_ancestor(tape, a: str, b: str) -> bool:
+    """True when entry a is b or on b's path to its root."""
+    from ..derived import ancestor
+
+    ea, eb = tape.read_entry(a), tape.read_entry(b)
+    if ea.seq > eb.seq:
+        return False
+    return ancestor(b, eb.seq - ea.seq, tape.read_entry, tape.store.index.keyframe) == a
+
+
+def safe_refs(tape, session, wanted: dict, head: str = "@main") -> tuple[dict, list[str]]:
+    """The ref changes an import may make: it never removes, rewinds or replaces a ref.
+
+    A branch the session does not have is created; one the imported tip extends moves
+    forward (a file that grew); one ahead of the imported tip stays; one that went
+    another way stays too, and the imported tip goes to `BRANCH-imported` (or moves
+    that one forward, or `-imported-2`, ...). A null asks to delete: it is ignored.
+    HEAD is set only when the session has none yet."""
+    st = session.refs() if session.exists() else None
+    branches = dict(st.branches) if st else {}
+    changes: dict = {}
+    notes: list[str] = []
+    for b, h in wanted.items():
+        if h is None:
+            if b in branches:
+                notes.append(f"left branch {b} as it is (an import never deletes a branch)")
+            continue
+        names = [b] + [f"{b}-imported"] + [f"{b}-imported-{n}" for n in range(2, 100)]
+        for name in names:
+            old = branches.get(name)
+            if old is None:
+                changes[name] = branches[name] = h
+                if name != b:
+                    notes.append(f"branch {b} went another way: the imported one is branch {name}")
+                break
+            if old == h or is_ancestor(tape, h, old):
+                if name == b and old != h:
+                    notes.append(f"kept branch {b}: it is ahead of the imported one")
+                break
+            if is_ancestor(tape, old, h):
+                changes[name] = branches[name] = h
+                break
+    if st is None or st.head is None:
+        changes[HEAD] = head
+    return changes, notes
 
 
 class Progress:

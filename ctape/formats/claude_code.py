@@ -27,7 +27,6 @@ from typing import Any, Iterator, Optional
 
 from ..errors import InvalidInput
 from ..models import HIDDEN
-from ..refs import HEAD
 from . import _common as c
 
 FMT = "claude-code"
@@ -340,9 +339,11 @@ def import_file(tape, path: str, session: Optional[str], progress: bool, exact: 
         with tape.batch():
             b.run()
             refs = b.refs()
-            s.set_refs("import", {**refs, HEAD: "@main"}, source=FMT)
+            changes, ref_notes = c.safe_refs(tape, s, refs)
+            if changes:
+                s.set_refs("import", changes, source=FMT)
         bar.done()
-    notes = [f"subagent {agent}" if agent else "", f"kept {b.raw_lines} lines that are not JSON as they are" if b.raw_lines else "", truncated]
+    notes = [f"subagent {agent}" if agent else "", f"kept {b.raw_lines} lines that are not JSON as they are" if b.raw_lines else "", truncated, *ref_notes]
     return c.summary_line(path, name, len(infos), b.entries, len(refs), notes), sid, name, agent
 
 

@@ -13,7 +13,6 @@ from typing import Any, Iterator, Optional
 
 from ..errors import InvalidInput
 from ..models import HIDDEN
-from ..refs import HEAD
 from . import _common as c
 
 FMT = "codex"
@@ -137,9 +136,11 @@ def import_file(tape, path: str, session: Optional[str], progress: bool = False)
                     kept_raw += 1
                 parent = s.put_entry(kind, payload, meta, None, t, parent).hash
                 bar.update(line.offset)
-            s.set_refs("import", {"main": parent, HEAD: "@main"}, source=FMT)
+            changes, ref_notes = c.safe_refs(tape, s, {"main": parent})
+            if changes:
+                s.set_refs("import", changes, source=FMT)
         bar.done()
-    notes = [f"kept {kept_raw} lines that are not JSON as they are" if kept_raw else "", truncated]
+    notes = [f"kept {kept_raw} lines that are not JSON as they are" if kept_raw else "", truncated, *ref_notes]
     return c.summary_line(path, name, len(lines), len(lines), 1, notes)
 
 

@@ -21,7 +21,6 @@ from typing import Any, Iterator, Optional
 
 from ..errors import InvalidInput
 from ..models import HIDDEN
-from ..refs import HEAD
 from . import _common as c
 
 FMT = "openai"
@@ -187,9 +186,11 @@ def import_file(tape, path: str, session: Optional[str], progress: bool = False)
                 w.record(c.read_at(f, ln) if ln is not None else v, number)
                 if ln is not None:
                     bar.update(ln.offset)
-            s.set_refs("import", {**w.refs(), HEAD: "@main"}, source=FMT)
+            changes, ref_notes = c.safe_refs(tape, s, w.refs())
+            if changes:
+                s.set_refs("import", changes, source=FMT)
         bar.done()
-    notes = [f"kept {w.raw} lines that are not JSON as they are" if w.raw else "", note]
+    notes = [f"kept {w.raw} lines that are not JSON as they are" if w.raw else "", note, *ref_notes]
     return c.summary_line(path, name, len(records), w.entries, len(w.runs) or 1, notes)
 
 
