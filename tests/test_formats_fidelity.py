@@ -171,3 +171,36 @@ def test_jsonl_import_of_a_divergent_export_keeps_both_tips(tape, tmp_path):
     st = tape.session("chat").refs()
     assert st.branches["main"] == here
     assert there in st.branches.values()
+
+
+# -- 17.7: shapes that must not blow up ---------------------------------------------------------
+
+
+def _cc(i, parent="-", **extra):
+    rec = {"type": "user", "uuid": f"u{i}", "sessionId": "s", "timestamp": "2026-01-01T00:00:00.000Z", "message": {"role": "user", "content": f"m{i}"}, **extra}
+    if parent != "-":
+        rec["parentUuid"] = parent
+    return rec
+
+
+def test_claude_code_lines_without_a_parent_key_are_one_chain(tape, tmp_path):
+    f = write_lines(tmp_path / "x.jsonl", [_cc(i) for i in range(50)])
+    import_files(tape, "claude-code", [str(f)], "s")
+    st = tape.session("s").refs()
+    assert list(st.branches) == ["main"]
+    assert [e.payload["content"] for e in tape.session("s").log()][::-1] == [f"m{i}" for i in range(50)]
+
+
+def test_claude_code_explicit_roots_still_start_threads(tape, tmp_path):
+    f = write_lines(tmp_path / "x.jsonl", [_cc(0, None), _cc(1, "u0"), _cc(2, None), _cc(3, "u2")])
+    import_files(tape, "claude-code", [str(f)], "s")
+    assert len(tape.session("s").refs().branches) == 2
+
+
+def test_claude_code_two_cycles_are_broken_at_their_first_line(tape, tmp_path):
+    recs = [_cc(i, f"u{i + 1}" if i % 2 == 0 else f"u{i - 1}") for i in range(6)]
+    f = write_lines(tmp_path / "x.jsonl", recs)
+    import_files(tape, "claude-code", [str(f)], "s")
+    for tip in tape.session("s").refs().branches.values():
+        path = [e.payload["content"] for e in tape.session("s").log(tip)][::-1]
+        assert len(path) == 2 and int(path[0][1:]) % 2 == 0 and int(path[1][1:]) == int(path[0][1:]) + 1

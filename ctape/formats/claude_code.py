@@ -22,7 +22,7 @@ import glob
 import json
 import os
 import uuid as uuidlib
-from collections import defaultdict
+from collections import defaultdict, deque
 from typing import Any, Iterator, Optional
 
 from ..errors import InvalidInput
@@ -105,7 +105,7 @@ def is_record(v: Any) -> bool:
 class Info:
     """What the second pass needs to know about a line, without its content."""
 
-    __slots__ = ("line", "uuid", "parent", "message", "results", "sidechain", "agent")
+    __slots__ = ("line", "uuid", "parent", "message", "results", "sidechain", "agent", "unlinked")
 
     def __init__(self, line: c.Line, v: Any):
         self.line = line
@@ -113,6 +113,9 @@ class Info:
         u, p = d.get("uuid"), d.get("parentUuid") or d.get("logicalParentUuid")
         self.uuid = u if isinstance(u, str) else None
         self.parent = p if isinstance(p, str) else None
+        # no parentUuid key at all (Claude Code always writes one, null for a root): the line
+        # says nothing about a tree, so it continues the file like a line of a linear log
+        self.unlinked = "parentUuid" not in d and "logicalParentUuid" not in d
         kinds = [k for k, _, _ in map_record(v)] if line.ok else ["system"]
         self.message = self.uuid is not None and (d.get("type") in MESSAGE_TYPES or "anchor" in kinds)
         self.results = "tool_result" in kinds
@@ -175,6 +178,7 @@ class Builder:
         self.last: Optional[Thread] = None
         self.entries = 0
         self.raw_lines = 0
+        self.done: set[int] = set()  # lines processed
 
     def run(self) -> None:
         waiting: dict[str, list[int]] = defaultdict(list)
@@ -184,34 +188,36 @@ class Builder:
                 waiting[p].append(i)  # its parent is further down the file
             else:
                 self._cascade(i, waiting, False)
-        while waiting:  # parents that never came (a cycle): break it at the earliest line
-            p, js = min(waiting.items(), key=lambda kv: kv[1][0])
-            i = js.pop(0)
-            if not js:
-                del waiting[p]
-            self._cascade(i, waiting, True)
+        # parents that never came (a cycle): break each at its earliest line, in file order
+        # (one pass over the lines still waiting: linear, whatever the number of cycles)
+        for i in sorted(i for js in waiting.values() for i in js):
+            if i not in self.done:
+                self._cascade(i, waiting, True)
 
     def _cascade(self, i: int, waiting: dict, force_root: bool) -> None:
-        """Process line i, then every line that was waiting for it, in file order."""
-        todo = [(i, force_root)]
+        """Process line i, then every line that was waiting for it, depth first in file order."""
+        todo = deque([(i, force_root)])
         while todo:
-            j, root = todo.pop(0)
+            j, root = todo.popleft()
             self._process(j, root)
             u = self.infos[j].uuid
             if u and u in waiting:
-                todo[:0] = [(k, False) for k in waiting.pop(u)]
+                todo.extendleft((k, False) for k in reversed(waiting.pop(u)) if k not in self.done)
 
     def _thread_for(self, info: Info, force_root: bool) -> Thread:
         p = None if force_root else info.parent
         if not info.message:
             return self.last or self._new_thread(None, info)
         if p is None or p not in self.entry_of:
-            if self.last and not self.last.has_message and not info.sidechain:
-                return self.last  # bookkeeping lines before the first message: one prelude
+            if self.last and not info.sidechain and (not self.last.has_message or (info.unlinked and not force_root)):
+                return self.last  # bookkeeping lines before the first message: one prelude; or an unlinked line
             return self._new_thread(None, info)
         pe, t = self.entry_of[p], self.thread_of[p]
+        first = pe
         while pe in self.after:  # children of X go after the bookkeeping lines spliced after X
             pe = self.after[pe]
+        if first != pe:
+            self.after[first] = pe  # the next child of X need not walk the splice again
         if t.tip == pe or (info.results and self._recent_ancestor(pe, t.tip)):
             return t
         return self._new_thread(pe, info)
@@ -231,6 +237,7 @@ class Builder:
         return False
 
     def _process(self, i: int, force_root: bool) -> None:
+        self.done.add(i)
         info = self.infos[i]
         t = self._thread_for(info, force_root)
         value = c.read_at(self.f, info.line)
