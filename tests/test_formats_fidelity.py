@@ -204,3 +204,33 @@ def test_claude_code_two_cycles_are_broken_at_their_first_line(tape, tmp_path):
     for tip in tape.session("s").refs().branches.values():
         path = [e.payload["content"] for e in tape.session("s").log(tip)][::-1]
         assert len(path) == 2 and int(path[0][1:]) % 2 == 0 and int(path[1][1:]) == int(path[0][1:]) + 1
+
+
+# -- 13.4: exported appends link to their parents' real ids ----------------------------------------
+
+
+def test_claude_code_export_of_appended_entries_links_real_uuids(tape, tmp_path):
+    import_files(tape, "claude-code", [str(CC_MAIN)], "cc")
+    before = dict(tape.session("cc").refs().branches)
+    last_uuid = [r for r in map(json.loads, CC_MAIN.read_text().splitlines()) if r.get("uuid")]
+    s = tape.session("cc")
+    parent_record = s.head.meta.get("claude-code") or {}
+    s.append("user", {"content": "and now?"})
+    s.append("assistant", {"content": "Let me check."})
+    s.append("tool_call", {"call_id": "toolu_x", "name": "Bash", "arguments": {"command": "ls"}})
+    s.append("tool_result", {"call_id": "toolu_x", "output": "a.py"})
+    lines = [json.loads(x) for x in export_ref(tape, "cc", "claude-code")]
+    new = lines[-4:]
+    uuids = {r["uuid"] for r in lines[:-4] if r.get("uuid")}
+    assert new[0]["parentUuid"] in uuids, "the first appended line names a real record of the file"
+    for prev, rec in zip(new, new[1:]):
+        assert rec["parentUuid"] == prev["uuid"]
+    assert all(r.get("sessionId") == parent_record.get("sessionId", r.get("sessionId")) for r in new)
+    out = tmp_path / "back.jsonl"
+    out.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    import_files(tape, "claude-code", [str(out)], "cc2")
+    after = tape.session("cc2").refs().branches
+    assert sorted(after) == sorted(before), "no fork-* branch for the original history"
+    got = [e.payload.get("content") or e.payload.get("output") for e in tape.session("cc2").log(limit=4)][::-1]
+    assert got[0] == "and now?" and got[-1] == "a.py"
+    assert last_uuid

@@ -358,19 +358,55 @@ def import_file(tape, path: str, session: Optional[str], progress: bool, exact: 
 
 
 def export(tape, ref: str) -> Iterator[str]:
-    return c.export_records(tape, ref, FMT, synthesize)
+    links = _Links(tape)
+    return c.export_records(tape, ref, FMT, lambda e: synthesize(e, links))
 
 
 def _uuid(h: Optional[str]) -> Optional[str]:
     return str(uuidlib.UUID(h[:32])) if h else None
 
 
-def synthesize(e) -> Optional[dict]:
+class _Links:
+    """The uuid a Claude Code line written for an entry's parent has, and the session id
+    around it: a record imported from Claude Code keeps its own uuid; an entry that
+    carries no line of its own (a part of a record, a bookkeeping line without uuid)
+    stands for the nearest ancestor that does; a native entry is named by its hash."""
+
+    def __init__(self, tape):
+        self.tape = tape
+        self.memo: dict[str, tuple[Optional[str], Optional[str]]] = {}
+
+    def of(self, h: Optional[str]) -> tuple[Optional[str], Optional[str]]:
+        """(uuid of the line that stands for entry h, sessionId of the nearest record at or above it)."""
+        path = []
+        x = h
+        while x is not None and x not in self.memo:
+            e = self.tape.read_entry(x)
+            path.append(e)
+            x = e.parent
+        above = self.memo[x] if x is not None else (None, None)
+        for e in reversed(path):
+            m = e.meta if isinstance(e.meta, dict) else {}
+            src = c.source_format(m)
+            rec = m.get(FMT) if src == FMT else None
+            if isinstance(rec, dict) and isinstance(rec.get("uuid"), str):
+                sid = rec.get("sessionId")
+                above = (rec["uuid"], sid if isinstance(sid, str) else above[1])
+            elif src != FMT and not m.get(HIDDEN):  # a line synthesize writes
+                above = (_uuid(e.hash), above[1])
+            self.memo[e.hash] = above
+        return above if h is not None else (None, None)
+
+
+def synthesize(e, links: Optional[_Links] = None) -> Optional[dict]:
     """A Claude Code line for an entry that did not come from Claude Code."""
     if isinstance(e.meta, dict) and e.meta.get(HIDDEN):
         return None
     p = e.payload if isinstance(e.payload, dict) else {}
-    base = {"parentUuid": _uuid(e.parent), "uuid": _uuid(e.hash), "timestamp": e.time}
+    parent, sid = links.of(e.parent) if links is not None else (_uuid(e.parent), None)
+    base = {"parentUuid": parent, "uuid": _uuid(e.hash), "timestamp": e.time}
+    if sid:
+        base["sessionId"] = sid
     if e.kind == "tool_call":
         block = {"type": "tool_use", "id": p.get("call_id"), "name": p.get("name"), "input": p.get("arguments")}
         return {**base, "type": "assistant", "message": {"role": "assistant", "content": [block]}}
