@@ -234,3 +234,42 @@ def test_claude_code_export_of_appended_entries_links_real_uuids(tape, tmp_path)
     got = [e.payload.get("content") or e.payload.get("output") for e in tape.session("cc2").log(limit=4)][::-1]
     assert got[0] == "and now?" and got[-1] == "a.py"
     assert last_uuid
+
+
+# -- 13.2: Codex user turns from whichever records the version carries ------------------------------
+
+
+def _rollout(tmp_path, both: bool):
+    T = "2026-08-01T00:00:0{}Z"
+    recs = [
+        {"timestamp": T.format(0), "type": "session_meta", "payload": {"id": "r1", "cli_version": "0.146.0", "base_instructions": {"text": "You are Codex."}}},
+        {"timestamp": T.format(1), "type": "turn_context", "payload": {"turn_id": "t1", "model": "gpt-5.5"}},
+        {"timestamp": T.format(2), "type": "response_item", "payload": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "<environment_context>cwd</environment_context>"}]}},
+    ]
+    if both:
+        recs.append({"timestamp": T.format(3), "type": "response_item", "payload": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "fix the test"}]}})
+    recs += [
+        {"timestamp": T.format(3), "type": "event_msg", "payload": {"type": "user_message", "message": "fix the test", "images": []}},
+        {"timestamp": T.format(4), "type": "event_msg", "payload": {"type": "agent_message", "message": "On it."}},
+        {"timestamp": T.format(4), "type": "response_item", "payload": {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "On it."}]}},
+        {"timestamp": T.format(5), "type": "response_item", "payload": {"type": "function_call", "name": "exec_command", "arguments": "{\"cmd\": \"pytest\"}", "call_id": "c1"}},
+        {"timestamp": T.format(6), "type": "response_item", "payload": {"type": "function_call_output", "call_id": "c1", "output": "1 passed"}},
+        {"timestamp": T.format(7), "type": "event_msg", "payload": {"type": "user_message", "message": "thanks"}},
+        {"timestamp": T.format(8), "type": "event_msg", "payload": {"type": "agent_message", "message": "Done."}},
+    ]
+    return write_lines(tmp_path / "rollout.jsonl", recs)
+
+
+@pytest.mark.parametrize("both", [False, True], ids=["event-only", "both-records"])
+def test_codex_user_turns_from_event_or_response_item(tape, tmp_path, both):
+    import_files(tape, "codex", [str(_rollout(tmp_path, both))], "cx")
+    out = tape.session("cx").context(format="openai")
+    assert [(m["role"], m.get("content")) for m in out] == [
+        ("system", "You are Codex."),
+        ("user", "<environment_context>cwd</environment_context>"),
+        ("user", "fix the test"),
+        ("assistant", "On it."),
+        ("tool", "1 passed"),
+        ("user", "thanks"),
+        ("assistant", "Done."),
+    ]
