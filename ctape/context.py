@@ -318,8 +318,10 @@ def _openai_content(c: Any) -> Any:
     if isinstance(c, list):
         parts = []
         for p in c:
-            if isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str):
+            if isinstance(p, dict) and p.get("type") in TEXT_PARTS and isinstance(p.get("text"), str):
                 parts.append({"type": "text", "text": p["text"]})
+            elif isinstance(p, dict) and p.get("type") == "input_image" and isinstance(p.get("image_url"), str):
+                parts.append({"type": "image_url", "image_url": {"url": p["image_url"]}})
             elif isinstance(p, dict) and p.get("type") == "image" and isinstance(p.get("source"), dict) and p["source"].get("type") == "base64":
                 src = p["source"]
                 parts.append({"type": "image_url", "image_url": {"url": f"data:{src.get('media_type')};base64,{src.get('data')}"}})
@@ -335,9 +337,12 @@ def to_openai(msgs: list[Msg]) -> list[dict]:
     out = []
     for m in msgs:
         if m.role == "tool":
-            out.append({"role": "tool", "tool_call_id": m.call_id, "content": _as_text(m.content)})
+            out.append({"role": "tool", "tool_call_id": m.call_id, "content": _tool_text(m.content)})
         elif m.role == "assistant":
-            d: dict = {"role": "assistant", "content": _assistant_text(m.content) if (m.content or not m.calls) else None}
+            if not m.calls and isinstance(m.content, list) and not _assistant_text(m.content):
+                continue  # only structure the Chat Completions API has no place for (thinking)
+            text = _assistant_text(m.content) if m.content else ""
+            d: dict = {"role": "assistant", "content": text if (text or not m.calls) else None}
             if m.calls:
                 d["tool_calls"] = [
                     {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments if isinstance(c.arguments, str) else json.dumps(c.arguments, ensure_ascii=False, sort_keys=True)}}
@@ -349,9 +354,27 @@ def to_openai(msgs: list[Msg]) -> list[dict]:
     return out
 
 
+TEXT_PARTS = ("text", "input_text", "output_text")
+STRUCTURE_PARTS = ("thinking", "redacted_thinking", "reasoning", "tool_use", "tool_result")
+
+
 def _assistant_text(c: Any) -> str:
+    """The text of a message: text parts joined; thinking and other structure left out."""
     if isinstance(c, list):
-        return "".join(p.get("text", "") for p in c if isinstance(p, dict) and p.get("type") == "text") or _as_text(c)
+        out = []
+        for p in c:
+            if isinstance(p, dict) and p.get("type") in TEXT_PARTS and isinstance(p.get("text"), str):
+                out.append(p["text"])
+            elif not (isinstance(p, dict) and p.get("type") in STRUCTURE_PARTS):
+                out.append(_as_text(p))
+        return "".join(out)
+    return _as_text(c)
+
+
+def _tool_text(c: Any) -> str:
+    """A tool result as the text the model reads: a list of text parts joined by lines."""
+    if isinstance(c, list) and c and all(isinstance(p, dict) and p.get("type") in TEXT_PARTS and isinstance(p.get("text"), str) for p in c):
+        return "\n".join(p["text"] for p in c)
     return _as_text(c)
 
 

@@ -89,8 +89,24 @@ def map_message(m: dict) -> list[tuple[str, dict, bool]]:
     return [_hidden(f"openai message role {role}")]
 
 
-def map_event(ev: dict) -> list[tuple[str, dict, bool]]:
-    """An OpenHands event: messages, tool calls (actions) and results (observations)."""
+def _model_text(tcm: dict, said: Optional[set]) -> list[tuple[str, dict, bool]]:
+    """The text the model wrote with its tool calls (in the raw response OpenHands keeps
+    on each action of it), once per response."""
+    resp = tcm.get("model_response") if isinstance(tcm.get("model_response"), dict) else {}
+    choices = resp.get("choices") if isinstance(resp.get("choices"), list) else []
+    msg = choices[0].get("message") if choices and isinstance(choices[0], dict) and isinstance(choices[0].get("message"), dict) else {}
+    text = msg.get("content")
+    rid = resp.get("id")
+    if said is not None and rid is not None:
+        if rid in said:
+            return []
+        said.add(rid)
+    return [("assistant", {"content": text}, False)] if isinstance(text, str) and text else []
+
+
+def map_event(ev: dict, said: Optional[set] = None) -> list[tuple[str, dict, bool]]:
+    """An OpenHands event: messages, tool calls (actions) and results (observations);
+    `said` holds the ids of the model responses whose text is already written."""
     action, obs, src = ev.get("action"), ev.get("observation"), ev.get("source")
     args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
     tcm = ev.get("tool_call_metadata") if isinstance(ev.get("tool_call_metadata"), dict) else {}
@@ -102,9 +118,9 @@ def map_event(ev: dict) -> list[tuple[str, dict, bool]]:
     if action == "system":
         return [("system", {"content": args.get("content") if isinstance(args.get("content"), str) else text}, False)]
     if action == "finish":  # the agent's last word; OpenHands never runs it, so it is no pending call
-        return [("assistant", {"content": args.get("final_thought") or args.get("message") or text}, False)]
+        return _model_text(tcm, said) + [("assistant", {"content": args.get("final_thought") or args.get("message") or text}, False)]
     if action is not None and isinstance(cid, str) and isinstance(fname, str):
-        return [("tool_call", {"call_id": cid, "name": fname, "arguments": args}, False)]
+        return _model_text(tcm, said) + [("tool_call", {"call_id": cid, "name": fname, "arguments": args}, False)]
     if obs is not None and isinstance(cid, str):
         return [("tool_result", {"call_id": cid, "output": ev.get("content"), "is_error": obs == "error"}, False)]
     if obs == "error":
@@ -112,11 +128,11 @@ def map_event(ev: dict) -> list[tuple[str, dict, bool]]:
     return [_hidden(f"openhands {'action ' + str(action) if action is not None else 'observation ' + str(obs)}")]
 
 
-def map_record(v: Any) -> list[tuple[str, dict, bool]]:
+def map_record(v: Any, said: Optional[set] = None) -> list[tuple[str, dict, bool]]:
     if is_message(v):
         return map_message(v)
     if is_event(v):
-        return map_event(v)
+        return map_event(v, said)
     return [_hidden("openai record")]
 
 
@@ -213,6 +229,7 @@ class _Writer:
         self.tips: list[Optional[str]] = []
         self.entries = 0
         self.raw = 0
+        self.said: set = set()  # OpenHands model responses whose text is written
 
     def put(self, parts, first_meta: dict, time_value: Any, line: int, item: Optional[int] = None) -> None:
         t = self.clock.take(time_value)
@@ -228,7 +245,7 @@ class _Writer:
     def record(self, v: Any, line: int) -> None:
         key = list_key(v)
         if key is None:
-            self.put(map_record(v), c.record_meta(FMT, v, line, not is_record(v)), record_time(v), line)
+            self.put(map_record(v, self.said), c.record_meta(FMT, v, line, not is_record(v)), record_time(v), line)
             return
         if self.entries and not self.runs:  # messages before the first container: a run of their own
             self.runs.append(("run-line1", 1))
@@ -246,7 +263,7 @@ class _Writer:
             meta = {FMT: item, c.LINE: line, c.ITEM: i}
             if not is_record(item):
                 meta[HIDDEN] = True
-            self.put(map_record(item), meta, record_time(item), line, i)
+            self.put(map_record(item, self.said), meta, record_time(item), line, i)
 
     def refs(self) -> dict[str, str]:
         if not self.runs:
