@@ -910,3 +910,19 @@ def test_reused_call_id_across_a_keyframe(tape):
         assert [c["hash"] for c in t2.session(S).status()["pending_tool_calls"]] == [first.hash]
     finally:
         t2.close()
+
+
+def test_keyframe_of_an_older_ctape_is_folded_again(tape):
+    """A keyframe written before calls paired by position (pending keyed by id, no "v") is not trusted."""
+    s = tape.session(S)
+    with tape.batch():
+        first = s.append("tool_call", {"call_id": "t", "name": "a", "arguments": {}})
+        second = s.append("tool_call", {"call_id": "t", "name": "b", "arguments": {}})
+        for i in range(260):
+            e = s.append("user", {"content": f"m{i}"})
+            if e.seq == 256:
+                key = e
+        s.append("tool_result", {"call_id": "t", "output": "for b"})
+    old = {"state": None, "pending": {"t": {"hash": second.hash, "call_id": "t", "name": "b"}}, "last_error": None, "systems": [], "sys_key": None, "last_key": key.hash, "prev_key": None}
+    tape.store.index.put_keyframe(key.hash, old)
+    assert [c["hash"] for c in s.status()["pending_tool_calls"]] == [first.hash]
