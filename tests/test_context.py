@@ -924,5 +924,12 @@ def test_keyframe_of_an_older_ctape_is_folded_again(tape):
                 key = e
         s.append("tool_result", {"call_id": "t", "output": "for b"})
     old = {"state": None, "pending": {"t": {"hash": second.hash, "call_id": "t", "name": "b"}}, "last_error": None, "systems": [], "sys_key": None, "last_key": key.hash, "prev_key": None}
-    tape.store.index.put_keyframe(key.hash, old)
-    assert [c["hash"] for c in s.status()["pending_tool_calls"]] == [first.hash]
+    tape.close()
+    t2 = Tape.open(tape.path)
+    try:
+        assert t2.store.index.keyframe(key.hash).get("v") == 2  # written by the append path
+        t2.store.index.put_keyframe(key.hash, old)
+        assert t2.store.index.keyframe(key.hash) == old
+        assert [c["hash"] for c in t2.session(S).status()["pending_tool_calls"]] == [first.hash]
+    finally:
+        t2.close()
