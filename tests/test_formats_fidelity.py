@@ -273,3 +273,13 @@ def test_codex_user_turns_from_event_or_response_item(tape, tmp_path, both):
         ("user", "thanks"),
         ("assistant", "Done."),
     ]
+
+
+def test_claude_code_api_error_line_is_in_status_not_in_the_prompt(tape, tmp_path):
+    err = {**_cc(1, "u0"), "type": "assistant", "isApiErrorMessage": True, "error": "overloaded",
+           "message": {"role": "assistant", "model": "<synthetic>", "content": [{"type": "text", "text": "API Error: 529 overloaded"}]}}
+    f = write_lines(tmp_path / "x.jsonl", [_cc(0, None), err])
+    import_files(tape, "claude-code", [str(f)], "s")
+    s = tape.session("s")
+    assert s.status()["last_error"]["message"] == "API Error: 529 overloaded"
+    assert s.context(format="openai") == [{"role": "user", "content": "m0"}]

@@ -78,7 +78,7 @@ def map_record(v: Any) -> list[tuple[str, dict, bool]]:
     content = msg.get("content")
     if t == "assistant" and (v.get("isApiErrorMessage") or (msg.get("model") == "<synthetic>" and v.get("error"))):
         text = c.text_of(content) or str(v.get("error") or "API error")
-        return [("error", {"message": text}, False)]
+        return [("error", {"message": text}, True)]  # Claude Code never sends these to the model: status, not context
     if t in MESSAGE_TYPES and "message" in v:
         if isinstance(content, list):
             return _split(t, content, "tool_use" if t == "assistant" else "tool_result")
