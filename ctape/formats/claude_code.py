@@ -32,6 +32,7 @@ from . import _common as c
 FMT = "claude-code"
 MESSAGE_TYPES = ("user", "assistant")
 SPLICE_WINDOW = 256  # how far back a parallel tool result's parent may be on its thread
+MEMO = 65536  # export: how many entries' uuids to remember at most
 
 
 # -- mapping --------------------------------------------------------------------------
@@ -385,6 +386,8 @@ class _Links:
             path.append(e)
             x = e.parent
         above = self.memo[x] if x is not None else (None, None)
+        if len(self.memo) + len(path) > MEMO:
+            self.memo.clear()  # memory stays bounded; a later walk goes a little further
         for e in reversed(path):
             m = e.meta if isinstance(e.meta, dict) else {}
             src = c.source_format(m)
