@@ -327,6 +327,11 @@ def check(tape, session: str, ref, seq: list) -> None:
     assert len(got_items) == len(want_items), f"the view has {len(got_items)} items, the transcript {len(want_items)}: {got_items[len(want_items):][:3] or want_items[len(got_items):][:3]}"
     for i, (g, w) in enumerate(zip(got_results, want_results)):
         assert g == w, f"result of call {i}: the view has {str(g)[:300]}, the transcript says {str(w)[:300]}"
+    # the tape view holds the same conversation as entries, and no bookkeeping either
+    tape_view = tape.session(session).context(ref, format="tape")
+    assert not [e for e in tape_view if (e.get("meta") or {}).get("ctape.hidden")]
+    calls = [e["payload"]["call_id"] for e in tape_view if e["kind"] == "tool_call"]
+    assert calls == [it[1] for it in want_items if it[0] == "call"]
 
 
 @pytest.mark.parametrize("fmt,path", CASES, ids=[p.name[:70] for _, p in CASES])
