@@ -1,8 +1,6 @@
 """What the importers hand to `context`, and what they do to existing refs (issues 13 and 17)."""
 
-import base64
 import json
-import os
 from pathlib import Path
 
 import pytest

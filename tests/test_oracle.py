@@ -162,13 +162,7 @@ def claude_code(path: Path) -> list:
         answers = any(b.get("type") == "tool_result" and b.get("tool_use_id") in path_calls for b in blocks(r))
         if r["uuid"] not in keep and not answers:
             continue
-        said = []  # a run of user text/images is one message
-
-        def flush():
-            if said:
-                seq.append(("user", "".join(said)))
-                said.clear()
-
+        said: list = []  # a run of user text/images is one message
         for b in blocks(r):
             t = b.get("type")
             if r["type"] == "assistant":
@@ -177,14 +171,20 @@ def claude_code(path: Path) -> list:
                 elif t == "tool_use":
                     seq.append(("call", b["id"], b["name"], b.get("input")))
             elif t == "tool_result":
-                flush()
+                _flush(said, seq)
                 seq.append(("result", b["tool_use_id"], _result_text(b.get("content"))))
             elif t == "text":
                 said.append(b.get("text") or "")
             elif t == "image":
                 said.append("[image]")
-        flush()
+        _flush(said, seq)
     return seq
+
+
+def _flush(said: list, seq: list) -> None:
+    if said:
+        seq.append(("user", "".join(said)))
+        said.clear()
 
 
 # -- Codex -----------------------------------------------------------------------------------------

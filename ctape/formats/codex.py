@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import deque
 from typing import Any, Iterator, Optional
 
 from ..errors import InvalidInput
@@ -177,35 +178,42 @@ def voiced_events(classes: list) -> set[int]:
     """Line numbers of the events that are the only record of their message."""
     out: set[int] = set()
     for item, event, ends in (("U", "EU", ("A", "EA", "X")), ("A", "EA", ("U", "EU", "X"))):
-        items: dict[int, list[int]] = {}  # text key -> the run's items (by line) with that key
-        used: set[int] = set()
-        events: list[tuple[int, int]] = []
-
-        def close():
-            for number, key in events:
-                found = items.get(key) or []
-                while found and found[0] in used:
-                    found.pop(0)
-                if found:
-                    used.add(found.pop(0))
-                else:
-                    out.add(number)
-            items.clear()
-            used.clear()
-            events.clear()
-
+        run = _Run()
         for number, cls in classes:
             if cls is None:
                 continue
             if cls[0] in ends:
-                close()
+                out |= run.close()
             elif cls[0] == item:
                 for key in set(cls[1]):
-                    items.setdefault(key, []).append(number)
+                    run.items.setdefault(key, deque()).append(number)
             elif cls[0] == event:
-                events.append((number, cls[1][0]))
-        close()
+                run.events.append((number, cls[1][0]))
+        out |= run.close()
     return out
+
+
+class _Run:
+    """The messages of one side between two records of the other side."""
+
+    def __init__(self):
+        self.items: dict[int, deque] = {}  # text key -> the run's items (by line) with that key
+        self.events: list[tuple[int, int]] = []
+
+    def close(self) -> set[int]:
+        """The run's events that no item echoes; starts a new run."""
+        used: set[int] = set()
+        voiced = set()
+        for number, key in self.events:
+            found = self.items.get(key) or deque()
+            while found and found[0] in used:
+                found.popleft()
+            if found:
+                used.add(found.popleft())
+            else:
+                voiced.add(number)
+        self.items, self.events = {}, []
+        return voiced
 
 
 # -- import ---------------------------------------------------------------------------
