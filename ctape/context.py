@@ -8,6 +8,10 @@ The tape keeps everything; a view picks. Steps, in order:
    entries marked hidden (ctape.hidden) and anchors are left out;
 3. policies: exclude-errors, dedupe-tools, then a fixed "interrupted" result for
    every pending tool call, then last-turn and --max-tokens;
+   results pair with calls by position: a result answers the latest open call of
+   its call_id before it (ids are unique only among the calls open at one time:
+   pydantic-ai's TestModel and others reuse them), so steps 3-5 name a call by
+   its entry hash, never by its id;
 4. --resume prefix: the partial text of an interrupted stream as a final
    assistant message (prefill);
 5. a format: openai (Chat Completions), anthropic ({"system", "messages"}), tape.
@@ -40,7 +44,7 @@ class Call:
     id: str
     name: str
     arguments: Any
-    hash: str
+    hash: str  # the tool_call entry: names this call, whatever its id
 
 
 @dataclass
@@ -49,6 +53,7 @@ class Msg:
     content: Any = None
     calls: list[Call] = field(default_factory=list)
     call_id: Optional[str] = None  # tool results
+    answers: Optional[str] = None  # tool results: the hash of the call they answer (None: no open call)
     is_error: bool = False
     hashes: list[str] = field(default_factory=list)
     error: bool = False  # an `error` entry
@@ -148,6 +153,12 @@ def _text(c: Any) -> Any:
 
 def to_messages(entries: list[Entry]) -> list[Msg]:
     msgs: list[Msg] = []
+    open_calls: dict[str, list[str]] = {}  # call_id -> hashes of its open calls, oldest first
+
+    def answer(call_id: str) -> Optional[str]:
+        stack = open_calls.get(call_id)
+        return stack.pop() if stack else None
+
     for e in entries:
         if _hidden(e) or e.kind == "anchor":
             continue
@@ -158,6 +169,7 @@ def to_messages(entries: list[Entry]) -> list[Msg]:
             msgs.append(Msg("assistant", _text(p.get("content")), hashes=[e.hash]))
         elif e.kind == "tool_call":
             call = Call(str(p.get("call_id")), str(p.get("name")), p.get("arguments"), e.hash)
+            open_calls.setdefault(call.id, []).append(e.hash)
             last = msgs[-1] if msgs else None
             if last is not None and last.role == "assistant" and not last.synthetic and _calls_open(msgs):
                 last.calls.append(call)
@@ -165,10 +177,12 @@ def to_messages(entries: list[Entry]) -> list[Msg]:
             else:
                 msgs.append(Msg("assistant", None, calls=[call], hashes=[e.hash]))
         elif e.kind == "tool_result":
-            msgs.append(Msg("tool", p.get("output"), call_id=str(p.get("call_id")), is_error=p.get("is_error") is True, hashes=[e.hash]))
+            cid = str(p.get("call_id"))
+            msgs.append(Msg("tool", p.get("output"), call_id=cid, answers=answer(cid), is_error=p.get("is_error") is True, hashes=[e.hash]))
         elif e.kind == "error":
             if isinstance(p.get("call_id"), str):
-                msgs.append(Msg("tool", f"Error: {p.get('message')}", call_id=p["call_id"], is_error=True, hashes=[e.hash], error=True))
+                cid = p["call_id"]
+                msgs.append(Msg("tool", f"Error: {p.get('message')}", call_id=cid, answers=answer(cid), is_error=True, hashes=[e.hash], error=True))
             else:
                 msgs.append(Msg("user", f"[error] {p.get('message')}", hashes=[e.hash], error=True))
     return msgs
@@ -183,50 +197,49 @@ def _calls_open(msgs: list[Msg]) -> bool:
 
 
 def _drop_calls(msgs: list[Msg], drop: set[str]) -> list[Msg]:
-    """Remove tool calls with these ids, and their results, keeping the rest valid."""
+    """Remove the tool calls with these entry hashes, and their results, keeping the rest valid."""
     out = []
     for m in msgs:
         if m.role == "assistant" and m.calls:
-            kept = [c for c in m.calls if c.id not in drop]
+            kept = [c for c in m.calls if c.hash not in drop]
             if not kept and not m.content:
                 continue
-            gone = {c.hash for c in m.calls if c.id in drop}
-            m = Msg(m.role, m.content, kept, hashes=[h for h in m.hashes if h not in gone])
-        elif m.role == "tool" and m.call_id in drop:
+            m = Msg(m.role, m.content, kept, hashes=[h for h in m.hashes if h not in drop])
+        elif m.role == "tool" and m.answers in drop:
             continue
         out.append(m)
     return out
 
 
 def exclude_errors(msgs: list[Msg]) -> list[Msg]:
-    failed = {m.call_id for m in msgs if m.role == "tool" and (m.is_error or m.error)}
+    failed = {m.answers for m in msgs if m.role == "tool" and (m.is_error or m.error) and m.answers}
     return [m for m in _drop_calls(msgs, failed) if not m.error]
 
 
 def dedupe_tools(msgs: list[Msg]) -> list[Msg]:
     """Repeated calls (same name and arguments) keep only the last; equal outputs are said once."""
-    results = {m.call_id: i for i, m in enumerate(msgs) if m.role == "tool"}
+    answered = {m.answers for m in msgs if m.role == "tool" and m.answers}
     last_of: dict[str, str] = {}
     order: list[tuple[str, str]] = []
     for m in msgs:
         for c in m.calls:
-            if c.id in results:
+            if c.hash in answered:
                 key = c.name + "\0" + json.dumps(c.arguments, sort_keys=True, ensure_ascii=False)
-                last_of[key] = c.id
-                order.append((key, c.id))
-    drop = {cid for key, cid in order if last_of[key] != cid}
+                last_of[key] = c.hash
+                order.append((key, c.hash))
+    drop = {h for key, h in order if last_of[key] != h}
     msgs = _drop_calls(msgs, drop)
     # identical outputs under different calls: keep the newest, point the older ones at it
-    newest: dict[str, str] = {}
+    newest: dict[str, Msg] = {}
     for m in msgs:
-        if m.role == "tool":
-            newest[_digest(m.content)] = m.call_id
+        if m.role == "tool" and m.answers:
+            newest[_digest(m.content)] = m
     out = []
     for m in msgs:
-        if m.role == "tool":
+        if m.role == "tool" and m.answers:
             other = newest[_digest(m.content)]
-            if other != m.call_id and estimate(m.content) > 16:
-                m = Msg("tool", f"[same output as the result of call {other}, below]", call_id=m.call_id, is_error=m.is_error, hashes=m.hashes)
+            if other is not m and estimate(m.content) > 16:
+                m = Msg("tool", f"[same output as the result of call {other.call_id}, below]", call_id=m.call_id, answers=m.answers, is_error=m.is_error, hashes=m.hashes)
         out.append(m)
     return out
 
@@ -239,20 +252,17 @@ def answer_pending(msgs: list[Msg]) -> list[Msg]:
     """Put each call's result right after its assistant message; a fixed result for pending ones.
 
     Provider APIs want every tool call answered before the next turn, and no
-    result without its call, so results whose call is not in view are left out.
+    result without its call, so results that answer no call in view are left out.
     """
-    results: dict[str, Msg] = {}
-    for m in msgs:
-        if m.role == "tool" and m.call_id not in results:
-            results[m.call_id] = m
+    results = {m.answers: m for m in msgs if m.role == "tool" and m.answers}
     out: list[Msg] = []
     for m in msgs:
         if m.role == "tool":
             continue
         out.append(m)
         for c in m.calls:
-            r = results.pop(c.id, None)
-            out.append(r if r is not None else Msg("tool", INTERRUPTED, call_id=c.id, is_error=True, synthetic=True))
+            r = results.pop(c.hash, None)
+            out.append(r if r is not None else Msg("tool", INTERRUPTED, call_id=c.id, answers=c.hash, is_error=True, synthetic=True))
     return out
 
 
@@ -308,8 +318,10 @@ def _openai_content(c: Any) -> Any:
     if isinstance(c, list):
         parts = []
         for p in c:
-            if isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str):
+            if isinstance(p, dict) and p.get("type") in TEXT_PARTS and isinstance(p.get("text"), str):
                 parts.append({"type": "text", "text": p["text"]})
+            elif isinstance(p, dict) and p.get("type") == "input_image" and isinstance(p.get("image_url"), str):
+                parts.append({"type": "image_url", "image_url": {"url": p["image_url"]}})
             elif isinstance(p, dict) and p.get("type") == "image" and isinstance(p.get("source"), dict) and p["source"].get("type") == "base64":
                 src = p["source"]
                 parts.append({"type": "image_url", "image_url": {"url": f"data:{src.get('media_type')};base64,{src.get('data')}"}})
@@ -325,9 +337,12 @@ def to_openai(msgs: list[Msg]) -> list[dict]:
     out = []
     for m in msgs:
         if m.role == "tool":
-            out.append({"role": "tool", "tool_call_id": m.call_id, "content": _as_text(m.content)})
+            out.append({"role": "tool", "tool_call_id": m.call_id, "content": _tool_text(m.content)})
         elif m.role == "assistant":
-            d: dict = {"role": "assistant", "content": _assistant_text(m.content) if (m.content or not m.calls) else None}
+            if not m.calls and isinstance(m.content, list) and not _assistant_text(m.content):
+                continue  # only structure the Chat Completions API has no place for (thinking)
+            text = _assistant_text(m.content) if m.content else ""
+            d: dict = {"role": "assistant", "content": text if (text or not m.calls) else None}
             if m.calls:
                 d["tool_calls"] = [
                     {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments if isinstance(c.arguments, str) else json.dumps(c.arguments, ensure_ascii=False, sort_keys=True)}}
@@ -339,9 +354,27 @@ def to_openai(msgs: list[Msg]) -> list[dict]:
     return out
 
 
+TEXT_PARTS = ("text", "input_text", "output_text")
+STRUCTURE_PARTS = ("thinking", "redacted_thinking", "reasoning", "tool_use", "tool_result")
+
+
 def _assistant_text(c: Any) -> str:
+    """The text of a message: text parts joined; thinking and other structure left out."""
     if isinstance(c, list):
-        return "".join(p.get("text", "") for p in c if isinstance(p, dict) and p.get("type") == "text") or _as_text(c)
+        out = []
+        for p in c:
+            if isinstance(p, dict) and p.get("type") in TEXT_PARTS and isinstance(p.get("text"), str):
+                out.append(p["text"])
+            elif not (isinstance(p, dict) and p.get("type") in STRUCTURE_PARTS):
+                out.append(_as_text(p))
+        return "".join(out)
+    return _as_text(c)
+
+
+def _tool_text(c: Any) -> str:
+    """A tool result as the text the model reads: a list of text parts joined by lines."""
+    if isinstance(c, list) and c and all(isinstance(p, dict) and p.get("type") in TEXT_PARTS and isinstance(p.get("text"), str) for p in c):
+        return "\n".join(p["text"] for p in c)
     return _as_text(c)
 
 
@@ -364,9 +397,26 @@ def _anthropic_blocks(c: Any) -> list[dict]:
     return [{"type": "text", "text": _as_text(c)}] if c is not None else []
 
 
+def _unique_ids(msgs: list[Msg]) -> dict[str, str]:
+    """Call entry hash -> an id unique in the request: the Messages API refuses a request
+    in which two tool_use blocks share an id, so a reused id gets a suffix (`t`, `t_2`, ...)."""
+    taken = {c.id for m in msgs for c in m.calls}
+    seen: set[str] = set()
+    out: dict[str, str] = {}
+    for m in msgs:
+        for c in m.calls:
+            new, n = c.id, 2
+            while new in seen or (new != c.id and new in taken):
+                new, n = f"{c.id}_{n}", n + 1
+            seen.add(new)
+            out[c.hash] = new
+    return out
+
+
 def to_anthropic(msgs: list[Msg]) -> dict:
     system = "\n\n".join(_assistant_text(m.content) for m in msgs if m.role == "system")
     turns: list[dict] = []
+    ids = _unique_ids(msgs)
 
     def add(role: str, blocks: list[dict]) -> None:
         if not blocks:
@@ -384,10 +434,10 @@ def to_anthropic(msgs: list[Msg]) -> dict:
         elif m.role == "assistant":
             blocks = _anthropic_blocks(m.content)
             for c in m.calls:
-                blocks.append({"type": "tool_use", "id": c.id, "name": c.name, "input": _tool_input(c.arguments)})
+                blocks.append({"type": "tool_use", "id": ids[c.hash], "name": c.name, "input": _tool_input(c.arguments)})
             add("assistant", blocks)
         else:
-            block = {"type": "tool_result", "tool_use_id": m.call_id, "content": _as_text(m.content)}
+            block = {"type": "tool_result", "tool_use_id": ids.get(m.answers, m.call_id), "content": _as_text(m.content)}
             if m.is_error:
                 block["is_error"] = True
             add("user", [block])

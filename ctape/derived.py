@@ -10,6 +10,14 @@ many of them (Codex writes one per turn) would store a longer list at every
 keyframe, quadratic in the history. Each keyframe holds the system messages since
 the one before it (`systems`) and links to the nearest earlier keyframe that
 holds any (`sys_key`); `systems()` follows those links.
+
+Pending tool calls are a list, oldest first. A result (or an error with a
+call_id) answers the latest open call of its id before it, like a stack per id:
+ids are unique only among the calls open at one time (pydantic-ai's TestModel
+reuses `pyd_ai_tool_call_id__<tool>` on every run). Keyframes carry `v`
+(KEYFRAME_VERSION); one written by an older ctape (pending keyed by id, which
+lost a call whose id was reused while open) is not used, and is written again
+the next time the path is folded, so the index schema need not change.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from typing import Any, Callable, Optional
 from .models import HIDDEN, Entry
 
 KEY_EVERY = 256
+KEYFRAME_VERSION = 2
 RESULT_KINDS = ("tool_result", "error")
 
 
@@ -37,12 +46,12 @@ def merge_patch(target: Any, patch: Any) -> Any:
 
 
 def empty() -> dict:
-    return {"state": None, "pending": {}, "last_error": None, "systems": [], "sys_key": None, "last_key": None}
+    return {"v": KEYFRAME_VERSION, "state": None, "pending": [], "last_error": None, "systems": [], "sys_key": None, "last_key": None}
 
 
 def step(d: dict, e: Entry) -> dict:
     """The derived values after entry e, given those at its parent (d is not modified)."""
-    out = {"state": d["state"], "pending": d["pending"], "last_error": d["last_error"], "systems": d["systems"], "sys_key": d.get("sys_key"), "last_key": d.get("last_key")}
+    out = {"v": KEYFRAME_VERSION, "state": d["state"], "pending": d["pending"], "last_error": d["last_error"], "systems": d["systems"], "sys_key": d.get("sys_key"), "last_key": d.get("last_key")}
     if e.parent is not None and e.parent == out["last_key"]:
         # d is the parent's keyframe: its system messages stay there, a new run starts
         out["systems"] = []
@@ -56,14 +65,14 @@ def step(d: dict, e: Entry) -> dict:
     if e.delta is not None:
         out["state"] = merge_patch(d["state"], e.delta)
     if e.kind == "tool_call" and e.call_id:
-        p = dict(d["pending"])
         name = e.payload.get("name") if isinstance(e.payload, dict) else None
-        p[e.call_id] = {"hash": e.hash, "call_id": e.call_id, "name": name}
-        out["pending"] = p
-    elif e.kind in RESULT_KINDS and e.call_id and e.call_id in d["pending"]:
-        p = dict(d["pending"])
-        del p[e.call_id]
-        out["pending"] = p
+        out["pending"] = d["pending"] + [{"hash": e.hash, "call_id": e.call_id, "name": name}]
+    elif e.kind in RESULT_KINDS and e.call_id:
+        p = d["pending"]
+        for i in range(len(p) - 1, -1, -1):
+            if p[i]["call_id"] == e.call_id:
+                out["pending"] = p[:i] + p[i + 1 :]
+                break
     if e.kind == "error" or (e.kind == "tool_result" and isinstance(e.payload, dict) and e.payload.get("is_error") is True):
         out["last_error"] = e.hash
     return out
@@ -112,7 +121,7 @@ def derive(
         e = read(h)
         if e.seq % KEY_EVERY == 0:
             k = load_key(h)
-            if k is not None:
+            if k is not None and k.get("v") == KEYFRAME_VERSION:
                 base = k
                 break
         path.append(e)

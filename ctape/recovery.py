@@ -16,7 +16,7 @@ def status(session: "Session") -> dict:
     refs = session.refs()
     h = refs.head_hash
     incomplete = bool(h) and not tape.has_entry(h)
-    head, d = None, {"pending": {}, "last_error": None}
+    head, d = None, {"pending": [], "last_error": None}
     if h and not incomplete:
         try:
             head = tape.read_entry(h)
@@ -51,7 +51,7 @@ def status(session: "Session") -> dict:
         "detached": refs.head is not None and refs.branch is None,
         "seq": head.seq if head else 0,
         "last_entry": {"hash": head.hash, "kind": head.kind, "time": head.time} if head else None,
-        "pending_tool_calls": list(d["pending"].values()),
+        "pending_tool_calls": list(d["pending"]),
         "interrupted_stream": interrupted,
         "last_error": last_error,
         "conflicts": sorted(refs.conflicts),

@@ -5,17 +5,21 @@ from __future__ import annotations
 from typing import Any, Iterable, Iterator, Optional
 
 import json
+import re
 
 from . import derived, framing
 from . import refs as refmod
 from .index import hash_key
 from .canonical import entry_body
-from .errors import CorruptObject, EntryNotFound, InvalidInput, RefNotFound
+from .errors import CorruptObject, CtapeError, EntryNotFound, InvalidInput, RefNotFound
 from .models import Entry, check_name, check_payload, now_rfc3339, parse_time
 from .refs import HEAD, RefState
 from .files import TYPE_BLOB, TYPE_ENTRY
 from .segment import SegmentWriter
 from .tape import Tape, check_kind
+
+
+HASH_RE = re.compile(r"[0-9a-f]{64}")
 
 
 class Session:
@@ -281,9 +285,30 @@ class Session:
             return self._put_entry(w, kind, payload, meta or {}, delta, time, parent)
 
     def set_refs(self, op: str, changes: dict[str, Optional[str]], **extra: Any) -> None:
-        """Write one ref record as is (import, sync tools)."""
+        """Write one ref record as is (import, sync tools); every value must be a ref:
+        an entry of this tape, "@BRANCH" for HEAD, or null (delete)."""
+        self._check_ref_values(changes)
         with self.store.writing(self.name) as w:
             self._write_ref(w, op, changes, **extra)
+
+    def _check_ref_values(self, changes: dict) -> None:
+        for ref, value in changes.items():
+            if ref != HEAD:
+                check_name(ref, "branch name")
+            if value is None:
+                continue
+            if ref == HEAD and isinstance(value, str) and value.startswith("@"):
+                check_name(value[1:], "branch name")
+                continue
+            if not (isinstance(value, str) and HASH_RE.fullmatch(value) and self._is_entry(value)):
+                raise InvalidInput(f"{ref}: {value!r} is not an entry of this tape; give a full entry hash" + (" or @BRANCH" if ref == HEAD else ""))
+
+    def _is_entry(self, h: str) -> bool:
+        try:
+            self.tape.read_entry(h)
+            return True
+        except CtapeError:
+            return False
 
     # -- reading ----------------------------------------------------------------------------
 

@@ -820,3 +820,116 @@ def test_many_system_messages_all_reach_the_prompt_and_keyframes_stay_small(tape
     fresh = Tape.open(tape_dir, cache_dir=str(tape_dir.parent / "fresh-cache"))  # no keyframes yet
     assert [m["content"] for m in fresh.session("codex").context(fork_at, format="openai") if m["role"] == "system"] == want
     fresh.close()
+
+
+# -- reused tool-call ids (issue 13.1): a result answers the latest open call of its id before it --
+
+
+def _reused_id_session(s, answer_second=True):
+    s.append("user", {"content": "first"})
+    s.append("tool_call", {"call_id": "t", "name": "bash", "arguments": {"cmd": "ls"}})
+    s.append("tool_result", {"call_id": "t", "output": "R1"})
+    s.append("user", {"content": "second"})
+    s.append("tool_call", {"call_id": "t", "name": "bash", "arguments": {"cmd": "pwd"}})
+    if answer_second:
+        s.append("tool_result", {"call_id": "t", "output": "R2"})
+
+
+@pytest.mark.parametrize("policies", [[], ["exclude-errors"], ["dedupe-tools"], ["exclude-errors", "dedupe-tools"]], ids=lambda p: "+".join(p) or "none")
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_reused_call_id_pairs_by_position(tape, fmt, policies):
+    s = tape.session(S)
+    _reused_id_session(s)
+    out = s.context(format=fmt, policies=policies)
+    validate(fmt, out, path_of(tape, S))
+    if fmt == "anthropic":  # the Messages API wants unique tool_use ids in a request: the second is renamed
+        assert ids_of_calls(fmt, out) == ["t", "t_2"]
+        assert result_for(fmt, out, "t") + result_for(fmt, out, "t_2") == ["R1", "R2"]
+    else:
+        assert result_for(fmt, out, "t") == ["R1", "R2"]
+    assert not any("interrupt" in t.lower() for t in texts(fmt, out))
+    assert s.status()["pending_tool_calls"] == []
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_reused_call_id_second_call_still_pending(tape, fmt):
+    s = tape.session(S)
+    _reused_id_session(s, answer_second=False)
+    second = s.head.hash
+    out = s.context(format=fmt)
+    validate(fmt, out, path_of(tape, S))
+    got = result_for(fmt, out, "t") + (result_for(fmt, out, "t_2") if fmt == "anthropic" else [])
+    assert got[0] == "R1" and len(got) == 2 and "interrupt" in got[1].lower()
+    assert [c["hash"] for c in s.status()["pending_tool_calls"]] == [second]
+
+
+def test_nested_open_calls_with_one_id_pair_like_a_stack(tape):
+    """Two open calls with one id: the result answers the later one; the earlier stays pending."""
+    s = tape.session(S)
+    s.append("user", {"content": "go"})
+    first = s.append("tool_call", {"call_id": "t", "name": "a", "arguments": {}})
+    s.append("tool_call", {"call_id": "t", "name": "b", "arguments": {}})
+    s.append("tool_result", {"call_id": "t", "output": "for b"})
+    assert [c["hash"] for c in s.status()["pending_tool_calls"]] == [first.hash]
+    out = s.context(format="tape")
+    validate("tape", out, path_of(tape, S))
+    kinds = [(e["kind"], e["payload"].get("name") or e["payload"].get("output")) for e in out]
+    # one assistant turn with both calls, then their results in call order
+    assert kinds[1:] == [("tool_call", "a"), ("tool_call", "b"), ("tool_result", kinds[3][1]), ("tool_result", "for b")]
+    assert "interrupt" in kinds[3][1].lower()
+
+
+def test_reused_call_id_with_exclude_errors_drops_only_the_failed_call(tape):
+    s = tape.session(S)
+    s.append("user", {"content": "first"})
+    s.append("tool_call", {"call_id": "t", "name": "bash", "arguments": {"cmd": "x"}})
+    s.append("tool_result", {"call_id": "t", "output": "boom", "is_error": True})
+    s.append("user", {"content": "second"})
+    s.append("tool_call", {"call_id": "t", "name": "bash", "arguments": {"cmd": "y"}})
+    s.append("tool_result", {"call_id": "t", "output": "fine"})
+    for fmt in FORMATS:
+        out = s.context(format=fmt, policies=["exclude-errors"])
+        validate(fmt, out, path_of(tape, S))
+        assert result_for(fmt, out, "t") == ["fine"]
+
+
+def test_reused_call_id_across_a_keyframe(tape):
+    """Pending calls kept in keyframes pair by position too (a keyframe every 256 entries)."""
+    s = tape.session(S)
+    with tape.batch():
+        first = s.append("tool_call", {"call_id": "t", "name": "a", "arguments": {}})
+        for i in range(300):
+            s.append("user", {"content": f"m{i}"})
+        s.append("tool_call", {"call_id": "t", "name": "b", "arguments": {}})
+        for i in range(300):
+            s.append("user", {"content": f"n{i}"})
+        s.append("tool_result", {"call_id": "t", "output": "for b"})
+    assert [c["hash"] for c in s.status()["pending_tool_calls"]] == [first.hash]
+    t2 = Tape.open(tape.path)
+    try:
+        assert [c["hash"] for c in t2.session(S).status()["pending_tool_calls"]] == [first.hash]
+    finally:
+        t2.close()
+
+
+def test_keyframe_of_an_older_ctape_is_folded_again(tape):
+    """A keyframe written before calls paired by position (pending keyed by id, no "v") is not trusted."""
+    s = tape.session(S)
+    with tape.batch():
+        first = s.append("tool_call", {"call_id": "t", "name": "a", "arguments": {}})
+        second = s.append("tool_call", {"call_id": "t", "name": "b", "arguments": {}})
+        for i in range(260):
+            e = s.append("user", {"content": f"m{i}"})
+            if e.seq == 256:
+                key = e
+        s.append("tool_result", {"call_id": "t", "output": "for b"})
+    old = {"state": None, "pending": {"t": {"hash": second.hash, "call_id": "t", "name": "b"}}, "last_error": None, "systems": [], "sys_key": None, "last_key": key.hash, "prev_key": None}
+    tape.close()
+    t2 = Tape.open(tape.path)
+    try:
+        assert t2.store.index.keyframe(key.hash).get("v") == 2  # written by the append path
+        t2.store.index.put_keyframe(key.hash, old)
+        assert t2.store.index.keyframe(key.hash) == old
+        assert [c["hash"] for c in t2.session(S).status()["pending_tool_calls"]] == [first.hash]
+    finally:
+        t2.close()

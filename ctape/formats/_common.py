@@ -6,11 +6,15 @@ with its 1-based line number (`meta["ctape.line"]`). Export in the same format
 writes those values back in line order. A record that becomes several entries (a
 user line holding two tool results, an assistant message with three tool calls)
 keeps the record on its first entry; the others carry `ctape.part`. A line that is
-not JSON is kept verbatim as `ctape.raw` on a hidden entry and written back as is.
+not JSON is kept verbatim as `ctape.raw` on a hidden entry and written back as is;
+when its bytes are not UTF-8 either, they are kept as base64 in `ctape.raw.b64` and
+exported as a str whose undecodable bytes are surrogate escapes, so that
+`line.encode("utf-8", "surrogateescape")` gives the original bytes back.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -19,11 +23,13 @@ from typing import Any, Callable, Iterable, Iterator, Optional
 
 from ..errors import InvalidInput, RefNotFound
 from ..models import HIDDEN, NAME_RE, check_name, parse_time
+from ..refs import HEAD
 
 LINE = "ctape.line"  # 1-based line of the source file the record came from
 PART = "ctape.part"  # 1, 2, ... for the extra entries made from one record
 ITEM = "ctape.item"  # position of a message inside a container record (openai)
 RAW = "ctape.raw"  # the text of a line that is not JSON, kept verbatim
+RAW_B64 = "ctape.raw.b64"  # the bytes (base64) of a line that is neither JSON nor UTF-8
 FORMAT = "ctape.format"  # the format a RAW line came from
 EPOCH = "1970-01-01T00:00:00Z"  # time of leading records when the file has no time at all
 
@@ -91,15 +97,11 @@ def scan_lines(f) -> Iterator[Line]:
 
 
 def read_at(f, line: Line) -> Any:
-    """The value of a line found by scan_lines, read again (keeps memory bounded)."""
+    """The value of a line found by scan_lines, read again (keeps memory bounded);
+    for a line that is not JSON, its bytes without the line end."""
     f.seek(line.offset)
     raw = f.read(line.length)
-    return loads(raw) if line.ok else raw.decode("utf-8", "replace").rstrip("\r\n")
-
-
-def raw_text(f, line: Line) -> str:
-    f.seek(line.offset)
-    return f.read(line.length).decode("utf-8", "replace").rstrip("\r\n")
+    return loads(raw) if line.ok else raw.rstrip(b"\r\n")
 
 
 def ends_with_newline(f) -> bool:
@@ -178,13 +180,73 @@ def record_meta(fmt: str, record: Any, line: int, is_hidden: bool = False) -> di
     return hidden(meta) if is_hidden else meta
 
 
-def raw_line_meta(fmt: str, text: str, line: int) -> dict:
-    return hidden({RAW: text, FORMAT: fmt, LINE: line})
+def raw_line_meta(fmt: str, raw: bytes, line: int) -> dict:
+    try:
+        kept: dict = {RAW: raw.decode("utf-8")}
+    except UnicodeDecodeError:
+        kept = {RAW_B64: base64.b64encode(raw).decode("ascii")}
+    return hidden({**kept, FORMAT: fmt, LINE: line})
+
+
+def raw_line(meta: dict) -> Optional[str]:
+    """The line a raw-line entry keeps (undecodable bytes as surrogate escapes), else None."""
+    if isinstance(meta.get(RAW), str):
+        return meta[RAW]
+    if isinstance(meta.get(RAW_B64), str):
+        return base64.b64decode(meta[RAW_B64]).decode("utf-8", "surrogateescape")
+    return None
 
 
 def part_meta(fmt: str, line: int, part: int, is_hidden: bool = False) -> dict:
     meta = {FORMAT: fmt, LINE: line, PART: part}
     return hidden(meta) if is_hidden else meta
+
+
+def is_ancestor(tape, a: str, b: str) -> bool:
+    """True when entry a is b or on b's path to its root."""
+    from ..derived import ancestor
+
+    ea, eb = tape.read_entry(a), tape.read_entry(b)
+    if ea.seq > eb.seq:
+        return False
+    return ancestor(b, eb.seq - ea.seq, tape.read_entry, tape.store.index.keyframe) == a
+
+
+def safe_refs(tape, session, wanted: dict, head: str = "@main") -> tuple[dict, list[str]]:
+    """The ref changes an import may make: it never removes, rewinds or replaces a ref.
+
+    A branch the session does not have is created; one the imported tip extends moves
+    forward (a file that grew); one ahead of the imported tip stays; one that went
+    another way stays too, and the imported tip goes to `BRANCH-imported` (or moves
+    that one forward, or `-imported-2`, ...). A null asks to delete: it is ignored.
+    HEAD is set only when the session has none yet."""
+    st = session.refs() if session.exists() else None
+    branches = dict(st.branches) if st else {}
+    changes: dict = {}
+    notes: list[str] = []
+    for b, h in wanted.items():
+        if h is None:
+            if b in branches:
+                notes.append(f"left branch {b} as it is (an import never deletes a branch)")
+            continue
+        names = [b] + [f"{b}-imported"] + [f"{b}-imported-{n}" for n in range(2, 100)]
+        for name in names:
+            old = branches.get(name)
+            if old is None:
+                changes[name] = branches[name] = h
+                if name != b:
+                    notes.append(f"branch {b} went another way: the imported one is branch {name}")
+                break
+            if old == h or is_ancestor(tape, h, old):
+                if name == b and old != h:
+                    notes.append(f"kept branch {b}: it is ahead of the imported one")
+                break
+            if is_ancestor(tape, old, h):
+                changes[name] = branches[name] = h
+                break
+    if st is None or st.head is None:
+        changes[HEAD] = head
+    return changes, notes
 
 
 class Progress:
@@ -286,8 +348,8 @@ def export_records(tape, ref: str, fmt: str, synthesize: Callable[[Any], Optiona
         m = e.meta if isinstance(e.meta, dict) else {}
         src = source_format(m)
         if src == fmt:
-            if RAW in m:
-                yield m[RAW]
+            if raw_line(m) is not None:
+                yield raw_line(m)
             elif fmt in m:
                 yield dumps(m[fmt])
         elif src is not None and m.get(HIDDEN):

@@ -22,17 +22,17 @@ import glob
 import json
 import os
 import uuid as uuidlib
-from collections import defaultdict
+from collections import defaultdict, deque
 from typing import Any, Iterator, Optional
 
 from ..errors import InvalidInput
 from ..models import HIDDEN
-from ..refs import HEAD
 from . import _common as c
 
 FMT = "claude-code"
 MESSAGE_TYPES = ("user", "assistant")
 SPLICE_WINDOW = 256  # how far back a parallel tool result's parent may be on its thread
+MEMO = 65536  # export: how many entries' uuids to remember at most
 
 
 # -- mapping --------------------------------------------------------------------------
@@ -79,7 +79,7 @@ def map_record(v: Any) -> list[tuple[str, dict, bool]]:
     content = msg.get("content")
     if t == "assistant" and (v.get("isApiErrorMessage") or (msg.get("model") == "<synthetic>" and v.get("error"))):
         text = c.text_of(content) or str(v.get("error") or "API error")
-        return [("error", {"message": text}, False)]
+        return [("error", {"message": text}, True)]  # Claude Code never sends these to the model: status, not context
     if t in MESSAGE_TYPES and "message" in v:
         if isinstance(content, list):
             return _split(t, content, "tool_use" if t == "assistant" else "tool_result")
@@ -106,7 +106,7 @@ def is_record(v: Any) -> bool:
 class Info:
     """What the second pass needs to know about a line, without its content."""
 
-    __slots__ = ("line", "uuid", "parent", "message", "results", "sidechain", "agent")
+    __slots__ = ("line", "uuid", "parent", "message", "results", "sidechain", "agent", "unlinked")
 
     def __init__(self, line: c.Line, v: Any):
         self.line = line
@@ -114,6 +114,9 @@ class Info:
         u, p = d.get("uuid"), d.get("parentUuid") or d.get("logicalParentUuid")
         self.uuid = u if isinstance(u, str) else None
         self.parent = p if isinstance(p, str) else None
+        # no parentUuid key at all (Claude Code always writes one, null for a root): the line
+        # says nothing about a tree, so it continues the file like a line of a linear log
+        self.unlinked = "parentUuid" not in d and "logicalParentUuid" not in d
         kinds = [k for k, _, _ in map_record(v)] if line.ok else ["system"]
         self.message = self.uuid is not None and (d.get("type") in MESSAGE_TYPES or "anchor" in kinds)
         self.results = "tool_result" in kinds
@@ -176,6 +179,7 @@ class Builder:
         self.last: Optional[Thread] = None
         self.entries = 0
         self.raw_lines = 0
+        self.done: set[int] = set()  # lines processed
 
     def run(self) -> None:
         waiting: dict[str, list[int]] = defaultdict(list)
@@ -185,34 +189,36 @@ class Builder:
                 waiting[p].append(i)  # its parent is further down the file
             else:
                 self._cascade(i, waiting, False)
-        while waiting:  # parents that never came (a cycle): break it at the earliest line
-            p, js = min(waiting.items(), key=lambda kv: kv[1][0])
-            i = js.pop(0)
-            if not js:
-                del waiting[p]
-            self._cascade(i, waiting, True)
+        # parents that never came (a cycle): break each at its earliest line, in file order
+        # (one pass over the lines still waiting: linear, whatever the number of cycles)
+        for i in sorted(i for js in waiting.values() for i in js):
+            if i not in self.done:
+                self._cascade(i, waiting, True)
 
     def _cascade(self, i: int, waiting: dict, force_root: bool) -> None:
-        """Process line i, then every line that was waiting for it, in file order."""
-        todo = [(i, force_root)]
+        """Process line i, then every line that was waiting for it, depth first in file order."""
+        todo = deque([(i, force_root)])
         while todo:
-            j, root = todo.pop(0)
+            j, root = todo.popleft()
             self._process(j, root)
             u = self.infos[j].uuid
             if u and u in waiting:
-                todo[:0] = [(k, False) for k in waiting.pop(u)]
+                todo.extendleft((k, False) for k in reversed(waiting.pop(u)) if k not in self.done)
 
     def _thread_for(self, info: Info, force_root: bool) -> Thread:
         p = None if force_root else info.parent
         if not info.message:
             return self.last or self._new_thread(None, info)
         if p is None or p not in self.entry_of:
-            if self.last and not self.last.has_message and not info.sidechain:
-                return self.last  # bookkeeping lines before the first message: one prelude
+            if self.last and not info.sidechain and (not self.last.has_message or (info.unlinked and not force_root)):
+                return self.last  # bookkeeping lines before the first message: one prelude; or an unlinked line
             return self._new_thread(None, info)
         pe, t = self.entry_of[p], self.thread_of[p]
+        first = pe
         while pe in self.after:  # children of X go after the bookkeeping lines spliced after X
             pe = self.after[pe]
+        if first != pe:
+            self.after[first] = pe  # the next child of X need not walk the splice again
         if t.tip == pe or (info.results and self._recent_ancestor(pe, t.tip)):
             return t
         return self._new_thread(pe, info)
@@ -232,6 +238,7 @@ class Builder:
         return False
 
     def _process(self, i: int, force_root: bool) -> None:
+        self.done.add(i)
         info = self.infos[i]
         t = self._thread_for(info, force_root)
         value = c.read_at(self.f, info.line)
@@ -340,9 +347,11 @@ def import_file(tape, path: str, session: Optional[str], progress: bool, exact: 
         with tape.batch():
             b.run()
             refs = b.refs()
-            s.set_refs("import", {**refs, HEAD: "@main"}, source=FMT)
+            changes, ref_notes = c.safe_refs(tape, s, refs)
+            if changes:
+                s.set_refs("import", changes, source=FMT)
         bar.done()
-    notes = [f"subagent {agent}" if agent else "", f"kept {b.raw_lines} lines that are not JSON as they are" if b.raw_lines else "", truncated]
+    notes = [f"subagent {agent}" if agent else "", f"kept {b.raw_lines} lines that are not JSON as they are" if b.raw_lines else "", truncated, *ref_notes]
     return c.summary_line(path, name, len(infos), b.entries, len(refs), notes), sid, name, agent
 
 
@@ -350,19 +359,57 @@ def import_file(tape, path: str, session: Optional[str], progress: bool, exact: 
 
 
 def export(tape, ref: str) -> Iterator[str]:
-    return c.export_records(tape, ref, FMT, synthesize)
+    links = _Links(tape)
+    return c.export_records(tape, ref, FMT, lambda e: synthesize(e, links))
 
 
 def _uuid(h: Optional[str]) -> Optional[str]:
     return str(uuidlib.UUID(h[:32])) if h else None
 
 
-def synthesize(e) -> Optional[dict]:
+class _Links:
+    """The uuid a Claude Code line written for an entry's parent has, and the session id
+    around it: a record imported from Claude Code keeps its own uuid; an entry that
+    carries no line of its own (a part of a record, a bookkeeping line without uuid)
+    stands for the nearest ancestor that does; a native entry is named by its hash."""
+
+    def __init__(self, tape):
+        self.tape = tape
+        self.memo: dict[str, tuple[Optional[str], Optional[str]]] = {}
+
+    def of(self, h: Optional[str]) -> tuple[Optional[str], Optional[str]]:
+        """(uuid of the line that stands for entry h, sessionId of the nearest record at or above it)."""
+        path = []
+        x = h
+        while x is not None and x not in self.memo:
+            e = self.tape.read_entry(x)
+            path.append(e)
+            x = e.parent
+        above = self.memo[x] if x is not None else (None, None)
+        if len(self.memo) + len(path) > MEMO:
+            self.memo.clear()  # memory stays bounded; a later walk goes a little further
+        for e in reversed(path):
+            m = e.meta if isinstance(e.meta, dict) else {}
+            src = c.source_format(m)
+            rec = m.get(FMT) if src == FMT else None
+            if isinstance(rec, dict) and isinstance(rec.get("uuid"), str):
+                sid = rec.get("sessionId")
+                above = (rec["uuid"], sid if isinstance(sid, str) else above[1])
+            elif src != FMT and not m.get(HIDDEN):  # a line synthesize writes
+                above = (_uuid(e.hash), above[1])
+            self.memo[e.hash] = above
+        return above if h is not None else (None, None)
+
+
+def synthesize(e, links: Optional[_Links] = None) -> Optional[dict]:
     """A Claude Code line for an entry that did not come from Claude Code."""
     if isinstance(e.meta, dict) and e.meta.get(HIDDEN):
         return None
     p = e.payload if isinstance(e.payload, dict) else {}
-    base = {"parentUuid": _uuid(e.parent), "uuid": _uuid(e.hash), "timestamp": e.time}
+    parent, sid = links.of(e.parent) if links is not None else (_uuid(e.parent), None)
+    base = {"parentUuid": parent, "uuid": _uuid(e.hash), "timestamp": e.time}
+    if sid:
+        base["sessionId"] = sid
     if e.kind == "tool_call":
         block = {"type": "tool_use", "id": p.get("call_id"), "name": p.get("name"), "input": p.get("arguments")}
         return {**base, "type": "assistant", "message": {"role": "assistant", "content": [block]}}

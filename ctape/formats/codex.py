@@ -9,11 +9,12 @@ file back record for record. docs/import.md has the mapping table.
 from __future__ import annotations
 
 import json
+import re
+from collections import deque
 from typing import Any, Iterator, Optional
 
 from ..errors import InvalidInput
 from ..models import HIDDEN
-from ..refs import HEAD
 from . import _common as c
 
 FMT = "codex"
@@ -82,7 +83,9 @@ def map_item(item: dict) -> tuple[str, dict, bool]:
     return _hidden(f"codex {t}", type=t)
 
 
-def map_record(v: Any) -> tuple[str, dict, bool]:
+def map_record(v: Any, spoken: bool = False) -> tuple[str, dict, bool]:
+    """One line as (kind, payload, hidden); `spoken`: an event_msg user_message or
+    agent_message that is the only record of its message (see `voiced_events`)."""
     if not isinstance(v, dict):
         return _hidden("codex record")
     rtype, p = v.get("type"), v.get("payload")
@@ -101,10 +104,116 @@ def map_record(v: Any) -> tuple[str, dict, bool]:
         return map_item(p)
     if rtype == "compacted":
         return ("anchor", {"name": "compacted", "summary": p.get("message")}, False)
+    if spoken and rtype == "event_msg" and p.get("type") == "user_message":
+        return ("user", {"content": _event_content(p)}, False)
+    if spoken and rtype == "event_msg" and p.get("type") == "agent_message":
+        return ("assistant", {"content": p.get("message") if isinstance(p.get("message"), str) else ""}, False)
     if rtype == "event_msg" and p.get("type") == "error" and isinstance(p.get("message"), str):
         return ("error", {"message": p["message"]}, True)
     sub = p.get("type")
     return _hidden(f"codex {rtype}" + (f" {sub}" if isinstance(sub, str) else ""), type=rtype)
+
+
+def _event_content(p: dict) -> Any:
+    text = p.get("message") if isinstance(p.get("message"), str) else ""
+    images = [u for u in p.get("images") or [] if isinstance(u, str)] if isinstance(p.get("images"), list) else []
+    if not images:
+        return text
+    return [{"type": "text", "text": text}] + [{"type": "image_url", "image_url": {"url": u}} for u in images]
+
+
+# -- which records are the conversation ---------------------------------------------------
+#
+# Codex writes a message twice in most versions: the `response_item` message (what is
+# replayed to the model) and an `event_msg` user_message / agent_message (the UI stream).
+# Newer versions write some requests only as the event. An event is the conversation
+# when no response_item message of its role with the same text is in its run: the lines
+# between two records of the other side (for a user message: assistant messages, tool
+# calls and outputs; for an agent message: user messages, tool calls and outputs).
+
+_PLACEHOLDER = re.compile(r"\[REDACTED_[A-Z_]+ (len=\d+ sha=[0-9a-f]+)\]")
+
+
+def _said(text: Any) -> int:
+    """A key for a message's text: equal for the two records of one message
+    (sanitised captures name the placeholder differently in the two records)."""
+    t = text if isinstance(text, str) else c.text_of(text)
+    return hash(_PLACEHOLDER.sub(r"[REDACTED \1]", t).strip())
+
+
+def _item_keys(content: Any) -> tuple[int, ...]:
+    """Keys an event's text may match: the whole text, and the first text part (with
+    images, Codex writes the request, then `<image>`, the image, `</image>` as parts)."""
+    keys = [_said(_content(content))]
+    if isinstance(content, list):
+        first = next((p.get("text") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)), None)
+        if first is not None:
+            keys.append(_said(first))
+    return tuple(keys)
+
+
+def classify(v: Any) -> Optional[tuple[str, tuple[int, ...]]]:
+    """("U"|"A"|"EU"|"EA", text keys) for the records of a message, ("X", ()) for a tool
+    call or output, None for the rest."""
+    if not isinstance(v, dict):
+        return None
+    p = v.get("payload") if isinstance(v.get("payload"), dict) else (v if v.get("type") in LEGACY_ITEMS else None)
+    if p is None:
+        return None
+    t = p.get("type")
+    if v.get("type") == "event_msg":
+        if t in ("user_message", "agent_message"):
+            return ("EU" if t == "user_message" else "EA", (_said(p.get("message") if isinstance(p.get("message"), str) else ""),))
+        return None
+    if v.get("type") not in ("response_item", None) and v.get("type") not in LEGACY_ITEMS:
+        return None
+    if t == "message" and p.get("role") in ("user", "assistant"):
+        return ("U" if p["role"] == "user" else "A", _item_keys(p.get("content")))
+    if isinstance(t, str) and (t.endswith("_call") or t.endswith("_call_output")):
+        return ("X", ())
+    return None
+
+
+def voiced_events(classes: list) -> set[int]:
+    """Line numbers of the events that are the only record of their message."""
+    out: set[int] = set()
+    for item, event, ends in (("U", "EU", ("A", "EA", "X")), ("A", "EA", ("U", "EU", "X"))):
+        run = _Run()
+        for number, cls in classes:
+            if cls is None:
+                continue
+            if cls[0] in ends:
+                out |= run.close()
+            elif cls[0] == item:
+                for key in set(cls[1]):
+                    run.items.setdefault(key, deque()).append(number)
+            elif cls[0] == event:
+                run.events.append((number, cls[1][0]))
+        out |= run.close()
+    return out
+
+
+class _Run:
+    """The messages of one side between two records of the other side."""
+
+    def __init__(self):
+        self.items: dict[int, deque] = {}  # text key -> the run's items (by line) with that key
+        self.events: list[tuple[int, int]] = []
+
+    def close(self) -> set[int]:
+        """The run's events that no item echoes; starts a new run."""
+        used: set[int] = set()
+        voiced = set()
+        for number, key in self.events:
+            found = self.items.get(key) or deque()
+            while found and found[0] in used:
+                found.popleft()
+            if found:
+                used.add(found.popleft())
+            else:
+                voiced.add(number)
+        self.items, self.events = {}, []
+        return voiced
 
 
 # -- import ---------------------------------------------------------------------------
@@ -116,7 +225,7 @@ def import_files(tape, files: list[str], session: Optional[str], progress: bool 
 
 def import_file(tape, path: str, session: Optional[str], progress: bool = False) -> str:
     with c.open_source(path) as f:
-        lines, first_time, sid, truncated = _scan(f, path)
+        lines, first_time, sid, truncated, voiced = _scan(f, path)
         name = c.check_target(session or c.session_name(sid, path))
         s = tape.session(name)
         clock = c.Clock(first_time)
@@ -127,7 +236,7 @@ def import_file(tape, path: str, session: Optional[str], progress: bool = False)
             for line in lines:
                 value = c.read_at(f, line)
                 if line.ok:
-                    kind, payload, hide = map_record(value)
+                    kind, payload, hide = map_record(value, line.number in voiced)
                     meta = c.record_meta(FMT, value, line.number, hide)
                     t = clock.take(record_time(value))
                 else:
@@ -137,17 +246,21 @@ def import_file(tape, path: str, session: Optional[str], progress: bool = False)
                     kept_raw += 1
                 parent = s.put_entry(kind, payload, meta, None, t, parent).hash
                 bar.update(line.offset)
-            s.set_refs("import", {"main": parent, HEAD: "@main"}, source=FMT)
+            changes, ref_notes = c.safe_refs(tape, s, {"main": parent})
+            if changes:
+                s.set_refs("import", changes, source=FMT)
         bar.done()
-    notes = [f"kept {kept_raw} lines that are not JSON as they are" if kept_raw else "", truncated]
+    notes = [f"kept {kept_raw} lines that are not JSON as they are" if kept_raw else "", truncated, *ref_notes]
     return c.summary_line(path, name, len(lines), len(lines), 1, notes)
 
 
 def _scan(f, path: str):
     """First pass: which lines to import, the first time and the session id; refuses a file with no record."""
     lines, first_time, sid, valid = [], None, None, 0
+    classes = []
     for ln in c.scan_lines(f):
         if ln.ok:
+            classes.append((ln.number, classify(ln.value)))
             valid += is_record(ln.value)
             first_time = first_time or record_time(ln.value)
             sid = sid or session_id(ln.value)
@@ -159,7 +272,7 @@ def _scan(f, path: str):
         truncated = f"skipped the incomplete last line {dropped.number} (file still being written?)"
     if not valid:
         raise InvalidInput(f"{path}: no Codex rollout record found (expected JSON lines like {{\"timestamp\", \"type\", \"payload\"}}); is this a Codex session file?")
-    return lines, first_time, sid, truncated
+    return lines, first_time, sid, truncated, voiced_events(classes)
 
 
 # -- export ---------------------------------------------------------------------------

@@ -14,10 +14,13 @@ from __future__ import annotations
 import json
 from typing import Iterator, Optional
 
-from ..errors import InvalidInput
-from ._common import entries_for_export
+import re
+
+from ..errors import CtapeError, InvalidInput
+from ._common import entries_for_export, safe_refs
 from ..models import NAME_RE, check_name
-from ..refs import HEAD
+
+HASH_RE = re.compile(r"[0-9a-f]{64}")
 
 HEADER = "export"
 
@@ -74,7 +77,9 @@ def import_file(tape, path: str, session: Optional[str]) -> str:
     check_name(name, "session name")
     s = tape.session(name)
     by_hash = {e["hash"]: e for e in entries}
+    wanted, head = _wanted_refs(tape, path, refs, by_hash)
     done: set[str] = set()
+    notes: list[str] = []
     with tape.batch():
         for e in _parents_first(entries, by_hash):
             if e["parent"] and e["parent"] not in done and e["parent"] not in by_hash and not tape.has_entry(e["parent"]):
@@ -83,20 +88,49 @@ def import_file(tape, path: str, session: Optional[str]) -> str:
             if got.hash != e["hash"]:
                 raise InvalidInput(f"{path}: entry {e['hash'][:12]} does not hash to its name (edited?); nothing was imported")
             done.add(got.hash)
-        changes: dict = {}
-        if refs:
-            for b, h in (refs.get("branches") or {}).items():
-                check_name(b, "branch name")
-                changes[b] = h
-            if refs.get("head"):
-                changes[HEAD] = refs["head"]
-        elif entries:
-            tips = set(by_hash) - {e["parent"] for e in entries}
-            tip = max((by_hash[t] for t in tips), key=lambda e: (e["seq"], e["hash"]))
-            changes = {"main": tip["hash"], HEAD: "@main"}
-        if changes:
-            s.set_refs("import", changes)
-    return f"imported {len(entries)} entries into session {name}"
+        if wanted:
+            changes, notes = safe_refs(tape, s, wanted, head)
+            if changes:
+                s.set_refs("import", changes)
+    return f"imported {len(entries)} entries into session {name}" + ("; " + "; ".join(notes) if notes else "")
+
+
+def _wanted_refs(tape, path: str, refs: Optional[dict], by_hash: dict) -> tuple[dict, str]:
+    """The branches and HEAD the file asks for, checked before anything is written:
+    a value that is not an entry of the file or of the tape is a one-line error."""
+
+    def entry(h, what: str) -> str:
+        if not (isinstance(h, str) and HASH_RE.fullmatch(h) and (h in by_hash or _is_entry(tape, h))):
+            raise InvalidInput(f"{path}: {what} is {h!r}, which is no entry of the file or the tape; nothing was imported")
+        return h
+
+    if not refs:
+        if not by_hash:
+            return {}, "@main"
+        tips = set(by_hash) - {e["parent"] for e in by_hash.values()}
+        tip = max((by_hash[t] for t in tips), key=lambda e: (e["seq"], e["hash"]))
+        return {"main": tip["hash"]}, "@main"
+    branches = refs.get("branches") or {}
+    if not isinstance(branches, dict):
+        raise InvalidInput(f"{path}: the refs line's branches must be an object of branch: hash")
+    wanted = {}
+    for b, h in branches.items():
+        check_name(b, "branch name")
+        wanted[b] = None if h is None else entry(h, f"branch {b}")
+    head = refs.get("head") or "@main"
+    if isinstance(head, str) and head.startswith("@"):
+        check_name(head[1:], "branch name")
+    else:
+        entry(head, "head")
+    return wanted, head
+
+
+def _is_entry(tape, h: str) -> bool:
+    try:
+        tape.read_entry(h)
+        return True
+    except CtapeError:
+        return False
 
 
 def _read(path: str):

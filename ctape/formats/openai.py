@@ -21,7 +21,6 @@ from typing import Any, Iterator, Optional
 
 from ..errors import InvalidInput
 from ..models import HIDDEN
-from ..refs import HEAD
 from . import _common as c
 
 FMT = "openai"
@@ -90,8 +89,24 @@ def map_message(m: dict) -> list[tuple[str, dict, bool]]:
     return [_hidden(f"openai message role {role}")]
 
 
-def map_event(ev: dict) -> list[tuple[str, dict, bool]]:
-    """An OpenHands event: messages, tool calls (actions) and results (observations)."""
+def _model_text(tcm: dict, said: Optional[set]) -> list[tuple[str, dict, bool]]:
+    """The text the model wrote with its tool calls (in the raw response OpenHands keeps
+    on each action of it), once per response."""
+    resp = tcm.get("model_response") if isinstance(tcm.get("model_response"), dict) else {}
+    choices = resp.get("choices") if isinstance(resp.get("choices"), list) else []
+    msg = choices[0].get("message") if choices and isinstance(choices[0], dict) and isinstance(choices[0].get("message"), dict) else {}
+    text = msg.get("content")
+    rid = resp.get("id")
+    if said is not None and rid is not None:
+        if rid in said:
+            return []
+        said.add(rid)
+    return [("assistant", {"content": text}, False)] if isinstance(text, str) and text else []
+
+
+def map_event(ev: dict, said: Optional[set] = None) -> list[tuple[str, dict, bool]]:
+    """An OpenHands event: messages, tool calls (actions) and results (observations);
+    `said` holds the ids of the model responses whose text is already written."""
     action, obs, src = ev.get("action"), ev.get("observation"), ev.get("source")
     args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
     tcm = ev.get("tool_call_metadata") if isinstance(ev.get("tool_call_metadata"), dict) else {}
@@ -103,9 +118,9 @@ def map_event(ev: dict) -> list[tuple[str, dict, bool]]:
     if action == "system":
         return [("system", {"content": args.get("content") if isinstance(args.get("content"), str) else text}, False)]
     if action == "finish":  # the agent's last word; OpenHands never runs it, so it is no pending call
-        return [("assistant", {"content": args.get("final_thought") or args.get("message") or text}, False)]
+        return _model_text(tcm, said) + [("assistant", {"content": args.get("final_thought") or args.get("message") or text}, False)]
     if action is not None and isinstance(cid, str) and isinstance(fname, str):
-        return [("tool_call", {"call_id": cid, "name": fname, "arguments": args}, False)]
+        return _model_text(tcm, said) + [("tool_call", {"call_id": cid, "name": fname, "arguments": args}, False)]
     if obs is not None and isinstance(cid, str):
         return [("tool_result", {"call_id": cid, "output": ev.get("content"), "is_error": obs == "error"}, False)]
     if obs == "error":
@@ -113,11 +128,11 @@ def map_event(ev: dict) -> list[tuple[str, dict, bool]]:
     return [_hidden(f"openhands {'action ' + str(action) if action is not None else 'observation ' + str(obs)}")]
 
 
-def map_record(v: Any) -> list[tuple[str, dict, bool]]:
+def map_record(v: Any, said: Optional[set] = None) -> list[tuple[str, dict, bool]]:
     if is_message(v):
         return map_message(v)
     if is_event(v):
-        return map_event(v)
+        return map_event(v, said)
     return [_hidden("openai record")]
 
 
@@ -133,7 +148,8 @@ def _records(f, path: str):
     f.seek(0)
     first = next((raw for raw in f if raw.strip()), b"")
     try:
-        c.loads(first)
+        if isinstance(c.loads(first), list):
+            raise ValueError("a JSON list: a document, read whole")
         lines = list(_scan(f))
         note = ""
         if lines and not lines[-1].ok:
@@ -180,15 +196,17 @@ def import_file(tape, path: str, session: Optional[str], progress: bool = False)
         with tape.batch():
             for number, ln, v in records:
                 if ln is not None and not ln.ok:
-                    w.put([_hidden("openai line that is not JSON")], c.raw_line_meta(FMT, c.raw_text(f, ln), number), None, number)
+                    w.put([_hidden("openai line that is not JSON")], c.raw_line_meta(FMT, c.read_at(f, ln), number), None, number)
                     w.raw += 1
                     continue
                 w.record(c.read_at(f, ln) if ln is not None else v, number)
                 if ln is not None:
                     bar.update(ln.offset)
-            s.set_refs("import", {**w.refs(), HEAD: "@main"}, source=FMT)
+            changes, ref_notes = c.safe_refs(tape, s, w.refs())
+            if changes:
+                s.set_refs("import", changes, source=FMT)
         bar.done()
-    notes = [f"kept {w.raw} lines that are not JSON as they are" if w.raw else "", note]
+    notes = [f"kept {w.raw} lines that are not JSON as they are" if w.raw else "", note, *ref_notes]
     return c.summary_line(path, name, len(records), w.entries, len(w.runs) or 1, notes)
 
 
@@ -211,11 +229,12 @@ class _Writer:
         self.tips: list[Optional[str]] = []
         self.entries = 0
         self.raw = 0
+        self.said: set = set()  # OpenHands model responses whose text is written
 
     def put(self, parts, first_meta: dict, time_value: Any, line: int, item: Optional[int] = None) -> None:
         t = self.clock.take(time_value)
         for k, (kind, payload, hide) in enumerate(parts):
-            meta = first_meta if k == 0 else c.part_meta(FMT, line, k, hide)
+            meta = (c.hidden(first_meta) if hide else first_meta) if k == 0 else c.part_meta(FMT, line, k, hide)
             if k and item is not None:
                 meta[c.ITEM] = item
             self.tip = self.s.put_entry(kind, payload, meta, None, t, self.tip).hash
@@ -226,7 +245,7 @@ class _Writer:
     def record(self, v: Any, line: int) -> None:
         key = list_key(v)
         if key is None:
-            self.put(map_record(v), c.record_meta(FMT, v, line, not is_record(v)), record_time(v), line)
+            self.put(map_record(v, self.said), c.record_meta(FMT, v, line, not is_record(v)), record_time(v), line)
             return
         if self.entries and not self.runs:  # messages before the first container: a run of their own
             self.runs.append(("run-line1", 1))
@@ -244,7 +263,7 @@ class _Writer:
             meta = {FMT: item, c.LINE: line, c.ITEM: i}
             if not is_record(item):
                 meta[HIDDEN] = True
-            self.put(map_record(item), meta, record_time(item), line, i)
+            self.put(map_record(item, self.said), meta, record_time(item), line, i)
 
     def refs(self) -> dict[str, str]:
         if not self.runs:
@@ -277,8 +296,8 @@ def export(tape, ref: str) -> Iterator[str]:
         if src == FMT:
             if CONTAINER in m:
                 group = (m[FMT], m[CONTAINER], [])
-            elif c.RAW in m:
-                yield m[c.RAW]
+            elif c.raw_line(m) is not None:
+                yield c.raw_line(m)
             elif FMT in m:
                 yield c.dumps(m[FMT])
         elif not (src and m.get(HIDDEN)):
