@@ -105,14 +105,20 @@ def walk(tape, tips: Iterable[Optional[str]], flt: Optional[Filter] = None, limi
     for h in tips:
         push(h)
     shown = 0
-    while heap and (limit is None or shown < limit):
+    parent: Optional[str] = None
+    while True:
+        if limit is not None and shown >= limit:
+            return  # before reading the next parent, which may not have arrived yet (rsync)
+        push(parent)
+        if not heap:
+            return
         neg_t, _, _, e = heapq.heappop(heap)
         if flt.since is not None and -neg_t < flt.since and (not heap or -heap[0][0] < flt.since):
             return  # this line and every other one are older than --since from here on
         if flt.match(e):
             yield e
             shown += 1
-        push(e.parent)
+        parent = e.parent
 
 
 def newest_visible(tape, h: Optional[str], within: int = 10000) -> Optional[Entry]:
