@@ -83,7 +83,7 @@ def test_ctape_session_env_and_s_win(two):
 def test_session_use_picks_the_default_on_this_machine_only(two):
     d, hs = two
     before = snapshot(d)
-    p = cli(d, "session", "use", "other", check=True)
+    cli(d, "session", "use", "other", check=True)
     assert snapshot(d) == before  # kept outside the tape: rsync never carries it
     rows = [json.loads(line) for line in out(cli(d, "sessions", "--json", check=True)).splitlines()]
     assert {r["session"]: r["current"] for r in rows} == {"chat": False, "other": True}
