@@ -34,6 +34,9 @@ class Tape:
         self._entries: OrderedDict[str, tuple[Entry, int]] = OrderedDict()
         self._entry_bytes = 0
         store.discard_listeners.append(self._forget)
+        from .localstate import mark
+
+        mark(store)
 
     def _clear_entries(self) -> None:
         """Forget every decoded entry (the next reads go to the files)."""
@@ -170,9 +173,35 @@ class Tape:
                 return branches[base]
         if NAME_RE.fullmatch(base) and self._session_exists(base):
             return Session(self, base).refs().head_hash
+        anchors = session is not None and NAME_RE.fullmatch(base) and self._session_exists(session)
         if len(base) >= 4 and all(c in "0123456789abcdef" for c in base.lower()):
-            return self._resolve_prefix(base.lower())
-        raise RefNotFound(f"unknown ref {base!r}: not a session, branch or entry hash; see `ctape sessions` and `ctape log`")
+            try:
+                return self._resolve_prefix(base.lower())
+            except AmbiguousRef:
+                raise
+            except RefNotFound:
+                if not anchors:
+                    raise
+        if anchors:
+            # an anchor's name; hex-looking names are first tried as prefixes (cheap: the
+            # index), since looking for an anchor walks the session's path
+            h = self._anchor(base, Session(self, session).refs().head_hash)
+            if h is not None:
+                return h
+            if len(base) >= 4 and all(c in "0123456789abcdef" for c in base.lower()):
+                raise RefNotFound(f"no entry starts with {base.lower()!r}, and no anchor of session {session!r} is named so")
+        raise RefNotFound(f"unknown ref {base!r}: not a session, branch, anchor or entry hash; see `ctape sessions` and `ctape log`")
+
+    def _anchor(self, name: str, h: Optional[str]) -> Optional[str]:
+        """The newest anchor entry named `name` on the path root -> h (SPEC 13: anchor names
+        are refs, after branches and sessions). Walks the path: it is met only by names that
+        are no branch and no session."""
+        while h is not None:
+            e = self.read_entry(h)
+            if e.kind == "anchor" and isinstance(e.payload, dict) and e.payload.get("name") == name:
+                return h
+            h = e.parent
+        return None
 
     def _resolve_prefix(self, prefix: str) -> str:
         self.store.refresh()
@@ -193,17 +222,33 @@ class Tape:
         return found[0]
 
     def _session_exists(self, name: str) -> bool:
-        return os.path.isdir(self.store.session_dir(name))
+        """A session with a folder that was not removed (`session rm`)."""
+        if not os.path.isdir(self.store.session_dir(name)):
+            return False
+        from .errors import CtapeError
+        from .session import Session
+        from .sessions import is_removed
+
+        try:
+            return not is_removed(Session(self, name).refs())
+        except CtapeError:
+            return True  # damaged refs: the session is there, and its commands say what is wrong
 
     # -- whole-tape views -----------------------------------------------------------------
 
     def sessions(self) -> list[dict]:
+        """Every session (removed ones left out), with `current` true for this machine's choice."""
+        from .localstate import chosen_session
         from .session import Session
+        from .sessions import is_removed
 
+        chosen = chosen_session(self.store)
         out = []
         for name in self.store.sessions():
             st = Session(self, name)
             refs = st.refs()
+            if is_removed(refs):
+                continue
             h = refs.head_hash
             try:
                 e = self.read_entry(h) if h and self.store.has_object(h) else None
@@ -217,9 +262,48 @@ class Tape:
                     "entries": e.seq if e else 0,
                     "last_time": e.time if e else None,
                     "damaged": bool(st.damage()),
+                    "current": name == chosen,
                 }
             )
         return out
+
+    def session_names(self) -> list[str]:
+        """The names of the tape's sessions (removed ones left out)."""
+        from .sessions import live_names
+
+        return live_names(self)
+
+    def current_session(self) -> Optional[str]:
+        """The session chosen on this machine with use_session (None if none)."""
+        from .localstate import chosen_session
+
+        return chosen_session(self.store)
+
+    def default_session(self) -> str:
+        """The session used when none is named: this machine's choice, else the only one."""
+        from .sessions import default
+
+        return default(self)
+
+    def use_session(self, name: Optional[str]) -> None:
+        """Make `name` this machine's default session for the tape (None: forget the choice).
+        Kept in the index cache folder, outside the tape, so rsync does not carry it."""
+        from .localstate import choose_session
+        from .sessions import require
+
+        choose_session(self.store, None if name is None else require(self, name))
+
+    def remove_session(self, name: str) -> dict:
+        """Remove a session (a ref record setting its branches and HEAD to null)."""
+        from .sessions import remove
+
+        return remove(self, name)
+
+    def copy_session(self, src: str, new: str) -> dict:
+        """A new session whose refs point at SRC's entries (a session, SESSION/BRANCH or an entry)."""
+        from .sessions import copy
+
+        return copy(self, src, new)
 
     def stats(self) -> dict:
         from .maintenance import stats

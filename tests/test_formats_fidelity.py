@@ -71,7 +71,7 @@ def test_invalid_utf8_line_exports_as_its_bytes(tape, tmp_path, fmt, record):
     assert [json.loads(x) for x in (lines[0], lines[2])] == [record, record]
 
 
-@pytest.mark.xfail(strict=True, reason="cli.py (lead's file) writes export lines through sys.stdout (strict UTF-8); it must write line.encode('utf-8', 'surrogateescape') to sys.stdout.buffer")
+
 def test_cli_export_writes_invalid_utf8_back(tape_dir, tmp_path):
     bad = b"not json \xff here"
     f = tmp_path / "t.jsonl"

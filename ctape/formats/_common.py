@@ -273,7 +273,9 @@ class Progress:
             sys.stderr.flush()
 
 
-def summary_line(path: str, name: str, records: int, entries: int, branches: int, notes: Iterable[str]) -> str:
+def summary_line(path: str, name: str, records: int, entries: int, branches: int, notes: Iterable[str], new: bool = True) -> str:
+    if not new:
+        return f"nothing new in {path}: session {name} already holds its {records} records"
     text = f"imported {records} records from {path} into session {name} ({entries} entries"
     text += f", {branches} branches)" if branches > 1 else ")"
     notes = [n for n in notes if n]

@@ -352,7 +352,7 @@ def import_file(tape, path: str, session: Optional[str], progress: bool, exact: 
                 s.set_refs("import", changes, source=FMT)
         bar.done()
     notes = [f"subagent {agent}" if agent else "", f"kept {b.raw_lines} lines that are not JSON as they are" if b.raw_lines else "", truncated, *ref_notes]
-    return c.summary_line(path, name, len(infos), b.entries, len(refs), notes), sid, name, agent
+    return c.summary_line(path, name, len(infos), b.entries, len(refs), notes, bool(changes)), sid, name, agent
 
 
 # -- export ---------------------------------------------------------------------------

@@ -251,7 +251,7 @@ def import_file(tape, path: str, session: Optional[str], progress: bool = False)
                 s.set_refs("import", changes, source=FMT)
         bar.done()
     notes = [f"kept {kept_raw} lines that are not JSON as they are" if kept_raw else "", truncated, *ref_notes]
-    return c.summary_line(path, name, len(lines), len(lines), 1, notes)
+    return c.summary_line(path, name, len(lines), len(lines), 1, notes, bool(changes))
 
 
 def _scan(f, path: str):

@@ -88,10 +88,11 @@ def import_file(tape, path: str, session: Optional[str]) -> str:
             if got.hash != e["hash"]:
                 raise InvalidInput(f"{path}: entry {e['hash'][:12]} does not hash to its name (edited?); nothing was imported")
             done.add(got.hash)
-        if wanted:
-            changes, notes = safe_refs(tape, s, wanted, head)
-            if changes:
-                s.set_refs("import", changes)
+        changes, notes = safe_refs(tape, s, wanted, head) if wanted else ({}, [])
+        if changes:
+            s.set_refs("import", changes)
+    if not changes:
+        return f"nothing new in {path}: session {name} already holds its {len(entries)} entries" + ("; " + "; ".join(notes) if notes else "")
     return f"imported {len(entries)} entries into session {name}" + ("; " + "; ".join(notes) if notes else "")
 
 

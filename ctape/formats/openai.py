@@ -207,7 +207,7 @@ def import_file(tape, path: str, session: Optional[str], progress: bool = False)
                 s.set_refs("import", changes, source=FMT)
         bar.done()
     notes = [f"kept {w.raw} lines that are not JSON as they are" if w.raw else "", note, *ref_notes]
-    return c.summary_line(path, name, len(records), w.entries, len(w.runs) or 1, notes)
+    return c.summary_line(path, name, len(records), w.entries, len(w.runs) or 1, notes, bool(changes))
 
 
 def _first_item_time(v: Any) -> Optional[str]:
