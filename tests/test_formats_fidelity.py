@@ -71,7 +71,6 @@ def test_invalid_utf8_line_exports_as_its_bytes(tape, tmp_path, fmt, record):
     assert [json.loads(x) for x in (lines[0], lines[2])] == [record, record]
 
 
-
 def test_cli_export_writes_invalid_utf8_back(tape_dir, tmp_path):
     bad = b"not json \xff here"
     f = tmp_path / "t.jsonl"
