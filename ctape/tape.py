@@ -249,6 +249,8 @@ class Tape:
             refs = st.refs()
             if is_removed(refs):
                 continue
+            if not refs.claims and not st.damage() and not self.store.index.open_partials(name):
+                continue  # objects and no ref record: an import or batch killed before its end wrote nothing visible
             h = refs.head_hash
             try:
                 e = self.read_entry(h) if h and self.store.has_object(h) else None

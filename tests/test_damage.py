@@ -264,3 +264,17 @@ def test_an_append_never_writes_through_a_planted_hard_link(two, tmp_path):
         assert any("hard link" in w["problem"] for w in report["warnings"])
     finally:
         t.close()
+
+
+def test_a_killed_import_leaves_no_empty_session(tape_dir):
+    """A batch killed before its end can leave objects without a ref record (a large
+    batch writes full blocks early): no `(detached) 0` session is listed for them."""
+    t = Tape.open(tape_dir)
+    t.session("real").append("user", {"content": "hi"})
+    w = t.session("ghost")
+    with t.store.writing("ghost") as sw:  # objects only, as the early blocks of a long batch
+        w._put_entry(sw, "user", {"content": "half an import"}, {}, None, None, None)
+    t.close()
+    r = run_cli("--dir", tape_dir, "sessions", "--json")
+    assert r.returncode == 0
+    assert [json.loads(line)["session"] for line in r.stdout.decode().splitlines()] == ["real"]
