@@ -148,7 +148,7 @@ def test_trimming_every_turn_keeps_one_branch_and_a_short_view(saver_dir_pair):
         g.invoke({"messages": [HumanMessage(f"q{i}")]}, cfg("trim"))
         g.invoke({"messages": [HumanMessage("trim")]}, cfg("trim"))
     state = texts(g.get_state(cfg("trim")))
-    assert state == ["trim", "trimmed"]
+    assert state == ["echo: q11", "trim", "trimmed"]
     s = saver.tape.session(saver.session_for("trim"))
     assert [e.payload["content"] for e in visible(s)] == state
     assert sorted(s.refs().branches) == ["main"]
