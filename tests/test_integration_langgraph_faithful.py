@@ -247,3 +247,40 @@ def test_log_json_of_a_thread_shows_the_conversation(tape_dir):
     lines = [json.loads(x) for x in p.stdout.decode().splitlines()]
     shown = [x for x in lines if not x["meta"].get(HIDDEN)]
     assert [x["kind"] for x in shown] == ["assistant", "user"]
+
+
+# -- reading history is linear ------------------------------------------------------------------------
+
+
+def test_get_state_history_reads_each_checkpoint_once(tape_dir):
+    """Counted, not timed: entries read and messages decoded to list a thread grow with
+    the number of checkpoints, not with checkpoints x messages."""
+    saver = TapeSaver(tape_dir)
+    g = chat(saver)
+    counts = {}
+    done = 0
+    for n in (40, 80):
+        for i in range(done, n):
+            g.invoke({"messages": [HumanMessage(f"hi {i}")]}, cfg("read"))
+        done = n
+        fresh = TapeSaver(tape_dir)
+        reads = {"entries": 0, "messages": 0}
+        read_entry, dec_message = fresh.tape.read_entry, fresh.codec.dec_message
+
+        def counted_read(h, _f=read_entry):
+            reads["entries"] += 1
+            return _f(h)
+
+        def counted_dec(d, _f=dec_message):
+            reads["messages"] += 1
+            return _f(d)
+
+        fresh.tape.read_entry, fresh.codec.dec_message = counted_read, counted_dec
+        hist = list(chat(fresh).get_state_history(cfg("read")))
+        assert len(hist) == 3 * n
+        assert [len(h.values["messages"]) for h in hist[:3]] == [2 * n, 2 * n - 1, 2 * n - 2]
+        counts[n] = dict(reads)
+        fresh.close()
+    saver.close()
+    for k in ("entries", "messages"):
+        assert counts[80][k] <= 2.3 * counts[40][k], counts

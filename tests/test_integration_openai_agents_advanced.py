@@ -86,6 +86,7 @@ def test_branch_from_a_turn_is_by_reference(tape_dir):
     assert branches["retry"]["is_current"] and not branches["main"]["is_current"]
     assert branches["main"]["message_count"] == 6 and branches["main"]["user_turns"] == 3
     assert branches["retry"]["message_count"] == 4 and branches["retry"]["user_turns"] == 2
+    assert branches["main"]["created_at"] < branches["retry"]["created_at"]
     # nothing was copied: the branch's first entries are main's own
     main_path = [e.hash for e in s.session.log("main")]
     retry_path = [e.hash for e in s.session.log("retry")]

@@ -310,8 +310,9 @@ class TapeSession:
         st = self.session.refs()
         created: dict[str, str] = {}
         for r in reversed(self.session.reflog()):  # oldest first
-            if r.get("ref") in st.branches and r.get("old") is None and r["ref"] not in created:
-                created[r["ref"]] = r.get("time")
+            b = str(r.get("ref", "")).partition("/")[2]
+            if b in st.branches and b not in created:
+                created[b] = r.get("time")
         out = []
         for b in sorted(st.branches):
             items = [e.meta[ITEM] for e in self._entries(b) if isinstance(e.meta, dict) and ITEM in e.meta]
