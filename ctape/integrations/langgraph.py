@@ -8,7 +8,10 @@ How a thread lives on the tape:
 - A checkpoint is one hidden entry. Its tape parent is the last entry stored for its
   parent checkpoint (the checkpoint itself, or its newest pending-writes entry), so
   the tape path of a checkpoint is its whole history, like a git commit.
-- Pending writes are hidden entries chained after their checkpoint.
+- Pending writes are hidden entries chained after their checkpoint. Writes that arrive
+  after the checkpoint's child (LangGraph sends them from worker threads, in every
+  durability mode) go at the end of the line, marked with the segment they joined, so a
+  linear run stays one branch.
 - Only what changed is stored: a channel whose version did not move is not written
   again (its value is read through the parent); a list channel that grew is stored as
   the new items only. New chat messages become ordinary ``user`` / ``assistant`` /
@@ -16,9 +19,18 @@ How a thread lives on the tape:
   ``ctape log``, ``status`` and ``context`` show the conversation, and the checkpoint
   refers to them by hash. Storage grows with what happened, not with history length
   times steps.
-- A fork (``update_state`` on an old checkpoint, time travel, a late write) keeps
-  both lines: the newest checkpoint of a namespace is always on its main branch, the
-  line it left keeps a branch of its own (``main.was-<hash>`` / ``main.cp-<id>``).
+- The conversation view follows the graph: when a step replaces (same id) or removes
+  (``RemoveMessage``) a message, the line from the first changed message on is written
+  again after a hidden ``rewrite`` entry, with the changed messages hidden and the
+  checkpoint records pointing at the copies (see ``_rewrite``); every checkpoint stays
+  on the path, the replaced text stays on the tape.
+- ``interrupt(value)`` is a hidden ``tool_call`` named ``waiting_for_input`` (the value
+  as JSON where it can be), answered by a hidden ``tool_result`` with the resume value:
+  ``ctape status`` shows the thread waiting for input.
+- A fork (``update_state`` on an old checkpoint, time travel) keeps both lines: the
+  newest checkpoint of a namespace is always on its main branch, the line it left keeps
+  a branch of its own (``main.was-<hash>``; ``main.cp-<id>`` for writes to a checkpoint
+  on no branch's line).
 - ``copy_thread`` writes one ref record: the new session's branches point at the same
   entries. ``delete_thread`` and ``prune`` move refs only (the tape is append-only;
   ``ctape compact`` later frees what no branch reaches). ``delete_for_runs`` and
@@ -26,7 +38,9 @@ How a thread lives on the tape:
 
 The saver keeps an in-memory index per thread (checkpoint id -> entry), built by one
 walk from the thread's branches and kept current by its own writes; another process's
-writes are picked up from the refs.
+writes are picked up from the refs. ``list`` (``get_state_history``) reads newest first
+and derives each parent's values from its child's by undoing the child's change, so a
+thread's history costs what changed, not the whole state per checkpoint.
 """
 
 from __future__ import annotations

@@ -143,10 +143,10 @@ def agents_items(n_items: int, tmp: str, repeat: int) -> dict:
 
 def main(argv: list[str]) -> None:
     quick = "--quick" in argv
-    steps = [int(a) for a in argv if a.isdigit()] or ([20, 40] if quick else [250, 500, 1000])
+    steps = [int(a) for a in argv if a.isdigit()] or ([10, 20] if quick else [250, 500, 1000])
     repeat = 3 if quick else 7
     with tempfile.TemporaryDirectory(dir=os.environ.get("CTAPE_BENCH_TMP")) as tmp:
-        agents_items(310 if quick else 3100, tmp, repeat)
+        agents_items(124 if quick else 3100, tmp, repeat)
         if "--agents-only" not in argv:
             langgraph_history(steps, tmp, 3 if not quick else 2)
 
