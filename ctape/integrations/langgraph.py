@@ -705,15 +705,16 @@ class TapeSaver(BaseCheckpointSaver[str]):
         else:
             first = min(firsts, key=lambda e: e.seq)
         line = []
-        if first is not None:
-            h = tip
-            while True:
-                e = self.tape.read_entry(h)
-                line.append(e)
-                if h == first.hash:
-                    break
-                h = e.parent
-            line.reverse()
+        h = tip if first is not None else None
+        while h is not None:
+            e = self.tape.read_entry(h)
+            line.append(e)
+            if h == first.hash:
+                break
+            h = e.parent
+        if h is None:
+            line = []  # not on this path (cannot happen for a parent's own messages): hide nothing
+        line.reverse()
         fork = line[0].parent if line else tip
         removed = sum(len(rewritten[ch]) - starts[ch] for ch in rewritten)
         note = f"rewrite for checkpoint {cid}: {removed} message(s) replaced or removed"
