@@ -145,3 +145,21 @@ def test_usage_per_run_and_per_session(tape_dir):
     assert run(s.get_session_usage(branch_id="alt"))["requests"] == 2  # turn 1 (shared) and its own
     assert run(s.get_session_usage(branch_id="main"))["requests"] == 2
     assert run(s.get_session_usage())["requests"] == 3  # every run once, shared turns not twice
+
+
+def test_get_items_sees_another_process_appends(tape_dir):
+    import subprocess
+    import sys
+
+    s = TapeSession("proc", tape_dir)
+    run(s.add_items([user("one")]))
+    assert run(s.get_items()) == [user("one")]
+    code = (
+        "import asyncio, sys; from ctape.integrations.openai_agents import TapeSession; "
+        "s = TapeSession('proc', sys.argv[1]); asyncio.run(s.add_items([{'role': 'user', 'content': 'two'}])); "
+        "asyncio.run(s.pop_item()); asyncio.run(s.pop_item()); asyncio.run(s.add_items([{'role': 'user', 'content': 'three'}]))"
+    )
+    p = subprocess.run([sys.executable, "-c", code, str(tape_dir)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert run(s.get_items()) == [user("three")]
+    assert run(TapeSession("proc", tape_dir).get_items()) == [user("three")]

@@ -25,9 +25,10 @@ at the entry before a user turn and switch to it, ``switch_to_branch``,
 entry after its turn, ``get_session_usage`` / ``get_turn_usage`` add those up (per
 branch, or over all branches with shared turns counted once).
 
-``get_items`` keeps the current path's items in memory, keyed by entry hash: each call
-reads the session's refs and only the entries that are new since the last call (another
-process's appends, a pop or a branch switch are found the same way).
+``get_items`` keeps the current path's items in memory, keyed by entry hash and shared
+by every TapeSession on the same tape and session in the process: each call reads the
+session's refs and only the entries that are new since the last call (another process's
+appends, a pop or a branch switch are found the same way).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import json
 import os
 import threading
 import time as _time
+from collections import OrderedDict
 from typing import Any, Optional, Union
 
 from ..errors import CtapeError
@@ -114,6 +116,7 @@ class _Path:
     """The items on one path root -> head, as JSON text, kept current by entry hash."""
 
     def __init__(self):
+        self.lock = threading.Lock()
         self.head: Optional[str] = None
         self.hashes: list[str] = []
         self.items: list[Optional[str]] = []  # the item's JSON, None for other entries
@@ -156,6 +159,25 @@ class _Path:
         return json.loads("[" + ",".join(texts) + "]")  # the caller's copy
 
 
+# One _Path per (tape directory, session) in this process, shared by every TapeSession on
+# it: apps often make a session object per request. Entries never change, so a path read
+# once stays right; sync() reads only what moved since.
+_PATHS: "OrderedDict[tuple[str, str], _Path]" = OrderedDict()
+_PATHS_LOCK = threading.Lock()
+
+
+def _shared_path(tape: Tape, name: str) -> _Path:
+    key = (os.path.realpath(tape.path), name)
+    with _PATHS_LOCK:
+        p = _PATHS.get(key)
+        if p is None:
+            p = _PATHS[key] = _Path()
+        _PATHS.move_to_end(key)
+        while len(_PATHS) > 64:
+            _PATHS.popitem(last=False)
+        return p
+
+
 class TapeSession:
     """The SDK's Session protocol (get_items, add_items, pop_item, clear_session) on a tape,
     plus AdvancedSQLiteSession's branches and usage."""
@@ -166,8 +188,8 @@ class TapeSession:
         self.tape, self._owns = open_tape(tape)
         self.name = session_name(prefix, session_id)
         self.session = self.tape.session(self.name)
-        self._lock = threading.Lock()
-        self._path = _Path()
+        self._path = _shared_path(self.tape, self.name)
+        self._lock = self._path.lock
 
     def close(self) -> None:
         if self._owns:

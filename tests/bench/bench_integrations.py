@@ -9,7 +9,7 @@
 
 Each figure is the median of several calls on the same store in this process ("warm":
 the store object already used once), plus the first call of a fresh store object on
-the same files ("cold"). Prints a table and the ratios.
+the same files in this process, and the first call in a new process. Prints a table and the ratios.
 
     python tests/bench/bench_integrations.py                 # 250, 500, 1000 steps; 3,100 items
     python tests/bench/bench_integrations.py --steps 100 200 # other step counts
@@ -22,6 +22,7 @@ import asyncio
 import os
 import sqlite3
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -125,15 +126,23 @@ def agents_items(n_items: int, tmp: str, repeat: int) -> dict:
         assert got == items, name
         out[name] = statistics.median(timed(lambda: asyncio.run(s.get_items()), repeat))
     sq2 = SQLiteSession("bench", db)
-    out["SQLiteSession cold"] = timed(lambda: asyncio.run(sq2.get_items()), 1)[0]
+    out["SQLiteSession fresh"] = timed(lambda: asyncio.run(sq2.get_items()), 1)[0]
     tp2 = TapeSession("bench", tape_dir)
-    out["TapeSession cold"] = timed(lambda: asyncio.run(tp2.get_items()), 1)[0]
+    out["TapeSession fresh"] = timed(lambda: asyncio.run(tp2.get_items()), 1)[0]
+    # the first call in a new process (a TapeSession there reads the whole path once)
+    for name, code in (
+        ("SQLiteSession new process", f"from agents import SQLiteSession as C; s = C('bench', {db!r})"),
+        ("TapeSession new process", f"from ctape.integrations.openai_agents import TapeSession as C; s = C('bench', {tape_dir!r})"),
+    ):
+        script = code + "; import asyncio, time; t = time.perf_counter(); asyncio.run(s.get_items()); print(time.perf_counter() - t)"
+        runs = [float(subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout) for _ in range(3)]
+        out[name] = statistics.median(runs)
     # the cost of asyncio.run itself, paid equally by both
     out["asyncio.run"] = statistics.median(timed(lambda: asyncio.run(asyncio.sleep(0)), repeat))
     print(
-        f"agents get_items  items {n_items}  SQLiteSession {out['SQLiteSession'] * 1000:7.2f} ms (cold {out['SQLiteSession cold'] * 1000:.2f} ms)  "
-        f"TapeSession {out['TapeSession'] * 1000:7.2f} ms (cold {out['TapeSession cold'] * 1000:.2f} ms)  "
-        f"TapeSession/SQLiteSession {out['TapeSession'] / out['SQLiteSession']:.2f}x",
+        f"agents get_items  items {n_items}  SQLiteSession {out['SQLiteSession'] * 1000:7.2f} ms (fresh object {out['SQLiteSession fresh'] * 1000:.2f}, new process {out['SQLiteSession new process'] * 1000:.2f})  "
+        f"TapeSession {out['TapeSession'] * 1000:7.2f} ms (fresh object {out['TapeSession fresh'] * 1000:.2f}, new process {out['TapeSession new process'] * 1000:.2f})  "
+        f"TapeSession/SQLiteSession {out['TapeSession'] / out['SQLiteSession']:.2f}x, new process {out['TapeSession new process'] / out['SQLiteSession new process']:.1f}x",
         flush=True,
     )
     tp.close()
