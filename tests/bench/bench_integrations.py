@@ -14,6 +14,7 @@ the same files in this process, and the first call in a new process. Prints a ta
     python tests/bench/bench_integrations.py                 # 250, 500, 1000 steps; 3,100 items
     python tests/bench/bench_integrations.py --steps 100 200 # other step counts
     python tests/bench/bench_integrations.py --quick         # a smoke run (seconds)
+    python tests/bench/bench_integrations.py --no-sqlite     # TapeSaver alone (SqliteSaver takes minutes at 1,000 steps)
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def timed(fn, repeat: int) -> list[float]:
 # -- LangGraph -------------------------------------------------------------------------------------
 
 
-def langgraph_history(steps: list[int], tmp: str, repeat: int) -> list[dict]:
+def langgraph_history(steps: list[int], tmp: str, repeat: int, sqlite: bool = True) -> list[dict]:
     from langchain_core.messages import AIMessage, HumanMessage
     from langgraph.checkpoint.sqlite import SqliteSaver
     from langgraph.graph import START, MessagesState, StateGraph
@@ -60,6 +61,8 @@ def langgraph_history(steps: list[int], tmp: str, repeat: int) -> list[dict]:
     db = os.path.join(tmp, "lg.sqlite")
     tape_dir = os.path.join(tmp, "lg-tape")
     stores = {"SqliteSaver": SqliteSaver(sqlite3.connect(db, check_same_thread=False)), "TapeSaver": TapeSaver(tape_dir)}
+    if not sqlite:
+        del stores["SqliteSaver"]
     cfg = {"configurable": {"thread_id": "bench"}}
     rows = []
     done = 0
@@ -76,15 +79,30 @@ def langgraph_history(steps: list[int], tmp: str, repeat: int) -> list[dict]:
             # SqliteSaver's history is quadratic: at 1,000 steps one call takes minutes
             reps = repeat if name == "TapeSaver" or n <= 300 else 1
             row[name] = statistics.median(timed(lambda: list(g.get_state_history(cfg)), reps))
+            row[name + " list"] = statistics.median(timed(lambda: list(s.list(cfg)), reps))  # the checkpointer's part
             row["checkpoints"] = count
         fresh = TapeSaver(tape_dir)
         row["TapeSaver cold"] = timed(lambda: list(graph(fresh).get_state_history(cfg)), 1)[0]
+        # a measure the machine's load cannot blur: entries read to list the thread
+        reads = [0]
+        read_entry = fresh.tape.read_entry
+
+        def counted(h, _f=read_entry):
+            reads[0] += 1
+            return _f(h)
+
+        fresh.tape.read_entry = counted
+        fresh._values.clear()
+        list(fresh.list(cfg))
+        row["reads per checkpoint"] = reads[0] / count
         fresh.close()
         rows.append(row)
+        sq = f"SqliteSaver {row['SqliteSaver']:8.3f} s (list {row['SqliteSaver list']:.3f})  " if sqlite else ""
+        ratio = f"  SqliteSaver/TapeSaver {row['SqliteSaver'] / row['TapeSaver']:7.1f}x" if sqlite else ""
         print(
-            f"langgraph get_state_history  steps {n:>5}  checkpoints {row['checkpoints']:>5}  "
-            f"SqliteSaver {row['SqliteSaver']:8.3f} s  TapeSaver {row['TapeSaver']:7.3f} s (cold {row['TapeSaver cold']:.3f} s)  "
-            f"SqliteSaver/TapeSaver {row['SqliteSaver'] / row['TapeSaver']:7.1f}x",
+            f"langgraph get_state_history  steps {n:>5}  checkpoints {row['checkpoints']:>5}  {sq}"
+            f"TapeSaver {row['TapeSaver']:7.3f} s (list {row['TapeSaver list']:.3f}, fresh saver {row['TapeSaver cold']:.3f}, "
+            f"{row['reads per checkpoint']:.2f} entries read per checkpoint){ratio}",
             flush=True,
         )
     stores["TapeSaver"].close()
@@ -157,7 +175,7 @@ def main(argv: list[str]) -> None:
     with tempfile.TemporaryDirectory(dir=os.environ.get("CTAPE_BENCH_TMP")) as tmp:
         agents_items(124 if quick else 3100, tmp, repeat)
         if "--agents-only" not in argv:
-            langgraph_history(steps, tmp, 3 if not quick else 2)
+            langgraph_history(steps, tmp, 3 if not quick else 2, sqlite="--no-sqlite" not in argv)
 
 
 if __name__ == "__main__":
