@@ -41,7 +41,6 @@ import threading
 from collections import OrderedDict
 from typing import Any, Optional, Sequence
 
-from ..errors import InvalidInput
 from ..models import HIDDEN, Entry
 from ..session import Session
 
@@ -155,28 +154,37 @@ def save_messages(session: Session, messages: Sequence[Any]) -> list[Entry]:
     out: list[Entry] = []
     with session.tape.batch():
         tip = parent
-        for msg in new:
-            parts = msg.get("parts") or []
-            head_meta = {k: v for k, v in msg.items() if k != "parts"}
-            if not parts:
-                e = session.put_entry("system", {"content": ""}, {MESSAGE: head_meta, HIDDEN: True}, None, _time(msg), tip)
-                out.append(e)
-                tip = e.hash
-                continue
-            for i, part in enumerate(parts):
-                kind, payload, hidden = part_entry(part)
-                meta: dict = {PART: part}
-                if i == 0:
-                    meta[MESSAGE] = head_meta
-                if hidden:
-                    meta[HIDDEN] = True
-                e = session.put_entry(kind, payload, meta, None, _time(part) or _time(msg), tip)
-                out.append(e)
-                tip = e.hash
-        _move(session, st, head, parent, tip)
-    base = have if parent == head else have[:c]
-    _remember(tip, base + new, (ends if parent == head else ends[:c]) + _ends(out))
+        for kind, payload, meta, time in _entries(new):
+            if parent == head:
+                e = session.append(kind, payload, meta=meta, time=time)  # at HEAD, after any concurrent append
+            else:
+                e = session.put_entry(kind, payload, meta, None, time, tip)
+            out.append(e)
+            tip = e.hash
+        if parent != head:
+            _move(session, st, head, parent, tip)
+    if out and out[0].parent == parent:  # nobody appended in between: the history at tip is known
+        base = have if parent == head else have[:c]
+        _remember(tip, base + new, (ends if parent == head else ends[:c]) + _ends(out))
     return out
+
+
+def _entries(messages: list[dict]):
+    """(kind, payload, meta, time) for each part of each dumped message."""
+    for msg in messages:
+        parts = msg.get("parts") or []
+        head_meta = {k: v for k, v in msg.items() if k != "parts"}
+        if not parts:
+            yield "system", {"content": ""}, {MESSAGE: head_meta, HIDDEN: True}, _time(msg)
+            continue
+        for i, part in enumerate(parts):
+            kind, payload, hidden = part_entry(part)
+            meta: dict = {PART: part}
+            if i == 0:
+                meta[MESSAGE] = head_meta
+            if hidden:
+                meta[HIDDEN] = True
+            yield kind, payload, meta, _time(part) or _time(msg)
 
 
 def _overlap(have: list[dict], dumped: list[dict]) -> int:
@@ -197,18 +205,13 @@ def _ends(entries: list[Entry]) -> list[str]:
     return ends
 
 
-def _move(session: Session, st, head: Optional[str], parent: Optional[str], tip: str) -> None:
-    """One ref record: HEAD (its branch, or itself when detached) to tip; a line that a
-    rewrite left keeps a branch."""
-    branch = st.branch if st is not None and st.head is not None else "main"
-    if st is not None and st.head is not None and st.branch is None:
-        changes: dict[str, Optional[str]] = {"HEAD": tip}
+def _move(session: Session, st, head: str, parent: Optional[str], tip: str) -> None:
+    """One ref record for a rewritten history: HEAD (its branch, or itself when detached)
+    to the new line's tip; the line it left keeps a branch."""
+    if st.branch is None:
+        changes: dict[str, Optional[str]] = {"HEAD": tip, f"detached.was-{head[:12]}": head}
     else:
-        changes = {branch: tip}
-        if st is None or st.head is None:
-            changes["HEAD"] = "@" + branch
-    if head is not None and parent != head:
-        changes[f"{branch}.was-{head[:12]}"] = head
+        changes = {st.branch: tip, f"{st.branch}.was-{head[:12]}": head}
     session.set_refs("pydantic-ai", changes)
 
 
