@@ -8,7 +8,10 @@ How a thread lives on the tape:
 - A checkpoint is one hidden entry. Its tape parent is the last entry stored for its
   parent checkpoint (the checkpoint itself, or its newest pending-writes entry), so
   the tape path of a checkpoint is its whole history, like a git commit.
-- Pending writes are hidden entries chained after their checkpoint.
+- Pending writes are hidden entries chained after their checkpoint. Writes that arrive
+  after the checkpoint's child (LangGraph sends them from worker threads, in every
+  durability mode) go at the end of the line, marked with the segment they joined, so a
+  linear run stays one branch.
 - Only what changed is stored: a channel whose version did not move is not written
   again (its value is read through the parent); a list channel that grew is stored as
   the new items only. New chat messages become ordinary ``user`` / ``assistant`` /
@@ -16,9 +19,18 @@ How a thread lives on the tape:
   ``ctape log``, ``status`` and ``context`` show the conversation, and the checkpoint
   refers to them by hash. Storage grows with what happened, not with history length
   times steps.
-- A fork (``update_state`` on an old checkpoint, time travel, a late write) keeps
-  both lines: the newest checkpoint of a namespace is always on its main branch, the
-  line it left keeps a branch of its own (``main.was-<hash>`` / ``main.cp-<id>``).
+- The conversation view follows the graph: when a step replaces (same id) or removes
+  (``RemoveMessage``) a message, the line from the first changed message on is written
+  again after a hidden ``rewrite`` entry, with the changed messages hidden and the
+  checkpoint records pointing at the copies (see ``_rewrite``); every checkpoint stays
+  on the path, the replaced text stays on the tape.
+- ``interrupt(value)`` is a hidden ``tool_call`` named ``waiting_for_input`` (the value
+  as JSON where it can be), answered by a hidden ``tool_result`` with the resume value:
+  ``ctape status`` shows the thread waiting for input.
+- A fork (``update_state`` on an old checkpoint, time travel) keeps both lines: the
+  newest checkpoint of a namespace is always on its main branch, the line it left keeps
+  a branch of its own (``main.was-<hash>``; ``main.cp-<id>`` for writes to a checkpoint
+  on no branch's line).
 - ``copy_thread`` writes one ref record: the new session's branches point at the same
   entries. ``delete_thread`` and ``prune`` move refs only (the tape is append-only;
   ``ctape compact`` later frees what no branch reaches). ``delete_for_runs`` and
@@ -26,7 +38,9 @@ How a thread lives on the tape:
 
 The saver keeps an in-memory index per thread (checkpoint id -> entry), built by one
 walk from the thread's branches and kept current by its own writes; another process's
-writes are picked up from the refs.
+writes are picked up from the refs. ``list`` (``get_state_history``) reads newest first
+and derives each parent's values from its child's by undoing the child's change, so a
+thread's history costs what changed, not the whole state per checkpoint.
 """
 
 from __future__ import annotations
@@ -61,10 +75,13 @@ from ..models import HIDDEN, parse_time
 from ..tape import Tape
 from .naming import open_tape, plain_id, session_name, short_hash
 
-__all__ = ["TapeSaver"]
+__all__ = ["TapeSaver", "WAITING"]
 
 KEY = "langgraph"  # meta key holding LangGraph's ids on every entry the saver writes
 TOMBSTONES = "tombstones"
+WAITING = "waiting_for_input"  # the name of the (hidden) tool call an interrupt() makes
+_INTERRUPT, _RESUME = "__interrupt__", "__resume__"
+_NULL_TASK = "00000000-0000-0000-0000-000000000000"  # the task id of Command(resume=...) writes
 _MISSING = object()
 
 
@@ -198,6 +215,7 @@ class _Thread:
     seg: dict[tuple[str, str], tuple[int, str]] = field(default_factory=dict)  # newest entry of a checkpoint's segment
     stored_at: dict[tuple[str, str, str], str] = field(default_factory=dict)  # (ns, channel, version) -> entry
     deleted: set[tuple[str, str]] = field(default_factory=set)
+    interrupts: bool = False  # has the thread ever waited for input
 
     def add(self, e) -> None:
         """Index one entry the saver wrote (walking finds them in any order)."""
@@ -226,7 +244,10 @@ class _Thread:
         elif typ == "writes":
             self.writes.setdefault(key, []).append((e.seq, e.hash))
             self.writes[key].sort()
-            self._bump(key, e.seq, e.hash)
+            self._bump((ns, lg.get("segment", cid)), e.seq, e.hash)
+        elif typ in ("interrupt", "resume"):
+            self.interrupts = True
+            self._bump((ns, lg.get("segment", cid)), e.seq, e.hash)
         elif typ == "tombstone":
             for ns_, cid_ in e.payload.get("delete", []):
                 self.deleted.add((ns_, cid_))
@@ -328,7 +349,7 @@ class TapeSaver(BaseCheckpointSaver[str]):
 
     def _value(self, h: Optional[str], ch: str) -> Any:
         """The value of channel ch at checkpoint entry h (_MISSING when it has none)."""
-        steps: list[tuple[str, Any]] = []
+        steps: list[tuple[Optional[int], list]] = []  # (messages kept from the parent, new items)
         base: Any = _MISSING
         while h is not None:
             got = self._values.get((h, ch), _MISSING)
@@ -347,17 +368,70 @@ class TapeSaver(BaseCheckpointSaver[str]):
             elif "at" in spec:
                 h = spec["at"]
             elif "append" in spec:
-                steps.append((h, [self.codec.dec(x) for x in spec["append"]]))
+                steps.append((None, [self.codec.dec(x) for x in spec["append"]]))
                 h = p.get("parent_entry")
             elif "msgs" in spec:
-                steps.append((h, [self._load_message(m) for m in spec["msgs"]]))
+                steps.append((spec.get("keep"), [self._load_message(m) for m in spec["msgs"]]))
+                if spec.get("keep") == 0:
+                    break  # nothing comes from the parent
                 h = p.get("parent_entry")
             else:
                 raise ValueError(f"checkpoint entry {h} has an unknown channel record {spec!r}")
         value = base
-        for _, items in reversed(steps):
-            value = (list(value) if value is not _MISSING else []) + items
+        for keep, items in reversed(steps):
+            value = list(value) if value is not _MISSING else []
+            value = (value[:keep] if keep is not None else value) + items
         return value
+
+    def _msg_hashes(self, h: Optional[str], ch: str) -> Optional[list[str]]:
+        """The entries (the first of each message) that hold channel ch's messages at
+        checkpoint entry h; None when part of the value is not stored as message entries."""
+        key = (h, ch + "\0#")
+        steps: list[tuple[Optional[int], list]] = []
+        base: list[str] = []
+        while h is not None:
+            got = self._values.get((h, ch + "\0#"), _MISSING)
+            if got is not _MISSING:
+                base = got
+                break
+            p = self.tape.read_entry(h).payload
+            spec = p["channels"].get(ch)
+            if spec is None:
+                h = p.get("parent_entry")
+            elif "at" in spec:
+                h = spec["at"]
+            elif "absent" in spec:
+                break
+            elif "msgs" in spec:
+                steps.append((spec.get("keep"), spec["msgs"]))
+                if spec.get("keep") == 0:
+                    break
+                h = p.get("parent_entry")
+            else:
+                return None  # a whole value or appended non-messages: no entries to point at
+        value = list(base)
+        for keep, items in reversed(steps):
+            value = (value[:keep] if keep is not None else value) + list(items)
+        self._cache(key, value)
+        return list(value)
+
+    def _prime_parent(self, child: dict, child_values: dict, parent_hash: str) -> None:
+        """Cache the parent checkpoint's channel values by undoing the child's changes:
+        reading history newest first then costs what changed, not the whole state again."""
+        for ch, v in child_values.items():
+            spec = child["channels"].get(ch)
+            if spec is None:
+                parent = v
+            elif type(v) is list and "append" in spec:
+                parent = v[: len(v) - len(spec["append"])]
+            elif type(v) is list and "msgs" in spec and "keep" not in spec:
+                parent = v[: len(v) - len(spec["msgs"])]
+            elif type(v) is list and "msgs" in spec and "drop" in spec:
+                parent = v[: spec["keep"]] + [self._load_message(m) for m in spec["drop"]]
+            else:
+                continue
+            if (parent_hash, ch) not in self._values:
+                self._cache((parent_hash, ch), parent)
 
     def _load_message(self, h: str) -> Any:
         e = self.tape.read_entry(h)
@@ -383,25 +457,34 @@ class TapeSaver(BaseCheckpointSaver[str]):
             return self._tuple(th, tid, ns, cid)
 
     def _tuple(self, th: _Thread, tid: str, ns: str, cid: str) -> CheckpointTuple:
+        return self._read_tuple(th, tid, ns, cid, None)[0]
+
+    def _read_tuple(self, th: _Thread, tid: str, ns: str, cid: str, child: Optional[tuple[dict, dict]]) -> tuple[CheckpointTuple, tuple[dict, dict]]:
+        """The tuple, and (its payload, its values) for priming its parent's (see list)."""
         cp = th.cps[(ns, cid)]
         e = self.tape.read_entry(cp.hash)
         p = e.payload
+        if child is not None and child[0].get("parent_entry") == cp.hash:
+            self._prime_parent(child[0], child[1], cp.hash)
         checkpoint = self.codec.dec(p["checkpoint"])
         values = {}
+        raw = {}
         for ch in checkpoint.get("channel_versions", {}):
             v = self._value(cp.hash, ch)
             if v is not _MISSING:
                 self._cache((cp.hash, ch), v)
+                raw[ch] = v
                 values[ch] = list(v) if type(v) is list else v
         checkpoint["channel_values"] = values
         parent = cp.parent_id
-        return CheckpointTuple(
+        tup = CheckpointTuple(
             config={"configurable": {"thread_id": tid, "checkpoint_ns": ns, "checkpoint_id": cid}},
             checkpoint=checkpoint,
             metadata=self.codec.dec(p["metadata"]),
             parent_config={"configurable": {"thread_id": tid, "checkpoint_ns": ns, "checkpoint_id": parent}} if parent else None,
             pending_writes=self._pending_writes(th, ns, cid),
         )
+        return tup, (p, raw)
 
     def _pending_writes(self, th: _Thread, ns: str, cid: str) -> list[tuple[str, str, Any]]:
         merged: dict[tuple[str, int], tuple[str, str, dict, str]] = {}
@@ -430,6 +513,7 @@ class TapeSaver(BaseCheckpointSaver[str]):
         want_id = conf.get("checkpoint_id")
         before_id = get_checkpoint_id(before) if before else None
         for tid in tids:
+            child = None
             with self._lock:
                 th = self._thread(tid)
                 nss = [want_ns] if want_ns is not None else sorted(th.ids)
@@ -446,7 +530,7 @@ class TapeSaver(BaseCheckpointSaver[str]):
                             continue
                     if limit is not None and limit <= 0:
                         return
-                    tup = self._tuple(th, tid, ns, cid)
+                    tup, child = self._read_tuple(th, tid, ns, cid, child)
                 if limit is not None:
                     limit -= 1
                 yield tup
@@ -493,6 +577,7 @@ class TapeSaver(BaseCheckpointSaver[str]):
         versions = {k: v for k, v in checkpoint.get("channel_versions", {}).items()}
         specs: dict[str, dict] = {}
         new_messages: dict[str, list[Any]] = {}
+        rewritten: dict[str, list[Any]] = {}  # channels whose messages were replaced or removed
         keep: dict[str, Any] = {}
         for ch in sorted(set(versions) | set(new_versions)):
             ver = versions.get(ch, new_versions.get(ch))
@@ -518,36 +603,39 @@ class TapeSaver(BaseCheckpointSaver[str]):
                     if prev is not _MISSING:
                         specs[ch] = {"append": [self.codec.enc(x) for x in items]}
                         continue
+                elif type(base) is list and base and all(_is_message(x) for x in base) and all(_is_message(x) for x in v):
+                    # the graph replaced (same id) or removed messages: rewrite the view
+                    hashes = self._msg_hashes(parent_entry, ch)
+                    if hashes is not None and len(hashes) == len(base):
+                        rewritten[ch] = hashes
+                        continue
             specs[ch] = {"v": self.codec.enc(v)}
         cp_body = {k: v for k, v in checkpoint.items() if k != "channel_values"}
         time = _entry_time(checkpoint.get("ts"))
         s = self.tape.session(th.name)
         base_ids = {"thread_id": tid, "checkpoint_ns": ns, "checkpoint_id": cid}
-        written = []
+        written: list = []
+        msg_hashes: dict[str, list[str]] = {}  # per message channel, its entries at this checkpoint
         with self.tape.batch():
             tip = th.seg[(ns, parent_id)][1] if parent_id and (ns, parent_id) in th.seg else None
             start = tip
+            if md.get("source") == "input" and th.interrupts and tip is not None:
+                # new input instead of Command(resume=...): the interrupt will not be answered
+                tip = self._answer_interrupts(s, th, ns, cid, tip, None, written, "[no answer: the graph was given new input]")
+            if rewritten:
+                tip, hashes_after = self._rewrite(s, th, ns, cid, tip, rewritten, values, time, written)
+                for ch, (kept, dropped) in hashes_after.items():
+                    tip, hashes = self._write_messages(s, ch, values[ch][kept:], base_ids, time, tip, written)
+                    specs[ch] = {"keep": kept, "msgs": hashes, "drop": dropped}
+                    msg_hashes[ch] = rewritten[ch][:kept] + hashes
             for ch, items in new_messages.items():
-                hashes = []
-                for m in items:
-                    parts = _message_entries(m)
-                    rec = self.codec.enc_message(m)
-                    if "d" in rec and parts[0][0] != "tool_call":
-                        rec = {"d": {"type": rec["d"]["type"], "data": {k: v for k, v in rec["d"]["data"].items() if k != "content"}}}
-                    for i, (kind, payload) in enumerate(parts):
-                        lg = {"type": "message", "channel": ch, **base_ids}
-                        if i == 0:
-                            lg["message"] = rec
-                        meta = {KEY: lg}
-                        if kind == "system" and m.type not in ("system", "SystemMessageChunk"):
-                            meta[HIDDEN] = True  # a role ctape has no kind for: kept, not shown
-                        e = s.put_entry(kind, payload, meta, None, time, tip)
-                        written.append(e)
-                        tip = e.hash
-                        if i == 0:
-                            hashes.append(e.hash)
+                tip, hashes = self._write_messages(s, ch, items, base_ids, time, tip, written)
                 specs[ch] = {"msgs": hashes}
+                before = self._values.get((parent_entry, ch + "\0#"), _MISSING) if parent_entry else []
+                if before is not _MISSING:
+                    msg_hashes[ch] = list(before) + hashes
             payload = {
+                "content": f"checkpoint {cid} ({md.get('source', '?')}, step {md.get('step', '?')})",
                 "checkpoint": self.codec.enc(cp_body),
                 "metadata": self.codec.enc(md),
                 "versions": {k: str(v) for k, v in versions.items()},
@@ -557,6 +645,8 @@ class TapeSaver(BaseCheckpointSaver[str]):
             meta = {HIDDEN: True, KEY: {"type": "checkpoint", "parent_checkpoint_id": parent_id, **base_ids}}
             e = s.put_entry("system", payload, meta, None, time, tip)
             written.append(e)
+            for ch, hashes in msg_hashes.items():
+                self._cache((e.hash, ch + "\0#"), hashes)
             latest = th.latest(ns)
             self._move_refs(th, s, ns, start, e.hash, newest=latest is None or cid >= latest, label=cid)
             for w in written:
@@ -566,6 +656,93 @@ class TapeSaver(BaseCheckpointSaver[str]):
         for ch, v in keep.items():
             self._cache((e.hash, ch), list(v) if type(v) is list else v)
         th.tips = dict(s.refs().branches)
+
+    def _write_messages(self, s, ch: str, items: list, base_ids: dict, time: Optional[str], tip: Optional[str], written: list) -> tuple[Optional[str], list[str]]:
+        """New chat messages as conversation entries; the hash of each message's first entry."""
+        hashes = []
+        for m in items:
+            parts = _message_entries(m)
+            rec = self.codec.enc_message(m)
+            if "d" in rec and parts[0][0] != "tool_call":
+                rec = {"d": {"type": rec["d"]["type"], "data": {k: v for k, v in rec["d"]["data"].items() if k != "content"}}}
+            for i, (kind, payload) in enumerate(parts):
+                lg = {"type": "message", "channel": ch, **base_ids}
+                if i == 0:
+                    lg["message"] = rec
+                meta = {KEY: lg}
+                if kind == "system" and m.type not in ("system", "SystemMessageChunk"):
+                    meta[HIDDEN] = True  # a role ctape has no kind for: kept, not shown
+                e = s.put_entry(kind, payload, meta, None, time, tip)
+                written.append(e)
+                tip = e.hash
+                if i == 0:
+                    hashes.append(e.hash)
+        return tip, hashes
+
+    def _rewrite(self, s, th: _Thread, ns: str, cid: str, tip: str, rewritten: dict, values: dict, time: Optional[str], written: list):
+        """Make the path to the new checkpoint show the messages as the graph now has them.
+
+        The path keeps every earlier checkpoint (so the whole history stays one line), but a
+        message the graph replaced or removed must not be visible on it any more. So the line
+        from the first changed message on is written again after a hidden `rewrite` entry:
+        the same entries, with the changed channels' messages marked hidden, and checkpoint
+        records pointing at the copies. The new messages follow. Only what came after the
+        first change is copied (a trim of old messages copies the recent turns, not the
+        history), and the original line stays on the tape until `compact` (the ref log and
+        the copies' hidden messages keep what it held).
+        Returns the new tip, and per channel (messages kept from the start, the hidden copies
+        of the entries that held the rest)."""
+        starts = {}
+        for ch, hashes in rewritten.items():
+            new, old = values[ch], [self._load_message(h) for h in hashes]
+            c = 0
+            while c < len(old) and c < len(new) and (old[c] is new[c] or old[c] == new[c]):
+                c += 1
+            starts[ch] = c
+        firsts = [self.tape.read_entry(rewritten[ch][c]) for ch, c in starts.items() if c < len(rewritten[ch])]
+        if not firsts:  # only appends after all (e.g. a shorter list that equals a prefix): nothing to hide
+            first = None
+        else:
+            first = min(firsts, key=lambda e: e.seq)
+        line = []
+        h = tip if first is not None else None
+        while h is not None:
+            e = self.tape.read_entry(h)
+            line.append(e)
+            if h == first.hash:
+                break
+            h = e.parent
+        if h is None:
+            line = []  # not on this path (cannot happen for a parent's own messages): hide nothing
+        line.reverse()
+        fork = line[0].parent if line else tip
+        removed = sum(len(rewritten[ch]) - starts[ch] for ch in rewritten)
+        note = f"rewrite for checkpoint {cid}: {removed} message(s) replaced or removed"
+        marker = s.put_entry("system", {"content": note, "was": tip}, {HIDDEN: True, KEY: {"type": "rewrite", "checkpoint_ns": ns, "checkpoint_id": cid}}, None, time, fork)
+        written.append(marker)
+        mapping: dict[str, str] = {}
+        cur = marker.hash
+        for e in line:
+            meta = dict(e.meta)
+            lg = meta.get(KEY) if isinstance(meta.get(KEY), dict) else {}
+            payload = e.payload
+            if lg.get("type") == "message" and lg.get("channel") in rewritten:
+                meta[HIDDEN] = True
+            elif lg.get("type") == "checkpoint":
+                payload = _remap(payload, mapping)
+            n = s.put_entry(e.kind, payload, meta, e.delta, e.time, cur)
+            mapping[e.hash] = n.hash
+            written.append(n)
+            cur = n.hash
+        for key, lst in th.writes.items():
+            if any(h in mapping for _, h in lst):
+                th.writes[key] = [(q, h) for q, h in lst if h not in mapping]
+        out = {}
+        for ch, hashes in rewritten.items():
+            kept = starts[ch] if first is None else sum(1 for h in hashes if h not in mapping)
+            kept = min(kept, starts[ch])
+            out[ch] = (kept, [mapping.get(h, h) for h in hashes[kept:]])
+        return cur, out
 
     def _move_refs(self, th: _Thread, s, ns: str, parent: Optional[str], tip: str, *, newest: bool, label: str) -> None:
         """One ref record: the branch at `parent` moves to `tip`; the newest checkpoint is on main."""
@@ -620,7 +797,8 @@ class TapeSaver(BaseCheckpointSaver[str]):
                 recs.append([idx, ch, self.codec.enc(v)])
             if not recs:
                 return
-            payload = {"task_id": task_id, "task_path": task_path, "writes": recs}
+            channels = sorted({r[1] for r in recs})
+            payload = {"content": f"writes for checkpoint {cid}: {', '.join(channels)}", "task_id": task_id, "task_path": task_path, "writes": recs}
             if (ns, cid) not in th.cps:
                 # LangGraph's async durability can send a checkpoint's writes before the
                 # checkpoint itself: keep them until it arrives, then store them after it
@@ -628,17 +806,85 @@ class TapeSaver(BaseCheckpointSaver[str]):
                 return
             s = self.tape.session(th.name)
             with self.tape.batch():
-                e = self._write_entry(th, s, tid, ns, cid, payload)
-            th.add(e)
+                self._write_entry(th, s, tid, ns, cid, payload)
             th.tips = dict(s.refs().branches)
 
     def _write_entry(self, th: _Thread, s, tid: str, ns: str, cid: str, payload: dict):
-        meta = {HIDDEN: True, KEY: {"type": "writes", "thread_id": tid, "checkpoint_ns": ns, "checkpoint_id": cid}}
-        tip = th.seg.get((ns, cid), (0, None))[1]
-        e = s.put_entry("system", payload, meta, None, None, tip)
-        self._move_refs(th, s, ns, tip, e.hash, newest=False, label=cid)
+        """Store a checkpoint's pending writes where its line ends.
+
+        LangGraph sends writes from worker threads, so a checkpoint's writes may arrive
+        after its child checkpoint (with every durability mode). They then go at the end of
+        the line, after the child, marked with the segment they joined: a linear run stays
+        one branch, and the writes are still found by checkpoint id."""
+        seg = th.seg.get((ns, cid), (0, None))[1]
+        branches = s.refs().branches
+        ids = {"thread_id": tid, "checkpoint_ns": ns, "checkpoint_id": cid}
+        tip, segment = seg, cid
+        main_tip = branches.get(_main_branch(ns))
+        if seg not in branches.values() and main_tip is not None and self._descends(main_tip, th.cps[(ns, cid)]):
+            tip = main_tip
+            segment = self._segment(main_tip) or cid
+        lg = {"type": "writes", **ids}
+        if segment != cid:
+            lg["segment"] = segment
+        e = s.put_entry("system", payload, {HIDDEN: True, KEY: lg}, None, None, tip)
         th.add(e)
+        last = self._interrupt_entries(s, th, ns, cid, segment, payload, e.hash)
+        self._move_refs(th, s, ns, tip, last, newest=False, label=cid)
         return e
+
+    def _descends(self, h: str, cp: _Cp) -> bool:
+        """Is checkpoint cp on the path to entry h?"""
+        while h is not None:
+            if h == cp.hash:
+                return True
+            e = self.tape.read_entry(h)
+            if e.seq <= cp.seq:
+                return False
+            h = e.parent
+        return False
+
+    def _segment(self, h: str) -> Optional[str]:
+        lg = self.tape.read_entry(h).meta.get(KEY)
+        return (lg.get("segment") or lg.get("checkpoint_id")) if isinstance(lg, dict) else None
+
+    # -- interrupts ----------------------------------------------------------------------------
+
+    def _interrupt_entries(self, s, th: _Thread, ns: str, cid: str, segment: str, payload: dict, tip: str) -> str:
+        """An interrupt() is a hidden tool call named WAITING, its value as JSON where it can
+        be: `ctape status` lists it as pending until Command(resume=...) answers it."""
+        written: list = []
+        for _, ch, enc in payload["writes"]:
+            if ch == _INTERRUPT:
+                for intr in self.codec.dec(enc) or ():
+                    value = getattr(intr, "value", intr)
+                    call = {"call_id": str(getattr(intr, "id", "") or cid), "name": WAITING, "arguments": _readable(value)}
+                    meta = {HIDDEN: True, KEY: {"type": "interrupt", "checkpoint_ns": ns, "checkpoint_id": cid, "segment": segment}}
+                    e = s.put_entry("tool_call", call, meta, None, None, tip)
+                    written.append(e)
+                    tip = e.hash
+            elif ch == _RESUME and payload["task_id"] == _NULL_TASK:
+                tip = self._answer_interrupts(s, th, ns, cid, tip, self.codec.dec(enc), written, None, segment)
+        for e in written:
+            th.add(e)
+        return tip
+
+    def _answer_interrupts(self, s, th: _Thread, ns: str, cid: str, tip: str, value: Any, written: list, note: Optional[str], segment: Optional[str] = None) -> str:
+        """Hidden tool results for the interrupts pending at tip: the resume value, or a note."""
+        pending = [c for c in self.tape.derived(tip)["pending"].values() if c.get("name") == WAITING]
+        if not pending:
+            return tip
+        by_id = isinstance(value, dict) and value and all(k in {c["call_id"] for c in pending} for k in value)
+        for c in pending:
+            if by_id and c["call_id"] not in value:
+                continue
+            answer = value[c["call_id"]] if by_id else value
+            p = {"call_id": c["call_id"], "output": _readable(answer) if note is None else note}
+            meta = {HIDDEN: True, KEY: {"type": "resume", "checkpoint_ns": ns, "checkpoint_id": cid, "segment": segment or cid}}
+            e = s.put_entry("tool_result", p, meta, None, None, tip)
+            written.append(e)
+            tip = e.hash
+        return tip
 
     # -- deleting, copying, pruning -------------------------------------------------------------
 
@@ -754,6 +1000,43 @@ class TapeSaver(BaseCheckpointSaver[str]):
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)
+
+
+def _readable(v: Any) -> Any:
+    """A value as JSON for people: itself when it is JSON, a pydantic model's or a
+    dataclass's JSON form, else its repr."""
+    if _is_json(v):
+        return v
+    try:
+        if hasattr(v, "model_dump"):
+            d = v.model_dump(mode="json")
+        else:
+            import dataclasses
+
+            d = dataclasses.asdict(v) if dataclasses.is_dataclass(v) and not isinstance(v, type) else None
+        if d is not None and _is_json(d):
+            return d
+    except Exception:  # noqa: BLE001 - anything odd is shown as its repr
+        pass
+    return repr(v)
+
+
+def _remap(payload: dict, mapping: dict[str, str]) -> dict:
+    """A checkpoint record whose entry references point at the copies made by a rewrite."""
+    p = dict(payload)
+    if p.get("parent_entry") in mapping:
+        p["parent_entry"] = mapping[p["parent_entry"]]
+    channels = {}
+    for ch, spec in p["channels"].items():
+        spec = dict(spec)
+        if "at" in spec:
+            spec["at"] = mapping.get(spec["at"], spec["at"])
+        for k in ("msgs", "drop"):
+            if k in spec:
+                spec[k] = [mapping.get(h, h) for h in spec[k]]
+        channels[ch] = spec
+    p["channels"] = channels
+    return p
 
 
 def _entry_time(ts: Any) -> Optional[str]:

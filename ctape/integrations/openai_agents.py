@@ -10,11 +10,25 @@ Built like the SDK's ``SQLiteSession(session_id, db_path)``::
 
 Every input item is one tape entry of the matching kind (user / system / assistant
 messages, ``function_call`` -> ``tool_call``, ``function_call_output`` ->
-``tool_result``; other item types are kept as hidden entries), with the exact item in
+``tool_result``; reasoning -> a hidden ``assistant`` entry holding its summary text; other
+item types -> hidden entries with a one-line description), with the exact item in
 ``meta["openai_agents.item"]``, so ``get_items`` gives back equal items and ``ctape
 log`` / ``status`` / ``context`` read the conversation. ``pop_item`` moves the branch
 back one entry (the item stays on the tape, and in the ref log); ``clear_session``
 starts a new, empty branch (the old one keeps its history).
+
+What the SDK's ``AdvancedSQLiteSession`` adds is here too, by reference instead of by
+copying: ``create_branch_from_turn`` / ``create_branch_from_content`` make a ctape branch
+at the entry before a user turn and switch to it, ``switch_to_branch``,
+``list_branches``, ``delete_branch``, ``get_conversation_turns``,
+``find_turns_by_content``; ``store_run_usage`` records a run's token usage as a hidden
+entry after its turn, ``get_session_usage`` / ``get_turn_usage`` add those up (per
+branch, or over all branches with shared turns counted once).
+
+``get_items`` keeps the current path's items in memory, keyed by entry hash and shared
+by every TapeSession on the same tape and session in the process: each call reads the
+session's refs and only the entries that are new since the last call (another process's
+appends, a pop or a branch switch are found the same way).
 """
 
 from __future__ import annotations
@@ -23,15 +37,19 @@ import asyncio
 import json
 import os
 import threading
+import time as _time
+from collections import OrderedDict
 from typing import Any, Optional, Union
 
-from ..models import HIDDEN
+from ..errors import CtapeError
+from ..models import HIDDEN, check_name
 from ..tape import Tape
 from .naming import open_tape, session_name
 
 __all__ = ["TapeSession", "item_entry"]
 
 ITEM = "openai_agents.item"
+USAGE = "openai_agents.usage"
 
 
 def _text(content: Any) -> Any:
@@ -43,6 +61,25 @@ def _text(content: Any) -> Any:
         if len(texts) == len(content):
             return "".join(texts)
     return content
+
+
+def _reasoning_text(item: dict) -> str:
+    parts = list(item.get("summary") or []) + list(item.get("content") or [])
+    texts = [p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str) and p["text"]]
+    if texts:
+        return "\n\n".join(texts)
+    enc = item.get("encrypted_content")
+    if isinstance(enc, str) and enc:
+        return f"[reasoning: {len(enc)} characters, encrypted]"
+    return "[reasoning]"
+
+
+def _describe(item: dict) -> str:
+    """One line for an item type ctape has no kind for (web search, computer use, ...)."""
+    t = str(item.get("type"))
+    rest = {k: v for k, v in item.items() if k not in ("type", "id") and v not in (None, "", [], {})}
+    text = json.dumps(rest, ensure_ascii=False, sort_keys=True, default=str)
+    return f"[{t}] {text if len(text) <= 200 else text[:199] + '…'}"
 
 
 def item_entry(item: dict) -> tuple[str, dict, bool]:
@@ -61,11 +98,89 @@ def item_entry(item: dict) -> tuple[str, dict, bool]:
         return "tool_call", {"call_id": str(item.get("call_id") or ""), "name": str(item.get("name") or ""), "arguments": args}, False
     if t == "function_call_output":
         return "tool_result", {"call_id": str(item.get("call_id") or ""), "output": item.get("output")}, False
-    return "system", {"content": "", "type": str(t)}, True  # reasoning, web search, ...: kept, not shown
+    if t == "reasoning":  # readable in `log`, kept out of the prompt
+        return "assistant", {"content": _reasoning_text(item), "reasoning": True}, True
+    return "system", {"content": _describe(item), "type": str(t)}, True
+
+
+def _is_user(item: Any) -> bool:
+    return isinstance(item, dict) and item.get("role") == "user" and item.get("type") in (None, "message")
+
+
+def _user_text(item: dict) -> str:
+    c = _text(item.get("content"))
+    return c if isinstance(c, str) else json.dumps(c, ensure_ascii=False)
+
+
+class _Path:
+    """The items on one path root -> head, as JSON text, kept current by entry hash."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.head: Optional[str] = None
+        self.hashes: list[str] = []
+        self.items: list[Optional[str]] = []  # the item's JSON, None for other entries
+        self.pos: dict[str, int] = {}
+
+    def sync(self, tape: Tape, head: Optional[str]) -> None:
+        if head == self.head:
+            return
+        new = []
+        h = head
+        while h is not None and h not in self.pos:
+            e = tape.read_entry(h)
+            item = e.meta.get(ITEM) if isinstance(e.meta, dict) else None
+            new.append((h, None if item is None else json.dumps(item, ensure_ascii=False)))
+            h = e.parent
+        cut = self.pos[h] + 1 if h is not None else 0
+        for gone in self.hashes[cut:]:
+            del self.pos[gone]
+        del self.hashes[cut:], self.items[cut:]
+        for h2, text in reversed(new):
+            self.pos[h2] = len(self.hashes)
+            self.hashes.append(h2)
+            self.items.append(text)
+        self.head = head
+
+    def extend(self, entries: list, old_head: Optional[str]) -> None:
+        """Our own appends, when we were current: no need to read them back."""
+        if old_head != self.head:
+            return
+        for e in entries:
+            self.pos[e.hash] = len(self.hashes)
+            self.hashes.append(e.hash)
+            self.items.append(json.dumps(e.meta[ITEM], ensure_ascii=False) if ITEM in e.meta else None)
+            self.head = e.hash
+
+    def item_list(self, limit: Optional[int]) -> list[dict]:
+        texts = [t for t in self.items if t is not None]
+        if limit is not None:
+            texts = texts[-limit:] if limit > 0 else []
+        return json.loads("[" + ",".join(texts) + "]")  # the caller's copy
+
+
+# One _Path per (tape directory, session) in this process, shared by every TapeSession on
+# it: apps often make a session object per request. Entries never change, so a path read
+# once stays right; sync() reads only what moved since.
+_PATHS: "OrderedDict[tuple[str, str], _Path]" = OrderedDict()
+_PATHS_LOCK = threading.Lock()
+
+
+def _shared_path(tape: Tape, name: str) -> _Path:
+    key = (os.path.realpath(tape.path), name)
+    with _PATHS_LOCK:
+        p = _PATHS.get(key)
+        if p is None:
+            p = _PATHS[key] = _Path()
+        _PATHS.move_to_end(key)
+        while len(_PATHS) > 64:
+            _PATHS.popitem(last=False)
+        return p
 
 
 class TapeSession:
-    """The SDK's Session protocol (get_items, add_items, pop_item, clear_session) on a tape."""
+    """The SDK's Session protocol (get_items, add_items, pop_item, clear_session) on a tape,
+    plus AdvancedSQLiteSession's branches and usage."""
 
     def __init__(self, session_id: str, tape: Union[str, os.PathLike, Tape] = ".ctape", *, prefix: str = "", session_settings: Any = None):
         self.session_id = session_id
@@ -73,7 +188,8 @@ class TapeSession:
         self.tape, self._owns = open_tape(tape)
         self.name = session_name(prefix, session_id)
         self.session = self.tape.session(self.name)
-        self._lock = threading.Lock()
+        self._path = _shared_path(self.tape, self.name)
+        self._lock = self._path.lock
 
     def close(self) -> None:
         if self._owns:
@@ -81,28 +197,29 @@ class TapeSession:
 
     # -- sync core ------------------------------------------------------------------------
 
+    def _head(self) -> Optional[str]:
+        return self.session.refs().head_hash if self.session.exists() else None
+
     def _items(self, limit: Optional[int]) -> list[dict]:
-        out = []
         with self._lock:
-            for e in self.session.log() if self.session.exists() else ():
-                if isinstance(e.meta, dict) and ITEM in e.meta:
-                    out.append(e.meta[ITEM])
-                    if limit is not None and len(out) >= limit:
-                        break
-        out.reverse()
-        return json.loads(json.dumps(out))  # the caller's copy
+            self._path.sync(self.tape, self._head())
+            return self._path.item_list(limit)
 
     def _add(self, items: list[dict]) -> None:
         if not items:
             return
-        with self._lock, self.tape.batch():
-            for item in items:
-                item = json.loads(json.dumps(item, default=_jsonable))
-                kind, payload, hidden = item_entry(item)
-                meta = {ITEM: item}
-                if hidden:
-                    meta[HIDDEN] = True
-                self.session.append(kind, payload, meta=meta)
+        with self._lock:
+            old = self._head()
+            written = []
+            with self.tape.batch():
+                for item in items:
+                    item = json.loads(json.dumps(item, default=_jsonable))
+                    kind, payload, hidden = item_entry(item)
+                    meta = {ITEM: item}
+                    if hidden:
+                        meta[HIDDEN] = True
+                    written.append(self.session.append(kind, payload, meta=meta))
+            self._path.extend(written, old)
 
     def _pop(self) -> Optional[dict]:
         with self._lock:
@@ -130,6 +247,154 @@ class TapeSession:
                 n += 1
             self.session.set_refs("clear-session", {"HEAD": f"@main-{n}"})
 
+    # -- turns and branches --------------------------------------------------------------
+
+    def _entries(self, ref: Optional[str]) -> list:
+        """The entries root -> ref (a branch name; default HEAD), oldest first."""
+        if not self.session.exists():
+            return []
+        if ref is None:
+            h = self._head()
+        else:
+            h = self.session.refs().branches.get(ref)
+            if h is None:
+                raise ValueError(f"Branch '{ref}' does not exist")
+        out = []
+        while h is not None:
+            e = self.tape.read_entry(h)
+            out.append(e)
+            h = e.parent
+        out.reverse()
+        return out
+
+    def _turns(self, branch_id: Optional[str]) -> list[dict]:
+        turns = []
+        for e in self._entries(branch_id):
+            item = e.meta.get(ITEM) if isinstance(e.meta, dict) else None
+            if _is_user(item):
+                text = _user_text(item)
+                turns.append({"turn": len(turns) + 1, "content": text[:100] + ("..." if len(text) > 100 else ""), "full_content": text, "timestamp": e.time, "can_branch": True, "hash": e.hash})
+        return turns
+
+    def _branch_from(self, turn_number: int, branch_name: Optional[str]) -> str:
+        with self._lock:
+            turns = self._turns(None)
+            if not 1 <= turn_number <= len(turns):
+                raise ValueError(f"Turn {turn_number} does not contain a user message in branch '{self._current()}'")
+            name = branch_name if branch_name is not None else f"branch_from_turn_{turn_number}_{int(_time.time())}"
+            if not name.strip():
+                raise ValueError("Branch name cannot be empty")
+            try:
+                check_name(name, "branch name")
+            except CtapeError as e:
+                raise ValueError(str(e)) from None
+            st = self.session.refs()
+            if name in st.branches or st.head == "@" + name:
+                raise ValueError(f"Branch '{name}' already exists in this session")
+            at = self.tape.read_entry(turns[turn_number - 1]["hash"]).parent
+            changes: dict[str, Optional[str]] = {"HEAD": "@" + name}
+            if at is not None:
+                changes[name] = at  # by reference: the branch points at the entry before the turn
+            self.session.set_refs("branch-from-turn", changes, turn=turn_number)
+            return name
+
+    def _current(self) -> str:
+        st = self.session.refs() if self.session.exists() else None
+        return (st.branch if st is not None else None) or "main"
+
+    def _switch(self, branch_id: str) -> None:
+        with self._lock:
+            st = self.session.refs() if self.session.exists() else None
+            if st is None or (branch_id not in st.branches and st.head != "@" + branch_id):
+                raise ValueError(f"Branch '{branch_id}' does not exist")
+            if st.head != "@" + branch_id:
+                self.session.set_refs("switch-branch", {"HEAD": "@" + branch_id})
+
+    def _delete(self, branch_id: str, force: bool) -> None:
+        if not branch_id or not branch_id.strip():
+            raise ValueError("Branch ID cannot be empty")
+        if branch_id == "main":
+            raise ValueError("Cannot delete the 'main' branch")
+        with self._lock:
+            st = self.session.refs() if self.session.exists() else None
+            if st is None or branch_id not in st.branches:
+                raise ValueError(f"Branch '{branch_id}' does not exist")
+            changes: dict[str, Optional[str]] = {branch_id: None}
+            if st.branch == branch_id:
+                if not force:
+                    raise ValueError(f"Cannot delete current branch '{branch_id}'. Use force=True or switch branches first")
+                changes["HEAD"] = "@main"
+            self.session.set_refs("delete-branch", changes)
+
+    def _list_branches(self) -> list[dict]:
+        if not self.session.exists():
+            return []
+        st = self.session.refs()
+        created: dict[str, str] = {}
+        for r in reversed(self.session.reflog()):  # oldest first
+            b = str(r.get("ref", "")).partition("/")[2]
+            if b in st.branches and b not in created:
+                created[b] = r.get("time")
+        out = []
+        for b in sorted(st.branches):
+            items = [e.meta[ITEM] for e in self._entries(b) if isinstance(e.meta, dict) and ITEM in e.meta]
+            out.append({"branch_id": b, "message_count": len(items), "user_turns": sum(1 for i in items if _is_user(i)), "is_current": st.branch == b, "created_at": created.get(b)})
+        out.sort(key=lambda d: (d["created_at"] or "", d["branch_id"]))
+        return out
+
+    # -- usage ------------------------------------------------------------------------------
+
+    def _store_usage(self, usage: Any) -> None:
+        if usage is None:
+            return
+        rec = {
+            "requests": int(getattr(usage, "requests", 0) or 0),
+            "input_tokens": int(getattr(usage, "input_tokens", 0) or 0),
+            "output_tokens": int(getattr(usage, "output_tokens", 0) or 0),
+            "total_tokens": int(getattr(usage, "total_tokens", 0) or 0),
+            "input_tokens_details": _details(getattr(usage, "input_tokens_details", None)),
+            "output_tokens_details": _details(getattr(usage, "output_tokens_details", None)),
+        }
+        with self._lock:
+            turns = sum(1 for t in self._path_items_now() if _is_user(t))
+            if turns == 0:
+                return  # no turn to attach it to, as in AdvancedSQLiteSession
+            rec["user_turn_number"] = turns
+            cached = (rec["input_tokens_details"] or {}).get("cached_tokens", 0)
+            generic = {"input_tokens": rec["input_tokens"], "output_tokens": rec["output_tokens"], "cached_tokens": cached or 0, "requests": rec["requests"]}
+            text = f"usage of turn {turns}: {rec['requests']} request(s), {rec['input_tokens']} in, {rec['output_tokens']} out"
+            old = self._head()
+            e = self.session.append("system", {"content": text}, meta={HIDDEN: True, USAGE: rec, "usage": generic})
+            self._path.extend([e], old)
+
+    def _path_items_now(self) -> list[dict]:
+        self._path.sync(self.tape, self._head())
+        return self._path.item_list(None)
+
+    def _usage_records(self, branch_id: Optional[str], all_branches: bool) -> list[tuple[str, dict]]:
+        """(branch, usage record) per turn, the newest record of a turn winning; shared
+        entries once."""
+        if not self.session.exists():
+            return []
+        st = self.session.refs()
+        names = sorted(st.branches) if all_branches else [branch_id or self._current()]
+        seen: set[str] = set()
+        out = []
+        for b in names:
+            h = st.branches.get(b) if (all_branches or branch_id) else self._head()
+            if b not in st.branches and not all_branches and branch_id:
+                raise ValueError(f"Branch '{b}' does not exist")
+            turns_seen: set[int] = set()
+            while h is not None and h not in seen:
+                seen.add(h)
+                e = self.tape.read_entry(h)
+                rec = e.meta.get(USAGE) if isinstance(e.meta, dict) else None
+                if rec is not None and rec.get("user_turn_number") not in turns_seen:
+                    turns_seen.add(rec.get("user_turn_number"))
+                    out.append((b, rec))
+                h = e.parent
+        return out
+
     # -- the SDK's async protocol --------------------------------------------------------------
 
     async def get_items(self, limit: Optional[int] = None) -> list[dict]:
@@ -145,6 +410,65 @@ class TapeSession:
 
     async def clear_session(self) -> None:
         await asyncio.to_thread(self._clear)
+
+    # -- AdvancedSQLiteSession's additions ----------------------------------------------------
+
+    async def create_branch_from_turn(self, turn_number: int, branch_name: Optional[str] = None) -> str:
+        """A branch holding the history before user turn `turn_number`, and switch to it."""
+        return await asyncio.to_thread(self._branch_from, turn_number, branch_name)
+
+    async def create_branch_from_content(self, search_term: str, branch_name: Optional[str] = None) -> str:
+        found = await self.find_turns_by_content(search_term)
+        if not found:
+            raise ValueError(f"No user turns found containing '{search_term}'")
+        return await self.create_branch_from_turn(found[0]["turn"], branch_name)
+
+    async def switch_to_branch(self, branch_id: str) -> None:
+        await asyncio.to_thread(self._switch, branch_id)
+
+    async def delete_branch(self, branch_id: str, force: bool = False) -> None:
+        """Delete a branch's name (its entries stay on the tape until `ctape compact`)."""
+        await asyncio.to_thread(self._delete, branch_id, force)
+
+    async def list_branches(self) -> list[dict]:
+        return await asyncio.to_thread(self._list_branches)
+
+    async def get_conversation_turns(self, branch_id: Optional[str] = None) -> list[dict]:
+        turns = await asyncio.to_thread(self._turns, branch_id)
+        return [{k: v for k, v in t.items() if k != "hash"} for t in turns]
+
+    async def find_turns_by_content(self, search_term: str, branch_id: Optional[str] = None) -> list[dict]:
+        turns = await self.get_conversation_turns(branch_id)
+        return [t for t in turns if search_term in t["full_content"]]
+
+    async def store_run_usage(self, result: Any) -> None:
+        """Record a finished run's usage (``result.context_wrapper.usage``) for the current turn."""
+        usage = getattr(getattr(result, "context_wrapper", None), "usage", None)
+        await asyncio.to_thread(self._store_usage, usage)
+
+    async def get_session_usage(self, branch_id: Optional[str] = None) -> Optional[dict[str, int]]:
+        """Usage added up over one branch, or over every branch (a shared turn counted once)."""
+        recs = await asyncio.to_thread(self._usage_records, branch_id, branch_id is None)
+        if not recs:
+            return None
+        total = {k: sum(r[k] for _, r in recs) for k in ("requests", "input_tokens", "output_tokens", "total_tokens")}
+        total["total_turns"] = len(recs)
+        return total
+
+    async def get_turn_usage(self, user_turn_number: Optional[int] = None, branch_id: Optional[str] = None) -> Union[list[dict], dict]:
+        recs = await asyncio.to_thread(self._usage_records, branch_id, False)
+        rows = sorted((dict(r) for _, r in recs), key=lambda r: r["user_turn_number"])
+        if user_turn_number is None:
+            return rows
+        return next((r for r in rows if r["user_turn_number"] == user_turn_number), {})
+
+
+def _details(d: Any) -> Optional[dict]:
+    if d is None:
+        return None
+    if hasattr(d, "model_dump"):
+        return d.model_dump(mode="json")
+    return dict(d.__dict__) if hasattr(d, "__dict__") else None
 
 
 def _jsonable(o: Any) -> Any:

@@ -1,13 +1,28 @@
-"""pydantic-ai message history on a tape: ``save_messages`` and ``load_messages``.
+"""pydantic-ai message history on a tape: the ``TapeHistory`` capability, and
+``save_messages`` / ``load_messages``.
 
-::
+A run that persists itself, step by step, continuing the session's history::
 
+    from pydantic_ai import Agent
     from ctape import Tape
-    from ctape.integrations.pydantic_ai import load_messages, save_messages
+    from ctape.integrations.pydantic_ai import TapeHistory
 
     s = Tape.open(".ctape").session("chat-42")
+    agent = Agent("openai:gpt-5", capabilities=[TapeHistory(s)])
+    agent.run_sync("hi")             # history loaded from the tape, every message saved
+    agent.run_sync("and then?")      # continues the same conversation
+
+Or by hand::
+
     result = agent.run_sync("hi", message_history=load_messages(s))
-    save_messages(s, result.new_messages())
+    save_messages(s, result.all_messages())   # or new_messages(): either stores the turn once
+
+Saving is idempotent: the messages are compared with the history at HEAD, and only what
+extends it is appended (a history that is already there, or a prefix of it, appends
+nothing; messages that share nothing with it are appended after it). A history that was
+rewritten (the same start, then different messages) branches off the last shared message,
+as pydantic-ai's own ConversationStore does: the session's branch moves to the new line
+and the old line keeps a branch ``<branch>.was-<hash>``.
 
 Messages go through pydantic-ai's own ``ModelMessagesTypeAdapter``. Every part of a
 message is one entry of the matching kind: system prompt -> ``system``, user prompt ->
@@ -21,12 +36,15 @@ meta, so ``load_messages`` gives back equal messages, and ``log`` / ``status`` /
 
 from __future__ import annotations
 
+import dataclasses
+import threading
+from collections import OrderedDict
 from typing import Any, Optional, Sequence
 
 from ..models import HIDDEN, Entry
 from ..session import Session
 
-__all__ = ["save_messages", "load_messages", "part_entry"]
+__all__ = ["TapeHistory", "save_messages", "load_messages", "part_entry"]
 
 PART = "pydantic_ai.part"
 MESSAGE = "pydantic_ai.message"
@@ -70,41 +88,204 @@ def part_entry(part: dict) -> tuple[str, dict, bool]:
     return "system", {"content": "", "part_kind": str(pk)}, True
 
 
-def save_messages(session: Session, messages: Sequence[Any]) -> list[Entry]:
-    """Append pydantic-ai messages (e.g. ``result.new_messages()``) at the session's HEAD."""
-    dumped = _adapter().dump_python(list(messages), mode="json")
-    out: list[Entry] = []
-    with session.tape.batch():
-        for msg in dumped:
-            parts = msg.get("parts") or []
-            head = {k: v for k, v in msg.items() if k != "parts"}
-            if not parts:
-                out.append(session.append("system", {"content": ""}, meta={MESSAGE: head, HIDDEN: True}, time=_time(msg)))
-                continue
-            for i, part in enumerate(parts):
-                kind, payload, hidden = part_entry(part)
-                meta: dict = {PART: part}
-                if i == 0:
-                    meta[MESSAGE] = head
-                if hidden:
-                    meta[HIDDEN] = True
-                out.append(session.append(kind, payload, meta=meta, time=_time(part) or _time(msg)))
-    return out
+# -- the history at a head ---------------------------------------------------------------------------
+
+# (message dumps, the last entry of each message) per head hash. A head hash names its whole
+# history, so an entry here is never stale; it saves re-reading the history at every save.
+_HISTORIES: OrderedDict[str, tuple[list[dict], list[str]]] = OrderedDict()
+_HISTORIES_LOCK = threading.Lock()
 
 
-def load_messages(session: Session, ref: Optional[str] = None) -> list[Any]:
-    """The pydantic-ai messages on the path root -> REF (default: HEAD), as ModelMessage objects."""
-    entries = list(session.log(ref)) if session.exists() else []
+def _history(session: Session, head: Optional[str]) -> tuple[list[dict], list[str]]:
+    if head is None:
+        return [], []
+    with _HISTORIES_LOCK:
+        got = _HISTORIES.get(head)
+    if got is not None:
+        return list(got[0]), list(got[1])
     msgs: list[dict] = []
+    ends: list[str] = []
+    entries = list(session.log(head))
     for e in reversed(entries):
         meta = e.meta if isinstance(e.meta, dict) else {}
         if MESSAGE in meta:
             msgs.append({**meta[MESSAGE], "parts": []})
+            ends.append(e.hash)
         if PART in meta and msgs:
             msgs[-1]["parts"].append(meta[PART])
+            ends[-1] = e.hash
+    _remember(head, msgs, ends)
+    return msgs, ends
+
+
+def _remember(head: str, msgs: list[dict], ends: list[str]) -> None:
+    with _HISTORIES_LOCK:
+        _HISTORIES[head] = (list(msgs), list(ends))
+        _HISTORIES.move_to_end(head)
+        while len(_HISTORIES) > 16:
+            _HISTORIES.popitem(last=False)
+
+
+# -- saving and loading --------------------------------------------------------------------------------
+
+
+def save_messages(session: Session, messages: Sequence[Any]) -> list[Entry]:
+    """Store pydantic-ai messages at the session's HEAD: what extends the history there.
+
+    ``result.all_messages()`` and ``result.new_messages()`` store the same thing; saving
+    again stores nothing. Returns the entries written."""
+    dumped = _adapter().dump_python(list(messages), mode="json")
+    st = session.refs() if session.exists() else None
+    head = st.head_hash if st is not None else None
+    have, ends = _history(session, head)
+    c = 0
+    while c < len(have) and c < len(dumped) and have[c] == dumped[c]:
+        c += 1
+    if c == len(dumped):
+        return []  # all of it is there already
+    if c == len(have):
+        parent, new = head, dumped[c:]  # it extends the history (all_messages())
+    elif c > 0:
+        parent, new = ends[c - 1], dumped[c:]  # rewritten after message c: branch off there
+    else:
+        parent, new = head, dumped[_overlap(have, dumped):]  # new messages, some maybe saved already
+        if not new:
+            return []
+    out: list[Entry] = []
+    with session.tape.batch():
+        tip = parent
+        for kind, payload, meta, time in _entries(new):
+            if parent == head:
+                e = session.append(kind, payload, meta=meta, time=time)  # at HEAD, after any concurrent append
+            else:
+                e = session.put_entry(kind, payload, meta, None, time, tip)
+            out.append(e)
+            tip = e.hash
+        if parent != head:
+            _move(session, st, head, parent, tip)
+    if out and out[0].parent == parent:  # nobody appended in between: the history at tip is known
+        base = have if parent == head else have[:c]
+        _remember(tip, base + new, (ends if parent == head else ends[:c]) + _ends(out))
+    return out
+
+
+def _entries(messages: list[dict]):
+    """(kind, payload, meta, time) for each part of each dumped message."""
+    for msg in messages:
+        parts = msg.get("parts") or []
+        head_meta = {k: v for k, v in msg.items() if k != "parts"}
+        if not parts:
+            yield "system", {"content": ""}, {MESSAGE: head_meta, HIDDEN: True}, _time(msg)
+            continue
+        for i, part in enumerate(parts):
+            kind, payload, hidden = part_entry(part)
+            meta: dict = {PART: part}
+            if i == 0:
+                meta[MESSAGE] = head_meta
+            if hidden:
+                meta[HIDDEN] = True
+            yield kind, payload, meta, _time(part) or _time(msg)
+
+
+def _overlap(have: list[dict], dumped: list[dict]) -> int:
+    """The longest k with have's last k messages equal to dumped's first k."""
+    for k in range(min(len(have), len(dumped)), 0, -1):
+        if have[len(have) - k] == dumped[0] and have[len(have) - k:] == dumped[:k]:
+            return k
+    return 0
+
+
+def _ends(entries: list[Entry]) -> list[str]:
+    ends: list[str] = []
+    for e in entries:
+        if MESSAGE in e.meta:
+            ends.append(e.hash)
+        else:
+            ends[-1] = e.hash
+    return ends
+
+
+def _move(session: Session, st, head: str, parent: Optional[str], tip: str) -> None:
+    """One ref record for a rewritten history: HEAD (its branch, or itself when detached)
+    to the new line's tip; the line it left keeps a branch."""
+    if st.branch is None:
+        changes: dict[str, Optional[str]] = {"HEAD": tip, f"detached.was-{head[:12]}": head}
+    else:
+        changes = {st.branch: tip, f"{st.branch}.was-{head[:12]}": head}
+    session.set_refs("pydantic-ai", changes)
+
+
+def load_messages(session: Session, ref: Optional[str] = None) -> list[Any]:
+    """The pydantic-ai messages on the path root -> REF (default: HEAD), as ModelMessage objects."""
+    if not session.exists():
+        return []
+    head = session.tape.resolve(ref, session.name) if ref else session.refs().head_hash
+    msgs, _ = _history(session, head)
     return _adapter().validate_python(msgs)
 
 
 def _time(d: dict) -> Optional[str]:
     t = d.get("timestamp")
     return t if isinstance(t, str) else None
+
+
+# -- the capability -------------------------------------------------------------------------------------
+
+
+def _capability_base():
+    from pydantic_ai.capabilities import AbstractCapability
+
+    return AbstractCapability
+
+
+def __getattr__(name: str):
+    if name == "TapeHistory":
+        cls = _make_capability()
+        globals()["TapeHistory"] = cls
+        return cls
+    raise AttributeError(name)
+
+
+def _make_capability():
+    base = _capability_base()
+
+    @dataclasses.dataclass
+    class TapeHistory(base):  # type: ignore[misc, valid-type]
+        """A pydantic-ai capability that keeps an agent's runs on a ctape session.
+
+        ``Agent(model, capabilities=[TapeHistory(session)])``: a run given no
+        ``message_history`` continues the session's history (``load=False`` to start
+        each run fresh); every message the run adds is saved as soon as the next one
+        is complete (a model response when its node ends, a request once the model has
+        answered it; a crash loses at most the message in progress), and the rest when
+        the run ends. Saving is idempotent (see ``save_messages``), so passing
+        ``message_history=load_messages(session)`` yourself stores nothing twice."""
+
+        session: Session
+        load: bool = True
+        _start: int = dataclasses.field(default=0, repr=False)
+
+        async def for_run(self, ctx):
+            return dataclasses.replace(self)  # per-run state: where the run's messages start
+
+        async def before_run(self, ctx) -> None:
+            if self.load and not ctx.messages:
+                ctx.messages[:0] = load_messages(self.session)
+            self._start = len(ctx.messages)
+            if ctx.messages:
+                save_messages(self.session, list(ctx.messages))  # a given history that is not on the tape yet
+
+        async def after_node_run(self, ctx, *, node, result):
+            done = list(ctx.messages)
+            if done and getattr(done[-1], "kind", None) != "response":
+                done = done[:-1]  # a request may still be completed (instructions, parts) by the next node
+            if len(done) > self._start:
+                save_messages(self.session, done)
+            return result
+
+        async def after_run(self, ctx, *, result):
+            save_messages(self.session, result.all_messages())
+            return result
+
+    TapeHistory.__module__ = __name__
+    return TapeHistory

@@ -1,0 +1,286 @@
+"""Issue 13, item 5: a LangGraph thread on the tape reads as the graph has it.
+
+A linear run is one branch; replaced and removed messages show in `log` / `context` as
+the graph's messages channel has them (the tape keeps everything); checkpoint
+bookkeeping is hidden; an interrupt waits for input in `status`, its payload JSON.
+"""
+
+import json
+import os
+
+import pytest
+
+pytest.importorskip("langgraph")
+
+from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage  # noqa: E402
+from langgraph.graph import END, START, MessagesState, StateGraph  # noqa: E402
+from langgraph.types import Command, interrupt  # noqa: E402
+
+from ctape.integrations import langgraph as lg  # noqa: E402
+from ctape.integrations.langgraph import TapeSaver  # noqa: E402
+from ctape.models import HIDDEN  # noqa: E402
+
+from conftest import run_cli  # noqa: E402
+
+WAITING = getattr(lg, "WAITING", "waiting_for_input")  # the name of the call an interrupt makes
+
+
+def cfg(thread):
+    return {"configurable": {"thread_id": thread}}
+
+
+def echo(state):
+    return {"messages": [AIMessage(f"echo {len(state['messages'])}: {state['messages'][-1].content}")]}
+
+
+def chat(saver):
+    g = StateGraph(MessagesState)
+    g.add_node("agent", echo)
+    g.add_edge(START, "agent")
+    return g.compile(checkpointer=saver)
+
+
+def editor(saver):
+    """A graph that answers, then edits its history as real graphs do: a message replaced
+    by id ("fix ..."), a message removed with RemoveMessage ("forget ...")."""
+
+    def agent(state):
+        msgs = state["messages"]
+        text = msgs[-1].content
+        if text.startswith("fix "):
+            old = next(m for m in msgs if isinstance(m, AIMessage))
+            return {"messages": [AIMessage(f"corrected: {text[4:]}", id=old.id), AIMessage("fixed it")]}
+        if text.startswith("forget "):
+            gone = next(m for m in msgs if m.content == text[7:])
+            return {"messages": [RemoveMessage(id=gone.id), AIMessage("forgotten")]}
+        if text == "trim":
+            return {"messages": [RemoveMessage(id=m.id) for m in msgs[:-2]] + [AIMessage("trimmed")]}
+        return {"messages": [AIMessage(f"echo: {text}")]}
+
+    g = StateGraph(MessagesState)
+    g.add_node("agent", agent)
+    g.add_edge(START, "agent")
+    return g.compile(checkpointer=saver)
+
+
+def visible(session):
+    """The conversation `log` shows by default: the entries not marked hidden, oldest first."""
+    return [e for e in reversed(list(session.log())) if not e.meta.get(HIDDEN)]
+
+
+def texts(state):
+    return [m.content for m in state.values["messages"]]
+
+
+def context_texts(session):
+    return [m.get("content") for m in session.context(format="openai")]
+
+
+# -- one branch for a linear run -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("durability", [None, "sync", "async", "exit"])
+def test_a_linear_run_is_one_branch(tape_dir, durability):
+    n = 1000 if os.environ.get("CTAPE_SLOW") else 120
+    saver = TapeSaver(tape_dir)
+    g = chat(saver)
+    kw = {"durability": durability} if durability else {}
+    for i in range(n):
+        g.invoke({"messages": [HumanMessage(f"hi {i}")]}, cfg("lin"), **kw)
+    s = saver.tape.session(saver.session_for("lin"))
+    assert sorted(s.refs().branches) == ["main"]
+    assert len(texts(g.get_state(cfg("lin")))) == 2 * n
+    # every checkpoint's pending writes are still found (they are on main's path)
+    hist = list(g.get_state_history(cfg("lin")))
+    assert len(hist) == (n if durability == "exit" else 3 * n)
+    saver.close()
+    again = TapeSaver(tape_dir)
+    assert [h.config for h in chat(again).get_state_history(cfg("lin"))] == [h.config for h in hist]
+    assert [len(h.tasks) for h in chat(again).get_state_history(cfg("lin"))] == [len(h.tasks) for h in hist]
+    again.close()
+
+
+# -- the view follows the state ------------------------------------------------------------------
+
+
+def test_a_replaced_message_shows_as_the_graph_has_it(saver_dir_pair):
+    saver, g = saver_dir_pair
+    g.invoke({"messages": [HumanMessage("hello")]}, cfg("ed"))
+    g.invoke({"messages": [HumanMessage("more")]}, cfg("ed"))
+    g.invoke({"messages": [HumanMessage("fix hello there")]}, cfg("ed"))
+    state = texts(g.get_state(cfg("ed")))
+    assert state == ["hello", "corrected: hello there", "more", "echo: more", "fix hello there", "fixed it"]
+    s = saver.tape.session(saver.session_for("ed"))
+    assert [e.payload["content"] for e in visible(s)] == state
+    assert context_texts(s) == state
+    # the tape keeps the replaced answer, hidden, on main's path
+    old = [e for e in s.log() if e.payload.get("content") == "echo: hello"]
+    assert old and all(e.meta.get(HIDDEN) for e in old)
+    assert sorted(s.refs().branches) == ["main"]
+
+
+def test_a_removed_message_leaves_the_view_and_history_still_reads(saver_dir_pair):
+    saver, g = saver_dir_pair
+    for text in ["keep me", "secret", "after"]:
+        g.invoke({"messages": [HumanMessage(text)]}, cfg("rm"))
+    before = [h.values["messages"] for h in g.get_state_history(cfg("rm"))]
+    g.invoke({"messages": [HumanMessage("forget secret")]}, cfg("rm"))
+    state = texts(g.get_state(cfg("rm")))
+    assert "secret" not in state and state[-1] == "forgotten"
+    s = saver.tape.session(saver.session_for("rm"))
+    assert [e.payload["content"] for e in visible(s)] == state
+    assert context_texts(s) == state
+    # get_state_history still gives every earlier state exactly, removed message included
+    after = [h.values["messages"] for h in g.get_state_history(cfg("rm"))]
+    assert after[-len(before):] == before
+    assert sorted(s.refs().branches) == ["main"]
+    # and a fresh saver reads the same
+    again = TapeSaver(saver.tape.path)
+    assert [h.values["messages"] for h in editor(again).get_state_history(cfg("rm"))] == after
+    again.close()
+    p = run_cli("--dir", saver.tape.path, "fsck", check=True)
+    assert p.returncode == 0
+
+
+def test_trimming_every_turn_keeps_one_branch_and_a_short_view(saver_dir_pair):
+    saver, g = saver_dir_pair
+    for i in range(12):
+        g.invoke({"messages": [HumanMessage(f"q{i}")]}, cfg("trim"))
+        g.invoke({"messages": [HumanMessage("trim")]}, cfg("trim"))
+    state = texts(g.get_state(cfg("trim")))
+    assert state == ["echo: q11", "trim", "trimmed"]
+    s = saver.tape.session(saver.session_for("trim"))
+    assert [e.payload["content"] for e in visible(s)] == state
+    assert sorted(s.refs().branches) == ["main"]
+    # the tape holds a bounded number of copies: rewriting copies only what came after the
+    # first changed message, so the tape grows linearly with the turns
+    n = sum(1 for _ in s.log())
+    assert n < 12 * 40
+
+
+@pytest.fixture
+def saver_dir_pair(tape_dir):
+    s = TapeSaver(tape_dir)
+    yield s, editor(s)
+    s.close()
+
+
+# -- bookkeeping and interrupts --------------------------------------------------------------------
+
+
+def test_checkpoint_bookkeeping_is_hidden_and_readable(tape_dir):
+    saver = TapeSaver(tape_dir)
+    g = chat(saver)
+    for t in ["a", "b", "c"]:
+        g.invoke({"messages": [HumanMessage(t)]}, cfg("bk"))
+    s = saver.tape.session(saver.session_for("bk"))
+    shown = visible(s)
+    assert [e.kind for e in shown] == ["user", "assistant"] * 3
+    for e in s.log():
+        if e.meta.get(HIDDEN):
+            # log --hidden shows a line of text, not a base64 blob
+            assert isinstance(e.payload.get("content"), str) and e.payload["content"]
+            assert "checkpoint" in e.payload["content"] or "writes" in e.payload["content"]
+    saver.close()
+
+
+def approver(saver):
+    def draft(state):
+        return {"messages": [AIMessage(f"draft: {state['messages'][-1].content}")]}
+
+    def approve(state):
+        answer = interrupt({"question": "send it?", "draft": state["messages"][-1].content})
+        return {"messages": [AIMessage(f"sent ({answer})")]}
+
+    g = StateGraph(MessagesState)
+    g.add_node("draft", draft)
+    g.add_node("approve", approve)
+    g.add_edge(START, "draft")
+    g.add_edge("draft", "approve")
+    g.add_edge("approve", END)
+    return g.compile(checkpointer=saver)
+
+
+def test_an_interrupt_waits_for_input_in_status_with_a_json_payload(tape_dir):
+    saver = TapeSaver(tape_dir)
+    g = approver(saver)
+    g.invoke({"messages": [HumanMessage("mail bob")]}, cfg("hitl"))
+    name = saver.session_for("hitl")
+    s = saver.tape.session(name)
+    st = s.status()
+    assert [c["name"] for c in st["pending_tool_calls"]] == [WAITING]
+    call = saver.tape.get(st["pending_tool_calls"][0]["hash"])
+    assert call.payload["arguments"] == {"question": "send it?", "draft": "draft: mail bob"}
+    assert call.meta.get(HIDDEN)  # not a call the model made: the prompt leaves it out
+    assert [m["role"] for m in s.context(format="openai")] == ["user", "assistant"]
+    p = run_cli("--dir", tape_dir, "status", "-s", name, check=True)
+    assert WAITING in p.stdout.decode()
+    saver.close()
+    again = TapeSaver(tape_dir)
+    out = approver(again).invoke(Command(resume="yes"), cfg("hitl"))
+    assert out["messages"][-1].content == "sent (yes)"
+    s = again.tape.session(name)
+    assert s.status()["pending_tool_calls"] == []
+    answer = [e for e in s.log(kinds=["tool_result"]) if e.call_id == call.payload["call_id"]]
+    assert answer and answer[0].payload["output"] == "yes"
+    assert sorted(s.refs().branches) == ["main"]
+    again.close()
+
+
+def test_new_input_instead_of_a_resume_closes_the_interrupt(tape_dir):
+    saver = TapeSaver(tape_dir)
+    g = approver(saver)
+    g.invoke({"messages": [HumanMessage("mail bob")]}, cfg("ab"))
+    g.invoke({"messages": [HumanMessage("never mind, mail alice")]}, cfg("ab"))
+    s = saver.tape.session(saver.session_for("ab"))
+    assert [c["name"] for c in s.status()["pending_tool_calls"]] == [WAITING]  # the new run waits again
+    assert len([e for e in s.log(kinds=["tool_call"]) if e.payload.get("name") == WAITING]) == 2
+    saver.close()
+
+
+def test_log_json_of_a_thread_shows_the_conversation(tape_dir):
+    saver = TapeSaver(tape_dir)
+    chat(saver).invoke({"messages": [HumanMessage("hi")]}, cfg("lj"))
+    name = saver.session_for("lj")
+    saver.close()
+    p = run_cli("--dir", tape_dir, "log", "-s", name, "--json", check=True)
+    lines = [json.loads(x) for x in p.stdout.decode().splitlines()]
+    shown = [x for x in lines if not x["meta"].get(HIDDEN)]
+    assert [x["kind"] for x in shown] == ["assistant", "user"]
+
+
+# -- reading history is linear ------------------------------------------------------------------------
+
+
+def test_get_state_history_reads_each_checkpoint_once(tape_dir):
+    """Counted, not timed: entries read and messages decoded to list a thread grow with
+    the number of checkpoints, not with checkpoints x messages."""
+    saver = TapeSaver(tape_dir)
+    g = chat(saver)
+    counts = {}
+    done = 0
+    for n in (40, 80):
+        for i in range(done, n):
+            g.invoke({"messages": [HumanMessage(f"hi {i}")]}, cfg("read"))
+        done = n
+        fresh = TapeSaver(tape_dir)
+        reads = {"entries": 0, "messages": 0}
+        read_entry, dec_message = fresh.tape.read_entry, fresh.codec.dec_message
+
+        def counted_read(h, _f=read_entry):
+            reads["entries"] += 1
+            return _f(h)
+
+        def counted_dec(d, _f=dec_message):
+            reads["messages"] += 1
+            return _f(d)
+
+        fresh.tape.read_entry, fresh.codec.dec_message = counted_read, counted_dec
+        hist = list(chat(fresh).get_state_history(cfg("read")))
+        assert len(hist) == 3 * n
+        assert [len(h.values["messages"]) for h in hist[:3]] == [2 * n, 2 * n - 1, 2 * n - 2]
+        counts[n] = dict(reads)
+        fresh.close()
+    saver.close()
+    for k in ("entries", "messages"):
+        assert counts[80][k] <= 2.3 * counts[40][k], counts

@@ -1,0 +1,165 @@
+"""Issue 13, item 6: TapeSession reads reasoning, keeps get_items cheap and current, and
+offers what the SDK's AdvancedSQLiteSession offers, by reference (branches, usage)."""
+
+import asyncio
+
+import pytest
+
+pytest.importorskip("agents")
+
+from agents import Agent, Runner, set_tracing_disabled  # noqa: E402
+from agents.testing import ScriptedModel, assistant_message  # noqa: E402
+from agents.usage import Usage  # noqa: E402
+
+from ctape.integrations.openai_agents import TapeSession  # noqa: E402
+from ctape.models import HIDDEN  # noqa: E402
+
+from conftest import run_cli  # noqa: E402
+
+set_tracing_disabled(True)
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def user(text):
+    return {"role": "user", "content": text}
+
+
+def said(text):
+    return {"role": "assistant", "content": [{"type": "output_text", "text": text}]}
+
+
+def test_a_reasoning_item_reads_in_log(tape_dir):
+    s = TapeSession("r", tape_dir)
+    item = {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "The user wants a **short** answer."}]}
+    run(s.add_items([user("hi"), item, said("hello")]))
+    e = [x for x in s.session.log() if x.meta.get("openai_agents.item", {}).get("type") == "reasoning"][0]
+    assert e.kind == "assistant" and e.meta.get(HIDDEN) is True  # kept out of the prompt
+    assert e.payload["content"] == "The user wants a **short** answer."
+    p = run_cli("--dir", tape_dir, "log", "-s", s.name, "--oneline", check=True)
+    assert "The user wants a **short** answer." in p.stdout.decode()
+    # an encrypted reasoning item without a summary still says what it is
+    run(s.add_items([{"type": "reasoning", "id": "rs_2", "summary": [], "encrypted_content": "gAAAA" * 10}]))
+    e = list(s.session.log(limit=1))[0]
+    assert e.payload["content"] == "[reasoning: 50 characters, encrypted]"
+    assert [m["role"] for m in s.session.context(format="openai")] == ["user", "assistant"]
+
+
+def test_get_items_follows_other_writers_pops_and_branch_switches(tape_dir):
+    a = TapeSession("shared", tape_dir)
+    b = TapeSession("shared", tape_dir)
+    run(a.add_items([user("one"), said("1")]))
+    assert run(b.get_items()) == [user("one"), said("1")]
+    run(b.add_items([user("two")]))
+    assert run(a.get_items()) == [user("one"), said("1"), user("two")]
+    assert run(a.pop_item()) == user("two")
+    assert run(b.get_items()) == [user("one"), said("1")]
+    items = run(a.get_items())
+    items[0]["content"] = "changed by the caller"
+    assert run(a.get_items())[0] == user("one")  # the caller's copy
+    run(a.clear_session())
+    assert run(b.get_items()) == []
+    assert run(a.get_items(limit=1)) == []
+
+
+def turns_session(tape_dir, name="adv"):
+    s = TapeSession(name, tape_dir)
+    for i in range(1, 4):
+        run(s.add_items([user(f"question {i}"), said(f"answer {i}")]))
+    return s
+
+
+def test_branch_from_a_turn_is_by_reference(tape_dir):
+    s = turns_session(tape_dir)
+    turns = run(s.get_conversation_turns())
+    assert [t["turn"] for t in turns] == [1, 2, 3]
+    assert turns[1]["content"] == "question 2"
+    name = run(s.create_branch_from_turn(2, "retry"))
+    assert name == "retry"
+    # the branch holds the turns before turn 2, and the session is on it
+    assert run(s.get_items()) == [user("question 1"), said("answer 1")]
+    run(s.add_items([user("question 2, asked better"), said("better answer")]))
+    branches = {b["branch_id"]: b for b in run(s.list_branches())}
+    assert set(branches) == {"main", "retry"}
+    assert branches["retry"]["is_current"] and not branches["main"]["is_current"]
+    assert branches["main"]["message_count"] == 6 and branches["main"]["user_turns"] == 3
+    assert branches["retry"]["message_count"] == 4 and branches["retry"]["user_turns"] == 2
+    assert branches["main"]["created_at"] < branches["retry"]["created_at"]
+    # nothing was copied: the branch's first entries are main's own
+    main_path = [e.hash for e in s.session.log("main")]
+    retry_path = [e.hash for e in s.session.log("retry")]
+    assert retry_path[-2:] == main_path[-2:]
+    run(s.switch_to_branch("main"))
+    assert run(s.get_items())[-1] == said("answer 3")
+    with pytest.raises(ValueError):
+        run(s.switch_to_branch("nope"))
+    with pytest.raises(ValueError):
+        run(s.create_branch_from_turn(9))
+    with pytest.raises(ValueError):
+        run(s.create_branch_from_turn(1, "retry"))  # a used name
+    found = run(s.find_turns_by_content("question 3"))
+    assert [t["turn"] for t in found] == [3]
+    auto = run(s.create_branch_from_content("question 3"))
+    assert auto in {b["branch_id"] for b in run(s.list_branches())}
+    with pytest.raises(ValueError):
+        run(s.delete_branch(auto))  # the current branch needs force
+    run(s.delete_branch(auto, force=True))
+    assert s.session.refs().branch == "main"
+    with pytest.raises(ValueError):
+        run(s.delete_branch("main"))
+
+
+def test_branch_from_the_first_turn_starts_empty(tape_dir):
+    s = turns_session(tape_dir, "first")
+    run(s.create_branch_from_turn(1, "fresh"))
+    assert run(s.get_items()) == []
+    run(s.add_items([user("start over")]))
+    assert run(s.get_items()) == [user("start over")]
+    assert {b["branch_id"] for b in run(s.list_branches())} == {"main", "fresh"}
+
+
+def test_usage_per_run_and_per_session(tape_dir):
+    model = ScriptedModel(
+        [[assistant_message("hi!")], [assistant_message("still here")], [assistant_message("on a branch")]],
+        default_usage=Usage(requests=1, input_tokens=100, output_tokens=20, total_tokens=120),
+    )
+    agent = Agent(name="a", instructions="be brief", model=model)
+    s = TapeSession("usage", tape_dir)
+    assert run(s.get_session_usage()) is None
+    r = run(Runner.run(agent, "hello", session=s))
+    run(s.store_run_usage(r))
+    r = run(Runner.run(agent, "again", session=s))
+    run(s.store_run_usage(r))
+    assert run(s.get_session_usage()) == {"requests": 2, "input_tokens": 200, "output_tokens": 40, "total_tokens": 240, "total_turns": 2}
+    turns = run(s.get_turn_usage())
+    assert [t["user_turn_number"] for t in turns] == [1, 2]
+    assert run(s.get_turn_usage(2))["input_tokens"] == 100
+    # the usage record does not enter the items or the prompt
+    assert [i.get("role") for i in run(s.get_items())] == ["user", "assistant", "user", "assistant"]
+    assert [m["role"] for m in s.session.context(format="openai")] == ["user", "assistant", "user", "assistant"]
+    run(s.create_branch_from_turn(2, "alt"))
+    r = run(Runner.run(agent, "other", session=s))
+    run(s.store_run_usage(r))
+    assert run(s.get_session_usage(branch_id="alt"))["requests"] == 2  # turn 1 (shared) and its own
+    assert run(s.get_session_usage(branch_id="main"))["requests"] == 2
+    assert run(s.get_session_usage())["requests"] == 3  # every run once, shared turns not twice
+
+
+def test_get_items_sees_another_process_appends(tape_dir):
+    import subprocess
+    import sys
+
+    s = TapeSession("proc", tape_dir)
+    run(s.add_items([user("one")]))
+    assert run(s.get_items()) == [user("one")]
+    code = (
+        "import asyncio, sys; from ctape.integrations.openai_agents import TapeSession; "
+        "s = TapeSession('proc', sys.argv[1]); asyncio.run(s.add_items([{'role': 'user', 'content': 'two'}])); "
+        "asyncio.run(s.pop_item()); asyncio.run(s.pop_item()); asyncio.run(s.add_items([{'role': 'user', 'content': 'three'}]))"
+    )
+    p = subprocess.run([sys.executable, "-c", code, str(tape_dir)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert run(s.get_items()) == [user("three")]
+    assert run(TapeSession("proc", tape_dir).get_items()) == [user("three")]
