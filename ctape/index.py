@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import sys
 from contextlib import contextmanager
 from typing import Optional
 
@@ -80,12 +81,41 @@ class Index:
 
     def __init__(self, path: Optional[str]):
         self.path = path or ":memory:"
-        self.db = self._connect(self.path)
         self.pending = IndexBatch()
         self.pending_objects: dict[int, tuple[int, int]] = {}
         self.pending_keyframes: dict[int, str] = {}
         self._paths: dict[int, str] = {}  # file id -> path
         self._in_rebuild = False
+        self.stale = False  # the rows were lost (the cache went to memory): the store rebuilds
+        try:
+            self.db = self._connect(self.path)
+        except sqlite3.Error as e:
+            if self.path == ":memory:":
+                raise
+            self._degrade(e)
+
+    # -- a cache that cannot be written ----------------------------------------------
+
+    def _degrade(self, err: Exception) -> None:
+        """The cache file cannot be written (its disk is full, it went read-only, I/O
+        errors): say so once, and go on with an index in memory that the store rebuilds
+        from the tape. The tape itself is not touched by this."""
+        if self.path == ":memory:" or _busy(err):
+            raise err
+        sys.stderr.write(f"ctape: warning: the index cache {self.path} cannot be written ({err}); reading the tape without it (slower)\n")
+        old = getattr(self, "db", None)
+        self.path = ":memory:"
+        self.db = self._connect(":memory:")
+        if old is not None:
+            try:
+                old.close()
+            except sqlite3.Error:
+                pass
+        self.pending = IndexBatch()
+        self.pending_objects.clear()
+        self.pending_keyframes.clear()
+        self._paths.clear()
+        self.stale = True
 
     @staticmethod
     def _connect(path: str) -> sqlite3.Connection:
@@ -149,7 +179,13 @@ class Index:
         row = self.db.execute("SELECT id FROM files WHERE path=?", (path,)).fetchone()
         if row:
             return row[0]
-        self.db.execute("INSERT OR IGNORE INTO files(path) VALUES(?)", (path,))
+        try:
+            self.db.execute("INSERT OR IGNORE INTO files(path) VALUES(?)", (path,))
+        except sqlite3.OperationalError as e:
+            if self._in_rebuild:
+                raise
+            self._degrade(e)
+            self.db.execute("INSERT OR IGNORE INTO files(path) VALUES(?)", (path,))
         return self.db.execute("SELECT id FROM files WHERE path=?", (path,)).fetchone()[0]
 
     def path_of(self, file_id: int) -> Optional[str]:
@@ -180,11 +216,23 @@ class Index:
             yield
             self.db.execute("DELETE FROM files WHERE indexed=0 AND torn=0 AND corrupt=0 AND id NOT IN (SELECT file FROM objects)")
             self.db.execute("COMMIT")
+        except sqlite3.OperationalError as e:
+            self._rollback()
+            if _busy(e) or self.path == ":memory:":
+                raise
+            self._degrade(e)
+            raise IndexDegraded() from None
         except BaseException:
-            self.db.execute("ROLLBACK")
+            self._rollback()
             raise
         finally:
             self._in_rebuild = False
+
+    def _rollback(self) -> None:
+        try:
+            self.db.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass
 
     def apply_many(self, batches: list["IndexBatch"]) -> None:
         merged = IndexBatch()
@@ -197,6 +245,15 @@ class Index:
     def apply(self, batch: "IndexBatch") -> None:
         if batch.empty():
             return
+        if self._in_rebuild:
+            self._apply(batch)
+            return
+        try:
+            self._apply(batch)
+        except sqlite3.OperationalError as e:
+            self._degrade(e)  # the rows are dropped: the store rebuilds the memory index
+
+    def _apply(self, batch: "IndexBatch") -> None:
         db = self.db
         own = not self._in_rebuild
         if own:
@@ -253,7 +310,7 @@ class Index:
                 db.execute("COMMIT")
         except BaseException:
             if own:
-                db.execute("ROLLBACK")
+                self._rollback()
             raise
 
     # -- queries -------------------------------------------------------------------
@@ -307,7 +364,7 @@ class Index:
     # -- files found shorter than they were read (not part of a rebuild: the files cannot tell)
 
     def note_lost(self, path: str, expected: int, found: int) -> None:
-        self.db.execute(
+        self._write(
             "INSERT INTO lost VALUES(?,?,?) ON CONFLICT(path) DO UPDATE SET expected=max(expected, excluded.expected), found=excluded.found",
             (path, expected, found),
         )
@@ -316,7 +373,14 @@ class Index:
         return self.db.execute("SELECT path, expected, found FROM lost ORDER BY path").fetchall()
 
     def clear_lost(self, path: str) -> None:
-        self.db.execute("DELETE FROM lost WHERE path=?", (path,))
+        self._write("DELETE FROM lost WHERE path=?", (path,))
+
+    def _write(self, sql: str, args: tuple) -> None:
+        try:
+            self.db.execute(sql, args)
+        except sqlite3.OperationalError as e:
+            self._degrade(e)
+            self.db.execute(sql, args)
 
     def put_keyframe(self, h: str, body: dict) -> None:
         try:
@@ -324,6 +388,14 @@ class Index:
         except sqlite3.OperationalError:
             pass  # a cache write that fails (read-only cache, busy) costs only speed
 
+
+
+class IndexDegraded(Exception):
+    """A rebuild met a cache that cannot be written; the index is now in memory: rebuild again."""
+
+
+def _busy(err: Exception) -> bool:
+    return "locked" in str(err) or "busy" in str(err)
 
 
 class IndexBatch:

@@ -41,7 +41,7 @@ from .files import (  # noqa: F401 - TYPE_*, CODEC_*, open_for_reading and zstd 
     storage_error,
     zstd,
 )
-from .index import Index, IndexBatch, default_cache_root, hash_key
+from .index import Index, IndexBatch, IndexDegraded, default_cache_root, hash_key
 from .models import NAME_RE
 from .refs import well_formed
 from .segment import SegmentWriter
@@ -246,6 +246,16 @@ class Store:
 
     def refresh(self, session: Optional[str] = None) -> bool:
         """Bring the index up to date with the files; True when anything changed."""
+        if self.index.stale:  # the cache could not be written: the index is in memory now
+            self._full_reindex()
+            return True
+        changed = self._refresh(session)
+        if self.index.stale:
+            self._full_reindex()
+            return True
+        return changed
+
+    def _refresh(self, session: Optional[str]) -> bool:
         files = self.list_files(session)
         if session is not None and self._known.get(session) == files:
             return False
@@ -279,6 +289,13 @@ class Store:
 
     def _full_reindex(self) -> None:
         """Rebuild the index from every file, in one transaction (readers never see it half-built)."""
+        try:
+            self._rebuild()
+        except IndexDegraded:  # the cache could not be written: again, in memory
+            self._rebuild()
+        self.index.stale = False
+
+    def _rebuild(self) -> None:
         self._blocks.clear()
         self._dicts.clear()
         for fd in self._fds.values():
