@@ -12,8 +12,11 @@ what ctape never writes (NaN, Infinity, numbers that overflow a float, invalid U
 nesting deeper than the limits) with ValueError.
 
 Plain Python rather than pydantic models: these run on every record read (every ref
-record of a session's log, every entry decoded), where a pydantic model costs several
-times more for the same rules (tests/bench/bench_schema.py measures both).
+record of a session's log, every entry decoded). tests/bench/bench_schema.py measures
+both on the same records: pydantic v2 models of a subset of these rules (no ref-key or
+seq/parent rules, no nesting check, which would need Python validators) cost 1.1-1.5x
+the plain checks, and a failing record would also pay for building a ValidationError
+and turning it into one line. Both cost less than json.loads of the same bytes.
 
 The limits on values (docs/format.md, "Limits") live in canonical.py, which enforces
 them when entries are written; here they bound what is accepted when entries are read.
@@ -81,29 +84,40 @@ def _counter(value: Any, low: int = 0) -> bool:
     return type(value) is int and low <= value < U63
 
 
-def _ref_value(ref: str, value: Any) -> bool:
-    """A value in `set` or `old`: an entry hash, null, or "@BRANCH" for HEAD."""
-    if value is None:
-        return True
-    if type(value) is not str:
-        return False
-    if value[:1] == "@":
-        return ref == HEAD and _NAME.fullmatch(value, 1) is not None
-    return _HASH.fullmatch(value) is not None
-
-
 def _refs_problem(refs: Any, field: str) -> Optional[str]:
+    """Why the `set` or `old` of a ref record is not refs -> values, or None. A value is an
+    entry hash, null, or (HEAD only) "@BRANCH"."""
     if type(refs) is not dict:
         return f"`{field}` is not an object"
     for ref, value in refs.items():
-        if ref != HEAD and _NAME.fullmatch(ref) is None:
-            return f"`{field}` names an invalid ref {ref[:40]!r}"
-        if not _ref_value(ref, value):
-            return f"`{field}` gives {ref[:40]} the value {str(value)[:40]!r}: want an entry hash, null, or @BRANCH for HEAD"
+        if ref == HEAD:
+            if value is None or (type(value) is str and (_HASH.fullmatch(value) if value[:1] != "@" else _NAME.fullmatch(value, 1))):
+                continue
+        else:
+            if not _name_ok(ref):
+                return f"`{field}` names an invalid ref {ref[:40]!r}"
+            if value is None or (type(value) is str and _HASH.fullmatch(value)):
+                continue
+        return f"`{field}` gives {ref[:40]} the value {str(value)[:40]!r}: want an entry hash, null, or @BRANCH for HEAD"
     return None
 
 
 # -- ref records --------------------------------------------------------------------------------
+
+
+_known: set = set()  # session names and writer ids already checked (they repeat in every record)
+
+
+def _name_ok(s: Any) -> bool:
+    if type(s) is not str:
+        return False
+    if s in _known:
+        return True
+    if _NAME.fullmatch(s) is None:
+        return False
+    if len(_known) < 4096:
+        _known.add(s)
+    return True
 
 
 def ref_record_problem(rec: Any, session: Optional[str] = None) -> Optional[str]:
@@ -112,16 +126,18 @@ def ref_record_problem(rec: Any, session: Optional[str] = None) -> Optional[str]
     if type(rec) is not dict:
         return "ref record is not a JSON object"
     s = rec.get("s")
-    if type(s) is not str or _NAME.fullmatch(s) is None:
+    if not _name_ok(s):
         return "ref record has no valid session name `s`"
     if session is not None and s != session:
         return f"ref record of session {s!r} in the files of session {session!r}"
     w = rec.get("w")
     if type(w) is not str or _WRITER.fullmatch(w) is None:
         return "ref record has no valid writer `w`"
-    if not _counter(rec.get("n")):
+    n = rec.get("n")
+    if type(n) is not int or not 0 <= n < U63:
         return "ref record's `n` is not an integer from 0 to 2**63-1"
-    if not _counter(rec.get("lc")):
+    lc = rec.get("lc")
+    if type(lc) is not int or not 0 <= lc < U63:
         return "ref record's `lc` is not an integer from 0 to 2**63-1"
     t = rec.get("t")
     if type(t) is not str or _TIME.fullmatch(t) is None:
@@ -140,7 +156,7 @@ def ref_record_problem(rec: Any, session: Optional[str] = None) -> Optional[str]
         if type(seen) is not dict:
             return "ref record's `seen` is not an object"
         for k, v in seen.items():
-            if _WRITER.fullmatch(k) is None or not _counter(v):
+            if type(v) is not int or not 0 <= v < U63 or _WRITER.fullmatch(k) is None:
                 return "ref record's `seen` holds something other than writer: n"
     stream = rec.get("stream")
     if stream is not None and (type(stream) is not str or _STREAM.fullmatch(stream) is None):
