@@ -221,7 +221,7 @@ def header_problem(rec: Any, fmt: Optional[str] = None, session: Optional[str] =
     if type(rec) is not dict:
         return "file header is not a JSON object"
     f = rec.get("format")
-    if f not in HEADER_FORMATS:
+    if type(f) is not str or f not in HEADER_FORMATS:
         return f"file header has an unknown format {str(f)[:40]!r}"
     if fmt is not None and f != fmt:
         return f"file header says {f}, the file name says {fmt}"

@@ -212,3 +212,40 @@ def test_hand_made_entry_is_corrupt_object_naming_it(tape_dir, name):
         assert p.returncode == 1, (cmd, err)
         assert "Traceback" not in err and "internal error" not in err, (cmd, err)
         assert len(err.splitlines()) == 1 and h[:12] in err, (cmd, err)
+
+
+# -- crashes the fuzz harness found in code outside ctape/schema.py (for the lead) ---------------------------------
+
+
+@pytest.mark.xfail(strict=True, raises=KeyError, reason="compact._write_pack reads r['n'] of every ref record without a check (KeyError); "
+                   "it should decode ref records with schema.read_ref_record like the index does")
+def test_compact_skips_a_ref_record_without_n(tape_dir):
+    """Found by tests/fuzz (whole tape): a checksum-valid ref record without `n` makes
+    `compact --grace now` raise KeyError. A compact may refuse (CtapeError) or drop it."""
+    good = canonical_json(ENTRY)
+    (h,) = plant(tape_dir, "chat", [good], 0)
+    folder = os.path.join(tape_dir, "sessions", "chat")
+    seg = os.path.join(folder, os.listdir(folder)[0])
+    bad = {"s": "chat", "w": "handmade0001", "lc": 2, "t": "2026-01-01T00:00:01.000000Z", "op": "append", "set": {"main": h}}
+    with open(seg, "ab") as f:
+        f.write(framing.frame(framing.T_REF, canonical_json(bad)))
+    t = Tape.open(tape_dir)
+    try:
+        t.compact(grace="now")
+    except CorruptObject:
+        pass  # refusing is an answer too
+    finally:
+        t.close()
+
+
+@pytest.mark.xfail(strict=True, raises=ValueError, reason="maintenance.stats json.loads every entry body without a check (JSONDecodeError, "
+                   "UnicodeDecodeError); it should use schema.decode_entry or skip what schema.loads refuses")
+def test_stats_skips_an_entry_that_is_not_json(tape_dir):
+    """Found by tests/fuzz (whole tape): an object record of type entry whose (hash-valid)
+    body is not JSON makes `Tape.stats()` (`ctape stats`) raise instead of answering."""
+    plant(tape_dir, "chat", [canonical_json(ENTRY), b"not json", b"\x00\x00\x00\x7b\xff\xff\xff\xff"], 0)
+    t = Tape.open(tape_dir)
+    try:
+        t.stats()
+    finally:
+        t.close()
