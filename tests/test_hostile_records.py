@@ -249,3 +249,43 @@ def test_stats_skips_an_entry_that_is_not_json(tape_dir):
         t.stats()
     finally:
         t.close()
+
+
+HOSTILE_REF_RECORDS = {
+    "n-2**70": {"n": 2 ** 70},
+    "lc-2**70": {"lc": 2 ** 70},
+    "set-value-list": {"set": {"main": ["h"], "HEAD": "@main"}},
+    "head-not-a-hash": {"set": {"main": "H", "HEAD": "zz"}},
+}
+
+
+@pytest.mark.xfail(strict=True, reason="the store's scan (store._index_record -> IndexBatch.add_ref) and fsck take ref records unchecked: "
+                   "SQLite OverflowError for 2**70, ProgrammingError for a list, ValueError in index.hash_key for 'zz', "
+                   "AttributeError in maintenance.fsck; calling schema.read_ref_record there fixes all four")
+@pytest.mark.parametrize("name", sorted(HOSTILE_REF_RECORDS))
+def test_hand_made_ref_record_is_damage_not_a_crash(tape_dir, name):
+    """Issue 17 item 8: a checksum-valid ref record with fields of the wrong type or range;
+    every command answers or refuses with a CtapeError (fsck: exit 1)."""
+    from ctape.errors import CtapeError
+
+    (h,) = plant(tape_dir, "chat", [canonical_json(ENTRY)], 0)
+    folder = os.path.join(tape_dir, "sessions", "chat")
+    seg = os.path.join(folder, os.listdir(folder)[0])
+    rec = {"s": "chat", "w": "handmade0002", "n": 1, "lc": 5, "t": "2026-01-01T00:00:01.000000Z", "op": "append", "set": {"main": h}}
+    rec.update(copy.deepcopy(HOSTILE_REF_RECORDS[name]))
+    rec["set"] = {k: (h if v == "H" else [h] if v == ["h"] else v) for k, v in rec["set"].items()}
+    with open(seg, "ab") as f:
+        f.write(framing.frame(framing.T_REF, canonical_json(rec)))
+    t = Tape.open(tape_dir)
+    s = t.session("chat")
+    crashes = []
+    for what, call in [("sessions", t.sessions), ("status", s.status), ("log", lambda: list(s.log())), ("reflog", s.reflog),
+                       ("fsck", t.fsck), ("compact", lambda: t.compact(grace="now"))]:
+        try:
+            call()
+        except CtapeError:
+            pass
+        except Exception as e:  # noqa: BLE001 - the point of the test
+            crashes.append(f"{what}: {type(e).__name__}")
+    t.close()
+    assert not crashes, crashes

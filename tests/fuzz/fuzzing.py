@@ -1,5 +1,9 @@
 """Seeds and mutations for the fuzz harness (test_fuzz.py).
 
+Hypothesis draws one integer per input, the seed of a `random.Random` that makes every
+choice here: a draw through hypothesis costs more than the decoders under test, and an
+input is reproduced from its seed alone (`mutated_file(random.Random(seed), data)`).
+
 Mutations work at three depths, so that inputs get past the outer checks to the decoders
 behind them: raw bytes (flips, inserts, cuts: mostly caught by a CRC), whole records
 re-framed with valid checksums (a mutated body reaches the JSON and block decoders), and
@@ -12,11 +16,11 @@ references that are not hashes, times out of range).
 from __future__ import annotations
 
 import glob
+import functools
 import json
 import os
+import random
 import re
-
-from hypothesis import strategies as st
 
 from ctape import framing, packing
 
@@ -110,12 +114,29 @@ HOSTILE_SCALARS = [
     "0001-01-01T00:00:00+00:30", "9999-12-31T23:59:59-23:59", "999-01-01T00:00:00Z", "2026-13-45T99:99:99Z",
     [], {}, [None], {"": None}, "a" * 64, "é" * 3,
 ]
+_CHARS = "abcHEADmain0123456789 _-./@#\0\u00e9\ud7ff\n\"{}[]"
 
 
-def hostile_values():
-    json_leaf = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=20))
-    small = st.recursive(json_leaf, lambda c: st.one_of(st.lists(c, max_size=4), st.dictionaries(st.text(max_size=8), c, max_size=4)), max_leaves=12)
-    return st.one_of(st.sampled_from(HOSTILE_SCALARS), small, st.integers(90, 1200).map(_deep))
+def _text(rng: random.Random, n: int = 12) -> str:
+    return "".join(rng.choice(_CHARS) for _ in range(rng.randint(0, n)))
+
+
+def _small(rng: random.Random, budget: int) -> object:
+    k = rng.randint(0, 9)
+    if budget <= 0 or k < 6:
+        return rng.choice([None, True, False, rng.randint(-(2 ** 65), 2 ** 65), rng.randint(-3, 300), rng.uniform(-1e9, 1e9), _text(rng)])
+    if k < 8:
+        return [_small(rng, budget - 1) for _ in range(rng.randint(0, 4))]
+    return {_text(rng, 6): _small(rng, budget - 1) for _ in range(rng.randint(0, 4))}
+
+
+def hostile_value(rng: random.Random) -> object:
+    k = rng.randint(0, 9)
+    if k < 5:
+        return rng.choice(HOSTILE_SCALARS)
+    if k < 9:
+        return _small(rng, 3)
+    return _deep(rng.randint(90, 1200))
 
 
 RAW_JSON_TOKENS = [b"1e400", b"-1e400", b"NaN", b"Infinity", b"1" + b"0" * 5000, b'"\\ud800"', b'"\xff\xfe"', b"[" * 3000 + b"]" * 3000, b"nul", b'"\\u0000b' + b"f" * 64 + b'"']
@@ -144,111 +165,124 @@ def replace_at(value, path, new):
     return value
 
 
-@st.composite
-def mutated_json(draw, body: bytes) -> bytes:
+_SCALAR = re.compile(rb":(-?[0-9][0-9.eE+-]*|true|false|null|\"[^\"\\\\]*\")")
+
+
+def mutated_json(rng: random.Random, body: bytes) -> bytes:
     """A JSON body with one to three values replaced by hostile ones, or a key deleted,
     or a raw token (1e400, NaN, invalid UTF-8) spliced in."""
     try:
         value = json.loads(body)
-    except ValueError:
-        return body
-    for _ in range(draw(st.integers(1, 3))):
-        ps = paths(value)
-        p = draw(st.sampled_from(ps))
-        how = draw(st.integers(0, 5))
-        if how == 0 and p:
+    except (ValueError, RecursionError):
+        return mutated_bytes(rng, body)
+    for _ in range(rng.randint(1, 3)):
+        p = rng.choice(paths(value))
+        if rng.randint(0, 5) == 0 and p:
             parent = value
             for k in p[:-1]:
                 parent = parent[k]
             if isinstance(parent, dict):
                 parent.pop(p[-1], None)
                 continue
-        value = replace_at(value, p, draw(hostile_values()))
+        value = replace_at(value, p, hostile_value(rng))
     try:
-        out = json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode("utf-8", "surrogatepass")
-    except (ValueError, RecursionError):
+        out = json.dumps(value, ensure_ascii=False, sort_keys=rng.random() < 0.8, separators=(",", ":")).encode("utf-8", "surrogatepass")
+    except (ValueError, TypeError, RecursionError):
         out = body
-    if draw(st.integers(0, 4)) == 0:
-        m = list(re.finditer(rb":(-?[0-9][0-9.eE+-]*|true|false|null|\"[^\"\\]*\")", out))
+    if rng.randint(0, 4) == 0:
+        m = list(_SCALAR.finditer(out))
         if m:
-            hit = draw(st.sampled_from(m))
-            out = out[: hit.start(1)] + draw(st.sampled_from(RAW_JSON_TOKENS)) + out[hit.end(1) :]
+            hit = rng.choice(m)
+            out = out[: hit.start(1)] + rng.choice(RAW_JSON_TOKENS) + out[hit.end(1) :]
     return out
 
 
-@st.composite
-def mutated_bytes(draw, data: bytes, max_ops: int = 4) -> bytes:
+_INTERESTING = [0x00, 0xFF, 0xCE, 0x7F, 0x80, ord("K"), ord("Z"), ord("R"), ord("{"), ord('"')]
+_WORDS = [b"\xff\xff\xff\xff", b"\x00\x00\x00\x80", b"\x00\x00\x00\x00", b"\x01\x00\x00\x00"]
+
+
+def mutated_bytes(rng: random.Random, data: bytes, max_ops: int = 4) -> bytes:
     """Byte-level mutations: flips, overwrites with interesting bytes, inserts, deletes,
     duplicated ranges, a cut end."""
     buf = bytearray(data)
-    for _ in range(draw(st.integers(1, max_ops))):
-        op = draw(st.integers(0, 6))
+    for _ in range(rng.randint(1, max_ops)):
+        op = rng.randint(0, 6)
         n = len(buf)
-        pos = draw(st.integers(0, max(n - 1, 0)))
+        pos = rng.randint(0, max(n - 1, 0))
         if op == 0 and n:
-            buf[pos] ^= 1 << draw(st.integers(0, 7))
+            buf[pos] ^= 1 << rng.randint(0, 7)
         elif op == 1 and n:
-            buf[pos] = draw(st.sampled_from([0x00, 0xFF, 0xCE, 0x7F, 0x80, ord("K"), ord("Z"), ord("R"), ord("{"), ord('"')]))
+            buf[pos] = rng.choice(_INTERESTING)
         elif op == 2:
-            buf[pos:pos] = draw(st.binary(min_size=1, max_size=16))
+            buf[pos:pos] = rng.randbytes(rng.randint(1, 16))
         elif op == 3 and n:
-            del buf[pos : pos + draw(st.integers(1, 64))]
+            del buf[pos : pos + rng.randint(1, 64)]
         elif op == 4 and n:
-            end = min(n, pos + draw(st.integers(1, 256)))
-            buf[pos:pos] = buf[pos:end]
+            buf[pos:pos] = buf[pos : min(n, pos + rng.randint(1, 256))]
         elif op == 5:
             del buf[pos:]
         elif op == 6 and n >= 4:
-            buf[pos : pos + 4] = draw(st.sampled_from([b"\xff\xff\xff\xff", b"\x00\x00\x00\x80", b"\x00\x00\x00\x00", b"\x01\x00\x00\x00"]))
+            buf[pos : pos + 4] = rng.choice(_WORDS)
     return bytes(buf)
 
 
-def _compress(content: bytes) -> bytes:
-    return _zstd().ZstdCompressor(level=1, write_content_size=True, write_checksum=True).compress(content)
+@functools.lru_cache(maxsize=None)
+def _zc():
+    return _zstd().ZstdCompressor(level=1, write_content_size=True, write_checksum=True)
 
 
-@st.composite
-def mutated_file(draw, data: bytes) -> bytes:
+@functools.lru_cache(maxsize=None)
+def _zd():
+    return _zstd().ZstdDecompressor()
+
+
+@functools.lru_cache(maxsize=64)
+def _records_of(data: bytes) -> tuple:
+    return tuple(r for r in framing.scan(data) if isinstance(r, framing.Record))
+
+
+def mutated_file(rng: random.Random, data: bytes) -> bytes:
     """A data file mutated at one of three depths (see the module docstring)."""
-    depth = draw(st.integers(0, 3))
+    depth = rng.randint(0, 3)
     if depth == 0:
-        return draw(mutated_bytes(data))
-    records = [r for r in framing.scan(data) if isinstance(r, framing.Record)]
+        return mutated_bytes(rng, data)
+    records = _records_of(data)
     if not records:
-        return draw(mutated_bytes(data))
-    i = draw(st.integers(0, len(records) - 1))
+        return mutated_bytes(rng, data)
+    i = rng.randrange(len(records))
     rec = records[i]
     body = rec.body
     if depth == 1:  # structure: drop, duplicate or swap whole records (valid frames)
-        op = draw(st.integers(0, 2))
+        op = rng.randint(0, 2)
         frames = [framing.frame(r.type, r.body) for r in records]
         if op == 0:
             del frames[i]
         elif op == 1:
-            frames.insert(draw(st.integers(0, len(frames))), frames[i])
+            frames.insert(rng.randint(0, len(frames)), frames[i])
         else:
-            j = draw(st.integers(0, len(frames) - 1))
+            j = rng.randrange(len(frames))
             frames[i], frames[j] = frames[j], frames[i]
         return b"".join(frames)
     if rec.type == framing.T_BLOCK and depth == 3:
-        content = _zstd().ZstdDecompressor().decompress(body)
-        body = _compress(draw(mutated_block(content)))
+        body = _zc().compress(mutated_block(rng, _zd().decompress(body)))
     elif rec.type in (framing.T_REF, framing.T_PARTIAL, framing.T_HEADER):
-        body = draw(mutated_json(body))
-    elif rec.type == framing.T_OBJECT and len(body) > 34 and body[33] == 0 and draw(st.booleans()):
-        body = body[:34] + draw(mutated_json(body[34:]))  # the hash no longer matches: CorruptObject
+        body = mutated_json(rng, body)
+    elif rec.type == framing.T_OBJECT and len(body) > 34 and body[33] == 0 and rng.random() < 0.5:
+        body = body[:34] + mutated_json(rng, body[34:])  # the hash no longer matches: CorruptObject
     else:
-        body = draw(mutated_bytes(body))
-    type_ = rec.type if draw(st.integers(0, 9)) else draw(st.sampled_from(sorted(framing.RECORD_TYPES)))
-    frames = [framing.frame(r.type, r.body) for r in records]
-    frames[i] = framing.frame(type_, body)
-    return b"".join(frames)
+        body = mutated_bytes(rng, body)
+    type_ = rec.type if rng.randint(0, 9) else rng.choice(sorted(framing.RECORD_TYPES))
+    # the records before the mutated one are written as they were (offsets kept, so a
+    # Z block's distance back to its dictionary still holds)
+    start = rec.offset
+    end = rec.end
+    return data[:start] + framing.frame(type_, body) + data[end:]
 
 
 def _inner_items(content: bytes):
     out, pos = [], 0
     while pos < len(content):
-        start, type_ = pos, content[pos]
+        type_ = content[pos]
         n, pos = packing._read_varint(content, pos + 1)
         if n < 0 or pos + n > len(content):
             return None
@@ -261,46 +295,44 @@ def _reframe_inner(items) -> bytes:
     return b"".join(bytes((t,)) + packing._varint(len(b)) + b for t, b in items)
 
 
-@st.composite
-def mutated_block(draw, content: bytes) -> bytes:
+def mutated_block(rng: random.Random, content: bytes) -> bytes:
     """A block's content mutated: raw bytes, or one inner record's JSON (ref records,
     entries: the entry's hash is computed from its bytes, so a mutated entry is a new,
     valid object whose body is hostile), re-framed."""
     items = _inner_items(content)
-    if not items or draw(st.integers(0, 2)) == 0:
-        return draw(mutated_bytes(content))
-    i = draw(st.integers(0, len(items) - 1))
+    if not items or rng.randint(0, 2) == 0:
+        return mutated_bytes(rng, content)
+    i = rng.randrange(len(items))
     type_, body = items[i]
     if type_ == packing.T_OBJ and len(body) > 2 and body[0] == ord("E"):
-        body = body[:2] + draw(mutated_json(body[2:])) if body[1] == packing.PLAIN else body[:2] + draw(mutated_bytes(body[2:]))
+        body = body[:2] + (mutated_json(rng, body[2:]) if body[1] == packing.PLAIN else mutated_bytes(rng, body[2:]))
     elif type_ == packing.T_REF and body and body[0] == packing.PLAIN:
-        body = body[:1] + draw(mutated_json(body[1:]))
+        body = body[:1] + mutated_json(rng, body[1:])
     elif type_ == framing.T_PARTIAL:
-        body = draw(mutated_json(body))
+        body = mutated_json(rng, body)
     else:
-        body = draw(mutated_bytes(body))
+        body = mutated_bytes(rng, body)
     items[i] = (type_, body)
-    if draw(st.integers(0, 5)) == 0:
-        items.insert(draw(st.integers(0, len(items))), items[draw(st.integers(0, len(items) - 1))])
+    if rng.randint(0, 5) == 0:
+        items.insert(rng.randint(0, len(items)), items[rng.randrange(len(items))])
     return _reframe_inner(items)
 
 
-@st.composite
-def mutated_transcript(draw, lines: list[bytes]) -> bytes:
+def mutated_transcript(rng: random.Random, lines: list[bytes]) -> bytes:
     """Transcript lines with one to three lines mutated (JSON-aware or bytes), dropped,
     duplicated or swapped."""
     lines = list(lines)
-    for _ in range(draw(st.integers(1, 3))):
+    for _ in range(rng.randint(1, 3)):
         if not lines:
             break
-        i = draw(st.integers(0, len(lines) - 1))
-        op = draw(st.integers(0, 5))
+        i = rng.randrange(len(lines))
+        op = rng.randint(0, 5)
         if op <= 2:
-            lines[i] = draw(mutated_json(lines[i]))
+            lines[i] = mutated_json(rng, lines[i])
         elif op == 3:
-            lines[i] = draw(mutated_bytes(lines[i], max_ops=2)).replace(b"\n", b" ")
+            lines[i] = mutated_bytes(rng, lines[i], max_ops=2).replace(b"\n", b" ")
         elif op == 4:
-            lines.insert(draw(st.integers(0, len(lines))), lines[i])
+            lines.insert(rng.randint(0, len(lines)), lines[i])
         else:
             del lines[i]
-    return b"\n".join(lines) + (b"\n" if draw(st.integers(0, 4)) else b"")
+    return b"\n".join(lines) + (b"\n" if rng.randint(0, 4) else b"")
