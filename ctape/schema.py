@@ -251,6 +251,22 @@ def read_header(body: bytes, fmt: Optional[str] = None, session: Optional[str] =
     return (None, why) if why else (rec, None)
 
 
+# -- object records ----------------------------------------------------------------------------------
+
+
+def object_record_problem(body: bytes) -> Optional[str]:
+    """None when an `O` record body (or one rebuilt from a block) has its fixed part: a
+    32-byte hash, type `E` or `B`, codec 0 (raw) or 1 (zstd) (docs/format.md section 5).
+    Whether the data hashes to the name is the reader's check (store.decode_object)."""
+    if len(body) < 34:
+        return f"object record is {len(body)} bytes, shorter than its 34-byte head"
+    if body[32] not in (0x45, 0x42):
+        return f"object record has an unknown type byte {body[32]}"
+    if body[33] not in (0, 1):
+        return f"object record has an unknown codec {body[33]}"
+    return None
+
+
 # -- entry bodies ----------------------------------------------------------------------------------
 
 
