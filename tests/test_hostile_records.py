@@ -352,3 +352,29 @@ def test_reflog_leaves_out_a_ref_record_of_the_wrong_shape(tape_dir):
     finally:
         t.close()
     assert [(r["w"], r["n"]) for r in recs] == [("handmade0001", 1), ("handmade0002", 3)]
+
+
+# -- crashes the fuzz harness found in the importers (formats/codex.py, another helper's) -----------------------------
+
+
+@pytest.mark.xfail(strict=True, raises=TypeError, reason="formats/codex.py: is_record does `v.get('type') in LEGACY_ITEMS` with an "
+                   "unhashable type (TypeError), _content joins part texts that are not strings (TypeError)")
+@pytest.mark.parametrize("line", [
+    {"type": {"x": 1}},
+    {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "a"}, {"type": "input_text", "text": ["b"]}]},
+], ids=["type-object", "text-list"])
+def test_codex_import_of_a_hostile_line_is_not_a_crash(tape_dir, tmp_path, line):
+    """Found by tests/fuzz (import codex): one mutated line of a real rollout."""
+    from ctape.errors import CtapeError
+    from ctape.formats import import_files
+
+    head = {"type": "session_meta", "timestamp": "2026-01-01T00:00:00Z", "payload": {"id": "s1", "timestamp": "2026-01-01T00:00:00Z"}}
+    src = tmp_path / "rollout.jsonl"
+    src.write_text(json.dumps(head) + "\n" + json.dumps(line) + "\n")
+    t = Tape.open(tape_dir)
+    try:
+        import_files(t, "codex", [str(src)], "imp")
+    except CtapeError:
+        pass
+    finally:
+        t.close()
