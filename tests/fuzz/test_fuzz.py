@@ -156,7 +156,7 @@ def test_the_seeds_are_there():
 # -- decoders of segments and packs -----------------------------------------------------------------
 
 
-@examples(200)
+@examples(150)
 @given(SEED)
 def test_fuzz_framing_scan(seed):
     rng = random.Random(seed)
@@ -172,7 +172,7 @@ def test_fuzz_framing_scan(seed):
     guard("scan", run, data=buf)
 
 
-@examples(200)
+@examples(150)
 @given(SEED)
 def test_fuzz_decode_block(seed):
     rng = random.Random(seed)
@@ -184,7 +184,7 @@ def test_fuzz_decode_block(seed):
 # -- record and entry decoders ---------------------------------------------------------------------------
 
 
-@examples(200)
+@examples(150)
 @given(SEED)
 def test_fuzz_ref_records(seed):
     """A ref record the schema accepts goes through everything that consumes one."""
@@ -228,7 +228,7 @@ def test_fuzz_partial_records_and_headers(seed):
     guard(kind, run, data=body)
 
 
-@examples(200)
+@examples(150)
 @given(SEED)
 def test_fuzz_entry_bodies(seed):
     """An entry body the schema accepts can be internalized, built and folded into state."""
@@ -278,7 +278,7 @@ def _compact(root: str) -> None:
         t.close()
 
 
-@examples(10, slow=True)
+@examples(8, slow=True)
 @given(SEED)
 def test_fuzz_whole_tape(seed):
     rng = random.Random(seed)
