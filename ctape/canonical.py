@@ -15,15 +15,25 @@ by one more leading "\\0". docs/format.md has a worked example; tests pin it.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Callable, Optional
 
 from blake3 import blake3
 
-from .errors import InvalidInput
+from .errors import CorruptObject, InvalidInput
 
 ENTRY = b"entry"
 BLOB = b"blob"
 BLOB_MIN = 1024  # characters
+
+# Limits on what an entry holds (docs/format.md, "Limits"), refused with InvalidInput when
+# an entry is written. Every reader that recurses through a value (externalize,
+# internalize, derived.merge_patch with copy.deepcopy, json's C coder) stays far below
+# Python's recursion limit of 1000 at this depth; entries read from disk are held to it too
+# (schema.entry_body_problem).
+MAX_DEPTH = 100  # levels of lists and objects in one of payload, meta, delta (a scalar is 0, {} is 1)
+MAX_ITEMS = 1_000_000  # values (scalars, lists, objects) in payload, meta and delta together
+MAX_BODY = 64 << 20  # bytes of an entry's canonical body, once large strings are blobs
 
 _encoder = json.JSONEncoder(
     sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
@@ -40,29 +50,85 @@ def canonical_json(value: Any) -> bytes:
         raise InvalidInput("text is not valid Unicode (lone surrogate); send UTF-8") from None
 
 
+def nesting_problem(value: Any, what: str = "value", max_depth: int = MAX_DEPTH) -> Optional[str]:
+    """Why `value` is nested deeper than max_depth levels, or None (iterative: any depth)."""
+    stack = [(value, 0)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, dict):
+            v = v.values()
+        elif not isinstance(v, list):
+            continue
+        d += 1
+        if d > max_depth:
+            return f"{what} is nested more than {max_depth} levels deep"
+        stack.extend((x, d) for x in v if isinstance(x, (dict, list)))
+    return None
+
+
+def value_problem(payload: Any, meta: Any, delta: Any) -> Optional[str]:
+    """Why an entry's values break the limits on depth and number, or None."""
+    items = 0
+    for what, value in (("payload", payload), ("meta", meta), ("delta", delta)):
+        stack = [(value, 0)]
+        while stack:
+            v, d = stack.pop()
+            items += 1
+            if isinstance(v, dict):
+                v = v.values()
+            elif not isinstance(v, list):
+                continue
+            d += 1
+            if d > MAX_DEPTH:
+                return f"{what} is nested more than {MAX_DEPTH} levels deep"
+            if items + len(stack) + len(v) > MAX_ITEMS:
+                return f"the entry holds more than {MAX_ITEMS:,} values"
+            stack.extend((x, d) for x in v)
+    return None
+
+
+def _check_values(payload: Any, meta: Any, delta: Any) -> None:
+    why = value_problem(payload, meta, delta)
+    if why is not None:
+        raise InvalidInput(f"{why}; ctape stores up to {MAX_DEPTH} levels and {MAX_ITEMS:,} values per entry (docs/format.md, Limits)")
+
+
 def entry_body(
     kind: str, payload: Any, meta: Any, delta: Any, parent: Optional[str], seq: int, time: str, put_blob: Callable[[bytes], str]
 ) -> bytes:
     """The canonical bytes of an entry: `canonical_json` of the body with its values
-    externalized (docs/format.md, "The entry body").
+    externalized (docs/format.md, "The entry body"), within the limits (MAX_DEPTH,
+    MAX_ITEMS, MAX_BODY; InvalidInput otherwise).
 
     Most entries need no change: text shorter than a blob cannot hold a blob-sized
     string, and text without `\\u0000` holds no string that starts with NUL. Those are
     encoded once, without walking the values; the others (and payloads that plainly
-    hold a large string) are walked first."""
+    hold a large string) are walked first. Text with no more brackets than MAX_DEPTH
+    and fewer characters than MAX_ITEMS cannot break the limits and is not walked for them."""
     body = {"delta": delta, "kind": kind, "meta": meta, "parent": parent, "payload": payload, "seq": seq, "time": time}
     if not (isinstance(payload, dict) and any(isinstance(v, str) and len(v) >= BLOB_MIN for v in payload.values())):
         try:
             text = _encoder.encode(body)
         except (ValueError, TypeError) as e:
             raise InvalidInput(f"value is not plain JSON ({e}); use strings, numbers, lists and objects") from None
+        except RecursionError:
+            text = None  # nested far too deep: _check_values says so
+        if text is None or text.count("[") + text.count("{") > MAX_DEPTH or len(text) > MAX_ITEMS:
+            _check_values(payload, meta, delta)
+        if text is None:
+            raise InvalidInput(f"a value is nested too deeply; ctape stores up to {MAX_DEPTH} levels (docs/format.md, Limits)")
         if len(text) < BLOB_MIN + 2 and "\\u0000" not in text:
             return _utf8(text)
         del text  # it may be large
+    else:
+        _check_values(payload, meta, delta)
     body["delta"] = externalize(delta, put_blob)
     body["meta"] = externalize(meta, put_blob)
     body["payload"] = externalize(payload, put_blob)
-    return canonical_json(body)
+    out = canonical_json(body)
+    if len(out) > MAX_BODY:
+        raise InvalidInput(f"the entry is {len(out):,} bytes once its large strings are blobs, over the limit of {MAX_BODY:,} (docs/format.md, Limits); split it")
+    return out
 
 
 def object_hash(type_: bytes, body: bytes) -> str:
@@ -72,12 +138,16 @@ def object_hash(type_: bytes, body: bytes) -> str:
     return h.hexdigest()
 
 
-def is_hash(s: str) -> bool:
-    return len(s) == 64 and all(c in "0123456789abcdef" for c in s)
+_HASH = re.compile(r"[0-9a-f]{64}")
+
+
+def is_hash(s: Any) -> bool:
+    return type(s) is str and _HASH.fullmatch(s) is not None
 
 
 def externalize(value: Any, put_blob: Callable[[bytes], str]) -> Any:
-    """Replace large strings by blob references; put_blob stores the bytes and returns the hash."""
+    """Replace large strings by blob references; put_blob stores the bytes and returns the hash.
+    Recursive: the caller keeps values within MAX_DEPTH (entry_body checks first)."""
     if isinstance(value, str):
         if len(value) >= BLOB_MIN:
             return "\0b" + put_blob(_utf8(value))
@@ -92,11 +162,18 @@ def externalize(value: Any, put_blob: Callable[[bytes], str]) -> Any:
 
 
 def internalize(value: Any, get_blob: Callable[[str], bytes]) -> Any:
-    """The inverse of externalize: fetch blob references back into strings."""
+    """The inverse of externalize: fetch blob references back into strings. Recursive:
+    entries read from disk are held to MAX_DEPTH first (schema.entry_body_problem)."""
     if isinstance(value, str):
         if value[:1] == "\0":
             if value[1:2] == "b" and len(value) == 66:
-                return get_blob(value[2:]).decode("utf-8")
+                h = value[2:]
+                if _HASH.fullmatch(h) is None:
+                    raise CorruptObject(f"a blob reference {h[:16]!r}... is not a hash; run `ctape fsck`")
+                try:
+                    return get_blob(h).decode("utf-8")
+                except UnicodeDecodeError:
+                    raise CorruptObject(f"blob {h} is not UTF-8 text; run `ctape fsck`") from None
             return value[1:]
         return value
     if isinstance(value, dict):
@@ -107,16 +184,17 @@ def internalize(value: Any, get_blob: Callable[[str], bytes]) -> Any:
 
 
 def blob_refs(value: Any, out: list[str]) -> list[str]:
-    """Collect the blob hashes an externalized value refers to."""
-    if isinstance(value, str):
-        if value[:2] == "\0b" and len(value) == 66:
-            out.append(value[2:])
-    elif isinstance(value, dict):
-        for v in value.values():
-            blob_refs(v, out)
-    elif isinstance(value, list):
-        for v in value:
-            blob_refs(v, out)
+    """Collect the blob hashes an externalized value refers to (iterative: any depth)."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            if v[:2] == "\0b" and len(v) == 66:
+                out.append(v[2:])
+        elif isinstance(v, dict):
+            stack.extend(reversed(list(v.values())))
+        elif isinstance(v, list):
+            stack.extend(reversed(v))
     return out
 
 

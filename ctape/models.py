@@ -83,14 +83,30 @@ HIDDEN = "ctape.hidden"
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
+# names a branch may not have: `HEAD` is the key of HEAD itself in every ref record (a
+# branch of that name would be taken for HEAD), and a full hash is read as an entry
+RESERVED_BRANCHES = ("HEAD",)
+_FULL_HASH = re.compile(r"[0-9a-f]{64}")
+
+
 def check_name(name: str, what: str = "name") -> str:
-    """Validate a session or branch name before it is used anywhere, paths included."""
+    """Validate a session or branch name before it is used anywhere, paths included.
+    A "branch name" must also not read as something else in a REF (check_branch_name)."""
     if not isinstance(name, str) or not NAME_RE.fullmatch(name) or name.endswith(".lock"):
         shown = name if isinstance(name, str) and len(name) <= 40 else (repr(name)[:40] + "...")
         raise InvalidName(
             f"invalid {what} {shown!r}: use 1-128 of A-Z a-z 0-9 . _ -, starting with a letter or digit, not ending in .lock"
         )
+    if what == "branch name":
+        if name in RESERVED_BRANCHES:
+            raise InvalidName(f"invalid branch name {name!r}: HEAD names the session's HEAD itself; pick another name")
+        if _FULL_HASH.fullmatch(name):
+            raise InvalidName(f"invalid branch name {name[:12]}...: a 64-hex name reads as an entry hash; pick another name")
     return name
+
+
+def check_branch_name(name: str) -> str:
+    return check_name(name, "branch name")
 
 
 _second: tuple[int, str] = (-1, "")  # the last whole second formatted, and its text
@@ -105,22 +121,37 @@ def now_rfc3339() -> str:
     return f"{cached[1]}.{rem // 1000:06d}Z"
 
 
+# the times an entry can carry: years 0001-9999 once normalised to UTC, written with
+# four digits, so that times sort as text and every stored time parses again
+TIME_RANGE = "years 0001-9999 in UTC"
+
+
 def format_time(dt: datetime) -> str:
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=timezone.utc)
-    return dt.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    u = dt.astimezone(timezone.utc)  # OverflowError outside years 1-9999 (parse_time says so)
+    return f"{u.year:04d}-{u.month:02d}-{u.day:02d}T{u.hour:02d}:{u.minute:02d}:{u.second:02d}.{u.microsecond:06d}Z"
 
 
 def parse_time(text: str) -> str:
-    """Normalise an RFC 3339 / ISO 8601 time to ctape's form (UTC, microseconds, Z)."""
+    """Normalise an RFC 3339 / ISO 8601 time to ctape's form (UTC, microseconds, Z).
+    A time outside years 0001-9999 once in UTC (0001-01-01T00:00:00+00:30) is refused."""
     try:
         dt = datetime.fromisoformat(text.replace("Z", "+00:00") if text.endswith("Z") else text)
-    except (ValueError, AttributeError):
-        raise InvalidInput(f"invalid time {text!r}; use RFC 3339, e.g. 2026-01-02T03:04:05Z") from None
-    return format_time(dt)
+    except (ValueError, AttributeError, TypeError):
+        shown = text[:60] if isinstance(text, str) else text
+        raise InvalidInput(f"invalid time {shown!r}; use RFC 3339, e.g. 2026-01-02T03:04:05Z") from None
+    try:
+        return format_time(dt)
+    except OverflowError:
+        raise InvalidInput(f"time {text[:60]!r} is out of range: ctape stores {TIME_RANGE}") from None
 
 
 def time_seconds(text: str) -> float:
+    """Seconds since the epoch of a stored time (also the 1-3 digit years of old ctape versions)."""
+    m = re.fullmatch(r"(\d{1,4})(-.*)", text)
+    if m is not None and len(m.group(1)) < 4:
+        text = f"{int(m.group(1)):04d}{m.group(2)}"
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 

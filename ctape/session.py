@@ -7,7 +7,7 @@ from typing import Any, Iterable, Iterator, Optional
 import json
 import re
 
-from . import derived, framing
+from . import derived, framing, schema
 from . import refs as refmod
 from .index import hash_key
 from .canonical import entry_body
@@ -393,11 +393,8 @@ class Session:
         for rel in files:
             for item in self.store.scan_file(rel):
                 if isinstance(item, framing.Record) and item.type == framing.T_REF:
-                    try:
-                        rec = json.loads(item.body)
-                    except ValueError:
-                        continue  # fsck reports it
-                    if isinstance(rec, dict) and rec.get("s") == self.name and refmod.well_formed(rec):
+                    rec, why = schema.read_ref_record(item.body, self.name)
+                    if why is None:  # fsck reports the others
                         found.setdefault((rec["w"], rec["n"]), rec)  # a write repeated after a copy
         return sorted(found.values(), key=lambda r: (r["lc"], r["w"], r["n"]))
 

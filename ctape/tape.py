@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from collections import OrderedDict
 from contextlib import contextmanager
@@ -13,6 +12,7 @@ from .canonical import internalize, is_hash
 from .errors import AmbiguousRef, CorruptObject, EntryNotFound, RefNotFound
 from .models import NAME_RE, Entry, kind_value
 from .refspec import parse_ref
+from .schema import decode_entry
 from .files import TYPE_ENTRY
 from .store import Store
 
@@ -93,7 +93,7 @@ class Tape:
         type_, body = self.store.get_object(h)
         if type_ != TYPE_ENTRY:
             raise EntryNotFound(f"{h} is a payload value, not an entry")
-        raw = json.loads(body)
+        raw = decode_entry(h, body)  # CorruptObject naming h when it is not an entry body
         size = len(body)
 
         def get_blob(b: str) -> bytes:

@@ -21,8 +21,9 @@ import re
 import sys
 from typing import Any, Callable, Iterable, Iterator, Optional
 
+from ..canonical import MAX_DEPTH, nesting_problem
 from ..errors import InvalidInput, RefNotFound
-from ..models import HIDDEN, NAME_RE, check_name, parse_time
+from ..models import HIDDEN, NAME_RE, RESERVED_BRANCHES, check_name, parse_time
 from ..refs import HEAD
 
 LINE = "ctape.line"  # 1-based line of the source file the record came from
@@ -45,16 +46,34 @@ _SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 def loads(text) -> Any:
-    """json.loads that refuses what ctape cannot store as JSON: NaN, Infinity, and a lone
-    surrogate escape such as "\\ud800" (such a line is then kept verbatim, as text)."""
-    value = json.loads(text, parse_constant=_no_constant)
+    """json.loads that refuses what ctape cannot store as JSON: NaN, Infinity, a number
+    that overflows a float (1e400), a lone surrogate escape such as "\\ud800", and
+    nesting deeper than IMPORT_DEPTH (such a line is then kept verbatim, as text)."""
+    try:
+        value = json.loads(text, parse_constant=_no_constant, parse_float=_finite)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
     raw = text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
     if _SURROGATE.search(raw):
         try:
             json.dumps(value, ensure_ascii=False).encode("utf-8")
         except UnicodeEncodeError:
             raise ValueError("a lone surrogate escape") from None
+    if raw.count(b"[") + raw.count(b"{") > IMPORT_DEPTH and nesting_problem(value, max_depth=IMPORT_DEPTH):
+        raise ValueError("nested too deeply")
     return value
+
+
+# a record's value goes into an entry's meta a level or two down: lines nested deeper than
+# this are kept as text, so that no record can break the limit of MAX_DEPTH
+IMPORT_DEPTH = MAX_DEPTH - 4
+
+
+def _finite(text: str) -> float:
+    f = float(text)
+    if f - f != 0:  # inf
+        raise ValueError(f"{text[:20]} overflows a float")
+    return f
 
 
 class Line:
@@ -161,7 +180,7 @@ def session_name(candidate: Any, path: str) -> str:
 def branch_name(base: str, taken: set) -> str:
     name = session_name(base, "branch")[:120]
     out, n = name, 2
-    while out in taken:
+    while out in taken or out in RESERVED_BRANCHES:
         out, n = f"{name}-{n}", n + 1
     taken.add(out)
     return out
