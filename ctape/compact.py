@@ -39,6 +39,7 @@ from .canonical import canonical_json
 from .errors import CorruptObject, InvalidInput, StorageError
 from .models import format_time
 from .files import TYPE_ENTRY, fsync_dir, zstd
+from .schema import object_record_problem
 from .store import Store, record_problem
 
 _DUR = re.compile(r"(\d+)([smhdw])")
@@ -194,7 +195,10 @@ def _records(store: Store, path: str, start: int, end: Optional[int], ends: Opti
     holds damage (a torn tail of a segment is an unfinished write, not damage)."""
     for item in store.scan_file(path, start, end, ends):
         if isinstance(item, framing.Record):
-            if item.type != framing.T_DICT:
+            if item.type == framing.T_OBJECT and object_record_problem(item.body):
+                if damaged is not None:
+                    damaged.add(path)
+            elif item.type != framing.T_DICT:
                 yield item
         elif damaged is not None and (not item.torn or path.endswith(".pack")):
             damaged.add(path)

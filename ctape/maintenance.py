@@ -12,6 +12,7 @@ from .canonical import blob_refs
 from .errors import CorruptObject
 from .files import TYPE_ENTRY
 from .models import NAME_RE
+from .schema import decode_entry
 from .store import record_problem
 
 if TYPE_CHECKING:
@@ -107,13 +108,14 @@ def fsck(tape: "Tape") -> dict:
                 objects[h] = type_
                 if type_ == TYPE_ENTRY:
                     try:
-                        raw = json.loads(body)
-                        refs = blob_refs([raw.get("payload"), raw.get("meta"), raw.get("delta")], [])
-                        if raw.get("parent"):
-                            refs.append(raw["parent"])
-                        entry_refs[h] = (rel, refs)
-                    except (ValueError, AttributeError):
-                        problem(f"entry {h}", "entry body is not valid JSON")
+                        raw = decode_entry(h, body)  # the seven keys, their types and ranges
+                    except CorruptObject as e:
+                        problem(f"entry {h}", str(e).split(";")[0])
+                        continue
+                    refs = blob_refs([raw.get("payload"), raw.get("meta"), raw.get("delta")], [])
+                    if raw.get("parent"):
+                        refs.append(raw["parent"])
+                    entry_refs[h] = (rel, refs)
             elif item.type in (framing.T_REF, framing.T_PARTIAL):
                 rec = record_problem(item.type, item.body, session)
                 if isinstance(rec, str):
@@ -228,10 +230,15 @@ def stats(tape: "Tape") -> dict:
                         type_, body = store.decode_object(h, item.body)
                     except CorruptObject:
                         continue
-                    sizes[h] = len(body)
-                    if type_ == TYPE_ENTRY:
+                    if type_ != TYPE_ENTRY:
+                        sizes[h] = len(body)
+                    else:
+                        try:
+                            raw = decode_entry(h, body)
+                        except CorruptObject:
+                            continue  # fsck names it
                         entries += 1
-                        raw = json.loads(body)
+                        sizes[h] = len(body)
                         entry_blobs.append((len(body), blob_refs([raw.get("payload"), raw.get("meta"), raw.get("delta")], [])))
     logical = sum(size + sum(sizes.get(b, 0) for b in blobs) for size, blobs in entry_blobs)
     unique = sum(sizes.values())

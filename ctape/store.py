@@ -43,7 +43,7 @@ from .files import (  # noqa: F401 - TYPE_*, CODEC_*, open_for_reading and zstd 
 )
 from .index import Index, IndexBatch, IndexDegraded, default_cache_root, hash_key
 from .models import NAME_RE
-from .refs import well_formed
+from .schema import object_record_problem, read_partial_record, read_ref_record
 from .segment import SegmentWriter
 
 FORMAT_FILE = "ctape.json"
@@ -378,6 +378,8 @@ class Store:
                     ok = self._index_record(batch, fid, offset, rec.type, rec.body, src, session) and ok
             return ok
         if type_ == framing.T_OBJECT:
+            if object_record_problem(body):
+                return False
             h = body[:32].hex()
             batch.objects.append((hash_key(h), fid, offset, 1 if body[32] == TYPE_ENTRY else 0))
         elif type_ in (framing.T_REF, framing.T_PARTIAL):
@@ -447,6 +449,9 @@ class Store:
         return bytes.fromhex(h) + bytes((type_, codec)) + data
 
     def decode_object(self, h: str, rec_body: bytes) -> tuple[int, bytes]:
+        why = object_record_problem(rec_body)
+        if why:
+            raise CorruptObject(f"object {h}: {why}; run `ctape fsck`")
         if rec_body[:32].hex() != h:
             raise CorruptObject(f"object {h} is not where the index says; run `ctape fsck`")
         type_, codec = rec_body[32], rec_body[33]
@@ -683,37 +688,10 @@ def pack_name_matches(rel: str, data: bytes) -> bool:
 
 def record_problem(type_: int, body: bytes, session: Optional[str]):
     """The decoded ref or stream record, or a short reason (str) why it cannot be used:
-    not JSON, fields of the wrong type or range, or a session other than the folder's."""
-    try:
-        rec = json.loads(body)
-    except ValueError:
-        return "not JSON"
-    why = ref_record_problem(rec) if type_ == framing.T_REF else partial_record_problem(rec)
-    if why:
-        return why
-    if session is not None and rec["s"] != session:
-        return f"names session {rec['s']!r} but lies in the folder of {session!r}"
-    return rec
-
-
-def ref_record_problem(rec) -> Optional[str]:
-    if not well_formed(rec):
-        return "fields of the wrong type (s, w, n, lc, set, old): not written by ctape"
-    if not (0 <= rec["n"] < 1 << 63 and 0 <= rec["lc"] < 1 << 63):
-        return "counters out of range"
-    for ref, value in rec.get("set", {}).items():
-        if not isinstance(ref, str) or not (value is None or isinstance(value, str)):
-            return "a ref value that is not a string or null"
-    if not isinstance(rec.get("seen", {}), dict) or not all(type(v) is int and 0 <= v < 1 << 63 for v in rec.get("seen", {}).values()):
-        return "`seen` is not a map of writers to counters"
-    return None
-
-
-def partial_record_problem(rec) -> Optional[str]:
-    if not (isinstance(rec, dict) and isinstance(rec.get("s"), str) and isinstance(rec.get("stream"), str)
-            and type(rec.get("off")) is int and rec["off"] >= 0 and isinstance(rec.get("text"), str)):
-        return "stream record with fields of the wrong type (s, stream, off, text)"
-    return None
+    not JSON, fields of the wrong type or range (ctape/schema.py), or a session other
+    than the folder's (`session`; None for packs/, which may hold any)."""
+    rec, why = (read_ref_record if type_ == framing.T_REF else read_partial_record)(body, session)
+    return why if why else rec
 
 
 def _damage_level(data: bytes, d: framing.Damage) -> int:

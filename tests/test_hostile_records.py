@@ -217,8 +217,6 @@ def test_hand_made_entry_is_corrupt_object_naming_it(tape_dir, name):
 # -- crashes the fuzz harness found in code outside ctape/schema.py (for the lead) ---------------------------------
 
 
-@pytest.mark.xfail(strict=True, raises=KeyError, reason="compact._write_pack reads r['n'] of every ref record without a check (KeyError); "
-                   "it should decode ref records with schema.read_ref_record like the index does")
 def test_compact_skips_a_ref_record_without_n(tape_dir):
     """Found by tests/fuzz (whole tape): a checksum-valid ref record without `n` makes
     `compact --grace now` raise KeyError. A compact may refuse (CtapeError) or drop it."""
@@ -238,8 +236,6 @@ def test_compact_skips_a_ref_record_without_n(tape_dir):
         t.close()
 
 
-@pytest.mark.xfail(strict=True, raises=ValueError, reason="maintenance.stats json.loads every entry body without a check (JSONDecodeError, "
-                   "UnicodeDecodeError); it should use schema.decode_entry or skip what schema.loads refuses")
 def test_stats_skips_an_entry_that_is_not_json(tape_dir):
     """Found by tests/fuzz (whole tape): an object record of type entry whose (hash-valid)
     body is not JSON makes `Tape.stats()` (`ctape stats`) raise instead of answering."""
@@ -299,10 +295,6 @@ def _crashes(tape_dir):
     return crashes
 
 
-@pytest.mark.xfail(strict=True, reason="the store's scan (store._index_record -> IndexBatch.add_ref, index.apply), compact "
-                   "(_scan/_kept_records/_write_pack), maintenance.fsck/stats and formats/jsonl.session_entries take ref records "
-                   "unchecked (SQLite OverflowError/ProgrammingError/IntegrityError, TypeError, KeyError, ValueError in "
-                   "index.hash_key, AttributeError); decoding them with schema.read_ref_record everywhere fixes them")
 @pytest.mark.parametrize("name", sorted(HOSTILE_REF_BODIES))
 def test_hand_made_ref_record_is_damage_not_a_crash(tape_dir, name):
     """Issue 17 item 8: a checksum-valid ref record with fields of the wrong type or range,
@@ -315,8 +307,6 @@ def test_hand_made_ref_record_is_damage_not_a_crash(tape_dir, name):
     assert not crashes, crashes
 
 
-@pytest.mark.xfail(strict=True, reason="store._index_record reads body[32] and store.decode_object body[32:34] of an O record "
-                   "without a length check (IndexError); schema.object_record_problem says what is wrong")
 @pytest.mark.parametrize("body", [b"", b"\x01" * 10, b"\x02" * 33], ids=["empty", "10-bytes", "33-bytes"])
 def test_short_object_record_is_damage_not_a_crash(tape_dir, body):
     """Found by tests/fuzz (whole tape): an `O` record too short to hold a hash, type and codec."""
@@ -339,8 +329,8 @@ def test_object_record_problem():
 
 def test_reflog_leaves_out_a_ref_record_of_the_wrong_shape(tape_dir):
     """Session._read_ref_records decodes through schema.read_ref_record: a record whose set
-    value is an object, or of another session, is left out of the ref log. (Through
-    `reflog` the index, the lead's part, must first do the same: see the xfail test above.)"""
+    value is an object, or of another session, is left out of the ref log. (The index
+    does the same: see test_hand_made_ref_record_is_damage_not_a_crash above.)"""
     (h,) = plant(tape_dir, "chat", [canonical_json(ENTRY)], 0)
     rel = os.path.join("sessions", "chat", "handmade0001-00000000000000000001.seg")
     with open(os.path.join(tape_dir, rel), "ab") as f:
@@ -357,8 +347,6 @@ def test_reflog_leaves_out_a_ref_record_of_the_wrong_shape(tape_dir):
 # -- crashes the fuzz harness found in the importers (formats/codex.py, another helper's) -----------------------------
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError, reason="formats/codex.py: is_record does `v.get('type') in LEGACY_ITEMS` with an "
-                   "unhashable type (TypeError), _content joins part texts that are not strings (TypeError)")
 @pytest.mark.parametrize("line", [
     {"type": {"x": 1}},
     {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "a"}, {"type": "input_text", "text": ["b"]}]},

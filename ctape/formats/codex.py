@@ -27,7 +27,8 @@ def is_record(v: Any) -> bool:
         return False
     if isinstance(v.get("type"), str) and isinstance(v.get("payload"), dict):
         return True
-    return v.get("type") in LEGACY_ITEMS or v.get("record_type") == "state" or ("id" in v and "instructions" in v)
+    t = v.get("type")
+    return (isinstance(t, str) and t in LEGACY_ITEMS) or v.get("record_type") == "state" or ("id" in v and "instructions" in v)
 
 
 def session_id(v: Any) -> Optional[str]:
@@ -58,7 +59,7 @@ def _hidden(label: str, **extra) -> tuple[str, dict, bool]:
 
 def _content(parts: Any) -> Any:
     """Text parts joined into one string; anything else (images) kept as the part list."""
-    if isinstance(parts, list) and all(isinstance(p, dict) and p.get("type") in ("input_text", "output_text", "text") for p in parts):
+    if isinstance(parts, list) and all(isinstance(p, dict) and p.get("type") in ("input_text", "output_text", "text") and isinstance(p.get("text") or "", str) for p in parts):
         return "".join(p.get("text") or "" for p in parts)
     return parts if isinstance(parts, (str, list)) else c.text_of(parts)
 
@@ -92,7 +93,7 @@ def map_record(v: Any, spoken: bool = False) -> tuple[str, dict, bool]:
     if not isinstance(p, dict):  # legacy layout: bare header, state markers and items
         if "instructions" in v and isinstance(v.get("instructions"), str):
             return ("system", {"content": v["instructions"]}, False)
-        if v.get("type") in LEGACY_ITEMS:
+        if isinstance(rtype, str) and rtype in LEGACY_ITEMS:
             return map_item(v)
         return _hidden("codex " + str(rtype or v.get("record_type")))
     if rtype == "session_meta":
@@ -157,7 +158,7 @@ def classify(v: Any) -> Optional[tuple[str, tuple[int, ...]]]:
     call or output, None for the rest."""
     if not isinstance(v, dict):
         return None
-    p = v.get("payload") if isinstance(v.get("payload"), dict) else (v if v.get("type") in LEGACY_ITEMS else None)
+    p = v.get("payload") if isinstance(v.get("payload"), dict) else (v if isinstance(v.get("type"), str) and v["type"] in LEGACY_ITEMS else None)
     if p is None:
         return None
     t = p.get("type")
@@ -165,7 +166,7 @@ def classify(v: Any) -> Optional[tuple[str, tuple[int, ...]]]:
         if t in ("user_message", "agent_message"):
             return ("EU" if t == "user_message" else "EA", (_said(p.get("message") if isinstance(p.get("message"), str) else ""),))
         return None
-    if v.get("type") not in ("response_item", None) and v.get("type") not in LEGACY_ITEMS:
+    if v.get("type") not in ("response_item", None) and not (isinstance(v.get("type"), str) and v["type"] in LEGACY_ITEMS):
         return None
     if t == "message" and p.get("role") in ("user", "assistant"):
         return ("U" if p["role"] == "user" else "A", _item_keys(p.get("content")))
