@@ -75,12 +75,14 @@ class Session:
         old = {}
         for ref in sets:
             old[ref] = st.head if ref == HEAD else st.branches.get(ref)
-        n = st.seen.get(me, 0) + 1
+        # n = lc: larger than every n this writer wrote, even when a compaction dropped its
+        # newest records (the claims that superseded them, which stay, have larger clocks)
+        n = max(st.seen.get(me, 0), st.lc) + 1
         rec = {
             "s": self.name,
             "w": me,
             "n": n,
-            "lc": st.lc + 1,
+            "lc": n,
             "t": extra.pop("time", None) or now_rfc3339(),
             "op": op,
             "set": sets,
@@ -89,7 +91,9 @@ class Session:
             # an append moves a ref from the new entry's parent: its old value is
             # implied, and the ref log works it out when it replays the records
             rec["old"] = old
-        seen = {k: v for k, v in st.seen.items() if k != me}
+        # what this record replaces: the claims on its refs this writer has read (a deletion
+        # supersedes exactly those; a claim it had not read still stands)
+        seen = st.seen_for(sets, me)
         if seen:
             rec["seen"] = seen
         rec.update(extra)
