@@ -67,7 +67,7 @@ class RefState:
     claims: dict[str, dict[str, Claim]] = field(default_factory=dict)  # ref -> writer -> claim
     branches: dict[str, str] = field(default_factory=dict)
     head: Optional[str] = None  # "@branch", an entry hash, or None (no HEAD yet)
-    conflicts: dict[str, str] = field(default_factory=dict)  # conflict branch -> ref it shadows
+    unsettled: dict[str, str] = field(default_factory=dict)  # conflict branch no record wrote yet -> its ref
     settle: dict[str, Optional[str]] = field(default_factory=dict)  # refs a next record must write
     lc: int = 0
     seen: dict[str, int] = field(default_factory=dict)  # writer -> newest n read
@@ -83,6 +83,14 @@ class RefState:
         if self.head.startswith("@"):
             return self.branches.get(self.head[1:])
         return self.head
+
+    @property
+    def conflicts(self) -> dict[str, str]:
+        """Every conflict branch -> the ref whose other tip it holds: the ones the claims
+        show now, and the ones a record has settled, until someone deletes or renames them."""
+        out = {b: b[: b.rindex(CONFLICT)] for b in self.branches if CONFLICT in b}
+        out.update(self.unsettled)
+        return out
 
     @property
     def removed(self) -> bool:
@@ -113,14 +121,14 @@ class RefState:
         if any(CONFLICT in ref for ref in sets):
             self.resolve_all()  # a conflict branch's name may now be taken: its ref is named anew
             return
-        affected = set(sets) | {self.conflicts[r] for r in sets if r in self.conflicts}
+        affected = set(sets) | {self.unsettled[r] for r in sets if r in self.unsettled}
         for ref in sorted(affected):
             self._resolve_ref(ref)
         self._default_head()
 
     def resolve_all(self) -> None:
         self.branches.clear()
-        self.conflicts.clear()
+        self.unsettled.clear()
         self.settle.clear()
         self.head = None
         for ref in sorted(self.claims):
@@ -128,9 +136,9 @@ class RefState:
         self._default_head()
 
     def _resolve_ref(self, ref: str) -> None:
-        if self.conflicts:
-            for name in [c for c, of in self.conflicts.items() if of == ref]:
-                del self.conflicts[name]
+        if self.unsettled:
+            for name in [c for c, of in self.unsettled.items() if of == ref]:
+                del self.unsettled[name]
                 if name not in self.claims:
                     self.branches.pop(name, None)
                 self.settle.pop(name, None)
@@ -157,7 +165,7 @@ class RefState:
             name = self._conflict_name(ref, c)
             if name is not None:
                 self.branches[name] = c.value
-                self.conflicts[name] = ref
+                self.unsettled[name] = ref
                 self.settle[name] = c.value
 
     def _conflict_name(self, ref: str, c: Claim) -> Optional[str]:
