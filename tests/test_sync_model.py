@@ -360,20 +360,32 @@ class World:
     # -- the checks ------------------------------------------------------------------
 
     def mesh(self, dirs: list[str], order_rng: random.Random) -> None:
+        """Every copy to every other, twice, in a random order."""
         pairs = [(a, b) for a in range(len(dirs)) for b in range(len(dirs)) if a != b]
         for _ in range(2):
             order_rng.shuffle(pairs)
             for a, b in pairs:
                 rsync(dirs[a], dirs[b])
 
+    def star(self, dirs: list[str], order_rng: random.Random) -> None:
+        """Another order that also leaves every copy with everything: all into one, then out."""
+        hub = order_rng.randrange(len(dirs))
+        others = [i for i in range(len(dirs)) if i != hub]
+        order_rng.shuffle(others)
+        for i in others:
+            rsync(dirs[i], dirs[hub])
+        order_rng.shuffle(others)
+        for i in others:
+            rsync(dirs[hub], dirs[i])
+
     def check(self, epoch: int) -> None:
         self.close_all()
         alt = [os.path.join(self.root, f"alt{epoch}-{i}") for i in range(len(self.dirs))]
-        for d, a in zip(self.dirs, alt):
-            subprocess.run(["cp", "-a", d, a], check=True)
+        for d, a in zip(self.dirs, alt):  # like cp -a: contents, modes and times
+            shutil.copytree(d, a, symlinks=True)
         self.note("mesh")
         self.mesh(self.dirs, random.Random(self.rng.random()))
-        self.mesh(alt, random.Random(self.rng.random()))
+        self.star(alt, random.Random(self.rng.random()))
         refs = []
         for i, d in enumerate(self.dirs + alt):
             with writer_env(self.writers[i % len(self.dirs)]):
@@ -448,17 +460,18 @@ def run_sequence(seed: int, root: str, cli: bool = True) -> World:
 
 
 def _run_many(tmp_path, seeds, cli):
+    """cli None: the CLI (a process per command, slow) in every eighth sequence."""
     for seed in seeds:
         root = tmp_path / f"seq{seed}"
         root.mkdir()
-        run_sequence(seed, str(root), cli)
+        run_sequence(seed, str(root), seed % 8 == 0 if cli is None else cli)
         shutil.rmtree(root)
 
 
-@pytest.mark.parametrize("block", range(4))
+@pytest.mark.parametrize("block", range(3))
 def test_random_sequences_of_syncs_keep_every_entry(tmp_path, block):
     """A short run: a few sequences per block, the CLI in some of them."""
-    _run_many(tmp_path, range(block * 5, block * 5 + 5), cli=block == 0)
+    _run_many(tmp_path, range(block * 3, block * 3 + 3), cli=block == 0)
 
 
 @pytest.mark.skipif(not SLOW, reason="long run: CTAPE_SLOW=1")
@@ -466,5 +479,5 @@ def test_many_random_sequences(tmp_path):
     n = int(os.environ.get("CTAPE_MODEL_SEQUENCES", "2000"))
     first = int(os.environ.get("CTAPE_MODEL_FIRST_SEED", "1000"))
     start = time.monotonic()
-    _run_many(tmp_path, range(first, first + n), cli=True)
+    _run_many(tmp_path, range(first, first + n), cli=None)
     print(f"{n} sequences in {time.monotonic() - start:.0f} s")
