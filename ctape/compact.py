@@ -39,7 +39,7 @@ from . import framing, packing
 from .canonical import canonical_json
 from .errors import CorruptObject, InvalidInput, StorageError
 from .models import format_time
-from .refs import HEAD, Claim, saw, standing_claims, winner_of
+from .refs import HEAD, Claim, saw, shown, standing_claims
 from .files import TYPE_ENTRY, fsync_dir, zstd
 from .store import Store
 
@@ -229,8 +229,8 @@ def _kept_records(records: list[Rec], cutoff: str) -> list[Rec]:
 
 
 def _session_kept(recs: list[Rec], cutoff: str) -> set[tuple]:
-    """Start from the young records, the holders of standing claims that set a value (and
-    of every standing HEAD claim) and the records with the session's largest Lamport clock
+    """Start from the young records, the holders of the claims the refs show (the winner
+    when it sets a value, each tip a conflict branch holds; every standing HEAD claim) and the records with the session's largest Lamport clock
     (a writer takes its next n from the clock, so n never repeats); then, while some ref
     would resolve differently from these alone (an older claim that a dropped record had
     superseded), add the records that superseded it."""
@@ -239,8 +239,10 @@ def _session_kept(recs: list[Rec], cutoff: str) -> set[tuple]:
     top = max(r.lc for r in recs)
     kept = {(r.s, r.w, r.n) for r in recs if r.t >= cutoff or r.lc == top}
     for ref, cs in full.items():
-        for c, r in standing_pairs(cs):
-            if c.value is not None or ref == HEAD:
+        pairs = standing_pairs(cs)
+        win, others = shown(ref, [c for c, _ in pairs])
+        for c, r in pairs:
+            if (c is win and c.value is not None) or any(c is o for o in others) or ref == HEAD:
                 kept.add((r.s, r.w, r.n))
     while True:
         sub = _claims([r for r in recs if (r.s, r.w, r.n) in kept])
@@ -281,9 +283,9 @@ def _outcome(cs: dict[str, tuple[Claim, Rec]]) -> tuple:
     """What a ref's claims show: the winning value and each other standing tip (its conflict branch)."""
     if not cs:
         return (None, ())
-    standing = [c for c, _ in standing_pairs(cs)]
-    win = winner_of(standing)
-    return (win.value, tuple(sorted((c.w, c.n, c.value) for c in standing if c is not win and c.value is not None)))
+    ref = next(iter(cs.values()))[0].ref
+    win, others = shown(ref, [c for c, _ in standing_pairs(cs)])
+    return (win.value, tuple((c.w, c.n, c.value) for c in others))
 
 
 def _hash_values(values) -> set[bytes]:

@@ -43,9 +43,30 @@ class Claim:
     seen: dict
 
 
-def winner_of(standing: list[Claim]) -> Claim:
-    """The claim that decides a ref: a value beats a deletion, then the highest (lc, writer)."""
-    return max(standing, key=lambda c: (c.value is not None, c.lc, c.w))
+def rank(ref: str, c: Claim) -> int:
+    """2: a value; 1: a deletion; 0: a conflict branch set to the very tip its name records
+    (a settling record writing it again: whoever deleted the branch had seen that tip)."""
+    if c.value is None:
+        return 1
+    if CONFLICT in ref and c.value[:8] == ref[ref.rindex(CONFLICT) + len(CONFLICT):].split("-")[1][:8]:
+        return 0
+    return 2
+
+
+def shown(ref: str, standing: list[Claim]) -> tuple[Claim, list[Claim]]:
+    """The claim that decides a ref, and the other standing claims whose tips need a
+    conflict branch. A value beats a deletion (a concurrent append survives a delete),
+    then the highest (lc, writer) wins; a tip equal to the winner's needs nothing."""
+    if len(standing) == 1:
+        return standing[0], []
+    ranked = {id(c): rank(ref, c) for c in standing}
+    if any(r == 1 for r in ranked.values()):
+        standing = [c for c in standing if ranked[id(c)] != 0]
+    win = max(standing, key=lambda c: (ranked[id(c)], c.lc, c.w))
+    others = [c for c in standing if c is not win and c.value is not None and c.value != win.value]
+    if ref == HEAD:  # HEAD on another branch: that branch keeps its entries
+        others = [c for c in others if not c.value.startswith("@")]
+    return win, sorted(others, key=lambda c: (c.w, c.n))
 
 
 def standing_claims(cs: list[Claim]) -> list[Claim]:
@@ -147,21 +168,17 @@ class RefState:
         if not cs:
             return
         standing = standing_claims(cs)
-        winner = standing[0] if len(standing) == 1 else winner_of(standing)
+        winner, others = shown(ref, standing)
         if ref == HEAD:
             self.head = winner.value
         elif winner.value is not None:
             self.branches[ref] = winner.value
         else:
             self.branches.pop(ref, None)
-        if len(standing) == 1:
-            return
+        if len({c.value for c in standing}) == 1:
+            return  # claims that agree need no settling
         self.settle[ref] = winner.value
-        for c in sorted(standing, key=lambda c: (c.w, c.n)):
-            if c is winner or c.value is None or c.value == winner.value:
-                continue
-            if ref == HEAD and c.value.startswith("@"):
-                continue  # HEAD on another branch: that branch keeps its entries
+        for c in others:
             name = self._conflict_name(ref, c)
             if name is not None:
                 self.branches[name] = c.value
@@ -175,7 +192,7 @@ class RefState:
             taken = self.claims.get(name)
             if not taken:
                 return name
-            if winner_of(standing_claims(list(taken.values()))).value == c.value:
+            if shown(name, standing_claims(list(taken.values())))[0].value == c.value:
                 return None
         return None  # both names were used for other tips since: nothing sane is left to show it
 

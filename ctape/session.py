@@ -67,14 +67,20 @@ class Session:
         return w.refstate
 
     def _write_ref(self, w: SegmentWriter, op: str, changes: dict[str, Optional[str]], **extra: Any) -> dict:
-        """Write one ref record moving `changes`, settling any sync conflict on the way."""
+        """Write one ref record moving `changes`. A sync conflict still open is settled
+        first, by records of their own (op "settle", one per ref: the conflict branches,
+        then the winner), so that deleting a conflict branch leaves nothing that keeps
+        its entries from `compact`."""
         st = self._writer_refs(w)
+        settle = {ref: v for ref, v in st.settle.items() if ref not in changes}
+        for ref in sorted(settle, key=lambda r: (refmod.CONFLICT not in r, r)):
+            self._put_ref(w, st, "settle", {ref: settle[ref]}, {}, coalesce=False)
+        # an append moves a ref from the new entry's parent: its old value is implied,
+        # and the ref log works it out when it replays the records
+        return self._put_ref(w, st, op, dict(changes), extra, coalesce=op == "append" and not extra)
+
+    def _put_ref(self, w: SegmentWriter, st: RefState, op: str, sets: dict[str, Optional[str]], extra: dict, coalesce: bool) -> dict:
         me = self.store.writer
-        sets: dict[str, Optional[str]] = dict(st.settle)
-        sets.update(changes)
-        old = {}
-        for ref in sets:
-            old[ref] = st.head if ref == HEAD else st.branches.get(ref)
         # n = lc: larger than every n this writer wrote, even when a compaction dropped its
         # newest records (the claims that superseded them, which stay, have larger clocks)
         n = max(st.seen.get(me, 0), st.lc) + 1
@@ -87,17 +93,15 @@ class Session:
             "op": op,
             "set": sets,
         }
-        if op != "append" or st.settle:
-            # an append moves a ref from the new entry's parent: its old value is
-            # implied, and the ref log works it out when it replays the records
-            rec["old"] = old
+        if op != "append":
+            rec["old"] = {ref: st.head if ref == HEAD else st.branches.get(ref) for ref in sets}
         # what this record replaces: the claims on its refs this writer has read (a deletion
         # supersedes exactly those; a claim it had not read still stands)
         seen = st.seen_for(sets, me)
         if seen:
             rec["seen"] = seen
         rec.update(extra)
-        w.put_ref(rec, coalesce=op == "append" and not st.settle and not extra)
+        w.put_ref(rec, coalesce=coalesce)
         st.apply(rec)
         return rec
 
