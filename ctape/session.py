@@ -73,13 +73,17 @@ class Session:
         its entries from `compact`."""
         st = self._writer_refs(w)
         settle = {ref: v for ref, v in st.settle.items() if ref not in changes}
+        old = self._old_values(st, changes)  # as the user saw them (a settle ends unsettled conflict branches)
         for ref in sorted(settle, key=lambda r: (refmod.CONFLICT not in r, r)):
             self._put_ref(w, st, "settle", {ref: settle[ref]}, {}, coalesce=False)
-        # an append moves a ref from the new entry's parent: its old value is implied,
-        # and the ref log works it out when it replays the records
-        return self._put_ref(w, st, op, dict(changes), extra, coalesce=op == "append" and not extra)
+        return self._put_ref(w, st, op, dict(changes), extra, coalesce=op == "append" and not extra, old=old)
 
-    def _put_ref(self, w: SegmentWriter, st: RefState, op: str, sets: dict[str, Optional[str]], extra: dict, coalesce: bool) -> dict:
+    @staticmethod
+    def _old_values(st: RefState, refs) -> dict[str, Optional[str]]:
+        return {ref: st.head if ref == HEAD else st.branches.get(ref) for ref in refs}
+
+    def _put_ref(self, w: SegmentWriter, st: RefState, op: str, sets: dict[str, Optional[str]], extra: dict,
+                 coalesce: bool, old: Optional[dict] = None) -> dict:
         me = self.store.writer
         # n = lc: larger than every n this writer wrote, even when a compaction dropped its
         # newest records (the claims that superseded them, which stay, have larger clocks)
@@ -94,7 +98,9 @@ class Session:
             "set": sets,
         }
         if op != "append":
-            rec["old"] = {ref: st.head if ref == HEAD else st.branches.get(ref) for ref in sets}
+            # an append moves a ref from the new entry's parent: its old value is implied,
+            # and the ref log works it out when it replays the records
+            rec["old"] = old if old is not None else self._old_values(st, sets)
         # what this record replaces: the claims on its refs this writer has read (a deletion
         # supersedes exactly those; a claim it had not read still stands)
         seen = st.seen_for(sets, me)
