@@ -230,7 +230,7 @@ def _kept_records(records: list[Rec], cutoff: str) -> list[Rec]:
 
 def _session_kept(recs: list[Rec], cutoff: str) -> set[tuple]:
     """Start from the young records, the holders of the claims the refs show (the winner
-    when it sets a value, each tip a conflict branch holds; every standing HEAD claim) and the records with the session's largest Lamport clock
+    when it sets a value or is HEAD's, each tip a conflict branch holds) and the records with the session's largest Lamport clock
     (a writer takes its next n from the clock, so n never repeats); then, while some ref
     would resolve differently from these alone (an older claim that a dropped record had
     superseded), add the records that superseded it."""
@@ -242,7 +242,7 @@ def _session_kept(recs: list[Rec], cutoff: str) -> set[tuple]:
         pairs = standing_pairs(cs)
         win, others = shown(ref, [c for c, _ in pairs])
         for c, r in pairs:
-            if (c is win and c.value is not None) or any(c is o for o in others) or ref == HEAD:
+            if (c is win and (c.value is not None or ref == HEAD)) or any(c is o for o in others):
                 kept.add((r.s, r.w, r.n))
     while True:
         sub = _claims([r for r in recs if (r.s, r.w, r.n) in kept])

@@ -76,7 +76,21 @@ class Session:
         old = self._old_values(st, changes)  # as the user saw them (a settle ends unsettled conflict branches)
         for ref in sorted(settle, key=lambda r: (refmod.CONFLICT not in r, r)):
             self._put_ref(w, st, "settle", {ref: settle[ref]}, {}, coalesce=False)
-        return self._put_ref(w, st, op, dict(changes), extra, coalesce=op == "append" and not extra, old=old)
+        # HEAD in a record of its own: a record that stays for one claim keeps every value
+        # it sets, so HEAD's claim must not keep a branch's old tip from `compact`. HEAD
+        # goes last (a new session: main, then HEAD on it), or first when a branch goes
+        # (HEAD leaves it, then it is deleted)
+        parts = [{k: v for k, v in changes.items() if k != HEAD}]
+        if HEAD in changes and parts[0]:
+            head_first = any(v is None for v in parts[0].values())
+            parts.insert(0 if head_first else 1, {HEAD: changes[HEAD]})
+        elif HEAD in changes:
+            parts = [{HEAD: changes[HEAD]}]
+        rec: dict = {}
+        for part in parts:
+            rec = self._put_ref(w, st, op, part, dict(extra), coalesce=op == "append" and not extra and len(parts) == 1,
+                                old={k: old[k] for k in part})
+        return rec
 
     @staticmethod
     def _old_values(st: RefState, refs) -> dict[str, Optional[str]]:
