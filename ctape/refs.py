@@ -143,6 +143,8 @@ class RefState:
             self.resolve_all()  # a conflict branch's name may now be taken: its ref is named anew
             return
         affected = set(sets) | {self.unsettled[r] for r in sets if r in self.unsettled}
+        if HEAD in self.claims:
+            affected.add(HEAD)  # where HEAD goes when it was deleted depends on the branches
         for ref in sorted(affected):
             self._resolve_ref(ref)
         self._default_head()
