@@ -3,8 +3,9 @@
 1. Under the tape's compaction lock (one compaction at a time), take a snapshot
    of every data file and its size.
 2. Read every file once: the entry graph (parent and blob links) and the ref
-   records. Roots are every writer's newest claim on every ref (branches, HEAD,
-   conflict tips), every ref record younger than --expire (anchors are reached
+   records. Roots are the claims that still stand on every ref (branches, HEAD,
+   conflict tips; a claim that a later move or deletion had seen does not),
+   every ref record younger than --expire (anchors are reached
    through the records that appended them) and the start of every open stream.
 3. For each session, write one pack: the objects that are reachable, or that sit
    in a file younger than --grace, compressed together in blocks; the ref
@@ -38,6 +39,7 @@ from . import framing, packing
 from .canonical import canonical_json
 from .errors import CorruptObject, InvalidInput, StorageError
 from .models import format_time
+from .refs import HEAD, Claim, saw, shown, standing_claims
 from .files import TYPE_ENTRY, fsync_dir, zstd
 from .schema import object_record_problem
 from .store import Store, record_problem
@@ -72,6 +74,8 @@ class Rec(NamedTuple):
     t: str
     set: tuple  # ((ref, value), ...)
     old: tuple  # old values
+    lc: int = 0
+    seen: tuple = ()  # ((writer, n), ...): the claims this record supersedes
 
     @classmethod
     def parse(cls, body: bytes) -> "Rec":
@@ -79,7 +83,8 @@ class Rec(NamedTuple):
 
     @classmethod
     def of(cls, r: dict) -> "Rec":
-        return cls(r["s"], r["w"], r["n"], r.get("t", ""), tuple((r.get("set") or {}).items()), tuple((r.get("old") or {}).values()))
+        return cls(r["s"], r["w"], r["n"], r.get("t", ""), tuple((r.get("set") or {}).items()), tuple((r.get("old") or {}).values()),
+                   r.get("lc", 0), tuple((r.get("seen") or {}).items()))
 
 
 # links from an entry's canonical bytes: its parent and its blob references (anything
@@ -232,23 +237,85 @@ def _learn(store: Store, scan: Scan, rec: framing.Record, path: str) -> bool:
 
 
 def _kept_records(records: list[Rec], cutoff: str) -> list[Rec]:
-    """Records younger than the cutoff, plus each writer's newest claim on each ref."""
-    newest: dict[tuple, Rec] = {}
+    """Records younger than the cutoff, plus those the refs still follow from.
+
+    A claim that another writer's claim had seen (a move or a deletion made after
+    reading it) no longer decides its ref on any copy: once it expires its record
+    goes, and with it the data only it reached. What is kept gives every ref the same
+    value and conflict branches as all records do (see _session_kept)."""
+    by_session: dict[str, list[Rec]] = {}
     for r in records:
-        for ref, _ in r.set:
-            key = (r.s, ref, r.w)
-            if key not in newest or r.n > newest[key].n:
-                newest[key] = r
-    keep = {(r.s, r.w, r.n) for r in newest.values()}
+        by_session.setdefault(r.s, []).append(r)
+    keep: set[tuple] = set()
+    for recs in by_session.values():
+        keep |= _session_kept(recs, cutoff)
     out, seen = [], set()
     for r in records:
         ident = (r.s, r.w, r.n)
-        if ident in seen:
-            continue
-        if ident in keep or r.t >= cutoff:
+        if ident in keep and ident not in seen:
             seen.add(ident)
             out.append(r)
     return out
+
+
+def _session_kept(recs: list[Rec], cutoff: str) -> set[tuple]:
+    """Start from the young records, the holders of the claims the refs show (the winner
+    when it sets a value or is HEAD's, each tip a conflict branch holds) and the records with the session's largest Lamport clock
+    (a writer takes its next n from the clock, so n never repeats); then, while some ref
+    would resolve differently from these alone (an older claim that a dropped record had
+    superseded), add the records that superseded it."""
+    full = _claims(recs)
+    want = {ref: _outcome(cs) for ref, cs in full.items()}
+    top = max(r.lc for r in recs)
+    kept = {(r.s, r.w, r.n) for r in recs if r.t >= cutoff or r.lc == top}
+    for ref, cs in full.items():
+        pairs = standing_pairs(cs)
+        win, others = shown(ref, [c for c, _ in pairs])
+        for c, r in pairs:
+            if (c is win and (c.value is not None or ref == HEAD)) or any(c is o for o in others):
+                kept.add((r.s, r.w, r.n))
+    while True:
+        sub = _claims([r for r in recs if (r.s, r.w, r.n) in kept])
+        more = set()
+        for ref, cs in full.items():
+            have = sub.get(ref, {})
+            if _outcome(have) == want[ref]:
+                continue
+            standing = {(c.w, c.n) for c, _ in standing_pairs(cs)}
+            for c, r in standing_pairs(cs):
+                more.add((r.s, r.w, r.n))
+            for c, _ in standing_pairs(have):
+                if (c.w, c.n) not in standing:  # superseded by a claim that is not kept: keep one
+                    more |= {(r.s, r.w, r.n) for o, r in cs.values() if saw(o, c)}
+        if more <= kept:
+            return kept
+        kept |= more
+
+
+def _claims(recs: list[Rec]) -> dict[str, dict[str, tuple[Claim, Rec]]]:
+    """ref -> writer -> (its claim, the record holding it): each writer's newest record setting the ref."""
+    out: dict[str, dict[str, tuple[Claim, Rec]]] = {}
+    for r in recs:
+        for ref, value in r.set:
+            mine = out.setdefault(ref, {})
+            old = mine.get(r.w)
+            if old is None or r.n > old[0].n:
+                mine[r.w] = (Claim(ref, r.w, r.n, r.lc, value, dict(r.seen)), r)
+    return out
+
+
+def standing_pairs(cs: dict[str, tuple[Claim, Rec]]) -> list[tuple[Claim, Rec]]:
+    standing = {id(c) for c in standing_claims([c for c, _ in cs.values()])}
+    return [(c, r) for c, r in cs.values() if id(c) in standing]
+
+
+def _outcome(cs: dict[str, tuple[Claim, Rec]]) -> tuple:
+    """What a ref's claims show: the winning value and each other standing tip (its conflict branch)."""
+    if not cs:
+        return (None, ())
+    ref = next(iter(cs.values()))[0].ref
+    win, others = shown(ref, [c for c, _ in standing_pairs(cs)])
+    return (win.value, tuple((c.w, c.n, c.value) for c in others))
 
 
 def _hash_values(values) -> set[bytes]:

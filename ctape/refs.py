@@ -6,17 +6,21 @@ Every move of a branch or HEAD is a ref record written by one writer:
      "t": time, "op": "append", "set": {"main": "<hash>", "HEAD": "@main"},
      "old": {"main": "<hash>"}}
 
-`n` counts this writer's records in the session; `lc` is a Lamport clock (one
-more than the largest it has seen); `seen` holds the newest `n` of every other
-writer whose records were read before this one was written. A value in `set` is
-an entry hash, "@BRANCH" (HEAD attached) or null (deleted).
+`n` grows with every record of the writer in the session (ctape writes n = lc);
+`lc` is a Lamport clock (one more than the largest it has seen); `seen` holds, for
+each other writer, the `n` of its claim on the refs this record sets that the
+writer had read (records of old versions: its newest record of any ref). A value
+in `set` is an entry hash, "@BRANCH" (HEAD attached) or null (deleted).
 
 For each ref, the newest record of each writer is that writer's claim. A claim
-is superseded when another writer's claim has seen it. When more than one claim
-stands (two machines moved one branch, then synced), the one with the highest
-(lc, writer) wins everywhere, and each other tip stays visible as the branch
-BRANCH.conflict-WRITER. The next record written to the session settles it by
-writing the winner and the conflict branches as ordinary refs.
+is superseded when another writer's claim on the ref has seen it: a move or a
+deletion replaces exactly what its writer had seen. When more than one claim
+stands (two copies moved one ref, then synced), one wins everywhere: a value
+over a deletion (a concurrent append survives a delete), then the highest
+(lc, writer). Each other standing tip stays visible as the branch
+BRANCH.conflict-WRITER8-TIP8, so one branch may carry several. The next record
+written to the session settles them by writing the winner and the conflict
+branches as ordinary refs. See docs/format.md section 12.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 HEAD = "HEAD"
+CONFLICT = ".conflict-"
 
 
 @dataclass
@@ -38,6 +43,44 @@ class Claim:
     seen: dict
 
 
+def rank(ref: str, c: Claim) -> int:
+    """2: a value; 1: a deletion; 0: a conflict branch set to the very tip its name records
+    (a settling record writing it again: whoever deleted the branch had seen that tip)."""
+    if c.value is None:
+        return 1
+    if CONFLICT in ref and c.value[:8] == ref[ref.rindex(CONFLICT) + len(CONFLICT):].split("-")[1][:8]:
+        return 0
+    return 2
+
+
+def shown(ref: str, standing: list[Claim]) -> tuple[Claim, list[Claim]]:
+    """The claim that decides a ref, and the other standing claims whose tips need a
+    conflict branch. A value beats a deletion (a concurrent append survives a delete),
+    then the highest (lc, writer) wins; a tip equal to the winner's needs nothing."""
+    if len(standing) == 1:
+        return standing[0], []
+    ranked = {id(c): rank(ref, c) for c in standing}
+    if any(r == 1 for r in ranked.values()):
+        standing = [c for c in standing if ranked[id(c)] != 0]
+    win = max(standing, key=lambda c: (ranked[id(c)], c.lc, c.w))
+    others = [c for c in standing if c is not win and c.value is not None and c.value != win.value]
+    if ref == HEAD:  # HEAD on another branch: that branch keeps its entries
+        others = [c for c in others if not c.value.startswith("@")]
+    return win, sorted(others, key=lambda c: (c.w, c.n))
+
+
+def standing_claims(cs: list[Claim]) -> list[Claim]:
+    """The claims no other writer's claim on the same ref had seen."""
+    if len(cs) == 1:
+        return cs
+    return [c for c in cs if not any(o is not c and saw(o, c) for o in cs)]
+
+
+def saw(o: Claim, c: Claim) -> bool:
+    n = o.seen.get(c.w, 0)
+    return type(n) is int and n >= c.n
+
+
 @dataclass
 class RefState:
     """A session's refs as resolved from the claims of every writer."""
@@ -45,7 +88,7 @@ class RefState:
     claims: dict[str, dict[str, Claim]] = field(default_factory=dict)  # ref -> writer -> claim
     branches: dict[str, str] = field(default_factory=dict)
     head: Optional[str] = None  # "@branch", an entry hash, or None (no HEAD yet)
-    conflicts: dict[str, str] = field(default_factory=dict)  # conflict branch -> branch it shadows
+    unsettled: dict[str, str] = field(default_factory=dict)  # conflict branch no record wrote yet -> its ref
     settle: dict[str, Optional[str]] = field(default_factory=dict)  # refs a next record must write
     lc: int = 0
     seen: dict[str, int] = field(default_factory=dict)  # writer -> newest n read
@@ -62,61 +105,107 @@ class RefState:
             return self.branches.get(self.head[1:])
         return self.head
 
+    @property
+    def conflicts(self) -> dict[str, str]:
+        """Every conflict branch -> the ref whose other tip it holds: the ones the claims
+        show now, and the ones a record has settled, until someone deletes or renames them."""
+        out = {b: b[: b.rindex(CONFLICT)] for b in self.branches if CONFLICT in b}
+        out.update(self.unsettled)
+        return out
+
+    @property
+    def removed(self) -> bool:
+        """Every ref of the session was deleted (`session rm`), and nothing came back."""
+        return bool(self.claims) and not self.branches and self.head is None
+
+    def seen_for(self, refs, me: str) -> dict[str, int]:
+        """What a record setting `refs` has seen: each other writer's claim on them."""
+        out: dict[str, int] = {}
+        for ref in refs:
+            for w, c in self.claims.get(ref, {}).items():
+                if w != me and c.n > out.get(w, 0):
+                    out[w] = c.n
+        return out
+
     def apply(self, rec: dict) -> None:
         """Take one more record into account (any order gives the same result)."""
         w, n = rec["w"], rec["n"]
         seen = rec.get("seen") or {}
-        for ref, value in rec.get("set", {}).items():
+        sets = rec.get("set", {})
+        for ref, value in sets.items():
             mine = self.claims.setdefault(ref, {})
             old = mine.get(w)
             if old is None or n > old.n:
                 mine[w] = Claim(ref, w, n, rec["lc"], value, seen)
         self.lc = max(self.lc, rec["lc"])
         self.seen[w] = max(self.seen.get(w, 0), n)
-        for ref in rec.get("set", {}):
+        if any(CONFLICT in ref for ref in sets):
+            self.resolve_all()  # a conflict branch's name may now be taken: its ref is named anew
+            return
+        affected = set(sets) | {self.unsettled[r] for r in sets if r in self.unsettled}
+        if HEAD in self.claims:
+            affected.add(HEAD)  # where HEAD goes when it was deleted depends on the branches
+        for ref in sorted(affected):
             self._resolve_ref(ref)
+        self._default_head()
 
     def resolve_all(self) -> None:
         self.branches.clear()
-        self.conflicts.clear()
+        self.unsettled.clear()
         self.settle.clear()
         self.head = None
         for ref in sorted(self.claims):
             self._resolve_ref(ref)
+        self._default_head()
 
     def _resolve_ref(self, ref: str) -> None:
-        cs = list(self.claims.get(ref, {}).values())
-        if self.conflicts:
-            for name in [c for c, of in self.conflicts.items() if of == ref]:
-                del self.conflicts[name]
-                self.branches.pop(name, None)
+        if self.unsettled:
+            for name in [c for c, of in self.unsettled.items() if of == ref]:
+                del self.unsettled[name]
+                if name not in self.claims:
+                    self.branches.pop(name, None)
                 self.settle.pop(name, None)
         self.settle.pop(ref, None)
-        if len(cs) == 1:  # one writer moves this ref (the usual case): nothing to weigh
-            standing = cs
-            winner = cs[0]
-        else:
-            standing = [c for c in cs if not any(o is not c and o.seen.get(c.w, 0) >= c.n for o in cs)]
-            winner = max(standing, key=lambda c: (c.lc, c.w))
+        cs = list(self.claims.get(ref, {}).values())
+        if not cs:
+            return
+        standing = standing_claims(cs)
+        winner, others = shown(ref, standing)
         if ref == HEAD:
             self.head = winner.value
         elif winner.value is not None:
             self.branches[ref] = winner.value
         else:
             self.branches.pop(ref, None)
-        if len(standing) == 1:
-            return
+        if len({c.value for c in standing}) == 1:
+            return  # claims that agree need no settling
         self.settle[ref] = winner.value
-        if ref == HEAD:
-            return
-        for c in standing:
-            if c is winner or c.value is None or c.value == winner.value:
-                continue
-            name = conflict_name(ref, c.w)
-            if name not in self.claims:
+        for c in others:
+            name = self._conflict_name(ref, c)
+            if name is not None:
                 self.branches[name] = c.value
-                self.conflicts[name] = ref
+                self.unsettled[name] = ref
                 self.settle[name] = c.value
+
+    def _conflict_name(self, ref: str, c: Claim) -> Optional[str]:
+        """The branch that shows a losing tip: named by its writer and tip, so every
+        round of sync gets its own. None when a branch of that name already holds it."""
+        for name in (conflict_name(ref, c.w, c.value), conflict_name(ref, c.w, c.value, c.n)):
+            taken = self.claims.get(name)
+            if not taken:
+                return name
+            if shown(name, standing_claims(list(taken.values())))[0].value == c.value:
+                return None
+        return None  # both names were used for other tips since: nothing sane is left to show it
+
+    def _default_head(self) -> None:
+        """A session whose HEAD was deleted while a concurrent append brought a branch back
+        attaches HEAD to that branch (main first), and the next record writes it."""
+        if self.head is None and self.branches and HEAD in self.claims:
+            plain = sorted(b for b in self.branches if b not in self.conflicts)
+            name = "main" if "main" in self.branches else (plain or sorted(self.branches))[0]
+            self.head = "@" + name
+            self.settle[HEAD] = self.head
 
 
 def well_formed(rec) -> bool:
@@ -127,8 +216,9 @@ def well_formed(rec) -> bool:
             and isinstance(rec.get("set", {}), dict) and isinstance(rec.get("old", {}), (dict, type(None))))
 
 
-def conflict_name(branch: str, writer: str) -> str:
-    suffix = f".conflict-{writer[:8]}"
+def conflict_name(branch: str, writer: str, tip: str, n: Optional[int] = None) -> str:
+    """BRANCH.conflict-WRITER8-TIP8 (-N when that name was used for another tip since)."""
+    suffix = f"{CONFLICT}{writer[:8]}-{tip.lstrip('@')[:8]}" + (f"-{n}" if n is not None else "")
     return branch[: 128 - len(suffix)] + suffix
 
 

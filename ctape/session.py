@@ -80,33 +80,61 @@ class Session:
         return w.refstate
 
     def _write_ref(self, w: SegmentWriter, op: str, changes: dict[str, Optional[str]], **extra: Any) -> dict:
-        """Write one ref record moving `changes`, settling any sync conflict on the way."""
+        """Write one ref record moving `changes`. A sync conflict still open is settled
+        first, by records of their own (op "settle", one per ref: the conflict branches,
+        then the winner), so that deleting a conflict branch leaves nothing that keeps
+        its entries from `compact`."""
         st = self._writer_refs(w)
+        settle = {ref: v for ref, v in st.settle.items() if ref not in changes}
+        old = self._old_values(st, changes)  # as the user saw them (a settle ends unsettled conflict branches)
+        for ref in sorted(settle, key=lambda r: (refmod.CONFLICT not in r, r)):
+            self._put_ref(w, st, "settle", {ref: settle[ref]}, {}, coalesce=False)
+        # HEAD in a record of its own: a record that stays for one claim keeps every value
+        # it sets, so HEAD's claim must not keep a branch's old tip from `compact`. HEAD
+        # goes last (a new session: main, then HEAD on it), or first when a branch goes
+        # (HEAD leaves it, then it is deleted)
+        parts = [{k: v for k, v in changes.items() if k != HEAD}]
+        if HEAD in changes and parts[0]:
+            head_first = any(v is None for v in parts[0].values())
+            parts.insert(0 if head_first else 1, {HEAD: changes[HEAD]})
+        elif HEAD in changes:
+            parts = [{HEAD: changes[HEAD]}]
+        rec: dict = {}
+        for part in parts:
+            rec = self._put_ref(w, st, op, part, dict(extra), coalesce=op == "append" and not extra and len(parts) == 1,
+                                old={k: old[k] for k in part})
+        return rec
+
+    @staticmethod
+    def _old_values(st: RefState, refs) -> dict[str, Optional[str]]:
+        return {ref: st.head if ref == HEAD else st.branches.get(ref) for ref in refs}
+
+    def _put_ref(self, w: SegmentWriter, st: RefState, op: str, sets: dict[str, Optional[str]], extra: dict,
+                 coalesce: bool, old: Optional[dict] = None) -> dict:
         me = self.store.writer
-        sets: dict[str, Optional[str]] = dict(st.settle)
-        sets.update(changes)
-        old = {}
-        for ref in sets:
-            old[ref] = st.head if ref == HEAD else st.branches.get(ref)
-        n = st.seen.get(me, 0) + 1
+        # n = lc: larger than every n this writer wrote, even when a compaction dropped its
+        # newest records (the claims that superseded them, which stay, have larger clocks)
+        n = max(st.seen.get(me, 0), st.lc) + 1
         rec = {
             "s": self.name,
             "w": me,
             "n": n,
-            "lc": st.lc + 1,
+            "lc": n,
             "t": extra.pop("time", None) or now_rfc3339(),
             "op": op,
             "set": sets,
         }
-        if op != "append" or st.settle:
-            # an append moves a ref from the new entry's parent: its old value is
-            # implied, and the ref log works it out when it replays the records
-            rec["old"] = old
-        seen = {k: v for k, v in st.seen.items() if k != me}
+        if op != "append":
+            # an append moves a ref from the new entry's parent: its old value is implied,
+            # and the ref log works it out when it replays the records
+            rec["old"] = old if old is not None else self._old_values(st, sets)
+        # what this record replaces: the claims on its refs this writer has read (a deletion
+        # supersedes exactly those; a claim it had not read still stands)
+        seen = st.seen_for(sets, me)
         if seen:
             rec["seen"] = seen
         rec.update(extra)
-        w.put_ref(rec, coalesce=op == "append" and not st.settle and not extra)
+        w.put_ref(rec, coalesce=coalesce)
         st.apply(rec)
         return rec
 

@@ -285,3 +285,173 @@ def test_status_while_a_value_has_not_arrived(tmp_path):
     assert st["incomplete"] is True and st["head"]
     rsync(a, b)
     assert json.loads(run_cli("--dir", b, "status", "-s", "second", "--json").stdout)["incomplete"] is False
+
+
+def reached_by_refs(d):
+    """Every entry any branch or HEAD of any session of the copy reaches."""
+    t = Tape.open(d)
+    try:
+        out = set()
+        for name in t.store.sessions():
+            st = t.session(name).refs()
+            for h in list(st.branches.values()) + [st.head_hash]:
+                while h is not None and h not in out:
+                    out.add(h)
+                    h = t.read_entry(h).parent
+        return out
+    finally:
+        t.close()
+
+
+def test_every_round_of_conflicts_keeps_its_own_branch(pair):
+    """Issue 12, item 1: from the second round on, the losing tip got no branch (the
+    conflict branch of round 1 had taken its name), so it sat on no branch of either copy."""
+    a, b = pair
+    acked = set()
+    for r in range(3):
+        acked.add(run_cli("--dir", a, "append", "user", "--text", f"a{r}", "-s", "chat", check=True).stdout.decode().strip())
+        acked.add(run_cli("--dir", b, "append", "user", "--text", f"b{r}", "-s", "chat", check=True).stdout.decode().strip())
+        rsync(a, b)
+        rsync(b, a)
+    assert snapshot(a) == snapshot(b)
+    for d in (a, b):
+        assert acked <= reached_by_refs(d), f"{d.name}: {len(acked - reached_by_refs(d))} appends on no branch"
+    st = cli_json(a, "status", "-s", "chat")[0]
+    assert st == cli_json(b, "status", "-s", "chat")[0]
+    assert len(st["conflicts"]) >= 2 and all(c.startswith("main.conflict-") for c in st["conflicts"])
+    graph = run_cli("--dir", a, "log", "-s", "chat", "--graph", "--oneline", check=True).stdout.decode()
+    human = run_cli("--dir", a, "status", "-s", "chat", check=True).stdout.decode()
+    for c in st["conflicts"]:
+        assert c in graph and c in human
+        # named by the losing writer and its tip: valid, readable as SESSION/NAME
+        assert len(c) <= 128
+        tip = cli_json(a, "show", f"chat/{c}")[0]["hash"]
+        assert c.endswith(tip[:8])
+
+
+def test_three_copies_conflicting_in_every_direction(tmp_path):
+    """Three copies, each appending to the same branch, synced pairwise in a fixed
+    scramble of directions: every append stays on a branch of every copy."""
+    dirs = [tmp_path / n for n in "ABC"]
+    t = Tape.init(dirs[0])
+    t.session("chat").append("user", {"content": "start"})
+    t.close()
+    for d in dirs[1:]:
+        rsync(dirs[0], d)
+    acked = set()
+    order = [(0, 1), (2, 0), (1, 2), (0, 2), (2, 1), (1, 0)]
+    for r in range(4):
+        for i, d in enumerate(dirs):
+            with Tape.open(d) as t:
+                acked.add(t.session("chat").append("user", {"content": f"{i}-{r}"}).hash)
+        for x, y in order[r:] + order[:r]:
+            rsync(dirs[x], dirs[y])
+    for _ in range(2):
+        for x in range(3):
+            for y in range(3):
+                if x != y:
+                    rsync(dirs[x], dirs[y])
+    branches = [{x["name"]: x["hash"] for x in cli_json(d, "branch", "-s", "chat")} for d in dirs]
+    assert branches[0] == branches[1] == branches[2]
+    for d in dirs:
+        assert acked <= reached_by_refs(d)
+        assert run_cli("--dir", d, "fsck").returncode == 0
+
+
+def test_a_deletion_on_a_copy_frees_the_data(tmp_path):
+    """Issue 12, item 2: the original writer's claims pinned the data forever, although
+    the deleting writer had seen them."""
+    a, b = tmp_path / "A", tmp_path / "B"
+    t = Tape.init(a)
+    s = t.session("chat")
+    s.append("user", {"content": "start"})
+    s.checkout("chat", new_branch="draft")
+    for i in range(5):
+        s.append("tool_result", {"call_id": f"c{i}", "output": f"output {i} " * 500})
+    s.checkout("chat/main")
+    t.close()
+    subprocess.run(["cp", "-a", str(a), str(b)], check=True)
+    run_cli("--dir", b, "branch", "-d", "draft", "-s", "chat", check=True)
+    r = json.loads(run_cli("--dir", b, "compact", "--expire", "now", "--grace", "now", "--json", check=True).stdout)
+    assert r["freed_objects"] >= 10, r  # five entries and their outputs
+    assert run_cli("--dir", b, "fsck").returncode == 0
+    assert json.loads(run_cli("--dir", b, "stats", "--json", check=True).stdout)["entries"] == 1  # main's
+    # the original's files come back with the next sync: its claims no longer pin anything
+    rsync(a, b)
+    assert [x["name"] for x in cli_json(b, "branch", "-s", "chat")] == ["main"]
+    r = json.loads(run_cli("--dir", b, "compact", "--expire", "now", "--grace", "now", "--json", check=True).stdout)
+    assert r["freed_objects"] >= 10, r
+    assert run_cli("--dir", b, "fsck").returncode == 0
+    # and the deletion syncs: the original frees them too
+    rsync(b, a)
+    assert [x["name"] for x in cli_json(a, "branch", "-s", "chat")] == ["main"]
+    r = json.loads(run_cli("--dir", a, "compact", "--expire", "now", "--grace", "now", "--json", check=True).stdout)
+    assert r["freed_objects"] >= 10, r
+    assert json.loads(run_cli("--dir", a, "stats", "--json", check=True).stdout)["entries"] == 1
+
+
+def test_a_session_rm_on_a_copy_frees_the_data_and_a_concurrent_append_survives(tmp_path):
+    """A `session rm` (a record setting every branch and HEAD to null) supersedes what
+    its writer had seen; an append it had not seen comes back with its history."""
+    a, b = tmp_path / "A", tmp_path / "B"
+    t = Tape.init(a)
+    s = t.session("chat")
+    old = [s.append("user", {"content": f"old {i} " * 300}).hash for i in range(4)]
+    s.checkout("chat", new_branch="side")
+    s.append("user", {"content": "on side"})
+    t.close()
+    rsync(a, b)
+    tb = Tape.open(b)
+    sb = tb.session("chat")
+    sb.set_refs("session-rm", {**{x: None for x in sb.refs().branches}, "HEAD": None})
+    assert sb.refs().branches == {} and sb.refs().head is None
+    tb.close()
+    with Tape.open(a) as ta:  # meanwhile on A, unseen by the deletion
+        late = ta.session("chat").append("user", {"content": "late on side"}).hash
+    rsync(a, b)
+    rsync(b, a)
+    for d in (a, b):
+        with Tape.open(d) as t:
+            st = t.session("chat").refs()
+            assert st.branches == {"side": late}  # main stays deleted: the deletion had seen it
+            assert st.head == "@side"
+            assert set(old) <= reached_by_refs(d)  # `side` grew from main's tip
+    # with nothing appended meanwhile, the deletion frees everything on either copy
+    c = tmp_path / "C"
+    t = Tape.init(c)
+    t.session("gone").append("user", {"content": "bulky " * 2000})
+    t.close()
+    d = tmp_path / "D"
+    rsync(c, d)
+    with Tape.open(d) as t:
+        s = t.session("gone")
+        s.set_refs("session-rm", {"main": None, "HEAD": None})
+        assert t.compact(expire="now", grace="now")["freed_objects"] >= 1
+    rsync(d, c)
+    with Tape.open(c) as t:
+        assert t.session("gone").refs().branches == {}
+        assert t.compact(expire="now", grace="now")["freed_objects"] >= 1
+        assert t.stats()["entries"] == 0 and t.fsck()["ok"]
+
+
+def test_langgraph_delete_thread_on_a_copy_frees_the_thread(tmp_path):
+    pytest.importorskip("langgraph")
+    from ctape.integrations.langgraph import TapeSaver
+
+    a, b = tmp_path / "A", tmp_path / "B"
+    saver = TapeSaver(a)
+    config = {"configurable": {"thread_id": "t1", "checkpoint_ns": ""}}
+    for i in range(3):
+        cp = {"v": 1, "id": f"1ef{i:05d}-0000-6000-8000-000000000000", "ts": f"2026-01-0{i + 1}T00:00:00+00:00",
+              "channel_values": {"messages": [f"message {i} " * 300]}, "channel_versions": {"messages": str(i + 1)},
+              "versions_seen": {}, "pending_sends": []}
+        config = saver.put(config, cp, {"source": "loop", "step": i}, {"messages": str(i + 1)})
+    saver.close()
+    subprocess.run(["cp", "-a", str(a), str(b)], check=True)
+    copy = TapeSaver(b)
+    copy.delete_thread("t1")
+    assert copy.get_tuple({"configurable": {"thread_id": "t1"}}) is None
+    report = copy.tape.compact(expire="now", grace="now")
+    assert report["freed_objects"] >= 3, report
+    assert copy.tape.fsck()["ok"]
+    copy.close()

@@ -1,0 +1,545 @@
+"""Model-based test of sync: 2-4 real copies of one tape, random operations, real rsync.
+
+A seeded generator drives each sequence (the seed and the printed trace reproduce a
+failure). Each copy has its own CTAPE_WRITER. Operations: appends (Python API, batches,
+the CLI), forks, checkouts, branch deletions, session deletions, `rsync -a` between two
+copies (whole, or cut off: only some of the files, or `--max-size`), `compact` on one
+copy (default grace, or `--grace now`/`--expire now`: no writer runs meanwhile), and a
+writer killed with SIGKILL in the middle of its appends.
+
+A plain in-memory model keeps what the copies acknowledged (every entry hash an append
+returned, with its parent) and what a user knowingly removed: the entries that a
+deletion or a checkout on a copy took off every ref of that copy (they were reachable
+there, so the deletion had seen them). After a full mesh of syncs (every copy to every
+other, twice) it checks:
+
+- all copies agree on every ref of every session;
+- fsck is clean (warnings allowed);
+- every acknowledged entry is reachable from a branch or HEAD of every copy, unless a
+  deletion that had seen it removed it;
+- at the end of a sequence, the same copies synced in another order end with the same
+  refs, and `compact --expire now --grace now` keeps the refs and frees every entry no
+  ref reaches (a superseded claim pins nothing).
+
+Between syncs, an append, a fork or a compaction never makes a reachable entry
+unreachable on its copy.
+
+`CTAPE_SLOW=1` runs the long mode (CTAPE_MODEL_SEQUENCES sequences, default 2,000;
+CTAPE_MODEL_FIRST_SEED, default 1000, picks where the seeds start).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+
+import pytest
+
+from ctape import Tape
+
+pytestmark = pytest.mark.skipif(shutil.which("rsync") is None, reason="rsync is not installed (.ci/run installs it)")
+
+SLOW = os.environ.get("CTAPE_SLOW") == "1"
+SESSIONS = ("s1", "s2")
+
+KILLED_WRITER = (
+    "import ctape, sys\n"
+    "t = ctape.Tape.open(sys.argv[1])\n"
+    "s = t.session(sys.argv[2])\n"
+    "for i in range(10**6):\n"
+    "    e = s.append('user', {'content': sys.argv[3] + str(i)})\n"
+    "    print(e.hash, e.parent or '-', flush=True)\n"
+)
+
+
+@contextmanager
+def writer_env(w: str):
+    old = os.environ.get("CTAPE_WRITER")
+    os.environ["CTAPE_WRITER"] = w
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("CTAPE_WRITER", None)
+        else:
+            os.environ["CTAPE_WRITER"] = old
+
+
+class Failure(AssertionError):
+    pass
+
+
+class World:
+    """The copies, the model, and the trace of what was done."""
+
+    def __init__(self, root, rng: random.Random, ncopies: int, cli: bool, sync=None):
+        self.root = root
+        self.sync = sync or rsync
+        self.rng = rng
+        self.cli = cli
+        self.dirs = [os.path.join(root, f"c{i}") for i in range(ncopies)]
+        # random writer ids, so that which writer wins a tie varies between sequences
+        ids = set()
+        while len(ids) < ncopies:
+            ids.add("w" + "".join(rng.choice("0123456789abcdef") for _ in range(7)))
+        self.writers = sorted(ids, key=lambda _: rng.random())
+        self.tapes: list = [None] * ncopies
+        self.parent: dict[str, str | None] = {}  # every entry the model knows -> its parent
+        self.acked: set[str] = set()
+        self.dropped: set[str] = set()
+        self.trace: list[str] = []
+        self.counter = 0
+        with writer_env(self.writers[0]):
+            t = Tape.init(self.dirs[0])
+            e = t.session("s1").append("user", {"content": "start"})
+            t.close()
+        self.parent[e.hash] = None
+        self.acked.add(e.hash)
+        for d in self.dirs[1:]:
+            rsync(self.dirs[0], d)
+
+    # -- the copies ----------------------------------------------------------------------
+
+    def tape(self, i: int) -> Tape:
+        if self.tapes[i] is None:
+            with writer_env(self.writers[i]):
+                self.tapes[i] = Tape.open(self.dirs[i])
+        return self.tapes[i]
+
+    def close(self, i: int) -> None:
+        if self.tapes[i] is not None:
+            self.tapes[i].close()
+            self.tapes[i] = None
+
+    def close_all(self) -> None:
+        for i in range(len(self.dirs)):
+            self.close(i)
+
+    def note(self, text: str) -> None:
+        self.trace.append(text)
+
+    def text(self, i: int) -> str:
+        self.counter += 1
+        return f"c{i}-{self.counter}"
+
+    # -- what a copy shows ------------------------------------------------------------
+
+    def refs(self, t: Tape) -> dict:
+        out = {}
+        for name in t.store.sessions():
+            st = t.session(name).refs()
+            if st.branches or st.head is not None:
+                out[name] = {"branches": dict(st.branches), "head": st.head}
+        return out
+
+    def reachable(self, t: Tape, refs: dict | None = None) -> set[str]:
+        refs = self.refs(t) if refs is None else refs
+        roots = []
+        for r in refs.values():
+            roots.extend(r["branches"].values())
+            h = r["head"]
+            if h and not h.startswith("@"):
+                roots.append(h)
+        out: set[str] = set()
+        stack = [h for h in roots if h]
+        while stack:
+            h = stack.pop()
+            if h in out:
+                continue
+            out.add(h)
+            if h not in self.parent:
+                try:
+                    self.parent[h] = t.read_entry(h).parent
+                except Exception:  # not arrived on this copy: its ancestors are in the model or nowhere
+                    continue
+            p = self.parent[h]
+            if p is not None:
+                stack.append(p)
+        return out
+
+    # -- operations ---------------------------------------------------------------------
+
+    def pick_session(self, t: Tape) -> str:
+        return self.rng.choice(SESSIONS)
+
+    def op_append(self, i: int) -> None:
+        t = self.tape(i)
+        s = t.session(self.pick_session(t))
+        how = self.rng.choice(["api", "api", "batch"] + (["cli"] if self.cli else []))
+        n = self.rng.randint(1, 3)
+        self.note(f"append c{i} {s.name} {how} x{n}")
+        before = self.reachable(t)
+        with writer_env(self.writers[i]):
+            if how == "cli":
+                self.close(i)
+                for _ in range(n):
+                    p = run_cli("--dir", self.dirs[i], "append", "user", json.dumps({"content": self.text(i)}), "-s", s.name)
+                    h = p.stdout.decode().strip()
+                    self.acked.add(h)
+                t = self.tape(i)
+            elif how == "batch":
+                with t.batch():
+                    es = [s.append("user", {"content": self.text(i)}) for _ in range(n)]
+                for e in es:
+                    self.parent[e.hash] = e.parent
+                    self.acked.add(e.hash)
+            else:
+                for _ in range(n):
+                    e = s.append("user", {"content": self.text(i)})
+                    self.parent[e.hash] = e.parent
+                    self.acked.add(e.hash)
+        self.expect_kept(i, before, "append")
+
+    def op_fork(self, i: int) -> None:
+        t = self.tape(i)
+        s = t.session(self.pick_session(t))
+        st = s.refs()
+        if st.head_hash is None:
+            return
+        name = f"b{self.rng.randint(1, 4)}"
+        if name in st.branches:
+            return
+        self.note(f"fork c{i} {s.name} {name}")
+        before = self.reachable(t)
+        with writer_env(self.writers[i]):
+            s.checkout(st.head_hash, new_branch=name)
+        self.expect_kept(i, before, "fork")
+
+    def op_checkout(self, i: int) -> None:
+        t = self.tape(i)
+        s = t.session(self.pick_session(t))
+        st = s.refs()
+        if not st.branches:
+            return
+        before = self.reachable(t)
+        branch = self.rng.choice(sorted(st.branches))
+        if self.rng.random() < 0.3:  # detached, at an ancestor of a branch
+            h = st.branches[branch]
+            for _ in range(self.rng.randint(0, 2)):
+                p = self.parent.get(h)
+                if p is None:
+                    break
+                h = p
+            if not t.has_entry(h):
+                return
+            self.note(f"checkout c{i} {s.name} detached {h[:8]}")
+            with writer_env(self.writers[i]):
+                s.checkout(h)
+        else:
+            self.note(f"checkout c{i} {s.name} {branch}")
+            with writer_env(self.writers[i]):
+                s.checkout(f"{s.name}/{branch}")
+        self.dropped |= before - self.reachable(t)
+
+    def op_delete_branch(self, i: int) -> None:
+        t = self.tape(i)
+        s = t.session(self.pick_session(t))
+        st = s.refs()
+        if not st.branches:
+            return
+        branch = self.rng.choice(sorted(st.branches))
+        before = self.reachable(t)
+        if self.cli and self.rng.random() < 0.2 and branch != st.branch:
+            self.note(f"branch -d c{i} {s.name} {branch} (cli)")
+            self.close(i)
+            with writer_env(self.writers[i]):
+                run_cli("--dir", self.dirs[i], "branch", "-d", branch, "-s", s.name)
+            t = self.tape(i)
+        else:
+            self.note(f"branch -D c{i} {s.name} {branch}")
+            with writer_env(self.writers[i]):
+                s.delete_branch(branch)
+        self.dropped |= before - self.reachable(t)
+
+    def op_delete_session(self, i: int) -> None:
+        t = self.tape(i)
+        s = t.session(self.pick_session(t))
+        if not s.exists():
+            return
+        st = s.refs()
+        if not st.branches and st.head is None:
+            return
+        self.note(f"session rm c{i} {s.name}")
+        before = self.reachable(t)
+        with writer_env(self.writers[i]):
+            s.set_refs("session-rm", {**{b: None for b in st.branches}, "HEAD": None})
+        self.dropped |= before - self.reachable(t)
+
+    def op_sync(self, i: int) -> None:
+        j = self.rng.choice([k for k in range(len(self.dirs)) if k != i])
+        mode = self.rng.choice(["whole", "whole", "whole", "subset", "max-size"])
+        src, dst = self.dirs[i], self.dirs[j]
+        if mode == "subset":
+            files = sorted(
+                os.path.relpath(os.path.join(r, f), src) for r, _, fs in os.walk(src) for f in fs
+            )
+            chosen = [f for f in files if self.rng.random() < 0.5]
+            self.note(f"rsync c{i} -> c{j} subset {len(chosen)}/{len(files)}")
+            listing = os.path.join(self.root, "files-from")
+            with open(listing, "w") as f:
+                f.write("".join(x + "\n" for x in chosen))
+            self.sync(src, dst, f"--files-from={listing}")
+        elif mode == "max-size":
+            limit = self.rng.choice([300, 1000, 3000])
+            self.note(f"rsync c{i} -> c{j} --max-size={limit}")
+            self.sync(src, dst, f"--max-size={limit}")
+        else:
+            self.note(f"rsync c{i} -> c{j}")
+            self.sync(src, dst)
+
+    def op_compact(self, i: int) -> None:
+        t = self.tape(i)
+        grace = self.rng.choice(["14d", "now"])
+        expire = self.rng.choice(["90d", "now"])
+        self.note(f"compact c{i} --grace {grace} --expire {expire}")
+        before = self.refs(t)
+        reach = self.reachable(t, before)
+        with writer_env(self.writers[i]):
+            t.compact(grace=grace, expire=expire)
+        after = self.refs(t)
+        if after != before:
+            raise Failure(f"compact changed the refs of c{i}: {before} -> {after}")
+        self.expect_kept(i, reach, "compact")
+
+    def op_kill(self, i: int) -> None:
+        t = self.tape(i)
+        s = self.pick_session(t)
+        k = self.rng.randint(1, 6)
+        self.note(f"kill -9 c{i} {s} after {k}")
+        before = self.reachable(t)
+        self.close(i)
+        env = dict(os.environ, CTAPE_WRITER=self.writers[i])
+        p = subprocess.Popen([sys.executable, "-c", KILLED_WRITER, self.dirs[i], s, self.text(i)], stdout=subprocess.PIPE, env=env)
+        lines = []
+        try:
+            for _ in range(k):
+                line = p.stdout.readline()
+                if not line:
+                    break
+                lines.append(line)
+        finally:
+            p.send_signal(signal.SIGKILL)
+            rest = p.communicate()[0]
+        for line in lines + rest.splitlines(keepends=True):
+            if line.endswith(b"\n") and len(line.split()) == 2:
+                h, parent = line.decode().split()
+                self.parent[h] = None if parent == "-" else parent
+                self.acked.add(h)
+        self.expect_kept(i, before, "killed writer")
+
+    def expect_kept(self, i: int, before: set[str], what: str) -> None:
+        lost = before - self.reachable(self.tape(i))
+        if lost:
+            raise Failure(f"{what} on c{i} made {len(lost)} reachable entries unreachable: {sorted(x[:12] for x in lost)}")
+
+    OPS = [
+        ("append", 10),
+        ("sync", 6),
+        ("fork", 2),
+        ("checkout", 2),
+        ("delete_branch", 2),
+        ("delete_session", 1),
+        ("compact", 1),
+        ("kill", 0.4),
+    ]
+
+    def random_op(self) -> None:
+        names = [n for n, _ in self.OPS]
+        weights = [w for _, w in self.OPS]
+        name = self.rng.choices(names, weights)[0]
+        i = self.rng.randrange(len(self.dirs))
+        if self.rng.random() < 0.1:
+            self.close(i)  # the next operation opens the copy afresh, like a new process
+        getattr(self, "op_" + name)(i)
+
+    # -- the checks ------------------------------------------------------------------
+
+    def mesh(self, dirs: list[str], order_rng: random.Random) -> None:
+        """Every copy to every other, twice, in a random order."""
+        pairs = [(a, b) for a in range(len(dirs)) for b in range(len(dirs)) if a != b]
+        for _ in range(2):
+            order_rng.shuffle(pairs)
+            for a, b in pairs:
+                self.sync(dirs[a], dirs[b])
+
+    def star(self, dirs: list[str], order_rng: random.Random) -> None:
+        """Another order that also leaves every copy with everything: all into one, then out."""
+        hub = order_rng.randrange(len(dirs))
+        others = [i for i in range(len(dirs)) if i != hub]
+        order_rng.shuffle(others)
+        for i in others:
+            self.sync(dirs[i], dirs[hub])
+        order_rng.shuffle(others)
+        for i in others:
+            self.sync(dirs[hub], dirs[i])
+
+    def check(self, epoch: int, final: bool) -> None:
+        """The full mesh and the invariants; on the last epoch also the order of the syncs
+        and what a compaction keeps (on a copy of the copies, so nothing changes here)."""
+        self.close_all()
+        alt = [os.path.join(self.root, f"alt{epoch}-{i}") for i in range(len(self.dirs))] if final else []
+        for d, a in zip(self.dirs, alt):  # like cp -a: contents, modes and times
+            shutil.copytree(d, a, symlinks=True)
+        self.note("mesh")
+        self.mesh(self.dirs, random.Random(self.rng.random()))
+        refs = []
+        for i, d in enumerate(self.dirs):
+            t = self.tape(i)
+            r = self.refs(t)
+            refs.append(r)
+            f = t.fsck()
+            if not f["ok"]:
+                raise Failure(f"fsck of {os.path.basename(d)} failed: {f['problems'][:3]}")
+            hidden = self.acked - self.dropped - self.reachable(t, r)
+            if hidden:
+                raise Failure(
+                    f"{os.path.basename(d)}: {len(hidden)} acknowledged entries on no ref: "
+                    f"{sorted(h[:12] for h in hidden)}; refs {short(r)}"
+                )
+        if not alt:
+            self.check_agree(self.dirs, refs)
+            return
+        self.star(alt, random.Random(self.rng.random()))
+        for i, d in enumerate(alt):
+            with writer_env(self.writers[i]):
+                t = Tape.open(d)
+            try:
+                refs.append(self.refs(t))
+            finally:
+                t.close()
+        self.check_agree(self.dirs + alt, refs)
+        # a compaction with nothing young frees everything no ref reaches
+        with writer_env(self.writers[0]):
+            t = Tape.open(alt[0])
+        try:
+            t.compact(expire="now", grace="now")
+            r = self.refs(t)
+            if r != refs[0]:
+                raise Failure(f"compact --expire now changed the refs: {short(r)} != {short(refs[0])}")
+            reach = self.reachable(t, r)
+            stored = t.stats()["entries"]
+            if stored != len(reach):
+                raise Failure(f"compact --expire now --grace now kept {stored} entries, but refs reach only {len(reach)}")
+            f = t.fsck()
+            if not f["ok"]:
+                raise Failure(f"fsck after compact failed: {f['problems'][:3]}")
+        finally:
+            t.close()
+        for a in alt:
+            shutil.rmtree(a)
+
+    @staticmethod
+    def check_agree(dirs, refs) -> None:
+        for d, r in zip(dirs[1:], refs[1:]):
+            if r != refs[0]:
+                raise Failure(f"{os.path.basename(d)} disagrees with c0: {short(r)} != {short(refs[0])}")
+
+
+def short(refs: dict) -> dict:
+    return {s: {"branches": {b: h[:8] for b, h in r["branches"].items()}, "head": (r["head"] or "")[:9]} for s, r in refs.items()}
+
+
+def rsync(src, dst, *flags):
+    subprocess.run(["rsync", "-a", *flags, f"{src}/", f"{dst}/"], check=True, capture_output=True)
+
+
+def copy_like_rsync(src, dst, *flags):
+    """What plain `rsync -a SRC/ DST/` does, in this process (the long run's final syncs:
+    a process per rsync made them most of its time): a file whose size or modification
+    time differs is read whole, written to a temporary name beside its destination and
+    renamed over it with the source's mode and times; folders get the source's times.
+    Understands the two flags the operations use: --files-from=LIST and --max-size=N."""
+    only, max_size = None, None
+    for f in flags:
+        if f.startswith("--files-from="):
+            with open(f.split("=", 1)[1]) as fh:
+                only = {line.strip() for line in fh if line.strip()}
+        elif f.startswith("--max-size="):
+            max_size = int(f.split("=", 1)[1])
+    for root, dirs, files in os.walk(src):
+        dirs.sort()
+        rel = os.path.relpath(root, src)
+        droot = dst if rel == "." else os.path.join(dst, rel)
+        if only is None:
+            os.makedirs(droot, exist_ok=True)
+        for name in sorted(files):
+            s, d = os.path.join(root, name), os.path.join(droot, name)
+            if only is not None and os.path.relpath(s, src) not in only:
+                continue
+            st = os.lstat(s)
+            if max_size is not None and st.st_size > max_size:
+                continue
+            try:
+                dt = os.lstat(d)
+                if dt.st_size == st.st_size and dt.st_mtime_ns == st.st_mtime_ns:
+                    continue
+            except FileNotFoundError:
+                pass
+            os.makedirs(droot, exist_ok=True)
+            tmp = os.path.join(droot, f".{name}.sync")
+            shutil.copyfile(s, tmp)
+            os.chmod(tmp, st.st_mode & 0o7777)
+            os.utime(tmp, ns=(time.time_ns(), st.st_mtime_ns))
+            os.rename(tmp, d)
+    for root, dirs, _ in os.walk(src, topdown=False):
+        rel = os.path.relpath(root, src)
+        droot = dst if rel == "." else os.path.join(dst, rel)
+        if os.path.isdir(droot):
+            os.utime(droot, ns=(os.lstat(droot).st_atime_ns, os.lstat(root).st_mtime_ns))
+
+
+def run_cli(*args):
+    p = subprocess.run([sys.executable, "-m", "ctape", *map(str, args)], capture_output=True)
+    if p.returncode != 0:
+        raise Failure(f"ctape {args} failed ({p.returncode}): {p.stderr.decode()}")
+    return p
+
+
+def run_sequence(seed: int, root: str, cli: bool = True, sync=rsync) -> World:
+    rng = random.Random(seed)
+    w = World(root, rng, rng.choice([2, 3, 3, 4]), cli, sync)
+    try:
+        epochs = rng.choice([1, 2])
+        for epoch in range(epochs):
+            for _ in range(rng.randint(4, 14)):
+                w.random_op()
+            w.check(epoch, final=epoch == epochs - 1)
+    except Failure as e:
+        raise Failure(f"seed {seed}: {e}\n  " + "\n  ".join(w.trace)) from None
+    finally:
+        w.close_all()
+    return w
+
+
+def _run_many(tmp_path, seeds, cli, sync=rsync):
+    """cli None: the CLI (a process per command, slow) in every eighth sequence."""
+    for seed in seeds:
+        root = tmp_path / f"seq{seed}"
+        root.mkdir()
+        run_sequence(seed, str(root), seed % 8 == 0 if cli is None else cli, sync)
+        shutil.rmtree(root)
+
+
+@pytest.mark.parametrize("block", range(3))
+def test_random_sequences_of_syncs_keep_every_entry(tmp_path, block):
+    """A short run: a few sequences per block, the CLI in some of them."""
+    _run_many(tmp_path, range(block * 3, block * 3 + 3), cli=block == 0)
+
+
+@pytest.mark.skipif(not SLOW, reason="long run: CTAPE_SLOW=1")
+def test_many_random_sequences(tmp_path):
+    n = int(os.environ.get("CTAPE_MODEL_SEQUENCES", "2000"))
+    first = int(os.environ.get("CTAPE_MODEL_FIRST_SEED", "1000"))
+    start = time.monotonic()
+    # the real rsync in one sequence of four, the same copying in-process in the others
+    # (a process per rsync, on a loaded machine, made it most of the time)
+    for seed in range(first, first + n):
+        _run_many(tmp_path, [seed], cli=None, sync=rsync if seed % 4 == 1 else copy_like_rsync)
+    print(f"{n} sequences in {time.monotonic() - start:.0f} s")
