@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 SEGMENT_LIMIT = 64 << 20  # roll to a new segment past this size
 BLOCK_BYTES = 1 << 20  # in a batch: uncompressed bytes of records per block
 BLOCK_OBJECT_MAX = 64 << 10  # larger objects stay on their own, so reading one needs no neighbours
-RACY_NS = 50_000_000  # a folder mtime this recent may hide a second change in the same tick
+RACY_NS = 50_000_000  # a folder ctime this recent may hide a second change in the same tick
 # Small blocks (a durable append is one) are compressed with a dictionary of the session's
 # recent raw block bytes, written to the segment as a `D` record (see packing.py):
 DICT_AFTER = 4  # small blocks in a segment before it gets a dictionary
@@ -75,7 +75,9 @@ class SegmentWriter:
         self.fresh: set[str] = set()  # entries this writer created (their children are new too)
         self.last_entry: tuple[Optional[str], int] = (None, 0)  # (hash, seq) of the last entry it wrote
         self.partials_checked = False
-        self._seen_dir: Optional[int] = None  # the session folder's mtime when the view was taken
+        # the session folder's change time (ctime) when the view was taken: not its mtime,
+        # which `rsync -a` sets back to the sender's after changing the folder
+        self._seen_dir: Optional[int] = None
         self._seen_sizes: dict[str, tuple[int, int]] = {}  # and its data files' (size, inode)
         self._racy_until = 0  # until then (ns), the folder's mtime alone cannot be trusted
         self.ino = 0  # the active segment's inode
@@ -120,19 +122,20 @@ class SegmentWriter:
 
         Writers on this machine append to the same segment (same writer id), so
         its size tells; new files (another writer, an rsync, compaction) change
-        the folder's mtime. An mtime too close to when it was read could hide a
-        second change in the same clock tick, so until that tick has passed the
-        folder is listed and compared file by file.
+        the folder's change time (ctime; its mtime cannot be trusted: `rsync -a`
+        sets it back to the sender's). A ctime too close to when it was read could
+        hide a second change in the same clock tick, so until that tick has passed
+        the folder is listed and compared file by file.
         """
         if self._seen_dir is None or self.refstate is None:
             return False
-        if (dst or os.fstat(self.dir_fd)).st_mtime_ns != self._seen_dir:
+        if (dst or os.fstat(self.dir_fd)).st_ctime_ns != self._seen_dir:
             return False
         if self._others_grow or self._racy_until:
             # segments of other writer ids (CTAPE_WRITER, another path to this folder) grow
             # without changing the folder, and a second change of the folder in the clock
-            # tick of the first leaves its mtime as it was: compare every file instead.
-            # Once the tick has passed, a match proves the view, and mtime suffices again.
+            # tick of the first leaves its ctime as it was: compare every file instead.
+            # Once the tick has passed, a match proves the view, and ctime suffices again.
             now = time.time_ns()
             if self._sizes() != self._seen_sizes:
                 return False
@@ -159,7 +162,7 @@ class SegmentWriter:
         # look at the folder before reading it: whatever changes after this shows as a
         # difference at the next check (listed after, a file added in between would be
         # part of the listing but maybe not of what was read)
-        mtime = os.fstat(self.dir_fd).st_mtime_ns
+        mtime = os.fstat(self.dir_fd).st_ctime_ns
         self._seen_sizes = self._sizes()
         st.refresh(self.session)
         self.refstate = None

@@ -172,7 +172,7 @@ def test_a_hand_made_ref_record_with_a_string_counter_still_opens(tape_dir, tmp_
     assert t.session("chat").head.hash == e.hash
     assert [line["op"] for line in t.session("chat").reflog()] == ["append", "append"]  # not the hand-made one
     report = t.fsck()  # which fsck names, as nothing ctape writes looks like it
-    assert not report["ok"] and any("wrong type" in p["problem"] for p in report["problems"]), report["problems"]
+    assert not report["ok"] and any("`n` is not an integer" in p["problem"] for p in report["problems"]), report["problems"]
     t.close()
 
 
