@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 HEAD = "HEAD"
+# tags are refs named TAG + NAME: never a valid branch name, so listings keep them apart
+TAG = "tag:"
 
 
 @dataclass
@@ -46,6 +48,7 @@ class RefState:
     branches: dict[str, str] = field(default_factory=dict)
     head: Optional[str] = None  # "@branch", an entry hash, or None (no HEAD yet)
     conflicts: dict[str, str] = field(default_factory=dict)  # conflict branch -> branch it shadows
+    tags: dict[str, str] = field(default_factory=dict)  # tag name -> entry hash
     settle: dict[str, Optional[str]] = field(default_factory=dict)  # refs a next record must write
     lc: int = 0
     seen: dict[str, int] = field(default_factory=dict)  # writer -> newest n read
@@ -79,6 +82,7 @@ class RefState:
     def resolve_all(self) -> None:
         self.branches.clear()
         self.conflicts.clear()
+        self.tags.clear()
         self.settle.clear()
         self.head = None
         for ref in sorted(self.claims):
@@ -100,6 +104,11 @@ class RefState:
             winner = max(standing, key=lambda c: (c.lc, c.w))
         if ref == HEAD:
             self.head = winner.value
+        elif ref.startswith(TAG):  # a tag: one winner, no conflict branch (a tag names, it holds no work)
+            if winner.value is not None:
+                self.tags[ref[len(TAG):]] = winner.value
+            else:
+                self.tags.pop(ref[len(TAG):], None)
         elif winner.value is not None:
             self.branches[ref] = winner.value
         else:
@@ -107,7 +116,7 @@ class RefState:
         if len(standing) == 1:
             return
         self.settle[ref] = winner.value
-        if ref == HEAD:
+        if ref == HEAD or ref.startswith(TAG):
             return
         for c in standing:
             if c is winner or c.value is None or c.value == winner.value:

@@ -1,0 +1,517 @@
+"""Full-text search over every entry's payload, in a rebuildable SQLite FTS5 cache.
+
+The search index is its own SQLite file beside the index cache (search.sqlite), never
+inside the tape: deleting it costs a rebuild, never data. It is brought up to date
+before each query, lazily, the way the index cache is: for every data file it keeps how
+far it has read it for search, and reads what the index cache has seen beyond that
+(appends, files that arrived by rsync, packs written by compaction). Entries are
+content-addressed and never change, so an entry is indexed once, whichever file it is
+read from; a file rewritten by `compact` only costs reading it again.
+
+Tables:
+  files    data file -> how far it has been read for search
+  entries  entry (first 8 bytes of its hash) -> full hash, text key, home session, kind,
+           time, seq, hidden
+  fts      contentless FTS5 table: one row per distinct text, rowid = the text key
+  retry    entries whose large values had not arrived yet (an rsync under way)
+
+Text: every string of the payload (tool outputs and large values included), without
+call ids, content-block types, signatures, encrypted blobs, and runs of base64 or other
+binary-looking characters. Identical texts (the same file read twice, the same test
+output) are one FTS row shared by their entries: the key is computed from the payload
+with its large values still as blob hashes, so a repeated tool output is neither read
+nor tokenized again.
+
+Which session a hit is reported for: the session whose files hold the entry (its home)
+while that session exists and the search is not limited to another one; otherwise a
+session whose branches, tags or HEAD reach the entry (checked with seq and the keyframe
+jumps of derived.ancestor).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sqlite3
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Callable, Iterable, Iterator, Optional
+
+from blake3 import blake3
+
+from . import derived, framing
+from .errors import CorruptObject, CtapeError, EntryNotFound, InvalidInput, UnsafePath
+from .files import CODEC_RAW, TYPE_ENTRY
+from .index import hash_key
+from .models import HIDDEN, EntryKind, kind_value
+
+SCHEMA_VERSION = 1
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS files(path TEXT PRIMARY KEY, done INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS sessions(id INTEGER PRIMARY KEY, name TEXT UNIQUE NOT NULL);
+CREATE TABLE IF NOT EXISTS entries(key INTEGER PRIMARY KEY, hash BLOB NOT NULL, text INTEGER NOT NULL,
+    session INTEGER, kind INTEGER NOT NULL, time INTEGER NOT NULL, seq INTEGER NOT NULL, hidden INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS entries_text ON entries(text);
+CREATE TABLE IF NOT EXISTS retry(hash TEXT PRIMARY KEY, session TEXT) WITHOUT ROWID;
+CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(body, content='', tokenize='unicode61 remove_diacritics 2');
+"""
+
+KINDS = [k.value for k in EntryKind]
+SKIP_KEYS = frozenset({"call_id", "id", "type", "tool_use_id", "signature", "encrypted_content"})
+MAX_TEXT = 2 << 20  # characters of one entry's text that are indexed
+BINARY_RUN = re.compile(r"[A-Za-z0-9+/=_\-]{200,}")  # base64, hex dumps, keys: not words
+BATCH = 2000  # entries per write transaction while indexing
+
+
+@dataclass(frozen=True)
+class Hit:
+    session: Optional[str]
+    hash: str
+    kind: str
+    time: str
+    snippet: str
+
+    def to_json(self) -> dict:
+        return {"session": self.session, "hash": self.hash, "kind": self.kind, "time": self.time, "snippet": self.snippet}
+
+
+# -- the query language ------------------------------------------------------------------------
+
+
+def parse_query(text: str) -> list[str]:
+    """Words and "quoted phrases" of a query, in order. Nothing the user types reaches
+    FTS5 as syntax: each term is quoted when the query is built."""
+    if not isinstance(text, str):
+        raise InvalidInput("the search query must be text")
+    terms = []
+    for m in re.finditer(r'"([^"]*)"?|([^\s"]+)', text):
+        term = m.group(1) if m.group(1) is not None else m.group(2)
+        term = " ".join(term.split())
+        if re.search(r"\w", term):  # a term with no letter or digit has no token to match
+            terms.append(term)
+    if not terms:
+        raise InvalidInput('empty search query: give one or more words, or "a phrase" in quotes')
+    return terms
+
+
+def fts_expression(terms: list[str]) -> str:
+    """Every term as an FTS5 string (a phrase), ANDed."""
+    return " AND ".join('"' + t.replace('"', '""') + '"' for t in terms)
+
+
+# -- text of an entry -------------------------------------------------------------------------------
+
+
+def _parts(value, out: list, key: Optional[str] = None) -> list:
+    """The strings of a stored (externalized) payload, in order; large values stay as
+    their blob references ("\\0b" + hash)."""
+    if isinstance(value, str):
+        if key not in SKIP_KEYS:
+            out.append(value)
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            if k not in SKIP_KEYS:
+                _parts(v, out, k)
+    elif isinstance(value, list):
+        for v in value:
+            _parts(v, out, key)
+    return out
+
+
+def _is_blob_ref(s: str) -> bool:
+    return s[:2] == "\0b" and len(s) == 66
+
+
+def clean(s: str) -> str:
+    """A string as it is indexed: runs of binary-looking characters left out."""
+    if s[:1] == "\0":
+        s = s[1:]
+    if len(s) >= 200:
+        if s.startswith("data:") and ";base64," in s[:100]:
+            return ""
+        s = BINARY_RUN.sub(" ", s)
+    return s
+
+
+def text_key(parts: list[str]) -> int:
+    h = blake3()
+    for p in parts:
+        h.update(p.encode("utf-8", "surrogatepass"))
+        h.update(b"\0\1")
+    return hash_key(h.hexdigest()[:16])
+
+
+def entry_text(parts: list[str], get_blob: Callable[[str], bytes]) -> str:
+    """The indexed text of an entry, its large values fetched."""
+    out, size = [], 0
+    for p in parts:
+        s = get_blob(p[2:]).decode("utf-8", "replace") if _is_blob_ref(p) else p
+        s = clean(s)
+        if s:
+            out.append(s[: MAX_TEXT - size])
+            size += len(out[-1])
+            if size >= MAX_TEXT:
+                break
+    return "\n".join(out)
+
+
+def payload_text(payload) -> str:
+    """The searchable text of a payload as read back (large values already internalized)."""
+    return "\n".join(s for s in (clean(p) for p in _parts(payload, [])) if s)
+
+
+def _micros(t: str) -> int:
+    try:
+        dt = datetime.fromisoformat(t.replace("Z", "+00:00"))
+    except (ValueError, AttributeError):
+        return 0
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return int(dt.timestamp() * 1_000_000)
+
+
+# -- the index ----------------------------------------------------------------------------------------
+
+
+class SearchIndex:
+    """The search cache of one open tape."""
+
+    def __init__(self, tape):
+        self.tape = tape
+        self.store = tape.store
+        idx_path = self.store.index.path
+        self.path = os.path.join(os.path.dirname(idx_path), "search.sqlite") if idx_path != ":memory:" else ":memory:"
+        self.db = self._connect(self.path)
+        self._session_ids: dict[str, int] = {}
+        self._session_names: dict[int, str] = {}
+
+    @staticmethod
+    def _connect(path: str) -> sqlite3.Connection:
+        db = sqlite3.connect(path, timeout=60, isolation_level=None, check_same_thread=False)
+        db.execute("PRAGMA busy_timeout=60000")
+        if path != ":memory:":
+            db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=OFF")
+        try:
+            row = db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
+        except sqlite3.OperationalError:
+            row = None
+        if row is None or int(row[0]) != SCHEMA_VERSION:
+            SearchIndex._drop(db)
+        return db
+
+    @staticmethod
+    def _drop(db: sqlite3.Connection) -> None:
+        drops = "".join(f"DROP TABLE IF EXISTS {t};" for t in ("fts", "entries", "files", "sessions", "retry", "meta"))
+        db.executescript(f"BEGIN IMMEDIATE;{drops}{SCHEMA}INSERT OR REPLACE INTO meta VALUES('schema', '{SCHEMA_VERSION}');COMMIT;")
+
+    def close(self) -> None:
+        self.db.close()
+
+    def rebuild(self) -> None:
+        """Forget everything; the next update reads the whole tape again."""
+        self._drop(self.db)
+        self._session_ids.clear()
+        self._session_names.clear()
+        try:
+            self.db.execute("VACUUM")
+        except sqlite3.OperationalError:
+            pass
+
+    # -- keeping it fresh -------------------------------------------------------------------
+
+    def update(self, progress: Optional[Callable[[str], None]] = None) -> int:
+        """Index what the tape holds and this cache has not read yet; returns the number
+        of entries added."""
+        store = self.store
+        store.refresh()
+        rows = store.index.file_rows()
+        present = store.list_files(None)
+        done = dict(self.db.execute("SELECT path, done FROM files"))
+        gone = [p for p in done if p not in present]
+        todo = []
+        for path in sorted(present):
+            row = rows.get(path)
+            if row is None:
+                continue
+            indexed = row[1]
+            start = done.get(path, 0)
+            if start > indexed:  # the file was replaced by a shorter one: read it again
+                start = 0
+            if indexed > start:
+                todo.append((path, start, indexed))
+        retry = self.db.execute("SELECT hash, session FROM retry").fetchall()
+        if not todo and not gone and not retry:
+            return 0
+        added = 0
+        w = _Writer(self)
+        try:
+            for path, session in [(h, s) for h, s in retry]:
+                w.retry(path, session)
+            for n, (path, start, end) in enumerate(todo, 1):
+                if progress and end - start > (1 << 20):
+                    progress(f"search: indexing {path} ({(end - start) >> 20} MB, file {n} of {len(todo)})")
+                home = path.split("/")[1] if path.startswith("sessions/") else None
+                try:
+                    for rec in store.scan_file(path, start, end):
+                        if isinstance(rec, framing.Record) and rec.type == framing.T_OBJECT and rec.body[32] == TYPE_ENTRY:
+                            w.add_record(rec.body, home)
+                except (FileNotFoundError, UnsafePath):
+                    continue  # gone meanwhile (a compaction): its entries are in the new pack
+                w.file_done(path, end)
+            for path in gone:
+                w.forget_file(path)
+            w.commit()
+            added = w.added
+        except BaseException:
+            w.rollback()
+            raise
+        return added
+
+    def session_id(self, name: Optional[str]) -> Optional[int]:
+        if name is None:
+            return None
+        sid = self._session_ids.get(name)
+        if sid is None:
+            self.db.execute("INSERT OR IGNORE INTO sessions(name) VALUES(?)", (name,))
+            sid = self.db.execute("SELECT id FROM sessions WHERE name=?", (name,)).fetchone()[0]
+            self._session_ids[name] = sid
+            self._session_names[sid] = name
+        return sid
+
+    def session_name(self, sid: Optional[int]) -> Optional[str]:
+        if sid is None:
+            return None
+        name = self._session_names.get(sid)
+        if name is None:
+            row = self.db.execute("SELECT name FROM sessions WHERE id=?", (sid,)).fetchone()
+            name = row[0] if row else None
+            if name is not None:
+                self._session_names[sid] = name
+        return name
+
+    # -- asking -------------------------------------------------------------------------------------
+
+    def query(
+        self,
+        query: str,
+        session: Optional[str] = None,
+        kinds: Iterable[str] = (),
+        since: Optional[str] = None,
+        until: Optional[str] = None,
+        limit: Optional[int] = 20,
+        hidden: bool = False,
+        live: Optional[set[str]] = None,
+    ) -> Iterator[Hit]:
+        """Hits best first (bm25; newer first among equals)."""
+        terms = parse_query(query)
+        sql = ["SELECT e.hash, e.session, e.kind, e.seq FROM fts JOIN entries e ON e.text = fts.rowid WHERE fts MATCH ?"]
+        args: list = [fts_expression(terms)]
+        want = sorted({KINDS.index(kind_value(k)) for k in kinds})
+        if want:
+            sql.append(f"AND e.kind IN ({','.join('?' * len(want))})")
+            args += want
+        if since:
+            sql.append("AND e.time >= ?")
+            args.append(_micros(since))
+        if until:
+            sql.append("AND e.time <= ?")
+            args.append(_micros(until))
+        if not hidden:
+            sql.append("AND e.hidden = 0")
+        sql.append("ORDER BY fts.rank, e.time DESC")
+        if live is None:
+            live = set(self.store.sessions())
+        reach = _Reach(self.tape)
+        count = 0
+        for hb, sid, kind, seq in self.db.execute(" ".join(sql), args):
+            h = hb.hex()
+            if not self.store.has_object(h):
+                continue  # removed by a compaction since it was indexed
+            home = self.session_name(sid)
+            if session is not None:
+                if home != session and not reach.reaches(session, h, seq):
+                    continue
+                where = session
+            elif home in live:
+                where = home
+            else:
+                where = next((s for s in sorted(live) if reach.reaches(s, h, seq)), None)
+                if where is None:
+                    continue  # no session reaches it any more
+            try:
+                e = self.tape.read_entry(h)
+            except CtapeError:
+                continue
+            yield Hit(where, h, KINDS[kind], e.time, snippet(payload_text(e.payload), terms))
+            count += 1
+            if limit is not None and count >= limit:
+                return
+
+    def stats(self) -> dict:
+        """Sizes of the search cache (for the benchmark and `ctape stats`-like reports)."""
+        entries = self.db.execute("SELECT count(*) FROM entries").fetchone()[0]
+        texts = self.db.execute("SELECT count(DISTINCT text) FROM entries").fetchone()[0]
+        size = 0
+        if self.path != ":memory:":
+            for suffix in ("", "-wal"):
+                try:
+                    size += os.path.getsize(self.path + suffix)
+                except OSError:
+                    pass
+        return {"entries": entries, "texts": texts, "bytes": size, "path": self.path}
+
+
+class _Writer:
+    """Rows of one update, written in transactions of BATCH entries."""
+
+    def __init__(self, index: SearchIndex):
+        self.ix = index
+        self.db = index.db
+        self.added = 0
+        self.pending = 0
+        self.texts_new: set[int] = set()
+        self.db.execute("BEGIN IMMEDIATE")
+
+    def _known_text(self, key: int) -> bool:
+        if key in self.texts_new:
+            return True
+        return self.db.execute("SELECT 1 FROM entries WHERE text=? LIMIT 1", (key,)).fetchone() is not None
+
+    def add_record(self, body: bytes, home: Optional[str]) -> None:
+        h = body[:32].hex()
+        key = hash_key(h)
+        if self.db.execute("SELECT 1 FROM entries WHERE key=?", (key,)).fetchone():
+            return
+        try:
+            canonical = body[34:] if body[33] == CODEC_RAW else self.ix.store.decode_object(h, body)[1]
+            raw = json.loads(canonical)
+        except (CorruptObject, ValueError):
+            return  # fsck reports it
+        self.add_entry(h, key, raw, home)
+
+    def add_entry(self, h: str, key: int, raw: dict, home: Optional[str]) -> bool:
+        try:
+            kind = KINDS.index(raw["kind"])
+            payload, meta, t, seq = raw["payload"], raw["meta"], raw["time"], int(raw["seq"])
+        except (KeyError, TypeError, ValueError):
+            return False
+        parts = _parts(payload, [])
+        tkey = text_key(parts)
+        if not self._known_text(tkey):
+            try:
+                text = entry_text(parts, lambda b: self.ix.store.get_object(b)[1])
+            except (EntryNotFound, CorruptObject):
+                # a large value that has not arrived (rsync under way): index it later
+                self.db.execute("INSERT OR IGNORE INTO retry VALUES(?,?)", (h, home))
+                return False
+            self.db.execute("INSERT INTO fts(rowid, body) VALUES(?,?)", (tkey, text))
+            self.texts_new.add(tkey)
+        hidden = 1 if isinstance(meta, dict) and meta.get(HIDDEN) else 0
+        self.db.execute(
+            "INSERT OR IGNORE INTO entries VALUES(?,?,?,?,?,?,?,?)",
+            (key, bytes.fromhex(h), tkey, self.ix.session_id(home), kind, _micros(t), seq, hidden),
+        )
+        self.added += 1
+        self.pending += 1
+        if self.pending >= BATCH:
+            self.db.execute("COMMIT")
+            self.db.execute("BEGIN IMMEDIATE")
+            self.pending = 0
+        return True
+
+    def retry(self, h: str, home: Optional[str]) -> None:
+        key = hash_key(h)
+        self.db.execute("DELETE FROM retry WHERE hash=?", (h,))
+        if self.db.execute("SELECT 1 FROM entries WHERE key=?", (key,)).fetchone():
+            return
+        try:
+            raw = json.loads(self.ix.store.get_object(h)[1])
+        except (EntryNotFound, CorruptObject, ValueError):
+            return  # gone (compacted away): nothing to index
+        self.add_entry(h, key, raw, home)
+
+    def file_done(self, path: str, end: int) -> None:
+        self.db.execute("INSERT OR REPLACE INTO files VALUES(?,?)", (path, end))
+
+    def forget_file(self, path: str) -> None:
+        self.db.execute("DELETE FROM files WHERE path=?", (path,))
+
+    def commit(self) -> None:
+        self.db.execute("COMMIT")
+
+    def rollback(self) -> None:
+        try:
+            self.db.execute("ROLLBACK")
+        except sqlite3.OperationalError:
+            pass
+
+
+class _Reach:
+    """Does a session reach an entry? Its branches, tags and HEAD, walked up by seq."""
+
+    def __init__(self, tape):
+        self.tape = tape
+        self.tips: dict[str, list] = {}
+        self.memo: dict[tuple, bool] = {}
+
+    def _tips(self, session: str) -> list:
+        tips = self.tips.get(session)
+        if tips is None:
+            tips = []
+            if self.tape._session_exists(session):
+                st = self.tape.session(session).refs()
+                for h in {*st.branches.values(), *st.tags.values(), st.head_hash} - {None}:
+                    try:
+                        tips.append((h, self.tape.read_entry(h).seq))
+                    except CtapeError:
+                        continue
+            self.tips[session] = tips
+        return tips
+
+    def reaches(self, session: str, h: str, seq: int) -> bool:
+        key = (session, h)
+        got = self.memo.get(key)
+        if got is None:
+            tape = self.tape
+            got = False
+            for tip, tip_seq in self._tips(session):
+                if tip_seq >= seq and derived.ancestor(tip, tip_seq - seq, tape.read_entry, tape.store.index.keyframe) == h:
+                    got = True
+                    break
+            self.memo[key] = got
+        return got
+
+
+def snippet(text: str, terms: list[str], width: int = 160) -> str:
+    """One line around the first place a term occurs (whitespace folded)."""
+    best = None
+    for t in terms:
+        words = re.findall(r"\w+", t)
+        if not words:
+            continue
+        m = re.search(r"\W+".join(re.escape(w) for w in words), text, re.IGNORECASE)
+        if m and (best is None or m.start() < best):
+            best = m.start()
+    if best is None:
+        best = 0
+    start = max(0, best - width // 3)
+    piece = " ".join(text[start : start + width * 2].split())[:width]
+    return ("…" if start > 0 else "") + piece + ("…" if start + len(piece) < len(text.rstrip()) else "")
+
+
+def search(tape, query: str, session: Optional[str] = None, kinds: Iterable[str] = (), since: Optional[str] = None,
+           until: Optional[str] = None, limit: Optional[int] = 20, hidden: bool = False,
+           progress: Optional[Callable[[str], None]] = None) -> list[Hit]:
+    """Tape.search: bring the search cache up to date, then ask it."""
+    parse_query(query)  # bad input fails before any work
+    kinds = list(kinds)
+    for k in kinds:
+        kind_value(k)
+    if limit is not None and limit < 0:
+        raise InvalidInput("-n must be 0 or more")
+    ix = tape._search_index()
+    ix.update(progress)
+    return list(ix.query(query, session, kinds, since, until, limit, hidden))
