@@ -62,24 +62,22 @@ def _resolve(tape, ref: str, session: Optional[str]) -> str:
     return h
 
 
-def payload_lines(payload: Any) -> list[str]:
-    """A payload as lines of text to compare: text fields as they read, the rest as JSON."""
-    if isinstance(payload, dict):
+def payload_lines(payload: Any, indent: str = "") -> list[str]:
+    """A payload as lines of text to compare: every field on its own line, text as it
+    reads (a multi-line string indented under its key), other values as JSON."""
+    if isinstance(payload, dict) and payload:
         out = []
         for k, v in payload.items():
-            if isinstance(v, str):
-                text = v.splitlines() or [""]
-                if len(text) == 1:
-                    out.append(f"{k}: {text[0]}")
-                else:
-                    out.append(f"{k}:")
-                    out += ["  " + line for line in text]
+            if isinstance(v, str) and "\n" in v:
+                out.append(f"{indent}{k}:")
+                out += [indent + "  " + line for line in v.splitlines()]
+            elif isinstance(v, dict) and v:
+                out.append(f"{indent}{k}:")
+                out += payload_lines(v, indent + "  ")
             else:
-                dumped = json.dumps(v, ensure_ascii=False, indent=2, sort_keys=True).splitlines()
-                out.append(f"{k}: {dumped[0]}")
-                out += ["  " + line for line in dumped[1:]]
+                out.append(f"{indent}{k}: {v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)}")
         return out
-    return json.dumps(payload, ensure_ascii=False, indent=2, sort_keys=True).splitlines()
+    return [indent + line for line in json.dumps(payload, ensure_ascii=False, indent=2, sort_keys=True).splitlines()]
 
 
 def payload_diff(tape, h1: str, h2: str, context: int = 3) -> list[str]:
