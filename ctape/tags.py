@@ -39,10 +39,8 @@ def create(session: "Session", name: str, ref: Optional[str] = None, force: bool
             raise RefNotFound(f"nothing to tag: session {session.name!r} has no entries yet")
         old = st.tags.get(name)
         if old is not None and not force:
-            if old == h:
-                return {"name": name, "hash": h, "old": old, "shadowed_by_branch": name in st.branches, "unchanged": True}
             raise InvalidInput(f"tag {name!r} already exists (at {old[:12]}); use -f to move it, or pick another name")
-        if old != h:
+        if old != h:  # -f to where it is already: nothing to write
             session._write_ref(w, "tag", {TAG + name: h})
         return {"name": name, "hash": h, "old": old, "shadowed_by_branch": name in st.branches, "unchanged": old == h}
 
