@@ -24,7 +24,8 @@ entry (`prices=` / `--prices FILE`, or $CTAPE_PRICES). A model matches a table n
 exactly or followed by a date suffix (`claude-sonnet-4-20250514`); an unknown model's
 tokens are counted and its cost is left out (`unpriced_tokens`).
 
-An entry reachable from several sessions counts once, for the first of them by name.
+An entry reachable from several sessions counts once: for the session whose files hold it
+(the one it was appended to) when that session reaches it, else for the first by name.
 """
 
 from __future__ import annotations
@@ -160,10 +161,10 @@ def _model(d: dict) -> Optional[str]:
 # -- the report ----------------------------------------------------------------------------------
 
 
-def _session_entries(tape, name: str, seen: set[str]) -> list:
-    """Entries reachable from a session's branches, tags and HEAD not seen before, oldest first."""
+def _session_entries(tape, name: str) -> list:
+    """Entries reachable from a session's branches, tags and HEAD, oldest first."""
     st = tape.session(name).refs()
-    out = []
+    out, seen = [], set()
     for tip in {*st.branches.values(), *st.tags.values(), st.head_hash} - {None}:
         h = tip
         while h is not None and h not in seen:
@@ -178,6 +179,31 @@ def _session_entries(tape, name: str, seen: set[str]) -> list:
     return out
 
 
+def _home(tape, h: str) -> Optional[str]:
+    """The session whose files hold an entry (the one it was appended to)."""
+    loc = tape.store.index.find_object(h)
+    path = tape.store.index.path_of(loc[0]) if loc else None
+    return path.split("/")[1] if path and path.startswith("sessions/") else None
+
+
+def _records(tape, name: str) -> list[tuple]:
+    """(entry hash, time, model, counts) of every usage record a session reaches."""
+    reader = _Reader()
+    records: list = []
+    by_key: dict[str, int] = {}
+    for e in _session_entries(tape, name):
+        for model, counts, key in reader.read(e.meta):
+            if key is not None and key in by_key:  # a split response: keep its largest counts
+                i = by_key[key]
+                h, t, old_model, old = records[i]
+                records[i] = (h, t, model or old_model, {f: max(old[f], counts[f]) for f in FIELDS})
+                continue
+            if key is not None:
+                by_key[key] = len(records)
+            records.append((e.hash, e.time, model, counts))
+    return records
+
+
 def usage(tape, by: str = "session", since: Optional[str] = None, prices: Optional[str] = None) -> list[dict]:
     """One row per group, largest cost first (then most tokens): {by: key, "input",
     "output", "cached", "cache_write", "total", "cost", "unpriced_tokens", "models"}."""
@@ -185,28 +211,23 @@ def usage(tape, by: str = "session", since: Optional[str] = None, prices: Option
         raise InvalidInput(f"cannot group usage by {by!r}; use one of: {', '.join(GROUPS)}")
     cutoff = time_seconds(parse_when(since)) if since else None
     table = load_prices(prices)
+    names = [n for n in tape.store.sessions() if tape._session_exists(n)]
+    per_session = {n: _records(tape, n) for n in names}
+    reached: dict[str, list[str]] = {}  # entry -> sessions whose records hold it
+    for n in names:
+        for h, _, _, _ in per_session[n]:
+            reached.setdefault(h, []).append(n)
     rows: dict[str, dict] = {}
-    seen: set[str] = set()
-    for name in tape.store.sessions():
-        if not tape._session_exists(name):
-            continue
-        reader = _Reader()
-        records: list = []  # (entry, model, counts)
-        by_key: dict[str, int] = {}
-        for e in _session_entries(tape, name, seen):
-            for model, counts, key in reader.read(e.meta):
-                if key is not None and key in by_key:  # a split response: keep its largest counts
-                    i = by_key[key]
-                    old = records[i][2]
-                    records[i] = (records[i][0], model or records[i][1], {f: max(old[f], counts[f]) for f in FIELDS})
+    for name in names:
+        for h, t, model, counts in per_session[name]:
+            holders = reached[h]
+            if len(holders) > 1:  # shared history counts once: for its home, else the first
+                home = _home(tape, h)
+                if name != (home if home in holders else holders[0]):
                     continue
-                if key is not None:
-                    by_key[key] = len(records)
-                records.append((e, model, counts))
-        for e, model, counts in records:
-            if cutoff is not None and time_seconds(e.time) < cutoff:
+            if cutoff is not None and time_seconds(t) < cutoff:
                 continue
-            group = name if by == "session" else (model or "(unknown)") if by == "model" else e.time[:10]
+            group = name if by == "session" else (model or "(unknown)") if by == "model" else t[:10]
             row = rows.setdefault(group, {by: group, **{f: 0 for f in FIELDS}, "total": 0, "cost": None, "unpriced_tokens": 0, "models": set()})
             for f in FIELDS:
                 row[f] += counts[f]
