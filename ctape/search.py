@@ -10,8 +10,8 @@ read from; a file rewritten by `compact` only costs reading it again.
 
 Tables:
   files    data file -> how far it has been read for search
-  entries  entry (first 8 bytes of its hash) -> full hash, text key, home session, kind,
-           time, seq, hidden
+  entries  entry (first 8 bytes of its hash, as the index cache keys it) -> text key, home
+           session, kind, time (whole seconds), seq, hidden
   fts      contentless FTS5 table: one row per distinct text, rowid = the text key
   retry    entries whose large values had not arrived yet (an rsync under way)
 
@@ -46,12 +46,12 @@ from .files import CODEC_RAW, TYPE_ENTRY
 from .index import hash_key
 from .models import HIDDEN, EntryKind, kind_value
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS files(path TEXT PRIMARY KEY, done INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS sessions(id INTEGER PRIMARY KEY, name TEXT UNIQUE NOT NULL);
-CREATE TABLE IF NOT EXISTS entries(key INTEGER PRIMARY KEY, hash BLOB NOT NULL, text INTEGER NOT NULL,
+CREATE TABLE IF NOT EXISTS entries(key INTEGER PRIMARY KEY, text INTEGER NOT NULL,
     session INTEGER, kind INTEGER NOT NULL, time INTEGER NOT NULL, seq INTEGER NOT NULL, hidden INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS entries_text ON entries(text);
 CREATE TABLE IF NOT EXISTS retry(hash TEXT PRIMARY KEY, session TEXT) WITHOUT ROWID;
@@ -131,7 +131,8 @@ def clean(s: str) -> str:
     if len(s) >= 200:
         if s.startswith("data:") and ";base64," in s[:100]:
             return ""
-        s = BINARY_RUN.sub(" ", s)
+        if max(map(len, s.split()), default=0) >= 200:  # the regex only where a long run may be
+            s = BINARY_RUN.sub(" ", s)
     return s
 
 
@@ -162,14 +163,15 @@ def payload_text(payload) -> str:
     return "\n".join(s for s in (clean(p) for p in _parts(payload, [])) if s)
 
 
-def _micros(t: str) -> int:
+def _seconds(t: str) -> int:
+    """Whole seconds of a time (the cache keeps seconds; hits are checked to the microsecond)."""
     try:
         dt = datetime.fromisoformat(t.replace("Z", "+00:00"))
     except (ValueError, AttributeError):
         return 0
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=timezone.utc)
-    return int(dt.timestamp() * 1_000_000)
+    return int(dt.timestamp() // 1)
 
 
 # -- the index ----------------------------------------------------------------------------------------
@@ -307,7 +309,7 @@ class SearchIndex:
     ) -> Iterator[Hit]:
         """Hits best first (bm25; newer first among equals)."""
         terms = parse_query(query)
-        sql = ["SELECT e.hash, e.session, e.kind, e.seq FROM fts JOIN entries e ON e.text = fts.rowid WHERE fts MATCH ?"]
+        sql = ["SELECT e.key, e.session, e.kind, e.seq FROM fts JOIN entries e ON e.text = fts.rowid WHERE fts MATCH ?"]
         args: list = [fts_expression(terms)]
         want = sorted({KINDS.index(kind_value(k)) for k in kinds})
         if want:
@@ -315,10 +317,10 @@ class SearchIndex:
             args += want
         if since:
             sql.append("AND e.time >= ?")
-            args.append(_micros(since))
+            args.append(_seconds(since))
         if until:
             sql.append("AND e.time <= ?")
-            args.append(_micros(until))
+            args.append(_seconds(until) + 1)
         if not hidden:
             sql.append("AND e.hidden = 0")
         sql.append("ORDER BY fts.rank, e.time DESC")
@@ -326,9 +328,9 @@ class SearchIndex:
             live = set(self.store.sessions())
         reach = _Reach(self.tape)
         count = 0
-        for hb, sid, kind, seq in self.db.execute(" ".join(sql), args):
-            h = hb.hex()
-            if not self.store.has_object(h):
+        for key, sid, kind, seq in self.db.execute(" ".join(sql), args):
+            h = self._hash_of(key)
+            if h is None:
                 continue  # removed by a compaction since it was indexed
             home = self.session_name(sid)
             if session is not None:
@@ -345,10 +347,29 @@ class SearchIndex:
                 e = self.tape.read_entry(h)
             except CtapeError:
                 continue
+            if (since and e.time < since) or (until and e.time > until):
+                continue  # the cache filtered by whole seconds
             yield Hit(where, h, KINDS[kind], e.time, snippet(payload_text(e.payload), terms))
             count += 1
             if limit is not None and count >= limit:
                 return
+
+    def _hash_of(self, key: int) -> Optional[str]:
+        """The full hash of the entry whose first 8 bytes are `key` (the cache keeps only
+        those): from the index cache and the block it names, which reading the entry for
+        its snippet then finds decoded. None when the tape no longer holds it."""
+        store = self.store
+        prefix = format(key % (1 << 64), "016x")
+        for fid, off in store.index.entries_with_prefix(prefix, limit=8):
+            try:
+                type_, body = store.read_record_at(fid, off, want_type=True)
+                recs = store.block_records(fid, off, body, type_) if type_ in framing.BLOCK_TYPES else {body[:32].hex(): body}
+            except CtapeError:
+                continue
+            for h, rec in recs.items():
+                if h.startswith(prefix) and rec[32] == TYPE_ENTRY:
+                    return h
+        return None
 
     def stats(self) -> dict:
         """Sizes of the search cache (for the benchmark and `ctape stats`-like reports)."""
@@ -411,8 +432,8 @@ class _Writer:
             self.texts_new.add(tkey)
         hidden = 1 if isinstance(meta, dict) and meta.get(HIDDEN) else 0
         self.db.execute(
-            "INSERT OR IGNORE INTO entries VALUES(?,?,?,?,?,?,?,?)",
-            (key, bytes.fromhex(h), tkey, self.ix.session_id(home), kind, _micros(t), seq, hidden),
+            "INSERT OR IGNORE INTO entries VALUES(?,?,?,?,?,?,?)",
+            (key, tkey, self.ix.session_id(home), kind, _seconds(t), seq, hidden),
         )
         self.added += 1
         self.pending += 1
