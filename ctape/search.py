@@ -519,8 +519,10 @@ def snippet(text: str, terms: list[str], width: int = 160) -> str:
     if best is None:
         best = 0
     start = max(0, best - width // 3)
-    piece = " ".join(text[start : start + width * 2].split())[:width]
-    return ("…" if start > 0 else "") + piece + ("…" if start + len(piece) < len(text.rstrip()) else "")
+    end = start + width * 3
+    folded = " ".join(text[start:end].split())
+    more = len(folded) > width or end < len(text.rstrip())
+    return ("…" if start > 0 and text[:start].strip() else "") + folded[:width] + ("…" if more else "")
 
 
 def search(tape, query: str, session: Optional[str] = None, kinds: Iterable[str] = (), since: Optional[str] = None,
