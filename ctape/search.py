@@ -10,9 +10,10 @@ read from; a file rewritten by `compact` only costs reading it again.
 
 Tables:
   files    data file -> how far it has been read for search
-  entries  entry (first 8 bytes of its hash, as the index cache keys it) -> text key, home
+  entries  entry (first 8 bytes of its hash, as the index cache keys it) -> text id, home
            session, kind, time (whole seconds), seq, hidden
-  fts      contentless FTS5 table: one row per distinct text, rowid = the text key
+  texts    text key (a hash of the text) -> text id, numbered in the order texts were indexed
+  fts      contentless FTS5 table: one row per distinct text, rowid = the text id
   retry    entries whose large values had not arrived yet (an rsync under way)
 
 Text: every string of the payload (tool outputs and large values included), without
@@ -46,7 +47,7 @@ from .files import CODEC_RAW, TYPE_ENTRY
 from .index import hash_key
 from .models import HIDDEN, EntryKind, kind_value
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS files(path TEXT PRIMARY KEY, done INTEGER NOT NULL) WITHOUT ROWID;
@@ -54,6 +55,7 @@ CREATE TABLE IF NOT EXISTS sessions(id INTEGER PRIMARY KEY, name TEXT UNIQUE NOT
 CREATE TABLE IF NOT EXISTS entries(key INTEGER PRIMARY KEY, text INTEGER NOT NULL,
     session INTEGER, kind INTEGER NOT NULL, time INTEGER NOT NULL, seq INTEGER NOT NULL, hidden INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS entries_text ON entries(text);
+CREATE TABLE IF NOT EXISTS texts(key INTEGER PRIMARY KEY, id INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS retry(hash TEXT PRIMARY KEY, session TEXT) WITHOUT ROWID;
 CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(body, content='', tokenize='unicode61 remove_diacritics 2');
 """
@@ -63,6 +65,7 @@ SKIP_KEYS = frozenset({"call_id", "id", "type", "tool_use_id", "signature", "enc
 MAX_TEXT = 2 << 20  # characters of one entry's text that are indexed
 BINARY_RUN = re.compile(r"[A-Za-z0-9+/=_\-]{200,}")  # base64, hex dumps, keys: not words
 BATCH = 2000  # entries per write transaction while indexing
+RANK_WINDOW = 4000  # matching texts ranked at a time, newest first (see SearchIndex.query)
 
 
 @dataclass(frozen=True)
@@ -206,7 +209,7 @@ class SearchIndex:
 
     @staticmethod
     def _drop(db: sqlite3.Connection) -> None:
-        drops = "".join(f"DROP TABLE IF EXISTS {t};" for t in ("fts", "entries", "files", "sessions", "retry", "meta"))
+        drops = "".join(f"DROP TABLE IF EXISTS {t};" for t in ("fts", "entries", "texts", "files", "sessions", "retry", "meta"))
         db.executescript(f"BEGIN IMMEDIATE;{drops}{SCHEMA}INSERT OR REPLACE INTO meta VALUES('schema', '{SCHEMA_VERSION}');COMMIT;")
 
     def close(self) -> None:
@@ -307,28 +310,54 @@ class SearchIndex:
         hidden: bool = False,
         live: Optional[set[str]] = None,
     ) -> Iterator[Hit]:
-        """Hits best first (bm25; newer first among equals)."""
+        """Hits best first: bm25 over the matching texts, newer entries first among equals.
+
+        bm25 ranks every row it is given, so a word that matches most of a large tape would
+        cost time in proportion to the tape. Matching texts are therefore taken newest first
+        (text ids count up as texts are indexed), RANK_WINDOW at a time, and each window is
+        ranked: a query matching fewer texts than that is ranked exactly; a more common one
+        gets the best of the newest matches first, then of older ones while more hits are
+        wanted."""
         terms = parse_query(query)
-        sql = ["SELECT e.key, e.session, e.kind, e.seq FROM fts JOIN entries e ON e.text = fts.rowid WHERE fts MATCH ?"]
-        args: list = [fts_expression(terms)]
+        expr = fts_expression(terms)
+        cond, cargs = [], []
         want = sorted({KINDS.index(kind_value(k)) for k in kinds})
         if want:
-            sql.append(f"AND e.kind IN ({','.join('?' * len(want))})")
-            args += want
+            cond.append(f"AND kind IN ({','.join('?' * len(want))})")
+            cargs += want
         if since:
-            sql.append("AND e.time >= ?")
-            args.append(_seconds(since))
+            cond.append("AND time >= ?")
+            cargs.append(_seconds(since))
         if until:
-            sql.append("AND e.time <= ?")
-            args.append(_seconds(until) + 1)
+            cond.append("AND time <= ?")
+            cargs.append(_seconds(until) + 1)
         if not hidden:
-            sql.append("AND e.hidden = 0")
-        sql.append("ORDER BY fts.rank, e.time DESC")
+            cond.append("AND hidden = 0")
+        entries_sql = ("SELECT key, session, kind, seq, text FROM entries WHERE text IN (SELECT value FROM json_each(?)) "
+                       + " ".join(cond) + " ORDER BY time DESC")
+
+        def candidates():
+            below = 1 << 62
+            while True:
+                window = self.db.execute(
+                    "SELECT rowid, rank FROM fts WHERE fts MATCH ? AND rowid < ? ORDER BY rowid DESC LIMIT ?",
+                    (expr, below, RANK_WINDOW),
+                ).fetchall()
+                if not window:
+                    return
+                order = {tid: i for i, (tid, _) in enumerate(sorted(window, key=lambda r: (r[1], -r[0])))}
+                rows = self.db.execute(entries_sql, [json.dumps(list(order))] + cargs).fetchall()
+                rows.sort(key=lambda r: order[r[4]])  # stable: newest first within a text
+                yield from rows
+                if len(window) < RANK_WINDOW:
+                    return
+                below = window[-1][0]
+
         if live is None:
             live = set(self.store.sessions())
         reach = _Reach(self.tape)
         count = 0
-        for key, sid, kind, seq in self.db.execute(" ".join(sql), args):
+        for key, sid, kind, seq, _ in candidates():
             h = self._hash_of(key)
             if h is None:
                 continue  # removed by a compaction since it was indexed
@@ -393,13 +422,16 @@ class _Writer:
         self.db = index.db
         self.added = 0
         self.pending = 0
-        self.texts_new: set[int] = set()
+        self.texts_new: dict[int, int] = {}  # text key -> id, of this update
+        self.next_id = (self.db.execute("SELECT max(id) FROM texts").fetchone()[0] or 0) + 1
         self.db.execute("BEGIN IMMEDIATE")
 
-    def _known_text(self, key: int) -> bool:
-        if key in self.texts_new:
-            return True
-        return self.db.execute("SELECT 1 FROM entries WHERE text=? LIMIT 1", (key,)).fetchone() is not None
+    def _text_id(self, key: int) -> Optional[int]:
+        tid = self.texts_new.get(key)
+        if tid is None:
+            row = self.db.execute("SELECT id FROM texts WHERE key=?", (key,)).fetchone()
+            tid = row[0] if row else None
+        return tid
 
     def add_record(self, body: bytes, home: Optional[str]) -> None:
         h = body[:32].hex()
@@ -421,19 +453,22 @@ class _Writer:
             return False
         parts = _parts(payload, [])
         tkey = text_key(parts)
-        if not self._known_text(tkey):
+        tid = self._text_id(tkey)
+        if tid is None:
             try:
                 text = entry_text(parts, lambda b: self.ix.store.get_object(b)[1])
             except (EntryNotFound, CorruptObject):
                 # a large value that has not arrived (rsync under way): index it later
                 self.db.execute("INSERT OR IGNORE INTO retry VALUES(?,?)", (h, home))
                 return False
-            self.db.execute("INSERT INTO fts(rowid, body) VALUES(?,?)", (tkey, text))
-            self.texts_new.add(tkey)
+            tid, self.next_id = self.next_id, self.next_id + 1
+            self.db.execute("INSERT INTO fts(rowid, body) VALUES(?,?)", (tid, text))
+            self.db.execute("INSERT INTO texts VALUES(?,?)", (tkey, tid))
+            self.texts_new[tkey] = tid
         hidden = 1 if isinstance(meta, dict) and meta.get(HIDDEN) else 0
         self.db.execute(
             "INSERT OR IGNORE INTO entries VALUES(?,?,?,?,?,?,?)",
-            (key, tkey, self.ix.session_id(home), kind, _seconds(t), seq, hidden),
+            (key, tid, self.ix.session_id(home), kind, _seconds(t), seq, hidden),
         )
         self.added += 1
         self.pending += 1

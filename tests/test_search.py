@@ -213,3 +213,18 @@ def test_real_transcript(tape_dir):
     p = run_cli("--dir", tape_dir, "search", '"test session starts"', "--kind", "tool_result", "--json", check=True)
     rows = [json.loads(x) for x in p.stdout.decode().splitlines()]
     assert rows and all(r["kind"] == "tool_result" and "test session starts" in r["snippet"] for r in rows)
+
+
+def test_common_words_are_ranked_in_windows_and_none_is_lost(tape, monkeypatch):
+    import ctape.search as search
+
+    monkeypatch.setattr(search, "RANK_WINDOW", 3)
+    s = tape.session("s")
+    for i in range(10):
+        s.append("user", {"content": f"okra number {i}" + " filler" * i})
+    hits = tape.search("okra", limit=None)
+    assert sorted(h.snippet.split()[2] for h in hits) == [str(i) for i in range(10)]  # every match, once
+    # the newest window (texts 7, 8, 9) comes first, ranked within itself: the shortest text first
+    assert [h.snippet.split()[2] for h in hits[:3]] == ["7", "8", "9"]
+    assert len(tape.search("okra", limit=4)) == 4
+    assert [h.snippet.split()[2] for h in tape.search("okra", kinds=["user"], limit=None)][:1] == ["7"]
