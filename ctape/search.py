@@ -10,9 +10,10 @@ read from; a file rewritten by `compact` only costs reading it again.
 
 Tables:
   files    data file -> how far it has been read for search
-  entries  entry (first 8 bytes of its hash, as the index cache keys it) -> text id, home
-           session, kind, time (whole seconds), seq, hidden
-  texts    text key (a hash of the text) -> text id, numbered in the order texts were indexed
+  entries  entry (first 8 bytes of its hash) -> full hash, text id, home session, kind,
+           time (microseconds), seq, hidden
+  texts    text id (numbered in the order texts were indexed) -> text key (a hash of the
+           text), and the text's first HEAD_BYTES, zstd-compressed, for snippets
   fts      contentless FTS5 table: one row per distinct text, rowid = the text id
   retry    entries whose large values had not arrived yet (an rsync under way)
 
@@ -36,7 +37,7 @@ import os
 import re
 import sqlite3
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Callable, Iterable, Iterator, Optional
 
 from blake3 import blake3
@@ -45,17 +46,19 @@ from . import derived, framing
 from .errors import CorruptObject, CtapeError, EntryNotFound, InvalidInput, UnsafePath
 from .files import CODEC_RAW, TYPE_ENTRY
 from .index import hash_key
-from .models import HIDDEN, EntryKind, kind_value
+from .files import zstd
+from .models import HIDDEN, EntryKind, format_time, kind_value
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS files(path TEXT PRIMARY KEY, done INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS sessions(id INTEGER PRIMARY KEY, name TEXT UNIQUE NOT NULL);
-CREATE TABLE IF NOT EXISTS entries(key INTEGER PRIMARY KEY, text INTEGER NOT NULL,
+CREATE TABLE IF NOT EXISTS entries(key INTEGER PRIMARY KEY, hash BLOB NOT NULL, text INTEGER NOT NULL,
     session INTEGER, kind INTEGER NOT NULL, time INTEGER NOT NULL, seq INTEGER NOT NULL, hidden INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS entries_text ON entries(text);
-CREATE TABLE IF NOT EXISTS texts(key INTEGER PRIMARY KEY, id INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS texts(id INTEGER PRIMARY KEY, key INTEGER NOT NULL, head BLOB NOT NULL);
+CREATE UNIQUE INDEX IF NOT EXISTS texts_key ON texts(key);
 CREATE TABLE IF NOT EXISTS retry(hash TEXT PRIMARY KEY, session TEXT) WITHOUT ROWID;
 CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(body, content='', tokenize='unicode61 remove_diacritics 2');
 """
@@ -65,6 +68,7 @@ SKIP_KEYS = frozenset({"call_id", "id", "type", "tool_use_id", "signature", "enc
 MAX_TEXT = 2 << 20  # characters of one entry's text that are indexed
 BINARY_RUN = re.compile(r"[A-Za-z0-9+/=_\-]{200,}")  # base64, hex dumps, keys: not words
 BATCH = 2000  # entries per write transaction while indexing
+HEAD_BYTES = 4096  # of each text kept (compressed) for snippets: a match further in reads the entry
 RANK_WINDOW = 4000  # matching texts ranked at a time, newest first (see SearchIndex.query)
 
 
@@ -166,15 +170,21 @@ def payload_text(payload) -> str:
     return "\n".join(s for s in (clean(p) for p in _parts(payload, [])) if s)
 
 
-def _seconds(t: str) -> int:
-    """Whole seconds of a time (the cache keeps seconds; hits are checked to the microsecond)."""
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def _micros(t: str) -> int:
     try:
         dt = datetime.fromisoformat(t.replace("Z", "+00:00"))
     except (ValueError, AttributeError):
         return 0
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=timezone.utc)
-    return int(dt.timestamp() // 1)
+    return (dt - _EPOCH) // timedelta(microseconds=1)
+
+
+def _time_text(micros: int) -> str:
+    return format_time(_EPOCH + timedelta(microseconds=micros))
 
 
 # -- the index ----------------------------------------------------------------------------------------
@@ -327,13 +337,13 @@ class SearchIndex:
             cargs += want
         if since:
             cond.append("AND time >= ?")
-            cargs.append(_seconds(since))
+            cargs.append(_micros(since))
         if until:
             cond.append("AND time <= ?")
-            cargs.append(_seconds(until) + 1)
+            cargs.append(_micros(until))
         if not hidden:
             cond.append("AND hidden = 0")
-        entries_sql = ("SELECT key, session, kind, seq, text FROM entries WHERE text IN (SELECT value FROM json_each(?)) "
+        entries_sql = ("SELECT hash, session, kind, seq, text, time FROM entries WHERE text IN (SELECT value FROM json_each(?)) "
                        + " ".join(cond) + " ORDER BY time DESC")
 
         def candidates():
@@ -357,9 +367,9 @@ class SearchIndex:
             live = set(self.store.sessions())
         reach = _Reach(self.tape)
         count = 0
-        for key, sid, kind, seq, _ in candidates():
-            h = self._hash_of(key)
-            if h is None:
+        for hb, sid, kind, seq, tid, micros in candidates():
+            h = hb.hex()
+            if not self.store.has_object(h):
                 continue  # removed by a compaction since it was indexed
             home = self.session_name(sid)
             if session is not None:
@@ -372,33 +382,25 @@ class SearchIndex:
                 where = next((s for s in sorted(live) if reach.reaches(s, h, seq)), None)
                 if where is None:
                     continue  # no session reaches it any more
-            try:
-                e = self.tape.read_entry(h)
-            except CtapeError:
-                continue
-            if (since and e.time < since) or (until and e.time > until):
-                continue  # the cache filtered by whole seconds
-            yield Hit(where, h, KINDS[kind], e.time, snippet(payload_text(e.payload), terms))
+            text = self._head(tid)
+            if not _has_match(text, terms):  # the match lies past the kept head: read the entry
+                try:
+                    text = payload_text(self.tape.read_entry(h).payload)
+                except CtapeError:
+                    continue
+            yield Hit(where, h, KINDS[kind], _time_text(micros), snippet(text, terms))
             count += 1
             if limit is not None and count >= limit:
                 return
 
-    def _hash_of(self, key: int) -> Optional[str]:
-        """The full hash of the entry whose first 8 bytes are `key` (the cache keeps only
-        those): from the index cache and the block it names, which reading the entry for
-        its snippet then finds decoded. None when the tape no longer holds it."""
-        store = self.store
-        prefix = format(key % (1 << 64), "016x")
-        for fid, off in store.index.entries_with_prefix(prefix, limit=8):
-            try:
-                type_, body = store.read_record_at(fid, off, want_type=True)
-                recs = store.block_records(fid, off, body, type_) if type_ in framing.BLOCK_TYPES else {body[:32].hex(): body}
-            except CtapeError:
-                continue
-            for h, rec in recs.items():
-                if h.startswith(prefix) and rec[32] == TYPE_ENTRY:
-                    return h
-        return None
+    def _head(self, tid: int) -> str:
+        row = self.db.execute("SELECT head FROM texts WHERE id=?", (tid,)).fetchone()
+        if row is None:
+            return ""
+        try:
+            return zstd().ZstdDecompressor().decompress(row[0]).decode("utf-8", "replace")
+        except Exception:  # noqa: BLE001 - a damaged cache row: the entry is read instead
+            return ""
 
     def stats(self) -> dict:
         """Sizes of the search cache (for the benchmark and `ctape stats`-like reports)."""
@@ -424,6 +426,7 @@ class _Writer:
         self.pending = 0
         self.texts_new: dict[int, int] = {}  # text key -> id, of this update
         self.next_id = (self.db.execute("SELECT max(id) FROM texts").fetchone()[0] or 0) + 1
+        self.cctx = zstd().ZstdCompressor(level=3)
         self.db.execute("BEGIN IMMEDIATE")
 
     def _text_id(self, key: int) -> Optional[int]:
@@ -463,12 +466,13 @@ class _Writer:
                 return False
             tid, self.next_id = self.next_id, self.next_id + 1
             self.db.execute("INSERT INTO fts(rowid, body) VALUES(?,?)", (tid, text))
-            self.db.execute("INSERT INTO texts VALUES(?,?)", (tkey, tid))
+            head = text.encode("utf-8")[:HEAD_BYTES].decode("utf-8", "ignore").encode("utf-8")
+            self.db.execute("INSERT INTO texts VALUES(?,?,?)", (tid, tkey, self.cctx.compress(head)))
             self.texts_new[tkey] = tid
         hidden = 1 if isinstance(meta, dict) and meta.get(HIDDEN) else 0
         self.db.execute(
-            "INSERT OR IGNORE INTO entries VALUES(?,?,?,?,?,?,?)",
-            (key, tid, self.ix.session_id(home), kind, _seconds(t), seq, hidden),
+            "INSERT OR IGNORE INTO entries VALUES(?,?,?,?,?,?,?,?)",
+            (key, bytes.fromhex(h), tid, self.ix.session_id(home), kind, _micros(t), seq, hidden),
         )
         self.added += 1
         self.pending += 1
@@ -539,6 +543,16 @@ class _Reach:
                     break
             self.memo[key] = got
         return got
+
+
+def _term_pattern(term: str) -> Optional[str]:
+    words = re.findall(r"\w+", term)
+    return r"\W+".join(re.escape(w) for w in words) if words else None
+
+
+def _has_match(text: str, terms: list[str]) -> bool:
+    pats = [p for p in map(_term_pattern, terms) if p]
+    return bool(text) and any(re.search(p, text, re.IGNORECASE) for p in pats)
 
 
 def snippet(text: str, terms: list[str], width: int = 160) -> str:

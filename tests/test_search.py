@@ -228,3 +228,11 @@ def test_common_words_are_ranked_in_windows_and_none_is_lost(tape, monkeypatch):
     assert [h.snippet.split()[2] for h in hits[:3]] == ["7", "8", "9"]
     assert len(tape.search("okra", limit=4)) == 4
     assert [h.snippet.split()[2] for h in tape.search("okra", kinds=["user"], limit=None)][:1] == ["7"]
+
+
+def test_snippet_of_a_match_deep_in_a_large_output(tape):
+    s = tape.session("s")
+    s.append("tool_result", {"call_id": "c", "output": "line of filler text\n" * 2000 + "the axolotl appears at the very end"})
+    hit = tape.search("axolotl")[0]
+    assert "axolotl appears at the very end" in hit.snippet and hit.snippet.startswith("…")
+    assert hit.time == s.head.time and hit.hash == s.head.hash
