@@ -355,10 +355,13 @@ class SearchIndex:
                 ).fetchall()
                 if not window:
                     return
-                order = {tid: i for i, (tid, _) in enumerate(sorted(window, key=lambda r: (r[1], -r[0])))}
-                rows = self.db.execute(entries_sql, [json.dumps(list(order))] + cargs).fetchall()
-                rows.sort(key=lambda r: order[r[4]])  # stable: newest first within a text
-                yield from rows
+                ranked = [tid for tid, _ in sorted(window, key=lambda r: (r[1], -r[0]))]
+                for i in range(0, len(ranked), 64):  # the entries of the best texts first
+                    chunk = ranked[i : i + 64]
+                    order = {tid: j for j, tid in enumerate(chunk)}
+                    rows = self.db.execute(entries_sql, [json.dumps(chunk)] + cargs).fetchall()
+                    rows.sort(key=lambda r: order[r[4]])  # stable: newest first within a text
+                    yield from rows
                 if len(window) < RANK_WINDOW:
                     return
                 below = window[-1][0]

@@ -150,9 +150,10 @@ def main() -> None:
             cmd = median_of(lambda: cli(tape_dir, cache, "search", q, *extra))
             results[label] = (cmd, inproc, n)
             print(f"{label:34} {cmd:12.3f} {inproc:15.4f} {cpu:9.4f} {n:6d}")
-        tape.session("s000").append("user", {"content": "one more entry with a fresh word: flibbertigibbet"})
+        fresh = "fresh" + "".join(chr(ord("a") + int(d)) for d in str(time.time_ns())[-12:])  # new on every run
+        tape.session("s000").append("user", {"content": f"one more entry with a fresh word: {fresh}"})
         t = time.perf_counter()
-        got = tape.search("flibbertigibbet")
+        got = tape.search(fresh)
         catch = time.perf_counter() - t
         assert len(got) == 1
         print(f"{'after one append (catch-up)':34} {'':12} {catch:15.4f} {'':9} {1:6d}")
