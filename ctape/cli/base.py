@@ -26,9 +26,12 @@ class CtapeGroup(click.Group):
         except click.ClickException as e:
             hint = ""
             ctx = getattr(e, "ctx", None)
+            if _no_args_is_help(e) and ctx is not None:
+                click.echo(ctx.get_help())  # bare `ctape` (or `ctape session`): the help, not an error
+                sys.exit(0)
             if isinstance(e, click.UsageError) and ctx is not None:
                 hint = f"; see `{ctx.command_path} --help`"
-            _fail(e.format_message() + hint, e.exit_code)
+            _fail(e.format_message().rstrip(". ") + hint if hint else e.format_message(), e.exit_code)
         except click.exceptions.Exit as e:
             sys.exit(e.exit_code)
         sys.exit(rv if isinstance(rv, int) else 0)
@@ -54,6 +57,11 @@ class CtapeGroup(click.Group):
             _fail(f"internal error: {type(e).__name__}: {e}; rerun with CTAPE_DEBUG=1 and report it", EXIT_FAIL)
 
 
+def _no_args_is_help(e: click.ClickException) -> bool:
+    cls = getattr(click.exceptions, "NoArgsIsHelpError", None)
+    return cls is not None and isinstance(e, cls)
+
+
 def _fail(msg: str, code: int):
     msg = " ".join(str(msg).split())
     click.echo(f"ctape: error: {msg}", err=True)
@@ -69,14 +77,30 @@ def _quiet_broken_pipe():
     sys.exit(EXIT_FAIL)
 
 
+def _is_tape(path: str) -> bool:
+    from ..store import FORMAT_FILE, FORMAT_NAME
+
+    try:
+        with open(os.path.join(path, FORMAT_FILE), "rb") as f:
+            meta = json.loads(f.read(1 << 16))
+    except (OSError, ValueError):
+        return False
+    return isinstance(meta, dict) and meta.get("format") == FORMAT_NAME
+
+
 def find_tape_dir(explicit: str | None) -> str:
-    if explicit:
-        return explicit
-    env = os.environ.get("CTAPE_DIR")
-    if env:
-        return env
+    """--dir, else $CTAPE_DIR (either may name the folder that holds .ctape/), else the
+    nearest folder upwards that is a tape or holds .ctape/."""
+    for given in (explicit, os.environ.get("CTAPE_DIR")):
+        if given:
+            inner = os.path.join(given, ".ctape")
+            if not _is_tape(given) and os.path.isdir(inner):
+                return inner
+            return given
     here = os.path.abspath(os.getcwd())
     while True:
+        if _is_tape(here):
+            return here
         cand = os.path.join(here, ".ctape")
         if os.path.isdir(cand):
             return cand
@@ -98,12 +122,16 @@ def open_tape(ctx: click.Context):
     return obj["tape"]
 
 
-def need_session(session: str | None) -> str:
-    if not session:
-        raise click.UsageError("this command needs a session: pass -s NAME or set CTAPE_SESSION")
+def need_session(ctx: click.Context, session: str | None, exists: bool = True) -> str:
+    """The session a command works on: -s / $CTAPE_SESSION, else this machine's choice
+    (`session use`), else the tape's only session. With `exists`, it must exist."""
     from ..models import check_name
+    from ..sessions import default, require
 
-    return check_name(session, "session name")
+    if session:
+        check_name(session, "session name")
+        return require(open_tape(ctx), session) if exists else session
+    return default(open_tape(ctx))
 
 
 def emit_json(value) -> None:
@@ -118,22 +146,26 @@ def echo_lines(lines, use_pager: bool) -> None:
         click.echo(text)
 
 
-def session_for(tape, ref, session):
-    """The session a log-like command reads: -s, else the session a REF names."""
-    if session:
-        return need_session(session)
-    if ref:
-        base = ref.split("~")[0].split("^")[0].split("@{")[0]
-        s = base.split("/")[0]
-        from ..models import NAME_RE
+def session_for(ctx: click.Context, ref: str | None, session: str | None) -> str | None:
+    """The session a log-like command reads: -s, else the session a REF names, else the
+    default session (None when a REF names no session and there is no default)."""
+    if session or not ref:
+        return need_session(ctx, session)
+    from ..errors import CtapeError
+    from ..models import NAME_RE
 
-        if NAME_RE.fullmatch(s) and tape._session_exists(s):
-            return s
+    tape = open_tape(ctx)
+    base = ref.split("~")[0].split("^")[0].split("@{")[0]
+    s = base.split("/")[0]
+    if NAME_RE.fullmatch(s) and tape._session_exists(s):
+        return s
+    try:
+        return need_session(ctx, None)
+    except CtapeError:
         return None
-    raise click.UsageError("give a REF or a session (-s NAME or $CTAPE_SESSION)")
 
 
-session_option = click.option("-s", "--session", envvar="CTAPE_SESSION", help="Session name (default: $CTAPE_SESSION).")
+session_option = click.option("-s", "--session", envvar="CTAPE_SESSION", help="Session name (default: $CTAPE_SESSION, else `ctape session use`, else the only one).")
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output (JSON Lines for listings).")
 pager_option = click.option("--no-pager", is_flag=True, help="Never page the output.")
 

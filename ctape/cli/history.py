@@ -67,7 +67,7 @@ def append(ctx, kind, payload, session, metas, delta, as_text, time_):
     from ..errors import InvalidInput
     from ..models import EntryKind
 
-    name = need_session(session)
+    name = need_session(ctx, session, exists=False)
     kind_value = EntryKind.parse(kind).value
     meta = {}
     for m in metas:
@@ -100,7 +100,7 @@ def anchor(ctx, name, session):
       ctape anchor tests-green -s chat
       ctape log --kind anchor -s chat
     """
-    e = open_tape(ctx).session(need_session(session)).append("anchor", {"name": name})
+    e = open_tape(ctx).session(need_session(ctx, session, exists=False)).append("anchor", {"name": name})
     click.echo(e.hash)
 
 
@@ -121,87 +121,101 @@ def stream(ctx, session, interval):
     """
     from ..stream import run_cli_stream
 
-    e = run_cli_stream(open_tape(ctx).session(need_session(session)), interval)
+    e = run_cli_stream(open_tape(ctx).session(need_session(ctx, session, exists=False)), interval)
     if e is not None:
         click.echo(e.hash)
 
 
 @main.command()
-@click.argument("ref", required=False)
+@click.argument("refs", metavar="[REF...]", nargs=-1)
 @session_option
-@click.option("-n", "limit", type=int, help="Show at most N entries.")
+@click.option("-n", "limit", type=click.IntRange(min=0), help="Show at most N entries.")
 @click.option("--kind", "kinds", multiple=True, help="Only entries of this kind; repeatable.")
+@click.option("--grep", metavar="TEXT", help="Only entries whose payload text holds TEXT (any case).")
+@click.option("--since", metavar="T", help="Only entries at or after T: RFC 3339, or a duration back from now (2h, 3d).")
+@click.option("--until", metavar="T", help="Only entries at or before T (as --since).")
+@click.option("--reverse", is_flag=True, help="Oldest first (of the entries -n selects).")
+@click.option("--all", "all_", is_flag=True, help="From every branch of the session (conflict branches too) and HEAD.")
+@click.option("--hidden", is_flag=True, help="Include hidden bookkeeping entries (import records, snapshots).")
 @click.option("--oneline", is_flag=True, help="One line per entry.")
-@click.option("--graph", is_flag=True, help="Draw every branch of the session as a graph.")
+@click.option("--graph", is_flag=True, help="Draw the history as a graph: HEAD's line first, then every branch.")
 @json_option
 @pager_option
 @click.pass_context
-def log(ctx, ref, session, limit, kinds, oneline, graph, as_json, no_pager):
+def log(ctx, refs, session, limit, kinds, grep, since, until, reverse, all_, hidden, oneline, graph, as_json, no_pager):
     """Show entries newest first from REF (default: the session's HEAD).
+
+    Several REFs (or --all) show everything reachable from any of them, newest
+    first, each entry once. Entries an importer or integration marked hidden are
+    left out unless --hidden.
 
     \b
     Examples:
-      ctape log -s chat -n 20
+      ctape log -n 20
       ctape log chat/alt --oneline
-      ctape log -s chat --kind anchor
-      ctape log -s chat --graph
+      ctape log --kind anchor
+      ctape log --grep pytest --since 2h
+      ctape log --all --graph
     """
     from .. import render
+    from ..logview import Filter, walk
 
     tape = open_tape(ctx)
-    name = session_for(tape, ref, session)
-    if limit is not None and limit < 0:
-        raise click.BadParameter("-n must be 0 or more")
+    name = session_for(ctx, refs[0] if refs else None, session)
+    flt = Filter.make(kinds, grep, since, until, hidden)
+    if all_ and name is None:
+        raise click.UsageError("--all needs a session: pass -s NAME")
+    tips = [tape.resolve(r, name) for r in refs]
+    st = tape.session(name).refs() if name else None
+    if not refs:
+        tips = [st.head_hash]
+    if all_ or (graph and not refs):
+        tips += [st.head_hash, *st.branches.values()]
+    tips = list(dict.fromkeys(h for h in tips if h))
     if graph and not as_json:
-        echo_lines(render.graph(tape, name, ref, limit, kinds), not no_pager)
+        if reverse:
+            raise click.UsageError("--graph and --reverse cannot be combined")
+        echo_lines(render.graph(tape, name, tips, limit, flt), not no_pager)
         return
-    entries = tape.session(name).log(ref, limit=limit, kinds=kinds) if name else _log_ref(tape, ref, limit, kinds)
+    entries = walk(tape, tips, flt, limit)
+    if reverse:
+        entries = reversed(list(entries))
     if as_json:
         for e in entries:
             emit_json(e.to_json())
         return
     deco = render.decorations(tape, name) if name else {}
-    lines = [render.oneline(e, deco) if oneline else render.full(e, deco) for e in entries]
-    echo_lines(lines, not no_pager)
-
-
-def _log_ref(tape, ref, limit, kinds):
-    from ..tape import check_kind
-
-    want = {check_kind(k) for k in kinds}
-    h = tape.resolve(ref)
-    n = 0
-    while h is not None and (limit is None or n < limit):
-        e = tape.read_entry(h)
-        if not want or e.kind in want:
-            yield e
-            n += 1
-        h = e.parent
+    echo_lines((render.oneline(e, deco) if oneline else render.full(e, deco) for e in entries), not no_pager)
 
 
 @main.command()
 @click.argument("ref")
 @session_option
+@click.option("--meta", "with_meta", is_flag=True, help="Also print the importer's raw source record kept in meta.")
 @json_option
 @pager_option
 @click.pass_context
-def show(ctx, ref, session, as_json, no_pager):
-    """Show one entry with its payload.
+def show(ctx, ref, session, with_meta, as_json, no_pager):
+    """Show one entry: its payload readably, then its delta and meta.
+
+    Text is shown as text, a tool call as its name and arguments, a tool
+    result's output as text. The record an importer kept (meta keys
+    claude-code, codex, openai) is shown only with --meta or --json.
 
     \b
     Examples:
       ctape show chat
-      ctape show 1a2b3c4d
+      ctape show 1a2b3c4d --meta
       ctape show chat/main~2 --json
     """
     from .. import render
 
     tape = open_tape(ctx)
-    e = tape.get(ref, session)
+    e = tape.get(ref, session_for(ctx, ref, session))
     if as_json:
         emit_json(e.to_json())
     else:
-        echo_lines(render.show(e), not no_pager)
+        echo_lines(render.show(e, meta=with_meta), not no_pager)
 
 
 @main.command()
@@ -227,7 +241,7 @@ def context(ctx, ref, session, policies, fmt, resume, max_tokens):
     from ..context import build_context
 
     tape = open_tape(ctx)
-    name = session_for(tape, ref, session)
+    name = session_for(ctx, ref, session)
     s = tape.session(name) if name else None
     out = build_context(s, ref, list(policies), fmt, resume, max_tokens, tape=tape)
     click.echo(json.dumps(out, ensure_ascii=False, indent=2))
@@ -246,7 +260,7 @@ def state(ctx, ref, session):
       ctape state chat~10
     """
     tape = open_tape(ctx)
-    name = session_for(tape, ref, session)
+    name = session_for(ctx, ref, session)
     if name is None:
         h = tape.resolve(ref)
         click.echo(json.dumps(tape.derived(h)["state"], ensure_ascii=False, indent=2))

@@ -17,8 +17,8 @@ from .base import (
 
 
 @main.command()
-@click.argument("ref")
-@click.option("-b", "new_branch", metavar="NAME", help="Create branch NAME at REF and attach HEAD to it.")
+@click.argument("ref", required=False)
+@click.option("-b", "new_branch", metavar="NAME", help="Create branch NAME at REF (default: HEAD) and attach HEAD to it.")
 @session_option
 @click.pass_context
 def checkout(ctx, ref, new_branch, session):
@@ -31,9 +31,12 @@ def checkout(ctx, ref, new_branch, session):
       ctape checkout alt -s chat             # attach to chat/alt
       ctape checkout chat~3 -s chat          # detached at an older entry
       ctape checkout -b retry chat~3 -s chat # fork a branch there
+      ctape checkout -b idea                 # fork a branch at HEAD
     """
+    if ref is None and new_branch is None:
+        raise click.UsageError("give a REF to check out, or -b NAME to fork a branch at HEAD")
     tape = open_tape(ctx)
-    name = need_session(session)
+    name = need_session(ctx, session)
     st = tape.session(name).checkout(ref, new_branch)
     h = st.head_hash
     if st.branch:
@@ -45,11 +48,12 @@ def checkout(ctx, ref, new_branch, session):
 @main.command()
 @click.argument("name", required=False)
 @click.argument("ref", required=False)
-@click.option("-d", "--delete", "delete", metavar="NAME", help="Delete branch NAME (its entries stay on the tape).")
+@click.option("-d", "--delete", "delete", metavar="NAME", help="Delete branch NAME (its entries stay); refuses the checked-out branch.")
+@click.option("-D", "force_delete", metavar="NAME", help="Delete branch NAME even if checked out: HEAD stays, detached, at its tip.")
 @session_option
 @json_option
 @click.pass_context
-def branch(ctx, name, ref, delete, session, as_json):
+def branch(ctx, name, ref, delete, force_delete, session, as_json):
     """List branches, create NAME at REF (default HEAD), or delete one.
 
     \b
@@ -57,12 +61,18 @@ def branch(ctx, name, ref, delete, session, as_json):
       ctape branch -s chat
       ctape branch experiment chat~2 -s chat
       ctape branch -d experiment -s chat
+      ctape branch -D main -s chat    # HEAD is detached at main's tip
     """
+    from ..render import clean
+
+    if delete is not None and force_delete is not None:
+        raise click.UsageError("give -d or -D, not both")
     tape = open_tape(ctx)
-    s = tape.session(need_session(session))
-    if delete is not None:
-        tip = s.delete_branch(delete)
-        click.echo(f"Deleted branch {delete} (was {tip[:12]})", err=True)
+    s = tape.session(need_session(ctx, session))
+    gone = delete if delete is not None else force_delete
+    if gone is not None:
+        tip = s.delete_branch(gone, force=force_delete is not None)
+        click.echo(f"Deleted branch {gone} (was {tip[:12]})", err=True)
         return
     if name is not None:
         h = s.branch(name, ref)
@@ -73,10 +83,11 @@ def branch(ctx, name, ref, delete, session, as_json):
         for b in rows:
             emit_json(b)
         return
+    width = max([24, *(len(b["name"]) for b in rows)])
     for b in rows:
         mark = "*" if b["current"] else " "
         note = f"  (conflict: the other tip of {b['conflict_of']})" if "conflict_of" in b else ""
-        click.echo(f"{mark} {b['name']:<24} {b['hash'][:12]}{note}")
+        click.echo(clean(f"{mark} {b['name']:<{width}} {b['hash'][:12]}{note}"))
     st = s.refs()
     if st.branch is None and st.head_hash:
         click.echo(f"* (HEAD detached at {st.head_hash[:12]})")
@@ -101,8 +112,8 @@ def reflog(ctx, session_arg, session, limit, as_json, no_pager):
     """
     from .. import render
 
-    name = need_session(session_arg or session)
     tape = open_tape(ctx)
+    name = need_session(ctx, session_arg or session)
     rows = tape.session(name).reflog()
     if limit is not None and limit >= 0:
         rows = rows[:limit]
