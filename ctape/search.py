@@ -366,8 +366,19 @@ class SearchIndex:
                     return
                 below = window[-1][0]
 
-        if live is None:
-            live = set(self.store.sessions())
+        alive: dict[str, bool] = {}
+
+        def is_live(name: Optional[str]) -> bool:
+            if name is None:
+                return False
+            if live is not None:
+                return name in live
+            if name not in alive:
+                alive[name] = self.tape._session_exists(name)  # not removed by `session rm`
+            return alive[name]
+
+        def others():
+            return live if live is not None else self.tape.store.sessions()
         reach = _Reach(self.tape)
         count = 0
         for hb, sid, kind, seq, tid, micros in candidates():
@@ -379,10 +390,10 @@ class SearchIndex:
                 if home != session and not reach.reaches(session, h, seq):
                     continue
                 where = session
-            elif home in live:
+            elif is_live(home):
                 where = home
             else:
-                where = next((s for s in sorted(live) if reach.reaches(s, h, seq)), None)
+                where = next((s for s in sorted(others()) if is_live(s) and reach.reaches(s, h, seq)), None)
                 if where is None:
                     continue  # no session reaches it any more
             text = self._head(tid)
@@ -571,6 +582,11 @@ def snippet(text: str, terms: list[str], width: int = 160) -> str:
     if best is None:
         best = 0
     start = max(0, best - width // 3)
+    if start <= 20:
+        start = 0
+    else:  # begin at a word
+        space = text.find(" ", start, best)
+        start = space + 1 if space >= 0 else start
     end = start + width * 3
     folded = " ".join(text[start:end].split())
     more = len(folded) > width or end < len(text.rstrip())

@@ -236,3 +236,13 @@ def test_snippet_of_a_match_deep_in_a_large_output(tape):
     hit = tape.search("axolotl")[0]
     assert "axolotl appears at the very end" in hit.snippet and hit.snippet.startswith("…")
     assert hit.time == s.head.time and hit.hash == s.head.hash
+
+
+def test_removed_session_is_not_reported_and_its_copy_is(tape):
+    s = tape.session("orig")
+    s.append("user", {"content": "gone gecko"})
+    tape.copy_session("orig", "copy")
+    tape.remove_session("orig")
+    assert [h.session for h in tape.search("gecko")] == ["copy"]
+    tape.remove_session("copy")
+    assert tape.search("gecko") == []

@@ -226,3 +226,13 @@ def test_diff_command(tape_dir):
     p = run_cli("--dir", tape_dir, "diff", "main", "alt", "-s", "chat", check=True)
     out = p.stdout.decode()
     assert f"base {hs[1][:12]}" in out and "-content: message 2" in out and "+content: alternative" in out
+
+
+def test_session_rm_drops_tags_so_compact_frees_their_entries(tape):
+    s, hs = _chat(tape)
+    s.checkout("chat~2", new_branch="side")
+    side = s.append("user", {"content": "only side and a tag reach this"}).hash
+    s.tag("keep")
+    tape.remove_session("chat")
+    tape.compact(expire="now", grace="now")
+    assert not tape.has_entry(side) and not tape.has_entry(hs[-1])

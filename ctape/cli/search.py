@@ -6,7 +6,7 @@ import re
 
 import click
 
-from .base import emit_json, json_option, main, need_session, open_tape, session_option
+from .base import emit_json, json_option, main, need_session, open_tape, session_for, session_option
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
@@ -16,12 +16,8 @@ def _safe(text: str) -> str:
     return _CONTROL.sub(lambda m: repr(m.group(0))[1:-1], text)
 
 
-def _session_or_none(session):
-    return need_session(session) if session else None
-
-
 @main.command()
-@click.argument("query")
+@click.argument("query", nargs=-1, required=True)
 @session_option
 @click.option("--kind", "kinds", multiple=True, metavar="K", help="Only entries of kind K; repeatable.")
 @click.option("--since", metavar="T", help="Only entries at or after T (RFC 3339, or a duration back from now: 2h, 3d).")
@@ -33,23 +29,23 @@ def _session_or_none(session):
 def search(ctx, query, session, kinds, since, until, limit, hidden, as_json):
     """Full-text search of every entry's payload, best match first.
 
-    Words are ANDed; "a phrase" in quotes matches those words in a row. Case and
+    The words of QUERY are ANDed; "a phrase" in quotes matches those words in a row
+    (quote it for the shell too: '"a phrase"'). Case and
     accents do not matter. Tool outputs and large values are searched too. Without
     -s, every session and branch is searched. The search cache is brought up to date
     first (the first search of a large tape reads it all once).
 
     \b
     Examples:
-      ctape search 'pytest failed'
+      ctape search pytest failed
       ctape search '"connection refused"' --kind tool_result --since 3d
       ctape search session_nav -s chat -n 5 --json
     """
     from ..timespec import parse_when
 
     tape = open_tape(ctx)
-    name = _session_or_none(session)
-    if name is not None:
-        tape.session(name)._must_exist()
+    name = need_session(ctx, session) if session else None  # without -s: every session
+    query = " ".join(query)
     since = parse_when(since, "--since") if since else None
     until = parse_when(until, "--until") if until else None
 
@@ -88,7 +84,7 @@ def diff(ctx, ref1, ref2, session, as_json):
     from ..render import summary
 
     tape = open_tape(ctx)
-    name = _session_or_none(session)
+    name = session_for(ctx, ref1, session)
     d = tape.diff(ref1, ref2, name)
     if as_json:
         emit_json(d.to_json())
@@ -134,7 +130,7 @@ def tag(ctx, name, ref, delete, force, session, as_json):
       ctape tag -d v1 -s chat
     """
     tape = open_tape(ctx)
-    s = tape.session(need_session(session))
+    s = tape.session(need_session(ctx, session))
     if delete is not None:
         if name is not None:
             raise click.UsageError("-d takes one tag name: ctape tag -d NAME")
