@@ -17,12 +17,10 @@ Tables:
   fts      contentless FTS5 table: one row per distinct text, rowid = the text id
   retry    entries whose large values had not arrived yet (an rsync under way)
 
-Text: every string of the payload (tool outputs and large values included), without
-call ids, content-block types, signatures, encrypted blobs, and runs of base64 or other
-binary-looking characters. Identical texts (the same file read twice, the same test
-output) are one FTS row shared by their entries: the key is computed from the payload
-with its large values still as blob hashes, so a repeated tool output is neither read
-nor tokenized again.
+Text (ctape/searchtext.py): the payload's strings, without ids and binary-looking runs.
+Identical texts (the same file read twice, the same test output) are one FTS row shared by
+their entries: the key is computed from the payload with its large values still as blob
+hashes, so a repeated tool output is neither read nor tokenized again.
 
 Which session a hit is reported for: the session whose files hold the entry (its home)
 while that session exists and the search is not limited to another one; otherwise a
@@ -34,19 +32,16 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sqlite3
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Callable, Iterable, Iterator, Optional
 
-from blake3 import blake3
-
 from . import derived, framing
 from .errors import CorruptObject, CtapeError, EntryNotFound, InvalidInput, UnsafePath
-from .files import CODEC_RAW, TYPE_ENTRY
+from .files import CODEC_RAW, TYPE_ENTRY, zstd
 from .index import hash_key
-from .files import zstd
+from .searchtext import entry_text, fts_expression, has_match, parse_query, payload_parts, payload_text, snippet, text_key  # noqa: F401 (parse_query, fts_expression: API)
 from .models import HIDDEN, EntryKind, format_time, kind_value
 
 SCHEMA_VERSION = 4
@@ -64,9 +59,6 @@ CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(body, content='', tokenize='un
 """
 
 KINDS = [k.value for k in EntryKind]
-SKIP_KEYS = frozenset({"call_id", "id", "type", "tool_use_id", "signature", "encrypted_content"})
-MAX_TEXT = 2 << 20  # characters of one entry's text that are indexed
-BINARY_RUN = re.compile(r"[A-Za-z0-9+/=_\-]{200,}")  # base64, hex dumps, keys: not words
 BATCH = 2000  # entries per write transaction while indexing
 HEAD_BYTES = 4096  # of each text kept (compressed) for snippets: a match further in reads the entry
 RANK_WINDOW = 4000  # matching texts ranked at a time, newest first (see SearchIndex.query)
@@ -82,92 +74,6 @@ class Hit:
 
     def to_json(self) -> dict:
         return {"session": self.session, "hash": self.hash, "kind": self.kind, "time": self.time, "snippet": self.snippet}
-
-
-# -- the query language ------------------------------------------------------------------------
-
-
-def parse_query(text: str) -> list[str]:
-    """Words and "quoted phrases" of a query, in order. Nothing the user types reaches
-    FTS5 as syntax: each term is quoted when the query is built."""
-    if not isinstance(text, str):
-        raise InvalidInput("the search query must be text")
-    terms = []
-    for m in re.finditer(r'"([^"]*)"?|([^\s"]+)', text):
-        term = m.group(1) if m.group(1) is not None else m.group(2)
-        term = " ".join(term.split())
-        if re.search(r"\w", term):  # a term with no letter or digit has no token to match
-            terms.append(term)
-    if not terms:
-        raise InvalidInput('empty search query: give one or more words, or "a phrase" in quotes')
-    return terms
-
-
-def fts_expression(terms: list[str]) -> str:
-    """Every term as an FTS5 string (a phrase), ANDed."""
-    return " AND ".join('"' + t.replace('"', '""') + '"' for t in terms)
-
-
-# -- text of an entry -------------------------------------------------------------------------------
-
-
-def _parts(value, out: list, key: Optional[str] = None) -> list:
-    """The strings of a stored (externalized) payload, in order; large values stay as
-    their blob references ("\\0b" + hash)."""
-    if isinstance(value, str):
-        if key not in SKIP_KEYS:
-            out.append(value)
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            if k not in SKIP_KEYS:
-                _parts(v, out, k)
-    elif isinstance(value, list):
-        for v in value:
-            _parts(v, out, key)
-    return out
-
-
-def _is_blob_ref(s: str) -> bool:
-    return s[:2] == "\0b" and len(s) == 66
-
-
-def clean(s: str) -> str:
-    """A string as it is indexed: runs of binary-looking characters left out."""
-    if s[:1] == "\0":
-        s = s[1:]
-    if len(s) >= 200:
-        if s.startswith("data:") and ";base64," in s[:100]:
-            return ""
-        if max(map(len, s.split()), default=0) >= 200:  # the regex only where a long run may be
-            s = BINARY_RUN.sub(" ", s)
-    return s
-
-
-def text_key(parts: list[str]) -> int:
-    h = blake3()
-    for p in parts:
-        h.update(p.encode("utf-8", "surrogatepass"))
-        h.update(b"\0\1")
-    return hash_key(h.hexdigest()[:16])
-
-
-def entry_text(parts: list[str], get_blob: Callable[[str], bytes]) -> str:
-    """The indexed text of an entry, its large values fetched."""
-    out, size = [], 0
-    for p in parts:
-        s = get_blob(p[2:]).decode("utf-8", "replace") if _is_blob_ref(p) else p
-        s = clean(s)
-        if s:
-            out.append(s[: MAX_TEXT - size])
-            size += len(out[-1])
-            if size >= MAX_TEXT:
-                break
-    return "\n".join(out)
-
-
-def payload_text(payload) -> str:
-    """The searchable text of a payload as read back (large values already internalized)."""
-    return "\n".join(s for s in (clean(p) for p in _parts(payload, [])) if s)
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -397,7 +303,7 @@ class SearchIndex:
                 if where is None:
                     continue  # no session reaches it any more
             text = self._head(tid)
-            if not _has_match(text, terms):  # the match lies past the kept head: read the entry
+            if not has_match(text, terms):  # the match lies past the kept head: read the entry
                 try:
                     text = payload_text(self.tape.read_entry(h).payload)
                 except CtapeError:
@@ -468,7 +374,7 @@ class _Writer:
             payload, meta, t, seq = raw["payload"], raw["meta"], raw["time"], int(raw["seq"])
         except (KeyError, TypeError, ValueError):
             return False
-        parts = _parts(payload, [])
+        parts = payload_parts(payload, [])
         tkey = text_key(parts)
         tid = self._text_id(tkey)
         if tid is None:
@@ -557,40 +463,6 @@ class _Reach:
                     break
             self.memo[key] = got
         return got
-
-
-def _term_pattern(term: str) -> Optional[str]:
-    words = re.findall(r"\w+", term)
-    return r"\W+".join(re.escape(w) for w in words) if words else None
-
-
-def _has_match(text: str, terms: list[str]) -> bool:
-    pats = [p for p in map(_term_pattern, terms) if p]
-    return bool(text) and any(re.search(p, text, re.IGNORECASE) for p in pats)
-
-
-def snippet(text: str, terms: list[str], width: int = 160) -> str:
-    """One line around the first place a term occurs (whitespace folded)."""
-    best = None
-    for t in terms:
-        words = re.findall(r"\w+", t)
-        if not words:
-            continue
-        m = re.search(r"\W+".join(re.escape(w) for w in words), text, re.IGNORECASE)
-        if m and (best is None or m.start() < best):
-            best = m.start()
-    if best is None:
-        best = 0
-    start = max(0, best - width // 3)
-    if start <= 20:
-        start = 0
-    else:  # begin at a word
-        space = text.find(" ", start, best)
-        start = space + 1 if space >= 0 else start
-    end = start + width * 3
-    folded = " ".join(text[start:end].split())
-    more = len(folded) > width or end < len(text.rstrip())
-    return ("…" if start > 0 and text[:start].strip() else "") + folded[:width] + ("…" if more else "")
 
 
 def search(tape, query: str, session: Optional[str] = None, kinds: Iterable[str] = (), since: Optional[str] = None,
