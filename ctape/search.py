@@ -103,8 +103,15 @@ class SearchIndex:
         self.tape = tape
         self.store = tape.store
         idx_path = self.store.index.path
-        self.path = os.path.join(os.path.dirname(idx_path), "search.sqlite") if idx_path != ":memory:" else ":memory:"
-        self.db = self._connect(self.path)
+        path = os.path.join(os.path.dirname(idx_path), "search.sqlite") if idx_path != ":memory:" else ":memory:"
+        if path != ":memory:" and not os.access(path if os.path.exists(path) else os.path.dirname(path), os.W_OK):
+            path = ":memory:"  # no writable cache: searched from memory, indexed again per process
+        self.path = path
+        try:
+            self.db = self._connect(self.path)
+        except sqlite3.Error:
+            self.path = ":memory:"
+            self.db = self._connect(self.path)
         self._session_ids: dict[str, int] = {}
         self._session_names: dict[int, str] = {}
 
@@ -400,6 +407,8 @@ class _Writer:
             self.db.execute("COMMIT")
             self.db.execute("BEGIN IMMEDIATE")
             self.pending = 0
+            # another process may have indexed texts while the lock was free
+            self.next_id = max(self.next_id, (self.db.execute("SELECT max(id) FROM texts").fetchone()[0] or 0) + 1)
         return True
 
     def retry(self, h: str, home: Optional[str]) -> None:

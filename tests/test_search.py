@@ -246,3 +246,20 @@ def test_removed_session_is_not_reported_and_its_copy_is(tape):
     assert [h.session for h in tape.search("gecko")] == ["copy"]
     tape.remove_session("copy")
     assert tape.search("gecko") == []
+
+
+def test_processes_indexing_at_once_agree(tape_dir):
+    import sys
+
+    with Tape.open(tape_dir) as t:
+        s = t.session("s")
+        with t.batch():
+            for i in range(2500):  # more than one write transaction of the indexer
+                s.append("user", {"content": f"entry {i} of the lemur census"})
+    env = dict(os.environ)
+    procs = [subprocess.Popen([sys.executable, "-m", "ctape", "--dir", str(tape_dir), "search", "lemur", "-n", "0", "--json"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env) for _ in range(3)]
+    outs = [p.communicate() for p in procs]
+    assert all(p.returncode == 0 for p in procs), [e for _, e in outs]
+    counts = {len(o.splitlines()) for o, _ in outs}
+    assert counts == {2500}
