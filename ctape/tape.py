@@ -187,7 +187,7 @@ class Tape:
             return Session(self, base).refs().head_hash
         if len(base) >= 4 and all(c in "0123456789abcdef" for c in base.lower()):
             return self._resolve_prefix(base.lower())
-        raise RefNotFound(f"unknown ref {base!r}: not a session, branch or entry hash; see `ctape sessions` and `ctape log`")
+        raise RefNotFound(f"unknown ref {base!r}: not a session, branch, tag, anchor or entry hash; see `ctape sessions` and `ctape log`")
 
     def _resolve_prefix(self, prefix: str) -> str:
         self.store.refresh()
