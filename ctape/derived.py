@@ -28,7 +28,7 @@ from typing import Any, Callable, Optional
 from .models import HIDDEN, Entry
 
 KEY_EVERY = 256
-KEYFRAME_VERSION = 2
+KEYFRAME_VERSION = 3  # 2: pending calls as a list (reused ids); 3: anchors kept too
 RESULT_KINDS = ("tool_result", "error")
 
 
@@ -46,22 +46,28 @@ def merge_patch(target: Any, patch: Any) -> Any:
 
 
 def empty() -> dict:
-    return {"v": KEYFRAME_VERSION, "state": None, "pending": [], "last_error": None, "systems": [], "sys_key": None, "last_key": None}
+    return {"v": KEYFRAME_VERSION, "state": None, "pending": [], "last_error": None, "systems": [], "sys_key": None, "last_key": None,
+            "anchors": [], "anc_key": None}
 
 
 def step(d: dict, e: Entry) -> dict:
     """The derived values after entry e, given those at its parent (d is not modified)."""
-    out = {"v": KEYFRAME_VERSION, "state": d["state"], "pending": d["pending"], "last_error": d["last_error"], "systems": d["systems"], "sys_key": d.get("sys_key"), "last_key": d.get("last_key")}
+    out = {"v": KEYFRAME_VERSION, "state": d["state"], "pending": d["pending"], "last_error": d["last_error"], "systems": d["systems"], "sys_key": d.get("sys_key"), "last_key": d.get("last_key"),
+           "anchors": d.get("anchors", []), "anc_key": d.get("anc_key")}
     if e.parent is not None and e.parent == out["last_key"]:
-        # d is the parent's keyframe: its system messages stay there, a new run starts
+        # d is the parent's keyframe: its system messages and anchors stay there, a new run starts
         out["systems"] = []
         out["sys_key"] = out["last_key"] if d["systems"] else out["sys_key"]
+        out["anchors"] = []
+        out["anc_key"] = out["last_key"] if d.get("anchors") else out["anc_key"]
     if e.seq % KEY_EVERY == 0:
         # keyframes link to the previous one, so `~N` can jump KEY_EVERY entries at a time
         out["prev_key"] = d.get("last_key")
         out["last_key"] = e.hash
     if e.kind == "system" and not (isinstance(e.meta, dict) and e.meta.get(HIDDEN)):
         out["systems"] = out["systems"] + [e.hash]
+    if e.kind == "anchor" and isinstance(e.payload, dict) and isinstance(e.payload.get("name"), str):
+        out["anchors"] = out["anchors"] + [[e.payload["name"], e.hash]]
     if e.delta is not None:
         out["state"] = merge_patch(d["state"], e.delta)
     if e.kind == "tool_call" and e.call_id:
@@ -88,6 +94,21 @@ def systems(d: dict, derived_at: Callable[[str], dict]) -> list[str]:
         runs.append(kd["systems"])
         k = kd.get("sys_key")
     return [h for run in reversed(runs) for h in run]
+
+
+def find_anchor(d: dict, name: str, derived_at: Callable[[str], dict]) -> Optional[str]:
+    """The newest anchor entry called `name` on the path d was derived for (None if none);
+    follows the keyframes that hold anchors, so a path without any costs one look."""
+    runs = d.get("anchors", [])
+    k = d.get("anc_key")
+    while True:
+        for n, h in reversed(runs):
+            if n == name:
+                return h
+        if k is None:
+            return None
+        kd = derived_at(k)
+        runs, k = kd.get("anchors", []), kd.get("anc_key")
 
 
 def ancestor(h: str, back: int, read: Callable[[str], Entry], load_key: Callable[[str], Optional[dict]]) -> Optional[str]:

@@ -31,6 +31,8 @@ from typing import Optional
 
 HEAD = "HEAD"
 CONFLICT = ".conflict-"
+# tags are refs named TAG + NAME: never a valid branch name, so listings keep them apart
+TAG = "tag:"
 
 
 @dataclass
@@ -89,6 +91,7 @@ class RefState:
     branches: dict[str, str] = field(default_factory=dict)
     head: Optional[str] = None  # "@branch", an entry hash, or None (no HEAD yet)
     unsettled: dict[str, str] = field(default_factory=dict)  # conflict branch no record wrote yet -> its ref
+    tags: dict[str, str] = field(default_factory=dict)  # tag name -> entry hash
     settle: dict[str, Optional[str]] = field(default_factory=dict)  # refs a next record must write
     lc: int = 0
     seen: dict[str, int] = field(default_factory=dict)  # writer -> newest n read
@@ -152,6 +155,7 @@ class RefState:
     def resolve_all(self) -> None:
         self.branches.clear()
         self.unsettled.clear()
+        self.tags.clear()
         self.settle.clear()
         self.head = None
         for ref in sorted(self.claims):
@@ -173,6 +177,11 @@ class RefState:
         winner, others = shown(ref, standing)
         if ref == HEAD:
             self.head = winner.value
+        elif ref.startswith(TAG):  # a tag: one winner, no conflict branch (a tag names, it holds no work)
+            if winner.value is not None:
+                self.tags[ref[len(TAG):]] = winner.value
+            else:
+                self.tags.pop(ref[len(TAG):], None)
         elif winner.value is not None:
             self.branches[ref] = winner.value
         else:
@@ -180,6 +189,8 @@ class RefState:
         if len({c.value for c in standing}) == 1:
             return  # claims that agree need no settling
         self.settle[ref] = winner.value
+        if ref.startswith(TAG):
+            return
         for c in others:
             name = self._conflict_name(ref, c)
             if name is not None:

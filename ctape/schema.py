@@ -85,8 +85,9 @@ def _counter(value: Any, low: int = 0) -> bool:
 
 
 def _refs_problem(refs: Any, field: str) -> Optional[str]:
-    """Why the `set` or `old` of a ref record is not refs -> values, or None. A value is an
-    entry hash, null, or (HEAD only) "@BRANCH"."""
+    """Why the `set` or `old` of a ref record is not refs -> values, or None. A ref is HEAD,
+    a branch name or `tag:` + a tag name; a value is an entry hash, null, or (HEAD only)
+    "@BRANCH"."""
     if type(refs) is not dict:
         return f"`{field}` is not an object"
     for ref, value in refs.items():
@@ -94,7 +95,8 @@ def _refs_problem(refs: Any, field: str) -> Optional[str]:
             if value is None or (type(value) is str and (_HASH.fullmatch(value) if value[:1] != "@" else _NAME.fullmatch(value, 1))):
                 continue
         else:
-            if not _name_ok(ref):
+            # a branch, or a tag (`tag:` + a name: never a valid branch name, ctape/tags.py)
+            if not _name_ok(ref[4:] if type(ref) is str and ref.startswith("tag:") else ref):
                 return f"`{field}` names an invalid ref {ref[:40]!r}"
             if value is None or (type(value) is str and _HASH.fullmatch(value)):
                 continue

@@ -107,7 +107,8 @@ class Session:
 
     @staticmethod
     def _old_values(st: RefState, refs) -> dict[str, Optional[str]]:
-        return {ref: st.head if ref == HEAD else st.branches.get(ref) for ref in refs}
+        return {ref: st.head if ref == HEAD else st.tags.get(ref[len(refmod.TAG):]) if ref.startswith(refmod.TAG) else st.branches.get(ref)
+                for ref in refs}
 
     def _put_ref(self, w: SegmentWriter, st: RefState, op: str, sets: dict[str, Optional[str]], extra: dict,
                  coalesce: bool, old: Optional[dict] = None) -> dict:
@@ -318,6 +319,30 @@ class Session:
             {"name": b, "hash": h, "current": st.branch == b, **({"conflict_of": st.conflicts[b]} if b in st.conflicts else {})}
             for b, h in sorted(st.branches.items())
         ]
+
+    # -- tags (ctape/tags.py) ------------------------------------------------------------------
+
+    def tag(self, name: str, ref: Optional[str] = None, force: bool = False) -> dict:
+        """Tag REF (default HEAD) as NAME; an existing tag moves only with force=True."""
+        from . import tags
+
+        return tags.create(self, name, ref, force)
+
+    def delete_tag(self, name: str) -> str:
+        from . import tags
+
+        return tags.delete(self, name)
+
+    def tags(self) -> list[dict]:
+        from . import tags
+
+        return tags.listing(self)
+
+    def diff(self, ref1: str, ref2: str):
+        """Where two histories part (ctape/diff.py); bare names are this session's refs."""
+        from .diff import diff
+
+        return diff(self.tape, ref1, ref2, self.name)
 
     def put_entry(self, kind: str, payload: Any, meta: Optional[dict] = None, delta: Any = None, time: Optional[str] = None, parent: Optional[str] = None) -> Entry:
         """Store an entry after `parent` without moving any ref (importers; pair with set_refs)."""

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Optional
 
 from .errors import InvalidInput, NoDefaultSession, RefNotFound, SessionNotFound
 from .models import NAME_RE, check_name
-from .refs import HEAD, RefState
+from .refs import HEAD, TAG, RefState
 
 if TYPE_CHECKING:
     from .tape import Tape
@@ -75,6 +75,7 @@ def remove(tape: "Tape", name: str) -> dict:
         st = s._writer_refs(w)
         old = {"head": st.head, "branches": dict(st.branches)}
         changes: dict[str, Optional[str]] = {b: None for b in st.branches}
+        changes.update({TAG + t: None for t in st.tags})  # its tags go too: compact frees what they held
         changes[HEAD] = None
         s._write_ref(w, "session-rm", changes)
     from .localstate import choose_session, chosen_session

@@ -7,7 +7,7 @@ from collections import OrderedDict
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Iterator, Optional
 
-from . import derived
+from . import derived, tags
 from .canonical import internalize, is_hash
 from .errors import AmbiguousRef, CorruptObject, EntryNotFound, RefNotFound
 from .models import NAME_RE, Entry, kind_value
@@ -33,6 +33,7 @@ class Tape:
         # (an entry can carry megabytes of tool output)
         self._entries: OrderedDict[str, tuple[Entry, int]] = OrderedDict()
         self._entry_bytes = 0
+        self._search = None  # the search cache (ctape/search.py), opened on first use
         store.discard_listeners.append(self._forget)
         from .localstate import mark
 
@@ -64,6 +65,9 @@ class Tape:
         return self.store.root
 
     def close(self) -> None:
+        if self._search is not None:
+            self._search.close()
+            self._search = None
         self.store.close()
 
     def __enter__(self) -> "Tape":
@@ -161,47 +165,29 @@ class Tape:
             return base
         if "/" in base:
             s, _, b = base.partition("/")
-            if NAME_RE.fullmatch(s) and NAME_RE.fullmatch(b) and self._session_exists(s):
-                branches = Session(self, s).refs().branches
-                if b in branches:
-                    return branches[b]
-                raise RefNotFound(f"session {s!r} has no branch {b!r}; see `ctape branch -s {s}`")
+            if NAME_RE.fullmatch(s) and (NAME_RE.fullmatch(b) or tags.is_tag_ref(b)) and self._session_exists(s):
+                sess = Session(self, s)
+                st = sess.refs()
+                if b in st.branches:
+                    return st.branches[b]
+                h = tags.named_entry(sess, b, st)  # then a tag, then an anchor (SPEC 13)
+                if h is not None:
+                    return h
+                raise RefNotFound(f"session {s!r} has no branch, tag or anchor {b!r}; see `ctape branch -s {s}` and `ctape tag -s {s}`")
             raise RefNotFound(f"unknown ref {base!r}; use SESSION/BRANCH with an existing session")
-        if session is not None and NAME_RE.fullmatch(base) and self._session_exists(session):
-            branches = Session(self, session).refs().branches
-            if base in branches:
-                return branches[base]
-        if NAME_RE.fullmatch(base) and self._session_exists(base):
-            return Session(self, base).refs().head_hash
-        anchors = session is not None and NAME_RE.fullmatch(base) and self._session_exists(session)
-        if len(base) >= 4 and all(c in "0123456789abcdef" for c in base.lower()):
-            try:
-                return self._resolve_prefix(base.lower())
-            except AmbiguousRef:
-                raise
-            except RefNotFound:
-                if not anchors:
-                    raise
-        if anchors:
-            # an anchor's name; hex-looking names are first tried as prefixes (cheap: the
-            # index), since looking for an anchor walks the session's path
-            h = self._anchor(base, Session(self, session).refs().head_hash)
+        if session is not None and (NAME_RE.fullmatch(base) or tags.is_tag_ref(base)) and self._session_exists(session):
+            sess = Session(self, session)
+            st = sess.refs()
+            if base in st.branches:
+                return st.branches[base]
+            h = tags.named_entry(sess, base, st)  # then a tag, then an anchor (SPEC 13)
             if h is not None:
                 return h
-            if len(base) >= 4 and all(c in "0123456789abcdef" for c in base.lower()):
-                raise RefNotFound(f"no entry starts with {base.lower()!r}, and no anchor of session {session!r} is named so")
-        raise RefNotFound(f"unknown ref {base!r}: not a session, branch, anchor or entry hash; see `ctape sessions` and `ctape log`")
-
-    def _anchor(self, name: str, h: Optional[str]) -> Optional[str]:
-        """The newest anchor entry named `name` on the path root -> h (SPEC 13: anchor names
-        are refs, after branches and sessions). Walks the path: it is met only by names that
-        are no branch and no session."""
-        while h is not None:
-            e = self.read_entry(h)
-            if e.kind == "anchor" and isinstance(e.payload, dict) and e.payload.get("name") == name:
-                return h
-            h = e.parent
-        return None
+        if NAME_RE.fullmatch(base) and self._session_exists(base):
+            return Session(self, base).refs().head_hash
+        if len(base) >= 4 and all(c in "0123456789abcdef" for c in base.lower()):
+            return self._resolve_prefix(base.lower())
+        raise RefNotFound(f"unknown ref {base!r}: not a session, branch, tag, anchor or entry hash; see `ctape sessions` and `ctape log`")
 
     def _resolve_prefix(self, prefix: str) -> str:
         self.store.refresh()
@@ -328,6 +314,36 @@ class Tape:
         from .compact import compact
 
         return compact(self, expire=expire, grace=grace, dry_run=dry_run, progress=progress)
+
+    # -- finding and comparing (ctape/search.py, diff.py, usage.py) ----------------------------
+
+    def search(self, query: str, session: Optional[str] = None, kinds=(), since: Optional[str] = None,
+               until: Optional[str] = None, limit: Optional[int] = 20, hidden: bool = False, progress=None) -> list:
+        """Full-text search of every entry's payload, best match first: a list of search.Hit
+        (session, hash, kind, time, snippet). Words are ANDed; "a phrase" in quotes."""
+        from .search import search
+
+        return search(self, query, session, kinds, since, until, limit, hidden, progress)
+
+    def _search_index(self):
+        if self._search is None:
+            from .search import SearchIndex
+
+            self._search = SearchIndex(self)
+        return self._search
+
+    def diff(self, ref1: str, ref2: str, session: Optional[str] = None):
+        """Where two histories part: a diff.Diff with base, left and right (oldest first)."""
+        from .diff import diff
+
+        return diff(self, ref1, ref2, session)
+
+    def usage(self, by: str = "session", since: Optional[str] = None, prices: Optional[str] = None) -> list[dict]:
+        """Tokens (and estimated cost where the model is known) that importers and
+        integrations recorded, grouped by session, model or day."""
+        from .usage import usage
+
+        return usage(self, by=by, since=since, prices=prices)
 
 
 check_kind = kind_value

@@ -26,7 +26,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from ctape import Tape
+from ctape import Tape, derived
 from conftest import run_cli
 
 openai = pytest.importorskip("openai")
@@ -927,7 +927,7 @@ def test_keyframe_of_an_older_ctape_is_folded_again(tape):
     tape.close()
     t2 = Tape.open(tape.path)
     try:
-        assert t2.store.index.keyframe(key.hash).get("v") == 2  # written by the append path
+        assert t2.store.index.keyframe(key.hash).get("v") == derived.KEYFRAME_VERSION  # written by the append path
         t2.store.index.put_keyframe(key.hash, old)
         assert t2.store.index.keyframe(key.hash) == old
         assert [c["hash"] for c in t2.session(S).status()["pending_tool_calls"]] == [first.hash]

@@ -17,6 +17,7 @@ GROUPS = (
     "sessions",
     "maintenance",
     "io",
+    "search",
 )
 
 for _group in GROUPS:

@@ -1,0 +1,212 @@
+"""Finding, comparing and naming: search, diff, tag, usage."""
+
+from __future__ import annotations
+
+import re
+
+import click
+
+from .base import emit_json, json_option, main, need_session, open_tape, session_for, session_option
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _safe(text: str) -> str:
+    """Text for a terminal: control characters shown as escapes, never passed through."""
+    return _CONTROL.sub(lambda m: repr(m.group(0))[1:-1], text)
+
+
+@main.command()
+@click.argument("query", nargs=-1, required=True)
+@session_option
+@click.option("--kind", "kinds", multiple=True, metavar="K", help="Only entries of kind K; repeatable.")
+@click.option("--since", metavar="T", help="Only entries at or after T (RFC 3339, or a duration back from now: 2h, 3d).")
+@click.option("--until", metavar="T", help="Only entries at or before T.")
+@click.option("-n", "limit", type=click.IntRange(min=0), default=20, show_default=True, help="At most N hits (0: all).")
+@click.option("--hidden", is_flag=True, help="Include entries an importer marked hidden (bookkeeping).")
+@json_option
+@click.pass_context
+def search(ctx, query, session, kinds, since, until, limit, hidden, as_json):
+    """Full-text search of every entry's payload, best match first.
+
+    The words of QUERY are ANDed; "a phrase" in quotes matches those words in a row
+    (quote it for the shell too: '"a phrase"'). Case and
+    accents do not matter. Tool outputs and large values are searched too. Without
+    -s, every session and branch is searched. The search cache is brought up to date
+    first (the first search of a large tape reads it all once).
+
+    \b
+    Examples:
+      ctape search pytest failed
+      ctape search '"connection refused"' --kind tool_result --since 3d
+      ctape search session_nav -s chat -n 5 --json
+    """
+    from ..timespec import parse_when
+
+    tape = open_tape(ctx)
+    name = need_session(ctx, session) if session else None  # without -s: every session
+    query = " ".join(query)
+    since = parse_when(since, "--since") if since else None
+    until = parse_when(until, "--until") if until else None
+
+    def progress(msg):
+        click.echo(msg, err=True)
+
+    hits = tape.search(query, name, kinds, since, until, limit or None, hidden, progress=progress)
+    for h in hits:
+        if as_json:
+            emit_json(h.to_json())
+        else:
+            click.echo(f"{h.hash[:12]}  {h.session or '-'}  {h.kind}  {h.time[:19]}Z  {_safe(h.snippet)}")
+    if not hits and not as_json:
+        click.echo("no matches", err=True)
+
+
+@main.command()
+@click.argument("ref1")
+@click.argument("ref2")
+@session_option
+@json_option
+@click.pass_context
+def diff(ctx, ref1, ref2, session, as_json):
+    """Where two histories part: their common base and the entries after it on each side.
+
+    Each side lists the entries after the base up to its REF, oldest first. When
+    the two REFs have a common base, a unified diff of their payloads follows.
+
+    \b
+    Examples:
+      ctape diff main alt -s chat
+      ctape diff chat~3 chat --json
+      ctape diff chat/main other/main
+    """
+    from ..diff import payload_diff
+    from ..render import summary
+
+    tape = open_tape(ctx)
+    name = session_for(ctx, ref1, session)
+    d = tape.diff(ref1, ref2, name)
+    if as_json:
+        emit_json(d.to_json())
+        return
+    if d.base is None:
+        click.echo("no common base: the two histories share no entry")
+    else:
+        click.echo(f"base {d.base[:12]}  {_safe(summary(tape.read_entry(d.base)))}")
+    for label, ref, side in (("left", ref1, d.left), ("right", ref2, d.right)):
+        click.echo(f"{label} {_safe(ref)}: {len(side)} entr{'y' if len(side) == 1 else 'ies'} after the base")
+        for h in side:
+            click.echo(f"  {h[:12]}  {_safe(summary(tape.read_entry(h)))}")
+    if d.base is not None and d.left_ref != d.right_ref:
+        lines = payload_diff(tape, d.left_ref, d.right_ref)
+        if lines:
+            click.echo("")
+            for line in lines:
+                click.echo(_safe(line))
+
+
+@main.command()
+@click.argument("name", required=False)
+@click.argument("ref", required=False)
+@click.option("-d", "--delete", "delete", metavar="NAME", help="Delete tag NAME (the entry stays on the tape).")
+@click.option("-f", "--force", is_flag=True, help="Move an existing tag NAME to REF.")
+@session_option
+@json_option
+@click.pass_context
+def tag(ctx, name, ref, delete, force, session, as_json):
+    """List the session's tags, tag REF (default: HEAD) as NAME, or delete a tag.
+
+    A tag names one entry for good: appends never move it, and `compact` keeps what
+    it reaches. A tag is a REF wherever a session is given: a bare name is tried as
+    a branch, then a tag, then an anchor name; `tag:NAME` is the tag even where a
+    branch of that name hides it.
+
+    \b
+    Examples:
+      ctape tag -s chat
+      ctape tag before-refactor -s chat
+      ctape tag v1 chat~4 -s chat
+      ctape tag -f v1 -s chat
+      ctape tag -d v1 -s chat
+    """
+    tape = open_tape(ctx)
+    s = tape.session(need_session(ctx, session))
+    if delete is not None:
+        if name is not None:
+            raise click.UsageError("-d takes one tag name: ctape tag -d NAME")
+        h = s.delete_tag(delete)
+        click.echo(f"deleted tag {delete} (was {h[:12]})", err=True)
+        return
+    if name is None:
+        if force:
+            raise click.UsageError("-f needs a tag NAME to move")
+        for t in s.tags():
+            if as_json:
+                emit_json(t)
+            else:
+                click.echo(f"{t['name']}  {t['hash'][:12]}  {_safe(summary_of(tape, t['hash']))}")
+        return
+    r = s.tag(name, ref, force)
+    if r.get("unchanged"):
+        click.echo(f"tag {name} is already at {r['hash'][:12]}", err=True)
+    elif r["old"]:
+        click.echo(f"moved tag {name} from {r['old'][:12]} to {r['hash'][:12]}", err=True)
+    else:
+        click.echo(f"tagged {r['hash'][:12]} as {name}", err=True)
+    if r["shadowed_by_branch"]:
+        click.echo(f"warning: branch {name!r} has the same name and wins when {name} is used as a REF; write tag:{name} for the tag", err=True)
+    if as_json:
+        emit_json({"name": name, "hash": r["hash"], "old": r["old"]})
+
+
+def summary_of(tape, h: str) -> str:
+    from ..errors import CtapeError
+    from ..render import summary
+
+    try:
+        return summary(tape.read_entry(h))
+    except CtapeError:
+        return "(not readable here: not synced yet?)"
+
+
+@main.command()
+@click.option("--by", type=click.Choice(["session", "model", "day"]), default="session", show_default=True, help="Group the figures.")
+@click.option("--since", metavar="T", help="Only usage recorded at or after T (RFC 3339, or 2h, 3d, 2w back from now).")
+@click.option("--prices", metavar="FILE", envvar="CTAPE_PRICES", help="JSON price table overriding the shipped one (default: $CTAPE_PRICES).")
+@json_option
+@click.pass_context
+def usage(ctx, by, since, prices, as_json):
+    """Tokens (input, output, cached) and estimated cost, as the agents recorded them.
+
+    Read from what importers and integrations keep in each entry's meta (Claude Code,
+    Codex, pydantic-ai, or any `usage` object). Cost is an estimate from list prices
+    per million tokens (see docs/usage.md); models without a price show their tokens
+    and no cost.
+
+    \b
+    Examples:
+      ctape usage
+      ctape usage --by model --since 7d
+      ctape usage --by day --json
+      ctape usage --prices my-prices.json
+    """
+    tape = open_tape(ctx)
+    rows = tape.usage(by=by, since=since, prices=prices)
+    if as_json:
+        for r in rows:
+            emit_json(r)
+        return
+    if not rows:
+        click.echo("no token usage recorded", err=True)
+        return
+    head = (by.upper(), "INPUT", "OUTPUT", "CACHED", "CACHE-WRITE", "COST")
+    table = [head] + [
+        (_safe(str(r[by])), f"{r['input']:,}", f"{r['output']:,}", f"{r['cached']:,}", f"{r['cache_write']:,}",
+         "-" if r["cost"] is None else f"${r['cost']:,.2f}" + ("*" if r["unpriced_tokens"] else ""))
+        for r in rows
+    ]
+    widths = [max(len(row[i]) for row in table) for i in range(len(head))]
+    for row in table:
+        click.echo("  ".join(c.ljust(widths[0]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(row)).rstrip())
+    if any(r["unpriced_tokens"] for r in rows):
+        click.echo("cost '-': no price for the model ('*': for some of them); add one with --prices FILE", err=True)

@@ -1,0 +1,489 @@
+"""Full-text search over every entry's payload, in a rebuildable SQLite FTS5 cache.
+
+The search index is its own SQLite file beside the index cache (search.sqlite), never
+inside the tape: deleting it costs a rebuild, never data. It is brought up to date
+before each query, lazily, the way the index cache is: for every data file it keeps how
+far it has read it for search, and reads what the index cache has seen beyond that
+(appends, files that arrived by rsync, packs written by compaction). Entries are
+content-addressed and never change, so an entry is indexed once, whichever file it is
+read from; a file rewritten by `compact` only costs reading it again.
+
+Tables:
+  files    data file -> how far it has been read for search
+  entries  entry (first 8 bytes of its hash) -> full hash, text id, home session, kind,
+           time (microseconds), seq, hidden
+  texts    text id (numbered in the order texts were indexed) -> text key (a hash of the
+           text), and the text's first HEAD_BYTES, zstd-compressed, for snippets
+  fts      contentless FTS5 table: one row per distinct text, rowid = the text id
+  retry    entries whose large values had not arrived yet (an rsync under way)
+
+Text (ctape/searchtext.py): the payload's strings, without ids and binary-looking runs.
+Identical texts (the same file read twice, the same test output) are one FTS row shared by
+their entries: the key is computed from the payload with its large values still as blob
+hashes, so a repeated tool output is neither read nor tokenized again.
+
+Which session a hit is reported for: the session whose files hold the entry (its home)
+while that session exists and the search is not limited to another one; otherwise a
+session whose branches, tags or HEAD reach the entry (checked with seq and the keyframe
+jumps of derived.ancestor).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Callable, Iterable, Iterator, Optional
+
+from . import derived, framing
+from .errors import CorruptObject, CtapeError, EntryNotFound, InvalidInput, UnsafePath
+from .files import CODEC_RAW, TYPE_ENTRY, zstd
+from .index import hash_key
+from .searchtext import entry_text, fts_expression, has_match, parse_query, payload_parts, payload_text, snippet, text_key  # noqa: F401 (parse_query, fts_expression: API)
+from .models import HIDDEN, EntryKind, format_time, kind_value
+
+SCHEMA_VERSION = 4
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS files(path TEXT PRIMARY KEY, done INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS sessions(id INTEGER PRIMARY KEY, name TEXT UNIQUE NOT NULL);
+CREATE TABLE IF NOT EXISTS entries(key INTEGER PRIMARY KEY, hash BLOB NOT NULL, text INTEGER NOT NULL,
+    session INTEGER, kind INTEGER NOT NULL, time INTEGER NOT NULL, seq INTEGER NOT NULL, hidden INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS entries_text ON entries(text);
+CREATE TABLE IF NOT EXISTS texts(id INTEGER PRIMARY KEY, key INTEGER NOT NULL, head BLOB NOT NULL);
+CREATE UNIQUE INDEX IF NOT EXISTS texts_key ON texts(key);
+CREATE TABLE IF NOT EXISTS retry(hash TEXT PRIMARY KEY, session TEXT) WITHOUT ROWID;
+CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(body, content='', tokenize='unicode61 remove_diacritics 2');
+"""
+
+KINDS = [k.value for k in EntryKind]
+BATCH = 2000  # entries per write transaction while indexing
+HEAD_BYTES = 4096  # of each text kept (compressed) for snippets: a match further in reads the entry
+RANK_WINDOW = 4000  # matching texts ranked at a time, newest first (see SearchIndex.query)
+
+
+@dataclass(frozen=True)
+class Hit:
+    session: Optional[str]
+    hash: str
+    kind: str
+    time: str
+    snippet: str
+
+    def to_json(self) -> dict:
+        return {"session": self.session, "hash": self.hash, "kind": self.kind, "time": self.time, "snippet": self.snippet}
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def _micros(t: str) -> int:
+    try:
+        dt = datetime.fromisoformat(t.replace("Z", "+00:00"))
+    except (ValueError, AttributeError):
+        return 0
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return (dt - _EPOCH) // timedelta(microseconds=1)
+
+
+def _time_text(micros: int) -> str:
+    return format_time(_EPOCH + timedelta(microseconds=micros))
+
+
+# -- the index ----------------------------------------------------------------------------------------
+
+
+class SearchIndex:
+    """The search cache of one open tape."""
+
+    def __init__(self, tape):
+        self.tape = tape
+        self.store = tape.store
+        idx_path = self.store.index.path
+        path = os.path.join(os.path.dirname(idx_path), "search.sqlite") if idx_path != ":memory:" else ":memory:"
+        if path != ":memory:" and not os.access(path if os.path.exists(path) else os.path.dirname(path), os.W_OK):
+            path = ":memory:"  # no writable cache: searched from memory, indexed again per process
+        self.path = path
+        try:
+            self.db = self._connect(self.path)
+        except sqlite3.Error:
+            self.path = ":memory:"
+            self.db = self._connect(self.path)
+        self._session_ids: dict[str, int] = {}
+        self._session_names: dict[int, str] = {}
+
+    @staticmethod
+    def _connect(path: str) -> sqlite3.Connection:
+        db = sqlite3.connect(path, timeout=60, isolation_level=None, check_same_thread=False)
+        db.execute("PRAGMA busy_timeout=60000")
+        if path != ":memory:":
+            db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=OFF")
+        try:
+            row = db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
+        except sqlite3.OperationalError:
+            row = None
+        if row is None or int(row[0]) != SCHEMA_VERSION:
+            SearchIndex._drop(db)
+        return db
+
+    @staticmethod
+    def _drop(db: sqlite3.Connection) -> None:
+        drops = "".join(f"DROP TABLE IF EXISTS {t};" for t in ("fts", "entries", "texts", "files", "sessions", "retry", "meta"))
+        db.executescript(f"BEGIN IMMEDIATE;{drops}{SCHEMA}INSERT OR REPLACE INTO meta VALUES('schema', '{SCHEMA_VERSION}');COMMIT;")
+
+    def close(self) -> None:
+        self.db.close()
+
+    def rebuild(self) -> None:
+        """Forget everything; the next update reads the whole tape again."""
+        self._drop(self.db)
+        self._session_ids.clear()
+        self._session_names.clear()
+        try:
+            self.db.execute("VACUUM")
+        except sqlite3.OperationalError:
+            pass
+
+    # -- keeping it fresh -------------------------------------------------------------------
+
+    def update(self, progress: Optional[Callable[[str], None]] = None) -> int:
+        """Index what the tape holds and this cache has not read yet; returns the number
+        of entries added."""
+        store = self.store
+        store.refresh()
+        rows = store.index.file_rows()
+        present = store.list_files(None)
+        done = dict(self.db.execute("SELECT path, done FROM files"))
+        gone = [p for p in done if p not in present]
+        todo = []
+        for path in sorted(present):
+            row = rows.get(path)
+            if row is None:
+                continue
+            indexed = row[1]
+            start = done.get(path, 0)
+            if start > indexed:  # the file was replaced by a shorter one: read it again
+                start = 0
+            if indexed > start:
+                todo.append((path, start, indexed))
+        retry = self.db.execute("SELECT hash, session FROM retry").fetchall()
+        if not todo and not gone and not retry:
+            return 0
+        added = 0
+        w = _Writer(self)
+        try:
+            for path, session in [(h, s) for h, s in retry]:
+                w.retry(path, session)
+            for n, (path, start, end) in enumerate(todo, 1):
+                if progress and end - start > (1 << 20):
+                    progress(f"search: indexing {path} ({(end - start) >> 20} MB, file {n} of {len(todo)})")
+                home = path.split("/")[1] if path.startswith("sessions/") else None
+                try:
+                    for rec in store.scan_file(path, start, end):
+                        if isinstance(rec, framing.Record) and rec.type == framing.T_OBJECT and rec.body[32] == TYPE_ENTRY:
+                            w.add_record(rec.body, home)
+                except (FileNotFoundError, UnsafePath):
+                    continue  # gone meanwhile (a compaction): its entries are in the new pack
+                w.file_done(path, end)
+            for path in gone:
+                w.forget_file(path)
+            w.commit()
+            added = w.added
+        except BaseException:
+            w.rollback()
+            raise
+        return added
+
+    def session_id(self, name: Optional[str]) -> Optional[int]:
+        if name is None:
+            return None
+        sid = self._session_ids.get(name)
+        if sid is None:
+            self.db.execute("INSERT OR IGNORE INTO sessions(name) VALUES(?)", (name,))
+            sid = self.db.execute("SELECT id FROM sessions WHERE name=?", (name,)).fetchone()[0]
+            self._session_ids[name] = sid
+            self._session_names[sid] = name
+        return sid
+
+    def session_name(self, sid: Optional[int]) -> Optional[str]:
+        if sid is None:
+            return None
+        name = self._session_names.get(sid)
+        if name is None:
+            row = self.db.execute("SELECT name FROM sessions WHERE id=?", (sid,)).fetchone()
+            name = row[0] if row else None
+            if name is not None:
+                self._session_names[sid] = name
+        return name
+
+    # -- asking -------------------------------------------------------------------------------------
+
+    def query(
+        self,
+        query: str,
+        session: Optional[str] = None,
+        kinds: Iterable[str] = (),
+        since: Optional[str] = None,
+        until: Optional[str] = None,
+        limit: Optional[int] = 20,
+        hidden: bool = False,
+        live: Optional[set[str]] = None,
+    ) -> Iterator[Hit]:
+        """Hits best first: bm25 over the matching texts, newer entries first among equals.
+
+        bm25 ranks every row it is given, so a word that matches most of a large tape would
+        cost time in proportion to the tape. Matching texts are therefore taken newest first
+        (text ids count up as texts are indexed), RANK_WINDOW at a time, and each window is
+        ranked: a query matching fewer texts than that is ranked exactly; a more common one
+        gets the best of the newest matches first, then of older ones while more hits are
+        wanted."""
+        terms = parse_query(query)
+        expr = fts_expression(terms)
+        cond, cargs = [], []
+        want = sorted({KINDS.index(kind_value(k)) for k in kinds})
+        if want:
+            cond.append(f"AND kind IN ({','.join('?' * len(want))})")
+            cargs += want
+        if since:
+            cond.append("AND time >= ?")
+            cargs.append(_micros(since))
+        if until:
+            cond.append("AND time <= ?")
+            cargs.append(_micros(until))
+        if not hidden:
+            cond.append("AND hidden = 0")
+        entries_sql = ("SELECT hash, session, kind, seq, text, time FROM entries WHERE text IN (SELECT value FROM json_each(?)) "
+                       + " ".join(cond) + " ORDER BY time DESC")
+
+        def candidates():
+            below = 1 << 62
+            while True:
+                window = self.db.execute(
+                    "SELECT rowid, rank FROM fts WHERE fts MATCH ? AND rowid < ? ORDER BY rowid DESC LIMIT ?",
+                    (expr, below, RANK_WINDOW),
+                ).fetchall()
+                if not window:
+                    return
+                ranked = [tid for tid, _ in sorted(window, key=lambda r: (r[1], -r[0]))]
+                for i in range(0, len(ranked), 64):  # the entries of the best texts first
+                    chunk = ranked[i : i + 64]
+                    order = {tid: j for j, tid in enumerate(chunk)}
+                    rows = self.db.execute(entries_sql, [json.dumps(chunk)] + cargs).fetchall()
+                    rows.sort(key=lambda r: order[r[4]])  # stable: newest first within a text
+                    yield from rows
+                if len(window) < RANK_WINDOW:
+                    return
+                below = window[-1][0]
+
+        alive: dict[str, bool] = {}
+
+        def is_live(name: Optional[str]) -> bool:
+            if name is None:
+                return False
+            if live is not None:
+                return name in live
+            if name not in alive:
+                alive[name] = self.tape._session_exists(name)  # not removed by `session rm`
+            return alive[name]
+
+        def others():
+            return live if live is not None else self.tape.store.sessions()
+        reach = _Reach(self.tape)
+        count = 0
+        for hb, sid, kind, seq, tid, micros in candidates():
+            h = hb.hex()
+            if not self.store.has_object(h):
+                continue  # removed by a compaction since it was indexed
+            home = self.session_name(sid)
+            if session is not None:
+                if home != session and not reach.reaches(session, h, seq):
+                    continue
+                where = session
+            elif is_live(home):
+                where = home
+            else:
+                where = next((s for s in sorted(others()) if is_live(s) and reach.reaches(s, h, seq)), None)
+                if where is None:
+                    continue  # no session reaches it any more
+            text = self._head(tid)
+            if not has_match(text, terms):  # the match lies past the kept head: read the entry
+                try:
+                    text = payload_text(self.tape.read_entry(h).payload)
+                except CtapeError:
+                    continue
+            yield Hit(where, h, KINDS[kind], _time_text(micros), snippet(text, terms))
+            count += 1
+            if limit is not None and count >= limit:
+                return
+
+    def _head(self, tid: int) -> str:
+        row = self.db.execute("SELECT head FROM texts WHERE id=?", (tid,)).fetchone()
+        if row is None:
+            return ""
+        try:
+            return zstd().ZstdDecompressor().decompress(row[0]).decode("utf-8", "replace")
+        except Exception:  # noqa: BLE001 - a damaged cache row: the entry is read instead
+            return ""
+
+    def stats(self) -> dict:
+        """Sizes of the search cache (for the benchmark and `ctape stats`-like reports)."""
+        entries = self.db.execute("SELECT count(*) FROM entries").fetchone()[0]
+        texts = self.db.execute("SELECT count(DISTINCT text) FROM entries").fetchone()[0]
+        size = 0
+        if self.path != ":memory:":
+            for suffix in ("", "-wal"):
+                try:
+                    size += os.path.getsize(self.path + suffix)
+                except OSError:
+                    pass
+        return {"entries": entries, "texts": texts, "bytes": size, "path": self.path}
+
+
+class _Writer:
+    """Rows of one update, written in transactions of BATCH entries."""
+
+    def __init__(self, index: SearchIndex):
+        self.ix = index
+        self.db = index.db
+        self.added = 0
+        self.pending = 0
+        self.texts_new: dict[int, int] = {}  # text key -> id, of this update
+        self.next_id = (self.db.execute("SELECT max(id) FROM texts").fetchone()[0] or 0) + 1
+        self.cctx = zstd().ZstdCompressor(level=3)
+        self.db.execute("BEGIN IMMEDIATE")
+
+    def _text_id(self, key: int) -> Optional[int]:
+        tid = self.texts_new.get(key)
+        if tid is None:
+            row = self.db.execute("SELECT id FROM texts WHERE key=?", (key,)).fetchone()
+            tid = row[0] if row else None
+        return tid
+
+    def add_record(self, body: bytes, home: Optional[str]) -> None:
+        h = body[:32].hex()
+        key = hash_key(h)
+        if self.db.execute("SELECT 1 FROM entries WHERE key=?", (key,)).fetchone():
+            return
+        try:
+            canonical = body[34:] if body[33] == CODEC_RAW else self.ix.store.decode_object(h, body)[1]
+            raw = json.loads(canonical)
+        except (CorruptObject, ValueError):
+            return  # fsck reports it
+        self.add_entry(h, key, raw, home)
+
+    def add_entry(self, h: str, key: int, raw: dict, home: Optional[str]) -> bool:
+        try:
+            kind = KINDS.index(raw["kind"])
+            payload, meta, t, seq = raw["payload"], raw["meta"], raw["time"], int(raw["seq"])
+        except (KeyError, TypeError, ValueError):
+            return False
+        parts = payload_parts(payload, [])
+        tkey = text_key(parts)
+        tid = self._text_id(tkey)
+        if tid is None:
+            try:
+                text = entry_text(parts, lambda b: self.ix.store.get_object(b)[1])
+            except (EntryNotFound, CorruptObject):
+                # a large value that has not arrived (rsync under way): index it later
+                self.db.execute("INSERT OR IGNORE INTO retry VALUES(?,?)", (h, home))
+                return False
+            tid, self.next_id = self.next_id, self.next_id + 1
+            self.db.execute("INSERT INTO fts(rowid, body) VALUES(?,?)", (tid, text))
+            head = text.encode("utf-8")[:HEAD_BYTES].decode("utf-8", "ignore").encode("utf-8")
+            self.db.execute("INSERT INTO texts VALUES(?,?,?)", (tid, tkey, self.cctx.compress(head)))
+            self.texts_new[tkey] = tid
+        hidden = 1 if isinstance(meta, dict) and meta.get(HIDDEN) else 0
+        self.db.execute(
+            "INSERT OR IGNORE INTO entries VALUES(?,?,?,?,?,?,?,?)",
+            (key, bytes.fromhex(h), tid, self.ix.session_id(home), kind, _micros(t), seq, hidden),
+        )
+        self.added += 1
+        self.pending += 1
+        if self.pending >= BATCH:
+            self.db.execute("COMMIT")
+            self.db.execute("BEGIN IMMEDIATE")
+            self.pending = 0
+            # another process may have indexed texts while the lock was free
+            self.next_id = max(self.next_id, (self.db.execute("SELECT max(id) FROM texts").fetchone()[0] or 0) + 1)
+        return True
+
+    def retry(self, h: str, home: Optional[str]) -> None:
+        key = hash_key(h)
+        self.db.execute("DELETE FROM retry WHERE hash=?", (h,))
+        if self.db.execute("SELECT 1 FROM entries WHERE key=?", (key,)).fetchone():
+            return
+        try:
+            raw = json.loads(self.ix.store.get_object(h)[1])
+        except (EntryNotFound, CorruptObject, ValueError):
+            return  # gone (compacted away): nothing to index
+        self.add_entry(h, key, raw, home)
+
+    def file_done(self, path: str, end: int) -> None:
+        self.db.execute("INSERT OR REPLACE INTO files VALUES(?,?)", (path, end))
+
+    def forget_file(self, path: str) -> None:
+        self.db.execute("DELETE FROM files WHERE path=?", (path,))
+
+    def commit(self) -> None:
+        self.db.execute("COMMIT")
+
+    def rollback(self) -> None:
+        try:
+            self.db.execute("ROLLBACK")
+        except sqlite3.OperationalError:
+            pass
+
+
+class _Reach:
+    """Does a session reach an entry? Its branches, tags and HEAD, walked up by seq."""
+
+    def __init__(self, tape):
+        self.tape = tape
+        self.tips: dict[str, list] = {}
+        self.memo: dict[tuple, bool] = {}
+
+    def _tips(self, session: str) -> list:
+        tips = self.tips.get(session)
+        if tips is None:
+            tips = []
+            if self.tape._session_exists(session):
+                st = self.tape.session(session).refs()
+                for h in {*st.branches.values(), *st.tags.values(), st.head_hash} - {None}:
+                    try:
+                        tips.append((h, self.tape.read_entry(h).seq))
+                    except CtapeError:
+                        continue
+            self.tips[session] = tips
+        return tips
+
+    def reaches(self, session: str, h: str, seq: int) -> bool:
+        key = (session, h)
+        got = self.memo.get(key)
+        if got is None:
+            tape = self.tape
+            got = False
+            for tip, tip_seq in self._tips(session):
+                if tip_seq >= seq and derived.ancestor(tip, tip_seq - seq, tape.read_entry, tape.store.index.keyframe) == h:
+                    got = True
+                    break
+            self.memo[key] = got
+        return got
+
+
+def search(tape, query: str, session: Optional[str] = None, kinds: Iterable[str] = (), since: Optional[str] = None,
+           until: Optional[str] = None, limit: Optional[int] = 20, hidden: bool = False,
+           progress: Optional[Callable[[str], None]] = None) -> list[Hit]:
+    """Tape.search: bring the search cache up to date, then ask it."""
+    parse_query(query)  # bad input fails before any work
+    kinds = list(kinds)
+    for k in kinds:
+        kind_value(k)
+    if limit is not None and limit < 0:
+        raise InvalidInput("-n must be 0 or more")
+    ix = tape._search_index()
+    ix.update(progress)
+    return list(ix.query(query, session, kinds, since, until, limit, hidden))

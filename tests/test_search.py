@@ -1,0 +1,265 @@
+"""Full-text search: the Python API, the command, bad input, and freshness (rsync, compact)."""
+
+import base64
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from ctape import Tape
+from ctape.errors import InvalidInput
+from ctape.search import fts_expression, parse_query
+
+from conftest import run_cli, snapshot
+
+CLAUDE = os.path.join("/work/shared/fixtures/transcripts/claude-code", "daaain__claude-code-log__37f83ec9-f2ea-42a9-925e-0d5c105cb6e8.jsonl")
+
+
+def _fill(t: Tape):
+    chat = t.session("chat")
+    chat.append("system", {"content": "You are a careful coding agent."})
+    chat.append("user", {"content": "Why does the parser reject unicode identifiers?"})
+    chat.append("tool_call", {"call_id": "c1", "name": "bash", "arguments": {"cmd": "pytest -x tests/test_parser.py"}})
+    big = "collected 412 items\n" + "tests/test_parser.py ....F\n" * 80 + "E   AssertionError: zebrafish token rejected\n"
+    chat.append("tool_result", {"call_id": "c1", "output": big})  # a large value: stored as a blob
+    chat.append("assistant", {"content": "The tokenizer only accepts ASCII letters; I will widen the class."})
+    other = t.session("other")
+    other.append("user", {"content": "Plan the release notes for version two"})
+    other.append("tool_result", {"call_id": "c9", "output": big})  # the same output again: one indexed text
+    return chat, other
+
+
+def test_words_phrases_ranking_and_filters(tape):
+    chat, other = _fill(tape)
+    hits = tape.search("zebrafish")
+    assert {(h.session, h.kind) for h in hits} == {("chat", "tool_result"), ("other", "tool_result")}
+    assert all("zebrafish" in h.snippet for h in hits)
+    assert [h.hash for h in tape.search("zebrafish", session="other")] == [other.head.hash]
+    assert tape.search("zebrafish parser tokenizer") == []  # words are ANDed within one entry
+    assert [h.kind for h in tape.search("ASCII tokenizer")] == ["assistant"]
+    assert [h.kind for h in tape.search('"only accepts ascii"')] == ["assistant"]  # a phrase, any case
+    assert tape.search('"accepts only ascii"') == []  # the words, but not in that order
+    assert [h.kind for h in tape.search("unicode", kinds=["user"])] == ["user"]
+    assert tape.search("unicode", kinds=["assistant"]) == []
+    assert tape.search("zebrafish", since="2999-01-01T00:00:00Z") == []
+    assert len(tape.search("zebrafish", until="2999-01-01T00:00:00Z")) == 2
+    assert len(tape.search("zebrafish", limit=1)) == 1
+    h = tape.search("release notes")[0]
+    assert h.to_json() == {"session": "other", "hash": other.log().__next__().parent, "kind": "user",
+                           "time": h.time, "snippet": "Plan the release notes for version two"}
+    # bm25: an entry dense in the word ranks before one that mentions it once
+    chat.append("user", {"content": "tokenizer tokenizer tokenizer"})
+    assert [h.snippet for h in tape.search("tokenizer")][0] == "tokenizer tokenizer tokenizer"
+
+
+def test_new_entries_and_other_processes_are_found(tape_dir):
+    t = Tape.open(tape_dir)
+    s = t.session("s")
+    s.append("user", {"content": "first quokka"})
+    assert len(t.search("quokka")) == 1
+    s.append("user", {"content": "second quokka"})
+    assert len(t.search("quokka")) == 2  # the cache catches up before each query
+    run_cli("--dir", tape_dir, "append", "user", '{"content": "third quokka"}', "-s", "s", check=True)
+    assert len(t.search("quokka")) == 3
+    t.close()
+
+
+def test_binary_values_are_not_indexed(tape):
+    s = tape.session("s")
+    blob = base64.b64encode(os.urandom(3000)).decode()
+    s.append("user", {"content": [{"type": "text", "text": "see the screenshot"},
+                                  {"type": "image", "source": {"type": "base64", "data": blob}}]})
+    s.append("tool_result", {"call_id": "call_secretid", "output": "ok"})
+    word = blob[10:40]
+    assert tape.search("screenshot")
+    assert tape.search(word) == []  # base64 runs stay out of the index
+    assert tape.search("call_secretid") == []  # call ids are not text
+    assert tape.search("image") == []  # nor the type tags of content parts
+
+
+@pytest.mark.parametrize("query", ['"', '*', '(', ')', 'NEAR', 'NEAR(a b)', '-x', 'a OR', 'AND', '^', 'x:y', '"unclosed phrase',
+                                   'col:value', '{a b}', 'a + b', "'", 'NOT a'])
+def test_fts_syntax_never_reaches_fts(tape, query):
+    s = tape.session("s")
+    s.append("user", {"content": "near and or not a b x y unclosed phrase col value"})
+    try:
+        terms = parse_query(query)
+    except InvalidInput:
+        return  # nothing searchable in it: refused as an empty query
+    assert fts_expression(terms)
+    tape.search(query)  # never an FTS5 syntax error
+
+
+@pytest.mark.parametrize("query", ["", "   ", '""', "* - ( )", '"   "'])
+def test_empty_query_is_refused_and_changes_nothing(tape_dir, query):
+    Tape.open(tape_dir).session("s").append("user", {"content": "hello"})
+    before = snapshot(tape_dir)
+    p = run_cli("--dir", tape_dir, "search", query)
+    assert p.returncode == 2
+    err = p.stderr.decode()
+    assert err.startswith("ctape: error: empty search query") and err.count("\n") == 1
+    assert snapshot(tape_dir) == before
+
+
+def test_bad_options_are_one_line_errors(tape_dir):
+    Tape.open(tape_dir).session("s").append("user", {"content": "hello"})
+    before = snapshot(tape_dir)
+    for args, code in ((["hello", "--kind", "nope"], 2), (["hello", "--since", "yesterday"], 2),
+                       (["hello", "-n", "-1"], 2), (["hello", "-s", "nosuch"], 1), (["hello", "-s", "../x"], 2)):
+        p = run_cli("--dir", tape_dir, "search", *args)
+        assert p.returncode == code, (args, p.stderr)
+        assert p.stderr.decode().count("\n") == 1 and "Traceback" not in p.stderr.decode()
+    assert snapshot(tape_dir) == before
+
+
+def test_cli_json_lines_and_human_form(tape_dir):
+    with Tape.open(tape_dir) as t:
+        _fill(t)
+    p = run_cli("--dir", tape_dir, "search", "zebrafish", "--json", check=True)
+    rows = [json.loads(line) for line in p.stdout.decode().splitlines()]
+    assert {r["session"] for r in rows} == {"chat", "other"}
+    assert all(set(r) == {"session", "hash", "kind", "time", "snippet"} for r in rows)
+    p = run_cli("--dir", tape_dir, "search", "zebrafish", "-s", "chat", check=True)
+    line = p.stdout.decode().strip()
+    assert line.split()[1:3] == ["chat", "tool_result"] and "zebrafish" in line
+    p = run_cli("--dir", tape_dir, "search", "absentword", check=True)
+    assert p.stdout == b"" and b"no matches" in p.stderr
+
+
+def test_control_characters_are_escaped(tape_dir):
+    with Tape.open(tape_dir) as t:
+        t.session("s").append("tool_result", {"call_id": "c", "output": "bell\x07here \x1b[31mred\x1b[0m"})
+    p = run_cli("--dir", tape_dir, "search", "bell", check=True)
+    assert b"\x07" not in p.stdout and b"\x1b" not in p.stdout and b"\\x07" in p.stdout
+
+
+def test_search_cache_is_rebuildable(tape_dir):
+    t = Tape.open(tape_dir)
+    _fill(t)
+    assert len(t.search("zebrafish")) == 2
+    path = t._search_index().path
+    t.close()
+    os.unlink(path)
+    for suffix in ("-wal", "-shm"):
+        if os.path.exists(path + suffix):
+            os.unlink(path + suffix)
+    t = Tape.open(tape_dir)
+    assert len(t.search("zebrafish")) == 2
+    t.close()
+
+
+def test_compaction_keeps_results_right(tape_dir):
+    t = Tape.open(tape_dir)
+    s = t.session("s")
+    s.append("user", {"content": "keeper wombat"})
+    s.checkout("s", new_branch="tmp")
+    doomed = s.append("user", {"content": "doomed wombat"}).hash
+    assert len(t.search("wombat")) == 2
+    s.checkout("main")
+    s.delete_branch("tmp")
+    t.compact(expire="now", grace="now")
+    assert not t.has_entry(doomed)
+    assert [h.snippet for h in t.search("wombat")] == ["keeper wombat"]  # the removed entry is gone
+    s.append("user", {"content": "a new wombat after compaction"})
+    assert len(t.search("wombat")) == 2
+    t.close()
+    t = Tape.open(tape_dir)  # another process: reads the pack compaction wrote
+    assert sorted(h.snippet for h in t.search("wombat")) == ["a new wombat after compaction", "keeper wombat"]
+    t.close()
+
+
+@pytest.mark.skipif(shutil.which("rsync") is None, reason="rsync is not installed")
+def test_entries_that_arrive_by_rsync_are_found(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    Tape.init(a).close()
+    subprocess.run(["rsync", "-a", f"{a}/", f"{b}/"], check=True)
+    ta, tb = Tape.open(a), Tape.open(b)
+    ta.session("s").append("user", {"content": "platypus from a"})
+    assert tb.search("platypus") == []
+    big = "platypus " + "lorem ipsum dolor " * 200  # a blob too
+    ta.session("t").append("tool_result", {"call_id": "c", "output": big})
+    ta.close()
+    subprocess.run(["rsync", "-a", f"{a}/", f"{b}/"], check=True)
+    assert sorted(h.session for h in tb.search("platypus")) == ["s", "t"]
+    tb.close()
+
+
+def test_shared_entries_are_reported_for_a_session_that_reaches_them(tape):
+    s = tape.session("orig")
+    s.append("user", {"content": "shared narwhal"})
+    h = s.head.hash
+    # another session whose branch points into orig's history (what `session cp` does)
+    tape.session("copy").set_refs("branch", {"main": h, "HEAD": "@main"})
+    assert [x.session for x in tape.search("narwhal", session="copy")] == ["copy"]
+    assert [x.session for x in tape.search("narwhal")] == ["orig"]
+    assert tape.search("narwhal", session="nobody") == []
+
+
+def test_hidden_entries_only_on_request(tape):
+    s = tape.session("s")
+    s.append("system", {"content": "bookkeeping okapi"}, meta={"ctape.hidden": True})
+    assert tape.search("okapi") == []
+    assert len(tape.search("okapi", hidden=True)) == 1
+
+
+@pytest.mark.skipif(not os.path.exists(CLAUDE), reason="fixtures not present")
+def test_real_transcript(tape_dir):
+    run_cli("--dir", tape_dir, "import", "claude-code", CLAUDE, "-s", "cc", check=True)
+    p = run_cli("--dir", tape_dir, "search", "session_nav.html", "--json", "-n", "5", check=True)
+    rows = [json.loads(x) for x in p.stdout.decode().splitlines()]
+    assert len(rows) == 5 and all(r["session"] == "cc" for r in rows)
+    p = run_cli("--dir", tape_dir, "search", '"test session starts"', "--kind", "tool_result", "--json", check=True)
+    rows = [json.loads(x) for x in p.stdout.decode().splitlines()]
+    assert rows and all(r["kind"] == "tool_result" and "test session starts" in r["snippet"] for r in rows)
+
+
+def test_common_words_are_ranked_in_windows_and_none_is_lost(tape, monkeypatch):
+    import ctape.search as search
+
+    monkeypatch.setattr(search, "RANK_WINDOW", 3)
+    s = tape.session("s")
+    for i in range(10):
+        s.append("user", {"content": f"okra number {i}" + " filler" * i})
+    hits = tape.search("okra", limit=None)
+    assert sorted(h.snippet.split()[2] for h in hits) == [str(i) for i in range(10)]  # every match, once
+    # the newest window (texts 7, 8, 9) comes first, ranked within itself: the shortest text first
+    assert [h.snippet.split()[2] for h in hits[:3]] == ["7", "8", "9"]
+    assert len(tape.search("okra", limit=4)) == 4
+    assert [h.snippet.split()[2] for h in tape.search("okra", kinds=["user"], limit=None)][:1] == ["7"]
+
+
+def test_snippet_of_a_match_deep_in_a_large_output(tape):
+    s = tape.session("s")
+    s.append("tool_result", {"call_id": "c", "output": "line of filler text\n" * 2000 + "the axolotl appears at the very end"})
+    hit = tape.search("axolotl")[0]
+    assert "axolotl appears at the very end" in hit.snippet and hit.snippet.startswith("…")
+    assert hit.time == s.head.time and hit.hash == s.head.hash
+
+
+def test_removed_session_is_not_reported_and_its_copy_is(tape):
+    s = tape.session("orig")
+    s.append("user", {"content": "gone gecko"})
+    tape.copy_session("orig", "copy")
+    tape.remove_session("orig")
+    assert [h.session for h in tape.search("gecko")] == ["copy"]
+    tape.remove_session("copy")
+    assert tape.search("gecko") == []
+
+
+def test_processes_indexing_at_once_agree(tape_dir):
+    import sys
+
+    with Tape.open(tape_dir) as t:
+        s = t.session("s")
+        with t.batch():
+            for i in range(2500):  # more than one write transaction of the indexer
+                s.append("user", {"content": f"entry {i} of the lemur census"})
+    env = dict(os.environ)
+    procs = [subprocess.Popen([sys.executable, "-m", "ctape", "--dir", str(tape_dir), "search", "lemur", "-n", "0", "--json"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env) for _ in range(3)]
+    outs = [p.communicate() for p in procs]
+    assert all(p.returncode == 0 for p in procs), [e for _, e in outs]
+    counts = {len(o.splitlines()) for o, _ in outs}
+    assert counts == {2500}
