@@ -19,7 +19,7 @@ from .queries import is_hidden, usage
 
 WALK_LIMIT = 200_000  # entries remembered per session
 MAX_NODES = 400  # nodes drawn; anchors beyond this are left out (newest kept)
-ROW, LANE, PAD = 26, 22, 14
+ROW, LANE, PAD, LEFT = 26, 22, 14, 34
 
 
 @dataclass(slots=True)
@@ -158,13 +158,13 @@ def svg(g: Graph, session: str, viewing: Optional[str], link) -> str:
         return '<p class="muted">no entries yet</p>'
     on_path = set(g.path(viewing)) if viewing else set()
     lanes = max(d.lane for d in drawn) + 1
-    text_x = PAD + lanes * LANE + 6
-    width = text_x + 260
+    text_x = LEFT + (lanes - 1) * LANE + 14
+    width = text_x + 200
     height = PAD * 2 + ROW * (len(drawn) - 1) + 4
     parts = [f'<svg class="tree" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" aria-label="branch tree">']
 
     def xy(i: int) -> tuple[int, int]:
-        return PAD + drawn[i].lane * LANE, PAD + i * ROW
+        return LEFT + drawn[i].lane * LANE, PAD + i * ROW
 
     for i, d in enumerate(drawn):
         if d.parent is None:
@@ -176,7 +176,8 @@ def svg(g: Graph, session: str, viewing: Optional[str], link) -> str:
         else:
             parts.append(f'<path class="{cls}" d="M{x1} {y1} C{x1} {y1 + ROW * 0.8} {x2} {y1 + ROW * 0.2} {x2} {y1 + ROW} V{y2}"/>')
         if d.gap:
-            parts.append(f'<text class="gap" x="{x2 + 5}" y="{(y1 + y2) // 2 + 4}">+{d.gap}</text>')
+            gx, anchor = (LEFT - 9, "end") if d.lane == 0 else (x2 + 6, "start")
+            parts.append(f'<text class="gap" x="{gx}" y="{(y1 + y2) // 2 + 4}" text-anchor="{anchor}">+{d.gap}</text>')
     for i, d in enumerate(drawn):
         x, y = xy(i)
         cls = " ".join(["node", *d.classes, *(["on"] if d.h in on_path else []), *(["viewing"] if d.h == viewing else [])])
@@ -186,7 +187,7 @@ def svg(g: Graph, session: str, viewing: Optional[str], link) -> str:
             f'<a class="{cls}" href="{esc(link(d.h))}" data-hash="{d.h}" data-labels="{esc(" ".join(d.labels))}">'
             f"<title>{esc(title)}</title>"
             f'<circle cx="{x}" cy="{y}" r="{6 if d.labels else 4}"/>'
-            f'<text x="{text_x}" y="{y + 4}">{esc(_clip(label, 34))} <tspan class="seq">#{d.seq}</tspan></text></a>'
+            f'<text x="{text_x}" y="{y + 4}">{esc(_clip(label, 26))} <tspan class="seq">#{d.seq}</tspan></text></a>'
         )
     parts.append("</svg>")
     note = ""
