@@ -24,6 +24,7 @@ from .tree import Graph, svg
 
 PAGE = 100  # entries per page of a conversation; older ones are a link away
 LIVE_TTL = 0.25  # seconds a session's refs are trusted before they are read again
+WALK_BUDGET = 0.15  # seconds a request may spend reading history for the tree (the rest: next polls)
 DIFF_SIDE = 200  # entries shown per side of a diff
 
 
@@ -88,13 +89,14 @@ class Site:
             raise RefNotFound(f"no session {name!r}")
         return self.tape.session(name)
 
-    def graph(self, name: str) -> Graph:
-        """The session's tree, brought up to date at most every LIVE_TTL seconds."""
+    def graph(self, name: str, whole: bool = False) -> Graph:
+        """The session's tree, brought up to date at most every LIVE_TTL seconds; a long
+        history is read a slice per request (WALK_BUDGET), unless `whole`."""
         g = self.graphs.get(name)
         now = time.monotonic()
-        if g is None or now - self.checked.get(name, 0) >= LIVE_TTL:
+        if g is None or now - self.checked.get(name, 0) >= LIVE_TTL or (whole and not g.complete):
             g = g or Graph()
-            g.update(self.tape, self.session(name))
+            g.update(self.tape, self.session(name), None if whole else WALK_BUDGET)
             self.graphs[name] = g
             self.checked[name] = time.monotonic()
         return g
@@ -117,7 +119,7 @@ class Site:
                 except EntryNotFound:
                     pass
             g = self.graphs.get(name)
-            tokens = g.totals() if g is not None else None
+            tokens = g.totals() if g is not None and g.complete else None
             usage = f'{tokens["tokens_in"]:,} in / {tokens["tokens_out"]:,} out' if tokens and (tokens["tokens_in"] or tokens["tokens_out"]) else ""
             rows.append(
                 f'<tr class="session"><td><a href="{esc(s_url(name))}">{esc(name)}</a></td>'
@@ -191,7 +193,6 @@ class Site:
         follow = not at
         tip = self.tape.resolve(at, name) if at else sess.refs().head_hash
         st = sess.status()
-        totals_note = ""
         branches = sess.branches()
         current = st["branch"]
         facts = [
@@ -201,9 +202,6 @@ class Site:
         ]
         head = self.tape.read_entry(st["head"]) if st["head"] and self.tape.has_entry(st["head"]) else None
         facts.append(f"<span>source: {esc(queries.source(head))}</span>")
-        tot = g.totals()
-        if tot["tokens_in"] or tot["tokens_out"]:
-            facts.append(f'<span>usage: {tot["tokens_in"]:,} in / {tot["tokens_out"]:,} out tokens</span>')
         flags = []
         if st["pending_tool_calls"]:
             flags.append(f'<span class="badge warn">{len(st["pending_tool_calls"])} pending tool call(s): {esc(", ".join(str(c["name"]) for c in st["pending_tool_calls"]))}</span>')
@@ -222,7 +220,7 @@ class Site:
             f'<h1>{esc(name)}</h1><p class="facts">{" · ".join(facts)}</p>'
             + (f'<p class="flags">{" ".join(flags)}</p>' if flags else "")
             + (f'<p class="compare">compare {esc(current or "HEAD")} with: {compare}</p>' if compare else "")
-            + viewing + totals_note
+            + viewing
         )
         conv = self.conversation(name, tip, before, follow and not before, at)
         tree = self.tree_html(name, tip)
@@ -321,7 +319,7 @@ class Site:
         rows = "".join(f"<tr><th>{esc(k)}</th><td>{esc(f'{v:,}' if isinstance(v, int) else v)}</td></tr>" for k, v in st.items())
         srows = []
         for s in self.tape.sessions():
-            t = self.graph(s["session"]).totals()
+            t = self.graph(s["session"], whole=True).totals()
             kinds = ", ".join(f"{k} {n:,}" for k, n in sorted(t["kinds"].items()))
             srows.append(
                 f'<tr><td><a href="{esc(s_url(s["session"]))}">{esc(s["session"])}</a></td><td class="num">{t["entries"]:,}</td>'

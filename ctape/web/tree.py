@@ -10,6 +10,8 @@ stops after WALK_LIMIT entries per session; the tree then says what it left out.
 
 from __future__ import annotations
 
+import heapq
+import time
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -19,7 +21,7 @@ from .queries import is_hidden, usage
 
 WALK_LIMIT = 200_000  # entries remembered per session
 MAX_NODES = 400  # nodes drawn; anchors beyond this are left out (newest kept)
-ROW, LANE, PAD, LEFT = 26, 22, 14, 34
+ROW, LANE, PAD, LEFT = 26, 22, 14, 48
 
 
 @dataclass(slots=True)
@@ -42,9 +44,16 @@ class Graph:
     truncated: bool = False
     missing: bool = False  # an entry on some path has not arrived yet (an rsync under way)
     sig: str = ""
+    frontier: list = field(default_factory=list)  # heap of (-seq, hash) still to read
+    queued: set = field(default_factory=set)
 
-    def update(self, tape, session) -> None:
-        """Read what is new since the last update (refs first, then unseen entries)."""
+    @property
+    def complete(self) -> bool:
+        return not self.frontier
+
+    def update(self, tape, session, budget: Optional[float] = None) -> bool:
+        """Read the refs, then unseen entries newest first (every branch alike) for at most
+        `budget` seconds (None: all of them). True when the whole history is read."""
         refs = session.refs()
         tips = dict(refs.branches)
         if refs.branch is None and refs.head_hash:
@@ -52,21 +61,40 @@ class Graph:
         self.tips = tips
         self.current = refs.branch or ("HEAD" if refs.head_hash else None)
         self.conflicts = set(refs.conflicts)
-        self.sig = repr(sorted(tips.items())) + repr(refs.head)
         for h in sorted(set(tips.values())):
-            while h is not None and h not in self.nodes:
-                if len(self.nodes) >= WALK_LIMIT:
-                    self.truncated = True
-                    break
-                try:
-                    e = tape.read_entry(h)
-                except EntryNotFound:
-                    self.missing = True
-                    break
-                anchor = e.payload.get("name") if e.kind == "anchor" and isinstance(e.payload, dict) else None
-                ti, to = usage(e)
-                self.nodes[h] = Node(e.parent, e.seq, e.kind, str(anchor) if anchor is not None else None, ti, to, is_hidden(e))
-                h = e.parent
+            self._push(h, -(1 << 62))  # tips first: their seq is not known yet
+        deadline = None if budget is None else time.monotonic() + budget
+        n = 0
+        while self.frontier:
+            if deadline is not None and n % 32 == 0 and time.monotonic() > deadline:
+                break
+            _, h = heapq.heappop(self.frontier)
+            self.queued.discard(h)
+            if h in self.nodes:
+                continue
+            if len(self.nodes) >= WALK_LIMIT:
+                self.truncated = True
+                self.frontier.clear()
+                self.queued.clear()
+                break
+            try:
+                e = tape.read_entry(h)
+            except EntryNotFound:
+                self.missing = True
+                continue
+            n += 1
+            anchor = e.payload.get("name") if e.kind == "anchor" and isinstance(e.payload, dict) else None
+            ti, to = usage(e)
+            self.nodes[h] = Node(e.parent, e.seq, e.kind, str(anchor) if anchor is not None else None, ti, to, is_hidden(e))
+            if e.parent is not None:
+                self._push(e.parent, 1 - e.seq)
+        self.sig = repr(sorted(tips.items())) + repr(refs.head) + ("" if self.complete else f"|{len(self.nodes)}")
+        return self.complete
+
+    def _push(self, h: str, prio: int) -> None:
+        if h not in self.nodes and h not in self.queued:
+            self.queued.add(h)
+            heapq.heappush(self.frontier, (prio, h))
 
     def path(self, tip: str) -> list[str]:
         """Hashes root -> tip of the remembered part of the path."""
@@ -181,7 +209,12 @@ def svg(g: Graph, session: str, viewing: Optional[str], link) -> str:
     for i, d in enumerate(drawn):
         x, y = xy(i)
         cls = " ".join(["node", *d.classes, *(["on"] if d.h in on_path else []), *(["viewing"] if d.h == viewing else [])])
-        label = ", ".join(d.labels) if d.labels else f"fork at {d.seq}" if "fork" in d.classes else f"root" if d.seq == 1 else ""
+        if d.labels:
+            label = ", ".join(d.labels)
+        elif "fork" in d.classes:
+            label = f"fork at {d.seq}"
+        else:
+            label = "root" if d.seq == 1 else "… older entries"
         title = f"{d.h[:12]} · seq {d.seq}" + (f" · {', '.join(d.labels)}" if d.labels else "")
         parts.append(
             f'<a class="{cls}" href="{esc(link(d.h))}" data-hash="{d.h}" data-labels="{esc(" ".join(d.labels))}">'
@@ -191,6 +224,11 @@ def svg(g: Graph, session: str, viewing: Optional[str], link) -> str:
         )
     parts.append("</svg>")
     note = ""
+    if not g.complete:
+        note += f'<p class="muted loading">reading the history: {len(g.nodes):,} entries so far…</p>'
+    t = g.totals() if g.complete else None
+    if t and (t["tokens_in"] or t["tokens_out"]):
+        note += f'<p class="muted">usage: {t["tokens_in"]:,} in / {t["tokens_out"]:,} out tokens</p>'
     if g.truncated:
         note += f'<p class="muted">only the newest {WALK_LIMIT:,} entries are drawn</p>'
     if g.missing:
