@@ -17,6 +17,7 @@ GROUPS = (
     "sessions",
     "maintenance",
     "io",
+    "serve",
 )
 
 for _group in GROUPS:

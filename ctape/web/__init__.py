@@ -10,13 +10,22 @@ from __future__ import annotations
 import threading
 from typing import Callable, Optional
 
-from .server import make_server, url_of
-
 __all__ = ["serve", "make_server", "url_of"]
+
+
+def __getattr__(name):
+    # imported on first use, so that `ctape --help` does not load the server
+    if name in ("make_server", "url_of"):
+        from . import server
+
+        return getattr(server, name)
+    raise AttributeError(f"module 'ctape.web' has no attribute {name!r}")
 
 
 def serve(tape, host: str = "127.0.0.1", port: int = 0, open_browser: bool = False, quiet: bool = True, echo: Optional[Callable[..., None]] = None, ready: Optional[Callable[[str], None]] = None) -> None:
     """Serve TAPE until interrupted; the URL is echoed first (stdout), then a note on stderr."""
+    from .server import make_server, url_of
+
     httpd = make_server(tape, host, port, quiet=quiet)
     url = url_of(httpd)
     if echo is not None:

@@ -24,8 +24,6 @@ def serve(ctx, host, port, open_browser, verbose):
     """
     from . import serve as run
 
-    try:
-        from ..cli.base import open_tape
-    except ImportError:  # the one-module CLI
-        from ..cli import open_tape
+    from ..cli.base import open_tape
+
     run(open_tape(ctx), host=host, port=port, open_browser=open_browser, quiet=not verbose, echo=click.echo)
