@@ -1,7 +1,7 @@
 """`ctape serve` in a real headless Chromium (Debian's chromium + chromium-driver, driven by
 Selenium; .ci/run installs them). Skipped, with the reason, only when they are absent.
 
-CTAPE_SCREENSHOTS=DIR also saves screenshots of the main pages into DIR (docs/ uses them).
+The screenshots in docs/ come from tests/serve_screenshots.py.
 """
 
 import os
@@ -68,13 +68,6 @@ def browser():
     shutil.rmtree(profile, ignore_errors=True)
 
 
-def shot(browser, name):
-    where = os.environ.get("CTAPE_SCREENSHOTS")
-    if where:
-        time.sleep(0.2)
-        browser.save_screenshot(os.path.join(where, f"serve-{name}.png"))
-
-
 def wait_for(browser, cond, timeout=10):
     return WebDriverWait(browser, timeout, poll_frequency=0.1).until(lambda d: cond(d))
 
@@ -83,7 +76,6 @@ def test_sessions_page_lists_sessions(browser, server):
     browser.get(server + "/")
     names = [a.text for a in browser.find_elements(By.CSS_SELECTOR, "tr.session td:first-child a")]
     assert sorted(names) == ["demo", "evil"]
-    shot(browser, "sessions")
 
 
 def test_session_page_shows_messages_and_tool_results(browser, server):
@@ -98,7 +90,6 @@ def test_session_page_shows_messages_and_tool_results(browser, server):
     err = browser.find_element(By.CSS_SELECTOR, 'details.tool[data-call-id="call_2"]')
     assert err.find_element(By.CSS_SELECTOR, "summary .badge").text == "error"
     assert "1 pending tool call" in browser.find_element(By.CSS_SELECTOR, ".flags").text
-    shot(browser, "session")
 
 
 def test_clicking_a_branch_node_shows_that_branch(browser, server):
@@ -111,7 +102,6 @@ def test_clicking_a_branch_node_shows_that_branch(browser, server):
     assert "Try again, but run the tests with a timeout of 30 s." in text
     assert "The fix is to change the minus sign" not in text  # main's later entries are not on retry's path
     assert browser.find_element(By.CSS_SELECTOR, "svg.tree a.node.viewing").get_attribute("data-labels") == "retry"
-    shot(browser, "branch")
 
 
 def test_hostile_payload_renders_as_text_and_runs_nothing(browser, server):
@@ -173,7 +163,5 @@ def test_show_all_fetches_the_whole_output_and_other_pages(browser, server, tape
     wait_for(browser, lambda b: "row 399" in pre.text)
     browser.get(server + "/diff?s=demo&a=main&b=retry")
     assert "They part after entry" in browser.find_element(By.TAG_NAME, "main").text
-    shot(browser, "diff")
     browser.get(server + "/stats")
     assert "Storage" in browser.find_element(By.TAG_NAME, "main").text
-    shot(browser, "stats")

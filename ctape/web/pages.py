@@ -16,7 +16,7 @@ from typing import Optional
 from urllib.parse import quote, urlencode
 
 from ..errors import EntryNotFound, RefNotFound
-from ..models import NAME_RE, Entry
+from ..models import Entry
 from . import queries
 from .conversation import Renderer, clipped
 from .markdown import esc
@@ -24,6 +24,7 @@ from .tree import Graph, svg
 
 PAGE = 100  # entries per page of a conversation; older ones are a link away
 LIVE_TTL = 0.25  # seconds a session's refs are trusted before they are read again
+LIST_BUDGET = 0.3  # seconds the sessions page may spend reading histories for their usage
 WALK_BUDGET = 0.15  # seconds a request may spend reading history for the tree (the rest: next polls)
 DIFF_SIDE = 200  # entries shown per side of a diff
 
@@ -85,18 +86,18 @@ class Site:
     # -- shared state --------------------------------------------------------------------
 
     def session(self, name: str):
-        if not NAME_RE.fullmatch(name or "") or not self.tape._session_exists(name):
-            raise RefNotFound(f"no session {name!r}")
-        return self.tape.session(name)
+        from ..sessions import require
 
-    def graph(self, name: str, whole: bool = False) -> Graph:
+        return self.tape.session(require(self.tape, name))
+
+    def graph(self, name: str, whole: bool = False, budget: float = WALK_BUDGET) -> Graph:
         """The session's tree, brought up to date at most every LIVE_TTL seconds; a long
-        history is read a slice per request (WALK_BUDGET), unless `whole`."""
+        history is read a slice per request (`budget` seconds), unless `whole`."""
         g = self.graphs.get(name)
         now = time.monotonic()
         if g is None or now - self.checked.get(name, 0) >= LIVE_TTL or (whole and not g.complete):
             g = g or Graph()
-            g.update(self.tape, self.session(name), None if whole else WALK_BUDGET)
+            g.update(self.tape, self.session(name), None if whole else budget)
             self.graphs[name] = g
             self.checked[name] = time.monotonic()
         return g
@@ -109,6 +110,7 @@ class Site:
 
     def sessions_page(self, q: str = "") -> Page:
         rows = []
+        deadline = time.monotonic() + LIST_BUDGET
         for s in sorted(self.tape.sessions(), key=lambda s: s["last_time"] or "", reverse=True):
             name = s["session"]
             sess = self.tape.session(name)
@@ -118,9 +120,15 @@ class Site:
                     head = self.tape.read_entry(s["head"])
                 except EntryNotFound:
                     pass
-            g = self.graphs.get(name)
+            left = deadline - time.monotonic()
+            g = self.graph(name, budget=left) if left > 0 or name in self.graphs else None
             tokens = g.totals() if g is not None and g.complete else None
-            usage = f'{tokens["tokens_in"]:,} in / {tokens["tokens_out"]:,} out' if tokens and (tokens["tokens_in"] or tokens["tokens_out"]) else ""
+            if tokens is None:
+                usage = "…"  # not read yet: the session's page reads it
+            elif tokens["tokens_in"] or tokens["tokens_out"]:
+                usage = f'{tokens["tokens_in"]:,} in / {tokens["tokens_out"]:,} out'
+            else:
+                usage = ""
             rows.append(
                 f'<tr class="session"><td><a href="{esc(s_url(name))}">{esc(name)}</a></td>'
                 f'<td>{esc((s["last_time"] or "")[:19].replace("T", " "))}</td><td class="num">{s["entries"]:,}</td>'
