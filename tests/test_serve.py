@@ -323,3 +323,23 @@ def test_cli_refuses_a_missing_tape_and_a_busy_port(tmp_path, tape_dir):
         port = s.getsockname()[1]
         p = subprocess.run([sys.executable, "-m", "ctape.web", "--dir", str(tape_dir), "--port", str(port)], capture_output=True, text=True, timeout=30)
     assert p.returncode != 0 and "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+@pytest.mark.skipif(__import__("shutil").which("rsync") is None, reason="rsync is not installed (.ci/run installs it)")
+def test_conflict_branch_left_by_a_sync_is_drawn(tmp_path, served, tape_dir):
+    other = tmp_path / "B"
+    t = Tape.open(tape_dir)
+    t.session("chat").append("user", {"content": "start"})
+    t.close()
+    subprocess.run(["rsync", "-a", f"{tape_dir}/", f"{other}/"], check=True)
+    ta, tb = Tape.open(tape_dir), Tape.open(other)
+    ta.session("chat").append("assistant", {"content": "from A"})
+    tb.session("chat").append("assistant", {"content": "from B"})
+    ta.close(), tb.close()
+    subprocess.run(["rsync", "-a", f"{other}/", f"{tape_dir}/"], check=True)
+    port = served()
+    _, _, tree = get(port, "/s/chat/tree")
+    conflict = re.search(r'<a class="node ([^"]*)" href="[^"]*" data-hash="[0-9a-f]+" data-labels="(main\.conflict-[^"]+)"', tree)
+    assert conflict and "conflict" in conflict.group(1).split()
+    _, _, page = get(port, "/s/chat")
+    assert "conflict branches: " + conflict.group(2) in page

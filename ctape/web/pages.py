@@ -231,13 +231,13 @@ class Site:
             + viewing
         )
         conv = self.conversation(name, tip, before, follow and not before, at)
-        tree = self.tree_html(name, tip)
+        tree = self.tree_html(name, tip, g)
         main = f'{header}<div class="split"><section id="conversation" class="conversation">{conv}</section><aside id="tree" class="tree-pane"><h2>Branches</h2><div id="tree-svg">{tree}</div></aside></div>'
         attrs = {"data-session": name, "data-head": tip or "", "data-sig": g.sig, "data-follow": "1" if follow and not before else "0", "data-at": at or ""}
         return self.layout(name, main, attrs)
 
-    def tree_html(self, name: str, viewing: Optional[str]) -> str:
-        return svg(self.graph(name), name, viewing, lambda h: s_url(name, at=h))
+    def tree_html(self, name: str, viewing: Optional[str], g: Optional[Graph] = None) -> str:
+        return svg(g or self.graph(name), name, viewing, lambda h: s_url(name, at=h))
 
     def tree_page(self, name: str, at: Optional[str]) -> Page:
         sess = self.session(name)

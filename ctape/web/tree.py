@@ -64,9 +64,8 @@ class Graph:
         for h in sorted(set(tips.values())):
             self._push(h, -(1 << 62))  # tips first: their seq is not known yet
         deadline = None if budget is None else time.monotonic() + budget
-        n = 0
         while self.frontier:
-            if deadline is not None and n % 32 == 0 and time.monotonic() > deadline:
+            if deadline is not None and time.monotonic() > deadline:  # one read can decode a whole block
                 break
             _, h = heapq.heappop(self.frontier)
             self.queued.discard(h)
@@ -82,7 +81,6 @@ class Graph:
             except EntryNotFound:
                 self.missing = True
                 continue
-            n += 1
             anchor = e.payload.get("name") if e.kind == "anchor" and isinstance(e.payload, dict) else None
             ti, to = usage(e)
             self.nodes[h] = Node(e.parent, e.seq, e.kind, str(anchor) if anchor is not None else None, ti, to, is_hidden(e))
