@@ -25,6 +25,7 @@ from .tree import Graph, svg
 PAGE = 100  # entries per page of a conversation; older ones are a link away
 LIVE_TTL = 0.25  # seconds a session's refs are trusted before they are read again
 LIST_BUDGET = 0.3  # seconds the sessions page may spend reading histories for their usage
+PAGE_WALK_BUDGET = 0.05  # of which a session page spends this much (its polls read on)
 WALK_BUDGET = 0.15  # seconds a request may spend reading history for the tree (the rest: next polls)
 DIFF_SIDE = 200  # entries shown per side of a diff
 
@@ -82,6 +83,8 @@ class Site:
         self.graphs: dict[str, Graph] = {}
         self.checked: dict[str, float] = {}
         self.base = _template()
+        # the library imports these on first use; a server pays that before it prints its URL
+        from .. import localstate, recovery, sessions, stream  # noqa: F401
 
     # -- shared state --------------------------------------------------------------------
 
@@ -197,7 +200,6 @@ class Site:
 
     def session_page(self, name: str, at: Optional[str], before: Optional[str]) -> Page:
         sess = self.session(name)
-        g = self.graph(name)
         follow = not at
         tip = self.tape.resolve(at, name) if at else sess.refs().head_hash
         st = sess.status()
@@ -231,6 +233,8 @@ class Site:
             + viewing
         )
         conv = self.conversation(name, tip, before, follow and not before, at)
+        # after the conversation: the entries it read are cached, so the tree's walk starts fast
+        g = self.graph(name, budget=PAGE_WALK_BUDGET)
         tree = self.tree_html(name, tip, g)
         main = f'{header}<div class="split"><section id="conversation" class="conversation">{conv}</section><aside id="tree" class="tree-pane"><h2>Branches</h2><div id="tree-svg">{tree}</div></aside></div>'
         attrs = {"data-session": name, "data-head": tip or "", "data-sig": g.sig, "data-follow": "1" if follow and not before else "0", "data-at": at or ""}

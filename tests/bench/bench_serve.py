@@ -9,8 +9,9 @@ For each, a fresh server process (`python -m ctape.web`) is started and timed:
     first     the first GET of the session page (walks the whole history for the tree)
     warm      the median of the next GETs of the same page
     live      the median GET of /s/NAME/head (what every open page polls)
-    browser   the page load in headless Chromium (navigation start to the load event),
-              when /usr/bin/chromium and chromedriver and selenium are there
+    browser   the page load in headless Chromium (navigation start to the load event) on a
+              fresh server, after the browser opened one page that reads nothing from the
+              tape; when /usr/bin/chromium and chromedriver and selenium are there
 
 and the ratio big/small for each, measured in the same run. Prints one JSON line per
 session and a table on stderr.
@@ -80,9 +81,12 @@ def browser_load(url: str) -> float | None:
               "--disable-component-update", "--disable-sync", f"--user-data-dir={tempfile.mkdtemp()}"):
         opts.add_argument(f)
     d = webdriver.Chrome(options=opts, service=Service("/usr/bin/chromedriver"))
+    load = "const t = performance.getEntriesByType('navigation')[0]; return (t.loadEventEnd - t.startTime) / 1000;"
     try:
-        d.get(url)
-        return d.execute_script("const t = performance.getEntriesByType('navigation')[0]; return (t.loadEventEnd - t.startTime) / 1000;")
+        # a fresh browser's first navigation pays for the browser itself: open a page
+        # that reads nothing from the tape first, then the session page
+        d.get(url.split("/s/")[0] + "/diff")
+        return d.execute_script(load) if d.get(url) is None else None
     finally:
         d.quit()
 
