@@ -10,6 +10,7 @@ stops after WALK_LIMIT entries per session; the tree then says what it left out.
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import time
 from dataclasses import dataclass, field
@@ -86,7 +87,8 @@ class Graph:
             self.nodes[h] = Node(e.parent, e.seq, e.kind, str(anchor) if anchor is not None else None, ti, to, is_hidden(e))
             if e.parent is not None:
                 self._push(e.parent, 1 - e.seq)
-        self.sig = repr(sorted(tips.items())) + repr(refs.head) + ("" if self.complete else f"|{len(self.nodes)}")
+        state = repr(sorted(tips.items())) + repr(refs.head) + ("" if self.complete else f"|{len(self.nodes)}")
+        self.sig = hashlib.blake2b(state.encode(), digest_size=8).hexdigest()  # what a page compares
         return self.complete
 
     def _push(self, h: str, prio: int) -> None:
