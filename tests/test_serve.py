@@ -343,3 +343,43 @@ def test_conflict_branch_left_by_a_sync_is_drawn(tmp_path, served, tape_dir):
     assert conflict and "conflict" in conflict.group(1).split()
     _, _, page = get(port, "/s/chat")
     assert "conflict branches: " + conflict.group(2) in page
+
+
+def test_open_starts_the_browser_with_the_url(tmp_path, tape_dir):
+    marker = tmp_path / "opened"
+    # webbrowser runs $BROWSER with %s replaced by the URL
+    browser = f"{sys.executable} -c \"import sys; open(sys.argv[1], 'w').write(sys.argv[2])\" {marker} %s"
+    p = subprocess.Popen([sys.executable, "-m", "ctape", "--dir", str(tape_dir), "serve", "--open"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env={**os.environ, "BROWSER": browser})
+    try:
+        url = p.stdout.readline().strip()
+        import time
+
+        for _ in range(200):
+            if marker.exists() and marker.read_text():
+                break
+            time.sleep(0.05)
+        assert marker.read_text() == url
+    finally:
+        p.terminate()
+        p.wait(timeout=10)
+
+
+def test_a_damaged_session_does_not_hide_the_others(tape_dir, served):
+    t = Tape.open(tape_dir)
+    for name in ("good", "bad"):
+        for i in range(5):
+            t.session(name).append("user", {"content": f"{name} message {i} " + "x" * 200})
+    t.close()
+    seg = next((tape_dir / "sessions" / "bad").glob("*.seg"))
+    data = bytearray(seg.read_bytes())
+    for i in range(len(data) // 3, len(data) // 3 + 64):
+        data[i] ^= 0xFF
+    seg.write_bytes(bytes(data))
+    port = served()
+    status, _, body = get(port, "/")
+    assert status == 200 and ">good</a>" in body
+    assert get(port, "/s/good")[0] == 200
+    assert get(port, "/s/bad")[0] in (200, 404, 500)  # answered, one way or another
+    status, _, body = get(port, "/")
+    assert status == 200, body[-600:]  # and the server still serves

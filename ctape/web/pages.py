@@ -15,7 +15,7 @@ from string import Template
 from typing import Optional
 from urllib.parse import quote, urlencode
 
-from ..errors import EntryNotFound, RefNotFound
+from ..errors import CtapeError, EntryNotFound, RefNotFound
 from ..models import Entry
 from . import queries
 from .conversation import Renderer, clipped
@@ -114,30 +114,13 @@ class Site:
     def sessions_page(self, q: str = "") -> Page:
         rows = []
         deadline = time.monotonic() + LIST_BUDGET
-        for s in sorted(self.tape.sessions(), key=lambda s: s["last_time"] or "", reverse=True):
-            name = s["session"]
-            sess = self.tape.session(name)
-            head = None
-            if s["head"]:
-                try:
-                    head = self.tape.read_entry(s["head"])
-                except EntryNotFound:
-                    pass
-            left = deadline - time.monotonic()
-            g = self.graph(name, budget=left) if left > 0 or name in self.graphs else None
-            tokens = g.totals() if g is not None and g.complete else None
-            if tokens is None:
-                usage = "…"  # not read yet: the session's page reads it
-            elif tokens["tokens_in"] or tokens["tokens_out"]:
-                usage = f'{tokens["tokens_in"]:,} in / {tokens["tokens_out"]:,} out'
-            else:
-                usage = ""
-            rows.append(
-                f'<tr class="session"><td><a href="{esc(s_url(name))}">{esc(name)}</a></td>'
-                f'<td>{esc((s["last_time"] or "")[:19].replace("T", " "))}</td><td class="num">{s["entries"]:,}</td>'
-                f'<td class="num">{len(sess.branches())}</td><td>{esc(s["branch"] or "(detached)")}</td>'
-                f"<td>{esc(queries.source(head))}</td><td>{esc(usage)}</td></tr>"
-            )
+        for s in sorted(self._sessions(), key=lambda s: s.get("last_time") or "", reverse=True):
+            try:
+                if "damaged" in s:
+                    raise s["damaged"]
+                rows.append(self._session_row(s, deadline))
+            except CtapeError as e:  # a damaged session does not hide the others
+                rows.append(f'<tr class="session damaged"><td><a href="{esc(s_url(s["session"]))}">{esc(s["session"])}</a></td><td colspan="6" class="err">{esc(e)}</td></tr>')
         table = (
             '<table class="list"><thead><tr><th>session</th><th>last activity (UTC)</th><th>entries</th><th>branches</th>'
             f'<th>HEAD on</th><th>source</th><th>usage (tokens)</th></tr></thead><tbody>{"".join(rows)}</tbody></table>'
@@ -149,6 +132,50 @@ class Site:
         )
         found = self._search(q) if q.strip() else ""
         return self.layout("sessions", f"<h1>Sessions</h1>{form}{found}{table}")
+
+    def _sessions(self) -> list[dict]:
+        """`Tape.sessions()`, or, when a damaged session makes that fail, each session on its own."""
+        try:
+            return self.tape.sessions()
+        except CtapeError:
+            pass
+        from ..sessions import live_names
+
+        out = []
+        for name in live_names(self.tape):
+            try:
+                st = self.tape.session(name).refs()
+                h = st.head_hash
+                e = self.tape.read_entry(h) if h else None
+                out.append({"session": name, "head": h, "branch": st.branch, "entries": e.seq if e else 0, "last_time": e.time if e else None})
+            except CtapeError as e:
+                out.append({"session": name, "damaged": e})
+        return out
+
+    def _session_row(self, s: dict, deadline: float) -> str:
+        name = s["session"]
+        sess = self.tape.session(name)
+        head = None
+        if s["head"]:
+            try:
+                head = self.tape.read_entry(s["head"])
+            except EntryNotFound:
+                pass
+        left = deadline - time.monotonic()
+        g = self.graph(name, budget=left) if left > 0 or name in self.graphs else None
+        tokens = g.totals() if g is not None and g.complete else None
+        if tokens is None:
+            usage = "…"  # not read yet: the session's page reads it
+        elif tokens["tokens_in"] or tokens["tokens_out"]:
+            usage = f'{tokens["tokens_in"]:,} in / {tokens["tokens_out"]:,} out'
+        else:
+            usage = ""
+        return (
+            f'<tr class="session"><td><a href="{esc(s_url(name))}">{esc(name)}</a></td>'
+            f'<td>{esc((s["last_time"] or "")[:19].replace("T", " "))}</td><td class="num">{s["entries"]:,}</td>'
+            f'<td class="num">{len(sess.branches())}</td><td>{esc(s["branch"] or "(detached)")}</td>'
+            f"<td>{esc(queries.source(head))}</td><td>{esc(usage)}</td></tr>"
+        )
 
     def _search(self, q: str) -> str:
         results, partial = queries.search(self.tape, q)
