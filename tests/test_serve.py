@@ -16,7 +16,7 @@ from html.parser import HTMLParser
 import pytest
 
 from ctape import Tape
-from ctape.web import make_server, url_of
+from ctape.web import make_server
 from ctape.web.markdown import esc, render
 
 from conftest import snapshot

@@ -209,9 +209,9 @@ class Site:
     def _renderer(self, name: str, pending=()) -> Renderer:
         return Renderer(name, lambda h: e_url(h, name), lambda h: f"/e/{h}/text", pending)
 
-    def conversation(self, name: str, tip: Optional[str], before: Optional[str], follow: bool, at: Optional[str]) -> str:
-        sess = self.session(name)
-        status = sess.status() if follow else None
+    def conversation(self, name: str, tip: Optional[str], before: Optional[str], at: Optional[str], status: Optional[dict] = None) -> str:
+        """A page of the conversation ending at tip; `status` (when following HEAD) marks
+        pending calls and an unrecorded partial stream."""
         entries = self._window(tip, before)
         pending = [c["call_id"] for c in status["pending_tool_calls"]] if status else []
         html = self._renderer(name, pending).entries(entries)
@@ -259,7 +259,7 @@ class Site:
             + (f'<p class="compare">compare {esc(current or "HEAD")} with: {compare}</p>' if compare else "")
             + viewing
         )
-        conv = self.conversation(name, tip, before, follow and not before, at)
+        conv = self.conversation(name, tip, before, at, st if follow and not before else None)
         # after the conversation: the entries it read are cached, so the tree's walk starts fast
         g = self.graph(name, budget=PAGE_WALK_BUDGET)
         tree = self.tree_html(name, tip, g)
@@ -299,7 +299,7 @@ class Site:
             html = self._renderer(name, pending).entries(new[::-1])
             reset = False
         else:
-            html = self.conversation(name, head, None, True, None)
+            html = self.conversation(name, head, None, None, st)
             reset = True
         return Page(json.dumps({"head": head, "html": html, "reset": reset}), ctype="application/json")
 

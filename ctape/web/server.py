@@ -16,7 +16,6 @@ import mimetypes
 import re
 import sys
 import traceback
-from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from typing import Optional
@@ -178,13 +177,12 @@ def make_server(tape, host: str = "127.0.0.1", port: int = 0, quiet: bool = True
     """A server for the tape, bound but not yet serving (port 0: a free one)."""
     site = Site(tape)
     handler = type("CtapeHandler", (Handler,), {"site": site, "quiet": quiet})
-    family_host = host
     server_cls = ThreadingHTTPServer
     if ":" in host:  # an IPv6 literal
         import socket
 
         server_cls = type("V6Server", (ThreadingHTTPServer,), {"address_family": socket.AF_INET6})
-    httpd = server_cls((family_host, port), handler)
+    httpd = server_cls((host, port), handler)
     httpd.daemon_threads = True
     bound_port = httpd.server_address[1]
     handler.port = bound_port
