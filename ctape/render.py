@@ -194,7 +194,8 @@ def graph(tape, session: Optional[str], tips: list[str], limit: Optional[int], f
     (HEAD) owns the first column, so its line of history is drawn straight down the left;
     a bounded frontier (a heap) keeps the work proportional to what is drawn."""
     deco = decorations(tape, session)
-    lanes: list[Optional[str]] = list(dict.fromkeys(tips))
+    tips = list(dict.fromkeys(tips))
+    lanes: list[Optional[str]] = tips[:1]  # other tips get a lane when the walk reaches them
     heap: list = []
     queued: set[str] = set()
 
@@ -204,7 +205,7 @@ def graph(tape, session: Optional[str], tips: list[str], limit: Optional[int], f
             e = tape.read_entry(h)
             heapq.heappush(heap, (0 if first else 1, -e.seq, e.time, h, e))
 
-    for i, h in enumerate(lanes):
+    for i, h in enumerate(tips):
         push(h, first=i == 0)
     lines: list[str] = []
     shown = 0

@@ -103,11 +103,16 @@ def copy(tape: "Tape", src: str, new: str) -> dict:
         h = tape.resolve(src)
         changes = {b: h, HEAD: "@" + b}
     else:
-        h = tape.resolve(src)
+        try:
+            h = tape.resolve(src)
+        except RefNotFound:
+            if NAME_RE.fullmatch(src) and not all(c in "0123456789abcdef" for c in src):
+                raise unknown(tape, src) from None  # a name, most likely a mistyped session
+            raise
         if h is None:
             raise RefNotFound(f"{src!r} has no entries to copy")
         changes = {"main": h, HEAD: "@main"}
-    for ref, h in changes.items():
+    for h in changes.values():
         if h is not None and not h.startswith("@") and not tape.has_entry(h):
             raise RefNotFound(f"{src!r} points at {h[:12]}, which this tape does not hold yet (sync in progress?)")
     tape.session(new).set_refs("session-cp", changes, source=src)

@@ -10,23 +10,35 @@ import click
 from .base import main, open_tape, session_option
 
 
+FORMATS = ("jsonl", "claude-code", "codex", "openai")
+
+
 @main.command(name="import")
-@click.argument("fmt", metavar="FORMAT", type=click.Choice(["jsonl", "claude-code", "codex", "openai"]))
-@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.argument("args", metavar="[FORMAT] FILE...", nargs=-1, required=True)
 @session_option
 @click.pass_context
-def import_(ctx, fmt, files, session):
+def import_(ctx, args, session):
     """Import transcripts: jsonl (ctape's own export), claude-code, codex, openai.
+
+    FORMAT is detected from each file's first records when it is not given.
+    Importing what the tape already holds adds nothing, says so, and moves no
+    HEAD; a file that grew adds its new records and moves its branches on.
 
     \b
     Examples:
-      ctape import claude-code ~/.claude/projects/x/SESSION.jsonl -s cc
+      ctape import ~/.claude/projects/x/SESSION.jsonl -s cc
       ctape import codex rollout-*.jsonl
       ctape import jsonl backup.jsonl
     """
     from ..formats import import_files
 
-    for line in import_files(open_tape(ctx), fmt, list(files), session, progress=sys.stderr.isatty()):
+    fmt, files = (args[0], list(args[1:])) if args[0] in FORMATS else (None, list(args))
+    if not files:
+        raise click.UsageError(f"give a FILE to import as {fmt}")
+    for f in files:
+        if os.path.isdir(f):
+            raise click.BadParameter(f"{f!r} is a directory; give the transcript files in it", param_hint="FILE")
+    for line in import_files(open_tape(ctx), fmt, files, session, progress=sys.stderr.isatty()):
         click.echo(line, err=True)
 
 

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from .base import EXIT_FAIL, emit_json, json_option, main, open_tape
+from .base import EXIT_FAIL, CtapeGroup, emit_json, json_option, main, open_tape
 
 
 @main.command()
@@ -109,3 +109,44 @@ def stats(ctx, as_json):
     else:
         for k, v in st.items():
             click.echo(f"{k:<20} {v}")
+
+
+@main.group(cls=CtapeGroup, name="cache")
+def cache_group():
+    """Look after the index caches kept outside the tapes (~/.cache/ctape).
+
+    \b
+    Examples:
+      ctape cache gc --dry-run
+    """
+
+
+@cache_group.command(name="gc")
+@click.option("--dry-run", is_flag=True, help="Report what would be removed; change nothing.")
+@click.option("--unknown", is_flag=True, help="Also remove folders that name no tape (made by an older ctape).")
+@json_option
+def cache_gc(dry_run, unknown, as_json):
+    """Remove the cache folders of tapes that are gone.
+
+    Each tape's cache folder (under $CTAPE_CACHE_DIR, else $XDG_CACHE_HOME/ctape,
+    else ~/.cache/ctape) names its tape; the folder goes when that tape no longer
+    exists there. A cache is only ever a speed-up: nothing on a tape is touched.
+
+    \b
+    Examples:
+      ctape cache gc --dry-run
+      ctape cache gc --json
+    """
+    from ..localstate import gc
+
+    rows = gc(dry_run=dry_run, unknown=unknown)
+    if as_json:
+        for r in rows:
+            emit_json(r)
+        return
+    gone = [r for r in rows if r["removed"] or (dry_run and r["state"] == "gone") or (dry_run and unknown and r["state"] == "unknown")]
+    for r in gone:
+        click.echo(f"{'would remove' if dry_run else 'removed'} {r['folder']} ({r['bytes']} bytes): {r['why']}")
+    kept = len(rows) - len(gone)
+    freed = sum(r["bytes"] for r in gone)
+    click.echo(f"{'would free' if dry_run else 'freed'} {freed} bytes in {len(gone)} folders; kept {kept}", err=True)
