@@ -182,7 +182,8 @@ def test_every_page_escapes_stored_text_and_has_no_inline_script(tape_dir, serve
 def test_unknown_things_are_404_not_500(tape_dir, served):
     fill_hostile(tape_dir)
     port = served()
-    for path in ("/s/nope", "/s/..%2f..%2fetc", "/s/evil?at=nope", "/e/" + "ab" * 32, "/e/zzzz", "/nowhere", "/static/../pages.py", "/static/x.js", "/diff?a=evil&b=nope"):
+    for path in ("/s/nope", "/s/..%2f..%2fetc", "/s/evil?at=nope", "/e/" + "ab" * 32, "/e/zzzz", "/nowhere", "/static/../pages.py", "/static/x.js", "/diff?a=evil&b=nope",
+                 "/s/evil?before=zz", "/s/evil?before=" + "a" * 64, "/s/evil/tree?at=zz", "/e/" + "a" * 70):
         status, _, body = get(port, path)
         assert status == 404, (path, status, body[:300])
 

@@ -229,6 +229,8 @@ class Site:
         sess = self.session(name)
         follow = not at
         tip = self.tape.resolve(at, name) if at else sess.refs().head_hash
+        if before:
+            before = self.tape.resolve(before, name)  # a ref, checked, like `at`
         st = sess.status()
         branches = sess.branches()
         current = st["branch"]
