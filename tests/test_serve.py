@@ -120,6 +120,16 @@ def test_markdown_escapes_first_and_keeps_the_safe_subset():
     assert "<script" not in out and "<img" not in out and "&lt;img src=x onerror=" in out
 
 
+def test_code_blocks_are_coloured_and_still_escaped():
+    out = render("```python\ndef f():  # <b>\n    return '<script>alert(1)</script>' + 42\n```\n```ts\nconst x = `<img src=x onerror=y>`\n```")
+    assert '<span class="tok-k">def</span>' in out and '<span class="tok-k">return</span>' in out
+    assert '<span class="tok-c"># &lt;b&gt;</span>' in out and '<span class="tok-n">42</span>' in out
+    assert '<span class="tok-s">&#x27;&lt;script&gt;alert(1)&lt;/script&gt;&#x27;</span>' in out
+    assert '<span class="tok-k">const</span>' in out and "&lt;img src=x onerror=y&gt;" in out
+    check_page("<script src=/static/app.js></script>" + out)
+    assert "<span" not in render("```brainfuck\n+[<>]\n```")  # an unknown language stays plain
+
+
 def test_markdown_refuses_unsafe_link_schemes_and_shows_controls():
     for bad in ("javascript:alert(1)", "JaVaScRiPt:alert(1)", "data:text/html,x", "vbscript:x", "/relative"):
         assert "<a " not in render(f"[x]({bad})"), bad

@@ -2,25 +2,21 @@
 
 Transcripts hold hostile strings (HTML, scripts, terminal escapes). Every piece of
 text is escaped by `esc` before it is wrapped in the few tags this module emits:
-fenced code blocks, headings, bullet and numbered lists, paragraphs, inline code,
+fenced code blocks (coloured by highlight.py), headings, bullet and numbered lists, paragraphs, inline code,
 **strong**, *emphasis* and [links](url) whose scheme is http, https or mailto.
 Anything else (raw HTML, images by URL, javascript: links) comes out as text.
 """
 
 from __future__ import annotations
 
-import html
 import re
 
-# C0 controls (but tab and newline) and DEL become their visible "control pictures",
-# so terminal escapes in tool output show as ␛[31m rather than vanishing or confusing
-_CONTROLS = {i: 0x2400 + i for i in range(32) if i not in (9, 10)} | {127: 0x2421}
+from .escape import esc
+from .highlight import highlight, language
+
+__all__ = ["esc", "inline", "render", "safe_url"]
+
 _SAFE_SCHEMES = ("http://", "https://", "mailto:")
-
-
-def esc(text: object) -> str:
-    """HTML-escape any value as text (quotes too, so it is safe inside attributes)."""
-    return html.escape(str(text), quote=True).translate(_CONTROLS)
 
 
 def safe_url(url: str) -> str | None:
@@ -124,7 +120,10 @@ def render(text: str) -> str:
         out += _blocks(text[pos : m.start()])
         lang = m.group(2)
         cls = f' class="lang-{esc(lang)}"' if lang else ""
-        out.append(f"<pre class=\"code\"><code{cls}>{esc(m.group(3).rstrip(chr(10)))}</code></pre>")
+        code = m.group(3).rstrip("\n")
+        known = language(lang) if lang else None
+        body = highlight(code, known) if known else esc(code)
+        out.append(f'<pre class="code"><code{cls}>{body}</code></pre>')
         pos = m.end()
     out += _blocks(text[pos:])
     return "\n".join(out)
