@@ -116,7 +116,7 @@ def test_markdown_escapes_first_and_keeps_the_safe_subset():
     assert "<h3>Title</h3>" in out and "<strong>bold</strong>" in out and "<em>em</em>" in out
     assert "<code>&lt;b&gt;code&lt;/b&gt;</code>" in out
     assert "<ul><li>a</li><li>b <a href=\"https://e.org/?a=1&amp;b=2\"" in out
-    assert '<pre class="code"><code class="lang-python">print(&#x27;&lt;script&gt;&#x27;)</code></pre>' in out
+    assert '<pre class="code"><code class="lang-python">print(<span class="tok-s">&#x27;&lt;script&gt;&#x27;</span>)</code></pre>' in out
     assert "<script" not in out and "<img" not in out and "&lt;img src=x onerror=" in out
 
 
