@@ -15,7 +15,7 @@ from string import Template
 from typing import Optional
 from urllib.parse import quote, urlencode
 
-from ..errors import CtapeError, EntryNotFound, RefNotFound
+from ..errors import CtapeError, EntryNotFound, InvalidInput, RefNotFound
 from ..models import Entry
 from . import queries
 from .conversation import Renderer, clipped
@@ -178,11 +178,14 @@ class Site:
         )
 
     def _search(self, q: str) -> str:
-        results, partial = queries.search(self.tape, q)
-        words = [w.lower() for w in q.split()]
+        try:
+            results, partial = queries.search(self.tape, q)
+        except InvalidInput as e:  # a query the search refuses
+            return f'<section class="results"><p class="err">{esc(e)}</p></section>'
+        words = [w.lower().strip('"') for w in q.split()]
         items = "".join(
-            f'<li><a href="{esc(s_url(r["session"], at=r["entry"].hash))}#h-{r["entry"].hash[:16]}">{esc(r["session"])} '
-            f'<span class="kind">{esc(r["entry"].kind)}</span> <time>{esc(r["entry"].time[:19].replace("T", " "))}</time></a>'
+            f'<li><a href="{esc(s_url(r["session"], at=r["hash"]) + "#h-" + r["hash"][:16] if r["session"] else e_url(r["hash"]))}">'
+            f'{esc(r["session"] or "(no session)")}<span class="kind">{esc(r["kind"])}</span><time>{esc((r["time"] or "")[:19].replace("T", " "))}</time></a>'
             f'<div class="snippet">{highlight(r["snippet"], words)}</div></li>'
             for r in results
         )

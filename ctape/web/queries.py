@@ -2,8 +2,8 @@
 came from, the token usage an entry records, a text search, and where two refs part.
 
 Each is one function so it can be swapped for a library operation when one lands:
-`search` is a plain scan until the everyday-use issue's `search` exists, and
-`merge_base` walks parents until the library has a `diff`.
+`search` uses the library's indexed `Tape.search` when this ctape has it and a plain scan
+otherwise, and `merge_base` walks parents until the library has a `diff`.
 """
 
 from __future__ import annotations
@@ -61,9 +61,19 @@ def is_hidden(e: Entry) -> bool:
 
 
 def search(tape, query: str, limit: int = 50, scan_limit: int = 50_000) -> tuple[list[dict], bool]:
-    """Entries whose payload holds every word of QUERY (case-insensitive), newest first,
-    on every branch of every session. A plain scan of at most `scan_limit` entries
-    (returned flag: True when it stopped early); the library's search replaces it."""
+    """Entries matching QUERY on every branch of every session, as dicts {session, hash, kind,
+    time, snippet}, and whether the answer stopped early. Uses the library's indexed
+    `Tape.search` where this ctape has it (SPEC section 13), else a plain scan."""
+    indexed = getattr(tape, "search", None)
+    if indexed is not None:
+        hits = indexed(query, limit=limit)
+        return [{"session": h.session, "hash": h.hash, "kind": h.kind, "time": h.time, "snippet": h.snippet} for h in hits], False
+    return scan(tape, query, limit, scan_limit)
+
+
+def scan(tape, query: str, limit: int = 50, scan_limit: int = 50_000) -> tuple[list[dict], bool]:
+    """The plain scan: payloads holding every word of QUERY (case-insensitive), newest first,
+    at most `scan_limit` entries read (the flag says it stopped there)."""
     words = [w.lower() for w in query.split() if w]
     if not words:
         return [], False
@@ -89,7 +99,7 @@ def search(tape, query: str, limit: int = 50, scan_limit: int = 50_000) -> tuple
                 text = text_of(e)
                 low = text.lower()
                 if all(w in low for w in words):
-                    found.append({"session": s["session"], "entry": e, "snippet": _snippet(text, low.find(words[0]))})
+                    found.append({"session": s["session"], "hash": e.hash, "kind": e.kind, "time": e.time, "snippet": _snippet(text, low.find(words[0]))})
                     if len(found) >= limit:
                         return found, False
                 h = e.parent
