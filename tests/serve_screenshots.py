@@ -48,6 +48,8 @@ def main(out: str) -> None:
         def open_tool():
             b.find_element(By.CSS_SELECTOR, 'details.tool[data-call-id="call_1"] summary').click()
 
+        if cc:  # read once, so that the sessions page knows its usage
+            b.get(url + "/stats")
         shot("sessions", "/?q=calc.py")
         shot("session", "/s/demo", open_tool)
         b.get(url + "/s/demo")
