@@ -18,6 +18,7 @@ GROUPS = (
     "maintenance",
     "io",
     "search",
+    "serve",
 )
 
 for _group in GROUPS:

@@ -1,0 +1,377 @@
+"""The pages of `ctape serve`, rendered on the server from the library's read operations.
+
+`Site` holds one open Tape, a lock (the Tape is used by one request at a time), and per
+session a `Graph` (tree.py) that is extended incrementally and checked at most every
+LIVE_TTL seconds, however many pages poll it.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from importlib import resources
+from string import Template
+from typing import Optional
+from urllib.parse import quote, urlencode
+
+from ..errors import CtapeError, EntryNotFound, InvalidInput, RefNotFound
+from ..models import Entry
+from . import queries
+from .conversation import Renderer, clipped
+from .markdown import esc
+from .tree import Graph, svg
+
+PAGE = 100  # entries per page of a conversation; older ones are a link away
+LIVE_TTL = 0.25  # seconds a session's refs are trusted before they are read again
+LIST_BUDGET = 0.3  # seconds the sessions page may spend reading histories for their usage
+PAGE_WALK_BUDGET = 0.05  # of which a session page spends this much (its polls read on)
+WALK_BUDGET = 0.15  # seconds a request may spend reading history for the tree (the rest: next polls)
+DIFF_SIDE = 200  # entries shown per side of a diff
+
+
+class Page:
+    def __init__(self, body: str | bytes, status: int = 200, ctype: str = "text/html; charset=utf-8"):
+        self.body = body.encode() if isinstance(body, str) else body
+        self.status = status
+        self.ctype = ctype
+
+
+def _template() -> Template:
+    return Template(resources.files(__package__).joinpath("templates/base.html").read_text(encoding="utf-8"))
+
+
+def s_url(session: str, **params) -> str:
+    q = urlencode({k: v for k, v in params.items() if v})
+    return f"/s/{quote(session)}" + (f"?{q}" if q else "")
+
+
+def e_url(h: str, session: Optional[str] = None) -> str:
+    return f"/e/{h}" + (f"?s={quote(session)}" if session else "")
+
+
+def full_text(e: Entry) -> str:
+    """The main text of an entry, whole: what a clipped block's "show all" fetches."""
+    p = e.payload if isinstance(e.payload, dict) else {"content": e.payload}
+    key = {"tool_call": "arguments", "tool_result": "output"}.get(e.kind, "content")
+    value = p.get(key, p) if e.kind != "error" else p
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, indent=2)
+
+
+def highlight(text: str, words: list[str]) -> str:
+    """Escaped text with each occurrence of the words marked (matched before escaping)."""
+    low = text.lower()
+    marks = []
+    for w in words:
+        i = low.find(w)
+        while i >= 0 and w:
+            marks.append((i, i + len(w)))
+            i = low.find(w, i + len(w))
+    out, pos = [], 0
+    for a, b in sorted(marks):
+        if a < pos:
+            continue
+        out.append(esc(text[pos:a]) + f"<mark>{esc(text[a:b])}</mark>")
+        pos = b
+    return "".join(out) + esc(text[pos:])
+
+
+class Site:
+    def __init__(self, tape):
+        self.tape = tape
+        self.lock = threading.RLock()
+        self.graphs: dict[str, Graph] = {}
+        self.checked: dict[str, float] = {}
+        self.base = _template()
+        # the library imports these on first use; a server pays that before it prints its URL
+        from .. import localstate, recovery, sessions, stream  # noqa: F401
+
+    # -- shared state --------------------------------------------------------------------
+
+    def session(self, name: str):
+        from ..sessions import require
+
+        return self.tape.session(require(self.tape, name))
+
+    def graph(self, name: str, whole: bool = False, budget: float = WALK_BUDGET) -> Graph:
+        """The session's tree, brought up to date at most every LIVE_TTL seconds; a long
+        history is read a slice per request (`budget` seconds), unless `whole`."""
+        g = self.graphs.get(name)
+        now = time.monotonic()
+        if g is None or now - self.checked.get(name, 0) >= LIVE_TTL or (whole and not g.complete):
+            g = g or Graph()
+            g.update(self.tape, self.session(name), None if whole else budget)
+            self.graphs[name] = g
+            self.checked[name] = time.monotonic()
+        return g
+
+    def layout(self, title: str, main: str, attrs: dict | None = None) -> Page:
+        body_attrs = "".join(f' {k}="{esc(v)}"' for k, v in (attrs or {}).items())
+        return Page(self.base.substitute(title=esc(title), main=main, body_attrs=body_attrs, tape=esc(self.tape.path)))
+
+    # -- sessions ------------------------------------------------------------------------
+
+    def sessions_page(self, q: str = "") -> Page:
+        rows = []
+        deadline = time.monotonic() + LIST_BUDGET
+        for s in sorted(self._sessions(), key=lambda s: s.get("last_time") or "", reverse=True):
+            try:
+                if "damaged" in s:
+                    raise s["damaged"]
+                rows.append(self._session_row(s, deadline))
+            except CtapeError as e:  # a damaged session does not hide the others
+                rows.append(f'<tr class="session damaged"><td><a href="{esc(s_url(s["session"]))}">{esc(s["session"])}</a></td><td colspan="6" class="err">{esc(e)}</td></tr>')
+        table = (
+            '<table class="list"><thead><tr><th>session</th><th>last activity (UTC)</th><th>entries</th><th>branches</th>'
+            f'<th>HEAD on</th><th>source</th><th>usage (tokens)</th></tr></thead><tbody>{"".join(rows)}</tbody></table>'
+            if rows else '<p class="muted">This tape has no sessions yet. Try <code>ctape demo</code>.</p>'
+        )
+        form = (
+            '<form class="search" action="/" method="get"><input type="search" name="q" placeholder="search every session" '
+            f'value="{esc(q)}" aria-label="search"><button type="submit">search</button></form>'
+        )
+        found = self._search(q) if q.strip() else ""
+        return self.layout("sessions", f"<h1>Sessions</h1>{form}{found}{table}")
+
+    def _sessions(self) -> list[dict]:
+        """`Tape.sessions()`, or, when a damaged session makes that fail, each session on its own."""
+        try:
+            return self.tape.sessions()
+        except CtapeError:
+            pass
+        from ..sessions import live_names
+
+        out = []
+        for name in live_names(self.tape):
+            try:
+                st = self.tape.session(name).refs()
+                h = st.head_hash
+                e = self.tape.read_entry(h) if h else None
+                out.append({"session": name, "head": h, "branch": st.branch, "entries": e.seq if e else 0, "last_time": e.time if e else None})
+            except CtapeError as e:
+                out.append({"session": name, "damaged": e})
+        return out
+
+    def _session_row(self, s: dict, deadline: float) -> str:
+        name = s["session"]
+        sess = self.tape.session(name)
+        head = None
+        if s["head"]:
+            try:
+                head = self.tape.read_entry(s["head"])
+            except EntryNotFound:
+                pass
+        left = deadline - time.monotonic()
+        g = self.graph(name, budget=left) if left > 0 or name in self.graphs else None
+        tokens = g.totals() if g is not None and g.complete else None
+        if tokens is None:
+            usage = "…"  # not read yet: the session's page reads it
+        elif tokens["tokens_in"] or tokens["tokens_out"]:
+            usage = f'{tokens["tokens_in"]:,} in / {tokens["tokens_out"]:,} out'
+        else:
+            usage = ""
+        return (
+            f'<tr class="session"><td><a href="{esc(s_url(name))}">{esc(name)}</a></td>'
+            f'<td>{esc((s["last_time"] or "")[:19].replace("T", " "))}</td><td class="num">{s["entries"]:,}</td>'
+            f'<td class="num">{len(sess.branches())}</td><td>{esc(s["branch"] or "(detached)")}</td>'
+            f"<td>{esc(queries.source(head))}</td><td>{esc(usage)}</td></tr>"
+        )
+
+    def _search(self, q: str) -> str:
+        try:
+            results, partial = queries.search(self.tape, q)
+        except InvalidInput as e:  # a query the search refuses
+            return f'<section class="results"><p class="err">{esc(e)}</p></section>'
+        words = [w.lower().strip('"') for w in q.split()]
+        items = "".join(
+            f'<li><a href="{esc(s_url(r["session"], at=r["hash"]) + "#h-" + r["hash"][:16] if r["session"] else e_url(r["hash"]))}">'
+            f'{esc(r["session"] or "(no session)")}<span class="kind">{esc(r["kind"])}</span><time>{esc((r["time"] or "")[:19].replace("T", " "))}</time></a>'
+            f'<div class="snippet">{highlight(r["snippet"], words)}</div></li>'
+            for r in results
+        )
+        note = '<p class="muted">stopped early: the scan reads at most 50,000 entries</p>' if partial else ""
+        return f'<section class="results"><h2>{len(results)} match{"es" if len(results) != 1 else ""} for “{esc(q)}”</h2><ul>{items}</ul>{note}</section>'
+
+    # -- a session --------------------------------------------------------------------------
+
+    def _window(self, tip: Optional[str], before: Optional[str]) -> list[Entry]:
+        """At most PAGE entries ending at tip, or ending just before `before`, oldest first."""
+        h = tip
+        if before:
+            h = self.tape.read_entry(before).parent
+        out: list[Entry] = []
+        while h is not None and len(out) < PAGE:
+            try:
+                e = self.tape.read_entry(h)
+            except EntryNotFound:
+                break
+            out.append(e)
+            h = e.parent
+        return out[::-1]
+
+    def _renderer(self, name: str, pending=()) -> Renderer:
+        return Renderer(name, lambda h: e_url(h, name), lambda h: f"/e/{h}/text", pending)
+
+    def conversation(self, name: str, tip: Optional[str], before: Optional[str], at: Optional[str], status: Optional[dict] = None) -> str:
+        """A page of the conversation ending at tip; `status` (when following HEAD) marks
+        pending calls and an unrecorded partial stream."""
+        entries = self._window(tip, before)
+        pending = [c["call_id"] for c in status["pending_tool_calls"]] if status else []
+        html = self._renderer(name, pending).entries(entries)
+        older = ""
+        if entries and entries[0].parent:
+            older = f'<a class="older" href="{esc(s_url(name, at=at, before=entries[0].hash))}">older entries ({entries[0].seq - 1:,} before these)</a>'
+        newer = f'<a class="newer" href="{esc(s_url(name, at=at))}">newest entries</a>' if before else ""
+        tail = ""
+        if status and status["interrupted_stream"] and not status["interrupted_stream"].get("recorded"):
+            text = status["interrupted_stream"].get("content") or ""
+            tail = f'<div class="msg assistant interrupted"><div class="meta"><span class="role">assistant</span><span class="badge warn">interrupted stream, not recorded yet</span></div><div class="body"><pre class="out">{esc(text)}</pre></div></div>'
+        return f'{older}<div id="entries">{html}</div>{tail}{newer}'
+
+    def session_page(self, name: str, at: Optional[str], before: Optional[str]) -> Page:
+        sess = self.session(name)
+        follow = not at
+        tip = self.tape.resolve(at, name) if at else sess.refs().head_hash
+        if before:
+            before = self.tape.resolve(before, name)  # a ref, checked, like `at`
+        st = sess.status()
+        branches = sess.branches()
+        current = st["branch"]
+        facts = [
+            f'<span>HEAD: <b>{esc(current or "detached")}</b> <a class="hash" href="{esc(e_url(st["head"], name))}">{esc((st["head"] or "")[:10])}</a></span>' if st["head"] else "<span>no entries yet</span>",
+            f'<span>{st["seq"]:,} entries on HEAD</span>',
+            f"<span>{len(branches)} branch{'es' if len(branches) != 1 else ''}</span>",
+        ]
+        head = self.tape.read_entry(st["head"]) if st["head"] and self.tape.has_entry(st["head"]) else None
+        facts.append(f"<span>source: {esc(queries.source(head))}</span>")
+        flags = []
+        if st["pending_tool_calls"]:
+            flags.append(f'<span class="badge warn">{len(st["pending_tool_calls"])} pending tool call(s): {esc(", ".join(str(c["name"]) for c in st["pending_tool_calls"]))}</span>')
+        if st["interrupted_stream"]:
+            flags.append('<span class="badge warn">interrupted stream</span>')
+        if st["last_error"]:
+            flags.append(f'<a class="badge err" href="{esc(e_url(st["last_error"]["hash"], name))}">last error: {esc(str(st["last_error"]["message"])[:80])}</a>')
+        if st["conflicts"]:
+            flags.append(f'<span class="badge warn">conflict branches: {esc(", ".join(st["conflicts"]))}</span>')
+        compare = "".join(
+            f'<a href="/diff?{esc(urlencode({"s": name, "a": current or st["head"] or "", "b": b["name"]}))}">{esc(b["name"])}</a>'
+            for b in branches if b["name"] != current
+        )
+        viewing = f'<p class="viewing">viewing the path to <a class="hash" href="{esc(e_url(tip, name))}">{esc(tip[:10])}</a> · <a href="{esc(s_url(name))}">follow HEAD</a></p>' if at and tip else ""
+        header = (
+            f'<h1>{esc(name)}</h1><p class="facts">{" · ".join(facts)}</p>'
+            + (f'<p class="flags">{" ".join(flags)}</p>' if flags else "")
+            + (f'<p class="compare">compare {esc(current or "HEAD")} with: {compare}</p>' if compare else "")
+            + viewing
+        )
+        conv = self.conversation(name, tip, before, at, st if follow and not before else None)
+        # after the conversation: the entries it read are cached, so the tree's walk starts fast
+        g = self.graph(name, budget=PAGE_WALK_BUDGET)
+        tree = self.tree_html(name, tip, g)
+        main = f'{header}<div class="split"><section id="conversation" class="conversation">{conv}</section><aside id="tree" class="tree-pane"><h2>Branches</h2><div id="tree-svg">{tree}</div></aside></div>'
+        attrs = {"data-session": name, "data-head": tip or "", "data-sig": g.sig, "data-follow": "1" if follow and not before else "0", "data-at": at or ""}
+        return self.layout(name, main, attrs)
+
+    def tree_html(self, name: str, viewing: Optional[str], g: Optional[Graph] = None) -> str:
+        return svg(g or self.graph(name), name, viewing, lambda h: s_url(name, at=h))
+
+    def tree_page(self, name: str, at: Optional[str]) -> Page:
+        sess = self.session(name)
+        tip = self.tape.resolve(at, name) if at else sess.refs().head_hash
+        return Page(self.tree_html(name, tip))
+
+    def head_json(self, name: str) -> Page:
+        g = self.graph(name)
+        head = self.session(name).refs().head_hash
+        return Page(json.dumps({"head": head, "sig": g.sig}), ctype="application/json")
+
+    def after_json(self, name: str, after: str) -> Page:
+        """Entries appended after `after` on the way to HEAD, as HTML (or the whole newest page)."""
+        sess = self.session(name)
+        self.graph(name)
+        head = sess.refs().head_hash
+        if head == after:
+            return Page(json.dumps({"head": head, "html": "", "reset": False}), ctype="application/json")
+        new: list[Entry] = []
+        h = head
+        while h is not None and h != after and len(new) < PAGE:
+            e = self.tape.read_entry(h)
+            new.append(e)
+            h = e.parent
+        st = sess.status()
+        pending = [c["call_id"] for c in st["pending_tool_calls"]]
+        if h == after and after:
+            html = self._renderer(name, pending).entries(new[::-1])
+            reset = False
+        else:
+            html = self.conversation(name, head, None, None, st)
+            reset = True
+        return Page(json.dumps({"head": head, "html": html, "reset": reset}), ctype="application/json")
+
+    # -- entry, diff, stats ------------------------------------------------------------------
+
+    def entry_page(self, ref: str, session: Optional[str]) -> Page:
+        if session is not None:
+            self.session(session)
+        e = self.tape.get(ref, session)
+        r = self._renderer(session or "")
+        parent = f'<a class="hash" href="{esc(e_url(e.parent, session))}">{e.parent}</a>' if e.parent else "(root)"
+        rows = [("hash", e.hash), ("seq", str(e.seq)), ("kind", e.kind), ("time", e.time)]
+        table = "".join(f"<tr><th>{k}</th><td>{esc(v)}</td></tr>" for k, v in rows) + f"<tr><th>parent</th><td>{parent}</td></tr>"
+        conv = f'<p><a href="{esc(s_url(session, at=e.hash))}#h-{e.hash[:16]}">the conversation up to this entry</a></p>' if session else ""
+        raw = clipped(json.dumps(e.to_json(), ensure_ascii=False, indent=2), f"/e/{e.hash}/json")
+        main = f'<h1>Entry <span class="hash">{e.hash[:12]}</span></h1>{conv}<table class="kv">{table}</table><h2>As shown</h2><div class="conversation">{r.entries([e])}</div><h2>Raw JSON</h2>{raw}'
+        return self.layout(f"entry {e.hash[:12]}", main)
+
+    def entry_text(self, ref: str, raw: bool) -> Page:
+        e = self.tape.get(ref)
+        text = json.dumps(e.to_json(), ensure_ascii=False, indent=2) if raw else full_text(e)
+        return Page(text, ctype="text/plain; charset=utf-8")
+
+    def diff_page(self, a: str, b: str, session: Optional[str]) -> Page:
+        form = (
+            '<form class="diff-form" action="/diff" method="get">'
+            f'<input name="a" value="{esc(a)}" placeholder="REF (e.g. demo/main)" aria-label="left ref"> '
+            f'<input name="b" value="{esc(b)}" placeholder="REF (e.g. demo/retry)" aria-label="right ref"> '
+            f'<input name="s" value="{esc(session or "")}" placeholder="session (for bare branch names)" aria-label="session"> '
+            '<button type="submit">compare</button></form>'
+        )
+        if not (a and b):
+            return self.layout("diff", f"<h1>Diff</h1>{form}<p class='muted'>Two refs: SESSION/BRANCH, a hash or prefix, SESSION~N...</p>")
+        ha, hb = self.tape.resolve(a, session), self.tape.resolve(b, session)
+        if ha is None or hb is None:
+            raise RefNotFound("one of the refs has no entries yet")
+        base, left, right = queries.merge_base(self.tape, ha, hb)
+        r = self._renderer(session or "")
+        if base:
+            be = self.tape.read_entry(base)
+            where = f'<p>They part after entry <a class="hash" href="{esc(e_url(base, session))}">{base[:12]}</a> (seq {be.seq:,}, {esc(be.kind)}).</p>'
+        else:
+            where = "<p>They share no history.</p>"
+
+        def side(ref: str, hashes: list[str]) -> str:
+            cut = f'<p class="muted">{len(hashes) - DIFF_SIDE:,} older entries not shown</p>' if len(hashes) > DIFF_SIDE else ""
+            entries = [self.tape.read_entry(h) for h in hashes[-DIFF_SIDE:]]
+            body = r.entries(entries) if entries else '<p class="muted">nothing after the base</p>'
+            return f'<section class="side"><h2>{esc(ref)} <span class="muted">+{len(hashes):,}</span></h2>{cut}<div class="conversation">{body}</div></section>'
+
+        main = f"<h1>Diff</h1>{form}{where}<div class='sides'>{side(a, left)}{side(b, right)}</div>"
+        return self.layout("diff", main)
+
+    def stats_page(self) -> Page:
+        st = self.tape.stats()
+        rows = "".join(f"<tr><th>{esc(k)}</th><td>{esc(f'{v:,}' if isinstance(v, int) else v)}</td></tr>" for k, v in st.items())
+        srows = []
+        for s in self.tape.sessions():
+            t = self.graph(s["session"], whole=True).totals()
+            kinds = ", ".join(f"{k} {n:,}" for k, n in sorted(t["kinds"].items()))
+            srows.append(
+                f'<tr><td><a href="{esc(s_url(s["session"]))}">{esc(s["session"])}</a></td><td class="num">{t["entries"]:,}</td>'
+                f'<td class="num">{t["tokens_in"]:,}</td><td class="num">{t["tokens_out"]:,}</td><td>{esc(kinds)}</td></tr>'
+            )
+        main = (
+            f'<h1>Stats</h1><h2>Storage</h2><table class="kv">{rows}</table>'
+            '<h2>Sessions</h2><table class="list"><thead><tr><th>session</th><th>entries (all branches)</th><th>tokens in</th>'
+            f'<th>tokens out</th><th>kinds</th></tr></thead><tbody>{"".join(srows)}</tbody></table>'
+        )
+        return self.layout("stats", main)

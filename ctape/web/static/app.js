@@ -1,0 +1,112 @@
+// ctape serve: the little script the pages need. No inline script anywhere (CSP script-src 'self');
+// all HTML inserted here was rendered and escaped by the server.
+"use strict";
+
+(function () {
+  const POLL_MS = 500;
+
+  function showAll(link) {
+    const pre = link.previousElementSibling;
+    link.textContent = "loading…";
+    fetch(link.dataset.src, { headers: { Accept: "text/plain" } })
+      .then((r) => (r.ok ? r.text() : Promise.reject(new Error(r.status))))
+      .then((text) => {
+        pre.textContent = text;
+        pre.classList.remove("clipped");
+        link.remove();
+      })
+      .catch(() => { link.textContent = "could not load the full text"; });
+  }
+
+  document.addEventListener("click", (ev) => {
+    const link = ev.target.closest("a.show-all");
+    if (link) {
+      ev.preventDefault();
+      showAll(link);
+    }
+  });
+
+  // a deep link to an entry folded inside a tool call or a hidden run: unfold it
+  function revealTarget() {
+    if (!location.hash) return;
+    const el = document.getElementById(location.hash.slice(1));
+    if (!el) return;
+    for (let d = el; d; d = d.parentElement) if (d.tagName === "DETAILS") d.open = true;
+    el.classList.add("target");
+    el.scrollIntoView({ block: "center" });
+  }
+
+  // a result that arrived after its call was drawn goes inside that call
+  function pairResults(root) {
+    root.querySelectorAll(".orphan[data-call-id]").forEach((res) => {
+      const id = res.dataset.callId;
+      if (!id) return;
+      const call = document.querySelector('details.tool[data-call-id="' + CSS.escape(id) + '"]');
+      if (!call || call.querySelector(".result")) return;
+      res.classList.remove("orphan");
+      res.classList.add("result");
+      call.appendChild(res);
+      const badge = call.querySelector("summary .badge");
+      const isErr = res.classList.contains("error");
+      if (badge) {
+        badge.textContent = isErr ? "error" : "done";
+        badge.className = "badge " + (isErr ? "err" : "ok");
+      }
+    });
+  }
+
+  function live() {
+    const body = document.body;
+    const session = body.dataset.session;
+    if (!session) return;
+    const base = "/s/" + encodeURIComponent(session);
+    let busy = false;
+
+    async function tick() {
+      if (busy) return;
+      busy = true;
+      try {
+        const r = await fetch(base + "/head", { cache: "no-store" });
+        if (!r.ok) return;
+        const info = await r.json();
+        if (info.sig !== body.dataset.sig) {
+          const at = body.dataset.at;
+          const t = await fetch(base + "/tree" + (at ? "?at=" + encodeURIComponent(at) : ""), { cache: "no-store" });
+          if (t.ok) {
+            document.getElementById("tree-svg").innerHTML = await t.text();
+            body.dataset.sig = info.sig;
+          }
+        }
+        if (body.dataset.follow === "1" && info.head && info.head !== body.dataset.head) {
+          const a = await fetch(base + "/after?after=" + encodeURIComponent(body.dataset.head || ""), { cache: "no-store" });
+          if (!a.ok) return;
+          const got = await a.json();
+          if (got.reset) {
+            document.getElementById("conversation").innerHTML = got.html;
+          } else if (got.html) {
+            const box = document.getElementById("entries");
+            const tmp = document.createElement("div");
+            tmp.innerHTML = got.html;
+            const added = Array.from(tmp.children);
+            added.forEach((n) => { n.classList.add("fresh"); box.appendChild(n); });
+            pairResults(box);
+            if (added.length && window.innerHeight + window.scrollY >= document.body.scrollHeight - 400) {
+              added[added.length - 1].scrollIntoView({ block: "end" });
+            }
+          }
+          body.dataset.head = got.head || "";
+        }
+      } catch (e) {
+        // the server stopped or the network hiccuped: try again at the next tick
+      } finally {
+        busy = false;
+      }
+    }
+    setInterval(tick, POLL_MS);
+  }
+
+  document.addEventListener("DOMContentLoaded", () => {
+    revealTarget();
+    live();
+  });
+})();
