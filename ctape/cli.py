@@ -704,5 +704,10 @@ def demo(ctx, crash):
     run_demo(target, crash=crash, echo=click.echo)
 
 
+from .watch.command import watch as _watch  # noqa: E402
+
+main.add_command(_watch)
+
+
 if __name__ == "__main__":
     main()

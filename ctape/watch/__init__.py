@@ -1,0 +1,91 @@
+"""`ctape watch`: capture the transcripts Claude Code and Codex write, as they grow.
+
+    from ctape import Tape
+    from ctape.watch import watch_once, follow
+
+    with Tape.open(".ctape") as tape:
+        report = watch_once(tape)                    # the default history folders
+        report = watch_once(tape, ["~/work/x.jsonl"])  # or given files / folders
+        follow(tape)                                  # until SIGINT/SIGTERM
+
+Modules: sources (finding and reading files), position (where each file is imported
+up to, in the tape and in a cache), engine (one pass), notify (waiting for changes).
+docs/watch.md is the user's guide.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import Callable, Optional
+
+__all__ = ["watch_once", "follow", "Watcher", "PassReport"]
+
+RESCAN_EVERY = 60.0  # seconds: follow mode looks at every file this often, events or not
+
+
+def __getattr__(name: str):
+    if name in ("Watcher", "PassReport"):  # imported on use: `ctape --help` stays fast
+        from . import engine
+
+        return getattr(engine, name)
+    raise AttributeError(name)
+
+
+def watch_once(tape, paths: Optional[list[str]] = None, *, echo: Callable[[str], None] = lambda s: None, progress: bool = False, roots=None, warn=None):
+    """One pass: import what is new in every source."""
+    from .engine import Watcher
+
+    paths = [os.path.expanduser(p) for p in paths or []]
+    return Watcher(tape, paths, roots=roots, echo=echo, progress=progress, warn=warn).run_pass()
+
+
+def follow(tape, paths: Optional[list[str]] = None, *, echo: Callable[[str], None] = lambda s: None, progress: bool = False, poll: bool = False, roots=None, warn=None, on_pass: Optional[Callable] = None) -> None:
+    """Pass after pass until SIGINT or SIGTERM: each signal lets the current batch finish."""
+    from . import sources
+    from .engine import Watcher
+    from .notify import notifier
+
+    paths = [os.path.expanduser(p) for p in paths or []]
+    w = Watcher(tape, paths, roots=roots, echo=echo, progress=progress, warn=warn)
+
+    def stop(signum, frame):
+        w.stop = True
+
+    old = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    n = notifier(poll)
+    try:
+        folders = [p for p in paths if os.path.isdir(p)] or [os.path.dirname(os.path.abspath(p)) for p in paths]
+        if not paths:
+            folders = [root for root, _ in (roots or sources.default_roots())]
+        for d in folders:
+            if os.path.isdir(d):
+                try:
+                    n.add_tree(d)
+                except OSError as e:  # out of inotify watches: poll instead
+                    (warn or echo)(f"watch: {e}; polling instead")
+                    n.close()
+                    n = notifier(poll=True)
+        report = w.run_pass()
+        if on_pass:
+            on_pass(report)
+        last_full = time.monotonic()
+        while not w.stop:
+            changed = n.wait(0.5)
+            if w.stop:
+                break
+            if changed is None or time.monotonic() - last_full > RESCAN_EVERY:
+                changed, last_full = None, time.monotonic()
+                for d in folders:  # folders that appeared since (a new project, a new day)
+                    if os.path.isdir(d):
+                        n.add_tree(d)
+            elif not changed:
+                continue
+            report = w.run_pass(changed)
+            if on_pass:
+                on_pass(report)
+    finally:
+        n.close()
+        for sig, h in old.items():
+            signal.signal(sig, h)
