@@ -448,11 +448,13 @@ class Watcher:
         pos.off, pos.line = lines[-1].end, lines[-1].number
         self._seal(s, pos, b"".join(ln.pre + ln.raw for ln in lines[-64:]))
         self._batch_bytes += pos.off
-        self._set_claude_refs(live, pos, full=True, old=old)
+        wrote = self._set_claude_refs(live, pos, full=True, old=old)
         self._done(pos, st, live if not s.zst else None)
-        return len(lines), pos.off
+        return (len(lines) if wrote else 0), pos.off
 
-    def _set_claude_refs(self, live: Live, pos: Position, full: bool, old: Optional[Position] = None) -> None:
+    def _set_claude_refs(self, live: Live, pos: Position, full: bool, old: Optional[Position] = None) -> bool:
+        """Move the session's refs to the file's layout, with the position; False when a whole
+        import found everything as it was (no record written)."""
         refs = live.builder.refs()
         changes: dict = {**refs, HEAD: "@main"}
         if full and old is not None and old.session == pos.session:
@@ -466,8 +468,9 @@ class Watcher:
         if full and old is not None and old.record() == pos.record():
             st = session.refs()
             if all((st.head if r == HEAD else st.branches.get(r)) == v for r, v in changes.items()):
-                return  # imported again, found as it was: no record to write
+                return False  # imported again, found as it was: no record to write
         session.set_refs("import", changes, source="claude-code", watch=pos.record())
+        return True
 
     # -- other formats: the whole file whenever it changes ---------------------------------------
 
