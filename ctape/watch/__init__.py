@@ -36,8 +36,10 @@ def __getattr__(name: str):
 def watch_once(tape, paths: Optional[list[str]] = None, *, echo: Callable[[str], None] = lambda s: None, progress: bool = False, roots=None, warn=None):
     """One pass: import what is new in every source."""
     from .engine import Watcher
+    from .sources import check_paths
 
     paths = [os.path.expanduser(p) for p in paths or []]
+    check_paths(paths)
     return Watcher(tape, paths, roots=roots, echo=echo, progress=progress, warn=warn).run_pass()
 
 
@@ -48,6 +50,7 @@ def follow(tape, paths: Optional[list[str]] = None, *, echo: Callable[[str], Non
     from .notify import notifier
 
     paths = [os.path.expanduser(p) for p in paths or []]
+    sources.check_paths(paths)
     w = Watcher(tape, paths, roots=roots, echo=echo, progress=progress, warn=warn)
 
     def stop(signum, frame):

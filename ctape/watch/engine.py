@@ -457,11 +457,14 @@ class Watcher:
         import found everything as it was (no record written)."""
         refs = live.builder.refs()
         changes: dict = {**refs, HEAD: "@main"}
-        if full and old is not None and old.session == pos.session:
+        before = old.branches if full and old is not None and old.session == pos.session else pos.branches if not full else []
+        if before:
             current = self.tape.session(pos.session).refs().branches
-            for b in old.branches:
+            for b in before:
                 if b not in refs and b in current:
-                    changes[b] = None  # a branch of the file's earlier content
+                    # a branch this file had and has no more: a thread that became main, or
+                    # a fork of the file's earlier content
+                    changes[b] = None
         pos.branches = sorted(refs)
         pos.tip = live.builder.last.tip
         session = self.tape.session(pos.session)

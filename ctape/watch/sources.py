@@ -96,6 +96,15 @@ def discover(paths: list[str], roots: Optional[list[tuple[str, str]]] = None) ->
     return list(found.values())
 
 
+def check_paths(paths: list[str]) -> None:
+    """Refuse a PATH that does not exist (before anything is written)."""
+    from ..errors import InvalidInput
+
+    for p in paths:
+        if not os.path.exists(p):
+            raise InvalidInput(f"no file or folder {p}; give transcript files or folders that exist")
+
+
 def detect(first_lines: list[bytes]) -> Optional[str]:
     """The format of a file from its first complete lines; None while it cannot be told yet."""
     from ..formats import claude_code, codex
