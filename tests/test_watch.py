@@ -218,6 +218,49 @@ def test_codex_pass_reads_only_what_was_appended(tape, tmp_path, home):
     assert rep.records == len(expected(data)) - len(expected(data[:half]))
 
 
+def test_claude_pass_in_a_new_process_reads_only_what_was_appended(tape, tmp_path, home):
+    data = with_forks(CLAUDE)
+    half = data.rfind(b"\n", 0, len(data) // 2) + 1
+    path = tmp_path / CLAUDE.name
+    path.write_bytes(data[:half])
+    watch_once(tape, [str(path)])
+    with open(path, "ab") as f:
+        f.write(data[half:])
+    rep = watch_once(tape, [str(path)])  # a new Watcher: the layout comes from the cache
+    assert rep.bytes == len(data) - half
+    name = session_of(CLAUDE, "claude-code")
+    assert exported(tape, name, "claude-code") == expected(data)
+    other = Tape.init(tmp_path / "imported")
+    import_files(other, "claude-code", [str(path)], None)
+    assert refs_of(tape, name) == refs_of(other, name)
+
+
+def test_a_layout_that_is_not_ours_is_not_loaded(tape, tmp_path, home):
+    import pickle
+
+    data = CLAUDE.read_bytes()
+    half = data.rfind(b"\n", 0, len(data) // 2) + 1
+    path = tmp_path / CLAUDE.name
+    path.write_bytes(data[:half])
+    watch_once(tape, [str(path)])
+    [layout] = Path(os.environ["CTAPE_CACHE_DIR"]).rglob("watch-layouts/*")
+    marker = tmp_path / "pwned"
+    layout.write_bytes(pickle.dumps(Evil(str(marker))))
+    with open(path, "ab") as f:
+        f.write(data[half:])
+    rep = watch_once(tape, [str(path)])
+    assert not marker.exists() and rep.bytes == len(data)  # ignored: the whole file again
+    assert exported(tape, session_of(CLAUDE, "claude-code"), "claude-code") == expected(data)
+
+
+class Evil:
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
 def test_half_written_and_corrupt_lines(tape, tmp_path, home):
     lines = CODEX.read_bytes().split(b"\n")
     path = tmp_path / "rollout-x.jsonl"

@@ -23,6 +23,7 @@ from typing import Callable, Optional
 __all__ = ["watch_once", "follow", "Watcher", "PassReport"]
 
 RESCAN_EVERY = 60.0  # seconds: follow mode looks at every file this often, events or not
+SAVE_LAYOUTS_EVERY = 30.0  # seconds: follow mode saves Claude Code layouts for a restart this often
 
 
 def __getattr__(name: str):
@@ -40,7 +41,10 @@ def watch_once(tape, paths: Optional[list[str]] = None, *, echo: Callable[[str],
 
     paths = [os.path.expanduser(p) for p in paths or []]
     check_paths(paths)
-    return Watcher(tape, paths, roots=roots, echo=echo, progress=progress, warn=warn).run_pass()
+    w = Watcher(tape, paths, roots=roots, echo=echo, progress=progress, warn=warn)
+    report = w.run_pass()
+    w.save_layouts()
+    return report
 
 
 def follow(tape, paths: Optional[list[str]] = None, *, echo: Callable[[str], None] = lambda s: None, progress: bool = False, poll: bool = False, roots=None, warn=None, on_pass: Optional[Callable] = None) -> None:
@@ -73,7 +77,7 @@ def follow(tape, paths: Optional[list[str]] = None, *, echo: Callable[[str], Non
         report = w.run_pass()
         if on_pass:
             on_pass(report)
-        last_full = time.monotonic()
+        last_full = last_save = time.monotonic()
         while not w.stop:
             changed = n.wait(0.5)
             if w.stop:
@@ -88,6 +92,10 @@ def follow(tape, paths: Optional[list[str]] = None, *, echo: Callable[[str], Non
             report = w.run_pass(changed)
             if on_pass:
                 on_pass(report)
+            if time.monotonic() - last_save > SAVE_LAYOUTS_EVERY:
+                w.save_layouts()
+                last_save = time.monotonic()
+        w.save_layouts()
     finally:
         n.close()
         for sig, h in old.items():

@@ -32,7 +32,7 @@ from ..errors import CtapeError
 from ..formats import _common as c
 from ..refs import HEAD
 from . import sources as src_mod
-from .position import Cache, Position, latest_in_tape
+from .position import Cache, Position, latest_in_tape, load_layout, save_layout
 from .sources import ID_BYTES, Source, digest
 
 BATCH_BYTES = 64 << 20  # source bytes imported per batch (one fsync per batch)
@@ -126,6 +126,7 @@ class Watcher:
         self._stack: Optional[ExitStack] = None
         self._batch_bytes = 0
         self._touched: list[Position] = []
+        self._layouts: dict[str, Live] = {}  # claude-code layouts to save in the cache
 
     # -- passes --------------------------------------------------------------------------
 
@@ -205,6 +206,12 @@ class Watcher:
             self.cache.put(p)
         self.cache.save()
 
+    def save_layouts(self) -> None:
+        """Keep the Claude Code layouts of the sources that changed, for the next process."""
+        layouts, self._layouts = self._layouts, {}
+        for live in layouts.values():
+            save_layout(self.cache, live.pos, live.builder, live.orphans, live.agent)
+
     def _abort(self) -> None:
         stack, self._stack = self._stack, None
         stack.__exit__(*sys.exc_info()) if sys.exc_info()[0] else stack.close()
@@ -242,6 +249,8 @@ class Watcher:
         pos.dev, pos.ino, pos.size, pos.mtime = st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
         if live is not None:
             self.live[pos.key] = live
+            if live.builder is not None:
+                self._layouts[pos.key] = live
         self._touched.append(pos)
 
     # -- one source ----------------------------------------------------------------------
@@ -382,6 +391,11 @@ class Watcher:
         from ..formats import claude_code
 
         live = self.live.get(s.key)
+        if live is None and pos is not None and pos.session and self._continuable(s, st, pos):
+            got = load_layout(self.cache, pos, self.tape.session(pos.session))
+            if got is not None:
+                live = Live(pos, *got)
+                self.live[s.key] = live
         f = None
         if live is not None and live.builder is not None and self._continuable(s, st, pos):
             f = self._open_at(s, pos)
@@ -522,4 +536,4 @@ def _trim_invalid_tail(lines: list[_Line]) -> list[_Line]:
 
 
 def _as_line(ln: _Line) -> c.Line:
-    return c.Line(ln.number, ln.offset, len(ln.raw), ln.value, ln.ok)
+    return c.Line(ln.number, ln.offset, len(ln.raw), None, ln.ok)  # the Builder reads the value again

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
@@ -125,3 +126,77 @@ class Cache:
             self.dirty = False
         except OSError:
             pass  # a cache: the tape holds the truth
+
+
+# -- Claude Code layouts ----------------------------------------------------------------------
+#
+# Continuing a Claude Code file needs the importer's layout of the lines so far (which
+# uuid is which entry, the threads and their tips). A running watcher keeps it in memory;
+# a new process (`--once` from a hook, a restart) reads it from this cache, so that it too
+# reads only what was appended. It is checked against the position (offset, last entry)
+# before use; when missing or stale, the whole file is imported again (free in writes).
+
+_ALLOWED = {
+    ("ctape.formats.claude_code", "Builder"),
+    ("ctape.formats.claude_code", "Info"),
+    ("ctape.formats.claude_code", "Thread"),
+    ("ctape.formats._common", "Line"),
+    ("ctape.formats._common", "Clock"),
+    ("ctape.formats._common", "Progress"),
+    ("collections", "defaultdict"),
+    ("builtins", "set"),
+    ("builtins", "list"),
+    ("builtins", "dict"),
+}
+
+
+class _Unpickler(pickle.Unpickler):
+    def find_class(self, module, name):
+        if (module, name) not in _ALLOWED:
+            raise pickle.UnpicklingError(f"{module}.{name} is not part of a layout")
+        return super().find_class(module, name)
+
+
+def _layout_path(cache: "Cache", key: str) -> Optional[str]:
+    if not cache.path:
+        return None
+    return os.path.join(os.path.dirname(cache.path), "watch-layouts", blake3(key.encode()).hexdigest()[:24])
+
+
+def save_layout(cache: "Cache", pos: Position, builder, orphans: set, agent) -> None:
+    path = _layout_path(cache, pos.key)
+    if path is None:
+        return
+    keep = (builder.s, builder.f, builder.bar)
+    builder.s = builder.f = builder.bar = None
+    try:
+        data = pickle.dumps({"key": pos.key, "off": pos.off, "tip": pos.tip, "builder": builder, "orphans": orphans, "agent": agent}, protocol=pickle.HIGHEST_PROTOCOL)
+    finally:
+        builder.s, builder.f, builder.bar = keep
+    try:
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
+def load_layout(cache: "Cache", pos: Position, session):
+    """(builder, orphans, agent) saved for exactly this position, else None."""
+    path = _layout_path(cache, pos.key)
+    if path is None:
+        return None
+    try:
+        with open(path, "rb") as f:
+            d = _Unpickler(f).load()
+    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ValueError, TypeError, IndexError):
+        return None
+    if not isinstance(d, dict) or (d.get("key"), d.get("off"), d.get("tip")) != (pos.key, pos.off, pos.tip):
+        return None
+    b = d["builder"]
+    from ..formats import _common as c
+
+    b.s, b.f, b.bar = session, None, c.Progress("", False)
+    return b, d["orphans"], d["agent"]
