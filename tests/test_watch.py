@@ -148,6 +148,16 @@ def test_default_roots_and_subagents(tape, home):
     assert f"{sub_sid}-agent-a485154" in names
 
 
+def test_a_session_file_brings_its_subagents(tape, tmp_path, home):
+    sid = session_of(CLAUDE, "claude-code")
+    main = tmp_path / f"{sid}.jsonl"
+    shutil.copy(CLAUDE, main)
+    (tmp_path / sid / "subagents").mkdir(parents=True)
+    shutil.copy(SUBAGENT, tmp_path / sid / "subagents" / "agent-a485154.jsonl")
+    rep = watch_once(tape, [str(main)])  # what a Stop hook passes: the main transcript
+    assert rep.files == 2 and f"{session_of(SUBAGENT, 'claude-code')}-agent-a485154" in tape.store.sessions()
+
+
 def test_missing_path_is_refused_and_changes_nothing(tape_dir, tmp_path):
     before = snapshot(tape_dir)
     p = run_cli("--dir", tape_dir, "watch", "--once", tmp_path / "nope.jsonl")

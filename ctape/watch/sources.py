@@ -2,8 +2,8 @@
 
 Default sources: Claude Code's `$CLAUDE_CONFIG_DIR/projects/**/*.jsonl` (else
 `~/.claude`), subagent files included, and Codex's `$CODEX_HOME/sessions/**/rollout-*.jsonl`
-and `.jsonl.zst` (else `~/.codex`). A PATH given on the command line is a file (any name)
-or a folder (its `*.jsonl`, `*.jsonl.zst` and `*.traj` files, recursively); its format is
+and `.jsonl.zst` (else `~/.codex`). A PATH given on the command line is a file (any name; a
+Claude Code session file `X.jsonl` brings its subagents `X/subagents/*.jsonl`) or a folder (its `*.jsonl`, `*.jsonl.zst` and `*.traj` files, recursively); its format is
 detected from its first records.
 
 A source is known by its *key*: its absolute path without a trailing `.zst`, so a rollout
@@ -87,6 +87,10 @@ def discover(paths: list[str], roots: Optional[list[tuple[str, str]]] = None) ->
                 todo.extend(walk(p, None))
             else:
                 todo.append(Source(p, None))
+                # a Claude Code session file brings its subagents (2.1.x layout), as import does
+                sub = os.path.join(os.path.splitext(p)[0], "subagents")
+                if p.endswith(".jsonl") and os.path.isdir(sub):
+                    todo.extend(walk(sub, "claude-code"))
     else:
         todo = [s for root, fmt in (roots or default_roots()) if os.path.isdir(root) for s in walk(os.path.abspath(root), fmt)]
     for s in todo:
