@@ -24,6 +24,7 @@ __all__ = ["watch_once", "follow", "Watcher", "PassReport"]
 
 RESCAN_EVERY = 60.0  # seconds: follow mode looks at every file this often, events or not
 SAVE_LAYOUTS_EVERY = 30.0  # seconds: follow mode saves Claude Code layouts for a restart this often
+IDLE_LAYOUT = 600.0  # seconds: follow mode keeps the layout of a file this long after it last grew
 
 
 def __getattr__(name: str):
@@ -41,10 +42,8 @@ def watch_once(tape, paths: Optional[list[str]] = None, *, echo: Callable[[str],
 
     paths = [os.path.expanduser(p) for p in paths or []]
     check_paths(paths)
-    w = Watcher(tape, paths, roots=roots, echo=echo, progress=progress, warn=warn)
-    report = w.run_pass()
-    w.save_layouts()
-    return report
+    w = Watcher(tape, paths, roots=roots, echo=echo, progress=progress, warn=warn, keep=False)
+    return w.run_pass()
 
 
 def follow(tape, paths: Optional[list[str]] = None, *, echo: Callable[[str], None] = lambda s: None, progress: bool = False, poll: bool = False, roots=None, warn=None, on_pass: Optional[Callable] = None) -> None:
@@ -93,7 +92,7 @@ def follow(tape, paths: Optional[list[str]] = None, *, echo: Callable[[str], Non
             if on_pass:
                 on_pass(report)
             if time.monotonic() - last_save > SAVE_LAYOUTS_EVERY:
-                w.save_layouts()
+                w.save_layouts(idle=IDLE_LAYOUT)
                 last_save = time.monotonic()
         w.save_layouts()
     finally:

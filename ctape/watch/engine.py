@@ -24,6 +24,7 @@ from __future__ import annotations
 import io
 import os
 import sys
+import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Callable, Optional
@@ -47,6 +48,7 @@ class Live:
     builder: object = None  # claude-code: the thread layout so far
     orphans: set = field(default_factory=set)
     agent: Optional[str] = None
+    used: float = 0.0  # time.monotonic() of the last pass that imported from it
 
 
 @dataclass
@@ -112,10 +114,11 @@ def complete_lines(stream, offset: int, line: int, limit: int = src_mod.CHUNK):
 class Watcher:
     """Imports transcripts as they grow. `run_pass()` makes one pass; the caller loops."""
 
-    def __init__(self, tape, paths: Optional[list[str]] = None, roots=None, echo: Callable[[str], None] = lambda s: None, progress: bool = False, warn: Optional[Callable[[str], None]] = None):
+    def __init__(self, tape, paths: Optional[list[str]] = None, roots=None, echo: Callable[[str], None] = lambda s: None, progress: bool = False, warn: Optional[Callable[[str], None]] = None, keep: bool = True):
         self.tape = tape
         self.paths = list(paths or [])
         self.roots = roots
+        self.keep = keep  # keep layouts in memory between passes (follow); else save them at each batch
         self.echo = echo  # what was imported
         self.warn = warn or echo  # problems: errors, lines kept raw
         self.progress = progress
@@ -205,12 +208,21 @@ class Watcher:
         for p in touched:
             self.cache.put(p)
         self.cache.save()
+        if not self.keep:  # one pass (--once): memory stays bounded by the batch
+            self.save_layouts()
+            self.live.clear()
 
-    def save_layouts(self) -> None:
-        """Keep the Claude Code layouts of the sources that changed, for the next process."""
+    def save_layouts(self, idle: Optional[float] = None) -> None:
+        """Keep the Claude Code layouts of the sources that changed, for the next process;
+        with `idle`, forget those not imported from for that many seconds (they are read
+        back from the cache when their file grows again)."""
         layouts, self._layouts = self._layouts, {}
         for live in layouts.values():
             save_layout(self.cache, live.pos, live.builder, live.orphans, live.agent)
+        if idle is not None:
+            now = time.monotonic()
+            for key in [k for k, v in self.live.items() if now - v.used > idle and k not in self._layouts]:
+                del self.live[key]
 
     def _abort(self) -> None:
         stack, self._stack = self._stack, None
@@ -248,6 +260,7 @@ class Watcher:
     def _done(self, pos: Position, st: os.stat_result, live: Optional[Live]) -> None:
         pos.dev, pos.ino, pos.size, pos.mtime = st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
         if live is not None:
+            live.used = time.monotonic()
             self.live[pos.key] = live
             if live.builder is not None:
                 self._layouts[pos.key] = live

@@ -203,27 +203,49 @@ def du(path: str) -> int:
     return total
 
 
+CPU: dict = {}  # args -> CPU seconds (user + sys) of the last run
+
+
 def ctape(env: dict, *args) -> float:
+    """Wall seconds of one `python -m ctape` run; its CPU seconds go to CPU[args]."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     p = subprocess.run([sys.executable, "-m", "ctape", *args], env=env, capture_output=True)
     took = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    CPU["last"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    CPU["rss"] = after.ru_maxrss
     if p.returncode != 0:
         raise SystemExit(f"ctape {' '.join(args)} failed: {p.stderr.decode()[-2000:]}")
     return took
 
 
-def run(mb: float, keep: str | None) -> None:
+def run(mb: float, keep: str | None, reuse: bool = False) -> None:
     work = keep or tempfile.mkdtemp(prefix="bench_watch_")
     home, tape = os.path.join(work, "home"), os.path.join(work, "tape")
-    for d in (home, tape, os.path.join(work, "cache")):
+    manifest = os.path.join(work, "manifest.json")
+    if not (reuse and os.path.exists(manifest)):
+        shutil.rmtree(home, ignore_errors=True)
+    for d in (tape, os.path.join(work, "cache")):
         shutil.rmtree(d, ignore_errors=True)
     env = dict(os.environ, CLAUDE_CONFIG_DIR=os.path.join(home, "claude"), CODEX_HOME=os.path.join(home, "codex"), CTAPE_CACHE_DIR=os.path.join(work, "cache"))
     t = time.perf_counter()
-    g = generate(home, mb)
+    if reuse and os.path.exists(manifest):
+        with open(manifest) as f:
+            g = json.load(f)
+    else:
+        g = generate(home, mb)
+        with open(manifest, "w") as f:
+            json.dump(g, f)
     print(f"generated {len(g['files'])} files, {g['bytes'] / 1e6:.1f} MB in {time.perf_counter() - t:.0f} s (decompressed size; {sum(p.endswith('.zst') for p in g['files'])} of them .jsonl.zst)")
+    print(f"load average at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (wall times suffer from it; CPU times less)", flush=True)
     src_disk = du(home)
     ctape(env, "--dir", tape, "init")
     first = ctape(env, "--dir", tape, "watch", "--once", "-q")
+    first_cpu, first_rss = CPU["last"], CPU["rss"]
+    print(f"first pass done: {first:.0f} s wall, {first_cpu:.0f} s CPU", flush=True)
     tape_size = du(tape)
     idle = ctape(env, "--dir", tape, "watch", "--once", "-q")
     # one more line in every plain file
@@ -237,7 +259,9 @@ def run(mb: float, keep: str | None) -> None:
         with open(p, "ab") as f:
             f.write(json.dumps(rec).encode() + b"\n")
     appended = ctape(env, "--dir", tape, "watch", "--once", "-q")
+    appended_cpu = CPU["last"]
     idle2 = ctape(env, "--dir", tape, "watch", "--once", "-q")
+    idle2_cpu = CPU["last"]
     # the same number of files at a tenth of the size: an idle pass should cost the same
     small_home = os.path.join(work, "small")
     shutil.rmtree(small_home, ignore_errors=True)
@@ -264,14 +288,16 @@ def run(mb: float, keep: str | None) -> None:
     ctape(small_env, "--dir", small_tape, "init")
     ctape(small_env, "--dir", small_tape, "watch", "--once", "-q")
     small_idle = ctape(small_env, "--dir", small_tape, "watch", "--once", "-q")
+    small_idle_cpu = CPU["last"]
     startup = ctape(env, "--dir", tape, "--version")
+    startup_cpu = CPU["last"]
     mbs = g["bytes"] / 1e6
     print(f"source: {mbs:.1f} MB in {len(g['files'])} files ({src_disk / 1e6:.1f} MB on disk)")
-    print(f"first pass (watch --once): {first:.1f} s = {mbs / first:.1f} MB of source/s (target >= 25)")
+    print(f"first pass (watch --once): {first:.1f} s wall = {mbs / first:.1f} MB of source/s; {first_cpu:.1f} s CPU = {mbs / first_cpu:.1f} MB/s per core (target >= 25); peak RSS {first_rss / 1024:.0f} MB")
     print(f"tape: {tape_size / 1e6:.1f} MB = {tape_size / g['bytes']:.3f} x source, {tape_size / g['zstd3']:.2f} x zstd -3 of each file ({g['zstd3'] / 1e6:.1f} MB = {g['zstd3'] / g['bytes']:.3f} x source)")
-    print(f"pass with nothing new: {idle:.2f} s, again {idle2:.2f} s ({len(g['files'])} files; {1000 * (idle2 - startup) / len(g['files']):.2f} ms a file beyond start-up {startup:.2f} s)")
-    print(f"same files at a tenth of the size, nothing new: {small_idle:.2f} s (ratio to full size {small_idle / idle2:.2f})")
-    print(f"pass after one line appended to each of {len(plain)} plain files: {appended:.2f} s")
+    print(f"pass with nothing new: {idle:.2f} s, again {idle2:.2f} s wall, {idle2_cpu:.2f} s CPU ({len(g['files'])} files; {1000 * (idle2_cpu - startup_cpu) / len(g['files']):.2f} ms CPU a file beyond start-up {startup_cpu:.2f} s CPU)")
+    print(f"same files at a tenth of the size, nothing new: {small_idle:.2f} s wall, {small_idle_cpu:.2f} s CPU (CPU ratio to full size {small_idle_cpu / idle2_cpu:.2f})")
+    print(f"pass after one line appended to each of {len(plain)} plain files: {appended:.2f} s wall, {appended_cpu:.2f} s CPU ({1000 * (appended_cpu - startup_cpu) / len(plain):.1f} ms CPU a file)")
     if not keep:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -280,5 +306,6 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--mb", type=float, default=50, help="size of the generated history in MB (default 50; the issue asks for 1024)")
     ap.add_argument("--keep", help="work in this folder and keep it")
+    ap.add_argument("--reuse", action="store_true", help="with --keep: reuse the history generated there before")
     a = ap.parse_args()
-    run(a.mb, a.keep)
+    run(a.mb, a.keep, a.reuse)
