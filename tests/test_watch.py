@@ -11,6 +11,7 @@ import random
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Optional
 
 import pytest
 from conftest import run_cli, snapshot
@@ -173,7 +174,7 @@ def test_help_has_examples():
 # -- growing files -----------------------------------------------------------------------------
 
 
-def grow(tape, tmp_path, source: Path, fmt: str, seed: int, mode: str, steps: int = 12, data: bytes = None):
+def grow(tape, tmp_path, source: Path, fmt: str, seed: int, mode: str, steps: int = 12, data: Optional[bytes] = None):
     """Write the source in random pieces (cut anywhere, mid-line too); a pass after each."""
     rng = random.Random(seed)
     data = data or source.read_bytes()

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from contextlib import contextmanager
 from typing import Callable, Optional
 
 __all__ = ["watch_once", "follow", "Watcher", "PassReport"]
@@ -35,34 +36,56 @@ def __getattr__(name: str):
     raise AttributeError(name)
 
 
-def watch_once(tape, paths: Optional[list[str]] = None, *, echo: Callable[[str], None] = lambda s: None, progress: bool = False, roots=None, warn=None):
-    """One pass: import what is new in every source."""
+@contextmanager
+def stop_on_signals(w):
+    """SIGINT and SIGTERM set w.stop: the current batch is finished, then the pass ends."""
+
+    def stop(signum, frame):
+        w.stop = True
+
+    old = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
+
+
+def watch_once(tape, paths: Optional[list[str]] = None, *, echo: Callable[[str], None] = lambda s: None, progress: bool = False, roots=None, warn=None, signals: bool = False):
+    """One pass: import what is new in every source (`signals`: SIGINT/SIGTERM end it
+    after the current batch instead of interrupting it)."""
     from .engine import Watcher
     from .sources import check_paths
 
     paths = [os.path.expanduser(p) for p in paths or []]
     check_paths(paths)
     w = Watcher(tape, paths, roots=roots, echo=echo, progress=progress, warn=warn, keep=False)
-    return w.run_pass()
+    if not signals:
+        return w.run_pass()
+    with stop_on_signals(w):
+        return w.run_pass()
 
 
 def follow(tape, paths: Optional[list[str]] = None, *, echo: Callable[[str], None] = lambda s: None, progress: bool = False, poll: bool = False, roots=None, warn=None, on_pass: Optional[Callable] = None) -> None:
     """Pass after pass until SIGINT or SIGTERM: each signal lets the current batch finish."""
-    from . import sources
     from .engine import Watcher
     from .notify import notifier
+    from .sources import check_paths
 
     paths = [os.path.expanduser(p) for p in paths or []]
-    sources.check_paths(paths)
+    check_paths(paths)
     w = Watcher(tape, paths, roots=roots, echo=echo, progress=progress, warn=warn)
-
-    def stop(signum, frame):
-        w.stop = True
-
-    old = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     n = notifier(poll)
+    with stop_on_signals(w):
+        _follow(w, n, paths, roots, echo, warn, on_pass)
+
+
+def _follow(w, n, paths, roots, echo, warn, on_pass) -> None:
+    from . import sources
+    from .notify import Polling
+
     try:
-        folders = [p for p in paths if os.path.isdir(p)] or [os.path.dirname(os.path.abspath(p)) for p in paths]
+        folders = [p if os.path.isdir(p) else os.path.dirname(os.path.abspath(p)) for p in paths]
         if not paths:
             folders = [root for root, _ in (roots or sources.default_roots())]
         for d in folders:
@@ -72,7 +95,7 @@ def follow(tape, paths: Optional[list[str]] = None, *, echo: Callable[[str], Non
                 except OSError as e:  # out of inotify watches: poll instead
                     (warn or echo)(f"watch: {e}; polling instead")
                     n.close()
-                    n = notifier(poll=True)
+                    n = Polling()
         report = w.run_pass()
         if on_pass:
             on_pass(report)
@@ -97,5 +120,3 @@ def follow(tape, paths: Optional[list[str]] = None, *, echo: Callable[[str], Non
         w.save_layouts()
     finally:
         n.close()
-        for sig, h in old.items():
-            signal.signal(sig, h)

@@ -43,7 +43,7 @@ def watch(ctx, paths, once, poll, quiet):
             click.echo(f"watch: imported {rep.records} records from {rep.changed} of {rep.files} files", err=True)
 
     if once:
-        rep = watch_once(tape, list(paths), echo=echo, warn=errors, progress=tty)
+        rep = watch_once(tape, list(paths), echo=echo, warn=errors, progress=tty, signals=True)
         summary(rep)
         sys.exit(1 if rep.errors else 0)
     follow(tape, list(paths), echo=echo, warn=errors, progress=tty, poll=poll, on_pass=summary)

@@ -149,36 +149,42 @@ class Watcher:
                 rep.files += 1
                 if self._stack is None:
                     self._begin()
-                try:
-                    n, read = self._source(s)
-                except (CtapeError, OSError, ValueError) as e:
-                    self._forget(s.key)
-                    msg = f"watch: {s.path}: {e}"
-                    rep.errors.append(msg)
-                    if (s.key, str(e)) not in self.reported:
-                        self.reported.add((s.key, str(e)))
-                        self.warn(msg)
-                    continue
-                rep.records += n
-                rep.changed += n > 0
-                if n:
-                    p = self._known(s.key)
-                    where = f" into session {p.session}" if p and p.session else ""
-                    self.echo(f"watch: +{n} records from {s.path}{where}")
-                rep.bytes += read
+                self._one(s, rep)
                 if shown:
                     sys.stderr.write(f"\rwatch: {rep.files}/{len(todo)} files, {rep.bytes >> 20}/{total >> 20} MB")
                     sys.stderr.flush()
                 if self._batch_bytes >= BATCH_BYTES:
                     self._commit()
             self._commit()
+        except BaseException as e:
+            if self._stack is not None:  # nothing of this batch is written
+                stack, self._stack, self._touched = self._stack, None, []
+                stack.__exit__(type(e), e, e.__traceback__)
+            raise
         finally:
-            if self._stack is not None:
-                self._abort()
             if shown:
                 sys.stderr.write("\r" + " " * 60 + "\r")
                 sys.stderr.flush()
         return rep
+
+    def _one(self, s: Source, rep: PassReport) -> None:
+        try:
+            n, read = self._source(s)
+        except (CtapeError, OSError, ValueError) as e:
+            self._forget(s.key)  # its next pass starts from the tape's position
+            msg = f"watch: {s.path}: {e}"
+            rep.errors.append(msg)
+            if (s.key, str(e)) not in self.reported:
+                self.reported.add((s.key, str(e)))
+                self.warn(msg)
+            return
+        rep.records += n
+        rep.changed += n > 0
+        rep.bytes += read
+        if n:
+            p = self._known(s.key)
+            where = f" into session {p.session}" if p and p.session else ""
+            self.echo(f"watch: +{n} records from {s.path}{where}")
 
     def _todo_bytes(self, todo) -> int:
         total = 0
@@ -223,11 +229,6 @@ class Watcher:
             now = time.monotonic()
             for key in [k for k, v in self.live.items() if now - v.used > idle and k not in self._layouts]:
                 del self.live[key]
-
-    def _abort(self) -> None:
-        stack, self._stack = self._stack, None
-        stack.__exit__(*sys.exc_info()) if sys.exc_info()[0] else stack.close()
-        self._touched = []
 
     def _checkpoint(self) -> None:
         """Mid-file: end the batch when it is large, and start the next."""

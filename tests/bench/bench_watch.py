@@ -289,7 +289,7 @@ def run(mb: float, keep: str | None, reuse: bool = False) -> None:
     ctape(small_env, "--dir", small_tape, "watch", "--once", "-q")
     small_idle = ctape(small_env, "--dir", small_tape, "watch", "--once", "-q")
     small_idle_cpu = CPU["last"]
-    startup = ctape(env, "--dir", tape, "--version")
+    ctape(env, "--dir", tape, "--version")
     startup_cpu = CPU["last"]
     mbs = g["bytes"] / 1e6
     print(f"source: {mbs:.1f} MB in {len(g['files'])} files ({src_disk / 1e6:.1f} MB on disk)")
