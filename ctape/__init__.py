@@ -6,15 +6,18 @@ light commands start fast.
 
 from .errors import (
     AmbiguousRef,
+    BranchCheckedOut,
     ConflictError,
     CorruptObject,
     CtapeError,
     EntryNotFound,
     InvalidInput,
     InvalidName,
+    NoDefaultSession,
     NotATape,
     ObjectTooLarge,
     RefNotFound,
+    SessionNotFound,
     StorageError,
     UnsafePath,
 )
@@ -38,6 +41,9 @@ __all__ = [
     "UnsafePath",
     "ConflictError",
     "StorageError",
+    "SessionNotFound",
+    "NoDefaultSession",
+    "BranchCheckedOut",
 ]
 
 _LAZY = {"Tape": "tape", "Session": "session", "Entry": "models", "EntryKind": "models"}

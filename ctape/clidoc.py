@@ -3,7 +3,7 @@
     python -m ctape.clidoc > docs/cli.md
 
 The output is deterministic: the terminal width is fixed at 100 columns, commands
-come in click's listing order (sorted), and nothing depends on the environment.
+come in click's listing order (sorted), each group's subcommands after it, and nothing depends on the environment.
 tests/test_cli_docs.py fails when docs/cli.md differs from this output.
 """
 
@@ -45,12 +45,20 @@ def render() -> str:
 
     root = _context(main, "ctape", None)
     parts = [HEADER, _section("ctape", _help(main, root))]
-    for name in main.list_commands(root):
-        cmd = main.get_command(root, name)
+    _commands(main, root, "ctape", parts)
+    return "\n".join(parts)
+
+
+def _commands(group: click.Group, ctx: click.Context, path: str, parts: list[str]) -> None:
+    """A section per command, and per subcommand of a group (`ctape session use`)."""
+    for name in group.list_commands(ctx):
+        cmd = group.get_command(ctx, name)
         if cmd is None or cmd.hidden:
             continue
-        parts.append(_section(f"ctape {name}", _help(cmd, _context(cmd, name, root))))
-    return "\n".join(parts)
+        sub = _context(cmd, name, ctx)
+        parts.append(_section(f"{path} {name}", _help(cmd, sub)))
+        if isinstance(cmd, click.Group):
+            _commands(cmd, sub, f"{path} {name}", parts)
 
 
 def main() -> None:

@@ -56,3 +56,15 @@ class ConflictError(CtapeError):
 
 class StorageError(CtapeError):
     """The filesystem refused: read-only, full disk, permissions."""
+
+
+class SessionNotFound(RefNotFound):
+    """A session the command reads that the tape does not hold (or that was removed)."""
+
+
+class NoDefaultSession(InvalidInput):
+    """No -s, no $CTAPE_SESSION, no `session use` choice, and not exactly one session."""
+
+
+class BranchCheckedOut(CtapeError):
+    """`branch -d` of the branch HEAD is on (-D deletes it and detaches HEAD)."""

@@ -1,13 +1,38 @@
-"""Human-readable text for the CLI: log lines, the branch graph, status."""
+"""Human-readable text for the CLI: log lines, the branch graph, status, one entry.
+
+Text from the tape (payloads, names in records, times) is passed through `clean`
+before it reaches a terminal: control characters (BEL, ESC, ...) and bidirectional
+overrides are shown escaped, never sent as they are.
+"""
 
 from __future__ import annotations
 
+import heapq
 import json
 import os
+import re
 import sys
-from typing import Iterable, Optional
+from typing import Any, Optional
 
 from .models import Entry
+
+# C0 controls but tab and newline, DEL, C1 controls, and the bidi embeddings, overrides
+# and isolates that can reorder what a terminal shows
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_CONTROL_LINE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+# meta keys holding an importer's raw source record: shown by `show` only with --meta
+SOURCE_KEYS = ("claude-code", "codex", "openai", "ctape.raw")
+
+
+def _escape(m: re.Match) -> str:
+    c = ord(m.group(0))
+    return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+
+
+def clean(text: Any, keep_newlines: bool = False) -> str:
+    """`text` safe for a terminal: control characters written as \\xNN escapes."""
+    return (_CONTROL if keep_newlines else _CONTROL_LINE).sub(_escape, str(text))
 
 
 def _color(text: str, code: str) -> str:
@@ -35,7 +60,7 @@ def summary(e: Entry, width: int = 72) -> str:
         if isinstance(c, list):
             c = " ".join(str(part.get("text", "")) if isinstance(part, dict) else str(part) for part in c)
         text = c if isinstance(c, str) else json.dumps(e.payload, ensure_ascii=False)
-    text = " ".join(str(text).split())
+    text = clean(" ".join(str(text).split()))
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
@@ -54,65 +79,139 @@ def decorations(tape, session: Optional[str]) -> dict[str, list[str]]:
 
 def _deco(e: Entry, deco: dict) -> str:
     names = deco.get(e.hash)
-    return " " + _color("(" + ", ".join(names) + ")", "36") if names else ""
+    return " " + _color("(" + clean(", ".join(names)) + ")", "36") if names else ""
+
+
+def _hidden_mark(e: Entry) -> str:
+    return " [hidden]" if isinstance(e.meta, dict) and e.meta.get("ctape.hidden") else ""
 
 
 def oneline(e: Entry, deco: dict) -> str:
-    return f"{_color(e.hash[:12], '33')}{_deco(e, deco)} {e.kind:<11} {summary(e)}"
+    return f"{_color(e.hash[:12], '33')}{_deco(e, deco)} {clean(e.kind):<11} {summary(e)}{_hidden_mark(e)}"
+
+
+def _meta_line(meta: dict, with_source: bool) -> Optional[str]:
+    shown = {k: v for k, v in meta.items() if with_source or k not in SOURCE_KEYS}
+    if not shown:
+        return None
+    return "Meta:   " + clean(json.dumps(shown, ensure_ascii=False, sort_keys=True))
 
 
 def full(e: Entry, deco: dict) -> str:
     lines = [
-        _color(f"entry {e.hash}", "33") + _deco(e, deco),
-        f"Kind:   {e.kind}",
+        _color(f"entry {e.hash}", "33") + _deco(e, deco) + _hidden_mark(e),
+        f"Kind:   {clean(e.kind)}",
         f"Seq:    {e.seq}",
-        f"Date:   {e.time}",
+        f"Date:   {clean(e.time)}",
     ]
-    if e.meta:
-        lines.append(f"Meta:   {json.dumps(e.meta, ensure_ascii=False, sort_keys=True)}")
     lines += ["", "    " + summary(e, 200), ""]
     return "\n".join(lines)
 
 
-def show(e: Entry) -> list[str]:
-    out = [
-        _color(f"entry {e.hash}", "33"),
-        f"Parent: {e.parent or '(root)'}",
-        f"Kind:   {e.kind}",
-        f"Seq:    {e.seq}",
-        f"Date:   {e.time}",
-    ]
-    if e.meta:
-        out.append(f"Meta:   {json.dumps(e.meta, ensure_ascii=False, sort_keys=True)}")
-    if e.delta is not None:
-        out.append(f"Delta:  {json.dumps(e.delta, ensure_ascii=False, sort_keys=True)}")
-    out.append("")
-    out += ["    " + line for line in json.dumps(e.payload, ensure_ascii=False, indent=2).splitlines()]
+def _json_block(value: Any) -> list[str]:
+    return clean(json.dumps(value, ensure_ascii=False, indent=2, sort_keys=False), keep_newlines=True).splitlines()
+
+
+def _text_block(value: Any) -> list[str]:
+    """A content or output value as text: a string as is, parts' text in order, else JSON."""
+    if isinstance(value, str):
+        return clean(value, keep_newlines=True).splitlines() or [""]
+    if isinstance(value, list) and all(isinstance(p, str) or (isinstance(p, dict) and isinstance(p.get("text"), str)) for p in value):
+        out: list[str] = []
+        for p in value:
+            out += _text_block(p if isinstance(p, str) else p["text"])
+        return out
+    if isinstance(value, list):
+        out = []
+        for p in value:
+            if isinstance(p, dict) and isinstance(p.get("text"), str):
+                out += _text_block(p["text"])
+            elif isinstance(p, str):
+                out += _text_block(p)
+            else:
+                out += [f"[{clean(p.get('type', 'part'))}]" if isinstance(p, dict) else ""] + _json_block(p)
+        return out
+    return _json_block(value)
+
+
+def payload_lines(e: Entry) -> list[str]:
+    """The payload as a person reads it: text as text, tool calls as name and arguments."""
+    p = e.payload if isinstance(e.payload, dict) else None
+    if p is None:
+        return _json_block(e.payload)
+    used: set = set()
+    out: list[str] = []
+    if e.kind == "tool_call":
+        out.append(f"{clean(p.get('name'))}  (call {clean(p.get('call_id'))})")
+        args = p.get("arguments")
+        out += ["", *_json_block(args)] if not isinstance(args, str) else ["", *_text_block(args)]
+        used = {"name", "call_id", "arguments"}
+    elif e.kind == "tool_result":
+        err = "  ERROR" if p.get("is_error") else ""
+        out.append(f"result of call {clean(p.get('call_id'))}{err}")
+        out += ["", *_text_block(p.get("output"))]
+        used = {"call_id", "output", "is_error"}
+    elif e.kind == "anchor":
+        out.append(f"anchor {clean(p.get('name'))}")
+        used = {"name"}
+    elif e.kind == "error":
+        out += _text_block(p.get("message"))
+        used = {"message"}
+    elif "content" in p:
+        out += _text_block(p.get("content"))
+        used = {"content"}
+    rest = {k: v for k, v in p.items() if k not in used}
+    if rest:
+        out += ["", "Other fields:", *_json_block(rest)]
     return out
 
 
-def graph(tape, session: Optional[str], ref: Optional[str], limit: Optional[int], kinds: Iterable[str]) -> list[str]:
-    """Every branch of a session (or the path from REF) as an ASCII graph, newest first."""
+def show(e: Entry, meta: bool = False) -> list[str]:
+    """One entry: a short header, the payload, then delta and meta (the importer's raw
+    source record only with `meta`)."""
+    out = [
+        _color(f"entry {e.hash}", "33") + _hidden_mark(e),
+        f"Kind:   {clean(e.kind)}",
+        f"Seq:    {e.seq}",
+        f"Date:   {clean(e.time)}",
+        f"Parent: {e.parent or '(root)'}",
+        "",
+    ]
+    out += ["    " + line if line else "" for line in payload_lines(e)]
+    tail = []
+    if e.delta is not None:
+        tail.append("Delta:  " + clean(json.dumps(e.delta, ensure_ascii=False, sort_keys=True)))
+    m = _meta_line(e.meta, meta) if isinstance(e.meta, dict) else None
+    if m:
+        tail.append(m)
+    if not meta and isinstance(e.meta, dict) and any(k in e.meta for k in SOURCE_KEYS):
+        tail.append("(the importer's source record: ctape show --meta)")
+    return out + ([""] + tail if tail else [])
+
+
+def graph(tape, session: Optional[str], tips: list[str], limit: Optional[int], flt) -> list[str]:
+    """The history reachable from `tips` as an ASCII graph, newest first. The first tip
+    (HEAD) owns the first column, so its line of history is drawn straight down the left;
+    a bounded frontier (a heap) keeps the work proportional to what is drawn."""
     deco = decorations(tape, session)
-    tips: list[str] = []
-    if ref:
-        h = tape.resolve(ref, session)
-        if h:
-            tips.append(h)
-    elif session:
-        st = tape.session(session).refs()
-        for h in [st.head_hash, *st.branches.values()]:
-            if h and h not in tips:
-                tips.append(h)
-    want = set(k.replace("-", "_") for k in kinds)
-    # newest first by depth; a bounded frontier keeps this proportional to what is shown
-    frontier = {h: tape.read_entry(h) for h in tips}
-    lanes: list[Optional[str]] = []
+    tips = list(dict.fromkeys(tips))
+    lanes: list[Optional[str]] = tips[:1]  # other tips get a lane when the walk reaches them
+    heap: list = []
+    queued: set[str] = set()
+
+    def push(h: str, first: bool = False) -> None:
+        if h not in queued:
+            queued.add(h)
+            e = tape.read_entry(h)
+            heapq.heappush(heap, (0 if first else 1, -e.seq, e.time, h, e))
+
+    for i, h in enumerate(tips):
+        push(h, first=i == 0)
     lines: list[str] = []
     shown = 0
-    while frontier and (limit is None or shown < limit):
-        h = max(frontier, key=lambda x: (frontier[x].seq, frontier[x].time, x))
-        e = frontier.pop(h)
+    while heap and (limit is None or shown < limit):
+        e = heapq.heappop(heap)[4]
+        h = e.hash
         cols = [i for i, x in enumerate(lanes) if x == h]
         if not cols:
             lanes.append(h)
@@ -127,19 +226,23 @@ def graph(tape, session: Optional[str], ref: Optional[str], limit: Optional[int]
             lanes[extra] = None
             while lanes and lanes[-1] is None:
                 lanes.pop()
-        if not want or e.kind in want:
+        if flt is None or flt.match(e):
             row = "".join("* " if i == col else ("| " if x is not None else "  ") for i, x in enumerate(lanes))
             lines.append(f"{row}{oneline(e, deco)}")
             shown += 1
         lanes[col] = e.parent
         while lanes and lanes[-1] is None:
             lanes.pop()
-        if e.parent and e.parent not in frontier:
-            frontier[e.parent] = tape.read_entry(e.parent)
+        if e.parent:
+            push(e.parent)
     return lines
 
 
 def status(st: dict) -> list[str]:
+    return [clean(line) for line in _status(st)]
+
+
+def _status(st: dict) -> list[str]:
     out = [f"session {st['session']}"]
     if st["head"] is None:
         out.append("no entries yet")
@@ -177,4 +280,4 @@ def reflog_line(r: dict, session: str) -> str:
     old = (r["old"] or "-")[:12]
     new = (r["new"] or "(deleted)")[:12]
     at = f"{session}@{{{r['at']}}}" if r["at"] is not None else ""
-    return f"{r['index']:>4} {at:<14} {r['ref']:<24} {r['op']:<9} {old:>12} -> {new:<12} {r['time']}"
+    return clean(f"{r['index']:>4} {at:<14} {r['ref']:<24} {str(r['op']):<9} {old:>12} -> {new:<12} {r['time']}")

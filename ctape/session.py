@@ -10,7 +10,7 @@ from . import derived, framing
 from . import refs as refmod
 from .index import hash_key
 from .canonical import entry_body
-from .errors import CorruptObject, InvalidInput, RefNotFound
+from .errors import BranchCheckedOut, CorruptObject, InvalidInput, RefNotFound
 from .models import Entry, check_name, check_payload, now_rfc3339, parse_time
 from .refs import HEAD, RefState
 from .files import TYPE_BLOB, TYPE_ENTRY
@@ -184,13 +184,23 @@ class Session:
 
     def _must_exist(self) -> None:
         if not self.exists():
-            raise RefNotFound(f"no session {self.name!r}; see `ctape sessions` (appending creates one)")
+            from .sessions import unknown
 
-    def checkout(self, ref: str, new_branch: Optional[str] = None) -> RefState:
-        """Attach HEAD to a branch, or detach it at an entry; `new_branch` forks a branch there."""
+            raise unknown(self.tape, self.name)
+
+    def checkout(self, ref: Optional[str], new_branch: Optional[str] = None) -> RefState:
+        """Attach HEAD to a branch, or detach it at an entry; `new_branch` forks a branch there
+        (at HEAD when `ref` is None)."""
         if new_branch is not None:
             check_name(new_branch, "branch name")
+        elif ref is None:
+            raise InvalidInput("checkout needs a REF (or -b NAME to fork a branch at HEAD)")
         self._must_exist()
+        if ref is None:
+            h = self.refs().head_hash
+            if h is None:
+                raise RefNotFound(f"session {self.name!r} has no entries to fork from")
+            ref = h
         branch = self._branch_of_ref(ref)
         with self.store.writing(self.name) as w:
             st = self._writer_refs(w)
@@ -236,13 +246,17 @@ class Session:
             self._write_ref(w, "branch", {name: h})
             return h
 
-    def delete_branch(self, name: str) -> str:
+    def delete_branch(self, name: str, force: bool = True) -> str:
+        """Delete a branch (its entries stay). The branch HEAD is on is refused unless
+        `force`, which detaches HEAD at its tip."""
         check_name(name, "branch name")
         self._must_exist()
         with self.store.writing(self.name) as w:
             st = self._writer_refs(w)
             if name not in st.branches:
                 raise RefNotFound(f"session {self.name!r} has no branch {name!r}; see `ctape branch -s {self.name}`")
+            if st.branch == name and not force:
+                raise BranchCheckedOut(f"branch {name!r} is checked out in session {self.name!r}; check out another ref first, or delete it with -D (HEAD stays at its tip)")
             tip = st.branches[name]
             changes: dict[str, Optional[str]] = {name: None}
             if st.branch == name:
@@ -271,8 +285,29 @@ class Session:
 
     # -- reading ----------------------------------------------------------------------------
 
-    def log(self, ref: Optional[str] = None, limit: Optional[int] = None, kinds: Iterable[str] = ()) -> Iterator[Entry]:
-        """Entries newest first from REF (default HEAD), following parents."""
+    def log(
+        self,
+        ref: Optional[str] = None,
+        limit: Optional[int] = None,
+        kinds: Iterable[str] = (),
+        *,
+        grep: Optional[str] = None,
+        since: Any = None,
+        until: Any = None,
+        hidden: bool = True,
+        all: bool = False,
+    ) -> Iterator[Entry]:
+        """Entries newest first from REF (default HEAD), following parents. `all`: from every
+        branch and HEAD; `grep`, `since`, `until`, `hidden=False`: as `ctape log` (logview.py)."""
+        if all or grep is not None or since is not None or until is not None or not hidden:
+            from .logview import Filter, walk
+
+            st = self.refs()
+            tips = [st.head_hash, *st.branches.values()] if all else [self.tape.resolve(ref, self.name) if ref else st.head_hash]
+            return walk(self.tape, tips, Filter.make(kinds, grep, since, until, hidden), limit)
+        return self._log_chain(ref, limit, kinds)
+
+    def _log_chain(self, ref: Optional[str], limit: Optional[int], kinds: Iterable[str]) -> Iterator[Entry]:
         h = self.tape.resolve(ref, self.name) if ref else self.refs().head_hash
         want = {check_kind(k) for k in kinds}
         count = 0

@@ -34,6 +34,9 @@ class Tape:
         self._entries: OrderedDict[str, tuple[Entry, int]] = OrderedDict()
         self._entry_bytes = 0
         store.discard_listeners.append(self._forget)
+        from .localstate import mark
+
+        mark(store)
 
     def _clear_entries(self) -> None:
         """Forget every decoded entry (the next reads go to the files)."""
@@ -193,17 +196,33 @@ class Tape:
         return found[0]
 
     def _session_exists(self, name: str) -> bool:
-        return os.path.isdir(self.store.session_dir(name))
+        """A session with a folder that was not removed (`session rm`)."""
+        if not os.path.isdir(self.store.session_dir(name)):
+            return False
+        from .errors import CtapeError
+        from .session import Session
+        from .sessions import is_removed
+
+        try:
+            return not is_removed(Session(self, name).refs())
+        except CtapeError:
+            return True  # damaged refs: the session is there, and its commands say what is wrong
 
     # -- whole-tape views -----------------------------------------------------------------
 
     def sessions(self) -> list[dict]:
+        """Every session (removed ones left out), with `current` true for this machine's choice."""
+        from .localstate import chosen_session
         from .session import Session
+        from .sessions import is_removed
 
+        chosen = chosen_session(self.store)
         out = []
         for name in self.store.sessions():
             st = Session(self, name)
             refs = st.refs()
+            if is_removed(refs):
+                continue
             h = refs.head_hash
             e = self.read_entry(h) if h and self.store.has_object(h) else None
             out.append(
@@ -213,9 +232,48 @@ class Tape:
                     "branch": refs.branch,
                     "entries": e.seq if e else 0,
                     "last_time": e.time if e else None,
+                    "current": name == chosen,
                 }
             )
         return out
+
+    def session_names(self) -> list[str]:
+        """The names of the tape's sessions (removed ones left out)."""
+        from .sessions import live_names
+
+        return live_names(self)
+
+    def current_session(self) -> Optional[str]:
+        """The session chosen on this machine with use_session (None if none)."""
+        from .localstate import chosen_session
+
+        return chosen_session(self.store)
+
+    def default_session(self) -> str:
+        """The session used when none is named: this machine's choice, else the only one."""
+        from .sessions import default
+
+        return default(self)
+
+    def use_session(self, name: Optional[str]) -> None:
+        """Make `name` this machine's default session for the tape (None: forget the choice).
+        Kept in the index cache folder, outside the tape, so rsync does not carry it."""
+        from .localstate import choose_session
+        from .sessions import require
+
+        choose_session(self.store, None if name is None else require(self, name))
+
+    def remove_session(self, name: str) -> dict:
+        """Remove a session (a ref record setting its branches and HEAD to null)."""
+        from .sessions import remove
+
+        return remove(self, name)
+
+    def copy_session(self, src: str, new: str) -> dict:
+        """A new session whose refs point at SRC's entries (a session, SESSION/BRANCH or an entry)."""
+        from .sessions import copy
+
+        return copy(self, src, new)
 
     def stats(self) -> dict:
         from .maintenance import stats

@@ -13,6 +13,10 @@ from ctape.cli import main
 
 DOC = pathlib.Path(__file__).resolve().parent.parent / "docs" / "cli.md"
 COMMANDS = sorted(main.commands)
+# every command path, subcommands of groups included (`session use`)
+PATHS = [name for name in COMMANDS] + [
+    f"{name} {sub}" for name in COMMANDS if hasattr(main.commands[name], "commands") for sub in sorted(main.commands[name].commands)
+]
 
 
 def test_cli_md_is_up_to_date():
@@ -23,9 +27,9 @@ def test_clidoc_is_deterministic_and_ignores_the_terminal(monkeypatch):
     first = clidoc.render()
     monkeypatch.setenv("COLUMNS", "40")
     assert clidoc.render() == first
-    for name in COMMANDS:
+    for name in PATHS:
         assert f"## `ctape {name}`" in first
-    assert first.count("```text\n") == len(COMMANDS) + 1
+    assert first.count("```text\n") == len(PATHS) + 1
 
 
 def test_clidoc_module_prints_the_reference():
@@ -41,9 +45,9 @@ def test_top_level_help_has_examples():
     assert p.stderr == b""
 
 
-@pytest.mark.parametrize("name", COMMANDS)
+@pytest.mark.parametrize("name", PATHS)
 def test_every_subcommand_help_has_examples(name):
-    p = run_cli(name, "--help")
+    p = run_cli(*name.split(), "--help")
     assert p.returncode == 0, p.stderr
     out = p.stdout.decode()
     first = out.splitlines()[0]

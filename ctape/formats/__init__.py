@@ -5,12 +5,14 @@ Each format module provides:
     import_file(tape, path, session) -> list[str]   # human lines about what was imported
     export(tape, ref, session_or_none) -> Iterator[str]  # JSON lines
 
-`import_files` and `export_ref` pick the module by name.
+`import_files` and `export_ref` pick the module by name (import_files detects it when
+none is given).
 """
 
 from __future__ import annotations
 
 import importlib
+import itertools
 from typing import Iterator, Optional
 
 from ..errors import InvalidInput
@@ -24,7 +26,16 @@ def _module(fmt: str):
     return importlib.import_module(f".{MODULES[fmt]}", __name__)
 
 
-def import_files(tape, fmt: str, files: list[str], session: Optional[str], progress: bool = False) -> list[str]:
+def import_files(tape, fmt: Optional[str], files: list[str], session: Optional[str], progress: bool = False) -> list[str]:
+    """Import files of format `fmt`; None detects each file's format (formats/detect.py)."""
+    if fmt is None:
+        from .detect import detect
+
+        out: list[str] = []
+        found = [(detect(path), path) for path in files]  # all first: an unknown file imports nothing
+        for name, group in itertools.groupby(found, key=lambda x: x[0]):
+            out += _module(name).import_files(tape, [p for _, p in group], session, progress=progress)
+        return out
     mod = _module(fmt)
     return mod.import_files(tape, files, session, progress=progress)
 

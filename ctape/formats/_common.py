@@ -211,7 +211,37 @@ class Progress:
             sys.stderr.flush()
 
 
-def summary_line(path: str, name: str, records: int, entries: int, branches: int, notes: Iterable[str]) -> str:
+def set_import_refs(s, changes: dict, **extra: Any) -> bool:
+    """Write an import's ref record, leaving out every branch the session already has at
+    that entry or past it, and HEAD unless the session has none: re-importing a file moves
+    nothing. False when nothing was left to write."""
+    from ..derived import ancestor
+    from ..refs import HEAD
+
+    tape = s.tape
+    st = s.refs() if s.exists() else None
+    todo = {}
+    for ref, h in changes.items():
+        if ref == HEAD:
+            continue
+        cur = st.branches.get(ref) if st is not None else None
+        if cur is not None and h is not None and cur != h:
+            ce, he = tape.read_entry(cur), tape.read_entry(h)
+            if ce.seq > he.seq and ancestor(cur, ce.seq - he.seq, tape.read_entry, tape.store.index.keyframe) == h:
+                cur = h  # the branch has moved on from the imported tip
+        if cur != h:
+            todo[ref] = h
+    if not todo:
+        return False
+    if HEAD in changes and (st is None or st.head is None):
+        todo[HEAD] = changes[HEAD]
+    s.set_refs("import", todo, **extra)
+    return True
+
+
+def summary_line(path: str, name: str, records: int, entries: int, branches: int, notes: Iterable[str], new: bool = True) -> str:
+    if not new:
+        return f"nothing new in {path}: session {name} already holds its {records} records"
     text = f"imported {records} records from {path} into session {name} ({entries} entries"
     text += f", {branches} branches)" if branches > 1 else ")"
     notes = [n for n in notes if n]

@@ -340,10 +340,10 @@ def import_file(tape, path: str, session: Optional[str], progress: bool, exact: 
         with tape.batch():
             b.run()
             refs = b.refs()
-            s.set_refs("import", {**refs, HEAD: "@main"}, source=FMT)
+            new = c.set_import_refs(s, {**refs, HEAD: "@main"}, source=FMT)
         bar.done()
     notes = [f"subagent {agent}" if agent else "", f"kept {b.raw_lines} lines that are not JSON as they are" if b.raw_lines else "", truncated]
-    return c.summary_line(path, name, len(infos), b.entries, len(refs), notes), sid, name, agent
+    return c.summary_line(path, name, len(infos), b.entries, len(refs), notes, new), sid, name, agent
 
 
 # -- export ---------------------------------------------------------------------------

@@ -137,10 +137,10 @@ def import_file(tape, path: str, session: Optional[str], progress: bool = False)
                     kept_raw += 1
                 parent = s.put_entry(kind, payload, meta, None, t, parent).hash
                 bar.update(line.offset)
-            s.set_refs("import", {"main": parent, HEAD: "@main"}, source=FMT)
+            new = c.set_import_refs(s, {"main": parent, HEAD: "@main"}, source=FMT)
         bar.done()
     notes = [f"kept {kept_raw} lines that are not JSON as they are" if kept_raw else "", truncated]
-    return c.summary_line(path, name, len(lines), len(lines), 1, notes)
+    return c.summary_line(path, name, len(lines), len(lines), 1, notes, new)
 
 
 def _scan(f, path: str):

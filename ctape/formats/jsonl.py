@@ -15,7 +15,7 @@ import json
 from typing import Iterator, Optional
 
 from ..errors import InvalidInput
-from ._common import entries_for_export
+from ._common import entries_for_export, set_import_refs
 from ..models import NAME_RE, check_name
 from ..refs import HEAD
 
@@ -94,8 +94,9 @@ def import_file(tape, path: str, session: Optional[str]) -> str:
             tips = set(by_hash) - {e["parent"] for e in entries}
             tip = max((by_hash[t] for t in tips), key=lambda e: (e["seq"], e["hash"]))
             changes = {"main": tip["hash"], HEAD: "@main"}
-        if changes:
-            s.set_refs("import", changes)
+        new = bool(changes) and set_import_refs(s, changes)
+    if not new:
+        return f"nothing new in {path}: session {name} already holds its {len(entries)} entries"
     return f"imported {len(entries)} entries into session {name}"
 
 

@@ -186,10 +186,10 @@ def import_file(tape, path: str, session: Optional[str], progress: bool = False)
                 w.record(c.read_at(f, ln) if ln is not None else v, number)
                 if ln is not None:
                     bar.update(ln.offset)
-            s.set_refs("import", {**w.refs(), HEAD: "@main"}, source=FMT)
+            new = c.set_import_refs(s, {**w.refs(), HEAD: "@main"}, source=FMT)
         bar.done()
     notes = [f"kept {w.raw} lines that are not JSON as they are" if w.raw else "", note]
-    return c.summary_line(path, name, len(records), w.entries, len(w.runs) or 1, notes)
+    return c.summary_line(path, name, len(records), w.entries, len(w.runs) or 1, notes, new)
 
 
 def _first_item_time(v: Any) -> Optional[str]:

@@ -30,7 +30,7 @@ def watch(ctx, paths, once, poll, quiet):
       ctape watch --once "$TRANSCRIPT"  # from a Claude Code Stop hook
       ctape watch ~/agent-runs/         # any folder of transcripts
     """
-    from ..cli import open_tape
+    from ..cli.base import open_tape
     from . import follow, watch_once
 
     tape = open_tape(ctx)
@@ -40,7 +40,8 @@ def watch(ctx, paths, once, poll, quiet):
 
     def summary(rep):
         if rep.changed and not quiet:
-            click.echo(f"watch: imported {rep.records} records from {rep.changed} of {rep.files} files", err=True)
+            records = f"{rep.records} record{'s' if rep.records != 1 else ''}"
+            click.echo(f"watch: imported {records} from {rep.changed} of {rep.files} file{'s' if rep.files != 1 else ''}", err=True)
 
     if once:
         rep = watch_once(tape, list(paths), echo=echo, warn=errors, progress=tty, signals=True)

@@ -184,7 +184,7 @@ class Watcher:
         if n:
             p = self._known(s.key)
             where = f" into session {p.session}" if p and p.session else ""
-            self.echo(f"watch: +{n} records from {s.path}{where}")
+            self.echo(f"watch: +{n} record{'s' if n != 1 else ''} from {s.path}{where}")
 
     def _todo_bytes(self, todo) -> int:
         total = 0

@@ -1,0 +1,188 @@
+"""The root `ctape` group and what every command module shares.
+
+Errors are mapped to exit codes in one place (CtapeGroup.invoke). Heavy modules
+are imported inside commands so that `ctape --help` starts fast.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import click
+
+EXIT_FAIL, EXIT_USAGE = 1, 2
+
+
+class CtapeGroup(click.Group):
+    def main(self, *args, **kwargs):
+        """Usage errors as one line on stderr (exit 2), like every other error."""
+        kwargs["standalone_mode"] = False
+        try:
+            rv = super().main(*args, **kwargs)
+        except click.exceptions.Abort:
+            _fail("interrupted", 130)
+        except click.ClickException as e:
+            hint = ""
+            ctx = getattr(e, "ctx", None)
+            if _no_args_is_help(e) and ctx is not None:
+                click.echo(ctx.get_help())  # bare `ctape` (or `ctape session`): the help, not an error
+                sys.exit(0)
+            if isinstance(e, click.UsageError) and ctx is not None:
+                hint = f"; see `{ctx.command_path} --help`"
+            _fail(e.format_message().rstrip(". ") + hint if hint else e.format_message(), e.exit_code)
+        except click.exceptions.Exit as e:
+            sys.exit(e.exit_code)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+            raise
+        except BrokenPipeError:
+            _quiet_broken_pipe()
+        except Exception as e:  # noqa: BLE001 - the one place errors become exit codes
+            from ..errors import CtapeError
+
+            if os.environ.get("CTAPE_DEBUG"):
+                raise
+            if isinstance(e, CtapeError):
+                _fail(str(e), e.exit_code)
+            if isinstance(e, KeyboardInterrupt):
+                _fail("interrupted", 130)
+            if isinstance(e, OSError):
+                _fail(f"{e.strerror or e}: {getattr(e, 'filename', '') or ''}; check the path and permissions".replace(": ;", ";"), EXIT_FAIL)
+            _fail(f"internal error: {type(e).__name__}: {e}; rerun with CTAPE_DEBUG=1 and report it", EXIT_FAIL)
+
+
+def _no_args_is_help(e: click.ClickException) -> bool:
+    cls = getattr(click.exceptions, "NoArgsIsHelpError", None)
+    return cls is not None and isinstance(e, cls)
+
+
+def _fail(msg: str, code: int):
+    msg = " ".join(str(msg).split())
+    click.echo(f"ctape: error: {msg}", err=True)
+    sys.exit(code)
+
+
+def _quiet_broken_pipe():
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except OSError:
+        pass
+    sys.exit(EXIT_FAIL)
+
+
+def _is_tape(path: str) -> bool:
+    from ..store import FORMAT_FILE, FORMAT_NAME
+
+    try:
+        with open(os.path.join(path, FORMAT_FILE), "rb") as f:
+            meta = json.loads(f.read(1 << 16))
+    except (OSError, ValueError):
+        return False
+    return isinstance(meta, dict) and meta.get("format") == FORMAT_NAME
+
+
+def find_tape_dir(explicit: str | None) -> str:
+    """--dir, else $CTAPE_DIR (either may name the folder that holds .ctape/), else the
+    nearest folder upwards that is a tape or holds .ctape/."""
+    for given in (explicit, os.environ.get("CTAPE_DIR")):
+        if given:
+            inner = os.path.join(given, ".ctape")
+            if not _is_tape(given) and os.path.isdir(inner):
+                return inner
+            return given
+    here = os.path.abspath(os.getcwd())
+    while True:
+        if _is_tape(here):
+            return here
+        cand = os.path.join(here, ".ctape")
+        if os.path.isdir(cand):
+            return cand
+        parent = os.path.dirname(here)
+        if parent == here:
+            from ..errors import NotATape
+
+            raise NotATape("no tape directory found (.ctape in this or a parent folder); run `ctape init` or pass --dir")
+        here = parent
+
+
+def open_tape(ctx: click.Context):
+    from ..tape import Tape
+
+    obj = ctx.find_root().obj
+    if obj.get("tape") is None:
+        obj["tape"] = Tape.open(find_tape_dir(obj.get("dir")))
+        ctx.find_root().call_on_close(obj["tape"].close)
+    return obj["tape"]
+
+
+def need_session(ctx: click.Context, session: str | None, exists: bool = True) -> str:
+    """The session a command works on: -s / $CTAPE_SESSION, else this machine's choice
+    (`session use`), else the tape's only session. With `exists`, it must exist."""
+    from ..models import check_name
+    from ..sessions import default, require
+
+    if session:
+        check_name(session, "session name")
+        return require(open_tape(ctx), session) if exists else session
+    return default(open_tape(ctx))
+
+
+def emit_json(value) -> None:
+    click.echo(json.dumps(value, ensure_ascii=False))
+
+
+def echo_lines(lines, use_pager: bool) -> None:
+    text = "\n".join(lines)
+    if use_pager and sys.stdout.isatty():
+        click.echo_via_pager(text + "\n")
+    elif text:
+        click.echo(text)
+
+
+def session_for(ctx: click.Context, ref: str | None, session: str | None) -> str | None:
+    """The session a log-like command reads: -s, else the session a REF names, else the
+    default session (None when a REF names no session and there is no default)."""
+    if session or not ref:
+        return need_session(ctx, session)
+    from ..errors import CtapeError
+    from ..models import NAME_RE
+
+    tape = open_tape(ctx)
+    base = ref.split("~")[0].split("^")[0].split("@{")[0]
+    s = base.split("/")[0]
+    if NAME_RE.fullmatch(s) and tape._session_exists(s):
+        return s
+    try:
+        return need_session(ctx, None)
+    except CtapeError:
+        return None
+
+
+session_option = click.option("-s", "--session", envvar="CTAPE_SESSION", help="Session name (default: $CTAPE_SESSION, else `ctape session use`, else the only one).")
+json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output (JSON Lines for listings).")
+pager_option = click.option("--no-pager", is_flag=True, help="Never page the output.")
+
+
+@click.group(cls=CtapeGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--dir", "dir_", metavar="DIR", help="Tape directory (default: $CTAPE_DIR, else the nearest .ctape/ upwards).")
+@click.version_option(package_name="ctape", prog_name="ctape")
+@click.pass_context
+def main(ctx, dir_):
+    """Crash-proof, content-addressed history for LLM-agent conversations.
+
+    \b
+    Examples:
+      ctape init
+      ctape append user '{"content": "hi"}' -s chat
+      ctape log -s chat --oneline
+      ctape demo
+    """
+    ctx.ensure_object(dict)
+    ctx.obj["dir"] = dir_

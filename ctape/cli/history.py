@@ -1,0 +1,268 @@
+"""Appending and reading history: append, anchor, stream, log, show, context, state."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from .base import (
+    echo_lines,
+    emit_json,
+    json_option,
+    main,
+    need_session,
+    open_tape,
+    pager_option,
+    session_for,
+    session_option,
+)
+
+
+def _read_stdin_text() -> str:
+    data = sys.stdin.buffer.read()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        from ..errors import InvalidInput
+
+        raise InvalidInput(f"stdin is not valid UTF-8 (byte {e.start}); convert it to UTF-8 first") from None
+
+
+def _parse_json(text: str, what: str):
+    from ..errors import InvalidInput
+
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InvalidInput(f"{what} is not valid JSON ({e.msg} at line {e.lineno} column {e.colno}); use --text for plain text") from None
+    except RecursionError:
+        raise InvalidInput(f"{what} is nested too deeply") from None
+
+
+@main.command()
+@click.argument("kind")
+@click.argument("payload", required=False)
+@session_option
+@click.option("--meta", "metas", multiple=True, metavar="K=V", help="Add a meta field (string value); repeatable.")
+@click.option("--delta", metavar="JSON", help="State change as a JSON merge patch.")
+@click.option("--text", "as_text", is_flag=True, help="Take PAYLOAD (or stdin) as raw text: {\"content\": TEXT}.")
+@click.option("--time", "time_", metavar="RFC3339", help="Entry time (default: now).")
+@click.pass_context
+def append(ctx, kind, payload, session, metas, delta, as_text, time_):
+    """Append an entry of KIND and print its hash.
+
+    KIND is one of system, user, assistant, streaming, tool_call (tool-call),
+    tool_result (tool-result), anchor, error. PAYLOAD is JSON; without it, or
+    with -, it is read from stdin (use stdin for payloads over 128 KiB).
+
+    \b
+    Examples:
+      ctape append user '{"content": "fix the tests"}' -s chat
+      ctape append tool-call '{"call_id": "c1", "name": "bash", "arguments": {"cmd": "pytest"}}' -s chat
+      pytest 2>&1 | ctape append tool-result --text -s chat --meta call_id=c1
+      ctape append user --text 'hello' -s chat --delta '{"cwd": "/repo"}'
+    """
+    from ..errors import InvalidInput
+    from ..models import EntryKind
+
+    name = need_session(ctx, session, exists=False)
+    kind_value = EntryKind.parse(kind).value
+    meta = {}
+    for m in metas:
+        k, sep, v = m.partition("=")
+        if not sep or not k:
+            raise InvalidInput(f"--meta takes KEY=VALUE, got {m!r}")
+        meta[k] = v
+    text = _read_stdin_text() if payload in (None, "-") else payload
+    if as_text:
+        value = {"content": text}
+        if kind_value == "tool_result" and "call_id" in meta:
+            value = {"call_id": meta["call_id"], "output": text}
+    else:
+        value = _parse_json(text, "payload")
+    delta_value = _parse_json(delta, "--delta") if delta is not None else None
+    tape = open_tape(ctx)
+    e = tape.session(name).append(kind_value, value, meta=meta, delta=delta_value, time=time_)
+    click.echo(e.hash)
+
+
+@main.command()
+@click.argument("name")
+@session_option
+@click.pass_context
+def anchor(ctx, name, session):
+    """Append an anchor entry {"name": NAME}: a milestone to return to.
+
+    \b
+    Examples:
+      ctape anchor tests-green -s chat
+      ctape log --kind anchor -s chat
+    """
+    e = open_tape(ctx).session(need_session(ctx, session, exists=False)).append("anchor", {"name": name})
+    click.echo(e.hash)
+
+
+@main.command()
+@session_option
+@click.option("--interval", default=0.5, show_default=True, help="Seconds between flushes to disk.")
+@click.pass_context
+def stream(ctx, session, interval):
+    """Record an assistant message from stdin as it arrives.
+
+    At EOF the message is appended as `assistant` and its hash printed. If the
+    process is killed, the text received up to the last flush survives and
+    `ctape recover` (or the next append) records it as one `streaming` entry.
+
+    \b
+    Examples:
+      my-llm-client | ctape stream -s chat
+    """
+    from ..stream import run_cli_stream
+
+    e = run_cli_stream(open_tape(ctx).session(need_session(ctx, session, exists=False)), interval)
+    if e is not None:
+        click.echo(e.hash)
+
+
+@main.command()
+@click.argument("refs", metavar="[REF...]", nargs=-1)
+@session_option
+@click.option("-n", "limit", type=click.IntRange(min=0), help="Show at most N entries.")
+@click.option("--kind", "kinds", multiple=True, help="Only entries of this kind; repeatable.")
+@click.option("--grep", metavar="TEXT", help="Only entries whose payload text holds TEXT (any case).")
+@click.option("--since", metavar="T", help="Only entries at or after T: RFC 3339, or a duration back from now (2h, 3d).")
+@click.option("--until", metavar="T", help="Only entries at or before T (as --since).")
+@click.option("--reverse", is_flag=True, help="Oldest first (of the entries -n selects).")
+@click.option("--all", "all_", is_flag=True, help="From every branch of the session (conflict branches too) and HEAD.")
+@click.option("--hidden", is_flag=True, help="Include hidden bookkeeping entries (import records, snapshots).")
+@click.option("--oneline", is_flag=True, help="One line per entry.")
+@click.option("--graph", is_flag=True, help="Draw the history as a graph: HEAD's line first, then every branch.")
+@json_option
+@pager_option
+@click.pass_context
+def log(ctx, refs, session, limit, kinds, grep, since, until, reverse, all_, hidden, oneline, graph, as_json, no_pager):
+    """Show entries newest first from REF (default: the session's HEAD).
+
+    Several REFs (or --all) show everything reachable from any of them, newest
+    first, each entry once. Entries an importer or integration marked hidden are
+    left out unless --hidden.
+
+    \b
+    Examples:
+      ctape log -n 20
+      ctape log chat/alt --oneline
+      ctape log --kind anchor
+      ctape log --grep pytest --since 2h
+      ctape log --all --graph
+    """
+    from .. import render
+    from ..logview import Filter, walk
+
+    tape = open_tape(ctx)
+    name = session_for(ctx, refs[0] if refs else None, session)
+    flt = Filter.make(kinds, grep, since, until, hidden)
+    if all_ and name is None:
+        raise click.UsageError("--all needs a session: pass -s NAME")
+    tips = [tape.resolve(r, name) for r in refs]
+    st = tape.session(name).refs() if name else None
+    if not refs:
+        tips = [st.head_hash]
+    if all_ or (graph and not refs):
+        tips += [st.head_hash, *st.branches.values()]
+    tips = list(dict.fromkeys(h for h in tips if h))
+    if graph and not as_json:
+        if reverse:
+            raise click.UsageError("--graph and --reverse cannot be combined")
+        echo_lines(render.graph(tape, name, tips, limit, flt), not no_pager)
+        return
+    entries = walk(tape, tips, flt, limit)
+    if reverse:
+        entries = reversed(list(entries))
+    if as_json:
+        for e in entries:
+            emit_json(e.to_json())
+        return
+    deco = render.decorations(tape, name) if name else {}
+    echo_lines((render.oneline(e, deco) if oneline else render.full(e, deco) for e in entries), not no_pager)
+
+
+@main.command()
+@click.argument("ref")
+@session_option
+@click.option("--meta", "with_meta", is_flag=True, help="Also print the importer's raw source record kept in meta.")
+@json_option
+@pager_option
+@click.pass_context
+def show(ctx, ref, session, with_meta, as_json, no_pager):
+    """Show one entry: its payload readably, then its delta and meta.
+
+    Text is shown as text, a tool call as its name and arguments, a tool
+    result's output as text. The record an importer kept (meta keys
+    claude-code, codex, openai) is shown only with --meta or --json.
+
+    \b
+    Examples:
+      ctape show chat
+      ctape show 1a2b3c4d --meta
+      ctape show chat/main~2 --json
+    """
+    from .. import render
+
+    tape = open_tape(ctx)
+    e = tape.get(ref, session_for(ctx, ref, session))
+    if as_json:
+        emit_json(e.to_json())
+    else:
+        echo_lines(render.show(e, meta=with_meta), not no_pager)
+
+
+@main.command()
+@click.argument("ref", required=False)
+@session_option
+@click.option("--policy", "policies", multiple=True, type=click.Choice(["last-turn", "exclude-errors", "dedupe-tools"]), help="View policy; repeatable.")
+@click.option("--format", "fmt", type=click.Choice(["openai", "anthropic", "tape"]), default="openai", show_default=True)
+@click.option("--resume", type=click.Choice(["prefix", "drop"]), default="drop", show_default=True, help="What to do with an interrupted stream.")
+@click.option("--max-tokens", type=click.IntRange(min=1), help="Drop the oldest non-system messages to fit this estimate.")
+@click.pass_context
+def context(ctx, ref, session, policies, fmt, resume, max_tokens):
+    """Print the prompt built from the path root -> REF as JSON.
+
+    Pending tool calls get a fixed "interrupted" result, so the prompt is
+    valid for APIs that reject unanswered calls.
+
+    \b
+    Examples:
+      ctape context -s chat --format anthropic
+      ctape context -s chat --policy last-turn --policy dedupe-tools --max-tokens 8000
+      ctape context -s chat --resume prefix
+    """
+    from ..context import build_context
+
+    tape = open_tape(ctx)
+    name = session_for(ctx, ref, session)
+    s = tape.session(name) if name else None
+    out = build_context(s, ref, list(policies), fmt, resume, max_tokens, tape=tape)
+    click.echo(json.dumps(out, ensure_ascii=False, indent=2))
+
+
+@main.command()
+@click.argument("ref", required=False)
+@session_option
+@click.pass_context
+def state(ctx, ref, session):
+    """Print the state at REF: every delta root -> REF applied in order.
+
+    \b
+    Examples:
+      ctape state -s chat
+      ctape state chat~10
+    """
+    tape = open_tape(ctx)
+    name = session_for(ctx, ref, session)
+    if name is None:
+        h = tape.resolve(ref)
+        click.echo(json.dumps(tape.derived(h)["state"], ensure_ascii=False, indent=2))
+        return
+    click.echo(json.dumps(tape.session(name).state(ref), ensure_ascii=False, indent=2))

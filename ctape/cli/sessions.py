@@ -1,0 +1,166 @@
+"""Sessions as a whole: sessions, session use/rm/cp, status, recover."""
+
+from __future__ import annotations
+
+import click
+
+from .base import CtapeGroup, emit_json, json_option, main, need_session, open_tape, session_option
+
+
+@main.command()
+@json_option
+@click.pass_context
+def sessions(ctx, as_json):
+    """List every session: HEAD, branch, entry count, last activity.
+
+    The session chosen with `ctape session use` is marked with *.
+
+    \b
+    Examples:
+      ctape sessions
+      ctape sessions --json
+    """
+    from ..render import clean
+
+    rows = open_tape(ctx).sessions()
+    if as_json:
+        for r in rows:
+            emit_json(r)
+        return
+    table = [
+        (
+            "*" if r["current"] else " ",
+            r["session"],
+            r["head"][:12] if r["head"] else "-" * 12,
+            r["branch"] or ("(detached)" if r["head"] else "-"),
+            str(r["entries"]),
+            r["last_time"] or "",
+        )
+        for r in rows
+    ]
+    w = [max([len(row[i]) for row in table] or [0]) for i in range(6)]
+    for row in table:
+        line = f"{row[0]} {row[1]:<{w[1]}}  {row[2]}  {row[3]:<{w[3]}}  {row[4]:>{w[4]}}  {row[5]}"
+        click.echo(clean(line.rstrip()))
+
+
+@main.group(cls=CtapeGroup, name="session")
+def session_group():
+    """Choose, remove or copy a whole session.
+
+    \b
+    Examples:
+      ctape session use chat
+      ctape session cp chat chat-try2
+      ctape session rm chat-try2
+    """
+
+
+@session_group.command(name="use")
+@click.argument("name", required=False)
+@click.option("--clear", is_flag=True, help="Forget this machine's choice.")
+@click.pass_context
+def session_use(ctx, name, clear):
+    """Make NAME this machine's default session for this tape.
+
+    Commands then work on NAME when no -s and no $CTAPE_SESSION is given. The
+    choice is kept outside the tape (beside its index cache), so rsync does not
+    carry it to other machines.
+
+    \b
+    Examples:
+      ctape session use chat
+      ctape session use --clear
+    """
+    if (name is None) == (not clear):
+        raise click.UsageError("give a session NAME, or --clear")
+    open_tape(ctx).use_session(name)
+    click.echo(f"default session is now {name}" if name else "no default session now", err=True)
+
+
+@session_group.command(name="rm")
+@click.argument("name")
+@click.pass_context
+def session_rm(ctx, name):
+    """Remove session NAME: it leaves `sessions` and reading it fails.
+
+    The removal is one ref record setting every branch and HEAD to null; it
+    syncs like any append. The next `compact` frees what only NAME reached.
+    Appending to NAME again starts a new session of that name.
+
+    \b
+    Examples:
+      ctape session rm scratch
+    """
+    r = open_tape(ctx).remove_session(name)
+    tip = r["branches"].get(r["head"][1:]) if r["head"] and r["head"].startswith("@") else r["head"]
+    click.echo(f"Removed session {name} (HEAD was {tip[:12] if tip else 'empty'}, {_branches(len(r['branches']))})", err=True)
+
+
+@session_group.command(name="cp")
+@click.argument("src")
+@click.argument("new")
+@click.pass_context
+def session_cp(ctx, src, new):
+    """Make session NEW with SRC's history, by reference: nothing is copied.
+
+    SRC is a session (every branch and HEAD), SESSION/BRANCH (that branch), or
+    any other ref to an entry (a branch main there).
+
+    \b
+    Examples:
+      ctape session cp chat chat-try2
+      ctape session cp chat/alt alt-only
+      ctape session cp chat~4 from-earlier
+    """
+    r = open_tape(ctx).copy_session(src, new)
+    click.echo(f"Created session {new} from {src} ({_branches(len(r['branches']))})", err=True)
+
+
+def _branches(n: int) -> str:
+    return f"{n} branch" if n == 1 else f"{n} branches"
+
+
+@main.command()
+@session_option
+@click.option("--hidden", is_flag=True, help="Count hidden bookkeeping entries as the last entry.")
+@json_option
+@click.pass_context
+def status(ctx, session, hidden, as_json):
+    """HEAD, branch, last entry, pending tool calls, interrupted stream, last error.
+
+    \b
+    Examples:
+      ctape status -s chat
+      ctape status -s chat --json
+    """
+    from .. import render
+    from ..logview import is_hidden, newest_visible
+
+    tape = open_tape(ctx)
+    st = tape.session(need_session(ctx, session)).status()
+    if as_json:
+        emit_json(st)
+        return
+    le = st["last_entry"]
+    if le and not hidden and not st["incomplete"] and is_hidden(tape.read_entry(le["hash"])):
+        e = newest_visible(tape, le["hash"])
+        st["last_entry"] = {"hash": e.hash, "kind": e.kind, "time": e.time} if e else None
+    click.echo("\n".join(render.status(st)))
+
+
+@main.command()
+@session_option
+@click.pass_context
+def recover(ctx, session):
+    """Record an interrupted stream as one `streaming` entry; print its hash.
+
+    \b
+    Examples:
+      ctape recover -s chat
+    """
+    entries = open_tape(ctx).session(need_session(ctx, session)).recover()
+    for e in entries:
+        click.echo(e.hash)
+    if not entries:
+        click.echo("nothing to recover", err=True)

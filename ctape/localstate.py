@@ -1,0 +1,162 @@
+"""What one machine keeps about a tape outside it, in the tape's index cache folder.
+
+    <cache root>/<key>/tape.json     {"tape": realpath, "tape_id": id}: whose folder this is
+    <cache root>/<key>/session       the session chosen with `ctape session use`
+
+Both live beside index.sqlite (docs/format.md section 11), so rsync never carries them
+and a copy of a tape never inherits another machine's choice. `gc` removes the cache
+folders whose tape is gone, judged by that marker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+from typing import Optional
+
+from .errors import StorageError
+from .index import default_cache_root
+from .models import NAME_RE
+from .store import FORMAT_FILE
+
+MARKER = "tape.json"
+CHOICE = "session"
+_KEY = re.compile(r"[0-9a-f]{20}")
+
+
+def cache_folder(store) -> Optional[str]:
+    """The tape's cache folder, or None when the index lives in memory (no writable cache)."""
+    path = store.index.path
+    return None if path == ":memory:" else os.path.dirname(path)
+
+
+def _write(path: str, text: str) -> None:
+    tmp = f"{path}.{secrets.token_hex(4)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def mark(store) -> None:
+    """Name the tape in its cache folder (once), so that `cache gc` can tell when it is gone."""
+    d = cache_folder(store)
+    if d is None or os.path.exists(os.path.join(d, MARKER)):
+        return
+    try:
+        _write(os.path.join(d, MARKER), json.dumps({"tape": os.path.realpath(store.root), "tape_id": store.tape_id}) + "\n")
+    except OSError:
+        pass  # a cache that cannot be written costs only the clean-up
+
+
+def chosen_session(store) -> Optional[str]:
+    """The session chosen on this machine with `session use`, if any."""
+    d = cache_folder(store)
+    if d is None:
+        return None
+    try:
+        with open(os.path.join(d, CHOICE), encoding="utf-8") as f:
+            name = f.read(256).strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return name if NAME_RE.fullmatch(name) else None
+
+
+def choose_session(store, name: Optional[str]) -> None:
+    """Keep `name` as this machine's default session for the tape (None forgets the choice)."""
+    d = cache_folder(store)
+    if d is None:
+        raise StorageError("no writable index cache folder to keep the choice in; set CTAPE_CACHE_DIR, or use -s / $CTAPE_SESSION")
+    path = os.path.join(d, CHOICE)
+    try:
+        if name is None:
+            if os.path.exists(path):
+                os.unlink(path)
+        else:
+            _write(path, name + "\n")
+    except OSError as e:
+        raise StorageError(f"cannot write {path}: {e.strerror}; check the cache folder's permissions") from None
+
+
+# -- cache gc ------------------------------------------------------------------------------
+
+
+def _folder_bytes(d: str) -> int:
+    total = 0
+    for root, _, files in os.walk(d):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def _tape_state(marker: dict, key: str) -> tuple[str, str]:
+    """("live" | "gone", why) for the tape a marker names."""
+    from blake3 import blake3
+
+    tape, tape_id = marker.get("tape"), marker.get("tape_id")
+    if not isinstance(tape, str) or not isinstance(tape_id, str):
+        return "gone", "the marker names no tape"
+    try:
+        st = os.stat(tape)
+        with open(os.path.join(tape, FORMAT_FILE), "rb") as f:
+            meta = json.loads(f.read(1 << 16))
+    except FileNotFoundError:
+        return "gone", f"{tape} no longer exists"
+    except (OSError, ValueError):
+        return "live", f"{tape} cannot be read; kept"
+    if not isinstance(meta, dict) or str(meta.get("tape_id", "")) != tape_id:
+        return "gone", f"{tape} is another tape now"
+    # the folder's name is the key of format.md section 11: a tape re-created or copied
+    # back to the same path has another inode, so another folder
+    now = blake3(f"{tape_id}|{os.path.realpath(tape)}|{st.st_dev}|{st.st_ino}".encode()).hexdigest()[:20]
+    if now != key:
+        return "gone", f"{tape} was re-created or replaced (its cache is another folder)"
+    return "live", tape
+
+
+def gc(root: Optional[str] = None, dry_run: bool = False, unknown: bool = False) -> list[dict]:
+    """Every cache folder under `root` with what became of it: the folders of tapes that are
+    gone are removed (not with dry_run); folders without a marker (made by an older ctape)
+    are kept unless `unknown`."""
+    root = root or default_cache_root()
+    try:
+        names = sorted(os.listdir(root))
+    except FileNotFoundError:
+        return []
+    rows = []
+    for name in names:
+        d = os.path.join(root, name)
+        if not _KEY.fullmatch(name) or os.path.islink(d) or not os.path.isdir(d):
+            continue
+        try:
+            with open(os.path.join(d, MARKER), "rb") as f:
+                marker = json.loads(f.read(1 << 16))
+            state, why = _tape_state(marker if isinstance(marker, dict) else {}, name)
+            tape = marker.get("tape") if isinstance(marker, dict) else None
+        except FileNotFoundError:
+            state, why, tape = "unknown", "no marker (made by an older ctape)", None
+        except (OSError, ValueError):
+            state, why, tape = "gone", "the marker is damaged", None
+        remove = state == "gone" or (unknown and state == "unknown")
+        row = {"folder": d, "tape": tape, "state": state, "why": why, "bytes": _folder_bytes(d), "removed": False}
+        if remove and not dry_run:
+            try:
+                shutil.rmtree(d)
+                row["removed"] = True
+            except OSError as e:
+                row["why"] += f"; not removed: {e.strerror}"
+        rows.append(row)
+    return rows

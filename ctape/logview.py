@@ -1,0 +1,126 @@
+"""What `log` shows: entries newest first from one or more tips, through filters.
+
+Filters: kinds, a case-insensitive substring of the payload's text (--grep), a time
+window (--since / --until: RFC 3339, or a duration back from now such as 2h or 3d),
+and hidden entries (bookkeeping marked by importers and integrations) left out unless
+asked for. Several tips are walked together, newest first by (time, seq), each entry
+once. Like git, the walk stops once every line left is older than --since (times
+along a line of history only grow, so what lies below is older still).
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import time as _time
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator, Optional
+
+from .errors import InvalidInput
+from .models import HIDDEN, Entry, kind_value, parse_time, time_seconds
+
+
+def is_hidden(e: Entry) -> bool:
+    return isinstance(e.meta, dict) and bool(e.meta.get(HIDDEN))
+
+
+def when(text: Any, what: str = "time") -> Optional[float]:
+    """Seconds since the epoch for an RFC 3339 time or a duration back from now (2h, 3d)."""
+    if text is None:
+        return None
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        return float(text)
+    t = str(text).strip()
+    if t and t[-1] in "smhdw" and t[:-1].isdigit():
+        from .compact import parse_duration
+
+        return _time.time() - parse_duration(t, what)
+    try:
+        return time_seconds(parse_time(t))
+    except InvalidInput:
+        raise InvalidInput(f"invalid {what} {text!r}: use RFC 3339 (2026-01-02T03:04:05Z) or a duration back from now (30m, 2h, 3d, 1w)") from None
+
+
+def payload_text(value: Any) -> str:
+    """Every string in a payload (keys of tool arguments included), for --grep."""
+    out: list[str] = []
+
+    def walk(v: Any) -> None:
+        if isinstance(v, str):
+            out.append(v)
+        elif isinstance(v, dict):
+            for k, x in v.items():
+                if k != "call_id":
+                    walk(x)
+        elif isinstance(v, list):
+            for x in v:
+                walk(x)
+        elif v is not None and not isinstance(v, bool):
+            out.append(json.dumps(v))
+
+    walk(value)
+    return "\n".join(out)
+
+
+@dataclass
+class Filter:
+    kinds: set = field(default_factory=set)
+    grep: Optional[str] = None
+    since: Optional[float] = None
+    until: Optional[float] = None
+    hidden: bool = False
+
+    @classmethod
+    def make(cls, kinds: Iterable[str] = (), grep: Optional[str] = None, since: Any = None, until: Any = None, hidden: bool = False) -> "Filter":
+        if grep is not None and not grep:
+            raise InvalidInput("--grep needs some text")
+        return cls({kind_value(k) for k in kinds}, grep.casefold() if grep else None, when(since, "--since"), when(until, "--until"), hidden)
+
+    def match(self, e: Entry) -> bool:
+        if self.kinds and e.kind not in self.kinds:
+            return False
+        if not self.hidden and is_hidden(e):
+            return False
+        if self.since is not None or self.until is not None:
+            t = time_seconds(e.time)
+            if (self.since is not None and t < self.since) or (self.until is not None and t > self.until):
+                return False
+        if self.grep is not None and self.grep not in payload_text(e.payload).casefold():
+            return False
+        return True
+
+
+def walk(tape, tips: Iterable[Optional[str]], flt: Optional[Filter] = None, limit: Optional[int] = None) -> Iterator[Entry]:
+    """Entries reachable from `tips`, newest first, each once, that pass `flt`."""
+    flt = flt or Filter()
+    heap: list = []
+    queued: set[str] = set()
+
+    def push(h: Optional[str]) -> None:
+        if h is not None and h not in queued:
+            queued.add(h)
+            e = tape.read_entry(h)
+            heapq.heappush(heap, (-time_seconds(e.time), -e.seq, h, e))
+
+    for h in tips:
+        push(h)
+    shown = 0
+    while heap and (limit is None or shown < limit):
+        neg_t, _, _, e = heapq.heappop(heap)
+        if flt.since is not None and -neg_t < flt.since and (not heap or -heap[0][0] < flt.since):
+            return  # this line and every other one are older than --since from here on
+        if flt.match(e):
+            yield e
+            shown += 1
+        push(e.parent)
+
+
+def newest_visible(tape, h: Optional[str], within: int = 10000) -> Optional[Entry]:
+    """The newest entry at or below h that is not hidden (looking at most `within` back)."""
+    n = 0
+    while h is not None and n < within:
+        e = tape.read_entry(h)
+        if not is_hidden(e):
+            return e
+        h, n = e.parent, n + 1
+    return None
