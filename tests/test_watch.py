@@ -294,6 +294,7 @@ def test_half_written_and_corrupt_lines(tape, tmp_path, home):
     assert out == expected(path.read_bytes()) and out[6] == '{"timestamp": "2026-05-11T11:30:00Z", "type": broken'
     assert len(warnings) == 1 and "line 7 is not JSON" in warnings[0]
     w.run_pass()
+    w.save_cache()  # as a follower does when it stops
     Watcher(tape, [str(path)], warn=warnings.append).run_pass()
     assert len(warnings) == 1
 

@@ -119,4 +119,5 @@ def _follow(w, n, paths, roots, echo, warn, on_pass) -> None:
                 last_save = time.monotonic()
         w.save_layouts()
     finally:
+        w.save_cache()
         n.close()

@@ -37,6 +37,7 @@ from .position import Cache, Position, latest_in_tape, load_layout, save_layout
 from .sources import ID_BYTES, Source, digest
 
 BATCH_BYTES = 64 << 20  # source bytes imported per batch (one fsync per batch)
+CACHE_EVERY = 10.0  # seconds: a following watcher rewrites its cache file at most this often
 PROGRESS_BYTES = 64 << 20  # a progress line when a pass has more than this to read
 
 
@@ -130,6 +131,7 @@ class Watcher:
         self._batch_bytes = 0
         self._touched: list[Position] = []
         self._layouts: dict[str, Live] = {}  # claude-code layouts to save in the cache
+        self._cache_saved = 0.0
 
     # -- passes --------------------------------------------------------------------------
 
@@ -140,6 +142,8 @@ class Watcher:
         """One pass over every source (or the keys in `only`)."""
         rep = PassReport()
         todo = [s for s in self.sources() if only is None or s.key in only]
+        if only is None:
+            self._prune({s.key for s in todo})
         total = self._todo_bytes(todo) if self.progress else 0
         shown = total > PROGRESS_BYTES
         try:
@@ -213,10 +217,21 @@ class Watcher:
         touched, self._touched = self._touched, []
         for p in touched:
             self.cache.put(p)
-        self.cache.save()
+        if not self.keep or time.monotonic() - self._cache_saved > CACHE_EVERY:
+            self.save_cache()
         if not self.keep:  # one pass (--once): memory stays bounded by the batch
             self.save_layouts()
             self.live.clear()
+
+    def save_cache(self) -> None:
+        self.cache.save()
+        self._cache_saved = time.monotonic()
+
+    def _prune(self, present: set) -> None:
+        """Forget the cached positions of files that are gone (the tape keeps their records)."""
+        for key, p in list(self.cache.positions.items()):
+            if key not in present and not os.path.exists(p.path):
+                self.cache.drop(key)
 
     def save_layouts(self, idle: Optional[float] = None) -> None:
         """Keep the Claude Code layouts of the sources that changed, for the next process;
