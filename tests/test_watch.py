@@ -131,6 +131,30 @@ def test_once_gives_the_same_entries_as_import(tape, tmp_path, home):
     assert rep.records == 0 and snapshot(tape.path) == before
 
 
+def test_a_large_pass_split_over_two_processes(tape, tmp_path, home, monkeypatch):
+    from ctape.watch import parallel
+
+    monkeypatch.setattr(parallel, "MIN_BYTES", 0)  # the workers import it again: the size does not matter there
+    src = tmp_path / "src"
+    src.mkdir()
+    for p in (CODEX, CODEX_BIG, CLAUDE, CLAUDE_FORKS):
+        shutil.copy(p, src / p.name)
+    lines = []
+    rep = watch_once(tape, [str(src)], jobs=2, echo=lines.append)
+    assert rep.changed == 4 and not rep.errors and len(lines) == 4
+    other = Tape.init(tmp_path / "imported")
+    import_files(other, "codex", [str(src / CODEX.name), str(src / CODEX_BIG.name)], None)
+    import_files(other, "claude-code", [str(src / CLAUDE.name), str(src / CLAUDE_FORKS.name)], None)
+    for name in other.store.sessions():
+        assert entry_hashes(tape, name) == entry_hashes(other, name), name
+    from ctape.watch.position import Cache
+
+    assert len(Cache(tape).positions) == 4  # the workers' positions came back to the cache
+    before = snapshot(tape.path)
+    assert watch_once(tape, [str(src)], jobs=2).records == 0
+    assert snapshot(tape.path) == before
+
+
 def test_default_roots_and_subagents(tape, home):
     sid = session_of(CLAUDE, "claude-code")
     proj = home / "claude" / "projects" / "-home-u-repo"

@@ -51,7 +51,7 @@ def stop_on_signals(w):
             signal.signal(sig, h)
 
 
-def watch_once(tape, paths: Optional[list[str]] = None, *, echo: Callable[[str], None] = lambda s: None, progress: bool = False, roots=None, warn=None, signals: bool = False):
+def watch_once(tape, paths: Optional[list[str]] = None, *, echo: Callable[[str], None] = lambda s: None, progress: bool = False, roots=None, warn=None, signals: bool = False, jobs: int = 1):
     """One pass: import what is new in every source (`signals`: SIGINT/SIGTERM end it
     after the current batch instead of interrupting it)."""
     from .engine import Watcher
@@ -61,12 +61,12 @@ def watch_once(tape, paths: Optional[list[str]] = None, *, echo: Callable[[str],
     check_paths(paths)
     w = Watcher(tape, paths, roots=roots, echo=echo, progress=progress, warn=warn, keep=False)
     if not signals:
-        return w.run_pass()
+        return w.run_pass(jobs=jobs)
     with stop_on_signals(w):
-        return w.run_pass()
+        return w.run_pass(jobs=jobs)
 
 
-def follow(tape, paths: Optional[list[str]] = None, *, echo: Callable[[str], None] = lambda s: None, progress: bool = False, poll: bool = False, roots=None, warn=None, on_pass: Optional[Callable] = None) -> None:
+def follow(tape, paths: Optional[list[str]] = None, *, echo: Callable[[str], None] = lambda s: None, progress: bool = False, poll: bool = False, roots=None, warn=None, on_pass: Optional[Callable] = None, jobs: int = 1) -> None:
     """Pass after pass until SIGINT or SIGTERM: each signal lets the current batch finish."""
     from .engine import Watcher
     from .notify import notifier
@@ -77,10 +77,10 @@ def follow(tape, paths: Optional[list[str]] = None, *, echo: Callable[[str], Non
     w = Watcher(tape, paths, roots=roots, echo=echo, progress=progress, warn=warn)
     n = notifier(poll)
     with stop_on_signals(w):
-        _follow(w, n, paths, roots, echo, warn, on_pass)
+        _follow(w, n, paths, roots, echo, warn, on_pass, jobs)
 
 
-def _follow(w, n, paths, roots, echo, warn, on_pass) -> None:
+def _follow(w, n, paths, roots, echo, warn, on_pass, jobs) -> None:
     from . import sources
     from .notify import Polling
 
@@ -96,7 +96,7 @@ def _follow(w, n, paths, roots, echo, warn, on_pass) -> None:
                     (warn or echo)(f"watch: {e}; polling instead")
                     n.close()
                     n = Polling()
-        report = w.run_pass()
+        report = w.run_pass(jobs=jobs)  # the first pass may be large: split it
         if on_pass:
             on_pass(report)
         last_full = last_save = time.monotonic()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -11,9 +12,10 @@ import click
 @click.argument("paths", nargs=-1, type=click.Path(), metavar="[PATH]...")
 @click.option("--once", is_flag=True, help="Make one pass and exit (default: follow until interrupted).")
 @click.option("--poll", is_flag=True, help="Poll every second instead of using inotify.")
+@click.option("-j", "--jobs", type=click.IntRange(1, 64), default=min(2, os.cpu_count() or 1), show_default="2 on 2+ cores", help="Processes for a large pass (over 64 MB to read).")
 @click.option("-q", "--quiet", is_flag=True, help="Say nothing about what is imported; errors are still shown.")
 @click.pass_context
-def watch(ctx, paths, once, poll, quiet):
+def watch(ctx, paths, once, poll, jobs, quiet):
     """Import Claude Code and Codex transcripts, then follow them as they grow.
 
     With no PATH: Claude Code's $CLAUDE_CONFIG_DIR/projects (else ~/.claude/projects,
@@ -44,7 +46,7 @@ def watch(ctx, paths, once, poll, quiet):
             click.echo(f"watch: imported {records} from {rep.changed} of {rep.files} file{'s' if rep.files != 1 else ''}", err=True)
 
     if once:
-        rep = watch_once(tape, list(paths), echo=echo, warn=errors, progress=tty, signals=True)
+        rep = watch_once(tape, list(paths), echo=echo, warn=errors, progress=tty, signals=True, jobs=jobs)
         summary(rep)
         sys.exit(1 if rep.errors else 0)
-    follow(tape, list(paths), echo=echo, warn=errors, progress=tty, poll=poll, on_pass=summary)
+    follow(tape, list(paths), echo=echo, warn=errors, progress=tty, poll=poll, on_pass=summary, jobs=jobs)

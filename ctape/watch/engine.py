@@ -138,17 +138,26 @@ class Watcher:
     def sources(self) -> list[Source]:
         return src_mod.discover(self.paths, self.roots)
 
-    def run_pass(self, only: Optional[set] = None) -> PassReport:
-        """One pass over every source (or the keys in `only`)."""
+    def should_stop(self) -> bool:
+        return self.stop
+
+    def run_pass(self, only: Optional[set] = None, jobs: int = 1, sources: Optional[list[Source]] = None) -> PassReport:
+        """One pass over every source (or the keys in `only`, or the `sources` given); with
+        `jobs` > 1 a large pass is split over that many processes."""
         rep = PassReport()
-        todo = [s for s in self.sources() if only is None or s.key in only]
-        if only is None:
+        todo = sources if sources is not None else [s for s in self.sources() if only is None or s.key in only]
+        if only is None and sources is None:
             self._prune({s.key for s in todo})
+        if jobs > 1 and len(todo) > 1:
+            from . import parallel
+
+            if self._todo_bytes(todo) > parallel.MIN_BYTES:
+                return parallel.run(self, todo, jobs)
         total = self._todo_bytes(todo) if self.progress else 0
         shown = total > PROGRESS_BYTES
         try:
             for s in todo:
-                if self.stop:
+                if self.should_stop():
                     break
                 rep.files += 1
                 if self._stack is None:

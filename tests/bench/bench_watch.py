@@ -260,11 +260,15 @@ def run(mb: float, keep: str | None, reuse: bool = False) -> None:
         for i in range(0, len(part), 50):
             ctape(env, "--dir", peer_tape, "import", fmt, *part[i : i + 50])
             import_cpu += CPU["last"]
-    watch_peer = os.path.join(work, "tape-watch-sample")
-    shutil.rmtree(watch_peer, ignore_errors=True)
-    ctape(env, "--dir", watch_peer, "init")
-    ctape(env, "--dir", watch_peer, "watch", "--once", "-q", *sample)
-    watch_sample_cpu = CPU["last"]
+    walls = {}
+    for jobs in ("1", "2"):
+        watch_peer = os.path.join(work, "tape-watch-sample")
+        shutil.rmtree(watch_peer, ignore_errors=True)
+        shutil.rmtree(os.path.join(work, "cache-sample"), ignore_errors=True)
+        ctape(env, "--dir", watch_peer, "init")
+        walls[jobs] = ctape(dict(env, CTAPE_CACHE_DIR=os.path.join(work, "cache-sample")), "--dir", watch_peer, "watch", "--once", "-q", "-j", jobs, *sample)
+        if jobs == "1":
+            watch_sample_cpu = CPU["last"]
     t0 = time.process_time()
     for p in sample:
         with open(p, "rb") as f:
@@ -319,6 +323,7 @@ def run(mb: float, keep: str | None, reuse: bool = False) -> None:
     print(f"source: {mbs:.1f} MB in {len(g['files'])} files ({src_disk / 1e6:.1f} MB on disk)")
     print(f"first pass (watch --once): {first:.1f} s wall = {mbs / first:.1f} MB of source/s; {first_cpu:.1f} s CPU = {mbs / first_cpu:.1f} MB/s per core (target >= 25); peak RSS {first_rss / 1024:.0f} MB")
     print(f"same run, a fifth of the plain files ({sample_mb:.0f} MB): watch --once {sample_mb / watch_sample_cpu:.1f} MB/s CPU, ctape import {sample_mb / import_cpu:.1f} MB/s CPU (watch / import = {import_cpu / watch_sample_cpu:.2f} x the speed), json.loads of every line alone {sample_mb / parse_cpu:.0f} MB/s")
+    print(f"same sample, wall: watch -j 1 {walls['1']:.1f} s, -j 2 {walls['2']:.1f} s ({walls['1'] / walls['2']:.2f} x faster with two processes)")
     print(f"tape: {tape_size / 1e6:.1f} MB = {tape_size / g['bytes']:.3f} x source, {tape_size / g['zstd3']:.2f} x zstd -3 of each file ({g['zstd3'] / 1e6:.1f} MB = {g['zstd3'] / g['bytes']:.3f} x source)")
     print(f"pass with nothing new: {idle:.2f} s, again {idle2:.2f} s wall, {idle2_cpu:.2f} s CPU ({len(g['files'])} files; {1000 * (idle2_cpu - startup_cpu) / len(g['files']):.2f} ms CPU a file beyond start-up {startup_cpu:.2f} s CPU)")
     print(f"same files at a tenth of the size, nothing new: {small_idle:.2f} s wall, {small_idle_cpu:.2f} s CPU (CPU ratio to full size {small_idle_cpu / idle2_cpu:.2f})")
