@@ -110,8 +110,9 @@ def check_paths(paths: list[str]) -> None:
 
 
 def detect(first_lines: list[bytes]) -> Optional[str]:
-    """The format of a file from its first complete lines; None while it cannot be told yet."""
-    from ..formats import claude_code, codex
+    """The format of a file from its first complete lines (the rule of `ctape import FILE`,
+    formats/detect.py, applied to the first record that tells); None while none does yet."""
+    from ..formats.detect import _format_of
 
     for raw in first_lines:
         if not raw.strip():
@@ -122,13 +123,9 @@ def detect(first_lines: list[bytes]) -> Optional[str]:
             if raw.lstrip()[:1] in (b"{", b"["):
                 return "openai"  # a JSON document over several lines (.traj, a list of messages)
             continue
-        if isinstance(v, dict) and v.get("ctape") == "export":
-            return "jsonl"
-        if codex.is_record(v):
-            return "codex"
-        if claude_code.is_record(v):
-            return "claude-code"
-        return "openai"
+        fmt = _format_of(v)
+        if fmt is not None:
+            return fmt
     return None
 
 
