@@ -453,14 +453,14 @@ def test_kill9_at_random_instants_then_rerun(tape_dir, tmp_path, home):
     assert run_cli("--dir", tape_dir, "fsck").returncode == 0
 
 
-@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
-def test_signal_finishes_and_exits_zero(tape_dir, tmp_path, home, sig):
+@pytest.mark.parametrize("sig,poll", [("SIGTERM", False), ("SIGINT", False), ("SIGTERM", True)])
+def test_signal_finishes_and_exits_zero(tape_dir, tmp_path, home, sig, poll):
     import signal
     import time
 
     path = tmp_path / CODEX_BIG.name
     shutil.copy(CODEX_BIG, path)
-    p = subprocess.Popen([os.sys.executable, "-m", "ctape", "--dir", str(tape_dir), "watch", str(path)], stderr=subprocess.PIPE)
+    p = subprocess.Popen([os.sys.executable, "-m", "ctape", "--dir", str(tape_dir), "watch", *(["--poll"] if poll else []), str(path)], stderr=subprocess.PIPE)
     name = session_of(CODEX_BIG, "codex")
     for _ in range(200):
         time.sleep(0.1)
