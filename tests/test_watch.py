@@ -183,6 +183,19 @@ def test_a_session_file_brings_its_subagents(tape, tmp_path, home):
     assert rep.files == 2 and f"{session_of(SUBAGENT, 'claude-code')}-agent-a485154" in tape.store.sessions()
 
 
+def test_progress_line_for_a_large_pass(tape, tmp_path, home, monkeypatch, capsys):
+    from ctape.watch import engine
+
+    monkeypatch.setattr(engine, "PROGRESS_BYTES", 0)  # "large": anything here
+    shutil.copy(CODEX, tmp_path / CODEX.name)
+    shutil.copy(CLAUDE, tmp_path / CLAUDE.name)
+    watch_once(tape, [str(tmp_path / CODEX.name), str(tmp_path / CLAUDE.name)], progress=True)
+    err = capsys.readouterr().err
+    assert "\rwatch: 1/2 files" in err and "\rwatch: 2/2 files" in err and err.endswith("\r")
+    watch_once(tape, [str(tmp_path / CODEX.name)], progress=False)
+    assert capsys.readouterr().err == ""
+
+
 def test_missing_path_is_refused_and_changes_nothing(tape_dir, tmp_path):
     before = snapshot(tape_dir)
     p = run_cli("--dir", tape_dir, "watch", "--once", tmp_path / "nope.jsonl")
