@@ -90,6 +90,17 @@ class Filter:
         return True
 
 
+def start_points(tape, session: Optional[str], refs: Iterable[str] = (), every_branch: bool = False) -> list[str]:
+    """The entries a log starts from: each REF (default: the session's HEAD), and with
+    `every_branch` also HEAD and every branch of the session; each once, HEAD's first."""
+    refs = list(refs)
+    tips = [tape.resolve(r, session) for r in refs]
+    st = tape.session(session).refs() if session else None
+    if st is not None and (not refs or every_branch):
+        tips += [st.head_hash, *(st.branches.values() if every_branch else ())]
+    return list(dict.fromkeys(h for h in tips if h))
+
+
 def walk(tape, tips: Iterable[Optional[str]], flt: Optional[Filter] = None, limit: Optional[int] = None) -> Iterator[Entry]:
     """Entries reachable from `tips`, newest first, each once, that pass `flt`."""
     flt = flt or Filter()
@@ -105,14 +116,20 @@ def walk(tape, tips: Iterable[Optional[str]], flt: Optional[Filter] = None, limi
     for h in tips:
         push(h)
     shown = 0
-    while heap and (limit is None or shown < limit):
+    parent: Optional[str] = None
+    while True:
+        if limit is not None and shown >= limit:
+            return  # before reading the next parent, which may not have arrived yet (rsync)
+        push(parent)
+        if not heap:
+            return
         neg_t, _, _, e = heapq.heappop(heap)
         if flt.since is not None and -neg_t < flt.since and (not heap or -heap[0][0] < flt.since):
             return  # this line and every other one are older than --since from here on
         if flt.match(e):
             yield e
             shown += 1
-        push(e.parent)
+        parent = e.parent
 
 
 def newest_visible(tape, h: Optional[str], within: int = 10000) -> Optional[Entry]:

@@ -209,7 +209,12 @@ def graph(tape, session: Optional[str], tips: list[str], limit: Optional[int], f
         push(h, first=i == 0)
     lines: list[str] = []
     shown = 0
-    while heap and (limit is None or shown < limit):
+    parent: Optional[str] = None
+    while limit is None or shown < limit:
+        if parent:
+            push(parent)  # read only when needed: it may not have arrived yet (rsync)
+        if not heap:
+            break
         e = heapq.heappop(heap)[4]
         h = e.hash
         cols = [i for i, x in enumerate(lanes) if x == h]
@@ -233,8 +238,7 @@ def graph(tape, session: Optional[str], tips: list[str], limit: Optional[int], f
         lanes[col] = e.parent
         while lanes and lanes[-1] is None:
             lanes.pop()
-        if e.parent:
-            push(e.parent)
+        parent = e.parent
     return lines
 
 

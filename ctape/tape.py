@@ -173,9 +173,35 @@ class Tape:
                 return branches[base]
         if NAME_RE.fullmatch(base) and self._session_exists(base):
             return Session(self, base).refs().head_hash
+        anchors = session is not None and NAME_RE.fullmatch(base) and self._session_exists(session)
         if len(base) >= 4 and all(c in "0123456789abcdef" for c in base.lower()):
-            return self._resolve_prefix(base.lower())
-        raise RefNotFound(f"unknown ref {base!r}: not a session, branch or entry hash; see `ctape sessions` and `ctape log`")
+            try:
+                return self._resolve_prefix(base.lower())
+            except AmbiguousRef:
+                raise
+            except RefNotFound:
+                if not anchors:
+                    raise
+        if anchors:
+            # an anchor's name; hex-looking names are first tried as prefixes (cheap: the
+            # index), since looking for an anchor walks the session's path
+            h = self._anchor(base, Session(self, session).refs().head_hash)
+            if h is not None:
+                return h
+            if len(base) >= 4 and all(c in "0123456789abcdef" for c in base.lower()):
+                raise RefNotFound(f"no entry starts with {base.lower()!r}, and no anchor of session {session!r} is named so")
+        raise RefNotFound(f"unknown ref {base!r}: not a session, branch, anchor or entry hash; see `ctape sessions` and `ctape log`")
+
+    def _anchor(self, name: str, h: Optional[str]) -> Optional[str]:
+        """The newest anchor entry named `name` on the path root -> h (SPEC 13: anchor names
+        are refs, after branches and sessions). Walks the path: it is met only by names that
+        are no branch and no session."""
+        while h is not None:
+            e = self.read_entry(h)
+            if e.kind == "anchor" and isinstance(e.payload, dict) and e.payload.get("name") == name:
+                return h
+            h = e.parent
+        return None
 
     def _resolve_prefix(self, prefix: str) -> str:
         self.store.refresh()

@@ -170,7 +170,7 @@ def test_empty_branch_name_for_checkout_b(chat):
         ["log", "-s", ""],
         ["status", "-s", ""],
         ["reflog", ""],
-        ["append", "user", '{"content": "x"}'],
+        ["log", "--since", "yesterday"],
         ["log", "-s", "chat", "-n", "-1"],
     ],
 )

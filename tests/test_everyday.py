@@ -83,7 +83,7 @@ def test_ctape_session_env_and_s_win(two):
 def test_session_use_picks_the_default_on_this_machine_only(two):
     d, hs = two
     before = snapshot(d)
-    p = cli(d, "session", "use", "other", check=True)
+    cli(d, "session", "use", "other", check=True)
     assert snapshot(d) == before  # kept outside the tape: rsync never carries it
     rows = [json.loads(line) for line in out(cli(d, "sessions", "--json", check=True)).splitlines()]
     assert {r["session"]: r["current"] for r in rows} == {"chat": False, "other": True}
@@ -361,3 +361,38 @@ def test_sessions_columns_line_up(tape_dir):
     assert len(set(heads)) == 1
     ends = [line.index("20") for line in lines]  # the times start in one column
     assert len(set(ends)) == 1
+
+
+# -- anchor names as refs -----------------------------------------------------------------------
+
+
+def test_anchor_names_are_refs(tape_dir):
+    with Tape.open(tape_dir) as t:
+        s = t.session("chat")
+        s.append("user", {"content": "a"})
+        old = s.append("anchor", {"name": "green"}).hash
+        s.append("user", {"content": "b"})
+        new = s.append("anchor", {"name": "green"}).hash
+        hexy = s.append("anchor", {"name": "cafe"}).hash
+        s.append("user", {"content": "c"})
+        s.branch("side", old)
+        s.append("anchor", {"name": "side"})  # a branch of that name wins
+        assert t.resolve("green", "chat") == new  # the newest on the path to HEAD
+        assert t.resolve("green~1", "chat") == t.read_entry(new).parent
+        assert t.resolve("cafe", "chat") == hexy  # no entry starts with cafe... or one might
+        assert t.resolve("side", "chat") == old
+    p = cli(tape_dir, "checkout", "green", check=True)
+    assert f"detached at {new[:12]}" in err(p)
+    # from the detached HEAD at the newer anchor, the path still holds the older one only below it
+    line = rejected(tape_dir, "show", "nosuch", code=1)
+    assert "anchor" in line
+
+
+def test_anchor_of_another_branch_is_not_on_the_path(tape_dir):
+    with Tape.open(tape_dir) as t:
+        s = t.session("chat")
+        root = s.append("user", {"content": "a"}).hash
+        s.append("anchor", {"name": "later"})
+        s.checkout(root, new_branch="alt")
+        with pytest.raises(Exception, match="unknown ref"):
+            t.resolve("later", "chat")

@@ -15,7 +15,9 @@ How the tutorial is read:
 
 After changing what a command prints, regenerate the outputs and read the diff:
 
-    PYTHONPATH=. python tests/test_tutorial.py --update
+    PYTHONPATH=. python tests/test_tutorial.py --update ["CHAPTER"]
+
+(with a chapter heading, only the blocks from that chapter on are rewritten).
 """
 
 from __future__ import annotations
@@ -132,7 +134,7 @@ def run_tutorial(root: str, hashes: dict[str, str] | None = None):
     os.chmod(os.path.join(bin_dir, "ctape"), 0o755)
     os.symlink(sys.executable, os.path.join(bin_dir, "python"))
     env = _env(bin_dir, os.path.join(root, "cache"))
-    dirs: dict[str, str] = {}
+    dirs: dict[str, str] = {"<cache>": os.path.join(root, "cache")}
     hashes = {} if hashes is None else hashes
     for b in blocks:
         key = b.chapter if b.chapter in fresh else ""
@@ -155,7 +157,8 @@ def run_tutorial(root: str, hashes: dict[str, str] | None = None):
 
 
 def _shown_dirs(dirs: dict[str, str]) -> dict[str, str]:
-    return {d: "/tmp/tut" for d in dirs.values()}
+    """Real paths -> the paths the text shows (the index cache first: it is not a work dir)."""
+    return {dirs["<cache>"]: "/home/you/.cache/ctape", **{d: "/tmp/tut" for k, d in dirs.items() if k != "<cache>"}}
 
 
 def test_tutorial_output_matches(tmp_path):
@@ -170,29 +173,35 @@ def test_tutorial_output_matches(tmp_path):
     assert not failures, f"{len(failures)} tutorial outputs differ (regenerate: python tests/test_tutorial.py --update):\n\n" + "\n\n".join(failures[:5])
 
 
-def update() -> None:
-    """Rewrite the outputs in docs/tutorial.md with what the commands print now."""
+def update(first_chapter: str | None = None) -> None:
+    """Rewrite the outputs in docs/tutorial.md with what the commands print now (from
+    `first_chapter` on, when given)."""
     lines = DOC.read_text(encoding="utf-8").splitlines()
     out = list(lines)
     hashes: dict[str, str] = {}
     with tempfile.TemporaryDirectory() as root:
         replaced = []
+        started = first_chapter is None
         for b, results, dirs in run_tutorial(root, hashes):
+            started = started or b.chapter == first_chapter
+            if not started:
+                continue
             body = []
             for k, (cmd, _, actual) in enumerate(results):
                 if k:
                     body.append("")
                 body.append(f"$ {cmd}")
                 text = actual.rstrip("\n")
-                for real in dirs.values():
-                    text = text.replace(real, "/tmp/tut")
+                for real, shown in _shown_dirs(dirs).items():
+                    text = text.replace(real, shown)
                 body += text.splitlines() if text else []
             replaced.append((b.start, b.end, body))
     inside = set()
     for start, end, _ in replaced:
         inside.update(range(start, end + 1))
+    first = replaced[0][0] if replaced else len(out)
     for i, line in enumerate(out):  # hashes named in the prose
-        if i not in inside:
+        if i not in inside and i > first:
             out[i] = translate(line, hashes)
     for start, end, body in reversed(replaced):
         out[start + 1 : end] = body
@@ -200,7 +209,7 @@ def update() -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["--update"]:
-        update()
+    if sys.argv[1:2] == ["--update"] and len(sys.argv) <= 3:
+        update(sys.argv[2] if len(sys.argv) == 3 else None)
     else:
-        sys.exit("usage: python tests/test_tutorial.py --update")
+        sys.exit('usage: python tests/test_tutorial.py --update ["CHAPTER"]')

@@ -128,7 +128,7 @@ def need_session(ctx: click.Context, session: str | None, exists: bool = True) -
     from ..models import check_name
     from ..sessions import default, require
 
-    if session:
+    if session is not None:  # an empty -s is a bad name, not "no session given"
         check_name(session, "session name")
         return require(open_tape(ctx), session) if exists else session
     return default(open_tape(ctx))
@@ -149,7 +149,7 @@ def echo_lines(lines, use_pager: bool) -> None:
 def session_for(ctx: click.Context, ref: str | None, session: str | None) -> str | None:
     """The session a log-like command reads: -s, else the session a REF names, else the
     default session (None when a REF names no session and there is no default)."""
-    if session or not ref:
+    if session is not None or not ref:
         return need_session(ctx, session)
     from ..errors import CtapeError
     from ..models import NAME_RE

@@ -158,20 +158,14 @@ def log(ctx, refs, session, limit, kinds, grep, since, until, reverse, all_, hid
       ctape log --all --graph
     """
     from .. import render
-    from ..logview import Filter, walk
+    from ..logview import Filter, start_points, walk
 
     tape = open_tape(ctx)
     name = session_for(ctx, refs[0] if refs else None, session)
     flt = Filter.make(kinds, grep, since, until, hidden)
     if all_ and name is None:
         raise click.UsageError("--all needs a session: pass -s NAME")
-    tips = [tape.resolve(r, name) for r in refs]
-    st = tape.session(name).refs() if name else None
-    if not refs:
-        tips = [st.head_hash]
-    if all_ or (graph and not refs):
-        tips += [st.head_hash, *st.branches.values()]
-    tips = list(dict.fromkeys(h for h in tips if h))
+    tips = start_points(tape, name, refs, every_branch=all_ or (graph and not refs))
     if graph and not as_json:
         if reverse:
             raise click.UsageError("--graph and --reverse cannot be combined")

@@ -149,4 +149,5 @@ def cache_gc(dry_run, unknown, as_json):
         click.echo(f"{'would remove' if dry_run else 'removed'} {r['folder']} ({r['bytes']} bytes): {r['why']}")
     kept = len(rows) - len(gone)
     freed = sum(r["bytes"] for r in gone)
-    click.echo(f"{'would free' if dry_run else 'freed'} {freed} bytes in {len(gone)} folders; kept {kept}", err=True)
+    n = f"{len(gone)} folder" + ("" if len(gone) == 1 else "s")
+    click.echo(f"{'would free' if dry_run else 'freed'} {freed} bytes in {n}; kept {kept}", err=True)

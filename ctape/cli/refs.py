@@ -113,7 +113,7 @@ def reflog(ctx, session_arg, session, limit, as_json, no_pager):
     from .. import render
 
     tape = open_tape(ctx)
-    name = need_session(ctx, session_arg or session)
+    name = need_session(ctx, session_arg if session_arg is not None else session)
     rows = tape.session(name).reflog()
     if limit is not None and limit >= 0:
         rows = rows[:limit]
