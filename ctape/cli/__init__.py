@@ -19,6 +19,7 @@ GROUPS = (
     "io",
     "search",
     "serve",
+    "watch",
 )
 
 for _group in GROUPS:

@@ -429,3 +429,45 @@ def synthesize(e, links: Optional[_Links] = None) -> Optional[dict]:
     if e.kind == "error":
         return {**base, "type": "assistant", "isApiErrorMessage": True, "message": {"role": "assistant", "content": [{"type": "text", "text": p.get("message")}]}}
     return {**base, "type": "system", "content": c.text_of(p.get("content"))}
+
+
+# -- incremental import (ctape watch) ---------------------------------------------------------
+
+
+def start_builder(session, first_time: Optional[str]) -> Builder:
+    """A Builder with no line yet, for `extend` (ctape watch)."""
+    return Builder(session, None, [], first_time, c.Progress("", False))
+
+
+def extend(b: Builder, f, infos: list[Info], orphans: set) -> bool:
+    """Lay out lines appended to the file since the builder's last call (`ctape watch`), as
+    Builder.run lays out the whole file. `f` reads the new lines at their `line.offset`.
+
+    The layout equals run() over the file so far unless a new line is the parent of an
+    earlier line that was made a root because its parent had not come yet: `orphans`
+    holds those parents, and extend then returns False without doing anything (the
+    caller imports the whole file again)."""
+    if any(i.uuid in orphans for i in infos if i.uuid):
+        return False
+    b.f = f
+    start = len(b.infos)
+    b.infos.extend(infos)
+    b.in_file.update(i.uuid for i in infos if i.uuid)
+    waiting: dict[str, list[int]] = defaultdict(list)
+    for i in range(start, len(b.infos)):
+        info = b.infos[i]
+        p = info.parent
+        if info.message and p and p in b.in_file and p not in b.entry_of and p != info.uuid:
+            waiting[p].append(i)
+        else:
+            if info.message and p and p not in b.in_file:
+                orphans.add(p)
+            b._cascade(i, waiting, False)
+    while waiting:  # as in run(): parents that never came (a cycle)
+        p, js = min(waiting.items(), key=lambda kv: kv[1][0])
+        orphans.add(p)
+        i = js.pop(0)
+        if not js:
+            del waiting[p]
+        b._cascade(i, waiting, True)
+    return True

@@ -307,3 +307,21 @@ def synthesize(e) -> Optional[dict]:
     else:  # streaming: the partial text of an assistant message
         item = {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": p.get("content")}]}
     return {"timestamp": e.time, "type": "response_item", "payload": item}
+
+
+# -- incremental import (ctape watch) ---------------------------------------------------------
+
+
+def put_line(s, number: int, value: Any, ok: bool, parent: Optional[str], clock: c.Clock) -> str:
+    """One line as its entry after `parent`, exactly as import_file makes it (`ctape watch`
+    imports the lines appended since its last pass with this); `value` is the record, or
+    the line's text when it is not JSON. Returns the entry's hash."""
+    if ok:
+        kind, payload, hide = map_record(value)
+        meta = c.record_meta(FMT, value, number, hide)
+        t = clock.take(record_time(value))
+    else:
+        kind, payload, hide = _hidden("codex line that is not JSON")
+        meta = c.raw_line_meta(FMT, value, number)
+        t = clock.last
+    return s.put_entry(kind, payload, meta, None, t, parent).hash

@@ -1,0 +1,577 @@
+"""One pass of `ctape watch`: import what was appended to each source since the last pass.
+
+For each source file the pass decides, from its position (see position.py):
+
+- nothing new: same device, inode, size and mtime as when the position was written, and
+  the tape still holds the last entry imported (it is not an older copy of the tape);
+- appended: same device and inode, at least as long, and the bytes at the start and just
+  before the position unchanged: the lines after the position are imported, continuing
+  the chain (Codex) or the thread layout (Claude Code) where the last pass left it;
+- anything else (rewritten, shortened, replaced, renamed to `.zst`, or no position this
+  process can continue from): the whole file is imported again into the same session.
+  Content addressing makes the repeated part free; refs are set to what the file says
+  now, and branches the last import set that the file no longer has are deleted, so an
+  export never mixes the old and the new content.
+
+Only complete lines (ending in a newline) are read. A line that is not JSON is left for
+the next pass while nothing valid follows it (a tool may still be writing it); once a
+valid line follows, it is imported as a raw hidden record (export gives it back as it
+was) and reported once.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from ..errors import CtapeError
+from ..formats import _common as c
+from ..refs import HEAD
+from . import sources as src_mod
+from .position import Cache, Position, latest_in_tape, load_layout, save_layout
+from .sources import ID_BYTES, Source, digest
+
+BATCH_BYTES = 64 << 20  # source bytes imported per batch (one fsync per batch)
+CACHE_EVERY = 10.0  # seconds: a following watcher rewrites its cache file at most this often
+PROGRESS_BYTES = 64 << 20  # a progress line when a pass has more than this to read
+
+
+@dataclass
+class Live:
+    """What a running watcher keeps of a source between passes (beyond its position)."""
+
+    pos: Position
+    builder: object = None  # claude-code: the thread layout so far
+    orphans: set = field(default_factory=set)
+    agent: Optional[str] = None
+    used: float = 0.0  # time.monotonic() of the last pass that imported from it
+
+
+@dataclass
+class PassReport:
+    files: int = 0  # sources looked at
+    changed: int = 0  # sources with something imported
+    records: int = 0  # lines imported
+    bytes: int = 0  # source bytes read
+    errors: list = field(default_factory=list)
+
+
+class _Line:
+    """A complete line read in this pass."""
+
+    __slots__ = ("number", "offset", "raw", "value", "ok", "pre")
+
+    def __init__(self, number: int, offset: int, raw: bytes, pre: bytes = b""):
+        self.number, self.offset, self.raw, self.pre = number, offset, raw, pre  # pre: blank lines before it
+        try:
+            self.value, self.ok = c.loads(raw), True
+        except (ValueError, UnicodeDecodeError):
+            self.value, self.ok = None, False
+
+    @property
+    def text(self) -> str:
+        return self.raw.decode("utf-8", "replace").rstrip("\r\n")
+
+    @property
+    def end(self) -> int:
+        return self.offset + len(self.raw)
+
+
+def complete_lines(stream, offset: int, line: int, limit: int = src_mod.CHUNK):
+    """Lists of the non-blank complete lines after `offset`, about `limit` bytes at a time;
+    blank lines are counted but not returned."""
+    buf = b""
+    base, n = offset, line
+    pre = b""
+    while True:
+        chunk = stream.read(limit)
+        if not chunk:
+            return
+        buf += chunk
+        out, start = [], 0
+        while True:
+            i = buf.find(b"\n", start)
+            if i < 0:
+                break
+            n += 1
+            raw = buf[start : i + 1]
+            if raw.strip():
+                out.append(_Line(n, base + start, raw, pre))
+                pre = b""
+            else:
+                pre += raw
+            start = i + 1
+        buf = buf[start:]
+        base += start
+        if out:
+            yield out
+
+
+class Watcher:
+    """Imports transcripts as they grow. `run_pass()` makes one pass; the caller loops."""
+
+    def __init__(self, tape, paths: Optional[list[str]] = None, roots=None, echo: Callable[[str], None] = lambda s: None, progress: bool = False, warn: Optional[Callable[[str], None]] = None, keep: bool = True):
+        self.tape = tape
+        self.paths = list(paths or [])
+        self.roots = roots
+        self.keep = keep  # keep layouts in memory between passes (follow); else save them at each batch
+        self.echo = echo  # what was imported
+        self.warn = warn or echo  # problems: errors, lines kept raw
+        self.progress = progress
+        self.cache = Cache(tape)
+        self.live: dict[str, Live] = {}
+        self.stop = False  # set by a signal handler: finish the current batch, then return
+        self.reported: set = set()
+        self._stack: Optional[ExitStack] = None
+        self._batch_bytes = 0
+        self._touched: list[Position] = []
+        self._layouts: dict[str, Live] = {}  # claude-code layouts to save in the cache
+        self._cache_saved = 0.0
+
+    # -- passes --------------------------------------------------------------------------
+
+    def sources(self) -> list[Source]:
+        return src_mod.discover(self.paths, self.roots)
+
+    def should_stop(self) -> bool:
+        return self.stop
+
+    def run_pass(self, only: Optional[set] = None, jobs: int = 1, sources: Optional[list[Source]] = None) -> PassReport:
+        """One pass over every source (or the keys in `only`, or the `sources` given); with
+        `jobs` > 1 a large pass is split over that many processes."""
+        rep = PassReport()
+        todo = sources if sources is not None else [s for s in self.sources() if only is None or s.key in only]
+        if only is None and sources is None:
+            self._prune({s.key for s in todo})
+        if jobs > 1 and len(todo) > 1:
+            from . import parallel
+
+            if self._todo_bytes(todo) > parallel.MIN_BYTES:
+                return parallel.run(self, todo, jobs)
+        total = self._todo_bytes(todo) if self.progress else 0
+        shown = total > PROGRESS_BYTES
+        try:
+            for s in todo:
+                if self.should_stop():
+                    break
+                rep.files += 1
+                if self._stack is None:
+                    self._begin()
+                self._one(s, rep)
+                if shown:
+                    sys.stderr.write(f"\rwatch: {rep.files}/{len(todo)} files, {rep.bytes >> 20}/{total >> 20} MB")
+                    sys.stderr.flush()
+                if self._batch_bytes >= BATCH_BYTES:
+                    self._commit()
+            self._commit()
+        except BaseException as e:
+            if self._stack is not None:  # nothing of this batch is written
+                stack, self._stack, self._touched = self._stack, None, []
+                stack.__exit__(type(e), e, e.__traceback__)
+            raise
+        finally:
+            if shown:
+                sys.stderr.write("\r" + " " * 60 + "\r")
+                sys.stderr.flush()
+        return rep
+
+    def _one(self, s: Source, rep: PassReport) -> None:
+        try:
+            n, read = self._source(s)
+        except (CtapeError, OSError, ValueError) as e:
+            self._forget(s.key)  # its next pass starts from the tape's position
+            msg = f"watch: {s.path}: {e}"
+            rep.errors.append(msg)
+            if (s.key, str(e)) not in self.reported:
+                self.reported.add((s.key, str(e)))
+                self.warn(msg)
+            return
+        rep.records += n
+        rep.changed += n > 0
+        rep.bytes += read
+        if n:
+            p = self._known(s.key)
+            where = f" into session {p.session}" if p and p.session else ""
+            self.echo(f"watch: +{n} record{'s' if n != 1 else ''} from {s.path}{where}")
+
+    def _todo_bytes(self, todo) -> int:
+        total = 0
+        for s in todo:
+            try:
+                size = os.stat(s.path).st_size
+            except OSError:
+                continue
+            p = self._known(s.key)
+            total += size - (p.off if p and p.path == s.path and not s.zst else 0)
+        return max(0, total)
+
+    # -- batches -------------------------------------------------------------------------
+
+    def _begin(self) -> None:
+        self._stack = ExitStack()
+        self._stack.enter_context(self.tape.batch())
+        self._batch_bytes = 0
+
+    def _commit(self) -> None:
+        """End the batch (its one fsync), then keep the positions it wrote in the cache."""
+        if self._stack is None:
+            return
+        stack, self._stack = self._stack, None
+        stack.close()
+        touched, self._touched = self._touched, []
+        for p in touched:
+            self.cache.put(p)
+        if not self.keep or time.monotonic() - self._cache_saved > CACHE_EVERY:
+            self.save_cache()
+        if not self.keep:  # one pass (--once): memory stays bounded by the batch
+            self.save_layouts()
+            self.live.clear()
+
+    def save_cache(self) -> None:
+        self.cache.save()
+        self._cache_saved = time.monotonic()
+
+    def _prune(self, present: set) -> None:
+        """Forget the cached positions of files that are gone (the tape keeps their records)."""
+        for key, p in list(self.cache.positions.items()):
+            if key not in present and not os.path.exists(p.path):
+                self.cache.drop(key)
+
+    def save_layouts(self, idle: Optional[float] = None) -> None:
+        """Keep the Claude Code layouts of the sources that changed, for the next process;
+        with `idle`, forget those not imported from for that many seconds (they are read
+        back from the cache when their file grows again)."""
+        layouts, self._layouts = self._layouts, {}
+        for live in layouts.values():
+            save_layout(self.cache, live.pos, live.builder, live.orphans, live.agent)
+        if idle is not None:
+            now = time.monotonic()
+            for key in [k for k, v in self.live.items() if now - v.used > idle and k not in self._layouts]:
+                del self.live[key]
+
+    def _checkpoint(self) -> None:
+        """Mid-file: end the batch when it is large, and start the next."""
+        if self._batch_bytes >= BATCH_BYTES:
+            self._commit()
+            self._begin()
+
+    # -- positions -----------------------------------------------------------------------
+
+    def _known(self, key: str) -> Optional[Position]:
+        live = self.live.get(key)
+        return live.pos if live else self.cache.get(key)
+
+    def _forget(self, key: str) -> None:
+        self.live.pop(key, None)
+        self.cache.drop(key)
+
+    def _intact(self, pos: Position) -> bool:
+        """The tape still holds the last entry this position imported (it is not an older
+        copy of the tape, from before that import)."""
+        if pos.session is None:
+            return True
+        if pos.tip is None:
+            return False
+        if self.tape.has_entry(pos.tip):
+            return True
+        self.tape.store.refresh(pos.session)  # the index may not have read the session's files yet
+        return self.tape.has_entry(pos.tip)
+
+    def _done(self, pos: Position, st: os.stat_result, live: Optional[Live]) -> None:
+        pos.dev, pos.ino, pos.size, pos.mtime = st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+        if live is not None:
+            live.used = time.monotonic()
+            self.live[pos.key] = live
+            if live.builder is not None:
+                self._layouts[pos.key] = live
+        self._touched.append(pos)
+
+    # -- one source ----------------------------------------------------------------------
+
+    def _source(self, s: Source) -> tuple[int, int]:
+        """Import what is new in one source: (records imported, bytes read)."""
+        try:
+            st = os.stat(s.path)
+        except FileNotFoundError:
+            return 0, 0
+        pos = self._known(s.key)
+        if pos is not None and pos.path == s.path and pos.matches_stat(st) and self._intact(pos):
+            return 0, 0
+        fmt = s.fmt or (pos.fmt if pos else None)
+        if fmt is None:
+            fmt = src_mod.detect(src_mod.head_of(s.path, 1 << 20).split(b"\n")[:-1] or [])
+            if fmt is None:
+                return 0, 0  # nothing to tell the format by yet
+        if fmt == "codex":
+            return self._codex(s, st, pos)
+        if fmt == "claude-code":
+            return self._claude(s, st, pos)
+        return self._whole(s, st, fmt)
+
+    def _continuable(self, s: Source, st: os.stat_result, pos: Optional[Position]) -> bool:
+        return (
+            pos is not None
+            and pos.path == s.path
+            and (pos.dev, pos.ino) == (st.st_dev, st.st_ino)
+            and (s.zst or st.st_size >= pos.off)
+            and self._intact(pos)
+        )
+
+    @staticmethod
+    def _open_at(s: Source, pos: Optional[Position]):
+        """The file's content positioned at pos.off when its bytes at the start and before the
+        position are those the position saw; None when they are not (rewritten)."""
+        f = src_mod.open_stream(s.path)
+        if pos is None or pos.off == 0:
+            return f
+        try:
+            head = _read_exact(f, pos.idn)
+            if digest(head) != pos.idh:
+                f.close()
+                return None
+            tail_from = max(0, pos.off - ID_BYTES)
+            if hasattr(f, "seek"):
+                f.seek(tail_from)
+                tail = _read_exact(f, pos.off - tail_from)
+            else:
+                kept = head[tail_from:] if tail_from < len(head) else b""
+                tail = kept + src_mod.skip(f, pos.off - len(head), max(0, tail_from - len(head)))
+            if len(tail) != pos.off - tail_from or digest(tail) != pos.th:
+                f.close()
+                return None
+            return f
+        except BaseException:
+            f.close()
+            raise
+
+    # -- codex: a chain in file order ------------------------------------------------------
+
+    def _codex(self, s: Source, st: os.stat_result, pos: Optional[Position]) -> tuple[int, int]:
+        from ..formats import codex
+
+        if not self._continuable(s, st, pos):
+            # no position this process can trust: the tape's newest one for this source
+            name = pos.session if pos is not None and pos.session else self._codex_session(s)
+            found = latest_in_tape(self.tape.session(name), s.key) if name else None
+            if found is not None:
+                pos = found
+        f = None
+        if self._continuable(s, st, pos) and pos.time not in (None, c.EPOCH) and (pos.off == 0 or pos.tip):
+            f = self._open_at(s, pos)
+        full = f is None
+        if full:
+            f = src_mod.open_stream(s.path)
+            pos = Position(key=s.key, path=s.path, fmt="codex", dev=st.st_dev, ino=st.st_ino)
+        count = read = 0
+        with f:
+            parent, clock, session = pos.tip, c.Clock(pos.time), None
+            recent, pending = b"", []
+            for chunk in complete_lines(f, pos.off, pos.line):
+                if session is None:
+                    if full:
+                        pos.session = self._codex_session(s, chunk)
+                        if pos.session is None:
+                            return 0, 0  # no Codex record yet
+                        clock = c.Clock(next((t for t in (codex.record_time(ln.value) for ln in chunk if ln.ok) if t), None))
+                    session = self.tape.session(pos.session)
+                for ln in chunk:
+                    if not ln.ok:
+                        pending.append(ln)
+                        continue
+                    for bad in pending:
+                        parent = codex.put_line(session, bad.number, bad.text, False, parent, clock)
+                        self._report_raw(s, bad)
+                        count += 1
+                    pending = []
+                    parent = codex.put_line(session, ln.number, ln.value, True, parent, clock)
+                    count += 1
+                    read += ln.end - pos.off
+                    self._batch_bytes += ln.end - pos.off
+                    recent = (recent + ln.pre + ln.raw)[-ID_BYTES:]
+                    pos.off, pos.line = ln.end, ln.number
+                if session is not None and parent != pos.tip:
+                    pos.tip, pos.time = parent, clock.last
+                    self._seal(s, pos, recent)
+                    session.set_refs("import", {"main": pos.tip, HEAD: "@main"}, source="codex", watch=pos.record())
+                    self._checkpoint()
+        if count or not full:
+            self._done(pos, st, Live(pos))
+        return count, read
+
+    def _codex_session(self, s: Source, chunk: Optional[list] = None) -> Optional[str]:
+        """The session a rollout goes to: its session_meta id (else the file name), as import names it."""
+        from ..formats import codex
+
+        if chunk is None:
+            with src_mod.open_stream(s.path) as f:
+                chunk = next(complete_lines(f, 0, 0, 1 << 20), [])
+        if not any(ln.ok and codex.is_record(ln.value) for ln in chunk):
+            return None
+        sid = next((codex.session_id(ln.value) for ln in chunk if ln.ok and codex.session_id(ln.value)), None)
+        return c.check_target(c.session_name(sid, s.key))
+
+    def _seal(self, s: Source, pos: Position, recent: bytes) -> None:
+        """The identity digests of a position that has just moved."""
+        if pos.idn < ID_BYTES:
+            pos.idn = min(ID_BYTES, pos.off)
+            pos.idh = digest(src_mod.head_of(s.path, pos.idn))
+        want = min(ID_BYTES, pos.off)
+        pos.th = digest(recent[-want:] if len(recent) >= want else _tail_of(s, pos))
+
+    # -- claude code: threads laid out by the importer's Builder ---------------------------------
+
+    def _claude(self, s: Source, st: os.stat_result, pos: Optional[Position]) -> tuple[int, int]:
+        from ..formats import claude_code
+
+        live = self.live.get(s.key)
+        if live is None and pos is not None and pos.session and self._continuable(s, st, pos):
+            got = load_layout(self.cache, pos, self.tape.session(pos.session))
+            if got is not None:
+                live = Live(pos, *got)
+                self.live[s.key] = live
+        f = None
+        if live is not None and live.builder is not None and self._continuable(s, st, pos):
+            f = self._open_at(s, pos)
+        if f is None:
+            return self._claude_full(s, st, pos)
+        with f:
+            fr = f if hasattr(f, "seek") else None
+            lines = [ln for chunk in complete_lines(f, pos.off, pos.line) for ln in chunk]
+            lines = _trim_invalid_tail(lines)
+            if not lines:
+                self._done(pos, st, live)
+                return 0, 0
+            if fr is None:  # a compressed file: the Builder reads lines again by offset
+                return self._claude_full(s, st, pos)
+            infos = [claude_code.Info(_as_line(ln), ln.value) for ln in lines]
+            if live.agent and any(i.message and not i.sidechain for i in infos):
+                return self._claude_full(s, st, pos)  # not a subagent file after all
+            if not claude_code.extend(live.builder, fr, infos, live.orphans):
+                return self._claude_full(s, st, pos)
+            for ln in lines:
+                if not ln.ok:
+                    self._report_raw(s, ln)
+            recent = b"".join(ln.pre + ln.raw for ln in lines[-64:])
+            read = lines[-1].end - pos.off
+            pos.off, pos.line = lines[-1].end, lines[-1].number
+            self._batch_bytes += read
+            self._seal(s, pos, recent)
+            self._set_claude_refs(live, pos, full=False)
+            self._done(pos, st, live)
+            return len(lines), read
+
+    def _claude_full(self, s: Source, st: os.stat_result, old: Optional[Position]) -> tuple[int, int]:
+        """Import the whole file (again): a fresh layout, as `ctape import` makes it."""
+        from ..formats import claude_code
+
+        self.live.pop(s.key, None)
+        f = src_mod.open_stream(s.path)
+        with f:
+            lines = [ln for chunk in complete_lines(f, 0, 0) for ln in chunk]
+        lines = _trim_invalid_tail(lines)
+        data = None
+        if s.zst:
+            with src_mod.open_stream(s.path) as z:
+                data = io.BytesIO(z.read())
+        infos = [claude_code.Info(_as_line(ln), ln.value) for ln in lines]
+        if not any(i.message for i in infos):
+            return 0, 0  # wait for the first message: it names the session
+        sid = next((ln.value.get("sessionId") for ln in lines if ln.ok and isinstance(ln.value, dict) and isinstance(ln.value.get("sessionId"), str)), None)
+        first_time = next((t for t in (c.valid_time(ln.value.get("timestamp")) for ln in lines if ln.ok and isinstance(ln.value, dict)) if t), None)
+        agent = claude_code.is_subagent(infos)
+        base = c.session_name(sid, s.key)
+        name = c.check_target(c.session_name(f"{base}-agent-{agent}", s.key) if agent else base)
+        session = self.tape.session(name)
+        if old is None or old.session != name:
+            old = latest_in_tape(session, s.key) or (old if old and old.session == name else None)
+        pos = Position(key=s.key, path=s.path, fmt="claude-code", session=name, dev=st.st_dev, ino=st.st_ino)
+        live = Live(pos, claude_code.start_builder(session, first_time), set(), agent)
+        fr = data if data is not None else open(s.path, "rb")
+        with fr:
+            claude_code.extend(live.builder, fr, infos, live.orphans)
+        for ln in lines:
+            if not ln.ok:
+                self._report_raw(s, ln)
+        pos.off, pos.line = lines[-1].end, lines[-1].number
+        self._seal(s, pos, b"".join(ln.pre + ln.raw for ln in lines[-64:]))
+        self._batch_bytes += pos.off
+        wrote = self._set_claude_refs(live, pos, full=True, old=old)
+        self._done(pos, st, live if not s.zst else None)
+        return (len(lines) if wrote else 0), pos.off
+
+    def _set_claude_refs(self, live: Live, pos: Position, full: bool, old: Optional[Position] = None) -> bool:
+        """Move the session's refs to the file's layout, with the position; False when a whole
+        import found everything as it was (no record written)."""
+        refs = live.builder.refs()
+        changes: dict = {**refs, HEAD: "@main"}
+        before = old.branches if full and old is not None and old.session == pos.session else pos.branches if not full else []
+        if before:
+            current = self.tape.session(pos.session).refs().branches
+            for b in before:
+                if b not in refs and b in current:
+                    # a branch this file had and has no more: a thread that became main, or
+                    # a fork of the file's earlier content
+                    changes[b] = None
+        pos.branches = sorted(refs)
+        pos.tip = live.builder.last.tip
+        session = self.tape.session(pos.session)
+        if full and old is not None and old.record() == pos.record():
+            st = session.refs()
+            if all((st.head if r == HEAD else st.branches.get(r)) == v for r, v in changes.items()):
+                return False  # imported again, found as it was: no record to write
+        session.set_refs("import", changes, source="claude-code", watch=pos.record())
+        return True
+
+    # -- other formats: the whole file whenever it changes ---------------------------------------
+
+    def _whole(self, s: Source, st: os.stat_result, fmt: str) -> tuple[int, int]:
+        from ..formats import import_files
+
+        for line in import_files(self.tape, fmt, [s.path], None):
+            self.echo(f"watch: {line}")
+        pos = Position(key=s.key, path=s.path, fmt=fmt, off=st.st_size)
+        self._batch_bytes += st.st_size
+        self._done(pos, st, None)
+        return 1, st.st_size
+
+    def _report_raw(self, s: Source, ln: _Line) -> None:
+        if (s.key, ln.number) not in self.reported:
+            self.reported.add((s.key, ln.number))
+            self.warn(f"watch: {s.path}: line {ln.number} is not JSON; kept as it is (a hidden entry)")
+
+
+def _read_exact(f, n: int) -> bytes:
+    out = bytearray()
+    while len(out) < n:
+        b = f.read(n - len(out))
+        if not b:
+            break
+        out += b
+    return bytes(out)
+
+
+def _tail_of(s: Source, pos: Position) -> bytes:
+    """The up to ID_BYTES bytes before pos.off, read from the file."""
+    start = max(0, pos.off - ID_BYTES)
+    with src_mod.open_stream(s.path) as f:
+        if hasattr(f, "seek"):
+            f.seek(start)
+            return _read_exact(f, pos.off - start)
+        return src_mod.skip(f, pos.off, start)
+
+
+def _trim_invalid_tail(lines: list[_Line]) -> list[_Line]:
+    """Lines not JSON after the last valid one may still be being written: left for later."""
+    end = len(lines)
+    while end and not lines[end - 1].ok:
+        end -= 1
+    return lines[:end]
+
+
+def _as_line(ln: _Line) -> c.Line:
+    return c.Line(ln.number, ln.offset, len(ln.raw), None, ln.ok)  # the Builder reads the value again

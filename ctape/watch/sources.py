@@ -1,0 +1,200 @@
+"""Where transcripts are, what format each one is, and reading a file from an offset.
+
+Default sources: Claude Code's `$CLAUDE_CONFIG_DIR/projects/**/*.jsonl` (else
+`~/.claude`), subagent files included, and Codex's `$CODEX_HOME/sessions/**/rollout-*.jsonl`
+and `.jsonl.zst` (else `~/.codex`). A PATH given on the command line is a file (any name; a
+Claude Code session file `X.jsonl` brings its subagents `X/subagents/*.jsonl`) or a folder (its `*.jsonl`, `*.jsonl.zst` and `*.traj` files, recursively); its format is
+detected from its first records.
+
+A source is known by its *key*: its absolute path without a trailing `.zst`, so a rollout
+that Codex compresses (`x.jsonl` -> `x.jsonl.zst`) stays the same source.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Iterator, Optional
+
+from blake3 import blake3
+
+ZST = ".zst"
+ID_BYTES = 4096  # how many bytes at the start (and before the position) identify a file's content
+CHUNK = 8 << 20  # bytes read at a time
+
+
+@dataclass(frozen=True)
+class Source:
+    path: str  # absolute
+    fmt: Optional[str]  # "claude-code", "codex", or None: detect from the content
+
+    @property
+    def key(self) -> str:
+        return source_key(self.path)
+
+    @property
+    def zst(self) -> bool:
+        return self.path.endswith(ZST)
+
+
+def source_key(path: str) -> str:
+    path = os.path.abspath(path)
+    return path[: -len(ZST)] if path.endswith(ZST) else path
+
+
+def claude_root() -> str:
+    base = os.environ.get("CLAUDE_CONFIG_DIR") or os.path.join(os.path.expanduser("~"), ".claude")
+    return os.path.join(base, "projects")
+
+
+def codex_root() -> str:
+    base = os.environ.get("CODEX_HOME") or os.path.join(os.path.expanduser("~"), ".codex")
+    return os.path.join(base, "sessions")
+
+
+def default_roots() -> list[tuple[str, str]]:
+    """(folder, format) of the agents' own history folders."""
+    return [(claude_root(), "claude-code"), (codex_root(), "codex")]
+
+
+def _wanted(name: str, fmt: Optional[str]) -> bool:
+    if fmt == "codex":
+        return name.startswith("rollout-") and (name.endswith(".jsonl") or name.endswith(".jsonl" + ZST))
+    if fmt == "claude-code":
+        return name.endswith(".jsonl")
+    return name.endswith(".jsonl") or name.endswith(".jsonl" + ZST) or name.endswith(".traj")
+
+
+def walk(folder: str, fmt: Optional[str]) -> Iterator[Source]:
+    """Transcript files under a folder (symlinked folders are not followed)."""
+    for root, dirs, files in os.walk(folder):
+        dirs.sort()
+        for name in sorted(files):
+            if _wanted(name, fmt):
+                yield Source(os.path.join(root, name), fmt)
+
+
+def discover(paths: list[str], roots: Optional[list[tuple[str, str]]] = None) -> list[Source]:
+    """Every source to watch: the PATHs given (files or folders), else the default roots.
+    When both `x.jsonl` and `x.jsonl.zst` exist (Codex is compressing it), the plain one counts."""
+    found: dict[str, Source] = {}
+    if paths:
+        todo = []
+        for p in paths:
+            p = os.path.abspath(p)
+            if os.path.isdir(p):
+                todo.extend(walk(p, None))
+            else:
+                todo.append(Source(p, None))
+                # a Claude Code session file brings its subagents (2.1.x layout), as import does
+                sub = os.path.join(os.path.splitext(p)[0], "subagents")
+                if p.endswith(".jsonl") and os.path.isdir(sub):
+                    todo.extend(walk(sub, "claude-code"))
+    else:
+        todo = [s for root, fmt in (roots or default_roots()) if os.path.isdir(root) for s in walk(os.path.abspath(root), fmt)]
+    for s in todo:
+        old = found.get(s.key)
+        if old is None or (old.zst and not s.zst):
+            found[s.key] = s
+    return list(found.values())
+
+
+def check_paths(paths: list[str]) -> None:
+    """Refuse a PATH that does not exist (before anything is written)."""
+    from ..errors import InvalidInput
+
+    for p in paths:
+        if not os.path.exists(p):
+            raise InvalidInput(f"no file or folder {p}; give transcript files or folders that exist")
+
+
+def detect(first_lines: list[bytes]) -> Optional[str]:
+    """The format of a file from its first complete lines (the rule of `ctape import FILE`,
+    formats/detect.py, applied to the first record that tells); None while none does yet."""
+    from ..formats.detect import _format_of
+
+    for raw in first_lines:
+        if not raw.strip():
+            continue
+        try:
+            v = json.loads(raw)
+        except ValueError:
+            if raw.lstrip()[:1] in (b"{", b"["):
+                return "openai"  # a JSON document over several lines (.traj, a list of messages)
+            continue
+        fmt = _format_of(v)
+        if fmt is not None:
+            return fmt
+    return None
+
+
+# -- reading ----------------------------------------------------------------------------------
+
+
+def open_stream(path: str):
+    """A binary stream of the file's (decompressed) content."""
+    f = open(path, "rb")
+    if not path.endswith(ZST):
+        return f
+    import zstandard
+
+    return _Closing(zstandard.ZstdDecompressor().stream_reader(f, read_across_frames=True), f)
+
+
+class _Closing:
+    def __init__(self, reader, f):
+        self.reader, self.f = reader, f
+
+    def read(self, n: int = -1) -> bytes:
+        if n < 0:
+            out = bytearray()
+            while True:
+                b = self.reader.read(CHUNK)
+                if not b:
+                    return bytes(out)
+                out += b
+        return self.reader.read(n)
+
+    def close(self) -> None:
+        self.reader.close()
+        self.f.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def skip(stream, offset: int, keep_from: int = -1) -> bytes:
+    """Read the stream up to `offset`; returns the bytes from `keep_from` on (for the tail check)."""
+    kept = bytearray()
+    pos = 0
+    if hasattr(stream, "seek"):
+        start = max(0, keep_from) if keep_from >= 0 else offset
+        stream.seek(start)
+        pos = start
+    while pos < offset:
+        b = stream.read(min(CHUNK, offset - pos))
+        if not b:
+            break
+        if keep_from >= 0 and pos + len(b) > keep_from:
+            kept += b[max(0, keep_from - pos):]
+        pos += len(b)
+    return bytes(kept)
+
+
+def digest(data: bytes) -> str:
+    return blake3(data).hexdigest()[:32]
+
+
+def head_of(path: str, n: int) -> bytes:
+    with open_stream(path) as s:
+        out = bytearray()
+        while len(out) < n:
+            b = s.read(n - len(out))
+            if not b:
+                break
+            out += b
+        return bytes(out)
