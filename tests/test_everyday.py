@@ -359,7 +359,7 @@ def test_sessions_columns_line_up(tape_dir):
     lines = out(cli(tape_dir, "sessions", check=True)).splitlines()
     heads = [line.index(h) for line, h in zip(lines, [line.split()[1] for line in lines])]
     assert len(set(heads)) == 1
-    ends = [line.index("20") for line in lines]  # the times start in one column
+    ends = [line.index(line.split()[-1]) for line in lines]  # the times (the last column) start in one column
     assert len(set(ends)) == 1
 
 
