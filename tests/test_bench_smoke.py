@@ -170,7 +170,10 @@ def test_reads_do_not_grow_with_the_session_itself(tmp_path, monkeypatch):
     # the session (the 300-entry session is a single block, so it is no baseline here)
     for q in ("log", "show", "status", "context"):
         assert longer[q]["records_read"] <= long[q]["records_read"] + 2, (q, long[q], longer[q])
-        assert longer[q]["bytes_read"] <= 1.5 * long[q]["bytes_read"] + 64 * 1024, (q, long[q], longer[q])
+        # one more block than `long` when the newest entries straddle a block boundary (where
+        # the boundary falls depends on the bytes of every record before: a batch's blocks
+        # hold up to 1 MiB raw, about 100 KB compressed here)
+        assert longer[q]["bytes_read"] <= 1.5 * long[q]["bytes_read"] + 128 * 1024, (q, long[q], longer[q])
 
 
 def test_cold_index_reads_only_the_session(tmp_path, monkeypatch):

@@ -74,7 +74,8 @@ def test_invalid_utf8_line_exports_as_its_bytes(tape, tmp_path, fmt, record):
 def test_cli_export_writes_invalid_utf8_back(tape_dir, tmp_path):
     bad = b"not json \xff here"
     f = tmp_path / "t.jsonl"
-    f.write_bytes(json.dumps(OPENAI_LINE).encode() + b"\n" + bad + b"\n")
+    # not the last line: an invalid last line is taken for one still being written
+    f.write_bytes(json.dumps(OPENAI_LINE).encode() + b"\n" + bad + b"\n" + json.dumps(OPENAI_LINE).encode() + b"\n")
     run_cli("--dir", tape_dir, "import", "openai", f, "-s", "s", check=True)
     p = run_cli("--dir", tape_dir, "export", "s", "--format", "openai")
     assert p.returncode == 0 and p.stdout.splitlines()[1] == bad

@@ -38,7 +38,8 @@ def test_a_reasoning_item_reads_in_log(tape_dir):
     e = [x for x in s.session.log() if x.meta.get("openai_agents.item", {}).get("type") == "reasoning"][0]
     assert e.kind == "assistant" and e.meta.get(HIDDEN) is True  # kept out of the prompt
     assert e.payload["content"] == "The user wants a **short** answer."
-    p = run_cli("--dir", tape_dir, "log", "-s", s.name, "--oneline", check=True)
+    # hidden from the prompt, so from the default log too (issue 14); `--hidden` shows it readably
+    p = run_cli("--dir", tape_dir, "log", "-s", s.name, "--oneline", "--hidden", check=True)
     assert "The user wants a **short** answer." in p.stdout.decode()
     # an encrypted reasoning item without a summary still says what it is
     run(s.add_items([{"type": "reasoning", "id": "rs_2", "summary": [], "encrypted_content": "gAAAA" * 10}]))

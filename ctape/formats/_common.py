@@ -199,9 +199,9 @@ def record_meta(fmt: str, record: Any, line: int, is_hidden: bool = False) -> di
     return hidden(meta) if is_hidden else meta
 
 
-def raw_line_meta(fmt: str, raw: bytes, line: int) -> dict:
+def raw_line_meta(fmt: str, raw: bytes | str, line: int) -> dict:
     try:
-        kept: dict = {RAW: raw.decode("utf-8")}
+        kept: dict = {RAW: raw if isinstance(raw, str) else raw.decode("utf-8")}
     except UnicodeDecodeError:
         kept = {RAW_B64: base64.b64encode(raw).decode("ascii")}
     return hidden({**kept, FORMAT: fmt, LINE: line})

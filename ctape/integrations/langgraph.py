@@ -871,7 +871,7 @@ class TapeSaver(BaseCheckpointSaver[str]):
 
     def _answer_interrupts(self, s, th: _Thread, ns: str, cid: str, tip: str, value: Any, written: list, note: Optional[str], segment: Optional[str] = None) -> str:
         """Hidden tool results for the interrupts pending at tip: the resume value, or a note."""
-        pending = [c for c in self.tape.derived(tip)["pending"].values() if c.get("name") == WAITING]
+        pending = [c for c in self.tape.derived(tip)["pending"] if c.get("name") == WAITING]
         if not pending:
             return tip
         by_id = isinstance(value, dict) and value and all(k in {c["call_id"] for c in pending} for k in value)

@@ -116,8 +116,8 @@ class Site:
         deadline = time.monotonic() + LIST_BUDGET
         for s in sorted(self._sessions(), key=lambda s: s.get("last_time") or "", reverse=True):
             try:
-                if "damaged" in s:
-                    raise s["damaged"]
+                if "error" in s:
+                    raise s["error"]
                 rows.append(self._session_row(s, deadline))
             except CtapeError as e:  # a damaged session does not hide the others
                 rows.append(f'<tr class="session damaged"><td><a href="{esc(s_url(s["session"]))}">{esc(s["session"])}</a></td><td colspan="6" class="err">{esc(e)}</td></tr>')
@@ -149,7 +149,7 @@ class Site:
                 e = self.tape.read_entry(h) if h else None
                 out.append({"session": name, "head": h, "branch": st.branch, "entries": e.seq if e else 0, "last_time": e.time if e else None})
             except CtapeError as e:
-                out.append({"session": name, "damaged": e})
+                out.append({"session": name, "error": e})
         return out
 
     def _session_row(self, s: dict, deadline: float) -> str:
