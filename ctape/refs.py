@@ -219,14 +219,6 @@ class RefState:
             self.settle[HEAD] = self.head
 
 
-def well_formed(rec) -> bool:
-    """A ref record whose fields have the types ctape writes (a hand-made one may not):
-    the ref log orders and replays only these, and fsck reports the others."""
-    return (isinstance(rec, dict) and isinstance(rec.get("s"), str) and isinstance(rec.get("w"), str)
-            and type(rec.get("n")) is int and type(rec.get("lc")) is int
-            and isinstance(rec.get("set", {}), dict) and isinstance(rec.get("old", {}), (dict, type(None))))
-
-
 def conflict_name(branch: str, writer: str, tip: str, n: Optional[int] = None) -> str:
     """BRANCH.conflict-WRITER8-TIP8 (-N when that name was used for another tip since)."""
     suffix = f"{CONFLICT}{writer[:8]}-{tip.lstrip('@')[:8]}" + (f"-{n}" if n is not None else "")
