@@ -39,7 +39,7 @@ from . import framing, packing
 from .canonical import canonical_json
 from .errors import CorruptObject, InvalidInput, StorageError
 from .models import format_time
-from .refs import HEAD, Claim, saw, shown, standing_claims
+from .refs import HEAD, Claim, RefState, conflict_name, saw, shown, standing_claims
 from .files import TYPE_ENTRY, fsync_dir, zstd
 from .schema import object_record_problem
 from .store import Store, record_problem
@@ -288,8 +288,30 @@ def _session_kept(recs: list[Rec], cutoff: str) -> set[tuple]:
                 if (c.w, c.n) not in standing:  # superseded by a claim that is not kept: keep one
                     more |= {(r.s, r.w, r.n) for o, r in cs.values() if saw(o, c)}
         if more <= kept:
-            return kept
+            more = _name_holders(full, sub)
+            if more <= kept:
+                return kept
         kept |= more
+
+
+def _name_holders(full: dict, sub: dict) -> set[tuple]:
+    """A conflict branch's name depends on the claims on that name (section 12, rule 4:
+    `-N` when a record set it to another value since): when the kept records would name
+    one differently, keep the standing claims on the names it was weighed against."""
+    if _resolve(full) == _resolve(sub):
+        return set()
+    more = set()
+    for ref, cs in full.items():
+        for c in shown(ref, [c for c, _ in standing_pairs(cs)])[1]:
+            for name in (conflict_name(ref, c.w, c.value), conflict_name(ref, c.w, c.value, c.n)):
+                more |= {(r.s, r.w, r.n) for _, r in standing_pairs(full.get(name, {}))}
+    return more
+
+
+def _resolve(claims: dict) -> tuple:
+    st = RefState(claims={ref: {w: c for w, (c, _) in cs.items()} for ref, cs in claims.items()})
+    st.resolve_all()
+    return st.branches, st.head, st.tags
 
 
 def _claims(recs: list[Rec]) -> dict[str, dict[str, tuple[Claim, Rec]]]:

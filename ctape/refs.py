@@ -122,12 +122,18 @@ class RefState:
         return bool(self.claims) and not self.branches and self.head is None
 
     def seen_for(self, refs, me: str) -> dict[str, int]:
-        """What a record setting `refs` has seen: each other writer's claim on them."""
+        """What a record setting `refs` has seen: each other writer's claim on them, and
+        everything those claims (and this writer's own) had seen. Carrying the claims'
+        `seen` on keeps a superseded claim superseded when a compaction dropped the record
+        that superseded it and an older copy brings the claim back (rsync never deletes)."""
         out: dict[str, int] = {}
         for ref in refs:
             for w, c in self.claims.get(ref, {}).items():
                 if w != me and c.n > out.get(w, 0):
                     out[w] = c.n
+                for o, n in c.seen.items():
+                    if o != me and type(n) is int and n > out.get(o, 0):
+                        out[o] = n
         return out
 
     def apply(self, rec: dict) -> None:

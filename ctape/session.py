@@ -99,11 +99,24 @@ class Session:
             parts.insert(0 if head_first else 1, {HEAD: changes[HEAD]})
         elif HEAD in changes:
             parts = [{HEAD: changes[HEAD]}]
+        parts = [p for part in parts for p in self._by_seen(st, part)]
         rec: dict = {}
         for part in parts:
             rec = self._put_ref(w, st, op, part, dict(extra), coalesce=op == "append" and not extra and len(parts) == 1,
                                 old={k: old[k] for k in part})
         return rec
+
+    def _by_seen(self, st: RefState, part: dict) -> list[dict]:
+        """A record's `seen` holds one n per writer for all the refs it sets, so refs whose
+        claims were read to different points go in records of their own: a deletion of
+        two branches must not supersede a claim on one that was only read on the other."""
+        if len(part) < 2:
+            return [part]
+        groups: dict[tuple, dict] = {}
+        for ref, value in part.items():
+            key = tuple(sorted(st.seen_for([ref], self.store.writer).items()))
+            groups.setdefault(key, {})[ref] = value
+        return list(groups.values())
 
     @staticmethod
     def _old_values(st: RefState, refs) -> dict[str, Optional[str]]:

@@ -455,3 +455,100 @@ def test_langgraph_delete_thread_on_a_copy_frees_the_thread(tmp_path):
     assert report["freed_objects"] >= 3, report
     assert copy.tape.fsck()["ok"]
     copy.close()
+
+
+def open_as(d, writer, monkeypatch):
+    monkeypatch.setenv("CTAPE_WRITER", writer)
+    return Tape.open(d)
+
+
+def test_a_claim_superseded_before_a_compaction_stays_superseded_when_an_old_copy_brings_it_back(pair, monkeypatch):
+    """Compaction on A drops B's superseded claim; A then moves main again. rsync never
+    deletes, so B's old records come back to A: the new claim must still supersede them
+    (it carries what A's earlier claim had seen), or the old tip shows as a conflict again."""
+    a, b = pair
+    with open_as(b, "wbbbbbbb", monkeypatch) as tb:
+        tb.session("chat").append("assistant", {"content": "B"})
+    rsync(b, a)
+    with open_as(a, "waaaaaaa", monkeypatch) as ta:
+        s = ta.session("chat")
+        s.append("assistant", {"content": "A, having read B"})  # supersedes B's claim on main
+        ta.compact(grace="now", expire="now")  # B's record goes: nothing reaches it any more
+        assert not any(r["w"] == "wbbbbbbb" and "main" in r.get("set", {}) for r in s._ref_records())
+        tip = s.append("assistant", {"content": "A again"}).hash
+    rsync(b, a)  # B's old segment comes back
+    rsync(a, b)
+    for d in (a, b):
+        with open_as(d, "wcccccccc", monkeypatch) as t:
+            st = t.session("chat").refs()
+            assert st.branches == {"main": tip}, st.branches
+            assert not st.conflicts
+
+
+def test_compact_keeps_the_record_that_gave_a_conflict_branch_its_name(pair, monkeypatch):
+    """A conflict branch whose plain name a deleted branch had used is named BRANCH.conflict-W-TIP-N;
+    compact --expire now must not drop the deletion that decided it (the branch would be renamed)."""
+    a, b = pair
+    with open_as(a, "wbbbbbbb", monkeypatch) as ta:
+        ta.session("chat").append("assistant", {"content": "A 1"})
+    with open_as(b, "waaaaaaa", monkeypatch) as tb:
+        x = tb.session("chat").append("assistant", {"content": "B 1"}).hash
+    rsync(a, b), rsync(b, a)
+    with open_as(a, "wbbbbbbb", monkeypatch) as ta:
+        s = ta.session("chat")
+        name = s.refs().conflicts and next(iter(s.refs().conflicts))
+        assert name == f"main.conflict-waaaaaaa-{x[:8]}"
+        s.append("assistant", {"content": "A 2"})  # settles: writes the conflict branch, then main
+        s.delete_branch(name)
+    with open_as(b, "waaaaaaa", monkeypatch) as tb:  # B, not synced: main back at x, a new claim
+        tb.session("chat").set_refs("reset", {"main": x})
+    with open_as(a, "wbbbbbbb", monkeypatch) as ta:  # A moves main again: its claim wins (larger clock)
+        for i in range(3):
+            ta.session("chat").append("assistant", {"content": f"A more {i}"})
+    rsync(a, b), rsync(b, a)
+    with open_as(a, "wbbbbbbb", monkeypatch) as ta:
+        before = ta.session("chat").refs()
+        assert before.branches.get(name) is None  # the deleted name stays deleted
+        renamed = [c for c in before.conflicts if c.startswith(name + "-")]
+        assert len(renamed) == 1 and before.branches[renamed[0]] == x
+        ta.compact(grace="now", expire="now")
+        after = ta.session("chat").refs()
+        assert (after.branches, after.head) == (before.branches, before.head)
+        assert ta.fsck()["ok"]
+
+
+def test_a_deletion_of_two_branches_supersedes_only_what_was_read_on_each(tmp_path, monkeypatch):
+    """A copy that holds B's newer record on `main` but not its newer record on `side` (a
+    cut-off sync) deletes both: the deletion must not supersede B's unread claim on `side`
+    because it read a larger n on `main` (a record's `seen` is one n per writer)."""
+    a, b = tmp_path / "A", tmp_path / "B"
+    monkeypatch.setenv("CTAPE_WRITER", "waaaaaaa")
+    with Tape.init(a) as t:
+        s = t.session("chat")
+        s.append("user", {"content": "start"})
+        s.checkout("chat", new_branch="side")
+        s.checkout("main")
+    rsync(a, b)
+    sess = b / "sessions" / "chat"
+    files = []
+    with open_as(b, "wbbbbbbb", monkeypatch) as tb:
+        sb = tb.session("chat")
+        for branch in ("side", "side", "main"):  # each in a segment file of its own
+            before = set(os.listdir(sess))
+            sb.checkout(branch)
+            e = sb.append("user", {"content": f"B on {branch}"}).hash
+            files.append((e, sorted(set(os.listdir(sess)) - before)))
+            rsync(b, tmp_path / "scratch")  # a copy seals the segment: the next append starts another
+    unread_side = files[1][0]
+    for _, new in (files[0], files[2]):  # the cut-off sync: the second file does not arrive
+        for name in new:
+            shutil.copy2(sess / name, a / "sessions" / "chat" / name)
+    with open_as(a, "waaaaaaa", monkeypatch) as ta:
+        sa = ta.session("chat")
+        assert sa.refs().branches["main"] == files[2][0] and sa.refs().branches["side"] == files[0][0]
+        sa.set_refs("session-rm", {"main": None, "side": None, "HEAD": None})
+    rsync(b, a), rsync(a, b)
+    for d in (a, b):
+        with open_as(d, "wcccccccc", monkeypatch) as t:
+            st = t.session("chat").refs()
+            assert st.branches == {"side": unread_side}  # the append the deletion had not read survives
