@@ -15,6 +15,9 @@ Tables:
   claims   the newest record of each writer for each ref of a session
   partials partial-stream chunks; closed: streams that were recorded
   keyframes derived state snapshots (state, pending calls) at every 256th entry
+  views    an integration's text for an entry, with the entry's parent (the Agents SDK
+           session's items): a path is read back with one query. Named by entry hash,
+           like keyframes, so they never go stale and survive rebuilds
   lost     files found shorter than this machine had read them: acknowledged records
            gone (kept across rebuilds; cleared when the file is whole again or salvaged)
 
@@ -32,7 +35,7 @@ import sys
 from contextlib import contextmanager
 from typing import Optional
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
@@ -51,6 +54,8 @@ CREATE TABLE IF NOT EXISTS keyframes(key INTEGER PRIMARY KEY, body TEXT NOT NULL
 CREATE TABLE IF NOT EXISTS writers(session TEXT NOT NULL, w TEXT NOT NULL, n INTEGER NOT NULL,
     lc INTEGER NOT NULL, PRIMARY KEY(session, w)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS lost(path TEXT PRIMARY KEY, expected INTEGER NOT NULL, found INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS views(name TEXT NOT NULL, key INTEGER NOT NULL, hash TEXT NOT NULL,
+    parent TEXT, pkey INTEGER, body TEXT, PRIMARY KEY(name, key)) WITHOUT ROWID;
 """
 
 
@@ -132,7 +137,7 @@ class Index:
         if row is None or int(row[0]) != SCHEMA_VERSION:
             drops = "".join(
                 f"DROP TABLE IF EXISTS {t};"
-                for t in ("meta", "files", "objects", "records", "claims", "partials", "closed", "keyframes", "writers", "lost")
+                for t in ("meta", "files", "objects", "records", "claims", "partials", "closed", "keyframes", "writers", "lost", "views")
             )
             db.executescript(
                 f"BEGIN IMMEDIATE;{drops}{SCHEMA}INSERT OR REPLACE INTO meta VALUES('schema', '{SCHEMA_VERSION}');COMMIT;"
@@ -388,6 +393,47 @@ class Index:
         except sqlite3.OperationalError:
             pass  # a cache write that fails (read-only cache, busy) costs only speed
 
+
+    # -- views: an integration's text per entry, read back a whole path at a time --------
+
+    def put_views(self, name: str, rows: list[tuple[str, Optional[str], Optional[str]]]) -> None:
+        """Keep (entry hash, parent hash, text) rows under `name`."""
+        if not rows:
+            return
+        values = [(name, hash_key(h), h, p, None if p is None else hash_key(p), body) for h, p, body in rows]
+        own = not self.db.in_transaction  # inside a rebuild's transaction: the rows go with it
+        try:
+            if own:
+                self.db.execute("BEGIN")
+            self.db.executemany("INSERT OR IGNORE INTO views VALUES(?,?,?,?,?,?)", values)
+            if own:
+                self.db.execute("COMMIT")
+        except sqlite3.OperationalError:
+            if own:
+                self._rollback()
+            # a cache write that fails (read-only cache, busy) costs only speed
+
+    def view_path(self, name: str, head: str, limit: int) -> list[tuple[str, Optional[str], Optional[str]]]:
+        """The rows kept under `name` from `head` back along parents, newest first: at most
+        `limit` (the path's length), ending where a row is missing or does not link
+        (a 64-bit key shared by two hashes: the caller reads those entries instead)."""
+        try:
+            rows = self.db.execute(
+                "WITH RECURSIVE p(hash, parent, pkey, body) AS ("
+                " SELECT hash, parent, pkey, body FROM views WHERE name=? AND key=?"
+                " UNION ALL SELECT v.hash, v.parent, v.pkey, v.body FROM p JOIN views v ON v.name=? AND v.key=p.pkey"
+                ") SELECT hash, parent, body FROM p LIMIT ?",
+                (name, hash_key(head), name, limit),
+            ).fetchall()
+        except sqlite3.OperationalError:
+            return []
+        out, want = [], head
+        for h, p, body in rows:
+            if h != want:
+                break
+            out.append((h, p, body))
+            want = p
+        return out
 
 
 class IndexDegraded(Exception):

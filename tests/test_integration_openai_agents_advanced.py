@@ -164,3 +164,71 @@ def test_get_items_sees_another_process_appends(tape_dir):
     assert p.returncode == 0, p.stderr
     assert run(s.get_items()) == [user("three")]
     assert run(TapeSession("proc", tape_dir).get_items()) == [user("three")]
+
+
+READS_IN_A_NEW_PROCESS = (
+    "import asyncio, json, sys; from ctape.integrations.openai_agents import TapeSession; from ctape.tape import Tape\n"
+    "reads = []; real = Tape.read_entry\n"
+    "def counted(self, h): reads.append(h); return real(self, h)\n"
+    "Tape.read_entry = counted\n"
+    "s = TapeSession(sys.argv[2], sys.argv[1])\n"
+    "print(json.dumps({'items': asyncio.run(s.get_items()), 'reads': len(reads)}))\n"
+)
+
+
+def items_in_a_new_process(tape_dir, name, cache=None):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, **({"CTAPE_CACHE_DIR": str(cache)} if cache else {}))
+    p = subprocess.run([sys.executable, "-c", READS_IN_A_NEW_PROCESS, str(tape_dir), name], capture_output=True, text=True, env=env)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)
+
+
+def test_the_first_get_items_in_a_new_process_reads_the_path_from_the_index_cache(tape_dir, tmp_path):
+    """Issue 13, item 6: the first call in a new process was 7-9x SQLiteSession (it read
+    every entry of the path). The items of each entry, with its parent, are kept in the
+    index cache, so a new process reads the path in one query and reads one entry."""
+    s = TapeSession("cold", tape_dir)
+    expected = []
+    for i in range(40):
+        batch = [user(f"question {i}"), {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"},
+                 {"type": "function_call_output", "call_id": "c", "output": f"out {i}"}, said(f"answer {i}")]
+        run(s.add_items(batch))
+        expected += batch
+    got = items_in_a_new_process(tape_dir, "cold")
+    assert got["items"] == expected and got["reads"] <= 1
+    # another writer's appends, a pop and a branch from a turn: the cache follows the path
+    other = TapeSession("cold", tape_dir)
+    run(other.add_items([user("from another writer")]))
+    assert run(other.pop_item()) == user("from another writer")
+    run(other.create_branch_from_turn(30, "retry"))
+    run(other.add_items([user("question 30, again")]))
+    expected_retry = expected[: 29 * 4] + [user("question 30, again")]
+    got = items_in_a_new_process(tape_dir, "cold")
+    assert got["items"] == expected_retry and got["reads"] <= 1
+    # no cache at all (a new machine, `ctape cache gc`): every entry is read once, then cached
+    fresh = tmp_path / "fresh-cache"
+    got = items_in_a_new_process(tape_dir, "cold", fresh)
+    assert got["items"] == expected_retry and got["reads"] >= len(expected_retry)
+    got = items_in_a_new_process(tape_dir, "cold", fresh)
+    assert got["items"] == expected_retry and got["reads"] <= 1
+
+
+def test_cached_rows_that_do_not_link_to_the_path_are_not_used(tape_dir):
+    """A row is named by the first 64 bits of a hash: a row found under the head's key that
+    is another entry's (or whose chain does not link) is never taken for the path."""
+    from ctape.index import hash_key
+    from ctape.integrations.openai_agents import VIEW, _PATHS
+
+    s = TapeSession("links", tape_dir)
+    run(s.add_items([user("one"), said("1"), user("two")]))
+    head = s.session.refs().head_hash
+    idx = s.tape.store.index
+    idx.db.execute("UPDATE views SET hash=? WHERE name=? AND key=?", ("f" * 64, VIEW, hash_key(head)))
+    assert idx.view_path(VIEW, head, 10) == []
+    _PATHS.clear()  # as in a new process
+    assert run(TapeSession("links", tape_dir).get_items()) == [user("one"), said("1"), user("two")]

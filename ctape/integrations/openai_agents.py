@@ -49,6 +49,7 @@ from .naming import open_tape, session_name
 __all__ = ["TapeSession", "item_entry"]
 
 ITEM = "openai_agents.item"
+VIEW = "openai_agents.items"  # the index cache's rows of item JSON per entry (ctape/index.py, views)
 USAGE = "openai_agents.usage"
 
 
@@ -125,38 +126,52 @@ class _Path:
     def sync(self, tape: Tape, head: Optional[str]) -> None:
         if head == self.head:
             return
-        new = []
+        new: list[tuple[str, Optional[str], Optional[str]]] = []  # (hash, parent, item JSON), newest first
         h = head
+        if h is not None and h not in self.pos:
+            # a path read before (by any process) comes back in one query of the index cache
+            for row in tape.store.index.view_path(VIEW, h, tape.read_entry(h).seq + 1):
+                if h is None or h in self.pos:
+                    break
+                new.append(row)
+                h = row[1]
+        read = []
         while h is not None and h not in self.pos:
             e = tape.read_entry(h)
-            item = e.meta.get(ITEM) if isinstance(e.meta, dict) else None
-            new.append((h, None if item is None else json.dumps(item, ensure_ascii=False)))
+            read.append(_row(e))
             h = e.parent
+        tape.store.index.put_views(VIEW, read)
+        new += read
         cut = self.pos[h] + 1 if h is not None else 0
         for gone in self.hashes[cut:]:
             del self.pos[gone]
         del self.hashes[cut:], self.items[cut:]
-        for h2, text in reversed(new):
+        for h2, _, text in reversed(new):
             self.pos[h2] = len(self.hashes)
             self.hashes.append(h2)
             self.items.append(text)
         self.head = head
 
-    def extend(self, entries: list, old_head: Optional[str]) -> None:
+    def extend(self, rows: list[tuple[str, Optional[str], Optional[str]]], old_head: Optional[str]) -> None:
         """Our own appends, when we were current: no need to read them back."""
         if old_head != self.head:
             return
-        for e in entries:
-            self.pos[e.hash] = len(self.hashes)
-            self.hashes.append(e.hash)
-            self.items.append(json.dumps(e.meta[ITEM], ensure_ascii=False) if ITEM in e.meta else None)
-            self.head = e.hash
+        for h, _, text in rows:
+            self.pos[h] = len(self.hashes)
+            self.hashes.append(h)
+            self.items.append(text)
+            self.head = h
 
     def item_list(self, limit: Optional[int]) -> list[dict]:
         texts = [t for t in self.items if t is not None]
         if limit is not None:
             texts = texts[-limit:] if limit > 0 else []
         return json.loads("[" + ",".join(texts) + "]")  # the caller's copy
+
+
+def _row(e) -> tuple[str, Optional[str], Optional[str]]:
+    item = e.meta.get(ITEM) if isinstance(e.meta, dict) else None
+    return e.hash, e.parent, None if item is None else json.dumps(item, ensure_ascii=False)
 
 
 # One _Path per (tape directory, session) in this process, shared by every TapeSession on
@@ -218,8 +233,9 @@ class TapeSession:
                     meta = {ITEM: item}
                     if hidden:
                         meta[HIDDEN] = True
-                    written.append(self.session.append(kind, payload, meta=meta))
+                    written.append(_row(self.session.append(kind, payload, meta=meta)))
             self._path.extend(written, old)
+            self.tape.store.index.put_views(VIEW, written)
 
     def _pop(self) -> Optional[dict]:
         with self._lock:
@@ -365,7 +381,8 @@ class TapeSession:
             text = f"usage of turn {turns}: {rec['requests']} request(s), {rec['input_tokens']} in, {rec['output_tokens']} out"
             old = self._head()
             e = self.session.append("system", {"content": text}, meta={HIDDEN: True, USAGE: rec, "usage": generic})
-            self._path.extend([e], old)
+            self._path.extend([_row(e)], old)
+            self.tape.store.index.put_views(VIEW, [_row(e)])
 
     def _path_items_now(self) -> list[dict]:
         self._path.sync(self.tape, self._head())
