@@ -73,7 +73,7 @@ class Rec(NamedTuple):
     n: int
     t: str
     set: tuple  # ((ref, value), ...)
-    old: tuple  # old values
+    old: tuple  # ((ref, old value), ...)
     lc: int = 0
     seen: tuple = ()  # ((writer, n), ...): the claims this record supersedes
 
@@ -83,7 +83,7 @@ class Rec(NamedTuple):
 
     @classmethod
     def of(cls, r: dict) -> "Rec":
-        return cls(r["s"], r["w"], r["n"], r.get("t", ""), tuple((r.get("set") or {}).items()), tuple((r.get("old") or {}).values()),
+        return cls(r["s"], r["w"], r["n"], r.get("t", ""), tuple((r.get("set") or {}).items()), tuple((r.get("old") or {}).items()),
                    r.get("lc", 0), tuple((r.get("seen") or {}).items()))
 
 
@@ -136,8 +136,8 @@ def compact(tape, expire="90d", grace="14d", dry_run: bool = False, progress: Op
         skipped = sorted({p.split("/")[1] for p in damaged})
         work = {p: size for p, size in snapshot.items() if p.split("/")[1] not in skipped}
         pinned = _entries_of(store, {p: size for p, size in snapshot.items() if p not in work})
-        kept_records = _kept_records(scan.records, cutoff)
-        roots = _roots(scan, kept_records, cutoff) | pinned
+        kept_records, head_roots = _kept_records(scan.records, cutoff)
+        roots = _roots(scan, kept_records, cutoff) | head_roots | pinned
         live = _mark(scan.graph, roots)
         report = _plan(store, work, ages, grace_s, live)
         dropped_in = report.pop("dropped_in")
@@ -236,7 +236,7 @@ def _learn(store: Store, scan: Scan, rec: framing.Record, path: str) -> bool:
     return True
 
 
-def _kept_records(records: list[Rec], cutoff: str) -> list[Rec]:
+def _kept_records(records: list[Rec], cutoff: str) -> tuple[list[Rec], set[bytes]]:
     """Records younger than the cutoff, plus those the refs still follow from.
 
     A claim that another writer's claim had seen (a move or a deletion made after
@@ -247,15 +247,17 @@ def _kept_records(records: list[Rec], cutoff: str) -> list[Rec]:
     for r in records:
         by_session.setdefault(r.s, []).append(r)
     keep: set[tuple] = set()
+    roots: set[bytes] = set()
     for recs in by_session.values():
         keep |= _session_kept(recs, cutoff)
+        roots |= _head_root(recs)
     out, seen = [], set()
     for r in records:
         ident = (r.s, r.w, r.n)
         if ident in keep and ident not in seen:
             seen.add(ident)
             out.append(r)
-    return out
+    return out, roots
 
 
 def _session_kept(recs: list[Rec], cutoff: str) -> set[tuple]:
@@ -288,30 +290,42 @@ def _session_kept(recs: list[Rec], cutoff: str) -> set[tuple]:
                 if (c.w, c.n) not in standing:  # superseded by a claim that is not kept: keep one
                     more |= {(r.s, r.w, r.n) for o, r in cs.values() if saw(o, c)}
         if more <= kept:
-            more = _name_holders(full, sub)
+            more = _holders_across_refs(full, sub)
             if more <= kept:
                 return kept
         kept |= more
 
 
-def _name_holders(full: dict, sub: dict) -> set[tuple]:
-    """A conflict branch's name depends on the claims on that name (section 12, rule 4:
-    `-N` when a record set it to another value since): when the kept records would name
-    one differently, keep the standing claims on the names it was weighed against."""
-    if _resolve(full) == _resolve(sub):
+def _holders_across_refs(full: dict, sub: dict) -> set[tuple]:
+    """What one ref's claims decide for another. A conflict branch's name depends on the
+    claims on that name (section 12, rule 4: `-N` when a record set it to another value
+    since), and a HEAD attached to a branch deleted on another copy stays at the tip the
+    deletion records (`RefState._head_on_deleted`): when the kept records would resolve
+    differently, keep the standing claims those were weighed against."""
+    whole = _resolve(full)
+    if _outcome_of(whole) == _outcome_of(_resolve(sub)):
         return set()
-    more = set()
+    names = [whole.head_from] if whole.head_from else []
     for ref, cs in full.items():
         for c in shown(ref, [c for c, _ in standing_pairs(cs)])[1]:
-            for name in (conflict_name(ref, c.w, c.value), conflict_name(ref, c.w, c.value, c.n)):
-                more |= {(r.s, r.w, r.n) for _, r in standing_pairs(full.get(name, {}))}
-    return more
+            names += [conflict_name(ref, c.w, c.value), conflict_name(ref, c.w, c.value, c.n)]
+    return {(r.s, r.w, r.n) for name in names for _, r in standing_pairs(full.get(name, {}))}
 
 
-def _resolve(claims: dict) -> tuple:
+def _resolve(claims: dict) -> RefState:
     st = RefState(claims={ref: {w: c for w, (c, _) in cs.items()} for ref, cs in claims.items()})
     st.resolve_all()
+    return st
+
+
+def _outcome_of(st: RefState) -> tuple:
     return st.branches, st.head, st.tags
+
+
+def _head_root(recs: list[Rec]) -> set[bytes]:
+    """The tip a HEAD on a branch deleted on another copy stays at: no record sets it."""
+    st = _resolve(_claims(recs))
+    return _hash_values([st.head]) if st.head_from else set()
 
 
 def _claims(recs: list[Rec]) -> dict[str, dict[str, tuple[Claim, Rec]]]:
@@ -322,7 +336,7 @@ def _claims(recs: list[Rec]) -> dict[str, dict[str, tuple[Claim, Rec]]]:
             mine = out.setdefault(ref, {})
             old = mine.get(r.w)
             if old is None or r.n > old[0].n:
-                mine[r.w] = (Claim(ref, r.w, r.n, r.lc, value, dict(r.seen)), r)
+                mine[r.w] = (Claim(ref, r.w, r.n, r.lc, value, dict(r.seen), dict(r.old).get(ref)), r)
     return out
 
 
@@ -350,7 +364,7 @@ def _roots(scan: Scan, kept: list[Rec], cutoff: str) -> set[bytes]:
     for r in kept:
         roots |= _hash_values(v for _, v in r.set)
         if r.t >= cutoff:
-            roots |= _hash_values(r.old)
+            roots |= _hash_values(v for _, v in r.old)
     roots |= _hash_values(base for key, base in scan.partial_streams.items() if key not in scan.closed)
     return roots
 

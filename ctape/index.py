@@ -44,7 +44,7 @@ CREATE TABLE IF NOT EXISTS files(id INTEGER PRIMARY KEY AUTOINCREMENT, path TEXT
 CREATE TABLE IF NOT EXISTS objects(key INTEGER PRIMARY KEY, file INTEGER NOT NULL,
     offset INTEGER NOT NULL, entry INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS claims(session TEXT NOT NULL, ref TEXT NOT NULL, w TEXT NOT NULL,
-    n INTEGER NOT NULL, lc INTEGER NOT NULL, value TEXT, seen TEXT NOT NULL,
+    n INTEGER NOT NULL, lc INTEGER NOT NULL, value TEXT, seen TEXT NOT NULL, old TEXT,
     PRIMARY KEY(session, ref, w)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS partials(session TEXT NOT NULL, stream TEXT NOT NULL, off INTEGER NOT NULL,
     body TEXT NOT NULL, PRIMARY KEY(session, stream, off)) WITHOUT ROWID;
@@ -292,8 +292,8 @@ class Index:
                     if old is None or row[3] > old[3]:
                         newest[key] = row
                 db.executemany(
-                    "INSERT INTO claims VALUES(?,?,?,?,?,?,?) ON CONFLICT(session, ref, w) DO UPDATE SET "
-                    "n=excluded.n, lc=excluded.lc, value=excluded.value, seen=excluded.seen WHERE excluded.n > claims.n",
+                    "INSERT INTO claims VALUES(?,?,?,?,?,?,?,?) ON CONFLICT(session, ref, w) DO UPDATE SET "
+                    "n=excluded.n, lc=excluded.lc, value=excluded.value, seen=excluded.seen, old=excluded.old WHERE excluded.n > claims.n",
                     list(newest.values()) + odd,
                 )
             if batch.partials:
@@ -338,7 +338,7 @@ class Index:
     def claims(self, session: str) -> list[tuple]:
         self.sync()
         return self.db.execute(
-            "SELECT ref, w, n, lc, value, seen FROM claims WHERE session=?", (session,)
+            "SELECT ref, w, n, lc, value, seen, old FROM claims WHERE session=?", (session,)
         ).fetchall()
 
     def sessions(self) -> list[str]:
@@ -469,8 +469,9 @@ class IndexBatch:
         s, w, n, lc = rec["s"], rec["w"], rec["n"], rec["lc"]
         self.writers.append((s, w, n, lc))
         seen = json.dumps(rec["seen"], sort_keys=True) if rec.get("seen") else "{}"
+        olds = rec.get("old") or {}
         for ref, value in rec.get("set", {}).items():
-            self.claims.append((s, ref, w, n, lc, value, seen))
+            self.claims.append((s, ref, w, n, lc, value, seen, olds.get(ref)))
         if rec.get("stream"):
             self.closed.append((s, rec["stream"]))
 

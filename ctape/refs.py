@@ -43,6 +43,7 @@ class Claim:
     lc: int
     value: Optional[str]
     seen: dict
+    old: Optional[str] = None  # the ref's value before this record, as its writer saw it (`old`)
 
 
 def rank(ref: str, c: Claim) -> int:
@@ -90,6 +91,7 @@ class RefState:
     claims: dict[str, dict[str, Claim]] = field(default_factory=dict)  # ref -> writer -> claim
     branches: dict[str, str] = field(default_factory=dict)
     head: Optional[str] = None  # "@branch", an entry hash, or None (no HEAD yet)
+    head_from: Optional[str] = None  # the deleted branch whose last tip HEAD stays at (_head_on_deleted)
     unsettled: dict[str, str] = field(default_factory=dict)  # conflict branch no record wrote yet -> its ref
     tags: dict[str, str] = field(default_factory=dict)  # tag name -> entry hash
     settle: dict[str, Optional[str]] = field(default_factory=dict)  # refs a next record must write
@@ -141,11 +143,12 @@ class RefState:
         w, n = rec["w"], rec["n"]
         seen = rec.get("seen") or {}
         sets = rec.get("set", {})
+        olds = rec.get("old") or {}
         for ref, value in sets.items():
             mine = self.claims.setdefault(ref, {})
             old = mine.get(w)
             if old is None or n > old.n:
-                mine[w] = Claim(ref, w, n, rec["lc"], value, seen)
+                mine[w] = Claim(ref, w, n, rec["lc"], value, seen, olds.get(ref))
         self.lc = max(self.lc, rec["lc"])
         self.seen[w] = max(self.seen.get(w, 0), n)
         if any(CONFLICT in ref for ref in sets):
@@ -157,6 +160,7 @@ class RefState:
         for ref in sorted(affected):
             self._resolve_ref(ref)
         self._default_head()
+        self._head_on_deleted()
 
     def resolve_all(self) -> None:
         self.branches.clear()
@@ -167,6 +171,7 @@ class RefState:
         for ref in sorted(self.claims):
             self._resolve_ref(ref)
         self._default_head()
+        self._head_on_deleted()
 
     def _resolve_ref(self, ref: str) -> None:
         if self.unsettled:
@@ -183,6 +188,7 @@ class RefState:
         winner, others = shown(ref, standing)
         if ref == HEAD:
             self.head = winner.value
+            self.head_from = None
         elif ref.startswith(TAG):  # a tag: one winner, no conflict branch (a tag names, it holds no work)
             if winner.value is not None:
                 self.tags[ref[len(TAG):]] = winner.value
@@ -224,6 +230,26 @@ class RefState:
             self.head = "@" + name
             self.settle[HEAD] = self.head
 
+    def _head_on_deleted(self) -> None:
+        """HEAD attached to a branch that a deletion on another copy removed (the checkout
+        and the deletion did not see each other: a checkout needs the branch): HEAD stays,
+        detached, at the tip the branch had when it went, so the entries its writer was
+        working on stay reachable, as `branch -D` of the checked-out branch does. The
+        next record writes it. A HEAD attached by the writer that deleted the branch is an
+        unborn branch and stays so (`pop_item` of a first item: HEAD on the branch, then
+        the branch deleted)."""
+        b = self.branch
+        if b is None or b in self.branches or not self.claims.get(b):
+            return
+        gone = shown(b, standing_claims(list(self.claims[b].values())))[0]
+        h = self.claims.get(HEAD, {})
+        mine = [c for c in h.values() if c.value == self.head]
+        if gone.value is not None or gone.old is None or any(c.w == gone.w for c in mine):
+            return
+        self.head = gone.old
+        self.head_from = b
+        self.settle[HEAD] = gone.old
+
 
 def conflict_name(branch: str, writer: str, tip: str, n: Optional[int] = None) -> str:
     """BRANCH.conflict-WRITER8-TIP8 (-N when that name was used for another tip since)."""
@@ -233,7 +259,7 @@ def conflict_name(branch: str, writer: str, tip: str, n: Optional[int] = None) -
 
 def from_rows(rows, lc: int, seen: dict[str, int]) -> RefState:
     state = RefState(lc=lc, seen=dict(seen))
-    for ref, w, n, lc_, value, seen_json in rows:
-        state.claims.setdefault(ref, {})[w] = Claim(ref, w, n, lc_, value, json.loads(seen_json))
+    for ref, w, n, lc_, value, seen_json, old in rows:
+        state.claims.setdefault(ref, {})[w] = Claim(ref, w, n, lc_, value, json.loads(seen_json), old)
     state.resolve_all()
     return state

@@ -552,3 +552,45 @@ def test_a_deletion_of_two_branches_supersedes_only_what_was_read_on_each(tmp_pa
         with open_as(d, "wcccccccc", monkeypatch) as t:
             st = t.session("chat").refs()
             assert st.branches == {"side": unread_side}  # the append the deletion had not read survives
+
+
+def test_a_checkout_of_a_branch_another_copy_deleted_keeps_its_tip(pair, monkeypatch):
+    """B checks out `main` while A, not synced, deletes it (A's HEAD was detached at its
+    tip, so nothing was lost there). After the sync HEAD was attached to a branch that no
+    longer existed: main's tip was on no ref, and the next append on B started a new root.
+    HEAD now stays, detached, at the tip the deletion records; compact keeps it."""
+    a, b = pair
+    with open_as(a, "waaaaaaa", monkeypatch) as ta:
+        tip = ta.session("chat").refs().branches["main"]
+        ta.session("chat").checkout(tip)  # detached at main's tip
+    rsync(a, b)
+    with open_as(b, "wbbbbbbb", monkeypatch) as tb:
+        tb.session("chat").checkout("main")  # B had read A's checkout: its claim wins
+    with open_as(a, "waaaaaaa", monkeypatch) as ta:
+        ta.session("chat").delete_branch("main")
+    rsync(a, b), rsync(b, a)
+    for d in (a, b):
+        with open_as(d, "wcccccccc", monkeypatch) as t:
+            st = t.session("chat").refs()
+            assert st.branches == {} and st.head == tip and st.head_hash == tip
+    with open_as(b, "wbbbbbbb", monkeypatch) as tb:
+        s = tb.session("chat")
+        e = s.append("user", {"content": "after the sync"})
+        assert e.parent == tip and s.refs().head == e.hash
+        tb.compact(grace="now", expire="now")
+        assert s.refs().head == e.hash and tb.has_entry(tip) and tb.fsck()["ok"]
+    with open_as(a, "waaaaaaa", monkeypatch) as ta:  # without the append: compact keeps the tip too
+        ta.compact(grace="now", expire="now")
+        assert ta.session("chat").refs().head_hash == tip and ta.has_entry(tip)
+
+
+def test_a_head_its_own_writer_left_on_a_deleted_branch_stays_unborn(tape_dir):
+    """`pop_item` of a session's first item, or a branch from turn 1: HEAD on a branch
+    this writer deleted is an unborn branch, not a way back to its old tip."""
+    with Tape.open(tape_dir) as t:
+        s = t.session("u")
+        s.append("user", {"content": "first"})
+        s.set_refs("pop", {"main": None, "HEAD": "@main"})
+        st = s.refs()
+        assert st.head == "@main" and st.head_hash is None and st.branches == {}
+        assert s.append("user", {"content": "again"}).parent is None

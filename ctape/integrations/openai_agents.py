@@ -257,9 +257,9 @@ class TapeSession:
         with self._lock:
             if not self.session.exists() or self.session.refs().head_hash is None:
                 return
-            branches = self.session.refs().branches
+            used = self.session.refs().claims  # a name never used: one deleted elsewhere would bring its tip back
             n = 2
-            while f"main-{n}" in branches:
+            while f"main-{n}" in used:
                 n += 1
             self.session.set_refs("clear-session", {"HEAD": f"@main-{n}"})
 
@@ -311,6 +311,8 @@ class TapeSession:
             changes: dict[str, Optional[str]] = {"HEAD": "@" + name}
             if at is not None:
                 changes[name] = at  # by reference: the branch points at the entry before the turn
+            elif name in st.claims:
+                changes[name] = None  # a name used before: ours, deleted, so HEAD stays unborn on it
             self.session.set_refs("branch-from-turn", changes, turn=turn_number)
             return name
 
