@@ -1,7 +1,8 @@
 """The REF syntax of the command line, parsed without touching the tape.
 
     REF    := BASE [ "@{" N "}" ] { "~" [N] | "^" }
-    BASE   := full hash | SESSION | SESSION/BRANCH | hex prefix (4+) | branch of the current session
+    BASE   := full hash | SESSION | SESSION/BRANCH | SESSION/HEAD | hex prefix (4+)
+            | HEAD, a branch, a tag or an anchor name of the current session
 """
 
 from __future__ import annotations

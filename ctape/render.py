@@ -72,6 +72,8 @@ def decorations(tape, session: Optional[str]) -> dict[str, list[str]]:
     for b, h in sorted(st.branches.items()):
         label = f"HEAD -> {b}" if st.branch == b else b
         deco.setdefault(h, []).append(label)
+    for t, h in sorted(st.tags.items()):  # after the branches, as git's --decorate
+        deco.setdefault(h, []).append(f"tag: {t}")
     if st.branch is None and st.head_hash:
         deco.setdefault(st.head_hash, []).insert(0, "HEAD")
     return deco

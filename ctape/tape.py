@@ -11,6 +11,7 @@ from . import derived, tags
 from .canonical import internalize, is_hash
 from .errors import AmbiguousRef, CorruptObject, EntryNotFound, RefNotFound
 from .models import NAME_RE, Entry, kind_value
+from .refs import HEAD
 from .refspec import parse_ref
 from .schema import decode_entry
 from .files import TYPE_ENTRY
@@ -168,6 +169,8 @@ class Tape:
             if NAME_RE.fullmatch(s) and (NAME_RE.fullmatch(b) or tags.is_tag_ref(b)) and self._session_exists(s):
                 sess = Session(self, s)
                 st = sess.refs()
+                if b == HEAD:
+                    return st.head_hash
                 if b in st.branches:
                     return st.branches[b]
                 h = tags.named_entry(sess, b, st)  # then a tag, then an anchor (SPEC 13)
@@ -178,6 +181,8 @@ class Tape:
         if session is not None and (NAME_RE.fullmatch(base) or tags.is_tag_ref(base)) and self._session_exists(session):
             sess = Session(self, session)
             st = sess.refs()
+            if base == HEAD:  # as in git: HEAD~2 (never a branch name: those are refused)
+                return st.head_hash
             if base in st.branches:
                 return st.branches[base]
             h = tags.named_entry(sess, base, st)  # then a tag, then an anchor (SPEC 13)

@@ -236,3 +236,25 @@ def test_session_rm_drops_tags_so_compact_frees_their_entries(tape):
     tape.remove_session("chat")
     tape.compact(expire="now", grace="now")
     assert not tape.has_entry(side) and not tape.has_entry(hs[-1])
+
+
+def test_head_is_a_ref_of_the_session_and_log_shows_tags(tape, tape_dir):
+    """As in git: `HEAD~2` with a session, `SESSION/HEAD`, and tags in `log`'s decorations."""
+    s, hs = _chat(tape)
+    assert tape.resolve("HEAD", "chat") == hs[-1]
+    assert tape.resolve("HEAD~2", "chat") == hs[1]
+    assert tape.resolve("chat/HEAD^") == hs[-2]
+    s.checkout(hs[0])  # detached: HEAD is where it is, not a branch
+    assert tape.resolve("HEAD", "chat") == hs[0]
+    with pytest.raises(RefNotFound):
+        tape.resolve("HEAD~1", "chat")  # the root has no parent
+    with pytest.raises(RefNotFound):
+        tape.resolve("HEAD")  # no session given: not a ref
+    s.checkout("main")
+    s.tag("v1", hs[1])
+    tape.close()
+    out = run_cli("--dir", tape_dir, "log", "-s", "chat", "--oneline", check=True).stdout.decode().splitlines()
+    assert out[0].startswith(hs[-1][:12] + " (HEAD -> main)")
+    assert out[2].startswith(hs[1][:12] + " (tag: v1)")
+    p = run_cli("--dir", tape_dir, "checkout", "-b", "alt", "HEAD~1", "-s", "chat")
+    assert p.returncode == 0 and tape.__class__.open(tape_dir).session("chat").refs().branches["alt"] == hs[-2]
