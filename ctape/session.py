@@ -373,7 +373,9 @@ class Session:
 
     def _check_ref_values(self, changes: dict) -> None:
         for ref, value in changes.items():
-            if ref != HEAD:
+            if ref.startswith(refmod.TAG):
+                check_name(ref[len(refmod.TAG):], "tag name")
+            elif ref != HEAD:
                 check_name(ref, "branch name")
             if value is None:
                 continue

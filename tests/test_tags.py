@@ -258,3 +258,31 @@ def test_head_is_a_ref_of_the_session_and_log_shows_tags(tape, tape_dir):
     assert out[2].startswith(hs[1][:12] + " (tag: v1)")
     p = run_cli("--dir", tape_dir, "checkout", "-b", "alt", "HEAD~1", "-s", "chat")
     assert p.returncode == 0 and tape.__class__.open(tape_dir).session("chat").refs().branches["alt"] == hs[-2]
+
+
+def test_jsonl_export_carries_tags_and_import_never_moves_one(tape, tape_dir, tmp_path):
+    s, hs = _chat(tape)
+    s.tag("v1", hs[1])
+    tape.close()
+    dump = tmp_path / "chat.jsonl"
+    dump.write_bytes(run_cli("--dir", tape_dir, "export", "chat", check=True).stdout)
+    other = tmp_path / "other"
+    run_cli("init", other, check=True)
+    run_cli("--dir", other, "import", dump, check=True)
+    t = Tape.open(other)
+    assert t.session("chat").refs().tags == {"v1": hs[1]}
+    t.session("chat").tag("v1", hs[3], force=True)  # moved here: an import leaves it
+    t.close()
+    p = run_cli("--dir", other, "import", dump, check=True)
+    assert "tag v1-imported" in p.stderr.decode()  # the report goes to stderr
+    assert Tape.open(other).session("chat").refs().tags == {"v1": hs[3], "v1-imported": hs[1]}
+    # a bad tag in the refs line is a one-line error before anything is written
+    lines = dump.read_text().splitlines()
+    refs = json.loads(lines[-1])
+    refs["tags"] = {"bad/name": hs[0]}
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("\n".join(lines[:-1] + [json.dumps(refs)]) + "\n")
+    before = snapshot(other)
+    p = run_cli("--dir", other, "import", bad)
+    assert p.returncode != 0 and "invalid tag name" in p.stderr.decode() and len(p.stderr.decode().splitlines()) == 1
+    assert snapshot(other) == before

@@ -3,9 +3,9 @@
     {"ctape": "export", "version": 1, "session": "chat"}
     {"hash": ..., "parent": ..., "seq": ..., "kind": ..., "time": ..., "payload": ..., "meta": ..., "delta": ...}
     ...                                   (parents before children)
-    {"ctape": "refs", "session": "chat", "branches": {"main": "<hash>"}, "head": "@main"}
+    {"ctape": "refs", "session": "chat", "branches": {"main": "<hash>"}, "head": "@main", "tags": {"v1": "<hash>"}}
 
-Importing recomputes every hash and refuses a line whose hash does not match,
+("tags" only when the session has some.) Importing recomputes every hash and refuses a line whose hash does not match,
 so `import jsonl` of an export rebuilds the same entries and the same refs.
 """
 
@@ -19,6 +19,7 @@ import re
 from ..errors import CtapeError, InvalidInput
 from ._common import entries_for_export, safe_refs
 from ..models import NAME_RE, check_name
+from ..refs import TAG
 
 HASH_RE = re.compile(r"[0-9a-f]{64}")
 
@@ -54,7 +55,10 @@ def export(tape, ref: str) -> Iterator[str]:
         yield dump({"ctape": HEADER, "version": 1, "session": ref})
         for e in session_entries(tape, ref):
             yield dump(e.to_json())
-        yield dump({"ctape": "refs", "session": ref, "branches": {b: h for b, h in st.branches.items() if b not in st.conflicts}, "head": st.head})
+        line = {"ctape": "refs", "session": ref, "branches": {b: h for b, h in st.branches.items() if b not in st.conflicts}, "head": st.head}
+        if st.tags:
+            line["tags"] = dict(st.tags)
+        yield dump(line)
         return
     path = entries_for_export(tape, ref)  # root -> REF
     yield dump({"ctape": HEADER, "version": 1, "ref": ref})
@@ -78,6 +82,7 @@ def import_file(tape, path: str, session: Optional[str]) -> str:
     s = tape.session(name)
     by_hash = {e["hash"]: e for e in entries}
     wanted, head = _wanted_refs(tape, path, refs, by_hash)
+    tags = _wanted_tags(tape, path, refs, by_hash)
     done: set[str] = set()
     notes: list[str] = []
     with tape.batch():
@@ -89,6 +94,9 @@ def import_file(tape, path: str, session: Optional[str]) -> str:
                 raise InvalidInput(f"{path}: entry {e['hash'][:12]} does not hash to its name (edited?); nothing was imported")
             done.add(got.hash)
         changes, notes = safe_refs(tape, s, wanted, head) if wanted else ({}, [])
+        tag_changes, tag_notes = _safe_tags(s, tags)
+        changes.update(tag_changes)
+        notes += tag_notes
         if changes:
             s.set_refs("import", changes)
     if not changes:
@@ -124,6 +132,36 @@ def _wanted_refs(tape, path: str, refs: Optional[dict], by_hash: dict) -> tuple[
     else:
         entry(head, "head")
     return wanted, head
+
+
+def _wanted_tags(tape, path: str, refs: Optional[dict], by_hash: dict) -> dict[str, str]:
+    """The tags the refs line carries (an export of a session with tags), checked like its branches."""
+    tags = (refs or {}).get("tags") or {}
+    if not isinstance(tags, dict):
+        raise InvalidInput(f"{path}: the refs line's tags must be an object of tag: hash")
+    for name, h in tags.items():
+        check_name(name, "tag name")
+        if not (isinstance(h, str) and HASH_RE.fullmatch(h) and (h in by_hash or _is_entry(tape, h))):
+            raise InvalidInput(f"{path}: tag {name} is {h!r}, which is no entry of the file or the tape; nothing was imported")
+    return tags
+
+
+def _safe_tags(session, tags: dict[str, str]) -> tuple[dict, list[str]]:
+    """A tag the session does not have is created; one it has elsewhere stays where it is
+    (a tag never moves without -f), and the file's goes to NAME-imported."""
+    have = session.refs().tags if session.exists() else {}
+    changes: dict = {}
+    notes: list[str] = []
+    for name, h in tags.items():
+        for n in [name, f"{name}-imported"] + [f"{name}-imported-{i}" for i in range(2, 100)]:
+            if have.get(n) == h:
+                break
+            if n not in have:
+                changes[TAG + n] = have[n] = h
+                if n != name:
+                    notes.append(f"tag {name} names another entry here: the imported one is tag {n}")
+                break
+    return changes, notes
 
 
 def _is_entry(tape, h: str) -> bool:
