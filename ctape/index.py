@@ -59,6 +59,26 @@ CREATE TABLE IF NOT EXISTS views(name TEXT NOT NULL, key INTEGER NOT NULL, hash 
 """
 
 
+def connect_cache(path: str) -> sqlite3.Connection:
+    """A connection to one of the caches outside the tape (this index, search.py's): never
+    fsync'd (a crash costs a rescan, never data), shared by threads, WAL beside readers."""
+    db = sqlite3.connect(path, timeout=60, isolation_level=None, check_same_thread=False)
+    db.execute("PRAGMA busy_timeout=60000")
+    if path != ":memory:":
+        db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=OFF")
+    return db
+
+
+def cache_schema(db: sqlite3.Connection) -> Optional[int]:
+    """The schema version a cache was written with (None: new, or not one of ours)."""
+    try:
+        row = db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
+        return int(row[0]) if row else None
+    except (sqlite3.OperationalError, ValueError):
+        return None
+
+
 def hash_key(h: str) -> int:
     """The signed 64-bit integer of a hash's first 16 hex digits (SQLite's integer key)."""
     v = int(h[:16], 16)
@@ -124,17 +144,8 @@ class Index:
 
     @staticmethod
     def _connect(path: str) -> sqlite3.Connection:
-        db = sqlite3.connect(path, timeout=60, isolation_level=None, check_same_thread=False)
-        db.execute("PRAGMA busy_timeout=60000")
-        if path != ":memory:":
-            db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=OFF")
-        row = None
-        try:
-            row = db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
-        except sqlite3.OperationalError:
-            pass
-        if row is None or int(row[0]) != SCHEMA_VERSION:
+        db = connect_cache(path)
+        if cache_schema(db) != SCHEMA_VERSION:
             drops = "".join(
                 f"DROP TABLE IF EXISTS {t};"
                 for t in ("meta", "files", "objects", "records", "claims", "partials", "closed", "keyframes", "writers", "lost", "views")

@@ -40,7 +40,7 @@ from typing import Callable, Iterable, Iterator, Optional
 from . import derived, framing
 from .errors import CorruptObject, CtapeError, EntryNotFound, InvalidInput, UnsafePath
 from .files import CODEC_RAW, TYPE_ENTRY, zstd
-from .index import hash_key
+from .index import cache_schema, connect_cache, hash_key
 from .searchtext import entry_text, fts_expression, has_match, parse_query, payload_parts, payload_text, snippet, text_key  # noqa: F401 (parse_query, fts_expression: API)
 from .models import HIDDEN, EntryKind, format_time, kind_value
 
@@ -117,16 +117,8 @@ class SearchIndex:
 
     @staticmethod
     def _connect(path: str) -> sqlite3.Connection:
-        db = sqlite3.connect(path, timeout=60, isolation_level=None, check_same_thread=False)
-        db.execute("PRAGMA busy_timeout=60000")
-        if path != ":memory:":
-            db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=OFF")
-        try:
-            row = db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
-        except sqlite3.OperationalError:
-            row = None
-        if row is None or int(row[0]) != SCHEMA_VERSION:
+        db = connect_cache(path)
+        if cache_schema(db) != SCHEMA_VERSION:
             SearchIndex._drop(db)
         return db
 

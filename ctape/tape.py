@@ -167,32 +167,33 @@ class Tape:
         if "/" in base:
             s, _, b = base.partition("/")
             if NAME_RE.fullmatch(s) and (NAME_RE.fullmatch(b) or tags.is_tag_ref(b)) and self._session_exists(s):
-                sess = Session(self, s)
-                st = sess.refs()
-                if b == HEAD:
-                    return st.head_hash
-                if b in st.branches:
-                    return st.branches[b]
-                h = tags.named_entry(sess, b, st)  # then a tag, then an anchor (SPEC 13)
-                if h is not None:
+                found, h = self._named_in(Session(self, s), b)
+                if found:
                     return h
                 raise RefNotFound(f"session {s!r} has no branch, tag or anchor {b!r}; see `ctape branch -s {s}` and `ctape tag -s {s}`")
             raise RefNotFound(f"unknown ref {base!r}; use SESSION/BRANCH with an existing session")
         if session is not None and (NAME_RE.fullmatch(base) or tags.is_tag_ref(base)) and self._session_exists(session):
-            sess = Session(self, session)
-            st = sess.refs()
-            if base == HEAD:  # as in git: HEAD~2 (never a branch name: those are refused)
-                return st.head_hash
-            if base in st.branches:
-                return st.branches[base]
-            h = tags.named_entry(sess, base, st)  # then a tag, then an anchor (SPEC 13)
-            if h is not None:
+            found, h = self._named_in(Session(self, session), base)
+            if found:
                 return h
         if NAME_RE.fullmatch(base) and self._session_exists(base):
             return Session(self, base).refs().head_hash
         if len(base) >= 4 and all(c in "0123456789abcdef" for c in base.lower()):
             return self._resolve_prefix(base.lower())
         raise RefNotFound(f"unknown ref {base!r}: not a session, branch, tag, anchor or entry hash; see `ctape sessions` and `ctape log`")
+
+    @staticmethod
+    def _named_in(sess: "Session", name: str) -> tuple[bool, Optional[str]]:
+        """A name within a session: HEAD (as in git: HEAD~2; never a branch name, those are
+        refused), then a branch, then a tag, then an anchor (SPEC 13). (False, None) when
+        it is none of them; HEAD of a session with no entry yet is (True, None)."""
+        st = sess.refs()
+        if name == HEAD:
+            return True, st.head_hash
+        if name in st.branches:
+            return True, st.branches[name]
+        h = tags.named_entry(sess, name, st)
+        return h is not None, h
 
     def _resolve_prefix(self, prefix: str) -> str:
         self.store.refresh()
