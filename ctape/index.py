@@ -111,6 +111,7 @@ class Index:
         self.pending_keyframes: dict[int, str] = {}
         self._paths: dict[int, str] = {}  # file id -> path
         self._in_rebuild = False
+        self.generation = 0  # one more at every change this process makes (see version)
         self.stale = False  # the rows were lost (the cache went to memory): the store rebuilds
         try:
             self.db = self._connect(self.path)
@@ -129,6 +130,7 @@ class Index:
             raise err
         sys.stderr.write(f"ctape: warning: the index cache {self.path} cannot be written ({err}); reading the tape without it (slower)\n")
         old = getattr(self, "db", None)
+        self.generation = getattr(self, "generation", 0) + 1
         self.path = ":memory:"
         self.db = self._connect(":memory:")
         if old is not None:
@@ -222,6 +224,7 @@ class Index:
         self.pending = IndexBatch()
         self.pending_objects.clear()
         self.pending_keyframes.clear()
+        self.generation += 1
         self.db.execute("BEGIN IMMEDIATE")
         self._in_rebuild = True
         try:
@@ -269,7 +272,13 @@ class Index:
         except sqlite3.OperationalError as e:
             self._degrade(e)  # the rows are dropped: the store rebuilds the memory index
 
+    def version(self) -> tuple:
+        """Changes whenever the rows may have: this process applied some, rebuilt or moved
+        to memory, or another process committed to the same cache (SQLite's data_version)."""
+        return self.generation, id(self.db), self.db.execute("PRAGMA data_version").fetchone()[0]
+
     def _apply(self, batch: "IndexBatch") -> None:
+        self.generation += 1
         db = self.db
         own = not self._in_rebuild
         if own:

@@ -259,7 +259,11 @@ def conflict_name(branch: str, writer: str, tip: str, n: Optional[int] = None) -
 
 def from_rows(rows, lc: int, seen: dict[str, int]) -> RefState:
     state = RefState(lc=lc, seen=dict(seen))
+    parsed: dict[str, dict] = {}  # claims share a few `seen` texts (most are "{}"); read only
     for ref, w, n, lc_, value, seen_json, old in rows:
-        state.claims.setdefault(ref, {})[w] = Claim(ref, w, n, lc_, value, json.loads(seen_json), old)
+        seen_ = parsed.get(seen_json)
+        if seen_ is None:
+            seen_ = parsed[seen_json] = json.loads(seen_json)
+        state.claims.setdefault(ref, {})[w] = Claim(ref, w, n, lc_, value, seen_, old)
     state.resolve_all()
     return state

@@ -39,7 +39,22 @@ class Session:
         if w is not None and w.refstate is not None and (w.locked or w.view_is_current()):
             return w.refstate
         self.store.refresh(self.name)
-        return self._load_refs()
+        key, st = self._cached_refs(take=False)
+        self.store.refs_cache[self.name] = (key, st)
+        return st
+
+    def _cached_refs(self, take: bool) -> tuple[tuple, RefState]:
+        """The refs read last when nothing changed since (a session of many branches is
+        resolved once a command), else read now; `take` removes them from the cache, for a
+        writer that will change them."""
+        idx = self.store.index
+        idx.sync()
+        key = idx.version()
+        cache = self.store.refs_cache
+        hit = cache.pop(self.name, None) if take else cache.get(self.name)
+        if hit is not None and hit[0] == key:
+            return hit
+        return key, self._load_refs()
 
     def damage(self) -> list[str]:
         """Files of this session known to hold damage (a record that fails its checks, or
@@ -76,7 +91,7 @@ class Session:
     def _writer_refs(self, w: SegmentWriter) -> RefState:
         if w.refstate is None:
             self.check_refs_intact()
-            w.refstate = self._load_refs()
+            w.refstate = self._cached_refs(take=True)[1]
         return w.refstate
 
     def _write_ref(self, w: SegmentWriter, op: str, changes: dict[str, Optional[str]], **extra: Any) -> dict:

@@ -83,6 +83,7 @@ class Store:
         self.index = Index(self._index_path(cache_dir))
         self._fds: dict[int, int] = {}
         self._known: dict[str, dict[str, int]] = {}  # session -> {file name: size} as last seen
+        self.refs_cache = RefsCache()  # session -> (index version, its RefState): Session.refs
         self._writers: dict[str, "SegmentWriter"] = {}
         self._batch_depth = 0
         self._lock = threading.RLock()
@@ -678,6 +679,17 @@ class Source(NamedTuple):
         if not isinstance(item, framing.Record) or item.offset != pos:
             raise CorruptObject(f"damaged record at offset {offset}")
         return item.type, item.body
+
+
+class RefsCache(dict):
+    """The refs of the sessions read last, each with the index version it was read at."""
+
+    LIMIT = 256
+
+    def __setitem__(self, key, value) -> None:
+        if key not in self and len(self) >= self.LIMIT:
+            del self[next(iter(self))]
+        super().__setitem__(key, value)
 
 
 def pack_name_matches(rel: str, data: bytes) -> bool:
