@@ -26,7 +26,7 @@ branches as ordinary refs. See docs/format.md section 12.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Optional
 
 HEAD = "HEAD"
@@ -98,6 +98,11 @@ class RefState:
     lc: int = 0
     seen: dict[str, int] = field(default_factory=dict)  # writer -> newest n read
 
+    def copy(self) -> "RefState":
+        """A copy to change (claims are replaced, never changed, so they are shared)."""
+        return replace(self, claims={ref: dict(cs) for ref, cs in self.claims.items()}, branches=dict(self.branches),
+                       unsettled=dict(self.unsettled), tags=dict(self.tags), settle=dict(self.settle), seen=dict(self.seen))
+
     @property
     def branch(self) -> Optional[str]:
         return self.head[1:] if self.head and self.head.startswith("@") else None
@@ -167,7 +172,7 @@ class RefState:
         self.unsettled.clear()
         self.tags.clear()
         self.settle.clear()
-        self.head = None
+        self.head = self.head_from = None
         for ref in sorted(self.claims):
             self._resolve_ref(ref)
         self._default_head()

@@ -39,22 +39,20 @@ class Session:
         if w is not None and w.refstate is not None and (w.locked or w.view_is_current()):
             return w.refstate
         self.store.refresh(self.name)
-        key, st = self._cached_refs(take=False)
-        self.store.refs_cache[self.name] = (key, st)
-        return st
+        return self._cached_refs()
 
-    def _cached_refs(self, take: bool) -> tuple[tuple, RefState]:
+    def _cached_refs(self) -> RefState:
         """The refs read last when nothing changed since (a session of many branches is
-        resolved once a command), else read now; `take` removes them from the cache, for a
-        writer that will change them."""
+        resolved once a command), else read now. Callers only read them."""
         idx = self.store.index
         idx.sync()
         key = idx.version()
-        cache = self.store.refs_cache
-        hit = cache.pop(self.name, None) if take else cache.get(self.name)
+        hit = self.store.refs_cache.get(self.name)
         if hit is not None and hit[0] == key:
-            return hit
-        return key, self._load_refs()
+            return hit[1]
+        st = self._load_refs()
+        self.store.refs_cache[self.name] = (key, st)
+        return st
 
     def damage(self) -> list[str]:
         """Files of this session known to hold damage (a record that fails its checks, or
@@ -91,7 +89,7 @@ class Session:
     def _writer_refs(self, w: SegmentWriter) -> RefState:
         if w.refstate is None:
             self.check_refs_intact()
-            w.refstate = self._cached_refs(take=True)[1]
+            w.refstate = self._cached_refs().copy()  # the writer's own: it applies its records
         return w.refstate
 
     def _write_ref(self, w: SegmentWriter, op: str, changes: dict[str, Optional[str]], **extra: Any) -> dict:

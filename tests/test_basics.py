@@ -54,3 +54,33 @@ def test_cli_append_and_log_json(tape_dir):
     rows = [json.loads(line) for line in out.stdout.splitlines()]
     assert rows[0]["hash"] == h and rows[0]["seq"] == 1 and rows[0]["kind"] == "user"
     assert set(rows[0]) == {"hash", "parent", "seq", "kind", "time", "payload", "meta", "delta"}
+
+
+def test_refs_are_read_once_until_something_changes(tape_dir, monkeypatch):
+    """Session.refs keeps what it read with the index's version: a command asking several
+    times resolves a session of many branches once. A write of this process or another
+    process's append (SQLite's data_version) is seen; a RefState a caller holds never changes."""
+    import subprocess
+    import sys
+
+    from ctape.session import Session
+
+    t = Tape.open(tape_dir)
+    s = t.session("c")
+    first = s.append("user", {"content": "a"}).hash
+    t.close()
+    t = Tape.open(tape_dir)
+    s = t.session("c")
+    loads = []
+    real = Session._load_refs
+    monkeypatch.setattr(Session, "_load_refs", lambda self: loads.append(1) or real(self))
+    held = s.refs()
+    assert s.refs() is held and s.refs().head_hash == first and len(loads) == 1
+    code = "import ctape, sys; ctape.Tape.open(sys.argv[1]).session('c').append('user', {'content': 'b'})"
+    subprocess.run([sys.executable, "-c", code, str(tape_dir)], check=True)
+    other = s.refs()
+    assert other.head_hash != first and len(loads) == 2  # another process's append is seen
+    mine = s.append("user", {"content": "c"}).hash
+    assert s.refs().head_hash == mine
+    assert held.head_hash == first and held.branches == {"main": first}  # what the caller held is as it was
+    t.close()
