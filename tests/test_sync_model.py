@@ -43,6 +43,7 @@ from contextlib import contextmanager
 import pytest
 
 from ctape import Tape
+from ctape.errors import EntryNotFound
 
 pytestmark = pytest.mark.skipif(shutil.which("rsync") is None, reason="rsync is not installed (.ci/run installs it)")
 
@@ -174,6 +175,15 @@ class World:
         s = t.session(self.pick_session(t))
         how = self.rng.choice(["api", "api", "batch"] + (["cli"] if self.cli else []))
         n = self.rng.randint(1, 3)
+        head = s.refs().head_hash if s.exists() else None
+        if head is not None and not t.has_entry(head):
+            # HEAD's entry has not arrived on this copy (a cut-off rsync brought the record
+            # that moved HEAD, or this copy compacted the entry away before a claim that
+            # needs it arrived): an append must refuse, never start a new root
+            self.note(f"append c{i} {s.name}: HEAD {head[:8]} not on this copy yet, refused")
+            with writer_env(self.writers[i]), pytest.raises(EntryNotFound):
+                s.append("user", {"content": self.text(i)})
+            return
         self.note(f"append c{i} {s.name} {how} x{n}")
         before = self.reachable(t)
         with writer_env(self.writers[i]):
@@ -201,8 +211,8 @@ class World:
         t = self.tape(i)
         s = t.session(self.pick_session(t))
         st = s.refs()
-        if st.head_hash is None:
-            return
+        if st.head_hash is None or not t.has_entry(st.head_hash):
+            return  # nothing to fork from yet (HEAD's entry not synced here: see op_append)
         name = f"b{self.rng.randint(1, 4)}"
         if name in st.branches:
             return
