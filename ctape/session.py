@@ -113,10 +113,12 @@ class Session:
         elif HEAD in changes:
             parts = [{HEAD: changes[HEAD]}]
         parts = [p for part in parts for p in self._by_seen(st, part)]
+        # inside a batch, plain appends moving one ref share a record (segment.put_ref);
+        # the time every append passes is not an extra that would keep them apart
+        coalesce = op == "append" and not (extra.keys() - {"time"}) and len(parts) == 1
         rec: dict = {}
         for part in parts:
-            rec = self._put_ref(w, st, op, part, dict(extra), coalesce=op == "append" and not extra and len(parts) == 1,
-                                old={k: old[k] for k in part})
+            rec = self._put_ref(w, st, op, part, dict(extra), coalesce=coalesce, old={k: old[k] for k in part})
         return rec
 
     def _by_seen(self, st: RefState, part: dict) -> list[dict]:
