@@ -39,7 +39,7 @@ from . import framing, packing
 from .canonical import canonical_json
 from .errors import CorruptObject, InvalidInput, StorageError
 from .models import format_time
-from .refs import HEAD, Claim, RefState, conflict_name, saw, shown, standing_claims
+from .refs import HEAD, Claim, RefState, conflict_name, saw, shown, standing_claims, tip_at
 from .files import TYPE_ENTRY, fsync_dir, zstd
 from .schema import object_record_problem
 from .store import Store, record_problem
@@ -76,6 +76,7 @@ class Rec(NamedTuple):
     old: tuple  # ((ref, old value), ...)
     lc: int = 0
     seen: tuple = ()  # ((writer, n), ...): the claims this record supersedes
+    at: Optional[str] = None  # HEAD attached to a branch: its tip then (refs.tip_at)
 
     @classmethod
     def parse(cls, body: bytes) -> "Rec":
@@ -84,7 +85,7 @@ class Rec(NamedTuple):
     @classmethod
     def of(cls, r: dict) -> "Rec":
         return cls(r["s"], r["w"], r["n"], r.get("t", ""), tuple((r.get("set") or {}).items()), tuple((r.get("old") or {}).items()),
-                   r.get("lc", 0), tuple((r.get("seen") or {}).items()))
+                   r.get("lc", 0), tuple((r.get("seen") or {}).items()), tip_at(r))
 
 
 # links from an entry's canonical bytes: its parent and its blob references (anything
@@ -336,7 +337,7 @@ def _claims(recs: list[Rec]) -> dict[str, dict[str, tuple[Claim, Rec]]]:
             mine = out.setdefault(ref, {})
             old = mine.get(r.w)
             if old is None or r.n > old[0].n:
-                mine[r.w] = (Claim(ref, r.w, r.n, r.lc, value, dict(r.seen), dict(r.old).get(ref)), r)
+                mine[r.w] = (Claim(ref, r.w, r.n, r.lc, value, dict(r.seen), dict(r.old).get(ref), r.at if ref == HEAD else None), r)
     return out
 
 

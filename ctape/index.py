@@ -35,6 +35,8 @@ import sys
 from contextlib import contextmanager
 from typing import Optional
 
+from .refs import tip_at
+
 SCHEMA_VERSION = 12
 
 SCHEMA = """
@@ -44,7 +46,7 @@ CREATE TABLE IF NOT EXISTS files(id INTEGER PRIMARY KEY AUTOINCREMENT, path TEXT
 CREATE TABLE IF NOT EXISTS objects(key INTEGER PRIMARY KEY, file INTEGER NOT NULL,
     offset INTEGER NOT NULL, entry INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS claims(session TEXT NOT NULL, ref TEXT NOT NULL, w TEXT NOT NULL,
-    n INTEGER NOT NULL, lc INTEGER NOT NULL, value TEXT, seen TEXT NOT NULL, old TEXT,
+    n INTEGER NOT NULL, lc INTEGER NOT NULL, value TEXT, seen TEXT NOT NULL, old TEXT, at TEXT,
     PRIMARY KEY(session, ref, w)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS partials(session TEXT NOT NULL, stream TEXT NOT NULL, off INTEGER NOT NULL,
     body TEXT NOT NULL, PRIMARY KEY(session, stream, off)) WITHOUT ROWID;
@@ -312,8 +314,9 @@ class Index:
                     if old is None or row[3] > old[3]:
                         newest[key] = row
                 db.executemany(
-                    "INSERT INTO claims VALUES(?,?,?,?,?,?,?,?) ON CONFLICT(session, ref, w) DO UPDATE SET "
-                    "n=excluded.n, lc=excluded.lc, value=excluded.value, seen=excluded.seen, old=excluded.old WHERE excluded.n > claims.n",
+                    "INSERT INTO claims VALUES(?,?,?,?,?,?,?,?,?) ON CONFLICT(session, ref, w) DO UPDATE SET "
+                    "n=excluded.n, lc=excluded.lc, value=excluded.value, seen=excluded.seen, old=excluded.old, at=excluded.at "
+                    "WHERE excluded.n > claims.n",
                     list(newest.values()) + odd,
                 )
             if batch.partials:
@@ -358,7 +361,7 @@ class Index:
     def claims(self, session: str) -> list[tuple]:
         self.sync()
         return self.db.execute(
-            "SELECT ref, w, n, lc, value, seen, old FROM claims WHERE session=?", (session,)
+            "SELECT ref, w, n, lc, value, seen, old, at FROM claims WHERE session=?", (session,)
         ).fetchall()
 
     def sessions(self) -> list[str]:
@@ -490,8 +493,9 @@ class IndexBatch:
         self.writers.append((s, w, n, lc))
         seen = json.dumps(rec["seen"], sort_keys=True) if rec.get("seen") else "{}"
         olds = rec.get("old") or {}
+        at = tip_at(rec)
         for ref, value in rec.get("set", {}).items():
-            self.claims.append((s, ref, w, n, lc, value, seen, olds.get(ref)))
+            self.claims.append((s, ref, w, n, lc, value, seen, olds.get(ref), at if ref == "HEAD" else None))
         if rec.get("stream"):
             self.closed.append((s, rec["stream"]))
 

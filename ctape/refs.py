@@ -44,6 +44,7 @@ class Claim:
     value: Optional[str]
     seen: dict
     old: Optional[str] = None  # the ref's value before this record, as its writer saw it (`old`)
+    at: Optional[str] = None  # HEAD attached to a branch: the branch's tip as its writer saw it (`at`)
 
 
 def rank(ref: str, c: Claim) -> int:
@@ -153,7 +154,7 @@ class RefState:
             mine = self.claims.setdefault(ref, {})
             old = mine.get(w)
             if old is None or n > old.n:
-                mine[w] = Claim(ref, w, n, rec["lc"], value, seen, olds.get(ref))
+                mine[w] = Claim(ref, w, n, rec["lc"], value, seen, olds.get(ref), tip_at(rec) if ref == HEAD else None)
         self.lc = max(self.lc, rec["lc"])
         self.seen[w] = max(self.seen.get(w, 0), n)
         if any(CONFLICT in ref for ref in sets):
@@ -238,22 +239,31 @@ class RefState:
     def _head_on_deleted(self) -> None:
         """HEAD attached to a branch that a deletion on another copy removed (the checkout
         and the deletion did not see each other: a checkout needs the branch): HEAD stays,
-        detached, at the tip the branch had when it went, so the entries its writer was
-        working on stay reachable, as `branch -D` of the checked-out branch does. The
-        next record writes it. A HEAD attached by the writer that deleted the branch is an
-        unborn branch and stays so (`pop_item` of a first item: HEAD on the branch, then
-        the branch deleted)."""
+        detached, at the tip the branch had when HEAD's writer attached to it (the record's
+        `at`), so the entries it was working on stay reachable, as `branch -D` of the
+        checked-out branch does. The next record writes it. A HEAD attached by the writer
+        that deleted the branch is an unborn branch and stays so (`pop_item` of a first
+        item: HEAD on the branch, then the branch deleted), and so is one whose record has
+        no `at` (written before it, or attached to a branch that did not exist yet)."""
         b = self.branch
         if b is None or b in self.branches or not self.claims.get(b):
             return
         gone = shown(b, standing_claims(list(self.claims[b].values())))[0]
-        h = self.claims.get(HEAD, {})
-        mine = [c for c in h.values() if c.value == self.head]
-        if gone.value is not None or gone.old is None or any(c.w == gone.w for c in mine):
+        mine = [c for c in self.claims.get(HEAD, {}).values() if c.value == self.head]
+        if gone.value is not None or not mine or any(c.w == gone.w for c in mine):
             return
-        self.head = gone.old
+        at = max(mine, key=lambda c: (c.lc, c.w)).at
+        if at is None:
+            return
+        self.head = at
         self.head_from = b
-        self.settle[HEAD] = gone.old
+        self.settle[HEAD] = at
+
+
+def tip_at(rec: dict) -> Optional[str]:
+    """The `at` of a record attaching HEAD to a branch, when it is an entry hash."""
+    at = rec.get("at")
+    return at if type(at) is str and len(at) == 64 and all(ch in "0123456789abcdef" for ch in at) else None
 
 
 def conflict_name(branch: str, writer: str, tip: str, n: Optional[int] = None) -> str:
@@ -265,10 +275,10 @@ def conflict_name(branch: str, writer: str, tip: str, n: Optional[int] = None) -
 def from_rows(rows, lc: int, seen: dict[str, int]) -> RefState:
     state = RefState(lc=lc, seen=dict(seen))
     parsed: dict[str, dict] = {}  # claims share a few `seen` texts (most are "{}"); read only
-    for ref, w, n, lc_, value, seen_json, old in rows:
+    for ref, w, n, lc_, value, seen_json, old, at in rows:
         seen_ = parsed.get(seen_json)
         if seen_ is None:
             seen_ = parsed[seen_json] = json.loads(seen_json)
-        state.claims.setdefault(ref, {})[w] = Claim(ref, w, n, lc_, value, seen_, old)
+        state.claims.setdefault(ref, {})[w] = Claim(ref, w, n, lc_, value, seen_, old, at)
     state.resolve_all()
     return state

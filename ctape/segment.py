@@ -345,6 +345,8 @@ class SegmentWriter:
         # can then never leave a record whose entries are missing
         refs = [v for v in rec["set"].values() if v is not None and v[:1] != "@"]
         refs += [v for v in rec.get("old", {}).values() if v is not None and v[:1] != "@"]
+        if rec.get("at"):
+            refs.append(rec["at"])
         self._to_block(framing.T_REF, canonical_json(rec), rec, refs)
 
     # -- blocks: a write's records compressed together (see packing.py) ---------------------------

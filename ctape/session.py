@@ -157,6 +157,10 @@ class Session:
             # an append moves a ref from the new entry's parent: its old value is implied,
             # and the ref log works it out when it replays the records
             rec["old"] = old if old is not None else self._old_values(st, sets)
+        target = sets.get(HEAD)
+        if isinstance(target, str) and target.startswith("@") and st.branches.get(target[1:]):
+            # the tip HEAD attaches at: where it stays if another copy deletes the branch meanwhile
+            rec["at"] = st.branches[target[1:]]
         # what this record replaces: the claims on its refs this writer has read (a deletion
         # supersedes exactly those; a claim it had not read still stands)
         seen = st.seen_for(sets, me)

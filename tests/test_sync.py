@@ -594,3 +594,28 @@ def test_a_head_its_own_writer_left_on_a_deleted_branch_stays_unborn(tape_dir):
         st = s.refs()
         assert st.head == "@main" and st.head_hash is None and st.branches == {}
         assert s.append("user", {"content": "again"}).parent is None
+
+
+def test_head_on_a_branch_deleted_elsewhere_stays_at_the_tip_its_writer_saw(pair, monkeypatch):
+    """A moves main on and removes the session, then compacts (its new tip is gone for
+    good); B, not synced, checks out main at the tip it has. HEAD stays at B's tip (the
+    record's `at`), never at the newer tip only the deleter had: that one is gone."""
+    a, b = pair
+    with open_as(a, "waaaaaaa", monkeypatch) as ta:
+        s = ta.session("chat")
+        mine = s.refs().branches["main"]
+        newer = s.append("user", {"content": "only A had this"}).hash
+        s.set_refs("session-rm", {"main": None, "HEAD": None})
+        ta.compact(grace="now", expire="now")
+        assert not ta.has_entry(newer)
+    with open_as(b, "wbbbbbbb", monkeypatch) as tb:
+        s = tb.session("chat")
+        s.checkout(mine)
+        s.checkout("main")  # HEAD on main again, at `mine`, which A's removal had not seen
+    rsync(a, b), rsync(b, a)
+    for d in (a, b):
+        with open_as(d, "wcccccccc", monkeypatch) as t:
+            st = t.session("chat").refs()
+            assert st.branches == {} and st.head == mine and t.has_entry(mine)
+            t.compact(grace="now", expire="now")
+            assert t.session("chat").refs().head_hash == mine and t.has_entry(mine) and t.fsck()["ok"]
