@@ -249,7 +249,7 @@ class RefState:
         if b is None or b in self.branches or not self.claims.get(b):
             return
         gone = shown(b, standing_claims(list(self.claims[b].values())))[0]
-        mine = [c for c in self.claims.get(HEAD, {}).values() if c.value == self.head]
+        mine = [c for c in standing_claims(list(self.claims.get(HEAD, {}).values())) if c.value == self.head]
         if gone.value is not None or not mine or any(c.w == gone.w for c in mine):
             return
         at = max(mine, key=lambda c: (c.lc, c.w)).at

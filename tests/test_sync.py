@@ -619,3 +619,37 @@ def test_head_on_a_branch_deleted_elsewhere_stays_at_the_tip_its_writer_saw(pair
             assert st.branches == {} and st.head == mine and t.has_entry(mine)
             t.compact(grace="now", expire="now")
             assert t.session("chat").refs().head_hash == mine and t.has_entry(mine) and t.fsck()["ok"]
+
+
+def test_head_on_a_deleted_branch_follows_only_standing_claims():
+    """Rule 7 takes the tip from the HEAD claim that stands, never from one a later record
+    superseded (found by the long model run, seed 7865: compact dropped the superseded
+    claim, and HEAD moved to another tip)."""
+    from ctape.refs import RefState
+
+    x1, x2 = "1" * 64, "2" * 64
+
+    def rec(w, n, sets, seen=None, at=None):
+        r = {"s": "s", "w": w, "n": n, "lc": n, "t": "2026-12-01T00:00:00Z", "op": "x", "set": sets}
+        if seen:
+            r["seen"] = seen
+        if at:
+            r["at"] = at
+        return r
+
+    records = [
+        rec("waaaaaaa", 1, {"main": x1}), rec("waaaaaaa", 2, {"HEAD": "@main"}, at=x1),
+        rec("wbbbbbbb", 1, {"main": x2}), rec("wbbbbbbb", 2, {"HEAD": "@main"}, at=x2),
+        # C had read B's HEAD claim, not A's, and removed the session
+        rec("wccccccc", 3, {"HEAD": None}, seen={"wbbbbbbb": 2}),
+        rec("wccccccc", 4, {"main": None}, seen={"waaaaaaa": 1, "wbbbbbbb": 1}),
+    ]
+    for order in (records, records[::-1]):
+        st = RefState()
+        for r in order:
+            st.apply(r)
+        assert st.branches == {} and st.head == x1 and st.head_from == "main"
+    kept = RefState()  # what compaction keeps: B's superseded HEAD claim goes
+    for r in records[:3] + records[4:]:
+        kept.apply(r)
+    assert kept.head == x1
