@@ -394,3 +394,23 @@ def test_a_damaged_session_does_not_hide_the_others(tape_dir, served):
     assert get(port, "/s/bad")[0] in (200, 404, 500)  # answered, one way or another
     status, _, body = get(port, "/")
     assert status == 200, body[-600:]  # and the server still serves
+
+
+def test_a_damaged_session_shows_what_reads_back_with_a_warning(tape_dir, served):
+    """As `log` does: the entries after the damage are shown, the page says the session is
+    damaged and what to run, and the tree says why it stops (not "a sync under way")."""
+    t = Tape.open(tape_dir)
+    for i in range(30):
+        t.session("bad").append("user", {"content": f"message {i} " + "x" * 200})
+    t.close()
+    seg = next((tape_dir / "sessions" / "bad").glob("*.seg"))
+    data = bytearray(seg.read_bytes())
+    data[len(data) // 2 : len(data) // 2 + 8] = b"\xff" * 8
+    seg.write_bytes(bytes(data))
+    port = served()
+    status, _, body = get(port, "/s/bad")
+    assert status == 200, body[-600:]
+    assert "message 29" in body and "damaged records in sessions/bad/" in body and "ctape fsck --salvage" in body
+    assert "damaged records (see" in body and "have not arrived yet" not in body
+    status, _, body = get(port, "/")
+    assert status == 200 and 'damaged</span>' in body

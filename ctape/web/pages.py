@@ -15,7 +15,7 @@ from string import Template
 from typing import Optional
 from urllib.parse import quote, urlencode
 
-from ..errors import CtapeError, EntryNotFound, InvalidInput, RefNotFound
+from ..errors import CorruptObject, CtapeError, EntryNotFound, InvalidInput, RefNotFound
 from ..models import Entry
 from . import queries
 from .conversation import Renderer, clipped
@@ -159,7 +159,7 @@ class Site:
         if s["head"]:
             try:
                 head = self.tape.read_entry(s["head"])
-            except EntryNotFound:
+            except (EntryNotFound, CorruptObject):
                 pass
         left = deadline - time.monotonic()
         g = self.graph(name, budget=left) if left > 0 or name in self.graphs else None
@@ -170,8 +170,9 @@ class Site:
             usage = f'{tokens["tokens_in"]:,} in / {tokens["tokens_out"]:,} out'
         else:
             usage = ""
+        damaged = ' <span class="badge err">damaged</span>' if s.get("damaged") else ""
         return (
-            f'<tr class="session"><td><a href="{esc(s_url(name))}">{esc(name)}</a></td>'
+            f'<tr class="session"><td><a href="{esc(s_url(name))}">{esc(name)}</a>{damaged}</td>'
             f'<td>{esc((s["last_time"] or "")[:19].replace("T", " "))}</td><td class="num">{s["entries"]:,}</td>'
             f'<td class="num">{len(sess.branches())}</td><td>{esc(s["branch"] or "(detached)")}</td>'
             f"<td>{esc(queries.source(head))}</td><td>{esc(usage)}</td></tr>"
@@ -203,7 +204,7 @@ class Site:
         while h is not None and len(out) < PAGE:
             try:
                 e = self.tape.read_entry(h)
-            except EntryNotFound:
+            except (EntryNotFound, CorruptObject):  # not synced yet, or damaged: as far as reads back (the page says which)
                 break
             out.append(e)
             h = e.parent
@@ -242,9 +243,16 @@ class Site:
             f'<span>{st["seq"]:,} entries on HEAD</span>',
             f"<span>{len(branches)} branch{'es' if len(branches) != 1 else ''}</span>",
         ]
-        head = self.tape.read_entry(st["head"]) if st["head"] and self.tape.has_entry(st["head"]) else None
+        try:
+            head = self.tape.read_entry(st["head"]) if st["head"] and self.tape.has_entry(st["head"]) else None
+        except CorruptObject:
+            head = None
         facts.append(f"<span>source: {esc(queries.source(head))}</span>")
         flags = []
+        damaged = sess.damage()
+        if damaged:  # as the CLI warns: what reads back is shown
+            flags.append(f'<span class="badge err">damaged records in {esc(damaged[0])}: showing what is readable; '
+                         "run <code>ctape fsck --salvage</code> to keep it and write again</span>")
         if st["pending_tool_calls"]:
             flags.append(f'<span class="badge warn">{len(st["pending_tool_calls"])} pending tool call(s): {esc(", ".join(str(c["name"]) for c in st["pending_tool_calls"]))}</span>')
         if st["interrupted_stream"]:

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ..errors import EntryNotFound
+from ..errors import CorruptObject, EntryNotFound
 from .markdown import esc
 from .queries import is_hidden, usage
 
@@ -44,6 +44,7 @@ class Graph:
     conflicts: set[str] = field(default_factory=set)
     truncated: bool = False
     missing: bool = False  # an entry on some path has not arrived yet (an rsync under way)
+    damaged: bool = False  # an entry on some path cannot be read (damaged records)
     sig: str = ""
     frontier: list = field(default_factory=list)  # heap of (-seq, hash) still to read
     queued: set = field(default_factory=set)
@@ -79,8 +80,11 @@ class Graph:
                 break
             try:
                 e = tape.read_entry(h)
-            except EntryNotFound:
+            except EntryNotFound:  # not synced yet: the walk stops there
                 self.missing = True
+                continue
+            except CorruptObject:  # damaged: the walk stops there too
+                self.damaged = True
                 continue
             anchor = e.payload.get("name") if e.kind == "anchor" and isinstance(e.payload, dict) else None
             ti, to = usage(e)
@@ -233,6 +237,8 @@ def svg(g: Graph, session: str, viewing: Optional[str], link) -> str:
         note += f'<p class="muted">only the newest {WALK_LIMIT:,} entries are drawn</p>'
     if g.missing:
         note += '<p class="muted">some entries have not arrived yet (a sync under way?)</p>'
+    if g.damaged:
+        note += '<p class="muted">older entries cannot be read: damaged records (see <code>ctape fsck</code>)</p>'
     return "".join(parts) + note
 
 
