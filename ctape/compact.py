@@ -73,7 +73,7 @@ class Rec(NamedTuple):
     n: int
     t: str
     set: tuple  # ((ref, value), ...)
-    old: tuple  # ((ref, old value), ...)
+    old: tuple  # old values
     lc: int = 0
     seen: tuple = ()  # ((writer, n), ...): the claims this record supersedes
     at: Optional[str] = None  # HEAD attached to a branch: its tip then (refs.tip_at)
@@ -84,7 +84,7 @@ class Rec(NamedTuple):
 
     @classmethod
     def of(cls, r: dict) -> "Rec":
-        return cls(r["s"], r["w"], r["n"], r.get("t", ""), tuple((r.get("set") or {}).items()), tuple((r.get("old") or {}).items()),
+        return cls(r["s"], r["w"], r["n"], r.get("t", ""), tuple((r.get("set") or {}).items()), tuple((r.get("old") or {}).values()),
                    r.get("lc", 0), tuple((r.get("seen") or {}).items()), tip_at(r))
 
 
@@ -250,8 +250,9 @@ def _kept_records(records: list[Rec], cutoff: str) -> tuple[list[Rec], set[bytes
     keep: set[tuple] = set()
     roots: set[bytes] = set()
     for recs in by_session.values():
-        keep |= _session_kept(recs, cutoff)
-        roots |= _head_root(recs)
+        kept, head_root = _session_kept(recs, cutoff)
+        keep |= kept
+        roots |= head_root
     out, seen = [], set()
     for r in records:
         ident = (r.s, r.w, r.n)
@@ -261,13 +262,15 @@ def _kept_records(records: list[Rec], cutoff: str) -> tuple[list[Rec], set[bytes
     return out, roots
 
 
-def _session_kept(recs: list[Rec], cutoff: str) -> set[tuple]:
+def _session_kept(recs: list[Rec], cutoff: str) -> tuple[set[tuple], set[bytes]]:
     """Start from the young records, the holders of the claims the refs show (the winner
     when it sets a value or is HEAD's, each tip a conflict branch holds) and the records with the session's largest Lamport clock
     (a writer takes its next n from the clock, so n never repeats); then, while some ref
     would resolve differently from these alone (an older claim that a dropped record had
-    superseded), add the records that superseded it."""
+    superseded), add the records that superseded it. Also the root no record sets: the
+    tip a HEAD on a branch deleted on another copy stays at (section 12, rule 7)."""
     full = _claims(recs)
+    whole = _resolve(full)
     want = {ref: _outcome(cs) for ref, cs in full.items()}
     top = max(r.lc for r in recs)
     kept = {(r.s, r.w, r.n) for r in recs if r.t >= cutoff or r.lc == top}
@@ -291,19 +294,18 @@ def _session_kept(recs: list[Rec], cutoff: str) -> set[tuple]:
                 if (c.w, c.n) not in standing:  # superseded by a claim that is not kept: keep one
                     more |= {(r.s, r.w, r.n) for o, r in cs.values() if saw(o, c)}
         if more <= kept:
-            more = _holders_across_refs(full, sub)
+            more = _holders_across_refs(full, whole, sub)
             if more <= kept:
-                return kept
+                return kept, _hash_values([whole.head]) if whole.head_from else set()
         kept |= more
 
 
-def _holders_across_refs(full: dict, sub: dict) -> set[tuple]:
+def _holders_across_refs(full: dict, whole: RefState, sub: dict) -> set[tuple]:
     """What one ref's claims decide for another. A conflict branch's name depends on the
     claims on that name (section 12, rule 4: `-N` when a record set it to another value
-    since), and a HEAD attached to a branch deleted on another copy stays at the tip the
-    deletion records (`RefState._head_on_deleted`): when the kept records would resolve
+    since), and a HEAD attached to a branch deleted on another copy stays at the tip its
+    writer attached at, while the branch's claims say it is deleted (`RefState._head_on_deleted`): when the kept records would resolve
     differently, keep the standing claims those were weighed against."""
-    whole = _resolve(full)
     if _outcome_of(whole) == _outcome_of(_resolve(sub)):
         return set()
     names = [whole.head_from] if whole.head_from else []
@@ -323,12 +325,6 @@ def _outcome_of(st: RefState) -> tuple:
     return st.branches, st.head, st.tags
 
 
-def _head_root(recs: list[Rec]) -> set[bytes]:
-    """The tip a HEAD on a branch deleted on another copy stays at: no record sets it."""
-    st = _resolve(_claims(recs))
-    return _hash_values([st.head]) if st.head_from else set()
-
-
 def _claims(recs: list[Rec]) -> dict[str, dict[str, tuple[Claim, Rec]]]:
     """ref -> writer -> (its claim, the record holding it): each writer's newest record setting the ref."""
     out: dict[str, dict[str, tuple[Claim, Rec]]] = {}
@@ -337,7 +333,7 @@ def _claims(recs: list[Rec]) -> dict[str, dict[str, tuple[Claim, Rec]]]:
             mine = out.setdefault(ref, {})
             old = mine.get(r.w)
             if old is None or r.n > old[0].n:
-                mine[r.w] = (Claim(ref, r.w, r.n, r.lc, value, dict(r.seen), dict(r.old).get(ref), r.at if ref == HEAD else None), r)
+                mine[r.w] = (Claim(ref, r.w, r.n, r.lc, value, dict(r.seen), r.at if ref == HEAD else None), r)
     return out
 
 
@@ -365,7 +361,7 @@ def _roots(scan: Scan, kept: list[Rec], cutoff: str) -> set[bytes]:
     for r in kept:
         roots |= _hash_values(v for _, v in r.set)
         if r.t >= cutoff:
-            roots |= _hash_values(v for _, v in r.old)
+            roots |= _hash_values(r.old)
     roots |= _hash_values(base for key, base in scan.partial_streams.items() if key not in scan.closed)
     return roots
 

@@ -35,9 +35,9 @@ import sys
 from contextlib import contextmanager
 from typing import Optional
 
-from .refs import tip_at
+from .refs import HEAD, tip_at
 
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
@@ -46,7 +46,7 @@ CREATE TABLE IF NOT EXISTS files(id INTEGER PRIMARY KEY AUTOINCREMENT, path TEXT
 CREATE TABLE IF NOT EXISTS objects(key INTEGER PRIMARY KEY, file INTEGER NOT NULL,
     offset INTEGER NOT NULL, entry INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS claims(session TEXT NOT NULL, ref TEXT NOT NULL, w TEXT NOT NULL,
-    n INTEGER NOT NULL, lc INTEGER NOT NULL, value TEXT, seen TEXT NOT NULL, old TEXT, at TEXT,
+    n INTEGER NOT NULL, lc INTEGER NOT NULL, value TEXT, seen TEXT NOT NULL, at TEXT,
     PRIMARY KEY(session, ref, w)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS partials(session TEXT NOT NULL, stream TEXT NOT NULL, off INTEGER NOT NULL,
     body TEXT NOT NULL, PRIMARY KEY(session, stream, off)) WITHOUT ROWID;
@@ -314,8 +314,8 @@ class Index:
                     if old is None or row[3] > old[3]:
                         newest[key] = row
                 db.executemany(
-                    "INSERT INTO claims VALUES(?,?,?,?,?,?,?,?,?) ON CONFLICT(session, ref, w) DO UPDATE SET "
-                    "n=excluded.n, lc=excluded.lc, value=excluded.value, seen=excluded.seen, old=excluded.old, at=excluded.at "
+                    "INSERT INTO claims VALUES(?,?,?,?,?,?,?,?) ON CONFLICT(session, ref, w) DO UPDATE SET "
+                    "n=excluded.n, lc=excluded.lc, value=excluded.value, seen=excluded.seen, at=excluded.at "
                     "WHERE excluded.n > claims.n",
                     list(newest.values()) + odd,
                 )
@@ -361,7 +361,7 @@ class Index:
     def claims(self, session: str) -> list[tuple]:
         self.sync()
         return self.db.execute(
-            "SELECT ref, w, n, lc, value, seen, old, at FROM claims WHERE session=?", (session,)
+            "SELECT ref, w, n, lc, value, seen, at FROM claims WHERE session=?", (session,)
         ).fetchall()
 
     def sessions(self) -> list[str]:
@@ -492,10 +492,9 @@ class IndexBatch:
         s, w, n, lc = rec["s"], rec["w"], rec["n"], rec["lc"]
         self.writers.append((s, w, n, lc))
         seen = json.dumps(rec["seen"], sort_keys=True) if rec.get("seen") else "{}"
-        olds = rec.get("old") or {}
-        at = tip_at(rec)
+        at = tip_at(rec)  # only a record attaching HEAD has one, and HEAD is in a record of its own
         for ref, value in rec.get("set", {}).items():
-            self.claims.append((s, ref, w, n, lc, value, seen, olds.get(ref), at if ref == "HEAD" else None))
+            self.claims.append((s, ref, w, n, lc, value, seen, at if ref == HEAD else None))
         if rec.get("stream"):
             self.closed.append((s, rec["stream"]))
 

@@ -43,7 +43,6 @@ class Claim:
     lc: int
     value: Optional[str]
     seen: dict
-    old: Optional[str] = None  # the ref's value before this record, as its writer saw it (`old`)
     at: Optional[str] = None  # HEAD attached to a branch: the branch's tip as its writer saw it (`at`)
 
 
@@ -149,12 +148,11 @@ class RefState:
         w, n = rec["w"], rec["n"]
         seen = rec.get("seen") or {}
         sets = rec.get("set", {})
-        olds = rec.get("old") or {}
         for ref, value in sets.items():
             mine = self.claims.setdefault(ref, {})
             old = mine.get(w)
             if old is None or n > old.n:
-                mine[w] = Claim(ref, w, n, rec["lc"], value, seen, olds.get(ref), tip_at(rec) if ref == HEAD else None)
+                mine[w] = Claim(ref, w, n, rec["lc"], value, seen, tip_at(rec) if ref == HEAD else None)
         self.lc = max(self.lc, rec["lc"])
         self.seen[w] = max(self.seen.get(w, 0), n)
         if any(CONFLICT in ref for ref in sets):
@@ -275,10 +273,10 @@ def conflict_name(branch: str, writer: str, tip: str, n: Optional[int] = None) -
 def from_rows(rows, lc: int, seen: dict[str, int]) -> RefState:
     state = RefState(lc=lc, seen=dict(seen))
     parsed: dict[str, dict] = {}  # claims share a few `seen` texts (most are "{}"); read only
-    for ref, w, n, lc_, value, seen_json, old, at in rows:
+    for ref, w, n, lc_, value, seen_json, at in rows:
         seen_ = parsed.get(seen_json)
         if seen_ is None:
             seen_ = parsed[seen_json] = json.loads(seen_json)
-        state.claims.setdefault(ref, {})[w] = Claim(ref, w, n, lc_, value, seen_, old, at)
+        state.claims.setdefault(ref, {})[w] = Claim(ref, w, n, lc_, value, seen_, at)
     state.resolve_all()
     return state

@@ -231,6 +231,12 @@ def is_ancestor(tape, a: str, b: str) -> bool:
     return ancestor(b, eb.seq - ea.seq, tape.read_entry, tape.store.index.keyframe) == a
 
 
+def imported_names(name: str) -> list[str]:
+    """Where an import puts a ref whose name is taken by another value here: NAME, then
+    NAME-imported, NAME-imported-2, ..."""
+    return [name, f"{name}-imported"] + [f"{name}-imported-{n}" for n in range(2, 100)]
+
+
 def safe_refs(tape, session, wanted: dict, head: str = "@main") -> tuple[dict, list[str]]:
     """The ref changes an import may make: it never removes, rewinds or replaces a ref.
 
@@ -248,8 +254,7 @@ def safe_refs(tape, session, wanted: dict, head: str = "@main") -> tuple[dict, l
             if b in branches:
                 notes.append(f"left branch {b} as it is (an import never deletes a branch)")
             continue
-        names = [b] + [f"{b}-imported"] + [f"{b}-imported-{n}" for n in range(2, 100)]
-        for name in names:
+        for name in imported_names(b):
             old = branches.get(name)
             if old is None:
                 changes[name] = branches[name] = h

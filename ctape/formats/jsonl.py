@@ -17,7 +17,7 @@ from typing import Iterator, Optional
 import re
 
 from ..errors import CtapeError, InvalidInput
-from ._common import entries_for_export, safe_refs
+from ._common import entries_for_export, imported_names, safe_refs
 from ..models import NAME_RE, check_name
 from ..refs import TAG
 
@@ -109,9 +109,7 @@ def _wanted_refs(tape, path: str, refs: Optional[dict], by_hash: dict) -> tuple[
     a value that is not an entry of the file or of the tape is a one-line error."""
 
     def entry(h, what: str) -> str:
-        if not (isinstance(h, str) and HASH_RE.fullmatch(h) and (h in by_hash or _is_entry(tape, h))):
-            raise InvalidInput(f"{path}: {what} is {h!r}, which is no entry of the file or the tape; nothing was imported")
-        return h
+        return _entry_of(tape, path, by_hash, h, what)
 
     if not refs:
         if not by_hash:
@@ -141,9 +139,15 @@ def _wanted_tags(tape, path: str, refs: Optional[dict], by_hash: dict) -> dict[s
         raise InvalidInput(f"{path}: the refs line's tags must be an object of tag: hash")
     for name, h in tags.items():
         check_name(name, "tag name")
-        if not (isinstance(h, str) and HASH_RE.fullmatch(h) and (h in by_hash or _is_entry(tape, h))):
-            raise InvalidInput(f"{path}: tag {name} is {h!r}, which is no entry of the file or the tape; nothing was imported")
+        _entry_of(tape, path, by_hash, h, f"tag {name}")
     return tags
+
+
+def _entry_of(tape, path: str, by_hash: dict, h, what: str) -> str:
+    """`h` when it names an entry of the file or the tape; else a one-line error, before anything is written."""
+    if not (isinstance(h, str) and HASH_RE.fullmatch(h) and (h in by_hash or _is_entry(tape, h))):
+        raise InvalidInput(f"{path}: {what} is {h!r}, which is no entry of the file or the tape; nothing was imported")
+    return h
 
 
 def _safe_tags(session, tags: dict[str, str]) -> tuple[dict, list[str]]:
@@ -153,7 +157,7 @@ def _safe_tags(session, tags: dict[str, str]) -> tuple[dict, list[str]]:
     changes: dict = {}
     notes: list[str] = []
     for name, h in tags.items():
-        for n in [name, f"{name}-imported"] + [f"{name}-imported-{i}" for i in range(2, 100)]:
+        for n in imported_names(name):
             if have.get(n) == h:
                 break
             if n not in have:

@@ -152,8 +152,10 @@ class _Path:
             self.items.append(text)
         self.head = head
 
-    def extend(self, rows: list[tuple[str, Optional[str], Optional[str]]], old_head: Optional[str]) -> None:
-        """Our own appends, when we were current: no need to read them back."""
+    def extend(self, tape: Tape, rows: list[tuple[str, Optional[str], Optional[str]]], old_head: Optional[str]) -> None:
+        """Our own appends: kept in the index cache for other processes, and here when we
+        were current (no need to read them back)."""
+        tape.store.index.put_views(VIEW, rows)
         if old_head != self.head:
             return
         for h, _, text in rows:
@@ -234,8 +236,7 @@ class TapeSession:
                     if hidden:
                         meta[HIDDEN] = True
                     written.append(_row(self.session.append(kind, payload, meta=meta)))
-            self._path.extend(written, old)
-            self.tape.store.index.put_views(VIEW, written)
+            self._path.extend(self.tape, written, old)
 
     def _pop(self) -> Optional[dict]:
         with self._lock:
@@ -383,8 +384,7 @@ class TapeSession:
             text = f"usage of turn {turns}: {rec['requests']} request(s), {rec['input_tokens']} in, {rec['output_tokens']} out"
             old = self._head()
             e = self.session.append("system", {"content": text}, meta={HIDDEN: True, USAGE: rec, "usage": generic})
-            self._path.extend([_row(e)], old)
-            self.tape.store.index.put_views(VIEW, [_row(e)])
+            self._path.extend(self.tape, [_row(e)], old)
 
     def _path_items_now(self) -> list[dict]:
         self._path.sync(self.tape, self._head())
