@@ -20,6 +20,8 @@ if TYPE_CHECKING:
 
 
 QUARANTINE = "quarantine"  # damaged files moved aside by `fsck --salvage`: kept, never read
+REPORT = ".salvage.json"  # beside each: what was lost
+PENDING = ".salvage.pending"  # the report of a salvage not finished yet (the rerun finishes it)
 
 
 def walk_files(tape: "Tape") -> Iterator[tuple[str, os.stat_result]]:
@@ -153,6 +155,8 @@ def fsck(tape: "Tape") -> dict:
                 reachable_roots.add(value)
                 if value not in objects:
                     missing(f"ref {s}/{ref} (record {rec.get('w')}#{rec.get('n')})", value, rel)
+    for name in pending_salvages(store.root):
+        problem(name, "a salvage was interrupted: run `ctape fsck --salvage` again to finish it", "unfinished")
     for report in reports:
         gone = f"; {len(report['missing'])} entries or values referred to are gone" if report["missing"] else ""
         warnings.append({"what": report["file"], "problem": f"salvaged on {report['time']}: {report['lost']}{gone}; the damaged file is kept in {report['kept_at']}"})
@@ -188,7 +192,7 @@ def quarantine_reports(root: str) -> list[dict]:
     base = os.path.join(root, QUARANTINE)
     for dirpath, _, filenames in os.walk(base, followlinks=False):
         for name in sorted(filenames):
-            if name.endswith(".salvage.json"):
+            if name.endswith(REPORT):
                 try:
                     with open(os.path.join(dirpath, name), "rb") as f:
                         r = json.loads(f.read(1 << 20))
@@ -198,6 +202,12 @@ def quarantine_reports(root: str) -> list[dict]:
                 except (OSError, ValueError, AttributeError):
                     out.append({"file": os.path.relpath(os.path.join(dirpath, name), root), "time": "?", "lost": "unreadable salvage report", "kept_at": QUARANTINE, "missing": []})
     return out
+
+
+def pending_salvages(root: str) -> list[str]:
+    base = os.path.join(root, QUARANTINE)
+    return sorted(os.path.relpath(os.path.join(d, n), root) for d, _, names in os.walk(base, followlinks=False)
+                  for n in names if n.endswith(PENDING) and not n.startswith("."))
 
 
 def _dangling(entry_refs, roots, objects) -> list[str]:

@@ -27,68 +27,89 @@ from .compact import PackWriter, _compaction_lock, _remove_stale_temp_packs
 from .canonical import blob_refs, is_hash
 from .errors import CorruptObject, StorageError
 from .files import TYPE_ENTRY, fsync_dir, storage_error
-from .maintenance import QUARANTINE
+from .refs import HEAD
+from .maintenance import PENDING, QUARANTINE, REPORT
 from .models import now_rfc3339
 from .store import Store, pack_name_matches, record_problem
 
 if TYPE_CHECKING:
     from .tape import Tape
 
+TEMP = ".tmp-"  # a report being written
+
 
 def salvage(tape: "Tape") -> dict:
+    """Restartable at every instant: each damaged file's intact records go into a new pack
+    (durable), then a pending report says what was lost and where the file goes (the
+    intent, durable), then the file moves. The refs are settled and the report made final
+    last. A run killed anywhere leaves either the damaged file (salvaged again) or a
+    pending report, which the next run finishes."""
     store = tape.store
     if not os.access(store.root, os.W_OK) or not os.access(os.path.join(store.root, "sessions"), os.W_OK):
         raise StorageError(f"cannot salvage: {store.root} is read-only; nothing was changed (make it writable, or salvage a writable copy)")
     with _compaction_lock(store):
         temp = _count_temp_packs(store)
         _remove_stale_temp_packs(store)
+        _remove_stale_temp_reports(store)
+        for path, intent in _pending(store):
+            _move(store, intent)  # a run killed after writing its intent: finish the move first
         store.refresh()
-        salvaged, lost = [], []
-        for rel in sorted(store.list_files(None)):
-            if not rel.startswith("sessions/"):
-                continue  # packs/ is read but never written: move a damaged file there out by hand
-            if _problems(store, rel):
-                done = _salvage_file(store, rel)
-                if done:
-                    salvaged.append(done)
+        # packs/ is read but never written: move a damaged file there out by hand
+        damaged = [rel for rel in sorted(store.list_files(None)) if rel.startswith("sessions/") and _problems(store, rel)]
+        if damaged:
+            store._full_reindex()  # what the cache learned before the damage must not count as there
+        for rel in damaged:
+            _salvage_file(store, rel)
+        noted = {intent["file"] for _, intent in _pending(store) if "quarantined" not in intent}
         for rel, expected, found in store.index.lost_rows():
+            if rel not in noted:
+                _write_intent(store, rel, {"lost": f"{expected - found} bytes of acknowledged records lost (the file was cut from {expected} to {found} bytes)",
+                                           "kept_at": "(left in place: what remains is intact)", "missing": []})
             store.index.clear_lost(rel)
-            lost.append({"file": rel, "lost": f"{expected - found} bytes of acknowledged records lost (the file was cut from {expected} to {found} bytes)",
-                         "kept_at": "(left in place: what remains is intact)", "links": {}})
-        if not (salvaged or lost):
-            return {"salvaged": [], "truncated": [], "removed_temp_packs": temp}
+        pending = _pending(store)
+        if not pending:
+            return {"salvaged": [], "truncated": [], "refs": {}, "removed_temp_packs": temp}
         store._full_reindex()
-        for done in salvaged + lost:
-            missing = sorted({h for refs in done.pop("links").values() for h in refs if not store.has_object(h)})
-            _write_report(store, done["file"], done.pop("lost"), done["kept_at"], missing=missing, **{k: v for k, v in done.items() if k in ("kept_records", "pack")})
-            done["missing"] = missing
-        for session in sorted({d["file"].split("/")[1] for d in salvaged + lost}):
-            _keep_orphans(tape, session, [d for d in salvaged if d["file"].split("/")[1] == session])
-        return {"salvaged": salvaged, "truncated": [d["file"] for d in lost], "removed_temp_packs": temp}
+        refs = {}
+        for session in sorted({intent["file"].split("/")[1] for _, intent in pending}):
+            kept = {h: p for _, i in pending if i["file"].split("/")[1] == session for h, p in i.get("entries", {}).items()}
+            changes = _settle_refs(tape, session, kept)
+            if changes:
+                refs[session] = changes
+        for path, _ in pending:
+            os.rename(path, path[: -len(PENDING)] + REPORT)  # the report is final: salvage is done
+            fsync_dir(os.path.dirname(path))
+        intents = [i for _, i in pending]
+        salvaged = [{k: i[k] for k in ("file", "kept_records", "pack", "quarantined", "missing")} for i in intents if "quarantined" in i]
+        return {"salvaged": salvaged, "truncated": [i["file"] for i in intents if "quarantined" not in i], "refs": refs, "removed_temp_packs": temp}
 
 
-def _keep_orphans(tape: "Tape", session: str, done: list[dict]) -> None:
-    """Entries kept from a damaged file whose child was lost reach no branch any more
-    (their chain broke at the damage): each such tip gets a branch `salvaged-<hash8>`, so
-    that they are listed and no compaction removes them."""
-    kept = {h: parent for d in done for h, parent in d.pop("entries").items()}
-    if not kept:
-        return
+def _settle_refs(tape: "Tape", session: str, kept: dict) -> dict:
+    """After salvage HEAD and every branch stand on intact history (docs/format.md section
+    15): a branch whose tip was lost goes; each tip of entries kept from the damaged files
+    that no ref reaches gets a branch `salvaged-<hash8>`; HEAD, when its claim was lost or
+    names what is gone, attaches to main, else to the branch with the deepest tip."""
     s = tape.session(session)
-    refs = s.refs()
+    st = s.refs()
+    branches = {b: h for b, h in st.branches.items() if tape.has_entry(h)}
+    changes: dict = {b: None for b in st.branches if b not in branches}
+    head = st.head_hash if st.head_hash and tape.has_entry(st.head_hash) else None
     reached: set[str] = set()
-    for h in list(refs.branches.values()) + ([refs.head_hash] if refs.head_hash else []):
+    for h in [*branches.values(), head]:
         while h and h not in reached and tape.has_entry(h):
             reached.add(h)
             h = tape.read_entry(h).parent
     parents = set(kept.values())
-    tips = sorted(h for h in kept if h not in parents and h not in reached)
-    changes = {}
-    for h in tips:
-        if tape.has_entry(h):
-            changes[f"salvaged-{h[:8]}"] = h
+    for h in sorted(h for h in kept if h not in parents and h not in reached and tape.has_entry(h)):
+        branches[f"salvaged-{h[:8]}"] = changes[f"salvaged-{h[:8]}"] = h
+    if head is None and branches:
+        def depth(b):
+            e = tape.read_entry(branches[b])
+            return (e.seq, e.time, b)
+        changes[HEAD] = "@" + ("main" if "main" in branches else max(branches, key=depth))
     if changes:
         s.set_refs("salvage", changes)
+    return changes
 
 
 def _count_temp_packs(store: Store) -> int:
@@ -168,10 +189,13 @@ def _salvage_file(store: Store, rel: str) -> dict:
         except BaseException:
             pw.abort()
             raise
-        where = _quarantine(store, rel)
+        missing = sorted({h for refs in links.values() for h in refs if not store.has_object(h)})
         lost = f"{len(reasons)} damaged place(s): " + "; ".join(reasons[:5]) + (" ..." if len(reasons) > 5 else "")
-        return {"file": rel, "kept_records": kept, "pack": pack, "quarantined": where, "kept_at": where, "problems": reasons,
-                "lost": lost, "links": links, "entries": entries}
+        where = _free_name(store, session, rel.split("/")[2])
+        intent = _write_intent(store, rel, {"lost": lost, "kept_at": where, "quarantined": where, "kept_records": kept, "pack": pack,
+                                            "problems": reasons, "missing": missing, "entries": entries})
+        _move(store, intent)
+        return intent
     finally:
         os.close(fd)
 
@@ -191,41 +215,90 @@ def _note_entry(store: Store, body: bytes, links: dict, entries: dict) -> None:
     links[f"entry {h}"] = refs + ([parent] if parent else [])
 
 
-def _quarantine(store: Store, rel: str) -> str:
-    session, name = rel.split("/")[1], rel.split("/")[2]
-    qdir = os.path.join(store.root, QUARANTINE, session)
-    try:
-        os.makedirs(qdir, mode=0o700, exist_ok=True)
-        fsync_dir(os.path.join(store.root, QUARANTINE))
-        fsync_dir(store.root)
-        target, n = os.path.join(qdir, name), 1
-        while os.path.lexists(target):  # the same name salvaged before (an rsync brought it back)
-            n += 1
-            target = os.path.join(qdir, f"{name}.{n}")
-        os.rename(os.path.join(store.root, rel), target)
-        fsync_dir(qdir)
-        fsync_dir(store.session_dir(session))
-    except OSError as e:
-        raise storage_error(e, "quarantine") from None
-    return os.path.relpath(target, store.root)
+def _quarantine_dir(store: Store, session: str) -> str:
+    """quarantine/<session>/, each folder made 0700 (transcripts hold secrets) and durable."""
+    qdir = os.path.join(store.root, QUARANTINE)
+    for d in (qdir, os.path.join(qdir, session)):
+        try:
+            os.mkdir(d, 0o700)
+            fsync_dir(os.path.dirname(d))
+        except FileExistsError:
+            pass
+    return os.path.join(qdir, session)
 
 
-def _write_report(store: Store, rel: str, lost: str, kept_at: str, **extra) -> None:
-    session, name = rel.split("/")[1], rel.split("/")[-1]
-    qdir = os.path.join(store.root, QUARANTINE, session)
-    body = {"file": rel, "time": now_rfc3339(), "lost": lost, "kept_at": kept_at, **extra}
+def _free_name(store: Store, session: str, name: str) -> str:
+    """Where a damaged file goes: its name, or name.N when that name was salvaged before
+    (an rsync brought it back) or another salvage's pending report claims it."""
+    qdir = _quarantine_dir(store, session)
+    target, n = name, 1
+    while any(os.path.lexists(os.path.join(qdir, target + end)) for end in ("", REPORT, PENDING)):
+        n += 1
+        target = f"{name}.{n}"
+    return os.path.relpath(os.path.join(qdir, target), store.root)
+
+
+def _write_intent(store: Store, rel: str, body: dict) -> dict:
+    """The report, written whole (a temporary name, fsync, rename, folder fsync) before
+    anything moves: `<kept_at>.salvage.pending` until salvage is done, then `.salvage.json`."""
+    body = {"file": rel, "time": now_rfc3339(), **body}
+    session = rel.split("/")[1]
+    qdir = _quarantine_dir(store, session)
+    base = body.get("quarantined") or _free_name(store, session, rel.split("/")[2])
+    path = os.path.join(store.root, base + PENDING)
+    tmp = os.path.join(qdir, TEMP + os.path.basename(path))
     try:
-        os.makedirs(qdir, mode=0o700, exist_ok=True)
-        path, n = os.path.join(qdir, f"{name}.salvage.json"), 1
-        while os.path.lexists(path):
-            n += 1
-            path = os.path.join(qdir, f"{name}.{n}.salvage.json")
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
         try:
             os.write(fd, (json.dumps(body, ensure_ascii=False, sort_keys=True) + "\n").encode())
             os.fsync(fd)
         finally:
             os.close(fd)
+        os.rename(tmp, path)
         fsync_dir(qdir)
     except OSError as e:
         raise storage_error(e, "salvage report") from None
+    return body
+
+
+def _move(store: Store, intent: dict) -> None:
+    """Move a damaged file to where its report says, unless it is there already."""
+    if "quarantined" not in intent:
+        return  # a cut file keeps its place
+    src, dst = os.path.join(store.root, intent["file"]), os.path.join(store.root, intent["quarantined"])
+    if os.path.lexists(dst) or not os.path.lexists(src):
+        return
+    try:
+        os.rename(src, dst)
+        fsync_dir(os.path.dirname(dst))
+        fsync_dir(os.path.dirname(src))
+    except OSError as e:
+        raise storage_error(e, "quarantine") from None
+
+
+def _pending(store: Store) -> list[tuple[str, dict]]:
+    """The reports of a salvage not finished yet (path, report), oldest first."""
+    out = []
+    base = os.path.join(store.root, QUARANTINE)
+    for session in sorted(_listdir(base)):
+        for name in sorted(_listdir(os.path.join(base, session))):
+            if name.endswith(PENDING) and not name.startswith(TEMP):
+                path = os.path.join(base, session, name)
+                with open(path, "rb") as f:  # written whole (renamed into place)
+                    out.append((path, json.loads(f.read())))
+    return sorted(out, key=lambda p: p[1]["time"])
+
+
+def _remove_stale_temp_reports(store: Store) -> None:
+    base = os.path.join(store.root, QUARANTINE)
+    for session in _listdir(base):
+        for name in _listdir(os.path.join(base, session)):
+            if name.startswith(TEMP):
+                os.unlink(os.path.join(base, session, name))
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return os.listdir(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return []

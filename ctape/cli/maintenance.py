@@ -92,6 +92,10 @@ def fsck(ctx, salvage, as_json):
         done = tape.salvage()
         for s in done["salvaged"]:
             click.echo(f"salvaged {s['file']}: kept {s['kept_records']} records, moved the file to {s['quarantined']}", err=True)
+        for session, changes in done["refs"].items():
+            for ref, value in changes.items():
+                said = "removed (its tip was lost)" if value is None else f"now {value}" if value.startswith("@") else f"keeps {value[:12]}"
+                click.echo(f"{session}: {ref} {said}", err=True)
         for rel in done["truncated"]:
             click.echo(f"noted the loss in {rel} (cut shorter than it was)", err=True)
         if done["removed_temp_packs"]:

@@ -1,0 +1,84 @@
+"""After `fsck --salvage`, HEAD and every branch stay on the intact history (SPEC section
+14; issue 20 item 3), and every folder ctape makes is 0700 (issue 20 item 5).
+
+Real damage: one byte flipped in a real segment, commands run as the user runs them.
+"""
+
+import json
+import os
+import stat
+
+from ctape import framing
+
+from conftest import run_cli
+
+
+def _append(tape_dir, n, session="s"):
+    return [run_cli("--dir", tape_dir, "append", "user", json.dumps({"content": f"message {i}"}), "-s", session, check=True).stdout.decode().strip()
+            for i in range(1, n + 1)]
+
+
+def _flip_record(tape_dir, session, index):
+    """Flip one byte inside the index-th record after the header of the session's segment."""
+    (seg,) = (tape_dir / "sessions" / session).glob("*.seg")
+    data = bytearray(seg.read_bytes())
+    records = [item for item in framing.scan(bytes(data)) if isinstance(item, framing.Record)]
+    assert records[0].type == framing.T_HEADER
+    target = records[index]
+    data[target.offset + 20] ^= 0x01
+    seg.write_bytes(bytes(data))
+
+
+def test_salvage_of_the_first_block_keeps_head_on_the_history(tape_dir):
+    hashes = _append(tape_dir, 10)
+    _flip_record(tape_dir, "s", 1)  # entry 1, `main` and `HEAD=@main`
+    r = run_cli("--dir", tape_dir, "fsck", "--salvage")
+    assert r.returncode == 0, r.stderr
+    st = json.loads(run_cli("--dir", tape_dir, "status", "-s", "s", "--json", check=True).stdout)
+    assert st["branch"] == "main" and st["head"] == hashes[-1], st
+    new = run_cli("--dir", tape_dir, "append", "user", '{"content": "goes on"}', "-s", "s", check=True).stdout.decode().strip()
+    shown = json.loads(run_cli("--dir", tape_dir, "show", new, "--json", check=True).stdout)
+    assert shown["parent"] == hashes[-1] and shown["seq"] == 11
+    run_cli("--dir", tape_dir, "compact", "--expire", "now", "--grace", "now", check=True)
+    for h in hashes[1:]:
+        assert run_cli("--dir", tape_dir, "show", h, "--json").returncode == 0, h
+    assert run_cli("--dir", tape_dir, "fsck").returncode == 0
+
+
+def test_salvage_keeps_a_branch_on_entries_no_ref_reaches_and_head_attached(tape_dir):
+    """A middle block lost: the older side of the gap gets `salvaged-<hash8>`; HEAD stays
+    on `main`; a second session's HEAD on another branch is not touched."""
+    hashes = _append(tape_dir, 10)
+    _flip_record(tape_dir, "s", 5)
+    r = run_cli("--dir", tape_dir, "fsck", "--salvage")
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(line) for line in run_cli("--dir", tape_dir, "branch", "-s", "s", "--json", check=True).stdout.decode().splitlines()]
+    branches = {row["name"]: row["hash"] for row in rows}
+    assert branches == {"main": hashes[-1], f"salvaged-{hashes[3][:8]}": hashes[3]}
+    assert [row["name"] for row in rows if row["current"]] == ["main"]
+    run_cli("--dir", tape_dir, "compact", "--expire", "now", "--grace", "now", check=True)
+    lost = hashes[4]
+    for h in hashes:
+        if h != lost:
+            assert run_cli("--dir", tape_dir, "show", h, "--json").returncode == 0, h
+
+
+def test_every_folder_ctape_makes_is_0700(tape_dir):
+    os.chmod(tape_dir.parent, 0o755)
+    old = os.umask(0o022)
+    try:
+        _append(tape_dir, 10)
+        _append(tape_dir, 3, session="other")
+        run_cli("--dir", tape_dir, "compact", "--grace", "now", check=True)
+        _append(tape_dir, 3)
+        (seg,) = (tape_dir / "sessions" / "s").glob("*.seg")
+        data = bytearray(seg.read_bytes())
+        data[len(data) // 2] ^= 0x01
+        seg.write_bytes(bytes(data))
+        run_cli("--dir", tape_dir, "fsck", "--salvage", check=True)
+    finally:
+        os.umask(old)
+    assert (tape_dir / "quarantine" / "s").is_dir()
+    for dirpath, dirnames, _ in os.walk(tape_dir):
+        for d in [dirpath, *(os.path.join(dirpath, n) for n in dirnames)]:
+            assert stat.S_IMODE(os.lstat(d).st_mode) == 0o700, d
