@@ -68,3 +68,15 @@ class NoDefaultSession(InvalidInput):
 
 class BranchCheckedOut(CtapeError):
     """`branch -d` of the branch HEAD is on (-D deletes it and detaches HEAD)."""
+
+
+class CtapeWarning(UserWarning):
+    """Something the user should know that stops nothing (the CLI prints it as
+    `ctape: warning: ...`)."""
+
+
+NOATIME_WARNING = (
+    "reads on this tape's file system do not update access times (a noatime mount?): "
+    "every write goes to a new segment so that `rsync -a` both ways stays safe, which costs "
+    "speed and files; remount with relatime (docs/sync.md, 'Access times')"
+)

@@ -63,6 +63,43 @@ def open_for_reading(path: str) -> int:
         raise
 
 
+# The access time a new segment is given: 2000-01-01T00:00:00Z, a whole day, so any file
+# system stores it as it is; a read by anyone but ctape moves it (segment.py).
+UNREAD_ATIME_NS = 946_684_800 * 1_000_000_000
+
+
+def reads_move_atime(folder: str) -> bool:
+    """Does a plain read of a file in `folder` move the file's access time?
+
+    The probe is a file with no name (O_TMPFILE; where there is none, a `.tmp-probe-*`
+    removed at once) whose access time is set far in the past, read once by a second
+    open file: under relatime and strictatime its access time moves; under noatime, and
+    on file systems that keep no access times, it stays. Rsync both ways is safe only
+    where it moves (docs/sync.md)."""
+    past = UNREAD_ATIME_NS
+    tmp = None
+    try:
+        fd = os.open(folder, os.O_TMPFILE | os.O_RDWR, 0o600)
+        again = f"/proc/self/fd/{fd}"
+    except (AttributeError, OSError):
+        tmp = os.path.join(folder, f".tmp-probe-{os.getpid()}-{os.urandom(4).hex()}")
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        again = tmp
+    try:
+        os.write(fd, b"x")
+        os.utime(fd, ns=(past, os.fstat(fd).st_mtime_ns))
+        reader = os.open(again, os.O_RDONLY)
+        try:
+            os.read(reader, 1)
+        finally:
+            os.close(reader)
+        return os.fstat(fd).st_atime_ns != past
+    finally:
+        os.close(fd)
+        if tmp is not None:
+            os.unlink(tmp)
+
+
 def check_not_symlink(path: str) -> None:
     try:
         st = os.lstat(path)

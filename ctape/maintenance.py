@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Iterator, Optional
 
 from . import framing
 from .canonical import blob_refs
-from .errors import CorruptObject, UnsafePath
+from .errors import NOATIME_WARNING, CorruptObject, UnsafePath
 from .files import TYPE_ENTRY
 from .models import NAME_RE
 from .schema import decode_entry
@@ -53,6 +53,8 @@ def stray(rel: str, st: os.stat_result) -> Optional[str]:
         ok = False
     if ok:
         return None
+    if parts[-1].startswith(".tmp-seg-"):
+        return "a segment left unnamed by a writer that was killed while making it (nothing acknowledged is in it): remove it"
     if parts[-1].startswith(".tmp-pack-"):
         return "a pack left unfinished by a compaction that was killed: `ctape compact` or `ctape fsck --salvage` removes it"
     return "not part of a tape (ctape ignores it); move it out of the tape directory"
@@ -75,6 +77,8 @@ def fsck(tape: "Tape") -> dict:
         store.refresh()  # notes files found shorter than this machine had read them
     except UnsafePath:
         pass  # a symlink: reported below, path by path
+    if not store.atimes_work(warn=False):
+        warnings.append({"what": "tape", "problem": NOATIME_WARNING})
     for rel, expected, found in store.index.lost_rows():
         problem(rel, f"lost acknowledged data: {expected - found} bytes shorter than this machine had read it ({found} of {expected}); "
                 "restore it from another copy (rsync), or run `ctape fsck --salvage` to keep what is left", "lost")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .errors import CorruptObject, EntryNotFound
+from .errors import NOATIME_WARNING, CorruptObject, EntryNotFound
 from .stream import open_streams
 
 if TYPE_CHECKING:
@@ -57,4 +57,5 @@ def status(session: "Session") -> dict:
         "conflicts": sorted(refs.conflicts),
         "incomplete": incomplete,
         "damaged": session.damage(),
+        "warnings": [] if tape.store.atimes_work(warn=False) else [NOATIME_WARNING],
     }

@@ -272,6 +272,8 @@ def _status(st: dict) -> list[str]:
     if st["last_error"]:
         le = st["last_error"]
         out.append(f"last error: {summary_text(str(le.get('message')))} (entry {le['hash'][:12]})")
+    for w in st.get("warnings", []):
+        out.append(f"warning: {w}")
     for c in st.get("conflicts", []):
         out.append(f"conflict: branch {c} holds the other side of a sync; keep it, check it out or delete it")
     return out

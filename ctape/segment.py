@@ -9,15 +9,17 @@ exist (see "copies taken while we append" below).
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
+import secrets
 import stat
 import time
 from typing import TYPE_CHECKING, Optional
 
 from . import framing, packing
 from .canonical import canonical_json, object_hash
-from .files import TYPE_ENTRY, check_not_symlink, fsync_dir, storage_error, write_all, zstd
+from .files import TYPE_ENTRY, UNREAD_ATIME_NS, check_not_symlink, fsync_dir, storage_error, write_all, zstd
 from .index import IndexBatch, hash_key
 
 if TYPE_CHECKING:
@@ -83,7 +85,6 @@ class SegmentWriter:
         self.ino = 0  # the active segment's inode
         self._others_grow = False  # the folder holds segments of other writer ids
         self.made_dir = False  # this writer created the session folder and has not written to it yet
-        self.atime_seen: Optional[int] = None  # the active segment's access time after our last write
         self.derived: Optional[dict] = None  # state and pending calls at derived_head (see Session._track_derived)
         self.derived_head: Optional[str] = None
 
@@ -203,38 +204,54 @@ class SegmentWriter:
             fid, indexed, torn, corrupt = rows[last]
             fst = os.stat(os.path.join(st.root, last), follow_symlinks=False)
             size = fst.st_size
-            copied = fst.st_atime_ns > fst.st_mtime_ns  # read since its last write: a copy may exist
+            copied = fst.st_atime_ns != UNREAD_ATIME_NS  # read since it was made: a copy may exist
             # a second name for the file (a hard link planted from outside the tape, or a
             # `cp -al` backup) would receive every append too: never write to such a file
             shared = fst.st_nlink != 1 or not stat.S_ISREG(fst.st_mode)
-            if not torn and not corrupt and not copied and not shared and size == indexed and size < SEGMENT_LIMIT:
+            if not torn and not corrupt and not copied and not shared and size == indexed and 0 < size < SEGMENT_LIMIT:
                 self.rel, self.file_id, self.offset, self.ino = last, fid, size, fst.st_ino
-                self.atime_seen = fst.st_atime_ns
-                if size == 0:  # created by a writer that died before its first write
-                    self._queue_header()
-
 
     def _create_segment(self) -> None:
+        """Start a new segment. Its file appears at the end of the first write, whole
+        (see `_publish`): queue its header and remember its name."""
         st = self.store
         # Names carry the creation time, so a name is never used twice, even after
         # compaction removed the file and an rsync without --delete brought an old copy back.
         while True:
             rel = f"sessions/{self.session}/{st.writer}-{time.time_ns():020d}.seg"
-            try:
-                fd = os.open(os.path.join(st.root, rel), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            if not os.path.lexists(os.path.join(st.root, rel)):
                 break
-            except FileExistsError:
-                continue
-            except OSError as e:
-                raise storage_error(e, f"session {self.session}") from None
-        self.fd = fd
-        fst = os.fstat(fd)
-        self.atime_seen, self.ino = fst.st_atime_ns, fst.st_ino
-        fsync_dir(self.dir)
         self.rel, self.file_id, self.offset = rel, st.index.file_id(rel), 0
         self.created = True
-        self._seen_dir = None  # we changed the folder ourselves
         self._queue_header()
+
+    def _publish(self) -> None:
+        """Write the queued bytes of a new segment to a file with no name yet, set its
+        access time to UNREAD_ATIME_NS, sync it and give it its name. No copy can ever
+        see the segment empty or without its header and first records, and any later
+        read of it moves its access time."""
+        path = os.path.join(self.store.root, self.rel)
+        fd, tmp = _unnamed_file(self.dir)
+        try:
+            write_all(fd, self.buf)
+            os.utime(fd, ns=(UNREAD_ATIME_NS, os.fstat(fd).st_mtime_ns))
+            os.fsync(fd)
+            if tmp is None:
+                # with a folder fd, os.link calls linkat with AT_SYMLINK_FOLLOW (plain link()
+                # would link the /proc symlink itself)
+                os.link(f"/proc/self/fd/{fd}", os.path.basename(path), dst_dir_fd=self.dir_fd, follow_symlinks=True)
+            else:
+                os.rename(tmp, path)
+            tmp = None
+            fsync_dir(self.dir)
+        except BaseException:
+            os.close(fd)
+            if tmp is not None:
+                _unlink_quietly(tmp)
+            raise
+        self.fd = fd
+        self.ino = os.fstat(fd).st_ino
+        self._seen_dir = None  # we changed the folder ourselves
 
     def _header_frame(self) -> bytes:
         head = canonical_json({"format": "ctape-segment", "version": 1, "writer": self.store.writer, "session": self.session})
@@ -247,11 +264,15 @@ class SegmentWriter:
     #
     # A growing segment must never be appended to once another copy of it may exist:
     # `rsync -a` back from that copy would replace the longer file with the shorter one.
-    # A copy is a read, and a read moves the file's access time (relatime, the Linux
-    # default, updates it when it is not newer than the last write; ctape's own readers
-    # use O_NOATIME). So a writer notes the access time when it writes; if it has moved
-    # before the next write, the segment is sealed and a new one started; if it moved
-    # during a write, that write is repeated in a new segment before it is acknowledged.
+    # A copy is a read, and a read moves the file's access time. A segment is made with
+    # its access time set to UNREAD_ATIME_NS, an instant long past, and appears only
+    # with its first bytes in it; relatime (the Linux default) updates an access time
+    # older than a day on every read, and ctape's own readers use O_NOATIME. So
+    # "was it read" is "has its access time left UNREAD_ATIME_NS", whatever the clock's
+    # tick. If it has before a write, the segment is sealed and a new one started; if it
+    # moved during a write, that write is repeated in a new segment before it is
+    # acknowledged. Where reads do not move access times (a noatime mount: see
+    # atime_probe), every write goes to a new segment instead.
 
     def _atime(self) -> int:
         return os.fstat(self.fd).st_atime_ns if self.fd >= 0 else os.stat(os.path.join(self.store.root, self.rel)).st_atime_ns
@@ -261,25 +282,28 @@ class SegmentWriter:
         if self.fd < 0:
             self.fd = os.open(os.path.join(self.store.root, self.rel), os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
 
-    def _write_buf(self, durable: bool) -> int:
-        """Write the queued bytes (and sync them when durable); the segment's access time after."""
+    def _write_buf(self, durable: bool) -> bool:
+        """Write the queued bytes (and sync them when durable). Was the segment read while
+        we wrote? (A new segment cannot have been: it had no name.)"""
+        if self.fd < 0 and self.created:
+            self._publish()
+            return False
         self._open_fd()
         write_all(self.fd, self.buf)
         if durable:
             os.fdatasync(self.fd)
-        return self._atime()
+        return self._atime() != UNREAD_ATIME_NS
 
     def _begin(self) -> None:
-        """At the first record of a write: seal the segment if it was read since our last write."""
-        if self.rel is None:
+        """At the first record of a write: seal the segment if it was read since it was
+        made, or if reads cannot be seen on this file system."""
+        atimes_work = self.store.atimes_work()
+        if self.rel is None or (self.created and self.fd < 0):
             return
         self._open_fd()
         fst = os.fstat(self.fd)
-        atime = fst.st_atime_ns
-        if (self.atime_seen is not None and atime != self.atime_seen) or fst.st_nlink != 1:
+        if fst.st_atime_ns != UNREAD_ATIME_NS or fst.st_nlink != 1 or not atimes_work:
             self._close_segment()
-        else:
-            self.atime_seen = atime
 
     def _frame(self, type_: int, body: bytes) -> int:
         """Queue one record; returns its offset in the file."""
@@ -435,8 +459,7 @@ class SegmentWriter:
             return
         st = self.store
         try:
-            before, self.atime_seen = self.atime_seen, self._write_buf(durable)
-            read_meanwhile = before is not None and self.atime_seen != before
+            read_meanwhile = self._write_buf(durable)
         except OSError as e:
             self._undo_write()
             raise storage_error(e, f"session {self.session}") from None
@@ -483,7 +506,7 @@ class SegmentWriter:
         try:
             self._create_segment()
             self.buf += records
-            self.atime_seen = self._write_buf(durable)
+            self._write_buf(durable)
         except OSError as e:
             self._undo_write()
             raise storage_error(e, f"session {self.session}") from None
@@ -495,18 +518,12 @@ class SegmentWriter:
     def discard(self) -> None:
         """Drop what was queued and not written; forget the view it was built on.
 
-        A segment file or session folder that this writer created for the
-        discarded writes, and that holds nothing, goes too: the tape is left as it was."""
+        A session folder that this writer created for the discarded writes goes too
+        (a new segment's file only appears with its first write): the tape is left as it was."""
         self._forget_queued()
-        if self.created and self.rel is not None:
-            try:
-                path = os.path.join(self.store.root, self.rel)
-                if os.path.getsize(path) == 0:
-                    self._close_segment()
-                    os.unlink(path)
-                    self.created = False
-            except OSError:
-                pass
+        if self.created and self.fd < 0:
+            self._close_segment()
+            self.created = False
         if self.made_dir:
             try:
                 os.rmdir(self.dir)  # only succeeds when empty
@@ -549,15 +566,18 @@ class SegmentWriter:
         path = os.path.join(self.store.root, self.rel)
         try:
             if self.created:
+                # the write that would have made the file failed; if it got its name
+                # before failing, it holds nothing acknowledged
+                named = self.fd >= 0
                 self._close_segment()
                 self.created = False
-                os.unlink(path)
-                fsync_dir(self.dir)
+                if named:
+                    os.unlink(path)
+                    fsync_dir(self.dir)
                 return
             if self.fd >= 0:
                 os.ftruncate(self.fd, self.offset)
                 os.fdatasync(self.fd)
-                self.atime_seen = self._atime()
                 self._forget_indexed_tail()
                 return
         except OSError:
@@ -576,7 +596,6 @@ class SegmentWriter:
             os.close(self.fd)
             self.fd = -1
         self.rel = None
-        self.atime_seen = None
 
     def release(self) -> None:
         self.unlock()
@@ -597,3 +616,24 @@ class _Dictionary:
         d = z.ZstdCompressionDict(content, dict_type=z.DICT_TYPE_RAWCONTENT)
         d.precompute_compress(level=3)
         self.cctx = z.ZstdCompressor(level=3, dict_data=d, write_content_size=True, write_checksum=True)
+
+
+def _unnamed_file(folder: str) -> tuple[int, Optional[str]]:
+    """A new file in `folder` for appending, with no name yet (O_TMPFILE; the caller
+    links it in), or, where the file system has no unnamed files, under a temporary
+    name (`.tmp-seg-*`, which no reader takes for a segment; the caller renames it)."""
+    if hasattr(os, "O_TMPFILE") and os.path.isdir("/proc/self/fd"):  # linked by its /proc name
+        try:
+            return os.open(folder, os.O_TMPFILE | os.O_WRONLY | os.O_APPEND, 0o600), None
+        except OSError as e:
+            if e.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
+                raise
+    tmp = os.path.join(folder, f".tmp-seg-{secrets.token_hex(6)}")
+    return os.open(tmp, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600), tmp
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass

@@ -21,6 +21,7 @@ import secrets
 import socket
 import stat
 import threading
+import warnings
 import zlib
 from contextlib import contextmanager
 from typing import Iterator, NamedTuple, Optional
@@ -29,7 +30,7 @@ from blake3 import blake3
 
 from . import framing, packing
 from .canonical import object_hash
-from .errors import CorruptObject, EntryNotFound, InvalidInput, NotATape, ObjectTooLarge, UnsafePath
+from .errors import NOATIME_WARNING, CorruptObject, CtapeWarning, EntryNotFound, InvalidInput, NotATape, ObjectTooLarge, UnsafePath
 from .files import (  # noqa: F401 - TYPE_*, CODEC_*, open_for_reading and zstd are used through this module too
     CODEC_RAW,
     CODEC_ZSTD,
@@ -38,6 +39,7 @@ from .files import (  # noqa: F401 - TYPE_*, CODEC_*, open_for_reading and zstd 
     check_not_symlink,
     fsync_dir,
     open_for_reading,
+    reads_move_atime,
     storage_error,
     zstd,
 )
@@ -92,6 +94,7 @@ class Store:
         self._dctx = None
         self._blocks: dict[tuple[int, int], dict[str, bytes]] = {}
         self._dicts: dict[tuple[int, int, int], object] = {}  # (file, offset, crc) -> decompressor with that dictionary
+        self._atimes_work: Optional[bool] = None
         self.discard_listeners: list = []  # called with the hashes of objects a failed batch dropped
         # what this process read from data files: lets tests prove that a question
         # about one session does not read the whole tape
@@ -167,6 +170,20 @@ class Store:
         return True
 
     # -- files ------------------------------------------------------------------
+
+    def atimes_work(self, warn: bool = True) -> bool:
+        """Do reads move access times where this tape lives? Probed once, at the first
+        write; where they do not, writers never append to a segment that has a name
+        (segment.py) and a warning says why (CtapeWarning; `status` and `fsck` say it
+        in their reports instead)."""
+        if self._atimes_work is None:
+            try:
+                self._atimes_work = reads_move_atime(self.root)
+            except OSError:
+                self._atimes_work = True  # nothing can be written here anyway (read-only, full)
+            if not self._atimes_work and warn:
+                warnings.warn(NOATIME_WARNING, CtapeWarning, stacklevel=2)
+        return self._atimes_work
 
     def session_dir(self, session: str) -> str:
         return os.path.join(self.root, "sessions", session)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import warnings
 
 import click
 
@@ -19,6 +20,7 @@ class CtapeGroup(click.Group):
     def main(self, *args, **kwargs):
         """Usage errors as one line on stderr (exit 2), like every other error."""
         kwargs["standalone_mode"] = False
+        warnings.showwarning = _show_warning
         try:
             rv = super().main(*args, **kwargs)
         except click.exceptions.Abort:
@@ -60,6 +62,14 @@ class CtapeGroup(click.Group):
 def _no_args_is_help(e: click.ClickException) -> bool:
     cls = getattr(click.exceptions, "NoArgsIsHelpError", None)
     return cls is not None and isinstance(e, cls)
+
+
+def _show_warning(message, category, *_args, **_kwargs):
+    """ctape's own warnings as one line on stderr, like its errors."""
+    from ..errors import CtapeWarning
+
+    if issubclass(category, CtapeWarning):
+        click.echo(f"ctape: warning: {' '.join(str(message).split())}", err=True)
 
 
 def _fail(msg: str, code: int):
