@@ -40,6 +40,43 @@ _encoder = json.JSONEncoder(
 )
 
 
+MAX_INT_DIGITS = 4300  # Python's default int_max_str_digits: every ctape process reads such an integer back
+
+
+def parse_json(text: str | bytes) -> Any:
+    """JSON text as a value that canonical_json can write and every reader can read back.
+
+    ValueError (json.JSONDecodeError for text that is not JSON) says what is wrong
+    otherwise: NaN or Infinity, a number that overflows a float (1e400), an integer of
+    more than MAX_INT_DIGITS digits, or nesting too deep for the parser. -0 reads as 0,
+    and 1e-400 as 0.0, as in json."""
+    try:
+        return json.loads(text, parse_constant=_no_constant, parse_float=_finite_float, parse_int=_short_int)
+    except RecursionError:
+        raise ValueError(f"it is nested too deeply (ctape stores up to {MAX_DEPTH} levels)") from None
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a JSON number; write it as a string")
+
+
+def _finite_float(text: str) -> float:
+    f = float(text)
+    if f - f != 0:  # inf
+        raise ValueError(f"the number {_clip(text)} is too large for a float (over 1.8e308); write it as a string")
+    return f
+
+
+def _short_int(text: str) -> int:
+    if len(text) > MAX_INT_DIGITS and len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise ValueError(f"an integer has {len(text.lstrip('-'))} digits, over the limit of {MAX_INT_DIGITS}; write it as a string")
+    return int(text)
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= 24 else text[:20] + "..."
+
+
 def canonical_json(value: Any) -> bytes:
     """The one byte form used for hashing and storing JSON values."""
     try:

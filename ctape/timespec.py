@@ -1,6 +1,10 @@
-"""The T syntax of `--since` / `--until`: an RFC 3339 time, or a duration back from now.
+"""The T syntax of `--since` / `--until` and the DUR syntax of `compact --expire / --grace`.
 
-    T := RFC 3339 (2026-01-02T03:04:05Z, 2026-01-02)  |  N s|m|h|d|w  (30m, 2h, 3d, 2w)
+    T   := RFC 3339 (2026-01-02T03:04:05Z, 2026-01-02)  |  DUR back from now (30m, 2h, 3d, 2w)
+    DUR := now  |  N s|m|h|d|w, at most MAX_DURATION (365000d, about 1000 years)
+
+Every value that breaks these rules, however large or odd, is an InvalidInput saying
+what to write instead; nothing else escapes.
 """
 
 from __future__ import annotations
@@ -10,10 +14,28 @@ import time
 from datetime import datetime, timezone
 
 from .errors import InvalidInput
-from .models import format_time
+from .models import format_time, parse_time
 
-_AGO = re.compile(r"(\d+)\s*([smhdw])")
+_AGO = re.compile(r"(\d+)\s*([smhdw])", re.ASCII)
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+# Long enough to mean "keep everything", short enough that now minus it is a time
+# ctape can write (years 0001-9999).
+MAX_DURATION = 365_000 * 86400
+_SAY_DUR = "use now, 30m, 12h, 14d or 2w (up to 365000d)"
+
+
+def parse_duration(text: str, what: str = "duration") -> float:
+    """Seconds in DUR."""
+    t = text.strip() if isinstance(text, str) else ""
+    if t == "now":
+        return 0.0
+    m = _AGO.fullmatch(t)
+    if not m:
+        raise InvalidInput(f"invalid {what} {_shown(text)}; {_SAY_DUR}")
+    digits, unit = m.groups()
+    if len(digits.lstrip("0")) > 12 or int(digits) * _UNIT[unit] > MAX_DURATION:
+        raise InvalidInput(f"invalid {what} {_shown(text)}: longer than 365000d (about 1000 years); {_SAY_DUR}")
+    return float(int(digits) * _UNIT[unit])
 
 
 def parse_when(text: str, what: str = "--since") -> str:
@@ -21,12 +43,20 @@ def parse_when(text: str, what: str = "--since") -> str:
     if not isinstance(text, str) or not text.strip():
         raise InvalidInput(f"invalid {what}: give an RFC 3339 time or a duration like 2h or 3d")
     text = text.strip()
-    m = _AGO.fullmatch(text)
-    if m:
-        ago = int(m.group(1)) * _UNIT[m.group(2)]
+    if _AGO.fullmatch(text):
+        ago = parse_duration(text, what)
         return format_time(datetime.fromtimestamp(time.time() - ago, timezone.utc))
     try:
-        dt = datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith(("Z", "z")) else text)
+        datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith(("Z", "z")) else text)
     except ValueError:
-        raise InvalidInput(f"invalid {what} {text!r}; use an RFC 3339 time (2026-01-02T03:04:05Z) or a duration like 2h or 3d") from None
-    return format_time(dt)
+        raise InvalidInput(f"invalid {what} {_shown(text)}; use an RFC 3339 time (2026-01-02T03:04:05Z) or a duration like 2h or 3d") from None
+    try:
+        return parse_time(text[:-1] + "Z" if text.endswith("z") else text)
+    except InvalidInput as e:  # outside years 0001-9999 once in UTC
+        raise InvalidInput(f"invalid {what}: {e}") from None
+
+
+def _shown(text) -> str:
+    """The value as an error message quotes it: one short line."""
+    s = repr(text)
+    return s if len(s) <= 40 else s[:36] + "...'"

@@ -204,6 +204,43 @@ def session_for(ctx: click.Context, ref: str | None, session: str | None) -> str
         return None
 
 
+class Duration(click.ParamType):
+    """DUR (now, 30m, 12h, 14d, 2w), as seconds (timespec.parse_duration)."""
+
+    name = "dur"
+
+    def convert(self, value, param, ctx):
+        from ..timespec import parse_duration
+
+        return value if isinstance(value, float) else parse_duration(value, _opt(param))
+
+
+class When(click.ParamType):
+    """T (an RFC 3339 time, or a duration back from now), as ctape writes times
+    (timespec.parse_when)."""
+
+    name = "t"
+
+    def convert(self, value, param, ctx):
+        from ..timespec import parse_when
+
+        return parse_when(value, _opt(param))
+
+
+class Seconds(click.FloatRange):
+    """A number of seconds in a range (FloatRange lets nan through)."""
+
+    def convert(self, value, param, ctx):
+        rv = super().convert(value, param, ctx)
+        if rv != rv:
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        return rv
+
+
+def _opt(param) -> str:
+    return param.opts[0] if param is not None and param.opts else "value"
+
+
 session_option = click.option("-s", "--session", envvar="CTAPE_SESSION", help="Session name (default: $CTAPE_SESSION, else `ctape session use`, else the only one).")
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output (JSON Lines for listings).")
 pager_option = click.option("--no-pager", is_flag=True, help="Never page the output.")

@@ -8,6 +8,8 @@ import sys
 import click
 
 from .base import (
+    Seconds,
+    When,
     readable,
     warn_damage,
     echo_lines,
@@ -23,24 +25,29 @@ from .base import (
 
 
 def _read_stdin_text() -> str:
-    data = sys.stdin.buffer.read()
+    from ..errors import InvalidInput
+    from ..formats._common import max_record
+
+    limit = max_record()  # one record, as an import reads it (docs/import.md)
+    data = sys.stdin.buffer.read(limit + 1)
+    if len(data) > limit:
+        raise InvalidInput(f"stdin holds more than {limit:,} bytes, the limit for one entry; set CTAPE_MAX_RECORD to allow more")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
-        from ..errors import InvalidInput
-
         raise InvalidInput(f"stdin is not valid UTF-8 (byte {e.start}); convert it to UTF-8 first") from None
 
 
 def _parse_json(text: str, what: str):
+    from ..canonical import parse_json
     from ..errors import InvalidInput
 
     try:
-        return json.loads(text)
+        return parse_json(text)
     except json.JSONDecodeError as e:
         raise InvalidInput(f"{what} is not valid JSON ({e.msg} at line {e.lineno} column {e.colno}); use --text for plain text") from None
-    except RecursionError:
-        raise InvalidInput(f"{what} is nested too deeply") from None
+    except ValueError as e:
+        raise InvalidInput(f"{what} cannot be stored: {e}") from None
 
 
 @main.command()
@@ -108,7 +115,7 @@ def anchor(ctx, name, session):
 
 @main.command()
 @session_option
-@click.option("--interval", default=0.5, show_default=True, help="Seconds between flushes to disk.")
+@click.option("--interval", type=Seconds(0.01, 86400), metavar="SECONDS", default=0.5, show_default=True, help="Seconds between flushes to disk.")
 @click.pass_context
 def stream(ctx, session, interval):
     """Record an assistant message from stdin as it arrives.
@@ -134,8 +141,8 @@ def stream(ctx, session, interval):
 @click.option("-n", "limit", type=click.IntRange(min=0), help="Show at most N entries.")
 @click.option("--kind", "kinds", multiple=True, help="Only entries of this kind; repeatable.")
 @click.option("--grep", metavar="TEXT", help="Only entries whose payload text holds TEXT (any case).")
-@click.option("--since", metavar="T", help="Only entries at or after T: RFC 3339, or a duration back from now (2h, 3d).")
-@click.option("--until", metavar="T", help="Only entries at or before T (as --since).")
+@click.option("--since", type=When(), metavar="T", help="Only entries at or after T: RFC 3339, or a duration back from now (2h, 3d).")
+@click.option("--until", type=When(), metavar="T", help="Only entries at or before T (as --since).")
 @click.option("--reverse", is_flag=True, help="Oldest first (of the entries -n selects).")
 @click.option("--all", "all_", is_flag=True, help="From every branch of the session (conflict branches too) and HEAD.")
 @click.option("--hidden", is_flag=True, help="Include hidden bookkeeping entries (import records, snapshots).")

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from .base import EXIT_FAIL, CtapeGroup, emit_json, json_option, main, open_tape
+from .base import EXIT_FAIL, CtapeGroup, Duration, emit_json, json_option, main, open_tape
 
 
 @main.command()
@@ -31,8 +31,8 @@ def init(ctx, path):
 
 
 @main.command()
-@click.option("--expire", default="90d", show_default=True, help="Ref-log records and anchors older than this stop keeping entries alive.")
-@click.option("--grace", default="14d", show_default=True, help="Never remove objects younger than this.")
+@click.option("--expire", type=Duration(), default="90d", show_default=True, help="Ref-log records and anchors older than this stop keeping entries alive.")
+@click.option("--grace", type=Duration(), default="14d", show_default=True, help="Never remove objects younger than this.")
 @click.option("--dry-run", is_flag=True, help="Report what would be removed; change nothing.")
 @json_option
 @click.pass_context
@@ -47,10 +47,6 @@ def compact(ctx, expire, grace, dry_run, as_json):
       ctape compact --dry-run
       ctape compact --expire 30d
     """
-    from ..compact import parse_duration
-
-    parse_duration(expire, "--expire")
-    parse_duration(grace, "--grace")
     tape = open_tape(ctx)
     progress = None
     if sys.stderr.isatty():

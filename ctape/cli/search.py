@@ -6,7 +6,7 @@ import re
 
 import click
 
-from .base import emit_json, json_option, main, need_session, open_tape, session_for, session_option
+from .base import When, emit_json, json_option, main, need_session, open_tape, session_for, session_option
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
@@ -20,8 +20,8 @@ def _safe(text: str) -> str:
 @click.argument("query", nargs=-1, required=True)
 @session_option
 @click.option("--kind", "kinds", multiple=True, metavar="K", help="Only entries of kind K; repeatable.")
-@click.option("--since", metavar="T", help="Only entries at or after T (RFC 3339, or a duration back from now: 2h, 3d).")
-@click.option("--until", metavar="T", help="Only entries at or before T.")
+@click.option("--since", type=When(), metavar="T", help="Only entries at or after T (RFC 3339, or a duration back from now: 2h, 3d).")
+@click.option("--until", type=When(), metavar="T", help="Only entries at or before T.")
 @click.option("-n", "limit", type=click.IntRange(min=0), default=20, show_default=True, help="At most N hits (0: all).")
 @click.option("--hidden", is_flag=True, help="Include entries an importer marked hidden (bookkeeping).")
 @json_option
@@ -41,13 +41,9 @@ def search(ctx, query, session, kinds, since, until, limit, hidden, as_json):
       ctape search '"connection refused"' --kind tool_result --since 3d
       ctape search session_nav -s chat -n 5 --json
     """
-    from ..timespec import parse_when
-
     tape = open_tape(ctx)
     name = need_session(ctx, session) if session else None  # without -s: every session
     query = " ".join(query)
-    since = parse_when(since, "--since") if since else None
-    until = parse_when(until, "--until") if until else None
 
     def progress(msg):
         click.echo(msg, err=True)
@@ -171,7 +167,7 @@ def summary_of(tape, h: str) -> str:
 
 @main.command()
 @click.option("--by", type=click.Choice(["session", "model", "day"]), default="session", show_default=True, help="Group the figures.")
-@click.option("--since", metavar="T", help="Only usage recorded at or after T (RFC 3339, or 2h, 3d, 2w back from now).")
+@click.option("--since", type=When(), metavar="T", help="Only usage recorded at or after T (RFC 3339, or 2h, 3d, 2w back from now).")
 @click.option("--prices", metavar="FILE", envvar="CTAPE_PRICES", help="JSON price table overriding the shipped one (default: $CTAPE_PRICES).")
 @json_option
 @click.pass_context

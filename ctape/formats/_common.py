@@ -15,13 +15,14 @@ exported as a str whose undecodable bytes are surrogate escapes, so that
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import os
 import re
 import sys
 from typing import Any, Callable, Iterable, Iterator, Optional
 
-from ..canonical import MAX_DEPTH, nesting_problem
+from ..canonical import MAX_DEPTH, nesting_problem, parse_json
 from ..errors import InvalidInput, RefNotFound
 from ..models import HIDDEN, NAME_RE, RESERVED_BRANCHES, check_name, parse_time
 from ..refs import HEAD
@@ -38,21 +39,15 @@ EPOCH = "1970-01-01T00:00:00Z"  # time of leading records when the file has no t
 # -- reading ----------------------------------------------------------------------------
 
 
-def _no_constant(name: str):
-    raise ValueError(f"{name} is not JSON")
-
-
 _SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 def loads(text) -> Any:
-    """json.loads that refuses what ctape cannot store as JSON: NaN, Infinity, a number
-    that overflows a float (1e400), a lone surrogate escape such as "\\ud800", and
-    nesting deeper than IMPORT_DEPTH (such a line is then kept verbatim, as text)."""
-    try:
-        value = json.loads(text, parse_constant=_no_constant, parse_float=_finite)
-    except RecursionError:
-        raise ValueError("nested too deeply") from None
+    """JSON text as a value ctape can store (canonical.parse_json: no NaN, Infinity, 1e400
+    or integer of thousands of digits), else ValueError; also refuses a lone surrogate
+    escape such as "\\ud800" and nesting deeper than IMPORT_DEPTH (such a line is then
+    kept verbatim, as text)."""
+    value = parse_json(text)
     raw = text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
     if _SURROGATE.search(raw):
         try:
@@ -68,12 +63,63 @@ def loads(text) -> Any:
 # this are kept as text, so that no record can break the limit of MAX_DEPTH
 IMPORT_DEPTH = MAX_DEPTH - 4
 
+# The longest record (a line of JSON Lines, or a whole JSON document) an importer reads.
+# Real transcripts stay far below it (a line with a large tool output or a base64 image
+# is tens of MB); a longer one, or a file with no line end at all (/dev/zero), is refused
+# before it fills the memory (docs/import.md). $CTAPE_MAX_RECORD overrides it.
+MAX_RECORD = 256 << 20
 
-def _finite(text: str) -> float:
-    f = float(text)
-    if f - f != 0:  # inf
-        raise ValueError(f"{text[:20]} overflows a float")
-    return f
+
+def max_record() -> int:
+    return int(os.environ.get("CTAPE_MAX_RECORD") or MAX_RECORD)
+
+
+def too_long(f, line: Optional[int], limit: int) -> InvalidInput:
+    where = f"{getattr(f, 'name', 'input')}" + (f": line {line}" if line else "")
+    return InvalidInput(
+        f"{where} is longer than {limit:,} bytes, the limit for one record (docs/import.md); "
+        "is this a transcript? Set CTAPE_MAX_RECORD to allow longer records"
+    )
+
+
+_STEP = 1 << 20  # a long line is read this much at a time
+
+
+def lines_of(f) -> Iterator[bytes]:
+    """The lines of a binary file as `for raw in f` gives them, each read in bounded
+    memory: a line longer than max_record() bytes is refused (InvalidInput) once that
+    much of it is read."""
+    limit = max_record()
+    for number in itertools.count(1):
+        raw = f.readline(_STEP)
+        if len(raw) == _STEP and raw[-1:] != b"\n":
+            raw = _long_line(f, raw, limit, number)
+        if not raw:
+            return
+        if len(raw) - (raw[-1:] == b"\n") > limit:
+            raise too_long(f, number, limit)
+        yield raw
+
+
+def _long_line(f, start: bytes, limit: int, number: int) -> bytes:
+    buf = bytearray(start)
+    while buf[-1:] != b"\n" and len(buf) <= limit:
+        more = f.readline(_STEP)
+        if not more:
+            break
+        buf += more
+    if len(buf) - (buf[-1:] == b"\n") > limit:
+        raise too_long(f, number, limit)
+    return bytes(buf)
+
+
+def read_whole(f) -> bytes:
+    """The rest of a file that is one JSON document, refused beyond max_record() bytes."""
+    limit = max_record()
+    data = f.read(limit + 1)
+    if len(data) > limit:
+        raise too_long(f, None, limit)
+    return data
 
 
 class Line:
@@ -105,7 +151,7 @@ def open_source(path: str):
 def scan_lines(f) -> Iterator[Line]:
     """Every non-blank line with its parsed value (value None and ok False when not JSON)."""
     offset = 0
-    for number, raw in enumerate(f, 1):
+    for number, raw in enumerate(lines_of(f), 1):
         length = len(raw)
         if raw.strip():
             try:

@@ -326,8 +326,8 @@ def find_subagent_files(path: str, sid: Optional[str]) -> list[str]:
         for p in sorted(glob.glob(os.path.join(glob.escape(os.path.dirname(path) or "."), "agent-*.jsonl"))):
             try:
                 with open(p, "rb") as f:
-                    first = json.loads(f.readline() or b"{}")
-            except (OSError, ValueError):
+                    first = json.loads(next(c.lines_of(f), b"{}"))
+            except (OSError, ValueError, InvalidInput):  # not one of ours, or unreadable
                 continue
             if isinstance(first, dict) and first.get("sessionId") == sid:
                 found.append(p)

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from ..errors import InvalidInput
+from ._common import lines_of
 
 LINES = 20  # non-blank lines looked at
 ORDER = ("jsonl", "codex", "claude-code", "openai")  # ties go to the earlier
@@ -35,7 +36,7 @@ def detect(path: str) -> str:
     seen = 0
     try:
         with open(path, "rb") as f:
-            for raw in f:
+            for raw in lines_of(f):
                 if not raw.strip():
                     continue
                 seen += 1

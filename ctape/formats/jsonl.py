@@ -16,8 +16,9 @@ from typing import Iterator, Optional
 
 import re
 
+from ..canonical import parse_json
 from ..errors import CtapeError, InvalidInput
-from ._common import entries_for_export, imported_names, safe_refs
+from ._common import entries_for_export, imported_names, lines_of, safe_refs
 from ..models import NAME_RE, check_name
 from ..refs import TAG
 
@@ -185,13 +186,17 @@ def _read(path: str):
     except OSError as e:
         raise InvalidInput(f"cannot read {path}: {e.strerror}") from None
     with f:
-        for lineno, raw in enumerate(f, 1):
+        for lineno, raw in enumerate(lines_of(f), 1):
             if not raw.strip():
                 continue
             try:
-                obj = json.loads(raw)
-            except (ValueError, UnicodeDecodeError):
+                obj = parse_json(raw)
+            except json.JSONDecodeError:
                 raise InvalidInput(f"{path}:{lineno}: not a JSON line; is this a ctape export?") from None
+            except UnicodeDecodeError:
+                raise InvalidInput(f"{path}:{lineno}: not UTF-8; is this a ctape export?") from None
+            except ValueError as e:
+                raise InvalidInput(f"{path}:{lineno}: cannot be imported: {e}") from None
             if not isinstance(obj, dict):
                 raise InvalidInput(f"{path}:{lineno}: expected a JSON object")
             tag = obj.get("ctape")

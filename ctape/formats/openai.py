@@ -146,7 +146,7 @@ def _records(f, path: str):
     (a list, or one object spread over lines) is read whole.
     """
     f.seek(0)
-    first = next((raw for raw in f if raw.strip()), b"")
+    first = next((raw for raw in c.lines_of(f) if raw.strip()), b"")
     try:
         if isinstance(c.loads(first), list):
             raise ValueError("a JSON list: a document, read whole")
@@ -159,7 +159,7 @@ def _records(f, path: str):
         pass
     f.seek(0)
     try:
-        doc = c.loads(f.read())
+        doc = c.loads(c.read_whole(f))
     except (ValueError, UnicodeDecodeError):
         raise InvalidInput(f"{path}: not JSON and not JSON Lines; expected chat messages, a SWE-agent .traj or OpenHands events") from None
     items = doc if isinstance(doc, list) else [doc]

@@ -1,0 +1,119 @@
+"""Every reader of outside input is bounded (issue 20, item 11).
+
+`ctape import /dev/zero` once grew to 8 GB in 10 s: a line is read whole before it is
+looked at. Now a record (a line, or a whole JSON document) longer than the limit
+(256 MiB, docs/import.md; $CTAPE_MAX_RECORD lowers it here) is refused with one line,
+exit 2, once that much is read, and nothing is written. Each run is a real subprocess
+with a cap on its address space, so a reader that is not bounded fails the test
+instead of the machine.
+"""
+
+import json
+import os
+import resource
+import subprocess
+import sys
+
+import pytest
+
+from conftest import snapshot
+
+LIMIT = 64 << 10  # CTAPE_MAX_RECORD in the fast tests
+CAP = 2 << 30  # address space of the child: an unbounded reader dies here (MemoryError)
+FORMATS = [None, "jsonl", "claude-code", "codex", "openai"]
+
+def run_bounded(args, env=None, stdin=None, timeout=60):
+    """Run ctape in a child with its address space capped; (returncode, stderr, peak RSS in MB)."""
+    code = (
+        "import resource, subprocess, sys\n"
+        f"resource.setrlimit(resource.RLIMIT_AS, ({CAP}, {CAP}))\n"
+        "stdin = open(sys.argv[1], 'rb') if sys.argv[1] else None\n"
+        "p = subprocess.run([sys.executable, '-m', 'ctape', *sys.argv[2:]], stdin=stdin, stderr=subprocess.PIPE)\n"
+        "sys.stderr.buffer.write(p.stderr)\n"
+        "print(p.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+    )
+    e = {**os.environ, **(env or {})}
+    p = subprocess.run([sys.executable, "-c", code, stdin or "", *map(str, args)], capture_output=True, env=e, timeout=timeout)
+    rc, kb = p.stdout.split()
+    return int(rc), p.stderr.decode("utf-8", "replace"), int(kb) // 1024
+
+
+def check_refused(tape_dir, args, env=None, stdin=None, timeout=60):
+    before = snapshot(tape_dir)
+    rc, err, peak = run_bounded(["--dir", tape_dir, *args], env, stdin, timeout)
+    assert "Traceback" not in err and "internal error" not in err, err
+    assert rc == 2, (rc, err)
+    assert len(err.splitlines()) == 1 and err.startswith("ctape: error: "), err
+    assert "longer than" in err or "more than" in err, err
+    assert snapshot(tape_dir) == before, "a refused import changed the tape"
+    return err, peak
+
+
+def fmt_args(fmt, path):
+    return ["import", *([fmt] if fmt else []), str(path), "-s", "big"]
+
+
+@pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f or "detected")
+def test_dev_zero_is_refused(tape_dir, fmt):
+    err, peak = check_refused(tape_dir, fmt_args(fmt, "/dev/zero"), env={"CTAPE_MAX_RECORD": str(LIMIT)})
+    assert "/dev/zero: line 1 is longer than 65,536 bytes" in err
+    assert peak < 200, f"peak memory {peak} MB"
+
+
+@pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f or "detected")
+def test_a_file_without_line_ends_is_refused(tape_dir, tmp_path, fmt):
+    src = tmp_path / "one-line.json"
+    src.write_bytes(b'{"role": "user", "content": "' + b"a" * (4 * LIMIT))  # no line end, never closed
+    err, _ = check_refused(tape_dir, fmt_args(fmt, src), env={"CTAPE_MAX_RECORD": str(LIMIT)})
+    assert "one-line.json" in err
+
+
+def transcript(fmt, big: str) -> list:
+    """Three records of `fmt`, the third holding the string `big`."""
+    if fmt == "codex":
+        rec = lambda i, text: {"timestamp": f"2026-01-01T00:00:0{i}Z", "type": "response_item",  # noqa: E731
+                               "payload": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}}
+    elif fmt in ("claude-code", None):
+        rec = lambda i, text: {"type": "user", "uuid": f"u{i}", "parentUuid": f"u{i - 1}" if i > 1 else None, "sessionId": "s",  # noqa: E731
+                               "timestamp": f"2026-01-01T00:00:0{i}Z", "message": {"role": "user", "content": text}}
+    else:
+        rec = lambda i, text: {"role": "user", "content": text}  # noqa: E731
+    return [rec(1, "hi"), rec(2, "there"), rec(3, big)]
+
+
+@pytest.mark.parametrize("fmt", [None, "claude-code", "codex", "openai"], ids=lambda f: f or "detected")
+def test_a_long_line_in_the_middle_refuses_the_whole_file(tape_dir, tmp_path, fmt):
+    env = {"CTAPE_MAX_RECORD": str(LIMIT)}
+    at_limit = tmp_path / "ok.jsonl"  # a record of just under LIMIT bytes imports
+    at_limit.write_text("".join(json.dumps(r) + "\n" for r in transcript(fmt, "y" * (LIMIT - 300))))
+    assert LIMIT - 400 < max(len(line) for line in at_limit.read_bytes().splitlines()) <= LIMIT
+    rc, err, _ = run_bounded(["--dir", tape_dir, *fmt_args(fmt, at_limit)], env=env)
+    assert rc == 0, err
+
+    src = tmp_path / "t.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in transcript(fmt, "x" * (2 * LIMIT)) + transcript(fmt, "after")))
+    err, _ = check_refused(tape_dir, [*fmt_args(fmt, src)[:-1], "other"], env=env)
+    assert "line 3 is longer than" in err
+
+
+def test_a_json_document_over_the_limit_is_refused(tape_dir, tmp_path):
+    src = tmp_path / "chat.json"  # one document over many lines, each short
+    src.write_text(json.dumps([{"role": "user", "content": f"message {i}"} for i in range(LIMIT // 20)], indent=2))
+    err, _ = check_refused(tape_dir, fmt_args("openai", src), env={"CTAPE_MAX_RECORD": str(LIMIT)})
+    assert "chat.json is longer than" in err
+
+
+def test_append_from_stdin_is_bounded(tape_dir):
+    err, peak = check_refused(tape_dir, ["append", "user", "-", "-s", "s"], env={"CTAPE_MAX_RECORD": str(LIMIT)}, stdin="/dev/zero")
+    assert "stdin holds more than 65,536 bytes" in err and peak < 200
+
+
+def test_dev_zero_with_the_real_limit_stops_by_itself(tape_dir):
+    """The real limit (256 MiB): stops within seconds, memory well under 1 GB."""
+    env = {"CTAPE_MAX_RECORD": ""}
+    err, peak = check_refused(tape_dir, ["import", "/dev/zero", "-s", "z"], env=env, timeout=60)
+    assert "longer than 268,435,456 bytes" in err
+    assert peak < 600, f"peak memory {peak} MB"
+    err, peak = check_refused(tape_dir, ["append", "user", "-", "-s", "s"], env=env, stdin="/dev/zero", timeout=60)
+    assert "more than 268,435,456 bytes" in err
+    assert peak < 600, f"peak memory {peak} MB"
