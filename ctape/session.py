@@ -6,6 +6,7 @@ from typing import Any, Iterable, Iterator, Optional
 
 import json
 import re
+import time
 
 from . import derived, framing, schema
 from . import refs as refmod
@@ -141,9 +142,12 @@ class Session:
     def _put_ref(self, w: SegmentWriter, st: RefState, op: str, sets: dict[str, Optional[str]], extra: dict,
                  coalesce: bool, old: Optional[dict] = None) -> dict:
         me = self.store.writer
-        # n = lc: larger than every n this writer wrote, even when a compaction dropped its
-        # newest records (the claims that superseded them, which stay, have larger clocks)
-        n = max(st.seen.get(me, 0), st.lc) + 1
+        # n = lc, a hybrid logical clock: one more than every clock read, and never less
+        # than the time in microseconds, so it is larger than every n this writer wrote even
+        # when it cannot see them: a compaction dropped its newest records (the claims that
+        # superseded them have larger clocks), or `rsync --delete` took its files away
+        # and a third copy brings them back later (docs/format.md section 6)
+        n = max(st.seen.get(me, 0) + 1, st.lc + 1, time.time_ns() // 1000)
         rec = {
             "s": self.name,
             "w": me,

@@ -153,3 +153,28 @@ def test_noatime_is_detected_and_rsync_both_ways_still_loses_nothing(noatime_dir
     fsck = run_cli("--dir", a, "fsck", "--json")
     assert fsck.returncode == 0
     assert any("access times" in w["problem"] for w in json.loads(fsck.stdout)["warnings"])
+
+
+def test_an_append_after_rsync_delete_survives_older_records_brought_back(tmp_path):
+    """B appends b1-b5 and syncs them to C only; `rsync -a --delete A/ B/` takes B's own
+    records away; B appends x1. The old writer numbered x1's record after the records it
+    could still see, reusing numbers its b-records (kept on C) already had: once C brought
+    them back, B's newest claim looked like b5's and x1 was on no ref. A writer's record
+    numbers must grow even across records it has forgotten."""
+    a, b, c = (tmp_path / n for n in "ABC")
+    Tape.init(a).close()
+    acked = [append(a, "a1")]
+    rsync(a, b)
+    rsync(a, c)
+    acked += [append(b, f"b{i}") for i in range(1, 6)]
+    rsync(b, c)
+    subprocess.run(["rsync", "-a", "--delete", f"{a}/", f"{b}/"], check=True)
+    x1 = append(b, "x1")
+    for _ in range(2):
+        for src in (a, b, c):
+            for dst in (a, b, c):
+                if src != dst:
+                    rsync(src, dst)
+    for d in (a, b, c):
+        assert x1 in reachable(d), f"x1 lost on {d}"
+        assert run_cli("--dir", d, "fsck").returncode == 0

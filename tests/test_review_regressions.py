@@ -15,14 +15,15 @@ from conftest import run_cli, snapshot
 
 def test_a_full_segment_is_synced_before_it_is_left(tape_dir, monkeypatch):
     monkeypatch.setattr(segment, "SEGMENT_LIMIT", 4096)
-    synced = []
-    real = os.fdatasync
-    monkeypatch.setattr(os, "fdatasync", lambda fd: (synced.append(os.readlink(f"/proc/self/fd/{fd}")), real(fd))[1])
+    synced = set()  # inodes: a new segment is synced before it has a name
+    for name in ("fdatasync", "fsync"):
+        real = getattr(os, name)
+        monkeypatch.setattr(os, name, lambda fd, real=real: (synced.add(os.fstat(fd).st_ino), real(fd))[1])
     t = Tape.open(tape_dir)
     # an output of 64 KiB or more is a record of its own, written before the append's block
     t.session("chat").append("tool_result", {"call_id": "c", "output": os.urandom(40000).hex()})
-    segments = {os.path.join(r, f) for r, _, fs in os.walk(tape_dir / "sessions") for f in fs}
-    assert len(segments) >= 2 and segments <= set(synced)
+    segments = {os.stat(os.path.join(r, f)).st_ino for r, _, fs in os.walk(tape_dir / "sessions") for f in fs}
+    assert len(segments) >= 2 and segments <= synced
 
 
 def test_a_batch_crossing_a_segment_that_fails_moves_no_ref(tape_dir, monkeypatch):

@@ -489,10 +489,10 @@ def test_compact_keeps_the_record_that_gave_a_conflict_branch_its_name(pair, mon
     """A conflict branch whose plain name a deleted branch had used is named BRANCH.conflict-W-TIP-N;
     compact --expire now must not drop the deletion that decided it (the branch would be renamed)."""
     a, b = pair
-    with open_as(a, "wbbbbbbb", monkeypatch) as ta:
-        ta.session("chat").append("assistant", {"content": "A 1"})
     with open_as(b, "waaaaaaa", monkeypatch) as tb:
         x = tb.session("chat").append("assistant", {"content": "B 1"}).hash
+    with open_as(a, "wbbbbbbb", monkeypatch) as ta:  # later: its claim on main wins (larger clock)
+        ta.session("chat").append("assistant", {"content": "A 1"})
     rsync(a, b), rsync(b, a)
     with open_as(a, "wbbbbbbb", monkeypatch) as ta:
         s = ta.session("chat")
