@@ -26,8 +26,23 @@ other, twice) it checks:
 Between syncs, an append, a fork or a compaction never makes a reachable entry
 unreachable on its copy.
 
+Writers during an rsync (LiveWorld, SPEC section 14 "Live writers"): the same model with
+one more operation, an `rsync -a` from copy X to copy Y that runs file by file, in the
+order rsync sends them, while a third actor, a writer on X or on Y, appends, batches or
+forks between two files (chosen at random; sometimes as a new process: the copy is
+closed first, or the append is the CLI). The source is listed at the start, as rsync
+does (a file made after the listing is not sent in that run), or each folder when the
+copy gets to it (rsync's incremental recursion: new folders, and new files in folders
+not reached yet, are sent). Each file is copied by the real rsync alone, or in this
+process the way rsync does it: the listing's size and mtime decide whether it is sent,
+its current bytes are read with a plain read (which moves the access time, as rsync's
+read does; never O_NOATIME), written to a temporary name beside the destination and
+renamed over it with the listing's mtime; folders get their listed mtimes at the end.
+A writer cannot run in the middle of one file's copy from here: file granularity only
+(tests/test_live_rsync.py has real processes and real timing).
+
 `CTAPE_SLOW=1` runs the long mode (CTAPE_MODEL_SEQUENCES sequences, default 2,000;
-CTAPE_MODEL_FIRST_SEED, default 1000, picks where the seeds start).
+CTAPE_MODEL_FIRST_SEED, default 1000, picks where the seeds start), for both worlds.
 """
 
 from __future__ import annotations
@@ -35,8 +50,10 @@ from __future__ import annotations
 import json
 import os
 import random
+import select
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -130,7 +147,9 @@ class World:
             self.close(i)
 
     def note(self, text: str) -> None:
-        self.trace.append(text)
+        self.trace.append(self.indent + text)
+
+    indent = ""
 
     def text(self, i: int) -> str:
         self.counter += 1
@@ -373,7 +392,10 @@ class World:
         i = self.rng.randrange(len(self.dirs))
         if self.rng.random() < 0.1:
             self.close(i)  # the next operation opens the copy afresh, like a new process
-        own = name not in ("sync", "compact", "kill")  # these move refs only by merging, or not at all
+        self.run_op(name, i)
+
+    def run_op(self, name: str, i: int) -> None:
+        own = name not in ("sync", "compact", "kill", "live_sync")  # these move refs only by merging, or not at all
         before = self.ref_reach(self.tape(i)) if own else {}
         getattr(self, "op_" + name)(i)
         if own:
@@ -489,6 +511,165 @@ class World:
                 raise Failure(f"{os.path.basename(d)} disagrees with c0: {short(r)} != {short(refs[0])}")
 
 
+class LiveWorld(World):
+    """The model with writers working while an rsync runs (see the module's docstring)."""
+
+    OPS = World.OPS + [("live_sync", 5)]
+    paused = None  # a writer process stopped in the middle of its append: [process, copy, reachable before]
+    paused_files = 0  # files the rsync copies before it goes on
+
+    def op_live_sync(self, i: int) -> None:
+        j = self.rng.choice([k for k in range(len(self.dirs)) if k != i])
+        incremental = self.rng.random() < 0.4
+        real = self.rng.random() < (0.5 if self.sync is rsync else 0.15)
+        busy = self.rng.choice([0.15, 0.35, 0.7])  # how often a writer works between two files
+        src, dst = self.dirs[i], self.dirs[j]
+        self.note(
+            f"live rsync c{i} -> c{j}: listed {'folder by folder' if incremental else 'at the start'}, "
+            f"{'rsync' if real else 'in-process copy'} per file, writers between {busy:.0%} of files"
+        )
+        folders = []
+        order = rsync_order(src, incremental)  # lists when first asked: a writer may work before
+        try:
+            while True:
+                self.between_files(i, j, busy)
+                try:
+                    rel, st = next(order)
+                except StopIteration:
+                    break
+                if stat.S_ISDIR(st.st_mode):
+                    folders.append((rel, st))
+                    os.makedirs(os.path.join(dst, rel), exist_ok=True)
+                    continue
+                what = rsync_one(src, dst, rel) if real else copy_one_like_rsync(src, dst, rel, st)
+                self.note(f"  {rel}: {what}")
+                if self.paused is not None and self.paused[1] == j and what.startswith("sent"):
+                    self.paused[2] = None  # the copy merges what it brought: see finish
+        finally:
+            if self.paused is not None:
+                self.resume()
+        for rel, st in reversed(folders):  # rsync sets the folders' times last
+            d = os.path.join(dst, rel)
+            os.utime(d, ns=(os.lstat(d).st_atime_ns, st.st_mtime_ns))
+
+    def between_files(self, i: int, j: int, busy: float) -> None:
+        if self.paused is not None:
+            self.paused_files -= 1
+            if self.paused_files < 0:
+                self.resume()
+        elif self.rng.random() < busy:
+            self.writer_between(self.rng.choice([i, j]))
+
+    def writer_between(self, k: int) -> None:
+        """A writer on copy k appends (one, a batch, the CLI) or forks, between two files;
+        or a writer process starts an append and stops in the middle of it (see pause)."""
+        self.indent = "    | "
+        try:
+            if self.rng.random() < 0.4:
+                self.pause(k)
+                return
+            if self.rng.random() < 0.3:
+                self.note(f"c{k} reopened")
+                self.close(k)  # a new process: what it knows of its segment is what the files say
+            self.run_op(self.rng.choice(["append", "append", "append", "fork"]), k)
+        finally:
+            self.indent = ""
+
+    def pause(self, k: int) -> None:
+        """A writer process on copy k starts an append (one or a batch) and stops right after
+        its Nth call that changes a file (os.open to write, write, fsync, rename, link,
+        utime...: each done for real) or looks at one (fstat), with whatever that left on
+        disk: a segment just created and still empty, a write not yet synced, a segment the
+        writer has just found unread and is about to append to. The rsync copies a few more files
+        (or lists the folder, if it has not yet), then the writer goes on and finishes."""
+        t = self.tape(k)
+        s = self.pick_session(t)
+        head = t.session(s).refs().head_hash if t.session(s).exists() else None
+        if head is not None and not t.has_entry(head):
+            return  # the append would refuse (see op_append)
+        how = self.rng.choice(["api", "batch"])
+        n, at = self.rng.randint(1, 3), self.rng.randint(1, 14)
+        before = self.reachable(t)
+        self.close(k)
+        env = dict(os.environ, CTAPE_WRITER=self.writers[k])
+        p = subprocess.Popen(
+            [sys.executable, "-c", PAUSED_WRITER, self.dirs[k], s, how, str(n), str(at), self.text(k)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+        )
+        if not select.select([p.stdout], [], [], 120)[0]:
+            p.kill()
+            raise Failure(f"the writer process on c{k} neither stopped nor ended in 120 s: {p.communicate()[1].decode()[-1500:]}")
+        line = p.stdout.readline()
+        if line.startswith(b"paused"):
+            self.paused, self.paused_files = [p, k, before], self.rng.randint(0, 3)
+            self.note(f"append c{k} {s} {how} x{n}: a process, stopped after {line.split()[1].decode()} (call {at})")
+            return
+        self.note(f"append c{k} {s} {how} x{n}: a process, ran through (fewer than {at} calls)")
+        self.finish(p, k, before, line)
+
+    def resume(self) -> None:
+        p, k, before = self.paused
+        self.paused = None
+        self.note(f"    | c{k}'s writer goes on")
+        p.stdin.write(b"\n")
+        p.stdin.flush()
+        self.finish(p, k, before, b"")
+
+    def finish(self, p, k: int, before: set[str] | None, first: bytes) -> None:
+        """Collect what the writer process acknowledged; check, unless an rsync into its copy
+        ran meanwhile (a deletion it brought may take entries off, as any sync may), that its
+        append left every entry reachable that was."""
+        out, err = p.communicate(timeout=120)
+        if p.returncode != 0:
+            raise Failure(f"the writer process on c{k} failed ({p.returncode}): {err.decode()[-1500:]}")
+        for line in (first + out).splitlines():
+            if line.startswith(b"entry "):
+                _, h, parent = line.decode().split()
+                self.parent[h] = None if parent == "-" else parent
+                self.acked.add(h)
+        if before is not None:
+            self.expect_kept(k, before, "an append by a process")
+
+
+PAUSED_WRITER = r"""
+import os, sys
+import ctape
+root, session, how, n, at, text = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
+calls, armed = 0, False
+
+def stopping(name):
+    real = getattr(os, name)
+    def call(*args, **kw):
+        global calls
+        out = real(*args, **kw)
+        if armed and (name != "open" or (args[1] if len(args) > 1 else kw["flags"]) & WRITING):
+            calls += 1
+            if calls == at:
+                print("paused", name, flush=True)
+                sys.stdin.readline()
+        return out
+    return call
+
+# each call done for real, then (at the chosen one) the process waits for a line on stdin;
+# only calls that change something count (not an open for reading), and fstat: a writer
+# decides from it whether its segment was read, then writes: a copy may come in between
+WRITING = os.O_WRONLY | os.O_RDWR | os.O_CREAT
+for name in ("open", "fstat", "write", "fsync", "fdatasync", "rename", "replace", "link", "unlink", "mkdir", "ftruncate", "truncate", "utime"):
+    setattr(os, name, stopping(name))
+t = ctape.Tape.open(root)
+s = t.session(session)
+armed = True
+if how == "batch":
+    with t.batch():
+        es = [s.append("user", {"content": f"{text}.{i}"}) for i in range(n)]
+else:
+    es = [s.append("user", {"content": f"{text}.{i}"}) for i in range(n)]
+armed = False
+for e in es:
+    print("entry", e.hash, e.parent or "-", flush=True)
+t.close()
+"""
+
 def short(refs: dict) -> dict:
     return {s: {"branches": {b: h[:8] for b, h in r["branches"].items()}, "head": (r["head"] or "")[:9]} for s, r in refs.items()}
 
@@ -542,6 +723,82 @@ def copy_like_rsync(src, dst, *flags):
             os.utime(droot, ns=(os.lstat(droot).st_atime_ns, os.lstat(root).st_mtime_ns))
 
 
+def rsync_order(src, incremental: bool):
+    """(path, lstat) of every folder and file under src, in the order `rsync -a` sends them:
+    a folder's files by name, then its subfolders. Listed all at the start (what rsync's
+    file list holds: nothing made later is sent), or each folder when the walk gets to it
+    (its incremental recursion: folders and files made meanwhile are sent)."""
+
+    def listed(rel):
+        d = src if rel == "" else os.path.join(src, rel)
+        try:
+            names = sorted(os.listdir(d))
+        except FileNotFoundError:
+            return [], []
+        files, folders = [], []
+        for n in names:
+            r = n if rel == "" else os.path.join(rel, n)
+            try:
+                st = os.lstat(os.path.join(src, r))
+            except FileNotFoundError:
+                continue
+            (folders if stat.S_ISDIR(st.st_mode) else files).append((r, st))
+        return files, folders
+
+    def walk(rel):
+        files, folders = listed(rel)
+        for f in files:
+            yield f
+        for r, st in folders:
+            yield r, st
+            yield from walk(r)
+
+    if incremental:
+        yield from walk("")
+    else:
+        yield from list(walk(""))
+
+
+def rsync_one(src, dst, rel) -> str:
+    """The real rsync, on one file."""
+    listing = os.path.join(os.path.dirname(dst), f".one-{os.path.basename(dst)}")
+    with open(listing, "w") as f:
+        f.write(rel + "\n")
+    p = subprocess.run(["rsync", "-a", "-i", f"--files-from={listing}", f"{src}/", f"{dst}/"], capture_output=True)
+    if p.returncode == 24:  # vanished since it was listed
+        return "vanished"
+    if p.returncode != 0:
+        raise Failure(f"rsync of {rel} failed ({p.returncode}): {p.stderr.decode()}")
+    return "sent" if any(line.startswith(b">f") for line in p.stdout.splitlines()) else "same"
+
+
+def copy_one_like_rsync(src, dst, rel, st) -> str:
+    """What `rsync -a` does with one file it listed with lstat `st`: skipped when the
+    destination has the listed size and mtime; otherwise the file's bytes as they are now,
+    read with a plain read (the access time moves, as with rsync), written to a temporary
+    name beside the destination and renamed over it, with the listed mode and mtime."""
+    s, d = os.path.join(src, rel), os.path.join(dst, rel)
+    try:
+        dt = os.lstat(d)
+        if dt.st_size == st.st_size and dt.st_mtime_ns == st.st_mtime_ns:
+            return "same"
+    except FileNotFoundError:
+        pass
+    try:
+        with open(s, "rb", buffering=0) as f:
+            data = f.read()
+    except FileNotFoundError:
+        return "vanished"
+    os.makedirs(os.path.dirname(d), exist_ok=True)
+    tmp = os.path.join(os.path.dirname(d), f".{os.path.basename(d)}.{os.getpid()}")
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.chmod(tmp, st.st_mode & 0o7777)
+    os.utime(tmp, ns=(time.time_ns(), st.st_mtime_ns))
+    os.rename(tmp, d)
+    return f"sent {len(data)}" + (f" (listed {st.st_size})" if len(data) != st.st_size else "")
+
+
 def run_cli(*args):
     p = subprocess.run([sys.executable, "-m", "ctape", *map(str, args)], capture_output=True)
     if p.returncode != 0:
@@ -549,9 +806,9 @@ def run_cli(*args):
     return p
 
 
-def run_sequence(seed: int, root: str, cli: bool = True, sync=rsync) -> World:
+def run_sequence(seed: int, root: str, cli: bool = True, sync=rsync, world=World) -> World:
     rng = random.Random(seed)
-    w = World(root, rng, rng.choice([2, 3, 3, 4]), cli, sync)
+    w = world(root, rng, rng.choice([2, 3, 3, 4]), cli, sync)
     try:
         epochs = rng.choice([1, 2])
         for epoch in range(epochs):
@@ -565,12 +822,12 @@ def run_sequence(seed: int, root: str, cli: bool = True, sync=rsync) -> World:
     return w
 
 
-def _run_many(tmp_path, seeds, cli, sync=rsync):
+def _run_many(tmp_path, seeds, cli, sync=rsync, world=World):
     """cli None: the CLI (a process per command, slow) in every eighth sequence."""
     for seed in seeds:
         root = tmp_path / f"seq{seed}"
         root.mkdir()
-        run_sequence(seed, str(root), seed % 8 == 0 if cli is None else cli, sync)
+        run_sequence(seed, str(root), seed % 8 == 0 if cli is None else cli, sync, world)
         shutil.rmtree(root)
 
 
@@ -590,6 +847,38 @@ def test_many_random_sequences(tmp_path):
     for seed in range(first, first + n):
         _run_many(tmp_path, [seed], cli=None, sync=rsync if seed % 4 == 1 else copy_like_rsync)
     print(f"{n} sequences in {time.monotonic() - start:.0f} s")
+
+
+def _run_live(tmp_path, seeds):
+    """LiveWorld sequences as the long run makes them: the CLI in every eighth; the whole
+    syncs (the mesh) by the real rsync in one sequence of four, in-process in the others;
+    the live syncs use the real rsync per file in some of their runs either way."""
+    for seed in seeds:
+        _run_many(tmp_path, [seed], cli=None, sync=rsync if seed % 4 == 1 else copy_like_rsync, world=LiveWorld)
+
+
+@pytest.mark.parametrize("block", range(4))
+def test_writers_during_rsync_keep_every_entry(tmp_path, block):
+    """A short run of LiveWorld: writers append, batch and fork between the files of an
+    rsync, or stop in the middle of an append while it copies."""
+    _run_live(tmp_path, range(1 + block * 6, 7 + block * 6))
+
+
+@pytest.mark.skipif(not SLOW, reason="long run: CTAPE_SLOW=1")
+def test_many_sequences_with_writers_during_rsync(tmp_path):
+    n = int(os.environ.get("CTAPE_MODEL_SEQUENCES", "2000"))
+    first = int(os.environ.get("CTAPE_MODEL_FIRST_SEED", "1000"))
+    start = time.monotonic()
+    _run_live(tmp_path, range(first, first + n))
+    print(f"{n} sequences with writers during rsync in {time.monotonic() - start:.0f} s")
+
+
+def test_live_seed_80_keeps_an_append_to_a_segment_copied_empty(tmp_path):
+    """Found by the first LiveWorld run, on the code before segments were created whole
+    (issue 20 item 1): a writer stopped right after creating its new segment, an rsync
+    copied the empty file, the writer appended to it, and a later rsync put the empty
+    copy back (fsck: 568 bytes lost on c0)."""
+    _run_live(tmp_path, [80])
 
 
 def test_seed_4064_keeps_conflict_branch_names_through_compact(tmp_path):
