@@ -44,25 +44,17 @@ from .files import TYPE_ENTRY, fsync_dir, zstd
 from .schema import object_record_problem
 from .store import Store, record_problem
 
-_DUR = re.compile(r"(\d+)([smhdw])")
-_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 BLOCK_BYTES = 2 << 20  # uncompressed bytes per pack block: larger compresses better, reads cost more
 BLOCK_LEVEL = 12  # zstd level: 19 saves ~12% more but compresses ~10x slower
 LARGE_OBJECT = 64 << 10  # objects this large stay on their own (read without their neighbours)
 
 
 def parse_duration(text, what: str = "duration") -> float:
-    """Seconds in `now`, `30m`, `12h`, `14d`, `2w` (or a number of seconds)."""
-    if isinstance(text, (int, float)) and not isinstance(text, bool):
-        if text < 0:
-            raise InvalidInput(f"invalid {what} {text!r}: must not be negative")
-        return float(text)
-    if text == "now":
-        return 0.0
-    m = _DUR.fullmatch(str(text).strip())
-    if not m:
-        raise InvalidInput(f"invalid {what} {text!r}; use now, 30m, 12h, 14d or 2w")
-    return int(m.group(1)) * _UNIT[m.group(2)]
+    """Seconds in `now`, `30m`, `12h`, `14d`, `2w` (or a number of seconds): timespec's
+    rules, so a Python caller meets the same bounds (InvalidInput) as the command line."""
+    from .timespec import parse_duration as parse
+
+    return parse(text, what)
 
 
 class Rec(NamedTuple):

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import heapq
 import json
-import time as _time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Optional
 
 from .errors import InvalidInput
-from .models import HIDDEN, Entry, kind_value, parse_time, time_seconds
+from .models import HIDDEN, Entry, kind_value, time_seconds
+from .timespec import parse_when
 
 
 def is_hidden(e: Entry) -> bool:
@@ -25,20 +25,12 @@ def is_hidden(e: Entry) -> bool:
 
 
 def when(text: Any, what: str = "time") -> Optional[float]:
-    """Seconds since the epoch for an RFC 3339 time or a duration back from now (2h, 3d)."""
+    """Seconds since the epoch for an RFC 3339 time or a duration back from now (2h, 3d), or
+    a number of seconds since the epoch: timespec.parse_when's rules, so a Python caller
+    meets the same bounds (InvalidInput) as the command line."""
     if text is None:
         return None
-    if isinstance(text, (int, float)) and not isinstance(text, bool):
-        return float(text)
-    t = str(text).strip()
-    if t and t[-1] in "smhdw" and t[:-1].isdigit():
-        from .compact import parse_duration
-
-        return _time.time() - parse_duration(t, what)
-    try:
-        return time_seconds(parse_time(t))
-    except InvalidInput:
-        raise InvalidInput(f"invalid {what} {text!r}: use RFC 3339 (2026-01-02T03:04:05Z) or a duration back from now (30m, 2h, 3d, 1w)") from None
+    return time_seconds(parse_when(text, what))
 
 
 def payload_text(value: Any) -> str:

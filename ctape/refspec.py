@@ -3,6 +3,7 @@
     REF    := BASE [ "@{" N "}" ] { "~" [N] | "^" }
     BASE   := full hash | SESSION | SESSION/BRANCH | SESSION/HEAD | hex prefix (4+)
             | HEAD, a branch, a tag or an anchor name of the current session
+    N      := 0 .. MAX_COUNT (no history is longer; a larger count is a bad ref, not a walk)
 """
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ from dataclasses import dataclass
 from typing import Optional
 
 from .errors import InvalidInput
+from .timespec import shown
 
-_SUFFIX = re.compile(r"(~[0-9]*|\^)")
+_SUFFIX = re.compile(r"(~[0-9]*|\^)", re.ASCII)
+MAX_COUNT = 10**12 - 1  # ~N, @{N} and all the ~ and ^ of one ref together
 
 
 @dataclass(frozen=True)
@@ -26,29 +29,36 @@ class RefSpec:
 def parse_ref(text: str) -> RefSpec:
     if not isinstance(text, str) or not text:
         raise InvalidInput("empty ref; give a hash, SESSION, SESSION/BRANCH or a hex prefix")
-    i = len(text)
     # find where the suffixes start: the first ~ or ^, or @{ ... }
     m = re.search(r"[~^]|@\{", text)
     base = text if m is None else text[: m.start()]
     rest = "" if m is None else text[m.start() :]
     if not base:
-        raise InvalidInput(f"invalid ref {text!r}: nothing before {rest[:2]!r}")
+        raise InvalidInput(f"invalid ref {shown(text)}: nothing before {rest[:2]!r}")
     reflog = None
     if rest.startswith("@{"):
         close = rest.find("}")
         num = rest[2:close] if close > 0 else ""
-        if not re.fullmatch(r"[0-9]+", num):
-            raise InvalidInput(f"invalid ref {text!r}: use SESSION@{{N}} with N a number")
-        reflog = int(num)
+        if not re.fullmatch(r"[0-9]+", num, re.ASCII):
+            raise InvalidInput(f"invalid ref {shown(text)}: use SESSION@{{N}} with N a number")
+        reflog = _count(num, text, "@{N}")
         rest = rest[close + 1 :]
     back = 0
     pos = 0
     while pos < len(rest):
         m2 = _SUFFIX.match(rest, pos)
         if m2 is None:
-            raise InvalidInput(f"invalid ref {text!r}: unexpected {rest[pos:]!r}; use ~N or ^")
+            raise InvalidInput(f"invalid ref {shown(text)}: unexpected {shown(rest[pos:])}; use ~N or ^")
         tok = m2.group(0)
-        back += 1 if tok in ("~", "^") else int(tok[1:])
+        back += 1 if tok in ("~", "^") else _count(tok[1:], text, "~N")
+        if back > MAX_COUNT:
+            raise InvalidInput(f"invalid ref {shown(text)}: its ~ and ^ go back more than {MAX_COUNT:,} entries; no history is that long")
         pos = m2.end()
-    del i
     return RefSpec(base, reflog, back)
+
+
+def _count(digits: str, text: str, what: str) -> int:
+    """N of ~N or @{N}, refused (a bad ref) past MAX_COUNT before int() sees its digits."""
+    if len(digits.lstrip("0")) > len(str(MAX_COUNT)) or int(digits) > MAX_COUNT:
+        raise InvalidInput(f"invalid ref {shown(text)}: {what} is at most {MAX_COUNT:,}; no history is that long")
+    return int(digits)

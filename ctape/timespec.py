@@ -3,6 +3,8 @@
     T   := RFC 3339 (2026-01-02T03:04:05Z, 2026-01-02)  |  DUR back from now (30m, 2h, 3d, 2w)
     DUR := now  |  N s|m|h|d|w, at most MAX_DURATION (365000d, about 1000 years)
 
+From Python a number is accepted too: seconds for DUR, seconds since the epoch for T.
+
 Every value that breaks these rules, however large or odd, is an InvalidInput saying
 what to write instead; nothing else escapes.
 """
@@ -24,22 +26,32 @@ MAX_DURATION = 365_000 * 86400
 _SAY_DUR = "use now, 30m, 12h, 14d or 2w (up to 365000d)"
 
 
-def parse_duration(text: str, what: str = "duration") -> float:
-    """Seconds in DUR."""
+def parse_duration(text, what: str = "duration") -> float:
+    """Seconds in DUR; a number (the Python API) is taken as seconds, 0 to MAX_DURATION."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        if not 0 <= text <= MAX_DURATION:  # also refuses nan
+            raise InvalidInput(f"invalid {what} {shown(text)}: give 0 to {MAX_DURATION} seconds, or {_SAY_DUR}")
+        return float(text)
     t = text.strip() if isinstance(text, str) else ""
     if t == "now":
         return 0.0
     m = _AGO.fullmatch(t)
     if not m:
-        raise InvalidInput(f"invalid {what} {_shown(text)}; {_SAY_DUR}")
+        raise InvalidInput(f"invalid {what} {shown(text)}; {_SAY_DUR}")
     digits, unit = m.groups()
     if len(digits.lstrip("0")) > 12 or int(digits) * _UNIT[unit] > MAX_DURATION:
-        raise InvalidInput(f"invalid {what} {_shown(text)}: longer than 365000d (about 1000 years); {_SAY_DUR}")
+        raise InvalidInput(f"invalid {what} {shown(text)}: longer than 365000d (about 1000 years); {_SAY_DUR}")
     return float(int(digits) * _UNIT[unit])
 
 
-def parse_when(text: str, what: str = "--since") -> str:
-    """The time T names, as ctape writes times (RFC 3339 UTC with microseconds)."""
+def parse_when(text, what: str = "--since") -> str:
+    """The time T names, as ctape writes times (RFC 3339 UTC with microseconds); a number
+    (the Python API) is seconds since the epoch."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        try:
+            return format_time(datetime.fromtimestamp(text, timezone.utc))
+        except (OverflowError, OSError, ValueError):  # nan, inf, outside years 0001-9999
+            raise InvalidInput(f"invalid {what} {shown(text)}: not a time ctape can write (years 0001-9999)") from None
     if not isinstance(text, str) or not text.strip():
         raise InvalidInput(f"invalid {what}: give an RFC 3339 time or a duration like 2h or 3d")
     text = text.strip()
@@ -49,14 +61,14 @@ def parse_when(text: str, what: str = "--since") -> str:
     try:
         datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith(("Z", "z")) else text)
     except ValueError:
-        raise InvalidInput(f"invalid {what} {_shown(text)}; use an RFC 3339 time (2026-01-02T03:04:05Z) or a duration like 2h or 3d") from None
+        raise InvalidInput(f"invalid {what} {shown(text)}; use an RFC 3339 time (2026-01-02T03:04:05Z) or a duration like 2h or 3d") from None
     try:
         return parse_time(text[:-1] + "Z" if text.endswith("z") else text)
     except InvalidInput as e:  # outside years 0001-9999 once in UTC
         raise InvalidInput(f"invalid {what}: {e}") from None
 
 
-def _shown(text) -> str:
-    """The value as an error message quotes it: one short line."""
+def shown(text) -> str:
+    """The value as an error message quotes it: one short line (a ref, a time, a duration)."""
     s = repr(text)
     return s if len(s) <= 40 else s[:36] + "...'"

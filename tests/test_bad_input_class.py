@@ -261,3 +261,84 @@ def test_bad_numbers_in_payload_and_delta_are_refused_and_odd_ones_kept(chat_dir
     assert code == 0, err
     e = json.loads(run_in_process(tape_dir, ["show", out.strip(), "--json"])[1])
     assert e["payload"]["content"] == [int(big), 0, -0.0, 0.0]
+
+
+# -- counts in refs (~N, @{N}) and the Python API's durations and times ------------------------
+
+HUGE_REFS = {
+    "tilde-5000-digits": "chat~1" + "0" * 5000,
+    "reflog-400-nines": "chat@{" + "9" * 400 + "}",
+    "tilde-13-digits": "chat~1000000000000",
+    "tilde-sum": "chat" + "~999999999999" * 3,
+    "branch-tilde-5000": "chat/main~" + "7" * 5000 + "^",
+}
+
+
+@pytest.mark.parametrize("command", ["log", "show", "checkout", "state"])
+@pytest.mark.parametrize("ref", sorted(HUGE_REFS), ids=str)
+def test_absurd_counts_in_a_ref_are_a_bad_ref(chat_dir, command, ref):
+    """`ctape log x~1<5000 zeros>` was an internal error (int() of 5000 digits), and
+    `x@{<400 nines>}` a not-found echoing all 400 nines: both are a bad ref, one short line."""
+    tape_dir = chat_dir / "tape"
+    before = snapshot(tape_dir)
+    p = run_cli("--dir", tape_dir, command, HUGE_REFS[ref], "-s", "chat")
+    err = p.stderr.decode()
+    assert p.returncode == 2, (p.returncode, err)
+    assert len(err.splitlines()) == 1 and err.startswith("ctape: error: invalid ref ") and len(err) < 200, err
+    assert "no history is that long" in err
+    assert snapshot(tape_dir) == before
+
+
+@settings(max_examples=200, deadline=None)
+@given(digits=st.one_of(st.integers(min_value=0).map(str), st.integers(1, 6000).map(lambda n: "9" * n)),
+       form=st.sampled_from(["x~{}", "x@{{{}}}", "x~{}^", "x@{{{}}}~{}"]))
+def test_any_count_parses_or_is_invalid_input(digits, form):
+    from ctape.errors import InvalidInput
+    from ctape.refspec import MAX_COUNT, parse_ref
+
+    big = len(digits.lstrip("0")) > 12 or int(digits) >= MAX_COUNT  # (int() of 6000 digits fails here too)
+    try:
+        spec = parse_ref(form.format(digits, digits))
+    except InvalidInput as e:
+        assert big and len(str(e)) < 200, (digits, str(e))
+        return
+    assert spec.back <= MAX_COUNT and (spec.reflog or 0) <= MAX_COUNT
+
+
+BAD_DURATIONS = ["99999999999999999999d", "9" * 400 + "d", "1" + "0" * 5000 + "s", float("nan"), float("inf"), -1, 1e300, "-3d", "2x"]
+
+
+@pytest.mark.parametrize("value", BAD_DURATIONS, ids=lambda v: repr(v)[:24])
+def test_python_api_durations_and_times_are_invalid_input(chat_dir, tmp_path, value):
+    """compact.py and logview.py had parsers of their own: `tape.compact(expire="99999999999999999999d")`
+    overflowed (OverflowError), 5,000 digits were a ValueError. They are timespec's now."""
+    from ctape.errors import InvalidInput
+
+    t = Tape.init(tmp_path / "t")
+    try:
+        t.session("chat").append("user", {"content": "one"})
+        before = snapshot(tmp_path / "t")
+        with pytest.raises(InvalidInput):
+            t.compact(expire=value)
+        with pytest.raises(InvalidInput):
+            t.compact(grace=value, dry_run=True)
+        if not (isinstance(value, (int, float)) and value == -1):  # -1 is a time: 1969-12-31T23:59:59Z
+            with pytest.raises(InvalidInput):
+                list(t.session("chat").log(since=value))
+            with pytest.raises(InvalidInput):
+                list(t.session("chat").log(until=value))
+        assert snapshot(tmp_path / "t") == before
+    finally:
+        t.close()
+
+
+def test_python_api_numbers_still_work(tmp_path):
+    t = Tape.init(tmp_path / "t")
+    try:
+        s = t.session("chat")
+        s.append("user", {"content": "one"})
+        assert [e.payload["content"] for e in s.log(since=0)] == ["one"]
+        assert list(s.log(until=0)) == []
+        assert t.compact(expire=0, grace=0.0, dry_run=True) is not None
+    finally:
+        t.close()
