@@ -42,7 +42,7 @@ from .models import format_time
 from .refs import HEAD, Claim, RefState, conflict_name, saw, shown, standing_claims, tip_at
 from .files import TYPE_ENTRY, fsync_dir, zstd
 from .schema import object_record_problem
-from .store import Store, record_problem
+from .store import Store, file_header_problem, record_problem, segment_writer
 
 BLOCK_BYTES = 2 << 20  # uncompressed bytes per pack block: larger compresses better, reads cost more
 BLOCK_LEVEL = 12  # zstd level: 19 saves ~12% more but compresses ~10x slower
@@ -190,8 +190,17 @@ def _entries_of(store: Store, files: dict[str, int]) -> set[bytes]:
 def _records(store: Store, path: str, start: int, end: Optional[int], ends: Optional[dict] = None, damaged: Optional[set] = None):
     """The records of a file between two offsets that read back (fsck reports the rest);
     dictionaries are left out: packs compress alone. `damaged` collects the file when it
-    holds damage (a torn tail of a segment is an unfinished write, not damage)."""
-    for item in store.scan_file(path, start, end, ends):
+    holds damage (a torn tail of a segment is an unfinished write, not damage). A file
+    whose header is not its own (another session or writer) is damage: its objects still
+    read back (their names prove them), its ref and stream records are left out."""
+    records_ok = True
+    for i, item in enumerate(store.scan_file(path, start, end, ends)):
+        if i == 0 and start == 0 and file_header_problem(path, item) and not (isinstance(item, framing.Damage) and item.torn):
+            records_ok = False
+            if damaged is not None:
+                damaged.add(path)
+        if not records_ok and isinstance(item, framing.Record) and item.type in (framing.T_REF, framing.T_PARTIAL):
+            continue
         if isinstance(item, framing.Record):
             if item.type == framing.T_OBJECT and object_record_problem(item.body):
                 if damaged is not None:
@@ -217,7 +226,7 @@ def _learn(store: Store, scan: Scan, rec: framing.Record, path: str) -> bool:
         scan.graph[key] = tuple(bytes.fromhex((a or b).decode()) for a, b in _LINKS.findall(body))
     elif rec.type in (framing.T_REF, framing.T_PARTIAL):
         parts = path.split("/")
-        r = record_problem(rec.type, rec.body, parts[1] if parts[0] == "sessions" else None)
+        r = record_problem(rec.type, rec.body, parts[1] if parts[0] == "sessions" else None, segment_writer(path))
         if isinstance(r, str):
             return False
         if rec.type == framing.T_PARTIAL:

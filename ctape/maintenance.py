@@ -13,7 +13,7 @@ from .errors import NOATIME_WARNING, CorruptObject, UnsafePath
 from .files import TYPE_ENTRY
 from .models import NAME_RE
 from .schema import decode_entry
-from .store import record_problem
+from .store import file_header_problem, record_problem, segment_writer
 
 if TYPE_CHECKING:
     from .tape import Tape
@@ -100,6 +100,11 @@ def fsck(tape: "Tape") -> dict:
         if is_pack and not _pack_hash_ok(store, rel):
             problem(rel, "pack does not match its name (its bytes were changed or cut): records are lost; run `ctape fsck --salvage`")
         items = list(store.scan_file(rel))
+        writer = segment_writer(rel)
+        header_bad = file_header_problem(rel, items[0] if items else None) if st.st_size else None
+        if header_bad and not (isinstance(items[0], framing.Damage) and items[0].torn):
+            problem(rel, f"{header_bad}: nothing in it is used; run `ctape fsck --salvage` to quarantine it")
+            continue
         for i, item in enumerate(items):
             if isinstance(item, framing.Damage):
                 if item.torn and i == len(items) - 1 and not is_pack:
@@ -126,7 +131,7 @@ def fsck(tape: "Tape") -> dict:
                         refs.append(raw["parent"])
                     entry_refs[h] = (rel, refs)
             elif item.type in (framing.T_REF, framing.T_PARTIAL):
-                rec = record_problem(item.type, item.body, session)
+                rec = record_problem(item.type, item.body, session, writer)
                 if isinstance(rec, str):
                     what = "ref record" if item.type == framing.T_REF else "stream record"
                     problem(f"{rel}@{item.offset}", f"{what}: {rec}; it is not used")

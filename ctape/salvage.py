@@ -30,7 +30,7 @@ from .files import TYPE_ENTRY, fsync_dir, storage_error
 from .refs import HEAD
 from .maintenance import PENDING, QUARANTINE, REPORT
 from .models import now_rfc3339
-from .store import Store, pack_name_matches, record_problem
+from .store import Store, file_header_problem, pack_name_matches, record_problem, segment_writer
 
 if TYPE_CHECKING:
     from .tape import Tape
@@ -136,6 +136,8 @@ def _problems(store: Store, rel: str) -> list[str]:
         items = list(store.scan_file(rel))
     except FileNotFoundError:
         return []  # compacted away meanwhile
+    if _header_problem(rel, items):
+        reasons.append(f"{_header_problem(rel, items)}: its ref and stream records are not used")
     for i, item in enumerate(items):
         if isinstance(item, framing.Damage):
             if item.torn and i == len(items) - 1 and not is_pack:
@@ -147,10 +149,20 @@ def _problems(store: Store, rel: str) -> list[str]:
             except CorruptObject as e:
                 reasons.append(f"offset {item.offset}: {str(e).split(';')[0]}")
         elif item.type in (framing.T_REF, framing.T_PARTIAL):
-            why = record_problem(item.type, item.body, session)
+            why = record_problem(item.type, item.body, session, segment_writer(rel))
             if isinstance(why, str):
                 reasons.append(f"offset {item.offset}: record {why}")
     return reasons
+
+
+def _header_problem(rel: str, items: list) -> "str | None":
+    """A file that does not start with its own header (another session's or writer's, or
+    none) is damage: the objects in it still prove themselves by their names, but its ref
+    and stream records could move refs it has no business moving."""
+    first = items[0] if items else None
+    if isinstance(first, framing.Damage) and first.torn:
+        return None
+    return file_header_problem(rel, first)
 
 
 def _salvage_file(store: Store, rel: str) -> dict:
@@ -165,6 +177,7 @@ def _salvage_file(store: Store, rel: str) -> dict:
         links: dict[str, list[str]] = {}  # what each kept entry or record refers to
         entries: dict[str, Optional[str]] = {}  # kept entry -> its parent
         pw = PackWriter(store, session)
+        records_ok = not _header_problem(rel, list(store.scan_file(rel, 0, 4096)))
         try:
             for item in store.scan_file(rel):
                 if not isinstance(item, framing.Record) or item.type in (framing.T_HEADER, framing.T_DICT):
@@ -175,8 +188,8 @@ def _salvage_file(store: Store, rel: str) -> dict:
                     if pw.count > before:
                         kept += 1
                         _note_entry(store, item.body, links, entries)
-                elif item.type in (framing.T_REF, framing.T_PARTIAL):
-                    rec = record_problem(item.type, item.body, session)
+                elif item.type in (framing.T_REF, framing.T_PARTIAL) and records_ok:
+                    rec = record_problem(item.type, item.body, session, segment_writer(rel))
                     if not isinstance(rec, str):
                         pw.add_record(item.type, item.body)
                         kept += 1

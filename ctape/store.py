@@ -45,7 +45,7 @@ from .files import (  # noqa: F401 - TYPE_*, CODEC_*, open_for_reading and zstd 
 )
 from .index import Index, IndexBatch, IndexDegraded, default_cache_root, hash_key
 from .models import NAME_RE
-from .schema import object_record_problem, read_partial_record, read_ref_record
+from .schema import header_problem, object_record_problem, read_partial_record, read_ref_record
 from .segment import SegmentWriter
 
 FORMAT_FILE = "ctape.json"
@@ -359,8 +359,14 @@ class Store:
             indexed, torn, corrupt = start, 0, 0
             src = Source(fd, data, start)
             is_pack = rel.endswith(".pack")
+            writer = segment_writer(rel)
             if is_pack and start == 0 and not pack_name_matches(rel, data):
                 corrupt = 2  # a pack is named by the hash of its bytes: these are not those bytes
+            head = data if start == 0 else os.pread(fd, min(size, 4096), 0)
+            first = next(iter(framing.scan(head, 0)), None)
+            if size and file_header_problem(rel, first) and not (isinstance(first, framing.Damage) and first.torn):
+                batch.files.append((fid, size, 0, 2))  # damage: nothing in it is used (fsck says why)
+                return batch
             for item in framing.scan(data, 0):
                 if isinstance(item, framing.Damage):
                     if item.torn and not is_pack:
@@ -370,7 +376,7 @@ class Store:
                     if item.torn:
                         break
                     continue
-                if not self._index_record(batch, fid, start + item.offset, item.type, item.body, src, session):
+                if not self._index_record(batch, fid, start + item.offset, item.type, item.body, src, session, writer):
                     corrupt = 2  # a block that does not decode may have held ref records
                 indexed = start + item.end
         finally:
@@ -380,7 +386,8 @@ class Store:
         batch.files.append((fid, indexed, torn, corrupt))
         return batch
 
-    def _index_record(self, batch: IndexBatch, fid: int, offset: int, type_: int, body: bytes, src: "Source", session: Optional[str]) -> bool:
+    def _index_record(self, batch: IndexBatch, fid: int, offset: int, type_: int, body: bytes, src: "Source", session: Optional[str],
+                      writer: Optional[str] = None) -> bool:
         """Add the index rows of one record; False for a record that cannot be used: a block
         that does not decode, or a ref or stream record that is malformed or names another
         session than the folder it is in (it could move refs it has no business moving).
@@ -393,7 +400,7 @@ class Store:
             ok = True
             for rec in inner:
                 if rec.type not in framing.BLOCK_TYPES:
-                    ok = self._index_record(batch, fid, offset, rec.type, rec.body, src, session) and ok
+                    ok = self._index_record(batch, fid, offset, rec.type, rec.body, src, session, writer) and ok
             return ok
         if type_ == framing.T_OBJECT:
             if object_record_problem(body):
@@ -401,7 +408,7 @@ class Store:
             h = body[:32].hex()
             batch.objects.append((hash_key(h), fid, offset, 1 if body[32] == TYPE_ENTRY else 0))
         elif type_ in (framing.T_REF, framing.T_PARTIAL):
-            rec = record_problem(type_, body, session)
+            rec = record_problem(type_, body, session, writer)
             if isinstance(rec, str):
                 return False
             if type_ == framing.T_REF:
@@ -715,12 +722,39 @@ def pack_name_matches(rel: str, data: bytes) -> bool:
     return name == f"pack-{blake3(data).hexdigest()[:32]}.pack"
 
 
-def record_problem(type_: int, body: bytes, session: Optional[str]):
+def record_problem(type_: int, body: bytes, session: Optional[str], writer: Optional[str] = None):
     """The decoded ref or stream record, or a short reason (str) why it cannot be used:
-    not JSON, fields of the wrong type or range (ctape/schema.py), or a session other
-    than the folder's (`session`; None for packs/, which may hold any)."""
+    not JSON, fields of the wrong type or range (ctape/schema.py), a session other
+    than the folder's (`session`; None for packs/, which may hold any), or, in a
+    segment, a ref record of another writer than the one the file belongs to (`writer`)."""
     rec, why = (read_ref_record if type_ == framing.T_REF else read_partial_record)(body, session)
+    if not why and writer is not None and type_ == framing.T_REF and rec["w"] != writer:
+        why = f"ref record of writer {rec['w']!r} in a segment of writer {writer!r}"
     return why if why else rec
+
+
+def segment_writer(rel: str) -> Optional[str]:
+    """The writer a segment belongs to, by its name (`<writer>-<time>.seg`); None for a pack."""
+    name = os.path.basename(rel)
+    return name.split("-", 1)[0] if name.endswith(".seg") else None
+
+
+def file_header_problem(rel: str, first) -> Optional[str]:
+    """Why the first record of a data file (a framing.Record, or None when the file has
+    none) is not the header its path calls for: the format its name says, the session
+    of its folder, and for a segment the writer its name says. Such a file is damage,
+    never data: it could otherwise move the refs of a session or a writer it does not
+    belong to."""
+    if first is None or not isinstance(first, framing.Record) or first.type != framing.T_HEADER:
+        return "file does not start with a header record"
+    try:
+        head = json.loads(first.body)
+    except ValueError:
+        return "file header is not JSON"
+    parts = rel.split("/")
+    session = parts[1] if parts[0] == "sessions" and len(parts) == 3 else None
+    fmt = "ctape-segment" if rel.endswith(".seg") else "ctape-pack"
+    return header_problem(head, fmt, session, segment_writer(rel))
 
 
 def _damage_level(data: bytes, d: framing.Damage) -> int:

@@ -215,7 +215,7 @@ def test_a_ref_record_in_another_sessions_folder_moves_nothing(two):
         assert t.session("a").refs().branches == {"main": a[-1]}
         assert t.session("b").refs().branches == {"main": b[-1]}
         report = t.fsck()
-        assert not report["ok"] and any("of session 'b'" in p["problem"] for p in report["problems"])
+        assert not report["ok"] and any("session 'b'" in p["problem"] for p in report["problems"])
     finally:
         t.close()
 

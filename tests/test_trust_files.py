@@ -1,0 +1,48 @@
+"""Files that are not what they say (issue 20, items 6-9): damage, never data."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+
+import pytest
+
+from ctape import Tape
+
+from conftest import run_cli, snapshot
+
+
+def heads(d, session="c"):
+    p = run_cli("--dir", d, "branch", "-s", session, "--json", check=True)
+    return {b["name"]: b["hash"] for b in map(json.loads, p.stdout.decode().splitlines())}
+
+
+def make(d, writer, texts, session="c", monkeypatch=None):
+    monkeypatch.setenv("CTAPE_WRITER", writer)
+    t = Tape.init(d) if not os.path.exists(d) else Tape.open(d)
+    s = t.session(session)
+    out = [s.append("user", {"content": x}).hash for x in texts]
+    t.close()
+    monkeypatch.delenv("CTAPE_WRITER")
+    return out
+
+
+@pytest.mark.parametrize("how", ["writer", "session"])
+def test_a_planted_segment_whose_header_is_not_its_own_moves_nothing(tmp_path, monkeypatch, how):
+    """A segment named for writer `waaaa` of session c whose header (and records) belong to
+    another writer, or another session: fsck reports it, no ref moves."""
+    a, b = str(tmp_path / "A"), str(tmp_path / "B")
+    make(a, "waaaa", ["one", "two"], monkeypatch=monkeypatch)
+    make(b, "wbbbb", ["planted 1", "planted 2", "planted 3"], session="c" if how == "writer" else "x", monkeypatch=monkeypatch)
+    before = heads(a)
+    (src,) = glob.glob(f"{b}/sessions/*/*.seg")
+    name = os.path.basename(src)
+    planted = f"{a}/sessions/c/" + ("waaaa" + name[len("wbbbb"):] if how == "writer" else name)
+    shutil.copy(src, planted)
+    assert heads(a) == before
+    p = run_cli("--dir", a, "fsck")
+    assert p.returncode == 1
+    assert "header" in p.stdout.decode() + p.stderr.decode()
+    assert run_cli("--dir", a, "log", "-s", "c", "--oneline").returncode == 0
