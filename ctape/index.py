@@ -18,8 +18,12 @@ Tables:
   views    an integration's text for an entry, with the entry's parent (the Agents SDK
            session's items): a path is read back with one query. Named by entry hash,
            like keyframes, so they never go stale and survive rebuilds
-  lost     files found shorter than this machine had read them: acknowledged records
-           gone (kept across rebuilds; cleared when the file is whole again or salvaged)
+  lost     files found shorter than this machine had read them, or gone with claims on
+           refs that nothing supersedes (kept across rebuilds; cleared when the file
+           is whole again or salvaged)
+  repeated segments whose records from `floor` on were written again in a later segment
+           (the later one's header says so): a copy of one cut anywhere past `floor` may
+           come back by rsync and loses nothing
 
 The ref log itself (`ctape reflog`, SESSION@{N}) is read from the session's files when
 asked: a row per ref record made this cache as large as the tape for sessions written
@@ -37,7 +41,7 @@ from typing import Optional
 
 from .refs import HEAD, tip_at
 
-SCHEMA_VERSION = 13
+SCHEMA_VERSION = 14
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
@@ -56,6 +60,7 @@ CREATE TABLE IF NOT EXISTS keyframes(key INTEGER PRIMARY KEY, body TEXT NOT NULL
 CREATE TABLE IF NOT EXISTS writers(session TEXT NOT NULL, w TEXT NOT NULL, n INTEGER NOT NULL,
     lc INTEGER NOT NULL, PRIMARY KEY(session, w)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS lost(path TEXT PRIMARY KEY, expected INTEGER NOT NULL, found INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS repeated(path TEXT PRIMARY KEY, floor INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS views(name TEXT NOT NULL, key INTEGER NOT NULL, hash TEXT NOT NULL,
     parent TEXT, pkey INTEGER, body TEXT, PRIMARY KEY(name, key)) WITHOUT ROWID;
 """
@@ -152,7 +157,7 @@ class Index:
         if cache_schema(db) != SCHEMA_VERSION:
             drops = "".join(
                 f"DROP TABLE IF EXISTS {t};"
-                for t in ("meta", "files", "objects", "records", "claims", "partials", "closed", "keyframes", "writers", "lost", "views")
+                for t in ("meta", "files", "objects", "records", "claims", "partials", "closed", "keyframes", "writers", "lost", "views", "repeated")
             )
             db.executescript(
                 f"BEGIN IMMEDIATE;{drops}{SCHEMA}INSERT OR REPLACE INTO meta VALUES('schema', '{SCHEMA_VERSION}');COMMIT;"
@@ -231,7 +236,7 @@ class Index:
         self._in_rebuild = True
         try:
             # keyframes stay: they are named by entry hash, so they never go stale
-            for t in ("objects", "claims", "partials", "closed", "writers"):
+            for t in ("objects", "claims", "partials", "closed", "writers", "repeated"):
                 self.db.execute(f"DELETE FROM {t}")
             self.db.execute("UPDATE files SET indexed=0, torn=0, corrupt=0")
             yield
@@ -396,6 +401,13 @@ class Index:
             "INSERT INTO lost VALUES(?,?,?) ON CONFLICT(path) DO UPDATE SET expected=max(expected, excluded.expected), found=excluded.found",
             (path, expected, found),
         )
+
+    def note_repeated(self, path: str, floor: int) -> None:
+        self._write("INSERT INTO repeated VALUES(?,?) ON CONFLICT(path) DO UPDATE SET floor=min(floor, excluded.floor)", (path, floor))
+
+    def floors(self) -> dict[str, int]:
+        """Segment -> the offset from which its records are also in a later segment."""
+        return dict(self.db.execute("SELECT path, floor FROM repeated"))
 
     def lost_rows(self) -> list[tuple[str, int, int]]:
         return self.db.execute("SELECT path, expected, found FROM lost ORDER BY path").fetchall()

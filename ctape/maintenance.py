@@ -80,8 +80,10 @@ def fsck(tape: "Tape") -> dict:
     if not store.atimes_work(warn=False):
         warnings.append({"what": "tape", "problem": NOATIME_WARNING})
     for rel, expected, found in store.index.lost_rows():
-        problem(rel, f"lost acknowledged data: {expected - found} bytes shorter than this machine had read it ({found} of {expected}); "
-                "restore it from another copy (rsync), or run `ctape fsck --salvage` to keep what is left", "lost")
+        gone = not os.path.lexists(os.path.join(store.root, rel))
+        what = f"the file is gone ({expected} bytes this machine had read; no other file holds its entries)" if gone else \
+            f"{expected - found} bytes shorter than this machine had read it ({found} of {expected})"
+        problem(rel, f"lost acknowledged data: {what}; restore it from another copy (rsync), or run `ctape fsck --salvage` to keep what is left", "lost")
     for rel, st in walk_files(tape):
         if stat.S_ISLNK(st.st_mode):
             problem(rel, "symlink inside the tape directory (ctape never follows it); replace it with the real file", "unsafe")

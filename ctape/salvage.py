@@ -63,7 +63,9 @@ def salvage(tape: "Tape") -> dict:
         noted = {intent["file"] for _, intent in _pending(store) if "quarantined" not in intent}
         for rel, expected, found in store.index.lost_rows():
             if rel not in noted:
-                _write_intent(store, rel, {"lost": f"{expected - found} bytes of acknowledged records lost (the file was cut from {expected} to {found} bytes)",
+                gone = not os.path.lexists(os.path.join(store.root, rel))
+                how = "the file is gone" if gone else f"the file was cut from {expected} to {found} bytes"
+                _write_intent(store, rel, {"lost": f"{expected - found} bytes of acknowledged records lost ({how})",
                                            "kept_at": "(left in place: what remains is intact)", "missing": []})
             store.index.clear_lost(rel)
         pending = _pending(store)

@@ -211,7 +211,7 @@ class SegmentWriter:
             if not torn and not corrupt and not copied and not shared and size == indexed and 0 < size < SEGMENT_LIMIT:
                 self.rel, self.file_id, self.offset, self.ino = last, fid, size, fst.st_ino
 
-    def _create_segment(self) -> None:
+    def _create_segment(self, repeats: Optional[dict] = None) -> None:
         """Start a new segment. Its file appears at the end of the first write, whole
         (see `_publish`): queue its header and remember its name."""
         st = self.store
@@ -223,7 +223,7 @@ class SegmentWriter:
                 break
         self.rel, self.file_id, self.offset = rel, st.index.file_id(rel), 0
         self.created = True
-        self._queue_header()
+        self.buf += self._header_frame(repeats)
 
     def _publish(self) -> None:
         """Write the queued bytes of a new segment to a file with no name yet, set its
@@ -253,12 +253,12 @@ class SegmentWriter:
         self.ino = os.fstat(fd).st_ino
         self._seen_dir = None  # we changed the folder ourselves
 
-    def _header_frame(self) -> bytes:
-        head = canonical_json({"format": "ctape-segment", "version": 1, "writer": self.store.writer, "session": self.session})
+    def _header_frame(self, repeats: Optional[dict] = None) -> bytes:
+        head = {"format": "ctape-segment", "version": 1, "writer": self.store.writer, "session": self.session}
+        if repeats:
+            head["repeats"] = repeats
+        head = canonical_json(head)
         return framing.frame(framing.T_HEADER, head)
-
-    def _queue_header(self) -> None:
-        self.buf += self._header_frame()
 
     # -- copies taken while we append -----------------------------------------------------
     #
@@ -478,9 +478,8 @@ class SegmentWriter:
         self.new_set = set()
         self.created = False
         if read_meanwhile:
-            skip = len(self._header_frame()) if created else 0
-            records = self._without_dictionaries(bytes(written[skip:]), start + skip, raw_blocks)
-            self._repeat_in_new_segment(records, durable)
+            records = self._without_dictionaries(bytes(written), start, raw_blocks)
+            self._repeat_in_new_segment(records, durable, start)
 
     def _without_dictionaries(self, records: bytes, base: int, raw_blocks: dict[int, bytes]) -> bytes:
         """The records of a write (written at offset `base`), its `Z` blocks turned into plain
@@ -496,15 +495,19 @@ class SegmentWriter:
                 out += framing.frame(item.type, item.body)
         return bytes(out)
 
-    def _repeat_in_new_segment(self, records: bytes, durable: bool) -> None:
+    def _repeat_in_new_segment(self, records: bytes, durable: bool, start: int) -> None:
         """The segment was read while we wrote, so the reader's copy may lack this write.
         Write the same records again to a new segment (a record does not depend on where
         it sits; blocks that need a dictionary are written without one): the write then
         survives whatever later happens to the copied file. Index rows still point at the
-        first copy, which this machine keeps."""
+        first copy, which this machine keeps. The new segment's header names the old one
+        and `start` (`repeats`): when the shorter copy comes back by rsync, no copy that
+        has the new segment takes it for lost data (store._note_lost)."""
+        old = os.path.basename(self.rel)
+        self.store.index.note_repeated(self.rel, start)
         self._close_segment()
         try:
-            self._create_segment()
+            self._create_segment({"file": old, "from": start})
             self.buf += records
             self._write_buf(durable)
         except OSError as e:

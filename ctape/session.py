@@ -64,6 +64,12 @@ class Session:
         """Refuse to write on refs that a damaged record may have changed (a damaged record
         that is not an object, or lost bytes). Reading goes on; the CLI warns."""
         damaged = [path for path, level in self.store.damage(self.name) if level >= 2]
+        lost = {p for p, _, _ in self.store.index.lost_rows()}
+        if damaged and damaged[0] in lost:
+            raise CorruptObject(
+                f"session {self.name!r} lost acknowledged records: {damaged[0]} is shorter than this machine had read it, or gone "
+                "(an rsync --delete or --inplace?); its branches and HEAD may be wrong, so nothing is written to it; "
+                "sync it back from a copy that has it, or run `ctape fsck --salvage` to go on without it")
         if damaged:
             raise CorruptObject(
                 f"session {self.name!r} has a damaged record in {damaged[0]}: its branches and HEAD may be wrong, "

@@ -280,21 +280,23 @@ class Store:
         rows = self.index.file_rows()
         scope = ("packs/",) if session is not None else ("packs/", "sessions/")
         prefixes = scope + ((f"sessions/{session}/",) if session is not None else ())
-        restart = False
+        shrunk, gone = [], {}
         for path, (fid, indexed, _, _) in rows.items():
-            if path.startswith(prefixes) and (path not in files or files[path] < indexed):
-                if path in files:
-                    # a file is only ever appended to (compaction removes whole files): shorter
-                    # than this machine read it means acknowledged records are gone
-                    self.index.note_lost(path, indexed, files[path])
-                restart = True
-        if restart:
+            if path.startswith(prefixes) and path not in files:
+                gone[path] = indexed
+            elif path.startswith(prefixes) and files[path] < indexed:
+                shrunk.append((path, indexed, files[path]))
+        if shrunk or gone:
+            sessions = {p.split("/")[1] for p in gone if p.startswith("sessions/")}
+            before = {s: self.index.claims(s) for s in sessions}
             self._full_reindex()
+            self._note_lost(shrunk, gone, before)
             return True
         changed = False
+        floors = self.index.floors()
         for path, expected, _ in self.index.lost_rows():
-            if files.get(path, -1) >= expected:
-                self.index.clear_lost(path)  # the whole file is back (restored from a copy)
+            if files.get(path, -1) >= min(expected, floors.get(path, expected)):
+                self.index.clear_lost(path)  # the file is back (restored from a copy)
         for path, size in files.items():
             row = rows.get(path)
             indexed = row[1] if row else 0
@@ -304,6 +306,32 @@ class Store:
         if session is not None:
             self._known[session] = files
         return changed
+
+    def _note_lost(self, shrunk: list[tuple[str, int, int]], gone: dict[str, int], before: dict[str, list[tuple]]) -> None:
+        """After a rebuild: which of the files found shorter than this machine had read them,
+        or gone, lost acknowledged records. A file is only ever appended to, so a shorter
+        one lost what it held past its length, unless a later segment repeats it from there
+        (`repeated`: a copy taken during a write came back). Files that go are fine while
+        every claim on a ref this machine had read still stands or was superseded (another
+        copy compacted them, and `rsync --delete` brought its pack); a claim that vanished
+        unseen took the entries it held with it: the session's files that went are lost."""
+        floors = self.index.floors()
+        for path, indexed, found in shrunk:
+            if found < floors.get(path, indexed):
+                self.index.note_lost(path, indexed, found)
+        for session, old in before.items():
+            now: dict[str, dict[str, tuple[int, dict]]] = {}
+            for ref, w, n, _lc, _value, seen, _at in self.index.claims(session):
+                now.setdefault(ref, {})[w] = (n, json.loads(seen) if isinstance(seen, str) else seen)
+            for ref, w, n, *_ in old:
+                cs = now.get(ref, {})
+                kept = w in cs and cs[w][0] >= n
+                superseded = any(type(s.get(w)) is int and s[w] >= n for _, s in cs.values())
+                if not kept and not superseded:
+                    for path, indexed in gone.items():
+                        if path.startswith(f"sessions/{session}/"):
+                            self.index.note_lost(path, indexed, 0)
+                    break
 
     def _full_reindex(self) -> None:
         """Rebuild the index from every file, in one transaction (readers never see it half-built)."""
@@ -367,6 +395,8 @@ class Store:
             if size and file_header_problem(rel, first) and not (isinstance(first, framing.Damage) and first.torn):
                 batch.files.append((fid, size, 0, 2))  # damage: nothing in it is used (fsck says why)
                 return batch
+            if start == 0 and writer is not None and isinstance(first, framing.Record):
+                self._note_repeats(rel, writer, first.body)
             for item in framing.scan(data, 0):
                 if isinstance(item, framing.Damage):
                     if item.torn and not is_pack:
@@ -385,6 +415,15 @@ class Store:
             indexed = start + len(data)
         batch.files.append((fid, indexed, torn, corrupt))
         return batch
+
+    def _note_repeats(self, rel: str, writer: str, header: bytes) -> None:
+        """A segment that repeats the records of an earlier one of its writer from an
+        offset on (its header's `repeats`, segment.py) makes that one safe to find cut
+        back to anywhere past the offset."""
+        rep = json.loads(header).get("repeats")
+        if type(rep) is dict and type(rep.get("from")) is int and rep["from"] >= 0 and type(rep.get("file")) is str:
+            if re.fullmatch(re.escape(writer) + r"-[0-9]{20}\.seg", rep["file"]):
+                self.index.note_repeated(f"{os.path.dirname(rel)}/{rep['file']}", rep["from"])
 
     def _index_record(self, batch: IndexBatch, fid: int, offset: int, type_: int, body: bytes, src: "Source", session: Optional[str],
                       writer: Optional[str] = None) -> bool:

@@ -117,3 +117,76 @@ def test_dev_zero_with_the_real_limit_stops_by_itself(tape_dir):
     err, peak = check_refused(tape_dir, ["append", "user", "-", "-s", "s"], env=env, stdin="/dev/zero", timeout=60)
     assert "more than 268,435,456 bytes" in err
     assert peak < 600, f"peak memory {peak} MB"
+
+
+# -- ctape watch (item 11, its readers) --------------------------------------------------------
+
+
+def claude_line(i: int, text: str) -> bytes:
+    rec = {"type": "user", "uuid": f"u{i}", "parentUuid": f"u{i - 1}" if i > 1 else None, "sessionId": f"sess{i // 1000}",
+           "timestamp": "2026-01-01T00:00:01Z", "message": {"role": "user", "content": text}}
+    return (json.dumps(rec) + "\n").encode()
+
+
+def watch_bounded(tape_dir, folder, env):
+    home = {"CLAUDE_CONFIG_DIR": str(folder / "no-claude"), "CODEX_HOME": str(folder / "no-codex")}
+    return run_bounded(["--dir", tape_dir, "watch", "--once", "-j", "1", folder], env={**home, **env}, timeout=120)
+
+
+def test_watch_skips_a_file_whose_line_never_ends(tape_dir, tmp_path):
+    """`complete_lines` kept a line with no newline in memory however long it grew (a 1 GB
+    file with no newline was held whole). Now that file is one error line and is skipped;
+    the others are imported."""
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    good = folder / "good.jsonl"
+    good.write_bytes(claude_line(1, "hello") + claude_line(2, "again"))
+    endless = folder / "endless.jsonl"
+    with open(endless, "wb") as f:
+        f.write(claude_line(1001, "first"))
+        f.truncate(1 << 30)  # then 1 GB of zeros with no line end (sparse: no disk used)
+    rc, err, peak = watch_bounded(tape_dir, folder, {"CTAPE_MAX_RECORD": str(LIMIT)})
+    assert "Traceback" not in err and "internal error" not in err, err
+    assert rc == 1, (rc, err)
+    bad = [ln for ln in err.splitlines() if "endless.jsonl" in ln]
+    assert bad == [f"watch: {endless}: line 2 is longer than 65,536 bytes, the limit for one record (docs/import.md); "
+                   "the file is skipped (set CTAPE_MAX_RECORD to allow longer records)"], err
+    assert peak < 200, f"peak memory {peak} MB"
+    from ctape import Tape
+
+    with Tape.open(tape_dir) as t:
+        assert "sess0" in t.session_names()
+        assert [e.payload for e in t.session("sess0").log()][0]["content"] == "again"
+
+
+def test_watch_refuses_a_long_line_that_ends(tape_dir, tmp_path):
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    (folder / "long.jsonl").write_bytes(claude_line(1, "hi") + claude_line(2, "x" * (2 * LIMIT)) + claude_line(3, "after"))
+    rc, err, _ = watch_bounded(tape_dir, folder, {"CTAPE_MAX_RECORD": str(LIMIT)})
+    assert rc == 1 and "long.jsonl: line 2 is longer than 65,536 bytes" in err and len(err.splitlines()) == 1, err
+
+
+def test_watch_bounds_what_a_zst_decompresses_to(tape_dir, tmp_path):
+    """`_claude_full` read a whole `.jsonl.zst` into memory (z.read()): a small file that
+    decompresses to gigabytes (a zstd bomb) filled it. Now it is decompressed as a stream
+    into a temporary file and refused past 4 x CTAPE_MAX_RECORD."""
+    import zstandard
+
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    lines = b"".join(claude_line(i, f"message {i}") for i in range(1, 201))
+    (folder / "small.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(lines))
+    bomb = claude_line(1001, "hi") + claude_line(1002, "y" * (LIMIT // 2)) * (16 * (4 * LIMIT) // (LIMIT // 2))
+    (folder / "bomb.jsonl.zst").write_bytes(zstandard.ZstdCompressor(level=19).compress(bomb))
+    assert len(bomb) > 16 * (4 * LIMIT) and (folder / "bomb.jsonl.zst").stat().st_size < len(bomb) // 100
+    rc, err, peak = watch_bounded(tape_dir, folder, {"CTAPE_MAX_RECORD": str(LIMIT)})
+    assert rc == 1, err
+    assert [ln for ln in err.splitlines() if "bomb" in ln] == [
+        f"watch: {folder / 'bomb.jsonl.zst'}: decompresses to more than 262,144 bytes, the limit for a compressed "
+        "transcript (4 x CTAPE_MAX_RECORD, docs/import.md); the file is skipped"], err
+    from ctape import Tape
+
+    with Tape.open(tape_dir) as t:  # the small one, under the limit, is imported
+        assert len(list(t.session("sess0").log())) == 200
+

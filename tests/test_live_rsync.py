@@ -157,17 +157,8 @@ def one_round(root: str, seconds: float, seed: int) -> tuple[str, list[str]]:
     return f"round {seed}: {len(acked)} acknowledged, {rounds.decode().strip()} sync rounds, {len(files)} segments", problems
 
 
-# Known to fail after 1f725a0 (segments appear whole), nearly every run here: a copy taken
-# after the writer found its segment unread and before its write lands is one write
-# shorter; the writer repeats that write in a new segment (nothing is lost), but the next
-# `rsync -a B/ A/` puts the shorter copy back over the writer's sealed file, fsck then
-# reports "lost acknowledged data" (the index had seen it longer) and the writer refuses
-# every later append (CorruptObject). ctape must accept a sealed file cut back to the end
-# of a write it repeated. Not strict: with lucky timing it passes.
-KNOWN = pytest.mark.xfail(reason="issue 20 item 1: a copy cut before a repeated write comes back (see above)", strict=False)
 
 
-@KNOWN
 def test_writer_during_rsync_loop_loses_nothing(tmp_path):
     """About 10 s: one writer for 6 s against the sync loop."""
     summary, problems = one_round(str(tmp_path), 6.0, 1)
@@ -175,7 +166,6 @@ def test_writer_during_rsync_loop_loses_nothing(tmp_path):
     assert not problems, summary + "\n" + "\n".join(problems)
 
 
-@KNOWN
 @pytest.mark.skipif(not SLOW, reason="long run: CTAPE_SLOW=1")
 def test_writer_during_rsync_loop_many_rounds(tmp_path):
     n = int(os.environ.get("CTAPE_LIVE_ROUNDS", "30"))

@@ -169,7 +169,11 @@ def test_an_append_after_rsync_delete_survives_older_records_brought_back(tmp_pa
     acked += [append(b, f"b{i}") for i in range(1, 6)]
     rsync(b, c)
     subprocess.run(["rsync", "-a", "--delete", f"{a}/", f"{b}/"], check=True)
-    x1 = append(b, "x1")
+    # B's index had read the records that went: B says so and writes nothing
+    p = run_cli("--dir", b, "append", "user", "--text", "x1", "-s", "c")
+    assert p.returncode == 1 and "lost acknowledged records" in p.stderr.decode(), p.stderr
+    # a process that never read them (another cache: a new machine, a dropped cache) appends
+    x1 = append(b, "x1", env={"CTAPE_CACHE_DIR": str(tmp_path / "fresh-cache")})
     for _ in range(2):
         for src in (a, b, c):
             for dst in (a, b, c):

@@ -882,7 +882,6 @@ def test_live_seed_80_keeps_an_append_to_a_segment_copied_empty(tmp_path):
     _run_live(tmp_path, [80])
 
 
-@pytest.mark.xfail(reason="issue 20 item 1, after 1f725a0: a copy cut before a repeated write comes back", strict=False)
 def test_live_seed_1010_copy_taken_between_the_unread_check_and_the_write(tmp_path):
     """Found by the long run after 1f725a0: c1's writer found its s2 segment unread (its
     fstat) and stopped there; the rsync c1 -> c0 copied the segment (885 bytes); the
@@ -891,7 +890,8 @@ def test_live_seed_1010_copy_taken_between_the_unread_check_and_the_write(tmp_pa
     and the next append on c1 refuses (CorruptObject: the index had seen it longer), as
     fsck reports "lost acknowledged data". tests/test_live_rsync.py hits the same with
     real timing. Expected to pass once a sealed file cut back to the start of a write
-    it repeated is accepted."""
+    it repeated is accepted: the repeating segment's header names the old one and the
+    offset (`repeats`), and a copy cut back past it is not loss."""
     _run_many(tmp_path, [1010], cli=False, sync=copy_like_rsync, world=LiveWorld)
 
 

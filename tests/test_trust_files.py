@@ -46,3 +46,31 @@ def test_a_planted_segment_whose_header_is_not_its_own_moves_nothing(tmp_path, m
     assert p.returncode == 1
     assert "header" in p.stdout.decode() + p.stderr.decode()
     assert run_cli("--dir", a, "log", "-s", "c", "--oneline").returncode == 0
+
+
+def test_a_whole_segment_deleted_from_outside_is_reported_as_loss(tmp_path, monkeypatch):
+    a = str(tmp_path / "A")
+    make(a, "waaaa", ["one"], monkeypatch=monkeypatch)
+    assert run_cli("--dir", a, "fsck").returncode == 0  # this machine reads it
+    os.unlink(glob.glob(f"{a}/sessions/c/*.seg")[0])
+    p = run_cli("--dir", a, "fsck")
+    assert p.returncode == 1 and b"gone" in p.stdout, p.stdout
+    p = run_cli("--dir", a, "fsck", "--salvage")
+    assert p.returncode == 0, p.stderr
+    p = run_cli("--dir", a, "fsck")
+    assert p.returncode == 0 and b"gone" in p.stdout + p.stderr
+
+
+def test_a_segment_gone_because_another_copy_compacted_it_is_not_loss(tmp_path, monkeypatch):
+    """compact on A, then the one recipe that uses --delete (docs/sync.md): B's old segments
+    go, and every entry in them is in A's pack. Nothing was lost."""
+    import subprocess
+
+    a, b = str(tmp_path / "A"), str(tmp_path / "B")
+    make(a, "waaaa", ["one", "two"], monkeypatch=monkeypatch)
+    subprocess.run(["rsync", "-a", f"{a}/", f"{b}/"], check=True)
+    assert run_cli("--dir", b, "fsck").returncode == 0
+    run_cli("--dir", a, "compact", "--grace", "now", check=True)
+    subprocess.run(["rsync", "-a", "--delete", f"{a}/", f"{b}/"], check=True)
+    p = run_cli("--dir", b, "fsck")
+    assert p.returncode == 0, p.stdout

@@ -21,15 +21,15 @@ was) and reported once.
 
 from __future__ import annotations
 
-import io
 import os
 import sys
+import tempfile
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from ..errors import CtapeError
+from ..errors import CtapeError, InvalidInput
 from ..formats import _common as c
 from ..refs import HEAD
 from . import sources as src_mod
@@ -84,8 +84,11 @@ class _Line:
 
 def complete_lines(stream, offset: int, line: int, limit: int = src_mod.CHUNK):
     """Lists of the non-blank complete lines after `offset`, about `limit` bytes at a time;
-    blank lines are counted but not returned."""
-    buf = b""
+    blank lines are counted but not returned. A line still without its end after
+    c.max_record() bytes is refused (InvalidInput): the buffer never holds more than that
+    and one read."""
+    most = c.max_record()
+    buf = bytearray()
     base, n = offset, line
     pre = b""
     while True:
@@ -99,17 +102,28 @@ def complete_lines(stream, offset: int, line: int, limit: int = src_mod.CHUNK):
             if i < 0:
                 break
             n += 1
-            raw = buf[start : i + 1]
+            raw = bytes(buf[start : i + 1])
+            if len(raw) - 1 > most:
+                raise _too_long(n, most)
             if raw.strip():
                 out.append(_Line(n, base + start, raw, pre))
                 pre = b""
             else:
                 pre += raw
             start = i + 1
-        buf = buf[start:]
+        del buf[:start]
         base += start
+        if len(buf) > most:
+            raise _too_long(n + 1, most)
         if out:
             yield out
+
+
+def _too_long(number: int, most: int) -> InvalidInput:
+    return InvalidInput(
+        f"line {number} is longer than {most:,} bytes, the limit for one record (docs/import.md); "
+        "the file is skipped (set CTAPE_MAX_RECORD to allow longer records)"
+    )
 
 
 class Watcher:
@@ -470,14 +484,24 @@ class Watcher:
         from ..formats import claude_code
 
         self.live.pop(s.key, None)
-        f = src_mod.open_stream(s.path)
-        with f:
-            lines = [ln for chunk in complete_lines(f, 0, 0) for ln in chunk]
+        # a compressed file is decompressed once, into a temporary file (bounded): its lines
+        # are read from there, and the Builder reads them again there by offset
+        data = _unpacked(s) if s.zst else None
+        try:
+            return self._claude_layout(s, st, old, data)
+        finally:
+            if data is not None:
+                data.close()
+
+    def _claude_layout(self, s: Source, st: os.stat_result, old: Optional[Position], data) -> tuple[int, int]:
+        from ..formats import claude_code
+
+        if data is None:
+            with src_mod.open_stream(s.path) as f:
+                lines = [ln for chunk in complete_lines(f, 0, 0) for ln in chunk]
+        else:
+            lines = [ln for chunk in complete_lines(data, 0, 0) for ln in chunk]
         lines = _trim_invalid_tail(lines)
-        data = None
-        if s.zst:
-            with src_mod.open_stream(s.path) as z:
-                data = io.BytesIO(z.read())
         infos = [claude_code.Info(_as_line(ln), ln.value) for ln in lines]
         if not any(i.message for i in infos):
             return 0, 0  # wait for the first message: it names the session
@@ -543,6 +567,38 @@ class Watcher:
         if (s.key, ln.number) not in self.reported:
             self.reported.add((s.key, ln.number))
             self.warn(f"watch: {s.path}: line {ln.number} is not JSON; kept as it is (a hidden entry)")
+
+
+def max_unpacked() -> int:
+    """The most a `.jsonl.zst` source may decompress to: 4 x c.max_record() (1 GiB), the
+    size of transcript watch promises to follow in under 1 GB of memory (SPEC 11)."""
+    return 4 * c.max_record()
+
+
+def _unpacked(s: Source):
+    """The decompressed content of a `.zst` source in a temporary file, refused (InvalidInput)
+    once it passes max_unpacked(): a zstd bomb fills neither the memory nor the disk."""
+    most = max_unpacked()
+    out = tempfile.TemporaryFile(prefix="ctape-watch-")
+    try:
+        size = 0
+        with src_mod.open_stream(s.path) as z:
+            while True:
+                b = z.read(src_mod.CHUNK)
+                if not b:
+                    break
+                size += len(b)
+                if size > most:
+                    raise InvalidInput(
+                        f"decompresses to more than {most:,} bytes, the limit for a compressed transcript "
+                        "(4 x CTAPE_MAX_RECORD, docs/import.md); the file is skipped"
+                    )
+                out.write(b)
+        out.seek(0)
+        return out
+    except BaseException:
+        out.close()
+        raise
 
 
 def _read_exact(f, n: int) -> bytes:
