@@ -6,14 +6,23 @@ text each time). Partial records never become entries one by one: a normal end
 appends one `assistant` entry; a crash leaves them open, and `recover` (or the
 next write to the session) turns them into one `streaming` entry whose parent is
 the HEAD the stream started from.
+
+A stream holds at most max_record() bytes (256 MiB, $CTAPE_MAX_RECORD), counted as its
+text takes them in a record (UTF-8 JSON: a NUL counts six): an assistant message is one
+record, as an import reads it. The write that would pass the limit keeps what fits and
+raises StreamTooLong, and the stream ends as an interrupted one (one `streaming` entry
+holding the text up to the limit), so `cat /dev/zero | ctape stream` stops instead of
+filling the disk (docs/design.md, "Streams").
 """
 
 from __future__ import annotations
 
+import json
 import secrets
 import threading
 from typing import TYPE_CHECKING, Optional
 
+from .errors import InvalidInput
 from .models import Entry, now_rfc3339
 
 
@@ -22,15 +31,34 @@ if TYPE_CHECKING:
     from .segment import SegmentWriter
 
 
+_JSON = json.JSONEncoder(ensure_ascii=False)
+PIECE = 16 << 20  # characters of text in one partial record at most
+
+
+class StreamTooLong(InvalidInput):
+    """A stream passed its limit; the text up to it is kept as a `streaming` entry."""
+
+
+def stream_limit() -> int:
+    # the limit of one record, as every reader of outside input applies it (lazy: formats sit
+    # above streams; the constant belongs further down, see docs/import.md)
+    from .formats._common import max_record
+
+    return max_record()
+
+
 class StreamWriter:
-    def __init__(self, session: "Session", flush_interval: float = 0.5):
+    def __init__(self, session: "Session", flush_interval: float = 0.5, limit: Optional[int] = None):
         self.session = session
+        self.limit = stream_limit() if limit is None else limit
+        self.bytes = 0  # the text so far as a record holds it (UTF-8 JSON, escapes included)
         self.interval = flush_interval
         self.id = secrets.token_hex(8)
         self.base: Optional[str] = None
         self.branch: Optional[str] = None
         self.text: list[str] = []
         self.flushed = 0  # characters persisted
+        self._chunks = 0  # chunks of self.text persisted
         self.size = 0
         self.entry: Optional[Entry] = None
         self._lock = threading.Lock()
@@ -48,9 +76,20 @@ class StreamWriter:
     def write(self, chunk: str) -> None:
         if not isinstance(chunk, str):
             raise TypeError("stream chunks are str")
+        n = _stored_size(chunk)
         with self._lock:
+            if self.bytes + n > self.limit:
+                kept = _prefix_within(chunk, self.limit - self.bytes)
+                self.text.append(kept)
+                self.size += len(kept)
+                self.bytes += _stored_size(kept)
+                raise StreamTooLong(
+                    f"the stream passed {self.limit:,} bytes, the limit for one message; the text up to it "
+                    f"({self.size:,} characters) was kept as a streaming entry (set CTAPE_MAX_RECORD to allow more)"
+                )
             self.text.append(chunk)
             self.size += len(chunk)
+            self.bytes += n
 
     def _ticker(self) -> None:
         while not self._stop.wait(self.interval / 2):
@@ -61,13 +100,15 @@ class StreamWriter:
         with self._lock:
             if self.size == self.flushed:
                 return
-            full = "".join(self.text)
-            self.text = [full]
-            new = full[self.flushed :]
-            rec = {"s": self.session.name, "stream": self.id, "off": self.flushed, "text": new, "base": self.base, "t": now_rfc3339()}
+            new = "".join(self.text[self._chunks :])  # only what came since the last flush
+            t = now_rfc3339()
             with self.session.store.writing(self.session.name) as w:
-                w.put_partial(rec)
-            self.flushed = len(full)
+                for at in range(0, len(new), PIECE):  # a fast stream: several records, one fsync
+                    piece = new[at : at + PIECE]
+                    w.put_partial({"s": self.session.name, "stream": self.id, "off": self.flushed + at, "text": piece, "base": self.base, "t": t})
+            self.text[self._chunks :] = [new]
+            self._chunks = len(self.text)
+            self.flushed = self.size
 
     def content(self) -> str:
         with self._lock:
@@ -77,12 +118,32 @@ class StreamWriter:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
-        text = self.content()
         if exc_type is None:
+            text = self.content()
             self.entry = self.session.append("assistant", {"content": text}, op="stream", record_extra={"stream": self.id})
-        elif text:
+        elif self.size:
             self.flush()
+            with self._lock:
+                self.text = []  # persisted: recover reads it back (one copy in memory, not two)
+                self._chunks = 0
             recover(self.session)
+
+
+def _stored_size(text: str) -> int:
+    """The bytes `text` takes as a JSON string in a record (escapes included: a NUL is six)."""
+    return len(_JSON.encode(text).encode("utf-8", "surrogatepass")) - 2
+
+
+def _prefix_within(text: str, most: int) -> str:
+    """The longest start of `text` whose _stored_size is at most `most`."""
+    lo, hi = 0, len(text)  # text[:lo] fits
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if _stored_size(text[:mid]) <= most:
+            lo = mid
+        else:
+            hi = mid - 1
+    return text[:lo]
 
 
 def _open_streams(session: "Session") -> dict[str, dict]:

@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from conftest import snapshot
+from conftest import run_cli, snapshot
 
 LIMIT = 64 << 10  # CTAPE_MAX_RECORD in the fast tests
 CAP = 2 << 30  # address space of the child: an unbounded reader dies here (MemoryError)
@@ -190,3 +190,41 @@ def test_watch_bounds_what_a_zst_decompresses_to(tape_dir, tmp_path):
     with Tape.open(tape_dir) as t:  # the small one, under the limit, is imported
         assert len(list(t.session("sess0").log())) == 200
 
+
+# -- ctape stream ---------------------------------------------------------------------------------
+
+
+def test_stream_stops_at_the_limit_and_keeps_what_came(tape_dir, tmp_path):
+    """`cat /dev/zero | ctape stream -s x` wrote partial records until the disk was full. A
+    stream now holds at most one record's bytes: past it, one line (exit 2), and the text up
+    to the limit is one `streaming` entry, as after an interrupt (SPEC 6)."""
+    from ctape import Tape
+
+    src = tmp_path / "long.txt"
+    src.write_bytes(("x" * (LIMIT - 1) + "é" + "y" * 3 * LIMIT).encode())  # the limit falls inside the é
+    env = {"CTAPE_MAX_RECORD": str(LIMIT)}
+    rc, err, peak = run_bounded(["--dir", tape_dir, "stream", "-s", "s"], env=env, stdin=src)
+    assert rc == 2, (rc, err)
+    assert err == ("ctape: error: the stream passed 65,536 bytes, the limit for one message; the text up to it "
+                   "(65,535 characters) was kept as a streaming entry (set CTAPE_MAX_RECORD to allow more)\n"), err
+    with Tape.open(tape_dir) as t:
+        s = t.session("s")
+        [e] = list(s.log())
+        assert e.kind == "streaming" and src.read_bytes().decode().startswith(e.payload["content"])
+        assert e.payload["content"] == "x" * (LIMIT - 1)
+        shown = s.status()["interrupted_stream"]  # reported, and recorded already
+        assert shown["recorded"] is True and shown["content"] == e.payload["content"]
+    p = run_cli("--dir", tape_dir, "stream", "-s", "s", env={"CTAPE_MAX_RECORD": str(8 * LIMIT)}, input=src.read_bytes())
+    assert p.returncode == 0, p.stderr  # under the limit: one assistant entry, as ever
+    with Tape.open(tape_dir) as t:
+        assert [e.kind for e in t.session("s").log()] == ["assistant", "streaming"]
+
+
+def test_stream_from_dev_zero_with_the_real_limit_stops_by_itself(tape_dir):
+    env = {"CTAPE_MAX_RECORD": ""}
+    before = sum(f.stat().st_size for f in tape_dir.rglob("*") if f.is_file())
+    rc, err, peak = run_bounded(["--dir", tape_dir, "stream", "-s", "z"], env=env, stdin="/dev/zero", timeout=300)
+    assert rc == 2 and "the stream passed 268,435,456 bytes" in err and len(err.splitlines()) == 1, err
+    grew = sum(f.stat().st_size for f in tape_dir.rglob("*") if f.is_file()) - before
+    assert grew < 2 * (256 << 20), f"the tape grew by {grew >> 20} MB"  # the partial records (until compact) and the entry
+    assert peak < 1024, f"peak memory {peak} MB"
