@@ -22,6 +22,7 @@ from .base import (
     session_for,
     session_option,
 )
+from .refs import warn_ambiguous
 
 
 def _read_stdin_text() -> str:
@@ -172,6 +173,8 @@ def log(ctx, refs, session, limit, kinds, grep, since, until, reverse, all_, hid
     tape = open_tape(ctx)
     name = session_for(ctx, refs[0] if refs else None, session)
     flt = Filter.make(kinds, grep, since, until, hidden)
+    for r in refs:
+        warn_ambiguous(tape, r, name)
     if all_ and name is None:
         raise click.UsageError("--all needs a session: pass -s NAME")
     tips = start_points(tape, name, refs, every_branch=all_ or (graph and not refs))
@@ -215,7 +218,9 @@ def show(ctx, ref, session, with_meta, as_json, no_pager):
     from .. import render
 
     tape = open_tape(ctx)
-    e = tape.get(ref, session_for(ctx, ref, session))
+    name = session_for(ctx, ref, session)
+    warn_ambiguous(tape, ref, name)
+    e = tape.get(ref, name)
     if as_json:
         emit_json(e.to_json())
     else:
@@ -246,6 +251,7 @@ def context(ctx, ref, session, policies, fmt, resume, max_tokens):
 
     tape = open_tape(ctx)
     name = session_for(ctx, ref, session)
+    warn_ambiguous(tape, ref, name)
     s = tape.session(name) if name else None
     out = build_context(s, ref, list(policies), fmt, resume, max_tokens, tape=tape)
     click.echo(json.dumps(out, ensure_ascii=False, indent=2))
@@ -265,6 +271,7 @@ def state(ctx, ref, session):
     """
     tape = open_tape(ctx)
     name = session_for(ctx, ref, session)
+    warn_ambiguous(tape, ref, name)
     if name is None:
         h = tape.resolve(ref)
         click.echo(json.dumps(tape.derived(h)["state"], ensure_ascii=False, indent=2))

@@ -1,6 +1,8 @@
-"""Moving through history: checkout, branch, reflog."""
+"""Moving through history: checkout, branch, reflog; and git's warning for an ambiguous refname."""
 
 from __future__ import annotations
+
+import warnings
 
 import click
 
@@ -14,6 +16,86 @@ from .base import (
     pager_option,
     session_option,
 )
+
+
+def warn_ambiguous(tape, ref, session) -> None:
+    """One warning line when a bare name that resolves as a branch, tag, anchor or session
+    (SPEC 4: those come first, and still win) is also a hex prefix of an entry, as git warns
+    "refname is ambiguous". Checked only for names of 4 to 63 hex digits: cheap otherwise."""
+    from ..errors import CtapeError, CtapeWarning
+    from ..refspec import parse_ref
+
+    try:
+        spec = parse_ref(ref) if ref else None
+    except CtapeError:
+        return  # the command itself says what is wrong with it
+    if spec is None or spec.reflog is not None or not _hexish(spec.base):
+        return
+    what = _named_as(tape, spec.base, session)
+    if what is None:
+        return
+    entry = _prefix_of(tape, spec.base)
+    if entry is not None:
+        warnings.warn(
+            f"refname {spec.base!r} is ambiguous: it names {what} {spec.base} and is the prefix of {entry}; "
+            f"the {what} wins, write the full hash for the entry",
+            CtapeWarning,
+            stacklevel=2,
+        )
+
+
+def warn_new_name(tape, name, kind: str = "branch") -> None:
+    """At `branch NAME` / `checkout -b NAME`: a warning when NAME is already a hex prefix of an entry."""
+    from ..errors import CtapeWarning
+
+    if name and _hexish(name):
+        entry = _prefix_of(tape, name)
+        if entry is not None:
+            warnings.warn(
+                f"{kind} name {name!r} is also the prefix of {entry}: as a ref, {name} now names the {kind}; "
+                "write the full hash for the entry",
+                CtapeWarning,
+                stacklevel=2,
+            )
+
+
+def _hexish(name: str) -> bool:
+    return 4 <= len(name) < 64 and all(ch in "0123456789abcdefABCDEF" for ch in name)
+
+
+def _named_as(tape, name: str, session):
+    """What a bare name resolves to before any hex prefix (Tape._resolve_base's order), or None."""
+    from .. import tags
+    from ..errors import CtapeError
+    from ..models import NAME_RE
+
+    try:
+        if session is not None and tape._session_exists(session):
+            sess = tape.session(session)
+            st = sess.refs()
+            if name in st.branches:
+                return "branch"
+            if name in st.tags:
+                return "tag"
+            if tags.anchor(sess, name, st) is not None:
+                return "anchor"
+        if NAME_RE.fullmatch(name) and tape._session_exists(name):
+            return "session"
+    except CtapeError:
+        return None
+    return None
+
+
+def _prefix_of(tape, name: str):
+    """'entry HASH...' or 'several entries' when `name` is a hex prefix of entries in the tape."""
+    from ..errors import AmbiguousRef, RefNotFound
+
+    try:
+        return f"entry {tape._resolve_prefix(name.lower())[:16]}..."
+    except AmbiguousRef:
+        return "several entries"
+    except RefNotFound:
+        return None
 
 
 @main.command()
@@ -37,7 +119,9 @@ def checkout(ctx, ref, new_branch, session):
         raise click.UsageError("give a REF to check out, or -b NAME to fork a branch at HEAD")
     tape = open_tape(ctx)
     name = need_session(ctx, session)
+    warn_ambiguous(tape, ref, name)
     st = tape.session(name).checkout(ref, new_branch)
+    warn_new_name(tape, new_branch)
     h = st.head_hash
     if st.branch:
         click.echo(f"HEAD is now on branch {st.branch} at {h[:12] if h else '(no entries)'}", err=True)
@@ -75,7 +159,9 @@ def branch(ctx, name, ref, delete, force_delete, session, as_json):
         click.echo(f"Deleted branch {gone} (was {tip[:12]})", err=True)
         return
     if name is not None:
+        warn_ambiguous(tape, ref, s.name)
         h = s.branch(name, ref)
+        warn_new_name(tape, name)
         click.echo(f"Created branch {name} at {h[:12]}", err=True)
         return
     rows = s.branches()
