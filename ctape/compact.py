@@ -37,7 +37,7 @@ from blake3 import blake3
 
 from . import framing, packing
 from .canonical import canonical_json
-from .errors import CorruptObject, InvalidInput, StorageError
+from .errors import CorruptObject, InvalidInput, StorageError, UnsafePath
 from .models import format_time
 from .refs import HEAD, Claim, RefState, conflict_name, saw, shown, standing_claims, tip_at
 from .files import TYPE_ENTRY, fsync_dir, zstd
@@ -126,9 +126,13 @@ def compact(tape, expire="90d", grace="14d", dry_run: bool = False, progress: Op
                 f"not compacting: damaged records in {', '.join(sorted(damaged)[:3])}; run `ctape fsck`, "
                 "then restore those files from another copy of the tape or move them out of it"
             )
-        skipped = sorted({p.split("/")[1] for p in damaged})
+        skipped = sorted({p.split("/")[1] for p in damaged} | store.unsafe_sessions)
         work = {p: size for p, size in snapshot.items() if p.split("/")[1] not in skipped}
         pinned = _entries_of(store, {p: size for p, size in snapshot.items() if p not in work})
+        if store.unsafe_sessions:
+            # a symlink in a session: its files are never read, so what they refer to in
+            # other sessions' files is unknown: pack, but free nothing
+            grace_s = float("inf")
         kept_records, head_roots = _kept_records(scan.records, cutoff)
         roots = _roots(scan, kept_records, cutoff) | head_roots | pinned
         live = _mark(scan.graph, roots)
@@ -544,7 +548,7 @@ def _write_pack(store, session, files, snapshot, ages, grace_s, live, kept_ids, 
 def _freeze_and_swap(store: Store, snapshot, written, scan: Scan, live: set[str], say) -> int:
     """With every session locked: carry over what arrived since the snapshot, then remove old files."""
     say("compact: swapping files")
-    sessions = sorted(store.sessions())
+    sessions = sorted(set(store.sessions()) - store.unsafe_sessions)
     fds = []
     try:
         for s in sessions:
@@ -623,6 +627,8 @@ def _snapshot(store: Store) -> dict[str, int]:
     (a torn tail a crash left is still possible: pass 1 notes where whole records end)."""
     out = {p: size for p, size in store.list_files(None).items() if p.startswith("packs/")}
     for s in store.sessions():
+        if s in store.unsafe_sessions:
+            continue  # a symlink in it: left alone, like damage (fsck reports it)
         try:
             fd = os.open(store.session_dir(s), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         except (FileNotFoundError, NotADirectoryError):
@@ -630,6 +636,8 @@ def _snapshot(store: Store) -> dict[str, int]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             out.update(store.list_files(s))
+        except UnsafePath:
+            store.unsafe_sessions.add(s)
         finally:
             os.close(fd)
     return out

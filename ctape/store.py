@@ -95,6 +95,7 @@ class Store:
         self._blocks: dict[tuple[int, int], dict[str, bytes]] = {}
         self._dicts: dict[tuple[int, int, int], object] = {}  # (file, offset, crc) -> decompressor with that dictionary
         self._atimes_work: Optional[bool] = None
+        self.unsafe_sessions: set[str] = set()  # sessions a symlink refuses (list_files)
         self.discard_listeners: list = []  # called with the hashes of objects a failed batch dropped
         # what this process read from data files: lets tests prove that a question
         # about one session does not read the whole tape
@@ -189,31 +190,42 @@ class Store:
         return os.path.join(self.root, "sessions", session)
 
     def list_files(self, session: Optional[str] = None) -> dict[str, int]:
-        """Data files (relative path -> size) of one session plus packs, or of the whole tape."""
+        """Data files (relative path -> size) of one session plus packs, or of the whole tape.
+
+        A symlink in a session (its folder, or a data file) refuses that session: listing
+        it raises UnsafePath; listing the whole tape leaves it out and names it in
+        `unsafe_sessions`, so the other sessions go on (fsck reports it)."""
+        out = self._list_dir("packs")
+        if session is not None:
+            out.update(self._list_dir(f"sessions/{session}"))
+            return out
+        try:
+            names = os.listdir(os.path.join(self.root, "sessions"))
+        except FileNotFoundError:
+            names = []
+        for n in sorted(names):
+            try:
+                out.update(self._list_dir(f"sessions/{n}"))
+                self.unsafe_sessions.discard(n)
+            except UnsafePath:
+                self.unsafe_sessions.add(n)
+        return out
+
+    def _list_dir(self, d: str) -> dict[str, int]:
         out: dict[str, int] = {}
-        dirs = ["packs"]
-        if session is None:
-            try:
-                names = os.listdir(os.path.join(self.root, "sessions"))
-            except FileNotFoundError:
-                names = []
-            dirs += [f"sessions/{n}" for n in sorted(names)]
-        else:
-            dirs.append(f"sessions/{session}")
-        for d in dirs:
-            full = os.path.join(self.root, d)
-            check_not_symlink(full)
-            try:
-                with os.scandir(full) as it:
-                    for e in it:
-                        if e.name.endswith((".seg", ".pack")):
-                            st = e.stat(follow_symlinks=False)
-                            if stat.S_ISLNK(st.st_mode):
-                                raise UnsafePath(f"refusing symlink inside the tape directory: {d}/{e.name}; replace it with the real file")
-                            if stat.S_ISREG(st.st_mode):
-                                out[f"{d}/{e.name}"] = st.st_size
-            except (FileNotFoundError, NotADirectoryError):
-                continue
+        full = os.path.join(self.root, d)
+        check_not_symlink(full)
+        try:
+            with os.scandir(full) as it:
+                for e in it:
+                    if e.name.endswith((".seg", ".pack")):
+                        st = e.stat(follow_symlinks=False)
+                        if stat.S_ISLNK(st.st_mode):
+                            raise UnsafePath(f"refusing symlink inside the tape directory: {d}/{e.name}; replace it with the real file")
+                        if stat.S_ISREG(st.st_mode):
+                            out[f"{d}/{e.name}"] = st.st_size
+        except (FileNotFoundError, NotADirectoryError):
+            pass
         return out
 
     def damage(self, session: str) -> list[tuple[str, int]]:

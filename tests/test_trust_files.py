@@ -74,3 +74,35 @@ def test_a_segment_gone_because_another_copy_compacted_it_is_not_loss(tmp_path, 
     subprocess.run(["rsync", "-a", "--delete", f"{a}/", f"{b}/"], check=True)
     p = run_cli("--dir", b, "fsck")
     assert p.returncode == 0, p.stdout
+
+
+@pytest.mark.parametrize("where", ["segment", "folder"])
+def test_a_symlink_in_one_session_stops_no_other(tmp_path, monkeypatch, where):
+    """compact and fsck --salvage go on for the other sessions; fsck reports the symlink;
+    nothing behind it is read or changed."""
+    a = str(tmp_path / "A")
+    make(a, "waaaa", ["one", "two"], session="good", monkeypatch=monkeypatch)
+    make(a, "waaaa", ["x"], session="bad", monkeypatch=monkeypatch)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    if where == "segment":
+        (seg,) = glob.glob(f"{a}/sessions/bad/*.seg")
+        shutil.move(seg, outside / "x.seg")
+        os.symlink(outside / "x.seg", seg)
+    else:
+        shutil.move(f"{a}/sessions/bad", outside / "bad")
+        os.symlink(outside / "bad", f"{a}/sessions/bad")
+    before = snapshot(outside)
+    p = run_cli("--dir", a, "compact", "--grace", "now", "--json")
+    assert p.returncode == 0, p.stderr
+    report = json.loads(p.stdout)
+    assert "bad" in report["skipped_sessions"]
+    assert len(glob.glob(f"{a}/sessions/good/*.pack")) == 1  # the other session was compacted
+    p = run_cli("--dir", a, "fsck", "--salvage")
+    assert b"Traceback" not in p.stderr
+    p = run_cli("--dir", a, "fsck")
+    assert p.returncode == 1 and b"symlink" in p.stdout
+    assert run_cli("--dir", a, "log", "-s", "good", "--oneline").returncode == 0
+    p = run_cli("--dir", a, "log", "-s", "bad")
+    assert p.returncode != 0 and b"symlink" in p.stderr
+    assert snapshot(outside) == before
