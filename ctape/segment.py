@@ -166,6 +166,7 @@ class SegmentWriter:
         mtime = os.fstat(self.dir_fd).st_ctime_ns
         self._seen_sizes = self._sizes()
         st.refresh(self.session)
+        st.verify_headers(self.session)
         self.refstate = None
         self.partials_checked = False
         if self.fd >= 0:

@@ -428,6 +428,26 @@ class Store:
         batch.files.append((fid, indexed, torn, corrupt))
         return batch
 
+    def verify_headers(self, session: str) -> None:
+        """Read the header of each of a session's files again. A file changed in place keeps
+        its size, so the index does not look at it again; a writer calls this when it
+        takes up a session, and a header found damaged marks the file as damage (the
+        writer then refuses: its refs may be wrong)."""
+        rows = self.index.file_rows()
+        for rel in self.list_files(session):
+            row = rows.get(rel)
+            if row is None or row[3] or not rel.startswith("sessions/"):
+                continue  # not indexed yet (the next scan checks it), or already damage
+            fd = open_for_reading(os.path.join(self.root, rel))
+            try:
+                first = next(iter(framing.scan(os.pread(fd, 4096, 0), 0)), None)
+            finally:
+                os.close(fd)
+            if file_header_problem(rel, first) and not (isinstance(first, framing.Damage) and first.torn):
+                b = IndexBatch()
+                b.files.append((row[0], row[1], row[2], 2))
+                self.index.apply(b)
+
     def _note_repeats(self, rel: str, writer: str, header: bytes) -> None:
         """A segment that repeats the records of an earlier one of its writer from an
         offset on (its header's `repeats`, segment.py) makes that one safe to find cut

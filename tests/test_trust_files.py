@@ -106,3 +106,34 @@ def test_a_symlink_in_one_session_stops_no_other(tmp_path, monkeypatch, where):
     p = run_cli("--dir", a, "log", "-s", "bad")
     assert p.returncode != 0 and b"symlink" in p.stderr
     assert snapshot(outside) == before
+
+
+def test_a_header_damaged_in_place_blocks_appends(tmp_path, monkeypatch):
+    """One flipped byte in a segment's header keeps the file's size, so the index never
+    looks again; the writer reads the headers when it takes up the session."""
+    a = str(tmp_path / "A")
+    make(a, "waaaa", ["one", "two", "three"], monkeypatch=monkeypatch)
+    (seg,) = glob.glob(f"{a}/sessions/c/*.seg")
+    data = bytearray(open(seg, "rb").read())
+    data[20] ^= 1
+    open(seg, "wb").write(bytes(data))
+    before = snapshot(a)
+    p = run_cli("--dir", a, "append", "user", "--text", "four", "-s", "c")
+    assert p.returncode == 1 and b"damaged" in p.stderr and len(p.stderr.splitlines()) == 1
+    assert snapshot(a) == before
+    assert run_cli("--dir", a, "fsck").returncode == 1
+
+
+def test_an_import_with_head_on_a_branch_it_lacks_is_refused(tmp_path):
+    a = str(tmp_path / "A")
+    Tape.init(a).close()
+    run_cli("--dir", a, "append", "user", "--text", "one", "-s", "c", check=True)
+    lines = run_cli("--dir", a, "export", "c", check=True).stdout.decode().splitlines()
+    refs = json.loads(lines[-1])
+    refs["head"] = "@nope"
+    f = tmp_path / "x.jsonl"
+    f.write_text("\n".join(lines[:-1] + [json.dumps(refs)]) + "\n")
+    before = snapshot(a)
+    p = run_cli("--dir", a, "import", f, "-s", "d")
+    assert p.returncode == 2 and b"nope" in p.stderr and len(p.stderr.splitlines()) == 1
+    assert snapshot(a) == before

@@ -128,6 +128,11 @@ def _wanted_refs(tape, path: str, refs: Optional[dict], by_hash: dict) -> tuple[
     head = refs.get("head") or "@main"
     if isinstance(head, str) and head.startswith("@"):
         check_name(head[1:], "branch name")
+        if by_hash and wanted.get(head[1:]) is None:
+            # HEAD on no branch of the file: the session would look empty, its next
+            # append a new root
+            raise InvalidInput(f"{path}: the refs line puts HEAD on branch {head[1:]!r}, which the file does not have; "
+                               f"name one of its branches ({', '.join(sorted(b for b, h in wanted.items() if h)) or 'none'}) or an entry")
     else:
         entry(head, "head")
     return wanted, head
