@@ -46,7 +46,7 @@ __all__ = [
     "BranchCheckedOut",
 ]
 
-_LAZY = {"Tape": "tape", "Session": "session", "Entry": "models", "EntryKind": "models"}
+_LAZY = {"Tape": "tape", "Session": "session", "Entry": "model.models", "EntryKind": "model.models"}
 
 
 def __getattr__(name):

@@ -31,6 +31,10 @@ def _context(cmd: click.Command, name: str, parent: click.Context | None) -> cli
 
 
 def _help(cmd: click.Command, ctx: click.Context) -> str:
+    # click keeps the help option of the first context that asked for it; one made without
+    # the root's settings (a test walking the commands) would drop `-h` from this page
+    if hasattr(cmd, "_help_option"):
+        cmd._help_option = None
     text = cmd.get_help(ctx)
     return "\n".join(line.rstrip() for line in text.splitlines()).strip("\n")
 

@@ -1,355 +1,83 @@
-"""Tape: one open tape directory, as the Python API sees it."""
+"""ctape.Tape: the history's Tape (ctape/history/tape.py) with the verbs of ctape/ops.
+
+The history layer knows sessions, entries and refs and must not import the operations
+above it; this class, one layer up, adds them, so that users have one object:
+`Tape.open(path).compact()`. Its sessions are ctape.Session (ctape/session.py).
+"""
 
 from __future__ import annotations
 
-import os
-from collections import OrderedDict
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, Iterator, Optional
+from typing import Optional
 
-from . import derived, tags
-from .canonical import internalize, is_hash
-from .errors import AmbiguousRef, CorruptObject, EntryNotFound, RefNotFound
-from .models import NAME_RE, Entry, kind_value
-from .refs import HEAD
-from .refspec import parse_ref
-from .schema import decode_entry
-from .files import TYPE_ENTRY
-from .store import Store
-
-if TYPE_CHECKING:
-    from .session import Session
+from .history import tape as history
+from .session import Session
 
 
-ENTRY_CACHE = 4096  # entries kept decoded per Tape
-ENTRY_CACHE_BYTES = 64 << 20  # and at most about this many bytes of them
-
-
-class Tape:
+class Tape(history.Tape):
     """A tape directory. Open with Tape.open(path) or create with Tape.init(path)."""
 
-    def __init__(self, store: Store):
-        self.store = store
-        # recently read entries, with the bytes each holds: bounded in count and in bytes
-        # (an entry can carry megabytes of tool output)
-        self._entries: OrderedDict[str, tuple[Entry, int]] = OrderedDict()
-        self._entry_bytes = 0
-        self._search = None  # the search cache (ctape/search.py), opened on first use
-        store.discard_listeners.append(self._forget)
-        from .localstate import mark
-
-        mark(store)
-
-    def _clear_entries(self) -> None:
-        """Forget every decoded entry (the next reads go to the files)."""
-        self._entries.clear()
-        self._entry_bytes = 0
-
-    def _forget(self, hashes) -> None:
-        """Entries of a discarded batch were never stored: drop them from the cache too."""
-        for h in hashes:
-            cached = self._entries.pop(h, None)
-            if cached is not None:
-                self._entry_bytes -= cached[1]
-
-    @classmethod
-    def init(cls, path: str | os.PathLike = ".ctape", **kw) -> "Tape":
-        Store.init(os.fspath(path))
-        return cls(Store(os.fspath(path), **kw))
-
-    @classmethod
-    def open(cls, path: str | os.PathLike = ".ctape", **kw) -> "Tape":
-        return cls(Store(os.fspath(path), **kw))
+    def __init__(self, store):
+        super().__init__(store)
+        self._search = None  # the search cache (ctape/ops/search.py), opened on first use
 
     @property
-    def path(self) -> str:
-        return self.store.root
+    def _session_class(self) -> type[Session]:
+        return Session
 
     def close(self) -> None:
         if self._search is not None:
             self._search.close()
             self._search = None
-        self.store.close()
-
-    def __enter__(self) -> "Tape":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def session(self, name: str) -> "Session":
-        from .session import Session
-
-        return Session(self, name)
-
-    @contextmanager
-    def batch(self) -> Iterator[None]:
-        """Many appends, one fsync at the end. Session locks are held until then."""
-        with self.store.batch():
-            yield
-
-    # -- entries ------------------------------------------------------------------
-
-    def read_entry(self, h: str) -> Entry:
-        cached = self._entries.get(h)
-        if cached is not None:
-            self._entries.move_to_end(h)
-            return cached[0]
-        type_, body = self.store.get_object(h)
-        if type_ != TYPE_ENTRY:
-            raise EntryNotFound(f"{h} is a payload value, not an entry")
-        raw = decode_entry(h, body)  # CorruptObject naming h when it is not an entry body
-        size = len(body)
-
-        def get_blob(b: str) -> bytes:
-            nonlocal size
-            data = self.store.get_object(b)[1]
-            size += len(data)
-            return data
-
-        e = Entry(
-            hash=h,
-            parent=raw["parent"],
-            seq=raw["seq"],
-            kind=raw["kind"],
-            time=raw["time"],
-            payload=internalize(raw["payload"], get_blob),
-            meta=internalize(raw["meta"], get_blob),
-            delta=internalize(raw["delta"], get_blob),
-        )
-        self._entries[h] = (e, size)
-        self._entry_bytes += size
-        while len(self._entries) > ENTRY_CACHE or (self._entry_bytes > ENTRY_CACHE_BYTES and len(self._entries) > 1):
-            self._entry_bytes -= self._entries.popitem(last=False)[1][1]
-        return e
-
-    def has_entry(self, h: str) -> bool:
-        return self.store.has_object(h)
-
-    def derived(self, h: Optional[str]) -> dict:
-        idx = self.store.index
-        return derived.derive(h, self.read_entry, idx.keyframe, idx.put_keyframe)
-
-    # -- refs ------------------------------------------------------------------------
-
-    def get(self, ref: str, session: Optional[str] = None) -> Entry:
-        h = self.resolve(ref, session)
-        if h is None:
-            raise RefNotFound(f"{ref!r} has no entries yet")
-        return self.read_entry(h)
-
-    def resolve(self, ref: str, session: Optional[str] = None) -> Optional[str]:
-        """The entry hash a REF names (None for a session or branch with no entry yet)."""
-        spec = parse_ref(ref)
-        h = self._resolve_base(spec.base, session, spec.reflog)
-        if h is None or spec.back == 0:
-            return h
-        up = derived.ancestor(h, spec.back, self.read_entry, self.store.index.keyframe)
-        if up is None:
-            seq = self.read_entry(h).seq
-            raise RefNotFound(f"{ref!r} goes past the root: {spec.base} has only {seq - 1} entries before it")
-        return up
-
-    def _resolve_base(self, base: str, session: Optional[str], reflog: Optional[int]) -> Optional[str]:
-        from .session import Session
-
-        if reflog is not None:
-            name = base if NAME_RE.fullmatch(base) and self._session_exists(base) else session
-            if name is None or (base != name and not self._session_exists(base)):
-                raise RefNotFound(f"@{{N}} needs a session: {base!r} is not one")
-            return Session(self, name).head_at(reflog)
-        if is_hash(base):
-            if not self.store.has_object(base):
-                self.store.refresh()
-                if not self.store.has_object(base):
-                    raise EntryNotFound(f"no entry {base} in this tape (not synced yet?)")
-            return base
-        if "/" in base:
-            s, _, b = base.partition("/")
-            if NAME_RE.fullmatch(s) and (NAME_RE.fullmatch(b) or tags.is_tag_ref(b)) and self._session_exists(s):
-                found, h = self._named_in(Session(self, s), b)
-                if found:
-                    return h
-                raise RefNotFound(f"session {s!r} has no branch, tag or anchor {b!r}; see `ctape branch -s {s}` and `ctape tag -s {s}`")
-            raise RefNotFound(f"unknown ref {base!r}; use SESSION/BRANCH with an existing session")
-        if session is not None and (NAME_RE.fullmatch(base) or tags.is_tag_ref(base)) and self._session_exists(session):
-            found, h = self._named_in(Session(self, session), base)
-            if found:
-                return h
-        if NAME_RE.fullmatch(base) and self._session_exists(base):
-            return Session(self, base).refs().head_hash
-        if len(base) >= 4 and all(c in "0123456789abcdef" for c in base.lower()):
-            return self._resolve_prefix(base.lower())
-        raise RefNotFound(f"unknown ref {base!r}: not a session, branch, tag, anchor or entry hash; see `ctape sessions` and `ctape log`")
-
-    @staticmethod
-    def _named_in(sess: "Session", name: str) -> tuple[bool, Optional[str]]:
-        """A name within a session: HEAD (as in git: HEAD~2; never a branch name, those are
-        refused), then a branch, then a tag, then an anchor (SPEC 13). (False, None) when
-        it is none of them; HEAD of a session with no entry yet is (True, None)."""
-        st = sess.refs()
-        if name == HEAD:
-            return True, st.head_hash
-        if name in st.branches:
-            return True, st.branches[name]
-        h = tags.named_entry(sess, name, st)
-        return h is not None, h
-
-    def _resolve_prefix(self, prefix: str) -> str:
-        self.store.refresh()
-        found = []
-        from .framing import BLOCK_TYPES
-
-        for fid, off in self.store.index.entries_with_prefix(prefix, limit=64):
-            type_, body = self.store.read_record_at(fid, off, want_type=True)
-            inner = self.store.block_records(fid, off, body, type_).values() if type_ in BLOCK_TYPES else [body]
-            for rec in inner:
-                h = rec[:32].hex()
-                if h.startswith(prefix) and rec[32] == TYPE_ENTRY and h not in found:
-                    found.append(h)
-        if not found:
-            raise RefNotFound(f"no entry starts with {prefix!r}")
-        if len(found) > 1:
-            raise AmbiguousRef(f"{prefix!r} is ambiguous: {', '.join(sorted(found)[:10])}; give more digits")
-        return found[0]
-
-    def _session_exists(self, name: str) -> bool:
-        """A session with a folder that was not removed (`session rm`)."""
-        if not os.path.isdir(self.store.session_dir(name)):
-            return False
-        from .errors import CtapeError
-        from .session import Session
-        from .sessions import is_removed
-
-        try:
-            return not is_removed(Session(self, name).refs())
-        except CtapeError:
-            return True  # damaged refs: the session is there, and its commands say what is wrong
-
-    # -- whole-tape views -----------------------------------------------------------------
-
-    def sessions(self) -> list[dict]:
-        """Every session (removed ones left out), with `current` true for this machine's choice."""
-        from .localstate import chosen_session
-        from .session import Session
-        from .sessions import is_removed
-
-        chosen = chosen_session(self.store)
-        out = []
-        for name in self.store.sessions():
-            st = Session(self, name)
-            refs = st.refs()
-            if is_removed(refs):
-                continue
-            if not refs.claims and not st.damage() and not self.store.index.open_partials(name):
-                continue  # objects and no ref record: an import or batch killed before its end wrote nothing visible
-            h = refs.head_hash
-            try:
-                e = self.read_entry(h) if h and self.store.has_object(h) else None
-            except CorruptObject:
-                e = None  # damage stays in its session: listed, marked, and fsck names it
-            out.append(
-                {
-                    "session": name,
-                    "head": h,
-                    "branch": refs.branch,
-                    "entries": e.seq if e else 0,
-                    "last_time": e.time if e else None,
-                    "damaged": bool(st.damage()),
-                    "current": name == chosen,
-                }
-            )
-        return out
-
-    def session_names(self) -> list[str]:
-        """The names of the tape's sessions (removed ones left out)."""
-        from .sessions import live_names
-
-        return live_names(self)
-
-    def current_session(self) -> Optional[str]:
-        """The session chosen on this machine with use_session (None if none)."""
-        from .localstate import chosen_session
-
-        return chosen_session(self.store)
-
-    def default_session(self) -> str:
-        """The session used when none is named: this machine's choice, else the only one."""
-        from .sessions import default
-
-        return default(self)
-
-    def use_session(self, name: Optional[str]) -> None:
-        """Make `name` this machine's default session for the tape (None: forget the choice).
-        Kept in the index cache folder, outside the tape, so rsync does not carry it."""
-        from .localstate import choose_session
-        from .sessions import require
-
-        choose_session(self.store, None if name is None else require(self, name))
-
-    def remove_session(self, name: str) -> dict:
-        """Remove a session (a ref record setting its branches and HEAD to null)."""
-        from .sessions import remove
-
-        return remove(self, name)
-
-    def copy_session(self, src: str, new: str) -> dict:
-        """A new session whose refs point at SRC's entries (a session, SESSION/BRANCH or an entry)."""
-        from .sessions import copy
-
-        return copy(self, src, new)
+        super().close()
 
     def stats(self) -> dict:
-        from .maintenance import stats
+        from .ops.maintenance import stats
 
         return stats(self)
 
     def fsck(self) -> dict:
-        from .maintenance import fsck
+        from .ops.maintenance import fsck
 
         return fsck(self)
 
     def salvage(self) -> dict:
         """Rewrite the intact records of damaged files into new packs and move the damaged
-        files into quarantine/ (see ctape/salvage.py); a tape with no damage is left as it is."""
-        from .salvage import salvage
+        files into quarantine/ (see ctape/ops/salvage.py); a tape with no damage is left as it is."""
+        from .ops.salvage import salvage
 
         return salvage(self)
 
     def compact(self, expire: str | float = "90d", grace: str | float = "14d", dry_run: bool = False, progress=None) -> dict:
-        from .compact import compact
+        from .ops.compact import compact
 
         return compact(self, expire=expire, grace=grace, dry_run=dry_run, progress=progress)
 
-    # -- finding and comparing (ctape/search.py, diff.py, usage.py) ----------------------------
+    # -- finding and comparing (ctape/ops/search.py, diff.py, usage.py) ----------------------------
 
     def search(self, query: str, session: Optional[str] = None, kinds=(), since: Optional[str] = None,
                until: Optional[str] = None, limit: Optional[int] = 20, hidden: bool = False, progress=None) -> list:
         """Full-text search of every entry's payload, best match first: a list of search.Hit
         (session, hash, kind, time, snippet). Words are ANDed; "a phrase" in quotes."""
-        from .search import search
+        from .ops.search import search
 
         return search(self, query, session, kinds, since, until, limit, hidden, progress)
 
     def _search_index(self):
         if self._search is None:
-            from .search import SearchIndex
+            from .ops.search import SearchIndex
 
             self._search = SearchIndex(self)
         return self._search
 
     def diff(self, ref1: str, ref2: str, session: Optional[str] = None):
         """Where two histories part: a diff.Diff with base, left and right (oldest first)."""
-        from .diff import diff
+        from .ops.diff import diff
 
         return diff(self, ref1, ref2, session)
 
     def usage(self, by: str = "session", since: Optional[str] = None, prices: Optional[str] = None) -> list[dict]:
         """Tokens (and estimated cost where the model is known) that importers and
         integrations recorded, grouped by session, model or day."""
-        from .usage import usage
+        from .ops.usage import usage
 
         return usage(self, by=by, since=since, prices=prices)
-
-
-check_kind = kind_value

@@ -294,7 +294,7 @@ def test_absurd_counts_in_a_ref_are_a_bad_ref(chat_dir, command, ref):
        form=st.sampled_from(["x~{}", "x@{{{}}}", "x~{}^", "x@{{{}}}~{}"]))
 def test_any_count_parses_or_is_invalid_input(digits, form):
     from ctape.errors import InvalidInput
-    from ctape.refspec import MAX_COUNT, parse_ref
+    from ctape.model.refspec import MAX_COUNT, parse_ref
 
     big = len(digits.lstrip("0")) > 12 or int(digits) >= MAX_COUNT  # (int() of 6000 digits fails here too)
     try:

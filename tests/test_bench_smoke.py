@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.join(HERE, "bench"))
 import workload  # noqa: E402
 
 from ctape import Tape  # noqa: E402
-from ctape import store as store_mod  # noqa: E402
+from ctape.store import store as store_mod  # noqa: E402
 from ctape.cli import main as cli_main  # noqa: E402
 
 HEAVY_FOR_HELP = ("zstandard", "blake3", "sqlite3", "langgraph", "langchain_core", "pydantic")
@@ -153,7 +153,7 @@ def test_one_session_reads_do_not_grow_with_the_tape(tmp_path, monkeypatch):
 def test_reads_do_not_grow_with_the_session_itself(tmp_path, monkeypatch):
     """On a 10x longer session, log -n 20 and show read the same; a warm status folds at
     most one keyframe interval; context --max-tokens reads what fits the budget."""
-    from ctape.derived import KEY_EVERY
+    from ctape.history.derived import KEY_EVERY
 
     io = IO(monkeypatch)
     d = tmp_path / "tape"

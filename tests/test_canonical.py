@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ctape import Tape
-from ctape.canonical import BLOB_MIN, canonical_json, entry_body, externalize, internalize, object_hash
+from ctape.model.canonical import BLOB_MIN, canonical_json, entry_body, externalize, internalize, object_hash
 
 # strings that exercise the blob and escape rules: "\0"-prefixed (incl. ones that look
 # like a blob reference), around BLOB_MIN, and ordinary unicode text

@@ -26,7 +26,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from ctape import Tape, derived
+from ctape import Tape
+from ctape.history import derived
 from conftest import run_cli
 
 openai = pytest.importorskip("openai")
@@ -790,7 +791,7 @@ def test_many_system_messages_all_reach_the_prompt_and_keyframes_stay_small(tape
     since the one before it (it used to hold them all: quadratic in the history)."""
     import sqlite3
 
-    from ctape import derived
+    from ctape.history import derived
 
     t = Tape.open(tape_dir)
     s = t.session("codex")

@@ -30,14 +30,15 @@ import pytest
 import zstandard
 from click.testing import CliRunner
 
-import ctape.segment
+import ctape.store.segment
 from conftest import run_cli, snapshot
-from ctape import Tape, framing, packing
-from ctape.canonical import object_hash
+from ctape import Tape
+from ctape.store import framing, packing
+from ctape.model.canonical import object_hash
 from ctape.cli import main
 from ctape.errors import CorruptObject, ObjectTooLarge
-from ctape.segment import BLOCK_OBJECT_MAX
-from ctape.store import CODEC_ZSTD
+from ctape.store.segment import BLOCK_OBJECT_MAX
+from ctape.store.store import CODEC_ZSTD
 
 BIG_OUTPUT = "tests/test_a.py::test_ok PASSED\n" * 2500  # 80,000 characters: a plain `O` record
 
@@ -53,8 +54,8 @@ class Fixture:
         with pytest.MonkeyPatch.context() as mp:
             # a dictionary after 512 bytes of blocks, not 16 KiB, and a new one once as many bytes
             # as it holds were compressed with it: `D` and `Z` records in a small segment
-            mp.setattr(ctape.segment, "DICT_MIN", 512)
-            mp.setattr(ctape.segment, "DICT_REFRESH", 1)
+            mp.setattr(ctape.store.segment, "DICT_MIN", 512)
+            mp.setattr(ctape.store.segment, "DICT_REFRESH", 1)
             t = Tape.open(self.dir)
             s = t.session("chat")
             ops = [

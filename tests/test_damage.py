@@ -196,7 +196,7 @@ def test_a_cut_pack_fails_fsck(two, cut):
     if cut == "bytes":
         data = data[:-100]
     else:  # drop the last record whole: every record left is intact, only the name tells
-        from ctape import framing
+        from ctape.store import framing
 
         last = [item for item in framing.scan(data) if isinstance(item, framing.Record)][-1]
         data = data[: last.offset]

@@ -16,9 +16,10 @@ import os
 import pytest
 
 from conftest import run_cli
-from ctape import Tape, framing, packing
-import ctape.segment as segment
-from ctape.files import open_for_reading
+from ctape import Tape
+from ctape.store import framing, packing
+import ctape.store.segment as segment
+from ctape.store.files import open_for_reading
 
 
 def chatter(i):
@@ -261,7 +262,7 @@ def test_a_reader_whose_file_was_replaced_reads_the_new_dictionaries(two_copies)
 def test_compact_keeps_what_arrives_during_it_by_a_rename(two_copies, monkeypatch):
     """Appends synced in (file replaced by rename) between compaction's snapshot and its
     freeze must be rescued, their Z blocks decoded with dictionaries from the new file."""
-    import ctape.compact as compact
+    import ctape.ops.compact as compact
 
     a, b_appends, sync = two_copies
     b_appends(60)

@@ -13,7 +13,7 @@ import pytest
 from blake3 import blake3
 
 import ctape
-from ctape.canonical import BLOB_MIN, canonical_json, externalize, internalize, object_hash
+from ctape.model.canonical import BLOB_MIN, canonical_json, externalize, internalize, object_hash
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "format.md"
 

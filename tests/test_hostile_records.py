@@ -12,10 +12,12 @@ import os
 import pytest
 
 from conftest import run_cli
-from ctape import Tape, framing, schema
-from ctape.canonical import MAX_DEPTH, canonical_json, object_hash
+from ctape import Tape
+from ctape.store import framing
+from ctape.model import schema
+from ctape.model.canonical import MAX_DEPTH, canonical_json, object_hash
 from ctape.errors import CorruptObject
-from ctape.files import TYPE_ENTRY
+from ctape.store.files import TYPE_ENTRY
 
 H = "94d347d2cf21c02e5e94b22aa7a7e0f4ee4924be725b7ef30afb69f4ab17d58b"
 H2 = "f72df75d0e59ed3da1ac4cba34cbe6dff066a604ea35a7c518bfcf65d1055060"

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import run_cli, snapshot
 from ctape import Tape
-from ctape.canonical import MAX_DEPTH, MAX_ITEMS
+from ctape.model.canonical import MAX_DEPTH, MAX_ITEMS
 from ctape.errors import InvalidInput, InvalidName
 
 
@@ -101,7 +101,7 @@ def test_year_999_is_stored_with_four_digits_and_its_export_imports(chat, tmp_pa
 
 
 def test_time_range_edges():
-    from ctape.models import parse_time
+    from ctape.model.models import parse_time
 
     assert parse_time("0001-01-01T00:30:00+00:30") == "0001-01-01T00:00:00.000000Z"
     assert parse_time("9999-12-31T23:59:59.999999Z") == "9999-12-31T23:59:59.999999Z"
@@ -164,7 +164,7 @@ def test_number_of_values_is_limited(tape):
 
 
 def test_entry_body_size_is_limited(tape, monkeypatch):
-    from ctape import canonical
+    from ctape.model import canonical
 
     monkeypatch.setattr(canonical, "MAX_BODY", 4096)
     s = tape.session("chat")

@@ -18,7 +18,7 @@ from langgraph.types import Command, interrupt  # noqa: E402
 
 from ctape.integrations import langgraph as lg  # noqa: E402
 from ctape.integrations.langgraph import TapeSaver  # noqa: E402
-from ctape.models import HIDDEN  # noqa: E402
+from ctape.model.models import HIDDEN  # noqa: E402
 
 from conftest import run_cli  # noqa: E402
 

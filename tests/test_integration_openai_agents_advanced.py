@@ -12,7 +12,7 @@ from agents.testing import ScriptedModel, assistant_message  # noqa: E402
 from agents.usage import Usage  # noqa: E402
 
 from ctape.integrations.openai_agents import TapeSession  # noqa: E402
-from ctape.models import HIDDEN  # noqa: E402
+from ctape.model.models import HIDDEN  # noqa: E402
 
 from conftest import run_cli  # noqa: E402
 
@@ -221,7 +221,7 @@ def test_the_first_get_items_in_a_new_process_reads_the_path_from_the_index_cach
 def test_cached_rows_that_do_not_link_to_the_path_are_not_used(tape_dir):
     """A row is named by the first 64 bits of a hash: a row found under the head's key that
     is another entry's (or whose chain does not link) is never taken for the path."""
-    from ctape.index import hash_key
+    from ctape.store.index import hash_key
     from ctape.integrations.openai_agents import VIEW, _PATHS
 
     s = TapeSession("links", tape_dir)

@@ -104,7 +104,7 @@ def test_a_copy_in_the_same_clock_tick_as_a_write_seals(tmp_path):
 def test_a_new_segment_appears_whole_and_unread(tmp_path):
     """What the writer relies on, checked on the files: no segment is ever seen empty, and
     a segment nobody read has the fixed past access time, which a read moves."""
-    from ctape.files import UNREAD_ATIME_NS
+    from ctape.store.files import UNREAD_ATIME_NS
 
     a = tmp_path / "A"
     Tape.init(a).close()

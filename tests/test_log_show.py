@@ -102,8 +102,8 @@ def test_graph_draws_heads_line_first(hist):
 def test_graph_reads_in_proportion_to_what_it_draws(tape_dir):
     """`log --graph -n 5` of a long session with many branches reads a few entries per
     line drawn and per branch tip, not the history."""
-    from ctape import render
-    from ctape.logview import Filter
+    from ctape.ops import render
+    from ctape.history.logview import Filter
 
     with Tape.open(tape_dir) as t:
         s = t.session("long")

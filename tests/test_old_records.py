@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from conftest import run_cli
-from ctape import Tape, framing
+from ctape import Tape
+from ctape.store import framing
 
 FIXTURE = Path(__file__).parent / "fixtures" / "tapes" / "v1-records"
 HEAD = "56f493c80887fa3c0370e61d95dc18dc62b50878fd542841bcf8ea58f44611b4"

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from ctape.context import INTERRUPTED
+from ctape.ops.context import INTERRUPTED
 from ctape.formats import import_files
 
 FIXTURES = Path(__file__).parent / "fixtures" / "transcripts"

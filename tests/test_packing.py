@@ -5,9 +5,10 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctape import Tape, framing
-from ctape.canonical import canonical_json, object_hash
-from ctape.packing import decode_block, encode_block
+from ctape import Tape
+from ctape.store import framing
+from ctape.model.canonical import canonical_json, object_hash
+from ctape.store.packing import decode_block, encode_block
 
 from conftest import run_cli
 
@@ -100,7 +101,7 @@ def test_review_repro_survives_compact(tape_dir):
     s = t.session("chat")
     blob = "z" * 2000
     s.append("tool_result", {"call_id": "c", "output": blob})
-    from ctape.canonical import object_hash as oh
+    from ctape.model.canonical import object_hash as oh
 
     h = oh(b"blob", blob.encode())
     msg = s.append("user", {"content": "\\u0000b" + h + "5"})

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ctape.errors import InvalidInput
-from ctape.refspec import RefSpec, parse_ref
+from ctape.model.refspec import RefSpec, parse_ref
 
 NAME_CHARS = string.ascii_letters + string.digits + "._-"
 names = st.builds(

@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from ctape import Tape, segment
+from ctape import Tape
+from ctape.store import segment
 from ctape.errors import StorageError
 
 from conftest import run_cli, snapshot
@@ -147,7 +148,7 @@ def test_a_rejected_batch_leaves_the_tape_byte_identical(tape_dir):
 def test_the_entry_cache_is_bounded_in_bytes(tape, monkeypatch):
     """Entries carry whole tool outputs: a cache bounded only by count held ~3.7 GB after
     reading a 78,000-entry session with large outputs (the long kill -9 loop)."""
-    import ctape.tape as tape_module
+    import ctape.history.tape as tape_module
 
     monkeypatch.setattr(tape_module, "ENTRY_CACHE_BYTES", 1 << 20)
     s = tape.session("big")
@@ -185,7 +186,7 @@ def test_now_rfc3339_never_mixes_two_threads_seconds(monkeypatch):
     import threading
     import time as real
 
-    from ctape import models
+    from ctape.model import models
 
     class PerThreadClock:
         strftime, gmtime, local = staticmethod(real.strftime), staticmethod(real.gmtime), threading.local()
@@ -226,7 +227,7 @@ def test_now_rfc3339_never_mixes_two_threads_seconds(monkeypatch):
 def test_reflog_read_while_a_compaction_replaces_the_files(tape_dir, monkeypatch):
     """The ref log is read from the session's files; a compaction that removes them
     between the listing and the reading must not lose lines or fail."""
-    from ctape.store import Store
+    from ctape.store.store import Store
 
     for writer in ("aaaaaaaaaaaa", "bbbbbbbbbbbb"):  # two writers: two segment files
         monkeypatch.setenv("CTAPE_WRITER", writer)
@@ -306,7 +307,7 @@ def test_an_index_of_another_schema_gives_its_space_back(tmp_path):
     c.execute("UPDATE meta SET value='1' WHERE key='schema'")
     c.commit()
     c.close()
-    from ctape.index import Index
+    from ctape.store.index import Index
 
     Index(db).close()
     assert os.path.getsize(db) < full / 2, (os.path.getsize(db), full)

@@ -8,7 +8,7 @@ import json
 import os
 import stat
 
-from ctape import framing
+from ctape.store import framing
 
 from conftest import run_cli
 

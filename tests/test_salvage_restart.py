@@ -18,7 +18,8 @@ import sys
 
 import pytest
 
-from ctape import Tape, framing
+from ctape import Tape
+from ctape.store import framing
 
 from conftest import run_cli
 

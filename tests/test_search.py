@@ -10,7 +10,7 @@ import pytest
 
 from ctape import Tape
 from ctape.errors import InvalidInput
-from ctape.search import fts_expression, parse_query
+from ctape.ops.search import fts_expression, parse_query
 
 from conftest import run_cli, snapshot
 
@@ -216,7 +216,7 @@ def test_real_transcript(tape_dir):
 
 
 def test_common_words_are_ranked_in_windows_and_none_is_lost(tape, monkeypatch):
-    import ctape.search as search
+    import ctape.ops.search as search
 
     monkeypatch.setattr(search, "RANK_WINDOW", 3)
     s = tape.session("s")

@@ -625,7 +625,7 @@ def test_head_on_a_deleted_branch_follows_only_standing_claims():
     """Rule 7 takes the tip from the HEAD claim that stands, never from one a later record
     superseded (found by the long model run, seed 7865: compact dropped the superseded
     claim, and HEAD moved to another tip)."""
-    from ctape.refs import RefState
+    from ctape.model.refs import RefState
 
     x1, x2 = "1" * 64, "2" * 64
 

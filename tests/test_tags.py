@@ -7,7 +7,7 @@ import subprocess
 import pytest
 
 from ctape import Tape
-from ctape.derived import KEY_EVERY
+from ctape.history.derived import KEY_EVERY
 from ctape.errors import InvalidInput, InvalidName, RefNotFound
 
 from conftest import run_cli, snapshot

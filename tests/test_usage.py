@@ -6,7 +6,7 @@ import os
 import pytest
 
 from ctape import Tape
-from ctape.usage import load_prices, normalize, price_of
+from ctape.ops.usage import load_prices, normalize, price_of
 
 from conftest import run_cli, snapshot
 

@@ -88,7 +88,7 @@ def _quiet_broken_pipe():
 
 
 def _is_tape(path: str) -> bool:
-    from ..store import FORMAT_FILE, FORMAT_NAME
+    from ..store.store import FORMAT_FILE, FORMAT_NAME
 
     try:
         with open(os.path.join(path, FORMAT_FILE), "rb") as f:
@@ -135,8 +135,8 @@ def open_tape(ctx: click.Context):
 def need_session(ctx: click.Context, session: str | None, exists: bool = True) -> str:
     """The session a command works on: -s / $CTAPE_SESSION, else this machine's choice
     (`session use`), else the tape's only session. With `exists`, it must exist."""
-    from ..models import check_name
-    from ..sessions import default, require
+    from ..model.models import check_name
+    from ..history.sessions import default, require
 
     if session is not None:  # an empty -s is a bad name, not "no session given"
         check_name(session, "session name")
@@ -191,7 +191,7 @@ def session_for(ctx: click.Context, ref: str | None, session: str | None) -> str
     if session is not None or not ref:
         return need_session(ctx, session)
     from ..errors import CtapeError
-    from ..models import NAME_RE
+    from ..model.models import NAME_RE
 
     tape = open_tape(ctx)
     base = ref.split("~")[0].split("^")[0].split("@{")[0]
@@ -210,7 +210,7 @@ class Duration(click.ParamType):
     name = "dur"
 
     def convert(self, value, param, ctx):
-        from ..timespec import parse_duration
+        from ..model.timespec import parse_duration
 
         return value if isinstance(value, float) else parse_duration(value, _opt(param))
 
@@ -222,7 +222,7 @@ class When(click.ParamType):
     name = "t"
 
     def convert(self, value, param, ctx):
-        from ..timespec import parse_when
+        from ..model.timespec import parse_when
 
         return parse_when(value, _opt(param))
 

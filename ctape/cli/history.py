@@ -40,7 +40,7 @@ def _read_stdin_text() -> str:
 
 
 def _parse_json(text: str, what: str):
-    from ..canonical import parse_json
+    from ..model.canonical import parse_json
     from ..errors import InvalidInput
 
     try:
@@ -75,7 +75,7 @@ def append(ctx, kind, payload, session, metas, delta, as_text, time_):
       ctape append user --text 'hello' -s chat --delta '{"cwd": "/repo"}'
     """
     from ..errors import InvalidInput
-    from ..models import EntryKind
+    from ..model.models import EntryKind
 
     name = need_session(ctx, session, exists=False)
     kind_value = EntryKind.parse(kind).value
@@ -129,7 +129,7 @@ def stream(ctx, session, interval):
     Examples:
       my-llm-client | ctape stream -s chat
     """
-    from ..stream import run_cli_stream
+    from ..history.stream import run_cli_stream
 
     e = run_cli_stream(open_tape(ctx).session(need_session(ctx, session, exists=False)), interval)
     if e is not None:
@@ -167,8 +167,8 @@ def log(ctx, refs, session, limit, kinds, grep, since, until, reverse, all_, hid
       ctape log --grep pytest --since 2h
       ctape log --all --graph
     """
-    from .. import render
-    from ..logview import Filter, start_points, walk
+    from ..ops import render
+    from ..history.logview import Filter, start_points, walk
 
     tape = open_tape(ctx)
     name = session_for(ctx, refs[0] if refs else None, session)
@@ -215,7 +215,7 @@ def show(ctx, ref, session, with_meta, as_json, no_pager):
       ctape show 1a2b3c4d --meta
       ctape show chat/main~2 --json
     """
-    from .. import render
+    from ..ops import render
 
     tape = open_tape(ctx)
     name = session_for(ctx, ref, session)
@@ -247,7 +247,7 @@ def context(ctx, ref, session, policies, fmt, resume, max_tokens):
       ctape context -s chat --policy last-turn --policy dedupe-tools --max-tokens 8000
       ctape context -s chat --resume prefix
     """
-    from ..context import build_context
+    from ..ops.context import build_context
 
     tape = open_tape(ctx)
     name = session_for(ctx, ref, session)

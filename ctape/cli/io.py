@@ -75,7 +75,7 @@ def demo(ctx, crash):
     Examples:
       ctape --dir /tmp/demo-tape demo
     """
-    from ..demo import run_demo
+    from .demo import run_demo
 
     target = ctx.find_root().obj.get("dir") or os.environ.get("CTAPE_DIR") or ".ctape"
     run_demo(target, crash=crash, echo=click.echo)

@@ -21,7 +21,7 @@ def init(ctx, path):
       ctape init
       ctape --dir /data/tapes init
     """
-    from ..store import Store
+    from ..store.store import Store
 
     target = path or ctx.find_root().obj.get("dir") or os.environ.get("CTAPE_DIR") or ".ctape"
     if Store.init(target):
@@ -155,7 +155,7 @@ def cache_gc(dry_run, unknown, as_json):
       ctape cache gc --dry-run
       ctape cache gc --json
     """
-    from ..localstate import gc
+    from ..store.localstate import gc
 
     rows = gc(dry_run=dry_run, unknown=unknown)
     if as_json:

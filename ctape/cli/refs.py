@@ -6,16 +6,7 @@ import warnings
 
 import click
 
-from .base import (
-    echo_lines,
-    emit_json,
-    json_option,
-    main,
-    need_session,
-    open_tape,
-    pager_option,
-    session_option,
-)
+from .base import echo_lines, emit_json, json_option, main, need_session, open_tape, pager_option, session_option
 
 
 def warn_ambiguous(tape, ref, session) -> None:
@@ -23,7 +14,7 @@ def warn_ambiguous(tape, ref, session) -> None:
     (SPEC 4: those come first, and still win) is also a hex prefix of an entry, as git warns
     "refname is ambiguous". Checked only for names of 4 to 63 hex digits: cheap otherwise."""
     from ..errors import CtapeError, CtapeWarning
-    from ..refspec import parse_ref
+    from ..model.refspec import parse_ref
 
     try:
         spec = parse_ref(ref) if ref else None
@@ -65,9 +56,9 @@ def _hexish(name: str) -> bool:
 
 def _named_as(tape, name: str, session):
     """What a bare name resolves to before any hex prefix (Tape._resolve_base's order), or None."""
-    from .. import tags
+    from ..history import tags
     from ..errors import CtapeError
-    from ..models import NAME_RE
+    from ..model.models import NAME_RE
 
     try:
         if session is not None and tape._session_exists(session):
@@ -147,7 +138,7 @@ def branch(ctx, name, ref, delete, force_delete, session, as_json):
       ctape branch -d experiment -s chat
       ctape branch -D main -s chat    # HEAD is detached at main's tip
     """
-    from ..render import clean
+    from ..ops.render import clean
 
     if delete is not None and force_delete is not None:
         raise click.UsageError("give -d or -D, not both")
@@ -196,7 +187,7 @@ def reflog(ctx, session_arg, session, limit, as_json, no_pager):
       ctape reflog chat
       ctape checkout chat@{1} -s chat
     """
-    from .. import render
+    from ..ops import render
 
     tape = open_tape(ctx)
     name = need_session(ctx, session_arg if session_arg is not None else session)

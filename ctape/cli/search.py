@@ -76,8 +76,8 @@ def diff(ctx, ref1, ref2, session, as_json):
       ctape diff chat~3 chat --json
       ctape diff chat/main other/main
     """
-    from ..diff import payload_diff
-    from ..render import summary
+    from ..ops.diff import payload_diff
+    from ..ops.render import summary
 
     tape = open_tape(ctx)
     name = session_for(ctx, ref1, session)
@@ -157,7 +157,7 @@ def tag(ctx, name, ref, delete, force, session, as_json):
 
 def summary_of(tape, h: str) -> str:
     from ..errors import CtapeError
-    from ..render import summary
+    from ..ops.render import summary
 
     try:
         return summary(tape.read_entry(h))

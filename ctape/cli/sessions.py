@@ -20,7 +20,7 @@ def sessions(ctx, as_json):
       ctape sessions
       ctape sessions --json
     """
-    from ..render import clean
+    from ..ops.render import clean
 
     rows = open_tape(ctx).sessions()
     if as_json:
@@ -134,8 +134,8 @@ def status(ctx, session, hidden, as_json):
       ctape status -s chat
       ctape status -s chat --json
     """
-    from .. import render
-    from ..logview import is_hidden, newest_visible
+    from ..ops import render
+    from ..history.logview import is_hidden, newest_visible
 
     tape = open_tape(ctx)
     st = tape.session(need_session(ctx, session)).status()

@@ -1,6 +1,57 @@
-"""`ctape watch`: the command lives with its package (ctape/watch/command.py)."""
+"""The `ctape watch` command: a thin skin over ctape.watch."""
 
-from ..watch.command import watch
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
 from .base import main
+
+
+@click.command("watch")
+@click.argument("paths", nargs=-1, type=click.Path(), metavar="[PATH]...")
+@click.option("--once", is_flag=True, help="Make one pass and exit (default: follow until interrupted).")
+@click.option("--poll", is_flag=True, help="Poll every second instead of using inotify.")
+@click.option("-j", "--jobs", type=click.IntRange(1, 64), default=min(2, os.cpu_count() or 1), show_default="2 on 2+ cores", help="Processes for a large pass (over 64 MB to read).")
+@click.option("-q", "--quiet", is_flag=True, help="Say nothing about what is imported; errors are still shown.")
+@click.pass_context
+def watch(ctx, paths, once, poll, jobs, quiet):
+    """Import Claude Code and Codex transcripts, then follow them as they grow.
+
+    With no PATH: Claude Code's $CLAUDE_CONFIG_DIR/projects (else ~/.claude/projects,
+    subagent files included) and Codex's $CODEX_HOME/sessions (else ~/.codex/sessions,
+    .jsonl and .jsonl.zst). A PATH is a transcript file or a folder of them; the format
+    is detected per file. Each file is imported into its own session, as `ctape import`
+    would; a rerun adds only what was appended. SIGINT/SIGTERM finish the current batch
+    and exit 0. See docs/watch.md for hooks and service files.
+
+    \b
+    Examples:
+      ctape watch                       # follow both tools' history folders
+      ctape watch --once                # one pass, e.g. from cron
+      ctape watch --once "$TRANSCRIPT"  # from a Claude Code Stop hook
+      ctape watch ~/agent-runs/         # any folder of transcripts
+    """
+    from ..watch import follow, watch_once
+    from .base import open_tape
+
+    tape = open_tape(ctx)
+    tty = sys.stderr.isatty()
+    echo = (lambda s: None) if quiet else (lambda s: click.echo(s, err=True))
+    errors = lambda s: click.echo(s, err=True)  # noqa: E731
+
+    def summary(rep):
+        if rep.changed and not quiet:
+            records = f"{rep.records} record{'s' if rep.records != 1 else ''}"
+            click.echo(f"watch: imported {records} from {rep.changed} of {rep.files} file{'s' if rep.files != 1 else ''}", err=True)
+
+    if once:
+        rep = watch_once(tape, list(paths), echo=echo, warn=errors, progress=tty, signals=True, jobs=jobs)
+        summary(rep)
+        sys.exit(1 if rep.errors else 0)
+    follow(tape, list(paths), echo=echo, warn=errors, progress=tty, poll=poll, on_pass=summary, jobs=jobs)
+
 
 main.add_command(watch)

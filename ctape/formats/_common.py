@@ -22,10 +22,10 @@ import re
 import sys
 from typing import Any, Callable, Iterable, Iterator, Optional
 
-from ..canonical import MAX_DEPTH, nesting_problem, parse_json
+from ..model.canonical import MAX_DEPTH, MAX_RECORD, max_record, nesting_problem, parse_json  # noqa: F401 - MAX_RECORD is read from here too
 from ..errors import InvalidInput, RefNotFound
-from ..models import HIDDEN, NAME_RE, RESERVED_BRANCHES, check_name, parse_time
-from ..refs import HEAD
+from ..model.models import HIDDEN, NAME_RE, RESERVED_BRANCHES, check_name, parse_time
+from ..model.refs import HEAD
 
 LINE = "ctape.line"  # 1-based line of the source file the record came from
 PART = "ctape.part"  # 1, 2, ... for the extra entries made from one record
@@ -62,17 +62,6 @@ def loads(text) -> Any:
 # a record's value goes into an entry's meta a level or two down: lines nested deeper than
 # this are kept as text, so that no record can break the limit of MAX_DEPTH
 IMPORT_DEPTH = MAX_DEPTH - 4
-
-# The longest record (a line of JSON Lines, or a whole JSON document) an importer reads.
-# Real transcripts stay far below it (a line with a large tool output or a base64 image
-# is tens of MB); a longer one, or a file with no line end at all (/dev/zero), is refused
-# before it fills the memory (docs/import.md). $CTAPE_MAX_RECORD overrides it.
-MAX_RECORD = 256 << 20
-
-
-def max_record() -> int:
-    return int(os.environ.get("CTAPE_MAX_RECORD") or MAX_RECORD)
-
 
 def too_long(f, line: Optional[int], limit: int) -> InvalidInput:
     where = f"{getattr(f, 'name', 'input')}" + (f": line {line}" if line else "")
@@ -269,7 +258,7 @@ def part_meta(fmt: str, line: int, part: int, is_hidden: bool = False) -> dict:
 
 def is_ancestor(tape, a: str, b: str) -> bool:
     """True when entry a is b or on b's path to its root."""
-    from ..derived import ancestor
+    from ..history.derived import ancestor
 
     ea, eb = tape.read_entry(a), tape.read_entry(b)
     if ea.seq > eb.seq:

@@ -26,7 +26,7 @@ from collections import defaultdict, deque
 from typing import Any, Iterator, Optional
 
 from ..errors import InvalidInput
-from ..models import HIDDEN
+from ..model.models import HIDDEN
 from . import _common as c
 
 FMT = "claude-code"

@@ -14,7 +14,7 @@ from collections import deque
 from typing import Any, Iterator, Optional
 
 from ..errors import InvalidInput
-from ..models import HIDDEN
+from ..model.models import HIDDEN
 from . import _common as c
 
 FMT = "codex"

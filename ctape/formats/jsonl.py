@@ -16,11 +16,11 @@ from typing import Iterator, Optional
 
 import re
 
-from ..canonical import parse_json
+from ..model.canonical import parse_json
 from ..errors import CtapeError, InvalidInput
 from ._common import entries_for_export, imported_names, lines_of, safe_refs
-from ..models import NAME_RE, check_name
-from ..refs import TAG
+from ..model.models import NAME_RE, check_name
+from ..model.refs import TAG
 
 HASH_RE = re.compile(r"[0-9a-f]{64}")
 

@@ -20,7 +20,7 @@ import json
 from typing import Any, Iterator, Optional
 
 from ..errors import InvalidInput
-from ..models import HIDDEN
+from ..model.models import HIDDEN
 from . import _common as c
 
 FMT = "openai"

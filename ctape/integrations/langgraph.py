@@ -71,7 +71,7 @@ from langgraph.checkpoint.base import (
     writes_sort_key,
 )
 
-from ..models import HIDDEN, parse_time
+from ..model.models import HIDDEN, parse_time
 from ..tape import Tape
 from .naming import open_tape, plain_id, session_name, short_hash
 

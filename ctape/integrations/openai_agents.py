@@ -42,14 +42,14 @@ from collections import OrderedDict
 from typing import Any, Optional, Union
 
 from ..errors import CtapeError
-from ..models import HIDDEN, check_name
+from ..model.models import HIDDEN, check_name
 from ..tape import Tape
 from .naming import open_tape, session_name
 
 __all__ = ["TapeSession", "item_entry"]
 
 ITEM = "openai_agents.item"
-VIEW = "openai_agents.items"  # the index cache's rows of item JSON per entry (ctape/index.py, views)
+VIEW = "openai_agents.items"  # the index cache's rows of item JSON per entry (ctape/store/index.py, views)
 USAGE = "openai_agents.usage"
 
 

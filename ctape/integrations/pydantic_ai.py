@@ -41,7 +41,7 @@ import threading
 from collections import OrderedDict
 from typing import Any, Optional, Sequence
 
-from ..models import HIDDEN, Entry
+from ..model.models import HIDDEN, Entry
 from ..session import Session
 
 __all__ = ["TapeHistory", "save_messages", "load_messages", "part_entry"]

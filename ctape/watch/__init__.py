@@ -54,12 +54,14 @@ def stop_on_signals(w):
 def watch_once(tape, paths: Optional[list[str]] = None, *, echo: Callable[[str], None] = lambda s: None, progress: bool = False, roots=None, warn=None, signals: bool = False, jobs: int = 1):
     """One pass: import what is new in every source (`signals`: SIGINT/SIGTERM end it
     after the current batch instead of interrupting it)."""
+    from . import parallel
     from .engine import Watcher
     from .sources import check_paths
 
     paths = [os.path.expanduser(p) for p in paths or []]
     check_paths(paths)
     w = Watcher(tape, paths, roots=roots, echo=echo, progress=progress, warn=warn, keep=False)
+    w.split = parallel.run
     if not signals:
         return w.run_pass(jobs=jobs)
     with stop_on_signals(w):
@@ -68,6 +70,7 @@ def watch_once(tape, paths: Optional[list[str]] = None, *, echo: Callable[[str],
 
 def follow(tape, paths: Optional[list[str]] = None, *, echo: Callable[[str], None] = lambda s: None, progress: bool = False, poll: bool = False, roots=None, warn=None, on_pass: Optional[Callable] = None, jobs: int = 1) -> None:
     """Pass after pass until SIGINT or SIGTERM: each signal lets the current batch finish."""
+    from . import parallel
     from .engine import Watcher
     from .notify import notifier
     from .sources import check_paths
@@ -75,6 +78,7 @@ def follow(tape, paths: Optional[list[str]] = None, *, echo: Callable[[str], Non
     paths = [os.path.expanduser(p) for p in paths or []]
     check_paths(paths)
     w = Watcher(tape, paths, roots=roots, echo=echo, progress=progress, warn=warn)
+    w.split = parallel.run
     n = notifier(poll)
     with stop_on_signals(w):
         _follow(w, n, paths, roots, echo, warn, on_pass, jobs)

@@ -31,7 +31,7 @@ from typing import Callable, Optional
 
 from ..errors import CtapeError, InvalidInput
 from ..formats import _common as c
-from ..refs import HEAD
+from ..model.refs import HEAD
 from . import sources as src_mod
 from .position import Cache, Position, latest_in_tape, load_layout, save_layout
 from .sources import ID_BYTES, Source, digest
@@ -140,6 +140,9 @@ class Watcher:
         self.cache = Cache(tape)
         self.live: dict[str, Live] = {}
         self.stop = False  # set by a signal handler: finish the current batch, then return
+        # splits a large pass over processes (ctape/watch/parallel.py's run, passed in by
+        # ctape.watch: that module builds on this one); None when the pass is too small
+        self.split: Optional[Callable[["Watcher", list, int], Optional[PassReport]]] = None
         self.reported: set = set()
         self._stack: Optional[ExitStack] = None
         self._batch_bytes = 0
@@ -162,11 +165,10 @@ class Watcher:
         todo = sources if sources is not None else [s for s in self.sources() if only is None or s.key in only]
         if only is None and sources is None:
             self._prune({s.key for s in todo})
-        if jobs > 1 and len(todo) > 1:
-            from . import parallel
-
-            if self._todo_bytes(todo) > parallel.MIN_BYTES:
-                return parallel.run(self, todo, jobs)
+        if jobs > 1 and len(todo) > 1 and self.split is not None:
+            split = self.split(self, todo, jobs)
+            if split is not None:
+                return split
         total = self._todo_bytes(todo) if self.progress else 0
         shown = total > PROGRESS_BYTES
         try:

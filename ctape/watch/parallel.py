@@ -46,11 +46,14 @@ def _worker(tape_dir: str, share: list[tuple], stop, out) -> None:
     out.put((rep, positions, lines))
 
 
-def run(w: Watcher, todo: list[Source], jobs: int) -> PassReport:
+def run(w: Watcher, todo: list[Source], jobs: int) -> Optional[PassReport]:
     """One pass over `todo` with `jobs` worker processes; the parent's watcher `w` gets the
-    positions, its echo the messages."""
+    positions, its echo the messages. None for a pass of MIN_BYTES or less, which one
+    process does faster (Watcher.split)."""
     from .position import Position
 
+    if w._todo_bytes(todo) <= MIN_BYTES:
+        return None
     sizes = {}
     for s in todo:
         try:

@@ -4,7 +4,7 @@ import sys
 
 import click
 
-from .cli import serve
+from ..cli.serve import serve
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]}, params=[click.Option(["--dir", "dir_"], metavar="DIR", help="Tape directory."), *serve.params])

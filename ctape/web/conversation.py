@@ -11,7 +11,7 @@ import json
 import re
 from typing import Any, Callable, Iterable, Optional
 
-from ..models import Entry
+from ..model.models import Entry
 from .markdown import esc, render
 from .queries import is_hidden
 

@@ -16,7 +16,7 @@ from typing import Optional
 from urllib.parse import quote, urlencode
 
 from ..errors import CorruptObject, CtapeError, EntryNotFound, InvalidInput, RefNotFound
-from ..models import Entry
+from ..model.models import Entry
 from . import queries
 from .conversation import Renderer, clipped
 from .markdown import esc
@@ -84,12 +84,13 @@ class Site:
         self.checked: dict[str, float] = {}
         self.base = _template()
         # the library imports these on first use; a server pays that before it prints its URL
-        from .. import localstate, recovery, sessions, stream  # noqa: F401
+        from ..store import localstate
+        from ..history import recovery, sessions, stream  # noqa: F401
 
     # -- shared state --------------------------------------------------------------------
 
     def session(self, name: str):
-        from ..sessions import require
+        from ..history.sessions import require
 
         return self.tape.session(require(self.tape, name))
 
@@ -139,7 +140,7 @@ class Site:
             return self.tape.sessions()
         except CtapeError:
             pass
-        from ..sessions import live_names
+        from ..history.sessions import live_names
 
         out = []
         for name in live_names(self.tape):

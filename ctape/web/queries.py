@@ -12,7 +12,7 @@ import json
 from typing import Any, Optional
 
 from ..errors import EntryNotFound
-from ..models import HIDDEN, Entry
+from ..model.models import HIDDEN, Entry
 
 # meta keys that say where an entry came from: an imported format or an integration
 _SOURCES = (

@@ -299,7 +299,7 @@ class FloorWriter:
         self.cctx, self.recent, self.block = None, bytearray(), bytearray()
 
     def append(self, session: str, kind, payload, meta, delta) -> None:
-        from ctape.models import now_rfc3339
+        from ctape.model.models import now_rfc3339
 
         self.n += 1
         t = now_rfc3339()
@@ -409,7 +409,7 @@ def worker(spec: dict) -> dict:
     else:
         wl = load_workload(spec)
         import ctape.session  # noqa: F401 - imports outside the timed part, for every peer alike
-        import ctape.store  # noqa: F401
+        import ctape.store.store  # noqa: F401
 
         if spec["peer"] == "langgraph":
             import langgraph.checkpoint.sqlite  # noqa: F401

@@ -17,8 +17,8 @@ from typing import Annotated, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, StringConstraints, TypeAdapter
 
-from ctape import schema
-from ctape.canonical import canonical_json
+from ctape.model import schema
+from ctape.model.canonical import canonical_json
 
 H = "94d347d2cf21c02e5e94b22aa7a7e0f4ee4924be725b7ef30afb69f4ab17d58b"
 REF = {"lc": 2, "n": 2, "old": {"main": H}, "op": "append", "s": "demo", "seen": {"32b9c89e8fbd": 4},

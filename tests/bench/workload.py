@@ -236,7 +236,7 @@ def real_transcripts() -> dict[str, list[Entry]]:
     conversations in one record each, so they are left out of the per-entry workload
     (import_files() below covers every file)."""
     from ctape.formats import claude_code, codex
-    from ctape.models import HIDDEN
+    from ctape.model.models import HIDDEN
 
     out: dict[str, list[Entry]] = {}
     for fmt, mod in (("claude-code", claude_code), ("codex-rollout", codex)):

@@ -22,7 +22,7 @@ import os
 import random
 import re
 
-from ctape import framing, packing
+from ctape.store import framing, packing
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))

@@ -34,12 +34,14 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 import fuzzing
-from ctape import Tape, framing, packing, schema
-from ctape.canonical import internalize
+from ctape import Tape
+from ctape.store import framing, packing
+from ctape.model import schema
+from ctape.model.canonical import internalize
 from ctape.errors import CtapeError
-from ctape.models import Entry
-from ctape import derived
-from ctape.refs import RefState
+from ctape.model.models import Entry
+from ctape.history import derived
+from ctape.model.refs import RefState
 
 LONG = int(os.environ.get("CTAPE_FUZZ_EXAMPLES", "0"))
 # whole tapes and imports cost a tape each: by default a fiftieth of the others in long runs
@@ -173,7 +175,7 @@ def test_fuzz_ref_records(seed):
         assert (rec is None) != (why is None)
         if rec is None:
             return
-        from ctape.index import IndexBatch
+        from ctape.store.index import IndexBatch
 
         IndexBatch().add_ref(rec)
         st_ = RefState()
@@ -196,7 +198,7 @@ def test_fuzz_partial_records_and_headers(seed):
         if kind == "partial":
             rec, why = schema.read_partial_record(body)
             if rec is not None:
-                from ctape.index import IndexBatch
+                from ctape.store.index import IndexBatch
 
                 IndexBatch().add_partial(rec, body)
         else:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .errors import NOATIME_WARNING, CorruptObject, EntryNotFound
+from ..model.errors import NOATIME_WARNING, CorruptObject, EntryNotFound
 from .stream import open_streams
 
 if TYPE_CHECKING:

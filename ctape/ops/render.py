@@ -14,7 +14,7 @@ import re
 import sys
 from typing import Any, Optional
 
-from .models import Entry
+from ..model.models import Entry
 
 # C0 controls but tab and newline, DEL, C1 controls, and the bidi embeddings, overrides
 # and isolates that can reorder what a terminal shows

@@ -22,13 +22,13 @@ import secrets
 import threading
 from typing import TYPE_CHECKING, Optional
 
-from .errors import InvalidInput
-from .models import Entry, now_rfc3339
+from ..model.errors import InvalidInput
+from ..model.models import Entry, now_rfc3339
 
 
 if TYPE_CHECKING:
     from .session import Session
-    from .segment import SegmentWriter
+    from ..store.segment import SegmentWriter
 
 
 _JSON = json.JSONEncoder(ensure_ascii=False)
@@ -42,7 +42,7 @@ class StreamTooLong(InvalidInput):
 def stream_limit() -> int:
     # the limit of one record, as every reader of outside input applies it (lazy: formats sit
     # above streams; the constant belongs further down, see docs/import.md)
-    from .formats._common import max_record
+    from ..model.canonical import max_record
 
     return max_record()
 
@@ -207,7 +207,7 @@ def run_cli_stream(session: "Session", interval: float) -> Optional[Entry]:
     import os
     import signal
 
-    from .errors import CtapeError, InvalidInput
+    from ..model.errors import CtapeError, InvalidInput
 
     def on_signal(signum, frame):
         raise StreamInterrupted(signum)

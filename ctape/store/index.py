@@ -39,7 +39,7 @@ import sys
 from contextlib import contextmanager
 from typing import Optional
 
-from .refs import HEAD, tip_at
+from ..model.refs import HEAD, tip_at
 
 SCHEMA_VERSION = 14
 

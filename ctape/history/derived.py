@@ -25,7 +25,7 @@ from __future__ import annotations
 import copy
 from typing import Any, Callable, Optional
 
-from .models import HIDDEN, Entry
+from ..model.models import HIDDEN, Entry
 
 KEY_EVERY = 256
 KEYFRAME_VERSION = 3  # 2: pending calls as a list (reused ids); 3: anchors kept too

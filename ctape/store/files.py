@@ -10,7 +10,7 @@ import errno
 import os
 import stat
 
-from .errors import StorageError, UnsafePath
+from ..model.errors import StorageError, UnsafePath
 
 TYPE_ENTRY = ord("E")
 TYPE_BLOB = ord("B")

@@ -7,14 +7,14 @@ import subprocess
 import sys
 import time
 
-from .tape import Tape
+from ..tape import Tape
 
 SYSTEM = "You are a careful coding agent. Use tools to read files and run tests before you answer."
 FILE = "def add(a, b):\n    return a - b\n" + "\n".join(f"# line {i}: helper notes for the reader" for i in range(60))
 
 
 def run_demo(path: str, crash: bool, echo) -> None:
-    from .store import Store
+    from ..store.store import Store
 
     Store.init(path)
     tape = Tape.open(path)

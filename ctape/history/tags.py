@@ -18,9 +18,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Optional
 
 from . import derived
-from .errors import InvalidInput, RefNotFound
-from .models import NAME_RE, check_name
-from .refs import TAG, RefState
+from ..model.errors import InvalidInput, RefNotFound
+from ..model.models import NAME_RE, check_name
+from ..model.refs import TAG, RefState
 
 if TYPE_CHECKING:
     from .session import Session

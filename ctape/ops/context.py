@@ -27,12 +27,12 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from blake3 import blake3
 
-from .errors import InvalidInput
-from . import derived as derived_mod
-from .models import HIDDEN, Entry
+from ..model.errors import InvalidInput
+from ..history import derived as derived_mod
+from ..model.models import HIDDEN, Entry
 
 if TYPE_CHECKING:
-    from .session import Session
+    from ..history.session import Session
 
 INTERRUPTED = "[interrupted: this tool call did not complete and no result was recorded]"
 POLICIES = ("last-turn", "exclude-errors", "dedupe-tools")
@@ -85,7 +85,7 @@ def build_context(session: Optional["Session"], ref: Optional[str], policies: li
         partial = _text(window[-1].payload.get("content") if isinstance(window[-1].payload, dict) else "")
         entries = entries[:-1]
     elif ref is None and session is not None:
-        from .stream import open_streams
+        from ..history.stream import open_streams
 
         streams = open_streams(session) if session.exists() else []
         if streams and streams[-1]["base"] == head:

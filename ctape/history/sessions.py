@@ -12,9 +12,9 @@ from __future__ import annotations
 import difflib
 from typing import TYPE_CHECKING, Optional
 
-from .errors import InvalidInput, NoDefaultSession, RefNotFound, SessionNotFound
-from .models import NAME_RE, check_name
-from .refs import HEAD, TAG, RefState
+from ..model.errors import InvalidInput, NoDefaultSession, RefNotFound, SessionNotFound
+from ..model.models import NAME_RE, check_name
+from ..model.refs import HEAD, TAG, RefState
 
 if TYPE_CHECKING:
     from .tape import Tape
@@ -52,7 +52,7 @@ def require(tape: "Tape", name: str) -> str:
 def default(tape: "Tape") -> str:
     """The session a command uses when none is named: the one chosen on this machine with
     `session use`, else the tape's only session."""
-    from .localstate import chosen_session
+    from ..store.localstate import chosen_session
 
     chosen = chosen_session(tape.store)
     if chosen is not None:
@@ -78,7 +78,7 @@ def remove(tape: "Tape", name: str) -> dict:
         changes.update({TAG + t: None for t in st.tags})  # its tags go too: compact frees what they held
         changes[HEAD] = None
         s._write_ref(w, "session-rm", changes)
-    from .localstate import choose_session, chosen_session
+    from ..store.localstate import choose_session, chosen_session
 
     if chosen_session(tape.store) == name:
         choose_session(tape.store, None)

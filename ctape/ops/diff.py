@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from .errors import RefNotFound
+from ..model.errors import RefNotFound
 
 
 @dataclass

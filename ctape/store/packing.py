@@ -30,8 +30,8 @@ import re
 from typing import Iterable, Optional
 
 from . import framing
-from .canonical import object_hash
-from .errors import CorruptObject
+from ..model.canonical import object_hash
+from ..model.errors import CorruptObject
 
 T_OBJ = framing.T_BLOCK_OBJECT  # type byte, codec byte, data
 T_REF = framing.T_BLOCK_REF  # codec byte, data

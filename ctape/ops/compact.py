@@ -35,14 +35,14 @@ from typing import Callable, NamedTuple, Optional
 
 from blake3 import blake3
 
-from . import framing, packing
-from .canonical import canonical_json
-from .errors import CorruptObject, InvalidInput, StorageError, UnsafePath
-from .models import format_time
-from .refs import HEAD, Claim, RefState, conflict_name, saw, shown, standing_claims, tip_at
-from .files import TYPE_ENTRY, fsync_dir, zstd
-from .schema import object_record_problem
-from .store import Store, file_header_problem, record_problem, segment_writer
+from ..store import framing, packing
+from ..model.canonical import canonical_json
+from ..model.errors import CorruptObject, InvalidInput, StorageError, UnsafePath
+from ..model.models import format_time
+from ..model.refs import HEAD, Claim, RefState, conflict_name, saw, shown, standing_claims, tip_at
+from ..store.files import TYPE_ENTRY, fsync_dir, zstd
+from ..model.schema import object_record_problem
+from ..store.store import Store, file_header_problem, record_problem, segment_writer
 
 BLOCK_BYTES = 2 << 20  # uncompressed bytes per pack block: larger compresses better, reads cost more
 BLOCK_LEVEL = 12  # zstd level: 19 saves ~12% more but compresses ~10x slower
@@ -52,7 +52,7 @@ LARGE_OBJECT = 64 << 10  # objects this large stay on their own (read without th
 def parse_duration(text, what: str = "duration") -> float:
     """Seconds in `now`, `30m`, `12h`, `14d`, `2w` (or a number of seconds): timespec's
     rules, so a Python caller meets the same bounds (InvalidInput) as the command line."""
-    from .timespec import parse_duration as parse
+    from ..model.timespec import parse_duration as parse
 
     return parse(text, what)
 

@@ -17,7 +17,7 @@ Tables:
   fts      contentless FTS5 table: one row per distinct text, rowid = the text id
   retry    entries whose large values had not arrived yet (an rsync under way)
 
-Text (ctape/searchtext.py): the payload's strings, without ids and binary-looking runs.
+Text (ctape/ops/searchtext.py): the payload's strings, without ids and binary-looking runs.
 Identical texts (the same file read twice, the same test output) are one FTS row shared by
 their entries: the key is computed from the payload with its large values still as blob
 hashes, so a repeated tool output is neither read nor tokenized again.
@@ -37,12 +37,22 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Callable, Iterable, Iterator, Optional
 
-from . import derived, framing
-from .errors import CorruptObject, CtapeError, EntryNotFound, InvalidInput, UnsafePath
-from .files import CODEC_RAW, TYPE_ENTRY, zstd
-from .index import cache_schema, connect_cache, hash_key
-from .searchtext import entry_text, fts_expression, has_match, parse_query, payload_parts, payload_text, snippet, text_key  # noqa: F401 (parse_query, fts_expression: API)
-from .models import HIDDEN, EntryKind, format_time, kind_value
+from ..history import derived
+from ..store import framing
+from ..model.errors import CorruptObject, CtapeError, EntryNotFound, InvalidInput, UnsafePath
+from ..store.files import CODEC_RAW, TYPE_ENTRY, zstd
+from ..store.index import cache_schema, connect_cache, hash_key
+from .searchtext import (  # noqa: F401 (parse_query, fts_expression: API)
+    entry_text,
+    fts_expression,
+    has_match,
+    parse_query,
+    payload_parts,
+    payload_text,
+    snippet,
+    text_key,
+)
+from ..model.models import HIDDEN, EntryKind, format_time, kind_value
 
 SCHEMA_VERSION = 4
 SCHEMA = """

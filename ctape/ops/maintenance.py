@@ -7,16 +7,16 @@ import os
 import stat
 from typing import TYPE_CHECKING, Iterator, Optional
 
-from . import framing
-from .canonical import blob_refs
-from .errors import NOATIME_WARNING, CorruptObject, UnsafePath
-from .files import TYPE_ENTRY
-from .models import NAME_RE
-from .schema import decode_entry
-from .store import file_header_problem, record_problem, segment_writer
+from ..store import framing
+from ..model.canonical import blob_refs
+from ..model.errors import NOATIME_WARNING, CorruptObject, UnsafePath
+from ..store.files import TYPE_ENTRY
+from ..model.models import NAME_RE
+from ..model.schema import decode_entry
+from ..store.store import file_header_problem, record_problem, segment_writer
 
 if TYPE_CHECKING:
-    from .tape import Tape
+    from ..history.tape import Tape
 
 
 QUARANTINE = "quarantine"  # damaged files moved aside by `fsck --salvage`: kept, never read
@@ -186,8 +186,8 @@ def fsck(tape: "Tape") -> dict:
 
 
 def _pack_hash_ok(store, rel: str) -> bool:
-    from .files import open_for_reading
-    from .store import pack_name_matches
+    from ..store.files import open_for_reading
+    from ..store.store import pack_name_matches
 
     fd = open_for_reading(os.path.join(store.root, rel))
     try:

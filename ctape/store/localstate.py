@@ -17,9 +17,9 @@ import secrets
 import shutil
 from typing import Optional
 
-from .errors import StorageError
+from ..model.errors import StorageError
 from .index import default_cache_root
-from .models import NAME_RE
+from ..model.models import NAME_RE
 from .store import FORMAT_FILE
 
 MARKER = "tape.json"

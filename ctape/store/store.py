@@ -29,8 +29,17 @@ from typing import Iterator, NamedTuple, Optional
 from blake3 import blake3
 
 from . import framing, packing
-from .canonical import object_hash
-from .errors import NOATIME_WARNING, CorruptObject, CtapeWarning, EntryNotFound, InvalidInput, NotATape, ObjectTooLarge, UnsafePath
+from ..model.canonical import object_hash
+from ..model.errors import (
+    NOATIME_WARNING,
+    CorruptObject,
+    CtapeWarning,
+    EntryNotFound,
+    InvalidInput,
+    NotATape,
+    ObjectTooLarge,
+    UnsafePath,
+)
 from .files import (  # noqa: F401 - TYPE_*, CODEC_*, open_for_reading and zstd are used through this module too
     CODEC_RAW,
     CODEC_ZSTD,
@@ -44,8 +53,8 @@ from .files import (  # noqa: F401 - TYPE_*, CODEC_*, open_for_reading and zstd 
     zstd,
 )
 from .index import Index, IndexBatch, IndexDegraded, default_cache_root, hash_key
-from .models import NAME_RE
-from .schema import header_problem, object_record_problem, read_partial_record, read_ref_record
+from ..model.models import NAME_RE
+from ..model.schema import header_problem, object_record_problem, read_partial_record, read_ref_record
 from .segment import SegmentWriter
 
 FORMAT_FILE = "ctape.json"
@@ -96,6 +105,7 @@ class Store:
         self._dicts: dict[tuple[int, int, int], object] = {}  # (file, offset, crc) -> decompressor with that dictionary
         self._atimes_work: Optional[bool] = None
         self.unsafe_sessions: set[str] = set()  # sessions a symlink refuses (list_files)
+        self._headers_seen: dict[str, tuple[int, int]] = {}  # file -> (inode, ctime) whose header verify_headers read
         self.discard_listeners: list = []  # called with the hashes of objects a failed batch dropped
         # what this process read from data files: lets tests prove that a question
         # about one session does not read the whole tape
@@ -438,6 +448,11 @@ class Store:
             row = rows.get(rel)
             if row is None or row[3] or not rel.startswith("sessions/"):
                 continue  # not indexed yet (the next scan checks it), or already damage
+            st = os.stat(os.path.join(self.root, rel), follow_symlinks=False)
+            seen = (st.st_ino, st.st_ctime_ns)  # any write changes the ctime, and nothing can set it back
+            if self._headers_seen.get(rel) == seen or st.st_size == 0:
+                continue  # read already, or empty: no record in it can move a ref
+            self._headers_seen[rel] = seen
             fd = open_for_reading(os.path.join(self.root, rel))
             try:
                 first = next(iter(framing.scan(os.pread(fd, 4096, 0), 0)), None)
@@ -795,7 +810,7 @@ def pack_name_matches(rel: str, data: bytes) -> bool:
 
 def record_problem(type_: int, body: bytes, session: Optional[str], writer: Optional[str] = None):
     """The decoded ref or stream record, or a short reason (str) why it cannot be used:
-    not JSON, fields of the wrong type or range (ctape/schema.py), a session other
+    not JSON, fields of the wrong type or range (ctape/model/schema.py), a session other
     than the folder's (`session`; None for packs/, which may hold any), or, in a
     segment, a ref record of another writer than the one the file belongs to (`writer`)."""
     rec, why = (read_ref_record if type_ == framing.T_REF else read_partial_record)(body, session)

@@ -36,9 +36,9 @@ import re
 from importlib import resources
 from typing import Any, Iterator, Optional
 
-from .errors import CtapeError, InvalidInput
-from .models import time_seconds
-from .timespec import parse_when
+from ..model.errors import CtapeError, InvalidInput
+from ..model.models import time_seconds
+from ..model.timespec import parse_when
 
 GROUPS = ("session", "model", "day")
 FIELDS = ("input", "output", "cached", "cache_write")

@@ -15,6 +15,7 @@ by one more leading "\\0". docs/format.md has a worked example; tests pin it.
 from __future__ import annotations
 
 import json
+import os
 import re
 from typing import Any, Callable, Optional
 
@@ -32,6 +33,16 @@ BLOB_MIN = 1024  # characters
 # Python's recursion limit of 1000 at this depth; entries read from disk are held to it too
 # (schema.entry_body_problem).
 MAX_DEPTH = 100  # levels of lists and objects in one of payload, meta, delta (a scalar is 0, {} is 1)
+
+# The longest record (a line of JSON Lines, or a whole JSON document) an importer or a stream reads.
+# Real transcripts stay far below it (a line with a large tool output or a base64 image
+# is tens of MB); a longer one, or a file with no line end at all (/dev/zero), is refused
+# before it fills the memory (docs/import.md). $CTAPE_MAX_RECORD overrides it.
+MAX_RECORD = 256 << 20
+
+
+def max_record() -> int:
+    return int(os.environ.get("CTAPE_MAX_RECORD") or MAX_RECORD)
 MAX_ITEMS = 1_000_000  # values (scalars, lists, objects) in payload, meta and delta together
 MAX_BODY = 64 << 20  # bytes of an entry's canonical body, once large strings are blobs
 

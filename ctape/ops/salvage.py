@@ -22,18 +22,18 @@ import os
 import fcntl
 from typing import TYPE_CHECKING, Optional
 
-from . import framing
+from ..store import framing
 from .compact import PackWriter, _compaction_lock, _remove_stale_temp_packs
-from .canonical import blob_refs, is_hash
-from .errors import CorruptObject, StorageError
-from .files import TYPE_ENTRY, fsync_dir, storage_error
-from .refs import HEAD
+from ..model.canonical import blob_refs, is_hash
+from ..model.errors import CorruptObject, StorageError
+from ..store.files import TYPE_ENTRY, fsync_dir, storage_error
+from ..model.refs import HEAD
 from .maintenance import PENDING, QUARANTINE, REPORT
-from .models import now_rfc3339
-from .store import Store, file_header_problem, pack_name_matches, record_problem, segment_writer
+from ..model.models import now_rfc3339
+from ..store.store import Store, file_header_problem, pack_name_matches, record_problem, segment_writer
 
 if TYPE_CHECKING:
-    from .tape import Tape
+    from ..history.tape import Tape
 
 TEMP = ".tmp-"  # a report being written
 

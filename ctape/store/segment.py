@@ -18,7 +18,7 @@ import time
 from typing import TYPE_CHECKING, Optional
 
 from . import framing, packing
-from .canonical import canonical_json, object_hash
+from ..model.canonical import canonical_json, object_hash
 from .files import TYPE_ENTRY, UNREAD_ATIME_NS, check_not_symlink, fsync_dir, storage_error, write_all, zstd
 from .index import IndexBatch, hash_key
 

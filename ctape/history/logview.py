@@ -15,9 +15,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Optional
 
-from .errors import InvalidInput
-from .models import HIDDEN, Entry, kind_value, time_seconds
-from .timespec import parse_when
+from ..model.errors import InvalidInput
+from ..model.models import HIDDEN, Entry, kind_value, time_seconds
+from ..model.timespec import parse_when
 
 
 def is_hidden(e: Entry) -> bool:

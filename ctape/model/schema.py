@@ -95,7 +95,7 @@ def _refs_problem(refs: Any, field: str) -> Optional[str]:
             if value is None or (type(value) is str and (_HASH.fullmatch(value) if value[:1] != "@" else _NAME.fullmatch(value, 1))):
                 continue
         else:
-            # a branch, or a tag (`tag:` + a name: never a valid branch name, ctape/tags.py)
+            # a branch, or a tag (`tag:` + a name: never a valid branch name, ctape/history/tags.py)
             if not _name_ok(ref[4:] if type(ref) is str and ref.startswith("tag:") else ref):
                 return f"`{field}` names an invalid ref {ref[:40]!r}"
             if value is None or (type(value) is str and _HASH.fullmatch(value)):

@@ -1,5 +1,5 @@
 """What search sees: the query language, the text of an entry, and snippets. Pure
-functions, no I/O (ctape/search.py keeps the cache and answers queries).
+functions, no I/O (ctape/ops/search.py keeps the cache and answers queries).
 
 Text: every string of the payload (tool outputs and large values included), without
 call ids, content-block types, signatures, encrypted blobs, and runs of base64 or other
@@ -16,8 +16,8 @@ from typing import Callable, Optional
 
 from blake3 import blake3
 
-from .errors import InvalidInput
-from .index import hash_key
+from ..model.errors import InvalidInput
+from ..store.index import hash_key
 
 SKIP_KEYS = frozenset({"call_id", "id", "type", "tool_use_id", "signature", "encrypted_content"})
 MAX_TEXT = 2 << 20  # characters of one entry's text that are indexed

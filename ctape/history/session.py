@@ -1,0 +1,563 @@
+"""Session: one conversation, its branches, HEAD and ref log."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional
+
+import json
+import re
+import time
+
+from . import derived
+from ..store import framing
+from ..model import schema
+from ..model import refs as refmod
+from ..store.index import hash_key
+from ..model.canonical import entry_body
+from ..model.errors import BranchCheckedOut, CorruptObject, CtapeError, EntryNotFound, InvalidInput, RefNotFound
+from ..model.models import Entry, check_name, check_payload, now_rfc3339, parse_time
+from ..model.refs import HEAD, RefState
+from ..store.files import TYPE_BLOB, TYPE_ENTRY
+from ..store.segment import SegmentWriter
+from ..model.models import kind_value as check_kind
+
+if TYPE_CHECKING:
+    from .tape import Tape
+
+
+HASH_RE = re.compile(r"[0-9a-f]{64}")
+
+
+class Session:
+    def __init__(self, tape: "Tape", name: str):
+        self.tape = tape
+        self.store = tape.store
+        self.name = check_name(name, "session name")
+
+    def __repr__(self) -> str:
+        return f"Session({self.name!r})"
+
+    # -- refs ------------------------------------------------------------------------
+
+    def refs(self) -> RefState:
+        """The session's refs now (while this process holds the session's lock: its own view)."""
+        w = self.store._writers.get(self.name)
+        if w is not None and w.refstate is not None and (w.locked or w.view_is_current()):
+            return w.refstate
+        self.store.refresh(self.name)
+        return self._cached_refs()
+
+    def _cached_refs(self) -> RefState:
+        """The refs read last when nothing changed since (a session of many branches is
+        resolved once a command), else read now. Callers only read them."""
+        idx = self.store.index
+        idx.sync()
+        key = idx.version()
+        hit = self.store.refs_cache.get(self.name)
+        if hit is not None and hit[0] == key:
+            return hit[1]
+        st = self._load_refs()
+        self.store.refs_cache[self.name] = (key, st)
+        return st
+
+    def damage(self) -> list[str]:
+        """Files of this session known to hold damage (a record that fails its checks, or
+        acknowledged bytes lost): reads go on from what reads back. Empty when healthy."""
+        return [path for path, level in self.store.damage(self.name)]
+
+    def check_refs_intact(self) -> None:
+        """Refuse to write on refs that a damaged record may have changed (a damaged record
+        that is not an object, or lost bytes). Reading goes on; the CLI warns."""
+        damaged = [path for path, level in self.store.damage(self.name) if level >= 2]
+        lost = {p for p, _, _ in self.store.index.lost_rows()}
+        if damaged and damaged[0] in lost:
+            raise CorruptObject(
+                f"session {self.name!r} lost acknowledged records: {damaged[0]} is shorter than this machine had read it, or gone "
+                "(an rsync --delete or --inplace?); its branches and HEAD may be wrong, so nothing is written to it; "
+                "sync it back from a copy that has it, or run `ctape fsck --salvage` to go on without it")
+        if damaged:
+            raise CorruptObject(
+                f"session {self.name!r} has a damaged record in {damaged[0]}: its branches and HEAD may be wrong, "
+                "so nothing is written to it; run `ctape fsck --salvage` to keep what is intact, then retry"
+            )
+
+    def _load_refs(self) -> RefState:
+        idx = self.store.index
+        lc, seen = idx.max_lc_and_seen(self.name)
+        return refmod.from_rows(idx.claims(self.name), lc, seen)
+
+    @property
+    def head(self) -> Optional[Entry]:
+        h = self.refs().head_hash
+        return self.tape.read_entry(h) if h else None
+
+    @property
+    def branch_name(self) -> Optional[str]:
+        return self.refs().branch
+
+    def exists(self) -> bool:
+        return self.tape._session_exists(self.name)
+
+    def _writer_refs(self, w: SegmentWriter) -> RefState:
+        if w.refstate is None:
+            self.check_refs_intact()
+            w.refstate = self._cached_refs().copy()  # the writer's own: it applies its records
+        return w.refstate
+
+    def _write_ref(self, w: SegmentWriter, op: str, changes: dict[str, Optional[str]], **extra: Any) -> dict:
+        """Write one ref record moving `changes`. A sync conflict still open is settled
+        first, by records of their own (op "settle", one per ref: the conflict branches,
+        then the winner), so that deleting a conflict branch leaves nothing that keeps
+        its entries from `compact`."""
+        st = self._writer_refs(w)
+        settle = {ref: v for ref, v in st.settle.items() if ref not in changes}
+        old = self._old_values(st, changes)  # as the user saw them (a settle ends unsettled conflict branches)
+        for ref in sorted(settle, key=lambda r: (refmod.CONFLICT not in r, r)):
+            self._put_ref(w, st, "settle", {ref: settle[ref]}, {}, coalesce=False)
+        # HEAD in a record of its own: a record that stays for one claim keeps every value
+        # it sets, so HEAD's claim must not keep a branch's old tip from `compact`. HEAD
+        # goes last (a new session: main, then HEAD on it), or first when a branch goes
+        # (HEAD leaves it, then it is deleted)
+        parts = [{k: v for k, v in changes.items() if k != HEAD}]
+        if HEAD in changes and parts[0]:
+            head_first = any(v is None for v in parts[0].values())
+            parts.insert(0 if head_first else 1, {HEAD: changes[HEAD]})
+        elif HEAD in changes:
+            parts = [{HEAD: changes[HEAD]}]
+        parts = [p for part in parts for p in self._by_seen(st, part)]
+        # inside a batch, plain appends moving one ref share a record (segment.put_ref);
+        # the time every append passes is not an extra that would keep them apart
+        coalesce = op == "append" and not (extra.keys() - {"time"}) and len(parts) == 1
+        rec: dict = {}
+        for part in parts:
+            rec = self._put_ref(w, st, op, part, dict(extra), coalesce=coalesce, old={k: old[k] for k in part})
+        return rec
+
+    def _by_seen(self, st: RefState, part: dict) -> list[dict]:
+        """A record's `seen` holds one n per writer for all the refs it sets, so refs whose
+        claims were read to different points go in records of their own: a deletion of
+        two branches must not supersede a claim on one that was only read on the other."""
+        if len(part) < 2:
+            return [part]
+        groups: dict[tuple, dict] = {}
+        for ref, value in part.items():
+            key = tuple(sorted(st.seen_for([ref], self.store.writer).items()))
+            groups.setdefault(key, {})[ref] = value
+        return list(groups.values())
+
+    @staticmethod
+    def _old_values(st: RefState, refs) -> dict[str, Optional[str]]:
+        return {ref: st.head if ref == HEAD else st.tags.get(ref[len(refmod.TAG):]) if ref.startswith(refmod.TAG) else st.branches.get(ref)
+                for ref in refs}
+
+    def _put_ref(self, w: SegmentWriter, st: RefState, op: str, sets: dict[str, Optional[str]], extra: dict,
+                 coalesce: bool, old: Optional[dict] = None) -> dict:
+        me = self.store.writer
+        # n = lc, a hybrid logical clock: one more than every clock read, and never less
+        # than the time in microseconds, so it is larger than every n this writer wrote even
+        # when it cannot see them: a compaction dropped its newest records (the claims that
+        # superseded them have larger clocks), or `rsync --delete` took its files away
+        # and a third copy brings them back later (docs/format.md section 6)
+        n = max(st.seen.get(me, 0) + 1, st.lc + 1, time.time_ns() // 1000)
+        rec = {
+            "s": self.name,
+            "w": me,
+            "n": n,
+            "lc": n,
+            "t": extra.pop("time", None) or now_rfc3339(),
+            "op": op,
+            "set": sets,
+        }
+        if op != "append":
+            # an append moves a ref from the new entry's parent: its old value is implied,
+            # and the ref log works it out when it replays the records
+            rec["old"] = old if old is not None else self._old_values(st, sets)
+        target = sets.get(HEAD)
+        if isinstance(target, str) and target.startswith("@") and st.branches.get(target[1:]):
+            # the tip HEAD attaches at: where it stays if another copy deletes the branch meanwhile
+            rec["at"] = st.branches[target[1:]]
+        # what this record replaces: the claims on its refs this writer has read (a deletion
+        # supersedes exactly those; a claim it had not read still stands)
+        seen = st.seen_for(sets, me)
+        if seen:
+            rec["seen"] = seen
+        rec.update(extra)
+        w.put_ref(rec, coalesce=coalesce)
+        st.apply(rec)
+        return rec
+
+    # -- appending -----------------------------------------------------------------------
+
+    def append(
+        self,
+        kind: str,
+        payload: Any = None,
+        meta: Optional[dict] = None,
+        delta: Any = None,
+        time: Optional[str] = None,
+        *,
+        op: str = "append",
+        record_extra: Optional[dict] = None,
+    ) -> Entry:
+        """Append one entry at HEAD and move HEAD (or its branch) to it."""
+        kind = check_kind(kind)
+        check_payload(kind, payload)
+        if meta is None:
+            meta = {}
+        if not isinstance(meta, dict):
+            raise InvalidInput("meta must be a JSON object")
+        with self.store.writing(self.name) as w:
+            self._record_partials(w, skip=(record_extra or {}).get("stream"))
+            st = self._writer_refs(w)
+            e = self._put_entry(w, kind, payload, meta, delta, time, st.head_hash)
+            self._track_derived(w, e)
+            self._write_ref(w, op, self._advance(st, e.hash), time=None if time else e.time, **(record_extra or {}))
+            return e
+
+    def _track_derived(self, w: SegmentWriter, e: Entry) -> None:
+        """Keep state and pending calls of the chain being appended to, and save a keyframe
+        every KEY_EVERY entries, so `state` and `status` never walk far (written with the index)."""
+        if w.derived_head != e.parent or w.derived is None:
+            try:
+                w.derived = derived.empty() if e.parent is None else self.tape.derived(e.parent)
+            except EntryNotFound:
+                # the chain has a hole (lost to damage and salvaged, or not synced yet): what
+                # follows from it is unknown, and the append needs none of it; no keyframe is
+                # kept for it. Damage not salvaged yet (CorruptObject) stops the append.
+                w.derived, w.derived_head = None, None
+                return
+        w.derived = derived.step(w.derived, e)
+        w.derived_head = e.hash
+        if e.seq % derived.KEY_EVERY == 0:
+            w.batch.keyframes.append((hash_key(e.hash), json.dumps(w.derived)))
+
+    @staticmethod
+    def _advance(st: RefState, h: str) -> dict[str, Optional[str]]:
+        """The ref changes that move HEAD to a new child entry h."""
+        if st.head is None:  # a new session starts on branch main
+            return {"main": h, HEAD: "@main"}
+        if st.branch is not None:
+            return {st.branch: h}
+        return {HEAD: h}
+
+    def _put_entry(self, w: SegmentWriter, kind: str, payload: Any, meta: dict, delta: Any, time: Optional[str], parent: Optional[str]) -> Entry:
+        if parent is None:
+            seq = 1
+        elif parent == w.last_entry[0]:
+            seq = w.last_entry[1] + 1
+        else:
+            seq = self.tape.read_entry(parent).seq + 1
+        t = parse_time(time) if time else now_rfc3339()
+        refs = [parent] if parent is not None else []
+
+        def put_blob(b: bytes) -> str:
+            refs.append(w.put_object(TYPE_BLOB, b))
+            return refs[-1]
+
+        body = entry_body(kind, payload, meta, delta, parent, seq, t, put_blob)
+        # a child of an entry this writer just created cannot be on the tape already
+        n_before = len(w.new_objects)
+        h = w.put_object(TYPE_ENTRY, body, new=parent is not None and parent in w.fresh, refs=refs)
+        if len(w.new_objects) > n_before:  # written now, not found on the tape
+            if len(w.fresh) > 4096:
+                w.fresh.clear()
+            w.fresh.add(h)
+        # the caller keeps its dicts (and may change them), so this Entry is not cached
+        e = Entry(hash=h, parent=parent, seq=seq, kind=kind, time=t, payload=payload, meta=meta, delta=delta)
+        w.last_entry = (h, seq)
+        return e
+
+    def _record_partials(self, w: SegmentWriter, skip: Optional[str] = None) -> None:
+        """Turn an interrupted stream left by a dead writer into one `streaming` entry."""
+        if w.partials_checked:
+            return
+        w.partials_checked = True
+        from .stream import record_partials
+
+        record_partials(self, w, skip=skip)
+
+    # -- moving refs ------------------------------------------------------------------------
+
+    def _must_exist(self) -> None:
+        if not self.exists():
+            from .sessions import unknown
+
+            raise unknown(self.tape, self.name)
+
+    def checkout(self, ref: Optional[str], new_branch: Optional[str] = None) -> RefState:
+        """Attach HEAD to a branch, or detach it at an entry; `new_branch` forks a branch there
+        (at HEAD when `ref` is None)."""
+        if new_branch is not None:
+            check_name(new_branch, "branch name")
+        elif ref is None:
+            raise InvalidInput("checkout needs a REF (or -b NAME to fork a branch at HEAD)")
+        self._must_exist()
+        if ref is None:
+            h = self.refs().head_hash
+            if h is None:
+                raise RefNotFound(f"session {self.name!r} has no entries to fork from")
+            ref = h
+        branch = self._branch_of_ref(ref)
+        with self.store.writing(self.name) as w:
+            st = self._writer_refs(w)
+            if new_branch is not None:
+                if new_branch in st.branches and new_branch not in st.conflicts:
+                    raise InvalidInput(f"branch {new_branch!r} already exists; pick another name or check it out")
+                h = self.tape.resolve(ref, self.name)
+                if h is None:
+                    raise RefNotFound(f"{ref!r} has no entries to fork from")
+                self._write_ref(w, "checkout", {new_branch: h, HEAD: "@" + new_branch}, ref=ref)
+            elif branch is not None:
+                self._write_ref(w, "checkout", {HEAD: "@" + branch}, ref=ref)
+            else:
+                h = self.tape.resolve(ref, self.name)
+                if h is None:
+                    raise RefNotFound(f"{ref!r} has no entries yet")
+                self._write_ref(w, "checkout", {HEAD: h}, ref=ref)
+            return w.refstate
+
+    def _branch_of_ref(self, ref: str) -> Optional[str]:
+        """The branch of this session a REF names exactly, for attaching HEAD."""
+        if "~" in ref or "^" in ref or "@{" in ref:
+            return None
+        s, slash, b = ref.partition("/")
+        if slash and s != self.name:
+            if self.tape._session_exists(s):
+                raise InvalidInput(f"{ref!r} is a branch of another session; check it out with -s {s}")
+            return None
+        name = b if slash else ref
+        return name if name in self.refs().branches else None
+
+    def branch(self, name: str, ref: Optional[str] = None) -> str:
+        """Create branch `name` at REF (default: HEAD); returns its entry hash."""
+        check_name(name, "branch name")
+        self._must_exist()
+        with self.store.writing(self.name) as w:
+            st = self._writer_refs(w)
+            if name in st.branches and name not in st.conflicts:
+                raise InvalidInput(f"branch {name!r} already exists; delete it first or pick another name")
+            h = self.tape.resolve(ref, self.name) if ref else st.head_hash
+            if h is None:
+                raise RefNotFound(f"nothing to branch from: session {self.name!r} has no entries yet")
+            self._write_ref(w, "branch", {name: h})
+            return h
+
+    def delete_branch(self, name: str, force: bool = True) -> str:
+        """Delete a branch (its entries stay). The branch HEAD is on is refused unless
+        `force`, which detaches HEAD at its tip."""
+        check_name(name, "branch name")
+        self._must_exist()
+        with self.store.writing(self.name) as w:
+            st = self._writer_refs(w)
+            if name not in st.branches:
+                raise RefNotFound(f"session {self.name!r} has no branch {name!r}; see `ctape branch -s {self.name}`")
+            if st.branch == name and not force:
+                raise BranchCheckedOut(f"branch {name!r} is checked out in session {self.name!r}; check out another ref first, or delete it with -D (HEAD stays at its tip)")
+            tip = st.branches[name]
+            changes: dict[str, Optional[str]] = {name: None}
+            if st.branch == name:
+                changes[HEAD] = tip  # detach at its tip: nothing is lost
+            self._write_ref(w, "delete", changes)
+            return tip
+
+    def branches(self) -> list[dict]:
+        st = self.refs()
+        return [
+            {"name": b, "hash": h, "current": st.branch == b, **({"conflict_of": st.conflicts[b]} if b in st.conflicts else {})}
+            for b, h in sorted(st.branches.items())
+        ]
+
+    # -- tags (ctape/history/tags.py) ------------------------------------------------------------------
+
+    def tag(self, name: str, ref: Optional[str] = None, force: bool = False) -> dict:
+        """Tag REF (default HEAD) as NAME; an existing tag moves only with force=True."""
+        from . import tags
+
+        return tags.create(self, name, ref, force)
+
+    def delete_tag(self, name: str) -> str:
+        from . import tags
+
+        return tags.delete(self, name)
+
+    def tags(self) -> list[dict]:
+        from . import tags
+
+        return tags.listing(self)
+
+
+    def put_entry(self, kind: str, payload: Any, meta: Optional[dict] = None, delta: Any = None, time: Optional[str] = None, parent: Optional[str] = None) -> Entry:
+        """Store an entry after `parent` without moving any ref (importers; pair with set_refs)."""
+        kind = check_kind(kind)
+        check_payload(kind, payload)
+        with self.store.writing(self.name) as w:
+            return self._put_entry(w, kind, payload, meta or {}, delta, time, parent)
+
+    def set_refs(self, op: str, changes: dict[str, Optional[str]], **extra: Any) -> None:
+        """Write one ref record as is (import, sync tools); every value must be a ref:
+        an entry of this tape, "@BRANCH" for HEAD, or null (delete)."""
+        self._check_ref_values(changes)
+        with self.store.writing(self.name) as w:
+            self._write_ref(w, op, changes, **extra)
+
+    def _check_ref_values(self, changes: dict) -> None:
+        for ref, value in changes.items():
+            if ref.startswith(refmod.TAG):
+                check_name(ref[len(refmod.TAG):], "tag name")
+            elif ref != HEAD:
+                check_name(ref, "branch name")
+            if value is None:
+                continue
+            if ref == HEAD and isinstance(value, str) and value.startswith("@"):
+                check_name(value[1:], "branch name")
+                continue
+            if not (isinstance(value, str) and HASH_RE.fullmatch(value) and self._is_entry(value)):
+                raise InvalidInput(f"{ref}: {value!r} is not an entry of this tape; give a full entry hash" + (" or @BRANCH" if ref == HEAD else ""))
+
+    def _is_entry(self, h: str) -> bool:
+        try:
+            self.tape.read_entry(h)
+            return True
+        except CtapeError:
+            return False
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def log(
+        self,
+        ref: Optional[str] = None,
+        limit: Optional[int] = None,
+        kinds: Iterable[str] = (),
+        *,
+        grep: Optional[str] = None,
+        since: Any = None,
+        until: Any = None,
+        hidden: bool = True,
+        all: bool = False,
+    ) -> Iterator[Entry]:
+        """Entries newest first from REF (default HEAD), following parents. `all`: from every
+        branch and HEAD; `grep`, `since`, `until`, `hidden=False`: as `ctape log` (logview.py)."""
+        if all or grep is not None or since is not None or until is not None or not hidden:
+            from .logview import Filter, walk
+
+            st = self.refs()
+            tips = [st.head_hash, *st.branches.values()] if all else [self.tape.resolve(ref, self.name) if ref else st.head_hash]
+            return walk(self.tape, tips, Filter.make(kinds, grep, since, until, hidden), limit)
+        return self._log_chain(ref, limit, kinds)
+
+    def _log_chain(self, ref: Optional[str], limit: Optional[int], kinds: Iterable[str]) -> Iterator[Entry]:
+        h = self.tape.resolve(ref, self.name) if ref else self.refs().head_hash
+        want = {check_kind(k) for k in kinds}
+        count = 0
+        while h is not None and (limit is None or count < limit):
+            e = self.tape.read_entry(h)
+            if not want or e.kind in want:
+                yield e
+                count += 1
+            h = e.parent
+
+    def reflog(self) -> list[dict]:
+        """Every ref move, newest first. Lines that moved HEAD carry `at`: N of SESSION@{N}."""
+        lines, _ = self._replay()
+        return lines
+
+    def head_positions(self) -> list[str]:
+        """Entry hashes HEAD has pointed at, newest first (for SESSION@{N})."""
+        _, positions = self._replay()
+        return positions
+
+    def _ref_records(self) -> list[dict]:
+        """Every ref record of the session, oldest first (Lamport clock, writer, n), read
+        from its files: the index keeps no copy (it would be as large as the tape for
+        sessions written one append at a time), and this is read only for the ref log."""
+        tries = 3
+        while True:
+            tries -= 1
+            files = self.store.list_files(self.name)
+            try:
+                records = self._read_ref_records(files)
+            except FileNotFoundError:
+                if not tries:
+                    raise
+                continue  # a compaction replaced files while we read them: their records are in its pack
+            # the folder changed while we read (a listing taken during a compaction's rename
+            # may hold neither the old files nor the new pack): read again
+            if not tries or set(self.store.list_files(self.name)) == set(files):
+                return records
+
+    def _read_ref_records(self, files: Iterable[str]) -> list[dict]:
+        found: dict[tuple, dict] = {}
+        for rel in files:
+            for item in self.store.scan_file(rel):
+                if isinstance(item, framing.Record) and item.type == framing.T_REF:
+                    rec, why = schema.read_ref_record(item.body, self.name)
+                    if why is None:  # fsck reports the others
+                        found.setdefault((rec["w"], rec["n"]), rec)  # a write repeated after a copy
+        return sorted(found.values(), key=lambda r: (r["lc"], r["w"], r["n"]))
+
+    def _replay(self) -> tuple[list[dict], list[str]]:
+        self.store.refresh(self.name)  # so that the index knows every entry the ref log names
+        branches: dict[str, Optional[str]] = {}
+        head: Optional[str] = None
+        positions: list[str] = []
+        lines: list[dict] = []
+        for rec in self._ref_records():
+            before = {ref: (head if ref == HEAD else branches.get(ref)) for ref in rec.get("set", {})}
+            for ref, value in rec.get("set", {}).items():
+                if ref == HEAD:
+                    head = value
+                else:
+                    branches[ref] = value
+            at = branches.get(head[1:]) if head and head.startswith("@") else head
+            moved = bool(at) and (not positions or positions[-1] != at)
+            if moved:
+                positions.append(at)
+            for ref, new in sorted(rec.get("set", {}).items()):
+                lines.append(
+                    {
+                        "ref": ref if ref == HEAD else f"{self.name}/{ref}",
+                        "old": (rec["old"] or {}).get(ref) if "old" in rec else before.get(ref),
+                        "new": new,
+                        "op": rec.get("op"),
+                        "time": rec.get("t"),
+                        "writer": rec.get("w"),
+                        "head": at,
+                        "_pos": len(positions) - 1 if moved else None,
+                    }
+                )
+        lines.reverse()
+        total = len(positions)
+        for i, line in enumerate(lines):
+            line["index"] = i
+            pos = line.pop("_pos")
+            line["at"] = None if pos is None else total - 1 - pos
+        return lines, positions[::-1]
+
+    def head_at(self, n: int) -> Optional[str]:
+        if n == 0:
+            return self.refs().head_hash
+        pos = self.head_positions()
+        if n >= len(pos):
+            raise RefNotFound(f"{self.name}@{{{n}}}: the ref log has only {len(pos)} HEAD position(s)")
+        return pos[n]
+
+    def status(self) -> dict:
+        from .recovery import status
+
+        return status(self)
+
+    def state(self, ref: Optional[str] = None) -> Any:
+        h = self.tape.resolve(ref, self.name) if ref else self.refs().head_hash
+        return self.tape.derived(h)["state"]
+
+
+    def stream(self, flush_interval: float = 0.5):
+        from .stream import StreamWriter
+
+        return StreamWriter(self, flush_interval)
+
+    def recover(self) -> list[Entry]:
+        from .stream import recover
+
+        return recover(self)
+

@@ -1,0 +1,300 @@
+"""Tape: one open tape directory: its sessions, entries and refs.
+
+The verbs over it (compact, fsck, search, diff, usage...) live in ctape/ops; the Tape
+users import, ctape.Tape (ctape/tape.py), is this class with those verbs added."""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Iterator, Optional
+
+from . import derived, tags
+from ..model.canonical import internalize, is_hash
+from ..model.errors import AmbiguousRef, CorruptObject, EntryNotFound, RefNotFound
+from ..model.models import NAME_RE, Entry, kind_value
+from ..model.refs import HEAD
+from ..model.refspec import parse_ref
+from ..model.schema import decode_entry
+from ..store.files import TYPE_ENTRY
+from ..store.store import Store
+
+if TYPE_CHECKING:
+    from .session import Session
+
+
+ENTRY_CACHE = 4096  # entries kept decoded per Tape
+ENTRY_CACHE_BYTES = 64 << 20  # and at most about this many bytes of them
+
+
+class Tape:
+    """A tape directory. Open with Tape.open(path) or create with Tape.init(path)."""
+
+    def __init__(self, store: Store):
+        self.store = store
+        # recently read entries, with the bytes each holds: bounded in count and in bytes
+        # (an entry can carry megabytes of tool output)
+        self._entries: OrderedDict[str, tuple[Entry, int]] = OrderedDict()
+        self._entry_bytes = 0
+        store.discard_listeners.append(self._forget)
+        from ..store.localstate import mark
+
+        mark(store)
+
+    def _clear_entries(self) -> None:
+        """Forget every decoded entry (the next reads go to the files)."""
+        self._entries.clear()
+        self._entry_bytes = 0
+
+    def _forget(self, hashes) -> None:
+        """Entries of a discarded batch were never stored: drop them from the cache too."""
+        for h in hashes:
+            cached = self._entries.pop(h, None)
+            if cached is not None:
+                self._entry_bytes -= cached[1]
+
+    @classmethod
+    def init(cls, path: str | os.PathLike = ".ctape", **kw) -> "Tape":
+        Store.init(os.fspath(path))
+        return cls(Store(os.fspath(path), **kw))
+
+    @classmethod
+    def open(cls, path: str | os.PathLike = ".ctape", **kw) -> "Tape":
+        return cls(Store(os.fspath(path), **kw))
+
+    @property
+    def _session_class(self) -> type["Session"]:
+        """What `session()` returns: the history's Session here; ctape.Tape gives ctape.Session."""
+        from .session import Session
+
+        return Session
+
+    @property
+    def path(self) -> str:
+        return self.store.root
+
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> "Tape":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def session(self, name: str) -> "Session":
+        return self._session_class(self, name)
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """Many appends, one fsync at the end. Session locks are held until then."""
+        with self.store.batch():
+            yield
+
+    # -- entries ------------------------------------------------------------------
+
+    def read_entry(self, h: str) -> Entry:
+        cached = self._entries.get(h)
+        if cached is not None:
+            self._entries.move_to_end(h)
+            return cached[0]
+        type_, body = self.store.get_object(h)
+        if type_ != TYPE_ENTRY:
+            raise EntryNotFound(f"{h} is a payload value, not an entry")
+        raw = decode_entry(h, body)  # CorruptObject naming h when it is not an entry body
+        size = len(body)
+
+        def get_blob(b: str) -> bytes:
+            nonlocal size
+            data = self.store.get_object(b)[1]
+            size += len(data)
+            return data
+
+        e = Entry(
+            hash=h,
+            parent=raw["parent"],
+            seq=raw["seq"],
+            kind=raw["kind"],
+            time=raw["time"],
+            payload=internalize(raw["payload"], get_blob),
+            meta=internalize(raw["meta"], get_blob),
+            delta=internalize(raw["delta"], get_blob),
+        )
+        self._entries[h] = (e, size)
+        self._entry_bytes += size
+        while len(self._entries) > ENTRY_CACHE or (self._entry_bytes > ENTRY_CACHE_BYTES and len(self._entries) > 1):
+            self._entry_bytes -= self._entries.popitem(last=False)[1][1]
+        return e
+
+    def has_entry(self, h: str) -> bool:
+        return self.store.has_object(h)
+
+    def derived(self, h: Optional[str]) -> dict:
+        idx = self.store.index
+        return derived.derive(h, self.read_entry, idx.keyframe, idx.put_keyframe)
+
+    # -- refs ------------------------------------------------------------------------
+
+    def get(self, ref: str, session: Optional[str] = None) -> Entry:
+        h = self.resolve(ref, session)
+        if h is None:
+            raise RefNotFound(f"{ref!r} has no entries yet")
+        return self.read_entry(h)
+
+    def resolve(self, ref: str, session: Optional[str] = None) -> Optional[str]:
+        """The entry hash a REF names (None for a session or branch with no entry yet)."""
+        spec = parse_ref(ref)
+        h = self._resolve_base(spec.base, session, spec.reflog)
+        if h is None or spec.back == 0:
+            return h
+        up = derived.ancestor(h, spec.back, self.read_entry, self.store.index.keyframe)
+        if up is None:
+            seq = self.read_entry(h).seq
+            raise RefNotFound(f"{ref!r} goes past the root: {spec.base} has only {seq - 1} entries before it")
+        return up
+
+    def _resolve_base(self, base: str, session: Optional[str], reflog: Optional[int]) -> Optional[str]:
+        if reflog is not None:
+            name = base if NAME_RE.fullmatch(base) and self._session_exists(base) else session
+            if name is None or (base != name and not self._session_exists(base)):
+                raise RefNotFound(f"@{{N}} needs a session: {base!r} is not one")
+            return self._session_class(self, name).head_at(reflog)
+        if is_hash(base):
+            if not self.store.has_object(base):
+                self.store.refresh()
+                if not self.store.has_object(base):
+                    raise EntryNotFound(f"no entry {base} in this tape (not synced yet?)")
+            return base
+        if "/" in base:
+            s, _, b = base.partition("/")
+            if NAME_RE.fullmatch(s) and (NAME_RE.fullmatch(b) or tags.is_tag_ref(b)) and self._session_exists(s):
+                found, h = self._named_in(self._session_class(self, s), b)
+                if found:
+                    return h
+                raise RefNotFound(f"session {s!r} has no branch, tag or anchor {b!r}; see `ctape branch -s {s}` and `ctape tag -s {s}`")
+            raise RefNotFound(f"unknown ref {base!r}; use SESSION/BRANCH with an existing session")
+        if session is not None and (NAME_RE.fullmatch(base) or tags.is_tag_ref(base)) and self._session_exists(session):
+            found, h = self._named_in(self._session_class(self, session), base)
+            if found:
+                return h
+        if NAME_RE.fullmatch(base) and self._session_exists(base):
+            return self._session_class(self, base).refs().head_hash
+        if len(base) >= 4 and all(c in "0123456789abcdef" for c in base.lower()):
+            return self._resolve_prefix(base.lower())
+        raise RefNotFound(f"unknown ref {base!r}: not a session, branch, tag, anchor or entry hash; see `ctape sessions` and `ctape log`")
+
+    @staticmethod
+    def _named_in(sess: "Session", name: str) -> tuple[bool, Optional[str]]:
+        """A name within a session: HEAD (as in git: HEAD~2; never a branch name, those are
+        refused), then a branch, then a tag, then an anchor (SPEC 13). (False, None) when
+        it is none of them; HEAD of a session with no entry yet is (True, None)."""
+        st = sess.refs()
+        if name == HEAD:
+            return True, st.head_hash
+        if name in st.branches:
+            return True, st.branches[name]
+        h = tags.named_entry(sess, name, st)
+        return h is not None, h
+
+    def _resolve_prefix(self, prefix: str) -> str:
+        self.store.refresh()
+        found = []
+        from ..store.framing import BLOCK_TYPES
+
+        for fid, off in self.store.index.entries_with_prefix(prefix, limit=64):
+            type_, body = self.store.read_record_at(fid, off, want_type=True)
+            inner = self.store.block_records(fid, off, body, type_).values() if type_ in BLOCK_TYPES else [body]
+            for rec in inner:
+                h = rec[:32].hex()
+                if h.startswith(prefix) and rec[32] == TYPE_ENTRY and h not in found:
+                    found.append(h)
+        if not found:
+            raise RefNotFound(f"no entry starts with {prefix!r}")
+        if len(found) > 1:
+            raise AmbiguousRef(f"{prefix!r} is ambiguous: {', '.join(sorted(found)[:10])}; give more digits")
+        return found[0]
+
+    def _session_exists(self, name: str) -> bool:
+        """A session with a folder that was not removed (`session rm`)."""
+        if not os.path.isdir(self.store.session_dir(name)):
+            return False
+        from ..model.errors import CtapeError
+        from .sessions import is_removed
+
+        try:
+            return not is_removed(self._session_class(self, name).refs())
+        except CtapeError:
+            return True  # damaged refs: the session is there, and its commands say what is wrong
+
+    # -- whole-tape views -----------------------------------------------------------------
+
+    def sessions(self) -> list[dict]:
+        """Every session (removed ones left out), with `current` true for this machine's choice."""
+        from ..store.localstate import chosen_session
+        from .sessions import is_removed
+
+        chosen = chosen_session(self.store)
+        out = []
+        for name in self.store.sessions():
+            st = self._session_class(self, name)
+            refs = st.refs()
+            if is_removed(refs):
+                continue
+            if not refs.claims and not st.damage() and not self.store.index.open_partials(name):
+                continue  # objects and no ref record: an import or batch killed before its end wrote nothing visible
+            h = refs.head_hash
+            try:
+                e = self.read_entry(h) if h and self.store.has_object(h) else None
+            except CorruptObject:
+                e = None  # damage stays in its session: listed, marked, and fsck names it
+            out.append(
+                {
+                    "session": name,
+                    "head": h,
+                    "branch": refs.branch,
+                    "entries": e.seq if e else 0,
+                    "last_time": e.time if e else None,
+                    "damaged": bool(st.damage()),
+                    "current": name == chosen,
+                }
+            )
+        return out
+
+    def session_names(self) -> list[str]:
+        """The names of the tape's sessions (removed ones left out)."""
+        from .sessions import live_names
+
+        return live_names(self)
+
+    def current_session(self) -> Optional[str]:
+        """The session chosen on this machine with use_session (None if none)."""
+        from ..store.localstate import chosen_session
+
+        return chosen_session(self.store)
+
+    def default_session(self) -> str:
+        """The session used when none is named: this machine's choice, else the only one."""
+        from .sessions import default
+
+        return default(self)
+
+    def use_session(self, name: Optional[str]) -> None:
+        """Make `name` this machine's default session for the tape (None: forget the choice).
+        Kept in the index cache folder, outside the tape, so rsync does not carry it."""
+        from ..store.localstate import choose_session
+        from .sessions import require
+
+        choose_session(self.store, None if name is None else require(self, name))
+
+    def remove_session(self, name: str) -> dict:
+        """Remove a session (a ref record setting its branches and HEAD to null)."""
+        from .sessions import remove
+
+        return remove(self, name)
+
+    def copy_session(self, src: str, new: str) -> dict:
+        """A new session whose refs point at SRC's entries (a session, SESSION/BRANCH or an entry)."""
+        from .sessions import copy
+
+        return copy(self, src, new)

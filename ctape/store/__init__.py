@@ -1,0 +1,8 @@
+"""The store: bytes on disk, one writer per growing file.
+
+Record framing (framing.py), blocks and packs (packing.py), a session's segment writer
+with its lock, seal and durability rules (segment.py), the index cache outside the tape
+that finds objects and claims (index.py), file helpers (files.py), this machine's local
+settings (localstate.py), and the Store that ties them together (store.py). It knows
+objects, records and files, not what a conversation is; it imports only ctape.model.
+"""
