@@ -20,6 +20,7 @@ GROUPS = (
     "search",
     "serve",
     "watch",
+    "remote",
 )
 
 for _group in GROUPS:
