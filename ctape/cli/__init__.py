@@ -21,6 +21,7 @@ GROUPS = (
     "serve",
     "watch",
     "remote",
+    "privacy",
 )
 
 for _group in GROUPS:

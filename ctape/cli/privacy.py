@@ -1,0 +1,3 @@
+"""Privacy (SPEC section 18): scan for secrets, allow false positives, redact."""
+
+from __future__ import annotations
