@@ -21,6 +21,7 @@ LAYERS = [
     "history",  # what the bytes mean
     "ops",  # one module per verb over the history
     "api",  # ctape.Tape, ctape.Session, ctape.errors: the history with the verbs of ops
+    "sync",  # moving tapes between places: remotes (push, pull, clone)
     "formats",
     "integrations",
     "watch",

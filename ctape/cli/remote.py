@@ -1,3 +1,241 @@
-"""Remotes on object storage (SPEC section 17): remote add/list/rm/show, push, pull, clone."""
+"""Remotes on object storage (SPEC section 17): remote add/list/rm/show, push, pull, clone.
+
+Thin: each command resolves the remote and calls one function of ctape.sync.
+"""
 
 from __future__ import annotations
+
+import sys
+import time
+
+import click
+
+from .base import emit_json, json_option, main, open_tape
+
+
+def _human(n: int) -> str:
+    for unit in ("bytes", "KB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1000
+    return str(n)
+
+
+def _warn(msg: str) -> None:
+    click.echo(f"ctape: warning: {msg}", err=True)
+
+
+class _Progress:
+    """A progress line on stderr, on a terminal, once a transfer has taken a second."""
+
+    def __init__(self, verb: str):
+        self.verb, self.t0, self.shown = verb, time.monotonic(), False
+
+    def __call__(self, done: int, total: int) -> None:
+        if sys.stderr.isatty() and time.monotonic() - self.t0 > 1:
+            self.shown = True
+            click.echo(f"\r{self.verb} {_human(done)} of {_human(total)}", err=True, nl=False)
+
+    def end(self) -> None:
+        if self.shown:
+            click.echo("", err=True)
+
+
+def _summary(verb: str, r: dict) -> str:
+    prep = "to" if verb == "pushed" else "from"
+    return f"{verb} {r['files']} files ({_human(r['bytes'])}) {prep} {r['remote']} in {r['requests']} requests"
+
+
+@main.group()
+def remote():
+    """Remotes of this copy: object storage (s3://BUCKET/PREFIX) or a folder (file:///PATH).
+
+    Kept in this copy's local settings (never synced). Credentials and region come
+    from the standard AWS variables and profiles; --endpoint or AWS_ENDPOINT_URL points
+    at a non-AWS store (R2, MinIO, SeaweedFS...).
+
+    \b
+    Examples:
+      ctape remote add origin s3://team-tapes/agents
+      ctape remote add lab s3://tapes --endpoint http://127.0.0.1:8333
+      ctape remote list
+    """
+
+
+@remote.command("add")
+@click.argument("name")
+@click.argument("url")
+@click.option("--endpoint", metavar="URL", help="S3 endpoint of a non-AWS store (default: $AWS_ENDPOINT_URL).")
+@click.pass_context
+def remote_add(ctx, name, url, endpoint):
+    """Add a remote NAME at URL (s3://BUCKET/PREFIX or file:///PATH).
+
+    \b
+    Examples:
+      ctape remote add origin s3://team-tapes/agents
+      ctape remote add backup file:///mnt/nfs/tapes/project
+    """
+    from ..sync import remote as remotes
+
+    remotes.add(open_tape(ctx).store, name, url, endpoint)
+    click.echo(f"added remote {name} ({url})", err=True)
+
+
+@remote.command("list")
+@json_option
+@click.pass_context
+def remote_list(ctx, as_json):
+    """List the remotes of this copy.
+
+    \b
+    Examples:
+      ctape remote list
+      ctape remote list --json
+    """
+    from ..sync import remote as remotes
+
+    for name, conf in remotes.remotes(open_tape(ctx).store).items():
+        if as_json:
+            emit_json({"name": name, "url": conf["url"], "endpoint": conf.get("endpoint")})
+        else:
+            click.echo(f"{name}\t{conf['url']}" + (f"\t{conf['endpoint']}" if conf.get("endpoint") else ""))
+
+
+@remote.command("rm")
+@click.argument("name")
+@click.pass_context
+def remote_rm(ctx, name):
+    """Forget the remote NAME (nothing on the remote changes).
+
+    \b
+    Examples:
+      ctape remote rm origin
+    """
+    from ..sync import remote as remotes
+
+    remotes.remove(open_tape(ctx).store, name)
+    click.echo(f"removed remote {name}", err=True)
+
+
+@remote.command("show")
+@click.argument("name", required=False)
+@json_option
+@click.pass_context
+def remote_show(ctx, name, as_json):
+    """What the remote holds: sessions, bytes, writers, each uploader's last push.
+
+    \b
+    Examples:
+      ctape remote show origin
+      ctape remote show origin --json
+    """
+    from ..sync import remote as remotes
+    from ..sync.show import show
+
+    tape = open_tape(ctx)
+    name, backend = remotes.connect(tape.store, name)
+    rep = show(tape.store, backend, name, warn=_warn)
+    if as_json:
+        emit_json(rep)
+        return
+    click.echo(f"remote {name}: {rep['url']}")
+    click.echo(f"  {len(rep['sessions'])} sessions, {_human(rep['bytes'])} in {rep['objects']} pieces")
+    for s in rep["sessions"]:
+        click.echo(f"  session {s['session']}: {s['files']} files, {_human(s['bytes'])}")
+    for w in rep["uploaders"]:
+        click.echo(f"  uploader {w['uploader']}: {w['pushes']} pushes, last {w['last_push']}")
+    if rep["writers"]:
+        click.echo(f"  writers: {', '.join(rep['writers'])}")
+
+
+@main.command()
+@click.argument("name", required=False)
+@click.option("-s", "--session", "sessions", multiple=True, help="Only this session (repeat for more).")
+@click.option("--follow", is_flag=True, help="Keep pushing as writers append (an acknowledged append is on the remote within 2 s) until interrupted.")
+@click.option("--allow-secrets", is_flag=True, help="Push even sessions with unresolved secret findings (see `ctape scan`).")
+@json_option
+@click.pass_context
+def push(ctx, name, sessions, follow, allow_secrets, as_json):
+    """Upload what the remote lacks (create-only writes; nothing is overwritten).
+
+    \b
+    Examples:
+      ctape push
+      ctape push origin -s chat
+      ctape push --follow
+    """
+    from ..sync import remote as remotes
+    from ..sync.push import follow as follow_loop
+    from ..sync.push import push as do_push
+
+    tape = open_tape(ctx)
+    name, backend = remotes.connect(tape.store, name)
+
+    def report(r: dict) -> None:
+        if as_json:
+            emit_json(r)
+        elif not follow or r["files"]:
+            click.echo(_summary("pushed", r))
+
+    if follow:
+        follow_loop(tape, backend, name, sessions, allow_secrets, warn=_warn, on_push=report)
+        return
+    bar = _Progress("pushed")
+    r = do_push(tape, backend, name, sessions, allow_secrets, warn=_warn, progress=bar)
+    bar.end()
+    report(r)
+
+
+@main.command()
+@click.argument("name", required=False)
+@click.option("-s", "--session", "sessions", multiple=True, help="Only this session (repeat for more).")
+@json_option
+@click.pass_context
+def pull(ctx, name, sessions, as_json):
+    """Download what this copy lacks and merge it, by the same rules as rsync.
+
+    \b
+    Examples:
+      ctape pull
+      ctape pull origin -s chat
+    """
+    from ..sync import remote as remotes
+    from ..sync.pull import pull as do_pull
+
+    tape = open_tape(ctx)
+    name, backend = remotes.connect(tape.store, name)
+    bar = _Progress("pulled")
+    r = do_pull(tape, backend, name, sessions, warn=_warn, progress=bar)
+    bar.end()
+    if as_json:
+        emit_json(r)
+    elif r.get("empty"):
+        click.echo(f"{name} holds no tape yet; nothing to pull")
+    else:
+        click.echo(_summary("pulled", r))
+
+
+@main.command()
+@click.argument("url")
+@click.argument("directory", metavar="DIR")
+@click.option("--endpoint", metavar="URL", help="S3 endpoint of a non-AWS store (default: $AWS_ENDPOINT_URL).")
+@json_option
+def clone(url, directory, endpoint, as_json):
+    """Make a new copy of the tape at URL in DIR, with the remote as `origin`.
+
+    \b
+    Examples:
+      ctape clone s3://team-tapes/agents ./tapes
+      ctape clone file:///mnt/nfs/tapes/project ./tapes
+    """
+    from ..sync.backend import open_backend
+    from ..sync.pull import clone as do_clone
+
+    backend = open_backend(url, endpoint, "origin")
+    bar = _Progress("cloned")
+    r = do_clone(backend, url, endpoint, directory, warn=_warn, progress=bar)
+    bar.end()
+    if as_json:
+        emit_json(r)
+    else:
+        click.echo(f"cloned {r['sessions']} sessions, {r['files']} files ({_human(r['bytes'])}) into {r['dir']} in {r['requests']} requests")

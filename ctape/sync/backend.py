@@ -1,0 +1,305 @@
+"""Where a remote's objects live: a tiny interface over a plain folder or an S3 bucket.
+
+    get(key)                  the bytes, or None when there is no such key
+    put_if_absent(key, data)  create-only (`If-None-Match: *`); False when the key exists
+    list(prefix, delimiter)   keys (and common prefixes) under a prefix, paged
+    delete(key)
+
+Every call counts its requests (`requests`), so that push and pull can report them. No
+call ever overwrites a key. Errors are RemoteError with one line that names the remote
+and what to do; credentials never appear in them (botocore's messages are not echoed).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import secrets
+from typing import Iterator, Optional
+from urllib.parse import urlparse
+
+from ..model.errors import CtapeError, InvalidInput
+
+_KEY = re.compile(r"[A-Za-z0-9._\-/]{1,900}")
+_BUCKET = re.compile(r"[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]")
+
+
+class RemoteError(CtapeError):
+    """A remote cannot be used: missing bucket or folder, access denied, unreachable,
+    or it holds something that is not this tape."""
+
+    exit_code = 1
+
+
+def check_key(key: str) -> str:
+    if not _KEY.fullmatch(key) or any(p in ("", ".", "..") for p in key.split("/")):
+        raise InvalidInput(f"bad remote key {key[:80]!r}")
+    return key
+
+
+class Backend:
+    """The interface (and a request counter)."""
+
+    url = ""
+
+    def __init__(self) -> None:
+        self.requests = 0
+        self.bytes_up = 0
+        self.bytes_down = 0
+
+    def get(self, key: str) -> Optional[bytes]:
+        raise NotImplementedError
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        raise NotImplementedError
+
+    def list(self, prefix: str, delimiter: Optional[str] = None) -> Iterator[tuple[str, int, bool]]:
+        """(key or common prefix, size, is_prefix), in key order."""
+        raise NotImplementedError
+
+    def delete(self, key: str) -> None:
+        raise NotImplementedError
+
+    def check(self) -> None:
+        """Raise RemoteError when the place does not exist or cannot be read."""
+
+
+def parse_url(url: str) -> tuple[str, str, str]:
+    """("s3", bucket, prefix) or ("file", path, "")."""
+    u = urlparse(url)
+    if u.scheme == "file":
+        if u.netloc not in ("", "localhost") or not u.path.startswith("/"):
+            raise InvalidInput(f"bad remote URL {url!r}: write file:///ABSOLUTE/PATH")
+        return "file", os.path.normpath(u.path), ""
+    if u.scheme == "s3":
+        if "@" in u.netloc or u.password or u.username:
+            raise InvalidInput("a remote URL must not hold credentials: use the AWS variables or a profile")
+        if not _BUCKET.fullmatch(u.netloc or ""):
+            raise InvalidInput(f"bad remote URL {url!r}: the bucket must be 3-63 characters of a-z, 0-9, '.' and '-'")
+        prefix = u.path.strip("/")
+        if prefix:
+            check_key(prefix)
+        if u.query or u.fragment:
+            raise InvalidInput(f"bad remote URL {url!r}: write s3://BUCKET/PREFIX")
+        return "s3", u.netloc, prefix
+    raise InvalidInput(f"bad remote URL {url!r}: use s3://BUCKET/PREFIX or file:///PATH")
+
+
+def open_backend(url: str, endpoint: Optional[str] = None, name: str = "") -> Backend:
+    kind, where, prefix = parse_url(url)
+    if kind == "file":
+        return FileBackend(where, url)
+    return S3Backend(where, prefix, endpoint, url, name)
+
+
+class FileBackend(Backend):
+    """A plain folder (tests, NFS): a key is a path; create-only is a hard link of a
+    finished temp file, which never replaces a file that is there."""
+
+    def __init__(self, root: str, url: str = ""):
+        super().__init__()
+        self.root = root
+        self.url = url or f"file://{root}"
+
+    def _path(self, key: str) -> str:
+        return os.path.join(self.root, *check_key(key).split("/"))
+
+    def check(self) -> None:
+        if not os.path.isdir(self.root):
+            raise RemoteError(f"remote folder {self.root} does not exist; create it (mkdir) first")
+
+    def get(self, key: str) -> Optional[bytes]:
+        self.requests += 1
+        try:
+            with open(self._path(key), "rb") as f:
+                data = f.read()
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return None
+        except OSError as e:
+            raise RemoteError(f"cannot read {key} from {self.url}: {e.strerror}") from None
+        self.bytes_down += len(data)
+        return data
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        self.requests += 1
+        path = self._path(key)
+        folder = os.path.dirname(path)
+        try:
+            os.makedirs(folder, exist_ok=True)
+            tmp = os.path.join(folder, f".tmp-{secrets.token_hex(6)}")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                return False
+            finally:
+                os.unlink(tmp)
+            dfd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+        except OSError as e:
+            if e.errno == errno.ENOSPC:
+                raise RemoteError(f"cannot write {key} to {self.url}: no space left") from None
+            raise RemoteError(f"cannot write {key} to {self.url}: {e.strerror}") from None
+        self.bytes_up += len(data)
+        return True
+
+    def list(self, prefix: str, delimiter: Optional[str] = None) -> Iterator[tuple[str, int, bool]]:
+        self.requests += 1
+        base = prefix.rsplit("/", 1)[0] + "/" if "/" in prefix else ""
+        rows = []
+        start = os.path.join(self.root, *[p for p in base.split("/") if p])
+        for folder, dirs, files in os.walk(start):
+            rel = os.path.relpath(folder, self.root)
+            rel = "" if rel == "." else rel.replace(os.sep, "/") + "/"
+            for d in dirs:
+                k = rel + d + "/"
+                if delimiter == "/" and k.startswith(prefix):
+                    rows.append((k, 0, True))
+            for f in files:
+                k = rel + f
+                if not f.startswith(".tmp-") and k.startswith(prefix):
+                    rows.append((k, os.lstat(os.path.join(folder, f)).st_size, False))
+            if delimiter == "/":
+                dirs[:] = []
+        yield from sorted(rows)
+
+    def delete(self, key: str) -> None:
+        self.requests += 1
+        try:
+            os.unlink(self._path(key))
+        except FileNotFoundError:
+            pass
+
+
+class S3Backend(Backend):
+    """An S3-compatible bucket through boto3 (the `ctape[s3]` extra, imported here only).
+
+    Credentials and region come from boto3's usual chain (AWS_ACCESS_KEY_ID /
+    AWS_SECRET_ACCESS_KEY, AWS_PROFILE, ~/.aws, instance roles); the endpoint from the
+    remote's --endpoint, else AWS_ENDPOINT_URL (which boto3 reads itself)."""
+
+    def __init__(self, bucket: str, prefix: str, endpoint: Optional[str], url: str, name: str = ""):
+        super().__init__()
+        try:
+            import boto3
+            import botocore.config
+            import botocore.exceptions as bx
+        except ImportError:
+            raise RemoteError("s3:// remotes need boto3: pip install 'ctape[s3]'") from None
+        self.bx = bx
+        self.bucket, self.prefix, self.url = bucket, prefix, url
+        self.where = f"remote {name!r} ({url})" if name else url
+        self.endpoint = endpoint or os.environ.get("AWS_ENDPOINT_URL") or None
+        cfg = botocore.config.Config(
+            retries={"max_attempts": 4, "mode": "standard"},
+            connect_timeout=10,
+            read_timeout=120,
+            s3={"addressing_style": "path"} if self.endpoint else {},
+        )
+        region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+        try:
+            session = boto3.session.Session()
+            self.client = session.client("s3", endpoint_url=self.endpoint, config=cfg, region_name=region or session.region_name or "us-east-1")
+        except bx.BotoCoreError as e:
+            raise RemoteError(f"cannot set up the S3 client for {self.where}: {type(e).__name__}") from None
+        self.client.meta.events.register("before-send.s3.*", self._count)
+
+    def _count(self, **_kw) -> None:
+        self.requests += 1
+
+    def _key(self, key: str) -> str:
+        check_key(key)
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    def _fail(self, e: Exception, what: str) -> RemoteError:
+        """One line, never botocore's own text (it may echo request details)."""
+        bx = self.bx
+        if isinstance(e, bx.NoCredentialsError):
+            return RemoteError(f"no AWS credentials for {self.where}: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE")
+        if isinstance(e, (bx.EndpointConnectionError, bx.ConnectTimeoutError, bx.ReadTimeoutError)):
+            return RemoteError(f"cannot reach {self.where} at {self.endpoint or 'AWS'}: check --endpoint / AWS_ENDPOINT_URL and the network")
+        if isinstance(e, bx.ClientError):
+            code = str(e.response.get("Error", {}).get("Code", ""))
+            status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            if code == "NoSuchBucket":
+                return RemoteError(f"bucket {self.bucket!r} does not exist ({self.where}); create it first")
+            if code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "InvalidToken", "ExpiredToken") or status == 403:
+                return RemoteError(f"access denied by {self.where} ({code or status}) while trying to {what}; check the AWS credentials")
+            return RemoteError(f"{self.where} refused to {what}: {code or status}")
+        if isinstance(e, bx.BotoCoreError):
+            return RemoteError(f"{self.where}: cannot {what} ({type(e).__name__})")
+        return RemoteError(f"{self.where}: cannot {what} ({type(e).__name__})")
+
+    def check(self) -> None:
+        try:
+            self.client.head_bucket(Bucket=self.bucket)
+        except self.bx.ClientError as e:
+            status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            if status == 404:
+                raise RemoteError(f"bucket {self.bucket!r} does not exist ({self.where}); create it first") from None
+            raise self._fail(e, "read the bucket") from None
+        except Exception as e:  # noqa: BLE001 - mapped to one line
+            raise self._fail(e, "read the bucket") from None
+
+    def get(self, key: str) -> Optional[bytes]:
+        try:
+            body = self.client.get_object(Bucket=self.bucket, Key=self._key(key))["Body"]
+            data = body.read()
+        except self.bx.ClientError as e:
+            if e.response.get("Error", {}).get("Code") in ("NoSuchKey", "404") or e.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 404 and e.response.get("Error", {}).get("Code") != "NoSuchBucket":
+                return None
+            raise self._fail(e, f"read {key}") from None
+        except Exception as e:  # noqa: BLE001
+            raise self._fail(e, f"read {key}") from None
+        self.bytes_down += len(data)
+        return data
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        try:
+            self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data, IfNoneMatch="*")
+        except self.bx.ClientError as e:
+            status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            if status in (412, 409):  # the key exists (409: a concurrent conditional write)
+                return False
+            raise self._fail(e, f"write {key}") from None
+        except Exception as e:  # noqa: BLE001
+            raise self._fail(e, f"write {key}") from None
+        self.bytes_up += len(data)
+        return True
+
+    def list(self, prefix: str, delimiter: Optional[str] = None) -> Iterator[tuple[str, int, bool]]:
+        full = self._key(prefix.rstrip("/")) + "/" if prefix else (self.prefix + "/" if self.prefix else "")
+        cut = len(self.prefix) + 1 if self.prefix else 0
+        kw = {"Bucket": self.bucket, "Prefix": full}
+        if delimiter:
+            kw["Delimiter"] = delimiter
+        try:
+            while True:
+                page = self.client.list_objects_v2(**kw)
+                rows = [(c["Prefix"][cut:], 0, True) for c in page.get("CommonPrefixes", [])]
+                rows += [(o["Key"][cut:], int(o.get("Size", 0)), False) for o in page.get("Contents", [])]
+                yield from sorted(rows)
+                if not page.get("IsTruncated"):
+                    return
+                kw["ContinuationToken"] = page["NextContinuationToken"]
+        except self.bx.ClientError as e:
+            raise self._fail(e, f"list {prefix or 'the bucket'}") from None
+        except Exception as e:  # noqa: BLE001
+            raise self._fail(e, f"list {prefix or 'the bucket'}") from None
+
+    def delete(self, key: str) -> None:
+        try:
+            self.client.delete_object(Bucket=self.bucket, Key=self._key(key))
+        except Exception as e:  # noqa: BLE001
+            raise self._fail(e, f"delete {key}") from None

@@ -1,0 +1,172 @@
+"""The remote's key layout and its manifests (docs/remotes.md, "Key layout").
+
+    ctape.json                               the tape's identity: written once (create-only)
+    m/<uploader>/<n:020d>.json               manifest n of one uploading copy (its writer id)
+    f/<session>/<file>/<start>-<end>         bytes [start, end) of a data file of the tape
+
+A key is written once and never overwritten. A data file's bytes for a range are the same
+in every copy (a segment only grows, by its one writer; a pack never changes), so two
+copies that upload the same range write equal objects, and a refused create-only write is
+checked by content. A manifest lists what one push added; a pull reads each uploader's
+manifests from the next number it has not read, so a pull with nothing new costs one GET
+per uploader (a miss), plus one listing of m/ to learn new uploaders.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from typing import Iterator, Optional
+
+from blake3 import blake3
+
+from ..model.models import NAME_RE
+from .backend import Backend, RemoteError
+
+IDENTITY = "ctape.json"
+IDENTITY_FORMAT = "ctape-remote"
+MANIFEST_FORMAT = "ctape-remote-manifest"
+MAX_MANIFEST = 64 << 20
+MAX_FILE = 1 << 40
+SEG_FILE = re.compile(r"([a-z0-9]{4,32})-\d{20}\.seg")
+PACK_FILE = re.compile(r"pack-[0-9a-f]{32}\.pack")
+UPLOADER = re.compile(r"[a-z0-9]{4,32}")
+
+
+def manifest_key(uploader: str, n: int) -> str:
+    return f"m/{uploader}/{n:020d}.json"
+
+
+def piece_key(session: str, file: str, start: int, end: int) -> str:
+    return f"f/{session}/{file}/{start}-{end}"
+
+
+def digest(data: bytes) -> str:
+    return blake3(data).hexdigest()
+
+
+def file_ok(session, file) -> bool:
+    return isinstance(session, str) and isinstance(file, str) and bool(NAME_RE.fullmatch(session)) and not session.endswith(".lock") and bool(SEG_FILE.fullmatch(file) or PACK_FILE.fullmatch(file))
+
+
+def identity(store) -> bytes:
+    return (json.dumps({"format": IDENTITY_FORMAT, "version": 1, "tape_id": store.tape_id, "tape_version": 2 if store.dictionaries else 1}, sort_keys=True) + "\n").encode()
+
+
+def read_identity(backend: Backend) -> Optional[dict]:
+    """The remote's identity, None when nothing was pushed yet; RemoteError for junk."""
+    data = backend.get(IDENTITY)
+    if data is None:
+        return None
+    try:
+        meta = json.loads(data[: 1 << 16])
+    except ValueError:
+        meta = None
+    if not isinstance(meta, dict) or meta.get("format") != IDENTITY_FORMAT or not isinstance(meta.get("tape_id"), str) or not re.fullmatch(r"[0-9a-f]{1,64}", meta["tape_id"]):
+        raise RemoteError(f"{backend.url} holds something that is not a ctape remote ({IDENTITY} is not ctape's); use another prefix")
+    return meta
+
+
+def check_identity(store, backend: Backend, create: bool) -> bool:
+    """The remote holds this tape (True), or nothing yet (False; with `create`, it gets
+    this tape's identity, create-only). Another tape's remote is refused."""
+    meta = read_identity(backend)
+    if meta is None and create:
+        if not backend.put_if_absent(IDENTITY, identity(store)):
+            meta = read_identity(backend)  # another copy wrote it meanwhile
+        else:
+            return True
+    if meta is None:
+        return False
+    if meta["tape_id"] != store.tape_id:
+        raise RemoteError(f"{backend.url} holds another tape (id {meta['tape_id'][:12]}, this one is {store.tape_id[:12]}); use another prefix, or `ctape clone` it")
+    return True
+
+
+def encode_manifest(store, uploader: str, n: int, files: list[dict]) -> bytes:
+    t = time.time()
+    body = {
+        "format": MANIFEST_FORMAT,
+        "version": 1,
+        "tape_id": store.tape_id,
+        "uploader": uploader,
+        "n": n,
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t * 1e6) % 1000000:06d}Z",
+        "files": files,
+    }
+    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+
+
+def decode_manifest(data: bytes, tape_id: str, uploader: str, n: int) -> tuple[Optional[dict], str]:
+    """(manifest, "") or (None, why it is not one: junk another tool wrote)."""
+    if len(data) > MAX_MANIFEST:
+        return None, "too large"
+    try:
+        m = json.loads(data)
+    except ValueError:
+        return None, "not JSON"
+    if not isinstance(m, dict) or m.get("format") != MANIFEST_FORMAT or m.get("version") != 1:
+        return None, "not a ctape manifest"
+    if m.get("tape_id") != tape_id or m.get("uploader") != uploader or m.get("n") != n:
+        return None, "names another tape, uploader or number than its key"
+    files = m.get("files")
+    if not isinstance(files, list):
+        return None, "no file list"
+    good = []
+    for f in files:
+        if not isinstance(f, dict) or not file_ok(f.get("session"), f.get("file")):
+            return None, "a file entry with a bad name"
+        s, e, h = f.get("start"), f.get("end"), f.get("blake3")
+        if not (type(s) is int and type(e) is int and 0 <= s < e <= MAX_FILE) or not (isinstance(h, str) and re.fullmatch(r"[0-9a-f]{64}", h)):
+            return None, "a file entry with a bad range or hash"
+        if PACK_FILE.fullmatch(f["file"]) and s != 0:
+            return None, "a pack in pieces"
+        good.append({"session": f["session"], "file": f["file"], "start": s, "end": e, "blake3": h})
+    m["files"] = good
+    return m, ""
+
+
+def uploaders(backend: Backend) -> list[str]:
+    """The copies that pushed (one listing of m/ with a delimiter; junk names ignored)."""
+    out = []
+    for key, _, is_prefix in backend.list("m/", "/"):
+        name = key[2:].rstrip("/")
+        if is_prefix and UPLOADER.fullmatch(name):
+            out.append(name)
+    return out
+
+
+def new_manifests(store, backend: Backend, state, warn, cursor: str = "next") -> Iterator[tuple[str, int, dict]]:
+    """Every manifest not read yet, uploader by uploader, in order: (uploader, n, manifest).
+    Moves state[cursor] on as it goes (the caller saves the state when it is done): "next"
+    for pull (whose files it brought in), "seen" for push (what it learned is there)."""
+    for u in uploaders(backend):
+        n = int(state[cursor].get(u, 0))
+        while True:
+            data = backend.get(manifest_key(u, n))
+            if data is None:
+                break
+            m, why = decode_manifest(data, store.tape_id, u, n)
+            if m is None:
+                warn(f"ignored {manifest_key(u, n)} on the remote: {why}")
+            else:
+                yield u, n, m
+            n += 1
+            state[cursor][u] = n
+
+
+def note_have(state, f: dict) -> None:
+    """The remote holds f's range: extend the known prefix of its file when it joins on."""
+    k = f"{f['session']}/{f['file']}"
+    if f["start"] <= int(state["have"].get(k, 0)) < f["end"]:
+        state["have"][k] = f["end"]
+
+
+def segment_owner(file: str) -> Optional[str]:
+    m = SEG_FILE.fullmatch(file)
+    return m.group(1) if m else None
+
+
+def pack_ok(file: str, data: bytes) -> bool:
+    return file == f"pack-{blake3(data).hexdigest()[:32]}.pack"

@@ -1,0 +1,242 @@
+"""pull and clone: bring in what this copy lacks, as rsync would, and let the index merge.
+
+The manifests not read yet name pieces of data files. For each file:
+- a pack that is not here is downloaded, checked against its name, and appears whole;
+- a segment of another writer grows by the next bytes in order: a piece that starts at or
+  before the local file's end and reaches past it is appended (under the session's lock,
+  to the file the name still refers to, fsync'd); a segment not here yet appears whole
+  (a file with no name, linked in); so the local file is always a prefix of its writer's
+  file, exactly what rsync would have copied at some instant;
+- this copy's own segments are never touched (its own are always at least as long here).
+Then the store's normal index refresh reads the new bytes, and the sync rules of
+docs/format.md section 12 decide the refs: nothing here merges anything.
+
+Killed at any instant, the tape holds whole prefixes (an append cut short is a torn tail,
+which the next pull continues past: it appends from the file's real end, re-reading the
+piece) and the manifest cursor is not moved, so a rerun completes it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import secrets
+from typing import Callable, Iterable, Optional
+
+from ..model.errors import InvalidInput
+from ..store.files import check_not_symlink, fsync_dir, write_all
+from ..store.segment import _unnamed_file
+from ..store.store import FORMAT_FILE, FORMAT_NAME
+from . import layout
+from .backend import Backend, RemoteError
+from .remote import State
+
+_LOCK = "remote-pull.lock"
+
+
+class _Held:
+    """flock on a file or folder fd, released on exit."""
+
+    def __init__(self, path: str, folder: bool = False):
+        self.fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY) if folder else os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+
+    def __enter__(self):
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc):
+        os.close(self.fd)
+
+
+def _session_folder(store, session: str) -> str:
+    d = os.path.join(store.root, "sessions", session)
+    check_not_symlink(d)
+    if not os.path.isdir(d):
+        os.makedirs(d, mode=0o700, exist_ok=True)
+        fsync_dir(os.path.dirname(d))
+    return d
+
+
+def _new_file(folder: str, name: str, data: bytes) -> bool:
+    """`name` appears whole with `data`; False when a file of that name is there already."""
+    fd, tmp = _unnamed_file(folder)
+    try:
+        write_all(fd, data)
+        os.fsync(fd)
+        try:
+            if tmp is None:  # linkat with a folder fd follows the /proc link (plain link() would not)
+                dfd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+                try:
+                    os.link(f"/proc/self/fd/{fd}", name, dst_dir_fd=dfd, follow_symlinks=True)
+                finally:
+                    os.close(dfd)
+            else:
+                os.link(tmp, os.path.join(folder, name))
+        except FileExistsError:
+            return False
+    finally:
+        os.close(fd)
+        if tmp is not None:
+            os.unlink(tmp)
+    fsync_dir(folder)
+    return True
+
+
+def _append(folder: str, name: str, at: int, data: bytes) -> bool:
+    """Append `data` to folder/name if it is exactly `at` bytes long, under the session's
+    lock (so compaction's freeze sees it whole); False when it is not."""
+    path = os.path.join(folder, name)
+    with _Held(folder, folder=True):
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            return False
+        try:
+            if os.fstat(fd).st_size != at:
+                return False
+            write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    return True
+
+
+def _get_piece(backend: Backend, f: dict, warn) -> Optional[bytes]:
+    key = layout.piece_key(f["session"], f["file"], f["start"], f["end"])
+    data = backend.get(key)
+    if data is None:
+        warn(f"the remote lacks {key}, which a manifest lists; skipped")
+        return None
+    if len(data) != f["end"] - f["start"] or layout.digest(data) != f["blake3"]:
+        warn(f"the remote's {key} does not match its manifest; skipped")
+        return None
+    return data
+
+
+def pull(tape, backend: Backend, name: str, sessions: Iterable[str] = (), warn: Callable[[str], None] = lambda s: None,
+         progress: Optional[Callable[[int, int], None]] = None) -> dict:
+    store = tape.store
+    wanted = set(sessions)
+    state = State.load(store, name, backend.url)
+    if not state.get("checked"):
+        backend.check()
+        if not layout.check_identity(store, backend, create=False):
+            return {"remote": name, "files": 0, "bytes": 0, "requests": backend.requests, "empty": True}
+        state["checked"] = True
+    d = os.path.dirname(store.index.path) if store.index.path != ":memory:" else None
+    with _Held(os.path.join(d, _LOCK)) if d else _Nothing():
+        start_next = dict(state["next"])
+        pieces: dict[tuple[str, str], list[dict]] = {}
+        for _, _, m in layout.new_manifests(store, backend, state, warn):
+            for f in m["files"]:
+                if wanted and f["session"] not in wanted:
+                    continue
+                pieces.setdefault((f["session"], f["file"]), []).append(f)
+        total = sum(f["end"] - f["start"] for fs in pieces.values() for f in fs)
+        got, files, done = 0, 0, 0
+        for (s, file), fs in sorted(pieces.items()):
+            fs.sort(key=lambda f: (f["start"], -f["end"]))
+            for f in fs:
+                layout.note_have(state, f)
+            if layout.segment_owner(file) == store.writer:
+                continue  # this copy's own: always at least as long here
+            folder = _session_folder(store, s)
+            path = os.path.join(folder, file)
+            check_not_symlink(path)
+            if file.endswith(".pack"):
+                if os.path.exists(path):
+                    continue
+                data = _get_piece(backend, fs[0], warn)
+                if data is None or not layout.pack_ok(file, data):
+                    continue
+                if _new_file(folder, file, data):
+                    got, files = got + len(data), files + 1
+                continue
+            changed = False
+            for f in fs:
+                size = os.stat(path).st_size if os.path.exists(path) else 0
+                if not (f["start"] <= size < f["end"]):
+                    continue  # all here already, or a gap an earlier piece must fill
+                data = _get_piece(backend, f, warn)
+                if data is None:
+                    break
+                part = data[size - f["start"]:]
+                ok = _new_file(folder, file, part) if size == 0 and f["start"] == 0 else _append(folder, file, size, part)
+                if ok:
+                    got += len(part)
+                    changed = True
+                done += f["end"] - f["start"]
+                if progress:
+                    progress(done, total)
+            files += changed
+        if wanted:  # a partial pull: the next full pull reads these manifests again
+            state["next"] = start_next
+        for u, n in state["next"].items():
+            if int(state["seen"].get(u, 0)) < n:
+                state["seen"][u] = n
+        state.save(store)
+    tape.store.refresh()
+    return {"remote": name, "files": files, "bytes": got, "requests": backend.requests}
+
+
+class _Nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None
+
+
+def clone(backend: Backend, url: str, endpoint: Optional[str], target: str, warn=lambda s: None, progress=None) -> dict:
+    """A new copy of the remote's tape at `target` (absent or an empty folder), with the
+    remote as `origin`."""
+    from ..tape import Tape
+    from . import remote as remotes
+
+    target = os.path.abspath(target)
+    if os.path.lexists(target) and (not os.path.isdir(target) or os.path.islink(target) or os.listdir(target)):
+        raise InvalidInput(f"cannot clone into {target}: it exists and is not an empty folder")
+    backend.check()
+    meta = layout.read_identity(backend)
+    if meta is None:
+        raise RemoteError(f"{url} holds no tape yet; push one to it first")
+    made = not os.path.exists(target)
+    _init_with_id(target, meta["tape_id"], 2 if meta.get("tape_version", 2) >= 2 else 1)
+    try:
+        tape = Tape.open(target)
+    except BaseException:
+        if made:
+            import shutil
+
+            shutil.rmtree(target, ignore_errors=True)
+        raise
+    try:
+        remotes.add(tape.store, "origin", url, endpoint)
+        out = pull(tape, backend, "origin", warn=warn, progress=progress)
+        out["sessions"] = len(tape.store.sessions())
+    finally:
+        tape.close()
+    out["dir"] = target
+    return out
+
+
+def _init_with_id(root: str, tape_id: str, version: int) -> None:
+    """Like Store.init, with the tape id (and format version) of the tape being cloned."""
+    os.makedirs(root, mode=0o700, exist_ok=True)
+    for sub in ("sessions", "packs"):
+        os.makedirs(os.path.join(root, sub), mode=0o700, exist_ok=True)
+    body = json.dumps({"format": FORMAT_NAME, "version": version, "tape_id": tape_id}) + "\n"
+    tmp = os.path.join(root, f"{FORMAT_FILE}.tmp{secrets.token_hex(4)}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        write_all(fd, body.encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    try:
+        os.link(tmp, os.path.join(root, FORMAT_FILE))
+    finally:
+        os.unlink(tmp)
+    for d in (root, os.path.dirname(root)):
+        fsync_dir(d)

@@ -1,0 +1,206 @@
+"""push: upload what the remote lacks, then one manifest that lists it.
+
+For each data file of the tape (every session, or those asked for): the bytes past what
+the remote is known to hold go up as one or more pieces (create-only); a pack goes up
+whole. That includes other writers' files this copy holds (from rsync or a pull), so a
+push and a pull are one round of sync, like rsync both ways. Then the manifest, create-
+only at this copy's next number. Killed at any instant, the remote holds pieces no
+manifest names yet (never read; the rerun writes the same keys, found equal, or new
+ranges) and the tape is untouched.
+
+This copy's own segments are read the way a copy reads them (atime moves) and under the
+session's lock: the writer then seals the segment, exactly as after `rsync`, so no pulled
+prefix can ever be an older version of a file that later grew (docs/format.md 1a).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from typing import Callable, Iterable, Optional
+
+from ..model.errors import InvalidInput
+from ..store.files import open_for_reading
+from . import layout
+from .backend import Backend, RemoteError
+from .remote import State
+
+PIECE_MAX = 16 << 20  # bytes per piece: a failed upload costs at most this much again
+
+
+def check_secrets(tape, sessions: list[str], allow_secrets: bool) -> None:
+    """HOOK (issue 22, SPEC section 18): refuse sessions with unresolved secret findings.
+
+    `ctape scan` lands separately; when it does, this raises a one-line error naming
+    the sessions and `ctape redact` / `scan --allow`, unless `allow_secrets`."""
+    return None
+
+
+def _read_range(path: str, start: int, end: int, own: bool) -> bytes:
+    # own segments: a plain open, so the read moves the access time like any copy's
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW) if own else open_for_reading(path)
+    try:
+        out = bytearray()
+        while len(out) < end - start:
+            chunk = os.pread(fd, end - start - len(out), start + len(out))
+            if not chunk:
+                break
+            out += chunk
+        return bytes(out)
+    finally:
+        os.close(fd)
+
+
+class _SessionLock:
+    """The session folder's flock: the one writers hold from write() to fsync."""
+
+    def __init__(self, folder: str):
+        self.fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+
+    def __enter__(self):
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc):
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
+        os.close(self.fd)
+
+
+def learn(store, backend: Backend, state: State, warn) -> int:
+    """Read every manifest not read yet and note what the remote holds; how many were read."""
+    found = []
+    for _, _, m in layout.new_manifests(store, backend, state, warn, cursor="seen"):
+        found += m["files"]
+    for f in sorted(found, key=lambda f: (f["session"], f["file"], f["start"])):
+        layout.note_have(state, f)
+    return len(found)
+
+
+def _next_own(store, backend: Backend, state: State) -> int:
+    if isinstance(state.get("own"), int):
+        return state["own"]
+    n = -1
+    for key, _, is_prefix in backend.list(f"m/{store.writer}/"):
+        name = key.rsplit("/", 1)[-1]
+        if not is_prefix and name.endswith(".json") and name[:-5].isdigit():
+            n = max(n, int(name[:-5]))
+    return n + 1
+
+
+def push(tape, backend: Backend, name: str, sessions: Iterable[str] = (), allow_secrets: bool = False,
+         warn: Callable[[str], None] = lambda s: None, progress: Optional[Callable[[int, int], None]] = None) -> dict:
+    store = tape.store
+    wanted = list(dict.fromkeys(sessions))
+    known = store.sessions()
+    for s in wanted:
+        if s not in known:
+            raise InvalidInput(f"no session {s!r} in this tape")
+    chosen = wanted or known
+    check_secrets(tape, chosen, allow_secrets)  # HOOK (issue 22): scan before anything leaves
+    state = State.load(store, name, backend.url)
+    if not state.get("checked"):
+        backend.check()
+        layout.check_identity(store, backend, create=True)
+        learn(store, backend, state, warn)  # first push from this copy: learn what is there
+        state["checked"] = True
+    own = _next_own(store, backend, state)
+
+    todo = []  # (session, file, start, end, own segment)
+    for s in chosen:
+        for rel, size in sorted(store.list_files(s).items()):
+            if not rel.startswith(f"sessions/{s}/"):
+                continue
+            file = rel.rsplit("/", 1)[1]
+            if not layout.file_ok(s, file):
+                continue
+            have = int(state["have"].get(f"{s}/{file}", 0))
+            if size <= have:
+                continue
+            is_pack = file.endswith(".pack")
+            todo.append((s, file, 0 if is_pack else have, size, layout.segment_owner(file) == store.writer))
+    total = sum(e - b for _, _, b, e, _ in todo)
+    sent, files, listed, skipped = 0, set(), [], 0
+    for s, file, start, end, mine in todo:
+        path = os.path.join(store.root, "sessions", s, file)
+        if mine:
+            with _SessionLock(os.path.dirname(path)):
+                end = os.stat(path, follow_symlinks=False).st_size  # all it holds now, whole writes only
+                data = _read_range(path, start, end, own=True)
+        else:
+            data = _read_range(path, start, end, own=False)
+        end = start + len(data)
+        if file.endswith(".pack") and not layout.pack_ok(file, data):
+            warn(f"not pushed: {s}/{file} does not match its name (run `ctape fsck`)")
+            continue
+        for a in range(start, end, PIECE_MAX):
+            b = min(end, a + PIECE_MAX) if not file.endswith(".pack") else end
+            chunk = data[a - start : b - start]
+            key = layout.piece_key(s, file, a, b)
+            if not backend.put_if_absent(key, chunk):
+                there = backend.get(key)
+                if there != chunk:  # refused, and not ours: reported, never overwritten
+                    warn(f"the remote's {key} holds other bytes than this copy's; left as it is")
+                    break
+                skipped += 1
+            listed.append({"session": s, "file": file, "start": a, "end": b, "blake3": layout.digest(chunk)})
+            layout.note_have(state, listed[-1])
+            sent += b - a
+            files.add((s, file))
+            if progress:
+                progress(sent, total)
+            if file.endswith(".pack"):
+                break
+    if listed:
+        for _ in range(1000):
+            if backend.put_if_absent(layout.manifest_key(store.writer, own), layout.encode_manifest(store, store.writer, own, listed)):
+                break
+            # refused: an earlier push of this copy wrote it and was killed before it noted
+            # so (or another copy uses the same CTAPE_WRITER). Never overwritten: the next number.
+            warn(f"manifest {layout.manifest_key(store.writer, own)} exists on the remote; writing the next one")
+            own += 1
+        else:
+            raise RemoteError(f"{backend.url}: cannot find a free manifest number for writer {store.writer}")
+        for cursor in ("next", "seen"):  # nothing to bring in from our own manifest
+            if int(state[cursor].get(store.writer, 0)) == own:
+                state[cursor][store.writer] = own + 1
+        own += 1
+    state["own"] = own
+    state.save(store)
+    return {"remote": name, "files": len(files), "pieces": len(listed), "bytes": sent, "requests": backend.requests, "already_there": skipped}
+
+
+def follow(tape, backend: Backend, name: str, sessions: Iterable[str] = (), allow_secrets: bool = False,
+           warn: Callable[[str], None] = lambda s: None, on_push: Callable[[dict], None] = lambda r: None,
+           poll: float = 0.25, stop: Optional[Callable[[], bool]] = None) -> None:
+    """Push whenever a data file changed (looked at every `poll` seconds), until SIGINT or
+    SIGTERM (or `stop()`): an acknowledged append is on the remote within about
+    poll + one push. A push cut short by the signal is finished first; a failing push
+    (network, server) is reported and tried again."""
+    import signal
+    import threading
+
+    stopping = threading.Event()
+    old = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            old[sig] = signal.signal(sig, lambda *_: stopping.set())
+    wanted = list(sessions)
+    last = None
+    try:
+        while not stopping.is_set() and not (stop and stop()):
+            snap = {}
+            for s in wanted or [None]:
+                snap.update(tape.store.list_files(s))
+            if snap != last:
+                try:
+                    on_push(push(tape, backend, name, wanted, allow_secrets, warn=warn))
+                    last = snap
+                except RemoteError as e:
+                    warn(f"{e}; trying again")
+                    stopping.wait(1.0)
+                backend.requests = 0
+            stopping.wait(poll)
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)

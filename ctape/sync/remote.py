@@ -1,0 +1,137 @@
+"""The remotes of one copy, and what this copy knows about each: kept in the tape's local
+settings (its index cache folder, ctape/store/localstate.py), never in the tape, so rsync
+never carries them and a copy never inherits another machine's remotes.
+
+    <cache folder>/remotes.json           {"NAME": {"url": URL, "endpoint": URL or null}}
+    <cache folder>/remote-NAME.json       state: what the remote is known to hold, the next
+                                          manifest to read of each uploader, our own next one
+
+The state is a cache: lost, it is learned again from the remote's manifests (one listing
+of m/ and a GET per manifest), and nothing is uploaded twice that the manifests list.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Optional
+
+from ..model.errors import InvalidInput, StorageError
+from ..model.models import NAME_RE
+from ..store.localstate import _write, cache_folder
+from .backend import Backend, open_backend, parse_url
+
+CONFIG = "remotes.json"
+STATE_VERSION = 1
+
+
+def _folder(store) -> str:
+    d = cache_folder(store)
+    if d is None:
+        raise StorageError("no writable index cache folder to keep remotes in; set CTAPE_CACHE_DIR")
+    return d
+
+
+def _read_json(path: str) -> dict:
+    try:
+        with open(path, "rb") as f:
+            value = json.loads(f.read(64 << 20))
+        return value if isinstance(value, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def remotes(store) -> dict[str, dict]:
+    d = cache_folder(store)
+    if d is None:
+        return {}
+    found = _read_json(os.path.join(d, CONFIG))
+    return {k: v for k, v in sorted(found.items()) if NAME_RE.fullmatch(k) and isinstance(v, dict) and isinstance(v.get("url"), str)}
+
+
+def check_remote_name(name: str) -> str:
+    if not NAME_RE.fullmatch(name or "") or len(name) > 64:
+        raise InvalidInput(f"bad remote name {name!r}: use letters, digits, '.', '_' or '-'")
+    return name
+
+
+def add(store, name: str, url: str, endpoint: Optional[str] = None) -> dict:
+    check_remote_name(name)
+    parse_url(url)
+    if endpoint is not None and not endpoint.startswith(("http://", "https://")):
+        raise InvalidInput(f"bad endpoint {endpoint!r}: write http://HOST:PORT or https://HOST")
+    if endpoint and "@" in endpoint.split("//", 1)[1].split("/", 1)[0]:
+        raise InvalidInput("an endpoint must not hold credentials: use the AWS variables or a profile")
+    found = remotes(store)
+    if name in found:
+        raise InvalidInput(f"remote {name!r} exists already; `ctape remote rm {name}` first")
+    found[name] = {"url": url, "endpoint": endpoint}
+    _save(store, CONFIG, found)
+    return {"name": name, **found[name]}
+
+
+def remove(store, name: str) -> None:
+    found = remotes(store)
+    if name not in found:
+        raise InvalidInput(f"no remote {name!r}; `ctape remote list` shows them")
+    del found[name]
+    _save(store, CONFIG, found)
+    try:
+        os.unlink(os.path.join(_folder(store), f"remote-{name}.json"))
+    except FileNotFoundError:
+        pass
+
+
+def resolve(store, name: Optional[str]) -> tuple[str, dict]:
+    """NAME, else `origin`, else the only remote."""
+    found = remotes(store)
+    if name is None:
+        if "origin" in found:
+            name = "origin"
+        elif len(found) == 1:
+            name = next(iter(found))
+        elif not found:
+            raise InvalidInput("this copy has no remote; add one with `ctape remote add NAME URL`")
+        else:
+            raise InvalidInput(f"several remotes ({', '.join(found)}); name one")
+    check_remote_name(name)
+    if name not in found:
+        raise InvalidInput(f"no remote {name!r}; `ctape remote list` shows them")
+    return name, found[name]
+
+
+def connect(store, name: Optional[str]) -> tuple[str, Backend]:
+    name, conf = resolve(store, name)
+    return name, open_backend(conf["url"], conf.get("endpoint"), name)
+
+
+def _save(store, file: str, value: dict) -> None:
+    path = os.path.join(_folder(store), file)
+    try:
+        _write(path, json.dumps(value, sort_keys=True) + "\n")
+    except OSError as e:
+        raise StorageError(f"cannot write {path}: {e.strerror}") from None
+
+
+class State(dict):
+    """What this copy knows about one remote. `have`: "session/file" -> the bytes from 0
+    that the remote is known to hold; `next`: uploader -> its next manifest number to read;
+    `own`: this copy's next manifest number; `checked`: the remote's tape id was checked."""
+
+    @classmethod
+    def load(cls, store, name: str, url: str) -> "State":
+        d = cache_folder(store)
+        raw = _read_json(os.path.join(d, f"remote-{name}.json")) if d else {}
+        st = cls(raw if raw.get("version") == STATE_VERSION and raw.get("url") == url and raw.get("tape_id") == store.tape_id else {})
+        st.setdefault("version", STATE_VERSION)
+        st.setdefault("url", url)
+        st.setdefault("tape_id", store.tape_id)
+        for k in ("have", "next", "seen"):
+            if not isinstance(st.get(k), dict):
+                st[k] = {}
+        st.name = name
+        return st
+
+    def save(self, store) -> None:
+        if cache_folder(store) is not None:
+            _save(store, f"remote-{self.name}.json", dict(self))
