@@ -48,6 +48,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import bisect
+import json
 import math
 import os
 import random
@@ -78,6 +79,8 @@ from .naming import open_tape, plain_id, session_name, short_hash
 __all__ = ["TapeSaver", "WAITING"]
 
 KEY = "langgraph"  # meta key holding LangGraph's ids on every entry the saver writes
+VIEW = "langgraph.entries"  # the index cache's rows: what the saver needs of each entry (ctape/store/index.py, views)
+_BIG = 2048  # a channel value stored whole ("v"/"append") longer than this stays on the tape only
 TOMBSTONES = "tombstones"
 WAITING = "waiting_for_input"  # the name of the (hidden) tool call an interrupt() makes
 _INTERRUPT, _RESUME = "__interrupt__", "__resume__"
@@ -195,6 +198,50 @@ def _message_entries(m: Any) -> list[tuple[str, dict]]:
 # -- the per-thread index ------------------------------------------------------------------------
 
 
+class _Brief:
+    """What the saver needs of one entry of a thread, without its full payload: LangGraph's
+    ids (meta), seq, parent, and for a checkpoint its versions and channel records (small
+    values inline), for a message its text. Kept in the index cache outside the tape (rows
+    of view VIEW, named by entry hash: they never go stale), so a new process learns a
+    thread from one query instead of reading every entry back to the root."""
+
+    __slots__ = ("hash", "parent", "seq", "meta", "payload")
+
+    def __init__(self, h: str, parent: Optional[str], seq: int, lg: Optional[dict], payload: dict):
+        self.hash, self.parent, self.seq = h, parent, seq
+        self.meta = {KEY: lg} if lg is not None else {}
+        self.payload = payload
+
+    @classmethod
+    def of(cls, e) -> "_Brief":
+        lg = e.meta.get(KEY) if isinstance(e.meta, dict) else None
+        if not isinstance(lg, dict):
+            return cls(e.hash, e.parent, e.seq, None, {})
+        p = e.payload if isinstance(e.payload, dict) else {}
+        typ = lg.get("type")
+        brief: dict = {}
+        if typ == "checkpoint":
+            channels = {}
+            for ch, spec in (p.get("channels") or {}).items():
+                if ("v" in spec or "append" in spec) and len(json.dumps(spec, ensure_ascii=False)) > _BIG:
+                    spec = {"big": 1}  # read from the entry when asked
+                channels[ch] = spec
+            brief = {"versions": p.get("versions") or {}, "channels": channels, "parent_entry": p.get("parent_entry")}
+        elif typ == "message" and "message" in lg:
+            brief = {k: p[k] for k in ("content", "output") if k in p}
+        elif typ == "tombstone":
+            brief = {"delete": p.get("delete", [])}
+        return cls(e.hash, e.parent, e.seq, lg, brief)
+
+    def body(self) -> str:
+        return json.dumps({"q": self.seq, "lg": self.meta.get(KEY), "p": self.payload}, ensure_ascii=False, separators=(",", ":"))
+
+    @classmethod
+    def from_row(cls, h: str, parent: Optional[str], body: str) -> "_Brief":
+        d = json.loads(body)
+        return cls(h, parent, d["q"], d["lg"], d["p"])
+
+
 @dataclass
 class _Cp:
     hash: str
@@ -216,12 +263,18 @@ class _Thread:
     stored_at: dict[tuple[str, str, str], str] = field(default_factory=dict)  # (ns, channel, version) -> entry
     deleted: set[tuple[str, str]] = field(default_factory=set)
     interrupts: bool = False  # has the thread ever waited for input
+    briefs: dict = field(default_factory=dict)  # the saver's entry hash -> _Brief (shared by its threads)
+    unsaved: list = field(default_factory=list)  # briefs not yet in the index cache
 
     def add(self, e) -> None:
         """Index one entry the saver wrote (walking finds them in any order)."""
         if e.hash in self.seen:
             return
         self.seen.add(e.hash)
+        if type(e) is not _Brief:
+            e = _Brief.of(e)
+            self.unsaved.append(e)
+        self.briefs[e.hash] = e
         lg = e.meta.get(KEY) if isinstance(e.meta, dict) else None
         if not isinstance(lg, dict):
             return
@@ -288,6 +341,7 @@ class TapeSaver(BaseCheckpointSaver[str]):
         self.codec = _Codec(self.serde)
         self._lock = threading.RLock()
         self._threads: dict[str, _Thread] = {}
+        self._briefs: dict[str, _Brief] = {}  # entry hash -> what the saver needs of it
         self._values: OrderedDict[tuple[str, str], Any] = OrderedDict()  # (entry, channel) -> value
         self._cache_size = cache_size
         self._parked: dict[tuple[str, str, str], list[dict]] = {}  # writes that came before their checkpoint
@@ -322,22 +376,51 @@ class TapeSaver(BaseCheckpointSaver[str]):
         if th is not None and th.tips == branches:
             return th
         if th is None or any(b not in branches for b in th.tips):
-            th = _Thread(name)  # first look, or someone deleted a branch: walk it all
+            th = _Thread(name, briefs=self._briefs)  # first look, or someone deleted a branch: walk it all
         self._walk(th, [h for b, h in sorted(branches.items()) if th.tips.get(b) != h])
         th.tips = branches
         self._threads[name] = th
+        self._save(th)
         return th
 
     def _walk(self, th: _Thread, tips: list[str]) -> None:
-        stack = list(tips)
-        while stack:
-            h = stack.pop()
+        """Index what is new on the thread's branches, back to what is known. Entries come
+        from the index cache's rows (a new process reads a 1,000-step thread with a few
+        queries, not 6,000 entry reads); an entry without a row is read from the tape, and
+        its row written. The queries ask for 16, 64, 256, ... rows, so a few new entries
+        on a long thread cost a few rows, not the thread."""
+        index = self.tape.store.index
+        for h in tips:
+            limit = 16
             while h is not None and h not in th.seen:
+                rows = index.view_path(VIEW, h, limit)
+                if rows:
+                    for h2, parent, body in rows:
+                        if h2 in th.seen:
+                            break
+                        b = self._briefs.get(h2) or _Brief.from_row(h2, parent, body)
+                        th.add(b)
+                        h = parent
+                    limit = min(limit * 4, 1 << 20)
+                    continue
                 if not self.tape.has_entry(h):
                     break  # not synced yet: the next rsync brings it
                 e = self.tape.read_entry(h)
-                th.add(e)
+                th.add(self._briefs.get(h) or e)
                 h = e.parent
+
+    def _save(self, th: _Thread) -> None:
+        """Keep the briefs of entries this process wrote or read in the index cache."""
+        if th.unsaved:
+            rows = [(b.hash, b.parent, b.body()) for b in th.unsaved]
+            th.unsaved.clear()
+            self.tape.store.index.put_views(VIEW, rows)
+
+    def _brief(self, h: str) -> _Brief:
+        b = self._briefs.get(h)
+        if b is None:
+            b = self._briefs[h] = _Brief.of(self.tape.read_entry(h))
+        return b
 
     # -- values ------------------------------------------------------------------------------
 
@@ -356,8 +439,10 @@ class TapeSaver(BaseCheckpointSaver[str]):
             if got is not _MISSING:
                 base = got
                 break
-            p = self.tape.read_entry(h).payload
+            p = self._brief(h).payload
             spec = p["channels"].get(ch)
+            if spec is not None and "big" in spec:
+                spec = self.tape.read_entry(h).payload["channels"][ch]
             if spec is None:  # unchanged: as at the parent checkpoint
                 h = p.get("parent_entry")
             elif "v" in spec:
@@ -394,7 +479,7 @@ class TapeSaver(BaseCheckpointSaver[str]):
             if got is not _MISSING:
                 base = got
                 break
-            p = self.tape.read_entry(h).payload
+            p = self._brief(h).payload
             spec = p["channels"].get(ch)
             if spec is None:
                 h = p.get("parent_entry")
@@ -434,7 +519,7 @@ class TapeSaver(BaseCheckpointSaver[str]):
                 self._cache((parent_hash, ch), parent)
 
     def _load_message(self, h: str) -> Any:
-        e = self.tape.read_entry(h)
+        e = self._brief(h)
         rec = dict(e.meta[KEY]["message"])
         if "d" in rec and "content" not in rec["d"]["data"]:
             d = {"type": rec["d"]["type"], "data": dict(rec["d"]["data"])}
@@ -572,7 +657,7 @@ class TapeSaver(BaseCheckpointSaver[str]):
         cid = checkpoint["id"]
         parent = th.cps.get((ns, parent_id)) if parent_id else None
         parent_entry = parent.hash if parent else None
-        parent_versions = self.tape.read_entry(parent_entry).payload["versions"] if parent_entry else {}
+        parent_versions = self._brief(parent_entry).payload["versions"] if parent_entry else {}
         values = checkpoint.get("channel_values", {})
         versions = {k: v for k, v in checkpoint.get("channel_versions", {}).items()}
         specs: dict[str, dict] = {}
@@ -656,6 +741,7 @@ class TapeSaver(BaseCheckpointSaver[str]):
         for ch, v in keep.items():
             self._cache((e.hash, ch), list(v) if type(v) is list else v)
         th.tips = dict(s.refs().branches)
+        self._save(th)
 
     def _write_messages(self, s, ch: str, items: list, base_ids: dict, time: Optional[str], tip: Optional[str], written: list) -> tuple[Optional[str], list[str]]:
         """New chat messages as conversation entries; the hash of each message's first entry."""
@@ -808,6 +894,7 @@ class TapeSaver(BaseCheckpointSaver[str]):
             with self.tape.batch():
                 self._write_entry(th, s, tid, ns, cid, payload)
             th.tips = dict(s.refs().branches)
+            self._save(th)
 
     def _write_entry(self, th: _Thread, s, tid: str, ns: str, cid: str, payload: dict):
         """Store a checkpoint's pending writes where its line ends.
@@ -838,14 +925,14 @@ class TapeSaver(BaseCheckpointSaver[str]):
         while h is not None:
             if h == cp.hash:
                 return True
-            e = self.tape.read_entry(h)
+            e = self._brief(h)
             if e.seq <= cp.seq:
                 return False
             h = e.parent
         return False
 
     def _segment(self, h: str) -> Optional[str]:
-        lg = self.tape.read_entry(h).meta.get(KEY)
+        lg = self._brief(h).meta.get(KEY)
         return (lg.get("segment") or lg.get("checkpoint_id")) if isinstance(lg, dict) else None
 
     # -- interrupts ----------------------------------------------------------------------------
@@ -954,6 +1041,7 @@ class TapeSaver(BaseCheckpointSaver[str]):
             s.set_refs("langgraph-delete", {TOMBSTONES: e.hash})
         th.add(e)
         th.tips = dict(s.refs().branches)
+        self._save(th)
 
     # -- versions ------------------------------------------------------------------------------
 
