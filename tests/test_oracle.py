@@ -8,13 +8,17 @@ this reader.
 What the readers take as conversation, per format (docs/import.md says the same):
 
 - Claude Code: the `user`/`assistant` records on the `parentUuid` path from the file's
-  last non-sidechain message to its root (a subagent file: its last message), the other
+  last non-sidechain message to its root (a subagent file: its last message), or to the
+  newest `compact_boundary` on it (Claude Code sends the summary after it, not what came
+  before), the other
   lines of the API responses on it (same `message.id`: parallel calls are chained, and
   the turn goes on from one of their results), and the records holding the results of
   those tool calls (each result names its own call's line as parent). Text blocks are said; `thinking` is not text; `tool_use` is
   a call, `tool_result` a result. Everything else (summaries, snapshots, hooks, progress,
   attachments, queue operations) is bookkeeping.
 - Codex: `session_meta.base_instructions` and `developer` messages are system messages;
+  a `compacted` record replaces all before it but the instructions by its
+  `replacement_history`;
   `response_item` user/assistant messages, calls with a `call_id` and their outputs; an
   `event_msg` user_message / agent_message only when no response_item of its role with
   the same text is next to it (newer versions write some messages only as events).
@@ -146,6 +150,8 @@ def claude_code(path: Path) -> list:
     on_path, u = set(), main[-1]["uuid"]
     while u in by_uuid and u not in on_path:
         on_path.add(u)
+        if by_uuid[u].get("subtype") == "compact_boundary":
+            break  # Claude Code compacted here: what it sends next starts with the summary
         u = by_uuid[u].get("parentUuid") or by_uuid[u].get("logicalParentUuid")
 
     def blocks(r):
@@ -225,25 +231,37 @@ def codex(path: Path) -> list:
                 j += step
         return False
 
-    seq = []
+    def item(p):
+        pt = p.get("type")
+        if pt == "message":
+            role = {"developer": "system"}.get(p.get("role"), p.get("role"))
+            seq.append((role, _parts_text(p.get("content"))))
+        elif pt == "function_call":
+            seq.append(("call", p["call_id"], p["name"], _args(p.get("arguments"))))
+        elif pt == "custom_tool_call":
+            seq.append(("call", p["call_id"], p["name"], p.get("input")))
+        elif pt == "tool_search_call" and p.get("call_id"):
+            seq.append(("call", p["call_id"], "tool_search", p.get("arguments")))
+        elif pt in ("function_call_output", "custom_tool_call_output", "tool_search_output"):
+            out = p.get("output", p.get("tools"))
+            seq.append(("result", p["call_id"], _result_text(out)))
+
+    seq: list = []
+    instructions = None
     for i, r in enumerate(recs):
         t, p = r.get("type"), r.get("payload") or {}
         if t == "session_meta":
             text = (p.get("base_instructions") or {}).get("text")
             if text:
-                seq.append(("system", text))
+                instructions = ("system", text)
+                seq.append(instructions)
+        elif t == "compacted" and isinstance(p.get("replacement_history"), list):
+            # Codex sends its instructions, then the replacement history, from here on
+            seq = [instructions] if instructions else []
+            for it in p["replacement_history"]:
+                item(it)
         elif t == "response_item":
-            pt = p.get("type")
-            if pt == "message":
-                role = {"developer": "system"}.get(p.get("role"), p.get("role"))
-                seq.append((role, _parts_text(p.get("content"))))
-            elif pt == "function_call":
-                seq.append(("call", p["call_id"], p["name"], _args(p.get("arguments"))))
-            elif pt == "custom_tool_call":
-                seq.append(("call", p["call_id"], p["name"], p.get("input")))
-            elif pt in ("function_call_output", "custom_tool_call_output"):
-                out = p.get("output")
-                seq.append(("result", p["call_id"], out if isinstance(out, str) else json.dumps(out, ensure_ascii=False, sort_keys=True)))
+            item(p)
         elif t == "event_msg" and p.get("type") in ("user_message", "agent_message"):
             role = "user" if p["type"] == "user_message" else "assistant"
             if not echoed(i, role, p.get("message") or ""):
@@ -347,3 +365,65 @@ def test_context_holds_exactly_the_conversation(tape, fmt, path):
         for n, (instance, seq) in enumerate(runs):
             ref = None if n == len(runs) - 1 else "s/" + next(b for b in branches if b == f"run-{instance}" or (instance is None and b.startswith("run-line")))
             check(tape, "s", ref, seq)
+
+
+# -- compaction --------------------------------------------------------------------------------------
+
+
+def compacted_copy(src: Path, dst: Path, at: int = 2) -> tuple[str, int]:
+    """A copy of a real Claude Code file in which Claude Code compacted before the `at`-th
+    typed prompt of the main path, written as Claude Code 2.x writes it: a `system`
+    `compact_boundary` line (no parent, `logicalParentUuid` to the last line before it,
+    `compactMetadata`), then the `isCompactSummary` user line, from which the turn goes
+    on. Returns (the summary text, the line number of the boundary)."""
+    lines = src.read_text(encoding="utf-8").splitlines()
+    recs = [json.loads(x) for x in lines]
+    prompts = [i for i, r in enumerate(recs) if r.get("type") == "user" and not r.get("isSidechain") and not r.get("isMeta")
+               and isinstance((r.get("message") or {}).get("content"), str) and not r["message"]["content"].startswith("<") and r.get("parentUuid")]
+    i = prompts[at]
+    r = recs[i]
+    common = {k: r[k] for k in ("sessionId", "cwd", "version", "userType", "isSidechain") if k in r}
+    summary = "This session is being continued from a previous conversation that ran out of context. Summary: the oracle's test."
+    boundary = {"parentUuid": None, "logicalParentUuid": r["parentUuid"], **common, "type": "system", "subtype": "compact_boundary",
+                "content": "Conversation compacted", "isMeta": False, "timestamp": r["timestamp"], "uuid": "0c0c0c0c-0000-4000-8000-000000000001",
+                "level": "info", "compactMetadata": {"trigger": "auto", "preTokens": 167094}}
+    summ = {"parentUuid": boundary["uuid"], **common, "type": "user", "message": {"role": "user", "content": summary},
+            "isVisibleInTranscriptOnly": True, "isCompactSummary": True, "uuid": "0c0c0c0c-0000-4000-8000-000000000002", "timestamp": r["timestamp"]}
+    r["parentUuid"] = summ["uuid"]
+    out = lines[:i] + [json.dumps(boundary), json.dumps(summ), json.dumps(r)] + lines[i + 1:]
+    dst.write_text("\n".join(out) + "\n", encoding="utf-8")
+    return summary, i + 1
+
+
+def test_claude_code_context_starts_at_the_compaction(tape, tmp_path):
+    path = tmp_path / "compacted.jsonl"
+    summary, _ = compacted_copy(FIXTURES / "claude-code" / "daaain__claude-code-log__37f83ec9-f2ea-42a9-925e-0d5c105cb6e8.jsonl", path)
+    import_files(tape, "claude-code", [str(path)], "s")
+    seq = claude_code(path)
+    assert seq[0] == ("user", summary)
+    check(tape, "s", None, seq)
+    s = tape.session("s")
+    view = s.context(format="openai")
+    whole = s.context(format="openai", policies=["whole-tape"])
+    calls = lambda msgs: sum(len(m.get("tool_calls") or []) for m in msgs)  # noqa: E731
+    assert calls(whole) > calls(view) > 0
+    assert view[0] == {"role": "user", "content": summary}
+    assert s.context(format="anthropic")["messages"][0]["content"][0]["text"] == summary
+    # last-turn after the compaction, and the tape view names the boundary nowhere
+    assert all(m.get("content") != "Conversation compacted" for m in view)
+
+
+def test_codex_context_starts_at_the_replacement_history(tape):
+    path = FIXTURES / "codex-rollout" / "madshn__localpush__rollout-2026-02-23T12-54-34-019c8a59-e9dd-71f0-9ae3-4079fe9726a9.jsonl"
+    recs = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines()]
+    compacted = [r for r in recs if r["type"] == "compacted"][-1]["payload"]["replacement_history"]
+    import_files(tape, "codex", [str(path)], "s")
+    s = tape.session("s")
+    view = s.context(format="openai")
+    # the instructions, then the replacement history, as Codex sends it
+    assert view[0]["role"] == "system" and view[0]["content"] == recs[0]["payload"]["base_instructions"]["text"]
+    said = [m for m in compacted if m.get("type") == "message"]
+    assert [m["role"] for m in view[1:1 + len(said)]] == [{"developer": "system"}.get(m["role"], m["role"]) for m in said]
+    whole = s.context(format="openai", policies=["whole-tape"])
+    assert len(whole) > len(view) + 400
+    assert tape.session("s").context(format="tape", policies=["whole-tape"])[0]["kind"] == "system"

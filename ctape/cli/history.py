@@ -230,7 +230,7 @@ def show(ctx, ref, session, with_meta, as_json, no_pager):
 @main.command()
 @click.argument("ref", required=False)
 @session_option
-@click.option("--policy", "policies", multiple=True, type=click.Choice(["last-turn", "exclude-errors", "dedupe-tools"]), help="View policy; repeatable.")
+@click.option("--policy", "policies", multiple=True, type=click.Choice(["last-turn", "exclude-errors", "dedupe-tools", "whole-tape"]), help="View policy; repeatable. whole-tape: go back past an imported agent's compaction.")
 @click.option("--format", "fmt", type=click.Choice(["openai", "anthropic", "tape"]), default="openai", show_default=True)
 @click.option("--resume", type=click.Choice(["prefix", "drop"]), default="drop", show_default=True, help="What to do with an interrupted stream.")
 @click.option("--max-tokens", type=click.IntRange(min=1), help="Drop the oldest non-system messages to fit this estimate.")
@@ -239,7 +239,9 @@ def context(ctx, ref, session, policies, fmt, resume, max_tokens):
     """Print the prompt built from the path root -> REF as JSON.
 
     Pending tool calls get a fixed "interrupted" result, so the prompt is
-    valid for APIs that reject unanswered calls.
+    valid for APIs that reject unanswered calls. An imported session whose
+    agent compacted its history starts where the agent's next prompt did
+    (the summary); --policy whole-tape shows the whole tape instead.
 
     \b
     Examples:

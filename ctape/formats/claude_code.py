@@ -85,7 +85,9 @@ def map_record(v: Any) -> list[tuple[str, dict, bool]]:
             return _split(t, content, "tool_use" if t == "assistant" else "tool_result")
         return [(t, {"content": content if isinstance(content, str) else c.text_of(content)}, False)]
     if t == "system" and v.get("subtype") == "compact_boundary":
-        return [("anchor", {"name": "compact_boundary", "summary": v.get("content")}, False)]
+        # where Claude Code replaced the conversation by a summary (the next user line,
+        # isCompactSummary): the default context view starts here (ops/context.py)
+        return [("anchor", {"name": "compact_boundary", "summary": v.get("content"), "compaction": True}, False)]
     label = v.get("summary") if t == "summary" else v.get("content")
     sub = v.get("subtype") or v.get("operation") or _type_of(v.get("data")) or _type_of(v.get("attachment"))
     text = label if isinstance(label, str) else f"claude-code {t}" + (f" {sub}" if isinstance(sub, str) else "")

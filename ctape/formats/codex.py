@@ -1,7 +1,8 @@
 """Codex CLI rollout files (`~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl`).
 
-Each line `{"timestamp", "type", "payload"}` becomes one entry (two or more only
-never: Codex writes one item per line), chained in file order on branch `main`.
+Each line `{"timestamp", "type", "payload"}` becomes one entry (Codex writes one item
+per line), chained in file order on branch `main`; a `compacted` line becomes its anchor
+followed by the items of its `replacement_history`, where the agent's view starts.
 The line itself is kept in `meta["codex"]`, so `export --format codex` gives the
 file back record for record. docs/import.md has the mapping table.
 """
@@ -75,10 +76,11 @@ def map_item(item: dict) -> tuple[str, dict, bool]:
     if t == "reasoning":
         summary = c.text_of(item.get("summary"))
         return ("assistant", {"content": summary, "type": "reasoning"}, True)
-    if isinstance(t, str) and t.endswith("_call_output") and isinstance(call_id, str):
-        return ("tool_result", {"call_id": call_id, "output": item.get("output")}, False)
+    if isinstance(t, str) and t.endswith("_output") and isinstance(call_id, str):
+        # function_call_output, custom_tool_call_output, tool_search_output (its `tools`)
+        return ("tool_result", {"call_id": call_id, "output": item["output"] if "output" in item else item.get("tools")}, False)
     if isinstance(t, str) and t.endswith("_call") and isinstance(call_id, str):
-        name = item.get("name") if isinstance(item.get("name"), str) else t
+        name = item.get("name") if isinstance(item.get("name"), str) else t.removesuffix("_call")
         args = c.tool_arguments(item["arguments"]) if "arguments" in item else item.get("input", item.get("action"))
         return ("tool_call", {"call_id": call_id, "name": name, "arguments": args}, False)
     return _hidden(f"codex {t}", type=t)
@@ -104,7 +106,7 @@ def map_record(v: Any, spoken: bool = False) -> tuple[str, dict, bool]:
     if rtype == "response_item":
         return map_item(p)
     if rtype == "compacted":
-        return ("anchor", {"name": "compacted", "summary": p.get("message")}, False)
+        return ("anchor", {"name": "compacted", "summary": p.get("message"), "compaction": True, "keep": []}, False)
     if spoken and rtype == "event_msg" and p.get("type") == "user_message":
         return ("user", {"content": _event_content(p)}, False)
     if spoken and rtype == "event_msg" and p.get("type") == "agent_message":
@@ -113,6 +115,25 @@ def map_record(v: Any, spoken: bool = False) -> tuple[str, dict, bool]:
         return ("error", {"message": p["message"]}, True)
     sub = p.get("type")
     return _hidden(f"codex {rtype}" + (f" {sub}" if isinstance(sub, str) else ""), type=rtype)
+
+
+def map_entries(v: Any, spoken: bool = False, instructions: Optional[str] = None) -> list[tuple[str, dict, bool]]:
+    """One line as its entries: one, except a `compacted` line, which is the anchor where
+    Codex replaced its history, then the items of its `replacement_history` (what Codex
+    sends from then on, after its instructions: the anchor's `keep` names the entry of
+    those, `instructions`)."""
+    first = map_record(v, spoken)
+    if first[0] != "anchor":
+        return [first]
+    first[1]["keep"] = [instructions] if instructions else []
+    items = v["payload"].get("replacement_history")
+    rest = [map_item(i) if isinstance(i, dict) else _hidden("codex replacement item") for i in items] if isinstance(items, list) else []
+    return [first, *rest]
+
+
+def is_instructions(v: Any, kind: str, hide: bool) -> bool:
+    """A session_meta line that gave the system message (base_instructions)."""
+    return kind == "system" and not hide and isinstance(v, dict) and v.get("type") == "session_meta"
 
 
 def _event_content(p: dict) -> Any:
@@ -232,27 +253,21 @@ def import_file(tape, path: str, session: Optional[str], progress: bool = False)
         clock = c.Clock(first_time)
         bar = c.Progress(path, progress)
         parent: Optional[str] = None
-        kept_raw = 0
+        instructions: Optional[str] = None
+        kept_raw = entries = 0
         with tape.batch():
             for line in lines:
                 value = c.read_at(f, line)
-                if line.ok:
-                    kind, payload, hide = map_record(value, line.number in voiced)
-                    meta = c.record_meta(FMT, value, line.number, hide)
-                    t = clock.take(record_time(value))
-                else:
-                    kind, payload, hide = _hidden("codex line that is not JSON")
-                    meta = c.raw_line_meta(FMT, value, line.number)
-                    t = clock.last
-                    kept_raw += 1
-                parent = s.put_entry(kind, payload, meta, None, t, parent).hash
+                kept_raw += not line.ok
+                parent, instructions, n = _put(s, line.number, value, line.ok, parent, clock, line.number in voiced, instructions)
+                entries += n
                 bar.update(line.offset)
             changes, ref_notes = c.safe_refs(tape, s, {"main": parent})
             if changes:
                 s.set_refs("import", changes, source=FMT)
         bar.done()
     notes = [f"kept {kept_raw} lines that are not JSON as they are" if kept_raw else "", truncated, *ref_notes]
-    return c.summary_line(path, name, len(lines), len(lines), 1, notes, bool(changes))
+    return c.summary_line(path, name, len(lines), entries, 1, notes, bool(changes))
 
 
 def _scan(f, path: str):
@@ -312,16 +327,37 @@ def synthesize(e) -> Optional[dict]:
 # -- incremental import (ctape watch) ---------------------------------------------------------
 
 
-def put_line(s, number: int, value: Any, ok: bool, parent: Optional[str], clock: c.Clock) -> str:
-    """One line as its entry after `parent`, exactly as import_file makes it (`ctape watch`
-    imports the lines appended since its last pass with this); `value` is the record, or
-    the line's text when it is not JSON. Returns the entry's hash."""
-    if ok:
-        kind, payload, hide = map_record(value)
-        meta = c.record_meta(FMT, value, number, hide)
-        t = clock.take(record_time(value))
-    else:
-        kind, payload, hide = _hidden("codex line that is not JSON")
+def _put(s, number: int, value: Any, ok: bool, parent: Optional[str], clock: c.Clock, spoken: bool, instructions: Optional[str]):
+    """One line as its entries after `parent`: (the last entry's hash, the instructions
+    entry so far, how many entries)."""
+    if not ok:
         meta = c.raw_line_meta(FMT, value, number)
-        t = clock.last
-    return s.put_entry(kind, payload, meta, None, t, parent).hash
+        return s.put_entry("system", {"content": "codex line that is not JSON"}, meta, None, clock.last, parent).hash, instructions, 1
+    t = clock.take(record_time(value))
+    parts = map_entries(value, spoken, instructions)
+    for k, (kind, payload, hide) in enumerate(parts):
+        meta = c.record_meta(FMT, value, number, hide) if k == 0 else c.part_meta(FMT, number, k, hide)
+        parent = s.put_entry(kind, payload, meta, None, t, parent).hash
+        if k == 0 and is_instructions(value, kind, hide):
+            instructions = parent
+    return parent, instructions, len(parts)
+
+
+def _instructions_before(s, h: Optional[str]) -> Optional[str]:
+    """The newest entry at or before h that holds Codex's instructions (session_meta)."""
+    while h is not None:
+        e = s.tape.read_entry(h)
+        m = e.meta if isinstance(e.meta, dict) else {}
+        if is_instructions(m.get(FMT), e.kind, bool(m.get(HIDDEN))):
+            return h
+        h = e.parent
+    return None
+
+
+def put_line(s, number: int, value: Any, ok: bool, parent: Optional[str], clock: c.Clock) -> str:
+    """One line as its entries after `parent`, exactly as import_file makes them (`ctape
+    watch` imports the lines appended since its last pass with this); `value` is the
+    record, or the line's text when it is not JSON. Returns the last entry's hash."""
+    compacted = ok and isinstance(value, dict) and value.get("type") == "compacted"
+    instructions = _instructions_before(s, parent) if compacted else None
+    return _put(s, number, value, ok, parent, clock, False, instructions)[0]

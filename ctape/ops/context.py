@@ -2,8 +2,12 @@
 
 The tape keeps everything; a view picks. Steps, in order:
 
-1. the window: the path root -> REF (with --max-tokens or last-turn, only as far
-   back as needed; system messages come from the whole path either way);
+1. the window: the path root -> REF, from the newest compaction on (an anchor with
+   `compaction: true`: where the agent itself replaced its history by a summary; the
+   `whole-tape` policy goes back past it); with --max-tokens or last-turn only as far
+   back as needed; system messages come from the whole path either way, except past a
+   compaction: then only those the anchor lists in `keep` (instructions the agent sends
+   with every request);
 2. neutral messages: system / user / assistant (+ tool calls) / tool results;
    entries marked hidden (ctape.hidden) and anchors are left out;
 3. policies: exclude-errors, dedupe-tools, then a fixed "interrupted" result for
@@ -35,7 +39,7 @@ if TYPE_CHECKING:
     from ..history.session import Session
 
 INTERRUPTED = "[interrupted: this tool call did not complete and no result was recorded]"
-POLICIES = ("last-turn", "exclude-errors", "dedupe-tools")
+POLICIES = ("last-turn", "exclude-errors", "dedupe-tools", "whole-tape")
 FORMATS = ("openai", "anthropic", "tape")
 
 
@@ -75,10 +79,18 @@ def build_context(session: Optional["Session"], ref: Optional[str], policies: li
     if ref is None and session is None:
         raise InvalidInput("context needs a REF or a session")
     head = tape.resolve(ref, session.name if session else None) if ref else session.refs().head_hash
-    window = _window(tape, head, "last-turn" in policies, max_tokens)
-    dv = tape.derived(head)
+    whole = "whole-tape" in policies
+    window, compaction = _window(tape, head, "last-turn" in policies, max_tokens, not whole)
     in_window = {e.hash for e in window}
-    systems = [tape.read_entry(h) for h in derived_mod.systems(dv, tape.derived) if h not in in_window]
+    dv = tape.derived(head) if head is not None else None
+    before = derived_mod.systems(dv, tape.derived) if dv is not None else []
+    if compaction is None and not whole and dv is not None and window and window[0].parent is not None:
+        compaction = newest_compaction(tape, dv)  # the window stopped before reaching it
+    if compaction is not None:
+        keep = compaction.payload.get("keep")
+        kept = [h for h in keep if isinstance(h, str) and tape.has_entry(h)] if isinstance(keep, list) else []
+        before = kept + [h for h in before if tape.read_entry(h).seq > compaction.seq]
+    systems = [tape.read_entry(h) for h in before if h not in in_window]
     entries = systems + window
     partial = None
     if window and window[-1].kind == "streaming":
@@ -115,7 +127,8 @@ def build_context(session: Optional["Session"], ref: Optional[str], policies: li
 # -- 1. the window -----------------------------------------------------------------------
 
 
-def _window(tape, head: Optional[str], last_turn: bool, max_tokens: Optional[int]) -> list[Entry]:
+def _window(tape, head: Optional[str], last_turn: bool, max_tokens: Optional[int], compactions: bool = True) -> tuple[list[Entry], Optional[Entry]]:
+    """The entries of the view, oldest first, and the compaction anchor it starts at (if any)."""
     out: list[Entry] = []
     budget = None if max_tokens is None else max_tokens * 2 + 64
     used = 0
@@ -123,6 +136,9 @@ def _window(tape, head: Optional[str], last_turn: bool, max_tokens: Optional[int
     while h is not None:
         e = tape.read_entry(h)
         out.append(e)
+        if compactions and is_compaction(e):
+            out.reverse()
+            return out, e
         if e.kind != "system":
             used += estimate(e.payload)
         if last_turn and e.kind in ("anchor", "user") and not _hidden(e):
@@ -131,7 +147,22 @@ def _window(tape, head: Optional[str], last_turn: bool, max_tokens: Optional[int
             break
         h = e.parent
     out.reverse()
-    return out
+    return out, None
+
+
+def is_compaction(e: Entry) -> bool:
+    """An anchor an importer wrote where the agent compacted its history (Claude Code's
+    compact_boundary, Codex's compacted): the agent's next prompt starts there."""
+    return e.kind == "anchor" and isinstance(e.payload, dict) and e.payload.get("compaction") is True
+
+
+COMPACTION_NAMES = ("compact_boundary", "compacted")  # the names importers give them
+
+
+def newest_compaction(tape, dv: dict) -> Optional[Entry]:
+    found = [h for h in (derived_mod.find_anchor(dv, n, tape.derived) for n in COMPACTION_NAMES) if h]
+    entries = [e for e in (tape.read_entry(h) for h in found) if is_compaction(e)]
+    return max(entries, key=lambda e: e.seq, default=None)
 
 
 def _hidden(e: Entry) -> bool:
