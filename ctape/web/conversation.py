@@ -1,5 +1,6 @@
 """Entries as a chat: messages, tool calls folded together with their results, errors and
-interrupted streams marked, images shown, hidden entries folded away.
+interrupted streams marked, images shown, hidden entries folded away, and what came before
+an agent's compaction folded behind its boundary.
 
 Everything stored is text to this module: it goes through `esc` or the escaping-first
 markdown renderer, and only data: URLs of raster images become <img> sources.
@@ -12,6 +13,7 @@ import re
 from typing import Any, Callable, Iterable, Optional
 
 from ..model.models import Entry
+from ..ops.context import is_compaction
 from .markdown import esc, render
 from .queries import is_hidden
 
@@ -107,15 +109,30 @@ class Renderer:
                 out.append(f'<details class="hidden-run"><summary>{n} hidden entr{"y" if n == 1 else "ies"} (bookkeeping)</summary>{inner}</details>')
                 hidden.clear()
 
-        for e in entries:
-            if e.hash in placed:
-                continue
-            if is_hidden(e):
-                hidden.append(e)
-                continue
+        def render_run(run: list[Entry]) -> None:
+            for e in run:
+                if e.hash in placed:
+                    continue
+                if is_hidden(e):
+                    hidden.append(e)
+                    continue
+                flush_hidden()
+                out.append(self.entry(e, results))
             flush_hidden()
-            out.append(self.entry(e, results))
-        flush_hidden()
+
+        # where the agent compacted its history, what came before is folded: the agent's
+        # next prompt starts at the boundary (as `ctape context` does)
+        cut = max((i for i, e in enumerate(entries) if is_compaction(e)), default=None)
+        if cut:
+            render_run(entries[:cut])
+            n = sum(1 for e in entries[:cut] if e.hash not in placed)
+            inner = "\n".join(out)
+            out.clear()
+            out.append(
+                f'<details class="hidden-run compacted-run"><summary>{n} entr{"y" if n == 1 else "ies"} before the agent compacted its history '
+                f'(not in its next prompt; <code>ctape context --policy whole-tape</code> shows them)</summary>{inner}</details>'
+            )
+        render_run(entries[cut or 0:])
         return "\n".join(out)
 
     def entry(self, e: Entry, results: dict[str, Entry]) -> str:
@@ -128,7 +145,8 @@ class Renderer:
         if e.kind == "anchor":
             summary = p.get("summary")
             extra = f'<div class="summary">{render(summary)}</div>' if isinstance(summary, str) else ""
-            return f'<div class="msg anchor" {attrs}>{self._head(e, "⚓ anchor " + str(p.get("name")))}{extra}</div>'
+            label = "⚓ compaction boundary: the agent's history was replaced here" if is_compaction(e) else "⚓ anchor " + str(p.get("name"))
+            return f'<div class="msg anchor{" compaction" if is_compaction(e) else ""}" {attrs}>{self._head(e, label)}{extra}</div>'
         if e.kind == "system":
             return f'<details class="msg system" {attrs}><summary>{self._head(e, "system")}</summary>{content_html(p.get("content"), self.text_url(e.hash))}</details>'
         badge = '<span class="badge warn">interrupted stream</span>' if e.kind == "streaming" else ""
