@@ -1,3 +1,105 @@
 """Privacy (SPEC section 18): scan for secrets, allow false positives, redact."""
 
 from __future__ import annotations
+
+import click
+
+from .base import EXIT_FAIL, emit_json, json_option, main, need_session, open_tape, session_option
+
+
+def _sessions(ctx, session):
+    tape = open_tape(ctx)
+    return [need_session(ctx, session)] if session is not None else tape.session_names()
+
+
+@main.command()
+@session_option
+@json_option
+@click.option("--allow", "allow_id", metavar="ID", help="Mark finding ID as not a secret (kept on this machine).")
+@click.option("--add-pattern", metavar="REGEX", help="Also look for REGEX from now on (kept on this machine).")
+@click.option("--kind", default="pattern", show_default=True, help="The kind a pattern added with --add-pattern reports.")
+@click.pass_context
+def scan(ctx, session, as_json, allow_id, add_pattern, kind):
+    """Find likely secrets in entries: payloads, large values and meta.
+
+    Prints one line per finding with its id, entry, JSON path, kind and a preview in
+    which the secret is masked (it is never printed). Exit 1 when it finds any.
+    Take them out with `ctape redact`, or mark a false positive with `--allow ID`.
+
+    Examples:
+      ctape scan
+      ctape scan -s chat --json
+      ctape scan --allow 5f00c873eaf013f0
+      ctape scan --add-pattern 'corp-[0-9]{8}' --kind corp-ticket
+    """
+    from ..ops import scan as scanmod
+
+    tape = open_tape(ctx)
+    if allow_id is not None or add_pattern is not None:
+        if allow_id is not None:
+            scanmod.allow(tape, allow_id)
+            click.echo(f"allowed {allow_id}")
+        if add_pattern is not None:
+            scanmod.add_pattern(tape, add_pattern, kind)
+            click.echo(f"added pattern {add_pattern!r} ({kind})")
+        return
+    names = _sessions(ctx, session)
+    result = scanmod.scan(tape, names, on_missing=lambda m: click.echo(f"ctape: warning: {m}", err=True))
+    for f in result["findings"]:
+        if as_json:
+            emit_json(f.to_json())
+        else:
+            click.echo(f"{f.id}  {f.session}  {f.hash[:12]}  {f.path}  {f.kind}  {f.preview}")
+    if not as_json:
+        n = len(result["findings"])
+        allowed = f", {result['allowed']} allowed" if result["allowed"] else ""
+        click.echo(f"{n} finding{'s' if n != 1 else ''} in {len(names)} session{'s' if len(names) != 1 else ''}{allowed}"
+                   + ("; `ctape redact --scan` takes them out, `ctape scan --allow ID` keeps one" if n else ""), err=True)
+    if result["findings"]:
+        ctx.exit(EXIT_FAIL)
+
+
+@main.command()
+@session_option
+@json_option
+@click.option("--scan", "from_scan", is_flag=True, help="Redact every finding of `ctape scan`.")
+@click.option("--pattern", metavar="REGEX", help="Redact every value in which REGEX matches.")
+@click.option("--path", metavar="JSONPATH", help="With ENTRY: the value to redact, like $.payload.content.")
+@click.option("--kind", default=None, help="The kind the marker names (default: manual, or pattern).")
+@click.argument("entry", required=False)
+@click.pass_context
+def redact(ctx, session, as_json, from_scan, pattern, path, kind, entry):
+    """Take secret text out of the tape, keeping every hash and branch.
+
+    Reads show `[redacted: KIND]` in its place at once, here and on every copy the
+    redaction reaches (it is a record, synced like a branch deletion); each copy's next
+    `compact` removes the bytes. Give exactly one of --scan, --pattern REGEX, or
+    ENTRY --path JSONPATH.
+
+    Examples:
+      ctape redact --scan
+      ctape redact -s chat --pattern 'hunter2'
+      ctape redact 3f2a9c --path '$.payload.arguments' -s chat
+    """
+    from ..errors import InvalidInput
+    from ..ops import redact as red
+
+    given = sum((from_scan, pattern is not None, entry is not None))
+    if given != 1 or (entry is None) != (path is None):
+        raise InvalidInput("give exactly one of --scan, --pattern REGEX, or ENTRY --path JSONPATH")
+    tape = open_tape(ctx)
+    if entry is not None:
+        results = [red.redact(tape, need_session(ctx, session), [(entry, path, kind or "manual")])]
+    else:
+        names = _sessions(ctx, session)
+        results = red.redact_scan(tape, names) if from_scan else red.redact_pattern(tape, pattern, names, kind or "pattern")
+    total = 0
+    for r in results:
+        for item in r["redacted"]:
+            total += 1
+            if as_json:
+                emit_json({"session": r["session"], "hash": item["object"], "path": item["path"], "kind": item["kind"]})
+            else:
+                click.echo(f"redacted {r['session']}  {item['object'][:12]}  {item['path']}  ({item['kind']})")
+    if not as_json:
+        click.echo(f"{total} value{'s' if total != 1 else ''} redacted" + ("; `ctape compact` removes the bytes from this copy" if total else ""), err=True)

@@ -17,8 +17,9 @@ from ..model.models import NAME_RE, Entry, kind_value
 from ..model.refs import HEAD
 from ..model.refspec import parse_ref
 from ..model.schema import decode_entry
+from ..model import redaction
 from ..store.files import TYPE_ENTRY
-from ..store.store import Store
+from ..store.store import TYPE_WITHHELD, Store
 
 if TYPE_CHECKING:
     from .session import Session
@@ -37,6 +38,7 @@ class Tape:
         # (an entry can carry megabytes of tool output)
         self._entries: OrderedDict[str, tuple[Entry, int]] = OrderedDict()
         self._entry_bytes = 0
+        self._redacted_seen: Optional[dict] = None
         store.discard_listeners.append(self._forget)
         from ..store.localstate import mark
 
@@ -94,19 +96,34 @@ class Tape:
 
     # -- entries ------------------------------------------------------------------
 
+    def redactions(self) -> dict[str, list[tuple[str, str]]]:
+        """Every redacted place of the tape, by object (docs/format.md section 16). Entries
+        read before a new redaction arrived are forgotten, so reads show it at once."""
+        red = self.store.index.redactions()
+        if red is not self._redacted_seen:
+            self._redacted_seen = red
+            self._clear_entries()
+        return red
+
     def read_entry(self, h: str) -> Entry:
+        self.redactions()
         cached = self._entries.get(h)
         if cached is not None:
             self._entries.move_to_end(h)
             return cached[0]
         type_, body = self.store.get_object(h)
-        if type_ != TYPE_ENTRY:
+        if type_ not in (TYPE_ENTRY, TYPE_WITHHELD):
             raise EntryNotFound(f"{h} is a payload value, not an entry")
         raw = decode_entry(h, body)  # CorruptObject naming h when it is not an entry body
+        redacted = self.redactions()
+        if h in redacted:
+            raw = redaction.apply(raw, redacted[h])
         size = len(body)
 
         def get_blob(b: str) -> bytes:
             nonlocal size
+            if b in redacted:  # a blob that is a secret goes whole, wherever it is referred to
+                return redaction.marker(redacted[b][0][1]).encode()
             data = self.store.get_object(b)[1]
             size += len(data)
             return data
@@ -207,7 +224,7 @@ class Tape:
             inner = self.store.block_records(fid, off, body, type_).values() if type_ in BLOCK_TYPES else [body]
             for rec in inner:
                 h = rec[:32].hex()
-                if h.startswith(prefix) and rec[32] == TYPE_ENTRY and h not in found:
+                if h.startswith(prefix) and rec[32] in (TYPE_ENTRY, TYPE_WITHHELD) and h not in found:
                     found.append(h)
         if not found:
             raise RefNotFound(f"no entry starts with {prefix!r}")

@@ -166,6 +166,24 @@ def ref_record_problem(rec: Any, session: Optional[str] = None) -> Optional[str]
     for key in ("ref", "source"):
         if key in rec and type(rec[key]) is not str:
             return f"ref record's `{key}` is not a string"
+    if rec["op"] == "redact":
+        return _redact_problem(rec.get("redact"))
+    return None
+
+
+_KIND_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}")
+
+
+def _redact_problem(items: Any) -> Optional[str]:
+    """A redaction record's places (docs/format.md section 16): a list of
+    {"object": hash, "path": "$...", "kind": name}."""
+    if type(items) is not list or not items:
+        return "redaction record has no `redact` list"
+    for item in items:
+        if (type(item) is not dict or type(item.get("object")) is not str or _HASH.fullmatch(item["object"]) is None
+                or type(item.get("path")) is not str or not item["path"].startswith("$") or len(item["path"]) > 4096
+                or type(item.get("kind")) is not str or _KIND_NAME.fullmatch(item["kind"]) is None):
+            return "redaction record's `redact` holds something other than {object, path, kind}"
     return None
 
 
@@ -262,7 +280,7 @@ def object_record_problem(body: bytes) -> Optional[str]:
     Whether the data hashes to the name is the reader's check (store.decode_object)."""
     if len(body) < 34:
         return f"object record is {len(body)} bytes, shorter than its 34-byte head"
-    if body[32] not in (0x45, 0x42):
+    if body[32] not in (0x45, 0x42, 0x57):  # entry, blob, withheld entry (section 16)
         return f"object record has an unknown type byte {body[32]}"
     if body[33] not in (0, 1):
         return f"object record has an unknown codec {body[33]}"

@@ -37,10 +37,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Callable, Iterable, Iterator, Optional
 
+from blake3 import blake3
+
 from ..history import derived
 from ..store import framing
 from ..model.errors import CorruptObject, CtapeError, EntryNotFound, InvalidInput, UnsafePath
+from ..model import redaction
 from ..store.files import CODEC_RAW, TYPE_ENTRY, zstd
+from ..store.store import TYPE_WITHHELD
 from ..store.index import cache_schema, connect_cache, hash_key
 from .searchtext import (  # noqa: F401 (parse_query, fts_expression: API)
     entry_text,
@@ -152,6 +156,22 @@ class SearchIndex:
 
     # -- keeping it fresh -------------------------------------------------------------------
 
+    def _redactions_changed(self) -> bool:
+        """When the tape's redactions are not those this cache was built with, forget it
+        all (tables dropped, file vacuumed: no page keeps the text) and note the new ones."""
+        red = self.tape.redactions()
+        fp = blake3(json.dumps(sorted((o, sorted(p)) for o, p in red.items())).encode()).hexdigest() if red else ""
+        row = self.db.execute("SELECT value FROM meta WHERE key='redactions'").fetchone()
+        if (row[0] if row else "") == fp:
+            return False
+        self.rebuild()
+        try:
+            self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        except sqlite3.OperationalError:
+            pass
+        self.db.execute("INSERT OR REPLACE INTO meta VALUES('redactions', ?)", (fp,))
+        return True
+
     def update(self, progress: Optional[Callable[[str], None]] = None) -> int:
         """Index what the tape holds and this cache has not read yet; returns the number
         of entries added."""
@@ -172,6 +192,8 @@ class SearchIndex:
                 start = 0
             if indexed > start:
                 todo.append((path, start, indexed))
+        if self._redactions_changed():
+            return self.update(progress)  # indexed again from nothing: the redacted text is dropped
         retry = self.db.execute("SELECT hash, session FROM retry").fetchall()
         if not todo and not gone and not retry:
             return 0
@@ -186,7 +208,7 @@ class SearchIndex:
                 home = path.split("/")[1] if path.startswith("sessions/") else None
                 try:
                     for rec in store.scan_file(path, start, end):
-                        if isinstance(rec, framing.Record) and rec.type == framing.T_OBJECT and rec.body[32] == TYPE_ENTRY:
+                        if isinstance(rec, framing.Record) and rec.type == framing.T_OBJECT and rec.body[32] in (TYPE_ENTRY, TYPE_WITHHELD):
                             w.add_record(rec.body, home)
                 except (FileNotFoundError, UnsafePath):
                     continue  # gone meanwhile (a compaction): its entries are in the new pack
@@ -375,7 +397,16 @@ class _Writer:
             raw = json.loads(canonical)
         except (CorruptObject, ValueError):
             return  # fsck reports it
+        red = self.ix.tape.redactions()
+        if h in red and isinstance(raw, dict):
+            raw = redaction.apply(raw, red[h])
         self.add_entry(h, key, raw, home)
+
+    def _blob(self, b: str) -> bytes:
+        red = self.ix.tape.redactions()
+        if b in red:
+            return redaction.marker(red[b][0][1]).encode()
+        return self.ix.store.get_object(b)[1]
 
     def add_entry(self, h: str, key: int, raw: dict, home: Optional[str]) -> bool:
         try:
@@ -388,7 +419,7 @@ class _Writer:
         tid = self._text_id(tkey)
         if tid is None:
             try:
-                text = entry_text(parts, lambda b: self.ix.store.get_object(b)[1])
+                text = entry_text(parts, self._blob)
             except (EntryNotFound, CorruptObject):
                 # a large value that has not arrived (rsync under way): index it later
                 self.db.execute("INSERT OR IGNORE INTO retry VALUES(?,?)", (h, home))

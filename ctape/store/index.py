@@ -41,7 +41,7 @@ from typing import Optional
 
 from ..model.refs import HEAD, tip_at
 
-SCHEMA_VERSION = 14
+SCHEMA_VERSION = 15  # 15: redactions
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
@@ -63,6 +63,8 @@ CREATE TABLE IF NOT EXISTS lost(path TEXT PRIMARY KEY, expected INTEGER NOT NULL
 CREATE TABLE IF NOT EXISTS repeated(path TEXT PRIMARY KEY, floor INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS views(name TEXT NOT NULL, key INTEGER NOT NULL, hash TEXT NOT NULL,
     parent TEXT, pkey INTEGER, body TEXT, PRIMARY KEY(name, key)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS redactions(object TEXT NOT NULL, path TEXT NOT NULL, kind TEXT NOT NULL,
+    PRIMARY KEY(object, path)) WITHOUT ROWID;
 """
 
 
@@ -120,6 +122,7 @@ class Index:
         self._in_rebuild = False
         self.generation = 0  # one more at every change this process makes (see version)
         self.stale = False  # the rows were lost (the cache went to memory): the store rebuilds
+        self._redactions: Optional[tuple] = None
         try:
             self.db = self._connect(self.path)
         except sqlite3.Error as e:
@@ -293,6 +296,15 @@ class Index:
         try:
             if batch.objects:
                 db.executemany("INSERT OR IGNORE INTO objects VALUES(?,?,?,?)", batch.objects)
+            if batch.redactions:
+                before = db.total_changes
+                db.executemany("INSERT OR IGNORE INTO redactions VALUES(?,?,?)", batch.redactions)
+                if db.total_changes != before:
+                    # derived values and integration views may hold the text: computed again
+                    # on demand, through reads that show the marker (docs/format.md section 16)
+                    db.execute("DELETE FROM keyframes")
+                    db.execute("DELETE FROM views")
+                    self.pending_keyframes.clear()
             if batch.writers:
                 writers: dict[tuple, tuple] = {}  # (session, writer) -> largest n and lc
                 odd = []  # counters that are not integers (a hand-made record): SQLite compares them
@@ -386,6 +398,32 @@ class Index:
             (session,),
         ).fetchall()
         return [json.loads(b) for (b,) in rows]
+
+    def redactions(self) -> dict[str, list[tuple[str, str]]]:
+        """Every redacted place: object hash -> [(path, kind)] (docs/format.md section 16)."""
+        v = (self.version(), len(self.pending.redactions))  # no sync: reads on the append path stay cheap
+        if self._redactions is None or self._redactions[0] != v:
+            out: dict[str, list[tuple[str, str]]] = {}
+            rows = self.db.execute("SELECT object, path, kind FROM redactions").fetchall()
+            for obj, path, kind in rows + self.pending.redactions:
+                if (path, kind) not in out.get(obj, ()):
+                    out.setdefault(obj, []).append((path, kind))
+            if self._redactions is not None and self._redactions[1] == out:
+                out = self._redactions[1]  # the same object while nothing changed: callers compare identity
+            self._redactions = (v, out)
+        return self._redactions[1]
+
+    def scrub(self) -> None:
+        """Rewrite the cache file without free pages, so that no text a redaction removed
+        stays in it (SQLite keeps deleted rows' bytes until the pages are reused)."""
+        self.sync()
+        try:
+            self.db.execute("DELETE FROM keyframes")
+            self.db.execute("DELETE FROM views")
+            self.db.execute("VACUUM")
+            self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        except sqlite3.Error:
+            pass  # a cache: at worst it keeps what it had until it is deleted
 
     def keyframe(self, h: str) -> Optional[dict]:
         body = self.pending_keyframes.get(hash_key(h))
@@ -482,7 +520,7 @@ def _busy(err: Exception) -> bool:
 class IndexBatch:
     """Rows gathered while scanning or writing, applied in one SQLite transaction."""
 
-    __slots__ = ("objects", "writers", "claims", "partials", "closed", "files", "keyframes")
+    __slots__ = ("objects", "writers", "claims", "partials", "closed", "files", "keyframes", "redactions")
 
     def __init__(self):
         self.keyframes: list = []
@@ -492,13 +530,15 @@ class IndexBatch:
         self.partials: list = []
         self.closed: list = []
         self.files: list = []
+        self.redactions: list = []  # (object, path, kind) of every redaction record
 
     def extend(self, other: "IndexBatch") -> None:
         for name in self.__slots__:
             getattr(self, name).extend(getattr(other, name))
 
     def empty(self) -> bool:
-        return not (self.objects or self.writers or self.claims or self.partials or self.closed or self.files or self.keyframes)
+        return not (self.objects or self.writers or self.claims or self.partials or self.closed or self.files or self.keyframes
+                    or self.redactions)
 
     def add_ref(self, rec: dict) -> None:
         s, w, n, lc = rec["s"], rec["w"], rec["n"], rec["lc"]
@@ -509,6 +549,10 @@ class IndexBatch:
             self.claims.append((s, ref, w, n, lc, value, seen, at if ref == HEAD else None))
         if rec.get("stream"):
             self.closed.append((s, rec["stream"]))
+        if rec.get("op") == "redact":
+            from ..model.redaction import record_items
+
+            self.redactions.extend(record_items(rec))
 
     def add_partial(self, rec: dict, body: bytes) -> None:
         self.partials.append((rec["s"], rec["stream"], rec["off"], body.decode("utf-8")))

@@ -57,6 +57,7 @@ from ..model.models import NAME_RE
 from ..model.schema import header_problem, object_record_problem, read_partial_record, read_ref_record
 from .segment import SegmentWriter
 
+TYPE_WITHHELD = ord("W")  # an entry kept without its redacted values (docs/format.md section 16)
 FORMAT_FILE = "ctape.json"
 FORMAT_NAME = "ctape-tape"
 FORMAT_VERSION = 2  # 2: segments may hold dictionaries (D) and blocks compressed with them (Z)
@@ -492,7 +493,7 @@ class Store:
             if object_record_problem(body):
                 return False
             h = body[:32].hex()
-            batch.objects.append((hash_key(h), fid, offset, 1 if body[32] == TYPE_ENTRY else 0))
+            batch.objects.append((hash_key(h), fid, offset, 1 if body[32] in (TYPE_ENTRY, TYPE_WITHHELD) else 0))
         elif type_ in (framing.T_REF, framing.T_PARTIAL):
             rec = record_problem(type_, body, session, writer)
             if isinstance(rec, str):
@@ -573,6 +574,8 @@ class Store:
             body = data
         else:
             raise CorruptObject(f"object {h} has an unknown codec {codec}; run `ctape fsck`")
+        if type_ == TYPE_WITHHELD:
+            return type_, body  # an entry's withheld form: its hash names the original (section 16)
         kind = b"entry" if type_ == TYPE_ENTRY else b"blob"
         if object_hash(kind, body) != h:
             raise CorruptObject(f"object {h} is corrupt (hash mismatch); run `ctape fsck`")

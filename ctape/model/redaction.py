@@ -1,0 +1,132 @@
+"""Redactions: which values of which objects a tape no longer shows (docs/format.md section 16).
+
+A redaction is a ref record (op "redact", `set` empty) whose `redact` list names
+places: an object (an entry or a blob) and a JSON path inside it. Reads replace the
+value at each place with MARKER; `compact` then drops the original bytes (an entry is
+kept as its withheld form, a blob goes whole). Paths are a small JSONPath subset:
+`$`, `.name`, `["any key"]`, `[N]`; an entry's paths start with `$.payload`,
+`$.meta` or `$.delta`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Iterable, Optional
+
+from .canonical import canonical_json
+from .errors import InvalidInput
+
+OP = "redact"
+ROOTS = ("payload", "meta", "delta")
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_STEP = re.compile(r'\.([A-Za-z_][A-Za-z0-9_]*)|\[(\d{1,9})\]|\[("(?:[^"\\]|\\.)*")\]')
+
+
+def marker(kind: str) -> str:
+    """What a read shows where a value was redacted."""
+    return f"[redacted: {kind}]"
+
+
+def parse_path(text: str) -> list:
+    """`$.payload.args[0]["a b"]` -> ["payload", "args", 0, "a b"]; InvalidInput otherwise."""
+    if not isinstance(text, str) or not text.startswith("$"):
+        raise InvalidInput(f"bad JSON path {text!r}: it starts with $, like $.payload.content")
+    steps: list = []
+    pos = 1
+    while pos < len(text):
+        m = _STEP.match(text, pos)
+        if m is None:
+            raise InvalidInput(f"bad JSON path {text!r} at character {pos + 1}: use .name, [N] or [\"key\"]")
+        name, index, quoted = m.groups()
+        steps.append(name if name is not None else int(index) if index is not None else json.loads(quoted))
+        pos = m.end()
+    return steps
+
+
+def format_path(steps: Iterable) -> str:
+    out = ["$"]
+    for s in steps:
+        if isinstance(s, int):
+            out.append(f"[{s}]")
+        elif _IDENT.fullmatch(s):
+            out.append("." + s)
+        else:
+            out.append("[" + json.dumps(s, ensure_ascii=False) + "]")
+    return "".join(out)
+
+
+def entry_path(text: str) -> list:
+    """A path inside an entry: it must go into payload, meta or delta."""
+    steps = parse_path(text)
+    if not steps or steps[0] not in ROOTS:
+        raise InvalidInput(f"bad JSON path {text!r}: an entry's path starts with $.payload, $.meta or $.delta")
+    return steps
+
+
+def get_at(value: Any, steps: list) -> tuple[bool, Any]:
+    """(True, the value at `steps`) or (False, None) when the path is not there."""
+    for s in steps:
+        if isinstance(s, int) and type(value) is list and 0 <= s < len(value):
+            value = value[s]
+        elif isinstance(s, str) and type(value) is dict and s in value:
+            value = value[s]
+        else:
+            return False, None
+    return True, value
+
+
+def _set_at(value: Any, steps: list, new: Any) -> Any:
+    """A copy of `value` with `new` at `steps` (copies only along the path); unchanged when absent."""
+    if not steps:
+        return new
+    s, rest = steps[0], steps[1:]
+    if isinstance(s, int) and type(value) is list and 0 <= s < len(value):
+        out = list(value)
+        out[s] = _set_at(value[s], rest, new)
+        return out
+    if isinstance(s, str) and type(value) is dict and s in value:
+        out = dict(value)
+        out[s] = _set_at(value[s], rest, new)
+        return out
+    return value
+
+
+def apply(raw: dict, places: Iterable[tuple[str, str]]) -> dict:
+    """An entry body (as stored: blob references in place) with the value at each
+    (path, kind) replaced by its marker. A path that is not there changes nothing."""
+    for path, kind in sorted(places):
+        try:
+            steps = entry_path(path)
+        except InvalidInput:
+            continue  # a record another version wrote: nothing this version can place
+        found, old = get_at(raw, steps)
+        if found and old != marker(kind):
+            raw = _set_at(raw, steps, marker(kind))
+    return raw
+
+
+def withheld_body(raw: dict, places: Iterable[tuple[str, str]]) -> bytes:
+    """The canonical bytes of an entry's withheld form: its body with every redacted value
+    replaced by the marker (what the pack keeps instead of the original)."""
+    return canonical_json(apply(raw, places))
+
+
+def record_items(rec: dict) -> list[tuple[str, str, str]]:
+    """The (object, path, kind) places a redaction record names (none for other records)."""
+    if rec.get("op") != OP:
+        return []
+    out = []
+    for item in rec.get("redact") or ():
+        if type(item) is dict and type(item.get("object")) is str and type(item.get("path")) is str and type(item.get("kind")) is str:
+            out.append((item["object"], item["path"], item["kind"]))
+    return out
+
+
+def place(obj: str, path: str, kind: str, blob: Optional[str] = None) -> list[dict]:
+    """The items of a redaction record for one value: the entry's path, and the blob itself
+    when the value is stored as one (a blob goes whole, wherever it is referred to)."""
+    items = [{"object": obj, "path": path, "kind": kind}]
+    if blob:
+        items.append({"object": blob, "path": "$", "kind": kind})
+    return items

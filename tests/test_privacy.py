@@ -1,0 +1,182 @@
+"""scan and redact (SPEC section 18): findings, masked previews, the redaction record,
+reads that show the marker, and hashes that never change."""
+
+import json
+import os
+import secrets
+import string
+
+import pytest
+
+from ctape import Tape
+
+from conftest import run_cli, snapshot
+
+
+def _rand(n, alphabet=string.ascii_letters + string.digits):
+    return "".join(secrets.choice(alphabet) for _ in range(n))
+
+
+def plant(tape_dir):
+    """Two sessions with secrets in a user message, a tool call's arguments, a tool output
+    and a 5 MB large value; returns {name: secret} and the hashes of every entry."""
+    s = {
+        "aws": "AKIA" + _rand(16, string.ascii_uppercase + string.digits),
+        "github": "ghp_" + _rand(36),
+        "stripe": "sk_live_" + _rand(24),
+        "blob": _rand(64),  # inside the 5 MB value, beside a private key header
+    }
+    big = "log line\n" * 1000 + "-----BEGIN RSA PRIVATE KEY-----\n" + s["blob"] + "\n" + "x" * (5 << 20)
+    t = Tape.init(tape_dir)
+    a = t.session("alpha")
+    a.append("user", {"content": f"my key is {s['aws']}, please deploy"})
+    a.append("tool_call", {"call_id": "c1", "name": "bash", "arguments": {"command": f"curl -H 'Authorization: token {s['github']}' https://api.github.com"}})
+    a.append("tool_result", {"call_id": "c1", "output": f"STRIPE_KEY={s['stripe']}\nok"})
+    a.append("assistant", {"content": "done, nothing secret here"})
+    b = t.session("beta")
+    b.append("user", {"content": "read the key file"})
+    b.append("tool_result", {"call_id": "c2", "output": big})
+    b.append("assistant", {"content": "the key file is read"})
+    t.close()
+    return s
+
+
+def hashes(tape_dir):
+    t = Tape.open(tape_dir)
+    try:
+        return {n: [e.hash for e in t.session(n).log()] for n in ("alpha", "beta")}, \
+               {n: t.session(n).refs().branches for n in ("alpha", "beta")}
+    finally:
+        t.close()
+
+
+def scan_json(d, *args):
+    p = run_cli("--dir", d, "scan", "--json", *args)
+    return p, [json.loads(line) for line in p.stdout.decode().splitlines()]
+
+
+def test_scan_finds_every_planted_secret_and_never_prints_one(tmp_path):
+    d = tmp_path / "t"
+    s = plant(d)
+    p, found = scan_json(d)
+    assert p.returncode == 1
+    kinds = {(f["session"], f["path"], f["kind"]) for f in found}
+    assert ("alpha", "$.payload.content", "aws-access-key") in kinds
+    assert ("alpha", "$.payload.arguments.command", "github-token") in kinds
+    assert ("alpha", "$.payload.output", "stripe-access-key") in kinds
+    assert ("beta", "$.payload.output", "private-key") in kinds
+    assert all(set(f) == {"id", "session", "hash", "path", "kind", "preview"} for f in found)
+    out = p.stdout + p.stderr + run_cli("--dir", d, "scan").stdout
+    for secret in s.values():
+        assert secret.encode() not in out
+        assert secret[4:20].encode() not in out  # not even most of it
+    assert b"please deploy" in out  # the preview shows what is around it
+
+
+def test_scan_clean_tape_exits_0_and_allow_keeps_a_finding(tmp_path):
+    d = tmp_path / "t"
+    t = Tape.init(d)
+    t.session("x").append("user", {"content": "hello"})
+    t.close()
+    assert run_cli("--dir", d, "scan").returncode == 0
+    t = Tape.open(d)
+    t.session("x").append("user", {"content": "AKIA" + "Q" * 16})
+    t.close()
+    p, found = scan_json(d)
+    assert p.returncode == 1 and len(found) == 1
+    assert run_cli("--dir", d, "scan", "--allow", found[0]["id"]).returncode == 0
+    p, found = scan_json(d)
+    assert p.returncode == 0 and found == []
+
+
+def test_user_pattern_is_found(tmp_path):
+    d = tmp_path / "t"
+    t = Tape.init(d)
+    t.session("x").append("user", {"content": "the door code is corp-12345678"})
+    t.close()
+    assert run_cli("--dir", d, "scan").returncode == 0
+    assert run_cli("--dir", d, "scan", "--add-pattern", r"corp-\d{8}", "--kind", "door-code").returncode == 0
+    p, found = scan_json(d)
+    assert p.returncode == 1 and [f["kind"] for f in found] == ["door-code"]
+    assert "[door-code: 13 chars]" in found[0]["preview"]
+
+
+@pytest.mark.parametrize("args", [
+    ["scan", "--add-pattern", "("],
+    ["scan", "--allow", "nothex"],
+    ["redact"],
+    ["redact", "--scan", "--pattern", "x"],
+    ["redact", "-s", "alpha", "--pattern", "[unclosed"],
+    ["redact", "-s", "alpha", "HEAD", "--path", "$.payload.nothere"],
+    ["redact", "-s", "alpha", "HEAD", "--path", "payload.content"],
+    ["redact", "-s", "alpha", "HEAD", "--path", "$.seq"],
+    ["redact", "-s", "alpha", "HEAD"],
+])
+def test_bad_input_changes_nothing(tmp_path, args):
+    d = tmp_path / "t"
+    plant(d)
+    before = snapshot(d)
+    p = run_cli("--dir", d, *args)
+    assert p.returncode != 0
+    err = p.stderr.decode()
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert snapshot(d) == before
+
+
+def test_redact_scan_shows_marker_keeps_every_hash(tmp_path):
+    d = tmp_path / "t"
+    s = plant(d)
+    before = hashes(d)
+    p = run_cli("--dir", d, "redact", "--scan")
+    assert p.returncode == 0, p.stderr
+    assert hashes(d) == before
+    p, found = scan_json(d)
+    assert p.returncode == 0 and found == []
+    t = Tape.open(d)
+    a = {e.kind: e for e in t.session("alpha").log()}
+    assert a["user"].payload["content"] == "[redacted: aws-access-key]"
+    assert a["tool_call"].payload["arguments"]["command"] == "[redacted: github-token]"
+    assert a["tool_result"].payload["output"] == "[redacted: stripe-access-key]"
+    assert a["assistant"].payload["content"] == "done, nothing secret here"
+    b = {e.kind: e for e in t.session("beta").log()}
+    assert b["tool_result"].payload["output"] == "[redacted: private-key]"
+    t.close()
+    for cmd in (["log", "-s", "alpha"], ["show", before[0]["alpha"][0], "--json"], ["context", "alpha"],
+                ["export", "alpha"], ["export", "beta"], ["export", "alpha", "--format", "openai"], ["search", "deploy"]):
+        out = run_cli("--dir", d, *cmd)
+        assert out.returncode == 0, (cmd, out.stderr)
+        for secret in s.values():
+            assert secret.encode() not in out.stdout, cmd
+    assert b"redacted" in run_cli("--dir", d, "show", before[0]["alpha"][-1]).stdout
+    assert run_cli("--dir", d, "fsck").returncode == 0
+
+
+def test_redact_one_path_and_pattern(tmp_path):
+    d = tmp_path / "t"
+    s = plant(d)
+    first = hashes(d)[0]["alpha"][-1]
+    p = run_cli("--dir", d, "redact", "-s", "alpha", first[:12], "--path", "$.payload.content")
+    assert p.returncode == 0, p.stderr
+    t = Tape.open(d)
+    assert t.read_entry(first).payload["content"] == "[redacted: manual]"
+    t.close()
+    p = run_cli("--dir", d, "redact", "-s", "alpha", "--pattern", "sk_live_[A-Za-z0-9]+", "--kind", "stripe")
+    assert p.returncode == 0, p.stderr
+    t = Tape.open(d)
+    out = [e.payload.get("output") for e in t.session("alpha").log() if e.kind == "tool_result"]
+    assert out == ["[redacted: stripe]"]
+    t.close()
+    assert s["github"].encode() in run_cli("--dir", d, "export", "alpha").stdout  # not redacted: still there
+
+
+def test_search_cache_built_before_the_redaction_forgets_the_text(tmp_path):
+    d = tmp_path / "t"
+    s = plant(d)
+    assert s["aws"].encode() in run_cli("--dir", d, "search", s["aws"]).stdout
+    assert run_cli("--dir", d, "redact", "--scan").returncode == 0
+    assert s["aws"].encode() not in run_cli("--dir", d, "search", s["aws"]).stdout
+    cache = os.environ["CTAPE_CACHE_DIR"]
+    for root, _, files in os.walk(cache):
+        for name in files:
+            with open(os.path.join(root, name), "rb") as f:
+                assert s["aws"].encode() not in f.read(), name
