@@ -26,8 +26,9 @@ What the readers take as conversation, per format (docs/import.md says the same)
   bookkeeping.
 - OpenAI-style: the messages of each container's list (SWE-agent `.traj`: `history`);
   OpenHands events: message/system actions, the model's text of each response, each
-  action with tool-call metadata is a call and its observation the result, `finish` is
-  the last word, an `error` observation without a call an error; recall, state changes
+  action with tool-call metadata is a call (the name and arguments the model wrote, from
+  the raw response) and its observation the result, `finish` is the last word (once:
+  not again when the response's text says it already), an `error` observation without a call an error; recall, state changes
   and the rest are bookkeeping. Each container is a run of its own (a branch).
 """
 
@@ -302,14 +303,19 @@ def openhands(events: list) -> list:
             seq.append(("system", args.get("content") or ev.get("message") or ""))
         elif action is not None and tcm:
             response = tcm.get("model_response") or {}
-            text = ((response.get("choices") or [{}])[0].get("message") or {}).get("content")
+            message = (response.get("choices") or [{}])[0].get("message") or {}
+            text = message.get("content")
             if text and response.get("id") not in said:
                 seq.append(("assistant", text))
             said.add(response.get("id"))
+            # the call as the model wrote it (the action's args are the runtime's)
+            mine = [c["function"] for c in message.get("tool_calls") or [] if c.get("id") == tcm["tool_call_id"]]
             if action == "finish":
-                seq.append(("assistant", args.get("final_thought") or args.get("message") or ev.get("message")))
+                final = (_args(mine[0]["arguments"]) if mine else {}).get("message") or args.get("final_thought") or ev.get("message")
+                if not (seq and seq[-1] == ("assistant", final)) and (final or "").strip() != (text or "").strip():
+                    seq.append(("assistant", final))  # one answer is one message
             else:
-                seq.append(("call", tcm["tool_call_id"], tcm["function_name"], args))
+                seq.append(("call", tcm["tool_call_id"], mine[0]["name"], _args(mine[0]["arguments"])) if mine else ("call", tcm["tool_call_id"], tcm["function_name"], args))
         elif obs is not None and tcm:
             seq.append(("result", tcm["tool_call_id"], ev.get("content")))
         elif obs == "error":
@@ -427,3 +433,26 @@ def test_codex_context_starts_at_the_replacement_history(tape):
     whole = s.context(format="openai", policies=["whole-tape"])
     assert len(whole) > len(view) + 400
     assert tape.session("s").context(format="tape", policies=["whole-tape"])[0]["kind"] == "system"
+
+
+def test_openhands_calls_are_the_models_and_usage_counts_each_response_once(tape):
+    from ctape.ops.usage import usage
+
+    path = FIXTURES / "openai-chat" / "All-Hands-AI__OpenHands__multi_swe_bench_examples_output.jsonl"
+    runs = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines()]
+    import_files(tape, "openai", [str(path)], "oh")
+    responses = {}
+    for r in runs:
+        for ev in r["history"]:
+            resp = (ev.get("tool_call_metadata") or {}).get("model_response")
+            if resp and resp.get("usage"):
+                responses[resp["id"]] = resp["usage"]
+    want_in = sum(u["prompt_tokens"] for u in responses.values())
+    want_out = sum(u["completion_tokens"] for u in responses.values())
+    rows = usage(tape)
+    row = next(r for r in rows if r.get("session") == "oh")
+    assert (row["input"] + row.get("cached", 0), row["output"]) == (want_in, want_out), row
+    # the last call of the last run: the model's own arguments, not the runtime's
+    view = tape.session("oh").context(format="openai")
+    last = [c for m in view for c in m.get("tool_calls") or []][-1]
+    assert "is_input" not in json.loads(last["function"]["arguments"])

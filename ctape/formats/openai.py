@@ -89,12 +89,45 @@ def map_message(m: dict) -> list[tuple[str, dict, bool]]:
     return [_hidden(f"openai message role {role}")]
 
 
-def _model_text(tcm: dict, said: Optional[set]) -> list[tuple[str, dict, bool]]:
-    """The text the model wrote with its tool calls (in the raw response OpenHands keeps
-    on each action of it), once per response."""
+def _response(tcm: dict) -> tuple[dict, dict]:
+    """(the raw model response OpenHands keeps on each action of it, its first choice's message)."""
     resp = tcm.get("model_response") if isinstance(tcm.get("model_response"), dict) else {}
     choices = resp.get("choices") if isinstance(resp.get("choices"), list) else []
     msg = choices[0].get("message") if choices and isinstance(choices[0], dict) and isinstance(choices[0].get("message"), dict) else {}
+    return resp, msg
+
+
+def _model_call(tcm: dict) -> Optional[tuple[str, Any]]:
+    """(name, arguments) of the call as the model wrote it, from the raw response: the
+    action's own `args` are the runtime's (defaults and internals added)."""
+    _, msg = _response(tcm)
+    for call in msg.get("tool_calls") if isinstance(msg.get("tool_calls"), list) else []:
+        fn = call.get("function") if isinstance(call, dict) and isinstance(call.get("function"), dict) else {}
+        if call.get("id") == tcm.get("tool_call_id") and isinstance(fn.get("name"), str):
+            return fn["name"], c.tool_arguments(fn.get("arguments"))
+    return None
+
+
+def response_usage(v: Any, seen: set) -> Optional[dict]:
+    """{"usage", "model"} of the model response an OpenHands event carries, the first time
+    that response is seen (an action and its observation both carry it), else None."""
+    tcm = v.get("tool_call_metadata") if isinstance(v, dict) and isinstance(v.get("tool_call_metadata"), dict) else {}
+    resp, _ = _response(tcm)
+    rid = resp.get("id")
+    if not isinstance(resp.get("usage"), dict) or rid in seen:
+        return None
+    if rid is not None:
+        seen.add(rid)
+    out = {"usage": resp["usage"]}
+    if isinstance(resp.get("model"), str):
+        out["model"] = resp["model"]
+    return out
+
+
+def _model_text(tcm: dict, said: Optional[set]) -> list[tuple[str, dict, bool]]:
+    """The text the model wrote with its tool calls (in the raw response OpenHands keeps
+    on each action of it), once per response."""
+    resp, msg = _response(tcm)
     text = msg.get("content")
     rid = resp.get("id")
     if said is not None and rid is not None:
@@ -118,14 +151,25 @@ def map_event(ev: dict, said: Optional[set] = None) -> list[tuple[str, dict, boo
     if action == "system":
         return [("system", {"content": args.get("content") if isinstance(args.get("content"), str) else text}, False)]
     if action == "finish":  # the agent's last word; OpenHands never runs it, so it is no pending call
-        return _model_text(tcm, said) + [("assistant", {"content": args.get("final_thought") or args.get("message") or text}, False)]
+        before = _model_text(tcm, said)
+        call = _model_call(tcm)
+        model_args = call[1] if call and isinstance(call[1], dict) else {}
+        final = model_args.get("message") or args.get("final_thought") or args.get("message") or text
+        if any(_same_text(p["content"], final) for _, p, _ in before):
+            return before  # one answer is one message
+        return before + [("assistant", {"content": final}, False)]
     if action is not None and isinstance(cid, str) and isinstance(fname, str):
-        return _model_text(tcm, said) + [("tool_call", {"call_id": cid, "name": fname, "arguments": args}, False)]
+        name, arguments = _model_call(tcm) or (fname, args)
+        return _model_text(tcm, said) + [("tool_call", {"call_id": cid, "name": name, "arguments": arguments}, False)]
     if obs is not None and isinstance(cid, str):
         return [("tool_result", {"call_id": cid, "output": ev.get("content"), "is_error": obs == "error"}, False)]
     if obs == "error":
         return [("error", {"message": str(ev.get("content") or text or "error")}, False)]
     return [_hidden(f"openhands {'action ' + str(action) if action is not None else 'observation ' + str(obs)}")]
+
+
+def _same_text(a: Any, b: Any) -> bool:
+    return isinstance(a, str) and isinstance(b, str) and a.strip() == b.strip()
 
 
 def map_record(v: Any, said: Optional[set] = None) -> list[tuple[str, dict, bool]]:
@@ -230,6 +274,7 @@ class _Writer:
         self.entries = 0
         self.raw = 0
         self.said: set = set()  # OpenHands model responses whose text is written
+        self.counted: set = set()  # OpenHands model responses whose usage is on an entry
 
     def put(self, parts, first_meta: dict, time_value: Any, line: int, item: Optional[int] = None) -> None:
         t = self.clock.take(time_value)
@@ -245,7 +290,10 @@ class _Writer:
     def record(self, v: Any, line: int) -> None:
         key = list_key(v)
         if key is None:
-            self.put(map_record(v, self.said), c.record_meta(FMT, v, line, not is_record(v)), record_time(v), line)
+            meta = c.record_meta(FMT, v, line, not is_record(v))
+            if is_event(v):
+                meta.update(response_usage(v, self.counted) or {})
+            self.put(map_record(v, self.said), meta, record_time(v), line)
             return
         if self.entries and not self.runs:  # messages before the first container: a run of their own
             self.runs.append(("run-line1", 1))
@@ -263,6 +311,8 @@ class _Writer:
             meta = {FMT: item, c.LINE: line, c.ITEM: i}
             if not is_record(item):
                 meta[HIDDEN] = True
+            elif is_event(item):
+                meta.update(response_usage(item, self.counted) or {})  # ops/usage.py reads it
             self.put(map_record(item, self.said), meta, record_time(item), line, i)
 
     def refs(self) -> dict[str, str]:
