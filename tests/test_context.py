@@ -934,3 +934,27 @@ def test_keyframe_of_an_older_ctape_is_folded_again(tape):
         assert [c["hash"] for c in t2.session(S).status()["pending_tool_calls"]] == [first.hash]
     finally:
         t2.close()
+
+
+@pytest.mark.parametrize("part", [
+    {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo="},  # Codex (Responses API)
+    {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}},  # Chat Completions
+    {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}},  # Anthropic
+])
+def test_images_stay_image_parts_in_every_view(tape, part):
+    s = tape.session("img")
+    s.append("user", {"content": [{"type": "input_text", "text": "what is this?"}, part]})
+    oa = s.context(format="openai")[0]["content"]
+    assert oa[1] == {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+    an = s.context(format="anthropic")["messages"][0]["content"]
+    assert an[1] == {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}
+    assert "iVBORw0KGgo" not in json.dumps([b for b in an if b["type"] == "text"])
+
+
+def test_an_image_without_url_is_never_a_null_url(tape):
+    s = tape.session("img")
+    s.append("user", {"content": [{"type": "input_text", "text": "see"}, {"type": "input_image", "image_url": None}]})
+    oa = s.context(format="openai")[0]["content"]
+    assert all(p.get("image_url", {}).get("url") for p in oa if p["type"] == "image_url") and oa[1]["type"] == "text"
+    an = s.context(format="anthropic")["messages"][0]["content"]
+    assert [b["type"] for b in an] == ["text", "text"]

@@ -343,6 +343,35 @@ def _as_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
+def _image_url(p: dict) -> Optional[str]:
+    """The URL of an image part in any of the shapes transcripts hold (Chat Completions
+    `image_url`, Responses `input_image`, Anthropic `image` with a base64 or url source),
+    None when it is not an image part or holds no URL."""
+    t = p.get("type")
+    if t in ("image_url", "input_image"):
+        u = p.get("image_url")
+        u = u.get("url") if isinstance(u, dict) else u
+        return u if isinstance(u, str) and u else None
+    if t == "image" and isinstance(p.get("source"), dict):
+        src = p["source"]
+        if src.get("type") == "base64" and isinstance(src.get("data"), str):
+            return f"data:{src.get('media_type')};base64,{src['data']}"
+        if src.get("type") == "url" and isinstance(src.get("url"), str):
+            return src["url"]
+    return None
+
+
+IMAGE_PARTS = ("image_url", "input_image", "image")
+NO_IMAGE = "[image: the transcript keeps no data for it]"
+
+
+def _anthropic_image(url: str) -> dict:
+    if url.startswith("data:") and ";base64," in url:
+        media, data = url[5:].split(";base64,", 1)
+        return {"type": "image", "source": {"type": "base64", "media_type": media, "data": data}}
+    return {"type": "image", "source": {"type": "url", "url": url}}
+
+
 def _openai_content(c: Any) -> Any:
     if isinstance(c, str):
         return c
@@ -351,13 +380,9 @@ def _openai_content(c: Any) -> Any:
         for p in c:
             if isinstance(p, dict) and p.get("type") in TEXT_PARTS and isinstance(p.get("text"), str):
                 parts.append({"type": "text", "text": p["text"]})
-            elif isinstance(p, dict) and p.get("type") == "input_image" and isinstance(p.get("image_url"), str):
-                parts.append({"type": "image_url", "image_url": {"url": p["image_url"]}})
-            elif isinstance(p, dict) and p.get("type") == "image" and isinstance(p.get("source"), dict) and p["source"].get("type") == "base64":
-                src = p["source"]
-                parts.append({"type": "image_url", "image_url": {"url": f"data:{src.get('media_type')};base64,{src.get('data')}"}})
-            elif isinstance(p, dict) and p.get("type") == "image_url":
-                parts.append(p)
+            elif isinstance(p, dict) and p.get("type") in IMAGE_PARTS:
+                url = _image_url(p)  # an image stays an image part; one without a URL says so
+                parts.append({"type": "image_url", "image_url": {"url": url}} if url else {"type": "text", "text": NO_IMAGE})
             else:
                 parts.append({"type": "text", "text": _as_text(p)})
         return parts
@@ -418,8 +443,9 @@ def _anthropic_blocks(c: Any) -> list[dict]:
             if isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str):
                 if p["text"]:
                     out.append({"type": "text", "text": p["text"]})
-            elif isinstance(p, dict) and p.get("type") == "image" and isinstance(p.get("source"), dict):
-                out.append({"type": "image", "source": p["source"]})
+            elif isinstance(p, dict) and p.get("type") in IMAGE_PARTS:
+                url = _image_url(p)
+                out.append(_anthropic_image(url) if url else {"type": "text", "text": NO_IMAGE})
             elif isinstance(p, dict) and p.get("type") in ("thinking", "redacted_thinking", "tool_use", "tool_result"):
                 continue  # structure that the tape holds as entries of its own
             else:
