@@ -226,7 +226,7 @@ while time.time() < until:
     act = rnd.random()
     if act < 0.6:
         s = t.session(rnd.choice(["chat", "work"]))
-        h = s.append("user", {"content": f"{seed} {i} " + "x" * rnd.randint(0, 3000)})
+        h = s.append("user", {"content": f"{seed} {i} " + "x" * rnd.randint(0, 3000)}).hash
         acked.append(h)
         with open(out, "a") as f:
             f.write(h + "\n")
@@ -283,7 +283,7 @@ def _big_tape(path, sessions=6, appends=30):
     for s in range(sessions):
         sess = t.session(f"s{s}")
         for i in range(appends):
-            sess.append("tool", {"content": os.urandom(rnd.randint(1000, 40000)).hex()})
+            sess.append("assistant", {"content": os.urandom(rnd.randint(1000, 40000)).hex()})
             if i % 7 == 0:
                 # a read by a copy seals the segment: more files, more pieces
                 with open(os.path.join(path, "sessions", f"s{s}", sorted(os.listdir(os.path.join(path, "sessions", f"s{s}")))[-1]), "rb") as f:
@@ -312,7 +312,7 @@ def test_push_and_pull_killed_at_random_instants_then_rerun(tmp_path, s3env):
     t = Tape.open(a)
     for s in range(6):
         for i in range(10):
-            t.session(f"s{s}").append("tool", {"content": os.urandom(20000).hex()})
+            t.session(f"s{s}").append("assistant", {"content": os.urandom(20000).hex()})
     t.close()
     cli(a, "push")
     for _ in range(3 if not SLOW else 10):
