@@ -284,3 +284,51 @@ def test_get_state_history_reads_each_checkpoint_once(tape_dir):
     saver.close()
     for k in ("entries", "messages"):
         assert counts[80][k] <= 2.3 * counts[40][k], counts
+
+
+def test_a_new_saver_learns_a_thread_from_the_index_cache(tape_dir, tmp_path, monkeypatch):
+    """Issue 25: the first get_state in a new process read every entry of the thread back
+    to the root (6,000 entries for 1,000 steps). What the saver needs of each entry is kept
+    in the index cache (views, by entry hash), so a new saver reads a few entries; with
+    no cache (a new machine) it reads them all once, and writes the rows for the next."""
+    saver = TapeSaver(tape_dir)
+    g = chat(saver)
+    for i in range(30):
+        g.invoke({"messages": [HumanMessage(f"hi {i}")]}, cfg("cold"))
+    g.invoke({"messages": [HumanMessage("x" * 5000)]}, cfg("cold"))  # an input too big to keep in the cache
+    want = g.get_state(cfg("cold"))
+    hist_want = [(h.config, h.values, h.next, h.metadata) for h in g.get_state_history(cfg("cold"))]
+
+    def first_read(saver_dir):
+        fresh = TapeSaver(saver_dir)
+        reads = [0]
+        real = fresh.tape.read_entry
+
+        def counted(h, _f=real):
+            reads[0] += 1
+            return _f(h)
+
+        fresh.tape.read_entry = counted
+        got = chat(fresh).get_state(cfg("cold"))
+        n = reads[0]
+        hist = [(h.config, h.values, h.next, h.metadata) for h in chat(fresh).get_state_history(cfg("cold"))]
+        fresh.close()
+        return got, n, hist
+
+    got, reads, hist = first_read(tape_dir)
+    assert got.values == want.values and got.config == want.config and got.next == want.next
+    assert hist == hist_want
+    assert reads <= 6, reads  # the checkpoint's own record, its writes, a value kept on the tape only
+    # another writer's steps: a new saver reads their rows, and the entries of none
+    other = TapeSaver(tape_dir)
+    chat(other).invoke({"messages": [HumanMessage("from another writer")]}, cfg("cold"))
+    other.close()
+    got, reads, _ = first_read(tape_dir)
+    assert got.values["messages"][-2].content == "from another writer" and reads <= 6
+    # no cache at all: every entry is read once, then kept
+    monkeypatch.setenv("CTAPE_CACHE_DIR", str(tmp_path / "fresh-cache"))
+    got, reads, _ = first_read(tape_dir)
+    assert got.values["messages"][-2].content == "from another writer" and reads > 100
+    got, reads, _ = first_read(tape_dir)
+    assert len(got.values["messages"]) == 64 and reads <= 6
+    saver.close()

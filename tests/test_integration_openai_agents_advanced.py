@@ -232,3 +232,24 @@ def test_cached_rows_that_do_not_link_to_the_path_are_not_used(tape_dir):
     assert idx.view_path(VIEW, head, 10) == []
     _PATHS.clear()  # as in a new process
     assert run(TapeSession("links", tape_dir).get_items()) == [user("one"), said("1"), user("two")]
+
+
+def test_a_path_cut_inside_a_cached_run_reads_back_to_the_run_start(tape_dir):
+    """Issue 25: items added together are one row of the index cache (named by the last
+    entry). A pop inside such a run leaves a head with no row of its own: a new process
+    reads the entries from there back to the run's start, then the rest in one query."""
+    from ctape.integrations.openai_agents import RUN
+
+    s = TapeSession("runs", tape_dir)
+    first = [user(f"q{i}") if i % 2 == 0 else said(f"a{i}") for i in range(10)]
+    second = [user(f"r{i}") if i % 2 == 0 else said(f"b{i}") for i in range(10)]
+    run(s.add_items(first))
+    run(s.add_items(second))
+    for _ in range(3):
+        run(s.pop_item())
+    got = items_in_a_new_process(tape_dir, "runs")
+    assert got["items"] == first + second[:7]
+    assert got["reads"] <= 1 + 7  # the head's seq, then the cut run's 7 entries
+    run(s.add_items([user("after the pop")] * (RUN + 5)))  # longer than a row: two rows
+    got = items_in_a_new_process(tape_dir, "runs")
+    assert got["items"] == first + second[:7] + [user("after the pop")] * (RUN + 5) and got["reads"] <= 1

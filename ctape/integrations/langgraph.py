@@ -395,12 +395,11 @@ class TapeSaver(BaseCheckpointSaver[str]):
             while h is not None and h not in th.seen:
                 rows = index.view_path(VIEW, h, limit)
                 if rows:
-                    for h2, parent, body in rows:
-                        if h2 in th.seen:
-                            break
-                        b = self._briefs.get(h2) or _Brief.from_row(h2, parent, body)
-                        th.add(b)
-                        h = parent
+                    n = next((i for i, r in enumerate(rows) if r[0] in th.seen), len(rows))
+                    bodies = json.loads("[" + ",".join(r[2] for r in rows[:n]) + "]")  # one parse, not one a row
+                    for (h2, parent, _), d in zip(rows, bodies):
+                        th.add(self._briefs.get(h2) or _Brief(h2, parent, d["q"], d["lg"], d["p"]))
+                    h = rows[n][0] if n < len(rows) else rows[-1][1]  # a known entry, or where the rows end
                     limit = min(limit * 4, 1 << 20)
                     continue
                 if not self.tape.has_entry(h):

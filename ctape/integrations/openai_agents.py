@@ -49,7 +49,11 @@ from .naming import open_tape, session_name
 __all__ = ["TapeSession", "item_entry"]
 
 ITEM = "openai_agents.item"
-VIEW = "openai_agents.items"  # the index cache's rows of item JSON per entry (ctape/store/index.py, views)
+# the index cache's rows (ctape/store/index.py, views): one row per run of entries added
+# together, named by the last entry's hash, its parent the first entry's parent, its body a
+# line per entry oldest first: the entry's hash (64 characters) then the item's JSON (empty
+# for an entry that holds no item). JSON text has no raw newline.
+VIEW = "openai_agents.path"
 USAGE = "openai_agents.usage"
 
 
@@ -128,20 +132,27 @@ class _Path:
             return
         new: list[tuple[str, Optional[str], Optional[str]]] = []  # (hash, parent, item JSON), newest first
         h = head
-        if h is not None and h not in self.pos:
-            # a path read before (by any process) comes back in one query of the index cache
-            for row in tape.store.index.view_path(VIEW, h, tape.read_entry(h).seq + 1):
-                if h is None or h in self.pos:
+        read = []
+        limit = tape.read_entry(h).seq + 1 if h is not None and h not in self.pos else 0
+        while h is not None and h not in self.pos:
+            # a path read before (by any process) comes back in one query of the index cache;
+            # an entry without a row (another process's append not cached yet) is read, and
+            # the query asked again from its parent
+            start = h
+            rows = tape.store.index.view_path(VIEW, h, limit)
+            for row in (r for _, parent, body in rows for r in _unpack(parent, body)):
+                if h is None or h in self.pos or row[0] != h:
                     break
                 new.append(row)
                 h = row[1]
-        read = []
-        while h is not None and h not in self.pos:
+            if h != start:
+                continue
             e = tape.read_entry(h)
             read.append(_row(e))
+            new.append(read[-1])
             h = e.parent
-        tape.store.index.put_views(VIEW, read)
-        new += read
+        read.reverse()
+        tape.store.index.put_views(VIEW, _view_rows(read))
         cut = self.pos[h] + 1 if h is not None else 0
         for gone in self.hashes[cut:]:
             del self.pos[gone]
@@ -153,9 +164,9 @@ class _Path:
         self.head = head
 
     def extend(self, tape: Tape, rows: list[tuple[str, Optional[str], Optional[str]]], old_head: Optional[str]) -> None:
-        """Our own appends: kept in the index cache for other processes, and here when we
-        were current (no need to read them back)."""
-        tape.store.index.put_views(VIEW, rows)
+        """Our own appends: kept in the index cache for other processes (one row for each
+        run of linked entries), and here when we were current (no need to read them back)."""
+        tape.store.index.put_views(VIEW, _view_rows(rows))
         if old_head != self.head:
             return
         for h, _, text in rows:
@@ -174,6 +185,32 @@ class _Path:
 def _row(e) -> tuple[str, Optional[str], Optional[str]]:
     item = e.meta.get(ITEM) if isinstance(e.meta, dict) else None
     return e.hash, e.parent, None if item is None else json.dumps(item, ensure_ascii=False)
+
+
+RUN = 64  # entries per view row at most: a path cut inside a row (pop_item, a branch) is
+# read from there back to the row's start (at most RUN - 1 entries), then comes from the cache
+
+
+def _view_rows(rows: list[tuple[str, Optional[str], Optional[str]]]) -> list[tuple[str, Optional[str], str]]:
+    """View rows for (hash, parent, item JSON) rows, oldest first: one per run of linked entries."""
+    runs: list[list] = []
+    for r in rows:
+        if runs and runs[-1][-1][0] == r[1] and len(runs[-1]) < RUN:
+            runs[-1].append(r)
+        else:
+            runs.append([r])
+    return [(run[-1][0], run[0][1], "\n".join(h + (text or "") for h, _, text in run)) for run in runs]
+
+
+def _unpack(parent: Optional[str], body: str) -> list[tuple[str, Optional[str], Optional[str]]]:
+    """A view row's entries as (hash, parent, item JSON), newest first."""
+    out = []
+    for line in body.split("\n"):
+        h = line[:64]
+        out.append((h, parent, line[64:] or None))
+        parent = h
+    out.reverse()
+    return out
 
 
 # One _Path per (tape directory, session) in this process, shared by every TapeSession on
@@ -230,12 +267,14 @@ class TapeSession:
             written = []
             with self.tape.batch():
                 for item in items:
-                    item = json.loads(json.dumps(item, default=_jsonable))
+                    text = json.dumps(item, default=_jsonable, ensure_ascii=False)
+                    item = json.loads(text)  # the tape's own copy, plain JSON
                     kind, payload, hidden = item_entry(item)
                     meta = {ITEM: item}
                     if hidden:
                         meta[HIDDEN] = True
-                    written.append(_row(self.session.append(kind, payload, meta=meta)))
+                    e = self.session.append(kind, payload, meta=meta)
+                    written.append((e.hash, e.parent, text))
             self._path.extend(self.tape, written, old)
 
     def _pop(self) -> Optional[dict]:
