@@ -460,3 +460,23 @@ def test_push_follow_puts_an_acknowledged_append_on_the_remote_within_2s(tmp_pat
         out, err = p.communicate(timeout=20)
     assert p.returncode == 0, err
     assert b"Traceback" not in err
+
+
+def test_a_pushed_segment_is_sealed_so_an_older_copy_coming_back_by_rsync_loses_nothing(tmp_path, remote_url):
+    """push reads this copy's own segments as a copy does: the writer seals them, so a
+    pulled prefix rsynced back over the writer's copy is never an older version of a file
+    that grew (docs/format.md 1a)."""
+    if shutil.which("rsync") is None:
+        pytest.skip("rsync is not installed (.ci/run installs it)")
+    a = new_tape(tmp_path / "A")
+    cli(a, "remote", "add", "origin", remote_url)
+    cli(a, "push")
+    b = tmp_path / "B"
+    run_cli("clone", remote_url, b, check=True)
+    sizes = {p.name: p.stat().st_size for p in (a / "sessions" / "chat").iterdir()}
+    h = cli(a, "append", "user", '{"content": "after the push"}', "-s", "chat").stdout.decode().strip()
+    for name, size in sizes.items():
+        assert (a / "sessions" / "chat" / name).stat().st_size == size, "a pushed segment grew"
+    subprocess.run(["rsync", "-a", f"{b}/", f"{a}/"], check=True)
+    fsck_clean(a)
+    assert h in reached_by_refs(a)
