@@ -152,11 +152,26 @@ def test_a_push_and_a_pull_with_nothing_new_cost_almost_nothing(tmp_path, remote
     cli(a, "append", "user", '{"content": "one more"}', "-s", "chat")
     r = cli_json(a, "push")[0]
     assert r["files"] == 1 and r["requests"] <= 5, r
-    assert cli_json(a, "push")[0]["requests"] == 0
-    # a pull with nothing new: one listing of m/ and a miss per uploader
+    assert cli_json(a, "push")[0]["requests"] == 1  # the remote's identity: still this tape
+    # a pull with nothing new: the identity, one listing of m/ and a miss per uploader
     cli(b, "pull")
     r = cli_json(b, "pull")[0]
-    assert r["files"] == 0 and r["requests"] <= 2, r
+    assert r["files"] == 0 and r["requests"] <= 3, r
+
+
+def test_a_remote_emptied_since_is_pushed_to_in_full_again(tmp_path, remote_url):
+    a = new_tape(tmp_path / "A")
+    cli(a, "remote", "add", "origin", remote_url)
+    cli(a, "push")
+    from ctape.sync.backend import open_backend
+
+    be = open_backend(remote_url)
+    for key, _, _ in list(be.list("")):
+        be.delete(key)
+    assert cli_json(a, "push")[0]["files"] >= 1
+    b = tmp_path / "B"
+    run_cli("clone", remote_url, b, check=True)
+    assert refs_of(b) == refs_of(a)
 
 
 def test_remote_list_show_rm(tmp_path, remote_url):

@@ -121,9 +121,11 @@ def pull(tape, backend: Backend, name: str, sessions: Iterable[str] = (), warn: 
     state = State.load(store, name, backend.url)
     if not state.get("checked"):
         backend.check()
-        if not layout.check_identity(store, backend, create=False):
-            return {"remote": name, "files": 0, "bytes": 0, "requests": backend.requests, "empty": True}
-        state["checked"] = True
+    if not layout.check_identity(store, backend, create=False):
+        state.forget()
+        state.save(store)
+        return {"remote": name, "files": 0, "bytes": 0, "requests": backend.requests, "empty": True}
+    state["checked"] = True
     d = os.path.dirname(store.index.path) if store.index.path != ":memory:" else None
     with _Held(os.path.join(d, _LOCK)) if d else _Nothing():
         start_next = dict(state["next"])

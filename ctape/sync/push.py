@@ -101,7 +101,12 @@ def push(tape, backend: Backend, name: str, sessions: Iterable[str] = (), allow_
     state = State.load(store, name, backend.url)
     if not state.get("checked"):
         backend.check()
+    # one GET a push: a remote emptied or re-created since (its identity gone) is pushed
+    # to in full again, never taken to hold what this copy once uploaded
+    if not layout.check_identity(store, backend, create=False):
+        state.forget()
         layout.check_identity(store, backend, create=True)
+    if not state.get("checked"):
         learn(store, backend, state, warn)  # first push from this copy: learn what is there
         state["checked"] = True
     own = _next_own(store, backend, state)

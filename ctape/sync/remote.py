@@ -132,6 +132,13 @@ class State(dict):
         st.name = name
         return st
 
+    def forget(self) -> None:
+        """The remote no longer holds this tape's identity (emptied, re-created): know nothing."""
+        for k in ("have", "next", "seen"):
+            self[k] = {}
+        self.pop("own", None)
+        self.pop("checked", None)
+
     def save(self, store) -> None:
         if cache_folder(store) is not None:
             _save(store, f"remote-{self.name}.json", dict(self))
