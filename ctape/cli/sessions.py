@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
+import sys
+
 import click
 
 from .base import CtapeGroup, emit_json, json_option, main, need_session, open_tape, session_option, warn_damage
@@ -11,37 +14,51 @@ from .base import CtapeGroup, emit_json, json_option, main, need_session, open_t
 @json_option
 @click.pass_context
 def sessions(ctx, as_json):
-    """List every session: HEAD, branch, entry count, last activity.
+    """List every session: HEAD, branch, entries, last activity, source, title.
 
-    The session chosen with `ctape session use` is marked with *.
+    Most recently active first. The session chosen with `ctape session use` is
+    marked with *. The title is the first user request; the source, for an
+    imported session, the agent and the folder it ran in. In a terminal, long
+    names and titles are cut to its width (a unique prefix of a name is enough
+    for -s).
 
     \b
     Examples:
       ctape sessions
       ctape sessions --json
     """
-    from ..ops.render import clean
+    from ..history.sessions import listing, source_text
+    from ..ops.render import clean, fit
 
-    rows = open_tape(ctx).sessions()
+    rows = listing(open_tape(ctx))
     if as_json:
         for r in rows:
             emit_json(r)
         return
+    width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+    names = [fit(r["session"], NAME_WIDTH) if width else r["session"] for r in rows]
     table = [
         (
             "*" if r["current"] else " ",
-            r["session"],
+            name,
             r["head"][:12] if r["head"] else "-" * 12,
             r["branch"] or ("(detached)" if r["head"] else "-"),
             str(r["entries"]),
             r["last_time"] or "",
+            source_text(r["source"]),
+            r["title"] or "",
         )
-        for r in rows
+        for r, name in zip(rows, names)
     ]
-    w = [max([len(row[i]) for row in table] or [0]) for i in range(6)]
+    w = [max([len(row[i]) for row in table] or [0]) for i in range(8)]
     for row in table:
-        line = f"{row[0]} {row[1]:<{w[1]}}  {row[2]}  {row[3]:<{w[3]}}  {row[4]:>{w[4]}}  {row[5]}"
-        click.echo(clean(line.rstrip()))
+        source = f"{row[6]:<{w[6]}}  " if w[6] else ""  # no column when no session was imported
+        line = f"{row[0]} {row[1]:<{w[1]}}  {row[2]}  {row[3]:<{w[3]}}  {row[4]:>{w[4]}}  {row[5]:<{w[5]}}  {source}{row[7]}"
+        line = clean(line.rstrip())
+        click.echo(fit(line, width) if width else line)
+
+
+NAME_WIDTH = 40  # in a terminal, longer session names are cut (a prefix is enough for -s)
 
 
 @main.group(cls=CtapeGroup, name="session")
@@ -127,7 +144,7 @@ def _branches(n: int) -> str:
 @json_option
 @click.pass_context
 def status(ctx, session, hidden, as_json):
-    """HEAD, branch, last entry, pending tool calls, interrupted stream, last error.
+    """HEAD, branch, title, source, last entry, pending tool calls, interrupted stream, last error.
 
     \b
     Examples:
@@ -136,10 +153,13 @@ def status(ctx, session, hidden, as_json):
     """
     from ..ops import render
     from ..history.logview import is_hidden, newest_visible
+    from ..history.sessions import summary
 
     tape = open_tape(ctx)
     st = tape.session(need_session(ctx, session)).status()
     warn_damage(tape, st["session"])
+    if not st.get("incomplete"):
+        st.update(summary(tape, st["head"]))
     if as_json:
         emit_json(st)
         return

@@ -10,9 +10,12 @@ are content-addressed and any session reads any entry of the tape, so nothing is
 from __future__ import annotations
 
 import difflib
-from typing import TYPE_CHECKING, Optional
+import json
+import os
+from typing import TYPE_CHECKING, Any, Optional
 
-from ..model.errors import InvalidInput, NoDefaultSession, RefNotFound, SessionNotFound
+from ..model.errors import CorruptObject, EntryNotFound, InvalidInput, NoDefaultSession, RefNotFound, SessionNotFound
+from ..model.models import HIDDEN
 from ..model.models import NAME_RE, check_name
 from ..model.refs import HEAD, TAG, RefState
 
@@ -41,12 +44,21 @@ def unknown(tape: "Tape", name: str) -> SessionNotFound:
     return SessionNotFound(f"no session {name!r} in this tape; {hint}")
 
 
-def require(tape: "Tape", name: str) -> str:
-    """`name` if it is a session of the tape, else SessionNotFound naming the closest ones."""
+def require(tape: "Tape", name: str, prefix: bool = True) -> str:
+    """The session `name` names: itself if it is a session of the tape, else (with `prefix`)
+    the one session whose name starts with it. None: SessionNotFound naming the closest
+    ones; several: InvalidInput listing them (exit 2)."""
     check_name(name, "session name")
-    if not tape._session_exists(name):
-        raise unknown(tape, name)
-    return name
+    if tape._session_exists(name):
+        return name
+    if prefix:
+        found = [n for n in live_names(tape) if n.startswith(name)]
+        if len(found) == 1:
+            return found[0]
+        if found:
+            shown = ", ".join(found[:6]) + (f", ... ({len(found)} in all)" if len(found) > 6 else "")
+            raise InvalidInput(f"session prefix {name!r} is ambiguous: {shown}; type more of the name")
+    raise unknown(tape, name)
 
 
 def default(tape: "Tape") -> str:
@@ -64,13 +76,16 @@ def default(tape: "Tape") -> str:
         return names[0]
     if not names:
         raise NoDefaultSession("no session yet: pass -s NAME (appending creates the session)")
-    shown = ", ".join(names[:20]) + (f", ... ({len(names)} in all)" if len(names) > 20 else "")
-    raise NoDefaultSession(f"several sessions ({shown}): pass -s NAME, set CTAPE_SESSION, or run `ctape session use NAME`")
+    if len(names) <= 3 and sum(map(len, names)) <= 60:
+        shown = ", ".join(names)
+    else:
+        shown = f"{len(names)} of them, see `ctape sessions`"
+    raise NoDefaultSession(f"several sessions ({shown}): pass -s NAME (a unique prefix will do), set CTAPE_SESSION, or run `ctape session use NAME`")
 
 
 def remove(tape: "Tape", name: str) -> dict:
     """Remove a session: one ref record setting every branch and HEAD to null."""
-    s = tape.session(require(tape, name))
+    s = tape.session(require(tape, name, prefix=False))  # removing takes the whole name
     with tape.store.writing(name) as w:
         st = s._writer_refs(w)
         old = {"head": st.head, "branches": dict(st.branches)}
@@ -119,3 +134,116 @@ def copy(tape: "Tape", src: str, new: str) -> dict:
     tape.session(new).set_refs("session-cp", changes, source=src)
     return {"session": new, "source": src, "head": changes[HEAD], "branches": {k: v for k, v in changes.items() if k != HEAD}}
 
+
+
+# -- what a session is about: its title and where it came from ------------------------------
+
+TITLE_WIDTH = 80
+SUMMARY_VIEW = "ctape.session-summary"  # index cache rows: HEAD hash -> {"title", "source"}
+
+# the first user messages an agent writes for itself (instructions, environment), not a request
+_NOT_A_REQUEST = ("<", "# AGENTS.md instructions", "Caveat: The messages below", "[Request interrupted by user")
+# meta keys that say an entry was imported (the format's record) or written by an integration
+_AGENTS = (
+    ("claude-code", "claude-code"),
+    ("codex", "codex"),
+    ("openai", "openai"),
+    ("langgraph", "langgraph"),
+    ("openai_agents.item", "openai-agents"),
+    ("pydantic_ai.message", "pydantic-ai"),
+)
+
+
+def listing(tape: "Tape") -> list[dict]:
+    """Every session as `Tape.sessions()` gives it plus its `title` and `source`, most
+    recently active first (then by name): the order of `ctape sessions` and the web's list."""
+    rows = tape.sessions()
+    for r in rows:
+        r.update(summary(tape, r["head"]))
+    rows.sort(key=lambda r: r["session"])
+    rows.sort(key=lambda r: r["last_time"] or "", reverse=True)
+    return rows
+
+
+def summary(tape: "Tape", head: Optional[str]) -> dict:
+    """{"title", "source"} of the history root->head: the first user request (one line, at
+    most TITLE_WIDTH characters) and, for an imported session, {"agent", "cwd"?}. Kept in
+    the index cache per HEAD; a HEAD not seen before is read back to the nearest entry that
+    was (or the root), so a session is read whole once and then only its new entries."""
+    found: dict[str, Any] = {"title": None, "source": None}
+    if head is None:
+        return found
+    index = tape.store.index
+    cached = index.view_path(SUMMARY_VIEW, head, 1)
+    if cached:
+        return json.loads(cached[0][2])
+    title = agent = cwd = None
+    h: Optional[str] = head
+    parent = None
+    whole = True
+    while h is not None:
+        cached = index.view_path(SUMMARY_VIEW, h, 1) if h != head else None
+        if cached:
+            older = json.loads(cached[0][2])
+            title = older["title"] or title
+            src = older["source"] or {}
+            agent, cwd = src.get("agent") or agent, src.get("cwd") or cwd
+            break
+        try:
+            e = tape.read_entry(h)
+        except (EntryNotFound, CorruptObject):
+            whole = False  # not synced yet or damaged: say what was read, keep nothing
+            break
+        if h == head:
+            parent = e.parent
+        title = _title_of(e) or title  # walking back: the oldest one found wins
+        a, c = _source_of(e)
+        agent, cwd = a or agent, c or cwd
+        h = e.parent
+    found["title"] = title
+    if agent:
+        found["source"] = {"agent": agent, **({"cwd": cwd} if cwd else {})}
+    if whole:
+        index.put_views(SUMMARY_VIEW, [(head, parent, json.dumps(found))])
+    return found
+
+
+def source_text(source: Optional[dict]) -> str:
+    """A source in a few words: the agent and the last part of its working directory."""
+    if not source:
+        return ""
+    cwd = (source.get("cwd") or "").rstrip("/\\")
+    where = os.path.basename(cwd.replace("\\", "/")) if cwd else ""
+    return f"{source['agent']} {where}".strip()
+
+
+def _title_of(e) -> Optional[str]:
+    if e.kind != "user" or (isinstance(e.meta, dict) and e.meta.get(HIDDEN)):
+        return None
+    text = " ".join(_text(e.payload).split())
+    if not text or text.startswith(_NOT_A_REQUEST):
+        return None
+    return text if len(text) <= TITLE_WIDTH else text[: TITLE_WIDTH - 1] + "…"
+
+
+def _text(payload: Any) -> str:
+    content = payload.get("content") if isinstance(payload, dict) else payload
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return ""
+
+
+def _source_of(e) -> tuple[Optional[str], Optional[str]]:
+    meta = e.meta if isinstance(e.meta, dict) else {}
+    for key, agent in _AGENTS:
+        rec = meta.get(key)
+        if rec is None:
+            continue
+        cwd = None
+        if isinstance(rec, dict):
+            inner = rec.get("payload")
+            cwd = rec.get("cwd") or (inner.get("cwd") if isinstance(inner, dict) else None)
+        return agent, cwd if isinstance(cwd, str) and cwd else None
+    return None, None

@@ -35,6 +35,13 @@ def clean(text: Any, keep_newlines: bool = False) -> str:
     return (_CONTROL if keep_newlines else _CONTROL_LINE).sub(_escape, str(text))
 
 
+def fit(text: str, width: Optional[int]) -> str:
+    """`text` cut to `width` characters, the last one an ellipsis when something was cut."""
+    if width is None or len(text) <= width:
+        return text
+    return text[: max(width - 1, 0)] + "…"
+
+
 def _color(text: str, code: str) -> str:
     if os.environ.get("NO_COLOR") or not sys.stdout.isatty():
         return text
@@ -258,6 +265,11 @@ def _status(st: dict) -> list[str]:
         out.append(f"HEAD detached at {st['head'][:12]} (seq {st['seq']})")
     if st.get("incomplete"):
         out.append("HEAD's entry has not arrived yet (sync in progress?): run rsync again")
+    if st.get("title"):
+        out.append(f"title: {st['title']}")
+    if st.get("source"):
+        src = st["source"]
+        out.append(f"source: {src['agent']}" + (f" in {src['cwd']}" if src.get("cwd") else ""))
     if st["last_entry"]:
         le = st["last_entry"]
         out.append(f"last entry: {le['kind']} at {le['time']}")

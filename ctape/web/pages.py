@@ -115,7 +115,7 @@ class Site:
     def sessions_page(self, q: str = "") -> Page:
         rows = []
         deadline = time.monotonic() + LIST_BUDGET
-        for s in sorted(self._sessions(), key=lambda s: s.get("last_time") or "", reverse=True):
+        for s in self._sessions():
             try:
                 if "error" in s:
                     raise s["error"]
@@ -135,12 +135,14 @@ class Site:
         return self.layout("sessions", f"<h1>Sessions</h1>{form}{found}{table}")
 
     def _sessions(self) -> list[dict]:
-        """`Tape.sessions()`, or, when a damaged session makes that fail, each session on its own."""
+        """The sessions as `ctape sessions` lists them (in its order, with title and source),
+        or, when a damaged session makes that fail, each session on its own."""
+        from ..history.sessions import listing, live_names
+
         try:
-            return self.tape.sessions()
+            return listing(self.tape)
         except CtapeError:
             pass
-        from ..history.sessions import live_names
 
         out = []
         for name in live_names(self.tape):
@@ -148,20 +150,18 @@ class Site:
                 st = self.tape.session(name).refs()
                 h = st.head_hash
                 e = self.tape.read_entry(h) if h else None
-                out.append({"session": name, "head": h, "branch": st.branch, "entries": e.seq if e else 0, "last_time": e.time if e else None})
+                out.append({"session": name, "head": h, "branch": st.branch, "entries": e.seq if e else 0, "last_time": e.time if e else None, "title": None, "source": None})
             except CtapeError as e:
                 out.append({"session": name, "error": e})
+        out.sort(key=lambda s: s["session"])
+        out.sort(key=lambda s: s.get("last_time") or "", reverse=True)
         return out
 
     def _session_row(self, s: dict, deadline: float) -> str:
+        from ..history.sessions import source_text
+
         name = s["session"]
         sess = self.tape.session(name)
-        head = None
-        if s["head"]:
-            try:
-                head = self.tape.read_entry(s["head"])
-            except (EntryNotFound, CorruptObject):
-                pass
         left = deadline - time.monotonic()
         g = self.graph(name, budget=left) if left > 0 or name in self.graphs else None
         tokens = g.totals() if g is not None and g.complete else None
@@ -172,11 +172,13 @@ class Site:
         else:
             usage = ""
         damaged = ' <span class="badge err">damaged</span>' if s.get("damaged") else ""
+        title = f'<div class="title">{esc(s["title"])}</div>' if s.get("title") else ""
+        src = s.get("source") or {}
         return (
-            f'<tr class="session"><td><a href="{esc(s_url(name))}">{esc(name)}</a>{damaged}</td>'
+            f'<tr class="session"><td><a href="{esc(s_url(name))}">{esc(name)}</a>{damaged}{title}</td>'
             f'<td>{esc((s["last_time"] or "")[:19].replace("T", " "))}</td><td class="num">{s["entries"]:,}</td>'
             f'<td class="num">{len(sess.branches())}</td><td>{esc(s["branch"] or "(detached)")}</td>'
-            f"<td>{esc(queries.source(head))}</td><td>{esc(usage)}</td></tr>"
+            f'<td title="{esc(src.get("cwd") or "")}">{esc(source_text(src) or "ctape")}</td><td>{esc(usage)}</td></tr>'
         )
 
     def _search(self, q: str) -> str:
@@ -248,7 +250,12 @@ class Site:
             head = self.tape.read_entry(st["head"]) if st["head"] and self.tape.has_entry(st["head"]) else None
         except CorruptObject:
             head = None
-        facts.append(f"<span>source: {esc(queries.source(head))}</span>")
+        from ..history.sessions import source_text, summary
+
+        about = summary(self.tape, st["head"]) if head is not None else {"title": None, "source": None}
+        facts.append(f"<span>source: {esc(source_text(about['source']) or queries.source(head))}</span>")
+        if about["title"]:
+            facts.insert(0, f'<span class="title">{esc(about["title"])}</span>')
         flags = []
         damaged = sess.damage()
         if damaged:  # as the CLI warns: what reads back is shown
