@@ -40,7 +40,10 @@ from ..model.canonical import canonical_json
 from ..model.errors import CorruptObject, InvalidInput, StorageError, UnsafePath
 from ..model.models import format_time
 from ..model.refs import HEAD, Claim, RefState, conflict_name, saw, shown, standing_claims, tip_at
+from ..model import redaction
+from ..model.schema import decode_entry
 from ..store.files import TYPE_ENTRY, fsync_dir, zstd
+from ..store.store import TYPE_WITHHELD
 from ..model.schema import object_record_problem
 from ..store.store import Store, file_header_problem, record_problem, segment_writer
 
@@ -69,6 +72,7 @@ class Rec(NamedTuple):
     lc: int = 0
     seen: tuple = ()  # ((writer, n), ...): the claims this record supersedes
     at: Optional[str] = None  # HEAD attached to a branch: its tip then (refs.tip_at)
+    redact: bool = False  # a redaction record: kept for good (docs/format.md section 16)
 
     @classmethod
     def parse(cls, body: bytes) -> "Rec":
@@ -77,7 +81,7 @@ class Rec(NamedTuple):
     @classmethod
     def of(cls, r: dict) -> "Rec":
         return cls(r["s"], r["w"], r["n"], r.get("t", ""), tuple((r.get("set") or {}).items()), tuple((r.get("old") or {}).values()),
-                   r.get("lc", 0), tuple((r.get("seen") or {}).items()), tip_at(r))
+                   r.get("lc", 0), tuple((r.get("seen") or {}).items()), tip_at(r), r.get("op") == redaction.OP)
 
 
 # links from an entry's canonical bytes: its parent and its blob references (anything
@@ -134,9 +138,12 @@ def compact(tape, expire="90d", grace="14d", dry_run: bool = False, progress: Op
             # other sessions' files is unknown: pack, but free nothing
             grace_s = float("inf")
         kept_records, head_roots = _kept_records(scan.records, cutoff)
+        have = {(r.s, r.w, r.n) for r in kept_records}
+        kept_records += [r for r in scan.records if r.redact and (r.s, r.w, r.n) not in have]
+        red = Redacted(tape.redactions())
         roots = _roots(scan, kept_records, cutoff) | head_roots | pinned
-        live = _mark(scan.graph, roots)
-        report = _plan(store, work, ages, grace_s, live)
+        live = _mark(scan.graph, roots) - red.blobs
+        report = _plan(store, work, ages, grace_s, live, red)
         dropped_in = report.pop("dropped_in")
         report["skipped_sessions"] = skipped
         report.update(files_before=len(snapshot), dry_run=dry_run, expired_records=len(scan.records) - len(kept_records))
@@ -155,9 +162,11 @@ def compact(tape, expire="90d", grace="14d", dry_run: bool = False, progress: Op
             say(f"compact: packing session {n}/{len(by_session)}")
             if _already_compact(files, dropped_in, scan.file_records, kept_ids):
                 continue
-            pack = _write_pack(store, session, files, snapshot, ages, grace_s, live, kept_ids, open_streams)
+            pack = _write_pack(store, session, files, snapshot, ages, grace_s, live, kept_ids, open_streams, red)
             written[session] = [pack] if pack else []
         removed = _freeze_and_swap(store, snapshot, written, scan, live, say)
+        if red.places:
+            _scrub_caches(tape)
         report["files_after"] = len(store.list_files(None))
         report["removed_files"] = removed
         return report
@@ -218,7 +227,7 @@ def _records(store: Store, path: str, start: int, end: Optional[int], ends: Opti
 def _learn(store: Store, scan: Scan, rec: framing.Record, path: str) -> bool:
     """Take one record into the scan; False when it is damaged."""
     if rec.type == framing.T_OBJECT:
-        if rec.body[32] != TYPE_ENTRY:
+        if rec.body[32] not in (TYPE_ENTRY, TYPE_WITHHELD):
             return True
         key = rec.body[:32]
         if key in scan.graph:
@@ -383,7 +392,53 @@ def _mark(graph: dict[bytes, tuple], roots: set[bytes]) -> set[bytes]:
     return live
 
 
-def _plan(store: Store, snapshot, ages, grace_s, live) -> dict:
+class Redacted:
+    """The tape's redactions as compaction needs them: blobs that go whole, and entries
+    that are kept only as their withheld form (docs/format.md section 16)."""
+
+    def __init__(self, places: dict[str, list[tuple[str, str]]]):
+        self.places = places
+        self.blobs = {bytes.fromhex(o) for o, ps in places.items() if any(p == "$" for p, _ in ps)}
+        self.entries = {bytes.fromhex(o): [pk for pk in ps if pk[0] != "$"] for o, ps in places.items()
+                        if any(p != "$" for p, _ in ps)}
+
+    def withheld(self, store: Store, rec_body: bytes) -> Optional[bytes]:
+        """The withheld form of a redacted entry's object record (None when it does not read)."""
+        h = rec_body[:32].hex()
+        try:
+            _, body = store.decode_object(h, rec_body)
+            raw = decode_entry(h, body)
+        except CorruptObject:
+            return None
+        return redaction.withheld_body(raw, self.entries[rec_body[:32]])
+
+    def changes(self, store: Store, rec_body: bytes) -> bool:
+        """Whether a pack holding this object record must be written again."""
+        key = rec_body[:32]
+        if key in self.blobs:
+            return True
+        if key not in self.entries:
+            return False
+        if rec_body[32] != TYPE_WITHHELD:
+            return True
+        _, body = store.decode_object(key.hex(), rec_body)
+        return self.withheld(store, rec_body) != body
+
+
+def _scrub_caches(tape) -> None:
+    """Caches outside the tape keep no redacted text: the index is vacuumed, the search
+    cache rebuilt when it was built before the redactions."""
+    from .search import SearchIndex
+
+    tape.store.index.scrub()
+    si = SearchIndex(tape)
+    try:
+        si._redactions_changed()
+    finally:
+        si.close()
+
+
+def _plan(store: Store, snapshot, ages, grace_s, live, red: Optional[Redacted] = None) -> dict:
     kept = freed = kept_bytes = freed_bytes = 0
     seen: set[str] = set()
     dropped_in: dict[str, int] = {}
@@ -393,11 +448,17 @@ def _plan(store: Store, snapshot, ages, grace_s, live) -> dict:
             if rec.type != framing.T_OBJECT:
                 continue
             h = rec.body[:32]
+            if red is not None and (h in red.blobs or h in red.entries) and red.changes(store, rec.body):
+                dropped_in[path] = dropped_in.get(path, 0) + 1  # redacted bytes go: the pack is written again
+                if h in red.blobs:
+                    freed += 1
+                    freed_bytes += _logical_size(rec.body)
+                    continue
             if h in seen:
                 dropped_in[path] = dropped_in.get(path, 0) + 1  # a second copy goes
                 continue
             size = _logical_size(rec.body)
-            if h in live or young:
+            if h in live or (young and not (red is not None and h in red.blobs)):
                 kept += 1
                 kept_bytes += size
                 seen.add(h)
@@ -475,6 +536,16 @@ class PackWriter:
             return
         self._add(framing.T_OBJECT, body[:33] + b"\0" + raw)
 
+    def add_withheld(self, h: str, body: bytes) -> None:
+        """An entry's withheld form: an object record of its own (type W, named by the
+        original's hash, which it no longer matches: never inside a block, where names
+        are computed from the bytes)."""
+        if h in self.objects:
+            return
+        self.objects.add(h)
+        self.count += 1
+        self._write(framing.frame(framing.T_OBJECT, self.store.encode_object(TYPE_WITHHELD, body, h)))
+
     def add_record(self, type_: int, body: bytes) -> None:
         """A ref or partial record, in order among the objects (its hashes point at them)."""
         self.count += 1
@@ -517,7 +588,7 @@ class PackWriter:
             pass
 
 
-def _write_pack(store, session, files, snapshot, ages, grace_s, live, kept_ids, open_streams) -> Optional[str]:
+def _write_pack(store, session, files, snapshot, ages, grace_s, live, kept_ids, open_streams, red: Redacted) -> Optional[str]:
     pw = PackWriter(store, session)
     try:
         done: set[bytes] = set()
@@ -525,8 +596,17 @@ def _write_pack(store, session, files, snapshot, ages, grace_s, live, kept_ids, 
             young = ages[path] < grace_s
             for rec in _records(store, path, 0, snapshot[path]):
                 if rec.type == framing.T_OBJECT:
-                    if young or rec.body[:32] in live:
-                        pw.add_object(rec.body)
+                    key = rec.body[:32]
+                    if key in red.blobs:
+                        continue  # a redacted value goes whole, young or not
+                    if not (young or key in live):
+                        continue
+                    if key in red.entries:
+                        body = red.withheld(store, rec.body)
+                        if body is not None:
+                            pw.add_withheld(key.hex(), body)
+                        continue
+                    pw.add_object(rec.body)
                 elif rec.type in (framing.T_REF, framing.T_PARTIAL) and rec.body not in done:
                     r = json.loads(rec.body)
                     keep = (r["s"], r["w"], r["n"]) in kept_ids if rec.type == framing.T_REF else (r["s"], r["stream"]) in open_streams

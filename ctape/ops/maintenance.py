@@ -13,7 +13,7 @@ from ..model.errors import NOATIME_WARNING, CorruptObject, UnsafePath
 from ..store.files import TYPE_ENTRY
 from ..model.models import NAME_RE
 from ..model.schema import decode_entry
-from ..store.store import file_header_problem, record_problem, segment_writer
+from ..store.store import TYPE_WITHHELD, file_header_problem, record_problem, segment_writer
 
 if TYPE_CHECKING:
     from ..history.tape import Tape
@@ -66,6 +66,7 @@ def fsck(tape: "Tape") -> dict:
     problems: list[dict] = []
     warnings: list[dict] = []
     objects: dict[str, int] = {}  # hash -> type
+    withheld: set[str] = set()  # entries kept as their withheld form (redacted, docs/format.md section 16)
     entry_refs: dict[str, tuple[str, list[str]]] = {}  # entry -> (file, referenced hashes)
     records: list[tuple[str, dict]] = []
     files = 0
@@ -122,7 +123,9 @@ def fsck(tape: "Tape") -> dict:
                     problem(f"object {h}", str(e).split(";")[0])
                     continue
                 objects[h] = type_
-                if type_ == TYPE_ENTRY:
+                if type_ == TYPE_WITHHELD:
+                    withheld.add(h)
+                if type_ in (TYPE_ENTRY, TYPE_WITHHELD):
                     try:
                         raw = decode_entry(h, body)  # the seven keys, their types and ranges
                     except CorruptObject as e:
@@ -144,9 +147,13 @@ def fsck(tape: "Tape") -> dict:
     reports = quarantine_reports(store.root)
     salvaged_away = {h for r in reports for h in r["missing"]}
 
+    red = tape.redactions()
+
     def missing(what, h, rel):
         if h in salvaged_away:
             return  # lost to damage; the salvage report (a warning below) names it
+        if h in red:
+            return  # a redacted value, gone on purpose: listed under "redacted"
         name = os.path.basename(rel)
         writer = name.split("-")[0] if name.endswith(".seg") else None
         if writer and writer != me:
@@ -174,8 +181,11 @@ def fsck(tape: "Tape") -> dict:
     dangling = _dangling(entry_refs, reachable_roots, objects)
     if dangling:
         warnings.append({"what": f"{len(dangling)} entries", "problem": "dangling: no branch, HEAD or ref-log record reaches them (compact removes them)"})
+    redacted = [{"object": o, "path": p, "kind": k, "bytes": "withheld" if o in withheld else "dropped" if o not in objects else "pending compact"}
+                for o, places in sorted(red.items()) for p, k in places]
     return {
         "ok": not problems,
+        "redacted": redacted,
         "problems": problems,
         "warnings": warnings,
         "objects": len(objects),
