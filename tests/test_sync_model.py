@@ -395,7 +395,7 @@ class World:
         self.run_op(name, i)
 
     def run_op(self, name: str, i: int) -> None:
-        own = name not in ("sync", "compact", "kill", "live_sync")  # these move refs only by merging, or not at all
+        own = name not in ("sync", "compact", "kill", "live_sync", "push", "pull", "cut_push", "cut_pull")  # these move refs only by merging, or not at all
         before = self.ref_reach(self.tape(i)) if own else {}
         getattr(self, "op_" + name)(i)
         if own:
@@ -509,6 +509,123 @@ class World:
         for d, r in zip(dirs[1:], refs[1:]):
             if r != refs[0]:
                 raise Failure(f"{os.path.basename(d)} disagrees with c0: {short(r)} != {short(refs[0])}")
+
+
+class _Cut(Exception):
+    """A push or pull stopped after some requests, as a kill would stop it."""
+
+
+class _Cutting:
+    """A remote backend that fails after `left` requests (the rest of the call never runs)."""
+
+    def __init__(self, backend, left: int):
+        self.backend, self.left = backend, left
+
+    def __getattr__(self, name):
+        attr = getattr(self.backend, name)
+        if name not in ("get", "put_if_absent", "list", "delete"):
+            return attr
+
+        def call(*args, **kw):
+            if self.left <= 0:
+                raise _Cut()
+            self.left -= 1
+            out = attr(*args, **kw)
+            return list(out) if name == "list" else out
+
+        return call
+
+    def __setattr__(self, name, value):
+        if name in ("backend", "left"):
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self.backend, name, value)
+
+
+class RemoteWorld(World):
+    """The model with a remote (SPEC section 17) beside rsync: push and pull are transports
+    like rsync, mixed with it freely. Operations add push and pull of a copy (all its
+    sessions or some), and a push or pull cut off after a few requests (as a kill would
+    leave it; the copy is then reopened like a new process). The mesh is a push of every
+    copy then a pull of every copy, twice, in random orders; the other order (`star`) is
+    rsync through a hub after each copy pulled, so the two transports must agree."""
+
+    OPS = World.OPS + [("push", 4), ("pull", 4), ("cut_push", 1), ("cut_pull", 1)]
+
+    def __init__(self, root, rng, ncopies, cli, sync=None):
+        super().__init__(root, rng, ncopies, cli, sync)
+        self.remote = os.path.join(root, "remote")
+        os.mkdir(self.remote)
+        self.url = f"file://{self.remote}"
+        for i in range(ncopies):
+            self._add_remote(self.tape(i))
+
+    def _add_remote(self, t: Tape) -> None:
+        from ctape.sync import remote as remotes
+
+        if "origin" not in remotes.remotes(t.store):
+            remotes.add(t.store, "origin", self.url)
+
+    def _transfer(self, verb: str, i: int, t: Tape, cut: int | None = None, sessions=()) -> None:
+        from ctape.sync.backend import open_backend
+        from ctape.sync.pull import pull
+        from ctape.sync.push import push
+
+        backend = open_backend(self.url)
+        if cut is not None:
+            backend = _Cutting(backend, cut)
+        with writer_env(self.writers[i]):
+            if verb == "push":
+                push(t, backend, "origin", sessions)
+            else:
+                pull(t, backend, "origin", sessions)
+
+    def op_push(self, i: int) -> None:
+        t = self.tape(i)
+        sessions = [s for s in t.store.sessions() if self.rng.random() < 0.5] if self.rng.random() < 0.3 else []
+        self.note(f"push c{i}" + (f" -s {' '.join(sessions)}" if sessions else ""))
+        self._transfer("push", i, t, sessions=sessions)
+
+    def op_pull(self, i: int) -> None:
+        t = self.tape(i)
+        sessions = [s for s in SESSIONS if self.rng.random() < 0.5] if self.rng.random() < 0.3 else []
+        self.note(f"pull c{i}" + (f" -s {' '.join(sessions)}" if sessions else ""))
+        self._transfer("pull", i, t, sessions=sessions)  # like rsync: may bring a deletion
+
+    def _cut(self, verb: str, i: int) -> None:
+        n = self.rng.randint(0, 12)
+        self.note(f"{verb} c{i} cut after {n} requests")
+        try:
+            self._transfer(verb, i, self.tape(i), cut=n)
+        except _Cut:
+            pass
+        self.close(i)  # what a killed process leaves: the next operation opens it anew
+
+    def op_cut_push(self, i: int) -> None:
+        self._cut("push", i)
+
+    def op_cut_pull(self, i: int) -> None:
+        self._cut("pull", i)
+
+    def mesh(self, dirs: list[str], order_rng: random.Random) -> None:
+        order = list(range(len(dirs)))
+        for _ in range(2):
+            for verb in ("push", "pull"):
+                order_rng.shuffle(order)
+                for i in order:
+                    self._transfer(verb, i, self.tape(i))
+        self.close_all()
+
+    def star(self, dirs: list[str], order_rng: random.Random) -> None:
+        for i, d in enumerate(dirs):  # copies of the copies: their remotes are not theirs
+            with writer_env(self.writers[i]):
+                t = Tape.open(d)
+            try:
+                self._add_remote(t)
+                self._transfer("pull", i, t)
+            finally:
+                t.close()
+        super().star(dirs, order_rng)
 
 
 class LiveWorld(World):
@@ -872,6 +989,22 @@ def test_many_sequences_with_writers_during_rsync(tmp_path):
     start = time.monotonic()
     _run_live(tmp_path, range(first, first + n))
     print(f"{n} sequences with writers during rsync in {time.monotonic() - start:.0f} s")
+
+
+@pytest.mark.parametrize("block", range(3))
+def test_push_and_pull_beside_rsync_keep_every_entry(tmp_path, block):
+    """A short run of RemoteWorld: push and pull (some cut off) mixed with rsync."""
+    _run_many(tmp_path, range(500 + block * 4, 504 + block * 4), cli=False, world=RemoteWorld)
+
+
+@pytest.mark.skipif(not SLOW, reason="long run: CTAPE_SLOW=1")
+def test_many_sequences_with_remotes(tmp_path):
+    n = int(os.environ.get("CTAPE_MODEL_SEQUENCES", "2000"))
+    first = int(os.environ.get("CTAPE_MODEL_FIRST_SEED", "1000"))
+    start = time.monotonic()
+    for seed in range(first, first + n):
+        _run_many(tmp_path, [seed], cli=False, sync=rsync if seed % 4 == 1 else copy_like_rsync, world=RemoteWorld)
+    print(f"{n} sequences with remotes in {time.monotonic() - start:.0f} s")
 
 
 def test_live_seed_80_keeps_an_append_to_a_segment_copied_empty(tmp_path):
