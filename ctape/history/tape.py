@@ -97,7 +97,7 @@ class Tape:
     # -- entries ------------------------------------------------------------------
 
     def redactions(self) -> dict[str, list[tuple[str, str]]]:
-        """Every redacted place of the tape, by object (docs/format.md section 16). Entries
+        """Every redacted place of the tape, by object (docs/format.md section 17). Entries
         read before a new redaction arrived are forgotten, so reads show it at once."""
         red = self.store.index.redactions()
         if red is not self._redacted_seen:

@@ -1,4 +1,4 @@
-"""Redactions: which values of which objects a tape no longer shows (docs/format.md section 16).
+"""Redactions: which values of which objects a tape no longer shows (docs/format.md section 17).
 
 A redaction is a ref record (op "redact", `set` empty) whose `redact` list names
 places: an object (an entry or a blob) and a JSON path inside it. Reads replace the

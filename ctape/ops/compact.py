@@ -72,7 +72,7 @@ class Rec(NamedTuple):
     lc: int = 0
     seen: tuple = ()  # ((writer, n), ...): the claims this record supersedes
     at: Optional[str] = None  # HEAD attached to a branch: its tip then (refs.tip_at)
-    redact: bool = False  # a redaction record: kept for good (docs/format.md section 16)
+    redact: bool = False  # a redaction record: kept for good (docs/format.md section 17)
 
     @classmethod
     def parse(cls, body: bytes) -> "Rec":
@@ -394,7 +394,7 @@ def _mark(graph: dict[bytes, tuple], roots: set[bytes]) -> set[bytes]:
 
 class Redacted:
     """The tape's redactions as compaction needs them: blobs that go whole, and entries
-    that are kept only as their withheld form (docs/format.md section 16)."""
+    that are kept only as their withheld form (docs/format.md section 17)."""
 
     def __init__(self, places: dict[str, list[tuple[str, str]]]):
         self.places = places

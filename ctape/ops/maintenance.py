@@ -66,7 +66,7 @@ def fsck(tape: "Tape") -> dict:
     problems: list[dict] = []
     warnings: list[dict] = []
     objects: dict[str, int] = {}  # hash -> type
-    withheld: set[str] = set()  # entries kept as their withheld form (redacted, docs/format.md section 16)
+    withheld: set[str] = set()  # entries kept as their withheld form (redacted, docs/format.md section 17)
     entry_refs: dict[str, tuple[str, list[str]]] = {}  # entry -> (file, referenced hashes)
     records: list[tuple[str, dict]] = []
     files = 0

@@ -1,5 +1,5 @@
 """`ctape redact`: take values out of a tape, on every copy, keeping every hash
-(SPEC section 18; the record and what it proves: docs/format.md section 16).
+(SPEC section 18; the record and what it proves: docs/format.md section 17).
 
 A redaction is one ref record per session (op "redact", nothing in `set`) naming
 places: (entry hash, JSON path, kind), and the blob itself when the value is stored

@@ -301,7 +301,7 @@ class Index:
                 db.executemany("INSERT OR IGNORE INTO redactions VALUES(?,?,?)", batch.redactions)
                 if db.total_changes != before:
                     # derived values and integration views may hold the text: computed again
-                    # on demand, through reads that show the marker (docs/format.md section 16)
+                    # on demand, through reads that show the marker (docs/format.md section 17)
                     db.execute("DELETE FROM keyframes")
                     db.execute("DELETE FROM views")
                     self.pending_keyframes.clear()
@@ -400,7 +400,7 @@ class Index:
         return [json.loads(b) for (b,) in rows]
 
     def redactions(self) -> dict[str, list[tuple[str, str]]]:
-        """Every redacted place: object hash -> [(path, kind)] (docs/format.md section 16)."""
+        """Every redacted place: object hash -> [(path, kind)] (docs/format.md section 17)."""
         v = (self.version(), len(self.pending.redactions))  # no sync: reads on the append path stay cheap
         if self._redactions is None or self._redactions[0] != v:
             out: dict[str, list[tuple[str, str]]] = {}

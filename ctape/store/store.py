@@ -57,7 +57,7 @@ from ..model.models import NAME_RE
 from ..model.schema import header_problem, object_record_problem, read_partial_record, read_ref_record
 from .segment import SegmentWriter
 
-TYPE_WITHHELD = ord("W")  # an entry kept without its redacted values (docs/format.md section 16)
+TYPE_WITHHELD = ord("W")  # an entry kept without its redacted values (docs/format.md section 17)
 FORMAT_FILE = "ctape.json"
 FORMAT_NAME = "ctape-tape"
 FORMAT_VERSION = 2  # 2: segments may hold dictionaries (D) and blocks compressed with them (Z)
@@ -575,7 +575,7 @@ class Store:
         else:
             raise CorruptObject(f"object {h} has an unknown codec {codec}; run `ctape fsck`")
         if type_ == TYPE_WITHHELD:
-            return type_, body  # an entry's withheld form: its hash names the original (section 16)
+            return type_, body  # an entry's withheld form: its hash names the original (docs/format.md section 17)
         kind = b"entry" if type_ == TYPE_ENTRY else b"blob"
         if object_hash(kind, body) != h:
             raise CorruptObject(f"object {h} is corrupt (hash mismatch); run `ctape fsck`")
