@@ -5,7 +5,8 @@
   One step is one ``invoke``: a user message in, an assistant message out, so LangGraph
   writes 3 checkpoints per step.
 - OpenAI Agents SDK: ``get_items()`` of a 3,100-item session, TapeSession against the
-  SDK's SQLiteSession (both on disk).
+  SDK's SQLiteSession (both on disk); and ``add_items`` throughput (3,100 items added 31 at
+  a time into a new session, the two taking turns, median of the repeats).
 
 Each figure is the median of several calls on the same store in this process ("warm":
 the store object already used once), plus the first call of a fresh store object on
@@ -168,12 +169,55 @@ def agents_items(n_items: int, tmp: str, repeat: int) -> dict:
     return out
 
 
+def agents_add(n_items: int, tmp: str, repeat: int) -> dict:
+    """add_items throughput: the same items into a new session of each store, taking turns."""
+    from agents import SQLiteSession
+
+    from ctape.integrations.openai_agents import TapeSession
+
+    items = [
+        it
+        for i in range(n_items // 4 + 1)
+        for it in (
+            {"role": "user", "content": f"turn {i}: read the config and run the tests"},
+            {"type": "function_call", "call_id": f"call_{i}", "name": "run_tests", "arguments": '{"path": "tests/"}'},
+            {"type": "function_call_output", "call_id": f"call_{i}", "output": f"412 passed, 3 skipped in {i % 60}.2s"},
+            {"role": "assistant", "content": [{"type": "output_text", "text": f"All tests pass (turn {i}). Next: the flaky one."}]},
+        )
+    ][:n_items]
+
+    def fill(s) -> float:
+        async def go():
+            for k in range(0, len(items), 31):
+                await s.add_items(items[k : k + 31])
+
+        t = time.perf_counter()
+        asyncio.run(go())
+        return time.perf_counter() - t
+
+    times: dict[str, list[float]] = {"SQLiteSession": [], "TapeSession": []}
+    for r in range(repeat):
+        stores = {"SQLiteSession": SQLiteSession(f"add{r}", os.path.join(tmp, f"add{r}.sqlite")), "TapeSession": TapeSession(f"add{r}", os.path.join(tmp, f"add{r}-tape"))}
+        for name in sorted(stores, reverse=r % 2 == 1):
+            times[name].append(fill(stores[name]))
+        stores["TapeSession"].close()
+    out = {name: n_items / statistics.median(t) for name, t in times.items()}
+    pairs = sorted(a / b for a, b in zip(times["SQLiteSession"], times["TapeSession"]))
+    print(
+        f"agents add_items  items {n_items}  SQLiteSession {out['SQLiteSession']:8.0f} items/s  TapeSession {out['TapeSession']:8.0f} items/s  "
+        f"TapeSession / SQLiteSession {out['TapeSession'] / out['SQLiteSession']:.2f}x (pairs {pairs[0]:.2f}-{pairs[-1]:.2f}, median {statistics.median(pairs):.2f})",
+        flush=True,
+    )
+    return out
+
+
 def main(argv: list[str]) -> None:
     quick = "--quick" in argv
     steps = [int(a) for a in argv if a.isdigit()] or ([10, 20] if quick else [250, 500, 1000])
     repeat = 3 if quick else 7
     with tempfile.TemporaryDirectory(dir=os.environ.get("CTAPE_BENCH_TMP")) as tmp:
         agents_items(124 if quick else 3100, tmp, repeat)
+        agents_add(124 if quick else 3100, tmp, 3 if quick else 9)
         if "--agents-only" not in argv:
             langgraph_history(steps, tmp, 3 if not quick else 2, sqlite="--no-sqlite" not in argv)
 

@@ -1,8 +1,11 @@
-"""Disk use of TapeSaver against LangGraph's SqliteSaver on the same chat graph.
+"""Disk use, time per step and the first read in a new process: TapeSaver against
+LangGraph's SqliteSaver on the same chat graph.
 
 One step is one graph invocation: a user message in, an assistant message out (about
 80 characters each), on one thread, so the message list grows by two per step. Both
-savers see exactly the same calls. Prints bytes on disk and the ratio.
+savers see exactly the same calls. Prints bytes on disk and the ratio, the time per step
+over each tenth of the run (is it flat as the thread grows?), and the first `get_state`
+in a new process (median of 5, the two savers taking turns), with the ratios.
 
     python tests/bench/bench_langgraph.py            # 100 and 1,000 steps
     python tests/bench/bench_langgraph.py --big      # also 5,000 steps (minutes, ~GBs for SQLite)
@@ -13,6 +16,8 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -44,13 +49,51 @@ def du(path: str) -> int:
     return total
 
 
-def run(saver, steps: int) -> float:
+def run(saver, steps: int, windows: list) -> float:
+    """All the steps; appends to windows the ms per step of each tenth of the run."""
     g = graph(saver)
     cfg = {"configurable": {"thread_id": "bench"}}
-    t = time.perf_counter()
+    t = last = time.perf_counter()
+    size = max(1, steps // 10)
     for i in range(steps):
         g.invoke({"messages": [HumanMessage(f"step {i}: please run the tests again and tell me what failed this time.")]}, cfg)
+        if (i + 1) % size == 0:
+            now = time.perf_counter()
+            windows.append((now - last) * 1000 / size)
+            last = now
     return time.perf_counter() - t
+
+
+FIRST_READ = """
+import sys, time
+kind, path = sys.argv[1], sys.argv[2]
+from langchain_core.messages import AIMessage
+from langgraph.graph import START, MessagesState, StateGraph
+if kind == "sqlite":
+    import sqlite3
+    from langgraph.checkpoint.sqlite import SqliteSaver
+    saver = SqliteSaver(sqlite3.connect(path, check_same_thread=False))
+else:
+    from ctape.integrations.langgraph import TapeSaver
+    saver = TapeSaver(path)
+g = StateGraph(MessagesState)
+g.add_node("agent", lambda s: {"messages": [AIMessage("x")]})
+g.add_edge(START, "agent")
+g = g.compile(checkpointer=saver)
+t = time.perf_counter()
+n = len(g.get_state({"configurable": {"thread_id": "bench"}}).values["messages"])
+print(time.perf_counter() - t, n)
+"""
+
+
+def first_read(db: str, tape_dir: str, repeat: int = 5) -> tuple[float, float]:
+    """The first get_state in a new process (imports not counted), medians, taking turns."""
+    out: dict[str, list[float]] = {"sqlite": [], "tape": []}
+    for r in range(repeat):
+        for kind in (("sqlite", "tape") if r % 2 == 0 else ("tape", "sqlite")):
+            p = subprocess.run([sys.executable, "-c", FIRST_READ, kind, db if kind == "sqlite" else tape_dir], capture_output=True, text=True, check=True)
+            out[kind].append(float(p.stdout.split()[0]))
+    return statistics.median(out["sqlite"]), statistics.median(out["tape"])
 
 
 def bench(steps: int, tmp: str) -> dict:
@@ -59,16 +102,20 @@ def bench(steps: int, tmp: str) -> dict:
     db = os.path.join(tmp, f"lg-{steps}.sqlite")
     conn = sqlite3.connect(db, check_same_thread=False)
     sq = SqliteSaver(conn)
-    sq_time = run(sq, steps)
+    sq_win: list = []
+    sq_time = run(sq, steps, sq_win)
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     conn.close()
     tape_dir = os.path.join(tmp, f"tape-{steps}")
     ts = TapeSaver(tape_dir)
-    tape_time = run(ts, steps)
+    tape_win: list = []
+    tape_time = run(ts, steps, tape_win)
     msgs = len(graph(ts).get_state({"configurable": {"thread_id": "bench"}}).values["messages"])
     ts.close()
     assert msgs == 2 * steps
-    return {"steps": steps, "sqlite": du(db) + du(db + "-wal"), "tape": du(tape_dir), "sqlite_s": sq_time, "tape_s": tape_time}
+    sq_first, tape_first = first_read(db, tape_dir)
+    return {"steps": steps, "sqlite": du(db) + du(db + "-wal"), "tape": du(tape_dir), "sqlite_s": sq_time, "tape_s": tape_time,
+            "sqlite_win": sq_win, "tape_win": tape_win, "sqlite_first": sq_first, "tape_first": tape_first}
 
 
 def main(argv: list[str]) -> None:
@@ -79,6 +126,11 @@ def main(argv: list[str]) -> None:
         for n in counts:
             r = bench(n, tmp)
             print(f"{n:>6} {r['sqlite']:>14,} {r['tape']:>12,} {r['tape'] / r['sqlite']:>12.4f} {r['sqlite_s']:>9.1f} {r['tape_s']:>8.1f}", flush=True)
+            for name in ("sqlite", "tape"):
+                w = r[name + "_win"]
+                print(f"       ms per step, each tenth of the run, {name:>6}: {' '.join(f'{x:.1f}' for x in w)}  (last / first tenth {w[-1] / w[0]:.2f})", flush=True)
+            print(f"       first get_state in a new process (median of 5): SqliteSaver {r['sqlite_first']:.3f} s, TapeSaver {r['tape_first']:.3f} s, "
+                  f"TapeSaver / SqliteSaver {r['tape_first'] / r['sqlite_first']:.2f}x", flush=True)
 
 
 if __name__ == "__main__":
