@@ -371,31 +371,49 @@ def test_zst_rollout_and_rename_to_zst(tape, tmp_path, home):
     assert exported(tape, name, "codex") == expected(CODEX.read_bytes() + extra)
 
 
-def test_shortened_and_rewritten_files_are_imported_again_never_mixed(tape, tmp_path, home):
+def holds_import_of(tape, path: Path, fmt: str, name: str, tmp: Path) -> dict:
+    """Every branch tip `ctape import` of the file gives in a new tape is an entry of `tape`
+    (content addressing: the same hashes); those tips."""
+    other = Tape.init(tmp)
+    import_files(other, fmt, [str(path)], None)
+    tips = refs_of(other, name)
+    other.close()
+    assert tips and all(tape.has_entry(h) for h in tips.values())
+    return tips
+
+
+def test_shortened_and_rewritten_files_are_imported_again_never_rewound(tape, tmp_path, home):
+    """Issue 23 item 6: as `ctape import`, the file's version is kept and main keeps the
+    longest history (tests/test_watch_rewind.py checks the CLI's lines)."""
     data = with_forks(CLAUDE)
     name = session_of(CLAUDE, "claude-code")
     path = tmp_path / CLAUDE.name
     path.write_bytes(data)
     w = Watcher(tape, [str(path)])
     w.run_pass()
-    assert len(refs_of(tape, name)) >= 3  # it has forks: branches
-    # shortened (a new inode: the tool rewrote it)
+    full = refs_of(tape, name)
+    assert len(full) >= 3  # it has forks: branches
+    # shortened (a new inode: the tool rewrote it): nothing moves, all of it is there
     lines = data.split(b"\n")
     short = b"\n".join(lines[:70]) + b"\n"
     tmp = tmp_path / "tmp"
     tmp.write_bytes(short)
     os.replace(tmp, path)
     w.run_pass()
-    assert exported(tape, name, "claude-code") == expected(short)
-    other = Tape.init(tmp_path / "imported")
-    import_files(other, "claude-code", [str(path)], None)
-    assert refs_of(tape, name) == refs_of(other, name)  # branches of the longer file are gone
-    # rewritten in place, same length, one record changed in the middle
-    edited = short.replace(b'"type":"user"', b'"type":"user" ', 1) if b'"type":"user"' in short else short.replace(b'"user"', b'"user" ', 1)
+    assert refs_of(tape, name) == full
+    holds_import_of(tape, path, "claude-code", name, tmp_path / "i1")
+    # rewritten in place, one record changed in the middle: its version on a branch of its own
+    recs = [json.loads(x) for x in short.split(b"\n") if x.strip()]
+    at = [i for i, r in enumerate(recs) if r.get("type") == "user"][len(recs) // 20]
+    recs[at]["message"] = {"role": "user", "content": "an edited request"}
+    edited = b"".join(json.dumps(r).encode() + b"\n" for r in recs)
     path.write_bytes(edited)
     os.utime(path, ns=(1, 1))
     Watcher(tape, [str(path)]).run_pass()
-    assert exported(tape, name, "claude-code") == expected(edited)
+    refs = refs_of(tape, name)
+    assert all(refs[b] == h for b, h in full.items())
+    tips = holds_import_of(tape, path, "claude-code", name, tmp_path / "i2")
+    assert refs["main-imported"] == tips["main"]
     # truncated in place (same inode) and grown again with other content
     codex_name = session_of(CODEX, "codex")
     cpath = tmp_path / "rollout-y.jsonl"
@@ -403,13 +421,15 @@ def test_shortened_and_rewritten_files_are_imported_again_never_mixed(tape, tmp_
     cpath.write_bytes(cdata)
     w = Watcher(tape, [str(cpath)])
     w.run_pass()
+    cmain = refs_of(tape, codex_name)["main"]
     clines = cdata.split(b"\n")
     changed = b"\n".join(clines[:10]) + b"\n" + clines[12] + b"\n"
     with open(cpath, "r+b") as f:
         f.truncate(0)
         f.write(changed)
     w.run_pass()
-    assert exported(tape, codex_name, "codex") == expected(changed)
+    assert refs_of(tape, codex_name)["main"] == cmain
+    assert [json.loads(x) for x in export_ref(tape, f"{codex_name}/main-imported", "codex")] == expected(changed)
 
 
 # -- processes: kill -9, signals, rsync -------------------------------------------------------------

@@ -9,9 +9,13 @@ For each source file the pass decides, from its position (see position.py):
   the chain (Codex) or the thread layout (Claude Code) where the last pass left it;
 - anything else (rewritten, shortened, replaced, renamed to `.zst`, or no position this
   process can continue from): the whole file is imported again into the same session.
-  Content addressing makes the repeated part free; refs are set to what the file says
-  now, and branches the last import set that the file no longer has are deleted, so an
-  export never mixes the old and the new content.
+  Content addressing makes the repeated part free.
+
+Refs move as `ctape import` moves them (formats/_common.safe_refs): never removed, rewound
+or replaced. A branch the file's tip extends moves forward; one ahead of it (the file got
+shorter) stays; one that went another way (the file was rewritten, or another file holds
+the same session) stays too, and the file's version goes to `BRANCH-imported`. One line
+says so.
 
 Only complete lines (ending in a newline) are read. A line that is not JSON is left for
 the next pass while nothing valid follows it (a tool may still be writing it); once a
@@ -413,7 +417,9 @@ class Watcher:
                 if session is not None and parent != pos.tip:
                     pos.tip, pos.time = parent, clock.last
                     self._seal(s, pos, recent)
-                    session.set_refs("import", {"main": pos.tip, HEAD: "@main"}, source="codex", watch=pos.record())
+                    changes, notes = c.safe_refs(self.tape, session, {"main": pos.tip})
+                    session.set_refs("import", changes, source="codex", watch=pos.record())
+                    self._note(pos, notes)
                     self._checkpoint()
         if count or not full:
             self._done(pos, st, Live(pos))
@@ -450,11 +456,15 @@ class Watcher:
             if got is not None:
                 live = Live(pos, *got)
                 self.live[s.key] = live
-        f = None
-        if live is not None and live.builder is not None and self._continuable(s, st, pos):
-            f = self._open_at(s, pos)
+        # grew: the file holds what the position imported, and more (the same file, its
+        # bytes up to the position unchanged): its layout may move the branches it set
+        f = self._open_at(s, pos) if self._continuable(s, st, pos) else None
+        grew = f is not None
+        if f is not None and (live is None or live.builder is None):
+            f.close()
+            f = None
         if f is None:
-            return self._claude_full(s, st, pos)
+            return self._claude_full(s, st, pos, grew)
         with f:
             fr = f if hasattr(f, "seek") else None
             lines = [ln for chunk in complete_lines(f, pos.off, pos.line) for ln in chunk]
@@ -463,12 +473,12 @@ class Watcher:
                 self._done(pos, st, live)
                 return 0, 0
             if fr is None:  # a compressed file: the Builder reads lines again by offset
-                return self._claude_full(s, st, pos)
+                return self._claude_full(s, st, pos, grew)
             infos = [claude_code.Info(_as_line(ln), ln.value) for ln in lines]
             if live.agent and any(i.message and not i.sidechain for i in infos):
-                return self._claude_full(s, st, pos)  # not a subagent file after all
+                return self._claude_full(s, st, pos, grew)  # not a subagent file after all
             if not claude_code.extend(live.builder, fr, infos, live.orphans):
-                return self._claude_full(s, st, pos)
+                return self._claude_full(s, st, pos, grew)
             for ln in lines:
                 if not ln.ok:
                     self._report_raw(s, ln)
@@ -477,25 +487,23 @@ class Watcher:
             pos.off, pos.line = lines[-1].end, lines[-1].number
             self._batch_bytes += read
             self._seal(s, pos, recent)
-            self._set_claude_refs(live, pos, full=False)
+            self._set_claude_refs(live, pos, full=False, grew=True, mine=pos.refs, had=list(pos.branches))
             self._done(pos, st, live)
             return len(lines), read
 
-    def _claude_full(self, s: Source, st: os.stat_result, old: Optional[Position]) -> tuple[int, int]:
+    def _claude_full(self, s: Source, st: os.stat_result, old: Optional[Position], grew: bool = False) -> tuple[int, int]:
         """Import the whole file (again): a fresh layout, as `ctape import` makes it."""
-        from ..formats import claude_code
-
         self.live.pop(s.key, None)
         # a compressed file is decompressed once, into a temporary file (bounded): its lines
         # are read from there, and the Builder reads them again there by offset
         data = _unpacked(s) if s.zst else None
         try:
-            return self._claude_layout(s, st, old, data)
+            return self._claude_layout(s, st, old, data, grew)
         finally:
             if data is not None:
                 data.close()
 
-    def _claude_layout(self, s: Source, st: os.stat_result, old: Optional[Position], data) -> tuple[int, int]:
+    def _claude_layout(self, s: Source, st: os.stat_result, old: Optional[Position], data, grew: bool) -> tuple[int, int]:
         from ..formats import claude_code
 
         if data is None:
@@ -514,6 +522,7 @@ class Watcher:
         name = c.check_target(c.session_name(f"{base}-agent-{agent}", s.key) if agent else base)
         session = self.tape.session(name)
         if old is None or old.session != name:
+            grew = False  # another session than the position's: nothing of it is this file's yet
             old = latest_in_tape(session, s.key) or (old if old and old.session == name else None)
         pos = Position(key=s.key, path=s.path, fmt="claude-code", session=name, dev=st.st_dev, ino=st.st_ino)
         live = Live(pos, claude_code.start_builder(session, first_time), set(), agent)
@@ -526,32 +535,66 @@ class Watcher:
         pos.off, pos.line = lines[-1].end, lines[-1].number
         self._seal(s, pos, b"".join(ln.pre + ln.raw for ln in lines[-64:]))
         self._batch_bytes += pos.off
-        wrote = self._set_claude_refs(live, pos, full=True, old=old)
+        mine, had = (old.refs, list(old.branches)) if old is not None else (None, [])
+        wrote = self._set_claude_refs(live, pos, full=True, old=old, grew=grew, mine=mine, had=had)
         self._done(pos, st, live if not s.zst else None)
         return (len(lines) if wrote else 0), pos.off
 
-    def _set_claude_refs(self, live: Live, pos: Position, full: bool, old: Optional[Position] = None) -> bool:
+    def _set_claude_refs(self, live: Live, pos: Position, full: bool, grew: bool, mine: Optional[dict], had: list,
+                         old: Optional[Position] = None) -> bool:
         """Move the session's refs to the file's layout, with the position; False when a whole
         import found everything as it was (no record written)."""
         refs = live.builder.refs()
-        changes: dict = {**refs, HEAD: "@main"}
-        before = old.branches if full and old is not None and old.session == pos.session else pos.branches if not full else []
-        if before:
-            current = self.tape.session(pos.session).refs().branches
-            for b in before:
-                if b not in refs and b in current:
-                    # a branch this file had and has no more: a thread that became main, or
-                    # a fork of the file's earlier content
-                    changes[b] = None
-        pos.branches = sorted(refs)
-        pos.tip = live.builder.last.tip
         session = self.tape.session(pos.session)
-        if full and old is not None and old.record() == pos.record():
-            st = session.refs()
-            if all((st.head if r == HEAD else st.branches.get(r)) == v for r, v in changes.items()):
-                return False  # imported again, found as it was: no record to write
+        changes, notes, now = self._claude_changes(session, refs, grew, mine, had)
+        pos.branches = sorted(refs)
+        pos.refs = {b: h for b, h in refs.items() if now.get(b) == h}
+        pos.tip = live.builder.last.tip
+        if full and not changes and old is not None and old.record() == pos.record():
+            return False  # imported again, found as it was: no record to write
         session.set_refs("import", changes, source="claude-code", watch=pos.record())
+        self._note(pos, notes)
         return True
+
+    def _claude_changes(self, session, wanted: dict, grew: bool, mine: Optional[dict], had: list) -> tuple[dict, list, dict]:
+        """(ref changes, notes, the branches after them). A file that grew moves the branches
+        it set last time and nobody moved since as its layout says, deleting those its
+        layout has no more (a thread that became main); every other branch moves as an
+        import moves it (c.safe_refs): never removed, rewound or replaced."""
+        st = session.refs() if session.exists() else None
+        current = dict(st.branches) if st else {}
+        if grew:
+            # positions written before they kept refs (None): the branches the file's layout had
+            ours = {b for b in had if b in current} if mine is None else {b for b, h in mine.items() if current.get(b) == h}
+        else:
+            ours = set()
+        changes: dict = {}
+        rest = {}
+        for b, h in wanted.items():
+            if b in ours or (grew and b not in current):
+                if current.get(b) != h:
+                    changes[b] = h
+            else:
+                rest[b] = h
+        for b in ours - wanted.keys():
+            changes[b] = None
+        more, notes = c.safe_refs(self.tape, session, rest) if rest else ({}, [])
+        changes.update(more)
+        if st is None or st.head is None:
+            changes[HEAD] = "@main"
+        now = {**current, **changes}
+        return changes, notes, now
+
+    def _note(self, pos: Position, notes: list[str]) -> None:
+        """One line when the file's version did not move a branch: a shorter file, or
+        another file of the same session (once per source and message)."""
+        notes = [n for n in notes if n]
+        if not notes:
+            return
+        msg = f"watch: {pos.path}: session {pos.session}: " + "; ".join(notes)
+        if (pos.key, msg) not in self.reported:
+            self.reported.add((pos.key, msg))
+            self.warn(msg)
 
     # -- other formats: the whole file whenever it changes ---------------------------------------
 

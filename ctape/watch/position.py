@@ -27,7 +27,7 @@ from typing import Optional
 
 from blake3 import blake3
 
-RECORD_FIELDS = ("key", "path", "fmt", "off", "line", "dev", "ino", "idn", "idh", "th", "time", "tip", "branches")
+RECORD_FIELDS = ("key", "path", "fmt", "off", "line", "dev", "ino", "idn", "idh", "th", "time", "tip", "branches", "refs")
 CACHE_VERSION = 1
 
 
@@ -46,7 +46,8 @@ class Position:
     th: str = ""  # digest of the up to ID_BYTES bytes before off
     time: Optional[str] = None  # the last entry's time (the clock to continue with)
     tip: Optional[str] = None  # the entry of the last line imported
-    branches: list = field(default_factory=list)  # branches this source set
+    branches: list = field(default_factory=list)  # branches of the file's layout
+    refs: Optional[dict] = None  # those that hold the file's tips, and their values (None: not known)
     # cache only: the file's size and mtime when this was written
     size: int = -1
     mtime: int = -1
@@ -65,6 +66,8 @@ class Position:
             return None
         if not isinstance(p.off, int) or not isinstance(p.line, int) or p.off < 0:
             return None
+        if p.refs is not None and not isinstance(p.refs, dict) or p.refs and not all(isinstance(k, str) and isinstance(v, str) for k, v in p.refs.items()):
+            p.refs = None
         return p
 
     def matches_stat(self, st: os.stat_result) -> bool:
