@@ -157,10 +157,25 @@ def new_manifests(store, backend: Backend, state, warn, cursor: str = "next") ->
 
 
 def note_have(state, f: dict) -> None:
-    """The remote holds f's range: extend the known prefix of its file when it joins on."""
+    """The remote holds f's piece: remember it (state["pieces"]) and extend the known
+    prefix of its file (state["have"]) over the pieces that join on from 0."""
     k = f"{f['session']}/{f['file']}"
-    if f["start"] <= int(state["have"].get(k, 0)) < f["end"]:
-        state["have"][k] = f["end"]
+    pieces = state["pieces"].setdefault(k, [])
+    row = [f["start"], f["end"], f["blake3"]]
+    if row in pieces:
+        return
+    pieces.append(row)
+    pieces.sort()
+    end = 0
+    for a, b, _ in pieces:
+        if a <= end < b:
+            end = b
+    state["have"][k] = end
+
+
+def known_pieces(state, key: str) -> list[dict]:
+    session, file = key.split("/", 1)
+    return [{"session": session, "file": file, "start": a, "end": b, "blake3": h} for a, b, h in state["pieces"].get(key, [])]
 
 
 def segment_owner(file: str) -> Optional[str]:

@@ -7,7 +7,10 @@ The manifests not read yet name pieces of data files. For each file:
   to the file the name still refers to, fsync'd); a segment not here yet appears whole
   (a file with no name, linked in); so the local file is always a prefix of its writer's
   file, exactly what rsync would have copied at some instant;
-- this copy's own segments are never touched (its own are always at least as long here).
+- this copy's own segments are never touched (its own are always at least as long here);
+- like rsync without --delete, a file this copy lacks comes (back) even when this copy
+  had it and compacted it away: its records may be needed again (a claim that a local
+  deletion had not seen revives a branch whose entries the compaction freed).
 Then the store's normal index refresh reads the new bytes, and the sync rules of
 docs/format.md section 12 decide the refs: nothing here merges anything.
 
@@ -22,6 +25,7 @@ import fcntl
 import json
 import os
 import secrets
+import time
 from typing import Callable, Iterable, Optional
 
 from ..model.errors import InvalidInput
@@ -117,6 +121,7 @@ def _get_piece(backend: Backend, f: dict, warn) -> Optional[bytes]:
 def pull(tape, backend: Backend, name: str, sessions: Iterable[str] = (), warn: Callable[[str], None] = lambda s: None,
          progress: Optional[Callable[[int, int], None]] = None) -> dict:
     store = tape.store
+    t0 = time.monotonic()
     wanted = set(sessions)
     state = State.load(store, name, backend.url)
     if not state.get("checked"):
@@ -129,26 +134,34 @@ def pull(tape, backend: Backend, name: str, sessions: Iterable[str] = (), warn: 
     d = os.path.dirname(store.index.path) if store.index.path != ":memory:" else None
     with _Held(os.path.join(d, _LOCK)) if d else _Nothing():
         start_next = dict(state["next"])
-        pieces: dict[tuple[str, str], list[dict]] = {}
         for _, _, m in layout.new_manifests(store, backend, state, warn):
             for f in m["files"]:
-                if wanted and f["session"] not in wanted:
-                    continue
-                pieces.setdefault((f["session"], f["file"]), []).append(f)
-        total = sum(f["end"] - f["start"] for fs in pieces.values() for f in fs)
-        got, files, done = 0, 0, 0
-        for (s, file), fs in sorted(pieces.items()):
-            fs.sort(key=lambda f: (f["start"], -f["end"]))
-            for f in fs:
                 layout.note_have(state, f)
-            if layout.segment_owner(file) == store.writer:
-                continue  # this copy's own: always at least as long here
+        # every file the remote holds, not only those new manifests name: as rsync without
+        # --delete, a file this copy lacks (compacted away since, or never here) comes
+        # (back), so a claim that revives an entry finds its objects
+        todo = []
+        for key in sorted(state["pieces"]):
+            s, file = key.split("/", 1)
+            if wanted and s not in wanted:
+                continue
+            path = os.path.join(store.root, "sessions", s, file)
+            try:
+                size = os.lstat(path).st_size
+            except FileNotFoundError:
+                size = -1
+            if size >= 0 and (file.endswith(".pack") or layout.segment_owner(file) == store.writer):
+                continue  # a pack never changes; this copy's own segments are never touched
+            if size < int(state["have"].get(key, 0)) or size < max(b for _, b, _ in state["pieces"][key]):
+                todo.append((s, file, max(size, 0)))
+        total = sum(int(state["have"].get(f"{s}/{file}", 0)) - size for s, file, size in todo)
+        got, files, done = 0, 0, 0
+        for s, file, _ in todo:
+            fs = layout.known_pieces(state, f"{s}/{file}")
             folder = _session_folder(store, s)
             path = os.path.join(folder, file)
             check_not_symlink(path)
             if file.endswith(".pack"):
-                if os.path.exists(path):
-                    continue
                 data = _get_piece(backend, fs[0], warn)
                 if data is None or not layout.pack_ok(file, data):
                     continue
@@ -168,7 +181,7 @@ def pull(tape, backend: Backend, name: str, sessions: Iterable[str] = (), warn: 
                 if ok:
                     got += len(part)
                     changed = True
-                done += f["end"] - f["start"]
+                done += len(part)
                 if progress:
                     progress(done, total)
             files += changed
@@ -178,8 +191,10 @@ def pull(tape, backend: Backend, name: str, sessions: Iterable[str] = (), warn: 
             if int(state["seen"].get(u, 0)) < n:
                 state["seen"][u] = n
         state.save(store)
-    tape.store.refresh()
-    return {"remote": name, "files": files, "bytes": got, "requests": backend.requests}
+    moved = time.monotonic() - t0
+    tape.store.refresh()  # what the next command would do anyway: the index reads the new bytes
+    return {"remote": name, "files": files, "bytes": got, "requests": backend.requests,
+            "transfer_seconds": round(moved, 3), "index_seconds": round(time.monotonic() - t0 - moved, 3)}
 
 
 class _Nothing:

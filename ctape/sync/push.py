@@ -91,6 +91,7 @@ def _next_own(store, backend: Backend, state: State) -> int:
 def push(tape, backend: Backend, name: str, sessions: Iterable[str] = (), allow_secrets: bool = False,
          warn: Callable[[str], None] = lambda s: None, progress: Optional[Callable[[int, int], None]] = None) -> dict:
     store = tape.store
+    t0 = time.monotonic()
     wanted = list(dict.fromkeys(sessions))
     known = store.sessions()
     for s in wanted:
@@ -172,7 +173,8 @@ def push(tape, backend: Backend, name: str, sessions: Iterable[str] = (), allow_
         own += 1
     state["own"] = own
     state.save(store)
-    return {"remote": name, "files": len(files), "pieces": len(listed), "bytes": sent, "requests": backend.requests, "already_there": skipped}
+    return {"remote": name, "files": len(files), "pieces": len(listed), "bytes": sent, "requests": backend.requests, "already_there": skipped,
+            "transfer_seconds": round(time.monotonic() - t0, 3)}
 
 
 def follow(tape, backend: Backend, name: str, sessions: Iterable[str] = (), allow_secrets: bool = False,

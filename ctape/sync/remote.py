@@ -22,7 +22,7 @@ from ..store.localstate import _write, cache_folder
 from .backend import Backend, open_backend, parse_url
 
 CONFIG = "remotes.json"
-STATE_VERSION = 1
+STATE_VERSION = 2
 
 
 def _folder(store) -> str:
@@ -115,7 +115,8 @@ def _save(store, file: str, value: dict) -> None:
 
 class State(dict):
     """What this copy knows about one remote. `have`: "session/file" -> the bytes from 0
-    that the remote is known to hold; `next`: uploader -> its next manifest number to read;
+    that the remote is known to hold; `pieces`: "session/file" -> every piece of it the
+    manifests list, [start, end, blake3]; `next`: uploader -> its next manifest number to read;
     `own`: this copy's next manifest number; `checked`: the remote's tape id was checked."""
 
     @classmethod
@@ -126,7 +127,7 @@ class State(dict):
         st.setdefault("version", STATE_VERSION)
         st.setdefault("url", url)
         st.setdefault("tape_id", store.tape_id)
-        for k in ("have", "next", "seen"):
+        for k in ("have", "pieces", "next", "seen"):
             if not isinstance(st.get(k), dict):
                 st[k] = {}
         st.name = name
@@ -134,7 +135,7 @@ class State(dict):
 
     def forget(self) -> None:
         """The remote no longer holds this tape's identity (emptied, re-created): know nothing."""
-        for k in ("have", "next", "seen"):
+        for k in ("have", "pieces", "next", "seen"):
             self[k] = {}
         self.pop("own", None)
         self.pop("checked", None)
