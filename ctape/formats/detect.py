@@ -7,6 +7,7 @@ from typing import Any
 
 from ..errors import InvalidInput
 from ._common import lines_of
+from . import openai
 
 LINES = 20  # non-blank lines looked at
 ORDER = ("jsonl", "codex", "claude-code", "openai")  # ties go to the earlier
@@ -30,6 +31,27 @@ def _format_of(v: Any) -> str | None:
     return None
 
 
+def _gemini(path: str) -> str:
+    return f"{path}: a Gemini CLI session; ctape does not read this format yet (nothing was imported)"
+
+
+def _document(path: str, f) -> str:
+    """The format of a file that is one JSON document: openai when it is (or its list
+    holds) chat messages, OpenHands events or a container of them; else refused."""
+    from . import openai
+    from ._common import loads, read_whole
+
+    try:
+        doc = loads(read_whole(f))
+    except (ValueError, UnicodeDecodeError):
+        raise InvalidInput(f"{path}: not JSON and not JSON Lines; name its format: ctape import FORMAT FILE") from None
+    if openai.is_gemini(doc):
+        raise InvalidInput(_gemini(path))
+    if openai.is_record(doc) or isinstance(doc, list) and any(openai.is_record(v) for v in doc):
+        return "openai"
+    raise InvalidInput(f"{path}: cannot tell its format; name it: ctape import FORMAT FILE (jsonl, claude-code, codex, openai)")
+
+
 def detect(path: str) -> str:
     """jsonl, codex, claude-code or openai: the format most of the first records are in."""
     votes = dict.fromkeys(ORDER, 0)
@@ -41,11 +63,15 @@ def detect(path: str) -> str:
                     continue
                 seen += 1
                 try:
-                    fmt = _format_of(json.loads(raw))
+                    v = json.loads(raw)
+                    fmt = _format_of(v)
                 except (ValueError, UnicodeDecodeError):
-                    fmt = None
+                    fmt = v = None
                     if seen == 1 and raw.lstrip()[:1] in (b"[", b"{"):
-                        return "openai"  # a JSON document spread over lines (a chat list, a .traj)
+                        f.seek(0)  # a JSON document spread over lines (a chat list, a .traj): read whole
+                        return _document(path, f)
+                if fmt is None and openai.is_gemini(v):
+                    raise InvalidInput(_gemini(path))
                 if fmt:
                     votes[fmt] += 1
                 if seen >= LINES:

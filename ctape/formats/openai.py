@@ -47,8 +47,21 @@ def list_key(v: Any) -> Optional[str]:
     return None
 
 
+def is_gemini(v: Any) -> bool:
+    """A Gemini CLI session ({sessionId, projectHash, startTime, lastUpdated, messages}):
+    its `messages` are no chat messages (`type: user|gemini`, no role)."""
+    return isinstance(v, dict) and isinstance(v.get("sessionId"), str) and "projectHash" in v and isinstance(v.get("messages"), list)
+
+
 def is_record(v: Any) -> bool:
-    return is_message(v) or is_event(v) or list_key(v) is not None
+    """A chat message, an OpenHands event, or a container whose list holds them (or is
+    empty): a list of something else (a Gemini CLI session's messages) is not one."""
+    if is_message(v) or is_event(v):
+        return True
+    key = list_key(v)
+    if key is None or is_gemini(v):
+        return False
+    return not v[key] or any(is_message(i) or is_event(i) for i in v[key])
 
 
 def record_time(v: Any) -> Optional[str]:
@@ -226,12 +239,15 @@ def import_files(tape, files: list[str], session: Optional[str], progress: bool 
 def import_file(tape, path: str, session: Optional[str], progress: bool = False) -> str:
     with c.open_source(path) as f:
         records, note = _records(f, path)
-        first_time, valid = None, 0
+        first_time, valid, gemini = None, 0, False
         for _, ln, v in records:
             value = c.read_at(f, ln) if ln is not None and ln.ok else v
             valid += is_record(value)
+            gemini = gemini or is_gemini(value)
             first_time = first_time or record_time(value) or _first_item_time(value)
         if not valid:
+            if gemini:
+                raise InvalidInput(f"{path}: a Gemini CLI session, not an OpenAI-style transcript; ctape does not read this format yet")
             raise InvalidInput(f"{path}: no chat message, OpenHands event or history found; is this an OpenAI-style transcript?")
         name = c.check_target(session or c.session_name(None, path))
         s = tape.session(name)
