@@ -16,6 +16,7 @@ import errno
 import os
 import re
 import secrets
+import threading
 from typing import Iterator, Optional
 from urllib.parse import urlparse
 
@@ -47,6 +48,13 @@ class Backend:
         self.requests = 0
         self.bytes_up = 0
         self.bytes_down = 0
+        self._counting = threading.Lock()  # push and pull transfer from several threads
+
+    def _tick(self, requests: int = 1, up: int = 0, down: int = 0) -> None:
+        with self._counting:
+            self.requests += requests
+            self.bytes_up += up
+            self.bytes_down += down
 
     def get(self, key: str) -> Optional[bytes]:
         raise NotImplementedError
@@ -110,7 +118,7 @@ class FileBackend(Backend):
             raise RemoteError(f"remote folder {self.root} does not exist; create it (mkdir) first")
 
     def get(self, key: str) -> Optional[bytes]:
-        self.requests += 1
+        self._tick()
         try:
             with open(self._path(key), "rb") as f:
                 data = f.read()
@@ -118,11 +126,11 @@ class FileBackend(Backend):
             return None
         except OSError as e:
             raise RemoteError(f"cannot read {key} from {self.url}: {e.strerror}") from None
-        self.bytes_down += len(data)
+        self._tick(0, down=len(data))
         return data
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
-        self.requests += 1
+        self._tick()
         path = self._path(key)
         folder = os.path.dirname(path)
         try:
@@ -151,11 +159,11 @@ class FileBackend(Backend):
             if e.errno == errno.ENOSPC:
                 raise RemoteError(f"cannot write {key} to {self.url}: no space left") from None
             raise RemoteError(f"cannot write {key} to {self.url}: {e.strerror}") from None
-        self.bytes_up += len(data)
+        self._tick(0, up=len(data))
         return True
 
     def list(self, prefix: str, delimiter: Optional[str] = None) -> Iterator[tuple[str, int, bool]]:
-        self.requests += 1
+        self._tick()
         base = prefix.rsplit("/", 1)[0] + "/" if "/" in prefix else ""
         rows = []
         start = os.path.join(self.root, *[p for p in base.split("/") if p])
@@ -175,7 +183,7 @@ class FileBackend(Backend):
         yield from sorted(rows)
 
     def delete(self, key: str) -> None:
-        self.requests += 1
+        self._tick()
         try:
             os.unlink(self._path(key))
         except FileNotFoundError:
@@ -216,7 +224,7 @@ class S3Backend(Backend):
         self.client.meta.events.register("before-send.s3.*", self._count)
 
     def _count(self, **_kw) -> None:
-        self.requests += 1
+        self._tick()
 
     def _key(self, key: str) -> str:
         check_key(key)
@@ -262,7 +270,7 @@ class S3Backend(Backend):
             raise self._fail(e, f"read {key}") from None
         except Exception as e:  # noqa: BLE001
             raise self._fail(e, f"read {key}") from None
-        self.bytes_down += len(data)
+        self._tick(0, down=len(data))
         return data
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
@@ -275,7 +283,7 @@ class S3Backend(Backend):
             raise self._fail(e, f"write {key}") from None
         except Exception as e:  # noqa: BLE001
             raise self._fail(e, f"write {key}") from None
-        self.bytes_up += len(data)
+        self._tick(0, up=len(data))
         return True
 
     def list(self, prefix: str, delimiter: Optional[str] = None) -> Iterator[tuple[str, int, bool]]:

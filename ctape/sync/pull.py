@@ -26,6 +26,7 @@ import json
 import os
 import secrets
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterable, Optional
 
 from ..model.errors import InvalidInput
@@ -37,6 +38,8 @@ from .backend import Backend, RemoteError
 from .remote import State
 
 _LOCK = "remote-pull.lock"
+WORKERS = 8  # downloads at once
+BATCH_BYTES = 64 << 20  # fetched ahead of the writes at most (about)
 
 
 class _Held:
@@ -154,37 +157,38 @@ def pull(tape, backend: Backend, name: str, sessions: Iterable[str] = (), warn: 
                 continue  # a pack never changes; this copy's own segments are never touched
             if size < int(state["have"].get(key, 0)) or size < max(b for _, b, _ in state["pieces"][key]):
                 todo.append((s, file, max(size, 0)))
-        total = sum(int(state["have"].get(f"{s}/{file}", 0)) - size for s, file, size in todo)
-        got, files, done = 0, 0, 0
-        for s, file, _ in todo:
+        jobs = []  # (session, file, the pieces to fetch in order)
+        for s, file, size in todo:
             fs = layout.known_pieces(state, f"{s}/{file}")
-            folder = _session_folder(store, s)
-            path = os.path.join(folder, file)
-            check_not_symlink(path)
             if file.endswith(".pack"):
-                data = _get_piece(backend, fs[0], warn)
-                if data is None or not layout.pack_ok(file, data):
-                    continue
-                if _new_file(folder, file, data):
-                    got, files = got + len(data), files + 1
+                jobs.append((s, file, fs[:1]))
                 continue
-            changed = False
+            chain, cur = [], size
             for f in fs:
-                size = os.stat(path).st_size if os.path.exists(path) else 0
-                if not (f["start"] <= size < f["end"]):
-                    continue  # all here already, or a gap an earlier piece must fill
-                data = _get_piece(backend, f, warn)
-                if data is None:
-                    break
-                part = data[size - f["start"]:]
-                ok = _new_file(folder, file, part) if size == 0 and f["start"] == 0 else _append(folder, file, size, part)
-                if ok:
-                    got += len(part)
-                    changed = True
-                done += len(part)
-                if progress:
-                    progress(done, total)
-            files += changed
+                if f["start"] <= cur < f["end"]:
+                    chain.append(f)
+                    cur = f["end"]
+            if chain:
+                jobs.append((s, file, chain))
+        total = sum(f["end"] - f["start"] for _, _, chain in jobs for f in chain)
+        got, files, done = 0, 0, 0
+        with ThreadPoolExecutor(WORKERS) as pool:
+            i = 0
+            while i < len(jobs):
+                batch, size = [], 0
+                while i < len(jobs) and (not batch or size < BATCH_BYTES):
+                    batch.append(jobs[i])
+                    size += sum(f["end"] - f["start"] for f in jobs[i][2])
+                    i += 1
+                pieces = [f for _, _, chain in batch for f in chain]
+                fetched = dict(zip(map(id, pieces), pool.map(lambda f: _get_piece(backend, f, warn), pieces)))
+                for s, file, chain in batch:
+                    n = _apply(store, s, file, [(f, fetched[id(f)]) for f in chain])
+                    got += n
+                    files += n > 0
+                    done += sum(f["end"] - f["start"] for f in chain)
+                    if progress:
+                        progress(done, total)
         if wanted:  # a partial pull: the next full pull reads these manifests again
             state["next"] = start_next
         for u, n in state["next"].items():
@@ -195,6 +199,29 @@ def pull(tape, backend: Backend, name: str, sessions: Iterable[str] = (), warn: 
     tape.store.refresh()  # what the next command would do anyway: the index reads the new bytes
     return {"remote": name, "files": files, "bytes": got, "requests": backend.requests,
             "transfer_seconds": round(moved, 3), "index_seconds": round(time.monotonic() - t0 - moved, 3)}
+
+
+def _apply(store, session: str, file: str, pieces: list) -> int:
+    """Write the fetched pieces of one file in order; the bytes added."""
+    folder = _session_folder(store, session)
+    path = os.path.join(folder, file)
+    check_not_symlink(path)
+    added = 0
+    for f, data in pieces:
+        if data is None:
+            break
+        if file.endswith(".pack"):
+            if layout.pack_ok(file, data) and _new_file(folder, file, data):
+                added += len(data)
+            break
+        exists = os.path.exists(path)
+        size = os.stat(path).st_size if exists else 0
+        if not (f["start"] <= size < f["end"]):
+            continue
+        part = data[size - f["start"]:]
+        if _append(folder, file, size, part) if exists else _new_file(folder, file, part):
+            added += len(part)
+    return added
 
 
 class _Nothing:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import fcntl
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterable, Optional
 
 from ..model.errors import InvalidInput
@@ -27,6 +28,17 @@ from .backend import Backend, RemoteError
 from .remote import State
 
 PIECE_MAX = 16 << 20  # bytes per piece: a failed upload costs at most this much again
+WORKERS = 8  # uploads at once
+BATCH_BYTES = 64 << 20  # read ahead at most this much before the uploads catch up
+
+
+def _upload(backend: Backend, piece) -> str:
+    """"new", "there" (the key holds these very bytes: written before), or "other"."""
+    _, _, _, _, chunk = piece
+    key = layout.piece_key(*piece[:4])
+    if backend.put_if_absent(key, chunk):
+        return "new"
+    return "there" if backend.get(key) == chunk else "other"
 
 
 def check_secrets(tape, sessions: list[str], allow_secrets: bool) -> None:
@@ -127,36 +139,47 @@ def push(tape, backend: Backend, name: str, sessions: Iterable[str] = (), allow_
             todo.append((s, file, 0 if is_pack else have, size, layout.segment_owner(file) == store.writer))
     total = sum(e - b for _, _, b, e, _ in todo)
     sent, files, listed, skipped = 0, set(), [], 0
-    for s, file, start, end, mine in todo:
-        path = os.path.join(store.root, "sessions", s, file)
-        if mine:
-            with _SessionLock(os.path.dirname(path)):
-                end = os.stat(path, follow_symlinks=False).st_size  # all it holds now, whole writes only
-                data = _read_range(path, start, end, own=True)
-        else:
-            data = _read_range(path, start, end, own=False)
-        end = start + len(data)
-        if file.endswith(".pack") and not layout.pack_ok(file, data):
-            warn(f"not pushed: {s}/{file} does not match its name (run `ctape fsck`)")
-            continue
-        for a in range(start, end, PIECE_MAX):
-            b = min(end, a + PIECE_MAX) if not file.endswith(".pack") else end
-            chunk = data[a - start : b - start]
-            key = layout.piece_key(s, file, a, b)
-            if not backend.put_if_absent(key, chunk):
-                there = backend.get(key)
-                if there != chunk:  # refused, and not ours: reported, never overwritten
+    with ThreadPoolExecutor(WORKERS) as pool:
+        batch, batch_bytes = [], 0
+
+        def flush() -> None:
+            nonlocal sent, skipped, batch, batch_bytes
+            for (s, file, a, b, chunk), status in zip(batch, pool.map(lambda p: _upload(backend, p), batch)):
+                key = layout.piece_key(s, file, a, b)
+                if status == "other":  # refused, and not ours: reported, never overwritten
                     warn(f"the remote's {key} holds other bytes than this copy's; left as it is")
-                    break
-                skipped += 1
-            listed.append({"session": s, "file": file, "start": a, "end": b, "blake3": layout.digest(chunk)})
-            layout.note_have(state, listed[-1])
-            sent += b - a
-            files.add((s, file))
-            if progress:
-                progress(sent, total)
+                    continue
+                skipped += status == "there"
+                listed.append({"session": s, "file": file, "start": a, "end": b, "blake3": layout.digest(chunk)})
+                layout.note_have(state, listed[-1])
+                sent += b - a
+                files.add((s, file))
+                if progress:
+                    progress(sent, total)
+            batch, batch_bytes = [], 0
+
+        for s, file, start, end, mine in todo:
+            path = os.path.join(store.root, "sessions", s, file)
+            if mine:
+                with _SessionLock(os.path.dirname(path)):
+                    end = os.stat(path, follow_symlinks=False).st_size  # all it holds now, whole writes only
+                    data = _read_range(path, start, end, own=True)
+            else:
+                data = _read_range(path, start, end, own=False)
+            end = start + len(data)
             if file.endswith(".pack"):
-                break
+                if not layout.pack_ok(file, data):
+                    warn(f"not pushed: {s}/{file} does not match its name (run `ctape fsck`)")
+                    continue
+                ranges = [(0, end)]
+            else:
+                ranges = [(a, min(end, a + PIECE_MAX)) for a in range(start, end, PIECE_MAX)]
+            for a, b in ranges:
+                batch.append((s, file, a, b, data[a - start : b - start]))
+                batch_bytes += b - a
+                if batch_bytes >= BATCH_BYTES or len(batch) >= 4 * WORKERS:
+                    flush()
+        flush()
     if listed:
         for _ in range(1000):
             if backend.put_if_absent(layout.manifest_key(store.writer, own), layout.encode_manifest(store, store.writer, own, listed)):
