@@ -160,3 +160,44 @@ def test_a_shorter_claude_file_keeps_its_branches(tape_dir, tmp_path):
         for h in want.session(name).refs().branches.values():
             assert t.has_entry(h)
         want.close()
+
+
+def test_a_same_size_rewrite_in_the_middle_is_seen(tape_dir, tmp_path):
+    """Bytes changed between the first 4 KiB and the 4 KiB before the position, the size
+    unchanged: the file is read again, and its version goes on a branch of its own."""
+    data = lines(CODEX.read_bytes())
+    name = session_of(CODEX, "codex")
+    path = tmp_path / CODEX.name
+    path.write_bytes(b"".join(data))
+    watch(tape_dir, path)
+    main = branches(tape_dir, name)["main"]
+    middle = len(data) // 2
+    rec = json.loads(data[middle])
+    old = json.dumps(rec["timestamp"])
+    rec["timestamp"] = rec["timestamp"].replace("2026", "2027", 1)  # as long as it was
+    edited = json.dumps(rec, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+    if len(edited) != len(data[middle]):  # keep the bytes as they were but that digit
+        edited = data[middle].replace(old.encode(), json.dumps(rec["timestamp"]).encode(), 1)
+    assert len(edited) == len(data[middle]) and edited != data[middle]
+    changed = data[:middle] + [edited] + data[middle + 1 :]
+    with open(path, "r+b") as f:  # in place: same inode, same size
+        f.write(b"".join(changed))
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    err = watch(tape_dir, path)
+    refs = branches(tape_dir, name)
+    assert refs["main"] == main and "main-imported" in refs and said_once(err)
+    assert export_of(tape_dir, f"{name}/main-imported", "codex") == expected(b"".join(changed))
+
+
+def test_a_path_reused_by_another_format_is_imported_as_that_format(tape_dir, tmp_path):
+    path = tmp_path / "runs" / "transcript.jsonl"
+    path.parent.mkdir()
+    path.write_bytes(CODEX.read_bytes())
+    watch(tape_dir, path)
+    replace(path, CLAUDE.read_bytes())  # the same name, now a Claude Code session
+    err = watch(tape_dir, path)
+    name = session_of(CLAUDE, "claude-code")
+    assert f"into session {name}" in err
+    assert export_of(tape_dir, name, "claude-code") == expected(CLAUDE.read_bytes())
+    assert watch(tape_dir, path) == ""  # and followed from there

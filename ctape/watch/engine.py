@@ -322,7 +322,9 @@ class Watcher:
         pos = self._known(s.key)
         if pos is not None and pos.path == s.path and pos.matches_stat(st) and self._intact(pos):
             return 0, 0
-        fmt = s.fmt or (pos.fmt if pos else None)
+        fmt = s.fmt
+        if fmt is None and pos is not None and self._continuable(s, st, pos):
+            fmt = pos.fmt  # the same file, grown: the same format (else the path may hold another now)
         if fmt is None:
             fmt = src_mod.detect(src_mod.head_of(s.path, 1 << 20).split(b"\n")[:-1] or [])
             if fmt is None:
@@ -339,6 +341,7 @@ class Watcher:
             and pos.path == s.path
             and (pos.dev, pos.ino) == (st.st_dev, st.st_ino)
             and (s.zst or st.st_size >= pos.off)
+            and not _rewritten_in_place(pos, st)
             and self._intact(pos)
         )
 
@@ -374,7 +377,7 @@ class Watcher:
     def _codex(self, s: Source, st: os.stat_result, pos: Optional[Position]) -> tuple[int, int]:
         from ..formats import codex
 
-        if not self._continuable(s, st, pos):
+        if not self._continuable(s, st, pos) and not (pos is not None and _rewritten_in_place(pos, st)):
             # no position this process can trust: the tape's newest one for this source
             name = pos.session if pos is not None and pos.session else self._codex_session(s)
             found = latest_in_tape(self.tape.session(name), s.key) if name else None
@@ -612,6 +615,14 @@ class Watcher:
         if (s.key, ln.number) not in self.reported:
             self.reported.add((s.key, ln.number))
             self.warn(f"watch: {s.path}: line {ln.number} is not JSON; kept as it is (a hidden entry)")
+
+
+def _rewritten_in_place(pos: Position, st: os.stat_result) -> bool:
+    """Written to, and no longer than when last seen: an append always grows a file, so
+    its bytes may have changed anywhere, also between the two digests of the position
+    (the first 4 KiB and the 4 KiB before it). Read whole again: this costs a read only
+    when a file is touched without growing, never for an append."""
+    return pos.size >= 0 and st.st_size <= pos.size and pos.mtime != st.st_mtime_ns
 
 
 def max_unpacked() -> int:
