@@ -1007,6 +1007,16 @@ def test_many_sequences_with_remotes(tmp_path):
     print(f"{n} sequences with remotes in {time.monotonic() - start:.0f} s")
 
 
+def test_remote_seed_2141_pull_brings_back_a_file_compaction_removed(tmp_path):
+    """Found by the first long RemoteWorld run: c0 deleted a conflict branch and ran
+    `compact --grace now --expire now`, freeing the entry only that branch reached; a
+    settle on another copy that had not seen the deletion revived the branch (a value beats
+    a deletion). rsync would have brought the old segment back; pull only followed new
+    manifests, so c0 never got the entry again (fsck: not synced). Pull now brings every
+    file the remote holds that the copy lacks, as rsync without --delete does."""
+    _run_many(tmp_path, [2141], cli=False, sync=copy_like_rsync, world=RemoteWorld)
+
+
 def test_live_seed_80_keeps_an_append_to_a_segment_copied_empty(tmp_path):
     """Found by the first LiveWorld run, on the code before segments were created whole
     (issue 20 item 1): a writer stopped right after creating its new segment, an rsync
