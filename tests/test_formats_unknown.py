@@ -110,3 +110,23 @@ def test_watch_reports_a_gemini_file_and_writes_nothing(tape_dir, tmp_path):
     assert p.returncode == 1 and "a Gemini CLI session" in err and "Traceback" not in err, err
     assert len(err.strip().splitlines()) == 1
     assert snapshot(tape_dir) == before
+
+
+def gemini_jsonl() -> str:
+    """The newer layout (chatRecordingService.ts, appendRecord): a metadata line, then one
+    message a line (a message recorded again under its id replaces it), `$set` updates."""
+    meta = {k: v for k, v in GEMINI.items() if k != "messages"}
+    rows = [meta] + GEMINI["messages"] + [{"$set": {"lastUpdated": GEMINI["lastUpdated"]}}]
+    return "".join(json.dumps(r) + "\n" for r in rows)
+
+
+def test_a_gemini_cli_jsonl_session_is_refused_by_import_and_watch(tape_dir, tmp_path):
+    path = tmp_path / "chats" / "session-2026-03-11T21-02-5d1e3a90.jsonl"
+    path.parent.mkdir()
+    path.write_text(gemini_jsonl())
+    refused(tape_dir, path, expect=b"a Gemini CLI session")
+    before = snapshot(tape_dir)
+    p = run_cli("--dir", tape_dir, "watch", "--once", path.parent)
+    err = p.stderr.decode()
+    assert p.returncode == 1 and "a Gemini CLI session" in err and str(path) in err and len(err.strip().splitlines()) == 1, err
+    assert snapshot(tape_dir) == before

@@ -31,8 +31,11 @@ def _format_of(v: Any) -> str | None:
     return None
 
 
+GEMINI = "a Gemini CLI session; ctape does not read this format yet (nothing was imported)"
+
+
 def _gemini(path: str) -> str:
-    return f"{path}: a Gemini CLI session; ctape does not read this format yet (nothing was imported)"
+    return f"{path}: {GEMINI}"
 
 
 def _document(path: str, f) -> str:

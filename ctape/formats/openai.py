@@ -48,9 +48,15 @@ def list_key(v: Any) -> Optional[str]:
 
 
 def is_gemini(v: Any) -> bool:
-    """A Gemini CLI session ({sessionId, projectHash, startTime, lastUpdated, messages}):
-    its `messages` are no chat messages (`type: user|gemini`, no role)."""
-    return isinstance(v, dict) and isinstance(v.get("sessionId"), str) and "projectHash" in v and isinstance(v.get("messages"), list)
+    """A Gemini CLI session ({sessionId, projectHash, startTime, lastUpdated, messages}),
+    or the first line of one in its newer JSON Lines layout (the same without messages,
+    which follow one a line): its messages are no chat messages (`type: user|gemini`)."""
+    return (
+        isinstance(v, dict)
+        and isinstance(v.get("sessionId"), str)
+        and "projectHash" in v
+        and (isinstance(v.get("messages"), list) or ("type" not in v and "messages" not in v))
+    )
 
 
 def is_record(v: Any) -> bool:

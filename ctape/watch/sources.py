@@ -112,7 +112,9 @@ def check_paths(paths: list[str]) -> None:
 def detect(first_lines: list[bytes]) -> Optional[str]:
     """The format of a file from its first complete lines (the rule of `ctape import FILE`,
     formats/detect.py, applied to the first record that tells); None while none does yet."""
-    from ..formats.detect import _format_of
+    from ..errors import InvalidInput
+    from ..formats.detect import GEMINI, _format_of
+    from ..formats.openai import is_gemini
 
     for raw in first_lines:
         if not raw.strip():
@@ -126,6 +128,8 @@ def detect(first_lines: list[bytes]) -> Optional[str]:
         fmt = _format_of(v)
         if fmt is not None:
             return fmt
+        if is_gemini(v):
+            raise InvalidInput(GEMINI)
     return None
 
 
