@@ -21,7 +21,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterable, Optional
 
-from ..model.errors import InvalidInput
+from ..model.errors import CtapeError, InvalidInput
 from ..store.files import open_for_reading
 from . import layout
 from .backend import Backend, RemoteError
@@ -41,12 +41,41 @@ def _upload(backend: Backend, piece) -> str:
     return "there" if backend.get(key) == chunk else "other"
 
 
-def check_secrets(tape, sessions: list[str], allow_secrets: bool) -> None:
-    """HOOK (issue 22, SPEC section 18): refuse sessions with unresolved secret findings.
+class SecretsFound(CtapeError):
+    """`push` of sessions with likely secrets that were neither redacted nor allowed."""
 
-    `ctape scan` lands separately; when it does, this raises a one-line error naming
-    the sessions and `ctape redact` / `scan --allow`, unless `allow_secrets`."""
-    return None
+
+def check_secrets(tape, sessions: list[str], allow_secrets: bool) -> None:
+    """Refuse sessions with unresolved secret findings (SPEC section 18), with one line
+    that names them and says how to go on, unless `allow_secrets`. A session whose HEAD
+    and branches are as they were at its last clean check in this process is not scanned
+    again (`push --follow` checks each round only what moved)."""
+    if allow_secrets:
+        return
+    from ..ops.scan import unresolved
+
+    clean = getattr(tape, "_secrets_clean", None)  # session -> its refs when last found clean
+    if clean is None:
+        clean = tape._secrets_clean = {}
+    todo = []
+    for s in sessions:
+        st = tape.session(s).refs()
+        key = (st.head_hash, tuple(sorted(st.branches.items())))
+        if clean.get(s) != key:
+            todo.append((s, key))
+    if not todo:
+        return
+    found = unresolved(tape, [s for s, _ in todo])
+    bad = sorted({f.session for f in found})
+    for s, key in todo:
+        if s not in bad:
+            clean[s] = key
+    if bad:
+        first = found[0]
+        raise SecretsFound(
+            f"not pushing: {len(found)} likely secret(s) in session(s) {', '.join(bad[:5])}{' ...' if len(bad) > 5 else ''} "
+            f"(first: {first.kind} in {first.hash[:12]} at {first.path}); see `ctape scan -s {bad[0]}`, then "
+            "`ctape redact --scan -s SESSION` or `ctape scan --allow ID`, or push with --allow-secrets")
 
 
 def _read_range(path: str, start: int, end: int, own: bool) -> bytes:
@@ -110,7 +139,7 @@ def push(tape, backend: Backend, name: str, sessions: Iterable[str] = (), allow_
         if s not in known:
             raise InvalidInput(f"no session {s!r} in this tape")
     chosen = wanted or known
-    check_secrets(tape, chosen, allow_secrets)  # HOOK (issue 22): scan before anything leaves
+    check_secrets(tape, chosen, allow_secrets)  # before anything leaves (SPEC section 18)
     state = State.load(store, name, backend.url)
     if not state.get("checked"):
         backend.check()
