@@ -59,7 +59,9 @@ def test_real_transcripts(tape_dir):
         assert cc["cost"] == pytest.approx((inp * 3 + out * 15 + cached * 0.3 + write * 3.75) / 1e6, abs=1e-6)
         cx = rows["cx"]
         assert [cx["input"], cx["output"], cx["cached"]] == _expected_codex(CODEX)
-        assert cx["models"] == ["gpt-5.5"] and cx["cost"] is None and cx["unpriced_tokens"] == cx["total"]
+        assert cx["models"] == ["gpt-5.5"] and cx["unpriced_tokens"] == 0
+        # gpt-5.5 (standard tier): $5 in, $30 out, $0.50 cached per million
+        assert cx["cost"] == pytest.approx((cx["input"] * 5 + cx["output"] * 30 + cx["cached"] * 0.5) / 1e6, abs=1e-6)
         by_model = {r["model"]: r for r in t.usage(by="model")}
         assert set(by_model) == {"claude-sonnet-4-20250514", "gpt-5.5"}
         days = t.usage(by="day")
@@ -78,6 +80,64 @@ def test_real_transcripts(tape_dir):
     lines = p.stdout.decode().splitlines()
     assert lines[0].split() == ["SESSION", "INPUT", "OUTPUT", "CACHED", "CACHE-WRITE", "COST"]
     assert all("$" in line for line in lines[1:])
+    # the TOTAL row adds the others up
+    assert lines[-1].split()[0] == "TOTAL" and len(lines) == 4
+    figures = [[int(c.replace(",", "")) for c in line.split()[1:5]] for line in lines[1:3]]
+    assert [int(c.replace(",", "")) for c in lines[-1].split()[1:5]] == [a + b for a, b in zip(*figures)]
+    assert float(lines[-1].split()[5].lstrip("$")) == pytest.approx(sum(float(line.split()[5].lstrip("$")) for line in lines[1:3]), abs=0.011)
+
+
+FIXTURES = "/work/shared/fixtures/transcripts"
+
+
+@pytest.mark.skipif(not os.path.isdir(FIXTURES), reason="fixtures not present")
+def test_every_model_in_the_fixtures_has_a_price(tape_dir):
+    for folder in ("claude-code", "codex-rollout", "openai-chat"):
+        for name in sorted(os.listdir(os.path.join(FIXTURES, folder))):
+            run_cli("--dir", tape_dir, "import", os.path.join(FIXTURES, folder, name), check=True)
+    p = run_cli("--dir", tape_dir, "usage", "--by", "model", "--json", check=True)
+    rows = [json.loads(line) for line in p.stdout.decode().splitlines()]
+    assert len(rows) >= 5
+    assert [r["model"] for r in rows if r["cost"] is None or r["unpriced_tokens"]] == []
+
+
+@pytest.mark.skipif(not os.path.exists(CLAUDE) or not os.path.exists(CODEX), reason="fixtures not present")
+def test_the_web_shows_the_figures_of_ctape_usage(tape_dir):
+    """One code path: the session list, a session's page and the stats page give what
+    `ctape usage` gives (codex input and cache tokens included), with the TOTAL row."""
+    import re
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    run_cli("--dir", tape_dir, "import", "claude-code", CLAUDE, "-s", "cc", check=True)
+    run_cli("--dir", tape_dir, "import", "codex", CODEX, "-s", "cx", check=True)
+    rows = {r["session"]: r for r in map(json.loads, run_cli("--dir", tape_dir, "usage", "--json", check=True).stdout.decode().splitlines())}
+    total = run_cli("--dir", tape_dir, "usage", check=True).stdout.decode().splitlines()[-1].split()
+    server = subprocess.Popen([sys.executable, "-m", "ctape", "--dir", str(tape_dir), "serve", "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        url = server.stdout.readline().decode().strip().rstrip("/")
+        stats = urllib.request.urlopen(url + "/stats").read().decode()  # waits for the figures
+        listing = urllib.request.urlopen(url + "/").read().decode()
+        for _ in range(50):
+            if "…</td></tr>" not in listing:
+                break
+            time.sleep(0.1)
+            listing = urllib.request.urlopen(url + "/").read().decode()
+        session = urllib.request.urlopen(url + "/s/cx").read().decode()
+    finally:
+        server.terminate()
+        server.wait()
+    for name, r in rows.items():
+        cells = re.search(rf"<tr><td>{name}</td>" + r'<td class="num">([\d,]+)</td>' * 4 + r'<td class="num">([^<]+)</td>', stats)
+        assert cells, name
+        assert [int(c.replace(",", "")) for c in cells.groups()[:4]] == [r["input"], r["output"], r["cached"], r["cache_write"]]
+        assert cells.group(5) == f"${r['cost']:,.2f}"
+        assert f"{r['input']:,} in / {r['output']:,} out / {r['cached']:,} cached" in listing
+    assert rows["cx"]["input"] > 1_000_000 and f"{rows['cx']['input']:,} in" in session
+    cells = re.search(r"<tr class=total><td>TOTAL</td>" + r'<td class="num">([\d,]+)</td>' * 4 + r'<td class="num">([^<]+)</td>', stats)
+    assert cells and list(cells.groups()) == total[1:]
 
 
 def test_generic_usage_meta_and_sharing(tape):
@@ -100,7 +160,8 @@ def test_price_matching():
     table = load_prices()
     assert price_of("claude-sonnet-4-20250514", table) == table["claude-sonnet-4"]
     assert price_of("claude-sonnet-4-5-20250929", table) == table["claude-sonnet-4-5"]
-    assert price_of("gpt-5.3-codex", table) is None  # not gpt-5: an unknown model has no price
+    assert price_of("gpt-5.3-codex", table) == table["gpt-5.3-codex"]  # its own price, not gpt-5's
+    assert price_of("gpt-5.9-codex", table) is None  # an unknown model has no price
     assert price_of(None, table) is None
     assert normalize({"input_tokens": 10, "cached_input_tokens": 4, "output_tokens": 3}) == {"input": 6, "output": 3, "cached": 4, "cache_write": 0}
 

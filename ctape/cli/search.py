@@ -174,6 +174,8 @@ def summary_of(tape, h: str) -> str:
 def usage(ctx, by, since, prices, as_json):
     """Tokens (input, output, cached) and estimated cost, as the agents recorded them.
 
+    Several rows end with a TOTAL row. `ctape serve` shows the same figures.
+
     Read from what importers and integrations keep in each entry's meta (Claude Code,
     Codex, pydantic-ai, or any `usage` object). Cost is an estimate from list prices
     per million tokens (see docs/usage.md); models without a price show their tokens
@@ -195,10 +197,13 @@ def usage(ctx, by, since, prices, as_json):
     if not rows:
         click.echo("no token usage recorded", err=True)
         return
+    from ..ops.usage import cost_text, total
+
+    if len(rows) > 1:
+        rows = rows + [total(rows, by)]
     head = (by.upper(), "INPUT", "OUTPUT", "CACHED", "CACHE-WRITE", "COST")
     table = [head] + [
-        (_safe(str(r[by])), f"{r['input']:,}", f"{r['output']:,}", f"{r['cached']:,}", f"{r['cache_write']:,}",
-         "-" if r["cost"] is None else f"${r['cost']:,.2f}" + ("*" if r["unpriced_tokens"] else ""))
+        (_safe(str(r[by])), f"{r['input']:,}", f"{r['output']:,}", f"{r['cached']:,}", f"{r['cache_write']:,}", cost_text(r))
         for r in rows
     ]
     widths = [max(len(row[i]) for row in table) for i in range(len(head))]

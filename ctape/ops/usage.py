@@ -249,3 +249,20 @@ def usage(tape, by: str = "session", since: Optional[str] = None, prices: Option
     key = (lambda r: r["day"]) if by == "day" else (lambda r: (-(r["cost"] or 0), -r["total"], r[by]))
     out.sort(key=key)
     return out
+
+
+def total(rows: list[dict], by: str = "session") -> dict:
+    """The TOTAL row of `usage` rows: each figure summed (cost: of the priced ones, None
+    when none is priced), models merged. `ctape usage` and the web both print it."""
+    row: dict[str, Any] = {by: "TOTAL", **{f: sum(r[f] for r in rows) for f in FIELDS}}
+    row["total"] = sum(r["total"] for r in rows)
+    costs = [r["cost"] for r in rows if r["cost"] is not None]
+    row["cost"] = round(sum(costs), 6) if costs else None
+    row["unpriced_tokens"] = sum(r["unpriced_tokens"] for r in rows)
+    row["models"] = sorted({m for r in rows for m in r["models"]})
+    return row
+
+
+def cost_text(row: dict) -> str:
+    """A row's cost as shown: $N.NN, '*' when some of its tokens have no price, '-' for none."""
+    return "-" if row["cost"] is None else f"${row['cost']:,.2f}" + ("*" if row["unpriced_tokens"] else "")

@@ -24,7 +24,6 @@ from .tree import Graph, svg
 
 PAGE = 100  # entries per page of a conversation; older ones are a link away
 LIVE_TTL = 0.25  # seconds a session's refs are trusted before they are read again
-LIST_BUDGET = 0.3  # seconds the sessions page may spend reading histories for their usage
 PAGE_WALK_BUDGET = 0.05  # of which a session page spends this much (its polls read on)
 WALK_BUDGET = 0.15  # seconds a request may spend reading history for the tree (the rest: next polls)
 DIFF_SIDE = 200  # entries shown per side of a diff
@@ -83,6 +82,9 @@ class Site:
         self.graphs: dict[str, Graph] = {}
         self.checked: dict[str, float] = {}
         self.base = _template()
+        self._usage: Optional[tuple[str, dict]] = None  # (heads it was read at, rows by session + TOTAL)
+        self._usage_job: Optional[threading.Thread] = None
+        self._usage_lock = threading.Lock()  # not self.lock: a request holding that may wait for the job
         # the library imports these on first use; a server pays that before it prints its URL
         from ..store import localstate
         from ..history import recovery, sessions, stream  # noqa: F401
@@ -106,6 +108,36 @@ class Site:
             self.checked[name] = time.monotonic()
         return g
 
+    def usage(self, wait: bool = False) -> Optional[dict]:
+        """The figures of `ctape usage` (ops.usage, the one code path) by session, plus
+        "TOTAL". Read in a thread on a Tape of its own, again whenever a session's HEAD has
+        moved; until the first reading is done None (pages show …), later the previous one."""
+        heads = repr(sorted((s["session"], s["head"]) for s in self.tape.sessions()))
+        with self._usage_lock:
+            if self._usage is not None and self._usage[0] == heads:
+                return self._usage[1]
+            if self._usage_job is None or not self._usage_job.is_alive():
+                self._usage_job = threading.Thread(target=self._read_usage, args=(heads,), daemon=True)
+                self._usage_job.start()
+            job = self._usage_job
+        if wait:
+            job.join()
+        return self._usage[1] if self._usage is not None else None
+
+    def _read_usage(self, heads: str) -> None:
+        from ..ops.usage import total, usage
+        from ..tape import Tape
+
+        try:
+            with Tape.open(self.tape.path) as tape:
+                rows = usage(tape, by="session")
+        except CtapeError:
+            return  # a damaged tape: the pages say so elsewhere; usage stays unknown
+        figures = {r["session"]: r for r in rows}
+        figures["TOTAL"] = total(rows)
+        with self._usage_lock:
+            self._usage = (heads, figures)
+
     def layout(self, title: str, main: str, attrs: dict | None = None) -> Page:
         body_attrs = "".join(f' {k}="{esc(v)}"' for k, v in (attrs or {}).items())
         return Page(self.base.substitute(title=esc(title), main=main, body_attrs=body_attrs, tape=esc(self.tape.path)))
@@ -114,17 +146,16 @@ class Site:
 
     def sessions_page(self, q: str = "") -> Page:
         rows = []
-        deadline = time.monotonic() + LIST_BUDGET
         for s in self._sessions():
             try:
                 if "error" in s:
                     raise s["error"]
-                rows.append(self._session_row(s, deadline))
+                rows.append(self._session_row(s))
             except CtapeError as e:  # a damaged session does not hide the others
                 rows.append(f'<tr class="session damaged"><td><a href="{esc(s_url(s["session"]))}">{esc(s["session"])}</a></td><td colspan="6" class="err">{esc(e)}</td></tr>')
         table = (
             '<table class="list"><thead><tr><th>session</th><th>last activity (UTC)</th><th>entries</th><th>branches</th>'
-            f'<th>HEAD on</th><th>source</th><th>usage (tokens)</th></tr></thead><tbody>{"".join(rows)}</tbody></table>'
+            f'<th>HEAD on</th><th>source</th><th>usage (tokens, cost)</th></tr></thead><tbody>{"".join(rows)}</tbody></table>'
             if rows else '<p class="muted">This tape has no sessions yet. Try <code>ctape demo</code>.</p>'
         )
         form = (
@@ -157,20 +188,13 @@ class Site:
         out.sort(key=lambda s: s.get("last_time") or "", reverse=True)
         return out
 
-    def _session_row(self, s: dict, deadline: float) -> str:
+    def _session_row(self, s: dict) -> str:
         from ..history.sessions import source_text
 
         name = s["session"]
         sess = self.tape.session(name)
-        left = deadline - time.monotonic()
-        g = self.graph(name, budget=left) if left > 0 or name in self.graphs else None
-        tokens = g.totals() if g is not None and g.complete else None
-        if tokens is None:
-            usage = "…"  # not read yet: the session's page reads it
-        elif tokens["tokens_in"] or tokens["tokens_out"]:
-            usage = f'{tokens["tokens_in"]:,} in / {tokens["tokens_out"]:,} out'
-        else:
-            usage = ""
+        figures = self.usage()
+        usage = "…" if figures is None else _usage_text(figures.get(name))  # …: not read yet
         damaged = ' <span class="badge err">damaged</span>' if s.get("damaged") else ""
         title = f'<div class="title">{esc(s["title"])}</div>' if s.get("title") else ""
         src = s.get("source") or {}
@@ -253,6 +277,10 @@ class Site:
         from ..history.sessions import source_text, summary
 
         about = summary(self.tape, st["head"]) if head is not None else {"title": None, "source": None}
+        figures = self.usage()
+        spent = "…" if figures is None else _usage_text(figures.get(name))
+        if spent:
+            facts.append(f'<span class="usage">usage: {esc(spent)}</span>')
         facts.append(f"<span>source: {esc(source_text(about['source']) or queries.source(head))}</span>")
         if about["title"]:
             facts.insert(0, f'<span class="title">{esc(about["title"])}</span>')
@@ -381,13 +409,46 @@ class Site:
         for s in self.tape.sessions():
             t = self.graph(s["session"], whole=True).totals()
             kinds = ", ".join(f"{k} {n:,}" for k, n in sorted(t["kinds"].items()))
-            srows.append(
-                f'<tr><td><a href="{esc(s_url(s["session"]))}">{esc(s["session"])}</a></td><td class="num">{t["entries"]:,}</td>'
-                f'<td class="num">{t["tokens_in"]:,}</td><td class="num">{t["tokens_out"]:,}</td><td>{esc(kinds)}</td></tr>'
-            )
+            srows.append(f'<tr><td><a href="{esc(s_url(s["session"]))}">{esc(s["session"])}</a></td><td class="num">{t["entries"]:,}</td><td>{esc(kinds)}</td></tr>')
         main = (
             f'<h1>Stats</h1><h2>Storage</h2><table class="kv">{rows}</table>'
-            '<h2>Sessions</h2><table class="list"><thead><tr><th>session</th><th>entries (all branches)</th><th>tokens in</th>'
-            f'<th>tokens out</th><th>kinds</th></tr></thead><tbody>{"".join(srows)}</tbody></table>'
+            '<h2>Sessions</h2><table class="list"><thead><tr><th>session</th><th>entries (all branches)</th>'
+            f'<th>kinds</th></tr></thead><tbody>{"".join(srows)}</tbody></table>'
+            f"<h2>Usage</h2>{_usage_table(self.usage(wait=True))}"
         )
         return self.layout("stats", main)
+
+
+# -- usage: the rows of ops.usage, as `ctape usage` prints them ----------------------------------
+
+
+def _usage_text(row: Optional[dict]) -> str:
+    """One session's figures in a few words ("" when it recorded none)."""
+    from ..ops.usage import cost_text
+
+    if not row:
+        return ""
+    cache = f" / {row['cached']:,} cached" if row["cached"] or row["cache_write"] else ""
+    cost = cost_text(row)
+    return f"{row['input']:,} in / {row['output']:,} out{cache}" + ("" if cost == "-" else f" · {cost}")
+
+
+def _usage_table(figures: Optional[dict]) -> str:
+    """`ctape usage` as a table: a row per session, then TOTAL."""
+    from ..ops.usage import cost_text
+
+    rows = [r for k, r in (figures or {}).items() if k != "TOTAL"]
+    if not rows:
+        return '<p class="muted">no token usage recorded</p>'
+    body = "".join(
+        f'<tr{" class=total" if r is figures["TOTAL"] else ""}><td>{esc(r["session"])}</td>'
+        + "".join(f'<td class="num">{r[f]:,}</td>' for f in ("input", "output", "cached", "cache_write"))
+        + f'<td class="num">{esc(cost_text(r))}</td></tr>'
+        for r in rows + [figures["TOTAL"]]
+    )
+    return (
+        '<table class="list usage"><thead><tr><th>session</th><th>input</th><th>output</th><th>cached</th>'
+        f"<th>cache write</th><th>cost</th></tr></thead><tbody>{body}</tbody></table>"
+        '<p class="muted">as <code>ctape usage</code> gives them: cost estimated from list prices; '
+        "<code>-</code>: no price for the model, <code>*</code>: none for some of them</p>"
+    )

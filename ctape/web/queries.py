@@ -1,5 +1,6 @@
 """What the pages ask of a tape beyond the library's own operations: where a session
-came from, the token usage an entry records, a text search, and where two refs part.
+came from, a text search, and where two refs part. (Token usage is the library's:
+ops/usage.py, the figures of `ctape usage`.)
 
 Each is one function so it can be swapped for a library operation when one lands:
 `search` uses the library's indexed `Tape.search` when this ctape has it and a plain scan
@@ -9,7 +10,7 @@ otherwise, and `merge_base` walks parents until the library has a `diff`.
 from __future__ import annotations
 
 import json
-from typing import Any, Optional
+from typing import Optional
 
 from ..errors import EntryNotFound
 from ..model.models import HIDDEN, Entry
@@ -33,22 +34,6 @@ def source(e: Optional[Entry]) -> str:
         if key in meta:
             return label
     return "ctape"
-
-
-def usage(e: Entry) -> tuple[int, int]:
-    """(input, output) tokens an entry records, when its source says (0, 0 otherwise)."""
-    meta = e.meta if isinstance(e.meta, dict) else {}
-    u: Any = meta.get("usage")
-    if u is None:
-        cc = meta.get("claude-code")
-        if isinstance(cc, dict) and isinstance(cc.get("message"), dict):
-            u = cc["message"].get("usage")
-    if isinstance(u, dict):
-        def num(*keys):
-            return sum(v for k in keys if isinstance(v := u.get(k), int) and not isinstance(v, bool))
-
-        return num("input_tokens", "prompt_tokens"), num("output_tokens", "completion_tokens")
-    return 0, 0
 
 
 def text_of(e: Entry) -> str:

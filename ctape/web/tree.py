@@ -18,7 +18,7 @@ from typing import Optional
 
 from ..errors import CorruptObject, EntryNotFound
 from .markdown import esc
-from .queries import is_hidden, usage
+from .queries import is_hidden
 
 WALK_LIMIT = 200_000  # entries remembered per session
 MAX_NODES = 400  # nodes drawn; anchors beyond this are left out (newest kept)
@@ -31,8 +31,6 @@ class Node:
     seq: int
     kind: str
     anchor: Optional[str]
-    tokens_in: int
-    tokens_out: int
     hidden: bool
 
 
@@ -87,8 +85,7 @@ class Graph:
                 self.damaged = True
                 continue
             anchor = e.payload.get("name") if e.kind == "anchor" and isinstance(e.payload, dict) else None
-            ti, to = usage(e)
-            self.nodes[h] = Node(e.parent, e.seq, e.kind, str(anchor) if anchor is not None else None, ti, to, is_hidden(e))
+            self.nodes[h] = Node(e.parent, e.seq, e.kind, str(anchor) if anchor is not None else None, is_hidden(e))
             if e.parent is not None:
                 self._push(e.parent, 1 - e.seq)
         state = repr(sorted(tips.items())) + repr(refs.head) + ("" if self.complete else f"|{len(self.nodes)}")
@@ -111,12 +108,9 @@ class Graph:
 
     def totals(self) -> dict:
         kinds: dict[str, int] = {}
-        ti = to = 0
         for n in self.nodes.values():
             kinds[n.kind] = kinds.get(n.kind, 0) + 1
-            ti += n.tokens_in
-            to += n.tokens_out
-        return {"entries": len(self.nodes), "kinds": kinds, "tokens_in": ti, "tokens_out": to}
+        return {"entries": len(self.nodes), "kinds": kinds}
 
 
 @dataclass
@@ -230,9 +224,6 @@ def svg(g: Graph, session: str, viewing: Optional[str], link) -> str:
     note = ""
     if not g.complete:
         note += f'<p class="muted loading">reading the history: {len(g.nodes):,} entries so far…</p>'
-    t = g.totals() if g.complete else None
-    if t and (t["tokens_in"] or t["tokens_out"]):
-        note += f'<p class="muted">usage: {t["tokens_in"]:,} in / {t["tokens_out"]:,} out tokens</p>'
     if g.truncated:
         note += f'<p class="muted">only the newest {WALK_LIMIT:,} entries are drawn</p>'
     if g.missing:
