@@ -178,10 +178,15 @@ def emit_json(value) -> None:
 
 
 def echo_lines(lines, use_pager: bool) -> None:
+    """Lines to stdout, through the pager (pager.py) when `use_pager` and they are many."""
     text = "\n".join(lines)
-    if use_pager and sys.stdout.isatty():
-        click.echo_via_pager(text + "\n")
-    elif text:
+    if not text:
+        return
+    if use_pager:
+        from .pager import page
+
+        page(text + "\n")
+    else:
         click.echo(text)
 
 
@@ -243,7 +248,7 @@ def _opt(param) -> str:
 
 session_option = click.option("-s", "--session", envvar="CTAPE_SESSION", help="Session name (default: $CTAPE_SESSION, else `ctape session use`, else the only one).")
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output (JSON Lines for listings).")
-pager_option = click.option("--no-pager", is_flag=True, help="Never page the output.")
+pager_option = click.option("--no-pager", is_flag=True, help="Never page the output (else, in a terminal: $CTAPE_PAGER, $PAGER or less, with LESS=FRX unless LESS is set).")
 
 
 @click.group(cls=CtapeGroup, context_settings={"help_option_names": ["-h", "--help"]})
