@@ -38,10 +38,30 @@ def test_push_refuses_a_session_with_a_secret_until_it_is_redacted_or_allowed(tm
     # a session without findings goes on its own
     assert run_cli("--dir", a, "push", "origin", "-s", "clean").returncode == 0
 
-    # redacted: the finding is resolved and the push goes through (the bytes leave the
-    # files at the next compact: docs/privacy.md says to compact before pushing)
+    # redacted: the finding is resolved, but the bytes are still in the segment until the
+    # next compact: the push says so and sends nothing of that session
     run_cli("--dir", a, "redact", "-s", "leaky", "--scan", check=True)
-    assert run_cli("--dir", a, "push", "origin").returncode == 0
+    before = snapshot(remote)
+    p = run_cli("--dir", a, "push", "origin")
+    assert p.returncode == 1 and b"compact" in p.stderr and len(p.stderr.splitlines()) == 1, p.stderr
+    assert snapshot(remote) == before
+    run_cli("--dir", a, "compact", check=True)
+    p = run_cli("--dir", a, "push", "origin")
+    assert p.returncode == 0, p.stderr
+    # nothing on the remote holds the secret (records are compressed: open them to look)
+    remote_bytes = b"".join(v for v in snapshot(remote).values() if isinstance(v, bytes))
+    assert secret.encode() not in remote_bytes
+    b = tmp_path / "B"
+    run_cli("clone", f"file://{remote}", b, check=True)
+    shown = run_cli("--dir", b, "export", "leaky", check=True).stdout
+    assert secret.encode() not in shown and b"[redacted" in shown
+    # and what arrived is the withheld form, not the original bytes behind a marker
+    ta, tb = Tape.open(a), Tape.open(b)
+    try:
+        (h,) = ta.redactions()
+        assert tb.store.get_object(h)[0] == ord("W")
+    finally:
+        ta.close(), tb.close()
 
 
 def test_push_allow_secrets_overrides(tmp_path):

@@ -45,13 +45,41 @@ class SecretsFound(CtapeError):
     """`push` of sessions with likely secrets that were neither redacted nor allowed."""
 
 
+def _redacted_bytes_left(tape, sessions: list[str]) -> list[str]:
+    """Redacted objects whose original bytes still sit in a file that this push would
+    upload (a session's own files, or packs/): the redaction hides them from reads at once,
+    but only the next `compact` removes them from the files (docs/privacy.md)."""
+    from ..store.store import TYPE_WITHHELD
+
+    store = tape.store
+    prefixes = tuple(f"sessions/{s}/" for s in sessions) + ("packs/",)
+    left = []
+    for h in tape.redactions():
+        loc = store.index.find_object(h)
+        if loc is None or not (store.index.path_of(loc[0]) or "").startswith(prefixes):
+            continue  # gone (a value dropped whole), or in a file this push does not send
+        try:
+            type_, _ = store.get_object(h)
+        except CtapeError:
+            continue
+        if type_ != TYPE_WITHHELD:
+            left.append(h)
+    return left
+
+
 def check_secrets(tape, sessions: list[str], allow_secrets: bool) -> None:
-    """Refuse sessions with unresolved secret findings (SPEC section 18), with one line
-    that names them and says how to go on, unless `allow_secrets`. A session whose HEAD
+    """Refuse sessions with unresolved secret findings (SPEC section 18), or whose redacted
+    values still have their bytes in the files to upload, with one line that names them
+    and says how to go on, unless `allow_secrets`. A session whose HEAD
     and branches are as they were at its last clean check in this process is not scanned
     again (`push --follow` checks each round only what moved)."""
     if allow_secrets:
         return
+    left = _redacted_bytes_left(tape, sessions)
+    if left:
+        raise SecretsFound(
+            f"not pushing: {len(left)} redacted value(s) still have their bytes in this copy's files "
+            f"(first: {left[0][:12]}); run `ctape compact` first (it drops them), or push with --allow-secrets")
     from ..ops.scan import unresolved
 
     clean = getattr(tape, "_secrets_clean", None)  # session -> its refs when last found clean
