@@ -106,7 +106,7 @@ class Tape:
         return red
 
     def read_entry(self, h: str) -> Entry:
-        self.redactions()
+        redacted = self.redactions()  # first: a redaction that arrived clears the cache
         cached = self._entries.get(h)
         if cached is not None:
             self._entries.move_to_end(h)
@@ -115,7 +115,6 @@ class Tape:
         if type_ not in (TYPE_ENTRY, TYPE_WITHHELD):
             raise EntryNotFound(f"{h} is a payload value, not an entry")
         raw = decode_entry(h, body)  # CorruptObject naming h when it is not an entry body
-        redacted = self.redactions()
         if h in redacted:
             raw = redaction.apply(raw, redacted[h])
         size = len(body)
