@@ -1,4 +1,4 @@
-"""Finding, comparing and naming: search, diff, tag, usage."""
+"""Finding and comparing: search, diff, usage."""
 
 from __future__ import annotations
 
@@ -99,60 +99,6 @@ def diff(ctx, ref1, ref2, session, as_json):
             click.echo("")
             for line in lines:
                 click.echo(_safe(line))
-
-
-@main.command()
-@click.argument("name", required=False)
-@click.argument("ref", required=False)
-@click.option("-d", "--delete", "delete", metavar="NAME", help="Delete tag NAME (the entry stays on the tape).")
-@click.option("-f", "--force", is_flag=True, help="Move an existing tag NAME to REF.")
-@session_option
-@json_option
-@click.pass_context
-def tag(ctx, name, ref, delete, force, session, as_json):
-    """List the session's tags, tag REF (default: HEAD) as NAME, or delete a tag.
-
-    A tag names one entry for good: appends never move it, and `compact` keeps what
-    it reaches. A tag is a REF wherever a session is given: a bare name is tried as
-    a branch, then a tag, then an anchor name; `tag:NAME` is the tag even where a
-    branch of that name hides it.
-
-    \b
-    Examples:
-      ctape tag -s chat
-      ctape tag before-refactor -s chat
-      ctape tag v1 chat~4 -s chat
-      ctape tag -f v1 -s chat
-      ctape tag -d v1 -s chat
-    """
-    tape = open_tape(ctx)
-    s = tape.session(need_session(ctx, session))
-    if delete is not None:
-        if name is not None:
-            raise click.UsageError("-d takes one tag name: ctape tag -d NAME")
-        h = s.delete_tag(delete)
-        click.echo(f"deleted tag {delete} (was {h[:12]})", err=True)
-        return
-    if name is None:
-        if force:
-            raise click.UsageError("-f needs a tag NAME to move")
-        for t in s.tags():
-            if as_json:
-                emit_json(t)
-            else:
-                click.echo(f"{t['name']}  {t['hash'][:12]}  {_safe(summary_of(tape, t['hash']))}")
-        return
-    r = s.tag(name, ref, force)
-    if r.get("unchanged"):
-        click.echo(f"tag {name} is already at {r['hash'][:12]}", err=True)
-    elif r["old"]:
-        click.echo(f"moved tag {name} from {r['old'][:12]} to {r['hash'][:12]}", err=True)
-    else:
-        click.echo(f"tagged {r['hash'][:12]} as {name}", err=True)
-    if r["shadowed_by_branch"]:
-        click.echo(f"warning: branch {name!r} has the same name and wins when {name} is used as a REF; write tag:{name} for the tag", err=True)
-    if as_json:
-        emit_json({"name": name, "hash": r["hash"], "old": r["old"]})
 
 
 def summary_of(tape, h: str) -> str:
