@@ -17,6 +17,7 @@ GROUPS = (
     "sessions",
     "maintenance",
     "io",
+    "demo",
     "search",
     "serve",
     "watch",

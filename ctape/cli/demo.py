@@ -7,7 +7,9 @@ import subprocess
 import sys
 import time
 
-from ..tape import Tape
+import click
+
+from .base import main
 
 SYSTEM = "You are a careful coding agent. Use tools to read files and run tests before you answer."
 FILE = "def add(a, b):\n    return a - b\n" + "\n".join(f"# line {i}: helper notes for the reader" for i in range(60))
@@ -15,6 +17,7 @@ FILE = "def add(a, b):\n    return a - b\n" + "\n".join(f"# line {i}: helper not
 
 def run_demo(path: str, crash: bool, echo) -> None:
     from ..store.store import Store
+    from ..tape import Tape
 
     Store.init(path)
     tape = Tape.open(path)
@@ -67,3 +70,19 @@ def _crash_a_stream(path: str, session: str) -> None:
     time.sleep(0.3)
     p.kill()
     p.wait()
+
+
+@main.command()
+@click.option("--crash/--no-crash", default=True, help="Include a killed stream and its recovery.")
+@click.pass_context
+def demo(ctx, crash):
+    """Record a realistic agent session into a fresh tape, crash it, recover it.
+
+    Uses --dir, $CTAPE_DIR or ./.ctape (created if needed), session `demo`.
+
+    \b
+    Examples:
+      ctape --dir /tmp/demo-tape demo
+    """
+    target = ctx.find_root().obj.get("dir") or os.environ.get("CTAPE_DIR") or ".ctape"
+    run_demo(target, crash=crash, echo=click.echo)

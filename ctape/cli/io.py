@@ -1,4 +1,4 @@
-"""Moving history in and out of a tape: import, export, demo."""
+"""Moving history in and out of a tape: import, export."""
 
 from __future__ import annotations
 
@@ -61,21 +61,3 @@ def export(ctx, ref, fmt):
     out = sys.stdout.buffer
     for line in export_ref(open_tape(ctx), ref, fmt):
         out.write(line.encode("utf-8", "surrogateescape") + b"\n")
-
-
-@main.command()
-@click.option("--crash/--no-crash", default=True, help="Include a killed stream and its recovery.")
-@click.pass_context
-def demo(ctx, crash):
-    """Record a realistic agent session into a fresh tape, crash it, recover it.
-
-    Uses --dir, $CTAPE_DIR or ./.ctape (created if needed), session `demo`.
-
-    \b
-    Examples:
-      ctape --dir /tmp/demo-tape demo
-    """
-    from .demo import run_demo
-
-    target = ctx.find_root().obj.get("dir") or os.environ.get("CTAPE_DIR") or ".ctape"
-    run_demo(target, crash=crash, echo=click.echo)
