@@ -1,8 +1,22 @@
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 
 import pytest
+
+# The whole run's index caches go to a folder of its own, never to the user's
+# ~/.cache/ctape: set before any test module, module- or session-scoped fixture, or
+# subprocess can open a tape (the per-test fixture below then gives each test its own).
+# XDG_CACHE_HOME too, for a subprocess whose environment drops CTAPE_CACHE_DIR.
+_RUN_CACHE = tempfile.mkdtemp(prefix="ctape-test-cache-")
+os.environ["CTAPE_CACHE_DIR"] = os.path.join(_RUN_CACHE, "ctape")
+os.environ["XDG_CACHE_HOME"] = os.path.join(_RUN_CACHE, "xdg")
+
+
+def pytest_unconfigure(config):
+    shutil.rmtree(_RUN_CACHE, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)
