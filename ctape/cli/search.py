@@ -62,43 +62,85 @@ def search(ctx, query, session, kinds, since, until, limit, hidden, as_json):
 @click.argument("ref1")
 @click.argument("ref2")
 @session_option
+@click.option("--stat", is_flag=True, help="Only count each side: its entries by kind and its bytes (reads every entry of both sides).")
+@click.option("-n", "limit", type=click.IntRange(min=0), default=10, show_default=True, help="List at most N entries of each side, oldest first (0: all).")
 @json_option
 @click.pass_context
-def diff(ctx, ref1, ref2, session, as_json):
+def diff(ctx, ref1, ref2, session, stat, limit, as_json):
     """Where two histories part: their common base and the entries after it on each side.
 
-    Each side lists the entries after the base up to its REF, oldest first. When
-    the two REFs have a common base, a unified diff of their payloads follows.
+    Prints the common base (or says there is none), each side's entries after it with
+    their kinds (oldest first, the first N), then the first diverging pair -- the first
+    entry after the base on each side -- as a unified diff of their payloads. --stat
+    prints, like `git diff --stat`, each side's entries by kind and bytes instead.
+    --json lists every entry of both sides (`left`, `right`, oldest first) with their
+    kinds; with --stat it adds the counts.
 
     \b
     Examples:
       ctape diff main alt -s chat
+      ctape diff main alt -s chat --stat
       ctape diff chat~3 chat --json
-      ctape diff chat/main other/main
+      ctape diff chat/main other/main -n 0
     """
-    from ..ops.diff import payload_diff
-    from ..ops.render import summary
+    from ..ops.diff import diff as diff_of, payload_diff
 
     tape = open_tape(ctx)
     name = session_for(ctx, ref1, session)
-    d = tape.diff(ref1, ref2, name)
+    d = diff_of(tape, ref1, ref2, name, limit=None if as_json or limit == 0 else limit, stat=stat)
     if as_json:
         emit_json(d.to_json())
         return
+    click.echo(_base_line(tape, d))
+    if stat:
+        _stat_lines(((ref1, d.left_stat), (ref2, d.right_stat)), d.base is not None)
+        return
+    sides = ((ref1, d.left, d.left_kinds, d.left_count, d.left_ref), (ref2, d.right, d.right_kinds, d.right_count, d.right_ref))
+    width = max((len(k) for k in d.left_kinds + d.right_kinds), default=0)
+    for ref, hashes, kinds, count, tip in sides:
+        click.echo(f"{_safe(ref)}: {_count_text(count, d.base is not None)}")
+        for h, kind in zip(hashes, kinds):
+            click.echo(f"  {h[:12]}  {kind.ljust(width)}  {_safe(summary_of(tape, h))}")
+        if count > len(hashes):
+            click.echo(f"  ... {count - len(hashes):,} more, up to {tip[:12]} (-n 0 lists them all)")
+    pair = d.first_pair
+    if pair is None or d.base is None:  # one side is the base, or two unrelated histories
+        return
+    click.echo("")
+    click.echo(f"first diverging pair: {pair[0][:12]} ({_safe(ref1)}) and {pair[1][:12]} ({_safe(ref2)})")
+    for line in payload_diff(tape, pair[0], pair[1], labels=(ref1, ref2)):
+        click.echo(_safe(line))
+
+
+def _base_line(tape, d) -> str:
     if d.base is None:
-        click.echo("no common base: the two histories share no entry")
-    else:
-        click.echo(f"base {d.base[:12]}  {_safe(summary(tape.read_entry(d.base)))}")
-    for label, ref, side in (("left", ref1, d.left), ("right", ref2, d.right)):
-        click.echo(f"{label} {_safe(ref)}: {len(side)} entr{'y' if len(side) == 1 else 'ies'} after the base")
-        for h in side:
-            click.echo(f"  {h[:12]}  {_safe(summary(tape.read_entry(h)))}")
-    if d.base is not None and d.left_ref != d.right_ref:
-        lines = payload_diff(tape, d.left_ref, d.right_ref)
-        if lines:
-            click.echo("")
-            for line in lines:
-                click.echo(_safe(line))
+        return "no common base: the two histories share no entry"
+    e = tape.read_entry(d.base)
+    return f"common base {d.base[:12]} (seq {e.seq:,})  {e.kind}  {_safe(summary_of(tape, d.base))}"
+
+
+def _entries(count: int) -> str:
+    return f"{count:,} entr{'y' if count == 1 else 'ies'}"
+
+
+def _count_text(count: int, based: bool) -> str:
+    n = _entries(count)
+    if not based:
+        return f"{n} (its whole history: no common base)"
+    return f"{n} after the base" if count else "nothing after the base (it is the base)"
+
+
+def _stat_lines(sides, based: bool) -> None:
+    """Like `git diff --stat`: a line per side, then the totals."""
+    rows = []
+    for ref, st in sides:
+        kinds = ", ".join(f"{k} {n:,}" for k, n in st["kinds"].items())
+        rows.append((_safe(ref), _entries(st["entries"]), f"{st['bytes']:,} bytes", kinds))
+    w = [max(len(r[i]) for r in rows) for i in range(3)]
+    for ref, n, b, kinds in rows:
+        click.echo(f" {ref.ljust(w[0])} | {n.rjust(w[1])}  {b.rjust(w[2])}" + (f"  ({kinds})" if kinds else ""))
+    entries, size = sum(st["entries"] for _, st in sides), sum(st["bytes"] for _, st in sides)
+    click.echo(f" 2 sides, {_entries(entries)}, {size:,} bytes {'after the base' if based else '(no common base)'}")
 
 
 def summary_of(tape, h: str) -> str:
