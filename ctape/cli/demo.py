@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -15,19 +16,57 @@ SYSTEM = "You are a careful coding agent. Use tools to read files and run tests 
 FILE = "def add(a, b):\n    return a - b\n" + "\n".join(f"# line {i}: helper notes for the reader" for i in range(60))
 
 
-def run_demo(path: str, crash: bool, echo) -> None:
+def run_demo(path: str, crash: bool, echo, prog: str = "ctape") -> int:
+    """Record the demo session into the tape at `path` (created if needed), then show it
+    with commands printed as `prog ...` that work as typed. Returns the exit status.
+
+    All or nothing: a demo that cannot finish removes what it wrote (the tape directory
+    when it made it, else the half-made session) and says why in one line."""
+    from ..errors import CtapeError
     from ..store.store import Store
     from ..tape import Tape
 
-    Store.init(path)
-    tape = Tape.open(path)
-    name = "demo"
-    n = 1
+    path = os.path.abspath(path)
+    writer = _StreamWriter() if crash else None  # started first: it fails before anything is written
+    created = not os.path.exists(path)
+    tape = name = None
+    try:
+        Store.init(path)
+        tape = Tape.open(path)
+        name = _free_name(tape)
+        echo(f"# recording session {name!r} into {tape.path}", err=True)
+        _record(tape, name, writer, echo)
+    except BaseException as e:
+        if writer is not None:
+            writer.stop()
+        undone = _undo(path, created, tape, name)
+        if isinstance(e, (KeyboardInterrupt, SystemExit)):
+            raise
+        why = str(e).split(";")[0] if isinstance(e, CtapeError) else f"{type(e).__name__}: {e}"  # its hint is moot now
+        raise CtapeError(f"the demo stopped before it finished ({why}); {undone}") from e
+    finally:
+        if tape is not None:
+            tape.close()
+    shell_path = shlex.quote(path)
+    status = 0
+    for args in (["log", "-s", name, "--graph", "--no-pager"], ["status", "-s", name], ["branch", "-s", name], ["stats"]):
+        echo(f"\n$ {prog} --dir {shell_path} {' '.join(shlex.quote(a) for a in args)}", err=True)
+        status = max(status, _run_cli(["--dir", path, *args]))
+        sys.stdout.flush()  # each command's output before the next one's header, also in a pipe
+    echo(f"\n# more to try: {prog} --dir {shell_path} context -s {shlex.quote(name)} --format anthropic", err=True)
+    return status
+
+
+def _free_name(tape) -> str:
+    name, n = "demo", 1
     while tape._session_exists(name):
         n += 1
         name = f"demo-{n}"
+    return name
+
+
+def _record(tape, name: str, writer, echo) -> None:
     s = tape.session(name)
-    echo(f"# recording session {name!r} into {tape.path}", err=True)
     s.append("system", {"content": SYSTEM})
     s.append("user", {"content": "The tests fail. Fix add() in calc.py."}, delta={"cwd": "/repo", "turn": 1})
     s.append("tool_call", {"call_id": "call_1", "name": "read_file", "arguments": {"path": "calc.py"}})
@@ -38,10 +77,12 @@ def run_demo(path: str, crash: bool, echo) -> None:
     s.append("tool_call", {"call_id": "call_3", "name": "read_file", "arguments": {"path": "calc.py"}})
     s.append("tool_result", {"call_id": "call_3", "output": FILE})  # same content: stored once
     s.append("assistant", {"content": "add() returns a - b; it should return a + b."}, delta={"diagnosis": "sign"})
-    if crash:
+    if writer is not None:
         echo("# streaming the next answer, then killing the writer with SIGKILL", err=True)
-        _crash_a_stream(tape.path, name)
+        writer.crash(tape.path, name)
         st = s.status()
+        if not st["interrupted_stream"]:
+            raise RuntimeError("the killed writer left no partial stream behind")
         echo(f"# after the crash: interrupted stream holds {len(st['interrupted_stream']['content'])} chars", err=True)
         rec = s.recover()
         echo(f"# recovered as streaming entry {rec[0].hash[:12]}" if rec else "# nothing to recover", err=True)
@@ -49,27 +90,90 @@ def run_demo(path: str, crash: bool, echo) -> None:
     s.checkout(anchor.hash, new_branch="retry")
     s.append("user", {"content": "Try again, but run the tests with a timeout of 30 s."})
     s.checkout("main")
-    tape.close()
-    env = dict(os.environ, CTAPE_DIR=tape.path, CTAPE_SESSION=name)
-    for args in (["log", "--graph", "--no-pager"], ["status"], ["branch"], ["stats"]):
-        echo(f"\n$ ctape {' '.join(args)}", err=True)
-        subprocess.run([sys.executable, "-m", "ctape", *args], env=env, check=False)
 
 
-def _crash_a_stream(path: str, session: str) -> None:
-    code = (
-        "import sys, time, ctape\n"
-        f"s = ctape.Tape.open({path!r}).session({session!r})\n"
-        "with s.stream(flush_interval=0.1) as w:\n"
-        "    for word in 'The fix is to change the minus sign to a plus sign and'.split():\n"
-        "        w.write(word + ' '); time.sleep(0.05)\n"
-        "    print('ready', flush=True); time.sleep(60)\n"
-    )
-    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-    p.stdout.readline()
-    time.sleep(0.3)
-    p.kill()
-    p.wait()
+def _undo(path: str, created: bool, tape, name) -> str:
+    """Take back what a demo that stopped wrote; say what was done."""
+    import shutil
+
+    if created and os.path.isdir(path):
+        if tape is not None:
+            tape.close()
+        shutil.rmtree(path, ignore_errors=True)
+        return f"removed {path}, which it had created"
+    from ..errors import CtapeError
+
+    try:
+        if tape is None or name is None or not tape._session_exists(name):
+            return "nothing was written"
+        tape.remove_session(name)
+    except CtapeError:
+        return f"the half-made session {name} is left: remove it with `ctape --dir {shlex.quote(path)} session rm {name}`"
+    return f"removed the half-made session {name}"
+
+
+def _run_cli(args: list[str]) -> int:
+    """Run one ctape command line in this process, as the shell would; its exit status."""
+    try:
+        main.main(args=args, prog_name="ctape")
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else 1
+    return 0
+
+
+# the writer the demo kills: a second Python process running the same ctape as this one
+# (its folder first on sys.path, and -P: a folder named ctape in the current directory,
+# such as a clone of the repository, is never imported in its place)
+_WRITER = """\
+import json, sys, time
+sys.path.insert(0, {root!r})
+import ctape
+print("imported", flush=True)
+path, session = json.loads(sys.stdin.readline())
+s = ctape.Tape.open(path).session(session)
+with s.stream(flush_interval=0.1) as w:
+    for word in "The fix is to change the minus sign to a plus sign and".split():
+        w.write(word + " "); time.sleep(0.05)
+    print("ready", flush=True); time.sleep(60)
+"""
+
+
+class _StreamWriter:
+    def __init__(self):
+        import json
+
+        from ..errors import CtapeError
+
+        self._json = json
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        self.p = subprocess.Popen([sys.executable, "-P", "-c", _WRITER.format(root=root)], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        if self.p.stdout.readline() != "imported\n":
+            err = self.stop()
+            raise CtapeError(f"the demo could not start its second Python process ({err or 'no output'}); nothing was written")
+
+    def crash(self, path: str, session: str) -> None:
+        self.p.stdin.write(self._json.dumps([path, session]) + "\n")
+        self.p.stdin.flush()
+        if self.p.stdout.readline() != "ready\n":
+            raise RuntimeError(f"the streaming writer process failed ({self.stop() or 'no output'})")
+        time.sleep(0.3)  # past its last flush (every 0.1 s)
+        self.stop()
+
+    def stop(self) -> str:
+        """Kill the writer (SIGKILL: no clean-up runs in it); the last line it wrote to stderr."""
+        if self.p.stderr is None or self.p.stderr.closed:
+            return ""  # stopped already
+        if self.p.poll() is None:
+            self.p.kill()
+        self.p.wait()
+        err = self.p.stderr.read().strip().splitlines() if self.p.stderr else []
+        for f in (self.p.stdin, self.p.stdout, self.p.stderr):
+            try:
+                f.close()
+            except OSError:
+                pass
+        return err[-1] if err else ""
 
 
 @main.command()
@@ -78,11 +182,28 @@ def _crash_a_stream(path: str, session: str) -> None:
 def demo(ctx, crash):
     """Record a realistic agent session into a fresh tape, crash it, recover it.
 
-    Uses --dir, $CTAPE_DIR or ./.ctape (created if needed), session `demo`.
+    Uses --dir, $CTAPE_DIR or ./.ctape (created if needed), session `demo`
+    (`demo-2` and so on when taken), then shows it with commands printed as you
+    can type them. A demo that cannot finish takes back what it wrote.
 
     \b
     Examples:
       ctape --dir /tmp/demo-tape demo
     """
     target = ctx.find_root().obj.get("dir") or os.environ.get("CTAPE_DIR") or ".ctape"
-    run_demo(target, crash=crash, echo=click.echo)
+    ctx.exit(run_demo(target, crash=crash, echo=click.echo, prog=_prog()))
+
+
+def _prog() -> str:
+    """How the user ran ctape, for the commands the demo prints: `ctape`, or
+    `python -m ctape` (with the name of this Python on PATH, else its full path)."""
+    if os.path.basename(sys.argv[0]) != "__main__.py":
+        return "ctape"
+    import shutil
+
+    here = os.path.realpath(sys.executable)
+    for name in ("python", "python3"):
+        found = shutil.which(name)
+        if found and os.path.realpath(found) == here:
+            return f"{name} -m ctape"
+    return f"{shlex.quote(sys.executable)} -m ctape"

@@ -1,0 +1,100 @@
+"""`ctape demo`: it works where the README runs it, every command it prints works as
+typed, and a demo that cannot finish leaves nothing half-done (issue 24, item 3)."""
+
+import os
+import shlex
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import ctape
+
+REPO = str(Path(ctape.__file__).resolve().parent.parent)
+
+# ctape installed as `pip install -e .` installs it: a finder at the end of sys.meta_path,
+# so that a folder named ctape in the current directory (the clone, next to which the
+# README's commands run) is found first, as a namespace package
+EDITABLE = textwrap.dedent(f"""\
+    import importlib.machinery, importlib.util, sys
+
+    class _Editable:
+        @classmethod
+        def find_spec(cls, name, path=None, target=None):
+            if name == "ctape":
+                return importlib.util.spec_from_file_location(name, {REPO!r} + "/ctape/__init__.py",
+                                                              submodule_search_locations=[{REPO!r} + "/ctape"])
+            if name.startswith("ctape."):  # ctape.__main__ under a namespace ctape (python -m ctape)
+                return importlib.machinery.PathFinder.find_spec(name, [{REPO!r} + "/" + name.rpartition(".")[0].replace(".", "/")])
+            return None
+
+    # right after the finder of sys.path, as setuptools' own (and before any other ctape)
+    sys.meta_path.insert(sys.meta_path.index(importlib.machinery.PathFinder) + 1, _Editable)
+    """)
+
+
+@pytest.fixture
+def shell(tmp_path):
+    """A folder holding a clone named ctape/ (the current directory), and an environment
+    where ctape is installed editable and `ctape` is on PATH."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(EDITABLE)
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    script = bin_ / "ctape"
+    script.write_text(f"#!{sys.executable}\nfrom ctape.cli import main\nmain()\n")  # as pip writes it
+    script.chmod(0o755)
+    here = tmp_path / "work"
+    (here / "ctape" / "ctape").mkdir(parents=True)  # the clone: its package one level down
+    (here / "ctape" / "pyproject.toml").write_text("[project]\nname = 'ctape'\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CTAPE_") or k == "CTAPE_CACHE_DIR"}
+    env["PYTHONPATH"] = str(site)
+    env["PATH"] = f"{bin_}{os.pathsep}{env.get('PATH', '')}"
+    return here, env
+
+
+def _printed_commands(stderr: str) -> list[str]:
+    out = []
+    for line in stderr.splitlines():
+        if line.startswith("$ "):
+            out.append(line[2:])
+        elif line.startswith("# more to try: "):
+            out.append(line[len("# more to try: "):])
+    return out
+
+
+@pytest.mark.parametrize("how", ["ctape", "python -m ctape"])
+def test_demo_next_to_a_clone_and_its_commands_work_as_typed(shell, tmp_path, how):
+    here, env = shell
+    tape = tmp_path / "demo tape"  # a space: the printed commands quote it
+    cmd = ["ctape"] if how == "ctape" else [sys.executable, "-m", "ctape"]
+    p = subprocess.run([*cmd, "--dir", str(tape), "demo"], cwd=here, env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "Traceback" not in p.stderr and "error" not in p.stderr
+    assert "interrupted stream holds" in p.stderr
+    commands = _printed_commands(p.stderr)
+    assert len(commands) == 5 and all(c.split()[0] in ("ctape", "python", "python3", sys.executable) for c in commands)
+    for c in commands:
+        assert shlex.quote(str(tape)) in c and "-s" in c.split() or " stats" in c
+        r = subprocess.run(["bash", "-c", c], cwd=here, env=env, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, (c, r.stderr)
+        assert r.stdout.strip(), c
+    # run again: a second session beside the first, and its commands name it
+    p = subprocess.run([*cmd, "--dir", str(tape), "demo", "--no-crash"], cwd=here, env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and "-s demo-2" in p.stderr
+
+
+def test_a_demo_that_cannot_finish_leaves_nothing(shell, tmp_path):
+    here, env = shell
+    tape = tmp_path / "new-tape"
+    # objects over 1000 bytes read back as too large: the demo fails after it started writing
+    env = dict(env, CTAPE_MAX_OBJECT="1000")
+    p = subprocess.run(["ctape", "--dir", str(tape), "demo"], cwd=here, env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 1
+    last = p.stderr.strip().splitlines()[-1]
+    assert last.startswith("ctape: error: the demo stopped") and f"removed {tape}" in last
+    assert "Traceback" not in p.stderr and "internal error" not in p.stderr
+    assert not tape.exists()  # it made the folder, and took it back
