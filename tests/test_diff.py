@@ -199,3 +199,14 @@ def test_diff_of_an_unknown_ref_is_one_line_and_changes_nothing(tape_dir):
     err = p.stderr.decode()
     assert p.returncode != 0 and err.count("\n") == 1 and "Traceback" not in err and "nosuch" in err
     assert snapshot(tape_dir) == before
+
+
+def test_newest_lists_the_last_entries_of_each_side_and_keeps_the_first_pair(forked):
+    """What the web view shows: the newest entries of each side, and where they part."""
+    t = forked()
+    full = diff(t, "s/main", "s/long")
+    d = diff(t, "s/main", "s/long", limit=3, newest=True)
+    assert d.left == full.left[-3:] and d.right == full.right[-3:] and d.left_kinds == full.left_kinds[-3:]
+    assert d.first_pair == full.first_pair == (full.left[0], full.right[0])
+    assert (d.left_count, d.right_count) == (1095, 1300) and d.entries_read < 1000
+    t.close()

@@ -46,18 +46,13 @@ class Diff:
     base_seq: int = 0  # the base's seq (0: no base)
     left_stat: Optional[dict] = None  # {"entries", "kinds": {kind: n}, "bytes"} when asked for
     right_stat: Optional[dict] = None
+    first_pair: Optional[tuple[str, str]] = None  # the first entry after the base on each side
     entries_read: int = 0  # entries this diff read: the measure of its work
 
     @property
     def complete(self) -> bool:
         """Whether `left` and `right` list every entry after the base (no limit cut them)."""
         return len(self.left) == self.left_count and len(self.right) == self.right_count
-
-    @property
-    def first_pair(self) -> Optional[tuple[str, str]]:
-        """The first entry after the base on each side: where the two histories part
-        (None when one side has nothing after the base)."""
-        return (self.left[0], self.right[0]) if self.left and self.right else None
 
     def to_json(self) -> dict:
         out = {
@@ -131,10 +126,14 @@ class _Nodes:
         return p if p and self.get(p).seq == self.get(h).seq - derived.KEY_EVERY else None
 
 
-def diff(tape, ref1: str, ref2: str, session: Optional[str] = None, limit: Optional[int] = None, stat: bool = False) -> Diff:
+def diff(
+    tape, ref1: str, ref2: str, session: Optional[str] = None, limit: Optional[int] = None, stat: bool = False, newest: bool = False
+) -> Diff:
     """Where the histories of ref1 and ref2 part. Each side lists its entries after the
-    base, oldest first: all of them, or (`limit`) the `limit` oldest; `stat` counts each
-    side's entries by kind and its bytes (this reads every entry of both sides)."""
+    base, oldest first: all of them, or (`limit`) the `limit` oldest (`newest`: the
+    `limit` newest); `first_pair` is the first entry after the base on each side (None
+    when a side has none). `stat` counts each side's entries by kind and its bytes (this
+    reads every entry of both sides)."""
     h1 = _resolve(tape, ref1, session)
     h2 = _resolve(tape, ref2, session)
     nodes = _Nodes(tape, sizes=stat)
@@ -142,12 +141,14 @@ def diff(tape, ref1: str, ref2: str, session: Optional[str] = None, limit: Optio
     base_seq = nodes.get(base).seq if base else 0
     d = Diff(base, left_ref=h1, right_ref=h2, base_seq=base_seq)
     want = None if stat else limit
-    d.left, d.left_count = _side(nodes, h1, base_seq, want)
-    d.right, d.right_count = _side(nodes, h2, base_seq, want)
+    d.left, d.left_count = _side(nodes, h1, base_seq, want, newest)
+    d.right, d.right_count = _side(nodes, h2, base_seq, want, newest)
+    if d.left and d.right:
+        d.first_pair = (_first(nodes, d.left, d.left_count, h1), _first(nodes, d.right, d.right_count, h2))
     if stat:
         d.left_stat, d.right_stat = _stat(nodes, d.left), _stat(nodes, d.right)
         if limit is not None:
-            d.left, d.right = d.left[:limit], d.right[:limit]
+            d.left, d.right = (d.left[-limit:], d.right[-limit:]) if newest else (d.left[:limit], d.right[:limit])
     d.left_kinds = [nodes.get(h).kind for h in d.left]
     d.right_kinds = [nodes.get(h).kind for h in d.right]
     d.entries_read = len(nodes.seen)
@@ -174,12 +175,12 @@ def merge_base(nodes: _Nodes, a: str, b: str) -> Optional[str]:
     return a
 
 
-def _side(nodes: _Nodes, tip: str, base_seq: int, limit: Optional[int]) -> tuple[list[str], int]:
-    """(the entries after the base up to tip, oldest first, at most `limit` of them; how
-    many there are in all)."""
+def _side(nodes: _Nodes, tip: str, base_seq: int, limit: Optional[int], newest: bool = False) -> tuple[list[str], int]:
+    """(the entries after the base up to tip, oldest first, at most `limit` of them, the
+    oldest or the `newest`; how many there are in all)."""
     count = nodes.get(tip).seq - base_seq
     h: Optional[str] = tip
-    if limit is not None and count > limit:
+    if limit is not None and count > limit and not newest:
         h = nodes.up(tip, count - limit)
     want = count if limit is None else min(count, limit)
     out: list[str] = []
@@ -188,6 +189,11 @@ def _side(nodes: _Nodes, tip: str, base_seq: int, limit: Optional[int]) -> tuple
         h = nodes.get(h).parent
     out.reverse()
     return out, count
+
+
+def _first(nodes: _Nodes, listed: list[str], count: int, tip: str) -> str:
+    """The first entry after the base on a side (listed: some of its entries, oldest first)."""
+    return listed[0] if len(listed) == count else nodes.up(tip, count - 1)
 
 
 def _stat(nodes: _Nodes, hashes: list[str]) -> dict:
