@@ -46,8 +46,8 @@ def served(tape_dir):
         started["tape"].close()
 
 
-def get(port, path, method="GET", host=None, body=None):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+def get(port, path, method="GET", host=None, body=None, timeout=10):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     headers = {"Host": host if host is not None else f"127.0.0.1:{port}"}
     c.request(method, path, body=body, headers=headers)
     r = c.getresponse()
@@ -414,3 +414,170 @@ def test_a_damaged_session_shows_what_reads_back_with_a_warning(tape_dir, served
     assert "damaged records (see" in body and "have not arrived yet" not in body
     status, _, body = get(port, "/")
     assert status == 200 and 'damaged</span>' in body
+
+
+# -- parallel requests and bounded pages (issue 25) ----------------------------------------------
+
+
+def _gate(monkeypatch, slow_hash):
+    """Make the first read of entry `slow_hash` wait until the test lets it go: a request
+    that reads it is in flight, for as long as the test wants, by events, not by time. The
+    read itself is the real one."""
+    from ctape.history.tape import Tape as HistoryTape
+
+    started, release = threading.Event(), threading.Event()
+    real = HistoryTape.read_entry
+
+    def read_entry(self, h):
+        if h == slow_hash and not started.is_set():
+            started.set()
+            release.wait(60)
+        return real(self, h)
+
+    monkeypatch.setattr(HistoryTape, "read_entry", read_entry)
+    return started, release
+
+
+@pytest.mark.parametrize("slow", ["/s/slow", "/diff?s=slow&a=main&b=alt", "/e/{h}/text", "/stats"])
+def test_a_slow_page_does_not_delay_another(tape_dir, served, monkeypatch, slow):
+    """While one request is held inside the tape (a big diff, a huge message), a page of
+    another session is answered: requests run in parallel, each on a Tape of its own."""
+    t = Tape.open(tape_dir)
+    s = t.session("slow")
+    s.append("user", {"content": "start"})
+    s.checkout("main", new_branch="alt")
+    s.append("assistant", {"content": "on alt"})
+    s.checkout("main")
+    held = s.append("assistant", {"content": "the entry a slow request is reading"})
+    t.session("quick").append("user", {"content": "a small page"})
+    t.close()
+    started, release = _gate(monkeypatch, held.hash)
+    port = served()
+    order, answers = [], {}
+
+    def fetch(key, path):
+        answers[key] = get(port, path)
+        order.append(key)
+
+    slow_request = threading.Thread(target=fetch, args=("slow", slow.format(h=held.hash)))
+    slow_request.start()
+    try:
+        assert started.wait(30), "the slow request never read the held entry"
+        fetch("quick", "/s/quick")  # with one lock for every route this waits for the release (and times out)
+        fetch("sessions", "/")
+    finally:
+        release.set()
+        slow_request.join(30)
+    assert order == ["quick", "sessions", "slow"]
+    assert answers["quick"][0] == 200 and "a small page" in answers["quick"][2]
+    assert answers["sessions"][0] == 200 and answers["slow"][0] == 200
+
+
+PAGE_BOUND = 200_000  # bytes: docs/serve.md, "Bounded pages"
+
+
+def test_a_100_mb_message_gives_a_bounded_page_and_the_rest_on_demand(tape_dir, served):
+    huge = "# a huge message\n\n" + ("y" * 99 + "\n") * (1 << 20)  # 100 MiB
+    big = "".join(f"line {i:07d} " + "b" * 80 + "\n" for i in range(25_000))  # 2.3 MB: several "show more"
+    t = Tape.open(tape_dir)
+    s = t.session("huge")
+    msg = s.append("user", {"content": huge})
+    s.append("tool_call", {"call_id": "c", "name": "cat", "arguments": {"path": "big.log", "pad": "z" * 300_000}})
+    res = s.append("tool_result", {"call_id": "c", "output": big})
+    parts = s.append("assistant", {"content": [{"type": "text", "text": "first part"}, {"type": "text", "text": big}] + [{"type": "text", "text": "p"}] * 5000})
+    err = s.append("error", {"message": big, "trace": "t" * 300_000})
+    s.checkout("main~3", new_branch="alt")
+    s.append("user", {"content": "on alt"})
+    s.checkout("main")
+    t.close()
+    port = served()
+    for path in ("/s/huge", f"/e/{msg.hash}?s=huge", "/diff?s=huge&a=main&b=alt"):
+        status, _, body = get(port, path, timeout=120)  # reading a 100 MB value takes seconds on a loaded machine
+        assert status == 200, path
+        assert len(body.encode()) < PAGE_BOUND, (path, len(body))
+        check_page(body)
+        if path == "/s/huge":
+            page = body
+    assert "a huge message" in page and "yyyy" in page and "first part" in page
+    # message, arguments, output, a text part, the error's message and its fields: each clipped
+    assert page.count('class="show-all"') == 6
+    assert "5,000 more parts not shown" in page
+    assert f'data-src="/e/{msg.hash}/text" data-shown="8000" data-total="{len(huge)}">show more (8,000 of {len(huge):,} chars shown)' in page
+    # the rest: a slice at a time, exactly the stored text
+    shown = int(re.search(rf'data-src="/e/{res.hash}/text" data-shown="(\d+)"', page).group(1))
+    status, headers, chunk = get(port, f"/e/{res.hash}/text?from={shown}&size=500000")
+    assert status == 200 and chunk == big[shown : shown + 500_000]
+    assert headers["X-Ctape-Total"] == str(len(big)) and headers["X-Ctape-End"] == str(shown + 500_000)
+    _, headers, tail = get(port, f"/e/{res.hash}/text?from={len(big) - 10}&size=500000")
+    assert tail == big[-10:] and headers["X-Ctape-End"] == str(len(big))
+    assert get(port, f"/e/{parts.hash}/text?part=1&from=5&size=20")[2] == big[5:25]
+    assert get(port, f"/e/{err.hash}/text?part=message&from=0&size=30")[2] == big[:30]
+    assert get(port, f"/e/{parts.hash}/text?part=99999")[0] == 404
+    assert get(port, f"/e/{res.hash}/text?from=x")[0] == 404
+
+
+def test_a_large_image_is_served_on_its_own(tape_dir, served):
+    raw = bytes(range(256)) * 2048  # 512 KiB: too large to inline
+    t = Tape.open(tape_dir)
+    e = t.session("img").append("user", {"content": [{"type": "text", "text": "look"},
+                                                      {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": base64.b64encode(raw).decode()}},
+                                                      {"type": "image_url", "image_url": {"url": "data:image/png;base64," + PNG}}]})
+    t.close()
+    port = served()
+    status, _, page = get(port, "/s/img")
+    assert status == 200 and len(page) < 50_000
+    assert f'src="/e/{e.hash}/image?part=1"' in page and 'src="data:image/png;base64,' + PNG in page
+    status, headers, _ = get(port, f"/e/{e.hash}/image?part=1")
+    assert status == 200 and headers["Content-Type"] == "image/png" and int(headers["Content-Length"]) == len(raw)
+    assert get(port, f"/e/{e.hash}/image?part=0")[0] == 404  # a text part is no image
+
+
+# -- tags, 404 (issue 24, item 9) ------------------------------------------------------------------
+
+
+def test_tags_show_on_the_page_in_the_conversation_and_in_the_tree(tape_dir, served):
+    t = Tape.open(tape_dir)
+    s = t.session("t")
+    first = s.append("user", {"content": "root"})
+    s.append("assistant", {"content": "answer"})
+    s.tag("v1", first.hash)
+    s.tag("release", "main")
+    s.checkout("main~1", new_branch="alt")
+    lone = s.append("user", {"content": "alt 1"})
+    s.tag("lonely", lone.hash)
+    s.checkout("main")
+    s.delete_branch("alt")  # the tag keeps an entry no branch reaches
+    t.close()
+    port = served()
+    _, _, page = get(port, "/s/t")
+    assert "3 tags" in page
+    tags = re.search(r'<p class="tags">(.*?)</p>', page).group(1)
+    assert [m for m in re.findall(r'>([^<]+)</a>', tags)] == ["lonely", "release", "v1"]
+    assert f'href="/s/t?at={first.hash}#h-{first.hash[:16]}"' in tags
+    assert re.search(rf'id="h-{first.hash[:16]}".*?<span class="ref tag">tag: v1</span>', page, re.S)
+    assert '<span class="ref branch">main</span><span class="ref tag">tag: release</span>' in page
+    _, _, tree = get(port, "/s/t/tree")
+    assert re.search(rf'data-hash="{first.hash}" data-labels="" data-tags="v1">', tree)
+    assert 'data-labels="main" data-tags="release"' in tree
+    assert re.search(rf'data-hash="{lone.hash}" data-labels="" data-tags="lonely">', tree)  # a lane of its own
+    assert "tag:v1" in tree and "tag:lonely" in tree
+
+
+def test_not_found_pages_link_back_instead_of_naming_commands(tape_dir, served):
+    fill_hostile(tape_dir)
+    port = served()
+    cases = {
+        "/s/evl": ['href="/s/evil"', 'href="/"'],  # a near name: did you mean
+        "/s/evil?at=nope": ['href="/s/evil"', 'href="/"'],
+        "/e/" + "ab" * 32 + "?s=evil": ['href="/s/evil"', 'href="/"'],
+        "/diff?s=evil&a=main&b=nope": ['href="/diff"', 'href="/s/evil"'],
+        "/nowhere": ['href="/"'],
+    }
+    for path, links in cases.items():
+        status, _, body = get(port, path)
+        main = body.split("<main>", 1)[1]
+        assert status == 404, path
+        assert "`ctape" not in main and "ctape sessions" not in main and "ctape log" not in main, (path, main)
+        for link in links:
+            assert link in main, (path, link, main)
+        check_page(body)

@@ -4,14 +4,21 @@ an agent's compaction folded behind its boundary.
 
 Everything stored is text to this module: it goes through `esc` or the escaping-first
 markdown renderer, and only data: URLs of raster images become <img> sources.
+
+Each entry is bounded in size however large what it holds: a message shows at most
+MESSAGE_CHARS characters of text (all its parts together) and PARTS parts; tool output,
+arguments and JSON CLIP_CHARS characters or CLIP_LINES lines; an image inline only up to
+IMAGE_INLINE characters (a larger one is its own request, /e/HASH/image?part=N). What is
+cut is a "show more" away: the page fetches CHUNK characters at a time (/e/HASH/text).
 """
 
 from __future__ import annotations
 
 import json
 import re
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional, Union
 
+from ..errors import EntryNotFound
 from ..model.models import Entry
 from ..ops.context import is_compaction
 from .markdown import esc, render
@@ -19,23 +26,61 @@ from .queries import is_hidden
 
 CLIP_CHARS = 3000  # tool output and raw JSON longer than this is clipped ("show all")
 CLIP_LINES = 60
+MESSAGE_CHARS = 8000  # characters of a message's text shown (all its parts together)
+MESSAGE_LINES = 200
+PARTS = 50  # parts of a message shown; the rest is a link
+IMAGE_INLINE = 48 * 1024  # a data: URL longer than this is served on its own (/e/HASH/image?part=N)
+IMAGES_INLINE = 4  # images inline per entry; the others are served on their own too
+CHUNK = 500_000  # characters one "show more" fetches
+SUMMARY_CHARS = 2000  # of an anchor's summary
+ARGS_BRIEF = 120  # characters of a call's arguments on its folded line
 _IMAGE_URL = re.compile(r"data:image/(png|jpeg|gif|webp);base64,[A-Za-z0-9+/=\s]+\Z")
+
+Part = Union[int, str, None]  # which text of an entry a "show more" fetches (see part_of)
+TextUrl = Callable[[Part], str]
 
 
 def _as_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, indent=2)
 
 
-def clipped(text: str, full_url: str) -> str:
+def cut_at(text: str, chars: int, lines: int) -> int:
+    """Where to cut `text` to keep at most `chars` characters and `lines` lines (len(text):
+    nothing to cut). Never splits the whole text into lines: it can be 100 MB."""
+    end = min(len(text), chars)
+    pos = -1
+    for _ in range(lines):
+        pos = text.find("\n", pos + 1, end)
+        if pos < 0:
+            return end
+    return pos
+
+
+def more(full_url: str, shown: int, total: int, lines: Optional[int] = None) -> str:
+    """The control under a clipped block: fetches the rest from `full_url`, CHUNK
+    characters at a time from character `shown` on (static/app.js); without script, a
+    plain link to the whole text."""
+    if total - shown <= CHUNK:
+        label = f"show all ({total:,} chars" + (f", {lines:,} lines)" if lines is not None else ")")
+    else:
+        label = f"show more ({shown:,} of {total:,} chars shown)"
+    return f'<a class="show-all" href="{esc(full_url)}" data-src="{esc(full_url)}" data-shown="{shown}" data-total="{total}">{label}</a>'
+
+
+def clipped(text: str, full_url: str, chars: int = CLIP_CHARS, lines: int = CLIP_LINES) -> str:
     """A <pre> of text, clipped when long, with a "show all" control that fetches the rest."""
-    lines = text.split("\n")
-    if len(text) <= CLIP_CHARS and len(lines) <= CLIP_LINES:
+    cut = cut_at(text, chars, lines)
+    if cut >= len(text):
         return f'<pre class="out">{esc(text)}</pre>'
-    head = "\n".join(lines[:CLIP_LINES])[:CLIP_CHARS]
-    return (
-        f'<pre class="out clipped">{esc(head)}</pre>'
-        f'<a class="show-all" href="{esc(full_url)}" data-src="{esc(full_url)}">show all ({len(text):,} chars, {len(lines):,} lines)</a>'
-    )
+    return f'<pre class="out clipped">{esc(text[:cut])}</pre>' + more(full_url, cut, len(text), text.count("\n") + 1)
+
+
+def markdown_clipped(text: str, full_url: str, chars: int = MESSAGE_CHARS, lines: int = MESSAGE_LINES) -> str:
+    """Markdown text rendered, clipped when long: the rest comes as plain text on demand."""
+    cut = cut_at(text, chars, lines)
+    if cut >= len(text):
+        return render(text)
+    return f'<div class="clipped-md">{render(text[:cut])}</div>' + more(full_url, cut, len(text))
 
 
 def _image(part: dict) -> Optional[str]:
@@ -53,40 +98,122 @@ def _image(part: dict) -> Optional[str]:
     return None
 
 
-def content_html(content: Any, full_url: str) -> str:
-    """A message's content: markdown text, or a list of parts (text, images, anything else as JSON)."""
+def image_bytes(part: Any) -> Optional[tuple[str, bytes]]:
+    """(content type, bytes) of an image part that _image accepts, else None."""
+    import base64
+    import binascii
+
+    url = _image(part) if isinstance(part, dict) else None
+    if url is None:
+        return None
+    head, _, data = url.partition(",")
+    try:
+        return head[5:].split(";")[0], base64.b64decode("".join(data.split()))
+    except (binascii.Error, ValueError):
+        return None
+
+
+def content_html(content: Any, text_url: TextUrl, image_url: Optional[Callable[[int], str]] = None) -> str:
+    """A message's content: markdown text, or a list of parts (text, images, anything else
+    as JSON), together at most MESSAGE_CHARS characters and PARTS parts."""
     if isinstance(content, str):
-        return render(content)
+        return markdown_clipped(content, text_url(None))
     if isinstance(content, list):
         out = []
-        for part in content:
-            if isinstance(part, str):
-                out.append(render(part))
-            elif isinstance(part, dict) and isinstance(part.get("text"), str) and part.get("type") in (None, "text", "input_text", "output_text"):
-                out.append(render(part["text"]))
+        budget = MESSAGE_CHARS
+        inline = IMAGES_INLINE
+        for i, part in enumerate(content):
+            if i >= PARTS or budget <= 0:
+                rest = len(content) - i
+                out.append(f'<p class="muted">{rest:,} more part{"s" if rest != 1 else ""} not shown: '
+                           f'<a href="{esc(text_url(None))}">the whole content</a></p>')
+                break
+            text = part if isinstance(part, str) else None
+            if isinstance(part, dict) and isinstance(part.get("text"), str) and part.get("type") in (None, "text", "input_text", "output_text"):
+                text = part["text"]
+            if text is not None:
+                out.append(markdown_clipped(text, text_url(i), chars=budget))
+                budget -= min(len(text), budget)
             elif isinstance(part, dict) and part.get("type") in ("image_url", "input_image", "image"):
                 url = _image(part)
-                out.append(f'<img class="part" alt="image" src="{esc(url)}">' if url else '<p class="muted">[image not shown: not an inline raster image]</p>')
+                if url is None:
+                    out.append('<p class="muted">[image not shown: not an inline raster image]</p>')
+                elif len(url) <= IMAGE_INLINE and inline > 0:
+                    out.append(f'<img class="part" alt="image" src="{esc(url)}">')
+                    inline -= 1
+                elif image_url is not None:
+                    out.append(f'<img class="part" alt="image" loading="lazy" src="{esc(image_url(i))}">')
+                else:
+                    out.append('<p class="muted">[a large image: see the entry]</p>')
             else:
-                out.append(clipped(_as_text(part), full_url))
+                text = _as_text(part)
+                out.append(clipped(text, text_url(i), chars=min(CLIP_CHARS, budget)))
+                budget -= min(len(text), CLIP_CHARS, budget)
         return "\n".join(out)
     if content is None:
         return ""
-    return clipped(_as_text(content), full_url)
+    return clipped(_as_text(content), text_url(None))
+
+
+def main_value(e: Entry) -> Any:
+    """What the conversation shows of entry e, whole: a message's content, a call's
+    arguments, a result's output; of an error, its fields but the message."""
+    p = e.payload if isinstance(e.payload, dict) else {"content": e.payload}
+    if e.kind == "error":
+        return {k: v for k, v in p.items() if k not in ("message", "call_id")}
+    if e.kind == "anchor":
+        return p.get("summary")
+    return p.get({"tool_call": "arguments", "tool_result": "output"}.get(e.kind, "content"))
+
+
+def part_of(e: Entry, part: Part) -> Any:
+    """The text a clipped block of entry e shows, whole: None: main_value; N: its Nth part
+    (a text part's text); "message": an error's message. EntryNotFound when there is none."""
+    if part is None:
+        return main_value(e)
+    if part == "message" and e.kind == "error" and isinstance(e.payload, dict):
+        return e.payload.get("message")
+    value = main_value(e)
+    if isinstance(part, int) and isinstance(value, list) and 0 <= part < len(value):
+        x = value[part]
+        return x["text"] if isinstance(x, dict) and isinstance(x.get("text"), str) else x
+    raise EntryNotFound(f"entry {e.hash[:12]} has no part {part!r}")
+
+
+def _short(value: Any, n: int = 200) -> str:
+    """A name or id as stored, cut to n characters (a hostile one can be megabytes)."""
+    text = value if isinstance(value, str) else str(value)
+    return text if len(text) <= n else text[: n - 1] + "…"
 
 
 class Renderer:
-    """Renders entries of one session; `link(hash)` is an entry's page, `text_url(hash)` its full text."""
+    """Renders entries of one session; `link(hash)` is an entry's page, `text_url(hash,
+    part)` the whole text of a clipped block (see part_of), `image_url(hash, part)` an
+    image too large to inline. `refs` names entries (hash -> branch names and `tag:NAME`s),
+    shown on them as `git log --decorate` does."""
 
-    def __init__(self, session: str, link: Callable[[str], str], text_url: Callable[[str], str], pending: Iterable[str] = ()):
+    def __init__(self, session: str, link: Callable[[str], str], text_url: Callable[[str, Part], str], pending: Iterable[str] = (),
+                 image_url: Optional[Callable[[str, int], str]] = None, refs: Optional[dict[str, list[str]]] = None):
         self.session = session
         self.link = link
         self.text_url = text_url
+        self.image_url = image_url
         self.pending = set(pending)  # call ids still pending at HEAD
+        self.refs = refs or {}
+
+    def _urls(self, e: Entry) -> tuple[TextUrl, Optional[Callable[[int], str]]]:
+        image = (lambda i: self.image_url(e.hash, i)) if self.image_url else None
+        return (lambda part: self.text_url(e.hash, part)), image
+
+    def decorations(self, h: str) -> str:
+        return "".join(
+            f'<span class="ref tag">tag: {esc(name[4:])}</span>' if name.startswith("tag:") else f'<span class="ref branch">{esc(name)}</span>'
+            for name in self.refs.get(h, ())
+        )
 
     def _head(self, e: Entry, label: str, extra: str = "") -> str:
         return (
-            f'<div class="meta"><span class="role">{esc(label)}</span>{extra}'
+            f'<div class="meta"><span class="role">{esc(label)}</span>{extra}{self.decorations(e.hash)}'
             f'<time>{esc(e.time[:19].replace("T", " "))}</time>'
             f'<a class="hash" href="{esc(self.link(e.hash))}" title="entry {e.hash}">{e.hash[:10]}</a></div>'
         )
@@ -138,41 +265,45 @@ class Renderer:
     def entry(self, e: Entry, results: dict[str, Entry]) -> str:
         p = e.payload if isinstance(e.payload, dict) else {"content": e.payload}
         attrs = f'id="h-{e.hash[:16]}" data-hash="{e.hash}" data-kind="{esc(e.kind)}"'
+        text_url, image_url = self._urls(e)
         if e.kind == "tool_call":
             return self._tool(e, p, results.get(e.call_id or ""), attrs)
         if e.kind in ("tool_result", "error"):
-            return f'<div class="msg {"error" if self._is_error(e) else "tool-result"} orphan" {attrs} data-call-id="{esc(p.get("call_id") or "")}">{self._result(e, p)}</div>'
+            return f'<div class="msg {"error" if self._is_error(e) else "tool-result"} orphan" {attrs} data-call-id="{esc(_short(p.get("call_id") or ""))}">{self._result(e, p)}</div>'
         if e.kind == "anchor":
             summary = p.get("summary")
-            extra = f'<div class="summary">{render(summary)}</div>' if isinstance(summary, str) else ""
-            label = "⚓ compaction boundary: the agent's history was replaced here" if is_compaction(e) else "⚓ anchor " + str(p.get("name"))
+            extra = f'<div class="summary">{markdown_clipped(summary, text_url(None), SUMMARY_CHARS)}</div>' if isinstance(summary, str) else ""
+            label = "⚓ compaction boundary: the agent's history was replaced here" if is_compaction(e) else "⚓ anchor " + _short(p.get("name"))
             return f'<div class="msg anchor{" compaction" if is_compaction(e) else ""}" {attrs}>{self._head(e, label)}{extra}</div>'
         if e.kind == "system":
-            return f'<details class="msg system" {attrs}><summary>{self._head(e, "system")}</summary>{content_html(p.get("content"), self.text_url(e.hash))}</details>'
+            return f'<details class="msg system" {attrs}><summary>{self._head(e, "system")}</summary>{content_html(p.get("content"), text_url, image_url)}</details>'
         badge = '<span class="badge warn">interrupted stream</span>' if e.kind == "streaming" else ""
-        return f'<div class="msg {esc(e.kind)}" {attrs}>{self._head(e, "assistant" if e.kind == "streaming" else e.kind, badge)}<div class="body">{content_html(p.get("content"), self.text_url(e.hash))}</div></div>'
+        return f'<div class="msg {esc(e.kind)}" {attrs}>{self._head(e, "assistant" if e.kind == "streaming" else e.kind, badge)}<div class="body">{content_html(p.get("content"), text_url, image_url)}</div></div>'
 
     @staticmethod
     def _is_error(e: Entry) -> bool:
         return e.kind == "error" or (isinstance(e.payload, dict) and e.payload.get("is_error") is True)
 
     def _result(self, e: Entry, p: dict) -> str:
+        text_url, image_url = self._urls(e)
         if e.kind == "error":
             head = self._head(e, "error", '<span class="badge err">error</span>')
-            extra = {k: v for k, v in p.items() if k not in ("message", "call_id")}
-            body = f'<pre class="out">{esc(p.get("message"))}</pre>' + (clipped(_as_text(extra), self.text_url(e.hash)) if extra else "")
-            return head + body
+            extra = main_value(e)
+            message = p.get("message")
+            body = clipped(message if isinstance(message, str) else str(message), text_url("message"), MESSAGE_CHARS, MESSAGE_LINES)
+            return head + body + (clipped(_as_text(extra), text_url(None)) if extra else "")
         badge = '<span class="badge err">error</span>' if self._is_error(e) else ""
         out = p.get("output")
         if isinstance(out, list) and any(isinstance(x, dict) and x.get("type") in ("image", "image_url", "input_image") for x in out):
-            body = content_html(out, self.text_url(e.hash))
+            body = content_html(out, text_url, image_url)
         else:
-            body = clipped(_as_text(out), self.text_url(e.hash))
+            body = clipped(_as_text(out), text_url(None))
         return self._head(e, "result", badge) + body
 
     def _tool(self, e: Entry, p: dict, result: Optional[Entry], attrs: str) -> str:
         args = p.get("arguments")
-        brief = " ".join(_as_text(args).split()) if args is not None else ""
+        text = _as_text(args) if args is not None else ""
+        brief = " ".join(text[: ARGS_BRIEF * 8].split())
         if result is None:
             state = '<span class="badge warn">pending</span>' if e.call_id in self.pending else ""
         elif self._is_error(result):
@@ -184,8 +315,8 @@ class Renderer:
             rp = result.payload if isinstance(result.payload, dict) else {}
             res = f'<div class="result {"error" if self._is_error(result) else ""}" id="h-{result.hash[:16]}" data-hash="{result.hash}">{self._result(result, rp)}</div>'
         return (
-            f'<details class="msg tool" {attrs} data-call-id="{esc(e.call_id or "")}">'
-            f'<summary><span class="tool-name">{esc(p.get("name"))}</span><code class="args">{esc(brief[:120])}</code>{state}'
-            f'<a class="hash" href="{esc(self.link(e.hash))}">{e.hash[:10]}</a></summary>'
-            f'{clipped(_as_text(args), self.text_url(e.hash))}{res}</details>'
+            f'<details class="msg tool" {attrs} data-call-id="{esc(_short(e.call_id or ""))}">'
+            f'<summary><span class="tool-name">{esc(_short(p.get("name")))}</span><code class="args">{esc(brief[:ARGS_BRIEF])}</code>{state}'
+            f'{self.decorations(e.hash)}<a class="hash" href="{esc(self.link(e.hash))}">{e.hash[:10]}</a></summary>'
+            f'{clipped(text, self.text_url(e.hash, None))}{res}</details>'
         )

@@ -1,32 +1,46 @@
 """The pages of `ctape serve`, rendered on the server from the library's read operations.
 
-`Site` holds one open Tape, a lock (the Tape is used by one request at a time), and per
-session a `Graph` (tree.py) that is extended incrementally and checked at most every
-LIVE_TTL seconds, however many pages poll it.
+Requests run in parallel, each on a Tape of its own: `Site.reading()` lends the request's
+thread an open Tape from a small pool (a Tape, with its caches, is used by one thread at a
+time; one is opened when all are busy), so a slow page (a long diff, a huge message)
+delays no other. What the requests share is guarded where it is kept: per session a
+`Graph` (tree.py), extended incrementally by one walker at a time and checked at most
+every LIVE_TTL seconds however many pages poll it, and the usage figures.
+
+Every page is bounded in size however large the messages it shows (conversation.py clips
+each entry; the rest is a request away, a slice at a time: `entry_text`).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
+from contextlib import contextmanager
 from importlib import resources
 from string import Template
-from typing import Optional
+from typing import Callable, Optional
 from urllib.parse import quote, urlencode
 
 from ..errors import CorruptObject, CtapeError, EntryNotFound, InvalidInput, RefNotFound
 from ..model.models import Entry
 from . import queries
-from .conversation import Renderer, clipped
+from .conversation import MESSAGE_CHARS, MESSAGE_LINES, Renderer, clipped, image_bytes, part_of
 from .markdown import esc
-from .tree import Graph, svg
+from .tree import TAG, Graph, svg
 
 PAGE = 100  # entries per page of a conversation; older ones are a link away
 LIVE_TTL = 0.25  # seconds a session's refs are trusted before they are read again
 PAGE_WALK_BUDGET = 0.05  # of which a session page spends this much (its polls read on)
 WALK_BUDGET = 0.15  # seconds a request may spend reading history for the tree (the rest: next polls)
 DIFF_SIDE = 200  # entries shown per side of a diff
+IDLE_TAPES = 4  # open Tapes kept for the next requests (more are opened while many run)
+
+
+# advice for the command line at the end of an error ("; see `ctape sessions` and `ctape log`"):
+# a web page gives links instead
+_CLI_HINT = re.compile(r"[;,]?\s*(?:see|run|use|try)\s+`ctape[^`]*`(?:\s*(?:and|or)\s+`ctape[^`]*`)*\s*$")
 
 
 class Page:
@@ -34,6 +48,7 @@ class Page:
         self.body = body.encode() if isinstance(body, str) else body
         self.status = status
         self.ctype = ctype
+        self.headers: dict[str, str] = {}
 
 
 def _template() -> Template:
@@ -49,12 +64,25 @@ def e_url(h: str, session: Optional[str] = None) -> str:
     return f"/e/{h}" + (f"?s={quote(session)}" if session else "")
 
 
-def full_text(e: Entry) -> str:
-    """The main text of an entry, whole: what a clipped block's "show all" fetches."""
-    p = e.payload if isinstance(e.payload, dict) else {"content": e.payload}
-    key = {"tool_call": "arguments", "tool_result": "output"}.get(e.kind, "content")
-    value = p.get(key, p) if e.kind != "error" else p
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, indent=2)
+def text_url(h: str, part=None) -> str:
+    """Where the whole text of a clipped block of entry h is (conversation.part_of)."""
+    return f"/e/{h}/text" + (f"?part={quote(str(part))}" if part is not None else "")
+
+
+def image_url(h: str, part: int) -> str:
+    return f"/e/{h}/image?part={part}"
+
+
+def slice_params(q: dict) -> tuple[int, Optional[int]]:
+    """`from` and `size` of a text request: the characters wanted (size None: to the end)."""
+    try:
+        start = int(q.get("from", "0") or 0)
+        size = int(q["size"]) if q.get("size") else None
+    except ValueError:
+        raise InvalidInput("from and size are numbers of characters") from None
+    if start < 0 or (size is not None and size < 0):
+        raise InvalidInput("from and size are numbers of characters")
+    return start, size
 
 
 def highlight(text: str, words: list[str]) -> str:
@@ -75,21 +103,67 @@ def highlight(text: str, words: list[str]) -> str:
     return "".join(out) + esc(text[pos:])
 
 
+def _open(path: str):
+    from ..tape import Tape
+
+    return Tape.open(path)
+
+
 class Site:
-    def __init__(self, tape):
-        self.tape = tape
-        self.lock = threading.RLock()
+    def __init__(self, tape, opener: Optional[Callable[[], object]] = None):
+        self.path = tape.path
+        self._opener = opener or (lambda: _open(self.path))
+        self._idle = [tape]  # Tapes no request is using; the caller's is never closed here
+        self._given = tape
+        self._pool_lock = threading.Lock()
+        self._local = threading.local()
         self.graphs: dict[str, Graph] = {}
-        self.checked: dict[str, float] = {}
+        self._graphs_lock = threading.Lock()
         self.base = _template()
         self._usage: Optional[tuple[str, dict]] = None  # (heads it was read at, rows by session + TOTAL)
         self._usage_job: Optional[threading.Thread] = None
-        self._usage_lock = threading.Lock()  # not self.lock: a request holding that may wait for the job
+        self._usage_lock = threading.Lock()
         # the library imports these on first use; a server pays that before it prints its URL
         from ..store import localstate
         from ..history import recovery, sessions, stream  # noqa: F401
 
     # -- shared state --------------------------------------------------------------------
+
+    @property
+    def tape(self):
+        """The Tape of the request this thread serves (see reading())."""
+        tape = getattr(self._local, "tape", None)
+        if tape is None:
+            raise RuntimeError("a page is rendered outside Site.reading()")
+        return tape
+
+    @contextmanager
+    def reading(self):
+        """Lend this thread an open Tape for one request: an idle one, or a new one when
+        every Tape is busy with another request. At most IDLE_TAPES are kept afterwards."""
+        with self._pool_lock:
+            tape = self._idle.pop() if self._idle else None
+        if tape is None:
+            tape = self._opener()
+        self._local.tape = tape
+        try:
+            yield tape
+        finally:
+            self._local.tape = None
+            with self._pool_lock:
+                keep = len(self._idle) < IDLE_TAPES or tape is self._given
+                if keep:
+                    self._idle.append(tape)
+            if not keep:
+                tape.close()
+
+    def close(self) -> None:
+        """Close the Tapes this site opened (the one it was given stays open)."""
+        with self._pool_lock:
+            idle, self._idle = self._idle, []
+        for tape in idle:
+            if tape is not self._given:
+                tape.close()
 
     def session(self, name: str):
         from ..history.sessions import require
@@ -98,21 +172,19 @@ class Site:
 
     def graph(self, name: str, whole: bool = False, budget: float = WALK_BUDGET) -> Graph:
         """The session's tree, brought up to date at most every LIVE_TTL seconds; a long
-        history is read a slice per request (`budget` seconds), unless `whole`."""
-        g = self.graphs.get(name)
-        now = time.monotonic()
-        if g is None or now - self.checked.get(name, 0) >= LIVE_TTL or (whole and not g.complete):
-            g = g or Graph()
-            g.update(self.tape, self.session(name), None if whole else budget)
-            self.graphs[name] = g
-            self.checked[name] = time.monotonic()
+        history is read a slice per request (`budget` seconds), unless `whole`. When another
+        request is reading it already, this one does not wait (unless `whole`)."""
+        with self._graphs_lock:
+            g = self.graphs.setdefault(name, Graph())
+        if time.monotonic() - g.checked >= LIVE_TTL or (whole and not g.complete):
+            g.update(self.tape, self.session(name), None if whole else budget, wait=whole)
         return g
 
     def usage(self, wait: bool = False) -> Optional[dict]:
         """The figures of `ctape usage` (ops.usage, the one code path) by session, plus
         "TOTAL". Read in a thread on a Tape of its own, again whenever a session's HEAD has
         moved; until the first reading is done None (pages show …), later the previous one."""
-        heads = repr(sorted((s["session"], s["head"]) for s in self.tape.sessions()))
+        heads = repr(self._heads())
         with self._usage_lock:
             if self._usage is not None and self._usage[0] == heads:
                 return self._usage[1]
@@ -124,12 +196,23 @@ class Site:
             job.join()
         return self._usage[1] if self._usage is not None else None
 
+    def _heads(self) -> list[tuple[str, Optional[str]]]:
+        """Every session's HEAD, from the refs alone (no entry is read: a head can be 100 MB)."""
+        from ..history.sessions import live_names
+
+        out = []
+        for name in live_names(self.tape):
+            try:
+                out.append((name, self.tape.session(name).refs().head_hash))
+            except CtapeError:
+                out.append((name, None))  # damaged refs: its page says so
+        return out
+
     def _read_usage(self, heads: str) -> None:
         from ..ops.usage import total, usage
-        from ..tape import Tape
 
         try:
-            with Tape.open(self.tape.path) as tape:
+            with _open(self.path) as tape:
                 rows = usage(tape, by="session")
         except CtapeError:
             return  # a damaged tape: the pages say so elsewhere; usage stays unknown
@@ -140,7 +223,33 @@ class Site:
 
     def layout(self, title: str, main: str, attrs: dict | None = None) -> Page:
         body_attrs = "".join(f' {k}="{esc(v)}"' for k, v in (attrs or {}).items())
-        return Page(self.base.substitute(title=esc(title), main=main, body_attrs=body_attrs, tape=esc(self.tape.path)))
+        return Page(self.base.substitute(title=esc(title), main=main, body_attrs=body_attrs, tape=esc(self.path)))
+
+    def not_found(self, path: str, q: dict, err: Exception) -> Page:
+        """A 404 that leads somewhere: the error without its advice for the command line
+        (`see ctape sessions`), then links: the session the request named (or the sessions
+        whose names are close to it), the diff form, and the sessions list."""
+        from ..history.sessions import live_names, require
+
+        parts = [p for p in path.split("/") if p]
+        name = parts[1] if len(parts) >= 2 and parts[0] == "s" else q.get("s")
+        links = []
+        if name:
+            try:
+                real = require(self.tape, name)
+                links.append(f'<li><a href="{esc(s_url(real))}">session {esc(real)}</a>: its newest entries</li>')
+            except CtapeError:
+                import difflib
+
+                for near in difflib.get_close_matches(name, live_names(self.tape), n=3, cutoff=0.5):
+                    links.append(f'<li>did you mean <a href="{esc(s_url(near))}">{esc(near)}</a>?</li>')
+        if parts[:1] == ["diff"]:
+            links.append('<li><a href="/diff">the diff form</a>: two refs to compare</li>')
+        links.append('<li><a href="/">all sessions</a> (with search)</li>')
+        main = f'<h1>Not found</h1><p>{esc(_CLI_HINT.sub("", str(err)))}</p><p>Go to:</p><ul class="go">{"".join(links)}</ul>'
+        page = self.layout("not found", main)
+        page.status = 404
+        return page
 
     # -- sessions ------------------------------------------------------------------------
 
@@ -237,15 +346,27 @@ class Site:
             h = e.parent
         return out[::-1]
 
-    def _renderer(self, name: str, pending=()) -> Renderer:
-        return Renderer(name, lambda h: e_url(h, name), lambda h: f"/e/{h}/text", pending)
+    def _renderer(self, name: str, pending=(), refs: Optional[dict] = None) -> Renderer:
+        return Renderer(name, lambda h: e_url(h, name), text_url, pending, image_url, refs)
+
+    def _refs_by_entry(self, name: str) -> dict[str, list[str]]:
+        """The session's branch names and tags (`tag:NAME`) by the entry each names."""
+        if not name:
+            return {}
+        st = self.session(name).refs()
+        out: dict[str, list[str]] = {}
+        for b, h in sorted(st.branches.items()):
+            out.setdefault(h, []).append(b)
+        for t, h in sorted(st.tags.items()):
+            out.setdefault(h, []).append(TAG + t)
+        return out
 
     def conversation(self, name: str, tip: Optional[str], before: Optional[str], at: Optional[str], status: Optional[dict] = None) -> str:
         """A page of the conversation ending at tip; `status` (when following HEAD) marks
         pending calls and an unrecorded partial stream."""
         entries = self._window(tip, before)
         pending = [c["call_id"] for c in status["pending_tool_calls"]] if status else []
-        html = self._renderer(name, pending).entries(entries)
+        html = self._renderer(name, pending, self._refs_by_entry(name)).entries(entries)
         older = ""
         if entries and entries[0].parent:
             older = f'<a class="older" href="{esc(s_url(name, at=at, before=entries[0].hash))}">older entries ({entries[0].seq - 1:,} before these)</a>'
@@ -253,7 +374,9 @@ class Site:
         tail = ""
         if status and status["interrupted_stream"] and not status["interrupted_stream"].get("recorded"):
             text = status["interrupted_stream"].get("content") or ""
-            tail = f'<div class="msg assistant interrupted"><div class="meta"><span class="role">assistant</span><span class="badge warn">interrupted stream, not recorded yet</span></div><div class="body"><pre class="out">{esc(text)}</pre></div></div>'
+            text = text if isinstance(text, str) else json.dumps(text, ensure_ascii=False)
+            shown = esc(text[:MESSAGE_CHARS]) + (f"\n… and {len(text) - MESSAGE_CHARS:,} more characters" if len(text) > MESSAGE_CHARS else "")
+            tail = f'<div class="msg assistant interrupted"><div class="meta"><span class="role">assistant</span><span class="badge warn">interrupted stream, not recorded yet</span></div><div class="body"><pre class="out">{shown}</pre></div></div>'
         return f'{older}<div id="entries">{html}</div>{tail}{newer}'
 
     def session_page(self, name: str, at: Optional[str], before: Optional[str]) -> Page:
@@ -270,6 +393,9 @@ class Site:
             f'<span>{st["seq"]:,} entries on HEAD</span>',
             f"<span>{len(branches)} branch{'es' if len(branches) != 1 else ''}</span>",
         ]
+        tags = sorted(sess.refs().tags.items())
+        if tags:
+            facts.append(f"<span>{len(tags)} tag{'s' if len(tags) != 1 else ''}</span>")
         try:
             head = self.tape.read_entry(st["head"]) if st["head"] and self.tape.has_entry(st["head"]) else None
         except CorruptObject:
@@ -306,6 +432,7 @@ class Site:
             f'<h1>{esc(name)}</h1><p class="facts">{" · ".join(facts)}</p>'
             + (f'<p class="flags">{" ".join(flags)}</p>' if flags else "")
             + (f'<p class="compare">compare {esc(current or "HEAD")} with: {compare}</p>' if compare else "")
+            + (f'<p class="tags">tags: {_tag_links(name, tags)}</p>' if tags else "")
             + viewing
         )
         conv = self.conversation(name, tip, before, at, st if follow and not before else None)
@@ -345,7 +472,7 @@ class Site:
         st = sess.status()
         pending = [c["call_id"] for c in st["pending_tool_calls"]]
         if h == after and after:
-            html = self._renderer(name, pending).entries(new[::-1])
+            html = self._renderer(name, pending, self._refs_by_entry(name)).entries(new[::-1])
             reset = False
         else:
             html = self.conversation(name, head, None, None, st)
@@ -358,7 +485,7 @@ class Site:
         if session is not None:
             self.session(session)
         e = self.tape.get(ref, session)
-        r = self._renderer(session or "")
+        r = self._renderer(session or "", refs=self._refs_by_entry(session or ""))
         parent = f'<a class="hash" href="{esc(e_url(e.parent, session))}">{e.parent}</a>' if e.parent else "(root)"
         rows = [("hash", e.hash), ("seq", str(e.seq)), ("kind", e.kind), ("time", e.time)]
         table = "".join(f"<tr><th>{k}</th><td>{esc(v)}</td></tr>" for k, v in rows) + f"<tr><th>parent</th><td>{parent}</td></tr>"
@@ -367,10 +494,32 @@ class Site:
         main = f'<h1>Entry <span class="hash">{e.hash[:12]}</span></h1>{conv}<table class="kv">{table}</table><h2>As shown</h2><div class="conversation">{r.entries([e])}</div><h2>Raw JSON</h2>{raw}'
         return self.layout(f"entry {e.hash[:12]}", main)
 
-    def entry_text(self, ref: str, raw: bool) -> Page:
+    def entry_text(self, ref: str, raw: bool, q: dict) -> Page:
+        """The whole text of a clipped block (`part`, see conversation.part_of), or the
+        entry's JSON; `from` and `size` (characters) ask for a slice of it: the page's "show
+        more" fetches CHUNK characters at a time. Headers say where the slice ends and the
+        length of the whole."""
         e = self.tape.get(ref)
-        text = json.dumps(e.to_json(), ensure_ascii=False, indent=2) if raw else full_text(e)
-        return Page(text, ctype="text/plain; charset=utf-8")
+        if raw:
+            value = e.to_json()
+        else:
+            part = q.get("part")
+            value = part_of(e, int(part) if part and part.lstrip("-").isdigit() else part)
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, indent=2)
+        start, size = slice_params(q)
+        end = len(text) if size is None else min(len(text), start + size)
+        page = Page(text[start:end] if (start, end) != (0, len(text)) else text, ctype="text/plain; charset=utf-8")
+        page.headers = {"X-Ctape-Total": str(len(text)), "X-Ctape-End": str(max(start, end))}
+        return page
+
+    def entry_image(self, ref: str, q: dict) -> Page:
+        """An image part too large to inline in the page, served on its own."""
+        e = self.tape.get(ref)
+        part = q.get("part", "")
+        got = image_bytes(part_of(e, int(part))) if part.isdigit() else None
+        if got is None:
+            raise EntryNotFound(f"entry {e.hash[:12]} has no image part {part!r}")
+        return Page(got[1], ctype=got[0])
 
     def diff_page(self, a: str, b: str, session: Optional[str]) -> Page:
         form = (
@@ -382,11 +531,9 @@ class Site:
         )
         if not (a and b):
             return self.layout("diff", f"<h1>Diff</h1>{form}<p class='muted'>Two refs: SESSION/BRANCH, a hash or prefix, SESSION~N...</p>")
-        ha, hb = self.tape.resolve(a, session), self.tape.resolve(b, session)
-        if ha is None or hb is None:
-            raise RefNotFound("one of the refs has no entries yet")
-        base, left, right = queries.merge_base(self.tape, ha, hb)
-        r = self._renderer(session or "")
+        d = self.tape.diff(a, b, session)  # the library's: `ctape diff`
+        base, left, right = d.base, d.left, d.right
+        r = self._renderer(session or "", refs=self._refs_by_entry(session or ""))
         if base:
             be = self.tape.read_entry(base)
             where = f'<p>They part after entry <a class="hash" href="{esc(e_url(base, session))}">{base[:12]}</a> (seq {be.seq:,}, {esc(be.kind)}).</p>'
@@ -417,6 +564,15 @@ class Site:
             f"<h2>Usage</h2>{_usage_table(self.usage(wait=True))}"
         )
         return self.layout("stats", main)
+
+
+def _tag_links(session: str, tags: list[tuple[str, str]], limit: int = 50) -> str:
+    """Each tag a link to the conversation up to the entry it names (the first `limit` by name)."""
+    links = " ".join(
+        f'<a class="ref tag" href="{esc(s_url(session, at=h))}#h-{h[:16]}" title="entry {h}">{esc(name)}</a>'
+        for name, h in tags[:limit]
+    )
+    return links + (f' <span class="muted">and {len(tags) - limit:,} more (<code>tag:NAME</code> works in any ref)</span>' if len(tags) > limit else "")
 
 
 # -- usage: the rows of ops.usage, as `ctape usage` prints them ----------------------------------

@@ -1,10 +1,9 @@
 """What the pages ask of a tape beyond the library's own operations: where a session
-came from, a text search, and where two refs part. (Token usage is the library's:
-ops/usage.py, the figures of `ctape usage`.)
+came from, and a text search. (Token usage and diffs are the library's: ops/usage.py and
+ops/diff.py, the figures of `ctape usage` and the answer of `ctape diff`.)
 
-Each is one function so it can be swapped for a library operation when one lands:
 `search` uses the library's indexed `Tape.search` when this ctape has it and a plain scan
-otherwise, and `merge_base` walks parents until the library has a `diff`.
+otherwise.
 """
 
 from __future__ import annotations
@@ -95,26 +94,3 @@ def _snippet(text: str, at: int, width: int = 160) -> str:
     start = max(0, at - width // 3)
     out = " ".join(text[start : start + width].split())
     return ("…" if start else "") + out + ("…" if start + width < len(text) else "")
-
-
-def merge_base(tape, a: str, b: str, limit: int = 100_000) -> tuple[Optional[str], list[str], list[str]]:
-    """Where histories a and b part: (base or None, a's side, b's side), sides oldest first."""
-    left: list[str] = []
-    right: list[str] = []
-    ea, eb = tape.read_entry(a), tape.read_entry(b)
-    steps = 0
-    while ea is not None and eb is not None and ea.hash != eb.hash and steps < limit:
-        steps += 1
-        if ea.seq >= eb.seq:
-            left.append(ea.hash)
-            ea = tape.read_entry(ea.parent) if ea.parent else None
-        else:
-            right.append(eb.hash)
-            eb = tape.read_entry(eb.parent) if eb.parent else None
-    base = ea.hash if ea is not None and eb is not None and ea.hash == eb.hash else None
-    if base is None:  # no common root: the rest of each side belongs to it
-        for e, side in ((ea, left), (eb, right)):
-            while e is not None and len(side) < limit:
-                side.append(e.hash)
-                e = tape.read_entry(e.parent) if e.parent else None
-    return base, left[::-1], right[::-1]

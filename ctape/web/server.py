@@ -99,7 +99,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def _send(self, page: Page, extra: Optional[dict] = None, head: bool = False) -> None:
         self.send_response(page.status)
-        for k, v in {**_HEADERS, **(extra or {})}.items():
+        for k, v in {**_HEADERS, **page.headers, **(extra or {})}.items():
             self.send_header(k, v)
         self.send_header("Content-Type", page.ctype)
         self.send_header("Content-Length", str(len(page.body)))
@@ -112,11 +112,13 @@ class Handler(BaseHTTPRequestHandler):
             return
         url = urlsplit(self.path)
         params = {k: v[-1] for k, v in parse_qs(url.query).items()}
+        path = unquote(url.path)
         try:
-            page = self.route(unquote(url.path), params)
-        except (RefNotFound, EntryNotFound, AmbiguousRef, InvalidInput) as e:
-            page = self.site.layout("not found", f"<h1>Not found</h1><p>{esc(e)}</p>")
-            page.status = 404
+            with self.site.reading():  # a Tape of this request's own: requests run in parallel
+                try:
+                    page = self.route(path, params)
+                except (RefNotFound, EntryNotFound, AmbiguousRef, InvalidInput) as e:
+                    page = self.site.not_found(path, params, e)
         except CtapeError as e:
             page = self.site.layout("error", f"<h1>Error</h1><p>{esc(e)}</p>")
             page.status = 500
@@ -137,31 +139,32 @@ class Handler(BaseHTTPRequestHandler):
             return static(parts[1] if len(parts) == 2 else "")
         if parts == ["favicon.ico"]:
             return Page(b"", 204, "image/x-icon")
-        site = self.site
-        with site.lock:
-            if not parts:
-                return site.sessions_page(q.get("q", ""))
-            if parts[0] == "s" and len(parts) in (2, 3):
-                name = parts[1]
-                sub = parts[2] if len(parts) == 3 else ""
-                if sub == "":
-                    return site.session_page(name, q.get("at") or None, q.get("before") or None)
-                if sub == "tree":
-                    return site.tree_page(name, q.get("at") or None)
-                if sub == "head":
-                    return site.head_json(name)
-                if sub == "after":
-                    return site.after_json(name, q.get("after", ""))
-            if parts[0] == "e" and len(parts) in (2, 3) and _HASH.fullmatch(parts[1]):
-                sub = parts[2] if len(parts) == 3 else ""
-                if sub == "":
-                    return site.entry_page(parts[1], q.get("s") or None)
-                if sub in ("text", "json"):
-                    return site.entry_text(parts[1], raw=sub == "json")
-            if parts == ["diff"]:
-                return site.diff_page(q.get("a", ""), q.get("b", ""), q.get("s") or None)
-            if parts == ["stats"]:
-                return site.stats_page()
+        site = self.site  # every route runs on the request's own Tape (Site.reading)
+        if not parts:
+            return site.sessions_page(q.get("q", ""))
+        if parts[0] == "s" and len(parts) in (2, 3):
+            name = parts[1]
+            sub = parts[2] if len(parts) == 3 else ""
+            if sub == "":
+                return site.session_page(name, q.get("at") or None, q.get("before") or None)
+            if sub == "tree":
+                return site.tree_page(name, q.get("at") or None)
+            if sub == "head":
+                return site.head_json(name)
+            if sub == "after":
+                return site.after_json(name, q.get("after", ""))
+        if parts[0] == "e" and len(parts) in (2, 3) and _HASH.fullmatch(parts[1]):
+            sub = parts[2] if len(parts) == 3 else ""
+            if sub == "":
+                return site.entry_page(parts[1], q.get("s") or None)
+            if sub in ("text", "json"):
+                return site.entry_text(parts[1], raw=sub == "json", q=q)
+            if sub == "image":
+                return site.entry_image(parts[1], q)
+        if parts == ["diff"]:
+            return site.diff_page(q.get("a", ""), q.get("b", ""), q.get("s") or None)
+        if parts == ["stats"]:
+            return site.stats_page()
         raise RefNotFound(f"no page {path!r}")
 
 
@@ -173,16 +176,28 @@ def static(name: str) -> Page:
     return Page(data, ctype=f"{ctype}; charset=utf-8")
 
 
+class Server(ThreadingHTTPServer):
+    """A thread per request; closing it closes the Tapes its requests opened."""
+
+    site: Optional[Site] = None
+
+    def server_close(self) -> None:
+        super().server_close()
+        if self.site is not None:  # None: the bind failed
+            self.site.close()
+
+
 def make_server(tape, host: str = "127.0.0.1", port: int = 0, quiet: bool = True) -> ThreadingHTTPServer:
     """A server for the tape, bound but not yet serving (port 0: a free one)."""
     site = Site(tape)
     handler = type("CtapeHandler", (Handler,), {"site": site, "quiet": quiet})
-    server_cls = ThreadingHTTPServer
+    server_cls = Server
     if ":" in host:  # an IPv6 literal
         import socket
 
-        server_cls = type("V6Server", (ThreadingHTTPServer,), {"address_family": socket.AF_INET6})
+        server_cls = type("V6Server", (Server,), {"address_family": socket.AF_INET6})
     httpd = server_cls((host, port), handler)
+    httpd.site = site
     httpd.daemon_threads = True
     bound_port = httpd.server_address[1]
     handler.port = bound_port

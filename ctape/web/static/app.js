@@ -5,17 +5,38 @@
 (function () {
   const POLL_MS = 500;
 
+  const CHUNK = 500000; // characters a "show more" asks for (the server's CHUNK)
+
+  // a clipped block: fetch the rest of its text a slice at a time (from data-shown on),
+  // into the <pre> itself, or, under clipped markdown, into a <pre> added after it
   function showAll(link) {
-    const pre = link.previousElementSibling;
+    let pre = link.previousElementSibling;
+    if (!pre || pre.tagName !== "PRE") {
+      const rest = document.createElement("pre");
+      rest.className = "out rest";
+      link.parentNode.insertBefore(rest, link);
+      pre = rest;
+    }
+    const label = link.textContent;
     link.textContent = "loading…";
-    fetch(link.dataset.src, { headers: { Accept: "text/plain" } })
-      .then((r) => (r.ok ? r.text() : Promise.reject(new Error(r.status))))
-      .then((text) => {
-        pre.textContent = text;
-        pre.classList.remove("clipped");
-        link.remove();
+    const sep = link.dataset.src.includes("?") ? "&" : "?";
+    const url = link.dataset.src + sep + "from=" + link.dataset.shown + "&size=" + CHUNK;
+    fetch(url, { headers: { Accept: "text/plain" } })
+      .then((r) => (r.ok ? r.text().then((text) => [r, text]) : Promise.reject(new Error(r.status))))
+      .then(([r, text]) => {
+        pre.textContent += text;
+        const end = Number(r.headers.get("X-Ctape-End"));
+        const total = Number(r.headers.get("X-Ctape-Total"));
+        if (!(end < total)) {
+          pre.classList.remove("clipped");
+          link.remove();
+          return;
+        }
+        link.dataset.shown = String(end);
+        link.textContent = total - end <= CHUNK ? "show the rest (" + (total - end).toLocaleString("en") + " chars)"
+          : "show more (" + end.toLocaleString("en") + " of " + total.toLocaleString("en") + " chars shown)";
       })
-      .catch(() => { link.textContent = "could not load the full text"; });
+      .catch(() => { link.textContent = label + ": could not load it"; });
   }
 
   document.addEventListener("click", (ev) => {
@@ -25,6 +46,15 @@
       showAll(link);
     }
   });
+
+  // a conversation opens at its newest entry (the bottom, as a chat does), unless the
+  // link names an entry (#h-...) or the browser restores where the reader was (back, reload)
+  function openAtNewest() {
+    if (location.hash || !document.getElementById("entries")) return;
+    const nav = performance.getEntriesByType("navigation")[0];
+    if (nav && nav.type !== "navigate") return;
+    window.scrollTo(0, document.documentElement.scrollHeight);
+  }
 
   // a deep link to an entry folded inside a tool call or a hidden run: unfold it
   function revealTarget() {
@@ -106,6 +136,7 @@
   }
 
   document.addEventListener("DOMContentLoaded", () => {
+    openAtNewest();
     revealTarget();
     live();
   });
