@@ -109,9 +109,25 @@ def session_rm(ctx, name):
     Examples:
       ctape session rm scratch
     """
-    r = open_tape(ctx).remove_session(name)
+    import os
+
+    from ..history.sessions import live_names
+
+    tape = open_tape(ctx)
+    r = tape.remove_session(name)
     tip = r["branches"].get(r["head"][1:]) if r["head"] and r["head"].startswith("@") else r["head"]
     click.echo(f"Removed session {name} (HEAD was {tip[:12] if tip else 'empty'}, {_branches(len(r['branches']))})", err=True)
+    if r.get("was_default"):
+        left = live_names(tape)
+        if len(left) == 1:
+            now = f"commands now use the only session left, {left[0]}"
+        elif left:
+            now = "pick another with `ctape session use NAME` (see `ctape sessions`) or pass -s NAME"
+        else:
+            now = "the tape has no sessions left"
+        click.echo(f"{name} was this machine's default session; {now}", err=True)
+    if os.environ.get("CTAPE_SESSION") == name:
+        click.echo(f"$CTAPE_SESSION still names {name}: unset it or set it to another session", err=True)
 
 
 @session_group.command(name="cp")
@@ -121,8 +137,9 @@ def session_rm(ctx, name):
 def session_cp(ctx, src, new):
     """Make session NEW with SRC's history, by reference: nothing is copied.
 
-    SRC is a session (every branch and HEAD), SESSION/BRANCH (that branch), or
-    any other ref to an entry (a branch main there).
+    SRC is a session (every branch, tag and HEAD), SESSION/BRANCH (that branch),
+    or any other ref to an entry (a branch main there); a partial copy takes the
+    tags that name entries of the history it copies.
 
     \b
     Examples:
@@ -131,7 +148,9 @@ def session_cp(ctx, src, new):
       ctape session cp chat~4 from-earlier
     """
     r = open_tape(ctx).copy_session(src, new)
-    click.echo(f"Created session {new} from {src} ({_branches(len(r['branches']))})", err=True)
+    tags = len(r.get("tags", ()))
+    also = f", {tags} tag{'' if tags == 1 else 's'}" if tags else ""
+    click.echo(f"Created session {new} from {src} ({_branches(len(r['branches']))}{also})", err=True)
 
 
 def _branches(n: int) -> str:

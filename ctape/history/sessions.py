@@ -95,14 +95,17 @@ def remove(tape: "Tape", name: str) -> dict:
         s._write_ref(w, "session-rm", changes)
     from ..store.localstate import choose_session, chosen_session
 
-    if chosen_session(tape.store) == name:
+    was_default = chosen_session(tape.store) == name
+    if was_default:
         choose_session(tape.store, None)
-    return {"session": name, **old}
+    return {"session": name, **old, "was_default": was_default}
 
 
 def copy(tape: "Tape", src: str, new: str) -> dict:
-    """A new session NEW whose history is SRC's, by reference: every branch and HEAD of a
-    session, one branch for SESSION/BRANCH, or a branch `main` at an entry for any other ref."""
+    """A new session NEW whose history is SRC's, by reference: every branch, tag and HEAD
+    of a session, one branch for SESSION/BRANCH, or a branch `main` at an entry for any
+    other ref. A copy of less than a whole session takes the source session's tags that
+    name entries on the history it copies (as git fetches the tags of a branch)."""
     check_name(new, "session name")
     if tape._session_exists(new):
         raise InvalidInput(f"session {new!r} already exists; pick another name or remove it first (`ctape session rm {new}`)")
@@ -112,6 +115,7 @@ def copy(tape: "Tape", src: str, new: str) -> dict:
         if st.head is None:
             raise RefNotFound(f"session {src!r} has no entries to copy")
         changes = dict(st.branches)
+        changes.update({TAG + t: h for t, h in st.tags.items()})
         changes[HEAD] = st.head
     elif "/" in src and not any(c in src for c in "~^@"):
         s, _, b = src.partition("/")
@@ -131,8 +135,34 @@ def copy(tape: "Tape", src: str, new: str) -> dict:
     for h in changes.values():
         if h is not None and not h.startswith("@") and not tape.has_entry(h):
             raise RefNotFound(f"{src!r} points at {h[:12]}, which this tape does not hold yet (sync in progress?)")
+    if not any(k.startswith(TAG) for k in changes):
+        tip = changes[HEAD] if not changes[HEAD].startswith("@") else changes[changes[HEAD][1:]]
+        changes.update(_tags_on_path(tape, src.split("/")[0].split("~")[0].split("^")[0].split("@")[0], tip))
     tape.session(new).set_refs("session-cp", changes, source=src)
-    return {"session": new, "source": src, "head": changes[HEAD], "branches": {k: v for k, v in changes.items() if k != HEAD}}
+    return {"session": new, "source": src, "head": changes[HEAD],
+            "branches": {k: v for k, v in changes.items() if k != HEAD and not k.startswith(TAG)},
+            "tags": {k[len(TAG):]: v for k, v in changes.items() if k.startswith(TAG)}}
+
+
+def _tags_on_path(tape: "Tape", session: str, tip: str) -> dict[str, str]:
+    """The tags of `session` (when SRC named one) that name entries on the path root->tip."""
+    if not NAME_RE.fullmatch(session) or not tape._session_exists(session):
+        return {}
+    from . import derived
+
+    tags = tape.session(session).refs().tags
+    if not tags:
+        return {}
+    top = tape.read_entry(tip).seq
+    out = {}
+    for name, h in tags.items():
+        try:
+            seq = tape.read_entry(h).seq
+        except (EntryNotFound, CorruptObject):
+            continue  # not synced yet or damaged: not known to be on the path
+        if seq <= top and derived.ancestor(tip, top - seq, tape.read_entry, tape.store.index.keyframe) == h:
+            out[TAG + name] = h
+    return out
 
 
 
