@@ -34,23 +34,30 @@ def init(ctx, path):
 @click.option("--expire", type=Duration(), default="90d", show_default=True, help="Ref-log records and anchors older than this stop keeping entries alive.")
 @click.option("--grace", type=Duration(), default="14d", show_default=True, help="Never remove objects younger than this.")
 @click.option("--dry-run", is_flag=True, help="Report what would be removed; change nothing.")
+@click.option("--remote", "remote_name", metavar="NAME", help="Also compact remote NAME: pull, compact, push the packs, and delete on the remote what they replaced once a plan is older than --grace.")
+@click.option("--allow-secrets", is_flag=True, help="With --remote: push even sessions with unresolved secret findings.")
 @json_option
 @click.pass_context
-def compact(ctx, expire, grace, dry_run, as_json):
+def compact(ctx, expire, grace, dry_run, remote_name, allow_secrets, as_json):
     """Remove what nothing reaches, and pack small files.
 
     DUR is like now, 30m, 12h, 14d, 2w. `--grace now` is only for tapes nobody
-    is writing to.
+    is writing to. With --remote, files on the remote are deleted in two runs:
+    one plans them, a run after --grace deletes them (docs/remotes.md).
 
     \b
     Examples:
       ctape compact --dry-run
       ctape compact --expire 30d
+      ctape compact --remote origin
     """
     tape = open_tape(ctx)
     progress = None
     if sys.stderr.isatty():
         progress = lambda msg: click.echo(f"\r{msg}", err=True, nl=False)  # noqa: E731
+    if remote_name is not None:
+        _compact_remote(tape, remote_name, expire, grace, dry_run, allow_secrets, progress, as_json)
+        return
     report = tape.compact(expire=expire, grace=grace, dry_run=dry_run, progress=progress)
     if progress:
         click.echo("", err=True)
@@ -63,6 +70,38 @@ def compact(ctx, expire, grace, dry_run, as_json):
             f"{verb} {report['freed_objects']} objects ({report['freed_bytes']} bytes); "
             f"files {report['files_before']} -> {report['files_after']}"
         )
+
+
+def _compact_remote(tape, name, expire, grace, dry_run, allow_secrets, progress, as_json) -> None:
+    from ..sync import remote as remotes
+    from ..sync.prune import compact_remote
+
+    if dry_run:
+        raise click.UsageError("--dry-run does not go with --remote; `ctape remote show NAME` lists the planned deletions")
+    name, backend = remotes.connect(tape.store, name)
+    r = compact_remote(tape, backend, name, expire=expire, grace=grace, allow_secrets=allow_secrets,
+                       warn=lambda m: click.echo(f"ctape: warning: {m}", err=True), progress=progress)
+    if progress:
+        click.echo("", err=True)
+    if as_json:
+        emit_json(r)
+        return
+    loc, d = r["local"], r["deleted"]
+    click.echo(f"kept {loc['kept_objects']} objects ({loc['kept_bytes']} bytes), freed {loc['freed_objects']} objects "
+               f"({loc['freed_bytes']} bytes); files {loc['files_before']} -> {loc['files_after']}")
+    click.echo(f"remote {name}: pushed {r['pushed']} bytes, deleted {d['files']} files ({d['bytes']} bytes) in {r['requests']} requests")
+    if r["deferred"]:
+        click.echo(f"remote {name}: deletions deferred ({r['deferred']}); run it again", err=True)
+    for p in r["pending"]:
+        when = "now" if p["due_in_seconds"] == 0 else f"in {_duration(p['due_in_seconds'])}"
+        click.echo(f"remote {name}: plan {p['n']}: {p['files']} files ({p['bytes']} bytes) to delete, due {when}", err=True)
+
+
+def _duration(seconds: int) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
 
 
 @main.command()

@@ -146,6 +146,11 @@ def remote_show(ctx, name, as_json):
         click.echo(f"  uploader {w['uploader']}: {w['pushes']} pushes, last {w['last_push']}")
     if rep["writers"]:
         click.echo(f"  writers: {', '.join(rep['writers'])}")
+    if rep["deleted_files"]:
+        click.echo(f"  deleted by compact --remote: {rep['deleted_files']} files")
+    for p in rep["planned_deletions"]:
+        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(p["time"]))
+        click.echo(f"  planned by {p['compactor']} at {when}: delete {p['files']} files ({_human(p['bytes'])}) after the grace period")
 
 
 @main.command()

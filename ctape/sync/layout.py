@@ -3,6 +3,11 @@
     ctape.json                               the tape's identity: written once (create-only)
     m/<uploader>/<n:020d>.json               manifest n of one uploading copy (its writer id)
     f/<session>/<file>/<start>-<end>         bytes [start, end) of a data file of the tape
+    d/<compactor>/<n:020d>.json              plan n of one compacting copy: files to delete later
+    x/<compactor>/<n:020d>.json              plan n carried out (the compactor's own bookkeeping)
+
+A compactor announces a deletion in its next manifest ("deleted": the files, each with the
+end the remote held) before it deletes anything, so readers learn it at no extra cost.
 
 A key is written once and never overwritten. A data file's bytes for a range are the same
 in every copy (a segment only grows, by its one writer; a pack never changes), so two
@@ -27,6 +32,7 @@ from .backend import Backend, RemoteError
 IDENTITY = "ctape.json"
 IDENTITY_FORMAT = "ctape-remote"
 MANIFEST_FORMAT = "ctape-remote-manifest"
+DELETION_FORMAT = "ctape-remote-deletion"
 MAX_MANIFEST = 64 << 20
 MAX_FILE = 1 << 40
 SEG_FILE = re.compile(r"([a-z0-9]{4,32})-\d{20}\.seg")
@@ -36,6 +42,10 @@ UPLOADER = re.compile(r"[a-z0-9]{4,32}")
 
 def manifest_key(uploader: str, n: int) -> str:
     return f"m/{uploader}/{n:020d}.json"
+
+
+def plan_key(compactor: str, n: int, done: bool = False) -> str:
+    return f"{'x' if done else 'd'}/{compactor}/{n:020d}.json"
 
 
 def piece_key(session: str, file: str, start: int, end: int) -> str:
@@ -84,7 +94,7 @@ def check_identity(store, backend: Backend, create: bool) -> bool:
     return True
 
 
-def encode_manifest(store, uploader: str, n: int, files: list[dict]) -> bytes:
+def encode_manifest(store, uploader: str, n: int, files: list[dict], deleted: Optional[list[dict]] = None) -> bytes:
     t = time.time()
     body = {
         "format": MANIFEST_FORMAT,
@@ -95,6 +105,8 @@ def encode_manifest(store, uploader: str, n: int, files: list[dict]) -> bytes:
         "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t * 1e6) % 1000000:06d}Z",
         "files": files,
     }
+    if deleted:
+        body["deleted"] = [{"session": f["session"], "file": f["file"], "end": f["end"]} for f in deleted]
     return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
 
 
@@ -124,7 +136,23 @@ def decode_manifest(data: bytes, tape_id: str, uploader: str, n: int) -> tuple[O
             return None, "a pack in pieces"
         good.append({"session": f["session"], "file": f["file"], "start": s, "end": e, "blake3": h})
     m["files"] = good
+    deleted = m.get("deleted", [])
+    if not isinstance(deleted, list) or not all(_deletion_ok(f) for f in deleted):
+        return None, "a deleted entry with a bad name or end"
+    m["deleted"] = [{"session": f["session"], "file": f["file"], "end": f["end"]} for f in deleted]
     return m, ""
+
+
+def _deletion_ok(f) -> bool:
+    return isinstance(f, dict) and file_ok(f.get("session"), f.get("file")) and type(f.get("end")) is int and 0 < f["end"] <= MAX_FILE
+
+
+def note_manifest(state, m: dict) -> None:
+    """What one manifest says the remote holds, and what a remote compaction deleted."""
+    for f in m["files"]:
+        note_have(state, f)
+    for f in m["deleted"]:
+        note_gone(state, f)
 
 
 def uploaders(backend: Backend) -> list[str]:
@@ -160,13 +188,15 @@ def note_have(state, f: dict) -> None:
     """The remote holds f's piece: remember it (state["pieces"]) and extend the known
     prefix of its file (state["have"]) over the pieces that join on from 0."""
     k = f"{f['session']}/{f['file']}"
+    if f["end"] <= int(state.get("gone", {}).get(k, 0)):
+        return  # deleted by a remote compaction (note_gone)
     pieces = state["pieces"].setdefault(k, [])
     row = [f["start"], f["end"], f["blake3"]]
     if row in pieces:
         return
     pieces.append(row)
     pieces.sort()
-    end = 0
+    end = int(state.get("gone", {}).get(k, 0))
     for a, b, _ in pieces:
         if a <= end < b:
             end = b
@@ -185,3 +215,50 @@ def segment_owner(file: str) -> Optional[str]:
 
 def pack_ok(file: str, data: bytes) -> bool:
     return file == f"pack-{blake3(data).hexdigest()[:32]}.pack"
+
+
+def encode_deletion(store, compactor: str, n: int, files: list[dict], done: bool) -> bytes:
+    """A plan (d/) or its execution (x/): the files, each with the end the remote held."""
+    t = time.time()
+    body = {
+        "format": DELETION_FORMAT,
+        "version": 1,
+        "tape_id": store.tape_id,
+        "compactor": compactor,
+        "n": n,
+        "done": done,
+        "time": t,
+        "files": [{"session": f["session"], "file": f["file"], "end": f["end"]} for f in files],
+    }
+    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+
+
+def decode_deletion(data: bytes, tape_id: str, compactor: str, n: int, done: bool) -> tuple[Optional[dict], str]:
+    """(plan, "") or (None, why it is not one)."""
+    if len(data) > MAX_MANIFEST:
+        return None, "too large"
+    try:
+        m = json.loads(data)
+    except ValueError:
+        return None, "not JSON"
+    if not isinstance(m, dict) or m.get("format") != DELETION_FORMAT or m.get("version") != 1 or m.get("done") is not done:
+        return None, "not a ctape deletion plan"
+    if m.get("tape_id") != tape_id or m.get("compactor") != compactor or m.get("n") != n or not isinstance(m.get("time"), (int, float)):
+        return None, "names another tape, compactor or number than its key"
+    files = m.get("files")
+    if not isinstance(files, list):
+        return None, "no file list"
+    if not all(_deletion_ok(f) for f in files):
+        return None, "a file entry with a bad name or end"
+    return m, ""
+
+
+def note_gone(state, f: dict) -> None:
+    """The remote deleted f's file up to f["end"]: its pieces are no longer there to fetch,
+    and what it held up to there counts as uploaded (it lives on in the packs that replaced it)."""
+    k = f"{f['session']}/{f['file']}"
+    state["gone"][k] = max(int(state["gone"].get(k, 0)), f["end"])
+    state["pieces"][k] = [p for p in state["pieces"].get(k, []) if p[1] > state["gone"][k]]
+    if not state["pieces"][k]:
+        del state["pieces"][k]
+    state["have"][k] = max(int(state["have"].get(k, 0)), state["gone"][k])

@@ -138,8 +138,7 @@ def pull(tape, backend: Backend, name: str, sessions: Iterable[str] = (), warn: 
     with _Held(os.path.join(d, _LOCK)) if d else _Nothing():
         start_next = dict(state["next"])
         for _, _, m in layout.new_manifests(store, backend, state, warn):
-            for f in m["files"]:
-                layout.note_have(state, f)
+            layout.note_manifest(state, m)
         # every file the remote holds, not only those new manifests name: as rsync without
         # --delete, a file this copy lacks (compacted away since, or never here) comes
         # (back), so a claim that revives an entry finds its objects

@@ -138,11 +138,14 @@ class _SessionLock:
 
 def learn(store, backend: Backend, state: State, warn) -> int:
     """Read every manifest not read yet and note what the remote holds; how many were read."""
-    found = []
+    found, gone = [], []
     for _, _, m in layout.new_manifests(store, backend, state, warn, cursor="seen"):
         found += m["files"]
+        gone += m["deleted"]
     for f in sorted(found, key=lambda f: (f["session"], f["file"], f["start"])):
         layout.note_have(state, f)
+    for f in gone:
+        layout.note_gone(state, f)
     return len(found)
 
 
@@ -155,6 +158,26 @@ def _next_own(store, backend: Backend, state: State) -> int:
         if not is_prefix and name.endswith(".json") and name[:-5].isdigit():
             n = max(n, int(name[:-5]))
     return n + 1
+
+
+def put_manifest(store, backend: Backend, state: State, listed: list[dict], deleted: Optional[list[dict]] = None,
+                 warn: Callable[[str], None] = lambda s: None) -> int:
+    """Write this copy's next manifest (create-only); its number. The caller saves the state."""
+    own = _next_own(store, backend, state)
+    for _ in range(1000):
+        if backend.put_if_absent(layout.manifest_key(store.writer, own), layout.encode_manifest(store, store.writer, own, listed, deleted)):
+            break
+        # refused: an earlier push of this copy wrote it and was killed before it noted
+        # so (or another copy uses the same CTAPE_WRITER). Never overwritten: the next number.
+        warn(f"manifest {layout.manifest_key(store.writer, own)} exists on the remote; writing the next one")
+        own += 1
+    else:
+        raise RemoteError(f"{backend.url}: cannot find a free manifest number for writer {store.writer}")
+    for cursor in ("next", "seen"):  # nothing to bring in from our own manifest
+        if int(state[cursor].get(store.writer, 0)) == own:
+            state[cursor][store.writer] = own + 1
+    state["own"] = own + 1
+    return own
 
 
 def push(tape, backend: Backend, name: str, sessions: Iterable[str] = (), allow_secrets: bool = False,
@@ -237,21 +260,9 @@ def push(tape, backend: Backend, name: str, sessions: Iterable[str] = (), allow_
                 if batch_bytes >= BATCH_BYTES or len(batch) >= 4 * WORKERS:
                     flush()
         flush()
-    if listed:
-        for _ in range(1000):
-            if backend.put_if_absent(layout.manifest_key(store.writer, own), layout.encode_manifest(store, store.writer, own, listed)):
-                break
-            # refused: an earlier push of this copy wrote it and was killed before it noted
-            # so (or another copy uses the same CTAPE_WRITER). Never overwritten: the next number.
-            warn(f"manifest {layout.manifest_key(store.writer, own)} exists on the remote; writing the next one")
-            own += 1
-        else:
-            raise RemoteError(f"{backend.url}: cannot find a free manifest number for writer {store.writer}")
-        for cursor in ("next", "seen"):  # nothing to bring in from our own manifest
-            if int(state[cursor].get(store.writer, 0)) == own:
-                state[cursor][store.writer] = own + 1
-        own += 1
     state["own"] = own
+    if listed:
+        put_manifest(store, backend, state, listed, warn=warn)
     state.save(store)
     return {"remote": name, "files": len(files), "pieces": len(listed), "bytes": sent, "requests": backend.requests, "already_there": skipped,
             "transfer_seconds": round(time.monotonic() - t0, 3)}

@@ -117,6 +117,7 @@ class State(dict):
     """What this copy knows about one remote. `have`: "session/file" -> the bytes from 0
     that the remote is known to hold; `pieces`: "session/file" -> every piece of it the
     manifests list, [start, end, blake3]; `next`: uploader -> its next manifest number to read;
+    `gone`: "session/file" -> the end up to which a remote compaction deleted it;
     `own`: this copy's next manifest number; `checked`: the remote's tape id was checked."""
 
     @classmethod
@@ -127,7 +128,7 @@ class State(dict):
         st.setdefault("version", STATE_VERSION)
         st.setdefault("url", url)
         st.setdefault("tape_id", store.tape_id)
-        for k in ("have", "pieces", "next", "seen"):
+        for k in ("have", "pieces", "next", "seen", "gone"):
             if not isinstance(st.get(k), dict):
                 st[k] = {}
         st.name = name
@@ -135,7 +136,7 @@ class State(dict):
 
     def forget(self) -> None:
         """The remote no longer holds this tape's identity (emptied, re-created): know nothing."""
-        for k in ("have", "pieces", "next", "seen"):
+        for k in ("have", "pieces", "next", "seen", "gone"):
             self[k] = {}
         self.pop("own", None)
         self.pop("checked", None)

@@ -1,0 +1,156 @@
+"""compact --remote: pack what a remote holds, then delete what the packs replaced, in two
+phases so that no reader or pusher loses anything (docs/remotes.md, "Compacting a remote").
+
+One run:
+1. pull everything (so this copy holds every file the remote holds, and every claim);
+2. compact this copy (the usual `compact`: one pack per session, the old files go);
+3. push (the packs go up, create-only, like any file);
+4. carry out this copy's own plans that are older than the grace period: for each file a
+   plan named, check that this run's compaction read the whole of what the remote holds
+   of it and replaced it, and that no push arrived since the pull; announce the deletion
+   in a manifest, mark the plan carried out (`x/<me>/<n>`), then delete the pieces;
+5. write a new plan `d/<me>/<n>` naming the remote's files this run's compaction replaced
+   and no plan names yet. They are deleted by a later run, after the grace period.
+
+Readers learn a deletion from the compactor's manifest that announces it ("deleted"), which
+is written before anything is deleted: they stop fetching the deleted pieces, and their
+pushes never upload them again. A copy that
+still holds such a file keeps it; nothing in the tape is ever deleted by a remote.
+
+Why two phases: a claim made on another copy before this run (a branch that copy had not
+seen deleted, say) may reach the remote only later; with the grace period (default 14
+days, far longer than any copy goes without pushing), the second run's pull brings it, its
+compaction keeps what the claim reaches, and only then are the old files deleted. `--grace
+now` carries a plan out in the run that made it: for remotes nobody else writes to.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Callable, Optional
+
+from . import layout
+from .backend import Backend
+from .pull import pull
+from .push import push, put_manifest
+from .remote import State
+
+
+def _local_files(store) -> dict[tuple[str, str], int]:
+    out = {}
+    for rel, size in store.list_files(None).items():
+        parts = rel.split("/")
+        if len(parts) == 3 and parts[0] == "sessions":
+            out[(parts[1], parts[2])] = size
+    return out
+
+
+def _own_plans(store, backend: Backend, warn) -> tuple[dict[int, dict], dict[int, dict]]:
+    """This copy's plans (d/<me>/) and execution records (x/<me>/), by number."""
+    me = store.writer
+    found: tuple[dict[int, dict], dict[int, dict]] = ({}, {})
+    for done, out in ((False, found[0]), (True, found[1])):
+        for key, _, is_prefix in backend.list(f"{'x' if done else 'd'}/{me}/"):
+            name = key.rsplit("/", 1)[-1]
+            if is_prefix or not name.endswith(".json") or not name[:-5].isdigit():
+                continue
+            n = int(name[:-5])
+            data = backend.get(layout.plan_key(me, n, done))
+            m, why = layout.decode_deletion(data or b"", store.tape_id, me, n, done)
+            if m is None:
+                warn(f"ignored {layout.plan_key(me, n, done)} on the remote: {why}")
+            else:
+                out[n] = m
+    return found
+
+
+def _remote_end(state, key: str) -> int:
+    return max([b for _, b, _ in state["pieces"].get(key, [])] + [int(state["have"].get(key, 0))])
+
+
+def _delete_file(backend: Backend, session: str, file: str) -> int:
+    """Delete every piece of one file (those the manifests list, and any a killed push left)."""
+    n = 0
+    for key, _, is_prefix in backend.list(f"f/{session}/{file}/"):
+        if not is_prefix:
+            backend.delete(key)
+            n += 1
+    return n
+
+
+def compact_remote(tape, backend: Backend, name: str, expire="90d", grace="14d", allow_secrets: bool = False,
+                   warn: Callable[[str], None] = lambda s: None, progress: Optional[Callable[[str], None]] = None) -> dict:
+    from ..ops.compact import parse_duration
+
+    store = tape.store
+    grace_s = parse_duration(grace, "grace") if isinstance(grace, str) else float(grace)
+    pulled = pull(tape, backend, name, warn=warn)
+    before = _local_files(store)
+    local = tape.compact(expire=expire, grace=grace, progress=progress)
+    after = _local_files(store)
+    pushed = push(tape, backend, name, allow_secrets=allow_secrets, warn=warn)
+    state = State.load(store, name, backend.url)
+    state.setdefault("pruned", [])
+    # replaced: files this run's compaction read whole (as much as the remote holds) and removed
+    replaced = {}
+    for key in state["pieces"]:
+        s, file = key.split("/", 1)
+        end = _remote_end(state, key)
+        if (s, file) in before and (s, file) not in after and before[(s, file)] >= end and int(state["have"].get(key, 0)) == end:
+            replaced[(s, file)] = end
+    all_up = all(int(state["have"].get(f"{s}/{file}", 0)) >= size for (s, file), size in after.items() if layout.file_ok(s, file))
+    plans, done = _own_plans(store, backend, warn)
+    me = store.writer
+    now = time.time()
+    deleted = {"files": 0, "bytes": 0, "objects": 0}
+    deferred = ""
+    # finish what a killed run started: an execution record whose files still have pieces
+    for n, x in sorted(done.items()):
+        if n not in state["pruned"]:
+            for f in x["files"]:
+                deleted["objects"] += _delete_file(backend, f["session"], f["file"])
+            state["pruned"].append(n)
+    due = [n for n in sorted(plans) if n not in done and now - plans[n]["time"] >= grace_s]
+    planned_now = {(f["session"], f["file"]) for n in plans if n not in done for f in plans[n]["files"]}
+    fresh = [{"session": s, "file": file, "end": end} for (s, file), end in sorted(replaced.items()) if (s, file) not in planned_now]
+    n_new = max(list(plans) + list(done) + [-1]) + 1
+    if fresh:
+        while not backend.put_if_absent(layout.plan_key(me, n_new), layout.encode_deletion(store, me, n_new, fresh, done=False)):
+            n_new += 1  # a killed run wrote it: never overwritten, the next number
+        plans[n_new] = {"n": n_new, "time": now, "files": fresh}
+        if grace_s <= 0:
+            due.append(n_new)
+        n_new += 1
+    if due and not all_up:
+        deferred = "not every pack reached the remote"
+    elif due and _changed_since(store, backend, state, warn):
+        deferred = "another copy pushed during the compaction"
+    elif due:
+        for n in due:
+            ok = [f for f in plans[n]["files"] if replaced.get((f["session"], f["file"])) == f["end"]]
+            if ok:
+                put_manifest(store, backend, state, [], deleted=ok, warn=warn)
+            if not backend.put_if_absent(layout.plan_key(me, n, done=True), layout.encode_deletion(store, me, n, ok, done=True)):
+                continue  # carried out by an earlier run (the pieces were deleted above)
+            for f in ok:
+                deleted["objects"] += _delete_file(backend, f["session"], f["file"])
+                deleted["files"] += 1
+                deleted["bytes"] += f["end"]
+                layout.note_gone(state, f)
+            state["pruned"].append(n)
+            done[n] = {"files": ok}
+    state.save(store)
+    pending = [{"n": n, "files": len(plans[n]["files"]), "bytes": sum(f["end"] for f in plans[n]["files"]),
+                "due_in_seconds": max(0, round(plans[n]["time"] + grace_s - now))} for n in sorted(plans) if n not in done]
+    return {"remote": name, "local": local, "pulled": pulled["bytes"], "pushed": pushed["bytes"], "deleted": deleted,
+            "planned": len(fresh), "pending": pending, "deferred": deferred, "requests": backend.requests}
+
+
+def _changed_since(store, backend: Backend, state, warn) -> bool:
+    """A manifest of another copy appeared since this run's pull: its claims were not weighed."""
+    probe = {"next": dict(state["next"])}
+    for u, _, _ in layout.new_manifests(store, backend, probe, warn):
+        if u != store.writer:
+            return True
+    return False
