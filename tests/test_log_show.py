@@ -116,7 +116,7 @@ def test_graph_reads_in_proportion_to_what_it_draws(tape_dir):
         reads = []
         real = t.read_entry
         t.read_entry = lambda h: (reads.append(h), real(h))[1]
-        lines = render.graph(t, "long", [st.head_hash, *st.branches.values()], 5, Filter())
+        lines = list(render.graph(t, "long", [st.head_hash, *st.branches.values()], 5, Filter()))
         assert len(lines) == 5
         assert len(reads) <= 5 + 2 * (len(st.branches) + 1), len(reads)
 

@@ -148,7 +148,7 @@ def stream(ctx, session, interval):
 @click.option("--all", "all_", is_flag=True, help="From every branch of the session (conflict branches too) and HEAD.")
 @click.option("--hidden", is_flag=True, help="Include hidden bookkeeping entries (import records, snapshots).")
 @click.option("--oneline", is_flag=True, help="One line per entry.")
-@click.option("--graph", is_flag=True, help="Draw the history as a graph: HEAD's line first, then every branch.")
+@click.option("--graph", is_flag=True, help="Draw the history as a graph, each line of history together (as git): HEAD's first, then every branch.")
 @json_option
 @pager_option
 @click.pass_context
@@ -181,7 +181,7 @@ def log(ctx, refs, session, limit, kinds, grep, since, until, reverse, all_, hid
     if graph and not as_json:
         if reverse:
             raise click.UsageError("--graph and --reverse cannot be combined")
-        echo_lines(render.graph(tape, name, tips, limit, flt), not no_pager)
+        echo_lines(readable(render.graph(tape, name, tips, limit, flt)), not no_pager)
     else:
         entries = readable(walk(tape, tips, flt, limit))
         if reverse:

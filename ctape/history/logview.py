@@ -6,6 +6,8 @@ and hidden entries (bookkeeping marked by importers and integrations) left out u
 asked for. Several tips are walked together, newest first by (time, seq), each entry
 once. Like git, the walk stops once every line left is older than --since (times
 along a line of history only grow, so what lies below is older still).
+
+`graph_order` is the order `log --graph` draws in: git's --topo-order (below).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Optional
 
-from ..model.errors import InvalidInput
+from ..model.errors import CorruptObject, EntryNotFound, InvalidInput
 from ..model.models import HIDDEN, Entry, kind_value, time_seconds
 from ..model.timespec import parse_when
 
@@ -133,3 +135,103 @@ def newest_visible(tape, h: Optional[str], within: int = 10000) -> Optional[Entr
             return e
         h, n = e.parent, n + 1
     return None
+
+
+KEPT = 1024
+
+
+def graph_order(tape, tips: Iterable[Optional[str]]) -> Iterator[Entry]:
+    """Entries reachable from `tips` in the order `log --graph` draws them, as git's
+    --topo-order: each entry after all of its children, and a line of history kept
+    together until it reaches an entry that has other children still to show. Then the
+    line that leads to that entry is shown next (the newest one, when several do), so the
+    lines drawn side by side stay few whatever the number of branches. Lines with nothing
+    left to wait for (other roots, other branches) follow one after another: the first
+    tip's (HEAD's) first, then the others newest first.
+
+    An entry's children have its seq + 1, so whether every child of an entry has been
+    seen is known once every entry deeper than it has been read: `explore` reads entries
+    deepest first, only as deep as the drawing has gone, so `log --graph -n N` reads in
+    proportion to N and the tips (not the whole history), and the whole graph is read
+    once, each entry once or twice (linear)."""
+    firsts = [tape.read_entry(h) for h in dict.fromkeys(h for h in tips if h)]
+    if not firsts:
+        return
+    order = firsts[:1] + sorted(firsts[1:], key=lambda e: (time_seconds(e.time), e.seq), reverse=True)
+    depth = {e.hash: e.seq for e in order}  # every entry found so far -> its seq
+    newest = {e.hash: i for i, e in enumerate(order)}  # -> the first tip in `order` that leads to it
+    frontier = [(-e.seq, i, e.hash) for i, e in enumerate(order)]  # found, not read yet: deepest first
+    heapq.heapify(frontier)
+    waiting: dict[str, int] = {}  # entry -> its children read and not shown yet
+    children: dict[str, list] = {}  # entry -> heap of (newest, child): who leads to it
+    shown: set[str] = set()
+    kept: dict[str, Entry] = {}  # entries read by explore, not shown yet (the newest few: reading is the cost)
+
+    def explore(below: int) -> None:
+        """Read every found entry deeper than `below`, counting it as its parent's child."""
+        while frontier and -frontier[0][0] > below:
+            _, _, h = heapq.heappop(frontier)
+            try:
+                e = tape.read_entry(h)
+            except (EntryNotFound, CorruptObject):
+                continue  # showing it says so (and stops there); nothing below it is known
+            kept[h] = e
+            if len(kept) > KEPT:
+                del kept[next(iter(kept))]
+            p = e.parent
+            if p is None:
+                continue
+            waiting[p] = waiting.get(p, 0) + 1
+            heapq.heappush(children.setdefault(p, []), (newest[h], h))
+            if p not in depth:
+                depth[p] = e.seq - 1
+                newest[p] = newest[h]
+                heapq.heappush(frontier, (1 - e.seq, newest[h], p))
+            elif newest[h] < newest[p]:
+                newest[p] = newest[h]
+
+    def leading_to(h: str) -> str:
+        """The tip of the newest line not shown yet that leads down to h (h when none)."""
+        while True:
+            kids = children.get(h)
+            while kids and kids[0][1] in shown:
+                heapq.heappop(kids)
+            if not kids:
+                return h
+            h = kids[0][1]
+
+    blocked: list[str] = []  # entries where a line stopped to wait for another, newest last
+    next_tip = 0
+    cur: Optional[str] = None
+    while True:
+        if cur is None:
+            while blocked and blocked[-1] in shown:
+                blocked.pop()
+            if blocked:
+                cur = leading_to(blocked[-1])
+            while cur is None and next_tip < len(order):
+                t = order[next_tip].hash
+                next_tip += 1
+                if t not in shown:
+                    explore(depth[t])
+                    if not waiting.get(t):
+                        cur = t
+            if cur is None:
+                # only a tape whose seqs do not follow their parents gets here with entries
+                # left: show them as they come rather than leave them out
+                explore(-1)
+                cur = next((h for h in depth if h not in shown), None)
+                if cur is None:
+                    return
+        e = kept.pop(cur, None) or tape.read_entry(cur)
+        shown.add(cur)
+        yield e
+        cur, p = None, e.parent
+        if p is not None and p not in shown:
+            explore(depth.get(p, e.seq - 1))
+            left = waiting.get(p, 1) - 1
+            waiting[p] = left
+            if left <= 0:
+                cur = p
+            else:
+                blocked.append(p)

@@ -7,12 +7,11 @@ overrides are shown escaped, never sent as they are.
 
 from __future__ import annotations
 
-import heapq
 import json
 import os
 import re
 import sys
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 from ..model.models import Entry
 
@@ -198,57 +197,60 @@ def show(e: Entry, meta: bool = False) -> list[str]:
     return out + ([""] + tail if tail else [])
 
 
-def graph(tape, session: Optional[str], tips: list[str], limit: Optional[int], flt) -> list[str]:
-    """The history reachable from `tips` as an ASCII graph, newest first. The first tip
-    (HEAD) owns the first column, so its line of history is drawn straight down the left;
-    a bounded frontier (a heap) keeps the work proportional to what is drawn."""
+def graph(tape, session: Optional[str], tips: list[str], limit: Optional[int], flt) -> Iterator[str]:
+    """The history reachable from `tips` as an ASCII graph, as `git log --graph` draws it:
+    in topological order (history.logview.graph_order: a line of history drawn together,
+    HEAD's first), one lane per line being drawn. A line that reaches an entry another
+    lane already waits for joins that lane at once (`|/`), so lanes stay as few as the
+    lines open at one time, however many branches. Reading stops with the last line
+    drawn (`limit`)."""
+    from ..history.logview import graph_order
+
     deco = decorations(tape, session)
-    tips = list(dict.fromkeys(tips))
-    lanes: list[Optional[str]] = tips[:1]  # other tips get a lane when the walk reaches them
-    heap: list = []
-    queued: set[str] = set()
-
-    def push(h: str, first: bool = False) -> None:
-        if h not in queued:
-            queued.add(h)
-            e = tape.read_entry(h)
-            heapq.heappush(heap, (0 if first else 1, -e.seq, e.time, h, e))
-
-    for i, h in enumerate(tips):
-        push(h, first=i == 0)
-    lines: list[str] = []
+    lanes: list[Optional[str]] = []  # lane -> the entry it leads down to (None: free)
+    lane_of: dict[str, int] = {}
+    drawn: set[str] = set()
     shown = 0
-    parent: Optional[str] = None
+    entries = graph_order(tape, tips)
     while limit is None or shown < limit:
-        if parent:
-            push(parent)  # read only when needed: it may not have arrived yet (rsync)
-        if not heap:
-            break
-        e = heapq.heappop(heap)[4]
-        h = e.hash
-        cols = [i for i, x in enumerate(lanes) if x == h]
-        if not cols:
-            lanes.append(h)
-            cols = [len(lanes) - 1]
-        col = cols[0]
-        for extra in reversed(cols[1:]):  # branches that fork here join their lane first, as in git
-            merge = "".join(
-                "|/" if i == extra - 1 else ("" if i == extra else ("| " if x is not None else "  "))
-                for i, x in enumerate(lanes)
-            )
-            lines.append(merge.rstrip())
-            lanes[extra] = None
-            while lanes and lanes[-1] is None:
-                lanes.pop()
+        e = next(entries, None)
+        if e is None:
+            return
+        col = lane_of.pop(e.hash, None)
+        if col is None:  # a line of its own starts here: a lane right of the others
+            lanes.append(e.hash)
+            col = len(lanes) - 1
         if flt is None or flt.match(e):
             row = "".join("* " if i == col else ("| " if x is not None else "  ") for i, x in enumerate(lanes))
-            lines.append(f"{row}{oneline(e, deco)}")
+            yield f"{row}{oneline(e, deco)}"
             shown += 1
-        lanes[col] = e.parent
+        drawn.add(e.hash)
+        p = e.parent
+        if p is None or p in drawn:
+            lanes[col] = None
+        elif p in lane_of:  # another lane leads to p: the two become one, on the left
+            left, right = sorted((lane_of[p], col))
+            yield _join(lanes, left, right)
+            lanes[left], lanes[right] = p, None
+            lane_of[p] = left
+        else:
+            lanes[col] = p
+            lane_of[p] = col
         while lanes and lanes[-1] is None:
             lanes.pop()
-        parent = e.parent
-    return lines
+
+
+def _join(lanes: list[Optional[str]], left: int, right: int) -> str:
+    """The row where lane `right` bends into lane `left`: `|/`, or `|_|/` across lanes."""
+    row = [" "] * (2 * len(lanes))
+    for i, x in enumerate(lanes):
+        if x is not None and i != right:
+            row[2 * i] = "|"
+    row[2 * right - 1] = "/"
+    for i in range(2 * left + 1, 2 * right - 1):
+        if row[i] == " ":
+            row[i] = "_"
+    return "".join(row).rstrip()
 
 
 def status(st: dict) -> list[str]:
