@@ -164,3 +164,117 @@ def test_show_all_fetches_the_whole_output_and_other_pages(browser, server, tape
     assert "They part after entry" in browser.find_element(By.TAG_NAME, "main").text
     browser.get(server + "/stats")
     assert "Storage" in browser.find_element(By.TAG_NAME, "main").text
+
+
+# -- issue 24, item 9 ---------------------------------------------------------------------------
+
+
+def _python_tape(tape_dir, monkeypatch):
+    """The served tape through the Python API, with the tests' index cache."""
+    from ctape import Tape
+
+    d, env = tape_dir
+    monkeypatch.setenv("CTAPE_CACHE_DIR", env["CTAPE_CACHE_DIR"])
+    return Tape.open(d)
+
+
+def test_a_session_page_opens_at_its_newest_entry(browser, server, tape_dir, monkeypatch):
+    t = _python_tape(tape_dir, monkeypatch)
+    s = t.session("chatty")
+    with t.batch():
+        for i in range(60):
+            s.append("user" if i % 2 == 0 else "assistant", {"content": f"message {i}\n\n" + "words " * 80})
+    t.close()
+    browser.get(server + "/s/chatty")
+    wait_for(browser, lambda b: b.execute_script("return window.scrollY") > 0)
+    newest = browser.find_element(By.CSS_SELECTOR, "#entries > :last-child")
+    assert "message 59" in newest.text
+    top, bottom, height = browser.execute_script(
+        "const r = arguments[0].getBoundingClientRect(); return [r.top, r.bottom, window.innerHeight];", newest)
+    assert 0 <= top and bottom <= height  # in view
+    # a link to an entry still opens at that entry
+    first = browser.find_element(By.CSS_SELECTOR, "#entries > :first-child").get_attribute("id")
+    browser.get(server + "/")
+    browser.get(server + "/s/chatty#" + first)
+    top, bottom, height = browser.execute_script(
+        "const r = document.getElementById(arguments[0]).getBoundingClientRect(); return [r.top, r.bottom, window.innerHeight];", first)
+    assert -1 <= top < height and browser.execute_script("return window.scrollY") < 400
+
+
+OVERLAPS = """
+const svg = document.querySelector('svg.tree');
+const boxes = [];
+svg.querySelectorAll('text').forEach((t) => { const b = t.getBBox(); boxes.push(['text ' + t.textContent, b.x, b.y, b.x + b.width, b.y + b.height]); });
+svg.querySelectorAll('circle').forEach((c) => { const b = c.getBBox(); boxes.push(['node', b.x, b.y, b.x + b.width, b.y + b.height]); });
+// the vertical part of each edge ("... V y2" ends every path) is a thin box
+svg.querySelectorAll('path').forEach((p) => {
+  const d = p.getAttribute('d'); const m = d.match(/([\\d.]+) ([\\d.]+) V([\\d.]+)$/) || d.match(/M([\\d.]+) ([\\d.]+) V([\\d.]+)/);
+  if (m) boxes.push(['line', +m[1] - 1, Math.min(+m[2], +m[3]), +m[1] + 1, Math.max(+m[2], +m[3])]);
+});
+const bad = [];
+for (let i = 0; i < boxes.length; i++) for (let j = i + 1; j < boxes.length; j++) {
+  const a = boxes[i], b = boxes[j];
+  if (!a[0].startsWith('text') && !b[0].startsWith('text')) continue;  // lines meet nodes by design
+  if (a[1] < b[3] - 0.5 && b[1] < a[3] - 0.5 && a[2] < b[4] - 0.5 && b[2] < a[4] - 0.5) bad.push(a[0] + ' / ' + b[0]);
+}
+return bad;
+"""
+
+
+def test_tree_labels_never_overlap_with_three_roots(browser, server, tape_dir, monkeypatch):
+    """Three unrelated runs in one session (three roots), with long runs between drawn
+    nodes (wide "+N" labels on every lane) and a tag: no text of the tree touches another
+    text, a node or an edge."""
+    t = _python_tape(tape_dir, monkeypatch)
+    s = t.session("three")
+    heads = []
+    with t.batch():
+        for run, n in enumerate((1234, 57, 3)):
+            prev = None
+            for i in range(n):
+                prev = s.put_entry("user" if i % 2 == 0 else "assistant", {"content": f"run {run} message {i}"}, parent=prev).hash
+            heads.append(prev)
+    s.set_refs("import", {"main": heads[0], "run-2": heads[1], "run-3": heads[2], "HEAD": "@main"})
+    s.branch("fork", heads[1] + "~20")
+    s.tag("v1", heads[0] + "~600")
+    t.close()
+    browser.get(server + "/s/three")
+    wait_for(browser, lambda b: not b.find_elements(By.CSS_SELECTOR, "#tree-svg .loading"), timeout=20)
+    labels = [a.get_attribute("data-labels") for a in browser.find_elements(By.CSS_SELECTOR, "svg.tree a.node")]
+    assert {"main", "run-2", "run-3", "fork"} <= set(labels) and labels.count("") >= 3  # three roots, a fork point, the tag
+    assert browser.find_element(By.CSS_SELECTOR, 'svg.tree a.node[data-tags="v1"]')
+    assert browser.execute_script(OVERLAPS) == []
+    browser.find_element(By.ID, "tree").screenshot(os.path.join(os.environ.get("CTAPE_SHOTS", tempfile.gettempdir()), "ctape-tree-three-roots.png"))
+
+
+def test_not_found_page_links_back_to_the_sessions(browser, server):
+    browser.get(server + "/s/demoo")  # a near name
+    main = browser.find_element(By.TAG_NAME, "main")
+    assert "ctape sessions" not in main.text
+    main.find_element(By.LINK_TEXT, "demo").click()
+    wait_for(browser, lambda b: b.current_url.endswith("/s/demo"))
+    browser.get(server + "/nowhere")
+    browser.find_element(By.LINK_TEXT, "all sessions").click()
+    wait_for(browser, lambda b: b.find_elements(By.CSS_SELECTOR, "tr.session"))
+
+
+def test_show_more_fetches_a_huge_message_a_slice_at_a_time(browser, server, tape_dir, monkeypatch):
+    text = "".join(f"line {i:06d}\n" for i in range(100_000))  # 1.2 M characters: three slices after the first part
+    t = _python_tape(tape_dir, monkeypatch)
+    t.session("longmsg").append("user", {"content": "**a long paste**\n" + text})
+    t.close()
+    browser.get(server + "/s/longmsg")
+    body = browser.find_element(By.CSS_SELECTOR, "#entries .msg.user .body")
+    assert body.find_element(By.TAG_NAME, "strong").text == "a long paste"  # the first part is markdown
+    link = body.find_element(By.CSS_SELECTOR, "a.show-all")
+    assert link.text.startswith("show more (")
+    first_part = int(link.get_attribute("data-shown"))
+    clicks = 0
+    while body.find_elements(By.CSS_SELECTOR, "a.show-all"):
+        shown = link.get_attribute("data-shown")
+        link.click()
+        clicks += 1
+        wait_for(browser, lambda b: not body.find_elements(By.CSS_SELECTOR, "a.show-all") or link.get_attribute("data-shown") != shown)
+    assert clicks == 3
+    rest = browser.execute_script("return arguments[0].querySelector('pre.rest').textContent;", body)
+    assert rest == ("**a long paste**\n" + text)[first_part:]  # every character once, in order

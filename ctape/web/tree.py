@@ -297,7 +297,8 @@ def _svg(g: Graph, session: str, viewing: Optional[str], link) -> str:
         return '<p class="muted">no entries yet</p>'
     on_path = set(g.path(viewing)) if viewing else set()
     xs, text_x = lane_xs(drawn)
-    width = text_x + 200
+    labels = [_label(d) for d in drawn]
+    width = text_x + 8 + 7 * max(len(_clip(label, 26)) + len(f" #{d.seq}") for label, d in zip(labels, drawn))
     height = PAD * 2 + ROW * (len(drawn) - 1) + 4
     parts = [f'<svg class="tree" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" aria-label="branch tree">']
 
@@ -321,12 +322,7 @@ def _svg(g: Graph, session: str, viewing: Optional[str], link) -> str:
     for i, d in enumerate(drawn):
         x, y = xy(i)
         cls = " ".join(["node", *d.classes, *(["on"] if d.h in on_path else []), *(["viewing"] if d.h == viewing else [])])
-        if d.labels:
-            label = ", ".join(d.labels)
-        elif "fork" in d.classes:
-            label = f"fork at {d.seq}"
-        else:
-            label = "root" if d.seq == 1 else "… older entries"
+        label = labels[i]
         title = f"{d.h[:12]} · seq {d.seq}" + (f" · {', '.join(d.labels)}" if d.labels else "")
         branches = [lab for lab in d.labels if not lab.startswith(TAG)]
         tags = [lab[len(TAG):] for lab in d.labels if lab.startswith(TAG)]
@@ -348,6 +344,14 @@ def _svg(g: Graph, session: str, viewing: Optional[str], link) -> str:
     if g.damaged:
         note += '<p class="muted">older entries cannot be read: damaged records (see <code>ctape fsck</code>)</p>'
     return "".join(parts) + note
+
+
+def _label(d: Drawn) -> str:
+    if d.labels:
+        return ", ".join(d.labels)
+    if "fork" in d.classes:
+        return f"fork at {d.seq}"
+    return "root" if d.seq == 1 else "… older entries"
 
 
 def _clip(text: str, n: int) -> str:
