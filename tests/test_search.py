@@ -48,7 +48,7 @@ def test_words_phrases_ranking_and_filters(tape):
     assert len(tape.search("zebrafish", limit=1)) == 1
     h = tape.search("release notes")[0]
     assert h.to_json() == {"session": "other", "hash": other.log().__next__().parent, "kind": "user",
-                           "time": h.time, "snippet": "Plan the release notes for version two"}
+                           "time": h.time, "snippet": "Plan the release notes for version two", "match": "exact"}
     # bm25: an entry dense in the word ranks before one that mentions it once
     chat.append("user", {"content": "tokenizer tokenizer tokenizer"})
     assert [h.snippet for h in tape.search("tokenizer")][0] == "tokenizer tokenizer tokenizer"
@@ -120,7 +120,7 @@ def test_cli_json_lines_and_human_form(tape_dir):
     p = run_cli("--dir", tape_dir, "search", "zebrafish", "--json", check=True)
     rows = [json.loads(line) for line in p.stdout.decode().splitlines()]
     assert {r["session"] for r in rows} == {"chat", "other"}
-    assert all(set(r) == {"session", "hash", "kind", "time", "snippet"} for r in rows)
+    assert all(set(r) == {"session", "hash", "kind", "time", "snippet", "match"} for r in rows)  # SPEC 13, and how it matched
     p = run_cli("--dir", tape_dir, "search", "zebrafish", "-s", "chat", check=True)
     line = p.stdout.decode().strip()
     assert line.split()[1:3] == ["chat", "tool_result"] and "zebrafish" in line

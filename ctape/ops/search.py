@@ -47,10 +47,13 @@ from ..store.files import CODEC_RAW, TYPE_ENTRY, zstd
 from ..store.store import TYPE_WITHHELD
 from ..store.index import cache_schema, connect_cache, hash_key
 from .searchtext import (  # noqa: F401 (parse_query, fts_expression: API)
+    MATCH_NAMES,
+    Matcher,
     entry_text,
     fts_expression,
     has_match,
     parse_query,
+    parse_terms,
     payload_parts,
     payload_text,
     snippet,
@@ -85,9 +88,10 @@ class Hit:
     kind: str
     time: str
     snippet: str
+    match: str = "words"  # "exact": every term as typed; "literal": in another case or accents; "words": the words only
 
     def to_json(self) -> dict:
-        return {"session": self.session, "hash": self.hash, "kind": self.kind, "time": self.time, "snippet": self.snippet}
+        return {"session": self.session, "hash": self.hash, "kind": self.kind, "time": self.time, "snippet": self.snippet, "match": self.match}
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -257,16 +261,22 @@ class SearchIndex:
         hidden: bool = False,
         live: Optional[set[str]] = None,
     ) -> Iterator[Hit]:
-        """Hits best first: bm25 over the matching texts, newer entries first among equals.
+        """Hits best first: exact matches first (every term as typed), then literal ones
+        (another case or accents), then the rest (the same words, other punctuation between);
+        bm25 within each, newer entries first among equals. A quoted phrase must occur
+        literally (searchtext.Matcher): FTS5, which splits words at every punctuation mark,
+        only proposes the candidates.
 
         bm25 ranks every row it is given, so a word that matches most of a large tape would
         cost time in proportion to the tape. Matching texts are therefore taken newest first
         (text ids count up as texts are indexed), RANK_WINDOW at a time, and each window is
-        ranked: a query matching fewer texts than that is ranked exactly; a more common one
-        gets the best of the newest matches first, then of older ones while more hits are
-        wanted."""
-        terms = parse_query(query)
-        expr = fts_expression(terms)
+        graded and ranked: a query matching fewer texts than that is ranked exactly; a more
+        common one gets the best of the newest matches first, then of older ones while more
+        hits are wanted."""
+        terms = parse_terms(query)
+        words = [t.text for t in terms]
+        matcher = Matcher(terms)
+        expr = fts_expression(words)
         cond, cargs = [], []
         want = sorted({KINDS.index(kind_value(k)) for k in kinds})
         if want:
@@ -282,6 +292,7 @@ class SearchIndex:
             cond.append("AND hidden = 0")
         entries_sql = ("SELECT hash, session, kind, seq, text, time FROM entries WHERE text IN (SELECT value FROM json_each(?)) "
                        + " ".join(cond) + " ORDER BY time DESC")
+        texts: dict[int, str] = {}  # the window's texts (their heads, or whole when read)
 
         def candidates():
             below = 1 << 62
@@ -292,13 +303,21 @@ class SearchIndex:
                 ).fetchall()
                 if not window:
                     return
-                ranked = [tid for tid, _ in sorted(window, key=lambda r: (r[1], -r[0]))]
-                for i in range(0, len(ranked), 64):  # the entries of the best texts first
-                    chunk = ranked[i : i + 64]
-                    order = {tid: j for j, tid in enumerate(chunk)}
-                    rows = self.db.execute(entries_sql, [json.dumps(chunk)] + cargs).fetchall()
+                texts.clear()
+                texts.update(self._heads([tid for tid, _ in window]))
+                graded = []
+                for tid, rank in window:
+                    grade = self._grade(tid, matcher, texts)
+                    if grade is not None:  # None: a quoted phrase that is not there literally
+                        graded.append((grade, rank, -tid, tid))
+                graded.sort()
+                for i in range(0, len(graded), 64):  # the entries of the best texts first
+                    chunk = graded[i : i + 64]
+                    order = {g[3]: j for j, g in enumerate(chunk)}
+                    rows = self.db.execute(entries_sql, [json.dumps(list(order))] + cargs).fetchall()
                     rows.sort(key=lambda r: order[r[4]])  # stable: newest first within a text
-                    yield from rows
+                    for r in rows:
+                        yield r + (chunk[order[r[4]]][0],)
                 if len(window) < RANK_WINDOW:
                     return
                 below = window[-1][0]
@@ -318,7 +337,7 @@ class SearchIndex:
             return live if live is not None else self.tape.store.sessions()
         reach = _Reach(self.tape)
         count = 0
-        for hb, sid, kind, seq, tid, micros in candidates():
+        for hb, sid, kind, seq, tid, micros, grade in candidates():
             h = hb.hex()
             if not self.store.has_object(h):
                 continue  # removed by a compaction since it was indexed
@@ -333,25 +352,45 @@ class SearchIndex:
                 where = next((s for s in sorted(others()) if is_live(s) and reach.reaches(s, h, seq)), None)
                 if where is None:
                     continue  # no session reaches it any more
-            text = self._head(tid)
-            if not has_match(text, terms):  # the match lies past the kept head: read the entry
+            text = texts.get(tid, "")
+            if not has_match(text, words):  # the match lies past the kept head: read the entry
                 try:
                     text = payload_text(self.tape.read_entry(h).payload)
                 except CtapeError:
                     continue
-            yield Hit(where, h, KINDS[kind], _time_text(micros), snippet(text, terms))
+            yield Hit(where, h, KINDS[kind], _time_text(micros), snippet(text, words, matcher=matcher), MATCH_NAMES[grade])
             count += 1
             if limit is not None and count >= limit:
                 return
 
-    def _head(self, tid: int) -> str:
-        row = self.db.execute("SELECT head FROM texts WHERE id=?", (tid,)).fetchone()
-        if row is None:
-            return ""
-        try:
-            return zstd().ZstdDecompressor().decompress(row[0]).decode("utf-8", "replace")
-        except Exception:  # noqa: BLE001 - a damaged cache row: the entry is read instead
-            return ""
+    def _heads(self, tids: list[int]) -> dict[int, str]:
+        """The kept heads of some texts (the first HEAD_BYTES of each)."""
+        dctx = zstd().ZstdDecompressor()
+        out = {}
+        for tid, head in self.db.execute("SELECT id, head FROM texts WHERE id IN (SELECT value FROM json_each(?))", (json.dumps(tids),)):
+            try:
+                out[tid] = dctx.decompress(head).decode("utf-8", "replace")
+            except Exception:  # noqa: BLE001 - a damaged cache row: the entry is read instead
+                out[tid] = ""
+        return out
+
+    def _grade(self, tid: int, matcher: Matcher, texts: dict[int, str]) -> Optional[int]:
+        """How text tid matches (searchtext.Matcher), from its kept head; a quoted phrase
+        not in the head of a longer text is looked for in the whole text (read from an entry
+        that holds it, kept in `texts` for the snippet). Unquoted words found only past the
+        head are graded by the head (they rank as WORDS): reading every such text of a
+        common word would cost a read per candidate."""
+        head = texts.get(tid, "")
+        grade = matcher.grade(head)
+        if grade is None and (len(head.encode("utf-8")) > HEAD_BYTES - 4 or not head):
+            for (hb,) in self.db.execute("SELECT hash FROM entries WHERE text=? LIMIT 3", (tid,)):
+                try:
+                    whole = payload_text(self.tape.read_entry(hb.hex()).payload)
+                except CtapeError:
+                    continue  # removed by a compaction: another entry holds the same text
+                texts[tid] = whole
+                return matcher.grade(whole)
+        return grade
 
     def stats(self) -> dict:
         """Sizes of the search cache (for the benchmark and `ctape stats`-like reports)."""

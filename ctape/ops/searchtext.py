@@ -6,13 +6,19 @@ call ids, content-block types, signatures, encrypted blobs, and runs of base64 o
 binary-looking characters; at most MAX_TEXT characters an entry.
 
 Query: words and "quoted phrases", ANDed. Nothing the user types reaches FTS5 as syntax:
-each term becomes an FTS5 string.
+each term becomes an FTS5 string. FTS5 splits words at every punctuation mark, so it
+finds candidates; `Matcher` then checks each candidate's text literally: a quoted phrase
+must occur as typed, identifier punctuation (- _ . /) included (case and accents aside),
+and candidates where every term occurs exactly as typed rank first, then those where
+it occurs with another case or accents, then the rest (the same words, other
+punctuation between them).
 """
 
 from __future__ import annotations
 
 import re
-from typing import Callable, Optional
+import unicodedata
+from typing import Callable, NamedTuple, Optional
 
 from blake3 import blake3
 
@@ -27,25 +33,87 @@ BINARY_RUN = re.compile(r"[A-Za-z0-9+/=_\-]{200,}")  # base64, hex dumps, keys: 
 # -- the query language ------------------------------------------------------------------------
 
 
-def parse_query(text: str) -> list[str]:
-    """Words and "quoted phrases" of a query, in order. Nothing the user types reaches
-    FTS5 as syntax: each term is quoted when the query is built."""
+class Term(NamedTuple):
+    text: str
+    quoted: bool  # "a phrase": it must occur literally, identifier punctuation included
+
+
+def parse_terms(text: str) -> list[Term]:
+    """Words and "quoted phrases" of a query, in order."""
     if not isinstance(text, str):
         raise InvalidInput("the search query must be text")
     terms = []
     for m in re.finditer(r'"([^"]*)"?|([^\s"]+)', text):
-        term = m.group(1) if m.group(1) is not None else m.group(2)
-        term = " ".join(term.split())
+        quoted = m.group(1) is not None
+        term = " ".join((m.group(1) if quoted else m.group(2)).split())
         if re.search(r"\w", term):  # a term with no letter or digit has no token to match
-            terms.append(term)
+            terms.append(Term(term, quoted))
     if not terms:
         raise InvalidInput('empty search query: give one or more words, or "a phrase" in quotes')
     return terms
 
 
+def parse_query(text: str) -> list[str]:
+    """Words and "quoted phrases" of a query, in order. Nothing the user types reaches
+    FTS5 as syntax: each term is quoted when the query is built."""
+    return [t.text for t in parse_terms(text)]
+
+
 def fts_expression(terms: list[str]) -> str:
     """Every term as an FTS5 string (a phrase), ANDed."""
     return " AND ".join('"' + t.replace('"', '""') + '"' for t in terms)
+
+
+# -- literal matches ----------------------------------------------------------------------------
+
+IDENT_PUNCT = "-_./"  # kept inside a term's pieces: `combined-transcript-link`, `a/b.py`
+_SEPARATOR = r"[^\w\-./]+"  # what stands between a term's pieces: spaces, other punctuation
+_COMBINING = re.compile(r"[\u0300-\u036f]+")
+
+EXACT, LITERAL, WORDS = 0, 1, 2  # how well a text matches, best first
+MATCH_NAMES = ("exact", "literal", "words")
+
+
+def strip_accents(s: str) -> str:
+    return s if s.isascii() else _COMBINING.sub("", unicodedata.normalize("NFD", s))
+
+
+def literal_pattern(term: str) -> str:
+    """A term as a regular expression of its literal form: its pieces (words with their
+    identifier punctuation) in order, any run of spaces or other punctuation between."""
+    pieces = [p for p in re.split(_SEPARATOR, term) if p]
+    return _SEPARATOR.join(re.escape(p) for p in pieces)
+
+
+class Matcher:
+    """How a text matches the terms of a query: EXACT (every term occurs as typed), LITERAL
+    (with another case or accents), WORDS (the words, with other punctuation between), or
+    None when a quoted phrase does not occur literally."""
+
+    def __init__(self, terms: list[Term]):
+        self.terms = terms
+        self.quoted = any(t.quoted for t in terms)
+        pats = [literal_pattern(t.text) for t in terms]
+        self.exact = [re.compile(p) for p in pats]
+        self.anycase = [re.compile(p, re.IGNORECASE) for p in pats]
+        self.folded = [re.compile(literal_pattern(strip_accents(t.text)), re.IGNORECASE) for t in terms]
+
+    def grade(self, text: str) -> Optional[int]:
+        if all(p.search(text) for p in self.exact):
+            return EXACT
+        plain = strip_accents(text)
+        found = [p.search(plain) is not None for p in self.folded]
+        if any(t.quoted and not f for t, f in zip(self.terms, found)):
+            return None
+        return LITERAL if all(found) else WORDS
+
+    def first(self, text: str) -> Optional[int]:
+        """Where the best match of any term begins: an exact one, else one in another case."""
+        for pats in (self.exact, self.anycase):
+            at = [m.start() for m in (p.search(text) for p in pats) if m]
+            if at:
+                return min(at)
+        return None
 
 
 # -- text of an entry -------------------------------------------------------------------------------
@@ -120,10 +188,11 @@ def has_match(text: str, terms: list[str]) -> bool:
     return bool(text) and any(re.search(p, text, re.IGNORECASE) for p in pats)
 
 
-def snippet(text: str, terms: list[str], width: int = 160) -> str:
-    """One line around the first place a term occurs (whitespace folded)."""
-    best = None
-    for t in terms:
+def snippet(text: str, terms: list[str], width: int = 160, matcher: Optional[Matcher] = None) -> str:
+    """One line around the first place a term occurs (whitespace folded); with a matcher,
+    the first literal occurrence when there is one."""
+    best = matcher.first(text) if matcher is not None else None
+    for t in terms if best is None else ():
         words = re.findall(r"\w+", t)
         if not words:
             continue
