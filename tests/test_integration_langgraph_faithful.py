@@ -40,25 +40,25 @@ def chat(saver):
     return g.compile(checkpointer=saver)
 
 
+def edit_agent(state):
+    """Answers, then edits its history as real graphs do: a message replaced by id
+    ("fix ..."), a message removed with RemoveMessage ("forget ...")."""
+    msgs = state["messages"]
+    text = msgs[-1].content
+    if text.startswith("fix "):
+        old = next(m for m in msgs if isinstance(m, AIMessage))
+        return {"messages": [AIMessage(f"corrected: {text[4:]}", id=old.id), AIMessage("fixed it")]}
+    if text.startswith("forget "):
+        gone = next(m for m in msgs if m.content == text[7:])
+        return {"messages": [RemoveMessage(id=gone.id), AIMessage("forgotten")]}
+    if text == "trim":
+        return {"messages": [RemoveMessage(id=m.id) for m in msgs[:-2]] + [AIMessage("trimmed")]}
+    return {"messages": [AIMessage(f"echo: {text}")]}
+
+
 def editor(saver):
-    """A graph that answers, then edits its history as real graphs do: a message replaced
-    by id ("fix ..."), a message removed with RemoveMessage ("forget ...")."""
-
-    def agent(state):
-        msgs = state["messages"]
-        text = msgs[-1].content
-        if text.startswith("fix "):
-            old = next(m for m in msgs if isinstance(m, AIMessage))
-            return {"messages": [AIMessage(f"corrected: {text[4:]}", id=old.id), AIMessage("fixed it")]}
-        if text.startswith("forget "):
-            gone = next(m for m in msgs if m.content == text[7:])
-            return {"messages": [RemoveMessage(id=gone.id), AIMessage("forgotten")]}
-        if text == "trim":
-            return {"messages": [RemoveMessage(id=m.id) for m in msgs[:-2]] + [AIMessage("trimmed")]}
-        return {"messages": [AIMessage(f"echo: {text}")]}
-
     g = StateGraph(MessagesState)
-    g.add_node("agent", agent)
+    g.add_node("agent", edit_agent)
     g.add_edge(START, "agent")
     return g.compile(checkpointer=saver)
 
@@ -156,6 +156,49 @@ def test_trimming_every_turn_keeps_one_branch_and_a_short_view(saver_dir_pair):
     # first changed message, so the tape grows linearly with the turns
     n = sum(1 for _ in s.log())
     assert n < 12 * 40
+
+
+def test_history_reads_after_a_rewrite_and_a_compact(saver_dir_pair):
+    """A rewrite copies the parent checkpoint; the new checkpoint must point at the copy
+    (on main), not at the line left behind, which compact drops once the ref log expires."""
+    saver, g = saver_dir_pair
+    for text in ["one", "two", "three", "forget one", "four", "fix it", "five"]:
+        g.invoke({"messages": [HumanMessage(text)]}, cfg("rc"))
+    want = [(h.config, texts(h), h.next) for h in g.get_state_history(cfg("rc"))]
+    assert run_cli("--dir", saver.tape.path, "compact", "--expire", "now", "--grace", "now").returncode == 0
+    again = TapeSaver(saver.tape.path)
+    assert [(h.config, texts(h), h.next) for h in editor(again).get_state_history(cfg("rc"))] == want
+    again.close()
+
+
+@pytest.mark.parametrize("fresh", [False, True])
+def test_a_step_that_writes_the_messages_unchanged_does_not_freeze_the_view(tape_dir, fresh):
+    """Issue 23, item 7: a trim node that returns {"messages": []} (the channel written,
+    its value unchanged) left every later RemoveMessage out of `context` for good."""
+
+    def trim(state):
+        return {"messages": []}
+
+    g = StateGraph(MessagesState)
+    g.add_node("trim", trim)
+    g.add_node("agent", edit_agent)
+    g.add_edge(START, "trim")
+    g.add_edge("trim", "agent")
+    saver = TapeSaver(tape_dir)
+    app = g.compile(checkpointer=saver)
+    for text in ["hello", "forget hello", "more", "fix the first answer"]:
+        if fresh:  # a new saver each turn reads the records the previous ones wrote
+            saver.close()
+            saver = TapeSaver(tape_dir)
+            app = g.compile(checkpointer=saver)
+        app.invoke({"messages": [HumanMessage(text)]}, cfg("t"))
+    state = texts(app.get_state(cfg("t")))
+    assert "hello" not in state and "forgotten" in state and "corrected: the first answer" in state
+    s = saver.tape.session(saver.session_for("t"))
+    assert context_texts(s) == state
+    assert [e.payload["content"] for e in visible(s)] == state
+    assert sorted(s.refs().branches) == ["main"]
+    saver.close()
 
 
 @pytest.fixture

@@ -2,9 +2,14 @@
 
 How a thread lives on the tape:
 
-- A thread is one session (``lg-<thread_id>``; see ``naming.session_name``). Its root
-  namespace grows on branch ``main`` (HEAD is attached to it); a subgraph namespace
-  grows on branch ``ns-<hash>``.
+- A thread is one session (``lg-<thread_id>``; see ``naming.session_name``). It grows on
+  branch ``main`` (HEAD is attached to it). Subgraph namespaces (``node:<task id>``, a new
+  one for every run of a subgraph) join the same line: their entries are hidden, marked
+  with the root segment they joined (``joined``), and the root's next checkpoint goes on
+  after them. A subgraph run refers to its caller's state (``at``/``base``/``dict_at``
+  records, pending writes as ``ref`` + what they add) instead of copying the conversation,
+  so a turn costs the same however long the thread. (Tapes written before this have a
+  branch ``ns-<hash>`` per namespace; they are still read.)
 - A checkpoint is one hidden entry. Its tape parent is the last entry stored for its
   parent checkpoint (the checkpoint itself, or its newest pending-writes entry), so
   the tape path of a checkpoint is its whole history, like a git commit.
@@ -74,7 +79,7 @@ from langgraph.checkpoint.base import (
 
 from ..model.models import HIDDEN, parse_time
 from ..tape import Tape
-from .naming import open_tape, plain_id, session_name, short_hash
+from .naming import open_tape, plain_id, session_name
 
 __all__ = ["TapeSaver", "WAITING"]
 
@@ -223,7 +228,7 @@ class _Brief:
         if typ == "checkpoint":
             channels = {}
             for ch, spec in (p.get("channels") or {}).items():
-                if ("v" in spec or "append" in spec) and len(json.dumps(spec, ensure_ascii=False)) > _BIG:
+                if ("v" in spec or "append" in spec or "rest" in spec) and len(json.dumps(spec, ensure_ascii=False)) > _BIG:
                     spec = {"big": 1}  # read from the entry when asked
                 channels[ch] = spec
             brief = {"versions": p.get("versions") or {}, "channels": channels, "parent_entry": p.get("parent_entry")}
@@ -304,6 +309,8 @@ class _Thread:
         elif typ == "tombstone":
             for ns_, cid_ in e.payload.get("delete", []):
                 self.deleted.add((ns_, cid_))
+        if "joined" in lg:  # a subgraph's entry on the root line: the root segment goes on after it
+            self._bump(("", lg["joined"]), e.seq, e.hash)
 
     def _bump(self, key: tuple[str, str], seq: int, h: str) -> None:
         cur = self.seg.get(key)
@@ -321,7 +328,14 @@ class _Thread:
 
 
 def _main_branch(ns: str) -> str:
-    return "main" if ns == "" else f"ns-{short_hash(ns, 12)}"
+    """The branch a namespace grows on: every namespace joins the root line, ``main``
+    (tapes written before subgraphs joined it have ``ns-<hash>`` branches: still read)."""
+    return "main"
+
+
+def _parent_ns(ns: str) -> str:
+    """The namespace a subgraph runs in: ``a:1|b:2`` -> ``a:1``; ``a:1`` -> the root."""
+    return ns.rsplit("|", 1)[0] if "|" in ns else ""
 
 
 # -- the saver -----------------------------------------------------------------------------------
@@ -451,14 +465,19 @@ class TapeSaver(BaseCheckpointSaver[str]):
                 break
             elif "at" in spec:
                 h = spec["at"]
+            elif "dict_at" in spec:
+                rest = self.codec.dec(spec["rest"])
+                refs = spec["dict_at"]
+                base = {k: (list(self._value(refs[k], k)) if k in refs else rest[k]) for k in spec["keys"]}
+                break
             elif "append" in spec:
                 steps.append((None, [self.codec.dec(x) for x in spec["append"]]))
-                h = p.get("parent_entry")
+                h = spec.get("base") or p.get("parent_entry")  # base: a subgraph grows from its caller's value
             elif "msgs" in spec:
                 steps.append((spec.get("keep"), [self._load_message(m) for m in spec["msgs"]]))
                 if spec.get("keep") == 0:
                     break  # nothing comes from the parent
-                h = p.get("parent_entry")
+                h = spec.get("base") or p.get("parent_entry")
             else:
                 raise ValueError(f"checkpoint entry {h} has an unknown channel record {spec!r}")
         value = base
@@ -490,7 +509,11 @@ class TapeSaver(BaseCheckpointSaver[str]):
                 steps.append((spec.get("keep"), spec["msgs"]))
                 if spec.get("keep") == 0:
                     break
-                h = p.get("parent_entry")
+                h = spec.get("base") or p.get("parent_entry")
+            elif spec.get("append") == []:
+                h = spec.get("base") or p.get("parent_entry")  # written without a change (a node returned {"messages": []})
+            elif spec.get("v") == {"j": []}:
+                break  # an empty list: no messages
             else:
                 return None  # a whole value or appended non-messages: no entries to point at
         value = list(base)
@@ -504,6 +527,8 @@ class TapeSaver(BaseCheckpointSaver[str]):
         reading history newest first then costs what changed, not the whole state again."""
         for ch, v in child_values.items():
             spec = child["channels"].get(ch)
+            if spec is not None and "base" in spec:
+                continue  # grown from another checkpoint's value: the parent has none
             if spec is None:
                 parent = v
             elif type(v) is list and "append" in spec:
@@ -581,7 +606,7 @@ class TapeSaver(BaseCheckpointSaver[str]):
                     continue
                 merged[k] = (task_id, ch, enc, task_path)
         order = sorted(merged, key=lambda k: writes_sort_key(merged[k][3], *k))
-        return [(merged[k][0], merged[k][1], self.codec.dec(merged[k][2])) for k in order]
+        return [(merged[k][0], merged[k][1], self._dec_write(merged[k][2])) for k in order]
 
     def list(
         self,
@@ -662,6 +687,7 @@ class TapeSaver(BaseCheckpointSaver[str]):
         specs: dict[str, dict] = {}
         new_messages: dict[str, list[Any]] = {}
         rewritten: dict[str, list[Any]] = {}  # channels whose messages were replaced or removed
+        bases: dict[str, str] = {}  # channels that grow from the caller's checkpoint (a subgraph's first)
         keep: dict[str, Any] = {}
         for ch in sorted(set(versions) | set(new_versions)):
             ver = versions.get(ch, new_versions.get(ch))
@@ -676,16 +702,34 @@ class TapeSaver(BaseCheckpointSaver[str]):
                 continue
             v = values[ch]
             keep[ch] = v
+            if ns and parent_entry is None and v and type(v) is dict:
+                # a subgraph run's input (__start__) holds its caller's state: refer to it
+                spec = self._refer(th, ns, v)
+                if spec is not None:
+                    specs[ch] = spec
+                    continue
             if type(v) is list:
                 prev = self._value(parent_entry, ch) if parent_entry else _MISSING
+                if prev is _MISSING and ns:
+                    # a subgraph's channel starts as its caller's: grow from the caller's value
+                    src = self._spawned_from(th, ns)
+                    sv = self._value(src, ch) if src is not None else _MISSING
+                    if type(sv) is list and sv and _extends(v, sv):
+                        prev = sv
+                        bases[ch] = src
                 base = [] if prev is _MISSING else prev
-                if type(base) is list and len(v) >= len(base) and all(a is b or a == b for a, b in zip(base, v)):
+                if type(base) is list and _extends(v, base):
                     items = v[len(base):]
+                    if not items and ch in bases:
+                        specs[ch] = {"at": bases[ch]}
+                        continue
                     if items and all(_is_message(x) for x in items):
                         new_messages[ch] = items
                         continue
                     if prev is not _MISSING:
                         specs[ch] = {"append": [self.codec.enc(x) for x in items]}
+                        if ch in bases:
+                            specs[ch]["base"] = bases[ch]
                         continue
                 elif type(base) is list and base and all(_is_message(x) for x in base) and all(_is_message(x) for x in v):
                     # the graph replaced (same id) or removed messages: rewrite the view
@@ -702,12 +746,17 @@ class TapeSaver(BaseCheckpointSaver[str]):
         msg_hashes: dict[str, list[str]] = {}  # per message channel, its entries at this checkpoint
         with self.tape.batch():
             tip = th.seg[(ns, parent_id)][1] if parent_id and (ns, parent_id) in th.seg else None
+            if ns:  # a subgraph's checkpoints join the root line where it ends
+                tip, joined = self._join_root(s, tip)
+                if joined is not None:
+                    base_ids = {**base_ids, "joined": joined}
             start = tip
-            if md.get("source") == "input" and th.interrupts and tip is not None:
+            if not ns and md.get("source") == "input" and th.interrupts and tip is not None:
                 # new input instead of Command(resume=...): the interrupt will not be answered
                 tip = self._answer_interrupts(s, th, ns, cid, tip, None, written, "[no answer: the graph was given new input]")
+            copies: dict[str, str] = {}  # entry -> its copy, when a rewrite wrote the line again
             if rewritten:
-                tip, hashes_after = self._rewrite(s, th, ns, cid, tip, rewritten, values, time, written)
+                tip, hashes_after, copies = self._rewrite(s, th, ns, cid, tip, rewritten, values, time, written)
                 for ch, (kept, dropped) in hashes_after.items():
                     tip, hashes = self._write_messages(s, ch, values[ch][kept:], base_ids, time, tip, written)
                     specs[ch] = {"keep": kept, "msgs": hashes, "drop": dropped}
@@ -715,11 +764,16 @@ class TapeSaver(BaseCheckpointSaver[str]):
             for ch, items in new_messages.items():
                 tip, hashes = self._write_messages(s, ch, items, base_ids, time, tip, written)
                 specs[ch] = {"msgs": hashes}
-                before = self._values.get((parent_entry, ch + "\0#"), _MISSING) if parent_entry else []
+                if ch in bases:
+                    specs[ch]["base"] = bases[ch]
+                    before = self._values.get((bases[ch], ch + "\0#"), _MISSING)
+                else:
+                    before = self._values.get((parent_entry, ch + "\0#"), _MISSING) if parent_entry else []
                 if before is not _MISSING:
                     msg_hashes[ch] = list(before) + hashes
+            where = f" in {ns}" if ns else ""
             payload = {
-                "content": f"checkpoint {cid} ({md.get('source', '?')}, step {md.get('step', '?')})",
+                "content": f"checkpoint {cid}{where} ({md.get('source', '?')}, step {md.get('step', '?')})",
                 "checkpoint": self.codec.enc(cp_body),
                 "metadata": self.codec.enc(md),
                 "versions": {k: str(v) for k, v in versions.items()},
@@ -727,6 +781,10 @@ class TapeSaver(BaseCheckpointSaver[str]):
                 "parent_entry": parent_entry,
             }
             meta = {HIDDEN: True, KEY: {"type": "checkpoint", "parent_checkpoint_id": parent_id, **base_ids}}
+            if copies:
+                # the parent checkpoint (and any entry a record points at) was copied: point
+                # at the copies, which main reaches, not at the line compact will drop
+                payload = _remap(payload, copies)
             e = s.put_entry("system", payload, meta, None, time, tip)
             written.append(e)
             for ch, hashes in msg_hashes.items():
@@ -757,6 +815,8 @@ class TapeSaver(BaseCheckpointSaver[str]):
                 meta = {KEY: lg}
                 if kind == "system" and m.type not in ("system", "SystemMessageChunk"):
                     meta[HIDDEN] = True  # a role ctape has no kind for: kept, not shown
+                if base_ids["checkpoint_ns"]:
+                    meta[HIDDEN] = True  # a subgraph's own copy: the root's state is the conversation
                 e = s.put_entry(kind, payload, meta, None, time, tip)
                 written.append(e)
                 tip = e.hash
@@ -775,8 +835,8 @@ class TapeSaver(BaseCheckpointSaver[str]):
         first change is copied (a trim of old messages copies the recent turns, not the
         history), and the original line stays on the tape until `compact` (the ref log and
         the copies' hidden messages keep what it held).
-        Returns the new tip, and per channel (messages kept from the start, the hidden copies
-        of the entries that held the rest)."""
+        Returns the new tip, per channel (messages kept from the start, the hidden copies
+        of the entries that held the rest), and the copies (entry -> copy)."""
         starts = {}
         for ch, hashes in rewritten.items():
             new, old = values[ch], [self._load_message(h) for h in hashes]
@@ -811,10 +871,12 @@ class TapeSaver(BaseCheckpointSaver[str]):
             meta = dict(e.meta)
             lg = meta.get(KEY) if isinstance(meta.get(KEY), dict) else {}
             payload = e.payload
-            if lg.get("type") == "message" and lg.get("channel") in rewritten:
+            if lg.get("type") == "message" and lg.get("channel") in rewritten and lg.get("checkpoint_ns", "") == ns:
                 meta[HIDDEN] = True
             elif lg.get("type") == "checkpoint":
                 payload = _remap(payload, mapping)
+            elif lg.get("type") == "writes":
+                payload = _remap_writes(payload, mapping)
             n = s.put_entry(e.kind, payload, meta, e.delta, e.time, cur)
             mapping[e.hash] = n.hash
             written.append(n)
@@ -827,12 +889,18 @@ class TapeSaver(BaseCheckpointSaver[str]):
             kept = starts[ch] if first is None else sum(1 for h in hashes if h not in mapping)
             kept = min(kept, starts[ch])
             out[ch] = (kept, [mapping.get(h, h) for h in hashes[kept:]])
-        return cur, out
+        return cur, out, mapping
 
     def _move_refs(self, th: _Thread, s, ns: str, parent: Optional[str], tip: str, *, newest: bool, label: str) -> None:
         """One ref record: the branch at `parent` moves to `tip`; the newest checkpoint is on main."""
         branches = s.refs().branches
         main = _main_branch(ns)
+        if ns:  # a subgraph's entries went on at main's tip (_join_root)
+            changes = {main: tip}
+            if s.refs().head is None:
+                changes["HEAD"] = "@main"
+            s.set_refs("langgraph", changes)
+            return
         at_parent = [b for b, h in branches.items() if h == parent and parent is not None and b != TOMBSTONES]
         changes: dict[str, Optional[str]] = {}
         if newest:
@@ -879,7 +947,7 @@ class TapeSaver(BaseCheckpointSaver[str]):
                 idx = WRITES_IDX_MAP.get(ch, i)
                 if idx >= 0 and (task_id, idx) in have:
                     continue  # first write of a task wins, as in LangGraph's own savers
-                recs.append([idx, ch, self.codec.enc(v)])
+                recs.append([idx, ch, self._enc_write(th, ns, cid, ch, v)])
             if not recs:
                 return
             channels = sorted({r[1] for r in recs})
@@ -895,27 +963,53 @@ class TapeSaver(BaseCheckpointSaver[str]):
             th.tips = dict(s.refs().branches)
             self._save(th)
 
+    def _enc_write(self, th: _Thread, ns: str, cid: str, ch: str, v: Any) -> dict:
+        """A pending write's value. A list that starts with channel ch's value at the
+        checkpoint (a subgraph hands back its whole state; a subgraph's input is its
+        caller's) refers to that value: {"ref": entry, "ch": ch, "plus": [the rest]}, so a
+        write costs what it adds, not the conversation again."""
+        if type(v) is list and v and (ns, cid) in th.cps:
+            bases = [th.cps[(ns, cid)].hash]
+            if ns:
+                bases.append(self._spawned_from(th, ns))
+            for src in bases:
+                sv = self._value(src, ch) if src is not None else _MISSING
+                if type(sv) is list and sv and _extends(v, sv):
+                    return {"ref": src, "ch": ch, "plus": [self.codec.enc(x) for x in v[len(sv):]]}
+        return self.codec.enc(v)
+
+    def _dec_write(self, enc: dict) -> Any:
+        if "ref" in enc:
+            return list(self._value(enc["ref"], enc["ch"])) + [self.codec.dec(x) for x in enc["plus"]]
+        return self.codec.dec(enc)
+
     def _write_entry(self, th: _Thread, s, tid: str, ns: str, cid: str, payload: dict):
         """Store a checkpoint's pending writes where its line ends.
 
         LangGraph sends writes from worker threads, so a checkpoint's writes may arrive
         after its child checkpoint (with every durability mode). They then go at the end of
         the line, after the child, marked with the segment they joined: a linear run stays
-        one branch, and the writes are still found by checkpoint id."""
+        one branch, and the writes are still found by checkpoint id. A subgraph's writes
+        go at the end of the root line (_join_root)."""
         seg = th.seg.get((ns, cid), (0, None))[1]
         branches = s.refs().branches
         ids = {"thread_id": tid, "checkpoint_ns": ns, "checkpoint_id": cid}
         tip, segment = seg, cid
+        extra: dict = {}
         main_tip = branches.get(_main_branch(ns))
-        if seg not in branches.values() and main_tip is not None and self._descends(main_tip, th.cps[(ns, cid)]):
+        if ns:
+            tip, joined = self._join_root(s, seg)
+            if joined is not None:
+                extra["joined"] = joined
+        elif seg not in branches.values() and main_tip is not None and self._descends(main_tip, th.cps[(ns, cid)]):
             tip = main_tip
-            segment = self._segment(main_tip) or cid
-        lg = {"type": "writes", **ids}
+            segment = self._root_segment(main_tip) or cid
+        lg = {"type": "writes", **ids, **extra}
         if segment != cid:
             lg["segment"] = segment
         e = s.put_entry("system", payload, {HIDDEN: True, KEY: lg}, None, None, tip)
         th.add(e)
-        last = self._interrupt_entries(s, th, ns, cid, segment, payload, e.hash)
+        last = self._interrupt_entries(s, th, ns, cid, segment, payload, e.hash, extra)
         self._move_refs(th, s, ns, tip, last, newest=False, label=cid)
         return e
 
@@ -930,32 +1024,79 @@ class TapeSaver(BaseCheckpointSaver[str]):
             h = e.parent
         return False
 
-    def _segment(self, h: str) -> Optional[str]:
-        lg = self._brief(h).meta.get(KEY)
-        return (lg.get("segment") or lg.get("checkpoint_id")) if isinstance(lg, dict) else None
+    def _root_segment(self, h: Optional[str]) -> Optional[str]:
+        """The root checkpoint whose segment of the line entry h ends (None: no root checkpoint)."""
+        lg = self._brief(h).meta.get(KEY) if h is not None else None
+        if not isinstance(lg, dict):
+            return None
+        if lg.get("checkpoint_ns"):
+            return lg.get("joined")
+        return lg.get("segment") or lg.get("checkpoint_id")
+
+    def _join_root(self, s, tip: Optional[str]) -> tuple[Optional[str], Optional[str]]:
+        """Where a subgraph's next entry goes: at the end of the root line (main), and the
+        root segment it joins. Subgraph runs get a new namespace each time (``node:<task
+        id>``); a branch per namespace would leave a branch per run, so every namespace
+        grows on main, its entries hidden, the root's next checkpoint after them."""
+        main_tip = s.refs().branches.get("main")
+        if main_tip is None:
+            return tip, None  # a thread with subgraph checkpoints only (so far)
+        return main_tip, self._root_segment(main_tip)
+
+    def _refer(self, th: _Thread, ns: str, v: dict) -> Optional[dict]:
+        """A channel record for a subgraph run's input that refers to the caller's
+        checkpoint: {"dict_at": {key: entry}, "rest": ..., "keys": [...]} for the keys that
+        hold the caller's channel of that name. None when none does."""
+        src = self._spawned_from(th, ns)
+        if src is None:
+            return None
+
+        def same(key: str, x: Any) -> bool:
+            if type(x) is not list or not x:
+                return False
+            sv = self._value(src, key)
+            return type(sv) is list and len(sv) == len(x) and _extends(x, sv)
+
+        refs = {k: src for k, x in v.items() if type(k) is str and same(k, x)}
+        if not refs:
+            return None
+        return {"dict_at": refs, "rest": self.codec.enc({k: x for k, x in v.items() if k not in refs}), "keys": list(v)}
+
+    def _spawned_from(self, th: _Thread, ns: str) -> Optional[str]:
+        """The entry of the checkpoint a subgraph run started from: the newest of the
+        namespace it runs in."""
+        pns = _parent_ns(ns)
+        cid = th.latest(pns)
+        return th.cps[(pns, cid)].hash if cid is not None else None
 
     # -- interrupts ----------------------------------------------------------------------------
 
-    def _interrupt_entries(self, s, th: _Thread, ns: str, cid: str, segment: str, payload: dict, tip: str) -> str:
+    def _interrupt_entries(self, s, th: _Thread, ns: str, cid: str, segment: str, payload: dict, tip: str, extra: Optional[dict] = None) -> str:
         """An interrupt() is a hidden tool call named WAITING, its value as JSON where it can
         be: `ctape status` lists it as pending until Command(resume=...) answers it."""
         written: list = []
         for _, ch, enc in payload["writes"]:
             if ch == _INTERRUPT:
+                # an interrupt inside a subgraph is written by the subgraph and by each
+                # caller, with one id: one call waits
+                waiting = {c["call_id"] for c in self.tape.derived(tip)["pending"] if c.get("name") == WAITING}
                 for intr in self.codec.dec(enc) or ():
                     value = getattr(intr, "value", intr)
                     call = {"call_id": str(getattr(intr, "id", "") or cid), "name": WAITING, "arguments": _readable(value)}
-                    meta = {HIDDEN: True, KEY: {"type": "interrupt", "checkpoint_ns": ns, "checkpoint_id": cid, "segment": segment}}
+                    if call["call_id"] in waiting:
+                        continue
+                    waiting.add(call["call_id"])
+                    meta = {HIDDEN: True, KEY: {"type": "interrupt", "checkpoint_ns": ns, "checkpoint_id": cid, "segment": segment, **(extra or {})}}
                     e = s.put_entry("tool_call", call, meta, None, None, tip)
                     written.append(e)
                     tip = e.hash
             elif ch == _RESUME and payload["task_id"] == _NULL_TASK:
-                tip = self._answer_interrupts(s, th, ns, cid, tip, self.codec.dec(enc), written, None, segment)
+                tip = self._answer_interrupts(s, th, ns, cid, tip, self.codec.dec(enc), written, None, segment, extra)
         for e in written:
             th.add(e)
         return tip
 
-    def _answer_interrupts(self, s, th: _Thread, ns: str, cid: str, tip: str, value: Any, written: list, note: Optional[str], segment: Optional[str] = None) -> str:
+    def _answer_interrupts(self, s, th: _Thread, ns: str, cid: str, tip: str, value: Any, written: list, note: Optional[str], segment: Optional[str] = None, extra: Optional[dict] = None) -> str:
         """Hidden tool results for the interrupts pending at tip: the resume value, or a note."""
         pending = [c for c in self.tape.derived(tip)["pending"] if c.get("name") == WAITING]
         if not pending:
@@ -966,7 +1107,7 @@ class TapeSaver(BaseCheckpointSaver[str]):
                 continue
             answer = value[c["call_id"]] if by_id else value
             p = {"call_id": c["call_id"], "output": _readable(answer) if note is None else note}
-            meta = {HIDDEN: True, KEY: {"type": "resume", "checkpoint_ns": ns, "checkpoint_id": cid, "segment": segment or cid}}
+            meta = {HIDDEN: True, KEY: {"type": "resume", "checkpoint_ns": ns, "checkpoint_id": cid, "segment": segment or cid, **(extra or {})}}
             e = s.put_entry("tool_result", p, meta, None, None, tip)
             written.append(e)
             tip = e.hash
@@ -1089,6 +1230,11 @@ class TapeSaver(BaseCheckpointSaver[str]):
         await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)
 
 
+def _extends(v: list, base: list) -> bool:
+    """Does list v start with the items of base (the same objects, or equal ones)?"""
+    return len(v) >= len(base) and all(a is b or a == b for a, b in zip(base, v))
+
+
 def _readable(v: Any) -> Any:
     """A value as JSON for people: itself when it is JSON, a pydantic model's or a
     dataclass's JSON form, else its repr."""
@@ -1116,14 +1262,25 @@ def _remap(payload: dict, mapping: dict[str, str]) -> dict:
     channels = {}
     for ch, spec in p["channels"].items():
         spec = dict(spec)
-        if "at" in spec:
-            spec["at"] = mapping.get(spec["at"], spec["at"])
+        for k in ("at", "base"):
+            if k in spec:
+                spec[k] = mapping.get(spec[k], spec[k])
+        if "dict_at" in spec:
+            spec["dict_at"] = {k: mapping.get(h, h) for k, h in spec["dict_at"].items()}
         for k in ("msgs", "drop"):
             if k in spec:
                 spec[k] = [mapping.get(h, h) for h in spec[k]]
         channels[ch] = spec
     p["channels"] = channels
     return p
+
+
+def _remap_writes(payload: dict, mapping: dict[str, str]) -> dict:
+    """A pending-writes record whose references (_enc_write) point at a rewrite's copies."""
+    if not any(type(enc) is dict and enc.get("ref") in mapping for _, _, enc in payload["writes"]):
+        return payload
+    writes = [[i, ch, {**enc, "ref": mapping[enc["ref"]]} if type(enc) is dict and enc.get("ref") in mapping else enc] for i, ch, enc in payload["writes"]]
+    return {**payload, "writes": writes}
 
 
 def _entry_time(ts: Any) -> Optional[str]:
