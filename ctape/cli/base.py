@@ -14,6 +14,7 @@ import warnings
 import click
 
 EXIT_FAIL, EXIT_USAGE = 1, 2
+SUMMARY_LIMIT = 200  # a command's one-line summary in `ctape --help` is never cut shorter
 
 
 class CtapeGroup(click.Group):
@@ -37,6 +38,19 @@ class CtapeGroup(click.Group):
         except click.exceptions.Exit as e:
             sys.exit(e.exit_code)
         sys.exit(rv if isinstance(rv, int) else 0)
+
+    def format_commands(self, ctx, formatter):
+        """Each command with its whole one-line summary (the first sentence of its help),
+        as git lists its commands: click cuts summaries to the terminal's width with "...";
+        here a long one wraps instead."""
+        rows = []
+        for name in self.list_commands(ctx):
+            cmd = self.get_command(ctx, name)
+            if cmd is not None and not cmd.hidden:
+                rows.append((name, cmd.get_short_help_str(limit=SUMMARY_LIMIT)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
     def invoke(self, ctx):
         try:

@@ -180,7 +180,7 @@ class _StreamWriter:
 @click.option("--crash/--no-crash", default=True, help="Include a killed stream and its recovery.")
 @click.pass_context
 def demo(ctx, crash):
-    """Record a realistic agent session into a fresh tape, crash it, recover it.
+    """Record a demo session in a fresh tape, crash it, recover it.
 
     Uses --dir, $CTAPE_DIR or ./.ctape (created if needed), session `demo`
     (`demo-2` and so on when taken), then shows it with commands printed as you

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from .base import EXIT_FAIL, CtapeGroup, Duration, emit_json, json_option, main, open_tape
+from .base import EXIT_FAIL, CtapeGroup, Duration, _is_tape, emit_json, json_option, main, open_tape
 
 
 @main.command()
@@ -16,18 +16,53 @@ from .base import EXIT_FAIL, CtapeGroup, Duration, emit_json, json_option, main,
 def init(ctx, path):
     """Create a tape directory (PATH, else --dir, else ./.ctape).
 
+    A tape is never made inside another one. Without PATH, --dir or $CTAPE_DIR,
+    init also refuses where commands already find a tape upwards (they would
+    use the new one instead): give the path to make one there anyway.
+
     \b
     Examples:
       ctape init
       ctape --dir /data/tapes init
+      ctape init .ctape      # here, even below another tape's folder
     """
     from ..store.store import Store
 
-    target = path or ctx.find_root().obj.get("dir") or os.environ.get("CTAPE_DIR") or ".ctape"
+    explicit = path or ctx.find_root().obj.get("dir") or os.environ.get("CTAPE_DIR")
+    target = explicit or ".ctape"
+    _check_not_nested(os.path.abspath(target), explicit is not None)
+    inner = os.path.join(target, ".ctape")
+    if not _is_tape(target) and _is_tape(inner):
+        target = inner  # a folder holding a tape in .ctape/ names that tape, as --dir does
     if Store.init(target):
         click.echo(f"Initialized empty tape in {os.path.abspath(target)}", err=True)
     else:
         click.echo(f"{os.path.abspath(target)} is already a tape; nothing changed", err=True)
+
+
+def _check_not_nested(target: str, explicit: bool) -> None:
+    """Refuse a tape inside another tape's directory; and, for the implicit ./.ctape, one
+    below a folder whose tape commands here already find (it would hide that one)."""
+    from ..errors import CtapeError, InvalidInput
+    from .base import find_tape_dir
+
+    up = os.path.dirname(target)
+    while True:
+        if _is_tape(up):
+            raise InvalidInput(f"cannot init {target}: it is inside the tape {up}, which holds only ctape's own files; "
+                               "pick a path outside it")
+        if os.path.dirname(up) == up:
+            break
+        up = os.path.dirname(up)
+    if explicit or _is_tape(target):
+        return
+    try:
+        found = os.path.abspath(find_tape_dir(None))
+    except CtapeError:
+        return
+    if found != target:
+        raise InvalidInput(f"commands here already use the tape {found}; to make another one in this folder anyway, "
+                           "run `ctape init .ctape` (or give --dir)")
 
 
 @main.command()
@@ -109,7 +144,7 @@ def _duration(seconds: int) -> str:
 @json_option
 @click.pass_context
 def fsck(ctx, salvage, as_json):
-    """Verify every object, record and reference; exit 1 on corrupt or missing data.
+    """Verify every object, record and reference; exit 1 on damaged data.
 
     With --salvage, first keep what is intact of every damaged file (a new pack) and move
     the damaged file into quarantine/ inside the tape (kept, never read again); a file cut
@@ -170,7 +205,7 @@ def stats(ctx, as_json):
 
 @main.group(cls=CtapeGroup, name="cache")
 def cache_group():
-    """Look after the index caches kept outside the tapes (~/.cache/ctape).
+    """List or clean the index caches outside the tapes (~/.cache/ctape).
 
     \b
     Examples:

@@ -96,7 +96,7 @@ def _prefix_of(tape, name: str):
 @session_option
 @click.pass_context
 def checkout(ctx, ref, new_branch, session):
-    """Move the session's HEAD to REF (attach to a branch, or detach at an entry).
+    """Move HEAD to REF: attach it to a branch, or detach it at an entry.
 
     Later appends continue from there; nothing is lost or copied.
 
@@ -211,7 +211,7 @@ def reflog(ctx, session_arg, session, limit, as_json, no_pager):
 @json_option
 @click.pass_context
 def tag(ctx, name, ref, delete, force, session, as_json):
-    """List the session's tags, tag REF (default: HEAD) as NAME, or delete a tag.
+    """List tags, tag REF (default: HEAD) as NAME, or delete a tag.
 
     A tag names one entry for good: appends never move it, and `compact` keeps what
     it reaches. A tag is a REF wherever a session is given: a bare name is tried as

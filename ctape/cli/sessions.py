@@ -14,7 +14,7 @@ from .base import CtapeGroup, emit_json, json_option, main, need_session, open_t
 @json_option
 @click.pass_context
 def sessions(ctx, as_json):
-    """List every session: HEAD, branch, entries, last activity, source, title.
+    """List sessions: HEAD, branch, entries, activity, source, title.
 
     Most recently active first. The session chosen with `ctape session use` is
     marked with *. The title is the first user request; the source, for an
@@ -163,7 +163,10 @@ def _branches(n: int) -> str:
 @json_option
 @click.pass_context
 def status(ctx, session, hidden, as_json):
-    """HEAD, branch, title, source, last entry, pending tool calls, interrupted stream, last error.
+    """Show HEAD, pending tool calls, interrupted stream, last error.
+
+    Its HEAD and branch, title, source, last entry, pending tool calls,
+    interrupted stream, last error, and the conflicts a sync left.
 
     \b
     Examples:
@@ -193,7 +196,9 @@ def status(ctx, session, hidden, as_json):
 @session_option
 @click.pass_context
 def recover(ctx, session):
-    """Record an interrupted stream as one `streaming` entry; print its hash.
+    """Record an interrupted stream as a `streaming` entry.
+
+    Prints the new entry's hash; nothing when there was nothing to record.
 
     \b
     Examples:
