@@ -55,7 +55,7 @@ def test_a_ctape_export_is_detected(tape_dir, tmp_path):
     other = tmp_path / "other"
     Tape.init(other).close()
     p = cli(other, "import", exp, check=True)
-    assert "imported 1 entries into session chat" in p.stderr.decode()
+    assert "imported 1 entry into session chat" in p.stderr.decode()
 
 
 def test_an_unknown_format_imports_nothing(tape_dir, tmp_path):

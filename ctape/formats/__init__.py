@@ -27,7 +27,15 @@ def _module(fmt: str):
 
 
 def import_files(tape, fmt: Optional[str], files: list[str], session: Optional[str], progress: bool = False) -> list[str]:
-    """Import files of format `fmt`; None detects each file's format (formats/detect.py)."""
+    """Import files of format `fmt`; None detects each file's format (formats/detect.py).
+    A FILE may be `-` (stdin), a pipe or a `.zst` file: each is read once (reading.spooled)."""
+    from .reading import spooled
+
+    with spooled(files) as readable:
+        return _import_files(tape, fmt, readable, session, progress)
+
+
+def _import_files(tape, fmt: Optional[str], files: list[str], session: Optional[str], progress: bool) -> list[str]:
     if fmt is None:
         from .detect import detect
 

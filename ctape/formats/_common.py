@@ -26,6 +26,7 @@ from ..model.canonical import MAX_DEPTH, MAX_RECORD, max_record, nesting_problem
 from ..errors import InvalidInput, RefNotFound
 from ..model.models import HIDDEN, NAME_RE, RESERVED_BRANCHES, check_name, parse_time
 from ..model.refs import HEAD
+from .reading import display_stem, real_path, too_long  # noqa: F401 - too_long is read from here too
 
 LINE = "ctape.line"  # 1-based line of the source file the record came from
 PART = "ctape.part"  # 1, 2, ... for the extra entries made from one record
@@ -62,14 +63,6 @@ def loads(text) -> Any:
 # a record's value goes into an entry's meta a level or two down: lines nested deeper than
 # this are kept as text, so that no record can break the limit of MAX_DEPTH
 IMPORT_DEPTH = MAX_DEPTH - 4
-
-def too_long(f, line: Optional[int], limit: int) -> InvalidInput:
-    where = f"{getattr(f, 'name', 'input')}" + (f": line {line}" if line else "")
-    return InvalidInput(
-        f"{where} is longer than {limit:,} bytes, the limit for one record (docs/import.md); "
-        "is this a transcript? Set CTAPE_MAX_RECORD to allow longer records"
-    )
-
 
 _STEP = 1 << 20  # a long line is read this much at a time
 
@@ -131,8 +124,9 @@ def tool_arguments(text: Any) -> Any:
 
 
 def open_source(path: str):
+    """The transcript's content, seekable (a pipe or `.zst` file: its copy, reading.spooled)."""
     try:
-        return open(path, "rb")
+        return open(real_path(path), "rb")
     except OSError as e:
         raise InvalidInput(f"cannot read {path}: {e.strerror}") from None
 
@@ -202,7 +196,7 @@ def valid_time(value: Any) -> Optional[str]:
 
 def session_name(candidate: Any, path: str) -> str:
     """A valid session name from a record's id, else from the file name."""
-    for text in (candidate, os.path.splitext(os.path.basename(path))[0]):
+    for text in (candidate, display_stem(path)):
         if isinstance(text, str) and text:
             name = re.sub(r"[^A-Za-z0-9._-]+", "-", text).lstrip("._-")[:128].rstrip(".")
             if name.endswith(".lock"):
@@ -314,7 +308,7 @@ class Progress:
     def __init__(self, path: str, on: bool):
         self.on = on
         self.path = path
-        self.total = os.path.getsize(path) if on else 0
+        self.total = os.path.getsize(real_path(path)) if on else 0
         self.shown = -1
 
     def update(self, offset: int) -> None:
@@ -332,10 +326,14 @@ class Progress:
             sys.stderr.flush()
 
 
+def plural(n: int, one: str, many: str) -> str:
+    return one if n == 1 else many
+
+
 def summary_line(path: str, name: str, records: int, entries: int, branches: int, notes: Iterable[str], new: bool = True) -> str:
     if not new:
-        return f"nothing new in {path}: session {name} already holds its {records} records"
-    text = f"imported {records} records from {path} into session {name} ({entries} entries"
+        return f"nothing new in {path}: session {name} already holds {plural(records, 'its record', f'its {records} records')}"
+    text = f"imported {records} {plural(records, 'record', 'records')} from {path} into session {name} ({entries} {plural(entries, 'entry', 'entries')}"
     text += f", {branches} branches)" if branches > 1 else ")"
     notes = [n for n in notes if n]
     return text + ("; " + "; ".join(notes) if notes else "")

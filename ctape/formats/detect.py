@@ -7,6 +7,7 @@ from typing import Any
 
 from ..errors import InvalidInput
 from ._common import lines_of
+from .reading import real_path
 from . import openai
 
 LINES = 20  # non-blank lines looked at
@@ -60,7 +61,7 @@ def detect(path: str) -> str:
     votes = dict.fromkeys(ORDER, 0)
     seen = 0
     try:
-        with open(path, "rb") as f:
+        with open(real_path(path), "rb") as f:
             for raw in lines_of(f):
                 if not raw.strip():
                     continue

@@ -19,6 +19,7 @@ import re
 from ..model.canonical import parse_json
 from ..errors import CtapeError, InvalidInput
 from ._common import entries_for_export, imported_names, lines_of, safe_refs
+from .reading import real_path
 from ..model.models import NAME_RE, check_name
 from ..model.refs import TAG
 
@@ -101,8 +102,8 @@ def import_file(tape, path: str, session: Optional[str]) -> str:
         if changes:
             s.set_refs("import", changes)
     if not changes:
-        return f"nothing new in {path}: session {name} already holds its {len(entries)} entries" + ("; " + "; ".join(notes) if notes else "")
-    return f"imported {len(entries)} entries into session {name}" + ("; " + "; ".join(notes) if notes else "")
+        return f"nothing new in {path}: session {name} already holds {'its entry' if len(entries) == 1 else f'its {len(entries)} entries'}" + ("; " + "; ".join(notes) if notes else "")
+    return f"imported {len(entries)} entr{'y' if len(entries) == 1 else 'ies'} into session {name}" + ("; " + "; ".join(notes) if notes else "")
 
 
 def _wanted_refs(tape, path: str, refs: Optional[dict], by_hash: dict) -> tuple[dict, str]:
@@ -187,7 +188,7 @@ def _read(path: str):
     entries: list[dict] = []
     refs = None
     try:
-        f = open(path, "rb")
+        f = open(real_path(path), "rb")
     except OSError as e:
         raise InvalidInput(f"cannot read {path}: {e.strerror}") from None
     with f:

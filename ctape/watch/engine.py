@@ -625,31 +625,14 @@ def _rewritten_in_place(pos: Position, st: os.stat_result) -> bool:
     return pos.size >= 0 and st.st_size <= pos.size and pos.mtime != st.st_mtime_ns
 
 
-def max_unpacked() -> int:
-    """The most a `.jsonl.zst` source may decompress to: 4 x c.max_record() (1 GiB), the
-    size of transcript watch promises to follow in under 1 GB of memory (SPEC 11)."""
-    return 4 * c.max_record()
-
-
 def _unpacked(s: Source):
     """The decompressed content of a `.zst` source in a temporary file, refused (InvalidInput)
-    once it passes max_unpacked(): a zstd bomb fills neither the memory nor the disk."""
-    most = max_unpacked()
+    once it passes reading.max_unpacked(): a zstd bomb fills neither the memory nor the disk."""
+    from ..formats.reading import unpack
+
     out = tempfile.TemporaryFile(prefix="ctape-watch-")
     try:
-        size = 0
-        with src_mod.open_stream(s.path) as z:
-            while True:
-                b = z.read(src_mod.CHUNK)
-                if not b:
-                    break
-                size += len(b)
-                if size > most:
-                    raise InvalidInput(
-                        f"decompresses to more than {most:,} bytes, the limit for a compressed transcript "
-                        "(4 x CTAPE_MAX_RECORD, docs/import.md); the file is skipped"
-                    )
-                out.write(b)
+        unpack(s.path, out, "the file is skipped", named=False)
         out.seek(0)
         return out
     except BaseException:

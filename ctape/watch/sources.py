@@ -19,9 +19,9 @@ from typing import Iterator, Optional
 
 from blake3 import blake3
 
-ZST = ".zst"
+from ..formats.reading import CHUNK, ZST, open_stream  # noqa: F401 - import and watch read files alike
+
 ID_BYTES = 4096  # how many bytes at the start (and before the position) identify a file's content
-CHUNK = 8 << 20  # bytes read at a time
 
 
 @dataclass(frozen=True)
@@ -134,41 +134,6 @@ def detect(first_lines: list[bytes]) -> Optional[str]:
 
 
 # -- reading ----------------------------------------------------------------------------------
-
-
-def open_stream(path: str):
-    """A binary stream of the file's (decompressed) content."""
-    f = open(path, "rb")
-    if not path.endswith(ZST):
-        return f
-    import zstandard
-
-    return _Closing(zstandard.ZstdDecompressor().stream_reader(f, read_across_frames=True), f)
-
-
-class _Closing:
-    def __init__(self, reader, f):
-        self.reader, self.f = reader, f
-
-    def read(self, n: int = -1) -> bytes:
-        if n < 0:
-            out = bytearray()
-            while True:
-                b = self.reader.read(CHUNK)
-                if not b:
-                    return bytes(out)
-                out += b
-        return self.reader.read(n)
-
-    def close(self) -> None:
-        self.reader.close()
-        self.f.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
 
 def skip(stream, offset: int, keep_from: int = -1) -> bytes:

@@ -1,0 +1,207 @@
+"""Reading a transcript wherever it is: a plain file, a `.zst` file, a pipe or stdin.
+
+`ctape import` and `ctape watch` read through these, so both take the same inputs:
+
+- `open_stream(path)`: the (decompressed) content as a binary stream, read front to back;
+- `spooled(path)`: a name the importers can open and seek: the path itself for a
+  regular file, else a private temporary copy of the content (a `.zst` file
+  decompressed; `-`, `/dev/stdin`, a pipe read once). The copy is refused once it
+  passes `max_unpacked()` bytes, so a zstd bomb or an endless pipe fills neither the
+  memory nor the disk. Stdin can be read only once: the format is detected on the copy.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+import tempfile
+from contextlib import contextmanager
+from typing import Iterator, Optional
+
+from ..errors import InvalidInput
+from ..model.canonical import max_record
+
+ZST = ".zst"
+STDIN = "-"
+CHUNK = 8 << 20  # bytes read at a time
+
+
+def max_unpacked() -> int:
+    """The most a compressed or piped transcript may hold: 4 x max_record() (1 GiB by
+    default), the size of transcript import and watch promise to read in under 1 GB of
+    memory (SPEC 11)."""
+    return 4 * max_record()
+
+
+class SourceName(str):
+    """The name of a transcript as the user gave it (messages and session names use it),
+    with `.real`: the file that holds its content (a temporary copy, for a pipe or a
+    `.zst` file)."""
+
+    real: str
+
+    def __new__(cls, shown: str, real: str):
+        self = super().__new__(cls, shown)
+        self.real = real
+        return self
+
+
+def real_path(path: str) -> str:
+    """The file to open for a name: its temporary copy when it has one."""
+    return getattr(path, "real", path)
+
+
+def display_stem(path: str) -> str:
+    """The file name without its directory, `.zst` and last extension (a session name's source)."""
+    base = os.path.basename(str(path))
+    if base.endswith(ZST):
+        base = base[: -len(ZST)]
+    return os.path.splitext(base)[0]
+
+
+def open_stream(path: str):
+    """A binary stream of the file's (decompressed) content; `-` is stdin."""
+    if path == STDIN:
+        return _Closing(sys.stdin.buffer, None)
+    f = open(real_path(path), "rb")
+    if not str(path).endswith(ZST) or hasattr(path, "real"):
+        return f
+    import zstandard
+
+    return _Closing(zstandard.ZstdDecompressor().stream_reader(f, read_across_frames=True), f)
+
+
+class _Closing:
+    """A read-only stream that closes its file too."""
+
+    def __init__(self, reader, f):
+        self.reader, self.f = reader, f
+
+    def read(self, n: int = -1) -> bytes:
+        if n < 0:
+            out = bytearray()
+            while True:
+                b = self.reader.read(CHUNK)
+                if not b:
+                    return bytes(out)
+                out += b
+        return self.reader.read(n)
+
+    def close(self) -> None:
+        if self.f is not None:
+            self.reader.close()
+            self.f.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def needs_copy(path: str) -> bool:
+    """True for what cannot be read twice or at an offset: stdin, a pipe, a device, a `.zst` file."""
+    if path == STDIN or str(path).endswith(ZST):
+        return True
+    try:
+        return not stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return False  # opening it says what is wrong
+
+
+def unpack(path: str, out, then: str = "nothing was imported", named: bool = True) -> int:
+    """Copy the content of `path` into the binary file `out`; refused (InvalidInput) once
+    it passes max_unpacked() (the message ends with `then`; `named`: it starts with the
+    path). Returns the bytes written."""
+    most = max_unpacked()
+    lines = _LineCheck(path)
+    size = 0
+    try:
+        stream = open_stream(path)
+    except OSError as e:
+        raise InvalidInput(f"cannot read {path}: {e.strerror}") from None
+    with stream as z:
+        while True:
+            try:
+                b = z.read(CHUNK)
+            except OSError as e:
+                raise InvalidInput(f"cannot read {path}: {e.strerror}") from None
+            except Exception as e:  # zstandard.ZstdError: not zstd, or damaged
+                raise InvalidInput(f"cannot read {path}: not a zstd file ({e}); give the file as it is, not compressed") from None
+            if not b:
+                return size
+            lines.feed(b)
+            size += len(b)
+            if size > most:
+                what = "decompresses to" if str(path).endswith(ZST) else "holds"
+                raise InvalidInput(
+                    (f"{path}: " if named else "") + f"{what} more than {most:,} bytes, the limit for a compressed "
+                    f"transcript (4 x CTAPE_MAX_RECORD, docs/import.md); {then}"
+                )
+            out.write(b)
+
+
+class _LineCheck:
+    """Refuses a line longer than max_record() while a copy is made, as the importers do
+    when they read a file (an endless line on stdin stops there, not at the copy's limit)."""
+
+    def __init__(self, path: str):
+        self.path, self.limit = path, max_record()
+        self.number, self.run = 1, 0
+
+    def feed(self, b: bytes) -> None:
+        start = 0
+        while True:
+            i = b.find(b"\n", start)
+            if i < 0:
+                self.run += len(b) - start
+                if self.run > self.limit:
+                    self._refuse()
+                return
+            if self.run + i - start > self.limit:
+                self._refuse()
+            self.run = 0
+            self.number += 1
+            start = i + 1
+
+    def _refuse(self):
+        class _Named:
+            name = self.path
+
+        raise too_long(_Named, self.number, self.limit)
+
+
+def too_long(f, line: Optional[int], limit: int) -> InvalidInput:
+    """The error for a record (a line of file `f`, or its whole content) past `limit` bytes."""
+    where = f"{getattr(f, 'name', 'input')}" + (f": line {line}" if line else "")
+    return InvalidInput(
+        f"{where} is longer than {limit:,} bytes, the limit for one record (docs/import.md); "
+        "is this a transcript? Set CTAPE_MAX_RECORD to allow longer records"
+    )
+
+
+@contextmanager
+def spooled(paths: list[str]) -> Iterator[list[str]]:
+    """The paths, each readable and seekable: stdin, pipes and `.zst` files are copied
+    once into private temporary files (removed at the end); the names stay as given."""
+    tmp = None
+    out: list[str] = []
+    try:
+        for p in paths:
+            if not needs_copy(p):
+                out.append(p)
+                continue
+            if tmp is None:
+                tmp = tempfile.mkdtemp(prefix="ctape-import-")
+            real = os.path.join(tmp, str(len(out)))
+            with open(real, "wb") as f:
+                os.chmod(real, 0o600)  # transcripts hold secrets
+                unpack(p, f)
+            out.append(SourceName("stdin" if p == STDIN else p, real))
+        yield out
+    finally:
+        if tmp is not None:
+            for name in os.listdir(tmp):
+                os.unlink(os.path.join(tmp, name))
+            os.rmdir(tmp)
