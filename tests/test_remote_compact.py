@@ -1,0 +1,268 @@
+"""compact --remote (SPEC section 17, docs/remotes.md "Compacting a remote"): against a folder
+and a real SeaweedFS. What is deleted on the remote is deleted in two phases; a claim pushed
+by another copy between them keeps what it reaches; copies that pull afterwards, and new
+clones, converge and lose nothing; a run killed at any instant is finished by the next."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+from ctape import Tape
+
+from conftest import run_cli
+from test_privacy_sync import holders
+from test_remote import SLOW, cli, cli_json, fsck_clean, reached_by_refs, refs_of, remote_url, s3env, seaweed  # noqa: F401
+
+
+def remote_keys(url: str, server=None) -> dict[str, bytes]:
+    """Every object of the remote, by key (a folder walked, or the bucket listed)."""
+    out = {}
+    if url.startswith("file://"):
+        root = url[len("file://"):]
+        for folder, _, files in os.walk(root):
+            for f in files:
+                p = os.path.join(folder, f)
+                with open(p, "rb") as fh:
+                    out[os.path.relpath(p, root)] = fh.read()
+        return out
+    bucket, prefix = url[len("s3://"):].split("/", 1)
+    client = server.client()
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix + "/"):
+        for o in page.get("Contents", []):
+            out[o["Key"][len(prefix) + 1:]] = client.get_object(Bucket=bucket, Key=o["Key"])["Body"].read()
+    return out
+
+
+def remote_as_tape(keys: dict[str, bytes], like, dest):
+    """The remote's pieces put back together as the files of a tape (with `like`'s identity),
+    so that every record can be read as ctape reads it."""
+    import shutil
+
+    os.makedirs(dest / "sessions")
+    shutil.copy(like / "ctape.json", dest / "ctape.json")
+    for k, v in keys.items():
+        if k.startswith("f/"):
+            _, s, file, span = k.split("/")
+            start = int(span.split("-")[0])
+            os.makedirs(dest / "sessions" / s, exist_ok=True)
+            with open(dest / "sessions" / s / file, "ab+") as f:
+                f.seek(0, 2)
+                if f.tell() < start:
+                    f.write(b"\0" * (start - f.tell()))
+                f.seek(start)
+            with open(dest / "sessions" / s / file, "r+b") as f:
+                f.seek(start)
+                f.write(v)
+    return dest
+
+
+def _server(request, url):
+    return request.getfixturevalue("seaweed") if url.startswith("s3://") else None
+
+
+def data_keys(keys) -> set[str]:
+    return {k for k in keys if k.startswith("f/")}
+
+
+def tape_with_a_side_branch(path):
+    """main, and a branch `side` whose three entries (large, random) only it reaches."""
+    t = Tape.init(path)
+    s = t.session("chat")
+    s.append("system", {"content": "shared prompt " * 100})
+    s.append("user", {"content": "start"})
+    s.branch("side")
+    s.checkout("side")
+    for i in range(3):
+        s.append("assistant", {"content": f"side {i} " + os.urandom(3000).hex()})
+    s.checkout("main")
+    s.append("user", {"content": "on main"})
+    t.close()
+    return path
+
+
+def entries_of(d, session="chat", branch="side"):
+    t = Tape.open(d)
+    try:
+        h, out = t.session(session).refs().branches.get(branch), []
+        while h is not None:
+            out.append(h)
+            h = t.read_entry(h).parent
+        return out
+    finally:
+        t.close()
+
+
+def test_two_phases_a_claim_pushed_in_between_keeps_what_it_reaches(tmp_path, remote_url, request):
+    """A deletes `side` and compacts the remote; B, which never saw the deletion, moves
+    `side` on and pushes before the grace period is over. The second run must keep every
+    entry of B's `side` (its old part was only in the files the plan names), and only then
+    delete those files. A run that deleted at once (no plan, no second pull) loses them."""
+    server = _server(request, remote_url)
+    a, b, c = tmp_path / "A", tmp_path / "B", tmp_path / "C"
+    tape_with_a_side_branch(a)
+    cli(a, "remote", "add", "origin", remote_url)
+    cli(a, "push")
+    run_cli("clone", remote_url, b, check=True)
+    old_side = entries_of(b)
+    assert len(old_side) == 5
+    cli(a, "branch", "-d", "side", "-s", "chat")
+    cli(a, "push")
+    before = data_keys(remote_keys(remote_url, server))
+
+    # phase 1: a plan, nothing deleted
+    r = cli_json(a, "compact", "--remote", "origin", "--expire", "now")[0]
+    assert r["deleted"]["files"] == 0 and r["planned"] >= 1, r
+    assert r["pending"] and r["pending"][0]["due_in_seconds"] > 13 * 86400
+    after1 = remote_keys(remote_url, server)
+    assert before <= data_keys(after1), "phase 1 deleted something"
+    plan = json.loads(next(v for k, v in after1.items() if k.startswith("d/")))
+    assert {f["file"] for f in plan["files"]} >= {k.split("/")[2] for k in before}
+    show = cli_json(a, "remote", "show", "origin")[0]
+    assert show["planned_deletions"] and show["deleted_files"] == 0
+
+    # B moves side on without having seen the deletion: its claim beats the deletion
+    t = Tape.open(b)
+    s = t.session("chat")
+    s.checkout("side")
+    s.append("user", {"content": "B goes on on side"})
+    t.close()
+    cli(b, "push")
+
+    # phase 2 (the grace period taken as over): pull, compact, then delete
+    r = cli_json(a, "compact", "--remote", "origin", "--expire", "now", "--grace", "now")[0]
+    assert r["deleted"]["files"] >= len(before) and not r["deferred"], r
+    left = remote_keys(remote_url, server)
+    assert not (before & data_keys(left)), "the planned files are still there"
+    show = cli_json(a, "remote", "show", "origin")[0]
+    assert show["deleted_files"] >= len(before)
+
+    run_cli("clone", remote_url, c, check=True)
+    for d in (a, b, c):
+        cli(d, "pull")
+        fsck_clean(d)
+        side = entries_of(d)
+        assert set(old_side) <= set(side), f"{d.name} lost entries of side"
+    assert refs_of(a) == refs_of(b) == refs_of(c)
+    assert reached_by_refs(a) == reached_by_refs(b) == reached_by_refs(c)
+
+
+def test_space_is_freed_and_every_copy_converges(tmp_path, remote_url, request):
+    server = _server(request, remote_url)
+    a, b = tmp_path / "A", tmp_path / "B"
+    tape_with_a_side_branch(a)
+    cli(a, "remote", "add", "origin", remote_url)
+    cli(a, "push")
+    run_cli("clone", remote_url, b, check=True)
+    for i in range(4):  # many small pushes: many pieces
+        cli(b, "append", "user", json.dumps({"content": f"b {i}"}), "-s", "chat")
+        cli(b, "push")
+    cli(a, "pull")
+    cli(a, "branch", "-d", "side", "-s", "chat")
+    full = remote_keys(remote_url, server)
+    r = cli_json(a, "compact", "--remote", "origin", "--expire", "now", "--grace", "now")[0]
+    assert r["deleted"]["files"] >= 5, r
+    small = remote_keys(remote_url, server)
+    size = lambda keys: sum(len(v) for k, v in keys.items() if k.startswith("f/"))  # noqa: E731
+    assert size(small) < size(full) - 9000, (size(small), size(full))  # side's 9 KB of random text went
+    assert len(data_keys(small)) == 1  # one pack
+    # B still holds the old files: it keeps them, pulls the pack, and pushes nothing old again
+    cli(b, "pull")
+    r = cli_json(b, "push")[0]
+    assert r["bytes"] == 0, r
+    assert data_keys(remote_keys(remote_url, server)) == data_keys(small)
+    cli(b, "compact", "--expire", "now", "--grace", "now")
+    cli(b, "append", "user", '{"content": "after"}', "-s", "chat")
+    cli(b, "push")
+    cli(a, "pull")
+    for d in (a, b):
+        fsck_clean(d)
+    assert refs_of(a) == refs_of(b) and reached_by_refs(a) == reached_by_refs(b)
+    # a second compaction with nothing new deletes nothing it needs and converges again
+    cli(a, "compact", "--remote", "origin", "--expire", "now", "--grace", "now")
+    c = tmp_path / "C"
+    run_cli("clone", remote_url, c, check=True)
+    fsck_clean(c)
+    assert refs_of(c) == refs_of(a) and reached_by_refs(c) == reached_by_refs(a)
+
+
+def test_a_redacted_secret_leaves_the_remote_after_compact_remote(tmp_path, remote_url, request):
+    """SPEC 18: after the redaction reached a copy and it compacted, the remote after its
+    compaction holds no byte of the secret."""
+    server = _server(request, remote_url)
+    secret = "sk-ant-api03-" + uuid.uuid4().hex + uuid.uuid4().hex
+    a = tmp_path / "A"
+    t = Tape.init(a)
+    s = t.session("chat")
+    s.append("user", {"content": "deploy it"})
+    s.append("tool_result", {"call_id": "c1", "output": f"ANTHROPIC_API_KEY={secret}\nPATH=/usr/bin"})
+    s.append("assistant", {"content": "done"})
+    t.close()
+    cli(a, "remote", "add", "origin", remote_url)
+    cli(a, "push", "--allow-secrets")
+    assert holders(secret.encode(), remote_as_tape(remote_keys(remote_url, server), a, tmp_path / "before"))
+    cli(a, "redact", "--scan", "-s", "chat")
+    cli(a, "compact", "--remote", "origin", "--grace", "now")
+    keys = remote_keys(remote_url, server)
+    assert not holders(secret.encode(), remote_as_tape(keys, a, tmp_path / "after"))
+    assert not any(secret[:24].encode() in v for v in keys.values())
+    c = tmp_path / "C"
+    run_cli("clone", remote_url, c, check=True)
+    fsck_clean(c)
+    out = cli(c, "log", "-s", "chat").stdout
+    assert secret.encode() not in out
+
+
+def test_killed_at_random_instants_then_rerun(tmp_path, s3env):
+    bucket = s3env.bucket("ct-" + uuid.uuid4().hex[:12])
+    url = f"s3://{bucket}/k"
+    a, b = tmp_path / "A", tmp_path / "B"
+    t = Tape.init(a)
+    rnd = random.Random(5)
+    for n in range(4):
+        s = t.session(f"s{n}")
+        for i in range(12):
+            s.append("assistant", {"content": os.urandom(rnd.randint(500, 20000)).hex()})
+    t.close()
+    cli(a, "remote", "add", "origin", url)
+    cli(a, "push")
+    run_cli("clone", url, b, check=True)
+    for round_ in range(3 if not SLOW else 12):
+        t = Tape.open(b)
+        for n in range(4):
+            t.session(f"s{n}").append("user", {"content": f"round {round_}"})
+        t.close()
+        cli(b, "push")
+        p = subprocess.Popen([sys.executable, "-m", "ctape", "--dir", str(a), "compact", "--remote", "origin", "--grace", "now", "--expire", "now"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rnd.uniform(0.2, 2.5))
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        assert cli(a, "log", "-s", "s0", "-n", "1", check=False).returncode == 0
+    cli(a, "compact", "--remote", "origin", "--grace", "now", "--expire", "now")
+    cli(a, "compact", "--remote", "origin", "--grace", "now", "--expire", "now")  # carries out what the kills left planned
+    cli(b, "pull")
+    c = tmp_path / "C"
+    run_cli("clone", url, c, check=True)
+    for d in (a, b, c):
+        fsck_clean(d)
+    assert refs_of(a) == refs_of(b) == refs_of(c)
+    assert reached_by_refs(a) == reached_by_refs(b) == reached_by_refs(c)
+    assert len(reached_by_refs(c)) == 4 * (12 + (3 if not SLOW else 12))
+
+
+def test_bad_uses_are_one_line_errors(tmp_path):
+    a = tape_with_a_side_branch(tmp_path / "A")
+    for args, code in ((["compact", "--remote", "nope"], 2), (["compact", "--remote", "origin", "--dry-run"], 2)):
+        if args[2] == "origin":
+            (tmp_path / "R").mkdir()
+            cli(a, "remote", "add", "origin", f"file://{tmp_path / 'R'}")
+        p = cli(a, *args, check=False)
+        assert p.returncode == code, p.stderr
+        assert len(p.stderr.decode().strip().splitlines()) == 1 and b"Traceback" not in p.stderr
