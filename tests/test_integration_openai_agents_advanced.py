@@ -143,9 +143,68 @@ def test_usage_per_run_and_per_session(tape_dir):
     run(s.create_branch_from_turn(2, "alt"))
     r = run(Runner.run(agent, "other", session=s))
     run(s.store_run_usage(r))
-    assert run(s.get_session_usage(branch_id="alt"))["requests"] == 2  # turn 1 (shared) and its own
+    assert run(s.get_session_usage(branch_id="alt"))["requests"] == 1  # its own run: a branch inherits no usage
     assert run(s.get_session_usage(branch_id="main"))["requests"] == 2
-    assert run(s.get_session_usage())["requests"] == 3  # every run once, shared turns not twice
+    assert run(s.get_session_usage())["requests"] == 3  # every run once
+
+
+def usage_scenario(s):
+    """The same calls on AdvancedSQLiteSession and on TapeSession; what each usage read gives."""
+
+    async def go():
+        model = ScriptedModel([[assistant_message(f"answer {i}")] for i in range(12)], default_usage=Usage(requests=1, input_tokens=100, output_tokens=20, total_tokens=120))
+        agent = Agent(name="a", instructions="be brief", model=model)
+        out = []
+
+        async def read(label):
+            out.append((label, "turns", await s.get_turn_usage()))
+            out.append((label, "turn 2", await s.get_turn_usage(2)))
+            out.append((label, "session", await s.get_session_usage()))
+            out.append((label, "session on main", await s.get_session_usage(branch_id="main")))
+            out.append((label, "turns on main", await s.get_turn_usage(branch_id="main")))
+
+        out.append(("empty", "turns", await s.get_turn_usage()))
+        out.append(("empty", "session", await s.get_session_usage()))
+        for q in ["hello", "again", "third"]:
+            r = await Runner.run(agent, q, session=s)
+            await s.store_run_usage(r)
+        r = await Runner.run(agent, "third, once more", session=s)  # a second run in turn 4
+        await s.store_run_usage(r)
+        await read("three turns")
+        await s.create_branch_from_turn(2, "alt")
+        await read("new branch")
+        for q in ["other", "and more"]:
+            r = await Runner.run(agent, q, session=s)
+            await s.store_run_usage(r)
+        await read("branch with two turns")
+        out.append(("branch", "on alt", await s.get_turn_usage(branch_id="alt")))
+        out.append(("branch", "unknown branch", await s.get_turn_usage(branch_id="nope")))
+        out.append(("branch", "unknown branch session", await s.get_session_usage(branch_id="nope")))
+        await s.pop_item()  # the turn keeps its user message: its usage stays
+        await read("popped an answer")
+        await s.pop_item()  # the turn is empty now: its usage goes
+        await read("popped a turn")
+        await s.switch_to_branch("main")
+        await read("back on main")
+        return out
+
+    return run(go())
+
+
+def test_usage_reads_as_advanced_sqlite_session(tape_dir, tmp_path):
+    """Issue 23, item 7: get_turn_usage (and get_session_usage) give what the SDK's
+    AdvancedSQLiteSession gives after the same runs, branches and pops."""
+    from agents.extensions.memory.advanced_sqlite_session import AdvancedSQLiteSession
+
+    want = usage_scenario(AdvancedSQLiteSession(session_id="u", db_path=str(tmp_path / "adv.db"), create_tables=True))
+    got = usage_scenario(TapeSession("u", tape_dir))
+    assert [w[:2] for w in want] == [g[:2] for g in got]
+    for w, g in zip(want, got):
+        assert g == w
+        if isinstance(w[2], (list, dict)):  # the same keys in the same order (details: sorted on the tape)
+            rows = w[2] if isinstance(w[2], list) else [w[2]]
+            rows_g = g[2] if isinstance(g[2], list) else [g[2]]
+            assert [list(r) for r in rows_g] == [list(r) for r in rows], w[:2]
 
 
 def test_get_items_sees_another_process_appends(tape_dir):

@@ -22,8 +22,8 @@ copying: ``create_branch_from_turn`` / ``create_branch_from_content`` make a cta
 at the entry before a user turn and switch to it, ``switch_to_branch``,
 ``list_branches``, ``delete_branch``, ``get_conversation_turns``,
 ``find_turns_by_content``; ``store_run_usage`` records a run's token usage as a hidden
-entry after its turn, ``get_session_usage`` / ``get_turn_usage`` add those up (per
-branch, or over all branches with shared turns counted once).
+entry after its turn (naming the branch it counts for), ``get_session_usage`` /
+``get_turn_usage`` read them as AdvancedSQLiteSession's ``turn_usage`` rows read.
 
 ``get_items`` keeps the current path's items in memory, keyed by entry hash and shared
 by every TapeSession on the same tape and session in the process: each call reads the
@@ -283,13 +283,24 @@ class TapeSession:
                 return None
             st = self.session.refs()
             h = st.head_hash
+            usage = []  # usage records after the popped item (newest first)
             while h is not None:
                 e = self.tape.read_entry(h)
                 if isinstance(e.meta, dict) and ITEM in e.meta:
                     ref = st.branch if st.branch is not None else "HEAD"
-                    changes = {ref: e.parent} if e.parent or ref == "HEAD" else {ref: None, "HEAD": "@" + ref}
-                    self.session.set_refs("pop-item", changes, popped=e.hash)
+                    to = e.parent
+                    with self.tape.batch():
+                        if usage and to is not None and not _is_user(e.meta[ITEM]):
+                            # the turn keeps its other items, so it keeps its usage, as
+                            # AdvancedSQLiteSession keeps the turn's row: the records go on
+                            # after the new end of the branch
+                            for u in reversed(usage):
+                                to = self.session.put_entry(u.kind, u.payload, u.meta, None, u.time, to).hash
+                        changes = {ref: to} if to or ref == "HEAD" else {ref: None, "HEAD": "@" + ref}
+                        self.session.set_refs("pop-item", changes, popped=e.hash)
                     return json.loads(json.dumps(e.meta[ITEM]))
+                if isinstance(e.meta, dict) and USAGE in e.meta:
+                    usage.append(e)
                 h = e.parent
             return None
 
@@ -418,6 +429,7 @@ class TapeSession:
             if turns == 0:
                 return  # no turn to attach it to, as in AdvancedSQLiteSession
             rec["user_turn_number"] = turns
+            rec["branch"] = self._current()  # the branch it counts for (AdvancedSQLiteSession's branch_id)
             cached = (rec["input_tokens_details"] or {}).get("cached_tokens", 0)
             generic = {"input_tokens": rec["input_tokens"], "output_tokens": rec["output_tokens"], "cached_tokens": cached or 0, "requests": rec["requests"]}
             text = f"usage of turn {turns}: {rec['requests']} request(s), {rec['input_tokens']} in, {rec['output_tokens']} out"
@@ -430,8 +442,12 @@ class TapeSession:
         return self._path.item_list(None)
 
     def _usage_records(self, branch_id: Optional[str], all_branches: bool) -> list[tuple[str, dict]]:
-        """(branch, usage record) per turn, the newest record of a turn winning; shared
-        entries once."""
+        """(branch, usage record) per turn, as AdvancedSQLiteSession's turn_usage rows: a
+        branch has the records stored while it was the current branch and still on its
+        path (a branch made from a turn does not inherit the turns before it, a pop that
+        empties a turn takes its record away), the newest record of a turn winning.
+        Records written before they named their branch count for every branch they are on,
+        once."""
         if not self.session.exists():
             return []
         st = self.session.refs()
@@ -440,14 +456,12 @@ class TapeSession:
         out = []
         for b in names:
             h = st.branches.get(b) if (all_branches or branch_id) else self._head()
-            if b not in st.branches and not all_branches and branch_id:
-                raise ValueError(f"Branch '{b}' does not exist")
             turns_seen: set[int] = set()
-            while h is not None and h not in seen:
-                seen.add(h)
+            while h is not None:
                 e = self.tape.read_entry(h)
                 rec = e.meta.get(USAGE) if isinstance(e.meta, dict) else None
-                if rec is not None and rec.get("user_turn_number") not in turns_seen:
+                if rec is not None and rec.get("branch", b) == b and rec.get("user_turn_number") not in turns_seen and e.hash not in seen:
+                    seen.add(e.hash)
                     turns_seen.add(rec.get("user_turn_number"))
                     out.append((b, rec))
                 h = e.parent
@@ -514,19 +528,25 @@ class TapeSession:
         return total
 
     async def get_turn_usage(self, user_turn_number: Optional[int] = None, branch_id: Optional[str] = None) -> Union[list[dict], dict]:
+        """Every turn's usage on a branch (default: the current one), oldest turn first, or
+        one turn's ({} when it has none): AdvancedSQLiteSession's rows, keys and order."""
         recs = await asyncio.to_thread(self._usage_records, branch_id, False)
-        rows = sorted((dict(r) for _, r in recs), key=lambda r: r["user_turn_number"])
+        keys = ("requests", "input_tokens", "output_tokens", "total_tokens", "input_tokens_details", "output_tokens_details")
+        rows = sorted(({"user_turn_number": r["user_turn_number"], **{k: r.get(k) for k in keys}} for _, r in recs), key=lambda r: r["user_turn_number"])
         if user_turn_number is None:
             return rows
-        return next((r for r in rows if r["user_turn_number"] == user_turn_number), {})
+        return next(({k: r[k] for k in keys} for r in rows if r["user_turn_number"] == user_turn_number), {})
 
 
 def _details(d: Any) -> Optional[dict]:
-    if d is None:
+    """Token details as AdvancedSQLiteSession stores them: the object's fields
+    (``__dict__``) as JSON; None when absent or not JSON."""
+    if not d or not hasattr(d, "__dict__"):
         return None
-    if hasattr(d, "model_dump"):
-        return d.model_dump(mode="json")
-    return dict(d.__dict__) if hasattr(d, "__dict__") else None
+    try:
+        return json.loads(json.dumps(d.__dict__))
+    except (TypeError, ValueError):
+        return None
 
 
 def _jsonable(o: Any) -> Any:
