@@ -79,6 +79,7 @@ KINDS = [k.value for k in EntryKind]
 BATCH = 2000  # entries per write transaction while indexing
 HEAD_BYTES = 4096  # of each text kept (compressed) for snippets: a match further in reads the entry
 RANK_WINDOW = 4000  # matching texts ranked at a time, newest first (see SearchIndex.query)
+UNSEEN = 3  # a grade below searchtext's: a quoted phrase that may lie past a text's kept head
 
 
 @dataclass(frozen=True)
@@ -307,7 +308,7 @@ class SearchIndex:
                 texts.update(self._heads([tid for tid, _ in window]))
                 graded = []
                 for tid, rank in window:
-                    grade = self._grade(tid, matcher, texts)
+                    grade = self._grade(texts.get(tid, ""), matcher)
                     if grade is not None:  # None: a quoted phrase that is not there literally
                         graded.append((grade, rank, -tid, tid))
                 graded.sort()
@@ -336,6 +337,7 @@ class SearchIndex:
         def others():
             return live if live is not None else self.tape.store.sessions()
         reach = _Reach(self.tape)
+        seen: dict[int, tuple] = {}  # texts read whole to grade them: (grade, text)
         count = 0
         for hb, sid, kind, seq, tid, micros, grade in candidates():
             h = hb.hex()
@@ -353,11 +355,19 @@ class SearchIndex:
                 if where is None:
                     continue  # no session reaches it any more
             text = texts.get(tid, "")
-            if not has_match(text, words):  # the match lies past the kept head: read the entry
+            if grade == UNSEEN and tid in seen:  # another entry of a text read already
+                grade, text = seen[tid]
+                if grade is None:
+                    continue
+            elif grade == UNSEEN or not has_match(text, words):  # the match lies past the kept head: read the entry
                 try:
                     text = payload_text(self.tape.read_entry(h).payload)
                 except CtapeError:
                     continue
+                if grade == UNSEEN:
+                    grade = seen.setdefault(tid, (matcher.grade(text), text))[0]
+                    if grade is None:
+                        continue  # the quoted phrase is not in this text, literally
             yield Hit(where, h, KINDS[kind], _time_text(micros), snippet(text, words, matcher=matcher), MATCH_NAMES[grade])
             count += 1
             if limit is not None and count >= limit:
@@ -374,22 +384,16 @@ class SearchIndex:
                 out[tid] = ""
         return out
 
-    def _grade(self, tid: int, matcher: Matcher, texts: dict[int, str]) -> Optional[int]:
-        """How text tid matches (searchtext.Matcher), from its kept head; a quoted phrase
-        not in the head of a longer text is looked for in the whole text (read from an entry
-        that holds it, kept in `texts` for the snippet). Unquoted words found only past the
-        head are graded by the head (they rank as WORDS): reading every such text of a
-        common word would cost a read per candidate."""
-        head = texts.get(tid, "")
+    @staticmethod
+    def _grade(head: str, matcher: Matcher) -> Optional[int]:
+        """How a text matches (searchtext.Matcher), judged from its kept head. A quoted
+        phrase not in the head of a longer text may lie further in: UNSEEN, ranked after
+        the rest and read when its turn comes (reading every such text of a common word
+        up front would cost a read per candidate). Unquoted words found only past the head
+        rank as the head shows them."""
         grade = matcher.grade(head)
         if grade is None and (len(head.encode("utf-8")) > HEAD_BYTES - 4 or not head):
-            for (hb,) in self.db.execute("SELECT hash FROM entries WHERE text=? LIMIT 3", (tid,)):
-                try:
-                    whole = payload_text(self.tape.read_entry(hb.hex()).payload)
-                except CtapeError:
-                    continue  # removed by a compaction: another entry holds the same text
-                texts[tid] = whole
-                return matcher.grade(whole)
+            return UNSEEN
         return grade
 
     def stats(self) -> dict:

@@ -12,7 +12,9 @@ takes to index the whole tape, then each query's time (median of 5) run as the c
 (`ctape search`, a new process each time, as a user runs it) and in process (the
 library call, without interpreter start), and after one more append (the catch-up).
 Targets (SPEC 11 and issue 14): a rare word on a 1,000,000-entry tape < 0.3 s, typical
-queries tens of ms, the cache < 0.3x the tape's text.
+queries tens of ms, the cache < 0.3x the tape's text. The quoted identifier and the
+unquoted one measure the literal grading of issue 24 item 7 (each candidate text's kept
+head checked for the literal form).
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ QUERIES = [
     ("rare word, one session", RARE, ("-s", "s000")),
     ("two words", "timeout error", ()),
     ("phrase", '"def check"', ()),
+    ("quoted identifier", '"self.cache"', ()),
+    ("identifier, unquoted", "read_file", ()),
     ("common word, -n 20", "the", ()),
     ("tool results only", "retry cache", ("--kind", "tool_result")),
     ("no match", "zzyzxnotaword", ()),
