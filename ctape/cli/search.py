@@ -29,16 +29,20 @@ def _safe(text: str) -> str:
 def search(ctx, query, session, kinds, since, until, limit, hidden, as_json):
     """Full-text search of every entry's payload, best match first.
 
-    The words of QUERY are ANDed; "a phrase" in quotes matches those words in a row
-    (quote it for the shell too: '"a phrase"'). Case and
-    accents do not matter. Tool outputs and large values are searched too. Without
-    -s, every session and branch is searched. The search cache is brought up to date
-    first (the first search of a large tape reads it all once).
+    The words of QUERY are ANDed; "a phrase" in quotes matches those words in a row,
+    literally: hyphens, underscores, dots and slashes in it must be there too (quote it
+    for the shell as well: '"combined-transcript-link"'). Case and accents do not
+    matter, but matches written exactly as typed come first, then those in another case,
+    then the same words with other punctuation (--json says which: "match"). Tool
+    outputs and large values are searched too. Without -s, every session and branch is
+    searched. The search cache is brought up to date first (the first search of a large
+    tape reads it all once).
 
     \b
     Examples:
       ctape search pytest failed
       ctape search '"connection refused"' --kind tool_result --since 3d
+      ctape search '"./scripts/build.sh"'
       ctape search session_nav -s chat -n 5 --json
     """
     tape = open_tape(ctx)
