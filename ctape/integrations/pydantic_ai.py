@@ -32,6 +32,11 @@ tool return, or a retry prompt for a tool) -> ``error`` with its ``call_id`` (wi
 part (and, on a message's first part, the message without its parts) is in the entry's
 meta, so ``load_messages`` gives back equal messages, and ``log`` / ``status`` /
 ``context`` read the conversation.
+
+After a crash while a tool ran, the tape ends with calls no result answers. A
+``TapeHistory`` run given a new prompt closes them with pydantic-ai's own repair (an
+``interrupted`` tool return, saved); a run without a prompt resumes them. Calls a run
+deferred on purpose (``DeferredToolRequests``) are named by a hidden entry and left alone.
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ __all__ = ["TapeHistory", "save_messages", "load_messages", "part_entry"]
 
 PART = "pydantic_ai.part"
 MESSAGE = "pydantic_ai.message"
+DEFERRED = "pydantic_ai.deferred"  # a hidden entry after a run that ended in DeferredToolRequests: the call ids
 
 
 def _adapter():
@@ -224,6 +230,51 @@ def load_messages(session: Session, ref: Optional[str] = None) -> list[Any]:
     return _adapter().validate_python(msgs)
 
 
+def _mark_deferred(session: Session, output: Any) -> None:
+    """After a run that ended in DeferredToolRequests: a hidden entry naming the calls that
+    wait for ``deferred_tool_results``, so a later run does not take them for calls a crash
+    left unanswered (``_close_crashed_calls``)."""
+    from pydantic_ai import DeferredToolRequests
+
+    if not isinstance(output, DeferredToolRequests):
+        return
+    ids = [c.tool_call_id for c in list(output.calls) + list(output.approvals)]
+    if not ids:
+        return
+    head = session.refs().head_hash
+    msgs, ends = _history(session, head)
+    e = session.append("system", {"content": f"{len(ids)} deferred tool call(s) wait for their results"}, meta={HIDDEN: True, DEFERRED: ids})
+    if e.parent == head:
+        _remember(e.hash, msgs, ends)
+
+
+def _close_crashed_calls(session: Session, history: list[Any]) -> list[Any]:
+    """The history a run with a new prompt continues: when it ends with tool calls that no
+    result answers and that no run deferred (the process died while they ran, e.g. kill -9),
+    they are closed with pydantic-ai's own repair (a ``ToolReturnPart`` with outcome
+    ``interrupted`` and pydantic-ai's synthesized-return marker), as ``ctape context``
+    closes a pending call. pydantic-ai would refuse the prompt otherwise ("unprocessed tool
+    calls"). A run without a prompt resumes the calls instead, and this is not called."""
+    from pydantic_ai.messages import ModelResponse
+
+    try:
+        from pydantic_ai.messages import repair_messages
+    except ImportError:  # an older pydantic-ai: its own refusal says what to do
+        return history
+    last = history[-1] if history else None
+    if not isinstance(last, ModelResponse) or not last.tool_calls:
+        return history
+    head = session.refs().head_hash
+    _, ends = _history(session, head)
+    h = head
+    while h is not None and h != ends[-1]:  # the entries after the last message
+        e = session.tape.read_entry(h)
+        if isinstance(e.meta, dict) and DEFERRED in e.meta:
+            return history  # deferred on purpose: left for deferred_tool_results
+        h = e.parent
+    return history + repair_messages([last])[1:]
+
+
 def _time(d: dict) -> Optional[str]:
     t = d.get("timestamp")
     return t if isinstance(t, str) else None
@@ -270,7 +321,10 @@ def _make_capability():
 
         async def before_run(self, ctx) -> None:
             if self.load and not ctx.messages:
-                ctx.messages[:0] = load_messages(self.session)
+                history = load_messages(self.session)
+                if getattr(ctx, "prompt", None) is not None:
+                    history = _close_crashed_calls(self.session, history)
+                ctx.messages[:0] = history
             self._start = len(ctx.messages)
             if ctx.messages:
                 save_messages(self.session, list(ctx.messages))  # a given history that is not on the tape yet
@@ -285,6 +339,7 @@ def _make_capability():
 
         async def after_run(self, ctx, *, result):
             save_messages(self.session, result.all_messages())
+            _mark_deferred(self.session, getattr(result, "output", None))
             return result
 
     TapeHistory.__module__ = __name__
