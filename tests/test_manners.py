@@ -1,8 +1,10 @@
 """Everyday manners, round two (issue 24, item 9): hints where a user was left guessing."""
 
-from ctape import Tape
+import pytest
 
-from conftest import run_cli
+from ctape import InvalidInput, Tape
+
+from conftest import run_cli, snapshot
 
 
 def _two(tape_dir):
@@ -28,3 +30,46 @@ def test_session_rm_of_the_default_says_what_now(tape_dir):
     # not the default: no hint; named by $CTAPE_SESSION: said so
     p = run_cli(*d, "session", "rm", "third", env={"CTAPE_SESSION": "third"}, check=True)
     assert b"default session" not in p.stderr and b"$CTAPE_SESSION still names third" in p.stderr
+
+
+def test_help_lists_whole_one_line_summaries():
+    from ctape.cli import main
+
+    firsts = {name: " ".join(cmd.help.split("\n\n")[0].split()) for name, cmd in main.commands.items()}
+    for cols in ("80", "60", "200"):
+        p = run_cli("--help", env={"COLUMNS": cols}, check=True)
+        listing = p.stdout.decode().split("\nCommands:\n")[1]
+        rows: dict[str, str] = {}
+        for line in listing.splitlines():
+            if line.startswith("  ") and not line.startswith("   "):
+                name, _, text = line.strip().partition(" ")
+                rows[name] = text.strip()
+            elif line.strip():
+                rows[name] += " " + line.strip()  # a long summary wraps; it is never cut
+        assert set(rows) == set(firsts)
+        for name, text in rows.items():
+            assert not text.endswith("..."), (cols, name, text)
+            assert firsts[name].startswith(text) and text.endswith("."), (cols, name, text)
+
+
+def test_message_payloads_need_content(tape_dir):
+    d = ("--dir", tape_dir)
+    run_cli(*d, "append", "user", "--text", "hi", "-s", "chat", check=True)
+    before = snapshot(tape_dir)
+    for kind, payload in (("assistant", '{"content": 5}'), ("assistant", "{}"), ("user", '{"content": null}'),
+                          ("system", '{"content": {"text": "x"}}'), ("streaming", '{"content": ["a"]}')):
+        p = run_cli(*d, "append", kind, payload, "-s", "chat")
+        err = p.stderr.decode()
+        assert p.returncode == 2 and err.startswith(f"ctape: error: a{'n' if kind[0] == 'a' else ''} {kind} payload needs \"content\""), err
+        assert err.count("\n") == 1
+    assert snapshot(tape_dir) == before
+    with Tape.open(tape_dir) as t:
+        s = t.session("chat")
+        with pytest.raises(InvalidInput):
+            s.append("assistant", {"content": 5})
+        # what is allowed: text, a list of parts, extra fields
+        s.append("assistant", {"content": [{"type": "text", "text": "parts"}], "model": "m"})
+        s.append("streaming", {"content": "partial"})
+        msgs = s.context(format="openai")
+    assert msgs[-1]["role"] == "assistant" and msgs[-1]["content"]
+    assert all(isinstance(m["content"], (str, list)) and m["content"] for m in msgs)

@@ -163,10 +163,29 @@ _REQUIRED = {
 }
 
 
+# messages: {"content": text or a list of parts}; a stream's partial text is text
+_CONTENT = {"system": (str, list), "user": (str, list), "assistant": (str, list), "streaming": (str,)}
+
+
 def check_payload(kind: str, payload: Any) -> None:
-    """The payload conventions of SPEC section 3: an object, with the fields its kind needs."""
+    """The payload conventions of SPEC section 3: an object, with the fields its kind needs
+    (a message's "content" a string or a list of parts; extra fields are kept)."""
     if not isinstance(payload, dict):
-        raise InvalidInput(f"a {kind} payload must be a JSON object, e.g. {{\"content\": \"...\"}}")
+        raise InvalidInput(f"{_a(kind)} payload must be a JSON object, e.g. {{\"content\": \"...\"}}")
     for key in _REQUIRED.get(kind, ()):
         if not isinstance(payload.get(key), str):
-            raise InvalidInput(f"a {kind} payload needs a string {key!r}")
+            raise InvalidInput(f"{_a(kind)} payload needs a string {key!r}")
+    types = _CONTENT.get(kind)
+    if types is not None and not isinstance(payload.get("content"), types):
+        what = "a string" if types == (str,) else "a string or a list of parts"
+        got = "no \"content\"" if "content" not in payload else f"\"content\" of type {_json_type(payload['content'])}"
+        raise InvalidInput(f"{_a(kind)} payload needs \"content\": {what} (got {got}), e.g. {{\"content\": \"...\"}} "
+                           "(or --text for plain text)")
+
+
+def _a(kind: str) -> str:
+    return f"{'an' if kind[:1] in 'aeio' else 'a'} {kind}"  # an assistant, an anchor, an error; a user
+
+
+def _json_type(value: Any) -> str:
+    return {bool: "boolean", int: "number", float: "number", dict: "object", type(None): "null"}.get(type(value), type(value).__name__)
