@@ -47,3 +47,48 @@ def test_session_cp_command_says_tags(tape_dir):
     assert b"1 branch, 1 tag" in p.stderr
     p = run_cli("--dir", tape_dir, "tag", "-s", "copy", "--json", check=True)
     assert json.loads(p.stdout)["hash"] == hs[1]
+
+
+def _rsync(src, dst):
+    subprocess.run(["rsync", "-a", f"{src}/", f"{dst}/"], check=True)
+
+
+def _tags(d):
+    p = run_cli("--dir", d, "tag", "-s", "chat", "--json", check=True)
+    return [json.loads(x) for x in p.stdout.decode().splitlines()]
+
+
+@pytest.mark.skipif(shutil.which("rsync") is None, reason="rsync is not installed")
+def test_a_tag_conflict_after_sync_is_shown_until_deleted(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    with Tape.init(a) as t:
+        _, hs = _chat(t)
+    _rsync(a, b)
+    with Tape.open(a) as t:
+        t.session("chat").tag("v1", hs[1])
+    with Tape.open(b) as t:
+        t.session("chat").tag("v1", hs[3])  # the same name, elsewhere, on the other copy
+    _rsync(a, b)
+    _rsync(b, a)
+    ta, tb = _tags(a), _tags(b)
+    assert ta == tb and len(ta) == 2
+    win, other = ta
+    assert win["name"] == "v1" and "conflict_of" not in win
+    assert other["name"].startswith("v1.conflict-") and other["conflict_of"] == "v1"
+    assert {win["hash"], other["hash"]} == {hs[1], hs[3]}  # neither value is lost
+    p = run_cli("--dir", a, "tag", "-s", "chat", check=True)
+    assert "(conflict: the other value of tag v1 after a sync)" in p.stdout.decode()
+    p = run_cli("--dir", a, "status", "-s", "chat", check=True)
+    assert f"conflict: tag {other['name']} holds the other value of tag v1 after a sync" in p.stdout.decode()
+    p = run_cli("--dir", b, "status", "-s", "chat", "--json", check=True)
+    assert json.loads(p.stdout)["tag_conflicts"] == [{"name": other["name"], "conflict_of": "v1"}]
+    assert [x["name"] for x in Tape.open(a).session("chat").branches()] == ["main"]  # tags stay tags
+    # the next write settles the conflict; the conflict tag stays, on both copies, until deleted
+    run_cli("--dir", a, "append", "user", "--text", "more", "-s", "chat", check=True)
+    _rsync(a, b)
+    assert [x["name"] for x in _tags(b)] == ["v1", other["name"]]
+    run_cli("--dir", b, "tag", "-d", other["name"], "-s", "chat", check=True)
+    _rsync(b, a)
+    assert _tags(a) == [win]
+    p = run_cli("--dir", a, "status", "-s", "chat", check=True)
+    assert b"conflict" not in p.stdout

@@ -216,7 +216,9 @@ def tag(ctx, name, ref, delete, force, session, as_json):
     A tag names one entry for good: appends never move it, and `compact` keeps what
     it reaches. A tag is a REF wherever a session is given: a bare name is tried as
     a branch, then a tag, then an anchor name; `tag:NAME` is the tag even where a
-    branch of that name hides it.
+    branch of that name hides it. When two copies set one tag differently and
+    sync, one value wins everywhere and the other stays as the tag
+    NAME.conflict-WRITER8-TIP8, marked here and in `status` until deleted.
 
     \b
     Examples:
@@ -237,11 +239,14 @@ def tag(ctx, name, ref, delete, force, session, as_json):
     if name is None:
         if force:
             raise click.UsageError("-f needs a tag NAME to move")
-        for t in s.tags():
+        rows = s.tags()
+        width = max([len(t["name"]) for t in rows] or [0])
+        for t in rows:
             if as_json:
                 emit_json(t)
             else:
-                click.echo(f"{t['name']}  {t['hash'][:12]}  {_safe(summary_of(tape, t['hash']))}")
+                note = f"  (conflict: the other value of tag {t['conflict_of']} after a sync)" if "conflict_of" in t else ""
+                click.echo(f"{_safe(t['name']):<{width}}  {t['hash'][:12]}  {_safe(summary_of(tape, t['hash']))}{note}")
         return
     r = s.tag(name, ref, force)
     if r.get("unchanged"):

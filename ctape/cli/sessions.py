@@ -178,10 +178,13 @@ def status(ctx, session, hidden, as_json):
     from ..history.sessions import summary
 
     tape = open_tape(ctx)
-    st = tape.session(need_session(ctx, session)).status()
+    s = tape.session(need_session(ctx, session))
+    st = s.status()
     warn_damage(tape, st["session"])
     if not st.get("incomplete"):
         st.update(summary(tape, st["head"]))
+    conflicts = s.view().tag_conflicts  # a view: conflict refs without every branch (a session may have 20,000)
+    st["tag_conflicts"] = [{"name": t, "conflict_of": of} for t, of in sorted(conflicts.items())]
     if as_json:
         emit_json(st)
         return
@@ -189,7 +192,10 @@ def status(ctx, session, hidden, as_json):
     if le and not hidden and not st["incomplete"] and is_hidden(tape.read_entry(le["hash"])):
         e = newest_visible(tape, le["hash"])
         st["last_entry"] = {"hash": e.hash, "kind": e.kind, "time": e.time} if e else None
-    click.echo("\n".join(render.status(st)))
+    lines = render.status(st)
+    lines += [render.clean(f"conflict: tag {c['name']} holds the other value of tag {c['conflict_of']} after a sync; "
+                           f"keep it, or delete it with `ctape tag -d {c['name']}`") for c in st["tag_conflicts"]]
+    click.echo("\n".join(lines))
 
 
 @main.command()

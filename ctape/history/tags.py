@@ -3,7 +3,10 @@
 A tag is a ref record like a branch move, under the ref name `tag:NAME` (`:` is not
 allowed in branch names, so the two never collide and listings keep them apart). It
 syncs like any ref, survives `compact` (a ref record's value is a root) and never moves
-by itself: appends move HEAD's branch, never a tag.
+by itself: appends move HEAD's branch, never a tag. When two copies set one tag to
+different entries and then sync, one value wins on every copy and the other stays as
+the tag NAME.conflict-WRITER8-TIP8 (as a conflict branch does), which `tag` and
+`status` point out until someone deletes it.
 
 An anchor name resolves to the newest `anchor` entry of that name on the path to the
 session's HEAD. The derived values kept at keyframes list each window's anchors, so the
@@ -59,10 +62,13 @@ def delete(session: "Session", name: str) -> str:
 
 
 def listing(session: "Session") -> list[dict]:
-    """The session's tags, by name: {"name", "hash", "shadowed_by_branch"}."""
+    """The session's tags, by name: {"name", "hash", "shadowed_by_branch"}, and for a tag
+    that holds the other value a sync found for a tag, "conflict_of": that tag's name."""
     session._must_exist()
     st = session.refs()
-    return [{"name": n, "hash": h, "shadowed_by_branch": n in st.branches} for n, h in sorted(st.tags.items())]
+    conflicts = st.tag_conflicts
+    return [{"name": n, "hash": h, "shadowed_by_branch": n in st.branches, **({"conflict_of": conflicts[n]} if n in conflicts else {})}
+            for n, h in sorted(st.tags.items())]
 
 
 def named_entry(session: "Session", name: str, st: Optional[RefState] = None) -> Optional[str]:

@@ -18,9 +18,10 @@ deletion replaces exactly what its writer had seen. When more than one claim
 stands (two copies moved one ref, then synced), one wins everywhere: a value
 over a deletion (a concurrent append survives a delete), then the highest
 (lc, writer). Each other standing tip stays visible as the branch
-BRANCH.conflict-WRITER8-TIP8, so one branch may carry several. The next record
+BRANCH.conflict-WRITER8-TIP8, so one branch may carry several; a tag's other
+values likewise stay as tags NAME.conflict-WRITER8-TIP8. The next record
 written to the session settles them by writing the winner and the conflict
-branches as ordinary refs. See docs/format.md section 12.
+branches (and tags) as ordinary refs. See docs/format.md section 12.
 """
 
 from __future__ import annotations
@@ -120,8 +121,14 @@ class RefState:
         """Every conflict branch -> the ref whose other tip it holds: the ones the claims
         show now, and the ones a record has settled, until someone deletes or renames them."""
         out = {b: b[: b.rindex(CONFLICT)] for b in self.branches if CONFLICT in b}
-        out.update(self.unsettled)
+        out.update((b, of) for b, of in self.unsettled.items() if not b.startswith(TAG))
         return out
+
+    @property
+    def tag_conflicts(self) -> dict[str, str]:
+        """Every conflict tag -> the tag whose other value it holds (a sync found two values
+        for one tag: one wins, the other stays as NAME.conflict-WRITER8-TIP8), until deleted."""
+        return {t: t[: t.rindex(CONFLICT)] for t in self.tags if CONFLICT in t}
 
     @property
     def removed(self) -> bool:
@@ -182,7 +189,10 @@ class RefState:
             for name in [c for c, of in self.unsettled.items() if of == ref]:
                 del self.unsettled[name]
                 if name not in self.claims:
-                    self.branches.pop(name, None)
+                    if name.startswith(TAG):
+                        self.tags.pop(name[len(TAG):], None)
+                    else:
+                        self.branches.pop(name, None)
                 self.settle.pop(name, None)
         self.settle.pop(ref, None)
         cs = list(self.claims.get(ref, {}).values())
@@ -193,7 +203,7 @@ class RefState:
         if ref == HEAD:
             self.head = winner.value
             self.head_from = None
-        elif ref.startswith(TAG):  # a tag: one winner, no conflict branch (a tag names, it holds no work)
+        elif ref.startswith(TAG):  # a tag: one winner; another value stays as a conflict tag
             if winner.value is not None:
                 self.tags[ref[len(TAG):]] = winner.value
             else:
@@ -205,12 +215,13 @@ class RefState:
         if len({c.value for c in standing}) == 1:
             return  # claims that agree need no settling
         self.settle[ref] = winner.value
-        if ref.startswith(TAG):
-            return
         for c in others:
             name = self._conflict_name(ref, c)
             if name is not None:
-                self.branches[name] = c.value
+                if ref.startswith(TAG):  # "tag:NAME.conflict-...": a tag, shown by `tag` and `status`
+                    self.tags[name[len(TAG):]] = c.value
+                else:
+                    self.branches[name] = c.value
                 self.unsettled[name] = ref
                 self.settle[name] = c.value
 
