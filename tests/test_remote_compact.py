@@ -266,3 +266,34 @@ def test_bad_uses_are_one_line_errors(tmp_path):
         p = cli(a, *args, check=False)
         assert p.returncode == code, p.stderr
         assert len(p.stderr.decode().strip().splitlines()) == 1 and b"Traceback" not in p.stderr
+
+
+def test_a_copy_that_never_pulls_and_revives_what_was_deleted_loses_nothing(tmp_path, remote_url, request):
+    """The case the grace period cannot cover: `--grace now`, and a copy that only pushes
+    (a CI runner, `push --follow`) moves `side` on after the remote's files went. Its next
+    push learns of the deletion (g/<n>), compacts the copy first, and uploads the pack
+    that holds what its claim reaches: a clone has every entry."""
+    server = _server(request, remote_url)
+    a, b, c = tmp_path / "A", tmp_path / "B", tmp_path / "C"
+    tape_with_a_side_branch(a)
+    cli(a, "remote", "add", "origin", remote_url)
+    cli(a, "push")
+    run_cli("clone", remote_url, b, check=True)
+    old_side = entries_of(b)
+    cli(a, "branch", "-d", "side", "-s", "chat")
+    r = cli_json(a, "compact", "--remote", "origin", "--expire", "now", "--grace", "now")[0]
+    assert r["deleted"]["files"] >= 1 and r["local"]["freed_objects"] >= 3, r
+    t = Tape.open(b)
+    s = t.session("chat")
+    s.checkout("side")
+    s.append("user", {"content": "B goes on on side, never having pulled"})
+    t.close()
+    p = cli(b, "push")
+    assert b"compacting this copy first" in p.stderr, p.stderr
+    run_cli("clone", remote_url, c, check=True)
+    fsck_clean(c)
+    assert set(old_side) <= set(entries_of(c))
+    cli(a, "pull")
+    fsck_clean(a)
+    assert refs_of(a) == refs_of(b) == refs_of(c)
+    assert reached_by_refs(a) == reached_by_refs(b) == reached_by_refs(c)

@@ -5,6 +5,7 @@
     f/<session>/<file>/<start>-<end>         bytes [start, end) of a data file of the tape
     d/<compactor>/<n:020d>.json              plan n of one compacting copy: files to delete later
     x/<compactor>/<n:020d>.json              plan n carried out (the compactor's own bookkeeping)
+    g/<n:020d>                               the n-th deletion on the remote (one GET tells a pusher)
 
 A compactor announces a deletion in its next manifest ("deleted": the files, each with the
 end the remote held) before it deletes anything, so readers learn it at no extra cost.
@@ -46,6 +47,10 @@ def manifest_key(uploader: str, n: int) -> str:
 
 def plan_key(compactor: str, n: int, done: bool = False) -> str:
     return f"{'x' if done else 'd'}/{compactor}/{n:020d}.json"
+
+
+def compaction_key(n: int) -> str:
+    return f"g/{n:020d}"
 
 
 def piece_key(session: str, file: str, start: int, end: int) -> str:

@@ -8,13 +8,17 @@ One run:
 4. carry out this copy's own plans that are older than the grace period: for each file a
    plan named, check that this run's compaction read the whole of what the remote holds
    of it and replaced it, and that no push arrived since the pull; announce the deletion
-   in a manifest, mark the plan carried out (`x/<me>/<n>`), then delete the pieces;
+   (`g/<n>`, then a manifest that lists it), mark the plan carried out (`x/<me>/<n>`),
+   then delete the pieces;
 5. write a new plan `d/<me>/<n>` naming the remote's files this run's compaction replaced
    and no plan names yet. They are deleted by a later run, after the grace period.
 
 Readers learn a deletion from the compactor's manifest that announces it ("deleted"), which
-is written before anything is deleted: they stop fetching the deleted pieces, and their
-pushes never upload them again. A copy that
+is written before anything is deleted: they stop fetching the deleted pieces. A push that
+has something to upload looks at g/<next> (one GET); after a deletion it learns what went,
+and a copy that still holds a deleted file compacts itself first: whatever its claims
+reach (even a claim made without having seen the deletion that freed it) goes up in its
+pack. So a run that deleted too early costs space, never an entry. A copy that
 still holds such a file keeps it; nothing in the tape is ever deleted by a remote.
 
 Why two phases: a claim made on another copy before this run (a branch that copy had not
@@ -26,7 +30,7 @@ now` carries a plan out in the run that made it: for remotes nobody else writes 
 
 from __future__ import annotations
 
-import os
+import json
 import time
 from typing import Callable, Optional
 
@@ -130,6 +134,7 @@ def compact_remote(tape, backend: Backend, name: str, expire="90d", grace="14d",
         for n in due:
             ok = [f for f in plans[n]["files"] if replaced.get((f["session"], f["file"])) == f["end"]]
             if ok:
+                _announce(store, backend, state, n)
                 put_manifest(store, backend, state, [], deleted=ok, warn=warn)
             if not backend.put_if_absent(layout.plan_key(me, n, done=True), layout.encode_deletion(store, me, n, ok, done=True)):
                 continue  # carried out by an earlier run (the pieces were deleted above)
@@ -154,3 +159,14 @@ def _changed_since(store, backend: Backend, state, warn) -> bool:
         if u != store.writer:
             return True
     return False
+
+
+def _announce(store, backend: Backend, state, plan: int) -> None:
+    """g/<next>: one more deletion on the remote. Every push that has something to upload
+    looks for the next number (one GET), learns the deletions from the manifests, and
+    compacts its copy first if it still holds a deleted file."""
+    n = int(state.get("gnext", 0))
+    body = json.dumps({"compactor": store.writer, "plan": plan, "time": time.time()}, sort_keys=True).encode()
+    while not backend.put_if_absent(layout.compaction_key(n), body):
+        n += 1
+    state["gnext"] = n + 1

@@ -160,6 +160,43 @@ def _next_own(store, backend: Backend, state: State) -> int:
     return n + 1
 
 
+def _todo(store, state: State, chosen: list[str]) -> list[tuple]:
+    """(session, file, start, end, own segment) for every file longer here than there."""
+    todo = []
+    for s in chosen:
+        for rel, size in sorted(store.list_files(s).items()):
+            if not rel.startswith(f"sessions/{s}/"):
+                continue
+            file = rel.rsplit("/", 1)[1]
+            if not layout.file_ok(s, file):
+                continue
+            have = int(state["have"].get(f"{s}/{file}", 0))
+            if size <= have:
+                continue
+            is_pack = file.endswith(".pack")
+            todo.append((s, file, 0 if is_pack else have, size, layout.segment_owner(file) == store.writer))
+    return todo
+
+
+def _compacted_since(backend: Backend, state: State) -> bool:
+    """Did a compaction of the remote delete anything since this copy last looked?"""
+    n = start = int(state.get("gnext", 0))
+    while backend.get(layout.compaction_key(n)) is not None:
+        n += 1
+    state["gnext"] = n
+    return n > start
+
+
+def _gone_held(store, state: State) -> list[str]:
+    """The files this copy holds that a compaction of the remote deleted."""
+    out = []
+    for key in state["gone"]:
+        s, file = key.split("/", 1)
+        if os.path.exists(os.path.join(store.root, "sessions", s, file)):
+            out.append(key)
+    return out
+
+
 def put_manifest(store, backend: Backend, state: State, listed: list[dict], deleted: Optional[list[dict]] = None,
                  warn: Callable[[str], None] = lambda s: None) -> int:
     """Write this copy's next manifest (create-only); its number. The caller saves the state."""
@@ -204,19 +241,17 @@ def push(tape, backend: Backend, name: str, sessions: Iterable[str] = (), allow_
         state["checked"] = True
     own = _next_own(store, backend, state)
 
-    todo = []  # (session, file, start, end, own segment)
-    for s in chosen:
-        for rel, size in sorted(store.list_files(s).items()):
-            if not rel.startswith(f"sessions/{s}/"):
-                continue
-            file = rel.rsplit("/", 1)[1]
-            if not layout.file_ok(s, file):
-                continue
-            have = int(state["have"].get(f"{s}/{file}", 0))
-            if size <= have:
-                continue
-            is_pack = file.endswith(".pack")
-            todo.append((s, file, 0 if is_pack else have, size, layout.segment_owner(file) == store.writer))
+    todo = _todo(store, state, chosen)
+    # a compaction of the remote deleted files (announced by g/<n>, one GET): a copy that
+    # still holds one of them compacts first, so that whatever its claims reach goes up in
+    # its pack (a claim it makes or made without having seen the deletion, say)
+    if todo and _compacted_since(backend, state):
+        learn(store, backend, state, warn)
+    held = _gone_held(store, state)
+    if todo and held:
+        warn(f"the remote's compaction deleted {len(held)} file(s) this copy still holds; compacting this copy first, so that what it needs goes up in its packs")
+        tape.compact()
+        todo = _todo(store, state, chosen)
     total = sum(e - b for _, _, b, e, _ in todo)
     sent, files, listed, skipped = 0, set(), [], 0
     with ThreadPoolExecutor(WORKERS) as pool:

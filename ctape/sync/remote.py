@@ -117,7 +117,8 @@ class State(dict):
     """What this copy knows about one remote. `have`: "session/file" -> the bytes from 0
     that the remote is known to hold; `pieces`: "session/file" -> every piece of it the
     manifests list, [start, end, blake3]; `next`: uploader -> its next manifest number to read;
-    `gone`: "session/file" -> the end up to which a remote compaction deleted it;
+    `gone`: "session/file" -> the end up to which a remote compaction deleted it; `gnext`:
+    the next deletion announcement (g/<n>) to look for;
     `own`: this copy's next manifest number; `checked`: the remote's tape id was checked."""
 
     @classmethod
@@ -140,6 +141,7 @@ class State(dict):
             self[k] = {}
         self.pop("own", None)
         self.pop("checked", None)
+        self.pop("gnext", None)
 
     def save(self, store) -> None:
         if cache_folder(store) is not None:
