@@ -2,7 +2,8 @@
 (issue 23, item 4; SPEC 10): `ctape import FILE` (format detected) and `ctape import
 openai FILE` give a one-line error, exit 2, and leave the tape as it was.
 
-The Gemini CLI session below has the shape gemini-cli writes to
+(A Gemini CLI session was refused this way until ctape read the format: it is now
+imported as `gemini`, tests/test_gemini*.py.) The Gemini CLI session below has the shape gemini-cli writes to
 `~/.gemini/tmp/<project>/chats/session-*.json` (packages/core/src/services/
 chatRecordingTypes.ts, ConversationRecord: JSON.stringify(record, null, 2)); it is made
 here, not captured.
@@ -55,19 +56,24 @@ def refused(tape_dir, *args, expect: bytes):
 
 
 @pytest.mark.parametrize("layout", ["pretty", "compact"])
-def test_a_gemini_cli_session_is_refused(tape_dir, tmp_path, layout):
+def test_a_gemini_cli_session_is_imported_as_gemini(tape_dir, tmp_path, layout):
+    """Refused while ctape could not read it; now a format of its own (issue 23, item 4):
+    detected, and `import openai` of it says which format it is."""
     path = tmp_path / "session-2026-03-11T21-02-5d1e3a90.json"
     path.write_text(json.dumps(GEMINI, indent=2) if layout == "pretty" else json.dumps(GEMINI) + "\n")
-    refused(tape_dir, path, expect=b"a Gemini CLI session")
-    refused(tape_dir, "openai", path, expect=b"a Gemini CLI session")
-    p = run_cli("--dir", tape_dir, "sessions")
-    assert GEMINI["sessionId"] not in p.stdout.decode() and path.stem not in p.stdout.decode()
+    refused(tape_dir, "openai", path, expect=b"a Gemini CLI session, not an OpenAI-style transcript; import it as one: ctape import gemini FILE")
+    p = run_cli("--dir", tape_dir, "import", path)
+    assert p.returncode == 0 and f"into session {GEMINI['sessionId']}" in p.stderr.decode(), p.stderr
+    p = run_cli("--dir", tape_dir, "context", "-s", GEMINI["sessionId"], "--format", "openai", check=True)
+    view = json.loads(p.stdout)
+    assert view[0] == {"role": "user", "content": "list the files in src"}
+    assert view[-1] == {"role": "assistant", "content": "src holds main.py and util.py."}
 
 
 def test_a_gemini_session_with_no_message_yet_is_refused(tape_dir, tmp_path):
     path = tmp_path / "session-new.json"
     path.write_text(json.dumps({**GEMINI, "messages": []}, indent=2))
-    refused(tape_dir, path, expect=b"a Gemini CLI session")
+    refused(tape_dir, path, expect=b"holds no message yet")
 
 
 @pytest.mark.parametrize(
@@ -100,16 +106,12 @@ def test_openai_documents_still_import(tape_dir, tmp_path):
         assert b"imported" in p.stdout + p.stderr
 
 
-def test_watch_reports_a_gemini_file_and_writes_nothing(tape_dir, tmp_path):
+def test_watch_imports_a_gemini_file(tape_dir, tmp_path):
     path = tmp_path / "runs" / "session-x.json"
     path.parent.mkdir()
     path.write_text(json.dumps(GEMINI, indent=2))
-    before = snapshot(tape_dir)
     p = run_cli("--dir", tape_dir, "watch", "--once", path)
-    err = p.stderr.decode()
-    assert p.returncode == 1 and "a Gemini CLI session" in err and "Traceback" not in err, err
-    assert len(err.strip().splitlines()) == 1
-    assert snapshot(tape_dir) == before
+    assert p.returncode == 0 and f"into session {GEMINI['sessionId']}" in p.stderr.decode(), p.stderr
 
 
 def gemini_jsonl() -> str:
@@ -120,13 +122,13 @@ def gemini_jsonl() -> str:
     return "".join(json.dumps(r) + "\n" for r in rows)
 
 
-def test_a_gemini_cli_jsonl_session_is_refused_by_import_and_watch(tape_dir, tmp_path):
+def test_a_gemini_cli_jsonl_session_is_imported_by_import_and_watch(tape_dir, tmp_path):
     path = tmp_path / "chats" / "session-2026-03-11T21-02-5d1e3a90.jsonl"
     path.parent.mkdir()
     path.write_text(gemini_jsonl())
-    refused(tape_dir, path, expect=b"a Gemini CLI session")
-    before = snapshot(tape_dir)
+    p = run_cli("--dir", tape_dir, "import", path, "-s", "imported")
+    assert p.returncode == 0, p.stderr
     p = run_cli("--dir", tape_dir, "watch", "--once", path.parent)
-    err = p.stderr.decode()
-    assert p.returncode == 1 and "a Gemini CLI session" in err and str(path) in err and len(err.strip().splitlines()) == 1, err
-    assert snapshot(tape_dir) == before
+    assert p.returncode == 0 and f"into session {GEMINI['sessionId']}" in p.stderr.decode(), p.stderr
+    views = [json.loads(run_cli("--dir", tape_dir, "context", "-s", s, check=True).stdout) for s in ("imported", GEMINI["sessionId"])]
+    assert views[0] == views[1] and len(views[0]) == 4  # the request, the call, its result, the answer

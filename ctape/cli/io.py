@@ -10,7 +10,7 @@ import click
 from .base import main, open_tape, session_option
 
 
-FORMATS = ("jsonl", "claude-code", "codex", "openai")
+FORMATS = ("jsonl", "claude-code", "codex", "openai", "gemini")
 
 
 @main.command(name="import")
@@ -18,9 +18,10 @@ FORMATS = ("jsonl", "claude-code", "codex", "openai")
 @session_option
 @click.pass_context
 def import_(ctx, args, session):
-    """Import transcripts: jsonl (ctape's own export), claude-code, codex, openai.
+    """Import transcripts: jsonl (ctape's own export), claude-code, codex, openai, gemini.
 
-    FORMAT is detected from each file's first records when it is not given.
+    FORMAT is detected from each file's first records when it is not given. FILE
+    may be - (stdin), a pipe or a .zst file.
     Importing what the tape already holds adds nothing, says so, and moves no
     HEAD; a file that grew adds its new records and moves its branches on.
 
@@ -29,6 +30,7 @@ def import_(ctx, args, session):
       ctape import ~/.claude/projects/x/SESSION.jsonl -s cc
       ctape import codex rollout-*.jsonl
       ctape import jsonl backup.jsonl
+      zstdcat rollout.jsonl.zst | ctape import codex -
     """
     from ..formats import import_files
 
@@ -44,7 +46,7 @@ def import_(ctx, args, session):
 
 @main.command()
 @click.argument("ref")
-@click.option("--format", "fmt", type=click.Choice(["jsonl", "openai", "claude-code", "codex"]), default="jsonl", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["jsonl", "openai", "claude-code", "codex", "gemini"]), default="jsonl", show_default=True)
 @click.pass_context
 def export(ctx, ref, fmt):
     """Write history to stdout: a whole SESSION, or the path root -> REF.

@@ -18,18 +18,19 @@ from .base import main
 @click.option("-q", "--quiet", is_flag=True, help="Say nothing about what is imported; errors are still shown.")
 @click.pass_context
 def watch(ctx, paths, once, poll, jobs, quiet):
-    """Import Claude Code and Codex transcripts, then follow them as they grow.
+    """Import Claude Code, Codex and Gemini CLI transcripts, then follow them as they grow.
 
     With no PATH: Claude Code's $CLAUDE_CONFIG_DIR/projects (else ~/.claude/projects,
-    subagent files included) and Codex's $CODEX_HOME/sessions (else ~/.codex/sessions,
-    .jsonl and .jsonl.zst). A PATH is a transcript file or a folder of them; the format
-    is detected per file. Each file is imported into its own session, as `ctape import`
+    subagent files included), Codex's $CODEX_HOME/sessions (else ~/.codex/sessions,
+    .jsonl and .jsonl.zst) and Gemini CLI's ~/.gemini/tmp/*/chats ($GEMINI_CLI_HOME
+    for ~). A PATH is a transcript file or a folder of them; the format is detected
+    per file. Each file is imported into its own session, as `ctape import`
     would; a rerun adds only what was appended. SIGINT/SIGTERM finish the current batch
     and exit 0. See docs/watch.md for hooks and service files.
 
     \b
     Examples:
-      ctape watch                       # follow both tools' history folders
+      ctape watch                       # follow the three tools' history folders
       ctape watch --once                # one pass, e.g. from cron
       ctape watch --once "$TRANSCRIPT"  # from a Claude Code Stop hook
       ctape watch ~/agent-runs/         # any folder of transcripts
@@ -51,7 +52,26 @@ def watch(ctx, paths, once, poll, jobs, quiet):
         rep = watch_once(tape, list(paths), echo=echo, warn=errors, progress=tty, signals=True, jobs=jobs)
         summary(rep)
         sys.exit(1 if rep.errors else 0)
-    follow(tape, list(paths), echo=echo, warn=errors, progress=tty, poll=poll, on_pass=summary, jobs=jobs)
+    passes = []
+
+    def first_summary(rep):
+        # the first pass may cover many files: one summary line; after it, each file's own
+        # "+N records" line says it all (one line per change, not two)
+        if not passes:
+            passes.append(rep)
+            summary(rep)
+
+    echo(f"watch: following {', '.join(watched(list(paths)))}; Ctrl-C stops")
+    follow(tape, list(paths), echo=echo, warn=errors, progress=tty, poll=poll, on_pass=first_summary, jobs=jobs)
+
+
+def watched(paths: list[str]) -> list[str]:
+    """The folders or files follow mode watches, as the user knows them (~ for home)."""
+    from ..watch.sources import default_roots
+
+    home = os.path.expanduser("~")
+    shown = paths or [root for root, _ in default_roots()]
+    return [("~" + p[len(home):]) if p.startswith(home + os.sep) else p for p in shown]
 
 
 main.add_command(watch)

@@ -17,7 +17,7 @@ from typing import Iterator, Optional
 
 from ..errors import InvalidInput
 
-MODULES = {"jsonl": "jsonl", "claude-code": "claude_code", "codex": "codex", "openai": "openai"}
+MODULES = {"jsonl": "jsonl", "claude-code": "claude_code", "codex": "codex", "openai": "openai", "gemini": "gemini"}
 
 
 def _module(fmt: str):

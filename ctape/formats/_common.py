@@ -182,6 +182,22 @@ class Clock:
         return self.last
 
 
+def file_time(path: str) -> Optional[str]:
+    """The file's modification time (RFC 3339 UTC): the time of records that carry none
+    (SPEC 10: never 1970); None for stdin and pipes read now."""
+    import datetime
+
+    from ..model.models import format_time
+
+    for p in (str(path), real_path(path)):  # a `.zst` file's own time, else its copy's (stdin: now)
+        try:
+            st = os.stat(p)
+        except OSError:
+            continue
+        return format_time(datetime.datetime.fromtimestamp(st.st_mtime, datetime.timezone.utc))
+    return None
+
+
 def valid_time(value: Any) -> Optional[str]:
     if isinstance(value, str) and value:
         try:
@@ -387,7 +403,7 @@ def _order_key(e) -> tuple:
     return (1, 0, 0, 0, e.seq, e.hash)
 
 
-FORMATS = ("claude-code", "codex", "openai")
+FORMATS = ("claude-code", "codex", "openai", "gemini")
 
 
 def source_format(meta: dict) -> Optional[str]:

@@ -11,7 +11,7 @@ from .reading import real_path
 from . import openai
 
 LINES = 20  # non-blank lines looked at
-ORDER = ("jsonl", "codex", "claude-code", "openai")  # ties go to the earlier
+ORDER = ("jsonl", "codex", "claude-code", "gemini", "openai")  # ties go to the earlier
 
 
 def _is_export(v: Any) -> bool:
@@ -19,7 +19,7 @@ def _is_export(v: Any) -> bool:
 
 
 def _format_of(v: Any) -> str | None:
-    from . import claude_code, codex, openai
+    from . import claude_code, codex, gemini, openai
 
     if _is_export(v):
         return "jsonl"
@@ -27,37 +27,36 @@ def _format_of(v: Any) -> str | None:
         return "codex"
     if claude_code.is_record(v):
         return "claude-code"
+    if gemini.is_record(v):
+        return "gemini"
     if openai.is_record(v):
         return "openai"
     return None
 
 
-GEMINI = "a Gemini CLI session; ctape does not read this format yet (nothing was imported)"
-
-
-def _gemini(path: str) -> str:
-    return f"{path}: {GEMINI}"
+class NotJSON(InvalidInput):
+    """A file that looks like one JSON document and is not (or not yet: a tool may be writing it)."""
 
 
 def _document(path: str, f) -> str:
     """The format of a file that is one JSON document: openai when it is (or its list
     holds) chat messages, OpenHands events or a container of them; else refused."""
-    from . import openai
+    from . import gemini, openai
     from ._common import loads, read_whole
 
     try:
         doc = loads(read_whole(f))
     except (ValueError, UnicodeDecodeError):
-        raise InvalidInput(f"{path}: not JSON and not JSON Lines; name its format: ctape import FORMAT FILE") from None
-    if openai.is_gemini(doc):
-        raise InvalidInput(_gemini(path))
+        raise NotJSON(f"{path}: not JSON and not JSON Lines; name its format: ctape import FORMAT FILE") from None
+    if gemini.is_session(doc):
+        return "gemini"
     if openai.is_record(doc) or isinstance(doc, list) and any(openai.is_record(v) for v in doc):
         return "openai"
-    raise InvalidInput(f"{path}: cannot tell its format; name it: ctape import FORMAT FILE (jsonl, claude-code, codex, openai)")
+    raise InvalidInput(f"{path}: cannot tell its format; name it: ctape import FORMAT FILE (jsonl, claude-code, codex, gemini, openai)")
 
 
 def detect(path: str) -> str:
-    """jsonl, codex, claude-code or openai: the format most of the first records are in."""
+    """jsonl, codex, claude-code, gemini or openai: the format most of the first records are in."""
     votes = dict.fromkeys(ORDER, 0)
     seen = 0
     try:
@@ -74,8 +73,6 @@ def detect(path: str) -> str:
                     if seen == 1 and raw.lstrip()[:1] in (b"[", b"{"):
                         f.seek(0)  # a JSON document spread over lines (a chat list, a .traj): read whole
                         return _document(path, f)
-                if fmt is None and openai.is_gemini(v):
-                    raise InvalidInput(_gemini(path))
                 if fmt:
                     votes[fmt] += 1
                 if seen >= LINES:
@@ -84,5 +81,5 @@ def detect(path: str) -> str:
         raise InvalidInput(f"cannot read {path}: {e.strerror}") from None
     best = max(ORDER, key=lambda k: (votes[k], -ORDER.index(k)))
     if votes[best] == 0:
-        raise InvalidInput(f"{path}: cannot tell its format; name it: ctape import FORMAT FILE (jsonl, claude-code, codex, openai)")
+        raise InvalidInput(f"{path}: cannot tell its format; name it: ctape import FORMAT FILE (jsonl, claude-code, codex, gemini, openai)")
     return best

@@ -253,7 +253,7 @@ def import_file(tape, path: str, session: Optional[str], progress: bool = False)
             first_time = first_time or record_time(value) or _first_item_time(value)
         if not valid:
             if gemini:
-                raise InvalidInput(f"{path}: a Gemini CLI session, not an OpenAI-style transcript; ctape does not read this format yet")
+                raise InvalidInput(f"{path}: a Gemini CLI session, not an OpenAI-style transcript; import it as one: ctape import gemini FILE")
             raise InvalidInput(f"{path}: no chat message, OpenHands event or history found; is this an OpenAI-style transcript?")
         name = c.check_target(session or c.session_name(None, path))
         s = tape.session(name)

@@ -9,6 +9,11 @@ each entry's meta by the importer or integration that wrote it:
 - Codex (`meta["codex"]`): `token_count` events. They repeat identical snapshots; each
   distinct cumulative total counts its `last_token_usage` once. The model is the one the
   last `turn_context` before it named.
+- Gemini CLI (`meta["gemini"]`): a `gemini` message's `tokens` and `model`. A message is
+  written again when it changes: it counts once (by its `id`), at its largest. `input`
+  (promptTokenCount) holds the cached tokens and `output` (candidatesTokenCount) leaves
+  out the thoughts: cached is moved out of input, thoughts and `tool`
+  (toolUsePromptTokenCount) are added to output and input.
 - pydantic-ai (`meta["pydantic_ai.message"]`): a response's `usage` and `model_name`.
 - Anything else that keeps a `usage` object (and a `model`) at the top of its meta or
   one level down: OpenAI-style `prompt_tokens` / `completion_tokens` included.
@@ -109,6 +114,13 @@ def normalize(u: dict) -> dict:
     return {"input": inp, "output": out, "cached": cached, "cache_write": write}
 
 
+def gemini_counts(t: dict) -> dict:
+    """Gemini CLI's `tokens` ({input, output, cached, thoughts, tool, total}) as counts."""
+    cached = _int(t.get("cached"))
+    return {"input": max(0, _int(t.get("input")) - cached) + _int(t.get("tool")), "output": _int(t.get("output")) + _int(t.get("thoughts")),
+            "cached": cached, "cache_write": 0}
+
+
 class _Reader:
     """Usage records of entries read oldest first; keeps what dedupes across entries."""
 
@@ -127,6 +139,11 @@ class _Reader:
             if isinstance(msg, dict) and isinstance(msg.get("usage"), dict) and msg.get("model") != "<synthetic>":
                 key = msg.get("id") if isinstance(msg.get("id"), str) else None
                 yield msg.get("model"), normalize(msg["usage"]), key and "cc:" + key
+            return
+        gm = meta.get("gemini")
+        if isinstance(gm, dict):
+            if gm.get("type") == "gemini" and isinstance(gm.get("tokens"), dict) and isinstance(gm.get("id"), str):
+                yield (gm.get("model") if isinstance(gm.get("model"), str) else None), gemini_counts(gm["tokens"]), "gemini:" + gm["id"]
             return
         cx = meta.get("codex")
         if isinstance(cx, dict):

@@ -326,13 +326,15 @@ class Watcher:
         if fmt is None and pos is not None and self._continuable(s, st, pos):
             fmt = pos.fmt  # the same file, grown: the same format (else the path may hold another now)
         if fmt is None:
-            fmt = src_mod.detect(src_mod.head_of(s.path, 1 << 20).split(b"\n")[:-1] or [])
+            fmt = src_mod.detect(src_mod.head_of(s.path, 1 << 20).split(b"\n")[:-1] or [], s.path)
             if fmt is None:
                 return 0, 0  # nothing to tell the format by yet
         if fmt == "codex":
             return self._codex(s, st, pos)
         if fmt == "claude-code":
             return self._claude(s, st, pos)
+        if fmt == "gemini":
+            return self._gemini(s, st, pos)
         return self._whole(s, st, fmt)
 
     def _continuable(self, s: Source, st: os.stat_result, pos: Optional[Position]) -> bool:
@@ -598,6 +600,52 @@ class Watcher:
         if (pos.key, msg) not in self.reported:
             self.reported.add((pos.key, msg))
             self.warn(msg)
+
+    # -- gemini cli: the whole file whenever it changes, laid out as import lays it out ------------
+
+    def _gemini(self, s: Source, st: os.stat_result, pos: Optional[Position]) -> tuple[int, int]:
+        """A Gemini CLI session file: read whole at each change (a JSON document is written
+        again whole; a JSON Lines file is short). The importer continues the thread the
+        file's earlier version left (by content: formats/gemini.py), so what is new is
+        appended and nothing is rewound. A JSON Lines file that only grew (its bytes up to
+        the position unchanged) moves the branches it set, as its layout says (a rewind in
+        the file makes a new thread `main`, the old one a branch); anything else moves refs
+        as `ctape import` does."""
+        from ..formats import gemini
+        from ..formats.reading import spooled
+        from .position import latest_in_tape
+
+        with spooled([s.path]) as (path,):
+            grew = False
+            if pos is not None and self._continuable(s, st, pos):
+                f = self._open_at(s, pos)
+                if f is not None:
+                    f.close()
+                    grew = True
+            try:
+                lay = gemini.layout(self.tape, path, None, after_line=pos.line if grew else 0)
+            except (gemini.Incomplete, gemini.Empty):
+                return 0, 0  # a document being written again, or no message yet: read at the next change
+        session = self.tape.session(lay.name)
+        old = pos if pos is not None and pos.session == lay.name else None
+        if old is None:
+            grew = False
+            old = latest_in_tape(session, s.key)
+        new = Position(key=s.key, path=s.path, fmt="gemini", session=lay.name, dev=st.st_dev, ino=st.st_ino, off=lay.end, line=lay.line)
+        mine, had = (old.refs, list(old.branches)) if old is not None else (None, [])
+        changes, notes, now = self._claude_changes(session, lay.refs, grew, mine, had)
+        new.branches = sorted(lay.refs)
+        new.refs = {b: h for b, h in lay.refs.items() if now.get(b) == h}
+        new.tip = lay.refs.get("main")
+        new.time = self.tape.read_entry(new.tip).time if new.tip else None
+        self._seal(s, new, b"")
+        self._batch_bytes += lay.end
+        wrote = bool(changes) or old is None or old.record() != new.record()
+        if wrote:
+            session.set_refs("import", changes, source="gemini", watch=new.record())
+        self._note(new, notes + [n for n in lay.notes if n])
+        self._done(new, st, Live(new))
+        return (lay.new_records if wrote else 0), lay.end
 
     # -- other formats: the whole file whenever it changes ---------------------------------------
 

@@ -1,9 +1,11 @@
 """Where transcripts are, what format each one is, and reading a file from an offset.
 
 Default sources: Claude Code's `$CLAUDE_CONFIG_DIR/projects/**/*.jsonl` (else
-`~/.claude`), subagent files included, and Codex's `$CODEX_HOME/sessions/**/rollout-*.jsonl`
-and `.jsonl.zst` (else `~/.codex`). A PATH given on the command line is a file (any name; a
-Claude Code session file `X.jsonl` brings its subagents `X/subagents/*.jsonl`) or a folder (its `*.jsonl`, `*.jsonl.zst` and `*.traj` files, recursively); its format is
+`~/.claude`), subagent files included, Codex's `$CODEX_HOME/sessions/**/rollout-*.jsonl`
+and `.jsonl.zst` (else `~/.codex`), and Gemini CLI's
+`$GEMINI_CLI_HOME/.gemini/tmp/*/chats/session-*.json` and `.jsonl` (else `~`), subagent
+files `chats/<session>/*.jsonl` included. A PATH given on the command line is a file (any name; a
+Claude Code session file `X.jsonl` brings its subagents `X/subagents/*.jsonl`) or a folder (its `*.jsonl`, `*.jsonl.zst`, `*.traj` and `session-*.json` files, recursively); its format is
 detected from its first records.
 
 A source is known by its *key*: its absolute path without a trailing `.zst`, so a rollout
@@ -27,7 +29,7 @@ ID_BYTES = 4096  # how many bytes at the start (and before the position) identif
 @dataclass(frozen=True)
 class Source:
     path: str  # absolute
-    fmt: Optional[str]  # "claude-code", "codex", or None: detect from the content
+    fmt: Optional[str]  # "claude-code", "codex", "gemini", or None: detect from the content
 
     @property
     def key(self) -> str:
@@ -53,17 +55,34 @@ def codex_root() -> str:
     return os.path.join(base, "sessions")
 
 
+def gemini_root() -> str:
+    from ..formats.gemini import chats_root
+
+    return chats_root()
+
+
 def default_roots() -> list[tuple[str, str]]:
     """(folder, format) of the agents' own history folders."""
-    return [(claude_root(), "claude-code"), (codex_root(), "codex")]
+    return [(claude_root(), "claude-code"), (codex_root(), "codex"), (gemini_root(), "gemini")]
 
 
-def _wanted(name: str, fmt: Optional[str]) -> bool:
+def _gemini_session(root: str, name: str) -> bool:
+    """A Gemini CLI chat file: `<project>/chats/session-*.json` or `.jsonl`, or a subagent's
+    `<project>/chats/<parent session>/<id>.jsonl`."""
+    parent = os.path.basename(root)
+    if parent == "chats":
+        return name.startswith("session-") and (name.endswith(".json") or name.endswith(".jsonl"))
+    return os.path.basename(os.path.dirname(root)) == "chats" and name.endswith(".jsonl")
+
+
+def _wanted(root: str, name: str, fmt: Optional[str]) -> bool:
     if fmt == "codex":
         return name.startswith("rollout-") and (name.endswith(".jsonl") or name.endswith(".jsonl" + ZST))
     if fmt == "claude-code":
         return name.endswith(".jsonl")
-    return name.endswith(".jsonl") or name.endswith(".jsonl" + ZST) or name.endswith(".traj")
+    if fmt == "gemini":
+        return _gemini_session(root, name)
+    return name.endswith(".jsonl") or name.endswith(".jsonl" + ZST) or name.endswith(".traj") or (name.startswith("session-") and name.endswith(".json"))
 
 
 def walk(folder: str, fmt: Optional[str]) -> Iterator[Source]:
@@ -71,7 +90,7 @@ def walk(folder: str, fmt: Optional[str]) -> Iterator[Source]:
     for root, dirs, files in os.walk(folder):
         dirs.sort()
         for name in sorted(files):
-            if _wanted(name, fmt):
+            if _wanted(root, name, fmt):
                 yield Source(os.path.join(root, name), fmt)
 
 
@@ -109,12 +128,12 @@ def check_paths(paths: list[str]) -> None:
             raise InvalidInput(f"no file or folder {p}; give transcript files or folders that exist")
 
 
-def detect(first_lines: list[bytes]) -> Optional[str]:
+def detect(first_lines: list[bytes], path: Optional[str] = None) -> Optional[str]:
     """The format of a file from its first complete lines (the rule of `ctape import FILE`,
-    formats/detect.py, applied to the first record that tells); None while none does yet."""
-    from ..errors import InvalidInput
-    from ..formats.detect import GEMINI, _format_of
-    from ..formats.openai import is_gemini
+    formats/detect.py, applied to the first record that tells); None while none does yet.
+    A JSON document over several lines is read whole to tell (a Gemini CLI session, a
+    `.traj`, a list of messages), as import does."""
+    from ..formats.detect import _format_of
 
     for raw in first_lines:
         if not raw.strip():
@@ -123,13 +142,18 @@ def detect(first_lines: list[bytes]) -> Optional[str]:
             v = json.loads(raw)
         except ValueError:
             if raw.lstrip()[:1] in (b"{", b"["):
+                if path is not None:
+                    from ..formats.detect import NotJSON, detect as detect_file
+
+                    try:
+                        return detect_file(path)
+                    except NotJSON:
+                        return None  # not whole JSON (yet): a tool may be writing it again
                 return "openai"  # a JSON document over several lines (.traj, a list of messages)
             continue
         fmt = _format_of(v)
         if fmt is not None:
             return fmt
-        if is_gemini(v):
-            raise InvalidInput(GEMINI)
     return None
 
 
