@@ -26,6 +26,7 @@ def main(out: str) -> None:
     env = {**os.environ, "CTAPE_CACHE_DIR": os.path.join(d, "cache")}
     run = [sys.executable, "-m", "ctape", "--dir", tape]
     subprocess.run([*run, "demo"], env=env, check=True, capture_output=True)
+    subprocess.run([*run, "tag", "-s", "demo", "first-try", "main~4"], env=env, check=True, capture_output=True)
     cc = sorted(glob.glob(os.path.join(HERE, "fixtures", "transcripts", "claude-code", "daaain__claude-code-log__fe869ecb*.jsonl")))
     if cc:
         subprocess.run([*run, "import", "claude-code", cc[0], "-s", "claude-code-log"], env=env, check=True, capture_output=True)
@@ -57,8 +58,8 @@ def main(out: str) -> None:
         time.sleep(1)
         b.save_screenshot(os.path.join(out, "serve-branch.png"))
         shot("diff", "/diff?s=demo&a=main&b=retry")
-        if cc:
-            shot("import", "/s/claude-code-log")
+        if cc:  # its header (usage, source) rather than its newest entries, where a page opens
+            shot("import", "/s/claude-code-log", lambda: b.execute_script("window.scrollTo(0, 0)"))
         shot("stats", "/stats")
     finally:
         b.quit()

@@ -8,8 +8,9 @@ markdown renderer, and only data: URLs of raster images become <img> sources.
 Each entry is bounded in size however large what it holds: a message shows at most
 MESSAGE_CHARS characters of text (all its parts together) and PARTS parts; tool output,
 arguments and JSON CLIP_CHARS characters or CLIP_LINES lines; an image inline only up to
-IMAGE_INLINE characters (a larger one is its own request, /e/HASH/image?part=N). What is
-cut is a "show more" away: the page fetches CHUNK characters at a time (/e/HASH/text).
+IMAGE_INLINE characters and IMAGES_INLINE a page (the others are their own request,
+/e/HASH/image?part=N). What is cut is a "show more" away: the page fetches CHUNK
+characters at a time (/e/HASH/text).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ MESSAGE_CHARS = 8000  # characters of a message's text shown (all its parts toge
 MESSAGE_LINES = 200
 PARTS = 50  # parts of a message shown; the rest is a link
 IMAGE_INLINE = 48 * 1024  # a data: URL longer than this is served on its own (/e/HASH/image?part=N)
-IMAGES_INLINE = 4  # images inline per entry; the others are served on their own too
+IMAGES_INLINE = 8  # images inline per page (per Renderer); the others are served on their own too
 CHUNK = 500_000  # characters one "show more" fetches
 SUMMARY_CHARS = 2000  # of an anchor's summary
 ARGS_BRIEF = 120  # characters of a call's arguments on its folded line
@@ -113,15 +114,16 @@ def image_bytes(part: Any) -> Optional[tuple[str, bytes]]:
         return None
 
 
-def content_html(content: Any, text_url: TextUrl, image_url: Optional[Callable[[int], str]] = None) -> str:
+def content_html(content: Any, text_url: TextUrl, image_url: Optional[Callable[[int], str]] = None, inline: Optional[list[int]] = None) -> str:
     """A message's content: markdown text, or a list of parts (text, images, anything else
-    as JSON), together at most MESSAGE_CHARS characters and PARTS parts."""
+    as JSON), together at most MESSAGE_CHARS characters and PARTS parts. `inline` counts
+    down the images the page may still inline (one item; None: IMAGES_INLINE)."""
     if isinstance(content, str):
         return markdown_clipped(content, text_url(None))
     if isinstance(content, list):
         out = []
         budget = MESSAGE_CHARS
-        inline = IMAGES_INLINE
+        inline = inline if inline is not None else [IMAGES_INLINE]
         for i, part in enumerate(content):
             if i >= PARTS or budget <= 0:
                 rest = len(content) - i
@@ -138,9 +140,9 @@ def content_html(content: Any, text_url: TextUrl, image_url: Optional[Callable[[
                 url = _image(part)
                 if url is None:
                     out.append('<p class="muted">[image not shown: not an inline raster image]</p>')
-                elif len(url) <= IMAGE_INLINE and inline > 0:
+                elif len(url) <= IMAGE_INLINE and inline[0] > 0:
                     out.append(f'<img class="part" alt="image" src="{esc(url)}">')
-                    inline -= 1
+                    inline[0] -= 1
                 elif image_url is not None:
                     out.append(f'<img class="part" alt="image" loading="lazy" src="{esc(image_url(i))}">')
                 else:
@@ -200,6 +202,7 @@ class Renderer:
         self.image_url = image_url
         self.pending = set(pending)  # call ids still pending at HEAD
         self.refs = refs or {}
+        self.inline = [IMAGES_INLINE]  # images this page may still inline
 
     def _urls(self, e: Entry) -> tuple[TextUrl, Optional[Callable[[int], str]]]:
         image = (lambda i: self.image_url(e.hash, i)) if self.image_url else None
@@ -276,9 +279,9 @@ class Renderer:
             label = "⚓ compaction boundary: the agent's history was replaced here" if is_compaction(e) else "⚓ anchor " + _short(p.get("name"))
             return f'<div class="msg anchor{" compaction" if is_compaction(e) else ""}" {attrs}>{self._head(e, label)}{extra}</div>'
         if e.kind == "system":
-            return f'<details class="msg system" {attrs}><summary>{self._head(e, "system")}</summary>{content_html(p.get("content"), text_url, image_url)}</details>'
+            return f'<details class="msg system" {attrs}><summary>{self._head(e, "system")}</summary>{content_html(p.get("content"), text_url, image_url, self.inline)}</details>'
         badge = '<span class="badge warn">interrupted stream</span>' if e.kind == "streaming" else ""
-        return f'<div class="msg {esc(e.kind)}" {attrs}>{self._head(e, "assistant" if e.kind == "streaming" else e.kind, badge)}<div class="body">{content_html(p.get("content"), text_url, image_url)}</div></div>'
+        return f'<div class="msg {esc(e.kind)}" {attrs}>{self._head(e, "assistant" if e.kind == "streaming" else e.kind, badge)}<div class="body">{content_html(p.get("content"), text_url, image_url, self.inline)}</div></div>'
 
     @staticmethod
     def _is_error(e: Entry) -> bool:
@@ -295,7 +298,7 @@ class Renderer:
         badge = '<span class="badge err">error</span>' if self._is_error(e) else ""
         out = p.get("output")
         if isinstance(out, list) and any(isinstance(x, dict) and x.get("type") in ("image", "image_url", "input_image") for x in out):
-            body = content_html(out, text_url, image_url)
+            body = content_html(out, text_url, image_url, self.inline)
         else:
             body = clipped(_as_text(out), text_url(None))
         return self._head(e, "result", badge) + body

@@ -15,6 +15,18 @@ For each, a fresh server process (`python -m ctape.web`) is started and timed:
 
 and the ratio big/small for each, measured in the same run. Prints one JSON line per
 session and a table on stderr.
+
+Then (issue 25, `--huge-mb`, 0 skips it) one slow page beside a quick one, on one server:
+session `huge` holds a message of that many MB, session `quick` two entries.
+
+    huge page     the bytes and the time of the page of `huge`
+    quick alone   the median GET of /s/quick with nothing else running
+    quick during  the median GET of /s/quick while a client keeps asking for /s/huge
+                  (only the samples during which a /s/huge request was in flight)
+
+and the ratio during/alone: with one lock for every route it is the huge page's time
+over the quick page's; with requests in parallel, what two cores shared by two requests
+cost.
 """
 
 from __future__ import annotations
@@ -126,10 +138,64 @@ def http_body(port: int, path: str) -> bytes:
     return body
 
 
+def build_huge(path: str, mb: int) -> None:
+    import ctape
+
+    t = ctape.Tape.init(path)
+    t.session("huge").append("user", {"content": "# a huge paste\n\n" + ("y" * 99 + "\n") * (mb * 10_486)})
+    q = t.session("quick")
+    q.append("user", {"content": "a short question"})
+    q.append("assistant", {"content": "a short answer"})
+    t.close()
+
+
+def slow_beside_quick(tape: str, repeats: int) -> dict:
+    import threading
+
+    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    p = subprocess.Popen([sys.executable, "-m", "ctape.web", "--dir", tape], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        port = int(p.stdout.readline().strip().rsplit(":", 1)[1].strip("/"))
+        get(port, "/s/quick")
+        t0 = time.perf_counter()
+        huge_bytes = len(http_body(port, "/s/huge"))
+        huge_s = time.perf_counter() - t0
+        alone = statistics.median(get(port, "/s/quick") for _ in range(repeats))
+        in_flight = threading.Event()
+        stop = threading.Event()
+        served = [0]
+
+        def keep_asking() -> None:
+            while not stop.is_set():
+                in_flight.set()
+                http_body(port, "/s/huge")
+                in_flight.clear()
+                served[0] += 1
+
+        th = threading.Thread(target=keep_asking, daemon=True)
+        th.start()
+        during = []
+        while len(during) < repeats:
+            in_flight.wait()
+            time.sleep(0.05)  # the huge request is being read by the server
+            before = served[0]
+            took = get(port, "/s/quick")
+            if served[0] == before and in_flight.is_set():  # the huge request was in flight throughout
+                during.append(took)
+        stop.set()
+        th.join()
+    finally:
+        p.terminate()
+        p.wait()
+    return {"huge_page_bytes": huge_bytes, "huge_page_s": round(huge_s, 3), "quick_alone_s": round(alone, 4),
+            "quick_during_s": round(statistics.median(during), 4)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--entries", type=int, default=10_000)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--huge-mb", type=int, default=100)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         os.environ.setdefault("CTAPE_CACHE_DIR", os.path.join(d, "cache"))
@@ -150,6 +216,15 @@ def main() -> None:
         return "-" if not big[k] or not small[k] else f"{big[k] / small[k]:.2f}x"
 
     sys.stderr.write(f"{'big / small':<14}{ratio('first_s'):>11}{ratio('warm_s'):>10}{ratio('live_poll_s'):>11}{ratio('browser_load_s'):>14}\n")
+    if args.huge_mb:
+        with tempfile.TemporaryDirectory() as d:
+            os.environ["CTAPE_CACHE_DIR"] = os.path.join(d, "cache")
+            build_huge(os.path.join(d, "tape"), args.huge_mb)
+            r = slow_beside_quick(os.path.join(d, "tape"), args.repeats)
+        print(json.dumps({"huge_mb": args.huge_mb, **r}))
+        sys.stderr.write(f"a {args.huge_mb} MB message: page {r['huge_page_bytes'] / 1024:.0f} KB in {r['huge_page_s']:.2f} s; "
+                         f"/s/quick alone {r['quick_alone_s'] * 1000:.1f} ms, while /s/huge is served {r['quick_during_s'] * 1000:.1f} ms "
+                         f"({r['quick_during_s'] / r['quick_alone_s']:.1f}x)\n")
 
 
 if __name__ == "__main__":
