@@ -1,0 +1,201 @@
+"""Gemini CLI sessions as a format (issue 23, item 4; SPEC 10): import, lossless export,
+watch of a file written again whole, usage. The files are written by tests/gemini_cli_writer.py,
+a port of gemini-cli's chatRecordingService (tests/fixtures/gemini/SOURCES.md)."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+import gemini_cli_writer as writer
+from conftest import run_cli
+from ctape import Tape
+from ctape.formats import export_ref, import_files
+
+FIXTURES = Path(__file__).parent / "fixtures" / "gemini"
+FILES = sorted(p for p in FIXTURES.iterdir() if p.suffix in (".json", ".jsonl"))
+
+
+def records(text: str) -> list:
+    try:
+        return [json.loads(text)]
+    except ValueError:
+        return [json.loads(x) for x in text.splitlines() if x.strip()]
+
+
+def all_hashes(tape, session) -> set:
+    s = tape.session(session)
+    out = set()
+    for tip in s.refs().branches.values():
+        h = tip
+        while h and h not in out:
+            out.add(h)
+            h = tape.read_entry(h).parent
+    return out
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.suffix)
+def test_export_gives_the_records_back_and_reimports_to_the_same_entries(tmp_path, path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    with Tape.init(a) as t:
+        import_files(t, "gemini", [str(path)], "s")
+        out = "\n".join(export_ref(t, "s", "gemini")) + "\n"
+        want = all_hashes(t, "s")
+    assert records(out) == records(path.read_text())
+    back = tmp_path / path.name
+    back.write_text(out)
+    with Tape.init(b) as t:
+        import_files(t, None, [str(back)], "s")
+        assert all_hashes(t, "s") == want
+
+
+def test_a_rewind_is_a_branch_and_main_goes_on_after_it(tape):
+    path = next(p for p in FILES if p.suffix == ".jsonl")
+    import_files(tape, "gemini", [str(path)], "s")
+    branches = tape.session("s").refs().branches
+    assert sorted(branches) == ["main", "rewound-7a2b9c10"]
+    said = [m.get("content") for m in tape.session("s").context(format="openai") if m["role"] == "user"]
+    assert said == ["Why does `make test` fail in src/? Fix it.", "Keep `slug`; change the test to import `slug`."]
+    old = [m.get("content") for m in tape.session("s").context("s/rewound-7a2b9c10", format="openai") if m["role"] == "user"]
+    assert old[-1] == "No, rename the test's import instead."  # nothing is lost
+
+
+@pytest.mark.parametrize("layout", ["json", "jsonl"])
+def test_a_file_that_grows_moves_main_forward_only(tmp_path, layout):
+    """Imported after every turn (the document is written again whole each time): each
+    import continues main; the end equals one import of the final file."""
+    tape_dir = tmp_path / "t"
+    tips = []
+    with Tape.init(tape_dir) as t:
+        for steps in range(1, 9):
+            folder = tmp_path / f"step{steps}"
+            folder.mkdir()
+            r = writer.session(str(folder), layout, steps=steps)
+            lines = import_files(t, "gemini", [r.path], "s")
+            assert "-imported" not in lines[0], lines
+            tips.append(t.session("s").refs().branches["main"])
+        for older, newer in zip(tips, tips[1:]):
+            h = newer
+            while h and h != older:
+                h = t.read_entry(h).parent
+            assert h == older, "main went back or sideways"
+        view = t.session("s").context(format="openai")
+    with Tape.init(tmp_path / "fresh") as t:
+        import_files(t, "gemini", [r.path], "s")
+        assert t.session("s").context(format="openai") == view
+
+
+def test_a_document_imported_again_adds_nothing(tape):
+    path = next(p for p in FILES if p.suffix == ".json")
+    import_files(tape, "gemini", [str(path)], "s")
+    before = all_hashes(tape, "s")
+    line = import_files(tape, "gemini", [str(path)], "s")[0]
+    assert line.startswith("nothing new") and all_hashes(tape, "s") == before
+
+
+def test_a_document_that_lost_messages_goes_beside_main(tmp_path):
+    """The document written again without its last turn (the JSON layout's rewind): main
+    keeps the longest history, the file's version is main-imported, forked where they part."""
+    with Tape.init(tmp_path / "t") as t:
+        full = writer.session(str(tmp_path), "json", steps=4)
+        import_files(t, "gemini", [full.path], "s")
+        doc = json.loads(Path(full.path).read_text())
+        kept = doc["messages"][:2]
+        doc["messages"] = kept + [{"id": "new-1", "timestamp": "2026-03-11T21:05:00.000Z", "type": "user", "content": [{"text": "start over"}]}]
+        Path(full.path).write_text(json.dumps(doc, indent=2))
+        line = import_files(t, "gemini", [full.path], "s")[0]
+        assert "the imported one is branch main-imported" in line, line
+        b = t.session("s").refs().branches
+        view = t.session("s").context("s/main-imported", format="openai")
+        assert view[-1] == {"role": "user", "content": "start over"}
+        assert len(t.session("s").context("s/main", format="openai")) > len(view) - 1
+
+
+def test_usage_counts_each_message_once(tape):
+    """tokens of each `gemini` message (written again when it changes) count once; cached
+    is moved out of input, thoughts and tool-use tokens go to output and input."""
+    from ctape.ops.usage import usage
+
+    for p in FILES:
+        import_files(tape, "gemini", [str(p)], None)
+    for p in FILES:
+        final: dict = {}
+        for r in records(p.read_text()):
+            for m in [r] + (r.get("messages") or []):
+                if m.get("type") == "gemini" and m.get("tokens"):
+                    final[m["id"]] = (m["tokens"], m.get("model"))
+        sid = records(p.read_text())[0]["sessionId"]
+        row = next(r for r in usage(tape) if r["session"] == sid)
+        want_in = sum(t["input"] - t["cached"] + t.get("tool", 0) for t, _ in final.values())
+        want_out = sum(t["output"] + t.get("thoughts", 0) for t, _ in final.values())
+        want_cached = sum(t["cached"] for t, _ in final.values())
+        assert (row["input"], row["output"], row["cached"]) == (want_in, want_out, want_cached), row
+        assert row["models"] == ["gemini-2.5-pro"] and row["cost"] and not row["unpriced_tokens"]
+
+
+def test_watch_follows_a_document_written_again_in_place(tmp_path, tape_dir):
+    """watch --once after each turn: the file is rewritten in place (same inode, new bytes
+    at the top: lastUpdated); every pass appends what is new and main only moves on."""
+    chats = tmp_path / "home" / ".gemini" / "tmp" / "proj" / "chats"
+    chats.mkdir(parents=True)
+    env = {"GEMINI_CLI_HOME": str(tmp_path / "home"), "HOME": str(tmp_path / "home")}
+    seen = []
+    for steps in (2, 4, 5, 8):
+        r = writer.session(str(chats), "json", steps=steps)  # in place: the writer truncates and writes
+        p = run_cli("--dir", tape_dir, "watch", "--once", env=env)
+        err = p.stderr.decode()
+        assert p.returncode == 0 and "went another way" not in err and "-imported" not in err, err
+        seen.append(err)
+    with Tape.open(tape_dir) as t:
+        sid = "5d1e3a90-2b7c-4f0e-9a51-0c3b8f6d2e47"
+        assert list(t.session(sid).refs().branches) == ["main"]
+        view = t.session(sid).context(format="openai")
+    with Tape.init(tmp_path / "fresh") as t:
+        import_files(t, "gemini", [r.path], "s")
+        assert t.session("s").context(format="openai") == view
+    assert all("+" in e for e in seen), seen
+
+
+def test_watch_follows_a_jsonl_file_through_a_rewind(tmp_path, tape_dir):
+    """The JSON Lines layout only grows; a `$rewindTo` line makes the new thread main (as a
+    fresh import lays it out) and the old one a branch, with no `-imported` copy."""
+    chats = tmp_path / "chats"
+    chats.mkdir()
+    for steps in (5, 6, 8):
+        for f in chats.iterdir():
+            f.unlink()
+        r = writer.session(str(chats), "jsonl", steps=steps)
+        p = run_cli("--dir", tape_dir, "watch", "--once", chats)
+        assert p.returncode == 0 and "-imported" not in p.stderr.decode(), p.stderr
+    with Tape.open(tape_dir) as t:
+        sid = "5d1e3a90-2b7c-4f0e-9a51-0c3b8f6d2e47"
+        got = t.session(sid).refs().branches
+        view = t.session(sid).context(format="openai")
+    with Tape.init(tmp_path / "fresh") as t:
+        import_files(t, "gemini", [r.path], "s")
+        assert sorted(t.session("s").refs().branches) == sorted(got)
+        assert t.session("s").context(format="openai") == view
+
+
+def test_a_native_session_exports_to_a_file_gemini_reads(tape, tmp_path):
+    s = tape.session("n")
+    s.append("user", {"content": "list src"})
+    s.append("tool_call", {"call_id": "c1", "name": "list_directory", "arguments": {"path": "src"}})
+    s.append("tool_result", {"call_id": "c1", "output": "a.py"})
+    s.append("assistant", {"content": "src holds a.py"})
+    out = list(export_ref(tape, "n", "gemini"))
+    recs = [json.loads(x) for x in out]
+    assert recs[0]["sessionId"] == "n" and "projectHash" in recs[0]
+    path = tmp_path / "n.jsonl"
+    path.write_text("\n".join(out) + "\n")
+    import_files(tape, None, [str(path)], "back")
+    assert tape.session("back").context(format="openai") == s.context(format="openai")
+
+
+def test_import_cli_and_stdin(tape_dir):
+    path = next(p for p in FILES if p.suffix == ".jsonl")
+    p = run_cli("--dir", tape_dir, "import", "gemini", "-", "-s", "g", input=path.read_bytes())
+    assert p.returncode == 0 and "imported 30 records from stdin into session g" in p.stderr.decode(), p.stderr
+    p = run_cli("--dir", tape_dir, "export", "g", "--format", "gemini", check=True)
+    assert records(p.stdout.decode()) == records(path.read_text())

@@ -1,0 +1,58 @@
+"""What `ctape watch` (follow mode) says (issue 24, item 9): one line at start naming what
+it follows (it said nothing until something changed), and one line per change (it printed
+the file's "+N records" line and a pass summary for each append). A real follower in a
+subprocess, a real append."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from ctape import Tape
+
+LINE = {"timestamp": "2026-03-01T00:00:00.000Z", "type": "session_meta", "payload": {"id": "0197a0b0-0000-7000-8000-000000000001", "base_instructions": {"text": "be brief"}}}
+
+
+def line(i: int) -> bytes:
+    rec = {"timestamp": f"2026-03-01T00:00:{i:02d}.000Z", "type": "response_item", "payload": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": f"request {i}"}]}}
+    return (json.dumps(rec) + "\n").encode()
+
+
+def entries(tape_dir) -> int:
+    with Tape.open(tape_dir) as t:
+        s = t.session("0197a0b0-0000-7000-8000-000000000001")
+        return len(list(s.log(hidden=True))) if s.exists() else 0
+
+
+def test_follow_says_what_it_follows_and_one_line_per_change(tape_dir, tmp_path):
+    path = tmp_path / "runs" / "rollout-2026-03-01T00-00-00-0197a0b0-0000-7000-8000-000000000001.jsonl"
+    path.parent.mkdir()
+    path.write_bytes((json.dumps(LINE) + "\n").encode() + line(1))
+    p = subprocess.Popen([sys.executable, "-m", "ctape", "--dir", str(tape_dir), "watch", "--poll", str(path.parent)], stderr=subprocess.PIPE)
+    err: list[str] = []
+    reader = threading.Thread(target=lambda: err.extend(x.decode() for x in p.stderr), daemon=True)
+    reader.start()
+    try:
+        for _ in range(300):
+            if entries(tape_dir) == 2:
+                break
+            time.sleep(0.1)
+        time.sleep(0.5)
+        first = list(err)
+        assert first[0] == f"watch: following {path.parent}; Ctrl-C stops\n", first
+        with open(path, "ab") as f:
+            f.write(line(2))
+        for _ in range(300):
+            if entries(tape_dir) == 3:
+                break
+            time.sleep(0.1)
+        time.sleep(1.5)  # a second poll: nothing more may be printed
+    finally:
+        p.send_signal(signal.SIGINT)
+        assert p.wait(timeout=30) == 0
+        reader.join(timeout=10)
+    later = err[len(first):]
+    assert later == [f"watch: +1 record from {path} into session 0197a0b0-0000-7000-8000-000000000001\n"], err
