@@ -139,6 +139,9 @@ def _duration(seconds: int) -> str:
     return f"{seconds}s"
 
 
+REDACTED_SHOWN = 20  # redacted places fsck prints; --json has them all
+
+
 @main.command()
 @click.option("--salvage", is_flag=True, help="First keep what is intact of damaged files (new packs) and move the damaged files into quarantine/.")
 @json_option
@@ -180,6 +183,11 @@ def fsck(ctx, salvage, as_json):
             click.echo(f"{p['severity']}: {p['what']}: {p['problem']}")
         for w in report.get("warnings", []):
             click.echo(f"warning: {w['what']}: {w['problem']}", err=True)
+        redacted = report.get("redacted", [])
+        for r in redacted[:REDACTED_SHOWN]:
+            click.echo(f"redacted: {r['object'][:12]} {r['path']} ({r['kind']}; bytes {r['bytes']})")
+        if len(redacted) > REDACTED_SHOWN:
+            click.echo(f"redacted: ... and {len(redacted) - REDACTED_SHOWN} more places (fsck --json lists them all)")
         click.echo(f"{'ok' if report['ok'] else 'FAILED'}: checked {report['objects']} objects, {report['records']} ref records in {report['files']} files", err=True)
     if not report["ok"]:
         sys.exit(EXIT_FAIL)

@@ -167,6 +167,9 @@ def compact(tape, expire="90d", grace="14d", dry_run: bool = False, progress: Op
         removed = _freeze_and_swap(store, snapshot, written, scan, live, say)
         if red.places:
             _scrub_caches(tape)
+            from .redact import scrub_quarantine
+
+            report["scrubbed_quarantine"] = scrub_quarantine(store, red)
         report["files_after"] = len(store.list_files(None))
         report["removed_files"] = removed
         return report

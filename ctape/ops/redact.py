@@ -85,3 +85,114 @@ def redact_pattern(tape: "Tape", regex: str, sessions: Optional[list[str]] = Non
     check_regex(regex)
     det = Detectors([{"kind": kind, "regex": regex}], entropy=False, builtin=False)
     return redact_findings(tape, scan(tape, sessions, detectors=det, include_allowed=True)["findings"])
+
+
+def scrub_quarantine(store, red) -> dict:
+    """Take redacted bytes out of quarantine/ too (SPEC 18: "no file of that copy"). A
+    quarantined file is damaged and kept for recovery by hand, so it is never repacked:
+    instead every record that holds a redacted object (a whole block when the object is
+    inside one) is overwritten with zeros where it lies, and so is every other place of the
+    file where the text of a redacted value still shows (as it is, or in a zstd frame that
+    decompresses to it): a damaged region can hold a copy the records no longer name. Sizes
+    and offsets stay, so what fsck --salvage wrote about the file stays true.
+    `red` is compaction's Redacted. Returns {"files": N, "bytes": zeroed}."""
+    import os
+
+    from ..store import framing
+    from ..store.files import fsync_dir, write_all, zstd
+
+    qroot = os.path.join(store.root, "quarantine")
+    out = {"files": 0, "bytes": 0}
+    if not (red.blobs or red.entries) or not os.path.isdir(qroot):
+        return out
+    for folder, _, names in os.walk(qroot):
+        for name in names:
+            if name.endswith(".json") or name.startswith(".tmp-"):
+                continue  # fsck --salvage's reports: offsets and counts, no values
+            path = os.path.join(folder, name)
+            rel = os.path.relpath(path, store.root)
+            with open(path, "rb") as f:
+                data = f.read()
+            ends = {r.offset: r.end for r in framing.scan(data) if isinstance(r, framing.Record)}
+            spans, needles = [], set()
+            for item in store.scan_file(rel):
+                if not isinstance(item, framing.Record) or item.type != framing.T_OBJECT or len(item.body) < 34:
+                    continue
+                key = item.body[:32]
+                if key not in red.blobs and key not in red.entries:
+                    continue
+                spans.append((item.offset, ends.get(item.offset, item.offset + len(item.body))))
+                needles |= _values_of(store, item.body, red.entries.get(key, ()))
+            needles = {n for n in needles if len(n) >= 8}
+            for n in needles:
+                i = data.find(n)
+                while i >= 0:
+                    spans.append((i, i + len(n)))
+                    i = data.find(n, i + 1)
+            spans += _frames_holding(data, needles, zstd())
+            if not spans:
+                continue
+            buf = bytearray(data)
+            for a, b in spans:
+                buf[a:b] = bytes(b - a)
+                out["bytes"] += b - a
+            tmp = os.path.join(folder, f".tmp-scrub-{name}")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+            try:
+                write_all(fd, bytes(buf))
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+            fsync_dir(folder)
+            out["files"] += 1
+    return out
+
+
+def _values_of(store, rec_body: bytes, places) -> set[bytes]:
+    """The text of each redacted value of one entry record, as it may show in a file: its
+    UTF-8 and its JSON-escaped form (strings), or its canonical JSON (anything else)."""
+    import json
+
+    from ..model.canonical import canonical_json
+    from ..model.errors import CorruptObject
+
+    try:
+        h = rec_body[:32].hex()
+        _, body = store.decode_object(h, rec_body)
+        raw = decode_entry(h, body)
+    except (CorruptObject, ValueError, KeyError, TypeError):
+        return set()
+    out = set()
+    for path, kind in places:
+        try:
+            found, value = redaction.get_at(raw, redaction.entry_path(path))
+        except InvalidInput:
+            continue
+        if not found or value == redaction.marker(kind):
+            continue
+        if isinstance(value, str):
+            out |= {value.encode("utf-8", "surrogateescape"), json.dumps(value, ensure_ascii=False)[1:-1].encode("utf-8", "surrogateescape")}
+        else:
+            out.add(canonical_json(value))
+    return out
+
+
+def _frames_holding(data: bytes, needles: set[bytes], z) -> list[tuple[int, int]]:
+    """The byte ranges of the zstd frames in `data` that decompress to text holding a needle."""
+    if not needles:
+        return []
+    out = []
+    magic = b"\x28\xb5\x2f\xfd"
+    i = data.find(magic)
+    while i >= 0:
+        try:
+            d = z.ZstdDecompressor().decompressobj()
+            text = d.decompress(data[i:i + (256 << 20)])
+            used = min(len(data) - i, 256 << 20) - len(d.unused_data)
+            if any(n in text for n in needles):
+                out.append((i, i + used))
+        except z.ZstdError:
+            pass
+        i = data.find(magic, i + 1)
+    return out
