@@ -65,10 +65,42 @@ def _content(parts: Any) -> Any:
     return parts if isinstance(parts, (str, list)) else c.text_of(parts)
 
 
-def map_item(item: dict) -> tuple[str, dict, bool]:
-    """A Responses API item (response_item payload, or a legacy bare line) as (kind, payload, hidden)."""
+def output_of(out: Any) -> Any:
+    """A tool output as the model reads it: a string stays one; a list of content items
+    (`input_text`, `input_image`: newer Codex writes outputs so, e.g. a `custom_tool_call`
+    named `exec`) becomes its text, or text and image parts; anything else is kept."""
+    if not isinstance(out, list) or not out or not all(isinstance(p, dict) and isinstance(p.get("type"), str) for p in out):
+        return out
+    parts: list = []
+    for p in out:
+        if p["type"] in ("input_text", "output_text", "text") and isinstance(p.get("text"), str):
+            if parts and parts[-1]["type"] == "text":
+                parts[-1] = {"type": "text", "text": parts[-1]["text"] + p["text"]}
+            else:
+                parts.append({"type": "text", "text": p["text"]})
+        elif p["type"] in ("input_image", "image_url") and isinstance(p.get("image_url"), str):
+            parts.append({"type": "image_url", "image_url": {"url": p["image_url"]}})
+        else:
+            return out  # something this does not know: kept as it is
+    if len(parts) == 1 and parts[0]["type"] == "text":
+        return parts[0]["text"]
+    return parts
+
+
+def search_call_id(item: dict, number: int) -> Optional[str]:
+    """The id a `tool_search_call` is known by: its call_id, else (a search the server ran
+    writes none) its item id, else its line."""
+    cid = item.get("call_id")
+    if isinstance(cid, str):
+        return cid
+    return item["id"] if isinstance(item.get("id"), str) else f"tool_search@{number}"
+
+
+def map_item(item: dict, call_id: Any = None) -> tuple[str, dict, bool]:
+    """A Responses API item (response_item payload, or a legacy bare line) as (kind,
+    payload, hidden); `call_id` stands in for an item that names none (tool search)."""
     t = item.get("type")
-    call_id = item.get("call_id")
+    call_id = item.get("call_id") if isinstance(item.get("call_id"), str) else call_id
     if t == "message":
         role = item.get("role")
         kind = {"user": "user", "assistant": "assistant"}.get(role, "system")
@@ -76,9 +108,15 @@ def map_item(item: dict) -> tuple[str, dict, bool]:
     if t == "reasoning":
         summary = c.text_of(item.get("summary"))
         return ("assistant", {"content": summary, "type": "reasoning"}, True)
+    if t == "agent_message":  # a message between agents: its text, unless encrypted
+        parts = item.get("content") if isinstance(item.get("content"), list) else []
+        texts = [p.get("text") for p in parts if isinstance(p, dict)]
+        if texts and all(isinstance(x, str) for x in texts) and "\n".join(texts).strip():
+            return ("assistant", {"content": "\n".join(texts)}, False)
+        return _hidden("codex agent_message", type=t)
     if isinstance(t, str) and t.endswith("_output") and isinstance(call_id, str):
         # function_call_output, custom_tool_call_output, tool_search_output (its `tools`)
-        return ("tool_result", {"call_id": call_id, "output": item["output"] if "output" in item else item.get("tools")}, False)
+        return ("tool_result", {"call_id": call_id, "output": output_of(item["output"]) if "output" in item else item.get("tools")}, False)
     if isinstance(t, str) and t.endswith("_call") and isinstance(call_id, str):
         name = item.get("name") if isinstance(item.get("name"), str) else t.removesuffix("_call")
         args = c.tool_arguments(item["arguments"]) if "arguments" in item else item.get("input", item.get("action"))
@@ -191,7 +229,7 @@ def classify(v: Any) -> Optional[tuple[str, tuple[int, ...]]]:
         return None
     if t == "message" and p.get("role") in ("user", "assistant"):
         return ("U" if p["role"] == "user" else "A", _item_keys(p.get("content")))
-    if isinstance(t, str) and (t.endswith("_call") or t.endswith("_call_output")):
+    if isinstance(t, str) and (t.endswith("_call") or t.endswith("_output")):
         return ("X", ())
     return None
 
@@ -335,12 +373,47 @@ def _put(s, number: int, value: Any, ok: bool, parent: Optional[str], clock: c.C
         return s.put_entry("system", {"content": "codex line that is not JSON"}, meta, None, clock.last, parent).hash, instructions, 1
     t = clock.take(record_time(value))
     parts = map_entries(value, spoken, instructions)
+    search = _search_item(value)
+    if search is not None and not isinstance(search.get("call_id"), str):
+        if search.get("type") == "tool_search_call":
+            parts = [map_item(search, search_call_id(search, number))]
+        else:
+            cid = _open_search(s, parent)
+            parts = [map_item(search, cid)] if cid else parts
     for k, (kind, payload, hide) in enumerate(parts):
         meta = c.record_meta(FMT, value, number, hide) if k == 0 else c.part_meta(FMT, number, k, hide)
         parent = s.put_entry(kind, payload, meta, None, t, parent).hash
         if k == 0 and is_instructions(value, kind, hide):
             instructions = parent
     return parent, instructions, len(parts)
+
+
+def _search_item(v: Any) -> Optional[dict]:
+    """The tool_search_call / tool_search_output item of a line, if it is one."""
+    p = v.get("payload") if isinstance(v, dict) and v.get("type") == "response_item" else None
+    if isinstance(p, dict) and p.get("type") in ("tool_search_call", "tool_search_output"):
+        return p
+    return None
+
+
+SEARCH_BACK = 256  # how many entries back a tool_search_output without a call_id looks for its call
+
+
+def _open_search(s, h: Optional[str]) -> Optional[str]:
+    """The call_id of the newest tool_search call before h that has no result yet: the
+    call a tool_search_output that names none answers (the server ran the search)."""
+    answered: set = set()
+    for _ in range(SEARCH_BACK):
+        if h is None:
+            return None
+        e = s.tape.read_entry(h)
+        p = e.payload if isinstance(e.payload, dict) else {}
+        if e.kind == "tool_result":
+            answered.add(p.get("call_id"))
+        elif e.kind == "tool_call" and p.get("name") == "tool_search" and p.get("call_id") not in answered:
+            return p.get("call_id")
+        h = e.parent
+    return None
 
 
 def _instructions_before(s, h: Optional[str]) -> Optional[str]:
