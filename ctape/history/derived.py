@@ -131,14 +131,20 @@ def derive(
     read: Callable[[str], Entry],
     load_key: Callable[[str], Optional[dict]],
     save_key: Callable[[str, dict], None],
+    known: Callable[[str], Optional[dict]] = lambda h: None,
 ) -> dict:
-    """Derived values at `head`, using and filling keyframes."""
+    """Derived values at `head`, using and filling keyframes; `known` gives the values at
+    any entry when they are at hand (an importer's recent entries)."""
     if head is None:
         return empty()
     path: list[Entry] = []
     base = empty()
     h: Optional[str] = head
     while h is not None:
+        k = known(h)
+        if k is not None:
+            base = k
+            break
         e = read(h)
         if e.seq % KEY_EVERY == 0:
             k = load_key(h)

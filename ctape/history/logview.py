@@ -89,7 +89,7 @@ def start_points(tape, session: Optional[str], refs: Iterable[str] = (), every_b
     `every_branch` also HEAD and every branch of the session; each once, HEAD's first."""
     refs = list(refs)
     tips = [tape.resolve(r, session) for r in refs]
-    st = tape.session(session).refs() if session else None
+    st = (tape.session(session).refs() if every_branch else tape.session(session).view()) if session else None
     if st is not None and (not refs or every_branch):
         tips += [st.head_hash, *(st.branches.values() if every_branch else ())]
     return list(dict.fromkeys(h for h in tips if h))

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 def status(session: "Session") -> dict:
     tape = session.tape
-    refs = session.refs()
+    refs = session.view()  # HEAD, its branch, conflict branches: not every branch
     h = refs.head_hash
     incomplete = bool(h) and not tape.has_entry(h)
     head, d = None, {"pending": [], "last_error": None}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional
 
+import copy
 import json
 import re
 import time
@@ -47,6 +48,41 @@ class Session:
         self.store.refresh(self.name)
         return self._cached_refs()
 
+    def view(self, refs: Iterable[str] = (), values: Iterable[str] = ()) -> RefState:
+        """The refs a reader of HEAD needs, without resolving every branch: HEAD, the branch
+        it is on, `refs` (branch names, or TAG + a tag name), the branches and tags at one of
+        `values` (entry hashes) and every conflict branch, each as refs() has it; the other
+        branches and tags are left out. An import of 300,000 roots has as many branches,
+        which `status` or `log -n 20` need not resolve (model/refs.py: a ref resolves from
+        its own claims; conflict branches from the claims of refs several writers claim).
+        refs() itself when it is at hand (this process writes the session, or read it
+        since), or when HEAD was deleted: where it goes then depends on every branch."""
+        w = self.store._writers.get(self.name)
+        if w is not None and w.refstate is not None and (w.locked or w.view_is_current()):
+            return w.refstate
+        self.store.refresh(self.name)
+        idx = self.store.index
+        idx.sync()
+        version = idx.version()
+        hit = self.store.refs_cache.get(self.name)
+        if hit is not None and hit[0] == version:
+            return hit[1]
+        refs, values = sorted(set(refs) - {HEAD}), sorted(set(values))
+        key = (self.name, tuple(refs), tuple(values))
+        hit = self.store.refs_cache.get(key)
+        if hit is not None and hit[0] == version:
+            return hit[1]
+        lc, seen = idx.max_lc_and_seen(self.name)
+        rows = idx.claims_on(self.name, [HEAD, *refs], values)
+        st = refmod.from_rows(rows, lc, seen)
+        if st.branch is not None and st.branch not in st.claims:
+            rows += idx.claims_on(self.name, [st.branch], contested=False)
+            st = refmod.from_rows(rows, lc, seen)
+        if st.head is None:
+            return self._cached_refs()
+        self.store.refs_cache[key] = (version, st)
+        return st
+
     def _cached_refs(self) -> RefState:
         """The refs read last when nothing changed since (a session of many branches is
         resolved once a command), else read now. Callers only read them."""
@@ -88,12 +124,12 @@ class Session:
 
     @property
     def head(self) -> Optional[Entry]:
-        h = self.refs().head_hash
+        h = self.view().head_hash
         return self.tape.read_entry(h) if h else None
 
     @property
     def branch_name(self) -> Optional[str]:
-        return self.refs().branch
+        return self.view().branch
 
     def exists(self) -> bool:
         return self.tape._session_exists(self.name)
@@ -214,20 +250,27 @@ class Session:
             self._write_ref(w, op, self._advance(st, e.hash), time=None if time else e.time, **(record_extra or {}))
             return e
 
-    def _track_derived(self, w: SegmentWriter, e: Entry) -> None:
+    def _track_derived(self, w: SegmentWriter, e: Entry, remember: bool = False) -> None:
         """Keep state and pending calls of the chain being appended to, and save a keyframe
-        every KEY_EVERY entries, so `state` and `status` never walk far (written with the index)."""
+        every KEY_EVERY entries, so `state` and `status` never walk far (written with the index).
+        `remember` (importers, which write many threads in turns): also keep the values at e
+        among the tape's recent ones, so going back to a thread's tip costs no walk; and a
+        hole or damage on the path only leaves the thread without keyframes."""
         if w.derived_head != e.parent or w.derived is None:
             try:
                 w.derived = derived.empty() if e.parent is None else self.tape.derived(e.parent)
-            except EntryNotFound:
+            except (EntryNotFound, CorruptObject) as err:
                 # the chain has a hole (lost to damage and salvaged, or not synced yet): what
                 # follows from it is unknown, and the append needs none of it; no keyframe is
                 # kept for it. Damage not salvaged yet (CorruptObject) stops the append.
+                if isinstance(err, CorruptObject) and not remember:
+                    raise
                 w.derived, w.derived_head = None, None
                 return
         w.derived = derived.step(w.derived, e)
         w.derived_head = e.hash
+        if remember:
+            self.tape._remember_derived(e.hash, w.derived)
         if e.seq % derived.KEY_EVERY == 0:
             w.batch.keyframes.append((hash_key(e.hash), json.dumps(w.derived)))
 
@@ -391,7 +434,9 @@ class Session:
         kind = check_kind(kind)
         check_payload(kind, payload)
         with self.store.writing(self.name) as w:
-            return self._put_entry(w, kind, payload, meta or {}, delta, time, parent)
+            e = self._put_entry(w, kind, payload, meta or {}, delta, time, parent)
+            self._track_derived(w, e, remember=True)
+            return e
 
     def set_refs(self, op: str, changes: dict[str, Optional[str]], **extra: Any) -> None:
         """Write one ref record as is (import, sync tools); every value must be a ref:
@@ -547,8 +592,8 @@ class Session:
         return status(self)
 
     def state(self, ref: Optional[str] = None) -> Any:
-        h = self.tape.resolve(ref, self.name) if ref else self.refs().head_hash
-        return self.tape.derived(h)["state"]
+        h = self.tape.resolve(ref, self.name) if ref else self.view().head_hash
+        return copy.deepcopy(self.tape.derived(h)["state"])  # the caller's to change: derived values are shared
 
 
     def stream(self, flush_interval: float = 0.5):

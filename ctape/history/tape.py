@@ -14,6 +14,7 @@ from . import derived, tags
 from ..model.canonical import internalize, is_hash
 from ..model.errors import AmbiguousRef, CorruptObject, EntryNotFound, RefNotFound
 from ..model.models import NAME_RE, Entry, kind_value
+from ..model import refs as refmod
 from ..model.refs import HEAD
 from ..model.refspec import parse_ref
 from ..model.schema import decode_entry
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
 
 ENTRY_CACHE = 4096  # entries kept decoded per Tape
 ENTRY_CACHE_BYTES = 64 << 20  # and at most about this many bytes of them
+DERIVED_KEPT = 1024  # derived values kept for an importer's latest entries
 
 
 class Tape:
@@ -39,6 +41,7 @@ class Tape:
         self._entries: OrderedDict[str, tuple[Entry, int]] = OrderedDict()
         self._entry_bytes = 0
         self._redacted_seen: Optional[dict] = None
+        self._derived_at: dict[str, dict] = {}  # _remember_derived
         store.discard_listeners.append(self._forget)
         from ..store.localstate import mark
 
@@ -147,8 +150,18 @@ class Tape:
         return self.store.has_object(h)
 
     def derived(self, h: Optional[str]) -> dict:
+        """State, pending calls, last error... at entry h (history/derived.py); read only:
+        its parts may be shared with values kept for other entries."""
         idx = self.store.index
-        return derived.derive(h, self.read_entry, idx.keyframe, idx.put_keyframe)
+        return derived.derive(h, self.read_entry, idx.keyframe, idx.put_keyframe, self._derived_at.get)
+
+    def _remember_derived(self, h: str, d: dict) -> None:
+        """Keep the derived values at entry h (an importer's latest entries: the tips of the
+        threads it writes in turns, and keyframes not in the index yet). An entry's values
+        follow from its hash alone, so they never go stale."""
+        self._derived_at[h] = d
+        if len(self._derived_at) > DERIVED_KEPT:
+            del self._derived_at[next(iter(self._derived_at))]
 
     # -- refs ------------------------------------------------------------------------
 
@@ -195,7 +208,7 @@ class Tape:
             if found:
                 return h
         if NAME_RE.fullmatch(base) and self._session_exists(base):
-            return self._session_class(self, base).refs().head_hash
+            return self._session_class(self, base).view().head_hash
         if len(base) >= 4 and all(c in "0123456789abcdef" for c in base.lower()):
             return self._resolve_prefix(base.lower())
         raise RefNotFound(f"unknown ref {base!r}: not a session, branch, tag, anchor or entry hash; see `ctape sessions` and `ctape log`")
@@ -205,7 +218,7 @@ class Tape:
         """A name within a session: HEAD (as in git: HEAD~2; never a branch name, those are
         refused), then a branch, then a tag, then an anchor (SPEC 13). (False, None) when
         it is none of them; HEAD of a session with no entry yet is (True, None)."""
-        st = sess.refs()
+        st = sess.view([name] if tags.is_tag_ref(name) else [name, refmod.TAG + name])
         if name == HEAD:
             return True, st.head_hash
         if name in st.branches:
@@ -239,7 +252,7 @@ class Tape:
         from .sessions import is_removed
 
         try:
-            return not is_removed(self._session_class(self, name).refs())
+            return not is_removed(self._session_class(self, name).view())
         except CtapeError:
             return True  # damaged refs: the session is there, and its commands say what is wrong
 
@@ -254,7 +267,7 @@ class Tape:
         out = []
         for name in self.store.sessions():
             st = self._session_class(self, name)
-            refs = st.refs()
+            refs = st.view()
             if is_removed(refs):
                 continue
             if not refs.claims and not st.damage() and not self.store.index.open_partials(name):

@@ -381,6 +381,28 @@ class Index:
             "SELECT ref, w, n, lc, value, seen, at FROM claims WHERE session=?", (session,)
         ).fetchall()
 
+    def claims_on(self, session: str, refs: list[str], values: list[str] = (), contested: bool = True) -> list[tuple]:
+        """The claims on `refs` and on the refs with a claim whose value is one of `values`;
+        with `contested`, also on every conflict branch and every ref that more than one
+        writer claims: with those, the refs named resolve as among all (model/refs.py)
+        without reading every claim of a session (an import of 300,000 roots made as many
+        branches). Lists of a few hundred at most."""
+        self.sync()
+        refs, values = list(refs), list(values)
+        where = [f"ref IN ({','.join('?' * len(refs))})"] if refs else []
+        where += [f"value IN ({','.join('?' * len(values))})"] if values else []
+        args = [session, *refs, *values]
+        if contested:
+            where.append("instr(ref, '.conflict-') > 0")
+            if self.db.execute("SELECT count(*) FROM writers WHERE session=?", (session,)).fetchone()[0] > 1:
+                where.append("ref IN (SELECT ref FROM claims WHERE session=? GROUP BY ref HAVING count(*) > 1)")
+                args.append(session)
+        if not where:
+            return []
+        return self.db.execute(
+            f"SELECT ref, w, n, lc, value, seen, at FROM claims WHERE session=? AND ({' OR '.join(where)})", args
+        ).fetchall()
+
     def sessions(self) -> list[str]:
         self.sync()
         return [r[0] for r in self.db.execute("SELECT DISTINCT session FROM claims ORDER BY session")]

@@ -215,8 +215,10 @@ def split_dict_block(body: bytes) -> tuple[int, bytes]:
     return distance, body[pos:]
 
 
-def decode_block(raw: bytes, where: str) -> list[framing.Record]:
-    """The records of a block as ordinary records: objects with their names, canonical refs."""
+def decode_block(raw: bytes, where: str, refs: bool = True) -> list[framing.Record]:
+    """The records of a block as ordinary records: objects with their names, canonical refs
+    (left out with `refs=False`: a reader of objects need not rewrite an import's ref
+    record of 300,000 branches)."""
     names: list[str] = []
     out: list[framing.Record] = []
 
@@ -236,6 +238,8 @@ def decode_block(raw: bytes, where: str) -> list[framing.Record]:
             names.append(h)
             out.append(framing.Record(offset, framing.T_OBJECT, bytes.fromhex(h) + bytes((kind, 0)) + data))
         elif type_ == T_REF:
+            if not refs:
+                continue
             if not body:
                 raise bad("a ref record is empty")
             codec, data = body[0], body[1:]

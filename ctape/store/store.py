@@ -602,10 +602,11 @@ class Store:
             raise CorruptObject(f"damaged record at offset {offset} of {self.index.path_of(file_id)}; run `ctape fsck`")
         return (type_, body) if want_type else body
 
-    def block_items(self, file_id: int, offset: int, body: bytes, type_: int = framing.T_BLOCK, src: Optional["Source"] = None) -> list[framing.Record]:
-        """The records inside a block (`K`, or `Z` with its dictionary)."""
+    def block_items(self, file_id: int, offset: int, body: bytes, type_: int = framing.T_BLOCK, src: Optional["Source"] = None,
+                    refs: bool = True) -> list[framing.Record]:
+        """The records inside a block (`K`, or `Z` with its dictionary); ref records only with `refs`."""
         where = f"block at offset {offset} of {self.index.path_of(file_id)}"
-        return packing.decode_block(self.block_raw(file_id, offset, body, type_, where, src), where)
+        return packing.decode_block(self.block_raw(file_id, offset, body, type_, where, src), where, refs)
 
     def block_raw(self, file_id: int, offset: int, body: bytes, type_: int, where: str, src: Optional["Source"] = None) -> bytes:
         """The decompressed bytes of a block record. A scan of the file passes what it read
@@ -647,7 +648,7 @@ class Store:
         key = (file_id, offset)
         cached = self._blocks.get(key)
         if cached is None:
-            items = self.block_items(file_id, offset, body, type_)
+            items = self.block_items(file_id, offset, body, type_, refs=False)
             cached = {r.body[:32].hex(): r.body for r in items if r.type == framing.T_OBJECT}
             self._blocks[key] = cached
             if len(self._blocks) > 8:
