@@ -127,7 +127,7 @@ def test_show_is_readable(tape_dir):
         call = s.append("tool_call", {"call_id": "c1", "name": "bash", "arguments": {"cmd": "pytest -q"}})
         res = s.append("tool_result", {"call_id": "c1", "output": "line one\nline two"}, meta={"codex": {"raw": "R" * 5000}, "tokens": "12"})
     text = cli(tape_dir, "show", call.hash, check=True).stdout.decode()
-    assert "bash  (call c1)" in text and '"cmd": "pytest -q"' in text
+    assert "bash  (call c1)" in text and 'cmd: "pytest -q"' in text
     text = cli(tape_dir, "show", res.hash, check=True).stdout.decode()
     lines = text.splitlines()
     assert "    line one" in lines and "    line two" in lines  # the output as text

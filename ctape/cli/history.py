@@ -25,6 +25,9 @@ from .base import (
 from .refs import warn_ambiguous
 
 
+FEW = 256  # `log -n N` up to this many: labels looked up for the entries shown only
+
+
 def _read_stdin_text() -> str:
     from ..errors import InvalidInput
     from ..formats._common import max_record
@@ -39,14 +42,14 @@ def _read_stdin_text() -> str:
         raise InvalidInput(f"stdin is not valid UTF-8 (byte {e.start}); convert it to UTF-8 first") from None
 
 
-def _parse_json(text: str, what: str):
+def _parse_json(text: str, what: str, hint: str = "use --text for plain text"):
     from ..model.canonical import parse_json
     from ..errors import InvalidInput
 
     try:
         return parse_json(text)
     except json.JSONDecodeError as e:
-        raise InvalidInput(f"{what} is not valid JSON ({e.msg} at line {e.lineno} column {e.colno}); use --text for plain text") from None
+        raise InvalidInput(f"{what} is not valid JSON ({e.msg} at line {e.lineno} column {e.colno}); {hint}") from None
     except ValueError as e:
         raise InvalidInput(f"{what} cannot be stored: {e}") from None
 
@@ -92,7 +95,9 @@ def append(ctx, kind, payload, session, metas, delta, as_text, time_):
             value = {"call_id": meta["call_id"], "output": text}
     else:
         value = _parse_json(text, "payload")
-    delta_value = _parse_json(delta, "--delta") if delta is not None else None
+    # --text is about the payload: the state change is always JSON (a merge patch)
+    delta_hint = "--text is for the payload only; give the keys to set as a JSON object, quoted for the shell: --delta '{\"cwd\": \"/repo\"}'"
+    delta_value = _parse_json(delta, "--delta", delta_hint) if delta is not None else None
     tape = open_tape(ctx)
     e = tape.session(name).append(kind_value, value, meta=meta, delta=delta_value, time=time_)
     click.echo(e.hash)
@@ -184,13 +189,17 @@ def log(ctx, refs, session, limit, kinds, grep, since, until, reverse, all_, hid
         echo_lines(readable(render.graph(tape, name, tips, limit, flt)), not no_pager)
     else:
         entries = readable(walk(tape, tips, flt, limit))
+        if reverse or (limit is not None and limit <= FEW):
+            entries = list(entries)
         if reverse:
-            entries = reversed(list(entries))
+            entries.reverse()
         if as_json:
             for e in entries:
                 emit_json(e.to_json())
         else:
-            deco = render.decorations(tape, name) if name else {}
+            # a few entries: only the refs at them are looked up (a session may have 300,000 branches)
+            few = [e.hash for e in entries] if isinstance(entries, list) and len(entries) <= FEW else None
+            deco = render.decorations(tape, name, few) if name else {}
             echo_lines((render.oneline(e, deco) if oneline else render.full(e, deco) for e in entries), not no_pager)
     warn_damage(tape, name)  # after the listing: reading it may be what found the damage
 

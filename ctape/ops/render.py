@@ -11,7 +11,7 @@ import json
 import os
 import re
 import sys
-from typing import Any, Iterator, Optional
+from typing import Any, Iterable, Iterator, Optional
 
 from ..model.models import Entry
 
@@ -70,10 +70,12 @@ def summary(e: Entry, width: int = 72) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def decorations(tape, session: Optional[str]) -> dict[str, list[str]]:
+def decorations(tape, session: Optional[str], only: Optional[Iterable[str]] = None) -> dict[str, list[str]]:
+    """Entry hash -> its labels (branches, tags, HEAD), as git's --decorate; `only`: the
+    labels of these entries alone (a few: the refs at them are looked up, not all)."""
     if not session or not tape._session_exists(session):
         return {}
-    st = tape.session(session).refs()
+    st = tape.session(session).refs() if only is None else tape.session(session).view(values=only)
     deco: dict[str, list[str]] = {}
     for b, h in sorted(st.branches.items()):
         label = f"HEAD -> {b}" if st.branch == b else b
@@ -142,6 +144,39 @@ def _text_block(value: Any) -> list[str]:
     return _json_block(value)
 
 
+ARG_LINE = 100  # an argument value shown as one line of JSON up to this many characters
+
+
+def _arguments(args: Any) -> list[str]:
+    """A tool call's arguments as a person reads them: one `name: value` line each (values
+    as JSON, so a string "60" and a number 60 differ), a string of several lines as a block
+    of text below its name, as git shows a commit message (a command, a file's new text),
+    a long object or list as indented JSON. Arguments given as JSON text (OpenAI's) are
+    read as the object they hold; anything else is shown as text or JSON."""
+    if isinstance(args, str):
+        try:
+            parsed = json.loads(args)
+        except ValueError:
+            parsed = None
+        if not isinstance(parsed, dict):
+            return _text_block(args)
+        args = parsed
+    if not isinstance(args, dict) or not args:
+        return _json_block(args)
+    out: list[str] = []
+    for k, v in args.items():
+        name = clean(k)
+        if isinstance(v, str) and ("\n" in v or "\r" in v):
+            out += [f"{name}:", *("    " + line if line else "" for line in _text_block(v))]
+            continue
+        one = json.dumps(v, ensure_ascii=False)
+        if len(one) <= ARG_LINE or not isinstance(v, (dict, list)):
+            out.append(f"{name}: {clean(one)}")
+        else:
+            out += [f"{name}:", *("    " + line for line in _json_block(v))]
+    return out
+
+
 def payload_lines(e: Entry) -> list[str]:
     """The payload as a person reads it: text as text, tool calls as name and arguments."""
     p = e.payload if isinstance(e.payload, dict) else None
@@ -151,8 +186,7 @@ def payload_lines(e: Entry) -> list[str]:
     out: list[str] = []
     if e.kind == "tool_call":
         out.append(f"{clean(p.get('name'))}  (call {clean(p.get('call_id'))})")
-        args = p.get("arguments")
-        out += ["", *_json_block(args)] if not isinstance(args, str) else ["", *_text_block(args)]
+        out += ["", *_arguments(p.get("arguments"))]
         used = {"name", "call_id", "arguments"}
     elif e.kind == "tool_result":
         err = "  ERROR" if p.get("is_error") else ""
