@@ -123,6 +123,9 @@ class Site:
         self._usage: Optional[tuple[str, dict]] = None  # (heads it was read at, rows by session + TOTAL)
         self._usage_job: Optional[threading.Thread] = None
         self._usage_lock = threading.Lock()
+        self._about: dict[str, dict] = {}  # head -> sessions.summary of the history up to it
+        self._about_jobs: dict[str, threading.Thread] = {}
+        self._about_lock = threading.Lock()
         # the library imports these on first use; a server pays that before it prints its URL
         from ..store import localstate
         from ..history import recovery, sessions, stream  # noqa: F401
@@ -195,6 +198,35 @@ class Site:
         if wait:
             job.join()
         return self._usage[1] if self._usage is not None else None
+
+    def about(self, head: str) -> Optional[dict]:
+        """{"title", "source"} of the history up to head (history.sessions.summary, which
+        reads a history not seen before whole, back to its root, once: seconds for a long
+        import). Read in a thread on a Tape of its own; a page waits for it at most
+        PAGE_WALK_BUDGET seconds (enough when it was read before), else shows none."""
+        with self._about_lock:
+            if head in self._about:
+                return self._about[head]
+            job = self._about_jobs.get(head)
+            if job is None:
+                job = self._about_jobs[head] = threading.Thread(target=self._read_about, args=(head,), daemon=True)
+                job.start()
+        job.join(PAGE_WALK_BUDGET)
+        return self._about.get(head)
+
+    def _read_about(self, head: str) -> None:
+        from ..history.sessions import summary
+
+        try:
+            with _open(self.path) as tape:
+                found = summary(tape, head)
+        except CtapeError:
+            found = {"title": None, "source": None}
+        with self._about_lock:
+            if len(self._about) >= 1024:
+                self._about.clear()
+            self._about[head] = found
+            self._about_jobs.pop(head, None)
 
     def _heads(self) -> list[tuple[str, Optional[str]]]:
         """Every session's HEAD, from the refs alone (no entry is read: a head can be 100 MB)."""
@@ -400,9 +432,9 @@ class Site:
             head = self.tape.read_entry(st["head"]) if st["head"] and self.tape.has_entry(st["head"]) else None
         except CorruptObject:
             head = None
-        from ..history.sessions import source_text, summary
+        from ..history.sessions import source_text
 
-        about = summary(self.tape, st["head"]) if head is not None else {"title": None, "source": None}
+        about = (self.about(st["head"]) if head is not None else None) or {"title": None, "source": None}
         figures = self.usage()
         spent = "…" if figures is None else _usage_text(figures.get(name))
         if spent:
