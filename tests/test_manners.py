@@ -1,5 +1,7 @@
 """Everyday manners, round two (issue 24, item 9): hints where a user was left guessing."""
 
+import json
+
 import pytest
 
 from ctape import InvalidInput, Tape
@@ -73,3 +75,27 @@ def test_message_payloads_need_content(tape_dir):
         msgs = s.context(format="openai")
     assert msgs[-1]["role"] == "assistant" and msgs[-1]["content"]
     assert all(isinstance(m["content"], (str, list)) and m["content"] for m in msgs)
+
+
+def test_head_reflog_uses_the_current_session(tape_dir):
+    d = ("--dir", tape_dir)
+    h1 = run_cli(*d, "append", "user", "--text", "one", "-s", "chat", check=True).stdout.decode().strip()
+    h2 = run_cli(*d, "append", "user", "--text", "two", "-s", "chat", check=True).stdout.decode().strip()
+
+    def shown(*args, **kw):
+        p = run_cli(*d, "show", *args, "--json", **kw)
+        assert p.returncode == 0, p.stderr
+        return json.loads(p.stdout)["hash"]
+
+    # the only session is the current one, as for every other ref
+    assert shown("HEAD@{1}") == h1 and shown("HEAD@{0}") == h2 and shown("HEAD@{1}~0") == h1
+    assert shown("chat/HEAD@{1}") == h1 == shown("chat@{1}")
+    run_cli(*d, "append", "user", "--text", "x", "-s", "other", check=True)
+    p = run_cli(*d, "show", "HEAD@{1}")  # two sessions, none chosen: says how to name one
+    assert p.returncode != 0 and b"-s" in p.stderr and p.stderr.count(b"\n") == 1
+    assert shown("HEAD@{1}", "-s", "chat") == h1
+    assert shown("HEAD@{1}", env={"CTAPE_SESSION": "chat"}) == h1
+    run_cli(*d, "session", "use", "chat", check=True)
+    assert shown("HEAD@{1}") == h1
+    p = run_cli(*d, "checkout", "HEAD@{1}", check=True)
+    assert f"detached at {h1[:12]}".encode() in p.stderr

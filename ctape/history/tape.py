@@ -184,6 +184,13 @@ class Tape:
         return up
 
     def _resolve_base(self, base: str, session: Optional[str], reflog: Optional[int]) -> Optional[str]:
+        if reflog is not None and (base == HEAD or base.endswith("/" + HEAD)):  # HEAD@{N}: the current session's
+            name = (base[: -len(HEAD) - 1] or None) if "/" in base else session
+            if name is None:
+                raise RefNotFound(f"{base}@{{N}} needs a session: pass -s NAME, or write SESSION@{{N}}")
+            from .sessions import require
+
+            return self._session_class(self, require(self, name, prefix=False)).head_at(reflog)
         if reflog is not None:
             name = base if NAME_RE.fullmatch(base) and self._session_exists(base) else session
             if name is None or (base != name and not self._session_exists(base)):

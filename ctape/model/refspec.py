@@ -4,6 +4,9 @@
     BASE   := full hash | SESSION | SESSION/BRANCH | SESSION/HEAD | hex prefix (4+)
             | HEAD, a branch, a tag or an anchor name of the current session
     N      := 0 .. MAX_COUNT (no history is longer; a larger count is a bad ref, not a walk)
+
+@{N} follows a SESSION, SESSION/HEAD or HEAD (the current session's): where that HEAD
+was N moves ago.
 """
 
 from __future__ import annotations
