@@ -181,12 +181,14 @@ def branch(ctx, name, ref, delete, force_delete, session, as_json):
 def reflog(ctx, session_arg, session, limit, as_json, no_pager):
     """Every move of the session's HEAD and branches, newest first.
 
-    HEAD positions are numbered for SESSION@{N}.
+    HEAD positions are numbered for SESSION@{N}, or HEAD@{N} in the current
+    session.
 
     \b
     Examples:
       ctape reflog chat
       ctape checkout chat@{1} -s chat
+      ctape show HEAD@{2}
     """
     from ..ops import render
 
