@@ -221,10 +221,13 @@ def test_openai_shapes(tape, tmp_path):
     (tmp_path / "list.json").write_text(json.dumps(msgs, indent=2))
     write_jsonl(tmp_path / "lines.jsonl", msgs)
     (tmp_path / "req.json").write_text(json.dumps({"model": "m", "messages": msgs}))
+    for name in ("list.json", "lines.jsonl"):  # no times: the file's time (SPEC 10), the same for both here
+        os.utime(tmp_path / name, (1767225600.25, 1767225600.25))
     for name in ("list.json", "lines.jsonl"):
         import_files(tape, "openai", [str(tmp_path / name)], name.split(".")[0])
         assert exported(tape, name.split(".")[0], "openai") == msgs
-    assert entry_hashes(tape, "list") == entry_hashes(tape, "lines")  # same messages, same entries
+    assert entry_hashes(tape, "list") == entry_hashes(tape, "lines")  # same messages, same time, same entries
+    assert {e.time for e in tape.session("list").log()} == {"2026-01-01T00:00:00.250000Z"}
     pending = tape.session("lines").status()["pending_tool_calls"]
     assert [c["call_id"] for c in pending] == ["c2"]
     import_files(tape, "openai", [str(tmp_path / "req.json")], "req")

@@ -56,10 +56,14 @@ def export(ctx, ref, fmt):
       ctape export chat > chat.jsonl
       ctape export chat/alt --format openai
     """
-    from ..formats import export_ref
+    from ..formats import export_notes, export_ref
 
     # bytes: a source line that was not UTF-8 comes back as a str with surrogate escapes,
     # and goes out as the bytes it was (docs/import.md)
     out = sys.stdout.buffer
-    for line in export_ref(open_tape(ctx), ref, fmt):
+    tape = open_tape(ctx)
+    for line in export_ref(tape, ref, fmt):
         out.write(line.encode("utf-8", "surrogateescape") + b"\n")
+    out.flush()
+    for note in export_notes(tape, ref, fmt):
+        click.echo(f"note: {note}", err=True)

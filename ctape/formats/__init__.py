@@ -50,3 +50,9 @@ def _import_files(tape, fmt: Optional[str], files: list[str], session: Optional[
 
 def export_ref(tape, ref: str, fmt: str) -> Iterator[str]:
     return _module(fmt).export(tape, ref)
+
+
+def export_notes(tape, ref: str, fmt: str) -> list[str]:
+    """What the format cannot carry of REF (branch names...), one line each, for stderr."""
+    notes = getattr(_module(fmt), "notes", None)
+    return notes(tape, ref) if notes else []

@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional
 
 from ..model.canonical import MAX_DEPTH, MAX_RECORD, max_record, nesting_problem, parse_json  # noqa: F401 - MAX_RECORD is read from here too
 from ..errors import InvalidInput, RefNotFound
-from ..model.models import HIDDEN, NAME_RE, RESERVED_BRANCHES, check_name, parse_time
+from ..model.models import HIDDEN, NAME_RE, RESERVED_BRANCHES, check_name, parse_time  # noqa: F401 - NAME_RE is read from here too
 from ..model.refs import HEAD
 from .reading import display_stem, real_path, too_long  # noqa: F401 - too_long is read from here too
 
@@ -34,7 +34,7 @@ ITEM = "ctape.item"  # position of a message inside a container record (openai)
 RAW = "ctape.raw"  # the text of a line that is not JSON, kept verbatim
 RAW_B64 = "ctape.raw.b64"  # the bytes (base64) of a line that is neither JSON nor UTF-8
 FORMAT = "ctape.format"  # the format a RAW line came from
-EPOCH = "1970-01-01T00:00:00Z"  # time of leading records when the file has no time at all
+EPOCH = "1970-01-01T00:00:00Z"  # the last resort of a Clock (importers pass the file's time: undated_time)
 
 
 # -- reading ----------------------------------------------------------------------------
@@ -196,6 +196,21 @@ def file_time(path: str) -> Optional[str]:
             continue
         return format_time(datetime.datetime.fromtimestamp(st.st_mtime, datetime.timezone.utc))
     return None
+
+
+def undated_time(tape, session, path: str) -> Optional[str]:
+    """The time for the records of a file that has none (SPEC 10: the file's time, never
+    1970): the time its session's first imported entry got when the session already holds
+    one (so a file imported again, or grown, gives the same entries), else the file's."""
+    if session is not None and session.exists():
+        h = session.refs().branches.get("main")
+        root = None
+        while h is not None:
+            root = tape.read_entry(h)
+            h = root.parent
+        if root is not None and isinstance(root.meta, dict) and isinstance(root.meta.get(LINE), int):
+            return root.time
+    return file_time(path)
 
 
 def valid_time(value: Any) -> Optional[str]:
@@ -412,14 +427,15 @@ def source_format(meta: dict) -> Optional[str]:
     return next((k for k in FORMATS if k in meta), None)
 
 
-def export_records(tape, ref: str, fmt: str, synthesize: Callable[[Any], Optional[Any]]) -> Iterator[str]:
+def export_records(tape, ref: str, fmt: str, synthesize: Callable[[Any], Optional[Any]], order: Optional[Callable] = None) -> Iterator[str]:
     """Records of `fmt` back as JSON lines, in source order.
 
     Entries imported from `fmt` give their record back (once per record); bookkeeping
     entries imported from another format are left out; every other entry (native
     appends, messages imported from another format) is converted by `synthesize`.
     """
-    for e in entries_for_export(tape, ref):
+    entries = entries_for_export(tape, ref)
+    for e in order(tape, ref, entries) if order else entries:
         m = e.meta if isinstance(e.meta, dict) else {}
         src = source_format(m)
         if src == fmt:

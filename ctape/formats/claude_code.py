@@ -345,7 +345,7 @@ def import_file(tape, path: str, session: Optional[str], progress: bool, exact: 
         c.check_target(name)
         s = tape.session(name)
         bar = c.Progress(path, progress)
-        b = Builder(s, f, infos, first_time, bar)
+        b = Builder(s, f, infos, first_time or c.undated_time(tape, s, path), bar)
         with tape.batch():
             b.run()
             refs = b.refs()
@@ -362,7 +362,58 @@ def import_file(tape, path: str, session: Optional[str], progress: bool, exact: 
 
 def export(tape, ref: str) -> Iterator[str]:
     links = _Links(tape)
-    return c.export_records(tape, ref, FMT, lambda e: synthesize(e, links))
+    return c.export_records(tape, ref, FMT, lambda e: synthesize(e, links), order=_keep_main_last)
+
+
+def _keep_main_last(tape, ref: str, entries: list) -> list:
+    """Entries of a SESSION in the order that keeps `main` main on import: Claude Code's
+    layout makes main the thread of the file's last message, so entries appended on
+    another branch go right after the imported line they grew from (or first, for a
+    branch of their own), and main's own appended entries last."""
+    if not (c.NAME_RE.fullmatch(ref) and tape._session_exists(ref)):
+        return entries
+    main = tape.session(ref).refs().branches.get("main")
+    on_main = set()
+    h = main
+    while h is not None and h not in on_main:
+        on_main.add(h)
+        h = tape.read_entry(h).parent
+    by_hash = {e.hash: e for e in entries}
+
+    def imported(e) -> bool:
+        return isinstance(e.meta, dict) and isinstance(e.meta.get(c.LINE), int)
+
+    after: dict = {}  # imported entry -> off-main entries appended from it
+    first: list = []
+    rest: list = []
+    for e in entries:
+        if imported(e):
+            rest.append(e)
+        elif e.hash in on_main:
+            continue
+        else:
+            a = e.parent
+            while a is not None and a in by_hash and not imported(by_hash[a]):
+                a = by_hash[a].parent
+            (after.setdefault(a, []) if a in by_hash else first).append(e)
+    out = list(first)
+    for e in rest:
+        out.append(e)
+        out.extend(after.get(e.hash, []))
+    out.extend(e for e in entries if not imported(e) and e.hash in on_main)
+    return out
+
+
+def notes(tape, ref: str) -> list[str]:
+    """What `export --format claude-code` cannot carry, for the user (on stderr)."""
+    if not (c.NAME_RE.fullmatch(ref) and tape._session_exists(ref)):
+        return []
+    others = sorted(b for b in tape.session(ref).refs().branches if b != "main")
+    if not others:
+        return []
+    return [f"claude-code files keep the tree, not branch names: on import, main is main again and the other "
+            f"branches ({', '.join(others[:5])}{', ...' if len(others) > 5 else ''}) come back as fork-*/sidechain-* branches "
+            f"(export --format jsonl keeps every name)"]
 
 
 def _uuid(h: Optional[str]) -> Optional[str]:

@@ -512,7 +512,7 @@ def layout(tape, path: str, session: Optional[str], progress: bool = False, afte
             first_time = next((record_time(ln.value) for ln in data if ln.ok and record_time(ln.value)), None)
         name = c.check_target(session or c.session_name(sid, path))
         s = tape.session(name)
-        clock = c.Clock(first_time or c.file_time(path))
+        clock = c.Clock(first_time or c.undated_time(tape, s, path))
         bar = c.Progress(path, progress)
         raw = 0
         if kind == "document":

@@ -257,7 +257,7 @@ def import_file(tape, path: str, session: Optional[str], progress: bool = False)
             raise InvalidInput(f"{path}: no chat message, OpenHands event or history found; is this an OpenAI-style transcript?")
         name = c.check_target(session or c.session_name(None, path))
         s = tape.session(name)
-        w = _Writer(s, c.Clock(first_time))
+        w = _Writer(s, c.Clock(first_time or c.undated_time(tape, s, path)))
         bar = c.Progress(path, progress)
         with tape.batch():
             for number, ln, v in records:
@@ -297,6 +297,7 @@ class _Writer:
         self.raw = 0
         self.said: set = set()  # OpenHands model responses whose text is written
         self.counted: set = set()  # OpenHands model responses whose usage is on an entry
+        self.open: list = []  # call ids of the conversation's calls without a result yet
 
     def put(self, parts, first_meta: dict, time_value: Any, line: int, item: Optional[int] = None) -> None:
         t = self.clock.take(time_value)
@@ -306,6 +307,10 @@ class _Writer:
                 meta[c.ITEM] = item
             self.tip = self.s.put_entry(kind, payload, meta, None, t, self.tip).hash
             self.entries += 1
+            if kind == "tool_call" and not hide:
+                self.open.append(payload["call_id"])
+            elif kind == "tool_result" and payload.get("call_id") in self.open:
+                self.open.remove(payload["call_id"])
         if self.tips:
             self.tips[-1] = self.tip
 
@@ -315,13 +320,14 @@ class _Writer:
             meta = c.record_meta(FMT, v, line, not is_record(v))
             if is_event(v):
                 meta.update(response_usage(v, self.counted) or {})
-            self.put(map_record(v, self.said), meta, record_time(v), line)
+            self.put(self._parts(v), meta, record_time(v), line)
             return
         if self.entries and not self.runs:  # messages before the first container: a run of their own
             self.runs.append(("run-line1", 1))
             self.tips.append(self.tip)
         if self.entries:
             self.tip = None  # a new conversation
+            self.open = []
         base = v.get("instance_id") if isinstance(v.get("instance_id"), str) else f"line{line}"
         self.runs.append((f"run-{base}", line))
         self.tips.append(None)
@@ -335,7 +341,23 @@ class _Writer:
                 meta[HIDDEN] = True
             elif is_event(item):
                 meta.update(response_usage(item, self.counted) or {})  # ops/usage.py reads it
-            self.put(map_record(item, self.said), meta, record_time(item), line, i)
+            self.put(self._parts(item), meta, record_time(item), line, i)
+
+    def _parts(self, v: Any) -> list[tuple[str, dict, bool]]:
+        """A record's entries; mini-swe-agent's closing `exit` message (`{"role": "exit",
+        "content": submission, "extra": {"exit_status", "submission"}}`) is what the last
+        command gave when it ended the run (Submitted), so it is the result of the calls
+        still open, not an interrupted call; with none open it is bookkeeping."""
+        if is_message(v) and v.get("role") == "exit":
+            extra = v.get("extra") if isinstance(v.get("extra"), dict) else {}
+            status = extra.get("exit_status")
+            if self.open:
+                out = {"output": v.get("content")}
+                if isinstance(status, str):
+                    out["exit_status"] = status
+                return [("tool_result", {"call_id": cid, **out}, False) for cid in list(self.open)]
+            return [("system", {"content": f"exit: {status}" if isinstance(status, str) else "exit", "type": "exit"}, True)]
+        return map_record(v, self.said)
 
     def refs(self) -> dict[str, str]:
         if not self.runs:

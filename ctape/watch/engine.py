@@ -402,7 +402,8 @@ class Watcher:
                         pos.session = self._codex_session(s, chunk)
                         if pos.session is None:
                             return 0, 0  # no Codex record yet
-                        clock = c.Clock(next((t for t in (codex.record_time(ln.value) for ln in chunk if ln.ok) if t), None))
+                        first = next((t for t in (codex.record_time(ln.value) for ln in chunk if ln.ok) if t), None)
+                        clock = c.Clock(first or c.undated_time(self.tape, self.tape.session(pos.session), s.path))
                     session = self.tape.session(pos.session)
                 for ln in chunk:
                     if not ln.ok:
@@ -530,7 +531,7 @@ class Watcher:
             grew = False  # another session than the position's: nothing of it is this file's yet
             old = latest_in_tape(session, s.key) or (old if old and old.session == name else None)
         pos = Position(key=s.key, path=s.path, fmt="claude-code", session=name, dev=st.st_dev, ino=st.st_ino)
-        live = Live(pos, claude_code.start_builder(session, first_time), set(), agent)
+        live = Live(pos, claude_code.start_builder(session, first_time or c.undated_time(self.tape, session, s.path)), set(), agent)
         fr = data if data is not None else open(s.path, "rb")
         with fr:
             claude_code.extend(live.builder, fr, infos, live.orphans)
