@@ -154,23 +154,26 @@ def graph_order(tape, tips: Iterable[Optional[str]]) -> Iterator[Entry]:
     deepest first, only as deep as the drawing has gone, so `log --graph -n N` reads in
     proportion to N and the tips (not the whole history), and the whole graph is read
     once, each entry once or twice (linear)."""
-    firsts = [tape.read_entry(h) for h in dict.fromkeys(h for h in tips if h)]
+    firsts = [(e.hash, e.seq, time_seconds(e.time)) for e in map(tape.read_entry, dict.fromkeys(h for h in tips if h))]
     if not firsts:
         return
-    order = firsts[:1] + sorted(firsts[1:], key=lambda e: (time_seconds(e.time), e.seq), reverse=True)
-    depth = {e.hash: e.seq for e in order}  # every entry found so far -> its seq
-    newest = {e.hash: i for i, e in enumerate(order)}  # -> the first tip in `order` that leads to it
-    frontier = [(-e.seq, i, e.hash) for i, e in enumerate(order)]  # found, not read yet: deepest first
+    order = firsts[:1] + sorted(firsts[1:], key=lambda t: (t[2], t[1]), reverse=True)
+    depth = {h: seq for h, seq, _ in order}  # every entry found so far -> its seq
+    newest = {h: i for i, (h, _, _) in enumerate(order)}  # -> the first tip in `order` that leads to it
+    frontier = [(-seq, i, h) for i, (h, seq, _) in enumerate(order)]  # found, not read yet: deepest first
     heapq.heapify(frontier)
     waiting: dict[str, int] = {}  # entry -> its children read and not shown yet
     children: dict[str, list] = {}  # entry -> heap of (newest, child): who leads to it
     shown: set[str] = set()
+    ended: set[str] = set()  # roots shown before explore reached them (tips of lines of their own)
     kept: dict[str, Entry] = {}  # entries read by explore, not shown yet (the newest few: reading is the cost)
 
     def explore(below: int) -> None:
         """Read every found entry deeper than `below`, counting it as its parent's child."""
         while frontier and -frontier[0][0] > below:
             _, _, h = heapq.heappop(frontier)
+            if h in ended:
+                continue  # a root shown already: nothing below it to count
             try:
                 e = tape.read_entry(h)
             except (EntryNotFound, CorruptObject):
@@ -210,7 +213,7 @@ def graph_order(tape, tips: Iterable[Optional[str]]) -> Iterator[Entry]:
             if blocked:
                 cur = leading_to(blocked[-1])
             while cur is None and next_tip < len(order):
-                t = order[next_tip].hash
+                t = order[next_tip][0]
                 next_tip += 1
                 if t not in shown:
                     explore(depth[t])
@@ -227,7 +230,9 @@ def graph_order(tape, tips: Iterable[Optional[str]]) -> Iterator[Entry]:
         shown.add(cur)
         yield e
         cur, p = None, e.parent
-        if p is not None and p not in shown:
+        if p is None:
+            ended.add(e.hash)
+        elif p not in shown:
             explore(depth.get(p, e.seq - 1))
             left = waiting.get(p, 1) - 1
             waiting[p] = left
