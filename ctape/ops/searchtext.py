@@ -202,8 +202,8 @@ def snippet(text: str, terms: list[str], width: int = 160, matcher: Optional[Mat
     if best is None:
         best = 0
     start = max(0, best - width // 3)
-    if start <= 20:
-        start = 0
+    if start <= 20 or (len(text) <= 2 * width and len(" ".join(text.split())) <= width):
+        start = 0  # near the start, or all of it fits: from the start
     else:  # begin at a word
         space = text.find(" ", start, best)
         start = space + 1 if space >= 0 else start
