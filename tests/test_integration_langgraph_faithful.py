@@ -375,3 +375,31 @@ def test_a_new_saver_learns_a_thread_from_the_index_cache(tape_dir, tmp_path, mo
     got, reads, _ = first_read(tape_dir)
     assert len(got.values["messages"]) == 64 and reads <= 6
     saver.close()
+
+
+def test_a_new_saver_reads_a_long_thread_in_chunks(tape_dir):
+    """Issue 25: the index cache keeps a thread's briefs 64 entries a row (by depth, so every
+    path agrees), so a new saver reads a long thread in a few rows, not one row an entry."""
+    saver = TapeSaver(tape_dir)
+    g = chat(saver)
+    for i in range(60):
+        g.invoke({"messages": [HumanMessage(f"hi {i}")]}, cfg("long"))
+    want = g.get_state(cfg("long")).values
+    saver.close()
+    fresh = TapeSaver(tape_dir)
+    index = fresh.tape.store.index
+    got_rows = {lg.VIEW: 0, lg.CHUNKS: 0}
+    real = index.view_path
+
+    def counted(name, head, limit, _f=real):
+        rows = _f(name, head, limit)
+        got_rows[name] += len(rows)
+        return rows
+
+    index.view_path = counted
+    assert chat(fresh).get_state(cfg("long")).values == want
+    entries = sum(1 for _ in fresh.tape.session(fresh.session_for("long")).log())
+    assert entries > 6 * lg.CHUNK
+    assert got_rows[lg.VIEW] <= lg.CHUNK  # one query for the newest entries, as far as the last whole chunk
+    assert got_rows[lg.CHUNKS] == entries // lg.CHUNK
+    fresh.close()

@@ -90,9 +90,13 @@ def test_subgraph_runs_leave_one_branch_and_read_like_langgraphs_own_saver(tape_
     ns_ref = sorted({c.config["configurable"]["checkpoint_ns"].split(":")[0] for c in ref.checkpointer.list(cfg("t"))})
     assert ns_tape == ns_ref == ["", "delegate"]
     # what a turn writes does not grow with the thread: the same entries, about the same bytes
-    # (a run refers to its caller's messages; it does not copy them)
-    assert sizes[5][0] == sizes[-1][0]
-    assert sizes[-1][1] < 1.3 * sizes[5][1]
+    # (a run refers to its caller's messages; it does not copy them). LangGraph's writes
+    # arrive in an order that varies from run to run (a subgraph can start before its
+    # caller's checkpoint has the new input: one entry more), so early and late turns are
+    # compared by their largest
+    early, late = sizes[3:10], sizes[-7:]
+    assert max(n for n, _ in late) <= max(n for n, _ in early) + 1, sizes
+    assert max(b for _, b in late) < 1.3 * max(b for _, b in early), sizes
     # the conversation is the root graph's: the subgraph's own copies are hidden
     state = contents(app.get_state(cfg("t")).values["messages"])
     assert [m.get("content") for m in s.context(format="openai")] == state
