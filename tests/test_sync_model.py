@@ -395,7 +395,7 @@ class World:
         self.run_op(name, i)
 
     def run_op(self, name: str, i: int) -> None:
-        own = name not in ("sync", "compact", "kill", "live_sync", "push", "pull", "cut_push", "cut_pull")  # these move refs only by merging, or not at all
+        own = name not in ("sync", "compact", "kill", "live_sync", "push", "pull", "cut_push", "cut_pull", "compact_remote", "cut_compact_remote")  # these move refs only by merging, or not at all
         before = self.ref_reach(self.tape(i)) if own else {}
         getattr(self, "op_" + name)(i)
         if own:
@@ -550,7 +550,7 @@ class RemoteWorld(World):
     copy then a pull of every copy, twice, in random orders; the other order (`star`) is
     rsync through a hub after each copy pulled, so the two transports must agree."""
 
-    OPS = World.OPS + [("push", 4), ("pull", 4), ("cut_push", 1), ("cut_pull", 1)]
+    OPS = World.OPS + [("push", 4), ("pull", 4), ("cut_push", 1), ("cut_pull", 1), ("compact_remote", 1), ("cut_compact_remote", 0.5)]
 
     def __init__(self, root, rng, ncopies, cli, sync=None):
         super().__init__(root, rng, ncopies, cli, sync)
@@ -566,8 +566,9 @@ class RemoteWorld(World):
         if "origin" not in remotes.remotes(t.store):
             remotes.add(t.store, "origin", self.url)
 
-    def _transfer(self, verb: str, i: int, t: Tape, cut: int | None = None, sessions=()) -> None:
+    def _transfer(self, verb: str, i: int, t: Tape, cut: int | None = None, sessions=(), grace="now", expire="now") -> None:
         from ctape.sync.backend import open_backend
+        from ctape.sync.prune import compact_remote
         from ctape.sync.pull import pull
         from ctape.sync.push import push
 
@@ -577,6 +578,8 @@ class RemoteWorld(World):
         with writer_env(self.writers[i]):
             if verb == "push":
                 push(t, backend, "origin", sessions)
+            elif verb == "compact_remote":
+                compact_remote(t, backend, "origin", expire=expire, grace=grace)
             else:
                 pull(t, backend, "origin", sessions)
 
@@ -592,8 +595,19 @@ class RemoteWorld(World):
         self.note(f"pull c{i}" + (f" -s {' '.join(sessions)}" if sessions else ""))
         self._transfer("pull", i, t, sessions=sessions)  # like rsync: may bring a deletion
 
-    def _cut(self, verb: str, i: int) -> None:
-        n = self.rng.randint(0, 12)
+    def op_compact_remote(self, i: int) -> None:
+        """compact --remote: mostly `--grace now` (plans carried out at once: the harshest
+        case, which pushes after it must repair), sometimes a plan left for later."""
+        grace = self.rng.choice(["now", "now", "14d"])
+        expire = self.rng.choice(["now", "90d"])
+        self.note(f"compact --remote c{i} --grace {grace} --expire {expire}")
+        self._transfer("compact_remote", i, self.tape(i), grace=grace, expire=expire)
+
+    def op_cut_compact_remote(self, i: int) -> None:
+        self._cut("compact_remote", i, most=40)
+
+    def _cut(self, verb: str, i: int, most: int = 12) -> None:
+        n = self.rng.randint(0, most)
         self.note(f"{verb} c{i} cut after {n} requests")
         try:
             self._transfer(verb, i, self.tape(i), cut=n)

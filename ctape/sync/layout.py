@@ -99,7 +99,8 @@ def check_identity(store, backend: Backend, create: bool) -> bool:
     return True
 
 
-def encode_manifest(store, uploader: str, n: int, files: list[dict], deleted: Optional[list[dict]] = None) -> bytes:
+def encode_manifest(store, uploader: str, n: int, files: list[dict], deleted: Optional[list[dict]] = None, g: int = 0,
+                    deleted_g: int = 0) -> bytes:
     t = time.time()
     body = {
         "format": MANIFEST_FORMAT,
@@ -110,8 +111,11 @@ def encode_manifest(store, uploader: str, n: int, files: list[dict], deleted: Op
         "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t * 1e6) % 1000000:06d}Z",
         "files": files,
     }
+    if g:
+        body["g"] = g  # deletions (g/<n>) the uploader had learned of: its pieces come after them
     if deleted:
         body["deleted"] = [{"session": f["session"], "file": f["file"], "end": f["end"]} for f in deleted]
+        body["deleted_g"] = deleted_g
     return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
 
 
@@ -145,6 +149,10 @@ def decode_manifest(data: bytes, tape_id: str, uploader: str, n: int) -> tuple[O
     if not isinstance(deleted, list) or not all(_deletion_ok(f) for f in deleted):
         return None, "a deleted entry with a bad name or end"
     m["deleted"] = [{"session": f["session"], "file": f["file"], "end": f["end"]} for f in deleted]
+    for k in ("g", "deleted_g"):
+        if type(m.get(k, 0)) is not int or not 0 <= m.get(k, 0) < 1 << 62:
+            return None, f"a bad {k}"
+        m[k] = m.get(k, 0)
     return m, ""
 
 
@@ -155,9 +163,9 @@ def _deletion_ok(f) -> bool:
 def note_manifest(state, m: dict) -> None:
     """What one manifest says the remote holds, and what a remote compaction deleted."""
     for f in m["files"]:
-        note_have(state, f)
+        note_have(state, f, m["g"])
     for f in m["deleted"]:
-        note_gone(state, f)
+        note_gone(state, f, m["deleted_g"])
 
 
 def uploaders(backend: Backend) -> list[str]:
@@ -189,28 +197,37 @@ def new_manifests(store, backend: Backend, state, warn, cursor: str = "next") ->
             state[cursor][u] = n
 
 
-def note_have(state, f: dict) -> None:
-    """The remote holds f's piece: remember it (state["pieces"]) and extend the known
-    prefix of its file (state["have"]) over the pieces that join on from 0."""
+def note_have(state, f: dict, g: int = 0) -> None:
+    """The remote holds f's piece: remember it (state["pieces"]: [start, end, blake3, g])
+    and extend the known prefix of its file (state["have"]) over the pieces that join on
+    from 0. `g` is how many deletions (g/<n>) its uploader had learned of: a piece of a
+    deleted file listed by an uploader that had not seen the deletion was deleted with
+    it; one listed after it (a copy that uploaded the file again) is there."""
     k = f"{f['session']}/{f['file']}"
-    if f["end"] <= int(state.get("gone", {}).get(k, 0)):
+    gone = state.get("gone", {}).get(k)
+    if gone and f["end"] <= gone[0] and g <= gone[1]:
         return  # deleted by a remote compaction (note_gone)
     pieces = state["pieces"].setdefault(k, [])
-    row = [f["start"], f["end"], f["blake3"]]
-    if row in pieces:
+    row = [f["start"], f["end"], f["blake3"], g]
+    if any(p[:3] == row[:3] for p in pieces):
         return
     pieces.append(row)
     pieces.sort()
-    end = int(state.get("gone", {}).get(k, 0))
-    for a, b, _ in pieces:
-        if a <= end < b:
-            end = b
-    state["have"][k] = end
+    _extend(state, k)
+
+
+def _extend(state, k: str) -> None:
+    gone = state.get("gone", {}).get(k)
+    end = gone[0] if gone else 0
+    for p in state["pieces"].get(k, []):
+        if p[0] <= end < p[1]:
+            end = p[1]
+    state["have"][k] = max(end, int(state["have"].get(k, 0)) if gone else end)
 
 
 def known_pieces(state, key: str) -> list[dict]:
     session, file = key.split("/", 1)
-    return [{"session": session, "file": file, "start": a, "end": b, "blake3": h} for a, b, h in state["pieces"].get(key, [])]
+    return [{"session": session, "file": file, "start": p[0], "end": p[1], "blake3": p[2]} for p in state["pieces"].get(key, [])]
 
 
 def segment_owner(file: str) -> Optional[str]:
@@ -258,12 +275,14 @@ def decode_deletion(data: bytes, tape_id: str, compactor: str, n: int, done: boo
     return m, ""
 
 
-def note_gone(state, f: dict) -> None:
-    """The remote deleted f's file up to f["end"]: its pieces are no longer there to fetch,
-    and what it held up to there counts as uploaded (it lives on in the packs that replaced it)."""
+def note_gone(state, f: dict, n: int) -> None:
+    """Deletion n (g/<n>) took f's file off the remote up to f["end"]: the pieces listed
+    before it are no longer there to fetch, and what it held up to there counts as uploaded
+    (it lives on in the packs that replaced it)."""
     k = f"{f['session']}/{f['file']}"
-    state["gone"][k] = max(int(state["gone"].get(k, 0)), f["end"])
-    state["pieces"][k] = [p for p in state["pieces"].get(k, []) if p[1] > state["gone"][k]]
+    old = state["gone"].get(k)
+    state["gone"][k] = [max(old[0] if old else 0, f["end"]), max(old[1] if old else 0, n)]
+    state["pieces"][k] = [p for p in state["pieces"].get(k, []) if p[1] > f["end"] or p[3] > n]
     if not state["pieces"][k]:
         del state["pieces"][k]
-    state["have"][k] = max(int(state["have"].get(k, 0)), state["gone"][k])
+    state["have"][k] = max(int(state["have"].get(k, 0)), f["end"])

@@ -70,7 +70,7 @@ def _own_plans(store, backend: Backend, warn) -> tuple[dict[int, dict], dict[int
 
 
 def _remote_end(state, key: str) -> int:
-    return max([b for _, b, _ in state["pieces"].get(key, [])] + [int(state["have"].get(key, 0))])
+    return max([p[1] for p in state["pieces"].get(key, [])] + [int(state["have"].get(key, 0))])
 
 
 def _delete_file(backend: Backend, session: str, file: str) -> int:
@@ -113,6 +113,10 @@ def compact_remote(tape, backend: Backend, name: str, expire="90d", grace="14d",
     for n, x in sorted(done.items()):
         if n not in state["pruned"]:
             for f in x["files"]:
+                key = f"{f['session']}/{f['file']}"
+                gone = state["gone"].get(key, [0, 0])
+                if any(p[3] > gone[1] for p in state["pieces"].get(key, [])):
+                    continue  # uploaded again since, by a copy that had learned of the deletion
                 deleted["objects"] += _delete_file(backend, f["session"], f["file"])
             state["pruned"].append(n)
     due = [n for n in sorted(plans) if n not in done and now - plans[n]["time"] >= grace_s]
@@ -133,16 +137,17 @@ def compact_remote(tape, backend: Backend, name: str, expire="90d", grace="14d",
     elif due:
         for n in due:
             ok = [f for f in plans[n]["files"] if replaced.get((f["session"], f["file"])) == f["end"]]
+            g = None
             if ok:
-                _announce(store, backend, state, n)
-                put_manifest(store, backend, state, [], deleted=ok, warn=warn)
+                g = _announce(store, backend, state, n)
+                put_manifest(store, backend, state, [], deleted=ok, deleted_g=g, warn=warn)
             if not backend.put_if_absent(layout.plan_key(me, n, done=True), layout.encode_deletion(store, me, n, ok, done=True)):
                 continue  # carried out by an earlier run (the pieces were deleted above)
             for f in ok:
                 deleted["objects"] += _delete_file(backend, f["session"], f["file"])
                 deleted["files"] += 1
                 deleted["bytes"] += f["end"]
-                layout.note_gone(state, f)
+                layout.note_gone(state, f, g)
             state["pruned"].append(n)
             done[n] = {"files": ok}
     state.save(store)
@@ -161,7 +166,7 @@ def _changed_since(store, backend: Backend, state, warn) -> bool:
     return False
 
 
-def _announce(store, backend: Backend, state, plan: int) -> None:
+def _announce(store, backend: Backend, state, plan: int) -> int:
     """g/<next>: one more deletion on the remote. Every push that has something to upload
     looks for the next number (one GET), learns the deletions from the manifests, and
     compacts its copy first if it still holds a deleted file."""
@@ -170,3 +175,4 @@ def _announce(store, backend: Backend, state, plan: int) -> None:
     while not backend.put_if_absent(layout.compaction_key(n), body):
         n += 1
     state["gnext"] = n + 1
+    return n

@@ -154,7 +154,7 @@ def pull(tape, backend: Backend, name: str, sessions: Iterable[str] = (), warn: 
                 size = -1
             if size >= 0 and (file.endswith(".pack") or layout.segment_owner(file) == store.writer):
                 continue  # a pack never changes; this copy's own segments are never touched
-            if size < int(state["have"].get(key, 0)) or size < max(b for _, b, _ in state["pieces"][key]):
+            if size < int(state["have"].get(key, 0)) or size < max(p[1] for p in state["pieces"][key]):
                 todo.append((s, file, max(size, 0)))
         jobs = []  # (session, file, the pieces to fetch in order)
         for s, file, size in todo:

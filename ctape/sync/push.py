@@ -138,15 +138,11 @@ class _SessionLock:
 
 def learn(store, backend: Backend, state: State, warn) -> int:
     """Read every manifest not read yet and note what the remote holds; how many were read."""
-    found, gone = [], []
+    found = 0
     for _, _, m in layout.new_manifests(store, backend, state, warn, cursor="seen"):
-        found += m["files"]
-        gone += m["deleted"]
-    for f in sorted(found, key=lambda f: (f["session"], f["file"], f["start"])):
-        layout.note_have(state, f)
-    for f in gone:
-        layout.note_gone(state, f)
-    return len(found)
+        layout.note_manifest(state, m)
+        found += len(m["files"])
+    return found
 
 
 def _next_own(store, backend: Backend, state: State) -> int:
@@ -198,11 +194,11 @@ def _gone_held(store, state: State) -> list[str]:
 
 
 def put_manifest(store, backend: Backend, state: State, listed: list[dict], deleted: Optional[list[dict]] = None,
-                 warn: Callable[[str], None] = lambda s: None) -> int:
+                 deleted_g: int = 0, warn: Callable[[str], None] = lambda s: None) -> int:
     """Write this copy's next manifest (create-only); its number. The caller saves the state."""
     own = _next_own(store, backend, state)
     for _ in range(1000):
-        if backend.put_if_absent(layout.manifest_key(store.writer, own), layout.encode_manifest(store, store.writer, own, listed, deleted)):
+        if backend.put_if_absent(layout.manifest_key(store.writer, own), layout.encode_manifest(store, store.writer, own, listed, deleted, int(state.get("gnext", 0)), deleted_g)):
             break
         # refused: an earlier push of this copy wrote it and was killed before it noted
         # so (or another copy uses the same CTAPE_WRITER). Never overwritten: the next number.
@@ -241,17 +237,26 @@ def push(tape, backend: Backend, name: str, sessions: Iterable[str] = (), allow_
         state["checked"] = True
     own = _next_own(store, backend, state)
 
-    todo = _todo(store, state, chosen)
     # a compaction of the remote deleted files (announced by g/<n>, one GET): a copy that
-    # still holds one of them compacts first, so that whatever its claims reach goes up in
-    # its pack (a claim it makes or made without having seen the deletion, say)
-    if todo and _compacted_since(backend, state):
+    # still holds one of them compacts first, so that whatever it holds that others may
+    # need goes up in its pack (what a claim reaches that was made without having seen the
+    # deletion that freed it; a session whose deletion expired on the compacting copy
+    # before it was pushed, as rsync would bring it back). Looked for even with nothing
+    # new to upload: such a copy may be the last to hold what the others need.
+    if _compacted_since(backend, state):
         learn(store, backend, state, warn)
     held = _gone_held(store, state)
-    if todo and held:
+    if held:
         warn(f"the remote's compaction deleted {len(held)} file(s) this copy still holds; compacting this copy first, so that what it needs goes up in its packs")
         tape.compact()
-        todo = _todo(store, state, chosen)
+        # what the compaction kept as it was (a session already in one pack with nothing
+        # to drop, a damaged session) still holds what this copy needs: it goes up again,
+        # in a manifest that says it comes after the deletion
+        for key in _gone_held(store, state):
+            del state["gone"][key]
+            state["pieces"].pop(key, None)
+            state["have"][key] = 0
+    todo = _todo(store, state, chosen)
     total = sum(e - b for _, _, b, e, _ in todo)
     sent, files, listed, skipped = 0, set(), [], 0
     with ThreadPoolExecutor(WORKERS) as pool:
@@ -266,7 +271,7 @@ def push(tape, backend: Backend, name: str, sessions: Iterable[str] = (), allow_
                     continue
                 skipped += status == "there"
                 listed.append({"session": s, "file": file, "start": a, "end": b, "blake3": layout.digest(chunk)})
-                layout.note_have(state, listed[-1])
+                layout.note_have(state, listed[-1], int(state.get("gnext", 0)))
                 sent += b - a
                 files.add((s, file))
                 if progress:

@@ -22,7 +22,7 @@ from ..store.localstate import _write, cache_folder
 from .backend import Backend, open_backend, parse_url
 
 CONFIG = "remotes.json"
-STATE_VERSION = 2
+STATE_VERSION = 3
 
 
 def _folder(store) -> str:
@@ -116,8 +116,9 @@ def _save(store, file: str, value: dict) -> None:
 class State(dict):
     """What this copy knows about one remote. `have`: "session/file" -> the bytes from 0
     that the remote is known to hold; `pieces`: "session/file" -> every piece of it the
-    manifests list, [start, end, blake3]; `next`: uploader -> its next manifest number to read;
-    `gone`: "session/file" -> the end up to which a remote compaction deleted it; `gnext`:
+    manifests list, [start, end, blake3, g]; `next`: uploader -> its next manifest number to read;
+    `gone`: "session/file" -> [the end up to which a remote compaction deleted it, the
+    deletion's number]; `gnext`:
     the next deletion announcement (g/<n>) to look for;
     `own`: this copy's next manifest number; `checked`: the remote's tape id was checked."""
 

@@ -21,7 +21,7 @@ def show(store, backend: Backend, name: str, warn=lambda s: None) -> dict:
     for k, rows in state["pieces"].items():
         pieces += len(rows)
         s, file = k.split("/", 1)
-        files[(s, file)] = max(b for _, b, _ in rows)
+        files[(s, file)] = max(p[1] for p in rows)
     writers = set()
     for (s, file), size in files.items():
         row = sessions.setdefault(s, {"session": s, "files": 0, "bytes": 0})
