@@ -180,3 +180,20 @@ def test_search_cache_built_before_the_redaction_forgets_the_text(tmp_path):
         for name in files:
             with open(os.path.join(root, name), "rb") as f:
                 assert s["aws"].encode() not in f.read(), name
+
+
+def test_a_pattern_whose_group_is_a_prefix_masks_the_whole_token(tmp_path):
+    """detect-secrets' GitHub pattern captures only `ghp`: the preview once masked those
+    three characters and printed the rest of the token (a token of words and digits is
+    not high-entropy, so nothing else covered it)."""
+    d = tmp_path / "t"
+    token = "ghp_T0kenForTheTutorialOnly1234567890abc"
+    t = Tape.init(d)
+    t.session("s").append("tool_result", {"call_id": "c", "output": f"GITHUB_TOKEN={token}\nHOME=/home/me"})
+    t.close()
+    p, found = scan_json(d)
+    assert p.returncode == 1 and [f["kind"] for f in found] == ["github-token"]
+    out = p.stdout + run_cli("--dir", d, "scan").stdout
+    for i in range(len(token) - 6):
+        assert token[i:i + 6].encode() not in out, token[i:i + 6]
+    assert b"GITHUB_TOKEN=" in out and b"HOME=/home/me" in out

@@ -41,9 +41,14 @@ class _Progress:
             click.echo("", err=True)
 
 
+def _n(count: int, noun: str) -> str:
+    """`1 file`, `2 files`."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def _summary(verb: str, r: dict) -> str:
     prep = "to" if verb == "pushed" else "from"
-    return f"{verb} {r['files']} files ({_human(r['bytes'])}) {prep} {r['remote']} in {r['requests']} requests"
+    return f"{verb} {_n(r['files'], 'file')} ({_human(r['bytes'])}) {prep} {r['remote']} in {_n(r['requests'], 'request')}"
 
 
 @main.group()
@@ -139,18 +144,18 @@ def remote_show(ctx, name, as_json):
         emit_json(rep)
         return
     click.echo(f"remote {name}: {rep['url']}")
-    click.echo(f"  {len(rep['sessions'])} sessions, {_human(rep['bytes'])} in {rep['objects']} pieces")
+    click.echo(f"  {_n(len(rep['sessions']), 'session')}, {_human(rep['bytes'])} in {_n(rep['objects'], 'piece')}")
     for s in rep["sessions"]:
-        click.echo(f"  session {s['session']}: {s['files']} files, {_human(s['bytes'])}")
+        click.echo(f"  session {s['session']}: {_n(s['files'], 'file')}, {_human(s['bytes'])}")
     for w in rep["uploaders"]:
-        click.echo(f"  uploader {w['uploader']}: {w['pushes']} pushes, last {w['last_push']}")
+        click.echo(f"  uploader {w['uploader']}: {w['pushes']} push{'' if w['pushes'] == 1 else 'es'}, last {w['last_push']}")
     if rep["writers"]:
         click.echo(f"  writers: {', '.join(rep['writers'])}")
     if rep["deleted_files"]:
         click.echo(f"  deleted by compact --remote: {rep['deleted_files']} files")
     for p in rep["planned_deletions"]:
         when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(p["time"]))
-        click.echo(f"  planned by {p['compactor']} at {when}: delete {p['files']} files ({_human(p['bytes'])}) after the grace period")
+        click.echo(f"  planned by {p['compactor']} at {when}: delete {_n(p['files'], 'file')} ({_human(p['bytes'])}) after the grace period")
 
 
 @main.command()
@@ -243,4 +248,4 @@ def clone(url, directory, endpoint, as_json):
     if as_json:
         emit_json(r)
     else:
-        click.echo(f"cloned {r['sessions']} sessions, {r['files']} files ({_human(r['bytes'])}) into {r['dir']} in {r['requests']} requests")
+        click.echo(f"cloned {_n(r['sessions'], 'session')}, {_n(r['files'], 'file')} ({_human(r['bytes'])}) into {r['dir']} in {_n(r['requests'], 'request')}")

@@ -81,6 +81,9 @@ class Finding:
 # -- detectors ----------------------------------------------------------------------------------
 
 
+MIN_GROUP = 8  # a capturing group shorter than this is a prefix or a quote, not the secret
+
+
 def _slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:40] or "secret"
 
@@ -132,7 +135,10 @@ class Detectors:
         out = []
         for kind, rx in self.patterns:
             for m in rx.finditer(text):
-                groups = [i for i in range(1, (rx.groups or 0) + 1) if m.group(i)]
+                # a pattern's group is the secret when it is long enough to be one (a value
+                # after `key =`); a short one is a prefix (`(ghp|gho)_...`): then the whole
+                # match is the secret, never only its prefix
+                groups = [i for i in range(1, (rx.groups or 0) + 1) if m.group(i) and len(m.group(i)) >= MIN_GROUP]
                 start, end = m.span(groups[-1]) if groups else m.span()
                 if end > start:
                     out.append((start, end, kind))
