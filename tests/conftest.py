@@ -15,6 +15,14 @@ os.environ["CTAPE_CACHE_DIR"] = os.path.join(_RUN_CACHE, "ctape")
 os.environ["XDG_CACHE_HOME"] = os.path.join(_RUN_CACHE, "xdg")
 
 
+# The suite runs thousands of `python -m ctape` subprocesses. With PYTHONDONTWRITEBYTECODE
+# set (as on these machines) and a fresh clone (no __pycache__), each one compiled every
+# module it imported again: 0.4-0.7 s of CPU instead of ~0.15 s. Children write their
+# compiled modules into a folder of this run instead (never into the work tree).
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+os.environ["PYTHONPYCACHEPREFIX"] = os.path.join(_RUN_CACHE, "pycache")
+
+
 def pytest_unconfigure(config):
     shutil.rmtree(_RUN_CACHE, ignore_errors=True)
 
