@@ -1278,8 +1278,9 @@ class TapeSaver(BaseCheckpointSaver[str]):
 
 
 def _extends(v: list, base: list) -> bool:
-    """Does list v start with the items of base (the same objects, or equal ones)?"""
-    return len(v) >= len(base) and all(a is b or a == b for a, b in zip(base, v))
+    """Does list v start with the items of base (the same objects, or equal ones)? List
+    equality compares by identity first, in C: a 2,000-message history costs microseconds."""
+    return len(v) >= len(base) and v[: len(base)] == base
 
 
 def _readable(v: Any) -> Any:

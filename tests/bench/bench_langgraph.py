@@ -10,6 +10,10 @@ in a new process (median of 5, the two savers taking turns), with the ratios.
     python tests/bench/bench_langgraph.py            # 100 and 1,000 steps
     python tests/bench/bench_langgraph.py --big      # also 5,000 steps (minutes, ~GBs for SQLite)
     python tests/bench/bench_langgraph.py 50 200     # any step counts
+    python tests/bench/bench_langgraph.py --subgraph 300   # the answer comes from a subgraph
+
+Time per step is printed as wall time and as CPU time of the process (all its threads): on
+a loaded machine the wall time of a tenth moves with the load, the CPU time much less.
 """
 
 from __future__ import annotations
@@ -33,9 +37,18 @@ def agent(state):
     return {"messages": [AIMessage(f"reply {n}: the build passed, 412 tests, 3 skipped; next I will look at the flaky one.")]}
 
 
+SUBGRAPH = "--subgraph" in sys.argv
+
+
 def graph(saver):
     g = StateGraph(MessagesState)
-    g.add_node("agent", agent)
+    if SUBGRAPH:  # the agent runs as a subgraph: a new checkpoint namespace every step
+        sg = StateGraph(MessagesState)
+        sg.add_node("agent", agent)
+        sg.add_edge(START, "agent")
+        g.add_node("agent", sg.compile())
+    else:
+        g.add_node("agent", agent)
     g.add_edge(START, "agent")
     return g.compile(checkpointer=saver)
 
@@ -49,18 +62,20 @@ def du(path: str) -> int:
     return total
 
 
-def run(saver, steps: int, windows: list) -> float:
-    """All the steps; appends to windows the ms per step of each tenth of the run."""
+def run(saver, steps: int, windows: list, cpu: list) -> float:
+    """All the steps; appends to windows (and cpu) the wall (and CPU) ms per step of each tenth of the run."""
     g = graph(saver)
     cfg = {"configurable": {"thread_id": "bench"}}
     t = last = time.perf_counter()
+    last_cpu = time.process_time()
     size = max(1, steps // 10)
     for i in range(steps):
         g.invoke({"messages": [HumanMessage(f"step {i}: please run the tests again and tell me what failed this time.")]}, cfg)
         if (i + 1) % size == 0:
-            now = time.perf_counter()
+            now, now_cpu = time.perf_counter(), time.process_time()
             windows.append((now - last) * 1000 / size)
-            last = now
+            cpu.append((now_cpu - last_cpu) * 1000 / size)
+            last, last_cpu = now, now_cpu
     return time.perf_counter() - t
 
 
@@ -96,6 +111,16 @@ def first_read(db: str, tape_dir: str, repeat: int = 5) -> tuple[float, float]:
     return statistics.median(out["sqlite"]), statistics.median(out["tape"])
 
 
+def ts_branches(tape_dir: str) -> list:
+    from ctape import Tape
+
+    t = Tape.open(tape_dir)
+    try:
+        return sorted(t.session("lg-bench").refs().branches)
+    finally:
+        t.close()
+
+
 def bench(steps: int, tmp: str) -> dict:
     from langgraph.checkpoint.sqlite import SqliteSaver
 
@@ -103,19 +128,23 @@ def bench(steps: int, tmp: str) -> dict:
     conn = sqlite3.connect(db, check_same_thread=False)
     sq = SqliteSaver(conn)
     sq_win: list = []
-    sq_time = run(sq, steps, sq_win)
+    sq_cpu: list = []
+    sq_time = run(sq, steps, sq_win, sq_cpu)
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     conn.close()
     tape_dir = os.path.join(tmp, f"tape-{steps}")
     ts = TapeSaver(tape_dir)
     tape_win: list = []
-    tape_time = run(ts, steps, tape_win)
+    tape_cpu: list = []
+    tape_time = run(ts, steps, tape_win, tape_cpu)
     msgs = len(graph(ts).get_state({"configurable": {"thread_id": "bench"}}).values["messages"])
     ts.close()
     assert msgs == 2 * steps
+    if SUBGRAPH:
+        print(f"       branches of the thread: {len(ts_branches(tape_dir))}", flush=True)
     sq_first, tape_first = first_read(db, tape_dir)
     return {"steps": steps, "sqlite": du(db) + du(db + "-wal"), "tape": du(tape_dir), "sqlite_s": sq_time, "tape_s": tape_time,
-            "sqlite_win": sq_win, "tape_win": tape_win, "sqlite_first": sq_first, "tape_first": tape_first}
+            "sqlite_win": sq_win, "tape_win": tape_win, "sqlite_cpu": sq_cpu, "tape_cpu": tape_cpu, "sqlite_first": sq_first, "tape_first": tape_first}
 
 
 def main(argv: list[str]) -> None:
@@ -127,8 +156,10 @@ def main(argv: list[str]) -> None:
             r = bench(n, tmp)
             print(f"{n:>6} {r['sqlite']:>14,} {r['tape']:>12,} {r['tape'] / r['sqlite']:>12.4f} {r['sqlite_s']:>9.1f} {r['tape_s']:>8.1f}", flush=True)
             for name in ("sqlite", "tape"):
-                w = r[name + "_win"]
-                print(f"       ms per step, each tenth of the run, {name:>6}: {' '.join(f'{x:.1f}' for x in w)}  (last / first tenth {w[-1] / w[0]:.2f})", flush=True)
+                for what in ("win", "cpu"):
+                    w = r[f"{name}_{what}"]
+                    label = "wall" if what == "win" else "CPU "
+                    print(f"       {label} ms per step, each tenth of the run, {name:>6}: {' '.join(f'{x:.1f}' for x in w)}  (last / first tenth {w[-1] / w[0]:.2f})", flush=True)
             print(f"       first get_state in a new process (median of 5): SqliteSaver {r['sqlite_first']:.3f} s, TapeSaver {r['tape_first']:.3f} s, "
                   f"TapeSaver / SqliteSaver {r['tape_first'] / r['sqlite_first']:.2f}x", flush=True)
 
