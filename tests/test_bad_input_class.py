@@ -37,6 +37,7 @@ NUMBER_OPTIONS = {
     ("search", "--until"): ["search", "one", "-s", "chat", "--until", V],
     ("search", "-n"): ["search", "one", "-s", "chat", "-n", V],
     ("usage", "--since"): ["usage", "--since", V],
+    ("diff", "-n"): ["diff", "main", "main", "-s", "chat", "-n", V],
     ("watch", "--jobs"): ["watch", "--once", "-q", "-j", V, "{EMPTY}"],
     # these run until stopped: only their arguments are parsed (make_context)
     ("stream", "--interval"): None,

@@ -563,7 +563,10 @@ class Site:
         )
         if not (a and b):
             return self.layout("diff", f"<h1>Diff</h1>{form}<p class='muted'>Two refs: SESSION/BRANCH, a hash or prefix, SESSION~N...</p>")
-        d = self.tape.diff(a, b, session)  # the library's: `ctape diff`
+        from ..ops.diff import diff
+
+        # the library's `ctape diff`, reading only the newest DIFF_SIDE entries of each side
+        d = diff(self.tape, a, b, session, limit=DIFF_SIDE, newest=True)
         base, left, right = d.base, d.left, d.right
         r = self._renderer(session or "", refs=self._refs_by_entry(session or ""))
         if base:
@@ -572,13 +575,13 @@ class Site:
         else:
             where = "<p>They share no history.</p>"
 
-        def side(ref: str, hashes: list[str]) -> str:
-            cut = f'<p class="muted">{len(hashes) - DIFF_SIDE:,} older entries not shown</p>' if len(hashes) > DIFF_SIDE else ""
-            entries = [self.tape.read_entry(h) for h in hashes[-DIFF_SIDE:]]
+        def side(ref: str, hashes: list[str], count: int) -> str:
+            cut = f'<p class="muted">{count - len(hashes):,} older entries not shown</p>' if count > len(hashes) else ""
+            entries = [self.tape.read_entry(h) for h in hashes]
             body = r.entries(entries) if entries else '<p class="muted">nothing after the base</p>'
-            return f'<section class="side"><h2>{esc(ref)} <span class="muted">+{len(hashes):,}</span></h2>{cut}<div class="conversation">{body}</div></section>'
+            return f'<section class="side"><h2>{esc(ref)} <span class="muted">+{count:,}</span></h2>{cut}<div class="conversation">{body}</div></section>'
 
-        main = f"<h1>Diff</h1>{form}{where}<div class='sides'>{side(a, left)}{side(b, right)}</div>"
+        main = f"<h1>Diff</h1>{form}{where}<div class='sides'>{side(a, left, d.left_count)}{side(b, right, d.right_count)}</div>"
         return self.layout("diff", main)
 
     def stats_page(self) -> Page:
