@@ -23,7 +23,7 @@ import json
 import os
 import uuid as uuidlib
 from collections import defaultdict, deque
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from ..errors import InvalidInput
 from ..model.models import HIDDEN
@@ -182,6 +182,10 @@ class Builder:
         self.entries = 0
         self.raw_lines = 0
         self.done: set[int] = set()  # lines processed
+        # `ctape watch` counts the records the tape did not hold: is_new(h) tells whether the
+        # last entry of a record was written now (it is never kept with a saved layout)
+        self.is_new: Optional[Callable[[str], bool]] = None
+        self.fresh = 0
 
     def run(self) -> None:
         waiting: dict[str, list[int]] = defaultdict(list)
@@ -262,6 +266,8 @@ class Builder:
             self.parent_of[h] = parent
             parent = h
             self.entries += 1
+        if self.is_new is not None and self.is_new(parent):
+            self.fresh += 1
         if not info.message and t.tip is not None:
             self.after[t.tip] = parent
         t.tip = parent

@@ -29,9 +29,11 @@ import os
 import sys
 import tempfile
 import time
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Callable, Optional
+
+from blake3 import blake3
 
 from ..errors import CtapeError, InvalidInput
 from ..formats import _common as c
@@ -41,6 +43,8 @@ from .position import Cache, Position, latest_in_tape, load_layout, save_layout
 from .sources import ID_BYTES, Source, digest
 
 BATCH_BYTES = 64 << 20  # source bytes imported per batch (one fsync per batch)
+VERIFY_ALL = 64 << 20  # a prefix up to this size is read again and compared whenever its file changed
+VERIFY_EVERY = 60.0  # seconds: a running watcher compares a larger prefix whole this often (else its ends)
 CACHE_EVERY = 10.0  # seconds: a following watcher rewrites its cache file at most this often
 PROGRESS_BYTES = 64 << 20  # a progress line when a pass has more than this to read
 
@@ -54,13 +58,15 @@ class Live:
     orphans: set = field(default_factory=set)
     agent: Optional[str] = None
     used: float = 0.0  # time.monotonic() of the last pass that imported from it
+    hasher: object = None  # the digest of the bytes before pos.off, to go on with (blake3)
+    verified: float = 0.0  # time.monotonic() when the file's bytes before pos.off were last read and compared
 
 
 @dataclass
 class PassReport:
     files: int = 0  # sources looked at
     changed: int = 0  # sources with something imported
-    records: int = 0  # lines imported
+    records: int = 0  # records imported that the tape did not hold
     bytes: int = 0  # source bytes read
     errors: list = field(default_factory=list)
 
@@ -322,22 +328,30 @@ class Watcher:
         pos = self._known(s.key)
         if pos is not None and pos.path == s.path and pos.matches_stat(st) and self._intact(pos):
             return 0, 0
-        fmt = s.fmt
-        if fmt is None and pos is not None and self._continuable(s, st, pos):
-            fmt = pos.fmt  # the same file, grown: the same format (else the path may hold another now)
-        if fmt is None:
-            fmt = src_mod.detect(src_mod.head_of(s.path, 1 << 20).split(b"\n")[:-1] or [], s.path)
+        with ExitStack() as stack:
+            # the same file, grown (its bytes up to the position are the ones imported): its
+            # format is the position's; anything else may now hold another format
+            at = self._resume(s, st, pos)
+            if at is not None:
+                stack.callback(at.f.close)
+            fmt = s.fmt or (pos.fmt if at is not None else None)
             if fmt is None:
-                return 0, 0  # nothing to tell the format by yet
-        if fmt == "codex":
-            return self._codex(s, st, pos)
-        if fmt == "claude-code":
-            return self._claude(s, st, pos)
-        if fmt == "gemini":
-            return self._gemini(s, st, pos)
-        return self._whole(s, st, fmt)
+                fmt = src_mod.detect(src_mod.head_of(s.path, 1 << 20).split(b"\n")[:-1] or [], s.path)
+                if fmt is None:
+                    return 0, 0  # nothing to tell the format by yet
+            if at is not None and fmt != pos.fmt:
+                at = None
+            if fmt == "codex":
+                return self._codex(s, st, pos, at)
+            if fmt == "claude-code":
+                return self._claude(s, st, pos, at)
+            if fmt == "gemini":
+                return self._gemini(s, st, pos, at)
+            return self._whole(s, st, fmt)
 
     def _continuable(self, s: Source, st: os.stat_result, pos: Optional[Position]) -> bool:
+        """What the stat and the tape say: the same file, not shorter, not written to without
+        growing, and the tape holds what the position imported."""
         return (
             pos is not None
             and pos.path == s.path
@@ -347,51 +361,75 @@ class Watcher:
             and self._intact(pos)
         )
 
-    @staticmethod
-    def _open_at(s: Source, pos: Optional[Position]):
-        """The file's content positioned at pos.off when its bytes at the start and before the
-        position are those the position saw; None when they are not (rewritten)."""
+    def _resume(self, s: Source, st: os.stat_result, pos: Optional[Position]) -> Optional["_At"]:
+        """The file's content positioned at pos.off, when its first pos.off bytes are the ones
+        imported (the digest of the whole prefix, `ph`); None otherwise (rewritten anywhere,
+        replaced, or a position from before prefix digests: the file is read whole again).
+
+        A running watcher that verified a prefix of more than VERIFY_ALL bytes less than
+        VERIFY_EVERY seconds ago compares the first and last 4 KiB only, and goes on with the
+        digest it keeps in memory: a 1 GB transcript written to every second does not cost
+        a read of 1 GB a second. Its next full check finds any change made meanwhile."""
+        if not self._continuable(s, st, pos):
+            return None
+        if pos.off == 0:
+            return _At(src_mod.open_stream(s.path), blake3(), True)
+        if not pos.ph:
+            return None
+        live = self.live.get(s.key)
+        quick = (
+            live is not None and live.pos is pos and live.hasher is not None
+            and pos.off > VERIFY_ALL and time.monotonic() - live.verified < VERIFY_EVERY
+        )
         f = src_mod.open_stream(s.path)
-        if pos is None or pos.off == 0:
-            return f
         try:
-            head = _read_exact(f, pos.idn)
-            if digest(head) != pos.idh:
+            if quick:
+                if _ends_match(f, pos):
+                    return _At(f, live.hasher.copy(), False)
                 f.close()
                 return None
-            tail_from = max(0, pos.off - ID_BYTES)
-            if hasattr(f, "seek"):
-                f.seek(tail_from)
-                tail = _read_exact(f, pos.off - tail_from)
-            else:
-                kept = head[tail_from:] if tail_from < len(head) else b""
-                tail = kept + src_mod.skip(f, pos.off - len(head), max(0, tail_from - len(head)))
-            if len(tail) != pos.off - tail_from or digest(tail) != pos.th:
+            h = blake3()
+            n = 0
+            while n < pos.off:
+                b = f.read(min(src_mod.CHUNK, pos.off - n))
+                if not b:
+                    break
+                h.update(b)
+                n += len(b)
+            if n != pos.off or h.hexdigest()[:32] != pos.ph:
                 f.close()
                 return None
-            return f
+            return _At(f, h, True)
         except BaseException:
             f.close()
             raise
 
+    def _is_new(self, h: str) -> bool:
+        """Entry h was written by this batch (the tape did not hold it)."""
+        return h in self.tape.store.pending
+
     # -- codex: a chain in file order ------------------------------------------------------
 
-    def _codex(self, s: Source, st: os.stat_result, pos: Optional[Position]) -> tuple[int, int]:
+    def _codex(self, s: Source, st: os.stat_result, pos: Optional[Position], at: Optional["_At"]) -> tuple[int, int]:
         from ..formats import codex
 
-        if not self._continuable(s, st, pos) and not (pos is not None and _rewritten_in_place(pos, st)):
-            # no position this process can trust: the tape's newest one for this source
+        if at is None:
+            # no position this process can continue from: the tape's newest one for this source
             name = pos.session if pos is not None and pos.session else self._codex_session(s)
             found = latest_in_tape(self.tape.session(name), s.key) if name else None
             if found is not None:
-                pos = found
-        f = None
-        if self._continuable(s, st, pos) and pos.time not in (None, c.EPOCH) and (pos.off == 0 or pos.tip):
-            f = self._open_at(s, pos)
-        full = f is None
+                at = self._resume(s, st, found)
+                if at is not None:
+                    pos = found
+        if at is not None and (pos.time in (None, c.EPOCH) or (pos.off and not pos.tip)):
+            at.f.close()
+            at = None
+        full = at is None
         if full:
-            f = src_mod.open_stream(s.path)
+            f, h, verified = src_mod.open_stream(s.path), blake3(), True
             pos = Position(key=s.key, path=s.path, fmt="codex", dev=st.st_dev, ino=st.st_ino)
+        else:
+            f, h, verified = at.f, at.hasher, at.verified
         count = read = 0
         with f:
             parent, clock, session = pos.tip, c.Clock(pos.time), None
@@ -411,25 +449,31 @@ class Watcher:
                         continue
                     for bad in pending:
                         parent = codex.put_line(session, bad.number, bad.text, False, parent, clock)
+                        count += self._is_new(parent)
+                        h.update(bad.pre + bad.raw)
                         self._report_raw(s, bad)
-                        count += 1
                     pending = []
                     parent = codex.put_line(session, ln.number, ln.value, True, parent, clock)
-                    count += 1
+                    count += self._is_new(parent)
+                    h.update(ln.pre + ln.raw)
                     read += ln.end - pos.off
                     self._batch_bytes += ln.end - pos.off
                     recent = (recent + ln.pre + ln.raw)[-ID_BYTES:]
                     pos.off, pos.line = ln.end, ln.number
                 if session is not None and parent != pos.tip:
                     pos.tip, pos.time = parent, clock.last
-                    self._seal(s, pos, recent)
+                    self._seal(s, pos, recent, h)
                     changes, notes = c.safe_refs(self.tape, session, {"main": pos.tip})
                     session.set_refs("import", changes, source="codex", watch=pos.record())
                     self._note(pos, notes)
                     self._checkpoint()
-        if count or not full:
-            self._done(pos, st, Live(pos))
+        if read or not full:
+            self._done(pos, st, Live(pos, hasher=h.copy(), verified=time.monotonic() if verified else self._verified(s.key)))
         return count, read
+
+    def _verified(self, key: str) -> float:
+        live = self.live.get(key)
+        return live.verified if live is not None else 0.0
 
     def _codex_session(self, s: Source, chunk: Optional[list] = None) -> Optional[str]:
         """The session a rollout goes to: its session_meta id (else the file name), as import names it."""
@@ -443,59 +487,66 @@ class Watcher:
         sid = next((codex.session_id(ln.value) for ln in chunk if ln.ok and codex.session_id(ln.value)), None)
         return c.check_target(c.session_name(sid, s.key))
 
-    def _seal(self, s: Source, pos: Position, recent: bytes) -> None:
-        """The identity digests of a position that has just moved."""
+    def _seal(self, s: Source, pos: Position, recent: bytes, prefix) -> None:
+        """The identity digests of a position that has just moved (`prefix`: the digest of
+        every byte before it, kept as they were read)."""
         if pos.idn < ID_BYTES:
             pos.idn = min(ID_BYTES, pos.off)
             pos.idh = digest(src_mod.head_of(s.path, pos.idn))
         want = min(ID_BYTES, pos.off)
         pos.th = digest(recent[-want:] if len(recent) >= want else _tail_of(s, pos))
+        pos.ph = prefix.hexdigest()[:32]
 
     # -- claude code: threads laid out by the importer's Builder ---------------------------------
 
-    def _claude(self, s: Source, st: os.stat_result, pos: Optional[Position]) -> tuple[int, int]:
+    def _claude(self, s: Source, st: os.stat_result, pos: Optional[Position], at: Optional["_At"]) -> tuple[int, int]:
         from ..formats import claude_code
 
         live = self.live.get(s.key)
-        if live is None and pos is not None and pos.session and self._continuable(s, st, pos):
+        grew = at is not None  # the file holds what the position imported, and more
+        if grew and (live is None or live.pos is not pos or live.builder is None) and pos.session:
             got = load_layout(self.cache, pos, self.tape.session(pos.session))
-            if got is not None:
-                live = Live(pos, *got)
-                self.live[s.key] = live
-        # grew: the file holds what the position imported, and more (the same file, its
-        # bytes up to the position unchanged): its layout may move the branches it set
-        f = self._open_at(s, pos) if self._continuable(s, st, pos) else None
-        grew = f is not None
-        if f is not None and (live is None or live.builder is None):
-            f.close()
-            f = None
-        if f is None:
+            live = Live(pos, *got, verified=self._verified(s.key)) if got is not None else None
+        if not grew or live is None or live.builder is None or not hasattr(at.f, "seek"):
+            # a compressed file (the Builder reads lines again by offset), or no layout to continue
             return self._claude_full(s, st, pos, grew)
-        with f:
-            fr = f if hasattr(f, "seek") else None
-            lines = [ln for chunk in complete_lines(f, pos.off, pos.line) for ln in chunk]
-            lines = _trim_invalid_tail(lines)
-            if not lines:
-                self._done(pos, st, live)
-                return 0, 0
-            if fr is None:  # a compressed file: the Builder reads lines again by offset
-                return self._claude_full(s, st, pos, grew)
-            infos = [claude_code.Info(_as_line(ln), ln.value) for ln in lines]
-            if live.agent and any(i.message and not i.sidechain for i in infos):
-                return self._claude_full(s, st, pos, grew)  # not a subagent file after all
-            if not claude_code.extend(live.builder, fr, infos, live.orphans):
-                return self._claude_full(s, st, pos, grew)
-            for ln in lines:
-                if not ln.ok:
-                    self._report_raw(s, ln)
-            recent = b"".join(ln.pre + ln.raw for ln in lines[-64:])
-            read = lines[-1].end - pos.off
-            pos.off, pos.line = lines[-1].end, lines[-1].number
-            self._batch_bytes += read
-            self._seal(s, pos, recent)
-            self._set_claude_refs(live, pos, full=False, grew=True, mine=pos.refs, had=list(pos.branches))
+        live.hasher = at.hasher
+        if at.verified:
+            live.verified = time.monotonic()
+        scan = _Scan(at.hasher)
+        for chunk in complete_lines(at.f, pos.off, pos.line):
+            scan.add(chunk)
+        infos = scan.infos()
+        if not infos:
             self._done(pos, st, live)
-            return len(lines), read
+            return 0, 0
+        if live.agent and any(i.message and not i.sidechain for i in infos):
+            return self._claude_full(s, st, pos, grew)  # not a subagent file after all
+        fresh = live.builder.fresh
+        with self._checkpoints(live.builder, pos.off):
+            if not claude_code.extend(live.builder, at.f, infos, live.orphans):
+                return self._claude_full(s, st, pos, grew)
+        for ln in scan.raw:
+            self._report_raw(s, ln)
+        read = scan.end - pos.off
+        pos.off, pos.line = scan.end, scan.line
+        self._seal(s, pos, scan.recent, at.hasher)
+        self._set_claude_refs(live, pos, full=False, grew=True, mine=pos.refs, had=list(pos.branches))
+        self._done(pos, st, live)
+        return live.builder.fresh - fresh, read
+
+    @contextmanager
+    def _checkpoints(self, builder, base: int):
+        """While the Builder lays out lines, end the batch every BATCH_BYTES of source (its
+        entries are written, the position comes with the last batch): the writes of a
+        1 GB transcript are not all held in memory until one fsync at the end."""
+        bar, builder.bar = builder.bar, _Batches(self, base)
+        builder.is_new = self._is_new
+        try:
+            yield
+        finally:
+            builder.bar = bar
+            builder.is_new = None
 
     def _claude_full(self, s: Source, st: os.stat_result, old: Optional[Position], grew: bool = False) -> tuple[int, int]:
         """Import the whole file (again): a fresh layout, as `ctape import` makes it."""
@@ -512,39 +563,34 @@ class Watcher:
     def _claude_layout(self, s: Source, st: os.stat_result, old: Optional[Position], data, grew: bool) -> tuple[int, int]:
         from ..formats import claude_code
 
-        if data is None:
-            with src_mod.open_stream(s.path) as f:
-                lines = [ln for chunk in complete_lines(f, 0, 0) for ln in chunk]
-        else:
-            lines = [ln for chunk in complete_lines(data, 0, 0) for ln in chunk]
-        lines = _trim_invalid_tail(lines)
-        infos = [claude_code.Info(_as_line(ln), ln.value) for ln in lines]
+        scan = _Scan(blake3())
+        with (src_mod.open_stream(s.path) if data is None else nullcontext(data)) as f:
+            for chunk in complete_lines(f, 0, 0):
+                scan.add(chunk)
+        infos = scan.infos()
         if not any(i.message for i in infos):
             return 0, 0  # wait for the first message: it names the session
-        sid = next((ln.value.get("sessionId") for ln in lines if ln.ok and isinstance(ln.value, dict) and isinstance(ln.value.get("sessionId"), str)), None)
-        first_time = next((t for t in (c.valid_time(ln.value.get("timestamp")) for ln in lines if ln.ok and isinstance(ln.value, dict)) if t), None)
         agent = claude_code.is_subagent(infos)
-        base = c.session_name(sid, s.key)
+        base = c.session_name(scan.sid, s.key)
         name = c.check_target(c.session_name(f"{base}-agent-{agent}", s.key) if agent else base)
         session = self.tape.session(name)
         if old is None or old.session != name:
             grew = False  # another session than the position's: nothing of it is this file's yet
             old = latest_in_tape(session, s.key) or (old if old and old.session == name else None)
         pos = Position(key=s.key, path=s.path, fmt="claude-code", session=name, dev=st.st_dev, ino=st.st_ino)
-        live = Live(pos, claude_code.start_builder(session, first_time or c.undated_time(self.tape, session, s.path)), set(), agent)
+        live = Live(pos, claude_code.start_builder(session, scan.first_time or c.undated_time(self.tape, session, s.path)), set(), agent,
+                    hasher=scan.hasher, verified=time.monotonic())
         fr = data if data is not None else open(s.path, "rb")
-        with fr:
+        with fr, self._checkpoints(live.builder, 0):
             claude_code.extend(live.builder, fr, infos, live.orphans)
-        for ln in lines:
-            if not ln.ok:
-                self._report_raw(s, ln)
-        pos.off, pos.line = lines[-1].end, lines[-1].number
-        self._seal(s, pos, b"".join(ln.pre + ln.raw for ln in lines[-64:]))
-        self._batch_bytes += pos.off
+        for ln in scan.raw:
+            self._report_raw(s, ln)
+        pos.off, pos.line = scan.end, scan.line
+        self._seal(s, pos, scan.recent, scan.hasher)
         mine, had = (old.refs, list(old.branches)) if old is not None else (None, [])
-        wrote = self._set_claude_refs(live, pos, full=True, old=old, grew=grew, mine=mine, had=had)
+        self._set_claude_refs(live, pos, full=True, old=old, grew=grew, mine=mine, had=had)
         self._done(pos, st, live if not s.zst else None)
-        return (len(lines) if wrote else 0), pos.off
+        return live.builder.fresh, pos.off
 
     def _set_claude_refs(self, live: Live, pos: Position, full: bool, grew: bool, mine: Optional[dict], had: list,
                          old: Optional[Position] = None) -> bool:
@@ -604,7 +650,7 @@ class Watcher:
 
     # -- gemini cli: the whole file whenever it changes, laid out as import lays it out ------------
 
-    def _gemini(self, s: Source, st: os.stat_result, pos: Optional[Position]) -> tuple[int, int]:
+    def _gemini(self, s: Source, st: os.stat_result, pos: Optional[Position], at: Optional["_At"]) -> tuple[int, int]:
         """A Gemini CLI session file: read whole at each change (a JSON document is written
         again whole; a JSON Lines file is short). The importer continues the thread the
         file's earlier version left (by content: formats/gemini.py), so what is new is
@@ -616,13 +662,8 @@ class Watcher:
         from ..formats.reading import spooled
         from .position import latest_in_tape
 
+        grew = at is not None
         with spooled([s.path]) as (path,):
-            grew = False
-            if pos is not None and self._continuable(s, st, pos):
-                f = self._open_at(s, pos)
-                if f is not None:
-                    f.close()
-                    grew = True
             try:
                 lay = gemini.layout(self.tape, path, None, after_line=pos.line if grew else 0)
             except (gemini.Incomplete, gemini.Empty):
@@ -639,7 +680,7 @@ class Watcher:
         new.refs = {b: h for b, h in lay.refs.items() if now.get(b) == h}
         new.tip = lay.refs.get("main")
         new.time = self.tape.read_entry(new.tip).time if new.tip else None
-        self._seal(s, new, b"")
+        self._seal(s, new, b"", _prefix_digest(s, lay.end))
         self._batch_bytes += lay.end
         wrote = bool(changes) or old is None or old.record() != new.record()
         if wrote:
@@ -709,13 +750,104 @@ def _tail_of(s: Source, pos: Position) -> bytes:
         return src_mod.skip(f, pos.off, start)
 
 
-def _trim_invalid_tail(lines: list[_Line]) -> list[_Line]:
-    """Lines not JSON after the last valid one may still be being written: left for later."""
-    end = len(lines)
-    while end and not lines[end - 1].ok:
-        end -= 1
-    return lines[:end]
+class _At:
+    """A source opened at its position: the stream, the digest of the bytes before it, and
+    whether those bytes were read and compared now (else only their ends)."""
+
+    __slots__ = ("f", "hasher", "verified")
+
+    def __init__(self, f, hasher, verified: bool):
+        self.f, self.hasher, self.verified = f, hasher, verified
 
 
-def _as_line(ln: _Line) -> c.Line:
-    return c.Line(ln.number, ln.offset, len(ln.raw), None, ln.ok)  # the Builder reads the value again
+class _Scan:
+    """The lines of a Claude Code file read in this pass, as the Builder's Infos (their values
+    are dropped: the Builder reads each line again by offset, so memory holds one chunk of
+    values at a time, not the file). Lines that are not JSON after the last valid one may
+    still be being written: they are left for later (not consumed, not in the digest)."""
+
+    def __init__(self, hasher):
+        from ..formats import claude_code
+
+        self.Info = claude_code.Info
+        self.hasher = hasher
+        self.done: list = []
+        self.held: list[_Line] = []
+        self.raw: list[_Line] = []  # lines kept as they are (not JSON), to report
+        self.sid: Optional[str] = None
+        self.first_time: Optional[str] = None
+        self.recent = b""
+        self.end = self.line = 0
+
+    def add(self, chunk: list[_Line]) -> None:
+        for ln in chunk:
+            if not ln.ok:
+                self.held.append(ln)
+                continue
+            for bad in self.held:
+                self._take(bad)
+                self.raw.append(bad)
+            self.held = []
+            v = ln.value
+            if isinstance(v, dict):
+                if self.sid is None and isinstance(v.get("sessionId"), str):
+                    self.sid = v["sessionId"]
+                if self.first_time is None:
+                    self.first_time = c.valid_time(v.get("timestamp"))
+            self._take(ln)
+
+    def _take(self, ln: _Line) -> None:
+        self.done.append(self.Info(c.Line(ln.number, ln.offset, len(ln.raw), None, ln.ok), ln.value))
+        self.hasher.update(ln.pre)
+        self.hasher.update(ln.raw)
+        self.recent = (self.recent + ln.pre + ln.raw)[-ID_BYTES:]
+        self.end, self.line = ln.end, ln.number
+
+    def infos(self) -> list:
+        return self.done
+
+
+class _Batches:
+    """Stands in for the Builder's progress bar while watch lays out lines: counts the source
+    bytes done and ends the batch every BATCH_BYTES."""
+
+    def __init__(self, w: Watcher, base: int):
+        self.w, self.last = w, base
+
+    def update(self, offset: int) -> None:
+        if offset > self.last:
+            self.w._batch_bytes += offset - self.last
+            self.last = offset
+            self.w._checkpoint()
+
+    def done(self) -> None:
+        pass
+
+
+def _ends_match(f, pos: Position) -> bool:
+    """The file's first `idn` bytes and the 4 KiB before pos.off are those the position saw;
+    the stream is left at pos.off."""
+    head = _read_exact(f, pos.idn)
+    if digest(head) != pos.idh:
+        return False
+    tail_from = max(0, pos.off - ID_BYTES)
+    if hasattr(f, "seek"):
+        f.seek(tail_from)
+        tail = _read_exact(f, pos.off - tail_from)
+    else:
+        kept = head[tail_from:] if tail_from < len(head) else b""
+        tail = kept + src_mod.skip(f, pos.off - len(head), max(0, tail_from - len(head)))
+    return len(tail) == pos.off - tail_from and digest(tail) == pos.th
+
+
+def _prefix_digest(s: Source, n: int):
+    """The digest of the file's first n bytes, read now (a Gemini CLI file is read whole anyway)."""
+    h = blake3()
+    with src_mod.open_stream(s.path) as f:
+        while n > 0:
+            b = f.read(min(src_mod.CHUNK, n))
+            if not b:
+                break
+            h.update(b)
+            n -= len(b)
+    return h

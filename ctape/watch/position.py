@@ -7,7 +7,7 @@ source's position and identity:
     {"op": "import", "set": {"main": ..., "HEAD": "@main"}, "source": "codex",
      "watch": {"key": "/home/u/.codex/sessions/.../rollout-X.jsonl", "path": ..., "fmt": "codex",
                "off": 123456, "line": 240, "dev": 2049, "ino": 1234, "idn": 4096, "idh": "...",
-               "th": "...", "time": "2026-...Z", "branches": ["main"]}}
+               "th": "...", "ph": "...", "time": "2026-...Z", "branches": ["main"]}}
 
 A copy of the latest position of each source is kept in a cache file beside the tape's
 index cache (never in the tape), with the file's size and mtime and the
@@ -27,7 +27,7 @@ from typing import Optional
 
 from blake3 import blake3
 
-RECORD_FIELDS = ("key", "path", "fmt", "off", "line", "dev", "ino", "idn", "idh", "th", "time", "tip", "branches", "refs")
+RECORD_FIELDS = ("key", "path", "fmt", "off", "line", "dev", "ino", "idn", "idh", "th", "ph", "time", "tip", "branches", "refs")
 CACHE_VERSION = 1
 
 
@@ -44,6 +44,7 @@ class Position:
     idn: int = 0  # how many bytes at the start `idh` covers
     idh: str = ""  # digest of the first idn bytes
     th: str = ""  # digest of the up to ID_BYTES bytes before off
+    ph: str = ""  # digest of all the bytes before off (the prefix imported): "" in positions older than it
     time: Optional[str] = None  # the last entry's time (the clock to continue with)
     tip: Optional[str] = None  # the entry of the last line imported
     branches: list = field(default_factory=list)  # branches of the file's layout
@@ -170,12 +171,12 @@ def save_layout(cache: "Cache", pos: Position, builder, orphans: set, agent) -> 
     path = _layout_path(cache, pos.key)
     if path is None:
         return
-    keep = (builder.s, builder.f, builder.bar)
-    builder.s = builder.f = builder.bar = None
+    keep = (builder.s, builder.f, builder.bar, builder.is_new)
+    builder.s = builder.f = builder.bar = builder.is_new = None
     try:
         data = pickle.dumps({"key": pos.key, "off": pos.off, "tip": pos.tip, "builder": builder, "orphans": orphans, "agent": agent}, protocol=pickle.HIGHEST_PROTOCOL)
     finally:
-        builder.s, builder.f, builder.bar = keep
+        builder.s, builder.f, builder.bar, builder.is_new = keep
     try:
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         tmp = f"{path}.{os.getpid()}.tmp"
@@ -202,4 +203,6 @@ def load_layout(cache: "Cache", pos: Position, session):
     from ..formats import _common as c
 
     b.s, b.f, b.bar = session, None, c.Progress("", False)
+    b.is_new = None
+    b.fresh = getattr(b, "fresh", 0)
     return b, d["orphans"], d["agent"]
