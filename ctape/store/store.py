@@ -621,8 +621,16 @@ class Store:
 
     def _dictionary(self, file_id: int, offset: int, where: str, src: Optional["Source"]):
         """A decompressor for the dictionary record at `offset`; the last few are cached by
-        file, offset and the record's checksum (a file cut and written again, or replaced,
-        may hold another dictionary at the same offset)."""
+        file, offset, the record's length and its checksum (a file cut and written again,
+        or replaced, may hold another dictionary at the same offset)."""
+        if src is None:
+            # a block read on its own: a cached dictionary is known by its record's frame
+            # (length and stored checksum, 2 small reads), not by reading its body again
+            key = self._dict_key(file_id, offset)
+            dctx = self._dicts.pop(key, None) if key is not None else None
+            if dctx is not None:
+                self._dicts[key] = dctx
+                return dctx
         try:
             rec = src.record_at(offset) if src is not None else None
             if rec is None:
@@ -632,7 +640,7 @@ class Store:
         type_, body = rec
         if type_ != framing.T_DICT:
             raise CorruptObject(f"damaged {where}: no dictionary record where it points; run `ctape fsck`")
-        key = (file_id, offset, zlib.crc32(body))
+        key = (file_id, offset, len(body), zlib.crc32(body))
         dctx = self._dicts.pop(key, None)
         if dctx is None:
             z = zstd()
@@ -642,6 +650,23 @@ class Store:
                 self._dicts.pop(next(iter(self._dicts)))
         self._dicts[key] = dctx  # most recently used last
         return dctx
+
+    def _dict_key(self, file_id: int, offset: int) -> Optional[tuple]:
+        """(file, offset, length, stored checksum) of the dictionary record at `offset`, read
+        from its frame only; None when there is no whole dictionary record's frame there
+        (the full read then says what is wrong)."""
+        try:
+            fd = self._read_fd(file_id)
+        except (FileNotFoundError, EntryNotFound):
+            return None
+        head = os.pread(fd, framing.HEADER_SIZE, offset)
+        parsed = framing.parse_header(head) if len(head) == framing.HEADER_SIZE else None
+        if parsed is None or parsed[0] != framing.T_DICT:
+            return None
+        tail = os.pread(fd, framing.TRAILER_SIZE, offset + framing.HEADER_SIZE + parsed[1])
+        if len(tail) != framing.TRAILER_SIZE:
+            return None
+        return (file_id, offset, parsed[1], int.from_bytes(tail, "little"))
 
     def block_records(self, file_id: int, offset: int, body: bytes, type_: int = framing.T_BLOCK) -> dict[str, bytes]:
         """The object records inside a block, by hash (the last few blocks are cached)."""
