@@ -63,7 +63,11 @@ def test_calls_pair_with_their_outputs_and_parts_stay_parts(tape, tmp_path):
     out = next(e for e in tape.session("s").context(format="tape") if e["kind"] == "tool_result" and e["payload"]["call_id"] == "call_v1")
     assert out["payload"]["output"] == [{"type": "text", "text": "shot.png:"}, {"type": "image_url", "image_url": {"url": IMG}}]
     assert not tape.session("s").status()["pending_tool_calls"]
-    said = [(m["role"], m["content"]) for m in view if m["role"] in ("user", "assistant") and m.get("content")]
+    # the view_image result's image follows the turn's tool messages as a user message
+    # (Chat Completions takes no image in a tool message; tests/test_context_tool_images.py)
+    shown = [m for m in view if m["role"] == "user" and isinstance(m["content"], list)]
+    assert len(shown) == 1 and {"type": "image_url", "image_url": {"url": IMG}} in shown[0]["content"]
+    said = [(m["role"], m["content"]) for m in view if m["role"] in ("user", "assistant") and isinstance(m.get("content"), str) and m["content"]]
     assert said == [("user", "find the calendar tool and run the script"), ("assistant", "worker: done"), ("assistant", "Ran it: a.py and b.py.")]
     # lossless: every line comes back
     assert [json.loads(x) for x in export_ref(tape, "s", "codex")] == recs

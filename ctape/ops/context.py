@@ -389,11 +389,31 @@ def _openai_content(c: Any) -> Any:
     return _as_text(c)
 
 
+def _images_of(c: Any) -> list[dict]:
+    """The image parts of a tool result's output (a list of parts), if any."""
+    return [p for p in c if isinstance(p, dict) and p.get("type") in IMAGE_PARTS] if isinstance(c, list) else []
+
+
 def to_openai(msgs: list[Msg]) -> list[dict]:
     out = []
+    seen: list[dict] = []  # images of the tool results just written: Chat Completions takes
+    # no image in a tool message, so they follow, as one user message, once the results of
+    # that turn are all written (nothing may come between a call and its result)
     for m in msgs:
+        if m.role != "tool" and seen:
+            out.append({"role": "user", "content": seen})
+            seen = []
         if m.role == "tool":
-            out.append({"role": "tool", "tool_call_id": m.call_id, "content": _tool_text(m.content)})
+            images = _images_of(m.content)
+            if images:
+                rest = [p for p in m.content if p not in images]
+                text = _tool_text(rest) if rest else ""
+                note = f"[{len(images)} image{'s' if len(images) > 1 else ''}: in the next user message]"
+                out.append({"role": "tool", "tool_call_id": m.call_id, "content": f"{text}\n{note}" if text else note})
+                seen.append({"type": "text", "text": f"[the image{'s' if len(images) > 1 else ''} of the result of tool call {m.call_id}]"})
+                seen += _openai_content(images)
+            else:
+                out.append({"role": "tool", "tool_call_id": m.call_id, "content": _tool_text(m.content)})
         elif m.role == "assistant":
             if not m.calls and isinstance(m.content, list) and not _assistant_text(m.content):
                 continue  # only structure the Chat Completions API has no place for (thinking)
@@ -407,6 +427,8 @@ def to_openai(msgs: list[Msg]) -> list[dict]:
             out.append(d)
         else:
             out.append({"role": m.role, "content": _openai_content(m.content) if m.role == "user" else _assistant_text(m.content)})
+    if seen:
+        out.append({"role": "user", "content": seen})
     return out
 
 
@@ -440,7 +462,7 @@ def _anthropic_blocks(c: Any) -> list[dict]:
     if isinstance(c, list):
         out = []
         for p in c:
-            if isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str):
+            if isinstance(p, dict) and p.get("type") in TEXT_PARTS and isinstance(p.get("text"), str):
                 if p["text"]:
                     out.append({"type": "text", "text": p["text"]})
             elif isinstance(p, dict) and p.get("type") in IMAGE_PARTS:
@@ -494,7 +516,10 @@ def to_anthropic(msgs: list[Msg]) -> dict:
                 blocks.append({"type": "tool_use", "id": ids[c.hash], "name": c.name, "input": _tool_input(c.arguments)})
             add("assistant", blocks)
         else:
-            block = {"type": "tool_result", "tool_use_id": ids.get(m.answers, m.call_id), "content": _as_text(m.content)}
+            # a result with images keeps them as image blocks (the Messages API takes text
+            # and image blocks in a tool_result), never as base64 inside JSON text
+            content = _anthropic_blocks(m.content) if _images_of(m.content) else _as_text(m.content)
+            block = {"type": "tool_result", "tool_use_id": ids.get(m.answers, m.call_id), "content": content}
             if m.is_error:
                 block["is_error"] = True
             add("user", [block])
