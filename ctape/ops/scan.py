@@ -131,6 +131,18 @@ class Detectors:
             self.patterns.append((p.get("kind") or "pattern", re.compile(p["regex"])))
         self.entropy = entropy
 
+    def fingerprint(self) -> str:
+        """What the findings depend on: the patterns, the entropy check, the masking rules."""
+        try:
+            from importlib.metadata import version
+
+            ds = version("detect-secrets") if self.have_detect_secrets else ""
+        except Exception:  # noqa: BLE001 - no version known: the patterns still say enough
+            ds = ""
+        parts = [ds, str(self.entropy), str(ENTROPY_LIMIT), str(MIN_GROUP), str(PREVIEW_CONTEXT), _TOKEN.pattern]
+        parts += [f"{k}\0{rx.pattern}\0{rx.flags}" for k, rx in self.patterns]
+        return blake3("\n".join(parts).encode()).hexdigest()
+
     def pattern_spans(self, text: str) -> list[tuple[int, int, str]]:
         out = []
         for kind, rx in self.patterns:
@@ -245,24 +257,6 @@ def allow(tape: "Tape", finding_id: str) -> None:
 # -- walking a session ----------------------------------------------------------------------------
 
 
-def reachable(tape: "Tape", session: str) -> Iterator[str]:
-    """Every entry a session's branches, HEAD and tags reach, each once."""
-    st = tape.session(session).refs()
-    tips = list(st.branches.values()) + list(st.tags.values()) + [st.head_hash]
-    seen: set[str] = set()
-    stack = [t for t in tips if t]
-    while stack:
-        h = stack.pop()
-        if h in seen or not tape.store.has_object(h):
-            continue
-        seen.add(h)
-        yield h
-        _, body = tape.store.get_object(h)
-        parent = decode_entry(h, body)["parent"]
-        if parent:
-            stack.append(parent)
-
-
 def _strings(value, steps: list, key: Optional[str]) -> Iterator[tuple[list, Optional[str], str]]:
     if type(value) is str:
         yield steps, key, value
@@ -281,10 +275,14 @@ class Scanner:
         self._blob_spans: dict[str, tuple[str, list]] = {}
         self.bytes = 0
 
-    def entry(self, session: str, h: str) -> Iterator[Finding]:
-        _, body = self.tape.store.get_object(h)
-        raw = decode_entry(h, body)
+    def entry(self, session: str, h: str, raw: Optional[dict] = None) -> Iterator[Finding]:
+        """The findings of one entry. `self.blob_of` then maps each finding's path to the
+        large value it was found in (None: inline), for the scan cache."""
+        if raw is None:
+            _, body = self.tape.store.get_object(h)
+            raw = decode_entry(h, body)
         red = self.tape.redactions()
+        self.blob_of: dict[str, Optional[str]] = {}
         if h in red:
             raw = redaction.apply(raw, red[h])
         inline, blobs = [], []
@@ -306,15 +304,16 @@ class Scanner:
             lo = starts[i]
             if a - lo < len(texts[i]):
                 found[i].append((a - lo, min(b - lo, len(texts[i])), kind))
-        work = [(steps, texts[i], self.detectors.spans(texts[i], key, found[i])) for i, (steps, key, _) in enumerate(inline)]
+        work = [(steps, texts[i], self.detectors.spans(texts[i], key, found[i]), None) for i, (steps, key, _) in enumerate(inline)]
         for steps, key, s in blobs:
             text, spans = self._blob(s[2:], key, red)
             if text is not None:
-                work.append((steps, text, spans))
-        for steps, text, spans in work:
+                work.append((steps, text, spans, s[2:]))
+        for steps, text, spans, blob in work:
             if not spans:
                 continue
             path = redaction.format_path(steps)
+            self.blob_of[path] = blob
             kinds = set()
             for span in spans:
                 if span[2] not in kinds:  # one finding per value and kind: redaction takes the whole value
@@ -336,7 +335,9 @@ class Scanner:
 
 def scan(tape: "Tape", sessions: Optional[Iterable[str]] = None, *, include_allowed: bool = False,
          detectors: Optional[Detectors] = None, on_missing: Optional[Callable[[str], None]] = None) -> dict:
-    """{"findings": [Finding], "allowed": n, "bytes": n, "detect_secrets": bool}."""
+    """{"findings": [Finding], "allowed": n, "bytes": n, "detect_secrets": bool, "cached": n}.
+    Entries scanned before with the same detectors come from the scan cache (ScanCache):
+    neither read nor matched again."""
     settings = load_settings(tape)
     detectors = detectors or Detectors(settings["patterns"])
     if not detectors.have_detect_secrets and on_missing:
@@ -345,15 +346,112 @@ def scan(tape: "Tape", sessions: Optional[Iterable[str]] = None, *, include_allo
     tape.store.refresh()
     names = list(sessions) if sessions is not None else tape.session_names()
     sc = Scanner(tape, detectors)
-    findings, skipped = [], 0
-    for name in names:
-        for h in reachable(tape, name):
-            for f in sc.entry(name, h):
-                if f.id in allowed and not include_allowed:
-                    skipped += 1
+    cache = ScanCache.open(tape, detectors)
+    red = tape.redactions()
+    findings, skipped, cached = [], 0, 0
+    try:
+        for name in names:
+            for h, row in _walk(tape, name, cache, red):
+                if row is not None:
+                    cached += 1
+                    found = [Finding(name, h, path, kind, prev) for path, kind, prev, blob in row if blob not in red]
                 else:
-                    findings.append(f)
-    return {"findings": findings, "allowed": skipped, "bytes": sc.bytes, "detect_secrets": detectors.have_detect_secrets}
+                    _, body = tape.store.get_object(h)
+                    raw = decode_entry(h, body)
+                    found = list(sc.entry(name, h, raw))
+                    if cache is not None and h not in red:
+                        cache.put(h, raw["parent"], [(f.path, f.kind, f.preview, sc.blob_of.get(f.path)) for f in found])
+                for f in found:
+                    if f.id in allowed and not include_allowed:
+                        skipped += 1
+                    else:
+                        findings.append(f)
+    finally:
+        if cache is not None:
+            cache.close()
+    return {"findings": findings, "allowed": skipped, "bytes": sc.bytes, "detect_secrets": detectors.have_detect_secrets, "cached": cached}
+
+
+def _walk(tape: "Tape", session: str, cache: Optional["ScanCache"], red: dict) -> Iterator[tuple[str, Optional[list]]]:
+    """Every entry the session's refs reach, each once, with its cached findings (None:
+    not scanned yet with these detectors, or redacted since: scan it). A cached entry
+    gives its parent without being read."""
+    st = tape.session(session).refs()
+    stack = [t for t in list(st.branches.values()) + list(st.tags.values()) + [st.head_hash] if t]
+    seen: set[str] = set()
+    while stack:
+        h = stack.pop()
+        if h in seen:
+            continue
+        seen.add(h)
+        got = cache.get(h) if cache is not None and h not in red else None
+        if got is not None:
+            parent, row = got
+            yield h, row
+        else:
+            if not tape.store.has_object(h):
+                continue
+            yield h, None
+            _, body = tape.store.get_object(h)
+            parent = decode_entry(h, body)["parent"]
+        if parent:
+            stack.append(parent)
+
+
+class ScanCache:
+    """What scan found in each entry, by entry hash, in this machine's cache folder
+    (`scan.sqlite`, never synced). An entry never changes, so its findings change only
+    with the detectors: the cache is emptied when their fingerprint (patterns, entropy
+    limit, detect-secrets' version) differs. Redactions and allowed ids apply when read.
+    A lost cache costs one full scan."""
+
+    def __init__(self, db, fingerprint: str):
+        self.db = db
+        self.pending: list[tuple] = []
+        row = db.execute("SELECT value FROM meta WHERE key='detectors'").fetchone()
+        if row is None or row[0] != fingerprint:
+            db.execute("DELETE FROM scanned")
+            db.execute("INSERT OR REPLACE INTO meta VALUES('detectors', ?)", (fingerprint,))
+
+    @classmethod
+    def open(cls, tape: "Tape", detectors: Detectors) -> Optional["ScanCache"]:
+        import sqlite3
+
+        from ..store.index import connect_cache
+
+        d = cache_folder(tape.store)
+        if d is None:
+            return None
+        try:
+            db = connect_cache(os.path.join(d, "scan.sqlite"))
+            db.execute("CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT)")
+            db.execute("CREATE TABLE IF NOT EXISTS scanned(hash TEXT PRIMARY KEY, parent TEXT, findings TEXT NOT NULL) WITHOUT ROWID")
+            return cls(db, detectors.fingerprint())
+        except (sqlite3.Error, OSError):
+            return None  # a cache that cannot be used is no cache: scan reads everything
+
+    def get(self, h: str) -> Optional[tuple[Optional[str], list]]:
+        row = self.db.execute("SELECT parent, findings FROM scanned WHERE hash=?", (h,)).fetchone()
+        return (row[0], json.loads(row[1])) if row else None
+
+    def put(self, h: str, parent: Optional[str], found: list[tuple]) -> None:
+        self.pending.append((h, parent, json.dumps(found)))
+        if len(self.pending) >= 4096:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.pending:
+            self.db.executemany("INSERT OR REPLACE INTO scanned VALUES(?, ?, ?)", self.pending)
+            self.pending = []
+
+    def close(self) -> None:
+        import sqlite3
+
+        try:
+            self.flush()
+        except sqlite3.Error:
+            pass
+        self.db.close()
 
 
 def unresolved(tape: "Tape", sessions: Iterable[str]) -> list[Finding]:
