@@ -73,3 +73,23 @@ def test_a_lost_or_broken_cache_costs_a_full_scan_only(tmp_path):
     r = scanmod.scan(t)
     assert r["cached"] == 0 and len(r["findings"]) == 1
     t.close()
+
+
+def test_compact_leaves_no_text_of_a_redacted_value_in_the_scan_cache(tmp_path):
+    """A value redacted by pattern (no detector found it) may sit in the preview of another
+    find in the same entry; after compact the scan cache holds none of it."""
+    d = tmp_path / "t"
+    t = Tape.init(d, cache_dir=str(tmp_path / "cache"))
+    token = "ghp_" + (uuid.uuid4().hex * 2)[:36]
+    t.session("s").append("tool_result", {"call_id": "c", "output": f"pw=hunter2xyz token={token}"})
+    t.close()
+    t = Tape.open(d, cache_dir=str(tmp_path / "cache"))
+    r = scanmod.scan(t)
+    assert [f.kind for f in r["findings"]] == ["github-token"]
+    from ctape.ops.redact import redact_pattern
+
+    redact_pattern(t, "hunter2", ["s"])
+    assert b"hunter2xyz" in _cache_bytes(tmp_path)  # the preview of the token's find, until compact
+    t.compact()
+    assert b"hunter2xyz" not in _cache_bytes(tmp_path)
+    t.close()

@@ -439,6 +439,9 @@ def _scrub_caches(tape) -> None:
         si._redactions_changed()
     finally:
         si.close()
+    from .scan import forget_redacted
+
+    forget_redacted(tape)
 
 
 def _plan(store: Store, snapshot, ages, grace_s, live, red: Optional[Redacted] = None) -> dict:

@@ -339,6 +339,7 @@ def scan(tape: "Tape", sessions: Optional[Iterable[str]] = None, *, include_allo
     Entries scanned before with the same detectors come from the scan cache (ScanCache):
     neither read nor matched again."""
     settings = load_settings(tape)
+    own = detectors is None  # the cache is the tape's detectors' (a one-off pattern's scan keeps none)
     detectors = detectors or Detectors(settings["patterns"])
     if not detectors.have_detect_secrets and on_missing:
         on_missing("detect-secrets is not installed: only ctape's own patterns, high-entropy strings and yours were used; pip install 'ctape[scan]'")
@@ -346,7 +347,7 @@ def scan(tape: "Tape", sessions: Optional[Iterable[str]] = None, *, include_allo
     tape.store.refresh()
     names = list(sessions) if sessions is not None else tape.session_names()
     sc = Scanner(tape, detectors)
-    cache = ScanCache.open(tape, detectors)
+    cache = ScanCache.open(tape, detectors) if own else None
     red = tape.redactions()
     findings, skipped, cached = [], 0, 0
     try:
@@ -396,6 +397,36 @@ def _walk(tape: "Tape", session: str, cache: Optional["ScanCache"], red: dict) -
             parent = decode_entry(h, body)["parent"]
         if parent:
             stack.append(parent)
+
+
+def forget_redacted(tape: "Tape") -> None:
+    """The scan cache keeps no text of a redacted entry: its rows go (a preview shows the
+    text around a find, which may hold a value redacted by pattern or path), and the file
+    is rewritten so that no freed page keeps them (called by `compact`)."""
+    import sqlite3
+
+    d = cache_folder(tape.store)
+    path = os.path.join(d, "scan.sqlite") if d else None
+    if not path or not os.path.exists(path):
+        return
+    red = list(tape.redactions())
+    try:
+        from ..store.index import connect_cache
+
+        db = connect_cache(path)
+        try:
+            db.executemany("DELETE FROM scanned WHERE hash=?", [(h,) for h in red])
+            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            db.execute("VACUUM")
+            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        finally:
+            db.close()
+    except sqlite3.Error:
+        for suffix in ("", "-wal", "-shm"):  # a cache that cannot be cleaned goes whole
+            try:
+                os.unlink(path + suffix)
+            except FileNotFoundError:
+                pass
 
 
 class ScanCache:
