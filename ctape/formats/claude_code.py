@@ -126,28 +126,6 @@ class Info:
         self.agent = d.get("agentId") if isinstance(d.get("agentId"), str) else None
 
 
-def _scan(f, path: str):
-    infos: list[Info] = []
-    first_time = sid = None
-    valid = 0
-    for ln in c.scan_lines(f):
-        v = ln.value
-        if ln.ok:
-            valid += is_record(v)
-            if isinstance(v, dict):
-                first_time = first_time or c.valid_time(v.get("timestamp"))
-                sid = sid or (v.get("sessionId") if isinstance(v.get("sessionId"), str) else None)
-        infos.append(Info(ln, v))
-        ln.value = None  # read again when importing: memory stays bounded
-    truncated = ""
-    if infos and not infos[-1].line.ok:
-        dropped = infos.pop()
-        truncated = f"skipped the incomplete last line {dropped.line.number} (file still being written?)"
-    if not valid:
-        raise InvalidInput(f"{path}: no Claude Code record found (expected JSON lines with type, uuid, sessionId); is this a Claude Code session file?")
-    return infos, first_time, sid, truncated
-
-
 def is_subagent(infos: list[Info]) -> Optional[str]:
     """The agentId when every message of the file is a sidechain (a subagent file)."""
     msgs = [i for i in infos if i.message]
@@ -187,9 +165,12 @@ class Builder:
         self.is_new: Optional[Callable[[str], bool]] = None
         self.fresh = 0
 
-    def run(self) -> None:
+    def run(self, start: int = 0) -> None:
+        """Lay out every line from `start` on (the lines before it are done, in file order,
+        none of them waiting: see _Stream)."""
         waiting: dict[str, list[int]] = defaultdict(list)
-        for i, info in enumerate(self.infos):
+        for i in range(start, len(self.infos)):
+            info = self.infos[i]
             p = info.parent
             if info.message and p and p in self.in_file and p not in self.entry_of and p != info.uuid:
                 waiting[p].append(i)  # its parent is further down the file
@@ -247,7 +228,10 @@ class Builder:
         self.done.add(i)
         info = self.infos[i]
         t = self._thread_for(info, force_root)
-        value = c.read_at(self.f, info.line)
+        value = info.line.value  # parsed by the scan, when it is still held (_Stream)
+        if value is None:
+            value = c.read_at(self.f, info.line)
+        info.line.value = None
         n = info.line.number
         if info.line.ok:
             parts = map_record(value)
@@ -343,24 +327,126 @@ def find_subagent_files(path: str, sid: Optional[str]) -> list[str]:
 
 
 def import_file(tape, path: str, session: Optional[str], progress: bool, exact: bool, main_name: dict):
-    with c.open_source(path) as f:
-        infos, first_time, sid, truncated = _scan(f, path)
-        agent = is_subagent(infos)
-        base = session or main_name.get(sid or "") or c.session_name(sid, path)
-        name = base if (exact and session) or not agent else c.session_name(f"{base}-agent-{agent}", path)
-        c.check_target(name)
-        s = tape.session(name)
+    from . import seen
+
+    read = seen.prepass(path)  # a line too long is refused here, before anything is written
+    options = {"session": session, "exact": bool(exact and session)}
+    got = seen.lookup(tape, path, FMT, options, read)
+    if got is not None and _name_of(got.get("sid"), got.get("agent"), path, session, exact, main_name) == got["session"]:
+        line = c.summary_line(path, got["session"], got.get("records", 0), 0, 0, [], False)
+        return line, got.get("sid"), got["session"], got.get("agent")
+    # two readers of the file: the scan's, and the layout's, which reads lines again by offset
+    with c.open_source(path) as f, c.open_source(path) as again:
         bar = c.Progress(path, progress)
-        b = Builder(s, f, infos, first_time or c.undated_time(tape, s, path), bar)
         with tape.batch():
-            b.run()
+            st = _Stream(tape, f, again, path, session, exact, main_name, bar)
+            st.scan()
+            b, name, agent, sid, infos = st.builder, st.name, st.agent, st.sid, st.infos
+            b.run(st.done)
             refs = b.refs()
-            changes, ref_notes = c.safe_refs(tape, s, refs)
+            changes, ref_notes = c.safe_refs(tape, tape.session(name), refs)
             if changes:
-                s.set_refs("import", changes, source=FMT)
+                tape.session(name).set_refs("import", changes, source=FMT)
         bar.done()
-    notes = [f"subagent {agent}" if agent else "", f"kept {b.raw_lines} lines that are not JSON as they are" if b.raw_lines else "", truncated, *ref_notes]
+    if not st.undated:
+        seen.remember(tape, path, FMT, options, read, session=name, refs=refs, records=len(infos), sid=sid, agent=agent)
+    notes = [f"subagent {agent}" if agent else "", f"kept {b.raw_lines} lines that are not JSON as they are" if b.raw_lines else "", st.truncated, *ref_notes]
     return c.summary_line(path, name, len(infos), b.entries, len(refs), notes, bool(changes)), sid, name, agent
+
+
+def _name_of(sid: Optional[str], agent: Optional[str], path: str, session: Optional[str], exact: bool, main_name: dict) -> str:
+    base = session or main_name.get(sid or "") or c.session_name(sid, path)
+    return base if (exact and session) or not agent else c.session_name(f"{base}-agent-{agent}", path)
+
+
+HOLD = 8 << 20  # bytes of lines whose parsed values the scan keeps for the layout to come
+
+
+class _Stream:
+    """One pass over a Claude Code file that also lays it out, so that each line is parsed
+    once (it was twice: a scan, then a read by offset for the layout).
+
+    Run() lays out lines in file order, except that a message whose parent comes later in
+    the file waits for it. While reading, that cannot be told from a parent that is not in
+    the file at all, so the scan lays out lines as run() would only up to the first
+    message whose parent is not laid out yet (none, in files Claude Code writes: a parent
+    comes before its children), and from there on run() does the rest, reading those
+    lines again by offset. Lines are laid out one behind the scan (the last line may be
+    one being written, which is skipped), and only once the session is known: its id
+    (else -s), a message that is not a sidechain (else the file may be a subagent's, which
+    goes to a session of its own) and the first time (which the lines before it take).
+    Until then, up to HOLD bytes of parsed lines are kept; the values of the others are
+    dropped (read again later). So memory holds one line's value at a time, not the file."""
+
+    def __init__(self, tape, f, again, path: str, session: Optional[str], exact: bool, main_name: dict, bar: c.Progress):
+        self.tape, self.f, self.again, self.path, self.session, self.exact, self.main_name, self.bar = tape, f, again, path, session, exact, main_name, bar
+        self.infos: list[Info] = []
+        self.builder: Optional[Builder] = None
+        self.done = 0  # lines laid out while reading
+        self.stalled = False
+        self.first_time: Optional[str] = None
+        self.sid: Optional[str] = None
+        self.main = False
+        self.held = 0
+        self.name: Optional[str] = None
+        self.agent: Optional[str] = None
+        self.truncated = ""
+        self.undated = False
+
+    def scan(self) -> None:
+        valid = 0
+        for ln in c.scan_lines(self.f):
+            v = ln.value
+            if ln.ok:
+                valid += is_record(v)
+                if isinstance(v, dict):
+                    self.first_time = self.first_time or c.valid_time(v.get("timestamp"))
+                    self.sid = self.sid or (v.get("sessionId") if isinstance(v.get("sessionId"), str) else None)
+            info = Info(ln, v)
+            self.infos.append(info)
+            self.main = self.main or (info.message and not info.sidechain)
+            if self.builder is None and self.main and self.first_time and (self.session or self.sid):
+                self._start(None)
+            if self.builder is not None and not self.stalled:
+                self._lay_out(len(self.infos) - 1)
+            if self.builder is None or self.stalled:
+                if ln.value is not None and (self.stalled or self.held + ln.length > HOLD):
+                    ln.value = None  # read again by offset when it is laid out
+                else:
+                    self.held += ln.length
+        if self.infos and not self.infos[-1].line.ok:
+            dropped = self.infos.pop()
+            self.truncated = f"skipped the incomplete last line {dropped.line.number} (file still being written?)"
+        if not valid:
+            raise InvalidInput(f"{self.path}: no Claude Code record found (expected JSON lines with type, uuid, sessionId); is this a Claude Code session file?")
+        self.agent = is_subagent(self.infos)
+        if self.builder is None:
+            self._start(self.agent)
+        self.builder.in_file = {i.uuid for i in self.infos if i.uuid}
+
+    def _start(self, agent: Optional[str]) -> None:
+        self.name = c.check_target(_name_of(self.sid, agent, self.path, self.session, self.exact, self.main_name))
+        s = self.tape.session(self.name)
+        first = self.first_time
+        if first is None:
+            self.undated = True
+            first = c.undated_time(self.tape, s, self.path)
+        self.builder = Builder(s, self.again, self.infos, first, self.bar)
+
+    def _lay_out(self, upto: int) -> None:
+        """Lay out the lines before `upto` (the newest line read waits for the next)."""
+        b, infos = self.builder, self.infos
+        while self.done < upto:
+            info = infos[self.done]
+            p = info.parent
+            if info.message and p and p != info.uuid and p not in b.entry_of:
+                self.stalled = True  # later in the file, or not in it: run() tells once all is read
+                for later in infos[self.done:]:
+                    later.line.value = None
+                return
+            b._process(self.done, False)
+            self.done += 1
+        self.held = 0
 
 
 # -- export ---------------------------------------------------------------------------

@@ -284,6 +284,12 @@ def import_files(tape, files: list[str], session: Optional[str], progress: bool 
 
 
 def import_file(tape, path: str, session: Optional[str], progress: bool = False) -> str:
+    from . import seen
+
+    read = seen.prepass(path)  # a line too long is refused here, before anything is parsed
+    got = seen.lookup(tape, path, FMT, {"session": session}, read)
+    if got is not None:  # the same bytes, imported before, all there: nothing new
+        return c.summary_line(path, got["session"], got.get("records", 0), 0, 1, [], False)
     with c.open_source(path) as f:
         lines, first_time, sid, truncated, voiced = _scan(f, path)
         name = c.check_target(session or c.session_name(sid, path))
@@ -304,6 +310,8 @@ def import_file(tape, path: str, session: Optional[str], progress: bool = False)
             if changes:
                 s.set_refs("import", changes, source=FMT)
         bar.done()
+    if first_time and parent is not None:  # a file with no time takes its session's: not kept
+        seen.remember(tape, path, FMT, {"session": session}, read, session=name, refs={"main": parent}, records=len(lines))
     notes = [f"kept {kept_raw} lines that are not JSON as they are" if kept_raw else "", truncated, *ref_notes]
     return c.summary_line(path, name, len(lines), entries, 1, notes, bool(changes))
 
