@@ -108,9 +108,9 @@ def is_record(v: Any) -> bool:
 class Info:
     """What the second pass needs to know about a line, without its content."""
 
-    __slots__ = ("line", "uuid", "parent", "message", "results", "sidechain", "agent", "unlinked")
+    __slots__ = ("line", "uuid", "parent", "message", "results", "sidechain", "agent", "unlinked", "parts")
 
-    def __init__(self, line: c.Line, v: Any):
+    def __init__(self, line: c.Line, v: Any, keep: bool = False):
         self.line = line
         d = v if isinstance(v, dict) else {}
         u, p = d.get("uuid"), d.get("parentUuid") or d.get("logicalParentUuid")
@@ -119,7 +119,9 @@ class Info:
         # no parentUuid key at all (Claude Code always writes one, null for a root): the line
         # says nothing about a tree, so it continues the file like a line of a linear log
         self.unlinked = "parentUuid" not in d and "logicalParentUuid" not in d
-        kinds = [k for k, _, _ in map_record(v)] if line.ok else ["system"]
+        parts = map_record(v) if line.ok else None
+        self.parts = parts if keep else None  # the entries of the record, while its value is held (_Stream)
+        kinds = [k for k, _, _ in parts] if parts is not None else ["system"]
         self.message = self.uuid is not None and (d.get("type") in MESSAGE_TYPES or "anchor" in kinds)
         self.results = "tool_result" in kinds
         self.sidechain = d.get("isSidechain") is True
@@ -234,7 +236,8 @@ class Builder:
         info.line.value = None
         n = info.line.number
         if info.line.ok:
-            parts = map_record(value)
+            parts = getattr(info, "parts", None) or map_record(value)  # (a layout saved by an older ctape has no parts)
+            info.parts = None
             time = self.clock.take(value.get("timestamp") if isinstance(value, dict) else None)
         else:
             parts = [("system", {"content": "claude-code line that is not JSON"}, True)]
@@ -402,7 +405,7 @@ class _Stream:
                 if isinstance(v, dict):
                     self.first_time = self.first_time or c.valid_time(v.get("timestamp"))
                     self.sid = self.sid or (v.get("sessionId") if isinstance(v.get("sessionId"), str) else None)
-            info = Info(ln, v)
+            info = Info(ln, v, keep=True)
             self.infos.append(info)
             self.main = self.main or (info.message and not info.sidechain)
             if self.builder is None and self.main and self.first_time and (self.session or self.sid):
@@ -411,7 +414,7 @@ class _Stream:
                 self._lay_out(len(self.infos) - 1)
             if self.builder is None or self.stalled:
                 if ln.value is not None and (self.stalled or self.held + ln.length > HOLD):
-                    ln.value = None  # read again by offset when it is laid out
+                    ln.value = info.parts = None  # read again by offset when it is laid out
                 else:
                     self.held += ln.length
         if self.infos and not self.infos[-1].line.ok:
@@ -442,7 +445,7 @@ class _Stream:
             if info.message and p and p != info.uuid and p not in b.entry_of:
                 self.stalled = True  # later in the file, or not in it: run() tells once all is read
                 for later in infos[self.done:]:
-                    later.line.value = None
+                    later.line.value = later.parts = None
                 return
             b._process(self.done, False)
             self.done += 1

@@ -17,6 +17,14 @@ idle sessions. Printed: source size, `zstd -3` of each file, the first `--once` 
 (throughput), tape size, a `--once` pass with nothing new at this size and at a tenth of
 it with the same number of files (it should cost about the same), and a pass after one
 line was appended to every file. Everything runs in subprocesses (`python -m ctape`).
+
+    PYTHONPATH=. python tests/bench/bench_watch.py --one 1000 [--against CHECKOUT] [--repeat 3]
+
+measures one large Claude Code transcript instead (issue 25: 1 GB peaked at 4.4 GB): peak
+RSS of `watch --once` of it (resource.getrusage of a child process), its CPU and MB/s,
+beside `ctape import` of the same file, against reading and JSON-parsing the file in the
+same run; with --against, another checkout on the same file (the checkouts take turns;
+medians of --repeat runs).
 """
 
 from __future__ import annotations
@@ -332,10 +340,95 @@ def run(mb: float, keep: str | None, reuse: bool = False) -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
+PEAK = r"""
+import json, resource, subprocess, sys
+p = subprocess.run(sys.argv[1:], capture_output=True)
+r = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(json.dumps({"rss": r.ru_maxrss * (1 if sys.platform == "darwin" else 1024), "cpu": r.ru_utime + r.ru_stime, "rc": p.returncode, "err": p.stderr.decode()[-500:]}))
+"""
+
+
+def one_run(checkout: str, work: str, *args) -> dict:
+    """Peak RSS (bytes) and CPU seconds of one `python -m ctape` child run with `checkout` first on the path."""
+    env = dict(os.environ, PYTHONPATH=checkout, CTAPE_CACHE_DIR=os.path.join(work, "cache"))
+    # cwd: `python -m` puts the current folder first on the path, before PYTHONPATH
+    p = subprocess.run([sys.executable, "-c", PEAK, sys.executable, "-m", "ctape", *args], env=env, capture_output=True, text=True, cwd=work)
+    out = json.loads(p.stdout)
+    if out["rc"] != 0:
+        raise SystemExit(f"{checkout}: ctape {' '.join(args)}: {out['err']}")
+    return out
+
+
+def one(mb: float, against: str | None, repeat: int) -> None:
+    """One Claude Code transcript of `mb` MB: peak memory and speed of watch --once and import."""
+    import statistics
+
+    root = os.path.abspath(os.path.join(HERE, "..", ".."))
+    checkouts = [("this", root)] + ([("against", os.path.abspath(against))] if against else [])
+    tmp = tempfile.mkdtemp(prefix="bench_watch_one_")
+    try:
+        g = Gen(7)
+        sid = str(uuid.UUID(int=g.rng.getrandbits(128)))
+        path = os.path.join(tmp, "src", f"{sid}.jsonl")
+        os.makedirs(os.path.dirname(path))
+        total, last = 0, None
+        with open(path, "w") as f:
+            while total < mb * 1e6:  # sessions of real shape, one after the other: one conversation
+                for r in g.claude(sid):
+                    if r.get("parentUuid") is None and "parentUuid" in r and last and r.get("type") in ("user", "assistant"):
+                        r["parentUuid"] = last
+                    if isinstance(r.get("uuid"), str):
+                        last = r["uuid"]
+                    line = json.dumps(r, ensure_ascii=False) + "\n"
+                    f.write(line)
+                    total += len(line.encode())
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            n = sum(1 for _ in f)
+        t0 = time.process_time()
+        with open(path, "rb") as f:
+            while f.read(8 << 20):
+                pass
+        read_cpu = time.process_time() - t0
+        t0 = time.process_time()
+        with open(path, "rb") as f:
+            for line in f:
+                json.loads(line)
+        parse_cpu = time.process_time() - t0
+        print(f"one Claude Code transcript: {size / 1e6:.0f} MB, {n:,} lines; reading it {read_cpu:.2f} s CPU, json.loads of every line {parse_cpu:.1f} s CPU ({size / 1e6 / parse_cpu:.0f} MB/s)")
+        print(f"load average at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; medians of {repeat}", flush=True)
+        runs: dict = {(name, what): [] for name, _ in checkouts for what in ("watch", "import")}
+        for r in range(repeat):
+            for name, checkout in (checkouts if r % 2 == 0 else checkouts[::-1]):
+                for what in ("watch", "import"):
+                    work = os.path.join(tmp, "work")
+                    shutil.rmtree(work, ignore_errors=True)
+                    os.makedirs(work)
+                    tape = os.path.join(work, "tape")
+                    one_run(checkout, work, "--dir", tape, "init")
+                    args = ("watch", "--once", "-q", path) if what == "watch" else ("import", "claude-code", path)
+                    runs[(name, what)].append(one_run(checkout, work, "--dir", tape, *args))
+        for name, _ in checkouts:
+            for what in ("watch", "import"):
+                xs = runs[(name, what)]
+                rss = statistics.median(x["rss"] for x in xs)
+                cpu = statistics.median(x["cpu"] for x in xs)
+                print(f"  {name:8s} {what:6s} peak RSS {rss / 1e6:6.0f} MB = {rss / size:.2f} x the transcript; {cpu:6.1f} s CPU = {size / 1e6 / cpu:4.1f} MB/s "
+                      f"({parse_cpu / cpu:.2f} x the speed of json.loads)")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--mb", type=float, default=50, help="size of the generated history in MB (default 50; the issue asks for 1024)")
     ap.add_argument("--keep", help="work in this folder and keep it")
     ap.add_argument("--reuse", action="store_true", help="with --keep: reuse the history generated there before")
+    ap.add_argument("--one", type=float, help="instead: one Claude Code transcript of this many MB (peak memory of watch and import)")
+    ap.add_argument("--against", help="with --one: another checkout, measured on the same file in the same run")
+    ap.add_argument("--repeat", type=int, default=1, help="with --one: runs per checkout (medians)")
     a = ap.parse_args()
-    run(a.mb, a.keep, a.reuse)
+    if a.one:
+        one(a.one, a.against, a.repeat)
+    else:
+        run(a.mb, a.keep, a.reuse)
