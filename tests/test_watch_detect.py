@@ -146,3 +146,39 @@ def test_after_a_restart_only_new_records_are_counted(tape_dir, tmp_path):
         copy.parent.mkdir(exist_ok=True)
         copy.write_bytes(b"".join(data))
         assert plus(watch(tape_dir, copy)) == []
+
+
+def test_a_running_watcher_checks_a_large_prefix_whole_once_a_while(tmp_path, monkeypatch):
+    """Follow mode on a file whose prefix is over VERIFY_ALL (here: any) compares only its
+    ends until VERIFY_EVERY has passed since the last full comparison; then an edit made in
+    between is found, and the file's version goes beside main (nothing is rewound)."""
+    from ctape.watch import engine
+    from ctape.watch.engine import Watcher
+
+    monkeypatch.setattr(engine, "VERIFY_ALL", 0)
+    monkeypatch.setattr(engine, "VERIFY_EVERY", 3600.0)
+    data = lines(CODEX.read_bytes())
+    name = session_of(CODEX, "codex")
+    path = tmp_path / CODEX.name
+    path.write_bytes(b"".join(data[:-6]))
+    with Tape.init(tmp_path / "tape") as tape:
+        w = Watcher(tape, [str(path)])
+        w.run_pass()
+        main = tape.session(name).refs().branches["main"]
+        changed = same_size_edit(data, len(data) // 2)
+        with open(path, "r+b") as f:
+            f.write(b"".join(changed[:-3]))  # the edit, and three more lines
+        assert w.run_pass().records == 3  # the ends match: the three lines go on from main
+        refs = tape.session(name).refs().branches
+        assert "main-imported" not in refs and tape.session(name).refs().branches["main"] != main
+        monkeypatch.setattr(engine, "VERIFY_EVERY", 0.0)  # time for a full comparison
+        with open(path, "ab") as f:
+            f.write(b"".join(changed[-3:]))
+        w.run_pass()
+        refs = tape.session(name).refs().branches
+        assert "main-imported" in refs
+        from ctape.formats import export_ref
+
+        assert [json.loads(x) for x in export_ref(tape, f"{name}/main-imported", "codex")] == expected(b"".join(changed))
+        # a new process always compares the whole prefix: nothing more to find
+        assert Watcher(tape, [str(path)]).run_pass().records == 0
