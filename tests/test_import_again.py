@@ -107,3 +107,21 @@ def test_a_grown_file_adds_its_new_records(tape_dir, tmp_path):
     assert err.startswith("imported")
     p = run_cli("--dir", tape_dir, "export", "--format", "claude-code", session_of(CLAUDE, "claude-code"), check=True)
     assert [json.loads(x) for x in p.stdout.splitlines()] == [json.loads(x) for x in lines]
+
+
+def test_several_files_in_one_command_are_all_remembered(tape_dir, tmp_path):
+    from test_watch import CLAUDE_FORKS, CODEX_BIG
+
+    paths = []
+    for src in (CLAUDE, CLAUDE_FORKS):
+        paths.append(tmp_path / src.name)
+        shutil.copy(src, paths[-1])
+    imp(tape_dir, "claude-code", *paths)
+    again = imp(tape_dir, "claude-code", *paths)
+    assert again.count("nothing new") == 2, again
+    cx = [tmp_path / CODEX.name, tmp_path / CODEX_BIG.name]
+    for src, dst in zip((CODEX, CODEX_BIG), cx):
+        shutil.copy(src, dst)
+    imp(tape_dir, *cx)  # detected: the same cache
+    assert imp(tape_dir, "codex", *cx).count("nothing new") == 2
+    assert imp(tape_dir, "claude-code", *paths).count("nothing new") == 2  # the codex import kept them

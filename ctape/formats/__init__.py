@@ -29,10 +29,14 @@ def _module(fmt: str):
 def import_files(tape, fmt: Optional[str], files: list[str], session: Optional[str], progress: bool = False) -> list[str]:
     """Import files of format `fmt`; None detects each file's format (formats/detect.py).
     A FILE may be `-` (stdin), a pipe or a `.zst` file: each is read once (reading.spooled)."""
+    from . import seen
     from .reading import spooled
 
-    with spooled(files) as readable:
-        return _import_files(tape, fmt, readable, session, progress)
+    try:
+        with spooled(files) as readable:
+            return _import_files(tape, fmt, readable, session, progress)
+    finally:
+        seen.flush()  # what the imports made of the files, for the next import of the same ones
 
 
 def _import_files(tape, fmt: Optional[str], files: list[str], session: Optional[str], progress: bool) -> list[str]:

@@ -81,16 +81,27 @@ def _path(tape) -> Optional[str]:
     return None if idx == ":memory:" else os.path.join(os.path.dirname(idx), "imports.json")
 
 
-def _load(tape) -> dict:
+_known: dict[str, tuple[int, dict]] = {}  # cache file -> (its mtime when read, its files)
+_updates: dict[str, dict] = {}  # cache file -> what this process remembered since it last wrote
+
+
+def _entry(tape, key: str) -> Optional[dict]:
+    """What is remembered for `key` in this tape's cache: this process's own, not written
+    yet, else the cache file's (read again only when it changed)."""
     p = _path(tape)
     if p is None:
-        return {}
+        return None
+    mine = _updates.get(p, {}).get(key)
+    if mine is not None:
+        return mine
     try:
-        with open(p, "rb") as f:
-            data = json.load(f)
-    except (OSError, ValueError):
-        return {}
-    return data.get("files", {}) if isinstance(data, dict) and data.get("version") == VERSION else {}
+        mtime = os.stat(p).st_mtime_ns
+    except OSError:
+        return None
+    known = _known.get(p)
+    if known is None or known[0] != mtime:
+        known = _known[p] = (mtime, _load_path(p))
+    return known[1].get(key)
 
 
 def _key(path: str, fmt: str, options: dict) -> str:
@@ -103,7 +114,7 @@ def lookup(tape, path: str, fmt: str, options: dict, read: Read) -> Optional[dic
     (the import would change nothing); else None."""
     if read.stat is None:
         return None
-    got = _load(tape).get(_key(path, fmt, options))
+    got = _entry(tape, _key(path, fmt, options))
     if not isinstance(got, dict) or got.get("digest") != read.digest or got.get("stat") != list(read.stat):
         return None
     name, refs = got.get("session"), got.get("refs")
@@ -120,24 +131,42 @@ def lookup(tape, path: str, fmt: str, options: dict, read: Read) -> Optional[dic
 
 def remember(tape, path: str, fmt: str, options: dict, read: Read, **made) -> None:
     """Keep what the import made of the file (made: session, refs, records, and what the
-    format wants back), for `lookup`. A file that changed while it was read is not kept."""
+    format wants back), for `lookup`; written by `flush`. A file that changed while it was
+    read is not kept."""
     p = _path(tape)
     if p is None or read.stat is None:
         return
-    files = _load(tape)
-    key = _key(path, fmt, options)
-    files.pop(key, None)
-    files[key] = {"digest": read.digest, "stat": list(read.stat), **made}
-    while len(files) > MOST:
-        files.pop(next(iter(files)))
-    tmp = f"{p}.{os.getpid()}.tmp"
-    try:
-        os.makedirs(os.path.dirname(p), exist_ok=True)
-        with open(tmp, "w") as f:
-            json.dump({"version": VERSION, "files": files}, f)
-        os.replace(tmp, p)
-    except OSError:
+    _updates.setdefault(p, {})[_key(path, fmt, options)] = {"digest": read.digest, "stat": list(read.stat), **made}
+
+
+def flush() -> None:
+    """Write what was remembered (once per `ctape import` command, not once per file): the
+    cache file as it is now, with this process's entries over it, the oldest forgotten
+    beyond MOST. Another process writing at the same time may lose its entries: a cache."""
+    for p, mine in list(_updates.items()):
+        _known.pop(p, None)
+        files = {k: v for k, v in _load_path(p).items() if k not in mine}
+        files.update(mine)
+        while len(files) > MOST:
+            files.pop(next(iter(files)))
+        tmp = f"{p}.{os.getpid()}.tmp"
         try:
-            os.unlink(tmp)
+            os.makedirs(os.path.dirname(p), exist_ok=True)
+            with open(tmp, "w") as f:
+                json.dump({"version": VERSION, "files": files}, f)
+            os.replace(tmp, p)
         except OSError:
-            pass
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+        _updates.pop(p, None)
+
+
+def _load_path(p: str) -> dict:
+    try:
+        with open(p, "rb") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return data["files"] if isinstance(data, dict) and data.get("version") == VERSION and isinstance(data.get("files"), dict) else {}
