@@ -86,7 +86,8 @@ def build(shape: str, n: int, path: str) -> None:
 def run_cli(path: str, cmd: list[str], code: str = ROOT) -> float:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [code, os.environ.get("PYTHONPATH")])))
     t = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "ctape", "--dir", path, *cmd], check=True, stdout=subprocess.DEVNULL, env=env)
+    # cwd: not a checkout (`python -m` puts the working directory before PYTHONPATH)
+    subprocess.run([sys.executable, "-m", "ctape", "--dir", path, *cmd], check=True, stdout=subprocess.DEVNULL, env=env, cwd=os.path.dirname(path))
     return time.perf_counter() - t
 
 
