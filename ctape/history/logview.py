@@ -137,7 +137,7 @@ def newest_visible(tape, h: Optional[str], within: int = 10000) -> Optional[Entr
     return None
 
 
-KEPT = 1024
+KEPT = 64  # a line is read one entry ahead of what is shown: a few suffice, and entries may be large
 
 
 def graph_order(tape, tips: Iterable[Optional[str]]) -> Iterator[Entry]:
