@@ -117,7 +117,7 @@ def test_push_clone_pull_round_trip_with_conflicts_deletions_and_tags(tmp_path, 
     assert first["files"] >= 1 and first["bytes"] > 0
     b = tmp_path / "B"
     p = run_cli("clone", remote_url, b, check=True)
-    assert p.stdout.decode().startswith("cloned 1 sessions")
+    assert p.stdout.decode().startswith("cloned 1 session,")
     assert refs_of(b) == refs_of(a)
     assert [t["name"] for t in cli_json(b, "tag", "-s", "chat")] == ["v1"]
     # both sides move main (a conflict) and B deletes a branch

@@ -373,6 +373,35 @@ def scan(tape: "Tape", sessions: Optional[Iterable[str]] = None, *, include_allo
     return {"findings": findings, "allowed": skipped, "bytes": sc.bytes, "detect_secrets": detectors.have_detect_secrets, "cached": cached}
 
 
+def scan_entries(tape: "Tape", items: Iterable[tuple[str, str]]) -> list[Finding]:
+    """The unresolved findings (neither redacted nor allowed) of these (session, entry hash)
+    pairs, with the tape's detectors and the scan cache: what `push` checks, the entries of
+    the files it is about to upload."""
+    settings = load_settings(tape)
+    detectors = Detectors(settings["patterns"])
+    allowed = set(settings["allowed"])
+    sc = Scanner(tape, detectors)
+    cache = ScanCache.open(tape, detectors)
+    red = tape.redactions()
+    out: list[Finding] = []
+    try:
+        for name, h in items:
+            got = cache.get(h) if cache is not None and h not in red else None
+            if got is not None:
+                found = [Finding(name, h, path, kind, prev) for path, kind, prev, blob in got[1] if blob not in red]
+            else:
+                _, body = tape.store.get_object(h)
+                raw = decode_entry(h, body)
+                found = list(sc.entry(name, h, raw))
+                if cache is not None and h not in red:
+                    cache.put(h, raw["parent"], [(f.path, f.kind, f.preview, sc.blob_of.get(f.path)) for f in found])
+            out += [f for f in found if f.id not in allowed]
+    finally:
+        if cache is not None:
+            cache.close()
+    return out
+
+
 def _walk(tape: "Tape", session: str, cache: Optional["ScanCache"], red: dict) -> Iterator[tuple[str, Optional[list]]]:
     """Every entry the session's refs reach, each once, with its cached findings (None:
     not scanned yet with these detectors, or redacted since: scan it). A cached entry

@@ -67,43 +67,52 @@ def _redacted_bytes_left(tape, sessions: list[str]) -> list[str]:
     return left
 
 
-def check_secrets(tape, sessions: list[str], allow_secrets: bool) -> None:
-    """Refuse sessions with unresolved secret findings (SPEC section 18), or whose redacted
-    values still have their bytes in the files to upload, with one line that names them
-    and says how to go on, unless `allow_secrets`. A session whose HEAD
-    and branches are as they were at its last clean check in this process is not scanned
-    again (`push --follow` checks each round only what moved)."""
+def check_secrets(tape, sessions: list[str], allow_secrets: bool, files: Optional[list[tuple[str, str]]] = None) -> Optional[dict[str, int]]:
+    """Refuse to upload likely secrets that were neither redacted nor allowed (SPEC section
+    18), or redacted values whose bytes are still in the files to upload, with one line
+    that names them and says how to go on, unless `allow_secrets`. What is checked is
+    every entry of the files this push uploads (`files`: (session, file name); None: every
+    file of the sessions): an entry the remote already holds was checked, or allowed, when
+    it went up, so a push after one append reads one small file, not the whole history
+    (the scan cache answers for entries seen before). Returns, per file, the end of the
+    last whole record read: the push uploads no byte past it (an append that lands after
+    the check waits for the next push, which checks it); None with `allow_secrets`."""
     if allow_secrets:
-        return
+        return None
     left = _redacted_bytes_left(tape, sessions)
     if left:
         raise SecretsFound(
             f"not pushing: {len(left)} redacted value(s) still have their bytes in this copy's files "
             f"(first: {left[0][:12]}); run `ctape compact` first (it drops them), or push with --allow-secrets")
-    from ..ops.scan import unresolved
+    from ..ops.scan import scan_entries
+    from ..store import framing
+    from ..store.files import TYPE_ENTRY
+    from ..store.store import TYPE_WITHHELD
 
-    clean = getattr(tape, "_secrets_clean", None)  # session -> its refs when last found clean
-    if clean is None:
-        clean = tape._secrets_clean = {}
-    todo = []
-    for s in sessions:
-        st = tape.session(s).refs()
-        key = (st.head_hash, tuple(sorted(st.branches.items())))
-        if clean.get(s) != key:
-            todo.append((s, key))
-    if not todo:
-        return
-    found = unresolved(tape, [s for s, _ in todo])
-    bad = sorted({f.session for f in found})
-    for s, key in todo:
-        if s not in bad:
-            clean[s] = key
-    if bad:
+    store = tape.store
+    if files is None:
+        files = [(s, rel.rsplit("/", 1)[1]) for s in sessions for rel in store.list_files(s) if rel.startswith(f"sessions/{s}/")]
+    items, seen, ends = [], set(), {}
+    for s, file in files:
+        try:
+            for rec in store.scan_file(f"sessions/{s}/{file}", ends=ends):
+                if isinstance(rec, framing.Record) and rec.type == framing.T_OBJECT and len(rec.body) > 33 \
+                        and rec.body[32] in (TYPE_ENTRY, TYPE_WITHHELD):
+                    h = rec.body[:32].hex()
+                    if h not in seen:
+                        seen.add(h)
+                        items.append((s, h))
+        except (OSError, CtapeError):
+            continue  # a file gone or damaged meanwhile: what it holds is not read here either
+    found = scan_entries(tape, items)
+    if found:
+        bad = sorted({f.session for f in found})
         first = found[0]
         raise SecretsFound(
             f"not pushing: {len(found)} likely secret(s) in session(s) {', '.join(bad[:5])}{' ...' if len(bad) > 5 else ''} "
             f"(first: {first.kind} in {first.hash[:12]} at {first.path}); see `ctape scan -s {bad[0]}`, then "
             "`ctape redact --scan -s SESSION` or `ctape scan --allow ID`, or push with --allow-secrets")
+    return ends
 
 
 def _read_range(path: str, start: int, end: int, own: bool) -> bytes:
@@ -223,15 +232,14 @@ def push(tape, backend: Backend, name: str, sessions: Iterable[str] = (), allow_
         if s not in known:
             raise InvalidInput(f"no session {s!r} in this tape")
     chosen = wanted or known
-    check_secrets(tape, chosen, allow_secrets)  # before anything leaves (SPEC section 18)
     state = State.load(store, name, backend.url)
     if not state.get("checked"):
         backend.check()
     # one GET a push: a remote emptied or re-created since (its identity gone) is pushed
     # to in full again, never taken to hold what this copy once uploaded
-    if not layout.check_identity(store, backend, create=False):
-        state.forget()
-        layout.check_identity(store, backend, create=True)
+    fresh = not layout.check_identity(store, backend, create=False)
+    if fresh:
+        state.forget()  # its identity is written once the secrets check has passed
     if not state.get("checked"):
         learn(store, backend, state, warn)  # first push from this copy: learn what is there
         state["checked"] = True
@@ -257,6 +265,9 @@ def push(tape, backend: Backend, name: str, sessions: Iterable[str] = (), allow_
             state["pieces"].pop(key, None)
             state["have"][key] = 0
     todo = _todo(store, state, chosen)
+    checked = check_secrets(tape, chosen, allow_secrets, [(s, file) for s, file, _, _, _ in todo])  # before anything leaves (SPEC section 18)
+    if fresh:
+        layout.check_identity(store, backend, create=True)
     total = sum(e - b for _, _, b, e, _ in todo)
     sent, files, listed, skipped = 0, set(), [], 0
     with ThreadPoolExecutor(WORKERS) as pool:
@@ -280,12 +291,19 @@ def push(tape, backend: Backend, name: str, sessions: Iterable[str] = (), allow_
 
         for s, file, start, end, mine in todo:
             path = os.path.join(store.root, "sessions", s, file)
+            limit = checked.get(f"sessions/{s}/{file}") if checked is not None else None
             if mine:
                 with _SessionLock(os.path.dirname(path)):
                     end = os.stat(path, follow_symlinks=False).st_size  # all it holds now, whole writes only
-                    data = _read_range(path, start, end, own=True)
+                    if limit is not None:
+                        end = min(end, limit)  # no byte the secrets check has not read
+                    data = _read_range(path, start, end, own=True) if end > start else b""
             else:
-                data = _read_range(path, start, end, own=False)
+                if limit is not None:
+                    end = min(end, limit)
+                data = _read_range(path, start, end, own=False) if end > start else b""
+            if not data:
+                continue
             end = start + len(data)
             if file.endswith(".pack"):
                 if not layout.pack_ok(file, data):
