@@ -250,6 +250,42 @@ class Session:
             self._write_ref(w, op, self._advance(st, e.hash), time=None if time else e.time, **(record_extra or {}))
             return e
 
+    def extend(self, items: Iterable[Any]) -> list[Entry]:
+        """Append many entries at HEAD, each the child of the one before, and move HEAD (or
+        its branch) once, to the last: one ref record and (outside a batch) one fsync for
+        them all, as a batch of appends writes. Each item is (kind, payload), (kind,
+        payload, meta), (kind, payload, meta, delta) or a dict with those keys (and
+        "time"). Every item is checked before anything is written: a bad one writes none."""
+        rows = []
+        for it in items:
+            if isinstance(it, dict):
+                kind, payload, meta, delta, t = it.get("kind"), it.get("payload"), it.get("meta"), it.get("delta"), it.get("time")
+            elif isinstance(it, (tuple, list)) and 2 <= len(it) <= 4:
+                kind, payload, meta, delta, t = (*it, None, None, None)[:4] + (None,)
+            else:
+                raise InvalidInput("each item is (kind, payload[, meta[, delta]]) or a dict with kind and payload")
+            kind = check_kind(kind)
+            check_payload(kind, payload)
+            meta = {} if meta is None else meta
+            if not isinstance(meta, dict):
+                raise InvalidInput("meta must be a JSON object")
+            rows.append((kind, payload, meta, delta, t))
+        if not rows:
+            return []
+        out: list[Entry] = []
+        with self.store.writing(self.name) as w:
+            self._record_partials(w)
+            st = self._writer_refs(w)
+            parent = st.head_hash
+            for kind, payload, meta, delta, t in rows:
+                e = self._put_entry(w, kind, payload, meta, delta, t, parent)
+                self._track_derived(w, e)
+                out.append(e)
+                parent = e.hash
+            last = out[-1]
+            self._write_ref(w, "append", self._advance(st, last.hash), time=None if rows[-1][4] else last.time)
+        return out
+
     def _track_derived(self, w: SegmentWriter, e: Entry, remember: bool = False) -> None:
         """Keep state and pending calls of the chain being appended to, and save a keyframe
         every KEY_EVERY entries, so `state` and `status` never walk far (written with the index).

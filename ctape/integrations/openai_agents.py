@@ -264,17 +264,18 @@ class TapeSession:
             return
         with self._lock:
             old = self._head()
-            written = []
-            with self.tape.batch():
-                for item in items:
-                    text = json.dumps(item, default=_jsonable, ensure_ascii=False)
-                    item = json.loads(text)  # the tape's own copy, plain JSON
-                    kind, payload, hidden = item_entry(item)
-                    meta = {ITEM: item}
-                    if hidden:
-                        meta[HIDDEN] = True
-                    e = self.session.append(kind, payload, meta=meta)
-                    written.append((e.hash, e.parent, text))
+            rows, texts = [], []
+            for item in items:
+                text = json.dumps(item, default=_jsonable, ensure_ascii=False)
+                item = json.loads(text)  # the tape's own copy, plain JSON
+                kind, payload, hidden = item_entry(item)
+                meta = {ITEM: item}
+                if hidden:
+                    meta[HIDDEN] = True
+                rows.append((kind, payload, meta))
+                texts.append(text)
+            # one call: the entries, then one ref record and one fsync (Session.extend)
+            written = [(e.hash, e.parent, text) for e, text in zip(self.session.extend(rows), texts)]
             self._path.extend(self.tape, written, old)
 
     def _pop(self) -> Optional[dict]:
