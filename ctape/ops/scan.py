@@ -320,6 +320,24 @@ class Scanner:
                     kinds.add(span[2])
                     yield Finding(session, h, path, span[2], preview(text, spans, span))
 
+    def findings(self, session: str, h: str, cache: Optional["ScanCache"], red: dict) -> tuple[Optional[list[Finding]], Optional[str], bool]:
+        """(the entry's findings, its parent, whether they came from the cache): from the
+        scan cache when it holds the entry (not read, not matched), else read once and
+        scanned, and kept in the cache; (None, None, False) when the tape lacks the entry
+        (not synced yet)."""
+        got = cache.get(h) if cache is not None and h not in red else None
+        if got is not None:
+            parent, row = got
+            return [Finding(session, h, path, kind, prev) for path, kind, prev, blob in row if blob not in red], parent, True
+        if not self.tape.store.has_object(h):
+            return None, None, False
+        _, body = self.tape.store.get_object(h)
+        raw = decode_entry(h, body)
+        found = list(self.entry(session, h, raw))
+        if cache is not None and h not in red:
+            cache.put(h, raw["parent"], [(f.path, f.kind, f.preview, self.blob_of.get(f.path)) for f in found])
+        return found, raw["parent"], False
+
     def _blob(self, b: str, key: Optional[str], red: dict) -> tuple[Optional[str], list]:
         """A large value's text and finds, looked at once per run (None when redacted)."""
         if b in red:
@@ -352,21 +370,27 @@ def scan(tape: "Tape", sessions: Optional[Iterable[str]] = None, *, include_allo
     findings, skipped, cached = [], 0, 0
     try:
         for name in names:
-            for h, row in _walk(tape, name, cache, red):
-                if row is not None:
-                    cached += 1
-                    found = [Finding(name, h, path, kind, prev) for path, kind, prev, blob in row if blob not in red]
-                else:
-                    _, body = tape.store.get_object(h)
-                    raw = decode_entry(h, body)
-                    found = list(sc.entry(name, h, raw))
-                    if cache is not None and h not in red:
-                        cache.put(h, raw["parent"], [(f.path, f.kind, f.preview, sc.blob_of.get(f.path)) for f in found])
+            # every entry the session's branches, tags and HEAD reach, each once; a cached
+            # entry gives its parent without being read
+            st = tape.session(name).refs()
+            stack = [t for t in list(st.branches.values()) + list(st.tags.values()) + [st.head_hash] if t]
+            seen: set[str] = set()
+            while stack:
+                h = stack.pop()
+                if h in seen:
+                    continue
+                seen.add(h)
+                found, parent, hit = sc.findings(name, h, cache, red)
+                if found is None:
+                    continue
+                cached += hit
                 for f in found:
                     if f.id in allowed and not include_allowed:
                         skipped += 1
                     else:
                         findings.append(f)
+                if parent:
+                    stack.append(parent)
     finally:
         if cache is not None:
             cache.close()
@@ -386,46 +410,12 @@ def scan_entries(tape: "Tape", items: Iterable[tuple[str, str]]) -> list[Finding
     out: list[Finding] = []
     try:
         for name, h in items:
-            got = cache.get(h) if cache is not None and h not in red else None
-            if got is not None:
-                found = [Finding(name, h, path, kind, prev) for path, kind, prev, blob in got[1] if blob not in red]
-            else:
-                _, body = tape.store.get_object(h)
-                raw = decode_entry(h, body)
-                found = list(sc.entry(name, h, raw))
-                if cache is not None and h not in red:
-                    cache.put(h, raw["parent"], [(f.path, f.kind, f.preview, sc.blob_of.get(f.path)) for f in found])
-            out += [f for f in found if f.id not in allowed]
+            found, _, _ = sc.findings(name, h, cache, red)
+            out += [f for f in found or () if f.id not in allowed]
     finally:
         if cache is not None:
             cache.close()
     return out
-
-
-def _walk(tape: "Tape", session: str, cache: Optional["ScanCache"], red: dict) -> Iterator[tuple[str, Optional[list]]]:
-    """Every entry the session's refs reach, each once, with its cached findings (None:
-    not scanned yet with these detectors, or redacted since: scan it). A cached entry
-    gives its parent without being read."""
-    st = tape.session(session).refs()
-    stack = [t for t in list(st.branches.values()) + list(st.tags.values()) + [st.head_hash] if t]
-    seen: set[str] = set()
-    while stack:
-        h = stack.pop()
-        if h in seen:
-            continue
-        seen.add(h)
-        got = cache.get(h) if cache is not None and h not in red else None
-        if got is not None:
-            parent, row = got
-            yield h, row
-        else:
-            if not tape.store.has_object(h):
-                continue
-            yield h, None
-            _, body = tape.store.get_object(h)
-            parent = decode_entry(h, body)["parent"]
-        if parent:
-            stack.append(parent)
 
 
 def forget_redacted(tape: "Tape") -> None:
