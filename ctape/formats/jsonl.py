@@ -57,7 +57,8 @@ def export(tape, ref: str) -> Iterator[str]:
         yield dump({"ctape": HEADER, "version": 1, "session": ref})
         for e in session_entries(tape, ref):
             yield dump(e.to_json())
-        line = {"ctape": "refs", "session": ref, "branches": {b: h for b, h in st.branches.items() if b not in st.conflicts}, "head": st.head}
+        conflicts = st.conflicts  # a property that walks every branch: once, not per branch
+        line = {"ctape": "refs", "session": ref, "branches": {b: h for b, h in st.branches.items() if b not in conflicts}, "head": st.head}
         if st.tags:
             line["tags"] = dict(st.tags)
         yield dump(line)

@@ -240,7 +240,8 @@ class RefState:
         """A session whose HEAD was deleted while a concurrent append brought a branch back
         attaches HEAD to that branch (main first), and the next record writes it."""
         if self.head is None and self.branches and HEAD in self.claims:
-            plain = sorted(b for b in self.branches if b not in self.conflicts)
+            conflicts = self.conflicts  # a property that walks every branch: once, not per branch
+            plain = sorted(b for b in self.branches if b not in conflicts)
             name = "main" if "main" in self.branches else (plain or sorted(self.branches))[0]
             self.head = "@" + name
             self.settle[HEAD] = self.head
