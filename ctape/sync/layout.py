@@ -119,16 +119,25 @@ def encode_manifest(store, uploader: str, n: int, files: list[dict], deleted: Op
     return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
 
 
-def decode_manifest(data: bytes, tape_id: str, uploader: str, n: int) -> tuple[Optional[dict], str]:
-    """(manifest, "") or (None, why it is not one: junk another tool wrote)."""
+def _load(data: bytes, fmt: str) -> tuple[Optional[dict], str]:
+    """A remote's JSON document of format `fmt`, version 1: (it, "") or (None, why not;
+    "" when it is JSON but not that format)."""
     if len(data) > MAX_MANIFEST:
         return None, "too large"
     try:
         m = json.loads(data)
     except ValueError:
         return None, "not JSON"
-    if not isinstance(m, dict) or m.get("format") != MANIFEST_FORMAT or m.get("version") != 1:
-        return None, "not a ctape manifest"
+    if not isinstance(m, dict) or m.get("format") != fmt or m.get("version") != 1:
+        return None, ""
+    return m, ""
+
+
+def decode_manifest(data: bytes, tape_id: str, uploader: str, n: int) -> tuple[Optional[dict], str]:
+    """(manifest, "") or (None, why it is not one: junk another tool wrote)."""
+    m, why = _load(data, MANIFEST_FORMAT)
+    if m is None:
+        return None, why or "not a ctape manifest"
     if m.get("tape_id") != tape_id or m.get("uploader") != uploader or m.get("n") != n:
         return None, "names another tape, uploader or number than its key"
     files = m.get("files")
@@ -257,14 +266,9 @@ def encode_deletion(store, compactor: str, n: int, files: list[dict], done: bool
 
 def decode_deletion(data: bytes, tape_id: str, compactor: str, n: int, done: bool) -> tuple[Optional[dict], str]:
     """(plan, "") or (None, why it is not one)."""
-    if len(data) > MAX_MANIFEST:
-        return None, "too large"
-    try:
-        m = json.loads(data)
-    except ValueError:
-        return None, "not JSON"
-    if not isinstance(m, dict) or m.get("format") != DELETION_FORMAT or m.get("version") != 1 or m.get("done") is not done:
-        return None, "not a ctape deletion plan"
+    m, why = _load(data, DELETION_FORMAT)
+    if m is None or m.get("done") is not done:
+        return None, why or "not a ctape deletion plan"
     if m.get("tape_id") != tape_id or m.get("compactor") != compactor or m.get("n") != n or not isinstance(m.get("time"), (int, float)):
         return None, "names another tape, compactor or number than its key"
     files = m.get("files")
