@@ -121,6 +121,74 @@ def test_the_title_follows_new_heads_reading_only_new_entries(tape_dir):
         assert summary(t, new)["title"] == "first request 0" and reads == []
 
 
+def test_a_long_history_title_comes_from_its_keyframes_not_a_walk_to_the_root(tape_dir):
+    """A 300,000-entry import took 35 s for its first `status`: the title walked back to the
+    root. Keyframes fold `about` forward, so the walk stops at the nearest one."""
+    from ctape.history import derived
+    from ctape.history.sessions import summary
+
+    n = 5 * derived.KEY_EVERY + 17
+    with Tape.open(tape_dir) as t, t.batch():
+        s = t.session("long")
+        s.append("user", {"content": "<environment>not a request</environment>"})
+        s.append("user", {"content": "the real request"}, meta={"codex": {"cwd": "/w/proj"}})
+        for i in range(n - 2):
+            s.append("assistant", {"content": f"step {i}"})
+    with Tape.open(tape_dir) as t:
+        reads = []
+        read = t.read_entry
+        t.read_entry = lambda h: reads.append(h) or read(h)
+        got = summary(t, t.session("long").refs().head_hash)
+        assert got == {"title": "the real request", "source": {"agent": "codex", "cwd": "/w/proj"}}
+        assert len(reads) <= derived.KEY_EVERY  # back to the nearest keyframe, not to the root
+
+
+def test_the_title_from_keyframes_is_the_one_a_walk_finds(tape_dir):
+    """Oracle: for random paths (titles, hidden messages, agents and working folders at any
+    depth, keyframes between them, branches off the middle), `summary` equals a plain read
+    of the whole path root -> head."""
+    import random
+
+    from ctape.history import derived
+    from ctape.history.sessions import summary
+    from ctape.model.models import HIDDEN
+
+    def oracle(t, head):
+        path, h = [], head
+        while h is not None:
+            e = t.read_entry(h)
+            path.append(e)
+            h = e.parent
+        title = agent = cwd = None
+        for e in reversed(path):
+            title = title or derived.title_of(e)
+            a, c = derived.source_of(e)
+            agent, cwd = agent or a, cwd or c
+        return {"title": title, "source": {"agent": agent, **({"cwd": cwd} if cwd else {})} if agent else None}
+
+    rnd = random.Random(5)
+    for case in range(6):
+        with Tape.open(tape_dir) as t:
+            s = t.session(f"c{case}")
+            heads = []
+            with t.batch():
+                for i in range(rnd.randint(1, 3 * derived.KEY_EVERY)):
+                    roll = rnd.random()
+                    meta = {}
+                    if roll < 0.01:
+                        meta = {rnd.choice(["claude-code", "openai", "langgraph"]): {"cwd": rnd.choice(["", "/a", "/b"])}}
+                    if rnd.random() < 0.003:
+                        meta[HIDDEN] = True
+                    kind = "user" if rnd.random() < 0.004 else "assistant"
+                    s.append(kind, {"content": rnd.choice(["<x>", "", "ask " + str(i)])}, meta=meta)
+                    if rnd.random() < 0.01:
+                        heads.append(s.refs().head_hash)
+            heads.append(s.refs().head_hash)
+        with Tape.open(tape_dir) as t:
+            for h in heads:
+                assert summary(t, h) == oracle(t, h), (case, h)
+
+
 def test_several_sessions_error_is_short_with_a_hint(imported):
     line = rejected(imported, "log", code=2)
     assert len(line) < 200 and "ctape sessions" in line and "prefix" in line

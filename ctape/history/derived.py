@@ -18,6 +18,13 @@ reuses `pyd_ai_tool_call_id__<tool>` on every run). Keyframes carry `v`
 (KEYFRAME_VERSION); one written by an older ctape (pending keyed by id, which
 lost a call whose id was reused while open) is not used, and is written again
 the next time the path is folded, so the index schema need not change.
+
+`about` is what a session is about: its title (the first user request on the path) and,
+for an imported session, the agent and working directory of the oldest entry that names
+them (`ctape sessions`, `status`). It is folded forward like the rest, so a keyframe
+answers it without a walk back to the root. A keyframe written before `about` existed
+has none; the values derived from it then have none either (never a wrong one), and
+`sessions.summary` walks back instead.
 """
 
 from __future__ import annotations
@@ -28,8 +35,21 @@ from typing import Any, Callable, Optional
 from ..model.models import HIDDEN, Entry
 
 KEY_EVERY = 256
+TITLE_WIDTH = 80
 KEYFRAME_VERSION = 3  # 2: pending calls as a list (reused ids); 3: anchors kept too
 RESULT_KINDS = ("tool_result", "error")
+
+# the first user messages an agent writes for itself (instructions, environment), not a request
+_NOT_A_REQUEST = ("<", "# AGENTS.md instructions", "Caveat: The messages below", "[Request interrupted by user")
+# meta keys that say an entry was imported (the format's record) or written by an integration
+_AGENTS = (
+    ("claude-code", "claude-code"),
+    ("codex", "codex"),
+    ("openai", "openai"),
+    ("langgraph", "langgraph"),
+    ("openai_agents.item", "openai-agents"),
+    ("pydantic_ai.message", "pydantic-ai"),
+)
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
@@ -47,13 +67,13 @@ def merge_patch(target: Any, patch: Any) -> Any:
 
 def empty() -> dict:
     return {"v": KEYFRAME_VERSION, "state": None, "pending": [], "last_error": None, "systems": [], "sys_key": None, "last_key": None,
-            "anchors": [], "anc_key": None}
+            "anchors": [], "anc_key": None, "about": {"title": None, "agent": None, "cwd": None}}
 
 
 def step(d: dict, e: Entry) -> dict:
     """The derived values after entry e, given those at its parent (d is not modified)."""
     out = {"v": KEYFRAME_VERSION, "state": d["state"], "pending": d["pending"], "last_error": d["last_error"], "systems": d["systems"], "sys_key": d.get("sys_key"), "last_key": d.get("last_key"),
-           "anchors": d.get("anchors", []), "anc_key": d.get("anc_key")}
+           "anchors": d.get("anchors", []), "anc_key": d.get("anc_key"), "about": d.get("about")}
     if e.parent is not None and e.parent == out["last_key"]:
         # d is the parent's keyframe: its system messages and anchors stay there, a new run starts
         out["systems"] = []
@@ -81,7 +101,58 @@ def step(d: dict, e: Entry) -> dict:
                 break
     if e.kind == "error" or (e.kind == "tool_result" and isinstance(e.payload, dict) and e.payload.get("is_error") is True):
         out["last_error"] = e.hash
+    about = out["about"]
+    if about is not None and (about["title"] is None or about["agent"] is None or about["cwd"] is None):
+        out["about"] = about_after(about, e)
     return out
+
+
+def about_after(about: dict, e: Entry) -> dict:
+    """`about` once entry e is on the path (the oldest value of each part wins)."""
+    title = about["title"] or title_of(e)
+    agent, cwd = about["agent"], about["cwd"]
+    if agent is None or cwd is None:
+        a, c = source_of(e)
+        agent, cwd = agent or a, cwd or c
+    if (title, agent, cwd) == (about["title"], about["agent"], about["cwd"]):
+        return about
+    return {"title": title, "agent": agent, "cwd": cwd}
+
+
+def title_of(e: Entry) -> Optional[str]:
+    """The entry as a session title: a user request, on one line, at most TITLE_WIDTH characters."""
+    if e.kind != "user" or (isinstance(e.meta, dict) and e.meta.get(HIDDEN)):
+        return None
+    text = " ".join(_text(e.payload).split())
+    if not text or text.startswith(_NOT_A_REQUEST):
+        return None
+    return text if len(text) <= TITLE_WIDTH else text[: TITLE_WIDTH - 1] + "…"
+
+
+def _text(payload: Any) -> str:
+    content = payload.get("content") if isinstance(payload, dict) else payload
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return ""
+
+
+def source_of(e: Entry) -> tuple[Optional[str], Optional[str]]:
+    """(agent, working directory) an entry's meta names: imported, or written by an integration."""
+    meta = e.meta if isinstance(e.meta, dict) else {}
+    if not meta:
+        return None, None
+    for key, agent in _AGENTS:
+        rec = meta.get(key)
+        if rec is None:
+            continue
+        cwd = None
+        if isinstance(rec, dict):
+            inner = rec.get("payload")
+            cwd = rec.get("cwd") or (inner.get("cwd") if isinstance(inner, dict) else None)
+        return agent, cwd if isinstance(cwd, str) and cwd else None
+    return None, None
 
 
 def systems(d: dict, derived_at: Callable[[str], dict]) -> list[str]:

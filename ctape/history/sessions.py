@@ -15,9 +15,9 @@ import os
 from typing import TYPE_CHECKING, Any, Optional
 
 from ..model.errors import CorruptObject, EntryNotFound, InvalidInput, NoDefaultSession, RefNotFound, SessionNotFound
-from ..model.models import HIDDEN
-from ..model.models import NAME_RE, check_name
+from ..model.models import NAME_RE, Entry, check_name
 from ..model.refs import HEAD, TAG, RefState
+from . import derived
 
 if TYPE_CHECKING:
     from .tape import Tape
@@ -168,20 +168,7 @@ def _tags_on_path(tape: "Tape", session: str, tip: str) -> dict[str, str]:
 
 # -- what a session is about: its title and where it came from ------------------------------
 
-TITLE_WIDTH = 80
 SUMMARY_VIEW = "ctape.session-summary"  # index cache rows: HEAD hash -> {"title", "source"}
-
-# the first user messages an agent writes for itself (instructions, environment), not a request
-_NOT_A_REQUEST = ("<", "# AGENTS.md instructions", "Caveat: The messages below", "[Request interrupted by user")
-# meta keys that say an entry was imported (the format's record) or written by an integration
-_AGENTS = (
-    ("claude-code", "claude-code"),
-    ("codex", "codex"),
-    ("openai", "openai"),
-    ("langgraph", "langgraph"),
-    ("openai_agents.item", "openai-agents"),
-    ("pydantic_ai.message", "pydantic-ai"),
-)
 
 
 def listing(tape: "Tape") -> list[dict]:
@@ -198,8 +185,9 @@ def listing(tape: "Tape") -> list[dict]:
 def summary(tape: "Tape", head: Optional[str]) -> dict:
     """{"title", "source"} of the history root->head: the first user request (one line, at
     most TITLE_WIDTH characters) and, for an imported session, {"agent", "cwd"?}. Kept in
-    the index cache per HEAD; a HEAD not seen before is read back to the nearest entry that
-    was (or the root), so a session is read whole once and then only its new entries."""
+    the index cache per HEAD. A HEAD not seen before is read back to the nearest entry that
+    was, or to the nearest keyframe (derived.py folds `about` forward), or to the root:
+    a session is never read whole for its title once its keyframes are written."""
     found: dict[str, Any] = {"title": None, "source": None}
     if head is None:
         return found
@@ -207,17 +195,17 @@ def summary(tape: "Tape", head: Optional[str]) -> dict:
     cached = index.view_path(SUMMARY_VIEW, head, 1)
     if cached:
         return json.loads(cached[0][2])
-    title = agent = cwd = None
+    newer: list[Entry] = []  # read from head back, newest first
+    older: Optional[dict] = None  # `about` just before the oldest of them
     h: Optional[str] = head
     parent = None
     whole = True
     while h is not None:
         cached = index.view_path(SUMMARY_VIEW, h, 1) if h != head else None
         if cached:
-            older = json.loads(cached[0][2])
-            title = older["title"] or title
-            src = older["source"] or {}
-            agent, cwd = src.get("agent") or agent, src.get("cwd") or cwd
+            got = json.loads(cached[0][2])
+            src = got["source"] or {}
+            older = {"title": got["title"], "agent": src.get("agent"), "cwd": src.get("cwd")}
             break
         try:
             e = tape.read_entry(h)
@@ -226,16 +214,36 @@ def summary(tape: "Tape", head: Optional[str]) -> dict:
             break
         if h == head:
             parent = e.parent
-        title = _title_of(e) or title  # walking back: the oldest one found wins
-        a, c = _source_of(e)
-        agent, cwd = a or agent, c or cwd
+        if e.seq % derived.KEY_EVERY == 0:
+            older = _about_at_keyframe(tape, e, len(newer) >= derived.KEY_EVERY)
+            if older is not None:
+                break
+        newer.append(e)
         h = e.parent
-    found["title"] = title
-    if agent:
-        found["source"] = {"agent": agent, **({"cwd": cwd} if cwd else {})}
+    about = older or derived.empty()["about"]
+    for e in reversed(newer):
+        about = derived.about_after(about, e)
+    found["title"] = about["title"]
+    if about["agent"]:
+        found["source"] = {"agent": about["agent"], **({"cwd": about["cwd"]} if about["cwd"] else {})}
     if whole:
         index.put_views(SUMMARY_VIEW, [(head, parent, json.dumps(found))])
     return found
+
+
+def _about_at_keyframe(tape: "Tape", e: Entry, fold: bool) -> Optional[dict]:
+    """`about` at entry e, a keyframe's place: from its keyframe; or, when `fold` (the walk
+    back has gone far already), from folding the path, which writes the keyframes the next
+    look finds. None when neither knows (an older keyframe; a hole or damage on the path)."""
+    k = tape.store.index.keyframe(e.hash)
+    if k is not None and k.get("v") == derived.KEYFRAME_VERSION and k.get("about") is not None:
+        return k["about"]
+    if not fold:
+        return None
+    try:
+        return tape.derived(e.hash).get("about")
+    except (EntryNotFound, CorruptObject):
+        return None
 
 
 def source_text(source: Optional[dict]) -> str:
@@ -246,34 +254,3 @@ def source_text(source: Optional[dict]) -> str:
     where = os.path.basename(cwd.replace("\\", "/")) if cwd else ""
     return f"{source['agent']} {where}".strip()
 
-
-def _title_of(e) -> Optional[str]:
-    if e.kind != "user" or (isinstance(e.meta, dict) and e.meta.get(HIDDEN)):
-        return None
-    text = " ".join(_text(e.payload).split())
-    if not text or text.startswith(_NOT_A_REQUEST):
-        return None
-    return text if len(text) <= TITLE_WIDTH else text[: TITLE_WIDTH - 1] + "…"
-
-
-def _text(payload: Any) -> str:
-    content = payload.get("content") if isinstance(payload, dict) else payload
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return " ".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
-    return ""
-
-
-def _source_of(e) -> tuple[Optional[str], Optional[str]]:
-    meta = e.meta if isinstance(e.meta, dict) else {}
-    for key, agent in _AGENTS:
-        rec = meta.get(key)
-        if rec is None:
-            continue
-        cwd = None
-        if isinstance(rec, dict):
-            inner = rec.get("payload")
-            cwd = rec.get("cwd") or (inner.get("cwd") if isinstance(inner, dict) else None)
-        return agent, cwd if isinstance(cwd, str) and cwd else None
-    return None, None
