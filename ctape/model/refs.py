@@ -152,6 +152,33 @@ class RefState:
 
     def apply(self, rec: dict) -> None:
         """Take one more record into account (any order gives the same result)."""
+        if not self._moved_own_branch(rec):
+            self._apply_resolving(rec)
+
+    def _moved_own_branch(self, rec: dict) -> bool:
+        """The common case, done without resolving: a writer moves a branch on which it holds
+        the only claim, with nothing unsettled. The claim is replaced and the branch takes its
+        value; every other ref resolves as before (HEAD's claims did not change, and the
+        branch it may attach to still exists). False (nothing done) in every other case."""
+        sets = rec.get("set")
+        if self.settle or self.unsettled or sets is None or len(sets) != 1:
+            return False
+        ((ref, value),) = sets.items()
+        cs = self.claims.get(ref)
+        if value is None or cs is None or len(cs) != 1 or ref not in self.branches or CONFLICT in ref:
+            return False
+        w, n = rec["w"], rec["n"]
+        old = cs.get(w)
+        if old is None or n <= old.n:
+            return False
+        cs[w] = Claim(ref, w, n, rec["lc"], value, rec.get("seen") or {}, None)
+        self.branches[ref] = value
+        self.lc = max(self.lc, rec["lc"])
+        self.seen[w] = max(self.seen.get(w, 0), n)
+        return True
+
+    def _apply_resolving(self, rec: dict) -> None:
+        """`apply` for any record: resolve every ref it touches (and HEAD) from their claims."""
         w, n = rec["w"], rec["n"]
         seen = rec.get("seen") or {}
         sets = rec.get("set", {})
