@@ -15,6 +15,11 @@ delta, large values (blobs) included, each blob once per run. Detectors:
 A finding names the session, the entry hash, the JSON path of the value and the kind;
 its preview shows the text around it with every secret found there masked. A value
 already redacted shows its marker and is never a finding.
+
+Each string is matched alone. For speed, entries are taken some hundreds at a time, and
+each pattern runs only on the strings of the batch that hold what every match of it
+needs (a literal, a run of token characters: see Gate), which most strings lack; the
+findings are those of running everything on every string (tests/test_scan_oracle.py).
 """
 
 from __future__ import annotations
@@ -50,7 +55,7 @@ SLOW_PLUGINS = frozenset({"IBM Cloud IAM Key", "IBM COS HMAC Credentials", "Clou
                           "SoftLayer Credentials", "Artifactory Credentials", "Public IP (ipv4)"})
 NO_ENTROPY_KEYS = frozenset({"signature", "encrypted_content", "data", "image_url", "url"})  # base64 payloads, not secrets
 PREVIEW_CONTEXT = 24
-SEP = "\n\n"  # between an entry's strings when the patterns run over them at once
+SEP = "\n\n"  # counted between an entry's strings in the "bytes" a scan reports (what it looked at)
 
 
 def _id_key(key: Optional[str]) -> bool:
@@ -119,6 +124,149 @@ def _high_entropy(text: str) -> Iterator[tuple[int, int]]:
             yield m.span()
 
 
+# -- gates: what text a pattern cannot match in, found without running it -----------------------
+#
+# Python's re runs a pattern that starts with a character class (a token of 24-100
+# characters, a Telegram or Discord token, a Mailchimp key) at about 100 MB/s or less, and
+# scan runs some forty of them: most of a first scan's time. Nearly every string holds
+# nothing any of them can match, and that is cheap to know from what each pattern needs:
+# a literal (`ghp_`, `-us`, `BEGIN RSA`) one of which every match holds, found with
+# str.find at memory speed, and a run of N token characters (letters, digits, + / = _ -
+# and anything not ASCII), found in the strings' bytes mapped to two values. A pattern
+# runs, alone and whole, on exactly the strings that hold what it needs: its finds there
+# are the finds of running it on every string, never fewer.
+
+_KCHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=_-")
+_KTABLE = bytes(97 if (chr(i) in _KCHARS or i >= 0x80) else 32 for i in range(256))  # token byte -> "a", else " "
+_BSEP = b"\n"  # between strings' bytes: no token byte, so no run crosses it
+RUN_LEVELS = (16, 24, 32, 48)  # the run lengths looked for (a pattern's is rounded down to one)
+
+
+def _k_char(c: int) -> bool:
+    return c >= 0x80 or chr(c) in _KCHARS
+
+
+def _k_item(op, av) -> bool:
+    """Whether one character item matches only token characters (under any case rule:
+    the case variants of ASCII letters are letters or not ASCII)."""
+    from re import _constants as C
+
+    if op is C.LITERAL:
+        return _k_char(av)
+    if op is not C.IN:
+        return False
+    for iop, iav in av:
+        if iop is C.LITERAL:
+            ok = _k_char(iav)
+        elif iop is C.RANGE:
+            lo, hi = iav
+            ok = all(_k_char(c) for c in range(lo, min(hi, 0x7F) + 1))
+        elif iop is C.CATEGORY:
+            ok = iav in (C.CATEGORY_DIGIT, C.CATEGORY_WORD, C.CATEGORY_UNI_DIGIT, C.CATEGORY_UNI_WORD)
+        else:
+            ok = False  # NEGATE, or something new
+        if not ok:
+            return False
+    return True
+
+
+def _better(a: Optional[frozenset], b: Optional[frozenset]) -> Optional[frozenset]:
+    """The stronger of two literal requirements: the longer shortest literal, then fewer."""
+    if not a:
+        return b or None
+    if not b:
+        return a
+    return max(a, b, key=lambda s: (min(map(len, s)), -len(s)))
+
+
+def _need(items, icase: bool) -> tuple[Optional[frozenset], int]:
+    """(literals one of which every match holds, or None; a length N such that every match
+    holds N token characters in a row) of a parsed pattern's items in sequence."""
+    from re import _constants as C
+
+    lits, run_best, lit, run = None, 0, "", 0
+
+    def end_lit():
+        nonlocal lits, lit
+        if lit:
+            lits = _better(lits, frozenset({lit}))
+        lit = ""
+
+    for op, av in items:
+        if op in (C.AT, C.ASSERT, C.ASSERT_NOT):
+            continue  # zero-width: what is around it is adjacent in the text
+        if op is C.LITERAL and not (icase and av >= 0x80):
+            lit += chr(av).lower() if icase else chr(av)
+        else:
+            end_lit()
+        if _k_item(op, av):
+            run += 1
+            continue
+        if op in (C.MAX_REPEAT, C.MIN_REPEAT, getattr(C, "POSSESSIVE_REPEAT", C.MAX_REPEAT)):
+            lo, _, sub = av
+            if len(sub) == 1 and _k_item(*sub[0]):
+                run += lo  # token characters, perhaps none: the run goes on either way
+                continue
+            if lo >= 1:
+                sl, sr = _need(sub, icase)
+                lits, run_best = _better(lits, sl), max(run_best, sr)
+        elif op is C.SUBPATTERN or op is getattr(C, "ATOMIC_GROUP", None):
+            sub = av[-1] if op is C.SUBPATTERN else av
+            sl, sr = _need(sub, icase)
+            if op is C.SUBPATTERN and (av[1] | av[2]) & re.IGNORECASE:
+                sl = None  # its literals follow another case rule
+            lits, run_best = _better(lits, sl), max(run_best, sr)
+        elif op is C.BRANCH:
+            got = [_need(alt, icase) for alt in av[1]]
+            if all(g[0] for g in got):
+                lits = _better(lits, frozenset().union(*(g[0] for g in got)))
+            run_best = max(run_best, min(g[1] for g in got))
+        elif op is C.LITERAL:
+            pass  # a character that is no token character, or not ASCII under a case rule
+        run_best, run = max(run_best, run), 0
+    end_lit()
+    return lits, max(run_best, run)
+
+
+@dataclass(frozen=True)
+class Gate:
+    """What every match of a pattern needs: one of `lits` (None: no literal is known;
+    lower case when `icase`) and `run` token characters in a row (0: none known)."""
+    lits: Optional[tuple[str, ...]]
+    icase: bool
+    run: int
+
+
+def gate(rx: re.Pattern) -> Gate:
+    try:
+        from re import _parser
+
+        parsed = _parser.parse(rx.pattern, rx.flags)
+        icase = bool(parsed.state.flags & re.IGNORECASE)
+        lits, run = _need(parsed.data, icase)
+    except Exception:  # noqa: BLE001 - a pattern this cannot read runs on every string
+        return Gate(None, False, 0)
+    if lits and icase and not all(x.isascii() for x in lits):
+        lits = None
+    return Gate(tuple(sorted(lits)) if lits else None, icase, run)
+
+
+def _holding(hay, needle, starts: list[int], ends: list[int], among: Optional[set] = None) -> set[int]:
+    """The strings (by index) that hold `needle`, in their concatenation `hay`."""
+    out: set[int] = set()
+    n, pos = len(starts), hay.find(needle)
+    while pos >= 0:
+        i = bisect.bisect_right(starts, pos) - 1
+        if pos + len(needle) <= ends[i]:
+            out.add(i)
+            if i + 1 >= n:
+                break
+            pos = hay.find(needle, starts[i + 1])
+        else:
+            pos = hay.find(needle, pos + 1)
+    return out
+
+
 class Detectors:
     """Everything `scan` looks for, compiled once."""
 
@@ -130,6 +278,8 @@ class Detectors:
         for p in user_patterns:
             self.patterns.append((p.get("kind") or "pattern", re.compile(p["regex"])))
         self.entropy = entropy
+        self.gates = [gate(rx) for _, rx in self.patterns]
+        self.token_gate = gate(_TOKEN)
 
     def fingerprint(self) -> str:
         """What the findings depend on: the patterns, the entropy check, the masking rules."""
@@ -139,22 +289,94 @@ class Detectors:
             ds = version("detect-secrets") if self.have_detect_secrets else ""
         except Exception:  # noqa: BLE001 - no version known: the patterns still say enough
             ds = ""
-        parts = [ds, str(self.entropy), str(ENTROPY_LIMIT), str(MIN_GROUP), str(PREVIEW_CONTEXT), _TOKEN.pattern]
+        # "strings-alone": each string is matched alone (before, an entry's strings were
+        # joined, so a match could run on from one string into the next): caches made
+        # before are scanned again once
+        parts = [ds, str(self.entropy), str(ENTROPY_LIMIT), str(MIN_GROUP), str(PREVIEW_CONTEXT), _TOKEN.pattern, "strings-alone"]
         parts += [f"{k}\0{rx.pattern}\0{rx.flags}" for k, rx in self.patterns]
         return blake3("\n".join(parts).encode()).hexdigest()
 
     def pattern_spans(self, text: str) -> list[tuple[int, int, str]]:
-        out = []
+        out: list[tuple[int, int, str]] = []
         for kind, rx in self.patterns:
-            for m in rx.finditer(text):
-                # a pattern's group is the secret when it is long enough to be one (a value
-                # after `key =`); a short one is a prefix (`(ghp|gho)_...`): then the whole
-                # match is the secret, never only its prefix
-                groups = [i for i in range(1, (rx.groups or 0) + 1) if m.group(i) and len(m.group(i)) >= MIN_GROUP]
-                start, end = m.span(groups[-1]) if groups else m.span()
-                if end > start:
-                    out.append((start, end, kind))
+            _finds(kind, rx, text, out)
         return out
+
+    def spans_many(self, texts: list[str], entropy: list[bool]) -> list[list[tuple[int, int, str]]]:
+        """`spans(texts[i])` of every string (with the entropy check where entropy[i]), the
+        same as one call per string gives, found by running each pattern only on the
+        strings that hold what it needs (see Gate)."""
+        n = len(texts)
+        finds: list[list[tuple[int, int, str]]] = [[] for _ in range(n)]
+        if not n:
+            return finds
+        starts, ends, pos = [], [], 0
+        for t in texts:
+            starts.append(pos)
+            ends.append(pos + len(t))
+            pos += len(t) + 1
+        joined = "\0".join(texts)
+        lowered: Optional[str] = None
+        not_ascii: Optional[set[int]] = None
+        runs: dict[int, set[int]] = {}
+        bstarts: list[int] = []
+        bends: list[int] = []
+        tokens = b""
+
+        def with_run(r: int) -> Optional[set[int]]:
+            """The strings with `r` token characters in a row, or more (None: all)."""
+            nonlocal tokens
+            r = max((x for x in RUN_LEVELS if x <= r), default=0)  # a few levels: each costs a pass
+            if not r:
+                return None  # a short run is in nearly every string: worth no pass
+            if r not in runs:
+                if not bstarts:
+                    raw = [t.encode("utf-8", "surrogatepass") for t in texts]
+                    p = 0
+                    for b in raw:
+                        bstarts.append(p)
+                        bends.append(p + len(b))
+                        p += len(b) + 1
+                    tokens = _BSEP.join(raw).translate(_KTABLE)
+                below = [x for x in runs if x < r]
+                if below:  # only the strings with a shorter run can have this one
+                    needle = b"a" * r
+                    runs[r] = {i for i in runs[max(below)] if tokens.find(needle, bstarts[i], bends[i]) >= 0}
+                else:
+                    runs[r] = _holding(tokens, b"a" * r, bstarts, bends)
+            return runs[r]
+
+        for (kind, rx), g in zip(self.patterns, self.gates):
+            among = with_run(g.run)
+            if g.lits is not None and (among is None or among):
+                hold: set[int] = set()
+                if g.icase and not_ascii is None:
+                    # a string not in ASCII may match an ASCII letter under a case rule in
+                    # ways lower() does not show (the long s, the Kelvin sign): it always runs
+                    not_ascii = set() if joined.isascii() else {i for i, t in enumerate(texts) if not t.isascii()}
+                if among is not None and len(among) < 64:
+                    for i in among:
+                        t = texts[i]
+                        if g.icase and i in not_ascii or any(x in (t.lower() if g.icase else t) for x in g.lits):
+                            hold.add(i)
+                else:
+                    if g.icase and lowered is None:
+                        lowered = joined.lower() if not not_ascii else "\0".join("\0" * len(t) if i in not_ascii else t.lower() for i, t in enumerate(texts))
+                    for x in g.lits:
+                        hold |= _holding(lowered if g.icase else joined, x, starts, ends)
+                    if g.icase:
+                        hold |= not_ascii
+                among = hold if among is None else among & hold
+            for i in (range(n) if among is None else sorted(among)):
+                _finds(kind, rx, texts[i], finds[i])
+        if self.entropy:
+            want = {i for i in range(n) if entropy[i]}
+            have = with_run(self.token_gate.run)
+            if have is not None:
+                want &= have
+            for i in sorted(want):
+                finds[i] += [(a, b, "high-entropy-string") for a, b in _high_entropy(texts[i])]
+        return [_merge(f) for f in finds]
 
     def spans(self, text: str, key: Optional[str] = None, found: Optional[list] = None) -> list[tuple[int, int, str]]:
         """(start, end, kind) of every likely secret in `text`; overlapping finds merged.
@@ -162,15 +384,31 @@ class Detectors:
         out = list(found) if found is not None else self.pattern_spans(text)
         if self.entropy and not _id_key(key):
             out += [(a, b, "high-entropy-string") for a, b in _high_entropy(text)]
-        out.sort()
-        merged: list[tuple[int, int, str]] = []
-        for s, e, k in out:
-            if merged and s < merged[-1][1]:
-                ps, pe, pk = merged[-1]
-                merged[-1] = (ps, max(pe, e), pk)
-            else:
-                merged.append((s, e, k))
-        return merged
+        return _merge(out)
+
+
+def _finds(kind: str, rx: re.Pattern, text: str, out: list) -> None:
+    for m in rx.finditer(text):
+        # a pattern's group is the secret when it is long enough to be one (a value
+        # after `key =`); a short one is a prefix (`(ghp|gho)_...`): then the whole
+        # match is the secret, never only its prefix
+        groups = [i for i in range(1, (rx.groups or 0) + 1) if m.group(i) and len(m.group(i)) >= MIN_GROUP]
+        start, end = m.span(groups[-1]) if groups else m.span()
+        if end > start:
+            out.append((start, end, kind))
+
+
+def _merge(out: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
+    """Finds in order, overlapping ones merged (the first's kind names the merged one)."""
+    out.sort()
+    merged: list[tuple[int, int, str]] = []
+    for s, e, k in out:
+        if merged and s < merged[-1][1]:
+            ps, pe, pk = merged[-1]
+            merged[-1] = (ps, max(pe, e), pk)
+        else:
+            merged.append((s, e, k))
+    return merged
 
 
 def preview(text: str, spans: list[tuple[int, int, str]], at: tuple[int, int, str]) -> str:
@@ -269,86 +507,156 @@ def _strings(value, steps: list, key: Optional[str]) -> Iterator[tuple[list, Opt
 
 
 class Scanner:
-    def __init__(self, tape: "Tape", detectors: Detectors, pattern_only: bool = False):
+    """Finds secrets in entries, many at a time: the patterns run over a batch's strings
+    together (Detectors.spans_many), which is what makes a first scan of a big tape fast."""
+
+    BATCH_ENTRIES = 512  # entries matched together (their blobs are read while their blocks are cached)
+    BATCH_CHARS = 16_000_000
+
+    def __init__(self, tape: "Tape", detectors: Detectors, red: Optional[dict] = None):
         self.tape = tape
         self.detectors = detectors
-        self._blob_spans: dict[str, tuple[str, list]] = {}
+        self.red = tape.redactions() if red is None else red
+        self._blob_spans: dict[tuple[str, bool], tuple[str, list]] = {}
         self.bytes = 0
 
-    def entry(self, session: str, h: str, raw: Optional[dict] = None) -> Iterator[Finding]:
-        """The findings of one entry. `self.blob_of` then maps each finding's path to the
-        large value it was found in (None: inline), for the scan cache."""
-        if raw is None:
-            _, body = self.tape.store.get_object(h)
-            raw = decode_entry(h, body)
-        red = self.tape.redactions()
-        self.blob_of: dict[str, Optional[str]] = {}
-        if h in red:
-            raw = redaction.apply(raw, red[h])
-        inline, blobs = [], []
-        for root in redaction.ROOTS:
-            for item in _strings(raw[root], [root], None):
-                (blobs if item[2][:2] == "\0b" and len(item[2]) == 66 else inline).append(item)
-        # the patterns run once over the entry's short strings joined (one call per pattern,
-        # not one per string and pattern); each find goes to the string it starts in
-        texts = [s[1:] if s[:1] == "\0" else s for _, _, s in inline]
-        joined = SEP.join(texts)
-        self.bytes += len(joined)
-        starts, pos = [], 0
-        for t in texts:
-            starts.append(pos)
-            pos += len(t) + len(SEP)
-        found: list[list] = [[] for _ in texts]
-        for a, b, kind in self.detectors.pattern_spans(joined):
-            i = bisect.bisect_right(starts, a) - 1
-            lo = starts[i]
-            if a - lo < len(texts[i]):
-                found[i].append((a - lo, min(b - lo, len(texts[i])), kind))
-        work = [(steps, texts[i], self.detectors.spans(texts[i], key, found[i]), None) for i, (steps, key, _) in enumerate(inline)]
-        for steps, key, s in blobs:
-            text, spans = self._blob(s[2:], key, red)
-            if text is not None:
-                work.append((steps, text, spans, s[2:]))
-        for steps, text, spans, blob in work:
-            if not spans:
-                continue
-            path = redaction.format_path(steps)
-            self.blob_of[path] = blob
-            kinds = set()
-            for span in spans:
-                if span[2] not in kinds:  # one finding per value and kind: redaction takes the whole value
-                    kinds.add(span[2])
-                    yield Finding(session, h, path, span[2], preview(text, spans, span))
+    def read(self, h: str) -> Optional[dict]:
+        """An entry as stored (None: the tape lacks it, not synced yet)."""
+        if not self.tape.store.has_object(h):
+            return None
+        _, body = self.tape.store.get_object(h)
+        return decode_entry(h, body)
 
-    def findings(self, session: str, h: str, cache: Optional["ScanCache"], red: dict) -> tuple[Optional[list[Finding]], Optional[str], bool]:
-        """(the entry's findings, its parent, whether they came from the cache): from the
-        scan cache when it holds the entry (not read, not matched), else read once and
-        scanned, and kept in the cache; (None, None, False) when the tape lacks the entry
-        (not synced yet)."""
-        got = cache.get(h) if cache is not None and h not in red else None
+    def entries(self, batch: list[tuple[str, str, dict]]) -> list[tuple[list[Finding], dict[str, Optional[str]]]]:
+        """The findings of each (session, hash, entry) and the large value each finding's
+        path was found in (None: inline), for the scan cache. Each string is looked at
+        alone: a find belongs to the string it is in. A large value is matched once per
+        run (per entropy rule: an id's value gets none)."""
+        out: list[tuple[list[Finding], dict[str, Optional[str]]]] = []
+        det, red = self.detectors, self.red
+        texts: list[str] = []
+        entropy: list[bool] = []
+        seen: dict[tuple[str, bool], int] = {}  # a string met again in a round is matched once
+        new_blobs: dict[tuple[str, bool], int] = {}
+        plans: list = []
+        chars = 0
+        for session, h, raw in batch:
+            if h in red:
+                raw = redaction.apply(raw, red[h])
+            inline, blobs = [], []
+            for root in redaction.ROOTS:
+                for steps, key, s in _strings(raw[root], [root], None):
+                    flag = det.entropy and not _id_key(key)
+                    if s[:2] == "\0b" and len(s) == 66:
+                        b = s[2:]
+                        if b in red:
+                            continue
+                        got = self._blob_spans.get((b, flag))
+                        if got is not None:
+                            blobs.append((steps, got, b))
+                            continue
+                        i = new_blobs.get((b, flag))
+                        if i is None:
+                            text = self.tape.store.get_object(b)[1].decode("utf-8", "replace")
+                            self.bytes += len(text)
+                            chars += len(text)
+                            i = new_blobs[(b, flag)] = len(texts)
+                            texts.append(text)
+                            entropy.append(flag)
+                        blobs.append((steps, i, b))
+                    else:
+                        t = s[1:] if s[:1] == "\0" else s
+                        i = seen.get((t, flag))
+                        if i is None:
+                            i = seen[(t, flag)] = len(texts)
+                            texts.append(t)
+                            entropy.append(flag)
+                        inline.append((steps, i))
+            if inline:
+                n = sum(len(texts[i]) for _, i in inline) + len(SEP) * (len(inline) - 1)
+                self.bytes += n
+                chars += n
+            plans.append((session, h, inline, blobs))
+            if chars >= self.BATCH_CHARS or len(plans) >= self.BATCH_ENTRIES:
+                # the text held at once stays bounded: the rest goes in another round
+                out += self._match(plans, texts, entropy, new_blobs)
+                texts, entropy, seen, new_blobs, plans, chars = [], [], {}, {}, [], 0
+        return out + self._match(plans, texts, entropy, new_blobs) if plans else out
+
+    def _match(self, plans, texts, entropy, new_blobs) -> list[tuple[list[Finding], dict[str, Optional[str]]]]:
+        spans = self.detectors.spans_many(texts, entropy)
+        for (b, flag), i in new_blobs.items():
+            self._blob_spans[(b, flag)] = (texts[i], spans[i]) if spans[i] else ("", [])  # keep no text that holds nothing
+        out = []
+        for session, h, inline, blobs in plans:
+            work = [(steps, texts[i], spans[i], None) for steps, i in inline]
+            for steps, got, b in blobs:
+                text, sp = (texts[got], spans[got]) if isinstance(got, int) else got
+                work.append((steps, text, sp, b))
+            found: list[Finding] = []
+            blob_of: dict[str, Optional[str]] = {}
+            for steps, text, sp, blob in work:
+                if not sp:
+                    continue
+                path = redaction.format_path(steps)
+                blob_of[path] = blob
+                kinds = set()
+                for span in sp:
+                    if span[2] not in kinds:  # one finding per value and kind: redaction takes the whole value
+                        kinds.add(span[2])
+                        found.append(Finding(session, h, path, span[2], preview(text, sp, span)))
+            out.append((found, blob_of))
+        return out
+
+    def entry(self, session: str, h: str, raw: Optional[dict] = None) -> list[Finding]:
+        """The findings of one entry (read when not given)."""
+        raw = raw if raw is not None else self.read(h)
+        return [] if raw is None else self.entries([(session, h, raw)])[0][0]
+
+
+class _Walk:
+    """Findings of entries in the order they are asked for: from the scan cache when it
+    holds an entry (neither read nor matched), else read, matched in batches, and kept in
+    the cache."""
+
+    def __init__(self, sc: Scanner, cache: Optional["ScanCache"]):
+        self.sc, self.cache = sc, cache
+        self.slots: list[Optional[list[Finding]]] = []
+        self.pending: list[tuple[int, str, str, dict]] = []
+        self.cached = 0
+
+    def add(self, session: str, h: str) -> tuple[bool, Optional[str]]:
+        """(whether the tape has the entry, its parent)."""
+        red = self.sc.red
+        got = self.cache.get(h) if self.cache is not None and h not in red else None
         if got is not None:
             parent, row = got
-            return [Finding(session, h, path, kind, prev) for path, kind, prev, blob in row if blob not in red], parent, True
-        if not self.tape.store.has_object(h):
-            return None, None, False
-        _, body = self.tape.store.get_object(h)
-        raw = decode_entry(h, body)
-        found = list(self.entry(session, h, raw))
-        if cache is not None and h not in red:
-            cache.put(h, raw["parent"], [(f.path, f.kind, f.preview, self.blob_of.get(f.path)) for f in found])
-        return found, raw["parent"], False
+            self.cached += 1
+            self.slots.append([Finding(session, h, path, kind, prev) for path, kind, prev, blob in row if blob not in red])
+            return True, parent
+        raw = self.sc.read(h)
+        if raw is None:
+            return False, None
+        self.pending.append((len(self.slots), session, h, raw))
+        self.slots.append(None)
+        if len(self.pending) >= Scanner.BATCH_ENTRIES:
+            self.flush()
+        return True, raw["parent"]
 
-    def _blob(self, b: str, key: Optional[str], red: dict) -> tuple[Optional[str], list]:
-        """A large value's text and finds, looked at once per run (None when redacted)."""
-        if b in red:
-            return None, []
-        cached = self._blob_spans.get(b)
-        if cached is None:
-            text = self.tape.store.get_object(b)[1].decode("utf-8", "replace")
-            self.bytes += len(text)
-            cached = (text, self.detectors.spans(text, key))
-            self._blob_spans[b] = cached if cached[1] else ("", [])  # keep no text that holds nothing
-        return cached
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        results = self.sc.entries([(s, h, raw) for _, s, h, raw in self.pending])
+        for (slot, _, h, raw), (found, blob_of) in zip(self.pending, results):
+            self.slots[slot] = found
+            if self.cache is not None and h not in self.sc.red:
+                self.cache.put(h, raw["parent"], [(f.path, f.kind, f.preview, blob_of.get(f.path)) for f in found])
+        self.pending = []
+
+    def findings(self) -> Iterator[Finding]:
+        self.flush()
+        for found in self.slots:
+            yield from found or ()
 
 
 def scan(tape: "Tape", sessions: Optional[Iterable[str]] = None, *, include_allowed: bool = False,
@@ -366,8 +674,8 @@ def scan(tape: "Tape", sessions: Optional[Iterable[str]] = None, *, include_allo
     names = list(sessions) if sessions is not None else tape.session_names()
     sc = Scanner(tape, detectors)
     cache = ScanCache.open(tape, detectors) if own else None
-    red = tape.redactions()
-    findings, skipped, cached = [], 0, 0
+    walk = _Walk(sc, cache)
+    findings, skipped = [], 0
     try:
         for name in names:
             # every entry the session's branches, tags and HEAD reach, each once; a cached
@@ -380,21 +688,18 @@ def scan(tape: "Tape", sessions: Optional[Iterable[str]] = None, *, include_allo
                 if h in seen:
                     continue
                 seen.add(h)
-                found, parent, hit = sc.findings(name, h, cache, red)
-                if found is None:
-                    continue
-                cached += hit
-                for f in found:
-                    if f.id in allowed and not include_allowed:
-                        skipped += 1
-                    else:
-                        findings.append(f)
+                _, parent = walk.add(name, h)
                 if parent:
                     stack.append(parent)
+        for f in walk.findings():
+            if f.id in allowed and not include_allowed:
+                skipped += 1
+            else:
+                findings.append(f)
     finally:
         if cache is not None:
             cache.close()
-    return {"findings": findings, "allowed": skipped, "bytes": sc.bytes, "detect_secrets": detectors.have_detect_secrets, "cached": cached}
+    return {"findings": findings, "allowed": skipped, "bytes": sc.bytes, "detect_secrets": detectors.have_detect_secrets, "cached": walk.cached}
 
 
 def scan_entries(tape: "Tape", items: Iterable[tuple[str, str]]) -> list[Finding]:
@@ -406,16 +711,14 @@ def scan_entries(tape: "Tape", items: Iterable[tuple[str, str]]) -> list[Finding
     allowed = set(settings["allowed"])
     sc = Scanner(tape, detectors)
     cache = ScanCache.open(tape, detectors)
-    red = tape.redactions()
-    out: list[Finding] = []
+    walk = _Walk(sc, cache)
     try:
         for name, h in items:
-            found, _, _ = sc.findings(name, h, cache, red)
-            out += [f for f in found or () if f.id not in allowed]
+            walk.add(name, h)
+        return [f for f in walk.findings() if f.id not in allowed]
     finally:
         if cache is not None:
             cache.close()
-    return out
 
 
 def forget_redacted(tape: "Tape") -> None:
@@ -491,7 +794,13 @@ class ScanCache:
 
     def flush(self) -> None:
         if self.pending:
-            self.db.executemany("INSERT OR REPLACE INTO scanned VALUES(?, ?, ?)", self.pending)
+            self.db.execute("BEGIN")  # one transaction, not one per row
+            try:
+                self.db.executemany("INSERT OR REPLACE INTO scanned VALUES(?, ?, ?)", self.pending)
+                self.db.execute("COMMIT")
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
             self.pending = []
 
     def close(self) -> None:
