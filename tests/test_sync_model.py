@@ -192,6 +192,21 @@ class World:
 
     # -- operations ---------------------------------------------------------------------
 
+    def finish(self, p, k: int, before: set[str] | None, first: bytes) -> None:
+        """Collect what the writer process acknowledged; check, unless an rsync into its copy
+        ran meanwhile (a deletion it brought may take entries off, as any sync may), that its
+        append left every entry reachable that was."""
+        out, err = p.communicate(timeout=120)
+        if p.returncode != 0:
+            raise Failure(f"the writer process on c{k} failed ({p.returncode}): {err.decode()[-1500:]}")
+        for line in (first + out).splitlines():
+            if line.startswith(b"entry "):
+                _, h, parent = line.decode().split()
+                self.parent[h] = None if parent == "-" else parent
+                self.acked.add(h)
+        if before is not None:
+            self.expect_kept(k, before, "an append by a process")
+
     def pick_session(self, t: Tape) -> str:
         return self.rng.choice(SESSIONS)
 
@@ -542,6 +557,35 @@ class _Cutting:
             setattr(self.backend, name, value)
 
 
+class _Interleaving(_Cutting):
+    """A remote backend that runs `hook` once, before its request number `at`: another
+    process's work lands between two requests of a push or pull."""
+
+    def __init__(self, backend, at: int, hook):
+        object.__setattr__(self, "hook", hook)
+        super().__init__(backend, at)
+
+    def __getattr__(self, name):
+        attr = getattr(self.backend, name)
+        if name not in ("get", "put_if_absent", "list", "delete"):
+            return attr
+
+        def call(*args, **kw):
+            if self.left == 0:
+                self.hook()
+            self.left -= 1
+            out = attr(*args, **kw)
+            return list(out) if name == "list" else out
+
+        return call
+
+    def __setattr__(self, name, value):
+        if name in ("backend", "left", "hook"):
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self.backend, name, value)
+
+
 class RemoteWorld(World):
     """The model with a remote (SPEC section 17) beside rsync: push and pull are transports
     like rsync, mixed with it freely. Operations add push and pull of a copy (all its
@@ -550,7 +594,8 @@ class RemoteWorld(World):
     copy then a pull of every copy, twice, in random orders; the other order (`star`) is
     rsync through a hub after each copy pulled, so the two transports must agree."""
 
-    OPS = World.OPS + [("push", 4), ("pull", 4), ("cut_push", 1), ("cut_pull", 1), ("compact_remote", 1), ("cut_compact_remote", 0.5)]
+    OPS = World.OPS + [("push", 4), ("pull", 4), ("cut_push", 1), ("cut_pull", 1), ("compact_remote", 1), ("cut_compact_remote", 0.5),
+                       ("live_push", 1.5), ("live_pull", 1)]
 
     def __init__(self, root, rng, ncopies, cli, sync=None):
         super().__init__(root, rng, ncopies, cli, sync)
@@ -566,7 +611,7 @@ class RemoteWorld(World):
         if "origin" not in remotes.remotes(t.store):
             remotes.add(t.store, "origin", self.url)
 
-    def _transfer(self, verb: str, i: int, t: Tape, cut: int | None = None, sessions=(), grace="now", expire="now") -> None:
+    def _transfer(self, verb: str, i: int, t: Tape, cut: int | None = None, sessions=(), grace="now", expire="now", hook=None) -> None:
         from ctape.sync.backend import open_backend
         from ctape.sync.prune import compact_remote
         from ctape.sync.pull import pull
@@ -575,6 +620,8 @@ class RemoteWorld(World):
         backend = open_backend(self.url)
         if cut is not None:
             backend = _Cutting(backend, cut)
+        if hook is not None:
+            backend = _Interleaving(backend, *hook)
         with writer_env(self.writers[i]):
             if verb == "push":
                 push(t, backend, "origin", sessions)
@@ -614,6 +661,37 @@ class RemoteWorld(World):
         except _Cut:
             pass
         self.close(i)  # what a killed process leaves: the next operation opens it anew
+
+    def op_live_push(self, i: int) -> None:
+        self._live("push", i)
+
+    def op_live_pull(self, i: int) -> None:
+        self._live("pull", i)
+
+    def _live(self, verb: str, i: int) -> None:
+        """A push or pull of copy i while a writer process appends to that copy: the
+        writer's appends land between two requests, after the transfer has read some files
+        (and sealed them: it reads as a copy does) and before it read others."""
+        at, n = self.rng.randint(0, 12), self.rng.randint(1, 3)
+        how = self.rng.choice(["api", "batch"])
+        self.note(f"{verb} c{i}, a writer process on c{i} appending {how} x{n} before request {at}")
+        self._transfer(verb, i, self.tape(i), hook=(at, lambda: self._append_by_process(i, how, n, check=verb == "push")))
+
+    def _append_by_process(self, k: int, how: str, n: int, check: bool) -> None:
+        """`check`: nothing reachable before may go (a pull under way may bring a deletion)."""
+        t = self.tape(k)
+        s = self.pick_session(t)
+        head = t.session(s).refs().head_hash if t.session(s).exists() else None
+        if head is not None and not t.has_entry(head):
+            return  # the append would refuse (see op_append)
+        before = self.reachable(t) if check else None
+        env = dict(os.environ, CTAPE_WRITER=self.writers[k])
+        p = subprocess.Popen(
+            [sys.executable, "-c", PAUSED_WRITER, self.dirs[k], s, how, str(n), str(10**9), self.text(k)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+        )
+        self.note(f"    | append c{k} {s} {how} x{n}: a process")
+        self.finish(p, k, before, b"")
 
     def op_cut_push(self, i: int) -> None:
         self._cut("push", i)
@@ -745,21 +823,6 @@ class LiveWorld(World):
         p.stdin.write(b"\n")
         p.stdin.flush()
         self.finish(p, k, before, b"")
-
-    def finish(self, p, k: int, before: set[str] | None, first: bytes) -> None:
-        """Collect what the writer process acknowledged; check, unless an rsync into its copy
-        ran meanwhile (a deletion it brought may take entries off, as any sync may), that its
-        append left every entry reachable that was."""
-        out, err = p.communicate(timeout=120)
-        if p.returncode != 0:
-            raise Failure(f"the writer process on c{k} failed ({p.returncode}): {err.decode()[-1500:]}")
-        for line in (first + out).splitlines():
-            if line.startswith(b"entry "):
-                _, h, parent = line.decode().split()
-                self.parent[h] = None if parent == "-" else parent
-                self.acked.add(h)
-        if before is not None:
-            self.expect_kept(k, before, "an append by a process")
 
 
 PAUSED_WRITER = r"""
