@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Optional
 from blake3 import blake3
 
 from ..model import redaction
-from ..model.errors import InvalidInput, StorageError
+from ..model.errors import CorruptObject, EntryNotFound, InvalidInput, StorageError
 from ..model.schema import decode_entry
 from ..store.localstate import cache_folder
 
@@ -506,6 +506,48 @@ def _strings(value, steps: list, key: Optional[str]) -> Iterator[tuple[list, Opt
             yield from _strings(v, steps + [i], key)
 
 
+def _collect(value, where, key: Optional[str], out: list) -> None:
+    """(where, key, string) of every string in `value`, like _strings, but without a
+    generator per level or a path per value: `where` is (parent's where, step), turned into
+    a path (_steps) only for a string something was found in."""
+    if type(value) is dict:
+        for k, v in value.items():
+            t = type(v)
+            if t is str:
+                out.append(((where, k), k, v))
+            elif t is dict or t is list:
+                _collect(v, (where, k), k, out)
+    elif type(value) is list:
+        for i, v in enumerate(value):
+            t = type(v)
+            if t is str:
+                out.append(((where, i), key, v))
+            elif t is dict or t is list:
+                _collect(v, (where, i), key, out)
+    elif type(value) is str:
+        out.append((where, key, value))
+
+
+def _steps(where) -> list:
+    steps = []
+    while where is not None:
+        where, step = where
+        steps.append(step)
+    return steps[::-1]
+
+
+_ID_KEYS: dict[Optional[str], bool] = {}
+
+
+def _id_key_cached(key: Optional[str]) -> bool:
+    got = _ID_KEYS.get(key)
+    if got is None:
+        if len(_ID_KEYS) > 50_000:
+            _ID_KEYS.clear()
+        got = _ID_KEYS[key] = _id_key(key)
+    return got
+
+
 class Scanner:
     """Finds secrets in entries, many at a time: the patterns run over a batch's strings
     together (Detectors.spans_many), which is what makes a first scan of a big tape fast."""
@@ -519,12 +561,20 @@ class Scanner:
         self.red = tape.redactions() if red is None else red
         self._blob_spans: dict[tuple[str, bool], tuple[str, list]] = {}
         self.bytes = 0
+        self.records: dict[str, bytes] = {}  # object records of large values a caller read already
 
-    def read(self, h: str) -> Optional[dict]:
-        """An entry as stored (None: the tape lacks it, not synced yet)."""
-        if not self.tape.store.has_object(h):
-            return None
-        _, body = self.tape.store.get_object(h)
+    def read(self, h: str, record: Optional[bytes] = None) -> Optional[dict]:
+        """An entry as stored (None: the tape lacks it, not synced yet); from `record`, its
+        object record as a file holds it, when the caller has read that already."""
+        store = self.tape.store
+        if record is not None:
+            return decode_entry(h, store.decode_object(h, record)[1])
+        try:
+            _, body = store.get_object(h)
+        except (EntryNotFound, CorruptObject):
+            if not store.has_object(h):
+                return None
+            raise
         return decode_entry(h, body)
 
     def entries(self, batch: list[tuple[str, str, dict]]) -> list[tuple[list[Finding], dict[str, Optional[str]]]]:
@@ -543,35 +593,38 @@ class Scanner:
         for session, h, raw in batch:
             if h in red:
                 raw = redaction.apply(raw, red[h])
-            inline, blobs = [], []
+            inline, blobs, strings = [], [], []
             for root in redaction.ROOTS:
-                for steps, key, s in _strings(raw[root], [root], None):
-                    flag = det.entropy and not _id_key(key)
-                    if s[:2] == "\0b" and len(s) == 66:
-                        b = s[2:]
-                        if b in red:
-                            continue
-                        got = self._blob_spans.get((b, flag))
-                        if got is not None:
-                            blobs.append((steps, got, b))
-                            continue
-                        i = new_blobs.get((b, flag))
-                        if i is None:
-                            text = self.tape.store.get_object(b)[1].decode("utf-8", "replace")
-                            self.bytes += len(text)
-                            chars += len(text)
-                            i = new_blobs[(b, flag)] = len(texts)
-                            texts.append(text)
-                            entropy.append(flag)
-                        blobs.append((steps, i, b))
-                    else:
-                        t = s[1:] if s[:1] == "\0" else s
-                        i = seen.get((t, flag))
-                        if i is None:
-                            i = seen[(t, flag)] = len(texts)
-                            texts.append(t)
-                            entropy.append(flag)
-                        inline.append((steps, i))
+                _collect(raw[root], (None, root), None, strings)
+            for steps, key, s in strings:
+                flag = det.entropy and not _id_key_cached(key)
+                if s[:2] == "\0b" and len(s) == 66:
+                    b = s[2:]
+                    if b in red:
+                        continue
+                    got = self._blob_spans.get((b, flag))
+                    if got is not None:
+                        blobs.append((steps, got, b))
+                        continue
+                    i = new_blobs.get((b, flag))
+                    if i is None:
+                        rec = self.records.get(b)
+                        store = self.tape.store
+                        text = (store.decode_object(b, rec) if rec is not None else store.get_object(b))[1].decode("utf-8", "replace")
+                        self.bytes += len(text)
+                        chars += len(text)
+                        i = new_blobs[(b, flag)] = len(texts)
+                        texts.append(text)
+                        entropy.append(flag)
+                    blobs.append((steps, i, b))
+                else:
+                    t = s[1:] if s[:1] == "\0" else s
+                    i = seen.get((t, flag))
+                    if i is None:
+                        i = seen[(t, flag)] = len(texts)
+                        texts.append(t)
+                        entropy.append(flag)
+                    inline.append((steps, i))
             if inline:
                 n = sum(len(texts[i]) for _, i in inline) + len(SEP) * (len(inline) - 1)
                 self.bytes += n
@@ -598,7 +651,7 @@ class Scanner:
             for steps, text, sp, blob in work:
                 if not sp:
                     continue
-                path = redaction.format_path(steps)
+                path = redaction.format_path(_steps(steps))
                 blob_of[path] = blob
                 kinds = set()
                 for span in sp:
@@ -702,20 +755,57 @@ def scan(tape: "Tape", sessions: Optional[Iterable[str]] = None, *, include_allo
     return {"findings": findings, "allowed": skipped, "bytes": sc.bytes, "detect_secrets": detectors.have_detect_secrets, "cached": walk.cached}
 
 
-def scan_entries(tape: "Tape", items: Iterable[tuple[str, str]]) -> list[Finding]:
+def scan_entries(tape: "Tape", items: Iterable[tuple], records: Optional[dict[str, bytes]] = None) -> list[Finding]:
     """The unresolved findings (neither redacted nor allowed) of these (session, entry hash)
     pairs, with the tape's detectors and the scan cache: what `push` checks, the entries of
-    the files it is about to upload."""
+    the files it is about to upload. An item may carry a third value, the entry's object
+    record as read from its file (then it is not looked up and read again); items are
+    taken some hundreds at a time, one cache query for each lot. `records`: object
+    records of large values read on the way, by hash (the caller adds, each lot empties)."""
     settings = load_settings(tape)
     detectors = Detectors(settings["patterns"])
     allowed = set(settings["allowed"])
     sc = Scanner(tape, detectors)
+    sc.records = records if records is not None else {}
     cache = ScanCache.open(tape, detectors)
-    walk = _Walk(sc, cache)
+    red = sc.red
+    out: list[Finding] = []
+
+    def run(lot: list[tuple]) -> None:
+        rows = cache.get_many([it[1] for it in lot]) if cache is not None else {}
+        slots: list = []
+        todo: list[tuple[str, str, dict]] = []
+        for it in lot:
+            name, h = it[0], it[1]
+            row = rows.get(h) if h not in red else None
+            if row is not None:
+                slots.append([Finding(name, h, path, kind, prev) for path, kind, prev, blob in row[1] if blob not in red])
+                continue
+            raw = sc.read(h, it[2] if len(it) > 2 else None)
+            if raw is None:
+                continue
+            slots.append(len(todo))
+            todo.append((name, h, raw))
+        results = sc.entries(todo)
+        sc.records.clear()
+        for (name, h, raw), (found, blob_of) in zip(todo, results):
+            if cache is not None and h not in red:
+                cache.put(h, raw["parent"], [(f.path, f.kind, f.preview, blob_of.get(f.path)) for f in found])
+        for slot in slots:
+            for f in results[slot][0] if isinstance(slot, int) else slot:
+                if f.id not in allowed:
+                    out.append(f)
+
     try:
-        for name, h in items:
-            walk.add(name, h)
-        return [f for f in walk.findings() if f.id not in allowed]
+        lot: list[tuple] = []
+        for it in items:
+            lot.append(it)
+            if len(lot) >= Scanner.BATCH_ENTRIES:
+                run(lot)
+                lot = []
+        if lot:
+            run(lot)
+        return out
     finally:
         if cache is not None:
             cache.close()
@@ -786,6 +876,15 @@ class ScanCache:
     def get(self, h: str) -> Optional[tuple[Optional[str], list]]:
         row = self.db.execute("SELECT parent, findings FROM scanned WHERE hash=?", (h,)).fetchone()
         return (row[0], json.loads(row[1])) if row else None
+
+    def get_many(self, hashes: list[str]) -> dict[str, tuple[Optional[str], list]]:
+        out = {}
+        for i in range(0, len(hashes), 500):
+            part = hashes[i:i + 500]
+            q = f"SELECT hash, parent, findings FROM scanned WHERE hash IN ({','.join('?' * len(part))})"
+            for h, parent, found in self.db.execute(q, part):
+                out[h] = (parent, json.loads(found))
+        return out
 
     def put(self, h: str, parent: Optional[str], found: list[tuple]) -> None:
         self.pending.append((h, parent, json.dumps(found)))

@@ -86,25 +86,32 @@ def check_secrets(tape, sessions: list[str], allow_secrets: bool, files: Optiona
             f"(first: {left[0][:12]}); run `ctape compact` first (it drops them), or push with --allow-secrets")
     from ..ops.scan import scan_entries
     from ..store import framing
-    from ..store.files import TYPE_ENTRY
+    from ..store.files import TYPE_BLOB, TYPE_ENTRY
     from ..store.store import TYPE_WITHHELD
 
     store = tape.store
     if files is None:
         files = [(s, rel.rsplit("/", 1)[1]) for s in sessions for rel in store.list_files(s) if rel.startswith(f"sessions/{s}/")]
-    items, seen, ends = [], set(), {}
-    for s, file in files:
-        try:
-            for rec in store.scan_file(f"sessions/{s}/{file}", ends=ends):
-                if isinstance(rec, framing.Record) and rec.type == framing.T_OBJECT and len(rec.body) > 33 \
-                        and rec.body[32] in (TYPE_ENTRY, TYPE_WITHHELD):
-                    h = rec.body[:32].hex()
-                    if h not in seen:
-                        seen.add(h)
-                        items.append((s, h))
-        except (OSError, CtapeError):
-            continue  # a file gone or damaged meanwhile: what it holds is not read here either
-    found = scan_entries(tape, items)
+    ends: dict[str, int] = {}
+    blobs: dict[str, bytes] = {}  # large values read on the way, for the entries after them
+
+    def items():
+        # each entry with its record as the file holds it: the check reads every file once
+        seen: set[str] = set()
+        for s, file in files:
+            try:
+                for rec in store.scan_file(f"sessions/{s}/{file}", ends=ends):
+                    if isinstance(rec, framing.Record) and rec.type == framing.T_OBJECT and len(rec.body) > 33:
+                        h = rec.body[:32].hex()
+                        if rec.body[32] == TYPE_BLOB:
+                            blobs[h] = rec.body
+                        elif rec.body[32] in (TYPE_ENTRY, TYPE_WITHHELD) and h not in seen:
+                            seen.add(h)
+                            yield s, h, rec.body
+            except (OSError, CtapeError):
+                continue  # a file gone or damaged meanwhile: what it holds is not read here either
+
+    found = scan_entries(tape, items(), blobs)
     if found:
         bad = sorted({f.session for f in found})
         first = found[0]
