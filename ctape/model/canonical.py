@@ -51,6 +51,21 @@ _encoder = json.JSONEncoder(
 )
 
 
+def _c_encode() -> Callable[[Any], str]:
+    """_encoder.encode without its cost per call (a new C encoder each time, and a table
+    of the containers being written, to refuse a value that holds itself: such a value
+    now runs into the recursion limit instead, which callers catch)."""
+    from json.encoder import c_make_encoder, encode_basestring
+
+    if c_make_encoder is None:  # no C accelerator (another Python): the plain way
+        return _encoder.encode
+    encode = c_make_encoder(None, _encoder.default, encode_basestring, None, ":", ",", True, False, False)
+    return lambda value: "".join(encode(value, 0))
+
+
+_encode = _c_encode()
+
+
 MAX_INT_DIGITS = 4300  # Python's default int_max_str_digits: every ctape process reads such an integer back
 
 
@@ -91,11 +106,13 @@ def _clip(text: str) -> str:
 def canonical_json(value: Any) -> bytes:
     """The one byte form used for hashing and storing JSON values."""
     try:
-        return _encoder.encode(value).encode("utf-8")
-    except (ValueError, TypeError) as e:
-        raise InvalidInput(f"value is not plain JSON ({e}); use strings, numbers, lists and objects") from None
+        return _encode(value).encode("utf-8")
     except UnicodeEncodeError:
         raise InvalidInput("text is not valid Unicode (lone surrogate); send UTF-8") from None
+    except (ValueError, TypeError) as e:
+        raise InvalidInput(f"value is not plain JSON ({e}); use strings, numbers, lists and objects") from None
+    except RecursionError:
+        raise InvalidInput(f"a value is nested too deeply, or holds itself; ctape stores up to {MAX_DEPTH} levels (docs/format.md, Limits)") from None
 
 
 def nesting_problem(value: Any, what: str = "value", max_depth: int = MAX_DEPTH) -> Optional[str]:
@@ -148,35 +165,60 @@ def entry_body(
     externalized (docs/format.md, "The entry body"), within the limits (MAX_DEPTH,
     MAX_ITEMS, MAX_BODY; InvalidInput otherwise).
 
-    Most entries need no change: text shorter than a blob cannot hold a blob-sized
-    string, and text without `\\u0000` holds no string that starts with NUL. Those are
-    encoded once, without walking the values; the others (and payloads that plainly
-    hold a large string) are walked first. Text with no more brackets than MAX_DEPTH
-    and fewer characters than MAX_ITEMS cannot break the limits and is not walked for them."""
+    A look at the values (_look) tells whether any string is a blob or starts with NUL
+    from their lengths, without encoding them, and counts their containers and values.
+    Most entries hold no such string: their body is encoded once, as it is. The others
+    are externalized first, so their large strings are never encoded as JSON. Values
+    with no more containers than MAX_DEPTH and fewer than MAX_ITEMS values cannot
+    break the limits and are not walked again for them."""
     body = {"delta": delta, "kind": kind, "meta": meta, "parent": parent, "payload": payload, "seq": seq, "time": time}
-    if not (isinstance(payload, dict) and any(isinstance(v, str) and len(v) >= BLOB_MIN for v in payload.values())):
-        try:
-            text = _encoder.encode(body)
-        except (ValueError, TypeError) as e:
-            raise InvalidInput(f"value is not plain JSON ({e}); use strings, numbers, lists and objects") from None
-        except RecursionError:
-            text = None  # nested far too deep: _check_values says so
-        if text is None or text.count("[") + text.count("{") > MAX_DEPTH or len(text) > MAX_ITEMS:
-            _check_values(payload, meta, delta)
-        if text is None:
-            raise InvalidInput(f"a value is nested too deeply; ctape stores up to {MAX_DEPTH} levels (docs/format.md, Limits)")
-        if len(text) < BLOB_MIN + 2 and "\\u0000" not in text:
-            return _utf8(text)
-        del text  # it may be large
-    else:
+    special, containers, items = _look((payload, meta, delta))
+    if containers > MAX_DEPTH + 1 or items >= MAX_ITEMS:
         _check_values(payload, meta, delta)
-    body["delta"] = externalize(delta, put_blob)
-    body["meta"] = externalize(meta, put_blob)
-    body["payload"] = externalize(payload, put_blob)
+    if special:
+        body["delta"] = externalize(delta, put_blob)
+        body["meta"] = externalize(meta, put_blob)
+        body["payload"] = externalize(payload, put_blob)
     out = canonical_json(body)
     if len(out) > MAX_BODY:
         raise InvalidInput(f"the entry is {len(out):,} bytes once its large strings are blobs, over the limit of {MAX_BODY:,} (docs/format.md, Limits); split it")
     return out
+
+
+def _look(values: tuple) -> tuple[bool, int, int]:
+    """(whether a string of `values` is BLOB_MIN characters long or starts with NUL,
+    the number of lists and objects, the number of values in them), without recursion.
+    It stops past MAX_ITEMS values (a value that holds itself never ends)."""
+    special = False
+    containers = items = 0
+    stack = [values]
+    pop, push = stack.pop, stack.append
+    while stack:
+        c = pop()
+        containers += 1
+        items += len(c)
+        if items > MAX_ITEMS:
+            break
+        for x in c:
+            t = type(x)
+            if t is str:
+                if len(x) >= BLOB_MIN or x[:1] == "\0":
+                    special = True
+            elif t is dict:
+                push(x.values())
+            elif t is list:
+                push(x)
+            elif t not in _SCALARS:  # subclasses: as externalize and the encoder see them
+                if isinstance(x, str):
+                    special = special or len(x) >= BLOB_MIN or x[:1] == "\0"
+                elif isinstance(x, dict):
+                    push(x.values())
+                elif isinstance(x, (list, tuple)):
+                    push(x)
+    return special, containers, items
+
+
+_SCALARS = frozenset((int, float, bool, type(None)))
 
 
 def object_hash(type_: bytes, body: bytes) -> str:
