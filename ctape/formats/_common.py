@@ -22,9 +22,9 @@ import re
 import sys
 from typing import Any, Callable, Iterable, Iterator, Optional
 
-from ..model.canonical import MAX_DEPTH, MAX_RECORD, max_record, nesting_problem, parse_json  # noqa: F401 - MAX_RECORD is read from here too
+from ..model.canonical import MAX_DEPTH, MAX_RECORD, max_record, nesting_problem, normal_time, parse_json, parse_record  # noqa: F401 - MAX_RECORD is read from here too
 from ..errors import InvalidInput, RefNotFound
-from ..model.models import HIDDEN, NAME_RE, RESERVED_BRANCHES, check_name, parse_time  # noqa: F401 - NAME_RE is read from here too
+from ..model.models import HIDDEN, NAME_RE, RESERVED_BRANCHES, check_name  # noqa: F401 - NAME_RE is read from here too
 from ..model.refs import HEAD
 from .reading import display_stem, real_path, too_long  # noqa: F401 - too_long is read from here too
 
@@ -44,11 +44,11 @@ _SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 def loads(text) -> Any:
-    """JSON text as a value ctape can store (canonical.parse_json: no NaN, Infinity, 1e400
+    """JSON text as a value ctape can store (canonical.parse_record: no NaN, Infinity, 1e400
     or integer of thousands of digits), else ValueError; also refuses a lone surrogate
     escape such as "\\ud800" and nesting deeper than IMPORT_DEPTH (such a line is then
     kept verbatim, as text)."""
-    value = parse_json(text)
+    value = parse_record(text)
     raw = text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
     if _SURROGATE.search(raw):
         try:
@@ -176,7 +176,7 @@ class Clock:
     def take(self, value: Any) -> str:
         if isinstance(value, str) and value:
             try:
-                self.last = parse_time(value)
+                self.last = normal_time(value)
             except InvalidInput:
                 pass
         return self.last
@@ -216,7 +216,7 @@ def undated_time(tape, session, path: str) -> Optional[str]:
 def valid_time(value: Any) -> Optional[str]:
     if isinstance(value, str) and value:
         try:
-            return parse_time(value)
+            return normal_time(value)
         except InvalidInput:
             return None
     return None

@@ -14,9 +14,9 @@ from ..store import framing
 from ..model import schema
 from ..model import refs as refmod
 from ..store.index import hash_key
-from ..model.canonical import entry_body
+from ..model.canonical import entry_body, normal_time
 from ..model.errors import BranchCheckedOut, CorruptObject, CtapeError, EntryNotFound, InvalidInput, RefNotFound
-from ..model.models import Entry, check_name, check_payload, now_rfc3339, parse_time
+from ..model.models import Entry, check_name, check_payload, now_rfc3339
 from ..model.refs import HEAD, RefState
 from ..store.files import TYPE_BLOB, TYPE_ENTRY
 from ..store.segment import SegmentWriter
@@ -326,7 +326,7 @@ class Session:
             seq = w.last_entry[1] + 1
         else:
             seq = self.tape.read_entry(parent).seq + 1
-        t = parse_time(time) if time else now_rfc3339()
+        t = normal_time(time) if time else now_rfc3339()
         refs = [parent] if parent is not None else []
 
         def put_blob(b: bytes) -> str:

@@ -17,11 +17,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 from typing import Any, Callable, Optional
 
 from blake3 import blake3
 
 from .errors import CorruptObject, InvalidInput
+from .models import parse_time
 
 ENTRY = b"entry"
 BLOB = b"blob"
@@ -39,6 +41,23 @@ MAX_DEPTH = 100  # levels of lists and objects in one of payload, meta, delta (a
 # is tens of MB); a longer one, or a file with no line end at all (/dev/zero), is refused
 # before it fills the memory (docs/import.md). $CTAPE_MAX_RECORD overrides it.
 MAX_RECORD = 256 << 20
+
+
+_times: dict[str, str] = {}
+
+
+def normal_time(text: Any) -> str:
+    """models.parse_time, remembered for a few thousand times: importers give the same
+    times again (each entry of a record, and the normal form a Clock took already)."""
+    if type(text) is not str:
+        return parse_time(text)
+    t = _times.get(text)
+    if t is None:
+        t = parse_time(text)
+        if len(_times) >= 4096:
+            _times.clear()
+        _times[text] = _times[t] = t  # the normal form is its own
+    return t
 
 
 def max_record() -> int:
@@ -76,8 +95,27 @@ def parse_json(text: str | bytes) -> Any:
     otherwise: NaN or Infinity, a number that overflows a float (1e400), an integer of
     more than MAX_INT_DIGITS digits, or nesting too deep for the parser. -0 reads as 0,
     and 1e-400 as 0.0, as in json."""
+    return _parse(text, _decoder)
+
+
+def parse_record(text: str | bytes) -> Any:
+    """parse_json for the records of transcripts, many and each read once: the same
+    values, and the same refusals, but an integer too long is refused by Python's own
+    limit when it is MAX_INT_DIGITS (the usual case: no call per integer), in its words."""
+    return _parse(text, _record_decoder if sys.get_int_max_str_digits() == MAX_INT_DIGITS else _decoder)
+
+
+def _parse(text: str | bytes, decoder: json.JSONDecoder) -> Any:
+    """json.loads(text) with `decoder` (kept, not made again for each text)."""
     try:
-        return json.loads(text, parse_constant=_no_constant, parse_float=_finite_float, parse_int=_short_int)
+        if isinstance(text, str):
+            if text.startswith("\ufeff"):
+                raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+        elif text[:1] == b"{" and text[1:2] != b"\0":  # a line of JSON Lines: UTF-8 (json.detect_encoding)
+            text = text.decode("utf-8", "surrogatepass")
+        else:
+            text = text.decode(json.detect_encoding(text), "surrogatepass")
+        return decoder.decode(text)
     except RecursionError:
         raise ValueError(f"it is nested too deeply (ctape stores up to {MAX_DEPTH} levels)") from None
 
@@ -97,6 +135,10 @@ def _short_int(text: str) -> int:
     if len(text) > MAX_INT_DIGITS and len(text.lstrip("-")) > MAX_INT_DIGITS:
         raise ValueError(f"an integer has {len(text.lstrip('-'))} digits, over the limit of {MAX_INT_DIGITS}; write it as a string")
     return int(text)
+
+
+_decoder = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite_float, parse_int=_short_int)
+_record_decoder = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite_float)
 
 
 def _clip(text: str) -> str:
