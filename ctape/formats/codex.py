@@ -236,21 +236,45 @@ def classify(v: Any) -> Optional[tuple[str, tuple[int, ...]]]:
 
 def voiced_events(classes: list) -> set[int]:
     """Line numbers of the events that are the only record of their message."""
-    out: set[int] = set()
-    for item, event, ends in (("U", "EU", ("A", "EA", "X")), ("A", "EA", ("U", "EU", "X"))):
-        run = _Run()
-        for number, cls in classes:
-            if cls is None:
-                continue
+    voices = _Voices()
+    for number, cls in classes:
+        voices.add(number, cls)
+    voices.end()
+    return voices.voiced
+
+
+class _Voices:
+    """voiced_events a line at a time: an event is answered once its run closes (at the
+    next record of the other side, or at the end of the file)."""
+
+    SIDES = (("U", "EU", ("A", "EA", "X")), ("A", "EA", ("U", "EU", "X")))
+
+    def __init__(self):
+        self.runs = (_Run(), _Run())
+        self.voiced: set[int] = set()
+        self.open: set[int] = set()  # events whose run goes on: not answered yet
+
+    def add(self, number: int, cls: Optional[tuple[str, tuple[int, ...]]]) -> None:
+        if cls is None:
+            return
+        for (item, event, ends), run in zip(self.SIDES, self.runs):
             if cls[0] in ends:
-                out |= run.close()
+                self._close(run)
             elif cls[0] == item:
                 for key in set(cls[1]):
                     run.items.setdefault(key, deque()).append(number)
             elif cls[0] == event:
                 run.events.append((number, cls[1][0]))
-        out |= run.close()
-    return out
+                self.open.add(number)
+
+    def end(self) -> None:
+        for run in self.runs:
+            self._close(run)
+
+    def _close(self, run: "_Run") -> None:
+        for number, _ in run.events:
+            self.open.discard(number)
+        self.voiced |= run.close()
 
 
 class _Run:
@@ -290,51 +314,103 @@ def import_file(tape, path: str, session: Optional[str], progress: bool = False)
     got = seen.lookup(tape, path, FMT, {"session": session}, read)
     if got is not None:  # the same bytes, imported before, all there: nothing new
         return c.summary_line(path, got["session"], got.get("records", 0), 0, 1, [], False)
-    with c.open_source(path) as f:
-        lines, first_time, sid, truncated, voiced = _scan(f, path)
-        name = c.check_target(session or c.session_name(sid, path))
-        s = tape.session(name)
-        clock = c.Clock(first_time or c.undated_time(tape, s, path))
+    # two readers of the file: the scan's, and one that reads lines again by offset
+    with c.open_source(path) as f, c.open_source(path) as again:
         bar = c.Progress(path, progress)
-        parent: Optional[str] = None
-        instructions: Optional[str] = None
-        kept_raw = entries = 0
         with tape.batch():
-            for line in lines:
-                value = c.read_at(f, line)
-                kept_raw += not line.ok
-                parent, instructions, n = _put(s, line.number, value, line.ok, parent, clock, line.number in voiced, instructions)
-                entries += n
-                bar.update(line.offset)
-            changes, ref_notes = c.safe_refs(tape, s, {"main": parent})
+            st = _Stream(tape, f, again, path, session, bar)
+            st.run()
+            changes, ref_notes = c.safe_refs(tape, st.s, {"main": st.parent})
             if changes:
-                s.set_refs("import", changes, source=FMT)
+                st.s.set_refs("import", changes, source=FMT)
         bar.done()
-    if first_time and parent is not None:  # a file with no time takes its session's: not kept
-        seen.remember(tape, path, FMT, {"session": session}, read, session=name, refs={"main": parent}, records=len(lines))
-    notes = [f"kept {kept_raw} lines that are not JSON as they are" if kept_raw else "", truncated, *ref_notes]
-    return c.summary_line(path, name, len(lines), entries, 1, notes, bool(changes))
+    if st.first_time and st.parent is not None:  # a file with no time takes its session's: not kept
+        seen.remember(tape, path, FMT, {"session": session}, read, session=st.s.name, refs={"main": st.parent}, records=st.records)
+    notes = [f"kept {st.kept_raw} lines that are not JSON as they are" if st.kept_raw else "", st.truncated, *ref_notes]
+    return c.summary_line(path, st.s.name, st.records, st.entries, 1, notes, bool(changes))
 
 
-def _scan(f, path: str):
-    """First pass: which lines to import, the first time and the session id; refuses a file with no record."""
-    lines, first_time, sid, valid = [], None, None, 0
-    classes = []
-    for ln in c.scan_lines(f):
-        if ln.ok:
-            classes.append((ln.number, classify(ln.value)))
-            valid += is_record(ln.value)
-            first_time = first_time or record_time(ln.value)
-            sid = sid or session_id(ln.value)
-            ln.value = None  # read again when importing: memory stays bounded
-        lines.append(ln)
-    truncated = ""
-    if lines and not lines[-1].ok:
-        dropped = lines.pop()
-        truncated = f"skipped the incomplete last line {dropped.number} (file still being written?)"
-    if not valid:
-        raise InvalidInput(f"{path}: no Codex rollout record found (expected JSON lines like {{\"timestamp\", \"type\", \"payload\"}}); is this a Codex session file?")
-    return lines, first_time, sid, truncated, voiced_events(classes)
+HOLD = 8 << 20  # bytes of parsed lines kept while they wait to be imported
+
+
+class _Stream:
+    """One pass over a rollout that also imports it, so that each line is parsed once (it
+    was twice: a scan for the session, the first time and the voiced events, then a read
+    of every line again by offset to import it).
+
+    Lines are imported in file order once what they need is known: the session (its id,
+    else the file's name, unless -s names it), the first time (which the lines before it
+    take), a record (a file with none is refused before anything is written), and for an
+    event that may be the only record of its message, the end of its run (_Voices). The
+    newest line waits for the next one (the last line, when it is not JSON, is one being
+    written, and is skipped). Up to HOLD bytes of waiting lines keep their parsed values;
+    past that the values are dropped and read again by offset when their turn comes, so
+    memory holds a few lines' values, not the file's."""
+
+    def __init__(self, tape, f, again, path: str, session: Optional[str], bar: c.Progress):
+        self.tape, self.f, self.again, self.path, self.session, self.bar = tape, f, again, path, session, bar
+        self.queue: deque = deque()  # lines read, not imported yet
+        self.held = 0  # bytes of the queued lines whose values are kept
+        self.voices = _Voices()
+        self.valid = 0
+        self.first_time: Optional[str] = None
+        self.sid: Optional[str] = None
+        self.s = None  # the session, once known
+        self.clock: Optional[c.Clock] = None
+        self.parent: Optional[str] = None
+        self.instructions: Optional[str] = None
+        self.records = self.entries = self.kept_raw = 0
+        self.truncated = ""
+
+    def run(self) -> None:
+        for ln in c.scan_lines(self.f):
+            if ln.ok:
+                v = ln.value
+                self.voices.add(ln.number, classify(v))
+                self.valid += is_record(v)
+                self.first_time = self.first_time or record_time(v)
+                self.sid = self.sid or session_id(v)
+                if v is not None:
+                    self.held += ln.length
+            self.queue.append(ln)
+            if self.s is None and self.valid and self.first_time and (self.session or self.sid):
+                self._start()
+            if self.s is not None:
+                self._put_ready(reading=True)
+            if self.held > HOLD:
+                for waiting in self.queue:
+                    waiting.value = None  # read again by offset when it is imported
+                self.held = 0
+        if self.queue and not self.queue[-1].ok:
+            dropped = self.queue.pop()
+            self.truncated = f"skipped the incomplete last line {dropped.number} (file still being written?)"
+        if not self.valid:
+            raise InvalidInput(f"{self.path}: no Codex rollout record found (expected JSON lines like {{\"timestamp\", \"type\", \"payload\"}}); is this a Codex session file?")
+        self.voices.end()
+        if self.s is None:
+            self._start()
+        self._put_ready(reading=False)
+
+    def _start(self) -> None:
+        self.s = self.tape.session(c.check_target(self.session or c.session_name(self.sid, self.path)))
+        self.clock = c.Clock(self.first_time or c.undated_time(self.tape, self.s, self.path))
+
+    def _put_ready(self, reading: bool) -> None:
+        """Import the queued lines that can be, in order (while reading, all but the newest)."""
+        q, still_open = self.queue, self.voices.open
+        while len(q) > reading and q[0].number not in still_open:
+            ln = q.popleft()
+            value = ln.value
+            if value is None:
+                value = c.read_at(self.again, ln)  # dropped, or not JSON (its bytes)
+            else:
+                self.held -= ln.length
+                ln.value = None
+            self.kept_raw += not ln.ok
+            self.parent, self.instructions, n = _put(self.s, ln.number, value, ln.ok, self.parent, self.clock, ln.number in self.voices.voiced, self.instructions)
+            self.entries += n
+            self.records += 1
+            self.bar.update(ln.offset)
 
 
 # -- export ---------------------------------------------------------------------------

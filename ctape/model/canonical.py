@@ -18,6 +18,7 @@ import json
 import os
 import re
 import sys
+from datetime import datetime
 from typing import Any, Callable, Optional
 
 from blake3 import blake3
@@ -53,11 +54,27 @@ def normal_time(text: Any) -> str:
         return parse_time(text)
     t = _times.get(text)
     if t is None:
-        t = parse_time(text)
+        t = _utc_time(text) or parse_time(text)
         if len(_times) >= 4096:
             _times.clear()
         _times[text] = _times[t] = t  # the normal form is its own
     return t
+
+
+_UTC = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,6}))?Z", re.ASCII)
+
+
+def _utc_time(text: str) -> Optional[str]:
+    """parse_time of the usual form, a UTC time with a Z, without the datetime round
+    trip; None for any other form (or a date that does not exist: parse_time says so)."""
+    m = _UTC.fullmatch(text)
+    if m is None:
+        return None
+    try:
+        datetime.fromisoformat(m.group(1))
+    except ValueError:
+        return None
+    return f"{m.group(1)}.{(m.group(2) or '').ljust(6, '0')}Z"
 
 
 def max_record() -> int:
