@@ -29,6 +29,7 @@ import json
 import math
 import os
 import re
+import string
 from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Optional
@@ -115,10 +116,14 @@ def _entropy(s: str) -> float:
     return -sum(c / n * math.log2(c / n) for c in counts.values())
 
 
+_DIGITS, _LOWER, _UPPER = frozenset(string.digits), frozenset(string.ascii_lowercase), frozenset(string.ascii_uppercase)
+
+
 def _high_entropy(text: str) -> Iterator[tuple[int, int]]:
     for m in _TOKEN.finditer(text):
         tok = m.group(0)
-        if _HEX.fullmatch(tok) or not (any(c.isdigit() for c in tok) and any(c.islower() for c in tok) and any(c.isupper() for c in tok)):
+        # a token is ASCII (see _TOKEN): these sets are str.isdigit/islower/isupper on it
+        if _DIGITS.isdisjoint(tok) or _LOWER.isdisjoint(tok) or _UPPER.isdisjoint(tok) or _HEX.fullmatch(tok):
             continue  # hashes and ids are hex; words and paths lack the mix
         if _entropy(tok) >= ENTROPY_LIMIT:
             yield m.span()
@@ -317,6 +322,7 @@ class Detectors:
             pos += len(t) + 1
         joined = "\0".join(texts)
         lowered: Optional[str] = None
+        low: dict[int, str] = {}  # strings in lower case, each made once
         not_ascii: Optional[set[int]] = None
         runs: dict[int, set[int]] = {}
         bstarts: list[int] = []
@@ -354,11 +360,21 @@ class Detectors:
                     # a string not in ASCII may match an ASCII letter under a case rule in
                     # ways lower() does not show (the long s, the Kelvin sign): it always runs
                     not_ascii = set() if joined.isascii() else {i for i, t in enumerate(texts) if not t.isascii()}
-                if among is not None and len(among) < 64:
+                if among is not None:  # few strings, or fewer bytes than the whole: each alone
                     for i in among:
-                        t = texts[i]
-                        if g.icase and i in not_ascii or any(x in (t.lower() if g.icase else t) for x in g.lits):
-                            hold.add(i)
+                        if g.icase:
+                            if i in not_ascii:
+                                hold.add(i)
+                                continue
+                            t = low.get(i)
+                            if t is None:
+                                t = low[i] = texts[i].lower()
+                        else:
+                            t = texts[i]
+                        for x in g.lits:
+                            if x in t:
+                                hold.add(i)
+                                break
                 else:
                     if g.icase and lowered is None:
                         lowered = joined.lower() if not not_ascii else "\0".join("\0" * len(t) if i in not_ascii else t.lower() for i, t in enumerate(texts))
@@ -376,7 +392,7 @@ class Detectors:
                 want &= have
             for i in sorted(want):
                 finds[i] += [(a, b, "high-entropy-string") for a, b in _high_entropy(texts[i])]
-        return [_merge(f) for f in finds]
+        return [_merge(f) if f else f for f in finds]
 
     def spans(self, text: str, key: Optional[str] = None, found: Optional[list] = None) -> list[tuple[int, int, str]]:
         """(start, end, kind) of every likely secret in `text`; overlapping finds merged.
@@ -642,10 +658,14 @@ class Scanner:
             self._blob_spans[(b, flag)] = (texts[i], spans[i]) if spans[i] else ("", [])  # keep no text that holds nothing
         out = []
         for session, h, inline, blobs in plans:
-            work = [(steps, texts[i], spans[i], None) for steps, i in inline]
+            work = [(steps, texts[i], spans[i], None) for steps, i in inline if spans[i]]
             for steps, got, b in blobs:
                 text, sp = (texts[got], spans[got]) if isinstance(got, int) else got
-                work.append((steps, text, sp, b))
+                if sp:
+                    work.append((steps, text, sp, b))
+            if not work:
+                out.append(([], {}))
+                continue
             found: list[Finding] = []
             blob_of: dict[str, Optional[str]] = {}
             for steps, text, sp, blob in work:
@@ -855,6 +875,9 @@ class ScanCache:
         if row is None or row[0] != fingerprint:
             db.execute("DELETE FROM scanned")
             db.execute("INSERT OR REPLACE INTO meta VALUES('detectors', ?)", (fingerprint,))
+        # empty at the start (a first scan): nothing to look up; what this run adds it
+        # does not ask for again (each entry is looked at once a run)
+        self.empty = db.execute("SELECT 1 FROM scanned LIMIT 1").fetchone() is None
 
     @classmethod
     def open(cls, tape: "Tape", detectors: Detectors) -> Optional["ScanCache"]:
@@ -874,11 +897,15 @@ class ScanCache:
             return None  # a cache that cannot be used is no cache: scan reads everything
 
     def get(self, h: str) -> Optional[tuple[Optional[str], list]]:
+        if self.empty:
+            return None
         row = self.db.execute("SELECT parent, findings FROM scanned WHERE hash=?", (h,)).fetchone()
         return (row[0], json.loads(row[1])) if row else None
 
     def get_many(self, hashes: list[str]) -> dict[str, tuple[Optional[str], list]]:
-        out = {}
+        out: dict[str, tuple[Optional[str], list]] = {}
+        if self.empty:
+            return out
         for i in range(0, len(hashes), 500):
             part = hashes[i:i + 500]
             q = f"SELECT hash, parent, findings FROM scanned WHERE hash IN ({','.join('?' * len(part))})"

@@ -24,6 +24,7 @@ from ..model.errors import CtapeError, InvalidInput
 
 _KEY = re.compile(r"[A-Za-z0-9._\-/]{1,900}")
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]")
+MAX_CONNECTIONS = 16  # kept-alive connections to the store: at least the transfer threads (push.WORKERS, pull.WORKERS)
 
 
 class RemoteError(CtapeError):
@@ -211,6 +212,9 @@ class S3Backend(Backend):
         self.endpoint = endpoint or os.environ.get("AWS_ENDPOINT_URL") or None
         cfg = botocore.config.Config(
             retries={"max_attempts": 4, "mode": "standard"},
+            # push and pull transfer 8 at a time: each thread keeps its own connection
+            # alive (fewer than threads would open and close one per request)
+            max_pool_connections=MAX_CONNECTIONS,
             connect_timeout=10,
             read_timeout=120,
             s3={"addressing_style": "path"} if self.endpoint else {},

@@ -18,6 +18,7 @@ from __future__ import annotations
 import fcntl
 import os
 import time
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterable, Optional
 
@@ -272,17 +273,26 @@ def push(tape, backend: Backend, name: str, sessions: Iterable[str] = (), allow_
             state["pieces"].pop(key, None)
             state["have"][key] = 0
     todo = _todo(store, state, chosen)
+    t_check = time.monotonic()
     checked = check_secrets(tape, chosen, allow_secrets, [(s, file) for s, file, _, _, _ in todo])  # before anything leaves (SPEC section 18)
+    t_sent = time.monotonic()
     if fresh:
         layout.check_identity(store, backend, create=True)
     total = sum(e - b for _, _, b, e, _ in todo)
     sent, files, listed, skipped = 0, set(), [], 0
     with ThreadPoolExecutor(WORKERS) as pool:
-        batch, batch_bytes = [], 0
+        # uploads run WORKERS at a time while the next files are read: at most BATCH_BYTES
+        # (or 4 * WORKERS pieces) in flight; each is noted in the order it was read
+        flying: deque = deque()
+        flying_bytes = 0
 
-        def flush() -> None:
-            nonlocal sent, skipped, batch, batch_bytes
-            for (s, file, a, b, chunk), status in zip(batch, pool.map(lambda p: _upload(backend, p), batch)):
+        def settle(limit: int) -> None:
+            """Wait for the oldest uploads until at most `limit` bytes are in flight."""
+            nonlocal sent, skipped, flying_bytes
+            while flying and (flying_bytes > limit or len(flying) > (4 * WORKERS if limit else 0)):
+                (s, file, a, b, chunk), fut = flying.popleft()
+                flying_bytes -= b - a
+                status = fut.result()
                 key = layout.piece_key(s, file, a, b)
                 if status == "other":  # refused, and not ours: reported, never overwritten
                     warn(f"the remote's {key} holds other bytes than this copy's; left as it is")
@@ -294,7 +304,6 @@ def push(tape, backend: Backend, name: str, sessions: Iterable[str] = (), allow_
                 files.add((s, file))
                 if progress:
                     progress(sent, total)
-            batch, batch_bytes = [], 0
 
         for s, file, start, end, mine in todo:
             path = os.path.join(store.root, "sessions", s, file)
@@ -320,17 +329,18 @@ def push(tape, backend: Backend, name: str, sessions: Iterable[str] = (), allow_
             else:
                 ranges = [(a, min(end, a + PIECE_MAX)) for a in range(start, end, PIECE_MAX)]
             for a, b in ranges:
-                batch.append((s, file, a, b, data[a - start : b - start]))
-                batch_bytes += b - a
-                if batch_bytes >= BATCH_BYTES or len(batch) >= 4 * WORKERS:
-                    flush()
-        flush()
+                piece = (s, file, a, b, data[a - start : b - start])
+                flying.append((piece, pool.submit(_upload, backend, piece)))
+                flying_bytes += b - a
+                settle(BATCH_BYTES)
+        settle(0)
     state["own"] = own
     if listed:
         put_manifest(store, backend, state, listed, warn=warn)
     state.save(store)
+    done = time.monotonic()
     return {"remote": name, "files": len(files), "pieces": len(listed), "bytes": sent, "requests": backend.requests, "already_there": skipped,
-            "transfer_seconds": round(time.monotonic() - t0, 3)}
+            "seconds": round(done - t0, 3), "check_seconds": round(t_sent - t_check, 3), "transfer_seconds": round(done - t_sent, 3)}
 
 
 def follow(tape, backend: Backend, name: str, sessions: Iterable[str] = (), allow_secrets: bool = False,

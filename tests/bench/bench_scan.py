@@ -7,13 +7,23 @@ nothing read again), and one after --grow more entries (what a push after a sess
 pays). Prints MB/s against a plain read of the same text with Python's `re` (one pattern,
 the floor of any regex scanner in Python) in the same run.
 
-Usage: python tests/bench/bench_scan.py [--mb 1000] [--grow 1000]
+Then the first scan in microseconds an entry, median of --repeat runs (the scan cache
+deleted before each), on three tapes: this one, --entries small entries of agent-like
+chat (remote_bench.py's tape: what a first push checks) and the real transcripts of
+/work/shared/fixtures/transcripts; with --against REV also with ctape/ops/scan.py as it
+was at git revision REV (loaded beside this one), and whether both find the same.
+
+Usage: python tests/bench/bench_scan.py [--mb 1000] [--grow 1000] [--entries 50000] [--repeat 3] [--against REV]
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
+import importlib.util
 import os
+import statistics
+import subprocess
 import random
 import re
 import shutil
@@ -57,10 +67,72 @@ def build(path: str, mb: int, seed: int = 3) -> tuple[Tape, int]:
     return t, n
 
 
+def load_at(rev: str):
+    """ctape/ops/scan.py as it was at git revision `rev`, as a module beside this one."""
+    src = subprocess.run(["git", "show", f"{rev}:ctape/ops/scan.py"], cwd=os.path.dirname(os.path.dirname(HERE)), capture_output=True, check=True).stdout
+    path = os.path.join(tempfile.mkdtemp(prefix="ctape-scan-old-"), "scan_old.py")
+    with open(path, "wb") as f:
+        f.write(src)
+    spec = importlib.util.spec_from_file_location("ctape.ops._scan_at_" + rev.replace("~", "_").replace("^", "_"), path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def first_scans(t: Tape, mod, repeat: int) -> tuple[float, int, list]:
+    """(median CPU seconds of a first scan, entries, findings): the scan cache deleted before each."""
+    times, r = [], None
+    for _ in range(repeat):
+        for p in glob.glob(os.path.join(os.environ["CTAPE_CACHE_DIR"], "**", "scan.sqlite*"), recursive=True):
+            os.unlink(p)
+        c0 = time.process_time()
+        r = mod.scan(t)
+        times.append(time.process_time() - c0)
+    n = sum(1 for name in t.session_names() for _ in t.session(name).log())
+    return statistics.median(times), n, sorted((f.hash, f.path, f.kind, f.preview) for f in r["findings"])
+
+
+def compare(label: str, t: Tape, mods: list, repeat: int) -> None:
+    rows = [(name, *first_scans(t, mod, repeat)) for name, mod in mods]
+    line = f"{label:34}"
+    for name, sec, n, _ in rows:
+        line += f"  {name}: {sec / n * 1e6:7.1f} us/entry ({sec:.2f} s)"
+    if len(rows) == 2:
+        line += f"  {rows[0][1] / rows[1][1]:.1f}x faster; findings {'the same' if rows[0][3] == rows[1][3] else 'DIFFER'} ({len(rows[0][3])})"
+    print(line)
+
+
+def per_entry(a, tmp: str, first_tape: Tape) -> None:
+    mods = [("now", scanmod)]
+    if a.against:
+        mods.insert(0, (a.against, load_at(a.against)))
+    print(f"\nfirst scan, CPU per entry, median of {a.repeat}:")
+    compare(f"tool outputs ({a.mb} MB)", first_tape, mods, a.repeat)
+    sys.path.insert(0, HERE)
+    import remote_bench
+
+    remote_bench.build(os.path.join(tmp, "small"), a.entries, 20)
+    t = Tape.open(os.path.join(tmp, "small"))
+    compare(f"chat, {a.entries:,} small entries", t, mods, a.repeat)
+    t.close()
+    fx = os.path.join(tmp, "fx")
+    Tape.init(fx).close()
+    files = sorted(glob.glob("/work/shared/fixtures/transcripts/*/*.jsonl")) + sorted(glob.glob("/work/shared/fixtures/transcripts/*/*.traj"))
+    for f in files:
+        subprocess.run([sys.executable, "-m", "ctape", "--dir", fx, "import", f], capture_output=True, check=True)
+    t = Tape.open(fx)
+    compare(f"real transcripts ({len(files)} files)", t, mods, a.repeat)
+    t.close()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--mb", type=int, default=1000)
     ap.add_argument("--grow", type=int, default=1000)
+    ap.add_argument("--entries", type=int, default=50_000)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--against", metavar="REV", help="also time scan.py as it was at this git revision")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="ctape-scan-bench-")
     os.environ["CTAPE_CACHE_DIR"] = os.path.join(tmp, "cache")
@@ -90,6 +162,7 @@ def main() -> None:
         rx.findall(sample)
         floor = len(sample) / 1e6 / (time.process_time() - c0)
         print(f"floor: one regex over bytes in Python: {floor:.0f} MB/s; scan's first pass is {r and first and (a.mb / first) / floor:.3f} x that")
+        per_entry(a, tmp, t)
         t.close()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
