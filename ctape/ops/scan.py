@@ -602,7 +602,8 @@ class Scanner:
         det, red = self.detectors, self.red
         texts: list[str] = []
         entropy: list[bool] = []
-        seen: dict[tuple[str, bool], int] = {}  # a string met again in a round is matched once
+        seen_e: dict[str, int] = {}  # a string met again in a round is matched once (with the entropy check, without)
+        seen_n: dict[str, int] = {}
         new_blobs: dict[tuple[str, bool], int] = {}
         plans: list = []
         chars = 0
@@ -614,7 +615,7 @@ class Scanner:
                 _collect(raw[root], (None, root), None, strings)
             for steps, key, s in strings:
                 flag = det.entropy and not _id_key_cached(key)
-                if s[:2] == "\0b" and len(s) == 66:
+                if len(s) == 66 and s[0] == "\0" and s[1] == "b":
                     b = s[2:]
                     if b in red:
                         continue
@@ -634,10 +635,11 @@ class Scanner:
                         entropy.append(flag)
                     blobs.append((steps, i, b))
                 else:
-                    t = s[1:] if s[:1] == "\0" else s
-                    i = seen.get((t, flag))
+                    t = s[1:] if s and s[0] == "\0" else s
+                    known = seen_e if flag else seen_n
+                    i = known.get(t)
                     if i is None:
-                        i = seen[(t, flag)] = len(texts)
+                        i = known[t] = len(texts)
                         texts.append(t)
                         entropy.append(flag)
                     inline.append((steps, i))
@@ -649,7 +651,7 @@ class Scanner:
             if chars >= self.BATCH_CHARS or len(plans) >= self.BATCH_ENTRIES:
                 # the text held at once stays bounded: the rest goes in another round
                 out += self._match(plans, texts, entropy, new_blobs)
-                texts, entropy, seen, new_blobs, plans, chars = [], [], {}, {}, [], 0
+                texts, entropy, seen_e, seen_n, new_blobs, plans, chars = [], [], {}, {}, {}, [], 0
         return out + self._match(plans, texts, entropy, new_blobs) if plans else out
 
     def _match(self, plans, texts, entropy, new_blobs) -> list[tuple[list[Finding], dict[str, Optional[str]]]]:
