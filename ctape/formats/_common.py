@@ -50,7 +50,7 @@ def loads(text) -> Any:
     kept verbatim, as text)."""
     value = parse_record(text)
     raw = text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
-    if _SURROGATE.search(raw):
+    if b"\\u" in raw and _SURROGATE.search(raw):
         try:
             json.dumps(value, ensure_ascii=False).encode("utf-8")
         except UnicodeEncodeError:
@@ -65,6 +65,7 @@ def loads(text) -> Any:
 IMPORT_DEPTH = MAX_DEPTH - 4
 
 _STEP = 1 << 20  # a long line is read this much at a time
+BUFFER = 1 << 16  # bytes a source file is read at a time (lines of transcripts are a few KB)
 
 
 def lines_of(f) -> Iterator[bytes]:
@@ -126,7 +127,7 @@ def tool_arguments(text: Any) -> Any:
 def open_source(path: str):
     """The transcript's content, seekable (a pipe or `.zst` file: its copy, reading.spooled)."""
     try:
-        return open(real_path(path), "rb")
+        return open(real_path(path), "rb", buffering=BUFFER)
     except OSError as e:
         raise InvalidInput(f"cannot read {path}: {e.strerror}") from None
 

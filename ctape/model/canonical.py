@@ -235,9 +235,9 @@ def entry_body(
     if containers > MAX_DEPTH + 1 or items >= MAX_ITEMS:
         _check_values(payload, meta, delta)
     if special:
-        body["delta"] = externalize(delta, put_blob)
-        body["meta"] = externalize(meta, put_blob)
-        body["payload"] = externalize(payload, put_blob)
+        body["delta"] = _externalized(delta, put_blob)
+        body["meta"] = _externalized(meta, put_blob)
+        body["payload"] = _externalized(payload, put_blob)
     out = canonical_json(body)
     if len(out) > MAX_BODY:
         raise InvalidInput(f"the entry is {len(out):,} bytes once its large strings are blobs, over the limit of {MAX_BODY:,} (docs/format.md, Limits); split it")
@@ -308,6 +308,43 @@ def externalize(value: Any, put_blob: Callable[[bytes], str]) -> Any:
     if isinstance(value, list):
         return [externalize(v, put_blob) for v in value]
     return value
+
+
+def _externalized(value: Any, put_blob: Callable[[bytes], str]) -> Any:
+    """externalize(value, put_blob), the same value and the same calls to put_blob in the
+    same order, but the lists and objects that do not change are not copied (they are
+    shared with `value`). Recursive, as externalize."""
+    if isinstance(value, dict):
+        out = None
+        for k, v in value.items():
+            t = type(v)
+            w = _string(v, put_blob) if t is str else v if t in _SCALARS else _externalized(v, put_blob)
+            if w is not v:
+                if out is None:
+                    out = dict(value)
+                out[k] = w
+        return value if out is None else out
+    if isinstance(value, list):
+        out = None
+        for i, v in enumerate(value):
+            t = type(v)
+            w = _string(v, put_blob) if t is str else v if t in _SCALARS else _externalized(v, put_blob)
+            if w is not v:
+                if out is None:
+                    out = list(value)
+                out[i] = w
+        return value if out is None else out
+    if isinstance(value, str):
+        return _string(value, put_blob)
+    return value
+
+
+def _string(s: str, put_blob: Callable[[bytes], str]) -> str:
+    if len(s) >= BLOB_MIN:
+        return "\0b" + put_blob(_utf8(s))
+    if s[:1] == "\0":
+        return "\0" + s
+    return s
 
 
 def internalize(value: Any, get_blob: Callable[[str], bytes]) -> Any:
