@@ -61,14 +61,6 @@ def prepass(path: str) -> Read:
                 break
             h.update(b)
             size += len(b)
-            last = b.rfind(b"\n")
-            if last >= 0 and len(b) <= limit:
-                # a line that ends in this block and started in it is shorter than the block:
-                # only the one that began before it can be too long (no walk from line to line)
-                if run + b.find(b"\n") > limit:
-                    raise too_long(f, line, limit)
-                line, run = line + b.count(b"\n"), len(b) - last - 1
-                continue
             start = 0
             while True:
                 i = b.find(b"\n", start)
