@@ -193,6 +193,57 @@ def test_push_check_finds_what_scan_finds(tmp_path):
     t.close()
 
 
+def _push_items(t: Tape, blobs: dict):
+    """What push's check gives the scan: every entry with its record, as the files hold them."""
+    from ctape.store import framing
+    from ctape.store.files import TYPE_BLOB, TYPE_ENTRY
+
+    for s in t.store.sessions():
+        for rel in sorted(t.store.list_files(s)):
+            for rec in t.store.scan_file(rel):
+                if isinstance(rec, framing.Record) and rec.type == framing.T_OBJECT and len(rec.body) > 33:
+                    if rec.body[32] == TYPE_BLOB:
+                        blobs[rec.body[:32].hex()] = rec.body
+                    elif rec.body[32] == TYPE_ENTRY:
+                        yield s, rec.body[:32].hex(), rec.body
+
+
+@pytest.mark.parametrize("seed", [5, 6])
+def test_push_check_with_records_finds_what_scan_finds(tmp_path, seed):
+    """push hands the scan each entry's record: entries whose bytes (and their large
+    values' bytes) hold nothing a detector could find are not decoded at all."""
+    t = planted_tape(str(tmp_path / "t"), str(tmp_path / "cache"), 80, seed)
+    s = t.session("clean")
+    for k in range(60):  # entries the byte check passes over, some with large values
+        s.append("user", {"content": f"step {k}: all fine " + ("and more " * (200 if k % 3 == 0 else 1)), "hash": "ab" * 32,
+                          "parent": "cd" * 32, "list": ["ef" * 32, "x"]})
+    det = Detectors(scanmod.load_settings(t)["patterns"])
+    assert det.can_prefilter()
+    want = reference(t, det)
+    blobs: dict = {}
+    assert _found(scanmod.scan_entries(t, _push_items(t, blobs), blobs)) == want
+    t.close()
+
+
+def test_the_byte_check_never_passes_over_a_finding():
+    """Detectors.clean_many on an entry's JSON and its large values, against spans()."""
+    import json as _json
+
+    rnd = random.Random(11)
+    det = Detectors()
+    for _ in range(400):
+        pool = secrets(rnd)
+        text = _text(rnd, pool, [])
+        body = _json.dumps({"delta": None, "meta": {"k": text}, "parent": "ab" * 32, "payload": {"content": text}},
+                           sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+        masked, refs = scanmod._mask_json(body)
+        assert refs == []
+        if det.clean_many([masked])[0]:
+            assert det.spans(text) == [], text
+        if det.clean_many([text.encode("utf-8", "surrogatepass")])[0]:
+            assert det.spans(text) == [], text
+
+
 def test_batches_and_rounds_change_nothing(tmp_path, monkeypatch):
     """Small rounds (many batches, large values split across them) find the same."""
     t = planted_tape(str(tmp_path / "t"), str(tmp_path / "cache"), 60, 4)

@@ -39,6 +39,7 @@ from blake3 import blake3
 from ..model import redaction
 from ..model.errors import CorruptObject, EntryNotFound, InvalidInput, StorageError
 from ..model.schema import decode_entry
+from ..store.files import CODEC_RAW, TYPE_ENTRY
 from ..store.localstate import cache_folder
 
 if TYPE_CHECKING:
@@ -145,6 +146,8 @@ _KCHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456
 _KTABLE = bytes(97 if (chr(i) in _KCHARS or i >= 0x80) else 32 for i in range(256))  # token byte -> "a", else " "
 _BSEP = b"\n"  # between strings' bytes: no token byte, so no run crosses it
 RUN_LEVELS = (16, 24, 32, 48)  # the run lengths looked for (a pattern's is rounded down to one)
+_KTABLE_JSON = bytes(97 if (chr(i) in _KCHARS or i >= 0x80 or i == 0x5C) else 32 for i in range(256))  # and "\\" of JSON escapes
+_HEX64 = re.compile(rb"[0-9a-f]{64}")
 
 
 def _k_char(c: int) -> bool:
@@ -272,6 +275,32 @@ def _holding(hay, needle, starts: list[int], ends: list[int], among: Optional[se
     return out
 
 
+def _mask_json(body: bytes) -> tuple[bytes, list[str]]:
+    """An entry's canonical JSON with the values no detector could find anything in
+    blanked (of the same length), and the large values it refers to. Blanked: every whole
+    string value of 64 hex digits after a key "parent" (no literal a gate can use is all
+    hex, and the entropy check skips hex), and every whole string value that is a large
+    value's reference (`"\\u0000b` + 64 hex + `"`: that value's own bytes are judged
+    instead). Whole values only: a quote right after `:`, `,` or `[` and one right after
+    a hex digit are never escaped, so such bytes are a JSON string from end to end."""
+    refs: list[str] = []
+    out = bytearray(body)
+    i = body.find(b'"parent":"')
+    while i >= 0:
+        j = i + 10
+        if body[j + 64:j + 65] == b'"' and _HEX64.fullmatch(body, j, j + 64):
+            out[j:j + 64] = b" " * 64
+        i = body.find(b'"parent":"', j)
+    i = body.find(b'"\\u0000b')
+    while i >= 0:
+        j = i + 8  # the hex digits
+        if i and body[i - 1] in b":,[" and body[j + 64:j + 65] == b'"' and _HEX64.fullmatch(body, j, j + 64):
+            refs.append(body[j:j + 64].decode())
+            out[i + 1:j + 64] = b" " * (j + 63 - i)
+        i = body.find(b'"\\u0000b', i + 1)
+    return bytes(out), refs
+
+
 class Detectors:
     """Everything `scan` looks for, compiled once."""
 
@@ -300,6 +329,61 @@ class Detectors:
         parts = [ds, str(self.entropy), str(ENTROPY_LIMIT), str(MIN_GROUP), str(PREVIEW_CONTEXT), _TOKEN.pattern, "strings-alone"]
         parts += [f"{k}\0{rx.pattern}\0{rx.flags}" for k, rx in self.patterns]
         return blake3("\n".join(parts).encode()).hexdigest()
+
+    def can_prefilter(self) -> bool:
+        """Whether clean_many can judge bytes: every pattern needs a literal that JSON
+        writes as it is (printable ASCII, no quote or backslash) and that is not all hex
+        digits (a 64-hex value, such as an entry's parent, is masked)."""
+        for g in self.gates:
+            if g.lits is None or not all(x.isascii() and x.isprintable() and '"' not in x and "\\" not in x
+                                         and not all(c in "0123456789abcdef" for c in x) for x in g.lits):
+                return False
+        return True
+
+    def clean_many(self, bodies: list[bytes]) -> list[bool]:
+        """For each body (an entry's canonical JSON as _mask_json leaves it, or a large
+        value's UTF-8 bytes): True when no pattern and no entropy check can find anything
+        in any string it holds (only when can_prefilter()). A JSON string is in the body as
+        it is, but for its escapes: a quote, a backslash or a control character, none of
+        them in a gate's literal; a backslash counts as a token character."""
+        n = len(bodies)
+        masked = bodies
+        starts, ends, pos = [], [], 0
+        for b in masked:
+            starts.append(pos)
+            ends.append(pos + len(b))
+            pos += len(b) + 1
+        joined = b"\n".join(masked)  # no raw newline in canonical JSON, and none is a token byte
+        tokens = joined.translate(_KTABLE_JSON)
+        runs: dict[int, set[int]] = {}
+
+        def with_run(r: int) -> Optional[set[int]]:
+            r = max((x for x in RUN_LEVELS if x <= r), default=0)
+            if not r:
+                return None
+            if r not in runs:
+                runs[r] = _holding(tokens, b"a" * r, starts, ends)
+            return runs[r]
+
+        lowered = None
+        not_ascii = None
+        maybe: set[int] = set()
+        for g in self.gates:
+            among = with_run(g.run)
+            if among is not None and not among:
+                continue
+            hold: set[int] = set()
+            if g.icase:
+                if lowered is None:
+                    lowered = joined.lower()  # ASCII letters only, as on ASCII text
+                    not_ascii = {i for i, b in enumerate(masked) if not b.isascii()}
+                hold |= not_ascii
+            for x in g.lits:
+                hold |= _holding(lowered if g.icase else joined, x.encode(), starts, ends)
+            maybe |= hold if among is None else hold & among
+        if self.entropy:
+            maybe |= with_run(self.token_gate.run) or set()
+        return [i not in maybe for i in range(n)]
 
     def pattern_spans(self, text: str) -> list[tuple[int, int, str]]:
         out: list[tuple[int, int, str]] = []
@@ -793,15 +877,47 @@ def scan_entries(tape: "Tape", items: Iterable[tuple], records: Optional[dict[st
     red = sc.red
     out: list[Finding] = []
 
+    prefilter = detectors.can_prefilter()
+
+    def clean(lot: list[tuple]) -> set[str]:
+        """The entries of the lot (given with their records) whose bytes, and their large
+        values' bytes, hold nothing any detector could find (Detectors.clean_many): they
+        need no decoding. Anything else (a redacted entry, a compressed record, a large
+        value not read on the way) is not judged here."""
+        bodies: list[bytes] = []
+        parts: list[tuple[str, int, int]] = []
+        for it in lot:
+            rec = it[2] if len(it) > 2 else None
+            if rec is None or it[1] in red or len(rec) < 34 or rec[32] != TYPE_ENTRY or rec[33] != CODEC_RAW:
+                continue
+            first = len(bodies)
+            body, refs = _mask_json(rec[34:])
+            bodies.append(body)
+            for b in refs:
+                blob = sc.records.get(b)
+                if blob is None or b in red or len(blob) < 34 or blob[33] != CODEC_RAW:
+                    del bodies[first:]
+                    break
+                bodies.append(blob[34:])
+            else:
+                parts.append((it[1], first, len(bodies)))
+        if not bodies:
+            return set()
+        ok = detectors.clean_many(bodies)
+        return {h for h, a, b in parts if all(ok[a:b])}
+
     def run(lot: list[tuple]) -> None:
         rows = cache.get_many([it[1] for it in lot]) if cache is not None else {}
         slots: list = []
         todo: list[tuple[str, str, dict]] = []
+        nothing = clean([it for it in lot if it[1] not in rows]) if prefilter else set()
         for it in lot:
             name, h = it[0], it[1]
             row = rows.get(h) if h not in red else None
             if row is not None:
                 slots.append([Finding(name, h, path, kind, prev) for path, kind, prev, blob in row[1] if blob not in red])
+                continue
+            if h in nothing:
                 continue
             raw = sc.read(h, it[2] if len(it) > 2 else None)
             if raw is None:
