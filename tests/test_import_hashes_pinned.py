@@ -6,6 +6,7 @@ different digest; docs/format.md is a contract with tapes that already exist.
 """
 
 import os
+import shutil
 
 import pytest
 from blake3 import blake3
@@ -32,16 +33,23 @@ def digest(tape) -> tuple[int, str]:
 PINNED_IMPORTS = {
     "claude-code": (877, "fdd31c36183ce672627fbc8728b0b6059cc2251cf7524b63edda00530533c8d6"),
     "codex": (3167, "537e90bd3da3bcc2f8bd959ac3e1fedd83db435afb5f75735f470beb68e65218"),
-    "openai": (372, "c6713dda724a2e5dee420c7b2eba9046f8f5c660f1fe23378397ecbec96570cd"),
+    "openai": (372, "7ef2a97fc5a349a4c36341f0126a083e83835957cb24593443eff1fe0043a8fc"),  # files dated 2023-11-14
 }
 FOLDERS = {"claude-code": "claude-code", "codex": "codex-rollout", "openai": "openai-chat"}
 
 
 @pytest.mark.parametrize("fmt", sorted(PINNED_IMPORTS))
 def test_imports_of_the_fixture_transcripts_give_the_pinned_entries(tmp_path, fmt):
+    # a record without a time takes its file's modification time: fixed here, since a fresh
+    # clone gives every fixture the time of the checkout
+    copies = tmp_path / "files"
+    copies.mkdir()
     with Tape.init(tmp_path / "tape") as t:
         for path in fixture_files(FOLDERS[fmt]):
-            import_files(t, fmt, [path], None)
+            copy = copies / os.path.basename(path)
+            shutil.copyfile(path, copy)
+            os.utime(copy, (1_700_000_000, 1_700_000_000))
+            import_files(t, fmt, [str(copy)], None)
         assert digest(t) == PINNED_IMPORTS[fmt]
 
 
