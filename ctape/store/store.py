@@ -745,34 +745,15 @@ class Store:
 
     # -- writing ---------------------------------------------------------------------
 
-    @contextmanager
-    def writing(self, session: str) -> Iterator["SegmentWriter"]:
+    def writing(self, session: str) -> "_Writing":
         """Hold the session's lock; on exit the writes are durable (or, in a batch, queued).
 
         The writer of a session stays open between writes, with what it knows
         (refs, active segment); taking the lock checks cheaply that nobody else
-        wrote meanwhile, and reloads when someone did.
+        wrote meanwhile, and reloads when someone did. (A class, not a generator:
+        importers take it once an entry.)
         """
-        with self._lock:
-            w = self._writers.get(session)
-            if w is None:
-                w = SegmentWriter(self, session)
-                self._writers[session] = w
-            if not w.locked:
-                w.lock()
-            ok = False
-            try:
-                yield w
-                ok = True
-            finally:
-                if self._batch_depth == 0:
-                    try:
-                        if ok:
-                            w.flush(durable=True)
-                        else:
-                            w.discard()
-                    finally:
-                        w.unlock()
+        return _Writing(self, session)
 
     @contextmanager
     def batch(self) -> Iterator[None]:
@@ -878,3 +859,44 @@ def _damage_level(data: bytes, d: framing.Damage) -> int:
     head = data[d.offset : d.offset + framing.HEADER_SIZE]
     parsed = framing.parse_header(head) if len(head) == framing.HEADER_SIZE else None
     return 1 if parsed is not None and parsed[0] == framing.T_OBJECT else 2
+
+
+class _Writing:
+    """Store.writing: `with store.writing(session) as w`."""
+
+    __slots__ = ("store", "session", "w")
+
+    def __init__(self, store: Store, session: str):
+        self.store, self.session = store, session
+
+    def __enter__(self) -> SegmentWriter:
+        st = self.store
+        st._lock.acquire()
+        try:
+            w = st._writers.get(self.session)
+            if w is None:
+                w = SegmentWriter(st, self.session)
+                st._writers[self.session] = w
+            if not w.locked:
+                w.lock()
+        except BaseException:
+            st._lock.release()
+            raise
+        self.w = w
+        return w
+
+    def __exit__(self, kind, value, tb) -> bool:
+        st = self.store
+        try:
+            if st._batch_depth == 0:
+                w = self.w
+                try:
+                    if kind is None:
+                        w.flush(durable=True)
+                    else:
+                        w.discard()
+                finally:
+                    w.unlock()
+        finally:
+            st._lock.release()
+        return False
