@@ -420,7 +420,11 @@ class Detectors:
             if not r:
                 return None  # a short run is in nearly every string: worth no pass
             if r not in runs:
-                if not bstarts:
+                if not bstarts and joined.isascii():  # one encoding, the same offsets
+                    bstarts.extend(starts)
+                    bends.extend(ends)
+                    tokens = joined.encode("ascii").translate(_KTABLE)
+                elif not bstarts:
                     raw = [t.encode("utf-8", "surrogatepass") for t in texts]
                     p = 0
                     for b in raw:
