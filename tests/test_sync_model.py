@@ -750,7 +750,7 @@ class LiveWorld(World):
                     folders.append((rel, st))
                     os.makedirs(os.path.join(dst, rel), exist_ok=True)
                     continue
-                what = rsync_one(src, dst, rel) if real else copy_one_like_rsync(src, dst, rel, st)
+                what = rsync_one(src, dst, rel) if real else copy_one_like_rsync(src, dst, rel, st, lambda: self.opened(i, rel, busy))
                 self.note(f"  {rel}: {what}")
                 if self.paused is not None and self.paused[1] == j and what.startswith("sent"):
                     self.paused[2] = None  # the copy merges what it brought: see finish
@@ -768,6 +768,13 @@ class LiveWorld(World):
                 self.resume()
         elif self.rng.random() < busy:
             self.writer_between(self.rng.choice([i, j]))
+
+    def opened(self, i: int, rel: str, busy: float) -> None:
+        """Between the copy's open of a segment of copy i and its first read: a writer on
+        copy i may append (to that very segment: its size is taken, the read not done yet)."""
+        if self.paused is None and rel.endswith(".seg") and self.rng.random() < busy / 2:
+            self.note(f"  {rel}: opened, its size taken; a writer works before the first read")
+            self.writer_between(i)
 
     def writer_between(self, k: int) -> None:
         """A writer on copy k appends (one, a batch, the CLI) or forks, between two files;
@@ -966,11 +973,14 @@ def rsync_one(src, dst, rel) -> str:
     return "sent" if any(line.startswith(b">f") for line in p.stdout.splitlines()) else "same"
 
 
-def copy_one_like_rsync(src, dst, rel, st) -> str:
+def copy_one_like_rsync(src, dst, rel, st, opened=None) -> str:
     """What `rsync -a` does with one file it listed with lstat `st`: skipped when the
-    destination has the listed size and mtime; otherwise the file's bytes as they are now,
-    read with a plain read (the access time moves, as with rsync), written to a temporary
-    name beside the destination and renamed over it, with the listed mode and mtime."""
+    destination has the listed size and mtime; otherwise the file is opened, its size taken
+    (fstat), and that many bytes read with plain reads (the access time moves at the first
+    read, as with rsync's sender, which reads the size it found at open and no more),
+    written to a temporary name beside the destination and renamed over it, with the
+    listed mode and mtime. `opened` runs between the open and the first read (rsync's
+    sender may wait there, on the pipe to its receiver, for as long as that takes)."""
     s, d = os.path.join(src, rel), os.path.join(dst, rel)
     try:
         dt = os.lstat(d)
@@ -979,10 +989,22 @@ def copy_one_like_rsync(src, dst, rel, st) -> str:
     except FileNotFoundError:
         pass
     try:
-        with open(s, "rb", buffering=0) as f:
-            data = f.read()
+        fd = os.open(s, os.O_RDONLY)
     except FileNotFoundError:
         return "vanished"
+    try:
+        size = os.fstat(fd).st_size
+        if opened is not None:
+            opened()
+        data = bytearray()
+        while len(data) < size:
+            chunk = os.read(fd, size - len(data))
+            if not chunk:
+                break
+            data += chunk
+        data = bytes(data)
+    finally:
+        os.close(fd)
     os.makedirs(os.path.dirname(d), exist_ok=True)
     tmp = os.path.join(os.path.dirname(d), f".{os.path.basename(d)}.{os.getpid()}")
     with open(tmp, "wb") as f:

@@ -18,6 +18,7 @@ import time
 from typing import TYPE_CHECKING, Optional
 
 from . import framing, packing
+from ..model.errors import CorruptObject
 from ..model.canonical import canonical_json, object_hash
 from .files import TYPE_ENTRY, UNREAD_ATIME_NS, check_not_symlink, fsync_dir, storage_error, write_all, zstd
 from .index import IndexBatch, hash_key
@@ -36,6 +37,8 @@ DICT_MIN = 16 << 10  # size of a segment's first dictionary
 DICT_MAX = 64 << 10  # size of the largest
 DICT_REFRESH = 8  # a new dictionary once this many times its size has been compressed with it
 DICT_BLOCK_MAX = 256 << 10  # larger blocks compress well alone
+KEPT_MAX = 8  # segments a writer keeps its descriptor of after writing to them (see "copies that come back")
+REPEAT_WINDOW_NS = 10 * 10**9  # at close: writes this long before a read are repeated (ibid.)
 
 
 def _files_row(file_id: int, indexed: int) -> IndexBatch:
@@ -87,6 +90,8 @@ class SegmentWriter:
         self.made_dir = False  # this writer created the session folder and has not written to it yet
         self.derived: Optional[dict] = None  # state and pending calls at derived_head (see Session._track_derived)
         self.derived_head: Optional[str] = None
+        # segments this writer wrote to: path -> [descriptor, [(write's offset, when it was synced)]]
+        self.kept: dict[str, list] = {}
 
     # -- locking and the cached view ------------------------------------------------
 
@@ -104,6 +109,8 @@ class SegmentWriter:
         self.locked = True
         try:
             if not self._view_is_current(dst):
+                if self.kept:
+                    self.check_kept(closing=False)
                 self._reload()
         except BaseException:
             self.unlock()
@@ -169,9 +176,7 @@ class SegmentWriter:
         st.verify_headers(self.session)
         self.refstate = None
         self.partials_checked = False
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        self._close_segment()
         self._open_segment()
         self._seen_dir = mtime
         self._racy_until = mtime + RACY_NS if time.time_ns() - mtime < RACY_NS else 0
@@ -281,7 +286,8 @@ class SegmentWriter:
     def _open_fd(self) -> None:
         """Open the active segment for appending, if this process does not hold it open."""
         if self.fd < 0:
-            self.fd = os.open(os.path.join(self.store.root, self.rel), os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
+            # read and write: the descriptor may have to give back what it wrote (check_kept)
+            self.fd = os.open(os.path.join(self.store.root, self.rel), os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW)
 
     def _write_buf(self, durable: bool) -> bool:
         """Write the queued bytes (and sync them when durable). Was the segment read while
@@ -466,6 +472,8 @@ class SegmentWriter:
             raise storage_error(e, f"session {self.session}") from None
         written, start, created = self.buf, self.offset, self.created
         raw_blocks, self.raw_blocks = self.raw_blocks, {}
+        if not read_meanwhile:
+            self._note_written(start)
         self.offset += len(written)
         self._seen_sizes[os.path.basename(self.rel)] = (self.offset, self.ino)
         self.buf = bytearray()
@@ -597,18 +605,146 @@ class SegmentWriter:
 
     def _close_segment(self) -> None:
         if self.fd >= 0:
-            os.close(self.fd)
+            k = self.kept.get(self.rel) if self.rel is not None else None
+            if k is None or k[0] != self.fd:
+                os.close(self.fd)
             self.fd = -1
         self.rel = None
+        while len(self.kept) > KEPT_MAX:
+            self._drop_kept(next(iter(self.kept)))
 
     def release(self) -> None:
+        """At close: what a copy may lack of the kept segments is repeated (check_kept),
+        then every descriptor goes."""
+        if self.kept and self.dir_fd >= 0:
+            try:
+                if not self.locked:
+                    fcntl.flock(self.dir_fd, fcntl.LOCK_EX)
+                    self.locked = True
+                self.check_kept(closing=True)
+            except OSError:
+                pass  # closing goes on; what could not be repeated stays as it is
         self.unlock()
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        self._close_segment()
+        for rel in list(self.kept):
+            self._drop_kept(rel)
         if self.dir_fd >= 0:
             os.close(self.dir_fd)
             self.dir_fd = -1
+
+    # -- copies that come back ---------------------------------------------------------------
+    #
+    # A copy's size is taken before its data is read: rsync's sender opens a file, takes
+    # its size (fstat), and reads that many bytes, maybe much later (it may wait on the
+    # pipe to its receiver). A write that lands in between passes the access-time check
+    # after it (nothing was read yet), and the copy lacks it. When that copy comes back
+    # (`rsync -a B/ A/` renames it over the longer file) the write is gone from A, unless
+    # its records are somewhere else. So a writer keeps the descriptors of the segments it
+    # wrote to (KEPT_MAX), which still reach the longer file after a rename over its name,
+    # and looks at them whenever the session's folder changed (before it reloads its view)
+    # and when it closes:
+    # - a segment whose name now holds a shorter file: the records past that length are
+    #   written again, from the descriptor, to a new segment that says it repeats them
+    #   (`repeats`), so the shorter file is not loss (store._note_repeats);
+    # - at close, a segment that was read and is still there: the copy that read it may be
+    #   short of any write made a little before the read, and may come back when this
+    #   process no longer holds the longer file; the writes synced within
+    #   REPEAT_WINDOW_NS before the read are repeated the same way.
+    # Left open: a copy whose size was taken before a write and whose read comes after this
+    # process closed, by more than nothing can see (docs/sync.md, "Live writers").
+
+    def _note_written(self, start: int) -> None:
+        k = self.kept.get(self.rel)
+        if k is None or k[0] != self.fd:
+            k = self.kept[self.rel] = [self.fd, []]
+        writes = k[1]
+        writes.append((start, time.time_ns()))
+        if len(writes) > 4096:
+            del writes[:2048]
+
+    def _drop_kept(self, rel: str) -> None:
+        fd = self.kept.pop(rel)[0]
+        if fd != self.fd:
+            os.close(fd)
+
+    def check_kept(self, closing: bool) -> None:
+        """Repeat what copies may lack of the segments this writer wrote to (see above)."""
+        for rel, (fd, writes) in list(self.kept.items()):
+            fst = os.fstat(fd)
+            try:
+                now = os.stat(os.path.join(self.store.root, rel), follow_symlinks=False)
+            except FileNotFoundError:
+                now = None
+            if now is None:
+                if rel != self.rel:
+                    self._drop_kept(rel)  # packed by compaction, or an rsync --delete: not for us to put back
+            elif (now.st_ino, now.st_dev) != (fst.st_ino, fst.st_dev):
+                if stat.S_ISREG(now.st_mode) and now.st_size < fst.st_size:
+                    self._repeat_safely(rel, fd, fst.st_size, cut=now.st_size)
+                if rel != self.rel:
+                    self._drop_kept(rel)
+            elif closing and fst.st_atime_ns != UNREAD_ATIME_NS:
+                since = fst.st_atime_ns - REPEAT_WINDOW_NS
+                starts = [start for start, synced in writes if synced >= since]
+                if starts:
+                    self._repeat_safely(rel, fd, fst.st_size, start=min(starts))
+                writes.clear()
+
+    def _repeat_safely(self, rel: str, fd: int, size: int, **where) -> None:
+        try:
+            self._repeat_from(rel, fd, size, **where)
+        except CorruptObject:
+            pass  # the file behind the descriptor is damaged itself: fsck reports it
+
+    def _repeat_from(self, rel: str, fd: int, size: int, cut: Optional[int] = None, start: Optional[int] = None) -> None:
+        """Write the records of the file behind `fd` from `start` (or from the last record
+        boundary at or before `cut`) to its end into a new segment whose header names `rel`
+        and that offset. `Z` blocks become plain `K` blocks: their dictionaries may lie
+        before the offset."""
+        from .store import Source
+
+        data = bytearray()
+        while len(data) < size:
+            chunk = os.pread(fd, size - len(data), len(data))
+            if not chunk:
+                break
+            data += chunk
+        data = bytes(data)
+        items = [item for item in framing.scan(data) if isinstance(item, framing.Record)]
+        if start is None:
+            start = max((item.offset for item in items if item.offset <= cut), default=0)
+        fid = self.store.index.file_id(rel)
+        src = Source(None, data, 0)
+        out = bytearray()
+        for item in items:
+            if item.offset < start or item.type in (framing.T_HEADER, framing.T_DICT):
+                continue
+            if item.type == framing.T_DICT_BLOCK:
+                raw = self.store.block_raw(fid, item.offset, item.body, item.type, f"{rel} at {item.offset}", src)
+                out += framing.frame(framing.T_BLOCK, self._plain().compress(raw))
+            else:
+                out += framing.frame(item.type, item.body)
+        if not out:
+            return
+        self.store.index.note_repeated(rel, start)
+        name = f"{self.store.writer}-{time.time_ns():020d}.seg"
+        content = self._header_frame({"file": os.path.basename(rel), "from": start}) + out
+        tmp_fd, tmp = _unnamed_file(self.dir)
+        try:
+            write_all(tmp_fd, content)
+            os.utime(tmp_fd, ns=(UNREAD_ATIME_NS, os.fstat(tmp_fd).st_mtime_ns))
+            os.fsync(tmp_fd)
+            if tmp is None:
+                os.link(f"/proc/self/fd/{tmp_fd}", name, dst_dir_fd=self.dir_fd, follow_symlinks=True)
+            else:
+                os.rename(tmp, os.path.join(self.dir, name))
+            tmp = None
+            fsync_dir(self.dir)
+        finally:
+            os.close(tmp_fd)
+            if tmp is not None:
+                _unlink_quietly(tmp)
+        self._seen_dir = None  # we changed the folder ourselves
 
 
 class _Dictionary:
@@ -628,12 +764,12 @@ def _unnamed_file(folder: str) -> tuple[int, Optional[str]]:
     name (`.tmp-seg-*`, which no reader takes for a segment; the caller renames it)."""
     if hasattr(os, "O_TMPFILE") and os.path.isdir("/proc/self/fd"):  # linked by its /proc name
         try:
-            return os.open(folder, os.O_TMPFILE | os.O_WRONLY | os.O_APPEND, 0o600), None
+            return os.open(folder, os.O_TMPFILE | os.O_RDWR | os.O_APPEND, 0o600), None
         except OSError as e:
             if e.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
                 raise
     tmp = os.path.join(folder, f".tmp-seg-{secrets.token_hex(6)}")
-    return os.open(tmp, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600), tmp
+    return os.open(tmp, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600), tmp
 
 
 def _unlink_quietly(path: str) -> None:

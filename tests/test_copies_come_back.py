@@ -1,0 +1,102 @@
+"""A copy whose size was taken before a write and whose data was read after it (rsync's
+sender opens a file, takes its size, and reads that many bytes, maybe much later) lacks
+the write, and the writer's check after the write saw no read yet. When that copy comes
+back (`rsync -a B/ A/` renames it over the longer file), the write must not be lost:
+the writer keeps the descriptors of the segments it wrote to and repeats what the shorter
+file lacks (store/segment.py, "copies that come back"). Found by tests/test_live_rsync.py
+under load (seed 1: 403,997 bytes lost) and reproduced by the live model once its copies
+read only the size they took at open (tests/test_sync_model.py, `opened`)."""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from ctape import Tape
+
+pytestmark = pytest.mark.skipif(shutil.which("rsync") is None, reason="rsync is not installed (.ci/run installs it)")
+
+
+def rsync(src, dst, *flags):
+    subprocess.run(["rsync", "-a", *flags, f"{src}/", f"{dst}/"], check=True)
+
+
+def copy_sized_at_open(src_file: str, dst_file: str, between) -> None:
+    """rsync's sender and receiver for one file: open, size, `between`, read that size,
+    write beside the destination, rename over it with the source's listed mtime."""
+    listed = os.stat(src_file)
+    fd = os.open(src_file, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        between()
+        data = os.pread(fd, size, 0)
+    finally:
+        os.close(fd)
+    tmp = dst_file + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.utime(tmp, ns=(listed.st_atime_ns, listed.st_mtime_ns))
+    os.rename(tmp, dst_file)
+
+
+def history(t: Tape, session: str) -> set[str]:
+    out, h = set(), t.session(session).refs().head_hash
+    while h is not None:
+        out.add(h)
+        h = t.read_entry(h).parent
+    return out
+
+
+def stale_copy(tmp_path, monkeypatch):
+    """A (this process's writer, still open), and B: a copy of A whose segment lacks the
+    append made between its open and its read."""
+    monkeypatch.setenv("CTAPE_WRITER", "wcomeback")
+    a, b = str(tmp_path / "A"), str(tmp_path / "B")
+    t = Tape.init(a)
+    s = t.session("c")
+    acked = [s.append("user", {"content": "one"}).hash]
+    rsync(a, b, "--exclude=*.seg")  # everything but the segment, which the copy below reads first
+    seg = glob.glob(os.path.join(a, "sessions", "c", "*.seg"))[-1]
+    rel = os.path.relpath(seg, a)
+    copy_sized_at_open(seg, os.path.join(b, rel), lambda: acked.append(s.append("user", {"content": "two " * 500}).hash))
+    assert os.path.getsize(os.path.join(b, rel)) < os.path.getsize(seg)  # the copy lacks "two"
+    return t, a, b, acked
+
+
+def check(a: str, acked: list[str]) -> None:
+    with Tape.open(a) as t:
+        assert set(acked) <= history(t, "c")
+        f = t.fsck()
+        assert f["ok"], f["problems"]
+
+
+def test_the_copy_comes_back_while_the_writer_appends_on(tmp_path, monkeypatch):
+    t, a, b, acked = stale_copy(tmp_path, monkeypatch)
+    rsync(b, a)  # the shorter segment over the longer one
+    acked.append(t.session("c").append("user", {"content": "three"}).hash)
+    t.close()
+    check(a, acked)
+    rsync(a, b)
+    rsync(b, a)
+    check(a, acked)
+    check(b, acked)
+
+
+def test_the_copy_comes_back_before_the_writer_closes(tmp_path, monkeypatch):
+    t, a, b, acked = stale_copy(tmp_path, monkeypatch)
+    rsync(b, a)
+    t.close()  # no more appends: the close looks
+    check(a, acked)
+
+
+def test_the_copy_comes_back_after_the_writer_closed(tmp_path, monkeypatch):
+    t, a, b, acked = stale_copy(tmp_path, monkeypatch)
+    t.close()  # the segment was read: the writes just before the read are repeated
+    rsync(b, a)
+    check(a, acked)
+    rsync(a, b)
+    check(b, acked)
