@@ -132,7 +132,15 @@ def _parse(text: str | bytes, decoder: json.JSONDecoder) -> Any:
             text = text.decode("utf-8", "surrogatepass")
         else:
             text = text.decode(json.detect_encoding(text), "surrogatepass")
-        return decoder.decode(text)
+        # decoder.decode(text) without its two Python frames (a record is a few KB)
+        try:
+            value, end = decoder.scan_once(text, _space(text, 0).end())
+        except StopIteration as err:
+            raise json.JSONDecodeError("Expecting value", text, err.value) from None
+        end = _space(text, end).end()
+        if end != len(text):
+            raise json.JSONDecodeError("Extra data", text, end)
+        return value
     except RecursionError:
         raise ValueError(f"it is nested too deeply (ctape stores up to {MAX_DEPTH} levels)") from None
 
@@ -155,6 +163,7 @@ def _short_int(text: str) -> int:
 
 
 _decoder = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite_float, parse_int=_short_int)
+_space = json.decoder.WHITESPACE.match
 _record_decoder = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite_float)
 
 
