@@ -353,15 +353,27 @@ def follow(tape, backend: Backend, name: str, sessions: Iterable[str] = (), allo
     import signal
     import threading
 
-    stopping = threading.Event()
+    # a plain flag, not a threading.Event: the handler runs in the main thread, and an
+    # Event.set() there while the main thread is inside Event.wait() (holding the Event's
+    # lock) deadlocks; time.sleep is resumed after the handler, in short naps
+    stopping = [False]
+
+    def nap(seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while not stopping[0] and time.monotonic() < end:
+            time.sleep(min(0.05, max(0.0, end - time.monotonic())))
+
+    def on_signal(*_) -> None:
+        stopping[0] = True
+
     old = {}
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):
-            old[sig] = signal.signal(sig, lambda *_: stopping.set())
+            old[sig] = signal.signal(sig, on_signal)
     wanted = list(sessions)
     last = None
     try:
-        while not stopping.is_set() and not (stop and stop()):
+        while not stopping[0] and not (stop and stop()):
             snap = {}
             for s in wanted or [None]:
                 snap.update(tape.store.list_files(s))
@@ -371,9 +383,9 @@ def follow(tape, backend: Backend, name: str, sessions: Iterable[str] = (), allo
                     last = snap
                 except RemoteError as e:
                     warn(f"{e}; trying again")
-                    stopping.wait(1.0)
+                    nap(1.0)
                 backend.requests = 0
-            stopping.wait(poll)
+            nap(poll)
     finally:
         for sig, h in old.items():
             signal.signal(sig, h)
