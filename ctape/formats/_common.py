@@ -50,7 +50,7 @@ def loads(text) -> Any:
     kept verbatim, as text)."""
     value = parse_record(text)
     raw = text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
-    if b"\\u" in raw and _SURROGATE.search(raw):
+    if _SURROGATE.search(raw):
         try:
             json.dumps(value, ensure_ascii=False).encode("utf-8")
         except UnicodeEncodeError:
