@@ -365,24 +365,31 @@ class Detectors:
                 runs[r] = _holding(tokens, b"a" * r, starts, ends)
             return runs[r]
 
-        lowered = None
-        not_ascii = None
+        lowered = b""
+        not_ascii: set[int] = set()
         maybe: set[int] = set()
+        if self.entropy:  # first: a body it keeps needs no other look
+            maybe |= with_run(self.token_gate.run) or set()
         for g in self.gates:
             among = with_run(g.run)
-            if among is not None and not among:
+            if among is not None:
+                among = among - maybe
+                if not among:
+                    continue
+            if g.icase and not lowered:
+                lowered = joined.lower()  # ASCII letters only, as on ASCII text
+                not_ascii = {i for i, b in enumerate(masked) if not b.isascii()}
+            hay = lowered if g.icase else joined
+            lits = [x.encode() for x in g.lits]
+            if among is None:
+                for x in lits:
+                    maybe |= _holding(hay, x, starts, ends)
+                if g.icase:
+                    maybe |= not_ascii
                 continue
-            hold: set[int] = set()
-            if g.icase:
-                if lowered is None:
-                    lowered = joined.lower()  # ASCII letters only, as on ASCII text
-                    not_ascii = {i for i, b in enumerate(masked) if not b.isascii()}
-                hold |= not_ascii
-            for x in g.lits:
-                hold |= _holding(lowered if g.icase else joined, x.encode(), starts, ends)
-            maybe |= hold if among is None else hold & among
-        if self.entropy:
-            maybe |= with_run(self.token_gate.run) or set()
+            for i in among:  # only the bodies with the run it needs, each alone
+                if g.icase and i in not_ascii or any(hay.find(x, starts[i], ends[i]) >= 0 for x in lits):
+                    maybe.add(i)
         return [i not in maybe for i in range(n)]
 
     def pattern_spans(self, text: str) -> list[tuple[int, int, str]]:
