@@ -225,6 +225,31 @@ def test_push_check_with_records_finds_what_scan_finds(tmp_path, seed):
     t.close()
 
 
+def test_a_string_that_looks_like_a_large_value_reference_is_still_read(tmp_path):
+    """Only a whole JSON string value that is a reference is blanked by the byte check:
+    a string that starts with NUL, b and a large value's hash is text to match."""
+    from ctape.model.canonical import object_hash
+
+    t = Tape.init(str(tmp_path / "t"), cache_dir=str(tmp_path / "cache"))
+    big = "plain words " * 200
+    s = t.session("s")
+    s.append("user", {"content": big})  # a large value: stored as a blob
+    h = object_hash(b"blob", big.encode())
+    s.append("user", {"content": "\0b" + h + "zz", "list": ["\0b" + h + "zz"]})
+    s.append("user", {"content": 'x"\0b' + h})  # in JSON: `"x\"\u0000b<hash>"`, the quote before it escaped
+    scanmod.add_pattern(t, r"[0-9a-f]{64}zz", "hexzz")
+    scanmod.add_pattern(t, r"x.{2}[0-9a-f]{64}", "xhex")
+    det = Detectors(scanmod.load_settings(t)["patterns"])
+    assert det.can_prefilter()
+    want = reference(t, det)
+    assert sorted(k for _, _, k, _, _ in want) == ["hexzz", "hexzz", "xhex"]
+    blobs: dict = {}
+    items = list(_push_items(t, blobs))
+    assert h in blobs
+    assert _found(scanmod.scan_entries(t, items, blobs)) == want
+    t.close()
+
+
 def test_the_byte_check_never_passes_over_a_finding():
     """Detectors.clean_many on an entry's JSON and its large values, against spans()."""
     import json as _json
