@@ -51,14 +51,17 @@ def history(t: Tape, session: str) -> set[str]:
     return out
 
 
-def stale_copy(tmp_path, monkeypatch):
+def stale_copy(tmp_path, monkeypatch, before: int = 0):
     """A (this process's writer, still open), and B: a copy of A whose segment lacks the
-    append made between its open and its read."""
+    append made between its open and its read. `before` appends first: enough of them and
+    the late one is a block compressed with a dictionary written before it."""
     monkeypatch.setenv("CTAPE_WRITER", "wcomeback")
     a, b = str(tmp_path / "A"), str(tmp_path / "B")
     t = Tape.init(a)
     s = t.session("c")
     acked = [s.append("user", {"content": "one"}).hash]
+    for i in range(before):
+        acked.append(s.append("assistant", {"content": f"step {i}: " + "the build passed, 412 tests, 3 skipped. " * 12}).hash)
     rsync(a, b, "--exclude=*.seg")  # everything but the segment, which the copy below reads first
     seg = glob.glob(os.path.join(a, "sessions", "c", "*.seg"))[-1]
     rel = os.path.relpath(seg, a)
@@ -74,8 +77,15 @@ def check(a: str, acked: list[str]) -> None:
         assert f["ok"], f["problems"]
 
 
-def test_the_copy_comes_back_while_the_writer_appends_on(tmp_path, monkeypatch):
-    t, a, b, acked = stale_copy(tmp_path, monkeypatch)
+@pytest.mark.parametrize("before", [0, 80])
+def test_the_copy_comes_back_while_the_writer_appends_on(tmp_path, monkeypatch, before):
+    t, a, b, acked = stale_copy(tmp_path, monkeypatch, before)
+    if before:  # the late append went into a block that needs a dictionary before the cut
+        from ctape.store import framing
+
+        seg = glob.glob(os.path.join(a, "sessions", "c", "*.seg"))[-1]
+        types = [r.type for r in framing.scan(open(seg, "rb").read()) if isinstance(r, framing.Record)]
+        assert types[-1] == framing.T_DICT_BLOCK and framing.T_DICT in types
     rsync(b, a)  # the shorter segment over the longer one
     acked.append(t.session("c").append("user", {"content": "three"}).hash)
     t.close()
@@ -93,8 +103,9 @@ def test_the_copy_comes_back_before_the_writer_closes(tmp_path, monkeypatch):
     check(a, acked)
 
 
-def test_the_copy_comes_back_after_the_writer_closed(tmp_path, monkeypatch):
-    t, a, b, acked = stale_copy(tmp_path, monkeypatch)
+@pytest.mark.parametrize("before", [0, 80])
+def test_the_copy_comes_back_after_the_writer_closed(tmp_path, monkeypatch, before):
+    t, a, b, acked = stale_copy(tmp_path, monkeypatch, before)
     t.close()  # the segment was read: the writes just before the read are repeated
     rsync(b, a)
     check(a, acked)

@@ -701,8 +701,6 @@ class SegmentWriter:
         boundary at or before `cut`) to its end into a new segment whose header names `rel`
         and that offset. `Z` blocks become plain `K` blocks: their dictionaries may lie
         before the offset."""
-        from .store import Source
-
         data = bytearray()
         while len(data) < size:
             chunk = os.pread(fd, size - len(data), len(data))
@@ -713,14 +711,23 @@ class SegmentWriter:
         items = [item for item in framing.scan(data) if isinstance(item, framing.Record)]
         if start is None:
             start = max((item.offset for item in items if item.offset <= cut), default=0)
-        fid = self.store.index.file_id(rel)
-        src = Source(None, data, 0)
+        bodies = {item.offset: item for item in items}
+        dicts: dict[int, object] = {}
         out = bytearray()
         for item in items:
             if item.offset < start or item.type in (framing.T_HEADER, framing.T_DICT):
                 continue
             if item.type == framing.T_DICT_BLOCK:
-                raw = self.store.block_raw(fid, item.offset, item.body, item.type, f"{rel} at {item.offset}", src)
+                where = f"block at offset {item.offset} of {rel}"
+                distance, frame = packing.split_dict_block(item.body)
+                at = bodies.get(item.offset - distance)
+                if at is None or at.type != framing.T_DICT:
+                    raise CorruptObject(f"damaged {where}: no dictionary record where it points")
+                if at.offset not in dicts:
+                    z = zstd()
+                    content = self.store.decompress(at.body, where)
+                    dicts[at.offset] = z.ZstdDecompressor(dict_data=z.ZstdCompressionDict(content, dict_type=z.DICT_TYPE_RAWCONTENT))
+                raw = self.store.decompress(frame, where, dicts[at.offset])
                 out += framing.frame(framing.T_BLOCK, self._plain().compress(raw))
             else:
                 out += framing.frame(item.type, item.body)
