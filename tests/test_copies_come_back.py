@@ -111,3 +111,16 @@ def test_the_copy_comes_back_after_the_writer_closed(tmp_path, monkeypatch, befo
     check(a, acked)
     rsync(a, b)
     check(b, acked)
+
+
+def test_what_came_back_is_repeated_once(tmp_path, monkeypatch):
+    t, a, b, acked = stale_copy(tmp_path, monkeypatch)
+    rsync(b, a)
+    s = t.session("c")
+    for i in range(3):  # each append finds the folder changed: the check runs each time
+        acked.append(s.append("user", {"content": f"after {i}"}).hash)
+        rsync(b, a)
+    t.close()
+    check(a, acked)
+    repeats = [p for p in glob.glob(os.path.join(a, "sessions", "c", "*.seg")) if b'"repeats"' in open(p, "rb").read(200)]
+    assert len(repeats) == 1, repeats

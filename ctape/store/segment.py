@@ -670,19 +670,17 @@ class SegmentWriter:
     def check_kept(self, closing: bool) -> None:
         """Repeat what copies may lack of the segments this writer wrote to (see above)."""
         for rel, (fd, writes) in list(self.kept.items()):
-            fst = os.fstat(fd)
             try:
+                fst = os.fstat(fd)
                 now = os.stat(os.path.join(self.store.root, rel), follow_symlinks=False)
             except FileNotFoundError:
-                now = None
-            if now is None:
-                if rel != self.rel:
-                    self._drop_kept(rel)  # packed by compaction, or an rsync --delete: not for us to put back
-            elif (now.st_ino, now.st_dev) != (fst.st_ino, fst.st_dev):
+                # packed by compaction, or an rsync --delete: not for us to put back
+                self._drop_kept(rel)
+                continue
+            if (now.st_ino, now.st_dev) != (fst.st_ino, fst.st_dev):
                 if stat.S_ISREG(now.st_mode) and now.st_size < fst.st_size:
                     self._repeat_safely(rel, fd, fst.st_size, cut=now.st_size)
-                if rel != self.rel:
-                    self._drop_kept(rel)
+                self._drop_kept(rel)  # once: the name holds another file now
             elif closing and fst.st_atime_ns != UNREAD_ATIME_NS:
                 since = fst.st_atime_ns - REPEAT_WINDOW_NS
                 starts = [start for start, synced in writes if synced >= since]
