@@ -124,3 +124,24 @@ def test_what_came_back_is_repeated_once(tmp_path, monkeypatch):
     check(a, acked)
     repeats = [p for p in glob.glob(os.path.join(a, "sessions", "c", "*.seg")) if b'"repeats"' in open(p, "rb").read(200)]
     assert len(repeats) == 1, repeats
+
+
+def test_kept_descriptors_do_not_pile_up(tmp_path, monkeypatch):
+    """Two writers of one session in one process, taking turns: each append makes the other
+    reload its view and open the segment again; the descriptor it kept goes then."""
+    monkeypatch.setenv("CTAPE_WRITER", "wturns")
+    d = str(tmp_path / "A")
+    Tape.init(d).close()
+    t1, t2 = Tape.open(d), Tape.open(d)
+    try:
+        for i in range(5):
+            t1.session("c").append("user", {"content": f"one {i}"})
+            t2.session("c").append("user", {"content": f"two {i}"})
+        before = len(os.listdir("/proc/self/fd"))
+        for i in range(100):
+            t1.session("c").append("user", {"content": f"one {i}"})
+            t2.session("c").append("user", {"content": f"two {i}"})
+        assert len(os.listdir("/proc/self/fd")) <= before + 2
+    finally:
+        t1.close()
+        t2.close()

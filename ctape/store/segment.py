@@ -37,7 +37,7 @@ DICT_MIN = 16 << 10  # size of a segment's first dictionary
 DICT_MAX = 64 << 10  # size of the largest
 DICT_REFRESH = 8  # a new dictionary once this many times its size has been compressed with it
 DICT_BLOCK_MAX = 256 << 10  # larger blocks compress well alone
-KEPT_MAX = 8  # segments a writer keeps its descriptor of after writing to them (see "copies that come back")
+KEPT_MAX = 4  # segments a writer keeps its descriptor of after writing to them (see "copies that come back")
 REPEAT_WINDOW_NS = 10 * 10**9  # at close: writes this long before a read are repeated (ibid.)
 
 
@@ -650,13 +650,17 @@ class SegmentWriter:
     #   short of any write made a little before the read, and may come back when this
     #   process no longer holds the longer file; the writes synced within
     #   REPEAT_WINDOW_NS before the read are repeated the same way.
-    # Left open: a copy whose size was taken before a write and whose read comes after this
-    # process closed, by more than nothing can see (docs/sync.md, "Live writers").
+    # Left open: a copy whose size was taken before a write and whose first read came only
+    # after this process closed (nothing sees that read), if it comes back (docs/sync.md,
+    # "Writers appending while rsync runs").
 
     def _note_written(self, start: int) -> None:
         k = self.kept.get(self.rel)
-        if k is None or k[0] != self.fd:
+        if k is None:
             k = self.kept[self.rel] = [self.fd, []]
+        elif k[0] != self.fd:  # the same file opened again (a reload found its name unchanged)
+            os.close(k[0])
+            k[0] = self.fd
         writes = k[1]
         writes.append((start, time.time_ns()))
         if len(writes) > 4096:
