@@ -50,6 +50,7 @@ _AGENTS = (
     ("openai_agents.item", "openai-agents"),
     ("pydantic_ai.message", "pydantic-ai"),
 )
+_AGENT_KEYS = frozenset(key for key, _ in _AGENTS)
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
@@ -141,7 +142,7 @@ def _text(payload: Any) -> str:
 def source_of(e: Entry) -> tuple[Optional[str], Optional[str]]:
     """(agent, working directory) an entry's meta names: imported, or written by an integration."""
     meta = e.meta if isinstance(e.meta, dict) else {}
-    if not meta:
+    if _AGENT_KEYS.isdisjoint(meta):  # most entries: folded at every append until one names its agent
         return None, None
     for key, agent in _AGENTS:
         rec = meta.get(key)
