@@ -1113,6 +1113,17 @@ def test_many_sequences_with_remotes(tmp_path):
     print(f"{n} sequences with remotes in {time.monotonic() - start:.0f} s")
 
 
+def test_remote_seed_41276_a_push_never_sends_a_prefix_of_a_longer_own_file(tmp_path):
+    """Found by the long RemoteWorld run once writer processes appended between two requests
+    of a push: the push checked c1's segment for secrets at 549 bytes, a writer process
+    appended (1,099) and exited, then the push read the file under its lock, only up to
+    what the check had read, and sealed it. c0 pulled that 549-byte prefix, and
+    `rsync c0 -> c1` put it back over the longer file once no writer held it (fsck on
+    c1: 547 bytes lost; 2 acknowledged entries on no ref). push now checks what landed
+    after the check, under the lock, and sends the file whole."""
+    _run_many(tmp_path, [41276], cli=False, sync=copy_like_rsync, world=RemoteWorld)
+
+
 def test_remote_seed_2141_pull_brings_back_a_file_compaction_removed(tmp_path):
     """Found by the first long RemoteWorld run: c0 deleted a conflict branch and ran
     `compact --grace now --expire now`, freeing the entry only that branch reached; a

@@ -76,8 +76,9 @@ def check_secrets(tape, sessions: list[str], allow_secrets: bool, files: Optiona
     file of the sessions): an entry the remote already holds was checked, or allowed, when
     it went up, so a push after one append reads one small file, not the whole history
     (the scan cache answers for entries seen before). Returns, per file, the end of the
-    last whole record read: the push uploads no byte past it (an append that lands after
-    the check waits for the next push, which checks it); None with `allow_secrets`."""
+    last whole record read: the push uploads no byte past it (an append to this copy's own
+    segment that lands after the check is checked when push reads the file, under its
+    lock; see push); None with `allow_secrets`."""
     if allow_secrets:
         return None
     left = _redacted_bytes_left(tape, sessions)
@@ -311,6 +312,13 @@ def push(tape, backend: Backend, name: str, sessions: Iterable[str] = (), allow_
             if mine:
                 with _SessionLock(os.path.dirname(path)):
                     end = os.stat(path, follow_symlinks=False).st_size  # all it holds now, whole writes only
+                    if limit is not None and end > limit:
+                        # an append landed after the check: check it now, under the lock, and
+                        # send the file whole. Never a prefix of a file that holds more: this read
+                        # seals the file, and a copy pulled from that prefix could come back over
+                        # the longer file once its writer is gone (the sync model, seed 41276)
+                        again = check_secrets(tape, [s], allow_secrets, [(s, file)])
+                        limit = again.get(f"sessions/{s}/{file}", limit) if again is not None else None
                     if limit is not None:
                         end = min(end, limit)  # no byte the secrets check has not read
                     data = _read_range(path, start, end, own=True) if end > start else b""
