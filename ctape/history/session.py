@@ -236,12 +236,7 @@ class Session:
         record_extra: Optional[dict] = None,
     ) -> Entry:
         """Append one entry at HEAD and move HEAD (or its branch) to it."""
-        kind = check_kind(kind)
-        check_payload(kind, payload)
-        if meta is None:
-            meta = {}
-        if not isinstance(meta, dict):
-            raise InvalidInput("meta must be a JSON object")
+        kind, meta = _checked(kind, payload, meta)
         with self.store.writing(self.name) as w:
             self._record_partials(w, skip=(record_extra or {}).get("stream"))
             st = self._writer_refs(w)
@@ -264,11 +259,7 @@ class Session:
                 kind, payload, meta, delta, t = (*it, None, None, None)[:4] + (None,)
             else:
                 raise InvalidInput("each item is (kind, payload[, meta[, delta]]) or a dict with kind and payload")
-            kind = check_kind(kind)
-            check_payload(kind, payload)
-            meta = {} if meta is None else meta
-            if not isinstance(meta, dict):
-                raise InvalidInput("meta must be a JSON object")
+            kind, meta = _checked(kind, payload, meta)
             rows.append((kind, payload, meta, delta, t))
         if not rows:
             return []
@@ -643,3 +634,13 @@ class Session:
 
         return recover(self)
 
+
+def _checked(kind: Any, payload: Any, meta: Any) -> tuple[str, dict]:
+    """An entry's kind (as stored) and meta ({} for none), once kind, payload and meta are valid."""
+    kind = check_kind(kind)
+    check_payload(kind, payload)
+    if meta is None:
+        meta = {}
+    if not isinstance(meta, dict):
+        raise InvalidInput("meta must be a JSON object")
+    return kind, meta

@@ -45,6 +45,23 @@ def storage_error(e: OSError, what: str) -> StorageError:
     return StorageError(f"cannot write {what}: {e.strerror}")
 
 
+def pread_all(fd: int, size: int, offset: int = 0) -> bytes:
+    """Up to `size` bytes from `offset` (fewer only at the end of the file)."""
+    out = bytearray()
+    while len(out) < size:
+        chunk = os.pread(fd, size - len(out), offset + len(out))
+        if not chunk:
+            break
+        out += chunk
+    return bytes(out)
+
+
+def dict_decompressor(content: bytes):
+    """A zstd decompressor for blocks compressed with `content` as a raw dictionary (a `D` record's)."""
+    z = zstd()
+    return z.ZstdDecompressor(dict_data=z.ZstdCompressionDict(content, dict_type=z.DICT_TYPE_RAWCONTENT))
+
+
 def open_for_reading(path: str) -> int:
     """Open a data file to read it without touching its access time.
 

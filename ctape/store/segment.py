@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Optional
 from . import framing, packing
 from ..model.errors import CorruptObject
 from ..model.canonical import canonical_json, object_hash
-from .files import TYPE_ENTRY, UNREAD_ATIME_NS, check_not_symlink, fsync_dir, storage_error, write_all, zstd
+from .files import TYPE_ENTRY, UNREAD_ATIME_NS, check_not_symlink, dict_decompressor, fsync_dir, pread_all, storage_error, write_all, zstd
 from .index import IndexBatch, hash_key
 
 if TYPE_CHECKING:
@@ -220,26 +220,34 @@ class SegmentWriter:
     def _create_segment(self, repeats: Optional[dict] = None) -> None:
         """Start a new segment. Its file appears at the end of the first write, whole
         (see `_publish`): queue its header and remember its name."""
-        st = self.store
-        # Names carry the creation time, so a name is never used twice, even after
-        # compaction removed the file and an rsync without --delete brought an old copy back.
-        while True:
-            rel = f"sessions/{self.session}/{st.writer}-{time.time_ns():020d}.seg"
-            if not os.path.lexists(os.path.join(st.root, rel)):
-                break
-        self.rel, self.file_id, self.offset = rel, st.index.file_id(rel), 0
+        rel = self._new_segment_name()
+        self.rel, self.file_id, self.offset = rel, self.store.index.file_id(rel), 0
         self.created = True
         self.buf += self._header_frame(repeats)
 
+    def _new_segment_name(self) -> str:
+        """Names carry the creation time, so a name is never used twice, even after
+        compaction removed the file and an rsync without --delete brought an old copy back."""
+        st = self.store
+        while True:
+            rel = f"sessions/{self.session}/{st.writer}-{time.time_ns():020d}.seg"
+            if not os.path.lexists(os.path.join(st.root, rel)):
+                return rel
+
     def _publish(self) -> None:
-        """Write the queued bytes of a new segment to a file with no name yet, set its
-        access time to UNREAD_ATIME_NS, sync it and give it its name. No copy can ever
-        see the segment empty or without its header and first records, and any later
+        """The queued bytes of a new segment become its file, whole (`_publish_file`)."""
+        self.fd = self._publish_file(self.rel, self.buf)
+        self.ino = os.fstat(self.fd).st_ino
+
+    def _publish_file(self, rel: str, content: bytes) -> int:
+        """Write `content` to a file with no name yet, set its access time to
+        UNREAD_ATIME_NS, sync it and give it its name; returns its descriptor. No copy can
+        ever see a segment empty or without its header and first records, and any later
         read of it moves its access time."""
-        path = os.path.join(self.store.root, self.rel)
+        path = os.path.join(self.store.root, rel)
         fd, tmp = _unnamed_file(self.dir)
         try:
-            write_all(fd, self.buf)
+            write_all(fd, content)
             os.utime(fd, ns=(UNREAD_ATIME_NS, os.fstat(fd).st_mtime_ns))
             os.fsync(fd)
             if tmp is None:
@@ -255,9 +263,8 @@ class SegmentWriter:
             if tmp is not None:
                 _unlink_quietly(tmp)
             raise
-        self.fd = fd
-        self.ino = os.fstat(fd).st_ino
         self._seen_dir = None  # we changed the folder ourselves
+        return fd
 
     def _header_frame(self, repeats: Optional[dict] = None) -> bytes:
         head = {"format": "ctape-segment", "version": 1, "writer": self.store.writer, "session": self.session}
@@ -703,13 +710,7 @@ class SegmentWriter:
         boundary at or before `cut`) to its end into a new segment whose header names `rel`
         and that offset. `Z` blocks become plain `K` blocks: their dictionaries may lie
         before the offset."""
-        data = bytearray()
-        while len(data) < size:
-            chunk = os.pread(fd, size - len(data), len(data))
-            if not chunk:
-                break
-            data += chunk
-        data = bytes(data)
+        data = pread_all(fd, size)
         items = [item for item in framing.scan(data) if isinstance(item, framing.Record)]
         if start is None:
             start = max((item.offset for item in items if item.offset <= cut), default=0)
@@ -726,9 +727,7 @@ class SegmentWriter:
                 if at is None or at.type != framing.T_DICT:
                     raise CorruptObject(f"damaged {where}: no dictionary record where it points")
                 if at.offset not in dicts:
-                    z = zstd()
-                    content = self.store.decompress(at.body, where)
-                    dicts[at.offset] = z.ZstdDecompressor(dict_data=z.ZstdCompressionDict(content, dict_type=z.DICT_TYPE_RAWCONTENT))
+                    dicts[at.offset] = dict_decompressor(self.store.decompress(at.body, where))
                 raw = self.store.decompress(frame, where, dicts[at.offset])
                 out += framing.frame(framing.T_BLOCK, self._plain().compress(raw))
             else:
@@ -736,24 +735,8 @@ class SegmentWriter:
         if not out:
             return
         self.store.index.note_repeated(rel, start)
-        name = f"{self.store.writer}-{time.time_ns():020d}.seg"
-        content = self._header_frame({"file": os.path.basename(rel), "from": start}) + out
-        tmp_fd, tmp = _unnamed_file(self.dir)
-        try:
-            write_all(tmp_fd, content)
-            os.utime(tmp_fd, ns=(UNREAD_ATIME_NS, os.fstat(tmp_fd).st_mtime_ns))
-            os.fsync(tmp_fd)
-            if tmp is None:
-                os.link(f"/proc/self/fd/{tmp_fd}", name, dst_dir_fd=self.dir_fd, follow_symlinks=True)
-            else:
-                os.rename(tmp, os.path.join(self.dir, name))
-            tmp = None
-            fsync_dir(self.dir)
-        finally:
-            os.close(tmp_fd)
-            if tmp is not None:
-                _unlink_quietly(tmp)
-        self._seen_dir = None  # we changed the folder ourselves
+        header = self._header_frame({"file": os.path.basename(rel), "from": start})
+        os.close(self._publish_file(self._new_segment_name(), header + out))
 
 
 class _Dictionary:

@@ -46,6 +46,7 @@ from .files import (  # noqa: F401 - TYPE_*, CODEC_*, open_for_reading and zstd 
     TYPE_BLOB,
     TYPE_ENTRY,
     check_not_symlink,
+    dict_decompressor,
     fsync_dir,
     open_for_reading,
     reads_move_atime,
@@ -643,9 +644,7 @@ class Store:
         key = (file_id, offset, len(body), zlib.crc32(body))
         dctx = self._dicts.pop(key, None)
         if dctx is None:
-            z = zstd()
-            content = self.decompress(body, f"dictionary at offset {offset} of {self.index.path_of(file_id)}")
-            dctx = z.ZstdDecompressor(dict_data=z.ZstdCompressionDict(content, dict_type=z.DICT_TYPE_RAWCONTENT))
+            dctx = dict_decompressor(self.decompress(body, f"dictionary at offset {offset} of {self.index.path_of(file_id)}"))
             if len(self._dicts) >= 4:
                 self._dicts.pop(next(iter(self._dicts)))
         self._dicts[key] = dctx  # most recently used last
