@@ -242,8 +242,28 @@ class Session:
             st = self._writer_refs(w)
             e = self._put_entry(w, kind, payload, meta, delta, time, st.head_hash)
             self._track_derived(w, e)
-            self._write_ref(w, op, self._advance(st, e.hash), time=None if time else e.time, **(record_extra or {}))
+            if op != "append" or record_extra or not self._move_held(w, st, e, time is not None):
+                self._write_ref(w, op, self._advance(st, e.hash), time=None if time else e.time, **(record_extra or {}))
             return e
+
+    def _move_held(self, w: SegmentWriter, st: RefState, e: Entry, time_given: bool) -> bool:
+        """Inside a batch, move the append record held for the batch's end (segment.put_ref)
+        on to `e`, when it moves HEAD's branch to e's parent: the record `_write_ref` would
+        write, made from the held one. Its `seen` stays: no other writer's claim can change
+        while the batch holds the session's lock, and its own claim's `seen` is the held
+        record's. False (nothing done) in any other case, which then takes `_write_ref`."""
+        held = w.held_ref
+        b = st.branch
+        if held is None or b is None or st.settle or held["set"] != {b: e.parent}:
+            return False
+        n = max(held["n"] + 1, st.lc + 1, time.time_ns() // 1000)
+        rec = dict(held)
+        rec["n"] = rec["lc"] = n
+        rec["t"] = now_rfc3339() if time_given else e.time
+        rec["set"] = {b: e.hash}
+        w.put_ref(rec, coalesce=True)
+        st.apply(rec)
+        return True
 
     def extend(self, items: Iterable[Any]) -> list[Entry]:
         """Append many entries at HEAD, each the child of the one before, and move HEAD (or
