@@ -220,6 +220,7 @@ class Session:
         rec.update(extra)
         w.put_ref(rec, coalesce=coalesce)
         st.apply(rec)
+        w.last_ref = (st, rec)
         return rec
 
     # -- appending -----------------------------------------------------------------------
@@ -242,27 +243,33 @@ class Session:
             st = self._writer_refs(w)
             e = self._put_entry(w, kind, payload, meta, delta, time, st.head_hash)
             self._track_derived(w, e)
-            if op != "append" or record_extra or not self._move_held(w, st, e, time is not None):
+            if op != "append" or record_extra or not self._follow_last(w, st, e, time is not None):
                 self._write_ref(w, op, self._advance(st, e.hash), time=None if time else e.time, **(record_extra or {}))
             return e
 
-    def _move_held(self, w: SegmentWriter, st: RefState, e: Entry, time_given: bool) -> bool:
-        """Inside a batch, move the append record held for the batch's end (segment.put_ref)
-        on to `e`, when it moves HEAD's branch to e's parent: the record `_write_ref` would
-        write, made from the held one. Its `seen` stays: no other writer's claim can change
-        while the batch holds the session's lock, and its own claim's `seen` is the held
-        record's. False (nothing done) in any other case, which then takes `_write_ref`."""
-        held = w.held_ref
+    def _follow_last(self, w: SegmentWriter, st: RefState, e: Entry, time_given: bool) -> bool:
+        """Write the record of an append that moves HEAD's branch from e's parent to e as a
+        copy of the last record this writer applied to its refs, when that one was a plain
+        append moving the same branch to e's parent: the record `_write_ref` would build,
+        without building it again. Its `seen` stays: no other writer's claim changed since
+        (a write by anyone else makes the writer read the refs again, into a new RefState),
+        and its own claim's `seen` is that record's. Inside a batch, the record held for the
+        batch's end moves on (segment.put_ref). False (nothing done) in any other case."""
+        last = w.last_ref
         b = st.branch
-        if held is None or b is None or st.settle or held["set"] != {b: e.parent}:
+        if last is None or last[0] is not st or b is None or st.settle:
             return False
-        n = max(held["n"] + 1, st.lc + 1, time.time_ns() // 1000)
-        rec = dict(held)
+        prev = last[1]
+        if prev["op"] != "append" or prev["set"] != {b: e.parent} or not prev.keys() <= _PLAIN_APPEND:
+            return False
+        n = max(prev["n"] + 1, st.lc + 1, time.time_ns() // 1000)
+        rec = dict(prev)
         rec["n"] = rec["lc"] = n
         rec["t"] = now_rfc3339() if time_given else e.time
         rec["set"] = {b: e.hash}
         w.put_ref(rec, coalesce=True)
         st.apply(rec)
+        w.last_ref = (st, rec)
         return True
 
     def extend(self, items: Iterable[Any]) -> list[Entry]:
@@ -653,6 +660,9 @@ class Session:
         from .stream import recover
 
         return recover(self)
+
+
+_PLAIN_APPEND = frozenset(("s", "w", "n", "lc", "t", "op", "set", "seen"))  # the keys of an append record with no extras
 
 
 def _checked(kind: Any, payload: Any, meta: Any) -> tuple[str, dict]:

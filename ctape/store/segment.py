@@ -77,6 +77,7 @@ class SegmentWriter:
         self.created = False
         self.refstate = None  # the session's refs as this writer knows them (see session.py)
         self.held_ref: Optional[dict] = None  # an append record waiting for the batch's end
+        self.last_ref: Optional[tuple] = None  # (RefState, the record last applied to it): Session._follow_last
         self.fresh: set[str] = set()  # entries this writer created (their children are new too)
         self.last_entry: tuple[Optional[str], int] = (None, 0)  # (hash, seq) of the last entry it wrote
         self.partials_checked = False
@@ -175,6 +176,7 @@ class SegmentWriter:
         st.refresh(self.session)
         st.verify_headers(self.session)
         self.refstate = None
+        self.last_ref = None
         self.partials_checked = False
         self._close_segment()
         self._open_segment()
@@ -571,6 +573,7 @@ class SegmentWriter:
         self.derived = self.derived_head = None
         self.fresh = set()
         self.refstate = None
+        self.last_ref = None
         self._seen_dir = None
 
     def _undo_write(self) -> None:

@@ -1,8 +1,10 @@
-"""Inside a batch, an append moves the record held for the batch's end without building
-it again (Session._move_held). That shortcut must write exactly the records, and leave
-exactly the refs, that the full path (`_write_ref`) gives, whatever happens in the batch
-and around it: checkouts, new and deleted branches, a detached HEAD, tags, given times,
-and another writer's claims on the same branches (which give the records their `seen`).
+"""An append that follows a plain append of the same writer on the same branch copies that
+record instead of building its own (Session._follow_last); inside a batch, that moves the
+record held for the batch's end. The shortcut must write exactly the records, and leave
+exactly the refs, that the full path (`_write_ref`) gives, whatever happens in a batch and
+around it: checkouts, new and deleted branches, a detached HEAD, tags, given times, appends
+outside batches, and another writer's claims on the same branches (which give the records
+their `seen`, and make the writer read the refs again).
 
 The same random run is made twice on fresh tapes, once with the shortcut and once with
 it turned off; the clocks (n, lc) differ between runs, so they are compared by rank."""
@@ -28,8 +30,10 @@ def runs(draw):
     writer B (appends and branch changes on the same session, outside A's batches)."""
     steps = []
     for _ in range(draw(st.integers(1, 12))):
-        who = draw(st.sampled_from(["a", "a", "a", "b"]))
-        if who == "a":
+        who = draw(st.sampled_from(["a", "a", "a", "a1", "b"]))
+        if who == "a1":  # writer A outside a batch: each step durable on its own
+            steps.append(("a", draw(st.sampled_from(["append"] * 4 + ["checkout main", "branch dev", "detach"]))))
+        elif who == "a":
             inner = []
             for _ in range(draw(st.integers(1, 8))):
                 inner.append(draw(st.sampled_from(
@@ -65,7 +69,7 @@ def _do(s: Session, op: str, k: int) -> None:
 
 def play(root: str, steps, shortcut: bool, monkeypatch) -> tuple:
     if not shortcut:
-        monkeypatch.setattr(Session, "_move_held", lambda *a: False)
+        monkeypatch.setattr(Session, "_follow_last", lambda *a: False)
     t0 = time.time_ns() // 1000
     a = Tape.init(root)
     monkeypatch.setenv("CTAPE_WRITER", OTHER)
@@ -81,7 +85,7 @@ def play(root: str, steps, shortcut: bool, monkeypatch) -> tuple:
                     outcomes.append(_do(sa, op, k))
                     k += 1
         else:
-            outcomes.append(_do(sb, ops, k))
+            outcomes.append(_do(sa if what == "a" else sb, ops, k))
             k += 1
     records = sa._ref_records()
     # n is a hybrid logical clock: never less than the time it was written, in µs
@@ -108,9 +112,9 @@ def _clocks(r: dict):
     yield from (r.get("seen") or {}).values()
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(runs())
-def test_the_held_record_moves_as_the_full_path_writes(tmp_path_factory, monkeypatch, steps):
+def test_the_copied_record_is_the_one_the_full_path_writes(tmp_path_factory, monkeypatch, steps):
     with monkeypatch.context() as m:
         fast = play(str(tmp_path_factory.mktemp("fast") / "tape"), steps, True, m)
     with monkeypatch.context() as m:
@@ -120,27 +124,39 @@ def test_the_held_record_moves_as_the_full_path_writes(tmp_path_factory, monkeyp
     assert fast[1] == full[1], "the ref records differ"
 
 
-def test_the_held_record_is_taken_and_keeps_the_last_time(tape):
-    """Appends without a time: the one record of the batch carries the last entry's time."""
+def test_the_shortcut_is_taken_and_keeps_the_last_time(tape):
+    """Appends without a time: the one record of the batch carries the last entry's time,
+    and its clock is at least the time of the last append; outside a batch each append
+    takes the shortcut too."""
     s = tape.session("b")
     s.append("user", {"content": "first"})
     calls = []
-    real = Session._move_held
+    real = Session._follow_last
 
     def counted(self, *a):
         calls.append(real(self, *a))
         return calls[-1]
 
-    Session._move_held = counted
+    Session._follow_last = counted
     try:
         with tape.batch():
             es = [s.append("user", {"content": f"m{i}"}) for i in range(19)]
             t_last = time.time_ns() // 1000
             es.append(s.append("user", {"content": "m19"}))
     finally:
-        Session._move_held = real
-    assert calls.count(True) == 19  # the first append of the batch holds a record; the others move it
+        Session._follow_last = real
+    # the session's first append wrote two records (main, then HEAD on it): the next append
+    # builds its own; from there on each one follows the last
+    assert calls == [False] + [True] * 19
     last = s._ref_records()[-1]
     assert last["set"] == {"main": es[-1].hash} and last["t"] == es[-1].time
     assert last["n"] >= t_last, "the clock of the moved record is the time of the last append, at least"
+    Session._follow_last = counted
+    try:
+        more = [s.append("user", {"content": f"d{i}"}) for i in range(3)]
+    finally:
+        Session._follow_last = real
+    assert calls[20:] == [True] * 3
+    recs = s._ref_records()[-3:]
+    assert [r["set"] for r in recs] == [{"main": e.hash} for e in more]
     assert os.environ.get("CTAPE_WRITER") is None
