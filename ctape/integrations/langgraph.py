@@ -52,7 +52,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import bisect
 import contextlib
 import gc
 import json
@@ -65,6 +64,7 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
+from langchain_core.messages import BaseMessage, message_to_dict, messages_from_dict
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
@@ -129,8 +129,6 @@ def _copy_json(v: Any) -> Any:
 
 
 def _is_message(v: Any) -> bool:
-    from langchain_core.messages import BaseMessage
-
     return isinstance(v, BaseMessage)
 
 
@@ -165,8 +163,6 @@ class _Codec:
 
     def enc_message(self, m: Any) -> dict:
         """A message as langchain's own dict form when that round-trips exactly."""
-        from langchain_core.messages import message_to_dict, messages_from_dict
-
         try:
             d = message_to_dict(m)
             if _is_json(d) and messages_from_dict([d])[0] == m:
@@ -176,8 +172,6 @@ class _Codec:
         return self._serde(m)
 
     def dec_message(self, d: dict) -> Any:
-        from langchain_core.messages import messages_from_dict
-
         if "d" in d:
             return messages_from_dict([_copy_json(d["d"])])[0]
         return self.dec(d)
@@ -218,12 +212,16 @@ class _Brief:
     of view VIEW, named by entry hash: they never go stale), so a new process learns a
     thread from one query instead of reading every entry back to the root."""
 
-    __slots__ = ("hash", "parent", "seq", "meta", "payload")
+    __slots__ = ("hash", "parent", "seq", "lg", "payload")
 
     def __init__(self, h: str, parent: Optional[str], seq: int, lg: Optional[dict], payload: dict):
         self.hash, self.parent, self.seq = h, parent, seq
-        self.meta = {KEY: lg} if lg is not None else {}
+        self.lg = lg if type(lg) is dict else None  # LangGraph's ids (meta[KEY]); None for other entries
         self.payload = payload
+
+    @property
+    def meta(self) -> dict:
+        return {KEY: self.lg} if self.lg is not None else {}
 
     @classmethod
     def of(cls, e) -> "_Brief":
@@ -247,7 +245,7 @@ class _Brief:
         return cls(e.hash, e.parent, e.seq, lg, brief)
 
     def body(self) -> str:
-        return json.dumps({"q": self.seq, "lg": self.meta.get(KEY), "p": self.payload}, ensure_ascii=False, separators=(",", ":"))
+        return json.dumps({"q": self.seq, "lg": self.lg, "p": self.payload}, ensure_ascii=False, separators=(",", ":"))
 
     @classmethod
     def from_row(cls, h: str, parent: Optional[str], body: str) -> "_Brief":
@@ -270,7 +268,8 @@ class _Thread:
     tips: dict[str, str] = field(default_factory=dict)
     seen: set[str] = field(default_factory=set)
     cps: dict[tuple[str, str], _Cp] = field(default_factory=dict)
-    ids: dict[str, list[str]] = field(default_factory=dict)  # ns -> sorted checkpoint ids
+    ids: dict[str, list[str]] = field(default_factory=dict)  # ns -> checkpoint ids (sorted_ids sorts them)
+    unsorted: set[str] = field(default_factory=set)  # namespaces whose ids were added since the last sort
     writes: dict[tuple[str, str], list[tuple[int, str]]] = field(default_factory=dict)  # (seq, entry hash)
     seg: dict[tuple[str, str], tuple[int, str]] = field(default_factory=dict)  # newest entry of a checkpoint's segment
     stored_at: dict[tuple[str, str, str], str] = field(default_factory=dict)  # (ns, channel, version) -> entry
@@ -283,57 +282,72 @@ class _Thread:
 
     def add(self, e, chunked: bool = False) -> None:
         """Index one entry the saver wrote (walking finds them in any order)."""
-        if e.hash in self.seen:
+        h = e.hash
+        if h in self.seen:
             return
-        self.seen.add(e.hash)
+        self.seen.add(h)
         if type(e) is not _Brief:
             e = _Brief.of(e)
             self.unsaved.append(e)
-        self.briefs[e.hash] = e
-        if not chunked and e.seq % CHUNK == 0:
-            self.chunk_ends.append(e.hash)
-        lg = e.meta.get(KEY) if isinstance(e.meta, dict) else None
-        if not isinstance(lg, dict):
+        self.briefs[h] = e
+        seq = e.seq
+        if not chunked and seq % CHUNK == 0:
+            self.chunk_ends.append(h)
+        lg = e.lg
+        if lg is None:
             return
         typ = lg.get("type")
-        ns = lg.get("checkpoint_ns", "")
-        cid = lg.get("checkpoint_id")
-        key = (ns, cid)
-        if typ == "checkpoint":
+        if typ == "message":
+            pass  # nothing to index: the checkpoint that follows refers to it
+        elif typ == "checkpoint":
+            ns = lg.get("checkpoint_ns", "")
+            key = (ns, lg.get("checkpoint_id"))
             old = self.cps.get(key)
-            if old is None or e.seq > old.seq:
-                self.cps[key] = _Cp(e.hash, e.seq, lg.get("parent_checkpoint_id"))
-                ids = self.ids.setdefault(ns, [])
+            if old is None or seq > old.seq:
+                self.cps[key] = _Cp(h, seq, lg.get("parent_checkpoint_id"))
                 if old is None:
-                    bisect.insort(ids, cid)
-            self._bump(key, e.seq, e.hash)
-            versions = (e.payload.get("versions") or {}) if isinstance(e.payload, dict) else {}
-            for ch, spec in (e.payload.get("channels") or {}).items():
+                    self.ids.setdefault(ns, []).append(key[1])
+                    self.unsorted.add(ns)
+            self._bump(key, seq, h)
+            p = e.payload
+            versions = p.get("versions") or {}
+            for ch, spec in (p.get("channels") or {}).items():
                 if "at" not in spec and "absent" not in spec and ch in versions:
-                    self.stored_at[(ns, ch, str(versions[ch]))] = e.hash
+                    self.stored_at[(ns, ch, str(versions[ch]))] = h
         elif typ == "writes":
-            self.writes.setdefault(key, []).append((e.seq, e.hash))
-            self.writes[key].sort()
-            self._bump((ns, lg.get("segment", cid)), e.seq, e.hash)
+            ns, cid = lg.get("checkpoint_ns", ""), lg.get("checkpoint_id")
+            lst = self.writes.setdefault((ns, cid), [])
+            lst.append((seq, h))
+            if len(lst) > 1:
+                lst.sort()
+            self._bump((ns, lg.get("segment", cid)), seq, h)
         elif typ in ("interrupt", "resume"):
             self.interrupts = True
-            self._bump((ns, lg.get("segment", cid)), e.seq, e.hash)
+            self._bump((lg.get("checkpoint_ns", ""), lg.get("segment", lg.get("checkpoint_id"))), seq, h)
         elif typ == "tombstone":
             for ns_, cid_ in e.payload.get("delete", []):
                 self.deleted.add((ns_, cid_))
         if "joined" in lg:  # a subgraph's entry on the root line: the root segment goes on after it
-            self._bump(("", lg["joined"]), e.seq, e.hash)
+            self._bump(("", lg["joined"]), seq, h)
 
     def _bump(self, key: tuple[str, str], seq: int, h: str) -> None:
         cur = self.seg.get(key)
         if cur is None or seq > cur[0]:
             self.seg[key] = (seq, h)
 
+    def sorted_ids(self, ns: str) -> list[str]:
+        """The namespace's checkpoint ids, oldest first (ids are added in any order, sorted when asked)."""
+        ids = self.ids.get(ns, [])
+        if ns in self.unsorted:
+            ids.sort()
+            self.unsorted.discard(ns)
+        return ids
+
     def live_ids(self, ns: str) -> list[str]:
-        return [c for c in self.ids.get(ns, []) if (ns, c) not in self.deleted]
+        return [c for c in self.sorted_ids(ns) if (ns, c) not in self.deleted]
 
     def latest(self, ns: str) -> Optional[str]:
-        for c in reversed(self.ids.get(ns, [])):
+        for c in reversed(self.sorted_ids(ns)):
             if (ns, c) not in self.deleted:
                 return c
         return None
@@ -421,8 +435,7 @@ class TapeSaver(BaseCheckpointSaver[str]):
             while h is not None and h not in th.seen:
                 chunks = index.view_path(CHUNKS, h, 1 << 20)
                 if chunks:  # h ends a chunk: whole chunks back to the root or to a gap
-                    rows = [r for end, parent, body in chunks for r in _chunk_rows(parent, body)]
-                    h = self._add_rows(th, rows, None)
+                    h = self._add_chunks(th, chunks)
                     continue
                 # single rows, as far as the start of h's chunk (its parent ends the chunk before)
                 rows = index.view_path(VIEW, h, CHUNK)
@@ -434,6 +447,36 @@ class TapeSaver(BaseCheckpointSaver[str]):
                 e = self.tape.read_entry(h)
                 th.add(self._briefs.get(h) or e)
                 h = e.parent
+
+    def _add_chunks(self, th: _Thread, chunks: list) -> Optional[str]:
+        """CHUNKS rows (newest first) until a known entry; returns where to go on from. Each
+        row's body is a line per entry, oldest first: its hash, then its brief's JSON; the
+        bodies are split into lists (no tuple per entry) and parsed in one call: a
+        1,000-step thread is 7,000 entries, and a new process's first get_state reads them all."""
+        hashes: list[str] = []
+        parents: list[Optional[str]] = []
+        texts: list[str] = []
+        for _, parent, body in chunks:
+            lines = body.split("\n")
+            hs = [line[:64] for line in lines]
+            hashes += reversed(hs)
+            parents += reversed([parent] + hs[:-1])
+            texts += reversed([line[64:] for line in lines])
+        seen = th.seen
+        n = len(hashes) if seen.isdisjoint(hashes) else next(i for i, x in enumerate(hashes) if x in seen)
+        bodies = json.loads("[" + ",".join(texts[:n]) + "]")  # one parse, not one a row
+        briefs, add, seen_add = self._briefs, th.add, seen.add
+        for h2, parent, d in zip(hashes, parents, bodies):
+            b = briefs.get(h2)
+            if b is None:
+                lg = d["lg"]
+                b = _Brief(h2, parent, d["q"], lg, d["p"])
+                if type(lg) is dict and lg.get("type") == "message" and "joined" not in lg and h2 not in seen:
+                    seen_add(h2)  # all that add() does for a root message (most entries of a chat)
+                    briefs[h2] = b
+                    continue
+            add(b, True)
+        return hashes[n] if n < len(hashes) else parents[-1]  # a known entry, or where the rows end
 
     def _add_rows(self, th: _Thread, rows: list, chunk: Optional[int]) -> Optional[str]:
         """Index cache rows (hash, parent, brief JSON), newest first, until a known entry (or,
@@ -519,10 +562,13 @@ class TapeSaver(BaseCheckpointSaver[str]):
                 h = spec.get("base") or p.get("parent_entry")
             else:
                 raise ValueError(f"checkpoint entry {h} has an unknown channel record {spec!r}")
-        value = base
+        if not steps:
+            return base
+        value = list(base) if base is not _MISSING else []  # our own list: grown in place
         for keep, items in reversed(steps):
-            value = list(value) if value is not _MISSING else []
-            value = (value[:keep] if keep is not None else value) + items
+            if keep is not None:
+                del value[keep:]
+            value += items
         return value
 
     def _msg_hashes(self, h: Optional[str], ch: str) -> Optional[list[str]]:
@@ -557,7 +603,9 @@ class TapeSaver(BaseCheckpointSaver[str]):
                 return None  # a whole value or appended non-messages: no entries to point at
         value = list(base)
         for keep, items in reversed(steps):
-            value = (value[:keep] if keep is not None else value) + list(items)
+            if keep is not None:
+                del value[keep:]
+            value += items
         self._cache(key, value)
         return list(value)
 
@@ -583,13 +631,16 @@ class TapeSaver(BaseCheckpointSaver[str]):
 
     def _load_message(self, h: str) -> Any:
         e = self._brief(h)
-        rec = dict(e.meta[KEY]["message"])
-        if "d" in rec and "content" not in rec["d"]["data"]:
-            d = {"type": rec["d"]["type"], "data": dict(rec["d"]["data"])}
+        rec = e.lg["message"]
+        if "d" not in rec:
+            return self.codec.dec_message(rec)
+        # langchain's dict form, the content from the entry's payload when the record left
+        # it out; containers copied (the brief's must not change), atoms as they are
+        data = {k: _copy_json(v) if type(v) is dict or type(v) is list else v for k, v in rec["d"]["data"].items()}
+        if "content" not in data:
             p = e.payload
-            d["data"]["content"] = p["content"] if "content" in p else p.get("output")
-            rec = {"d": d}
-        return self.codec.dec_message(rec)
+            data["content"] = _copy_json(p["content"] if "content" in p else p.get("output"))
+        return messages_from_dict([{"type": rec["d"]["type"], "data": data}])[0]
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -1337,17 +1388,6 @@ def _gc_paused():
     finally:
         if was:
             gc.enable()
-
-
-def _chunk_rows(parent: Optional[str], body: str) -> list[tuple[str, Optional[str], str]]:
-    """A CHUNKS row's entries as (hash, parent, brief JSON), newest first."""
-    out = []
-    for line in body.split("\n"):
-        h = line[:64]
-        out.append((h, parent, line[64:]))
-        parent = h
-    out.reverse()
-    return out
 
 
 def _remap_writes(payload: dict, mapping: dict[str, str]) -> dict:
