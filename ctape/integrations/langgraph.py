@@ -306,8 +306,10 @@ class _Thread:
             if old is None or seq > old.seq:
                 self.cps[key] = _Cp(h, seq, lg.get("parent_checkpoint_id"))
                 if old is None:
-                    self.ids.setdefault(ns, []).append(key[1])
-                    self.unsorted.add(ns)
+                    ids = self.ids.setdefault(ns, [])
+                    if ids and key[1] < ids[-1]:
+                        self.unsorted.add(ns)  # a walk adds them newest first: sorted once, when asked
+                    ids.append(key[1])
             self._bump(key, seq, h)
             p = e.payload
             versions = p.get("versions") or {}

@@ -262,21 +262,16 @@ class TapeSession:
     def _add(self, items: list[dict]) -> None:
         if not items:
             return
+        texts = [json.dumps(item, default=_jsonable, ensure_ascii=False) for item in items]
+        rows = []
+        for item in json.loads("[" + ",".join(texts) + "]"):  # the tape's own copies, plain JSON, in one parse
+            kind, payload, hidden = item_entry(item)
+            rows.append((kind, payload, {ITEM: item, HIDDEN: True} if hidden else {ITEM: item}))
         with self._lock:
-            old = self._head()
-            rows, texts = [], []
-            for item in items:
-                text = json.dumps(item, default=_jsonable, ensure_ascii=False)
-                item = json.loads(text)  # the tape's own copy, plain JSON
-                kind, payload, hidden = item_entry(item)
-                meta = {ITEM: item}
-                if hidden:
-                    meta[HIDDEN] = True
-                rows.append((kind, payload, meta))
-                texts.append(text)
-            # one call: the entries, then one ref record and one fsync (Session.extend)
+            # one call: the entries at HEAD, then one ref record and one fsync (Session.extend);
+            # the first one's parent is the HEAD they went on after
             written = [(e.hash, e.parent, text) for e, text in zip(self.session.extend(rows), texts)]
-            self._path.extend(self.tape, written, old)
+            self._path.extend(self.tape, written, written[0][1])
 
     def _pop(self) -> Optional[dict]:
         with self._lock:
