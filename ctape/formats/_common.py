@@ -55,9 +55,18 @@ def loads(text) -> Any:
             json.dumps(value, ensure_ascii=False).encode("utf-8")
         except UnicodeEncodeError:
             raise ValueError("a lone surrogate escape") from None
-    if raw.count(b"[") + raw.count(b"{") > IMPORT_DEPTH and nesting_problem(value, max_depth=IMPORT_DEPTH):
+    if len(raw) > IMPORT_DEPTH and _brackets(raw) > IMPORT_DEPTH and nesting_problem(value, max_depth=IMPORT_DEPTH):
         raise ValueError("nested too deeply")
     return value
+
+
+def _brackets(raw: bytes) -> int:
+    """How many "[" and "{" `raw` holds (a bound on its nesting). bytes.replace finds them
+    with memchr, two to three times faster than bytes.count on lines with few of them (most
+    lines); a long line is counted in place, not copied."""
+    if len(raw) > _STEP:
+        return raw.count(b"[") + raw.count(b"{")
+    return 2 * len(raw) - len(raw.replace(b"[", b"")) - len(raw.replace(b"{", b""))
 
 
 # a record's value goes into an entry's meta a level or two down: lines nested deeper than
@@ -133,15 +142,30 @@ def open_source(path: str):
 
 
 def scan_lines(f) -> Iterator[Line]:
-    """Every non-blank line with its parsed value (value None and ok False when not JSON)."""
-    offset = 0
-    for number, raw in enumerate(lines_of(f), 1):
+    """Every non-blank line with its parsed value (value None and ok False when not JSON).
+    (lines_of and the parse in one loop: a few calls less a line, which is most of the
+    cost of short lines.)"""
+    limit = max_record()
+    readline = f.readline
+    offset = number = 0
+    while True:
+        number += 1
+        raw = readline(_STEP)
         length = len(raw)
-        if raw.strip():
+        if length == _STEP and raw[-1:] != b"\n":
+            raw = _long_line(f, raw, limit, number)
+            length = len(raw)
+        if not length:
+            return
+        if length > limit and length - (raw[-1:] == b"\n") > limit:
+            raise too_long(f, number, limit)
+        if raw[:1] == b"{" or raw.strip():
             try:
-                yield Line(number, offset, length, loads(raw), True)
+                value = loads(raw)
             except (ValueError, UnicodeDecodeError):
                 yield Line(number, offset, length, None, False)
+            else:
+                yield Line(number, offset, length, value, True)
         offset += length
 
 

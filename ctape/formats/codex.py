@@ -15,6 +15,7 @@ from collections import deque
 from typing import Any, Iterator, Optional
 
 from ..errors import InvalidInput
+from ..model.canonical import normal_time
 from ..model.models import HIDDEN
 from . import _common as c
 
@@ -48,7 +49,12 @@ def record_time(v: Any) -> Optional[str]:
     t = v.get("timestamp")
     if t is None and isinstance(v.get("payload"), dict):
         t = v["payload"].get("timestamp")
-    return c.valid_time(t)
+    if isinstance(t, str) and t:  # c.valid_time(t)
+        try:
+            return normal_time(t)
+        except InvalidInput:
+            return None
+    return None
 
 
 # -- mapping --------------------------------------------------------------------------
@@ -363,30 +369,35 @@ class _Stream:
         self.truncated = ""
 
     def run(self) -> None:
+        queue, voices = self.queue, self.voices
+        add, still_open = voices.add, voices.open
         for ln in c.scan_lines(self.f):
             if ln.ok:
                 v = ln.value
-                self.voices.add(ln.number, classify(v))
-                self.valid += is_record(v)
-                self.first_time = self.first_time or record_time(v)
-                self.sid = self.sid or session_id(v)
+                add(ln.number, classify(v))
+                if not self.valid:
+                    self.valid = is_record(v)
+                if not self.first_time:
+                    self.first_time = record_time(v)
+                if not self.sid:
+                    self.sid = session_id(v)
                 if v is not None:
                     self.held += ln.length
-            self.queue.append(ln)
+            queue.append(ln)
             if self.s is None and self.valid and self.first_time and (self.session or self.sid):
                 self._start()
-            if self.s is not None:
+            if self.s is not None and len(queue) > 1 and queue[0].number not in still_open:
                 self._put_ready(reading=True)
             if self.held > HOLD:
-                for waiting in self.queue:
+                for waiting in queue:
                     waiting.value = None  # read again by offset when it is imported
                 self.held = 0
-        if self.queue and not self.queue[-1].ok:
-            dropped = self.queue.pop()
+        if queue and not queue[-1].ok:
+            dropped = queue.pop()
             self.truncated = f"skipped the incomplete last line {dropped.number} (file still being written?)"
         if not self.valid:
             raise InvalidInput(f"{self.path}: no Codex rollout record found (expected JSON lines like {{\"timestamp\", \"type\", \"payload\"}}); is this a Codex session file?")
-        self.voices.end()
+        voices.end()
         if self.s is None:
             self._start()
         self._put_ready(reading=False)
@@ -397,7 +408,7 @@ class _Stream:
 
     def _put_ready(self, reading: bool) -> None:
         """Import the queued lines that can be, in order (while reading, all but the newest)."""
-        q, still_open = self.queue, self.voices.open
+        q, still_open, voiced, bar = self.queue, self.voices.open, self.voices.voiced, self.bar
         while len(q) > reading and q[0].number not in still_open:
             ln = q.popleft()
             value = ln.value
@@ -407,10 +418,11 @@ class _Stream:
                 self.held -= ln.length
                 ln.value = None
             self.kept_raw += not ln.ok
-            self.parent, self.instructions, n = _put(self.s, ln.number, value, ln.ok, self.parent, self.clock, ln.number in self.voices.voiced, self.instructions)
+            self.parent, self.instructions, n = _put(self.s, ln.number, value, ln.ok, self.parent, self.clock, ln.number in voiced, self.instructions)
             self.entries += n
             self.records += 1
-            self.bar.update(ln.offset)
+            if bar.on:
+                bar.update(ln.offset)
 
 
 # -- export ---------------------------------------------------------------------------
@@ -455,7 +467,18 @@ def _put(s, number: int, value: Any, ok: bool, parent: Optional[str], clock: c.C
     if not ok:
         meta = c.raw_line_meta(FMT, value, number)
         return s.put_entry("system", {"content": "codex line that is not JSON"}, meta, None, clock.last, parent).hash, instructions, 1
-    t = clock.take(record_time(value))
+    t = record_time(value)  # clock.take(t), t being in normal form already
+    t = clock.last = t or clock.last
+    first = map_record(value, spoken)
+    kind, payload, hide = first
+    if kind != "anchor" and _search_item(value) is None:  # one line, one entry: most lines
+        meta = {FMT: value, c.LINE: number}
+        if hide:
+            meta[HIDDEN] = True
+        parent = s.put_entry(kind, payload, meta, None, t, parent).hash
+        if kind == "system" and not hide and value.get("type") == "session_meta":  # is_instructions
+            instructions = parent
+        return parent, instructions, 1
     parts = map_entries(value, spoken, instructions)
     search = _search_item(value)
     if search is not None and not isinstance(search.get("call_id"), str):
