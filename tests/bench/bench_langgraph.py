@@ -14,6 +14,16 @@ in a new process (median of 5, the two savers taking turns), with the ratios.
 
 Time per step is printed as wall time and as CPU time of the process (all its threads): on
 a loaded machine the wall time of a tenth moves with the load, the CPU time much less.
+
+    python tests/bench/bench_langgraph.py 1000 --repeat 5   # per-step CPU: medians of 5 runs
+
+With --repeat N, TapeSaver's run is repeated N times (a new tape each time), and so is a
+run with a saver that keeps only the latest checkpoint, by reference ("LangGraph
+alone": what LangGraph itself spends per step on a growing message list, which every
+saver pays); each tenth's CPU ms per step is the median over the runs. SqliteSaver runs
+once (it takes minutes at 1,000 steps). The first read in a new process is also timed
+with the saver's import counted (from the import of the saver's module, LangGraph already
+imported, to the end of get_state).
 """
 
 from __future__ import annotations
@@ -62,6 +72,31 @@ def du(path: str) -> int:
     return total
 
 
+class LatestOnly:
+    """A checkpointer that keeps only the latest checkpoint, by reference: LangGraph's own cost per step."""
+
+    def __new__(cls):
+        from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
+
+        class _Latest(BaseCheckpointSaver):
+            def __init__(self):
+                super().__init__()
+                self.latest = None
+
+            def get_tuple(self, config):
+                return self.latest
+
+            def put(self, config, checkpoint, metadata, new_versions):
+                cfg = {"configurable": {"thread_id": config["configurable"]["thread_id"], "checkpoint_ns": "", "checkpoint_id": checkpoint["id"]}}
+                self.latest = CheckpointTuple(cfg, checkpoint, metadata, config, [])
+                return cfg
+
+            def put_writes(self, config, writes, task_id, task_path=""):
+                pass
+
+        return _Latest()
+
+
 def run(saver, steps: int, windows: list, cpu: list) -> float:
     """All the steps; appends to windows (and cpu) the wall (and CPU) ms per step of each tenth of the run."""
     g = graph(saver)
@@ -84,6 +119,7 @@ import sys, time
 kind, path = sys.argv[1], sys.argv[2]
 from langchain_core.messages import AIMessage
 from langgraph.graph import START, MessagesState, StateGraph
+t_import = time.perf_counter()
 if kind == "sqlite":
     import sqlite3
     from langgraph.checkpoint.sqlite import SqliteSaver
@@ -97,18 +133,28 @@ g.add_edge(START, "agent")
 g = g.compile(checkpointer=saver)
 t = time.perf_counter()
 n = len(g.get_state({"configurable": {"thread_id": "bench"}}).values["messages"])
-print(time.perf_counter() - t, n)
+print(time.perf_counter() - t, n, time.perf_counter() - t_import)
 """
 
 
-def first_read(db: str, tape_dir: str, repeat: int = 5) -> tuple[float, float]:
-    """The first get_state in a new process (imports not counted), medians, taking turns."""
-    out: dict[str, list[float]] = {"sqlite": [], "tape": []}
+def first_read(db: str, tape_dir: str, repeat: int = 5) -> tuple[float, float, float, float]:
+    """The first get_state in a new process, medians, taking turns: without imports, and
+    with the saver's import (LangGraph itself imported before either). Modules are imported
+    from compiled bytecode, as in an installed package: the children write it to a folder
+    of their own (PYTHONDONTWRITEBYTECODE, set where sources are being edited, would make
+    every import of a changed module compile it again), filled by an untimed run of each."""
+    out: dict[str, list[float]] = {"sqlite": [], "tape": [], "sqlite+import": [], "tape+import": []}
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = os.path.join(os.path.dirname(tape_dir), "pycache")
+    for kind in ("sqlite", "tape"):
+        subprocess.run([sys.executable, "-c", FIRST_READ, kind, db if kind == "sqlite" else tape_dir], capture_output=True, text=True, check=True, env=env)
     for r in range(repeat):
         for kind in (("sqlite", "tape") if r % 2 == 0 else ("tape", "sqlite")):
-            p = subprocess.run([sys.executable, "-c", FIRST_READ, kind, db if kind == "sqlite" else tape_dir], capture_output=True, text=True, check=True)
-            out[kind].append(float(p.stdout.split()[0]))
-    return statistics.median(out["sqlite"]), statistics.median(out["tape"])
+            p = subprocess.run([sys.executable, "-c", FIRST_READ, kind, db if kind == "sqlite" else tape_dir], capture_output=True, text=True, check=True, env=env)
+            read, _, with_import = p.stdout.split()
+            out[kind].append(float(read))
+            out[kind + "+import"].append(float(with_import))
+    return tuple(statistics.median(out[k]) for k in ("sqlite", "tape", "sqlite+import", "tape+import"))
 
 
 def ts_branches(tape_dir: str) -> list:
@@ -121,7 +167,11 @@ def ts_branches(tape_dir: str) -> list:
         t.close()
 
 
-def bench(steps: int, tmp: str) -> dict:
+def medians(runs: list[list[float]]) -> list[float]:
+    return [statistics.median(r[i] for r in runs) for i in range(len(runs[0]))]
+
+
+def bench(steps: int, tmp: str, repeat: int = 1) -> dict:
     from langgraph.checkpoint.sqlite import SqliteSaver
 
     db = os.path.join(tmp, f"lg-{steps}.sqlite")
@@ -132,36 +182,56 @@ def bench(steps: int, tmp: str) -> dict:
     sq_time = run(sq, steps, sq_win, sq_cpu)
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     conn.close()
-    tape_dir = os.path.join(tmp, f"tape-{steps}")
-    ts = TapeSaver(tape_dir)
-    tape_win: list = []
-    tape_cpu: list = []
-    tape_time = run(ts, steps, tape_win, tape_cpu)
-    msgs = len(graph(ts).get_state({"configurable": {"thread_id": "bench"}}).values["messages"])
-    ts.close()
-    assert msgs == 2 * steps
+    wins: dict[str, list] = {"tape": [], "alone": []}
+    cpus: dict[str, list] = {"tape": [], "alone": []}
+    times = []
+    for r in range(repeat):  # the last tape is the one measured below
+        tape_dir = os.path.join(tmp, f"tape-{steps}-{r}")
+        ts = TapeSaver(tape_dir)
+        for name, saver in (("tape", ts), ("alone", LatestOnly())) if r % 2 == 0 else (("alone", LatestOnly()), ("tape", ts)):
+            if name == "alone" and repeat == 1:
+                continue
+            w: list = []
+            c: list = []
+            t = run(saver, steps, w, c)
+            wins[name].append(w)
+            cpus[name].append(c)
+            if name == "tape":
+                times.append(t)
+        msgs = len(graph(ts).get_state({"configurable": {"thread_id": "bench"}}).values["messages"])
+        ts.close()
+        assert msgs == 2 * steps
     if SUBGRAPH:
         print(f"       branches of the thread: {len(ts_branches(tape_dir))}", flush=True)
-    sq_first, tape_first = first_read(db, tape_dir)
-    return {"steps": steps, "sqlite": du(db) + du(db + "-wal"), "tape": du(tape_dir), "sqlite_s": sq_time, "tape_s": tape_time,
-            "sqlite_win": sq_win, "tape_win": tape_win, "sqlite_cpu": sq_cpu, "tape_cpu": tape_cpu, "sqlite_first": sq_first, "tape_first": tape_first}
+    sq_first, tape_first, sq_first_imp, tape_first_imp = first_read(db, tape_dir)
+    out = {"steps": steps, "sqlite": du(db) + du(db + "-wal"), "tape": du(tape_dir), "sqlite_s": sq_time, "tape_s": statistics.median(times),
+           "sqlite_win": sq_win, "tape_win": medians(wins["tape"]), "sqlite_cpu": sq_cpu, "tape_cpu": medians(cpus["tape"]),
+           "sqlite_first": sq_first, "tape_first": tape_first, "sqlite_first_import": sq_first_imp, "tape_first_import": tape_first_imp}
+    if repeat > 1:
+        out["alone_win"], out["alone_cpu"] = medians(wins["alone"]), medians(cpus["alone"])
+    return out
 
 
 def main(argv: list[str]) -> None:
     big = "--big" in argv
-    counts = [int(a) for a in argv if a.isdigit()] or ([100, 1000, 5000] if big else [100, 1000])
+    repeat = int(argv[argv.index("--repeat") + 1]) if "--repeat" in argv else 1
+    counts = [int(a) for i, a in enumerate(argv) if a.isdigit() and (i == 0 or argv[i - 1] != "--repeat")] or ([100, 1000, 5000] if big else [100, 1000])
     print(f"{'steps':>6} {'SqliteSaver':>14} {'TapeSaver':>12} {'tape/sqlite':>12} {'sqlite s':>9} {'tape s':>8}")
     with tempfile.TemporaryDirectory() as tmp:
         for n in counts:
-            r = bench(n, tmp)
+            r = bench(n, tmp, repeat)
             print(f"{n:>6} {r['sqlite']:>14,} {r['tape']:>12,} {r['tape'] / r['sqlite']:>12.4f} {r['sqlite_s']:>9.1f} {r['tape_s']:>8.1f}", flush=True)
-            for name in ("sqlite", "tape"):
+            for name in ("sqlite", "tape", "alone"):
                 for what in ("win", "cpu"):
-                    w = r[f"{name}_{what}"]
+                    w = r.get(f"{name}_{what}")
+                    if w is None:
+                        continue
                     label = "wall" if what == "win" else "CPU "
-                    print(f"       {label} ms per step, each tenth of the run, {name:>6}: {' '.join(f'{x:.1f}' for x in w)}  (last / first tenth {w[-1] / w[0]:.2f})", flush=True)
+                    runs = f"median of {repeat}" if name != "sqlite" and repeat > 1 else "one run"
+                    print(f"       {label} ms per step, each tenth of the run, {name:>6} ({runs}): {' '.join(f'{x:.1f}' for x in w)}  (last / first tenth {w[-1] / w[0]:.2f})", flush=True)
             print(f"       first get_state in a new process (median of 5): SqliteSaver {r['sqlite_first']:.3f} s, TapeSaver {r['tape_first']:.3f} s, "
-                  f"TapeSaver / SqliteSaver {r['tape_first'] / r['sqlite_first']:.2f}x", flush=True)
+                  f"TapeSaver / SqliteSaver {r['tape_first'] / r['sqlite_first']:.2f}x; with the saver's import: SqliteSaver {r['sqlite_first_import']:.3f} s, "
+                  f"TapeSaver {r['tape_first_import']:.3f} s, {r['tape_first_import'] / r['sqlite_first_import']:.2f}x", flush=True)
 
 
 if __name__ == "__main__":
