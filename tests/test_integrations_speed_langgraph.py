@@ -106,3 +106,47 @@ def test_what_the_application_froze_stays_frozen(long_thread):
 def test_a_disabled_collector_stays_disabled(long_thread):
     got = first_read(long_thread, "disabled")
     assert got["messages"] == 600 and not got["enabled"]
+
+
+
+BUDGET = """
+import gc, json, sys
+from langchain_core.messages import AIMessage
+from langgraph.graph import START, MessagesState, StateGraph
+from ctape.integrations import langgraph as lg
+
+
+def first_read():
+    saver = lg.TapeSaver(sys.argv[1])  # a new saver each time, as a server that makes one per request
+    g = StateGraph(MessagesState)
+    g.add_node("agent", lambda s: {"messages": [AIMessage("x")]})
+    g.add_edge(START, "agent")
+    g = g.compile(checkpointer=saver)
+    young = []
+    cb = lambda phase, info: young.append(sum(len(gc.get_objects(generation=k)) for k in range(info["generation"] + 1))) if phase == "start" and info["generation"] < 2 else None
+    gc.callbacks.append(cb)
+    g.get_state({"configurable": {"thread_id": "long"}})
+    gc.callbacks.remove(cb)
+    return max(young, default=0)
+
+
+out = [first_read()]
+lg._promoted[0] = lg._PROMOTE_BUDGET  # as after many reads since the last full collection
+out.append(first_read())
+out.append(first_read())
+gc.collect()  # a full collection: the budget starts again
+out.append(first_read())
+print(json.dumps(out))
+"""
+
+
+def test_at_most_a_budget_of_objects_skips_the_young_generations_between_full_collections(long_thread):
+    """Garbage cycles young at that moment wait for a full collection, which CPython starts
+    by its own count: so only so many objects go this way until one has run. With the
+    budget spent, a first read takes the young pass again; after a full collection it
+    skips it again."""
+    p = subprocess.run([sys.executable, "-c", BUDGET, long_thread], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    skipped, spent, spent_again, after_full = json.loads(p.stdout)
+    assert skipped < 12000 and after_full < 12000, (skipped, after_full)
+    assert max(spent, spent_again) > 12000, (spent, spent_again)

@@ -1377,6 +1377,8 @@ def _remap(payload: dict, mapping: dict[str, str]) -> dict:
 
 
 _MANY_YOUNG = 10_000  # young objects at the end of _gc_paused from which they go to the oldest generation
+_PROMOTE_BUDGET = 250_000  # ... and at most this many between two full collections (see _gc_paused)
+_promoted = [0, -1]  # objects moved so since the full collection numbered [1]
 
 
 @contextlib.contextmanager
@@ -1392,16 +1394,25 @@ def _gc_paused():
     try:
         yield
     finally:
-        if gc.get_count()[0] >= _MANY_YOUNG and gc.get_freeze_count() == 0:
+        young = gc.get_count()[0]
+        if young >= _MANY_YOUNG and gc.get_freeze_count() == 0:
             # tens of thousands of new objects that stay (a thread's index, read once in a
             # process): move them to the oldest generation at once (freeze, then unfreeze:
             # two list splices) instead of leaving them for the next young-generation pass
             # to visit (30-40 ms of a new process's first get_state on a 1,000-step thread).
-            # Only then: a step's few hundred objects (and the garbage cycles among them)
-            # take the usual way. Not when the application froze objects itself (a server
-            # before fork): unfreeze would undo that.
-            gc.freeze()
-            gc.unfreeze()
+            # Only then: a step's few hundred objects take the usual way. Not when the
+            # application froze objects itself (a server before fork): unfreeze would undo
+            # that. Garbage cycles that were young then (a graph compiled per request, say)
+            # wait for the next full collection, which CPython starts by its own count of
+            # promoted objects, not ours: at most _PROMOTE_BUDGET objects go this way
+            # between two full collections, so what waits stays bounded.
+            full = gc.get_stats()[2]["collections"]
+            if full != _promoted[1]:
+                _promoted[0], _promoted[1] = 0, full
+            if _promoted[0] + young <= _PROMOTE_BUDGET:
+                _promoted[0] += young
+                gc.freeze()
+                gc.unfreeze()
         if was:
             gc.enable()
 
