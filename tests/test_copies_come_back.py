@@ -145,3 +145,26 @@ def test_kept_descriptors_do_not_pile_up(tmp_path, monkeypatch):
     finally:
         t1.close()
         t2.close()
+
+
+def test_the_stale_copy_reaches_a_third_copy_after_the_long_file(tmp_path, monkeypatch):
+    """Found by the live model (seed 50235 of test_many_sequences_with_writers_during_rsync):
+    the stale copy B never comes back to A, but reaches C, which already had the long file
+    from A. A's writer, still open, wrote again meanwhile: that write found the segment read
+    (and sealed it), so it must also repeat what a copy that read it may lack, where C gets
+    it with the same sync that brings the write. Before, only A's close did, and C, left
+    with the shorter file, refused every append ("lost acknowledged records")."""
+    t, a, b, acked = stale_copy(tmp_path, monkeypatch)
+    c = str(tmp_path / "C")
+    rsync(a, c)  # C reads the long segment
+    with Tape.open(c) as tc:
+        assert set(acked) <= history(tc, "c")
+    acked.append(t.session("c").append("user", {"content": "three"}).hash)  # A's writer goes on
+    rsync(a, c)
+    rsync(b, c, "--exclude=ctape.json")  # B's shorter copy of the segment over C's
+    with Tape.open(c) as tc:
+        acked.append(tc.session("c").append("user", {"content": "four, on C"}).hash)
+    check(c, acked)
+    t.close()
+    rsync(c, a)
+    check(a, acked)

@@ -269,7 +269,11 @@ def test_a_copy_taken_during_a_batch_seals_the_segment_before_the_batch_writes(t
         s.append("user", {"content": "three"})
     (seg,) = os.listdir(copied)
     assert (folder / seg).stat().st_size == (copied / seg).stat().st_size  # the copied segment never grew
-    assert len(os.listdir(folder)) == 2
+    # the batch wrote to a new segment; beside it, the writes made just before the copy read
+    # the segment are repeated in one of their own (store/segment.py, "copies that come back")
+    others = sorted(set(os.listdir(folder)) - {seg})
+    repeats = [f for f in others if b'"repeats"' in (folder / f).read_bytes()[:200]]
+    assert len(others) == 2 and len(repeats) == 1, others
     t.close()
     assert [e.payload["content"] for e in Tape.open(tape_dir).session("chat").log()] == ["three", "two", "one more", "one"]
 
@@ -546,6 +550,8 @@ def test_a_deletion_of_two_branches_supersedes_only_what_was_read_on_each(tmp_pa
     unread_side = files[1][0]
     for _, new in (files[0], files[2]):  # the cut-off sync: the second file does not arrive
         for name in new:
+            if b'"repeats"' in (sess / name).read_bytes()[:200]:
+                continue  # nor the repeat of it that the third append wrote (the copy had read it)
             shutil.copy2(sess / name, a / "sessions" / "chat" / name)
     with open_as(a, "waaaaaaa", monkeypatch) as ta:
         sa = ta.session("chat")

@@ -111,7 +111,7 @@ class SegmentWriter:
         try:
             if not self._view_is_current(dst):
                 if self.kept:
-                    self.check_kept(closing=False)
+                    self.check_kept()
                 self._reload()
         except BaseException:
             self.unlock()
@@ -319,6 +319,11 @@ class SegmentWriter:
         self._open_fd()
         fst = os.fstat(self.fd)
         if fst.st_atime_ns != UNREAD_ATIME_NS or fst.st_nlink != 1 or not atimes_work:
+            k = self.kept.get(self.rel)
+            if fst.st_atime_ns != UNREAD_ATIME_NS and k is not None and k[1]:
+                # a copy read it: it may lack the writes made just before, and reach a third
+                # copy after this file did; the repeat goes with the write that sealed it
+                self._repeat_before_read(self.rel, self.fd, fst, k[1])
             self._close_segment()
 
     def _frame(self, type_: int, body: bytes) -> int:
@@ -631,7 +636,7 @@ class SegmentWriter:
                 if not self.locked:
                     fcntl.flock(self.dir_fd, fcntl.LOCK_EX)
                     self.locked = True
-                self.check_kept(closing=True)
+                self.check_kept()
             except OSError:
                 pass  # closing goes on; what could not be repeated stays as it is
         self.unlock()
@@ -656,10 +661,12 @@ class SegmentWriter:
     # - a segment whose name now holds a shorter file: the records past that length are
     #   written again, from the descriptor, to a new segment that says it repeats them
     #   (`repeats`), so the shorter file is not loss (store._note_repeats);
-    # - at close, a segment that was read and is still there: the copy that read it may be
-    #   short of any write made a little before the read, and may come back when this
-    #   process no longer holds the longer file; the writes synced within
-    #   REPEAT_WINDOW_NS before the read are repeated the same way.
+    # - a segment that was read and is still there, as soon as the writer sees the read (the
+    #   next write finds it read and seals it, the folder changed, or the writer closes):
+    #   the copy that read it may be short of any write made a little before the read, and
+    #   may come back, or reach a third copy that already has the longer file (which would
+    #   then refuse to write, having lost what it read); the writes synced within
+    #   REPEAT_WINDOW_NS before the read are repeated the same way, once.
     # Left open: a copy whose size was taken before a write and whose first read came only
     # after this process closed (nothing sees that read), if it comes back (docs/sync.md,
     # "Writers appending while rsync runs").
@@ -681,7 +688,7 @@ class SegmentWriter:
         if fd != self.fd:
             os.close(fd)
 
-    def check_kept(self, closing: bool) -> None:
+    def check_kept(self) -> None:
         """Repeat what copies may lack of the segments this writer wrote to (see above)."""
         for rel, (fd, writes) in list(self.kept.items()):
             try:
@@ -695,12 +702,18 @@ class SegmentWriter:
                 if stat.S_ISREG(now.st_mode) and now.st_size < fst.st_size:
                     self._repeat_safely(rel, fd, fst.st_size, cut=now.st_size)
                 self._drop_kept(rel)  # once: the name holds another file now
-            elif closing and fst.st_atime_ns != UNREAD_ATIME_NS:
-                since = fst.st_atime_ns - REPEAT_WINDOW_NS
-                starts = [start for start, synced in writes if synced >= since]
-                if starts:
-                    self._repeat_safely(rel, fd, fst.st_size, start=min(starts))
-                writes.clear()
+            elif fst.st_atime_ns != UNREAD_ATIME_NS and writes:
+                self._repeat_before_read(rel, fd, fst, writes)
+
+    def _repeat_before_read(self, rel: str, fd: int, fst: os.stat_result, writes: list) -> None:
+        """The segment was read: repeat the writes synced within REPEAT_WINDOW_NS before
+        that read, which the copy that read it may lack (see above). Once a read: a read
+        segment takes no more writes."""
+        since = fst.st_atime_ns - REPEAT_WINDOW_NS
+        starts = [start for start, synced in writes if synced >= since]
+        if starts:
+            self._repeat_safely(rel, fd, fst.st_size, start=min(starts))
+        writes.clear()
 
     def _repeat_safely(self, rel: str, fd: int, size: int, **where) -> None:
         try:
