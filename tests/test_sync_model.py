@@ -1153,6 +1153,17 @@ def test_live_seeds_40_70_72_a_copy_sized_before_a_write_comes_back(tmp_path):
     _run_live(tmp_path, [40, 70, 72])
 
 
+def test_live_seed_50235_a_stale_copy_reaches_a_third_copy(tmp_path):
+    """Found by a long run (fails in about half the runs before the fix, its timing being
+    real): c1's writer appended between a copy's open and its read, so c0 got its s2
+    segment short; c3 got the long one from c1, then the short one from c0, and c3's next
+    append refused ("lost acknowledged records"). c1 repeated those writes only when it
+    closed; now its next write, which finds the segment read, repeats them, and c3 gets
+    them with the same rsync (tests/test_copies_come_back.py has it alone)."""
+    for _ in range(3):
+        _run_live(tmp_path, [50235])
+
+
 def test_live_seed_1010_copy_taken_between_the_unread_check_and_the_write(tmp_path):
     """Found by the long run after 1f725a0: c1's writer found its s2 segment unread (its
     fstat) and stopped there; the rsync c1 -> c0 copied the segment (885 bytes); the
