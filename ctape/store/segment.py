@@ -77,6 +77,7 @@ class SegmentWriter:
         self.created = False
         self.refstate = None  # the session's refs as this writer knows them (see session.py)
         self.held_ref: Optional[dict] = None  # an append record waiting for the batch's end
+        self.repeats_due: list[tuple] = []  # (rel, fd, fstat) of segments seen read: their repeats go with the next write
         self.last_ref: Optional[tuple] = None  # (RefState, the record last applied to it): Session._follow_last
         self.fresh: set[str] = set()  # entries this writer created (their children are new too)
         self.last_entry: tuple[Optional[str], int] = (None, 0)  # (hash, seq) of the last entry it wrote
@@ -111,7 +112,7 @@ class SegmentWriter:
         try:
             if not self._view_is_current(dst):
                 if self.kept:
-                    self.check_kept()
+                    self.check_kept(closing=False)
                 self._reload()
         except BaseException:
             self.unlock()
@@ -320,10 +321,12 @@ class SegmentWriter:
         fst = os.fstat(self.fd)
         if fst.st_atime_ns != UNREAD_ATIME_NS or fst.st_nlink != 1 or not atimes_work:
             k = self.kept.get(self.rel)
-            if fst.st_atime_ns != UNREAD_ATIME_NS and k is not None and k[1]:
+            if fst.st_atime_ns != UNREAD_ATIME_NS and k is not None and k[1] and all(d[0] != self.rel for d in self.repeats_due):
                 # a copy read it: it may lack the writes made just before, and reach a third
                 # copy after this file did; the repeat goes with the write that sealed it
-                self._repeat_before_read(self.rel, self.fd, fst, k[1])
+                # (flush), not before: a write discarded (a rejected batch) leaves the tape
+                # as it was, and the close or the next look repeats them instead
+                self.repeats_due.append((self.rel, self.fd, fst))
             self._close_segment()
 
     def _frame(self, type_: int, body: bytes) -> int:
@@ -478,6 +481,12 @@ class SegmentWriter:
             self._close_block()
         if not self.buf:
             return
+        if self.repeats_due:
+            due, self.repeats_due = self.repeats_due, []
+            for rel, fd, fst in due:
+                k = self.kept.get(rel)
+                if k is not None and k[0] == fd and k[1]:
+                    self._repeat_before_read(rel, fd, fst, k[1])
         st = self.store
         try:
             read_meanwhile = self._write_buf(durable)
@@ -575,6 +584,7 @@ class SegmentWriter:
         if self.dict is not None and self.dict.offset >= self.offset:
             self.dict = None  # its record was never written
         self.held_ref = None
+        self.repeats_due = []
         self.derived = self.derived_head = None
         self.fresh = set()
         self.refstate = None
@@ -636,7 +646,7 @@ class SegmentWriter:
                 if not self.locked:
                     fcntl.flock(self.dir_fd, fcntl.LOCK_EX)
                     self.locked = True
-                self.check_kept()
+                self.check_kept(closing=True)
             except OSError:
                 pass  # closing goes on; what could not be repeated stays as it is
         self.unlock()
@@ -688,8 +698,11 @@ class SegmentWriter:
         if fd != self.fd:
             os.close(fd)
 
-    def check_kept(self) -> None:
-        """Repeat what copies may lack of the segments this writer wrote to (see above)."""
+    def check_kept(self, closing: bool) -> None:
+        """Repeat what copies may lack of the segments this writer wrote to (see above).
+        A name that holds a shorter file is repeated at once (the view is read again next);
+        the writes before a read, at close, or else with the next write (flush): a write
+        discarded leaves the tape as it was."""
         for rel, (fd, writes) in list(self.kept.items()):
             try:
                 fst = os.fstat(fd)
@@ -703,7 +716,10 @@ class SegmentWriter:
                     self._repeat_safely(rel, fd, fst.st_size, cut=now.st_size)
                 self._drop_kept(rel)  # once: the name holds another file now
             elif fst.st_atime_ns != UNREAD_ATIME_NS and writes:
-                self._repeat_before_read(rel, fd, fst, writes)
+                if closing:
+                    self._repeat_before_read(rel, fd, fst, writes)
+                elif all(d[0] != rel for d in self.repeats_due):
+                    self.repeats_due.append((rel, fd, fst))
 
     def _repeat_before_read(self, rel: str, fd: int, fst: os.stat_result, writes: list) -> None:
         """The segment was read: repeat the writes synced within REPEAT_WINDOW_NS before
