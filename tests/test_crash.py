@@ -56,12 +56,18 @@ done
 
 
 def start_api_writer(tape_dir, session, tag):
-    return subprocess.Popen(
+    """A writer process, returned once it is ready (its imports done and the tape open): a
+    kill timed from its start could come before it appended anything on a loaded machine,
+    where importing takes longer than the kill's delay (seen under load: no `ready` line)."""
+    p = subprocess.Popen(
         [sys.executable, "-c", API_WRITER, str(tape_dir), session, tag],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         start_new_session=True,
     )
+    p.first = p.stdout.readline()
+    assert p.first == b"ready\n", (p.first, p.stderr.read() if p.poll() is not None else b"")
+    return p
 
 
 def start_cli_loop(tape_dir, session, tag):
@@ -86,7 +92,7 @@ def kill_later(procs_and_delays):
 
 def returned_appends(p, tag, with_content):
     """(hash, content) of every append whose line was printed completely."""
-    out = p.stdout.read().decode()
+    out = (getattr(p, "first", b"") + p.stdout.read()).decode()
     err = p.stderr.read().decode()
     assert "Traceback" not in err, err
     lines = out.split("\n")[:-1]  # the last piece has no newline: not printed completely
@@ -142,8 +148,8 @@ def crash_loop(tape_dir, rounds, seed):
     for r in range(rounds):
         api = start_api_writer(tape_dir, session, f"api{r}")
         cli = start_cli_loop(tape_dir, session, f"cli{r}")
-        # the API writer needs ~0.3 s to import; the CLI ~0.35 s per append
-        kill_later([(api, rnd.uniform(0.3, 1.3)), (cli, rnd.uniform(0.2, 1.6))])
+        # the API writer is ready (imported, tape open); the CLI needs ~0.35 s per append
+        kill_later([(api, rnd.uniform(0.0, 1.0)), (cli, rnd.uniform(0.2, 1.6))])
         returned[f"api{r}"] = returned_appends(api, f"api{r}", True)
         returned[f"cli{r}"] = returned_appends(cli, f"cli{r}", False)
         total += len(returned[f"api{r}"]) + len(returned[f"cli{r}"])
@@ -197,7 +203,7 @@ def test_kill_9_while_appending_large_values_to_many_sessions(tape_dir):
     rnd = random.Random(seed)
     returned = {}
     for r in range(3):
-        procs = [(start_api_writer(tape_dir, f"s{k}", f"api{r}"), rnd.uniform(0.4, 1.2)) for k in range(3)]
+        procs = [(start_api_writer(tape_dir, f"s{k}", f"api{r}"), rnd.uniform(0.1, 0.9)) for k in range(3)]
         kill_later(procs)
         for k, (p, _) in enumerate(procs):
             returned.setdefault(f"s{k}", {})[f"api{r}"] = returned_appends(p, f"api{r}", True)
