@@ -77,7 +77,7 @@ class SegmentWriter:
         self.created = False
         self.refstate = None  # the session's refs as this writer knows them (see session.py)
         self.held_ref: Optional[dict] = None  # an append record waiting for the batch's end
-        self.repeats_due: list[tuple] = []  # (rel, fd, fstat) of segments seen read: their repeats go with the next write
+        self.repeats_due: dict[str, tuple] = {}  # rel -> (fd, fstat) of segments seen read: their repeats go with the next write
         self.last_ref: Optional[tuple] = None  # (RefState, the record last applied to it): Session._follow_last
         self.fresh: set[str] = set()  # entries this writer created (their children are new too)
         self.last_entry: tuple[Optional[str], int] = (None, 0)  # (hash, seq) of the last entry it wrote
@@ -321,12 +321,12 @@ class SegmentWriter:
         fst = os.fstat(self.fd)
         if fst.st_atime_ns != UNREAD_ATIME_NS or fst.st_nlink != 1 or not atimes_work:
             k = self.kept.get(self.rel)
-            if fst.st_atime_ns != UNREAD_ATIME_NS and k is not None and k[1] and all(d[0] != self.rel for d in self.repeats_due):
+            if fst.st_atime_ns != UNREAD_ATIME_NS and k is not None and k[1]:
                 # a copy read it: it may lack the writes made just before, and reach a third
                 # copy after this file did; the repeat goes with the write that sealed it
                 # (flush), not before: a write discarded (a rejected batch) leaves the tape
                 # as it was, and the close or the next look repeats them instead
-                self.repeats_due.append((self.rel, self.fd, fst))
+                self.repeats_due.setdefault(self.rel, (self.fd, fst))
             self._close_segment()
 
     def _frame(self, type_: int, body: bytes) -> int:
@@ -482,8 +482,8 @@ class SegmentWriter:
         if not self.buf:
             return
         if self.repeats_due:
-            due, self.repeats_due = self.repeats_due, []
-            for rel, fd, fst in due:
+            due, self.repeats_due = self.repeats_due, {}
+            for rel, (fd, fst) in due.items():
                 k = self.kept.get(rel)
                 if k is not None and k[0] == fd and k[1]:
                     self._repeat_before_read(rel, fd, fst, k[1])
@@ -584,7 +584,7 @@ class SegmentWriter:
         if self.dict is not None and self.dict.offset >= self.offset:
             self.dict = None  # its record was never written
         self.held_ref = None
-        self.repeats_due = []
+        self.repeats_due = {}
         self.derived = self.derived_head = None
         self.fresh = set()
         self.refstate = None
@@ -718,8 +718,8 @@ class SegmentWriter:
             elif fst.st_atime_ns != UNREAD_ATIME_NS and writes:
                 if closing:
                     self._repeat_before_read(rel, fd, fst, writes)
-                elif all(d[0] != rel for d in self.repeats_due):
-                    self.repeats_due.append((rel, fd, fst))
+                else:
+                    self.repeats_due.setdefault(rel, (fd, fst))
 
     def _repeat_before_read(self, rel: str, fd: int, fst: os.stat_result, writes: list) -> None:
         """The segment was read: repeat the writes synced within REPEAT_WINDOW_NS before
