@@ -173,3 +173,19 @@ def test_known_references_are_replaced():
     raw = encode_block(items)
     assert a[:32].hex().encode() not in raw and b[:32].hex().encode() not in raw
     assert [(r.type, r.body) for r in decode_block(raw, "test block")] == [(t, body) for t, body, _ in items]
+
+
+def test_varint_is_leb128_at_every_width():
+    from ctape.store.packing import _read_varint, _varint
+
+    def leb128(n):
+        out = bytearray()
+        while True:
+            byte, n = n & 0x7F, n >> 7
+            out.append(byte | 0x80 if n else byte)
+            if not n:
+                return bytes(out)
+
+    for n in [*range(0, 300), *range(0x3F00, 0x4100), 2**21 - 1, 2**21, 2**28 + 5, 2**35 - 1]:
+        assert _varint(n) == leb128(n), n
+        assert _read_varint(_varint(n), 0) == (n, len(leb128(n)))

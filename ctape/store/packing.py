@@ -42,22 +42,26 @@ _POS = re.compile(rb'"#(\d+)"|\\u0000#(\d+);')
 _KIND = {ord("E"): b"entry", ord("B"): b"blob"}
 _ENTRY = ord("E")
 _OBJ_START, _REF_START = bytes((T_OBJ,)), bytes((T_REF,))
+_TAGS = {(kind, codec): bytes((kind, codec)) for kind in _KIND for codec in (PLAIN, POSITIONAL)}  # an object's type and codec bytes
 
 
-def _encode(body: bytes, names: list[str], positions: dict[str, int], refs: Optional[Iterable[str]] = None) -> tuple[int, bytes]:
-    """The body with references to earlier objects of the block as distances.
+def _encode(body: bytes, names: list[str], positions: dict[str, int], refs: Optional[Iterable[str]] = None, start: int = 0) -> tuple[int, bytes]:
+    """body[start:] with references to earlier objects of the block as distances.
 
     `refs`, when the caller knows them, are the hashes the body refers to (an entry's
     parent and blobs, the entries a ref record names): their places are then found
     with a plain search (see _encode_known). Otherwise every quoted hash is looked
-    up, and the result is kept only if it decodes back to exactly the body."""
-    if not positions or b'"#' in body or b"\\u0000#" in body:
-        return PLAIN, body
+    up, and the result is kept only if it decodes back to exactly the body. The
+    record's bytes before `start` (an object record's name and type) are not part of
+    it; a body stored as it is comes back as a view of them, not a copy."""
+    if not positions or body.find(b'"#', start) >= 0 or body.find(b"\\u0000#", start) >= 0:
+        return PLAIN, memoryview(body)[start:]
     if refs is not None:
-        out = _encode_known(body, refs, len(names), positions)
+        out = _encode_known(body, start, refs, len(names), positions)
         if out is not None:
-            return (PLAIN, body) if out is body else (POSITIONAL, out)
+            return (PLAIN, memoryview(body)[start:]) if out is body else (POSITIONAL, out)
     here = len(names)
+    body = body[start:]
 
     def sub(m: re.Match) -> bytes:
         h = (m.group(1) or m.group(2)).decode()
@@ -73,10 +77,12 @@ def _encode(body: bytes, names: list[str], positions: dict[str, int], refs: Opti
     return POSITIONAL, out
 
 
-def _encode_known(body: bytes, refs: Iterable[str], here: int, positions: dict[str, int]) -> Optional[bytes]:
-    """Replace the first occurrence of each known reference to an earlier object of the
-    block -- `"<hash>"` or `\\u0000b<hash>` -- by its distance; None when two of them
-    overlap (the caller then takes the general way), `body` itself when none is there.
+def _encode_known(body: bytes, start: int, refs: Iterable[str], here: int, positions: dict[str, int]) -> Optional[bytes]:
+    """body[start:] with the first place where each known reference to an earlier object
+    of the block stands -- `"<hash>"` or `\\u0000b<hash>` -- replaced by its distance;
+    None when two of them overlap (the caller then takes the general way), `body`
+    itself when none is there. One search per reference: for its 64 hex digits, then a
+    look at the bytes around them.
 
     Decoding gives back exactly the body, without checking: the body holds no `"#` and
     no `\\u0000#` (the caller made sure), so after the replacement the only places
@@ -90,19 +96,23 @@ def _encode_known(body: bytes, refs: Iterable[str], here: int, positions: dict[s
         if p is None:
             continue
         hx = h.encode()
-        d = str(here - p).encode()
-        for token, short in ((b'"' + hx + b'"', b'"#' + d + b'"'), (b"\\u0000b" + hx, b"\\u0000#" + d + b";")):
-            i = body.find(token)
-            if i >= 0:
-                spans.append((i, i + len(token), short))
+        i = body.find(hx, start)
+        while i >= 0:
+            if i > start and body[i - 1] == 0x22 and body[i + 64 : i + 65] == b'"':
+                spans.append((i - 1, i + 65, b'"#%d"' % (here - p)))
+                break
+            if i - 7 >= start and body[i - 7 : i] == b"\\u0000b":
+                spans.append((i - 7, i + 64, b"\\u0000#%d;" % (here - p)))
+                break
+            i = body.find(hx, i + 1)
     if not spans:
         return body
     spans.sort()
-    out, pos = [], 0
-    for start, end, short in spans:
-        if start < pos:
+    out, pos = [], start
+    for begin, end, short in spans:
+        if begin < pos:
             return None
-        out += (body[pos:start], short)
+        out += (body[pos:begin], short)
         pos = end
     out.append(body[pos:])
     return b"".join(out)
@@ -136,10 +146,10 @@ def encode_block(items: Iterable[tuple]) -> bytes:
         if type_ == framing.T_OBJECT:
             h, kind = body[:32].hex(), body[32]
             if kind == _ENTRY:
-                codec, data = _encode(body[34:], names, positions, refs)
+                codec, data = _encode(body, names, positions, refs, start=34)
             else:
                 codec, data = PLAIN, memoryview(body)[34:]
-            out += (_OBJ_START, _varint(len(data) + 2), bytes((kind, codec)), data)
+            out += (_OBJ_START, _varint(len(data) + 2), _TAGS[kind, codec] if kind in _KIND else bytes((kind, codec)), data)
             positions[h] = len(names)
             names.append(h)
         elif type_ == framing.T_REF:
@@ -154,6 +164,8 @@ def _varint(n: int) -> bytes:
     """LEB128: seven bits a byte, low bits first, the high bit set on all but the last."""
     if n < 0x80:
         return bytes((n,))
+    if n < 0x4000:
+        return bytes((n & 0x7F | 0x80, n >> 7))
     out = bytearray()
     while True:
         byte = n & 0x7F
