@@ -62,7 +62,7 @@ from contextlib import contextmanager
 import pytest
 
 from ctape import Tape
-from ctape.errors import EntryNotFound
+from ctape.errors import EntryNotFound, RefNotFound
 
 pytestmark = pytest.mark.skipif(shutil.which("rsync") is None, reason="rsync is not installed (.ci/run installs it)")
 
@@ -222,6 +222,13 @@ class World:
             # needs it arrived): an append must refuse, never start a new root
             self.note(f"append c{i} {s.name}: HEAD {head[:8]} not on this copy yet, refused")
             with writer_env(self.writers[i]), pytest.raises(EntryNotFound):
+                s.append("user", {"content": self.text(i)})
+            return
+        if s.exists() and s.refs().head_missing:
+            # HEAD's own record has not arrived, a branch's has (a cut-off rsync): the same,
+            # an append must refuse, never start a new root and take the branch from its entries
+            self.note(f"append c{i} {s.name}: HEAD's record not on this copy yet, refused")
+            with writer_env(self.writers[i]), pytest.raises(RefNotFound, match="HEAD's record has not arrived"):
                 s.append("user", {"content": self.text(i)})
             return
         self.note(f"append c{i} {s.name} {how} x{n}")
@@ -681,8 +688,8 @@ class RemoteWorld(World):
         """`check`: nothing reachable before may go (a pull under way may bring a deletion)."""
         t = self.tape(k)
         s = self.pick_session(t)
-        head = t.session(s).refs().head_hash if t.session(s).exists() else None
-        if head is not None and not t.has_entry(head):
+        st = t.session(s).refs() if t.session(s).exists() else None
+        if st is not None and ((st.head_hash is not None and not t.has_entry(st.head_hash)) or st.head_missing):
             return  # the append would refuse (see op_append)
         before = self.reachable(t) if check else None
         env = dict(os.environ, CTAPE_WRITER=self.writers[k])
@@ -807,8 +814,8 @@ class LiveWorld(World):
         (or lists the folder, if it has not yet), then the writer goes on and finishes."""
         t = self.tape(k)
         s = self.pick_session(t)
-        head = t.session(s).refs().head_hash if t.session(s).exists() else None
-        if head is not None and not t.has_entry(head):
+        st = t.session(s).refs() if t.session(s).exists() else None
+        if st is not None and ((st.head_hash is not None and not t.has_entry(st.head_hash)) or st.head_missing):
             return  # the append would refuse (see op_append)
         how = self.rng.choice(["api", "batch"])
         n, at = self.rng.randint(1, 3), self.rng.randint(1, 14)
@@ -1122,6 +1129,16 @@ def test_remote_seed_41276_a_push_never_sends_a_prefix_of_a_longer_own_file(tmp_
     c1: 547 bytes lost; 2 acknowledged entries on no ref). push now checks what landed
     after the check, under the lock, and sends the file whole."""
     _run_many(tmp_path, [41276], cli=False, sync=copy_like_rsync, world=RemoteWorld)
+
+
+def test_remote_seed_54307_an_append_where_heads_record_has_not_arrived_refuses(tmp_path):
+    """Found by a long RemoteWorld run: c0 compacted its session (the first entry and the
+    record attaching HEAD to main went into a pack), appended two more, and an rsync of a
+    subset brought c1 the new segment without the pack. On c1, main had a value and HEAD
+    no claim at all; an append there took HEAD for unborn, started a new root and moved
+    main to it: the three entries main held became unreachable on c1. An append now
+    refuses there (RefState.head_missing; tests/test_head_not_arrived.py)."""
+    _run_many(tmp_path, [54307], cli=False, sync=copy_like_rsync, world=RemoteWorld)
 
 
 def test_remote_seed_2141_pull_brings_back_a_file_compaction_removed(tmp_path):

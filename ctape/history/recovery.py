@@ -15,7 +15,7 @@ def status(session: "Session") -> dict:
     tape = session.tape
     refs = session.view()  # HEAD, its branch, conflict branches: not every branch
     h = refs.head_hash
-    incomplete = bool(h) and not tape.has_entry(h)
+    incomplete = (bool(h) and not tape.has_entry(h)) or refs.head_missing
     head, d = None, {"pending": [], "last_error": None}
     if h and not incomplete:
         try:

@@ -241,6 +241,7 @@ class Session:
         with self.store.writing(self.name) as w:
             self._record_partials(w, skip=(record_extra or {}).get("stream"))
             st = self._writer_refs(w)
+            self._check_head_arrived(st)
             e = self._put_entry(w, kind, payload, meta, delta, time, st.head_hash)
             self._track_derived(w, e)
             if op != "append" or record_extra or not self._follow_last(w, st, e, time is not None):
@@ -294,6 +295,7 @@ class Session:
         with self.store.writing(self.name) as w:
             self._record_partials(w)
             st = self._writer_refs(w)
+            self._check_head_arrived(st)
             parent = st.head_hash
             for kind, payload, meta, delta, t in rows:
                 e = self._put_entry(w, kind, payload, meta, delta, t, parent)
@@ -327,6 +329,16 @@ class Session:
             self.tape._remember_derived(e.hash, w.derived)
         if e.seq % derived.KEY_EVERY == 0:
             w.batch.keyframes.append((hash_key(e.hash), json.dumps(w.derived)))
+
+    def _check_head_arrived(self, st: RefState) -> None:
+        """Refuse an append at a HEAD this copy does not know (RefState.head_missing): it
+        would start a new root and move the branch off the entries it holds."""
+        if st.head_missing:
+            b = "main" if "main" in st.branches else sorted(st.branches)[0]
+            raise RefNotFound(
+                f"session {self.name!r}: HEAD's record has not arrived on this copy, though its branches have "
+                f"(a copy cut off between files?); run rsync again, or check out a branch (ctape checkout {b} -s {self.name})"
+            )
 
     @staticmethod
     def _advance(st: RefState, h: str) -> dict[str, Optional[str]]:

@@ -179,7 +179,7 @@ def record_partials(session: "Session", w: "SegmentWriter", skip: Optional[str] 
         st = session._writer_refs(w)
         base = s["base"]
         e = session._put_entry(w, "streaming", {"content": s["content"]}, {}, None, s["time"], base)
-        if st.head_hash == base:
+        if st.head_hash == base and not st.head_missing:
             session._write_ref(w, "recover", session._advance(st, e.hash), stream=s["stream"])
         else:
             session._write_ref(w, "recover", {f"stream-{s['stream'][:8]}": e.hash}, stream=s["stream"])

@@ -131,6 +131,14 @@ class RefState:
         return {t: t[: t.rindex(CONFLICT)] for t in self.tags if CONFLICT in t}
 
     @property
+    def head_missing(self) -> bool:
+        """HEAD has no claim on this copy while branches have: its record has not arrived (a
+        copy cut off between a session's files, one bringing a branch's record without the
+        one that set HEAD). HEAD is unknown, not unborn: an append would start a new root
+        and take its branch (`main`) from the entries the branch holds."""
+        return self.head is None and not self.claims.get(HEAD) and bool(self.branches)
+
+    @property
     def removed(self) -> bool:
         """Every ref of the session was deleted (`session rm`), and nothing came back."""
         return bool(self.claims) and not self.branches and self.head is None

@@ -293,13 +293,15 @@ def status(st: dict) -> list[str]:
 
 def _status(st: dict) -> list[str]:
     out = [f"session {st['session']}"]
-    if st["head"] is None:
+    if st["head"] is None and st.get("incomplete"):
+        out.append("HEAD's record has not arrived yet, though branches have (sync in progress?): run rsync again, or check out a branch")
+    elif st["head"] is None:
         out.append("no entries yet")
     elif st["branch"]:
         out.append(f"On branch {st['branch']} at {st['head'][:12]} (seq {st['seq']})")
     else:
         out.append(f"HEAD detached at {st['head'][:12]} (seq {st['seq']})")
-    if st.get("incomplete"):
+    if st.get("incomplete") and st["head"] is not None:
         out.append("HEAD's entry has not arrived yet (sync in progress?): run rsync again")
     if st.get("title"):
         out.append(f"title: {st['title']}")
