@@ -16,7 +16,7 @@ import shutil
 
 import pytest
 
-from conftest import run_cli
+from conftest import run_cli, snapshot
 from ctape import Tape
 from ctape.errors import RefNotFound
 
@@ -39,19 +39,9 @@ def _cut_off_copy(tmp_path) -> tuple[str, str, list[str]]:
     return c0, c1, hashes
 
 
-def _files(folder: str) -> dict[str, bytes]:
-    out = {}
-    for root, _, names in os.walk(folder):
-        for n in names:
-            p = os.path.join(root, n)
-            with open(p, "rb") as f:
-                out[os.path.relpath(p, folder)] = f.read()
-    return out
-
-
 def test_an_append_refuses_and_leaves_the_copy_as_it_was(tmp_path):
     _, c1, hashes = _cut_off_copy(tmp_path)
-    before = _files(c1)
+    before = snapshot(c1)
     with Tape.open(c1) as t:
         s = t.session("s")
         st = s.refs()
@@ -63,19 +53,19 @@ def test_an_append_refuses_and_leaves_the_copy_as_it_was(tmp_path):
         with pytest.raises(RefNotFound), t.batch():
             s.append("user", {"content": "in a batch"})
         assert s.refs().branches == {"main": hashes[-1]}
-    assert _files(c1) == before
+    assert snapshot(c1) == before
 
 
 def test_the_command_line_says_what_is_missing(tmp_path):
     _, c1, hashes = _cut_off_copy(tmp_path)
-    before = _files(c1)
+    before = snapshot(c1)
     p = run_cli("--dir", c1, "append", "user", '{"content": "new"}', "-s", "s")
     err = p.stderr.decode()
     assert p.returncode == 1 and err.count("\n") == 1 and "Traceback" not in err
     assert "HEAD's record has not arrived" in err and "ctape checkout main -s s" in err
     status = run_cli("--dir", c1, "status", "-s", "s", check=True).stdout.decode()
     assert "HEAD's record has not arrived" in status and "no entries yet" not in status
-    assert _files(c1) == before
+    assert snapshot(c1) == before
 
 
 def test_a_sync_or_a_checkout_makes_the_copy_whole(tmp_path):
