@@ -52,6 +52,9 @@ def test_an_append_refuses_and_leaves_the_copy_as_it_was(tmp_path):
             s.extend([("user", {"content": "a"}), ("user", {"content": "b"})])
         with pytest.raises(RefNotFound), t.batch():
             s.append("user", {"content": "in a batch"})
+        for make in (lambda: s.checkout(None, new_branch="b"), lambda: s.branch("b")):  # from HEAD
+            with pytest.raises(RefNotFound, match="HEAD's record has not arrived"):
+                make()
         assert s.refs().branches == {"main": hashes[-1]}
     assert snapshot(c1) == before
 

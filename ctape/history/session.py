@@ -331,8 +331,9 @@ class Session:
             w.batch.keyframes.append((hash_key(e.hash), json.dumps(w.derived)))
 
     def _check_head_arrived(self, st: RefState) -> None:
-        """Refuse an append at a HEAD this copy does not know (RefState.head_missing): it
-        would start a new root and move the branch off the entries it holds."""
+        """Refuse an append (or a branch from HEAD) at a HEAD this copy does not know
+        (RefState.head_missing): an append would start a new root and move the branch off
+        the entries it holds; "no entries yet" would be wrong."""
         if st.head_missing:
             b = "main" if "main" in st.branches else sorted(st.branches)[0]
             raise RefNotFound(
@@ -402,7 +403,9 @@ class Session:
             raise InvalidInput("checkout needs a REF (or -b NAME to fork a branch at HEAD)")
         self._must_exist()
         if ref is None:
-            h = self.refs().head_hash
+            st = self.refs()
+            self._check_head_arrived(st)
+            h = st.head_hash
             if h is None:
                 raise RefNotFound(f"session {self.name!r} has no entries to fork from")
             ref = h
@@ -445,6 +448,8 @@ class Session:
             st = self._writer_refs(w)
             if name in st.branches and name not in st.conflicts:
                 raise InvalidInput(f"branch {name!r} already exists; delete it first or pick another name")
+            if not ref:
+                self._check_head_arrived(st)
             h = self.tape.resolve(ref, self.name) if ref else st.head_hash
             if h is None:
                 raise RefNotFound(f"nothing to branch from: session {self.name!r} has no entries yet")
