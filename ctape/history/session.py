@@ -241,8 +241,7 @@ class Session:
         with self.store.writing(self.name) as w:
             self._record_partials(w, skip=(record_extra or {}).get("stream"))
             st = self._writer_refs(w)
-            self._check_head_arrived(st)
-            e = self._put_entry(w, kind, payload, meta, delta, time, st.head_hash)
+            e = self._put_entry(w, kind, payload, meta, delta, time, self._head_to_extend(st))
             self._track_derived(w, e)
             if op != "append" or record_extra or not self._follow_last(w, st, e, time is not None):
                 self._write_ref(w, op, self._advance(st, e.hash), time=None if time else e.time, **(record_extra or {}))
@@ -295,8 +294,7 @@ class Session:
         with self.store.writing(self.name) as w:
             self._record_partials(w)
             st = self._writer_refs(w)
-            self._check_head_arrived(st)
-            parent = st.head_hash
+            parent = self._head_to_extend(st)
             for kind, payload, meta, delta, t in rows:
                 e = self._put_entry(w, kind, payload, meta, delta, t, parent)
                 self._track_derived(w, e)
@@ -330,16 +328,18 @@ class Session:
         if e.seq % derived.KEY_EVERY == 0:
             w.batch.keyframes.append((hash_key(e.hash), json.dumps(w.derived)))
 
-    def _check_head_arrived(self, st: RefState) -> None:
-        """Refuse an append (or a branch from HEAD) at a HEAD this copy does not know
-        (RefState.head_missing): an append would start a new root and move the branch off
-        the entries it holds; "no entries yet" would be wrong."""
+    def _head_to_extend(self, st: RefState) -> Optional[str]:
+        """HEAD's entry, where an append (or a branch from HEAD) starts; None in a session
+        with no entries. Refused at a HEAD this copy does not know (RefState.head_missing):
+        an append would start a new root and move the branch off the entries it holds, and
+        "no entries yet" would be wrong."""
         if st.head_missing:
             b = "main" if "main" in st.branches else sorted(st.branches)[0]
             raise RefNotFound(
                 f"session {self.name!r}: HEAD's record has not arrived on this copy, though its branches have "
                 f"(a copy cut off between files?); run rsync again, or check out a branch (ctape checkout {b} -s {self.name})"
             )
+        return st.head_hash
 
     @staticmethod
     def _advance(st: RefState, h: str) -> dict[str, Optional[str]]:
@@ -403,9 +403,7 @@ class Session:
             raise InvalidInput("checkout needs a REF (or -b NAME to fork a branch at HEAD)")
         self._must_exist()
         if ref is None:
-            st = self.refs()
-            self._check_head_arrived(st)
-            h = st.head_hash
+            h = self._head_to_extend(self.refs())
             if h is None:
                 raise RefNotFound(f"session {self.name!r} has no entries to fork from")
             ref = h
@@ -448,9 +446,7 @@ class Session:
             st = self._writer_refs(w)
             if name in st.branches and name not in st.conflicts:
                 raise InvalidInput(f"branch {name!r} already exists; delete it first or pick another name")
-            if not ref:
-                self._check_head_arrived(st)
-            h = self.tape.resolve(ref, self.name) if ref else st.head_hash
+            h = self.tape.resolve(ref, self.name) if ref else self._head_to_extend(st)
             if h is None:
                 raise RefNotFound(f"nothing to branch from: session {self.name!r} has no entries yet")
             self._write_ref(w, "branch", {name: h})
