@@ -310,9 +310,14 @@ class Session:
         `remember` (importers, which write many threads in turns): also keep the values at e
         among the tape's recent ones, so going back to a thread's tip costs no walk; and a
         hole or damage on the path only leaves the thread without keyframes."""
-        if w.derived_head != e.parent or w.derived is None:
+        idx = self.tape.store.index
+        if e.seq % derived.KEY_EVERY == 0:
+            idx.redactions()  # a keyframe is kept: learn of redactions made elsewhere first
+        if w.derived_head != e.parent or w.derived is None or w.derived_epoch != idx.redaction_epoch:
+            # (a redaction arrived since w.derived was folded: it may hold the text)
             try:
                 w.derived = derived.empty() if e.parent is None else self.tape.derived(e.parent)
+                w.derived_epoch = idx.redaction_epoch
             except (EntryNotFound, CorruptObject) as err:
                 # the chain has a hole (lost to damage and salvaged, or not synced yet): what
                 # follows from it is unknown, and the append needs none of it; no keyframe is

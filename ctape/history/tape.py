@@ -106,7 +106,15 @@ class Tape:
         if red is not self._redacted_seen:
             self._redacted_seen = red
             self._clear_entries()
+            self._derived_at.clear()
         return red
+
+    def redacted_places(self) -> int:
+        """How many places of the tape are redacted: a number that only grows. A cache of
+        values read from entries (an integration's) keeps the number it was filled at and
+        starts over when it moves, as reads show a new redaction at once."""
+        self.redactions()
+        return self.store.index.redacted_places()
 
     def read_entry(self, h: str) -> Entry:
         redacted = self.redactions()  # first: a redaction that arrived clears the cache
@@ -152,13 +160,14 @@ class Tape:
     def derived(self, h: Optional[str]) -> dict:
         """State, pending calls, last error... at entry h (history/derived.py); read only:
         its parts may be shared with values kept for other entries."""
+        self.redactions()  # first: values kept from before a redaction are dropped
         idx = self.store.index
         return derived.derive(h, self.read_entry, idx.keyframe, idx.put_keyframe, self._derived_at.get)
 
     def _remember_derived(self, h: str, d: dict) -> None:
         """Keep the derived values at entry h (an importer's latest entries: the tips of the
         threads it writes in turns, and keyframes not in the index yet). An entry's values
-        follow from its hash alone, so they never go stale."""
+        follow from its hash alone, so they go stale only when a redaction arrives (redactions())."""
         self._derived_at[h] = d
         if len(self._derived_at) > DERIVED_KEPT:
             del self._derived_at[next(iter(self._derived_at))]

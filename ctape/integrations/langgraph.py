@@ -387,6 +387,7 @@ class TapeSaver(BaseCheckpointSaver[str]):
         self._values: OrderedDict[tuple[str, str], Any] = OrderedDict()  # (entry, channel) -> value
         self._cache_size = cache_size
         self._parked: dict[tuple[str, str, str], list[dict]] = {}  # writes that came before their checkpoint
+        self._places: Optional[int] = None  # the tape's redacted places when the above were read
 
     def close(self) -> None:
         if self._owns:
@@ -411,6 +412,15 @@ class TapeSaver(BaseCheckpointSaver[str]):
     # -- the index ------------------------------------------------------------------------------
 
     def _thread(self, thread_id: str) -> _Thread:
+        places = self.tape.redacted_places()
+        if places != self._places:
+            # a redaction arrived: what was read before may hold its text. Read again, the
+            # next invoke resumes from the redacted values and extends them (nothing of the
+            # secret is written back); the index cache dropped its rows with it
+            self._threads.clear()
+            self._briefs.clear()
+            self._values.clear()
+            self._places = places
         name = self.session_for(thread_id)
         s = self.tape.session(name)
         branches = dict(s.refs().branches)  # none for a session not there or removed (`session rm` sets every ref to null)

@@ -126,8 +126,14 @@ class _Path:
         self.hashes: list[str] = []
         self.items: list[Optional[str]] = []  # the item's JSON, None for other entries
         self.pos: dict[str, int] = {}
+        self.places: Optional[int] = None  # the tape's redacted places when the items were read
 
     def sync(self, tape: Tape, head: Optional[str]) -> None:
+        places = tape.redacted_places()
+        if places != self.places:
+            # a redaction arrived: items read before may hold its text; read them again
+            # (the index cache dropped its rows with it)
+            self.head, self.hashes, self.items, self.pos, self.places = None, [], [], {}, places
         if head == self.head:
             return
         new: list[tuple[str, Optional[str], Optional[str]]] = []  # (hash, parent, item JSON), newest first
@@ -215,7 +221,8 @@ def _unpack(parent: Optional[str], body: str) -> list[tuple[str, Optional[str], 
 
 # One _Path per (tape directory, session) in this process, shared by every TapeSession on
 # it: apps often make a session object per request. Entries never change, so a path read
-# once stays right; sync() reads only what moved since.
+# once stays right until a redaction arrives (then it is read again); sync() reads only
+# what moved since.
 _PATHS: "OrderedDict[tuple[str, str], _Path]" = OrderedDict()
 _PATHS_LOCK = threading.Lock()
 

@@ -47,6 +47,7 @@ from collections import OrderedDict
 from typing import Any, Optional, Sequence
 
 from ..model.models import HIDDEN, Entry
+from ..model.redaction import is_marker
 from ..session import Session
 
 __all__ = ["TapeHistory", "save_messages", "load_messages", "part_entry"]
@@ -96,18 +97,20 @@ def part_entry(part: dict) -> tuple[str, dict, bool]:
 
 # -- the history at a head ---------------------------------------------------------------------------
 
-# (message dumps, the last entry of each message) per head hash. A head hash names its whole
-# history, so an entry here is never stale; it saves re-reading the history at every save.
-_HISTORIES: OrderedDict[str, tuple[list[dict], list[str]]] = OrderedDict()
+# (message dumps, the last entry of each message, the tape's redacted places) per head hash.
+# A head hash names its whole history, so an entry here is stale only once a redaction
+# arrives (the places move); it saves re-reading the history at every save.
+_HISTORIES: OrderedDict[str, tuple[list[dict], list[str], int]] = OrderedDict()
 _HISTORIES_LOCK = threading.Lock()
 
 
 def _history(session: Session, head: Optional[str]) -> tuple[list[dict], list[str]]:
     if head is None:
         return [], []
+    places = session.tape.redacted_places()
     with _HISTORIES_LOCK:
         got = _HISTORIES.get(head)
-    if got is not None:
+    if got is not None and got[2] == places:
         return list(got[0]), list(got[1])
     msgs: list[dict] = []
     ends: list[str] = []
@@ -120,13 +123,14 @@ def _history(session: Session, head: Optional[str]) -> tuple[list[dict], list[st
         if PART in meta and msgs:
             msgs[-1]["parts"].append(meta[PART])
             ends[-1] = e.hash
-    _remember(head, msgs, ends)
+    _remember(session, head, msgs, ends)
     return msgs, ends
 
 
-def _remember(head: str, msgs: list[dict], ends: list[str]) -> None:
+def _remember(session: Session, head: str, msgs: list[dict], ends: list[str]) -> None:
+    places = session.tape.redacted_places()
     with _HISTORIES_LOCK:
-        _HISTORIES[head] = (list(msgs), list(ends))
+        _HISTORIES[head] = (list(msgs), list(ends), places)
         _HISTORIES.move_to_end(head)
         while len(_HISTORIES) > 16:
             _HISTORIES.popitem(last=False)
@@ -145,7 +149,7 @@ def save_messages(session: Session, messages: Sequence[Any]) -> list[Entry]:
     head = st.head_hash if st is not None else None
     have, ends = _history(session, head)
     c = 0
-    while c < len(have) and c < len(dumped) and have[c] == dumped[c]:
+    while c < len(have) and c < len(dumped) and _same(have[c], dumped[c]):
         c += 1
     if c == len(dumped):
         return []  # all of it is there already
@@ -171,7 +175,7 @@ def save_messages(session: Session, messages: Sequence[Any]) -> list[Entry]:
             _move(session, st, head, parent, tip)
     if out and out[0].parent == parent:  # nobody appended in between: the history at tip is known
         base = have if parent == head else have[:c]
-        _remember(tip, base + new, (ends if parent == head else ends[:c]) + _ends(out))
+        _remember(session, tip, base + new, (ends if parent == head else ends[:c]) + _ends(out))
     return out
 
 
@@ -194,11 +198,27 @@ def _entries(messages: list[dict]):
 
 
 def _overlap(have: list[dict], dumped: list[dict]) -> int:
-    """The longest k with have's last k messages equal to dumped's first k."""
+    """The longest k with have's last k messages the same as dumped's first k (_same)."""
     for k in range(min(len(have), len(dumped)), 0, -1):
-        if have[len(have) - k] == dumped[0] and have[len(have) - k:] == dumped[:k]:
+        if _same(have[len(have) - k], dumped[0]) and _same(have[len(have) - k:], dumped[:k]):
             return k
     return 0
+
+
+def _same(stored: Any, given: Any) -> bool:
+    """Is a stored message (as the tape reads it) the given one? Equal, except that where a
+    redaction left its marker, any value the caller still holds is taken for the one that
+    was there: an agent that kept a secret in memory and saves its history again does not
+    write the secret back."""
+    if stored == given:
+        return True
+    if is_marker(stored):
+        return True
+    if type(stored) is dict:
+        return type(given) is dict and stored.keys() == given.keys() and all(_same(stored[k], given[k]) for k in stored)
+    if type(stored) is list:
+        return type(given) is list and len(stored) == len(given) and all(map(_same, stored, given))
+    return False
 
 
 def _ends(entries: list[Entry]) -> list[str]:
@@ -245,7 +265,7 @@ def _mark_deferred(session: Session, output: Any) -> None:
     msgs, ends = _history(session, head)
     e = session.append("system", {"content": f"{len(ids)} deferred tool call(s) wait for their results"}, meta={HIDDEN: True, DEFERRED: ids})
     if e.parent == head:
-        _remember(e.hash, msgs, ends)
+        _remember(session, e.hash, msgs, ends)
 
 
 def _close_crashed_calls(session: Session, history: list[Any]) -> list[Any]:

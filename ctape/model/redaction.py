@@ -28,6 +28,11 @@ def marker(kind: str) -> str:
     return f"[redacted: {kind}]"
 
 
+def is_marker(value: Any) -> bool:
+    """Is `value` what a read shows where a value was redacted?"""
+    return type(value) is str and value.startswith("[redacted: ") and value.endswith("]")
+
+
 def parse_path(text: str) -> list:
     """`$.payload.args[0]["a b"]` -> ["payload", "args", 0, "a b"]; InvalidInput otherwise."""
     if not isinstance(text, str) or not text.startswith("$"):

@@ -122,7 +122,12 @@ class Index:
         self._in_rebuild = False
         self.generation = 0  # one more at every change this process makes (see version)
         self.stale = False  # the rows were lost (the cache went to memory): the store rebuilds
-        self._redactions: Optional[tuple] = None
+        self._redactions: Optional[tuple] = None  # (version, places by object, number of places)
+        # what this process knows is redacted grows: one more each time (see redaction_news).
+        # Derived values computed before (Session._track_derived, integrations' caches) may
+        # hold the text and are computed again
+        self.redaction_epoch = 0
+        self._redaction_rows: Optional[int] = None  # rows of the redactions table when last read
         try:
             self.db = self._connect(self.path)
         except sqlite3.Error as e:
@@ -169,6 +174,20 @@ class Index:
                 db.execute("VACUUM")  # give back the dropped tables' pages (the tables are empty: cheap)
             except sqlite3.OperationalError:
                 pass  # another process is using the cache: the pages are reused as it grows
+        if db.execute("SELECT 1 FROM meta WHERE key='derived-after-redactions'").fetchone() is None:
+            # a cache written before redactions reached derived rows (_redactions_arrived) may
+            # hold keyframes and views folded from text a redaction removed: they go, once
+            try:
+                db.executescript(
+                    "BEGIN IMMEDIATE;"
+                    "DELETE FROM keyframes WHERE EXISTS (SELECT 1 FROM redactions);"
+                    "DELETE FROM views WHERE EXISTS (SELECT 1 FROM redactions);"
+                    "INSERT OR REPLACE INTO meta VALUES('derived-after-redactions', '1');COMMIT;"
+                )
+            except sqlite3.OperationalError:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                # a cache that cannot be written: its next writable open does it
         return db
 
     # -- files ---------------------------------------------------------------
@@ -180,7 +199,12 @@ class Index:
             self.pending_objects.setdefault(key, (fid, off))
         for key, body in batch.keyframes:
             self.pending_keyframes[key] = body
-        if len(p.objects) + len(p.writers) >= self.APPLY_EVERY:
+        if batch.redactions:
+            # applied at once: the cache's keyframes and views go with them, and no read
+            # meanwhile finds the text there
+            self.redaction_news()
+            self.sync()
+        elif len(p.objects) + len(p.writers) >= self.APPLY_EVERY:
             self.sync()
 
     def sync(self) -> None:
@@ -296,15 +320,21 @@ class Index:
         try:
             if batch.objects:
                 db.executemany("INSERT OR IGNORE INTO objects VALUES(?,?,?,?)", batch.objects)
+            # keyframes before redactions: a new redaction then deletes them with the others
+            if batch.keyframes and not self._redactions_arrived():
+                db.executemany("INSERT OR REPLACE INTO keyframes VALUES(?,?)", batch.keyframes)
             if batch.redactions:
                 before = db.total_changes
                 db.executemany("INSERT OR IGNORE INTO redactions VALUES(?,?,?)", batch.redactions)
-                if db.total_changes != before:
+                added = db.total_changes - before
+                if added:
                     # derived values and integration views may hold the text: computed again
                     # on demand, through reads that show the marker (docs/format.md section 17)
                     db.execute("DELETE FROM keyframes")
                     db.execute("DELETE FROM views")
-                    self.pending_keyframes.clear()
+                    self.redaction_news()
+                    if self._redaction_rows is not None:
+                        self._redaction_rows += added  # known: this process read them
             if batch.writers:
                 writers: dict[tuple, tuple] = {}  # (session, writer) -> largest n and lc
                 odd = []  # counters that are not integers (a hand-made record): SQLite compares them
@@ -340,8 +370,6 @@ class Index:
                 db.executemany("INSERT OR IGNORE INTO partials VALUES(?,?,?,?)", batch.partials)
             if batch.closed:
                 db.executemany("INSERT OR IGNORE INTO closed VALUES(?,?)", batch.closed)
-            if batch.keyframes:
-                db.executemany("INSERT OR REPLACE INTO keyframes VALUES(?,?)", batch.keyframes)
             if batch.files:
                 files: dict[int, tuple] = {}  # file -> (largest indexed, last torn, largest corrupt)
                 for file_id, indexed, torn, corrupt in batch.files:  # written by this code: integers
@@ -430,10 +458,44 @@ class Index:
             for obj, path, kind in rows + self.pending.redactions:
                 if (path, kind) not in out.get(obj, ()):
                     out.setdefault(obj, []).append((path, kind))
+            places = sum(map(len, out.values()))
             if self._redactions is not None and self._redactions[1] == out:
                 out = self._redactions[1]  # the same object while nothing changed: callers compare identity
-            self._redactions = (v, out)
+            elif places > (0 if self._redactions is None else self._redactions[2]):
+                self.redaction_news()  # the first look too: what was derived before it did not know them
+            self._redactions = (v, out, places)
+            self._redaction_rows = len(rows)
         return self._redactions[1]
+
+    def redacted_places(self) -> int:
+        """How many places of this tape are redacted (as `redactions` reads them): it only
+        grows, so a cache filled from reads can keep the number it was filled at, and start
+        over when the number moves (integrations' caches, keyed by tape path, not by Index)."""
+        self.redactions()
+        return self._redactions[2]
+
+    def redaction_news(self) -> None:
+        """This process learns of redactions: values derived before from what it read or
+        wrote (keyframes not applied yet, a writer's derived values) may hold their text."""
+        self.redaction_epoch += 1
+        self.pending.keyframes.clear()
+        self.pending_keyframes.clear()
+
+    def _redactions_arrived(self) -> bool:
+        """Inside a write transaction, before derived rows (keyframes, views) go into the
+        cache: did another process add redactions since this one last read them? Its rows
+        were derived without knowing them and are not written (a cache: only speed is lost);
+        the redaction's own transaction deleted the rows written before it."""
+        n = self.db.execute("SELECT count(*) FROM redactions").fetchone()[0]
+        if self._redaction_rows is None:
+            self._redaction_rows = n  # nothing read yet: what was derived came from new entries
+            return False
+        if n == self._redaction_rows:
+            return False
+        self._redactions = None
+        self.redaction_news()
+        self.redactions()
+        return True
 
     def scrub(self) -> None:
         """Rewrite the cache file without free pages, so that no text a redaction removed
@@ -483,10 +545,23 @@ class Index:
             self.db.execute(sql, args)
 
     def put_keyframe(self, h: str, body: dict) -> None:
+        self._put_derived("INSERT OR REPLACE INTO keyframes VALUES(?,?)", [(hash_key(h), json.dumps(body))])
+
+    def _put_derived(self, sql: str, rows: list) -> None:
+        """Write rows derived from entries' values (keyframes, views), unless redactions
+        arrived meanwhile (_redactions_arrived). A cache write that fails (read-only cache,
+        busy) costs only speed."""
+        own = not self.db.in_transaction  # inside a rebuild's transaction: the rows go with it
         try:
-            self.db.execute("INSERT OR REPLACE INTO keyframes VALUES(?,?)", (hash_key(h), json.dumps(body)))
+            if own:
+                self.db.execute("BEGIN IMMEDIATE")
+            if not self._redactions_arrived():
+                self.db.executemany(sql, rows)
+            if own:
+                self.db.execute("COMMIT")
         except sqlite3.OperationalError:
-            pass  # a cache write that fails (read-only cache, busy) costs only speed
+            if own:
+                self._rollback()
 
 
     # -- views: an integration's text per entry, read back a whole path at a time --------
@@ -496,17 +571,7 @@ class Index:
         if not rows:
             return
         values = [(name, hash_key(h), h, p, None if p is None else hash_key(p), body) for h, p, body in rows]
-        own = not self.db.in_transaction  # inside a rebuild's transaction: the rows go with it
-        try:
-            if own:
-                self.db.execute("BEGIN")
-            self.db.executemany("INSERT OR IGNORE INTO views VALUES(?,?,?,?,?,?)", values)
-            if own:
-                self.db.execute("COMMIT")
-        except sqlite3.OperationalError:
-            if own:
-                self._rollback()
-            # a cache write that fails (read-only cache, busy) costs only speed
+        self._put_derived("INSERT OR IGNORE INTO views VALUES(?,?,?,?,?,?)", values)
 
     def view_path(self, name: str, head: str, limit: int) -> list[tuple[str, Optional[str], Optional[str]]]:
         """The rows kept under `name` from `head` back along parents, newest first: at most

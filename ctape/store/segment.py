@@ -92,6 +92,7 @@ class SegmentWriter:
         self.made_dir = False  # this writer created the session folder and has not written to it yet
         self.derived: Optional[dict] = None  # state and pending calls at derived_head (see Session._track_derived)
         self.derived_head: Optional[str] = None
+        self.derived_epoch = 0  # the index's redaction_epoch when `derived` was folded from reads
         # segments this writer wrote to: path -> [descriptor, [(write's offset, when it was synced)]]
         self.kept: dict[str, list] = {}
 

@@ -126,6 +126,7 @@ class Site:
         self._about: dict[str, dict] = {}  # head -> sessions.summary of the history up to it
         self._about_jobs: dict[str, threading.Thread] = {}
         self._about_lock = threading.Lock()
+        self._places: Optional[int] = None  # the tape's redacted places when the above were read
         # the library imports these on first use; a server pays that before it prints its URL
         from ..store import localstate
         from ..history import recovery, sessions, stream  # noqa: F401
@@ -177,6 +178,7 @@ class Site:
         """The session's tree, brought up to date at most every LIVE_TTL seconds; a long
         history is read a slice per request (`budget` seconds), unless `whole`. When another
         request is reading it already, this one does not wait (unless `whole`)."""
+        self._drop_if_redacted()
         with self._graphs_lock:
             g = self.graphs.setdefault(name, Graph())
         if time.monotonic() - g.checked >= LIVE_TTL or (whole and not g.complete):
@@ -204,6 +206,7 @@ class Site:
         reads a history not seen before whole, back to its root, once: seconds for a long
         import). Read in a thread on a Tape of its own; a page waits for it at most
         PAGE_WALK_BUDGET seconds (enough when it was read before), else shows none."""
+        self._drop_if_redacted()
         with self._about_lock:
             if head in self._about:
                 return self._about[head]
@@ -217,16 +220,30 @@ class Site:
     def _read_about(self, head: str) -> None:
         from ..history.sessions import summary
 
+        places = None
         try:
             with _open(self.path) as tape:
+                places = tape.redacted_places()
                 found = summary(tape, head)
         except CtapeError:
             found = {"title": None, "source": None}
         with self._about_lock:
             if len(self._about) >= 1024:
                 self._about.clear()
-            self._about[head] = found
+            if places == self._places:  # not read before a redaction that arrived meanwhile
+                self._about[head] = found
             self._about_jobs.pop(head, None)
+
+    def _drop_if_redacted(self) -> None:
+        """Forget the titles and trees read before a redaction arrived (a title or an
+        anchor's name may hold its text): pages show the marker at once, as reads do."""
+        places = self.tape.redacted_places()
+        if places != self._places:
+            with self._about_lock:
+                self._about.clear()
+            with self._graphs_lock:
+                self.graphs.clear()
+            self._places = places
 
     def _heads(self) -> list[tuple[str, Optional[str]]]:
         """Every session's HEAD, from the refs alone (no entry is read: a head can be 100 MB)."""
