@@ -134,6 +134,10 @@ class Index:
             if self.path == ":memory:":
                 raise
             self._degrade(e)
+        try:
+            self.redactions()  # known before anything is derived: later news is news
+        except sqlite3.Error:
+            pass  # read at the first use instead
 
     # -- a cache that cannot be written ----------------------------------------------
 
