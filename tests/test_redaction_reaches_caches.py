@@ -379,3 +379,20 @@ def test_serve_pages_show_a_redaction_made_while_the_server_runs(tmp_path):
         httpd.shutdown()
         httpd.server_close()
         t.close()
+
+
+def test_stats_counts_a_redacted_entry_after_compact_as_an_entry(tmp_path):
+    """Found by the sync model's RedactWorld: compact keeps a redacted entry in its withheld
+    form, and `stats` counted it as a blob."""
+    d = tmp_path / "t"
+    t = Tape.init(d)
+    s = t.session("chat")
+    s.append("user", {"content": f"key {_secret()}"})
+    s.append("assistant", {"content": "ok"})
+    redact_pattern(t, PATTERN)
+    before = t.stats()
+    t.compact(expire="now", grace="now")
+    after = t.stats()
+    t.close()
+    assert (before["entries"], before["blobs"]) == (2, 0)
+    assert (after["entries"], after["blobs"]) == (2, 0), after

@@ -727,6 +727,72 @@ class RemoteWorld(World):
         super().star(dirs, order_rng)
 
 
+class RedactWorld(World):
+    """The same model with one more operation: `redact` of an entry's text on one copy (the
+    entry picked on HEAD's path there). The model keeps each redacted entry's text. After
+    every mesh, every copy that has a redacted entry reads the marker where its text was;
+    at the end, once each copy has compacted, no file of any copy and no index cache holds
+    the text (records decompressed), and every redacted entry a ref reaches is still there."""
+
+    OPS = World.OPS + [("redact", 2)]
+    MARKER = "[redacted: manual]"
+
+    def __init__(self, *a, **kw):
+        self.secrets: dict[str, str] = {}  # entry -> the text its redaction removed
+        super().__init__(*a, **kw)
+
+    def op_redact(self, i: int) -> None:
+        from ctape.ops.redact import redact
+
+        t = self.tape(i)
+        s = t.session(self.pick_session(t))
+        h = s.refs().head_hash if s.exists() else None
+        for _ in range(self.rng.randrange(4)):
+            if h is None or not t.has_entry(h):
+                break
+            h = t.read_entry(h).parent
+        if h is None or not t.has_entry(h):
+            self.note(f"redact c{i} {s.name}: no entry at hand")
+            return
+        e = t.read_entry(h)
+        text = e.payload.get("content") if isinstance(e.payload, dict) else None
+        if not isinstance(text, str) or text.startswith("[redacted"):
+            self.note(f"redact c{i} {s.name}: {h[:8]} already redacted")
+            return
+        self.note(f"redact c{i} {s.name} {h[:8]} ({text})")
+        with writer_env(self.writers[i]):
+            redact(t, s.name, [(h, "$.payload.content", "manual")])
+        self.secrets[h] = text
+        if t.read_entry(h).payload["content"] != self.MARKER:
+            raise Failure(f"c{i}: {h[:12]} still reads {t.read_entry(h).payload['content']!r} after its redaction")
+
+    def check(self, epoch: int, final: bool) -> None:
+        super().check(epoch, final)
+        for i, d in enumerate(self.dirs):
+            t = self.tape(i)
+            for h, text in self.secrets.items():
+                if t.has_entry(h) and t.read_entry(h).payload.get("content") != self.MARKER:
+                    raise Failure(f"{os.path.basename(d)}: {h[:12]} reads {t.read_entry(h).payload.get('content')!r} after the mesh, not the marker")
+        if not final or not self.secrets:
+            return
+        from test_privacy_sync import holders
+
+        reached = []
+        for i in range(len(self.dirs)):
+            t = self.tape(i)
+            reached.append(self.reachable(t) & set(self.secrets))
+            with writer_env(self.writers[i]):
+                t.compact(expire="now", grace="now")
+            for h in reached[-1]:
+                if t.read_entry(h).payload.get("content") != self.MARKER:
+                    raise Failure(f"c{i}: {h[:12]} does not read the marker after compact")
+        self.close_all()
+        for h, text in self.secrets.items():
+            found = holders(json.dumps(text).encode(), *self.dirs, os.environ["CTAPE_CACHE_DIR"])
+            if found:
+                raise Failure(f"the text of redacted {h[:12]} ({text}) is still in {found} after every copy compacted")
+
+
 class LiveWorld(World):
     """The model with writers working while an rsync runs (see the module's docstring)."""
 
@@ -1118,6 +1184,23 @@ def test_many_sequences_with_remotes(tmp_path):
     for seed in range(first, first + n):
         _run_many(tmp_path, [seed], cli=False, sync=rsync if seed % 4 == 1 else copy_like_rsync, world=RemoteWorld)
     print(f"{n} sequences with remotes in {time.monotonic() - start:.0f} s")
+
+
+@pytest.mark.parametrize("block", range(2))
+def test_redactions_travel_with_syncs_and_compaction_drops_their_text(tmp_path, block):
+    """A short run of RedactWorld: redactions on random copies between appends, forks,
+    deletions, syncs (some cut off) and compactions."""
+    _run_many(tmp_path, range(700 + block * 4, 704 + block * 4), cli=False, sync=copy_like_rsync, world=RedactWorld)
+
+
+@pytest.mark.skipif(not SLOW, reason="long run: CTAPE_SLOW=1")
+def test_many_sequences_with_redactions(tmp_path):
+    n = int(os.environ.get("CTAPE_MODEL_SEQUENCES", "2000"))
+    first = int(os.environ.get("CTAPE_MODEL_FIRST_SEED", "1000"))
+    start = time.monotonic()
+    for seed in range(first, first + n):
+        _run_many(tmp_path, [seed], cli=None, sync=rsync if seed % 4 == 1 else copy_like_rsync, world=RedactWorld)
+    print(f"{n} sequences with redactions in {time.monotonic() - start:.0f} s")
 
 
 def test_remote_seed_41276_a_push_never_sends_a_prefix_of_a_longer_own_file(tmp_path):

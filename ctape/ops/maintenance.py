@@ -264,7 +264,7 @@ def stats(tape: "Tape") -> dict:
                         type_, body = store.decode_object(h, item.body)
                     except CorruptObject:
                         continue
-                    if type_ != TYPE_ENTRY:
+                    if type_ not in (TYPE_ENTRY, TYPE_WITHHELD):  # a redacted entry, compacted, is still one
                         sizes[h] = len(body)
                     else:
                         try:
