@@ -41,6 +41,10 @@ renamed over it with the listing's mtime; folders get their listed mtimes at the
 A writer cannot run in the middle of one file's copy from here: file granularity only
 (tests/test_live_rsync.py has real processes and real timing).
 
+Redactions (RedactWorld, SPEC section 18): the same model with `redact` of an entry's text
+on a copy; after every mesh each copy that has the entry reads the marker, and at the end,
+once each copy has compacted, no file of any copy nor any index cache holds the text.
+
 `CTAPE_SLOW=1` runs the long mode (CTAPE_MODEL_SEQUENCES sequences, default 2,000;
 CTAPE_MODEL_FIRST_SEED, default 1000, picks where the seeds start), for both worlds.
 """
