@@ -396,3 +396,24 @@ def test_stats_counts_a_redacted_entry_after_compact_as_an_entry(tmp_path):
     t.close()
     assert (before["entries"], before["blobs"]) == (2, 0)
     assert (after["entries"], after["blobs"]) == (2, 0), after
+
+
+def test_a_keyframe_folded_before_another_process_redacts_is_not_written_after(tmp_path):
+    """The race the index guards inside its write transaction: this process folds a keyframe
+    holding the text and has not applied it yet; another process redacts (its transaction
+    deletes the keyframes there are); this process's apply then must not write its own."""
+    d = tmp_path / "t"
+    secret = _secret()
+    t = Tape.init(d)
+    s = t.session("chat")
+    s.append("user", {"content": "hi"}, delta={"creds": secret})
+    for i in range(KEY_EVERY):
+        s.append("assistant", {"content": f"step {i}"})
+    idx = t.store.index
+    assert idx.pending_keyframes, "the keyframe is still pending"
+    _redact_elsewhere(d)
+    idx.sync()
+    assert not [r for r in _derived_rows(t) if secret in r]
+    assert s.state() == {"creds": "[redacted: pattern]"}
+    t.close()
+    assert secret not in _cli_state(d, "chat")
