@@ -781,20 +781,69 @@ class RedactWorld(World):
             return
         from test_privacy_sync import holders
 
-        reached = []
         for i in range(len(self.dirs)):
             t = self.tape(i)
-            reached.append(self.reachable(t) & set(self.secrets))
+            reached = self.reachable(t) & set(self.secrets)
             with writer_env(self.writers[i]):
                 t.compact(expire="now", grace="now")
-            for h in reached[-1]:
+            for h in reached:
                 if t.read_entry(h).payload.get("content") != self.MARKER:
                     raise Failure(f"c{i}: {h[:12]} does not read the marker after compact")
+        places = self.compact_elsewhere()
         self.close_all()
         for h, text in self.secrets.items():
-            found = holders(json.dumps(text).encode(), *self.dirs, os.environ["CTAPE_CACHE_DIR"])
+            found = holders(json.dumps(text).encode(), *self.dirs, os.environ["CTAPE_CACHE_DIR"], *places)
             if found:
                 raise Failure(f"the text of redacted {h[:12]} ({text}) is still in {found} after every copy compacted")
+
+    def compact_elsewhere(self) -> list[str]:
+        """Compact what else may hold the texts, once the copies have; the folders to search."""
+        return []
+
+
+class RemoteRedactWorld(RedactWorld, RemoteWorld):
+    """RedactWorld with the remote beside rsync: redactions travel by push and pull too,
+    and at the end the remote, compacted, holds none of the texts either (its folder
+    searched as the copies are: as it is and inside every zstd frame)."""
+
+    OPS = RemoteWorld.OPS + [("redact", 2)]
+
+    def _transfer(self, verb: str, i: int, t: Tape, *a, **kw) -> None:
+        """A push refuses while a redacted value still has its bytes in the copy's files
+        (SPEC 18): compact, as the refusal says, and push again (it must go through then)."""
+        from ctape.sync.push import SecretsFound
+
+        try:
+            super()._transfer(verb, i, t, *a, **kw)
+        except SecretsFound:
+            if verb != "push":
+                raise
+            self.note(f"  push c{i} refused: redacted bytes still here; compact, push again")
+            with writer_env(self.writers[i]):
+                t.compact()
+            super()._transfer(verb, i, t, *a, **kw)
+
+    def compact_elsewhere(self) -> list[str]:
+        self._transfer("compact_remote", 0, self.tape(0))
+        return [self._remote_as_tape()]
+
+    def _remote_as_tape(self) -> str:
+        """The remote's data files put back together (each is kept as its byte ranges,
+        f/SESSION/FILE/START-END) in a tape folder of their own, so that the search reads
+        their records as ctape does, blocks decompressed with their dictionaries."""
+        out = os.path.join(self.root, "remote-as-tape")
+        shutil.rmtree(out, ignore_errors=True)
+        Tape.init(out).close()
+        base = os.path.join(self.remote, "f")
+        for session in os.listdir(base) if os.path.isdir(base) else []:
+            for name in os.listdir(os.path.join(base, session)):
+                parts = sorted(os.listdir(os.path.join(base, session, name)), key=lambda r: int(r.split("-")[0]))
+                os.makedirs(os.path.join(out, "sessions", session), exist_ok=True)
+                with open(os.path.join(out, "sessions", session, name), "wb") as f:
+                    for part in parts:
+                        with open(os.path.join(base, session, name, part), "rb") as src:
+                            f.write(src.read())
+        return out
 
 
 class LiveWorld(World):
@@ -1197,13 +1246,20 @@ def test_redactions_travel_with_syncs_and_compaction_drops_their_text(tmp_path, 
     _run_many(tmp_path, range(700 + block * 4, 704 + block * 4), cli=False, sync=copy_like_rsync, world=RedactWorld)
 
 
+@pytest.mark.parametrize("block", range(2))
+def test_redactions_travel_by_push_and_pull_too(tmp_path, block):
+    """A short run of RemoteRedactWorld."""
+    _run_many(tmp_path, range(800 + block * 4, 804 + block * 4), cli=False, sync=copy_like_rsync, world=RemoteRedactWorld)
+
+
 @pytest.mark.skipif(not SLOW, reason="long run: CTAPE_SLOW=1")
 def test_many_sequences_with_redactions(tmp_path):
     n = int(os.environ.get("CTAPE_MODEL_SEQUENCES", "2000"))
     first = int(os.environ.get("CTAPE_MODEL_FIRST_SEED", "1000"))
     start = time.monotonic()
     for seed in range(first, first + n):
-        _run_many(tmp_path, [seed], cli=None, sync=rsync if seed % 4 == 1 else copy_like_rsync, world=RedactWorld)
+        world = RemoteRedactWorld if seed % 2 else RedactWorld
+        _run_many(tmp_path, [seed], cli=None if world is RedactWorld else False, sync=rsync if seed % 4 == 1 else copy_like_rsync, world=world)
     print(f"{n} sequences with redactions in {time.monotonic() - start:.0f} s")
 
 
