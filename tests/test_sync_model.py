@@ -745,6 +745,11 @@ class RedactWorld(World):
         self.secrets: dict[str, str] = {}  # entry -> the text its redaction removed
         super().__init__(*a, **kw)
 
+    def text(self, i: int) -> str:
+        # a killed writer appends its own counter to the text it is given: "c1-1" + "1"
+        # would be "c1-11", the text of another entry; the dot keeps every text unique
+        return super().text(i) + "."
+
     def op_redact(self, i: int) -> None:
         from ctape.ops.redact import redact
 
