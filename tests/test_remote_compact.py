@@ -14,6 +14,8 @@ import sys
 import time
 import uuid
 
+import pytest
+
 from ctape import Tape
 
 from conftest import run_cli
@@ -199,12 +201,10 @@ def test_space_is_freed_and_every_copy_converges(tmp_path, remote_url, request):
     assert refs_of(c) == refs_of(a) and reached_by_refs(c) == reached_by_refs(a)
 
 
-def test_a_redacted_secret_leaves_the_remote_after_compact_remote(tmp_path, remote_url, request):
-    """SPEC 18: after the redaction reached a copy and it compacted, the remote after its
-    compaction holds no byte of the secret."""
-    server = _server(request, remote_url)
+def pushed_with_a_secret(a, remote_url) -> str:
+    """A tape at `a` whose session "chat" holds an API key in a tool output, pushed (with
+    --allow-secrets) to the remote; returns the key."""
     secret = "sk-ant-api03-" + uuid.uuid4().hex + uuid.uuid4().hex
-    a = tmp_path / "A"
     t = Tape.init(a)
     s = t.session("chat")
     s.append("user", {"content": "deploy it"})
@@ -213,7 +213,12 @@ def test_a_redacted_secret_leaves_the_remote_after_compact_remote(tmp_path, remo
     t.close()
     cli(a, "remote", "add", "origin", remote_url)
     cli(a, "push", "--allow-secrets")
-    assert holders(secret.encode(), remote_as_tape(remote_keys(remote_url, server), a, tmp_path / "before"))
+    return secret
+
+
+def redacted_compacted_and_cloned(a, remote_url, server, secret, tmp_path):
+    """`redact --scan` and `compact --remote --grace now` on A; then no object of the remote
+    holds the secret (records read as ctape reads them, and raw), and a clone is clean."""
     cli(a, "redact", "--scan", "-s", "chat")
     cli(a, "compact", "--remote", "origin", "--grace", "now")
     keys = remote_keys(remote_url, server)
@@ -222,6 +227,17 @@ def test_a_redacted_secret_leaves_the_remote_after_compact_remote(tmp_path, remo
     c = tmp_path / "C"
     run_cli("clone", remote_url, c, check=True)
     fsck_clean(c)
+    return c
+
+
+def test_a_redacted_secret_leaves_the_remote_after_compact_remote(tmp_path, remote_url, request):
+    """SPEC 18: after the redaction reached a copy and it compacted, the remote after its
+    compaction holds no byte of the secret."""
+    server = _server(request, remote_url)
+    a = tmp_path / "A"
+    secret = pushed_with_a_secret(a, remote_url)
+    assert holders(secret.encode(), remote_as_tape(remote_keys(remote_url, server), a, tmp_path / "before"))
+    c = redacted_compacted_and_cloned(a, remote_url, server, secret, tmp_path)
     out = cli(c, "log", "-s", "chat").stdout
     assert secret.encode() not in out
 
@@ -304,3 +320,37 @@ def test_a_copy_that_never_pulls_and_revives_what_was_deleted_loses_nothing(tmp_
     fsck_clean(a)
     assert refs_of(a) == refs_of(b) == refs_of(c)
     assert reached_by_refs(a) == reached_by_refs(b) == reached_by_refs(c)
+
+
+def test_a_deletion_another_copy_left_half_done_is_finished_by_the_next_compactor(tmp_path, remote_url, request, monkeypatch):
+    """Found by the sync model (RemoteRedactWorld, seed 71417): copy B's `compact --remote`
+    announced a deletion and wrote its record, then died before deleting the pieces. Only
+    B's next run finished it, so a secret redacted on A meanwhile stayed on the remote after
+    A's `compact --remote --grace now`. Any compactor now finishes such a record."""
+    from ctape.sync import prune
+    from ctape.sync.backend import open_backend
+
+    server = _server(request, remote_url)
+    a, b = tmp_path / "A", tmp_path / "B"
+    secret = pushed_with_a_secret(a, remote_url)
+    run_cli("clone", remote_url, b, check=True)
+
+    class Killed(Exception):
+        pass
+
+    def killed(*args):
+        raise Killed()
+
+    with monkeypatch.context() as m:  # B dies right after its record, before any piece goes
+        m.setattr(prune, "_delete_file", killed)
+        tb = Tape.open(b)
+        try:
+            with pytest.raises(Killed):
+                prune.compact_remote(tb, open_backend(remote_url), "origin", grace="now", expire="now", allow_secrets=True)
+        finally:
+            tb.close()
+    keys = remote_keys(remote_url, server)
+    assert any(k.startswith("x/") for k in keys), "B's record was written"
+    assert holders(secret.encode(), remote_as_tape(keys, a, tmp_path / "half")), "its pieces are still there"
+    c = redacted_compacted_and_cloned(a, remote_url, server, secret, tmp_path)
+    assert refs_of(c) == refs_of(a)

@@ -9,7 +9,8 @@ One run:
    plan named, check that this run's compaction read the whole of what the remote holds
    of it and replaced it, and that no push arrived since the pull; announce the deletion
    (`g/<n>`, then a manifest that lists it), mark the plan carried out (`x/<me>/<n>`),
-   then delete the pieces;
+   then delete the pieces; and finish any copy's execution record whose pieces a killed
+   run left (announced, so no reader fetches them);
 5. write a new plan `d/<me>/<n>` naming the remote's files this run's compaction replaced
    and no plan names yet. They are deleted by a later run, after the grace period.
 
@@ -53,20 +54,59 @@ def _local_files(store) -> dict[tuple[str, str], int]:
 def _own_plans(store, backend: Backend, warn) -> tuple[dict[int, dict], dict[int, dict]]:
     """This copy's plans (d/<me>/) and execution records (x/<me>/), by number."""
     me = store.writer
-    found: tuple[dict[int, dict], dict[int, dict]] = ({}, {})
-    for done, out in ((False, found[0]), (True, found[1])):
-        for key, _, is_prefix in backend.list(f"{'x' if done else 'd'}/{me}/"):
-            name = key.rsplit("/", 1)[-1]
-            if is_prefix or not name.endswith(".json") or not name[:-5].isdigit():
-                continue
-            n = int(name[:-5])
-            data = backend.get(layout.plan_key(me, n, done))
-            m, why = layout.decode_deletion(data or b"", store.tape_id, me, n, done)
-            if m is None:
-                warn(f"ignored {layout.plan_key(me, n, done)} on the remote: {why}")
-            else:
-                out[n] = m
-    return found
+    return _records(store, backend, me, False, warn), _records(store, backend, me, True, warn)
+
+
+def _records(store, backend: Backend, compactor: str, done: bool, warn) -> dict[int, dict]:
+    """One compactor's plans (d/) or execution records (x/), by number."""
+    out: dict[int, dict] = {}
+    for key, _, is_prefix in backend.list(f"{'x' if done else 'd'}/{compactor}/"):
+        name = key.rsplit("/", 1)[-1]
+        if is_prefix or not name.endswith(".json") or not name[:-5].isdigit():
+            continue
+        m = _record(store, backend, compactor, int(name[:-5]), done, warn)
+        if m is not None:
+            out[m["n"]] = m
+    return out
+
+
+def _record(store, backend: Backend, compactor: str, n: int, done: bool, warn) -> Optional[dict]:
+    data = backend.get(layout.plan_key(compactor, n, done))
+    m, why = layout.decode_deletion(data or b"", store.tape_id, compactor, n, done)
+    if m is None:
+        warn(f"ignored {layout.plan_key(compactor, n, done)} on the remote: {why}")
+    return m
+
+
+def _others_unfinished(store, backend: Backend, state, warn) -> list[tuple[str, int, dict]]:
+    """Other copies' execution records this copy has not finished yet: (compactor, n,
+    record), from one listing of x/; each is read once (state["pruned"] keeps "who/n")."""
+    out = []
+    for key, _, is_prefix in backend.list("x/"):
+        parts = key.split("/")
+        if is_prefix or len(parts) != 3 or parts[1] == store.writer or not parts[2].endswith(".json") or not parts[2][:-5].isdigit():
+            continue
+        who, n = parts[1], int(parts[2][:-5])
+        if f"{who}/{n}" not in state["pruned"]:
+            m = _record(store, backend, who, n, True, warn)
+            if m is not None:
+                out.append((who, n, m))
+    return out
+
+
+def _finish(backend: Backend, state, record: dict) -> int:
+    """Delete the pieces an execution record's deletion left (its run was killed before it
+    deleted them all): the deletion was announced before the record was written, so no
+    reader fetches them. A file uploaded again since, by a copy that had learned of the
+    deletion, is left alone; so is one whose deletion this copy has not learned of."""
+    n = 0
+    for f in record["files"]:
+        key = f"{f['session']}/{f['file']}"
+        gone = state["gone"].get(key)
+        if gone is None or gone[0] < f["end"] or any(p[3] > gone[1] for p in state["pieces"].get(key, [])):
+            continue
+        n += _delete_file(backend, f["session"], f["file"])
+    return n
 
 
 def _remote_end(state, key: str) -> int:
@@ -109,16 +149,16 @@ def compact_remote(tape, backend: Backend, name: str, expire="90d", grace="14d",
     now = time.time()
     deleted = {"files": 0, "bytes": 0, "objects": 0}
     deferred = ""
-    # finish what a killed run started: an execution record whose files still have pieces
+    # finish what a killed run started, this copy's or another's (a redacted value must not
+    # wait on the remote for that copy's next run): an execution record whose files still
+    # have pieces
     for n, x in sorted(done.items()):
         if n not in state["pruned"]:
-            for f in x["files"]:
-                key = f"{f['session']}/{f['file']}"
-                gone = state["gone"].get(key, [0, 0])
-                if any(p[3] > gone[1] for p in state["pieces"].get(key, [])):
-                    continue  # uploaded again since, by a copy that had learned of the deletion
-                deleted["objects"] += _delete_file(backend, f["session"], f["file"])
+            deleted["objects"] += _finish(backend, state, x)
             state["pruned"].append(n)
+    for who, n, x in _others_unfinished(store, backend, state, warn):
+        deleted["objects"] += _finish(backend, state, x)
+        state["pruned"].append(f"{who}/{n}")
     due = [n for n in sorted(plans) if n not in done and now - plans[n]["time"] >= grace_s]
     planned_now = {(f["session"], f["file"]) for n in plans if n not in done for f in plans[n]["files"]}
     fresh = [{"session": s, "file": file, "end": end} for (s, file), end in sorted(replaced.items()) if (s, file) not in planned_now]
