@@ -60,6 +60,17 @@ def _redact_elsewhere(d, own_cache=None):
     assert p.returncode == 0, p.stderr
 
 
+def _secret_in_state(d, secret: str, first: str, appends: int):
+    """A new tape at d whose session "chat" starts with a user entry `first` whose delta
+    sets {"creds": secret}, then `appends` assistant entries; (tape, session)."""
+    t = Tape.init(d)
+    s = t.session("chat")
+    s.append("user", {"content": first}, delta={"creds": secret})
+    for i in range(appends):
+        s.append("assistant", {"content": f"step {i}"})
+    return t, s
+
+
 # -- keyframes and the writer's own values -----------------------------------------------------
 
 
@@ -67,11 +78,7 @@ def _redact_elsewhere(d, own_cache=None):
 def test_a_keyframe_folded_before_the_redaction_is_not_read_after_it(tmp_path, pending):
     d = tmp_path / "t"
     secret = _secret()
-    t = Tape.init(d)
-    s = t.session("chat")
-    s.append("user", {"content": f"deploy with {secret}"}, delta={"creds": secret})
-    for i in range(KEY_EVERY + 44):
-        s.append("assistant", {"content": f"step {i}"})
+    t, s = _secret_in_state(d, secret, f"deploy with {secret}", KEY_EVERY + 44)
     if not pending:
         t.store.index.sync()
     redact_pattern(t, PATTERN)
@@ -88,11 +95,7 @@ def test_appends_after_a_redaction_do_not_write_the_text_back_into_keyframes(tmp
     keyframes it writes after must come from the redacted entries."""
     d = tmp_path / "t"
     secret = _secret()
-    t = Tape.init(d)
-    s = t.session("chat")
-    s.append("user", {"content": f"deploy with {secret}"}, delta={"creds": secret})
-    for i in range(100):
-        s.append("assistant", {"content": f"step {i}"})
+    t, s = _secret_in_state(d, secret, f"deploy with {secret}", 100)
     if where == "this process":
         redact_pattern(t, PATTERN)
     else:
@@ -315,11 +318,7 @@ def test_a_cache_written_before_this_fix_drops_its_derived_rows_once(tmp_path):
     time the cache is opened; a cache without redactions keeps them."""
     d = tmp_path / "t"
     secret = _secret()
-    t = Tape.init(d)
-    s = t.session("chat")
-    s.append("user", {"content": "hi"}, delta={"creds": secret})
-    for i in range(KEY_EVERY):
-        s.append("assistant", {"content": f"step {i}"})
+    t, s = _secret_in_state(d, secret, "hi", KEY_EVERY)
     idx = t.store.index
     idx.sync()
     path = idx.path
@@ -404,11 +403,7 @@ def test_a_keyframe_folded_before_another_process_redacts_is_not_written_after(t
     deletes the keyframes there are); this process's apply then must not write its own."""
     d = tmp_path / "t"
     secret = _secret()
-    t = Tape.init(d)
-    s = t.session("chat")
-    s.append("user", {"content": "hi"}, delta={"creds": secret})
-    for i in range(KEY_EVERY):
-        s.append("assistant", {"content": f"step {i}"})
+    t, s = _secret_in_state(d, secret, "hi", KEY_EVERY)
     idx = t.store.index
     assert idx.pending_keyframes, "the keyframe is still pending"
     _redact_elsewhere(d)

@@ -1186,6 +1186,12 @@ def _run_many(tmp_path, seeds, cli, sync=rsync, world=World):
         shutil.rmtree(root)
 
 
+def long_seeds() -> range:
+    """The seeds of a long run: CTAPE_MODEL_SEQUENCES (default 2,000) from CTAPE_MODEL_FIRST_SEED (default 1000)."""
+    first = int(os.environ.get("CTAPE_MODEL_FIRST_SEED", "1000"))
+    return range(first, first + int(os.environ.get("CTAPE_MODEL_SEQUENCES", "2000")))
+
+
 @pytest.mark.parametrize("block", range(3))
 def test_random_sequences_of_syncs_keep_every_entry(tmp_path, block):
     """A short run: a few sequences per block, the CLI in some of them."""
@@ -1194,14 +1200,13 @@ def test_random_sequences_of_syncs_keep_every_entry(tmp_path, block):
 
 @pytest.mark.skipif(not SLOW, reason="long run: CTAPE_SLOW=1")
 def test_many_random_sequences(tmp_path):
-    n = int(os.environ.get("CTAPE_MODEL_SEQUENCES", "2000"))
-    first = int(os.environ.get("CTAPE_MODEL_FIRST_SEED", "1000"))
+    seeds = long_seeds()
     start = time.monotonic()
     # the real rsync in one sequence of four, the same copying in-process in the others
     # (a process per rsync, on a loaded machine, made it most of the time)
-    for seed in range(first, first + n):
+    for seed in seeds:
         _run_many(tmp_path, [seed], cli=None, sync=rsync if seed % 4 == 1 else copy_like_rsync)
-    print(f"{n} sequences in {time.monotonic() - start:.0f} s")
+    print(f"{len(seeds)} sequences in {time.monotonic() - start:.0f} s")
 
 
 def _run_live(tmp_path, seeds):
@@ -1221,11 +1226,10 @@ def test_writers_during_rsync_keep_every_entry(tmp_path, block):
 
 @pytest.mark.skipif(not SLOW, reason="long run: CTAPE_SLOW=1")
 def test_many_sequences_with_writers_during_rsync(tmp_path):
-    n = int(os.environ.get("CTAPE_MODEL_SEQUENCES", "2000"))
-    first = int(os.environ.get("CTAPE_MODEL_FIRST_SEED", "1000"))
+    seeds = long_seeds()
     start = time.monotonic()
-    _run_live(tmp_path, range(first, first + n))
-    print(f"{n} sequences with writers during rsync in {time.monotonic() - start:.0f} s")
+    _run_live(tmp_path, seeds)
+    print(f"{len(seeds)} sequences with writers during rsync in {time.monotonic() - start:.0f} s")
 
 
 @pytest.mark.parametrize("block", range(3))
@@ -1236,12 +1240,11 @@ def test_push_and_pull_beside_rsync_keep_every_entry(tmp_path, block):
 
 @pytest.mark.skipif(not SLOW, reason="long run: CTAPE_SLOW=1")
 def test_many_sequences_with_remotes(tmp_path):
-    n = int(os.environ.get("CTAPE_MODEL_SEQUENCES", "2000"))
-    first = int(os.environ.get("CTAPE_MODEL_FIRST_SEED", "1000"))
+    seeds = long_seeds()
     start = time.monotonic()
-    for seed in range(first, first + n):
+    for seed in seeds:
         _run_many(tmp_path, [seed], cli=False, sync=rsync if seed % 4 == 1 else copy_like_rsync, world=RemoteWorld)
-    print(f"{n} sequences with remotes in {time.monotonic() - start:.0f} s")
+    print(f"{len(seeds)} sequences with remotes in {time.monotonic() - start:.0f} s")
 
 
 @pytest.mark.parametrize("block", range(2))
@@ -1259,13 +1262,12 @@ def test_redactions_travel_by_push_and_pull_too(tmp_path, block):
 
 @pytest.mark.skipif(not SLOW, reason="long run: CTAPE_SLOW=1")
 def test_many_sequences_with_redactions(tmp_path):
-    n = int(os.environ.get("CTAPE_MODEL_SEQUENCES", "2000"))
-    first = int(os.environ.get("CTAPE_MODEL_FIRST_SEED", "1000"))
+    seeds = long_seeds()
     start = time.monotonic()
-    for seed in range(first, first + n):
+    for seed in seeds:
         world = RemoteRedactWorld if seed % 2 else RedactWorld
         _run_many(tmp_path, [seed], cli=None if world is RedactWorld else False, sync=rsync if seed % 4 == 1 else copy_like_rsync, world=world)
-    print(f"{n} sequences with redactions in {time.monotonic() - start:.0f} s")
+    print(f"{len(seeds)} sequences with redactions in {time.monotonic() - start:.0f} s")
 
 
 def test_remote_seed_41276_a_push_never_sends_a_prefix_of_a_longer_own_file(tmp_path):

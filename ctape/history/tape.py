@@ -111,10 +111,11 @@ class Tape:
 
     def redacted_places(self) -> int:
         """How many places of the tape are redacted: a number that only grows. A cache of
-        values read from entries (an integration's) keeps the number it was filled at and
-        starts over when it moves, as reads show a new redaction at once."""
+        values read from entries (an integration's, keyed by tape path rather than by Tape)
+        keeps the number it was filled at and starts over when it moves, as reads show a new
+        redaction at once."""
         self.redactions()
-        return self.store.index.redacted_places()
+        return self.store.index.places
 
     def read_entry(self, h: str) -> Entry:
         redacted = self.redactions()  # first: a redaction that arrived clears the cache

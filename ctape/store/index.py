@@ -122,7 +122,8 @@ class Index:
         self._in_rebuild = False
         self.generation = 0  # one more at every change this process makes (see version)
         self.stale = False  # the rows were lost (the cache went to memory): the store rebuilds
-        self._redactions: Optional[tuple] = None  # (version, places by object, number of places)
+        self._redactions: Optional[tuple] = None  # (version, places by object)
+        self.places = 0  # redacted places this process knows of (only grows): see redacted_places
         # what this process knows is redacted grows: one more each time (see redaction_news).
         # Derived values computed before (Session._track_derived, integrations' caches) may
         # hold the text and are computed again
@@ -462,21 +463,15 @@ class Index:
             for obj, path, kind in rows + self.pending.redactions:
                 if (path, kind) not in out.get(obj, ()):
                     out.setdefault(obj, []).append((path, kind))
-            places = sum(map(len, out.values()))
             if self._redactions is not None and self._redactions[1] == out:
                 out = self._redactions[1]  # the same object while nothing changed: callers compare identity
-            elif places > (0 if self._redactions is None else self._redactions[2]):
-                self.redaction_news()  # the first look too: what was derived before it did not know them
-            self._redactions = (v, out, places)
+            places = sum(map(len, out.values()))
+            if places > self.places:
+                self.places = places
+                self.redaction_news()
+            self._redactions = (v, out)
             self._redaction_rows = len(rows)
         return self._redactions[1]
-
-    def redacted_places(self) -> int:
-        """How many places of this tape are redacted (as `redactions` reads them): it only
-        grows, so a cache filled from reads can keep the number it was filled at, and start
-        over when the number moves (integrations' caches, keyed by tape path, not by Index)."""
-        self.redactions()
-        return self._redactions[2]
 
     def redaction_news(self) -> None:
         """This process learns of redactions: values derived before from what it read or
@@ -497,8 +492,7 @@ class Index:
         if n == self._redaction_rows:
             return False
         self._redactions = None
-        self.redaction_news()
-        self.redactions()
+        self.redactions()  # read them now (redaction_news, when they add places)
         return True
 
     def scrub(self) -> None:
