@@ -290,6 +290,10 @@ _SCALARS = frozenset((int, float, bool, type(None)))
 
 
 def object_hash(type_: bytes, body: bytes) -> str:
+    if len(body) < 65536:
+        # one call on one buffer: blake3's constructor hashes 2-64 KiB 10-25% faster than
+        # three updates do, and the copy is cheap at this size (above it, the copy is not)
+        return blake3(type_ + b"\0" + body).hexdigest()
     h = blake3(type_)
     h.update(b"\0")
     h.update(body)
