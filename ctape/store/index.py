@@ -35,6 +35,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import stat
 import sys
 from contextlib import contextmanager
 from typing import Optional
@@ -70,13 +71,35 @@ CREATE TABLE IF NOT EXISTS redactions(object TEXT NOT NULL, path TEXT NOT NULL, 
 
 def connect_cache(path: str) -> sqlite3.Connection:
     """A connection to one of the caches outside the tape (this index, search.py's): never
-    fsync'd (a crash costs a rescan, never data), shared by threads, WAL beside readers."""
+    fsync'd (a crash costs a rescan, never data), shared by threads, WAL beside readers.
+    The file is its owner's only, as the tape's files are (it holds their text): SQLite
+    gives its -wal and -shm files the same permissions."""
+    if path != ":memory:":
+        _owner_only(path)
     db = sqlite3.connect(path, timeout=60, isolation_level=None, check_same_thread=False)
     db.execute("PRAGMA busy_timeout=60000")
     if path != ":memory:":
         db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA synchronous=OFF")
     return db
+
+
+def _owner_only(path: str) -> None:
+    """Create the cache file readable by its owner only, or make an older one so."""
+    try:
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+        return
+    except FileExistsError:
+        pass
+    except OSError:
+        return  # sqlite3 says what is wrong with the place (or the store goes to memory)
+    for name in (path, path + "-wal", path + "-shm"):
+        try:
+            st = os.stat(name, follow_symlinks=False)
+            if stat.S_ISREG(st.st_mode) and st.st_mode & 0o077 and st.st_uid == os.getuid():
+                os.chmod(name, 0o600)
+        except OSError:
+            pass
 
 
 def cache_schema(db: sqlite3.Connection) -> Optional[int]:
@@ -270,6 +293,7 @@ class Index:
             # keyframes stay: they are named by entry hash, so they never go stale
             for t in ("objects", "claims", "partials", "closed", "writers", "repeated"):
                 self.db.execute(f"DELETE FROM {t}")
+            self.db.execute("DELETE FROM meta WHERE key='refused-at-limit'")  # noted again if refused again
             self.db.execute("UPDATE files SET indexed=0, torn=0, corrupt=0")
             yield
             self.db.execute("DELETE FROM files WHERE indexed=0 AND torn=0 AND corrupt=0 AND id NOT IN (SELECT file FROM objects)")
@@ -384,12 +408,30 @@ class Index:
                     "UPDATE files SET indexed=max(indexed, ?), torn=?, corrupt=max(corrupt, ?) WHERE id=?",
                     [(i, t, c, f) for f, (i, t, c) in files.items()],
                 )
+            if batch.refused_at:
+                # the smallest limit that refused a block: what was refused at a larger limit is
+                # refused at it too, so only another limit needs the files read again
+                db.execute(
+                    "INSERT INTO meta VALUES('refused-at-limit', ?) ON CONFLICT(key) DO UPDATE SET "
+                    "value=min(CAST(value AS INTEGER), CAST(excluded.value AS INTEGER))",
+                    (min(batch.refused_at),),
+                )
             if own:
                 db.execute("COMMIT")
         except BaseException:
             if own:
                 self._rollback()
             raise
+
+    def refused_at_limit(self) -> Optional[int]:
+        """The decompression limit (Store.max_object) under which the cache noted blocks as
+        unreadable because they claimed more, or None. Under another limit they may read:
+        the store then reads the files again rather than trust that damage."""
+        try:
+            row = self.db.execute("SELECT value FROM meta WHERE key='refused-at-limit'").fetchone()
+        except sqlite3.Error:
+            return None
+        return int(row[0]) if row else None
 
     # -- queries -------------------------------------------------------------------
 
@@ -605,7 +647,7 @@ def _busy(err: Exception) -> bool:
 class IndexBatch:
     """Rows gathered while scanning or writing, applied in one SQLite transaction."""
 
-    __slots__ = ("objects", "writers", "claims", "partials", "closed", "files", "keyframes", "redactions")
+    __slots__ = ("objects", "writers", "claims", "partials", "closed", "files", "keyframes", "redactions", "refused_at")
 
     def __init__(self):
         self.keyframes: list = []
@@ -616,6 +658,7 @@ class IndexBatch:
         self.closed: list = []
         self.files: list = []
         self.redactions: list = []  # (object, path, kind) of every redaction record
+        self.refused_at: list = []  # the limit (max_object) of each block refused as too large
 
     def extend(self, other: "IndexBatch") -> None:
         for name in self.__slots__:
@@ -623,7 +666,7 @@ class IndexBatch:
 
     def empty(self) -> bool:
         return not (self.objects or self.writers or self.claims or self.partials or self.closed or self.files or self.keyframes
-                    or self.redactions)
+                    or self.redactions or self.refused_at)
 
     def add_ref(self, rec: dict) -> None:
         s, w, n, lc = rec["s"], rec["w"], rec["n"], rec["lc"]

@@ -91,9 +91,15 @@ class Store:
         self.dictionaries = meta.get("version", 0) >= 2
         for sub in ("sessions", "packs"):
             check_not_symlink(os.path.join(self.root, sub))
-        self.max_object = max_object or int(os.environ.get("CTAPE_MAX_OBJECT", DEFAULT_MAX_OBJECT))
+        self.max_object = _max_object(max_object)
         self.writer = self._writer_id()
         self.index = Index(self._index_path(cache_dir))
+        refused = self.index.refused_at_limit()
+        if refused is not None and refused != self.max_object:
+            # records the cache holds as unreadable because they claimed more than another
+            # process's limit may read under this one: the files are read again (and the
+            # cache then notes this limit, if it refuses any)
+            self.index.stale = True
         self._fds: dict[int, int] = {}
         self._known: dict[str, dict[str, int]] = {}  # session -> {file name: size} as last seen
         self.refs_cache = RefsCache()  # session -> (index version, its RefState): Session.refs
@@ -483,6 +489,9 @@ class Store:
         if type_ in framing.BLOCK_TYPES:
             try:
                 inner = self.block_items(fid, offset, body, type_, src)
+            except ObjectTooLarge:
+                batch.refused_at.append(self.max_object)  # unreadable at this limit only: see Index.refused_at_limit
+                return False
             except CorruptObject:
                 return False
             ok = True
@@ -735,6 +744,9 @@ class Store:
     def _not_found(self, h: str):
         """An object the index cannot find: damaged if the tape has damaged records, else not here yet."""
         damaged = [p for p, (_, _, _, c) in self.index.file_rows().items() if c]
+        if damaged and self.index.refused_at_limit() == self.max_object:
+            raise ObjectTooLarge(f"object {h} cannot be read: {', '.join(damaged[:3])} holds records that claim more than the limit of "
+                                 f"{self.max_object} bytes, or are damaged; raise CTAPE_MAX_OBJECT if you trust this tape, and see `ctape fsck`")
         if damaged:
             raise CorruptObject(f"object {h} cannot be read: damaged records in {', '.join(damaged[:3])}; run `ctape fsck`, and `ctape fsck --salvage` to keep what is intact")
         raise EntryNotFound(f"object {h} is not in this tape (not synced yet, or removed)")
@@ -850,6 +862,20 @@ def file_header_problem(rel: str, first) -> Optional[str]:
     session = parts[1] if parts[0] == "sessions" and len(parts) == 3 else None
     fmt = "ctape-segment" if rel.endswith(".seg") else "ctape-pack"
     return header_problem(head, fmt, session, segment_writer(rel))
+
+
+def _max_object(given: Optional[int]) -> int:
+    """The decompression limit: `max_object`, else $CTAPE_MAX_OBJECT, else DEFAULT_MAX_OBJECT;
+    a number of bytes, at least 1."""
+    where = "max_object" if given is not None else "CTAPE_MAX_OBJECT"
+    value: object = given if given is not None else os.environ.get("CTAPE_MAX_OBJECT") or DEFAULT_MAX_OBJECT
+    try:
+        n = int(value) if not isinstance(value, (bool, float)) else None
+    except (TypeError, ValueError):
+        n = None
+    if n is None or n < 1:
+        raise InvalidInput(f"{where} is a number of bytes (at least 1), not {str(value)[:40]!r}; the default is {DEFAULT_MAX_OBJECT}")
+    return n
 
 
 def _damage_level(data: bytes, d: framing.Damage) -> int:
