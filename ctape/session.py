@@ -21,4 +21,5 @@ class Session(history.Session):
     def context(self, ref: Optional[str] = None, policies: Iterable[str] = (), format: str = "openai", resume: str = "drop", max_tokens: Optional[int] = None) -> Any:
         from .ops.context import build_context
 
+        self._not_removed()
         return build_context(self, ref, list(policies), format, resume, max_tokens)

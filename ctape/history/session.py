@@ -399,6 +399,14 @@ class Session:
 
             raise unknown(self.tape, self.name)
 
+    def _not_removed(self) -> None:
+        """Reading a removed session (`session rm`) fails as unknown, as the command line
+        does; a session not written yet reads as empty (its first append creates it)."""
+        from .sessions import is_removed, unknown
+
+        if is_removed(self.view()):
+            raise unknown(self.tape, self.name)
+
     def checkout(self, ref: Optional[str], new_branch: Optional[str] = None) -> RefState:
         """Attach HEAD to a branch, or detach it at an entry; `new_branch` forks a branch there
         (at HEAD when `ref` is None)."""
@@ -476,6 +484,7 @@ class Session:
             return tip
 
     def branches(self) -> list[dict]:
+        self._not_removed()
         st = self.refs()
         conflicts, current = st.conflicts, st.branch  # each worked out once (300,000 branches: once, not per branch)
         return [
@@ -555,6 +564,9 @@ class Session:
     ) -> Iterator[Entry]:
         """Entries newest first from REF (default HEAD), following parents. `all`: from every
         branch and HEAD; `grep`, `since`, `until`, `hidden=False`: as `ctape log` (logview.py)."""
+        if limit is not None and (type(limit) is not int or limit < 0):
+            raise InvalidInput(f"limit is a number of entries (0 or more), not {limit!r}")
+        self._not_removed()
         if all or grep is not None or since is not None or until is not None or not hidden:
             from .logview import Filter, walk
 
@@ -576,6 +588,7 @@ class Session:
 
     def reflog(self) -> list[dict]:
         """Every ref move, newest first. Lines that moved HEAD carry `at`: N of SESSION@{N}."""
+        self._not_removed()
         lines, _ = self._replay()
         return lines
 
@@ -662,9 +675,11 @@ class Session:
     def status(self) -> dict:
         from .recovery import status
 
+        self._not_removed()
         return status(self)
 
     def state(self, ref: Optional[str] = None) -> Any:
+        self._not_removed()
         h = self.tape.resolve(ref, self.name) if ref else self.view().head_hash
         return copy.deepcopy(self.tape.derived(h)["state"])  # the caller's to change: derived values are shared
 

@@ -51,7 +51,8 @@ def require(tape: "Tape", name: str, prefix: bool = True) -> str:
     check_name(name, "session name")
     if tape._session_exists(name):
         return name
-    if prefix:
+    if prefix and not os.path.isdir(tape.store.session_dir(name)):
+        # (a removed session's own name names it, removed: it is not a prefix of another's)
         found = [n for n in live_names(tape) if n.startswith(name)]
         if len(found) == 1:
             return found[0]

@@ -75,6 +75,8 @@ def build_context(session: Optional["Session"], ref: Optional[str], policies: li
         raise InvalidInput(f"unknown format {fmt!r}; use {', '.join(FORMATS)}")
     if resume not in ("prefix", "drop"):
         raise InvalidInput("--resume takes prefix or drop")
+    if max_tokens is not None and (type(max_tokens) is not int or max_tokens < 1):
+        raise InvalidInput(f"max_tokens is a number of tokens (1 or more), not {max_tokens!r}")
     tape = session.tape if session is not None else tape
     if ref is None and session is None:
         raise InvalidInput("context needs a REF or a session")
