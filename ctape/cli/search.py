@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import re
-
 import click
 
 from .base import When, emit_json, json_option, main, need_session, open_tape, session_for, session_option
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
 def _safe(text: str) -> str:
-    """Text for a terminal: control characters shown as escapes, never passed through."""
-    return _CONTROL.sub(lambda m: repr(m.group(0))[1:-1], text)
+    """Text for a terminal: control characters and bidirectional overrides shown as
+    escapes, never passed through (the same rule as log and show: ops/render.py)."""
+    from ..ops.render import clean
+
+    return clean(text, keep_newlines=True)
 
 
 @main.command()

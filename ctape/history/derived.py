@@ -46,6 +46,7 @@ _AGENTS = (
     ("claude-code", "claude-code"),
     ("codex", "codex"),
     ("openai", "openai"),
+    ("gemini", "gemini"),
     ("langgraph", "langgraph"),
     ("openai_agents.item", "openai-agents"),
     ("pydantic_ai.message", "pydantic-ai"),

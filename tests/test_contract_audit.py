@@ -1,0 +1,178 @@
+"""What an audit of SPEC 5, 9, 12 and 13 found, each held here:
+
+- a read under a low decompression limit (CTAPE_MAX_OBJECT, `max_object`) refused blocks
+  as damage in the index cache, for every later process: an intact tape then read as
+  damaged (empty history, appends refused) until the cache was deleted;
+- the limit took any text (an internal error) and any number (0, negative);
+- after `session rm chat`, `-s chat` quietly read `chat2` (a prefix of it);
+- the Python API read a removed session as empty instead of failing as unknown, and took
+  arguments the command line refuses (`limit="x"`, `max_tokens=0`);
+- Gemini sessions had no source; `search` passed bidirectional overrides to the terminal;
+- the index and search caches were created readable by everyone (in an owner-only folder).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import stat
+
+import pytest
+
+from conftest import run_cli, snapshot
+from ctape import CtapeError, InvalidInput, SessionNotFound, Tape
+
+
+def cli(d, *args, env=None, **kw):
+    return run_cli("--dir", d, *args, env=env, **kw)
+
+
+def one_line_error(p, code):
+    err = p.stderr.decode()
+    assert p.returncode == code, (p.returncode, err)
+    assert len(err.splitlines()) == 1 and err.startswith("ctape: error: ") and "Traceback" not in err, err
+    return err
+
+
+@pytest.fixture
+def chat(tape_dir):
+    cli(tape_dir, "append", "user", "--text", "hello there, this is a message", "-s", "chat", check=True)
+    cli(tape_dir, "append", "assistant", "--text", "a reply that is long enough", "-s", "chat", check=True)
+    return tape_dir
+
+
+def oneline(d, *args, env=None):
+    p = cli(d, "log", "-s", "chat", "--oneline", *args, env=env)
+    return p.returncode, p.stdout.decode().splitlines(), p.stderr.decode()
+
+
+# -- the decompression limit -----------------------------------------------------------
+
+
+def test_a_read_under_a_low_limit_leaves_no_damage_behind(chat):
+    rc, lines, _ = oneline(chat)
+    assert rc == 0 and len(lines) == 2
+    rc_low, lines_low, _ = oneline(chat, env={"CTAPE_MAX_OBJECT": "100"})
+    assert lines_low != lines  # the limit did refuse something (else this test proves nothing)
+    # the next process, at the default limit, reads the intact tape whole and writes to it
+    assert oneline(chat) == (0, lines, "")
+    cli(chat, "append", "user", "--text", "more", "-s", "chat", check=True)
+    rc, after, err = oneline(chat)
+    assert rc == 0 and len(after) == 3 and err == ""
+    assert cli(chat, "fsck").returncode == 0
+
+
+def test_the_api_limit_is_this_process_only(chat):
+    with Tape.open(chat, max_object=50) as t:
+        with pytest.raises(CtapeError):
+            [e.payload for e in t.session("chat").log()]
+    with Tape.open(chat) as t:
+        assert [e.payload["content"] for e in t.session("chat").log()] == ["a reply that is long enough", "hello there, this is a message"]
+        assert t.session("chat").status()["damaged"] == []
+
+
+def test_under_the_same_low_limit_the_refusal_stands_and_says_so(chat):
+    low = {"CTAPE_MAX_OBJECT": "100"}
+    oneline(chat, env=low)
+    p = cli(chat, "show", "HEAD", "-s", "chat", env=low)
+    assert p.returncode == 1 and "Traceback" not in p.stderr.decode()
+
+
+@pytest.mark.parametrize("value", ["abc", "-5", "0", "1e9", "12 MB"])
+def test_the_limit_is_a_number_of_bytes(chat, value):
+    before = snapshot(chat)
+    err = one_line_error(cli(chat, "log", "-s", "chat", env={"CTAPE_MAX_OBJECT": value}), 2)
+    assert "CTAPE_MAX_OBJECT" in err and "number of bytes" in err
+    assert snapshot(chat) == before
+
+
+@pytest.mark.parametrize("value", ["abc", -5, 0, 1.5, True])
+def test_the_api_limit_is_a_number_of_bytes(chat, value):
+    with pytest.raises(InvalidInput, match="max_object"):
+        Tape.open(chat, max_object=value)
+
+
+# -- removed sessions ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def removed(tape_dir):
+    cli(tape_dir, "append", "user", "--text", "old secret", "-s", "chat", check=True)
+    cli(tape_dir, "append", "user", "--text", "another conversation", "-s", "chat2", check=True)
+    cli(tape_dir, "session", "rm", "chat", check=True)
+    return tape_dir
+
+
+@pytest.mark.parametrize("command", [["log"], ["status"], ["state"], ["context"], ["branch"]])
+def test_a_removed_sessions_name_does_not_read_another_that_starts_with_it(removed, command):
+    before = snapshot(removed)
+    err = one_line_error(cli(removed, *command, "-s", "chat"), 1)
+    assert "no session 'chat'" in err and "chat2" in err  # the near name is offered, not taken
+    assert snapshot(removed) == before
+    # a prefix still names the one session it starts
+    assert b"another conversation" in cli(removed, "log", "-s", "chat2", check=True).stdout
+
+
+def test_reading_a_removed_session_through_the_api_fails_as_unknown(removed):
+    with Tape.open(removed) as t:
+        s = t.session("chat")
+        for read in (lambda: list(s.log()), s.status, s.state, s.context, s.branches, s.reflog):
+            with pytest.raises(SessionNotFound, match="no session 'chat'"):
+                read()
+        # a session not written yet reads as empty: its first append creates it
+        fresh = t.session("new")
+        assert list(fresh.log()) == [] and fresh.status()["head"] is None and fresh.context() == []
+        # appending to the removed name starts it afresh, and it reads again
+        s.append("user", {"content": "a new start"})
+        assert [e.payload["content"] for e in s.log()] == ["a new start"]
+
+
+# -- API arguments the command line refuses ----------------------------------------------------
+
+
+def test_api_arguments_are_checked_as_the_command_line_checks_them(chat):
+    with Tape.open(chat) as t:
+        s = t.session("chat")
+        for bad in ("x", -1, 1.5):
+            with pytest.raises(InvalidInput, match="limit"):
+                list(s.log(limit=bad))
+        for bad in (0, -5, "x", 2.5):
+            with pytest.raises(InvalidInput, match="max_tokens"):
+                s.context(max_tokens=bad)
+        assert len(list(s.log(limit=0))) == 0 and len(s.context(max_tokens=1)) <= 2
+
+
+# -- sources, terminals, caches -----------------------------------------------------------------
+
+
+def test_gemini_sessions_name_their_agent(tape_dir):
+    files = sorted(glob.glob(os.path.join(os.path.dirname(__file__), "fixtures", "gemini", "session-*")))
+    assert files
+    for f in files:
+        cli(tape_dir, "import", "gemini", f, check=True)
+    rows = [json.loads(line) for line in cli(tape_dir, "sessions", "--json", check=True).stdout.decode().splitlines()]
+    assert len(rows) == len(files) and all(r["source"] and r["source"]["agent"] == "gemini" for r in rows), rows
+
+
+def test_search_never_passes_bidi_overrides_to_the_terminal(tape_dir):
+    cli(tape_dir, "append", "user", json.dumps({"content": "abc \u202eRTL \u2066x\u2069 \x1b[31m"}), "-s", "s", check=True)
+    out = cli(tape_dir, "search", "abc", check=True).stdout.decode()
+    assert "abc" in out and "\\u202e" in out and "\\u2066" in out and "\\x1b" in out
+    assert not any(c in out for c in "\u202e\u2066\u2069\x1b")
+
+
+def test_cache_files_are_their_owners_only(chat, tmp_path):
+    cache = tmp_path / "owner-cache"
+    cache.mkdir()
+    env = {"CTAPE_CACHE_DIR": str(cache)}
+    cli(chat, "search", "hello", env=env, check=True)
+    files = [p for p in cache.rglob("*") if p.is_file()]
+    assert any(p.name == "index.sqlite" for p in files) and any(p.name == "search.sqlite" for p in files)
+    for p in files:
+        assert stat.S_IMODE(p.stat().st_mode) & 0o077 == 0, (p, oct(p.stat().st_mode))
+    # a cache an older version left readable by others is made the owner's only
+    index = next(p for p in files if p.name == "index.sqlite")
+    os.chmod(index, 0o644)
+    cli(chat, "log", "-s", "chat", env=env, check=True)
+    assert stat.S_IMODE(index.stat().st_mode) == 0o600
