@@ -176,3 +176,21 @@ def test_cache_files_are_their_owners_only(chat, tmp_path):
     os.chmod(index, 0o644)
     cli(chat, "log", "-s", "chat", env=env, check=True)
     assert stat.S_IMODE(index.stat().st_mode) == 0o600
+
+
+def test_a_symlink_in_one_session_leaves_the_others_listed(tape_dir, tmp_path):
+    """SPEC 14: damage in one session never stops work on the others. A symlink where a
+    segment should be is refused (reading through it could leave the tape), for that
+    session only: `sessions` lists the others, and marks it damaged."""
+    cli(tape_dir, "append", "user", "--text", "a", "-s", "s1", check=True)
+    cli(tape_dir, "append", "user", "--text", "b", "-s", "s2", check=True)
+    (seg,) = (tape_dir / "sessions" / "s1").glob("*.seg")
+    outside = tmp_path / "elsewhere.seg"
+    os.replace(seg, outside)
+    os.symlink(outside, seg)
+    rows = {json.loads(line)["session"]: json.loads(line) for line in cli(tape_dir, "sessions", "--json", check=True).stdout.decode().splitlines()}
+    assert rows["s2"]["entries"] == 1 and not rows["s2"]["damaged"]
+    assert rows["s1"]["damaged"] and rows["s1"]["head"] is None
+    assert b"s2" in cli(tape_dir, "sessions", check=True).stdout
+    err = one_line_error(cli(tape_dir, "log", "-s", "s1"), 1)
+    assert "symlink" in err

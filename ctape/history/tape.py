@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Iterator, Optional
 
 from . import derived, tags
 from ..model.canonical import internalize, is_hash
-from ..model.errors import AmbiguousRef, CorruptObject, EntryNotFound, RefNotFound
+from ..model.errors import AmbiguousRef, CorruptObject, EntryNotFound, RefNotFound, UnsafePath
 from ..model.models import NAME_RE, Entry, kind_value
 from ..model import refs as refmod
 from ..model.refs import HEAD
@@ -284,7 +284,14 @@ class Tape:
         out = []
         for name in self.store.sessions():
             st = self._session_class(self, name)
-            refs = st.view()
+            try:
+                refs = st.view()
+            except UnsafePath:
+                # a symlink where one of its files should be: that session cannot be read
+                # (its commands say why); the others are listed as ever (SPEC 14)
+                out.append({"session": name, "head": None, "branch": None, "entries": 0, "last_time": None, "damaged": True,
+                            "current": name == chosen})
+                continue
             if is_removed(refs):
                 continue
             if not refs.claims and not st.damage() and not self.store.index.open_partials(name):
