@@ -194,3 +194,11 @@ def test_a_symlink_in_one_session_leaves_the_others_listed(tape_dir, tmp_path):
     assert b"s2" in cli(tape_dir, "sessions", check=True).stdout
     err = one_line_error(cli(tape_dir, "log", "-s", "s1"), 1)
     assert "symlink" in err
+
+
+@pytest.mark.parametrize("path", [None, 5, ""])
+def test_a_tape_is_opened_by_a_folders_path(path):
+    """SPEC 9: the API's errors derive from CtapeError (a TypeError was raised)."""
+    for call in (Tape.open, Tape.init):
+        with pytest.raises(InvalidInput, match="path of its folder"):
+            call(path)

@@ -8,11 +8,11 @@ from __future__ import annotations
 import os
 from collections import OrderedDict
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Iterator, Optional
 
 from . import derived, tags
 from ..model.canonical import internalize, is_hash
-from ..model.errors import AmbiguousRef, CorruptObject, EntryNotFound, RefNotFound, UnsafePath
+from ..model.errors import AmbiguousRef, CorruptObject, EntryNotFound, InvalidInput, RefNotFound, UnsafePath
 from ..model.models import NAME_RE, Entry, kind_value
 from ..model import refs as refmod
 from ..model.refs import HEAD
@@ -61,12 +61,12 @@ class Tape:
 
     @classmethod
     def init(cls, path: str | os.PathLike = ".ctape", **kw) -> "Tape":
-        Store.init(os.fspath(path))
-        return cls(Store(os.fspath(path), **kw))
+        Store.init(_folder(path))
+        return cls(Store(_folder(path), **kw))
 
     @classmethod
     def open(cls, path: str | os.PathLike = ".ctape", **kw) -> "Tape":
-        return cls(Store(os.fspath(path), **kw))
+        return cls(Store(_folder(path), **kw))
 
     @property
     def _session_class(self) -> type["Session"]:
@@ -351,3 +351,13 @@ class Tape:
         from .sessions import copy
 
         return copy(self, src, new)
+
+
+def _folder(path: Any) -> str:
+    """A tape's path as given to init and open; InvalidInput (a CtapeError) for anything
+    that is not one, as the API's errors all are."""
+    if isinstance(path, bytes):
+        path = os.fsdecode(path)
+    if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
+        raise InvalidInput(f"a tape is opened by the path of its folder (a str or os.PathLike), not {path!r}")
+    return os.fspath(path)
