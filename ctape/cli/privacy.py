@@ -45,17 +45,23 @@ def scan(ctx, session, as_json, allow_id, add_pattern, kind):
         return
     names = _sessions(ctx, session)
     result = scanmod.scan(tape, names, on_missing=lambda m: click.echo(f"ctape: warning: {m}", err=True))
-    for f in result["findings"]:
+    found = result["findings"] + result["streams"]
+    for f in found:
         if as_json:
             emit_json(f.to_json())
+        elif f.stream:
+            click.echo(f"{f.id}  {f.session}  stream {f.hash[:8]}  (interrupted stream)  {f.kind}  {f.preview}")
         else:
             click.echo(f"{f.id}  {f.session}  {f.hash[:12]}  {f.path}  {f.kind}  {f.preview}")
     if not as_json:
-        n = len(result["findings"])
+        n = len(found)
         allowed = f", {result['allowed']} allowed" if result["allowed"] else ""
-        click.echo(f"{n} finding{'s' if n != 1 else ''} in {len(names)} session{'s' if len(names) != 1 else ''}{allowed}"
-                   + ("; `ctape redact --scan` takes them out, `ctape scan --allow ID` keeps one" if n else ""), err=True)
-    if result["findings"]:
+        hint = "; `ctape redact --scan` takes them out, `ctape scan --allow ID` keeps one" if n else ""
+        if result["streams"]:
+            s = result["streams"][0].session
+            hint += f"; an interrupted stream's text is redacted once `ctape recover -s {s}` made it an entry"
+        click.echo(f"{n} finding{'s' if n != 1 else ''} in {len(names)} session{'s' if len(names) != 1 else ''}{allowed}{hint}", err=True)
+    if found:
         ctx.exit(EXIT_FAIL)
 
 

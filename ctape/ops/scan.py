@@ -71,10 +71,11 @@ def _id_key(key: Optional[str]) -> bool:
 @dataclass(frozen=True)
 class Finding:
     session: str
-    hash: str
+    hash: str  # the entry's hash; for a find in an interrupted stream, the stream's id
     path: str
     kind: str
     preview: str
+    stream: bool = False  # in the text of an interrupted stream (partial records), not in an entry
 
     @property
     def id(self) -> str:
@@ -82,7 +83,55 @@ class Finding:
         return blake3(f"{self.hash}|{self.path}|{self.kind}".encode()).hexdigest()[:16]
 
     def to_json(self) -> dict:
+        if self.stream:
+            return {"id": self.id, "session": self.session, "hash": None, "stream": self.hash, "path": self.path, "kind": self.kind, "preview": self.preview}
         return {"id": self.id, "session": self.session, "hash": self.hash, "path": self.path, "kind": self.kind, "preview": self.preview}
+
+
+STREAM_PATH = "$.stream"  # where a find in an interrupted stream's text is said to be
+
+
+def stream_runs(pieces: Iterable[tuple[int, str]]) -> list[str]:
+    """The text of a stream's partial records ((offset, text) pieces, in any order, some
+    possibly repeated) put together: each run of pieces that join or overlap is one string,
+    so a secret cut by a flush is seen whole, and text past a gap is seen too."""
+    runs: list[list] = []
+    for off, text in sorted(pieces):
+        if runs and off <= runs[-1][0] + len(runs[-1][1]):
+            start, have = runs[-1]
+            if off + len(text) > start + len(have):
+                runs[-1][1] = have[: off - start] + text
+        else:
+            runs.append([off, text])
+    return [t for _, t in runs if t]
+
+
+def scan_streams(streams: dict[tuple[str, str], list[tuple[int, str]]], detectors: Detectors) -> list[Finding]:
+    """Findings in the text of streams: {(session, stream id): [(offset, text)]} (one
+    finding per stream and kind; the preview masks every find, as for entries)."""
+    keys, texts = [], []
+    for key, pieces in sorted(streams.items()):
+        for text in stream_runs(pieces):
+            keys.append(key)
+            texts.append(text)
+    out: list[Finding] = []
+    seen: set[tuple] = set()
+    for (session, sid), text, sp in zip(keys, texts, detectors.spans_many(texts, [True] * len(texts))):
+        for span in sp:
+            if (session, sid, span[2]) not in seen:
+                seen.add((session, sid, span[2]))
+                out.append(Finding(session, sid, STREAM_PATH, span[2], preview(text, sp, span), stream=True))
+    return out
+
+
+def open_stream_pieces(tape: "Tape", session: str) -> dict[tuple[str, str], list[tuple[int, str]]]:
+    """The partial records of the session's interrupted streams (not recorded as an entry
+    yet: `ctape recover` does that), as the index holds them: {(session, id): [(off, text)]}."""
+    out: dict[tuple[str, str], list[tuple[int, str]]] = {}
+    for p in tape.store.index.open_partials(session):
+        if isinstance(p.get("text"), str) and isinstance(p.get("off"), int):
+            out.setdefault((session, p["stream"]), []).append((p["off"], p["text"]))
+    return out
 
 
 # -- detectors ----------------------------------------------------------------------------------
@@ -866,10 +915,22 @@ def scan(tape: "Tape", sessions: Optional[Iterable[str]] = None, *, include_allo
                 skipped += 1
             else:
                 findings.append(f)
+        # the text of interrupted streams: in the session's files, and uploaded by push,
+        # but in no entry until `ctape recover` records it as one (which redact can reach)
+        pieces: dict[tuple[str, str], list[tuple[int, str]]] = {}
+        for name in names:
+            pieces.update(open_stream_pieces(tape, name))
+        streams = []
+        for f in scan_streams(pieces, detectors):
+            if f.id in allowed and not include_allowed:
+                skipped += 1
+            else:
+                streams.append(f)
     finally:
         if cache is not None:
             cache.close()
-    return {"findings": findings, "allowed": skipped, "bytes": sc.bytes, "detect_secrets": detectors.have_detect_secrets, "cached": walk.cached}
+    return {"findings": findings, "streams": streams, "allowed": skipped, "bytes": sc.bytes,
+            "detect_secrets": detectors.have_detect_secrets, "cached": walk.cached}
 
 
 def scan_entries(tape: "Tape", items: Iterable[tuple], records: Optional[dict[str, bytes]] = None) -> list[Finding]:

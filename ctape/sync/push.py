@@ -16,6 +16,7 @@ prefix can ever be an older version of a file that later grew (docs/format.md 1a
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import time
 from collections import deque
@@ -23,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterable, Optional
 
 from ..model.errors import CtapeError, InvalidInput
+from ..store import framing
 from ..store.files import open_for_reading, pread_all
 from . import layout
 from .backend import Backend, RemoteError
@@ -87,7 +89,6 @@ def check_secrets(tape, sessions: list[str], allow_secrets: bool, files: Optiona
             f"not pushing: {len(left)} redacted value(s) still have their bytes in this copy's files "
             f"(first: {left[0][:12]}); run `ctape compact` first (it drops them), or push with --allow-secrets")
     from ..ops.scan import scan_entries
-    from ..store import framing
     from ..store.files import TYPE_BLOB, TYPE_ENTRY
     from ..store.store import TYPE_WITHHELD
 
@@ -96,6 +97,8 @@ def check_secrets(tape, sessions: list[str], allow_secrets: bool, files: Optiona
         files = [(s, rel.rsplit("/", 1)[1]) for s in sessions for rel in store.list_files(s) if rel.startswith(f"sessions/{s}/")]
     ends: dict[str, int] = {}
     blobs: dict[str, bytes] = {}  # large values read on the way, for the entries after them
+    streams: dict[tuple[str, str], list[tuple[int, str]]] = {}  # partial records: the text of streams
+    recorded: dict[tuple[str, str], set[str]] = {}  # stream -> the entries the ref record that ended it set
 
     def items():
         # each entry with its record as the file holds it: the check reads every file once
@@ -103,17 +106,22 @@ def check_secrets(tape, sessions: list[str], allow_secrets: bool, files: Optiona
         for s, file in files:
             try:
                 for rec in store.scan_file(f"sessions/{s}/{file}", ends=ends):
-                    if isinstance(rec, framing.Record) and rec.type == framing.T_OBJECT and len(rec.body) > 33:
+                    if not isinstance(rec, framing.Record):
+                        continue
+                    if rec.type == framing.T_OBJECT and len(rec.body) > 33:
                         h = rec.body[:32].hex()
                         if rec.body[32] == TYPE_BLOB:
                             blobs[h] = rec.body
                         elif rec.body[32] in (TYPE_ENTRY, TYPE_WITHHELD) and h not in seen:
                             seen.add(h)
                             yield s, h, rec.body
+                    elif rec.type in (framing.T_PARTIAL, framing.T_REF):
+                        _note_stream(s, rec, streams, recorded)
             except (OSError, CtapeError):
                 continue  # a file gone or damaged meanwhile: what it holds is not read here either
 
     found = scan_entries(tape, items(), blobs)
+    _check_streams(tape, streams, recorded)
     if found:
         bad = sorted({f.session for f in found})
         first = found[0]
@@ -122,6 +130,63 @@ def check_secrets(tape, sessions: list[str], allow_secrets: bool, files: Optiona
             f"(first: {first.kind} in {first.hash[:12]} at {first.path}); see `ctape scan -s {bad[0]}`, then "
             "`ctape redact --scan -s SESSION` or `ctape scan --allow ID`, or push with --allow-secrets")
     return ends
+
+
+def _note_stream(session: str, rec, streams: dict, recorded: dict) -> None:
+    """Keep a partial record's text (an interrupted stream's, in no entry yet), or, from a
+    ref record that ended a stream (`recover`, or the stream's own end), the entries it set."""
+    import json
+
+    try:
+        r = json.loads(rec.body)
+    except ValueError:
+        return
+    if not isinstance(r, dict) or not isinstance(r.get("stream"), str):
+        return
+    key = (session, r["stream"])
+    if rec.type == framing.T_PARTIAL:
+        if isinstance(r.get("text"), str) and type(r.get("off")) is int:
+            streams.setdefault(key, []).append((r["off"], r["text"]))
+    elif isinstance(r.get("set"), dict):
+        recorded.setdefault(key, set()).update(v for v in r["set"].values() if isinstance(v, str) and len(v) == 64)
+
+
+def _check_streams(tape, streams: dict, recorded: dict) -> None:
+    """The text of interrupted streams in the bytes to upload (partial records: the text
+    that arrived before a crash) is checked like an entry. A stream still open is checked
+    whole (every record of it the index knows, so a secret cut by a flush is seen); one that
+    ended (recorded as an entry) is left to its entry, unless that entry was redacted: then
+    its partial records still hold the text, and only `compact` drops them."""
+    from ..ops.scan import Detectors, load_settings, open_stream_pieces, scan_streams
+
+    if not streams:
+        return
+    red = tape.redactions()
+    settings = load_settings(tape)
+    allowed = set(settings["allowed"])
+    todo: dict[tuple[str, str], list[tuple[int, str]]] = {}
+    open_ = {}
+    for s in sorted({s for s, _ in streams}):
+        open_.update(open_stream_pieces(tape, s))
+    for key, pieces in streams.items():
+        entries = recorded.get(key, set())
+        if key in open_:
+            todo[key] = pieces + open_[key]
+        elif any(h in red for h in entries):
+            raise SecretsFound(
+                f"not pushing: the interrupted stream {key[1][:8]} of session {key[0]} was recorded as entry "
+                f"{sorted(entries)[0][:12]}, since redacted, and its partial records still hold the text; "
+                "run `ctape compact` first (it drops them), or push with --allow-secrets")
+        elif not entries:
+            todo[key] = pieces  # ended by a record this push does not read: judged by its text
+    found = [f for f in scan_streams(todo, Detectors(settings["patterns"])) if f.id not in allowed]
+    if found:
+        f = found[0]
+        raise SecretsFound(
+            f"not pushing: {len(found)} likely secret(s) in the text of an interrupted stream (first: {f.kind} in "
+            f"stream {f.hash[:8]} of session {f.session}, finding {f.id}); `ctape recover -s {f.session}` records it "
+            f"as an entry, then `ctape redact --scan -s {f.session}` and `ctape compact`; or `ctape scan --allow ID`, "
+            "or push with --allow-secrets")
 
 
 def _read_range(path: str, start: int, end: int, own: bool) -> bytes:
