@@ -131,3 +131,51 @@ def test_push_follow_style_second_push_sees_the_stream_whole(tmp_path):
     p = cli(a, "push", check=False)
     assert p.returncode == 1 and b"interrupted stream" in p.stderr, p.stderr
 
+
+# -- 2. temp files a killed push left on a folder remote ------------------------------------------
+
+
+KILL_AT_LINK = """
+import os, sys
+real = os.link
+def link(src, dst, *a, **k):
+    if "/f/" in dst:
+        os.kill(os.getpid(), 9)  # killed between writing the temp file and linking it
+    return real(src, dst, *a, **k)
+os.link = link
+sys.argv = ["ctape", "--dir", sys.argv[1], "push", "--allow-secrets"]
+from ctape.cli import main
+main()
+"""
+
+
+def test_compact_remote_removes_temp_files_a_killed_push_left_once_past_the_grace(tmp_path):
+    import subprocess
+    import sys
+
+    a, remote = tmp_path / "A", tmp_path / "remote"
+    remote.mkdir()
+    t = Tape.init(a)
+    t.session("chat").append("user", {"content": "hello"})
+    t.close()
+    cli(a, "remote", "add", "origin", f"file://{remote}")
+    cli(a, "push")
+    secret = "zebrafishcrown77"
+    cli(a, "append", "user", "--text", f"db password: {secret}", "-s", "chat")
+    p = subprocess.run([sys.executable, "-c", KILL_AT_LINK, str(a)], capture_output=True)
+    assert p.returncode == -9
+    temps = [f for f in holding(secret, remote) if os.path.basename(f).startswith(".tmp-")]
+    assert temps  # the killed write's bytes, under a name no listing shows
+
+    cli(a, "push", "--allow-secrets")
+    cli(a, "redact", "-s", "chat", "--pattern", secret)
+    # young: a live push could still be writing it, so a run with a grace leaves it
+    out = json.loads(cli(a, "compact", "--remote", "origin", "--grace", "1h", "--json").stdout)
+    assert out["deleted"]["leftovers"] == 0 and os.path.exists(remote / temps[0])
+    # past the grace (here: now), it goes with the rest
+    out = json.loads(cli(a, "compact", "--remote", "origin", "--grace", "now", "--expire", "now", "--json").stdout)
+    assert out["deleted"]["leftovers"] == len(temps)
+    assert holding(secret, remote) == []
+    b = tmp_path / "B"
+    run_cli("clone", f"file://{remote}", b, check=True)
+    assert cli(b, "fsck", check=False).returncode == 0

@@ -149,6 +149,9 @@ def compact_remote(tape, backend: Backend, name: str, expire="90d", grace="14d",
     now = time.time()
     deleted = {"files": 0, "bytes": 0, "objects": 0}
     deferred = ""
+    # what killed writes left that no key names (a folder's temp files): removed once older
+    # than the grace period, like a plan, so that no live push is still writing one
+    deleted["leftovers"] = backend.remove_leftovers(grace_s)
     # finish what a killed run started, this copy's or another's (a redacted value must not
     # wait on the remote for that copy's next run): an execution record whose files still
     # have pieces
