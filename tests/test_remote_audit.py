@@ -179,3 +179,118 @@ def test_compact_remote_removes_temp_files_a_killed_push_left_once_past_the_grac
     b = tmp_path / "B"
     run_cli("clone", f"file://{remote}", b, check=True)
     assert cli(b, "fsck", check=False).returncode == 0
+
+
+# -- 3. damage in one session does not hold the others' deletions back --------------------------
+
+
+from test_remote import remote_url, s3env, seaweed  # noqa: E402,F401  (fixtures: a folder, or a SeaweedFS bucket)
+
+
+def remote_blobs(url: str, seaweed_server=None) -> dict[str, bytes]:
+    """Every object of the remote: key -> bytes."""
+    from ctape.sync.backend import open_backend
+
+    b = open_backend(url)
+    return {k: b.get(k) for k, _, _ in b.list("")}
+
+
+def holds(blobs: dict[str, bytes], needle: str) -> list[str]:
+    import zstandard
+
+    n, out = needle.encode(), []
+    for k, data in blobs.items():
+        hit, i = n in data, data.find(ZSTD_MAGIC)
+        while i >= 0 and not hit:
+            try:
+                hit = n in zstandard.ZstdDecompressor().decompressobj().decompress(data[i:])
+            except zstandard.ZstdError:
+                pass
+            i = data.find(ZSTD_MAGIC, i + 1)
+        if hit:
+            out.append(k)
+    return out
+
+
+def test_a_damaged_session_defers_only_its_own_remote_deletions(tmp_path, remote_url):
+    a = tmp_path / "A"
+    t = Tape.init(a)
+    for i in range(3):
+        t.session("chat").append("user", {"content": f"chat {i}"})
+        t.session("other").append("user", {"content": f"other {i}"})
+    secret = "zebrafishcrown99"
+    t.session("chat").append("user", {"content": f"db password {secret}"})
+    t.close()
+    cli(a, "remote", "add", "origin", remote_url)
+    cli(a, "push", "--allow-secrets")
+    cli(a, "append", "user", "--text", "other 4", "-s", "other")
+    newest = sorted((a / "sessions" / "other").iterdir())[-1]
+    data = bytearray(newest.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # damage inside the session's newest record
+    newest.write_bytes(bytes(data))
+    other_before = {k for k in remote_blobs(remote_url) if k.startswith("f/other/")}
+
+    cli(a, "redact", "-s", "chat", "--pattern", secret)
+    p = cli(a, "compact", "--remote", "origin", "--grace", "now", "--json")
+    out = json.loads(p.stdout)
+    assert out["deleted"]["files"] >= 1 and "other" in out["deferred"], out
+    after = remote_blobs(remote_url)
+    assert holds(after, secret) == []  # the healthy session's old files went
+    assert other_before <= set(after)  # the damaged session's stay, every piece
+    b = tmp_path / "B"
+    run_cli("clone", remote_url, b, check=True)
+    shown = cli(b, "export", "chat").stdout
+    assert b"chat 2" in shown and secret.encode() not in shown
+    assert b"other 2" in cli(b, "export", "other").stdout
+
+
+def test_a_session_whose_pack_did_not_reach_the_remote_keeps_its_old_files_there(tmp_path):
+    """The per-session rule never deletes a file whose replacement is not on the remote:
+    here chat's pack is refused (its key holds other bytes), so chat's old files stay,
+    while other's go; a clone still has every entry."""
+    from ctape.sync.backend import FileBackend
+    from ctape.sync.prune import compact_remote
+
+    class RefusesChatsPack(FileBackend):
+        def put_if_absent(self, key, data):
+            if key.startswith("f/chat/pack-"):
+                super().put_if_absent(key, b"not the pack")
+                return False
+            return super().put_if_absent(key, data)
+
+    a, remote = tmp_path / "A", tmp_path / "remote"
+    remote.mkdir()
+    t = Tape.init(a)
+    for i in range(3):
+        t.session("chat").append("user", {"content": f"chat {i}"})
+        t.session("other").append("user", {"content": f"other {i}"})
+    t.close()
+    cli(a, "remote", "add", "origin", f"file://{remote}")
+    cli(a, "push")
+    cli(a, "append", "user", "--text", "chat 3", "-s", "chat")
+    cli(a, "append", "user", "--text", "other 3", "-s", "other")
+    cli(a, "push")
+    chat_before = {k for k in remote_blobs(f"file://{remote}") if k.startswith("f/chat/")}
+
+    t = Tape.open(a)
+    try:
+        out = compact_remote(t, RefusesChatsPack(str(remote), f"file://{remote}"), "origin", grace=0)
+    finally:
+        t.close()
+    assert out["deleted"]["files"] >= 1 and "chat" in out["deferred"], out
+    after = set(remote_blobs(f"file://{remote}"))
+    assert chat_before <= after
+    assert not any(k.startswith("f/other/") and ".seg/" in k for k in after)  # other's segments went
+    assert any(p["files"] for p in out["pending"])  # chat's part waits in a plan of its own
+    os.unlink(next(remote.glob("f/chat/pack-*/*")))  # the junk goes; the next run sends the pack
+    t = Tape.open(a)
+    try:
+        out = compact_remote(t, FileBackend(str(remote), f"file://{remote}"), "origin", grace=0)
+    finally:
+        t.close()
+    assert out["deferred"] == "" and not any(".seg/" in k for k in remote_blobs(f"file://{remote}"))
+    b = tmp_path / "B"
+    run_cli("clone", f"file://{remote}", b, check=True)
+    assert b"chat 0" in cli(b, "export", "chat").stdout and b"chat 3" in cli(b, "export", "chat").stdout
+    assert cli(b, "fsck", check=False).returncode == 0
+

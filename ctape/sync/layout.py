@@ -248,9 +248,10 @@ def pack_ok(file: str, data: bytes) -> bool:
     return file == f"pack-{blake3(data).hexdigest()[:32]}.pack"
 
 
-def encode_deletion(store, compactor: str, n: int, files: list[dict], done: bool) -> bytes:
-    """A plan (d/) or its execution (x/): the files, each with the end the remote held."""
-    t = time.time()
+def encode_deletion(store, compactor: str, n: int, files: list[dict], done: bool, t: Optional[float] = None) -> bytes:
+    """A plan (d/) or its execution (x/): the files, each with the end the remote held.
+    `t`: the plan's time (default now; a part of a plan that waits keeps the plan's)."""
+    t = time.time() if t is None else t
     body = {
         "format": DELETION_FORMAT,
         "version": 1,

@@ -143,7 +143,12 @@ def compact_remote(tape, backend: Backend, name: str, expire="90d", grace="14d",
         end = _remote_end(state, key)
         if (s, file) in before and (s, file) not in after and before[(s, file)] >= end and int(state["have"].get(key, 0)) == end:
             replaced[(s, file)] = end
-    all_up = all(int(state["have"].get(f"{s}/{file}", 0)) >= size for (s, file), size in after.items() if layout.file_ok(s, file))
+    # a file is deleted only once its session's files as this run left them (its pack, and
+    # any it kept) are all on the remote: the pack holds every live object of the session's
+    # old files (a pack keeps each live object its session's files held), so nothing the old
+    # file held is then only here. Per session, so that a session whose push stopped at a
+    # damaged record defers its own deletions only (SPEC section 14)
+    not_up = sorted({s for (s, file), size in after.items() if layout.file_ok(s, file) and int(state["have"].get(f"{s}/{file}", 0)) < size})
     plans, done = _own_plans(store, backend, warn)
     me = store.writer
     now = time.time()
@@ -173,13 +178,21 @@ def compact_remote(tape, backend: Backend, name: str, expire="90d", grace="14d",
         if grace_s <= 0:
             due.append(n_new)
         n_new += 1
-    if due and not all_up:
-        deferred = "not every pack reached the remote"
-    elif due and _changed_since(store, backend, state, warn):
+    if due and _changed_since(store, backend, state, warn):
         deferred = "another copy pushed during the compaction"
     elif due:
         for n in due:
             ok = [f for f in plans[n]["files"] if replaced.get((f["session"], f["file"])) == f["end"]]
+            wait = [f for f in ok if f["session"] in not_up]
+            if wait:
+                ok = [f for f in ok if f["session"] not in not_up]
+                if not ok:
+                    continue  # the plan waits whole, for a run that pushes those sessions
+                # the rest goes now; these wait in a plan of their own, as old as this one
+                while not backend.put_if_absent(layout.plan_key(me, n_new), layout.encode_deletion(store, me, n_new, wait, done=False, t=plans[n]["time"])):
+                    n_new += 1
+                plans[n_new] = {"n": n_new, "time": plans[n]["time"], "files": wait}
+                n_new += 1
             g = None
             if ok:
                 g = _announce(store, backend, state, n)
@@ -193,6 +206,11 @@ def compact_remote(tape, backend: Backend, name: str, expire="90d", grace="14d",
                 layout.note_gone(state, f, g)
             state["pruned"].append(n)
             done[n] = {"files": ok}
+    if not_up and not deferred:
+        # said even when none of its files was due: its files stay on the remote until it is
+        # pushed whole (a damaged session: `fsck --salvage`, then this again)
+        deferred = (f"session{'s' if len(not_up) > 1 else ''} {', '.join(not_up[:5])} not wholly on the remote "
+                    "(damaged? see `ctape fsck`): deletions of its files wait; the other sessions' went ahead")
     state.save(store)
     pending = [{"n": n, "files": len(plans[n]["files"]), "bytes": sum(f["end"] for f in plans[n]["files"]),
                 "due_in_seconds": max(0, round(plans[n]["time"] + grace_s - now))} for n in sorted(plans) if n not in done]
