@@ -22,6 +22,7 @@ class CtapeGroup(click.Group):
         """Usage errors as one line on stderr (exit 2), like every other error."""
         kwargs["standalone_mode"] = False
         warnings.showwarning = _show_warning
+        _hold_closed_descriptors()
         try:
             rv = super().main(*args, **kwargs)
         except click.exceptions.Abort:
@@ -99,6 +100,39 @@ def _quiet_broken_pipe():
     except OSError:
         pass
     sys.exit(EXIT_FAIL)
+
+
+def _hold_closed_descriptors() -> None:
+    """Descriptors 0, 1 and 2 that were closed when ctape started get /dev/null: the next
+    file opened would otherwise take the number, and a tape file could be read as stdin or
+    written as stdout. sys.stdin and sys.stdout stay None, so need_stdin and need_stdout
+    still see them closed."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            try:
+                os.open(os.devnull, os.O_RDWR)  # the lowest free number: this one
+            except OSError:
+                return
+
+
+def need_stdin(hint: str) -> None:
+    """InvalidInput (exit 2) before anything is written when stdin was closed (`<&-`);
+    `hint` says what to give instead."""
+    from ..errors import InvalidInput
+
+    if sys.stdin is None:
+        raise InvalidInput(f"stdin is closed; {hint}")
+
+
+def need_stdout() -> None:
+    """InvalidInput (exit 2) before a command whose output is data starts, when stdout was
+    closed (`>&-`): the data would go nowhere."""
+    from ..errors import InvalidInput
+
+    if sys.stdout is None:
+        raise InvalidInput("stdout is closed; give the command somewhere to write: a file, a pipe or the terminal")
 
 
 def _is_tape(path: str) -> bool:
@@ -180,8 +214,17 @@ def readable(entries):
 
 def warn_damage(tape, session) -> None:
     """One line on stderr when a session is read from damaged files (what reads back is shown)."""
+    from ..errors import CtapeError
+
     if session:
-        damaged = tape.session(session).damage()
+        s = tape.session(session)
+        try:  # damage is known once a read meets it: HEAD's entry is read here (usually cached)
+            head = s.refs().head_hash
+            if head:
+                tape.read_entry(head)
+        except CtapeError:
+            pass  # what cannot be read is the damage found, or the command's own error
+        damaged = s.damage()
         if damaged:
             click.echo(f"ctape: warning: session {session!r} has damaged records in {damaged[0]}: showing what is readable; "
                        "run `ctape fsck --salvage` to keep it and write again", err=True)
@@ -204,23 +247,58 @@ def echo_lines(lines, use_pager: bool) -> None:
         click.echo(text)
 
 
-def session_for(ctx: click.Context, ref: str | None, session: str | None) -> str | None:
-    """The session a log-like command reads: -s, else the session a REF names, else the
-    default session (None when a REF names no session and there is no default)."""
-    if session is not None or not ref:
-        return need_session(ctx, session)
-    from ..errors import CtapeError
+def session_in_ref(tape, ref: str) -> str | None:
+    """The existing session a REF names by its first part (`chat`, `chat/alt`, `chat~2`,
+    `chat@{1}`), or None."""
     from ..model.models import NAME_RE
 
+    s = ref.split("~")[0].split("^")[0].split("@{")[0].split("/")[0]
+    return s if NAME_RE.fullmatch(s) and tape._session_exists(s) else None
+
+
+def session_for(ctx: click.Context, ref: str | None, session: str | None, also: tuple = ()) -> str | None:
+    """The session a log-like command reads: -s, else the session a REF names, else the
+    default session. None when a REF names no session and there is no default, if the REF
+    (and each of `also`) needs none: a full hash or a hex prefix. A REF that needs one
+    (HEAD, a branch, tag or anchor name, @{N}) with several sessions and none chosen is the
+    error that lists them (SPEC 5), as without a REF."""
+    if session is not None or not ref:
+        return need_session(ctx, session)
+    from ..errors import CtapeError, NoDefaultSession
+
     tape = open_tape(ctx)
-    base = ref.split("~")[0].split("^")[0].split("@{")[0]
-    s = base.split("/")[0]
-    if NAME_RE.fullmatch(s) and tape._session_exists(s):
-        return s
+    named = session_in_ref(tape, ref)
+    if named is not None:
+        return named
     try:
         return need_session(ctx, None)
-    except CtapeError:
+    except NoDefaultSession as e:
+        needs = next((r for r in (ref, *also) if _needs_session(tape, r)), None)
+        if needs is not None:
+            raise NoDefaultSession(f"{needs!r} needs a session: {e}") from None
         return None
+    except CtapeError:  # a chosen session that is gone: the REF may still name an entry
+        return None
+
+
+def _needs_session(tape, ref: str) -> bool:
+    """True when REF can only be read in a session: its base is no session, no
+    SESSION/BRANCH and no hex digits that may be an entry's hash or prefix (so HEAD, a
+    branch, tag or anchor name), or it takes @{N} without naming a session; and the tape
+    has several sessions to choose from."""
+    from ..errors import CtapeError
+    from ..history.sessions import live_names
+    from ..model.refspec import parse_ref
+
+    try:
+        spec = parse_ref(ref)
+    except CtapeError:
+        return False  # the command says what is wrong with it
+    if "/" in spec.base or session_in_ref(tape, ref) is not None:
+        return False
+    if spec.reflog is None and len(spec.base) >= 4 and all(c in "0123456789abcdefABCDEF" for c in spec.base):
+        return False  # an entry's hash or prefix: its own error says when none matches
+    return len(live_names(tape)) > 1
 
 
 class Duration(click.ParamType):

@@ -17,6 +17,8 @@ from .base import (
     json_option,
     main,
     need_session,
+    need_stdin,
+    need_stdout,
     open_tape,
     pager_option,
     session_for,
@@ -88,6 +90,8 @@ def append(ctx, kind, payload, session, metas, delta, as_text, time_):
         if not sep or not k:
             raise InvalidInput(f"--meta takes KEY=VALUE, got {m!r}")
         meta[k] = v
+    if payload in (None, "-"):
+        need_stdin("give PAYLOAD as an argument, or pipe it in")
     text = _read_stdin_text() if payload in (None, "-") else payload
     if as_text:
         value = {"content": text}
@@ -136,6 +140,7 @@ def stream(ctx, session, interval):
     """
     from ..history.stream import run_cli_stream
 
+    need_stdin("pipe the assistant message in: my-llm-client | ctape stream -s NAME")
     e = run_cli_stream(open_tape(ctx).session(need_session(ctx, session, exists=False)), interval)
     if e is not None:
         click.echo(e.hash)
@@ -175,8 +180,9 @@ def log(ctx, refs, session, limit, kinds, grep, since, until, reverse, all_, hid
     from ..ops import render
     from ..history.logview import Filter, start_points, walk
 
+    need_stdout()
     tape = open_tape(ctx)
-    name = session_for(ctx, refs[0] if refs else None, session)
+    name = session_for(ctx, refs[0] if refs else None, session, also=refs[1:])
     flt = Filter.make(kinds, grep, since, until, hidden)
     for r in refs:
         warn_ambiguous(tape, r, name)
@@ -226,6 +232,7 @@ def show(ctx, ref, session, with_meta, as_json, no_pager):
     """
     from ..ops import render
 
+    need_stdout()
     tape = open_tape(ctx)
     name = session_for(ctx, ref, session)
     warn_ambiguous(tape, ref, name)
@@ -234,6 +241,7 @@ def show(ctx, ref, session, with_meta, as_json, no_pager):
         emit_json(e.to_json())
     else:
         echo_lines(render.show(e, meta=with_meta), not no_pager)
+    warn_damage(tape, name)
 
 
 @main.command()
@@ -260,12 +268,14 @@ def context(ctx, ref, session, policies, fmt, resume, max_tokens):
     """
     from ..ops.context import build_context
 
+    need_stdout()
     tape = open_tape(ctx)
     name = session_for(ctx, ref, session)
     warn_ambiguous(tape, ref, name)
     s = tape.session(name) if name else None
     out = build_context(s, ref, list(policies), fmt, resume, max_tokens, tape=tape)
     click.echo(json.dumps(out, ensure_ascii=False, indent=2))
+    warn_damage(tape, name)
 
 
 @main.command()
@@ -280,6 +290,7 @@ def state(ctx, ref, session):
       ctape state -s chat
       ctape state chat~10
     """
+    need_stdout()
     tape = open_tape(ctx)
     name = session_for(ctx, ref, session)
     warn_ambiguous(tape, ref, name)
@@ -288,3 +299,4 @@ def state(ctx, ref, session):
         click.echo(json.dumps(tape.derived(h)["state"], ensure_ascii=False, indent=2))
         return
     click.echo(json.dumps(tape.session(name).state(ref), ensure_ascii=False, indent=2))
+    warn_damage(tape, name)

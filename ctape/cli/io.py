@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Optional
 
 import click
 
-from .base import main, open_tape, session_option
+from .base import main, need_stdin, need_stdout, open_tape, session_in_ref, session_option, warn_damage
 
 
 FORMATS = ("jsonl", "claude-code", "codex", "openai", "gemini")
@@ -32,7 +33,9 @@ def import_(ctx, args, session):
       ctape import jsonl backup.jsonl
       zstdcat rollout.jsonl.zst | ctape import codex -
     """
+    from ..errors import CtapeError
     from ..formats import import_files
+    from ..formats.reading import spooled
 
     fmt, files = (args[0], list(args[1:])) if args[0] in FORMATS else (None, list(args))
     if not files:
@@ -40,8 +43,48 @@ def import_(ctx, args, session):
     for f in files:
         if os.path.isdir(f):
             raise click.BadParameter(f"{f!r} is a directory; give the transcript files in it", param_hint="FILE")
-    for line in import_files(open_tape(ctx), fmt, files, session, progress=sys.stderr.isatty()):
+    if "-" in files:
+        need_stdin("give the transcript as a FILE, or pipe it in")
+    tape = open_tape(ctx)
+    progress = sys.stderr is not None and sys.stderr.isatty()
+    if len(files) == 1:  # its importer checks it before writing anything
+        lines = import_files(tape, fmt, files, session, progress=progress)
+    else:
+        with spooled(files) as readable:
+            for path in readable:  # every file first: one refused imports nothing
+                _check_format(path, fmt)
+            try:
+                lines = import_files(tape, fmt, readable, session, progress=progress)
+            except CtapeError as e:  # found only while importing: a full disk, a broken file
+                err = CtapeError(f"{e}; the files listed before the one that failed may be imported already "
+                                 "(once it is fixed, run the command again: what the tape holds adds nothing)")
+                err.exit_code = e.exit_code
+                raise err from None
+    for line in lines:
         click.echo(line, err=True)
+
+
+def _check_format(path: str, fmt: Optional[str]) -> None:
+    """Refuse, before anything is written, a file whose format cannot be told from its first
+    records (formats.detect), or, when a FORMAT is named, is another one: a later file
+    refused would otherwise leave the earlier ones imported."""
+    from ..errors import InvalidInput
+    from ..formats.detect import detect
+    from ..formats.reading import real_path
+
+    if fmt is None:
+        detect(path)  # says what is wrong, and that naming the format may help
+        return
+    try:
+        found = detect(path)
+    except InvalidInput:
+        if not os.access(real_path(path), os.R_OK):
+            raise  # "cannot read FILE: why"
+        found = None
+    if found != fmt:
+        seen = f"its first records are {found}" if found else "its first records are in no format ctape knows"
+        raise InvalidInput(f"{path}: not a {fmt} transcript ({seen}); nothing was imported: "
+                           "name the format it is in, or leave FORMAT out to detect each file's")
 
 
 @main.command()
@@ -58,6 +101,7 @@ def export(ctx, ref, fmt):
     """
     from ..formats import export_notes, export_ref
 
+    need_stdout()
     # bytes: a source line that was not UTF-8 comes back as a str with surrogate escapes,
     # and goes out as the bytes it was (docs/import.md)
     out = sys.stdout.buffer
@@ -67,3 +111,4 @@ def export(ctx, ref, fmt):
     out.flush()
     for note in export_notes(tape, ref, fmt):
         click.echo(f"note: {note}", err=True)
+    warn_damage(tape, session_in_ref(tape, ref))

@@ -6,7 +6,7 @@ import warnings
 
 import click
 
-from .base import echo_lines, emit_json, json_option, main, need_session, open_tape, pager_option, session_option
+from .base import echo_lines, emit_json, json_option, main, need_session, need_stdout, open_tape, pager_option, session_option
 from .search import _safe, summary_of
 
 
@@ -132,6 +132,9 @@ def checkout(ctx, ref, new_branch, session):
 def branch(ctx, name, ref, delete, force_delete, session, as_json):
     """List branches, create NAME at REF (default HEAD), or delete one.
 
+    -d and -D take one NAME: a command deletes one branch, or none when it is
+    refused (unlike `git branch -d a b`, more names are a usage error, exit 2).
+
     \b
     Examples:
       ctape branch -s chat
@@ -143,9 +146,14 @@ def branch(ctx, name, ref, delete, force_delete, session, as_json):
 
     if delete is not None and force_delete is not None:
         raise click.UsageError("give -d or -D, not both")
+    gone = delete if delete is not None else force_delete
+    if gone is not None and name is not None:
+        flag = "-d" if delete is not None else "-D"
+        raise click.UsageError(f"{flag} takes one branch name: ctape branch {flag} NAME (one command for each branch)")
+    if gone is None and name is None:
+        need_stdout()
     tape = open_tape(ctx)
     s = tape.session(need_session(ctx, session))
-    gone = delete if delete is not None else force_delete
     if gone is not None:
         tip = s.delete_branch(gone, force=force_delete is not None)
         click.echo(f"Deleted branch {gone} (was {tip[:12]})", err=True)
@@ -192,6 +200,7 @@ def reflog(ctx, session_arg, session, limit, as_json, no_pager):
     """
     from ..ops import render
 
+    need_stdout()
     tape = open_tape(ctx)
     name = need_session(ctx, session_arg if session_arg is not None else session)
     rows = tape.session(name).reflog()
@@ -234,13 +243,14 @@ def tag(ctx, name, ref, delete, force, session, as_json):
     s = tape.session(need_session(ctx, session))
     if delete is not None:
         if name is not None:
-            raise click.UsageError("-d takes one tag name: ctape tag -d NAME")
+            raise click.UsageError("-d takes one tag name: ctape tag -d NAME (one command for each tag)")
         h = s.delete_tag(delete)
         click.echo(f"deleted tag {delete} (was {h[:12]})", err=True)
         return
     if name is None:
         if force:
             raise click.UsageError("-f needs a tag NAME to move")
+        need_stdout()
         rows = s.tags()
         width = max([len(t["name"]) for t in rows] or [0])
         for t in rows:

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from .base import CtapeGroup, emit_json, json_option, main, need_session, open_tape, session_option, warn_damage
+from .base import CtapeGroup, emit_json, json_option, main, need_session, need_stdout, open_tape, session_option, warn_damage
 
 
 @main.command()
@@ -30,6 +30,7 @@ def sessions(ctx, as_json):
     from ..history.sessions import listing, source_text
     from ..ops.render import clean, fit
 
+    need_stdout()
     rows = listing(open_tape(ctx))
     if as_json:
         for r in rows:
@@ -91,6 +92,8 @@ def session_use(ctx, name, clear):
     """
     if (name is None) == (not clear):
         raise click.UsageError("give a session NAME, or --clear")
+    if name is not None:
+        name = need_session(ctx, name)  # a unique prefix names the session it starts
     open_tape(ctx).use_session(name)
     click.echo(f"default session is now {name}" if name else "no default session now", err=True)
 
@@ -177,6 +180,7 @@ def status(ctx, session, hidden, as_json):
     from ..history.logview import is_hidden, newest_visible
     from ..history.sessions import summary
 
+    need_stdout()
     tape = open_tape(ctx)
     s = tape.session(need_session(ctx, session))
     st = s.status()

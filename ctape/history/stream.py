@@ -220,12 +220,18 @@ def run_cli_stream(session: "Session", interval: float) -> Optional[Entry]:
         with writer:
             while True:
                 chunk = os.read(0, 65536)
+                try:
+                    writer.write(decoder.decode(chunk, final=not chunk))
+                except UnicodeDecodeError as e:
+                    # the text before the bad byte (of this read, and of any sequence left
+                    # open by the last) goes in too: the stream ends interrupted, keeping it
+                    writer.write(e.object[: e.start].decode("utf-8"))
+                    if writer.size:
+                        n = f"{writer.size:,} character" + ("s" if writer.size > 1 else "")
+                        raise InvalidInput(f"stdin is not valid UTF-8 after {n}; the text before the bad byte was kept as a streaming entry") from None
+                    raise InvalidInput("stdin is not valid UTF-8 from its first byte; nothing was recorded: convert it to UTF-8 first") from None
                 if not chunk:
-                    writer.write(decoder.decode(b"", final=True))
                     break
-                writer.write(decoder.decode(chunk))
-    except UnicodeDecodeError:
-        raise InvalidInput("stdin is not valid UTF-8; the text before the bad byte was kept as a streaming entry") from None
     except StreamInterrupted as e:
         err = CtapeError(f"stream interrupted by signal {e.signum}; the partial text was recorded as a streaming entry")
         err.exit_code = 128 + e.signum
