@@ -166,6 +166,17 @@ def test_a_hash_or_prefix_needs_no_session(tape_dir):
     assert p.returncode == 0 and json.loads(p.stdout)["hash"] == two
 
 
+def test_diff_asks_for_a_session_when_its_second_ref_needs_one(tape_dir):
+    one, two = add(tape_dir, "a", "one", "two")
+    add(tape_dir, "b", "three")
+    before = snapshot(tape_dir)
+    p = run_cli("--dir", tape_dir, "diff", one, "main")
+    assert p.returncode == 2
+    one_line_error(p, "'main' needs a session", "several sessions (a, b)")
+    assert snapshot(tape_dir) == before
+    assert run_cli("--dir", tape_dir, "diff", one, "a/main").returncode == 0
+
+
 # -- 4. branch -d takes one name ---------------------------------------------------------------------
 
 

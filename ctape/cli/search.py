@@ -88,7 +88,7 @@ def diff(ctx, ref1, ref2, session, stat, limit, as_json):
     from ..ops.diff import diff as diff_of, payload_diff
 
     tape = open_tape(ctx)
-    name = session_for(ctx, ref1, session)
+    name = session_for(ctx, ref1, session, also=(ref2,))
     d = diff_of(tape, ref1, ref2, name, limit=None if as_json or limit == 0 else limit, stat=stat)
     if as_json:
         emit_json(d.to_json())
