@@ -294,3 +294,49 @@ def test_a_session_whose_pack_did_not_reach_the_remote_keeps_its_old_files_there
     assert b"chat 0" in cli(b, "export", "chat").stdout and b"chat 3" in cli(b, "export", "chat").stdout
     assert cli(b, "fsck", check=False).returncode == 0
 
+
+# -- 4 and 5. credentials typed into a URL are refused, never echoed; a bad endpoint is one line --
+
+
+SECRETS = ("AKIAIOSFODNN7EXAMPLE", "wJalrXUtnFEMIK7MDENG", "hunter2pw")
+
+
+def refused_quietly(p, tape_before, d) -> str:
+    err = p.stderr.decode()
+    assert p.returncode == 2 and len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert not any(s in err or s in p.stdout.decode() for s in SECRETS), err
+    assert snapshot(d) == tape_before
+    return err
+
+
+def test_credentials_in_any_url_are_refused_without_echoing_them(tmp_path):
+    a = tmp_path / "A"
+    Tape.init(a).session("chat").append("user", {"content": "hi"})
+    before = snapshot(a)
+    for args in (
+        ("remote", "add", "r1", "https://AKIAIOSFODNN7EXAMPLE:wJalrXUtnFEMIK7MDENG@mybucket.s3.amazonaws.com/p"),
+        ("remote", "add", "r2", "file://me:hunter2pw@/srv/tapes"),
+        ("remote", "add", "r3", "s3://bucket/p", "--endpoint", "ftp://me:hunter2pw@host/"),
+        ("remote", "add", "r4", "s3://AKIAIOSFODNN7EXAMPLE:wJalrXUtnFEMIK7MDENG@bucket/p"),
+        ("remote", "add", "r5", "me:hunter2pw@host/p"),
+    ):
+        err = refused_quietly(cli(a, *args, check=False), before, a)
+        assert "***" in err and "credentials" in err
+    p = run_cli("clone", "https://AKIAIOSFODNN7EXAMPLE:wJalrXUtnFEMIK7MDENG@host/x", tmp_path / "C")
+    refused_quietly(p, {}, tmp_path / "C")
+    p = run_cli("clone", "s3://bucket/x", tmp_path / "C", "--endpoint", "http://me:hunter2pw@127.0.0.1:9")
+    refused_quietly(p, {}, tmp_path / "C")
+
+
+def test_aws_endpoint_url_is_checked_like_endpoint(tmp_path):
+    a = tmp_path / "A"
+    Tape.init(a).session("chat").append("user", {"content": "hi"})
+    cli(a, "remote", "add", "origin", "s3://bucket/p")
+    before = snapshot(a)
+    env = {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s", "AWS_REGION": "us-east-1"}
+    err = refused_quietly(cli(a, "push", check=False, env={**env, "AWS_ENDPOINT_URL": "http://me:hunter2pw@127.0.0.1:9"}), before, a)
+    assert "AWS_ENDPOINT_URL" in err and "***" in err
+    for cmd, bad in ((("push",), "127.0.0.1:9000"), (("pull",), "http://"), (("remote", "show"), "http://host:notaport")):
+        err = refused_quietly(cli(a, *cmd, check=False, env={**env, "AWS_ENDPOINT_URL": bad}), before, a)
+        assert "AWS_ENDPOINT_URL" in err and "http://HOST:PORT" in err, err
+

@@ -79,16 +79,46 @@ class Backend:
         return 0
 
 
+_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*://)?[^/?#]*@")
+
+
+def mask_url(url: str) -> str:
+    """The URL with whatever stands before an `@` in its host part (user:secret) as `***`:
+    what an error message may show of a URL someone typed credentials into."""
+    return _USERINFO.sub(lambda m: (m.group(1) or "") + "***@", url, count=1)
+
+
+def refuse_credentials(url: str, what: str = "a remote URL") -> None:
+    """Credentials never go in a URL (SPEC section 17): refused in one line that does not
+    echo them (the part before `@` shows as ***)."""
+    if mask_url(url) != url:
+        raise InvalidInput(f"{what} must not hold credentials ({mask_url(url)}): use the AWS variables or a profile")
+
+
+def check_endpoint(endpoint: str, what: str = "endpoint") -> str:
+    """An S3 endpoint: http(s)://HOST[:PORT][/PATH], no credentials (`--endpoint`, and
+    AWS_ENDPOINT_URL as boto3 would read it: checked here first, so a bad one is one line)."""
+    refuse_credentials(endpoint, f"an {what}" if what[0] in "aeiou" else what)
+    u = urlparse(endpoint)
+    try:
+        u.port  # noqa: B018 - raises on a port that is not a number
+        ok = u.scheme in ("http", "https") and bool(u.hostname)
+    except ValueError:
+        ok = False
+    if not ok:
+        raise InvalidInput(f"bad {what} {endpoint!r}: write http://HOST:PORT or https://HOST")
+    return endpoint
+
+
 def parse_url(url: str) -> tuple[str, str, str]:
     """("s3", bucket, prefix) or ("file", path, "")."""
+    refuse_credentials(url)
     u = urlparse(url)
     if u.scheme == "file":
         if u.netloc not in ("", "localhost") or not u.path.startswith("/"):
             raise InvalidInput(f"bad remote URL {url!r}: write file:///ABSOLUTE/PATH")
         return "file", os.path.normpath(u.path), ""
     if u.scheme == "s3":
-        if "@" in u.netloc or u.password or u.username:
-            raise InvalidInput("a remote URL must not hold credentials: use the AWS variables or a profile")
         if not _BUCKET.fullmatch(u.netloc or ""):
             raise InvalidInput(f"bad remote URL {url!r}: the bucket must be 3-63 characters of a-z, 0-9, '.' and '-'")
         prefix = u.path.strip("/")
@@ -102,6 +132,8 @@ def parse_url(url: str) -> tuple[str, str, str]:
 
 def open_backend(url: str, endpoint: Optional[str] = None, name: str = "") -> Backend:
     kind, where, prefix = parse_url(url)
+    if endpoint is not None:
+        check_endpoint(endpoint)
     if kind == "file":
         return FileBackend(where, url)
     return S3Backend(where, prefix, endpoint, url, name)
@@ -239,7 +271,12 @@ class S3Backend(Backend):
         self.bx = bx
         self.bucket, self.prefix, self.url = bucket, prefix, url
         self.where = f"remote {name!r} ({url})" if name else url
-        self.endpoint = endpoint or os.environ.get("AWS_ENDPOINT_URL") or None
+        self.endpoint = endpoint
+        if not endpoint:
+            # as boto3 would read them (the S3 one first), checked here: one line, no secret
+            for var in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"):
+                if os.environ.get(var):
+                    self.endpoint = self.endpoint or check_endpoint(os.environ[var], var)
         cfg = botocore.config.Config(
             retries={"max_attempts": 4, "mode": "standard"},
             # push and pull transfer 8 at a time: each thread keeps its own connection

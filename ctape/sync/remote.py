@@ -19,7 +19,7 @@ from typing import Optional
 from ..model.errors import InvalidInput, StorageError
 from ..model.models import NAME_RE
 from ..store.localstate import _write, cache_folder
-from .backend import Backend, open_backend, parse_url
+from .backend import Backend, check_endpoint, open_backend, parse_url
 
 CONFIG = "remotes.json"
 STATE_VERSION = 3
@@ -58,10 +58,8 @@ def check_remote_name(name: str) -> str:
 def add(store, name: str, url: str, endpoint: Optional[str] = None) -> dict:
     check_remote_name(name)
     parse_url(url)
-    if endpoint is not None and not endpoint.startswith(("http://", "https://")):
-        raise InvalidInput(f"bad endpoint {endpoint!r}: write http://HOST:PORT or https://HOST")
-    if endpoint and "@" in endpoint.split("//", 1)[1].split("/", 1)[0]:
-        raise InvalidInput("an endpoint must not hold credentials: use the AWS variables or a profile")
+    if endpoint is not None:
+        check_endpoint(endpoint)
     found = remotes(store)
     if name in found:
         raise InvalidInput(f"remote {name!r} exists already; `ctape remote rm {name}` first")
