@@ -340,3 +340,28 @@ def test_aws_endpoint_url_is_checked_like_endpoint(tmp_path):
         err = refused_quietly(cli(a, *cmd, check=False, env={**env, "AWS_ENDPOINT_URL": bad}), before, a)
         assert "AWS_ENDPOINT_URL" in err and "http://HOST:PORT" in err, err
 
+
+# -- 6. a refusal names a command that resolves it -------------------------------------------------
+
+
+def test_a_secret_in_a_removed_session_or_deleted_branch_gets_a_hint_that_works(tmp_path):
+    a, remote = tmp_path / "A", tmp_path / "remote"
+    remote.mkdir()
+    t = Tape.init(a)
+    t.session("keep").append("user", {"content": "hello"})
+    t.session("gone").append("user", {"content": "key AKIASESSIONRMXX12345 oops"})
+    t.close()
+    cli(a, "session", "rm", "gone")
+    cli(a, "branch", "side", "-s", "keep")
+    cli(a, "checkout", "side", "-s", "keep")
+    cli(a, "append", "user", "--text", "key AKIABRANCHDELETED777 oops", "-s", "keep")
+    cli(a, "checkout", "main", "-s", "keep")
+    cli(a, "branch", "-D", "side", "-s", "keep")
+    cli(a, "remote", "add", "origin", f"file://{remote}")
+    p = cli(a, "push", check=False)
+    err = p.stderr.decode()
+    assert p.returncode == 1 and len(err.splitlines()) == 1 and "ctape scan -s gone" not in err, err
+    assert "ctape compact --expire now --grace now" in err
+    cli(a, "compact", "--expire", "now", "--grace", "now")
+    cli(a, "push")
+    assert holding("AKIASESSIONRMXX12345", remote) == [] and holding("AKIABRANCHDELETED777", remote) == []

@@ -127,9 +127,24 @@ def check_secrets(tape, sessions: list[str], allow_secrets: bool, files: Optiona
         first = found[0]
         raise SecretsFound(
             f"not pushing: {len(found)} likely secret(s) in session(s) {', '.join(bad[:5])}{' ...' if len(bad) > 5 else ''} "
-            f"(first: {first.kind} in {first.hash[:12]} at {first.path}); see `ctape scan -s {bad[0]}`, then "
-            "`ctape redact --scan -s SESSION` or `ctape scan --allow ID`, or push with --allow-secrets")
+            f"(first: {first.kind} in {first.hash[:12]} at {first.path}); {_way_out(tape, first)}")
     return ends
+
+
+def _way_out(tape, first) -> str:
+    """What resolves a finding: `scan` and `redact --scan` see the entries a session's refs
+    reach, but push checks the files, which also hold entries of a removed session or of a
+    deleted branch until `compact` drops them (after their ref records expire)."""
+    from ..ops.scan import scan
+
+    drop = ("`ctape compact --expire now --grace now` drops it from this copy's files, "
+            "or push with --allow-secrets")
+    if first.session not in tape.session_names():
+        return f"session {first.session} was removed, but its entries stay in the files until compact: {drop}"
+    if first.id not in {f.id for f in scan(tape, [first.session])["findings"]}:
+        return f"the entry is on no branch of {first.session} (deleted?) and stays in the files until compact: {drop}"
+    return (f"see `ctape scan -s {first.session}`, then `ctape redact --scan -s SESSION` or `ctape scan --allow ID`, "
+            "or push with --allow-secrets")
 
 
 def _note_stream(session: str, rec, streams: dict, recorded: dict) -> None:
