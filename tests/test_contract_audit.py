@@ -202,3 +202,16 @@ def test_a_tape_is_opened_by_a_folders_path(path):
     for call in (Tape.open, Tape.init):
         with pytest.raises(InvalidInput, match="path of its folder"):
             call(path)
+
+
+@pytest.mark.parametrize("name", ["", "a/b", "has space", "two\nlines", "x" * 200])
+def test_an_anchor_gets_a_name_a_ref_can_give_back(tape_dir, name):
+    """`ctape anchor NAME`: a name `checkout NAME` and `log NAME` could never read is refused
+    (exit 2, nothing written), as branch and tag names are; a long one is shown cut, once quoted."""
+    cli(tape_dir, "append", "user", "--text", "hi", "-s", "s", check=True)
+    before = snapshot(tape_dir)
+    err = one_line_error(cli(tape_dir, "anchor", name, "-s", "s"), 2)
+    assert "invalid anchor name" in err and "\"'" not in err
+    assert snapshot(tape_dir) == before
+    cli(tape_dir, "anchor", "tests-green", "-s", "s", check=True)
+    assert json.loads(cli(tape_dir, "show", "tests-green", "-s", "s", "--json", check=True).stdout)["kind"] == "anchor"

@@ -119,6 +119,9 @@ def anchor(ctx, name, session):
       ctape anchor tests-green -s chat
       ctape log --kind anchor -s chat
     """
+    from ..model.models import check_name
+
+    check_name(name, "anchor name")  # a name a REF can give back (checkout NAME, log NAME)
     e = open_tape(ctx).session(need_session(ctx, session, exists=False)).append("anchor", {"name": name})
     click.echo(e.hash)
 

@@ -93,9 +93,9 @@ def check_name(name: str, what: str = "name") -> str:
     """Validate a session or branch name before it is used anywhere, paths included.
     A "branch name" must also not read as something else in a REF (check_branch_name)."""
     if not isinstance(name, str) or not NAME_RE.fullmatch(name) or name.endswith(".lock"):
-        shown = name if isinstance(name, str) and len(name) <= 40 else (repr(name)[:40] + "...")
+        shown = repr(name) if not isinstance(name, str) or len(name) <= 40 else repr(name[:40]) + "..."
         raise InvalidName(
-            f"invalid {what} {shown!r}: use 1-128 of A-Z a-z 0-9 . _ -, starting with a letter or digit, not ending in .lock"
+            f"invalid {what} {shown}: use 1-128 of A-Z a-z 0-9 . _ -, starting with a letter or digit, not ending in .lock"
         )
     if what == "branch name":
         if name in RESERVED_BRANCHES:
