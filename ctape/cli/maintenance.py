@@ -124,9 +124,12 @@ def _compact_remote(tape, name, expire, grace, dry_run, allow_secrets, progress,
     loc, d = r["local"], r["deleted"]
     click.echo(f"kept {loc['kept_objects']} objects ({loc['kept_bytes']} bytes), freed {loc['freed_objects']} objects "
                f"({loc['freed_bytes']} bytes); files {loc['files_before']} -> {loc['files_after']}")
-    click.echo(f"remote {name}: pushed {r['pushed']} bytes, deleted {d['files']} file{'' if d['files'] == 1 else 's'} ({d['bytes']} bytes) in {r['requests']} requests")
+    left = f", and {d['leftovers']} file{'' if d['leftovers'] == 1 else 's'} a killed push left" if d.get("leftovers") else ""
+    click.echo(f"remote {name}: pushed {r['pushed']} bytes, deleted {d['files']} file{'' if d['files'] == 1 else 's'} ({d['bytes']} bytes){left} in {r['requests']} requests")
     if r["deferred"]:
-        click.echo(f"remote {name}: deletions deferred ({r['deferred']}); run it again", err=True)
+        # a damaged session's deletions wait for `fsck --salvage` (the reason says so); the others for another run
+        again = "" if "fsck" in r["deferred"] else "; run it again"
+        click.echo(f"remote {name}: deletions deferred ({r['deferred']}){again}", err=True)
     for p in r["pending"]:
         when = "now" if p["due_in_seconds"] == 0 else f"in {_duration(p['due_in_seconds'])}"
         click.echo(f"remote {name}: plan {p['n']}: {p['files']} file{'' if p['files'] == 1 else 's'} ({p['bytes']} bytes) to delete, due {when}", err=True)
