@@ -439,3 +439,30 @@ def test_python_stream_exception_records_partial(tape_dir, tmp_path):
     assert entries[0]["payload"] == {"content": "".join(chunk(i) for i in range(12))}
     assert cli(tape_dir, "recover", "-s", S).stdout.decode().strip() == ""
     assert len(log_entries(tape_dir)) == 2
+
+
+def test_a_second_stream_records_the_one_a_killed_writer_left_first(tape_dir):
+    """SPEC 6: an interrupted stream becomes one `streaming` entry no later than the next
+    write to the session, and a stream is one: the second stream, killed too, goes on after
+    the first one's entry (not on a side branch beside it), and status names the newest."""
+    cli(tape_dir, "append", "user", "--text", "q", "-s", S, check=True)
+    for text in ("first partial", "second partial"):
+        feeder = subprocess.Popen([sys.executable, "-c", f"import os, time; os.write(1, {text!r}.encode()); time.sleep(60)"], stdout=subprocess.PIPE)
+        streamer = subprocess.Popen([sys.executable, "-m", "ctape", "--dir", str(tape_dir), "stream", "-s", S, "--interval", "0.05"], stdin=feeder.stdout)
+        feeder.stdout.close()
+        deadline = time.time() + 20
+        while text not in json.dumps(cli_json(tape_dir, "status", "-s", S).get("interrupted_stream") or {}):
+            assert time.time() < deadline, "the stream's text never reached the tape"
+            time.sleep(0.05)
+        streamer.send_signal(signal.SIGKILL)
+        streamer.wait()
+        feeder.kill()
+        feeder.wait()
+    status = cli_json(tape_dir, "status", "-s", S)
+    assert "second partial" in json.dumps(status["interrupted_stream"])
+    cli(tape_dir, "recover", "-s", S, check=True)
+    entries = log_entries(tape_dir)
+    assert [(e["kind"], e["payload"].get("content")) for e in entries] == [
+        ("streaming", "second partial"), ("streaming", "first partial"), ("user", "q")]
+    branches = cli(tape_dir, "branch", "-s", S, "--json", check=True).stdout.decode().splitlines()
+    assert [json.loads(line)["name"] for line in branches] == ["main"]  # no stream-* branch beside it

@@ -67,6 +67,9 @@ class StreamWriter:
         self._started = False
 
     def __enter__(self) -> "StreamWriter":
+        # a stream is a write to the session: one a dead writer left open is recorded first
+        # (as the next append would), so this one goes on after it, not beside it
+        recover(self.session)
         refs = self.session.refs()
         self.base, self.branch = refs.head_hash, refs.branch
         self._thread = threading.Thread(target=self._ticker, name="ctape-stream-flush", daemon=True)
