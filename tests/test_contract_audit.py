@@ -215,3 +215,14 @@ def test_an_anchor_gets_a_name_a_ref_can_give_back(tape_dir, name):
     assert snapshot(tape_dir) == before
     cli(tape_dir, "anchor", "tests-green", "-s", "s", check=True)
     assert json.loads(cli(tape_dir, "show", "tests-green", "-s", "s", "--json", check=True).stdout)["kind"] == "anchor"
+
+
+@pytest.mark.parametrize("chunk", [b"x", 5, None])
+def test_a_stream_takes_text_and_says_so_as_a_ctape_error(tape, chunk):
+    s = tape.session("s")
+    with pytest.raises(CtapeError, match="stream chunks are str") as ei:
+        with s.stream() as w:
+            w.write("kept ")
+            w.write(chunk)
+    assert isinstance(ei.value, TypeError)  # and still what Python code expects of a wrong type
+    assert [e.payload["content"] for e in s.log()] == ["kept "]  # what came before is an interrupted stream's entry

@@ -35,6 +35,11 @@ _JSON = json.JSONEncoder(ensure_ascii=False)
 PIECE = 16 << 20  # characters of text in one partial record at most
 
 
+class NotText(InvalidInput, TypeError):
+    """A chunk that is not text: a CtapeError, as every error of the API is, and still the
+    TypeError Python code expects for a value of the wrong type."""
+
+
 class StreamTooLong(InvalidInput):
     """A stream passed its limit; the text up to it is kept as a `streaming` entry."""
 
@@ -78,7 +83,7 @@ class StreamWriter:
 
     def write(self, chunk: str) -> None:
         if not isinstance(chunk, str):
-            raise TypeError("stream chunks are str")
+            raise NotText(f"stream chunks are str, not {type(chunk).__name__}; decode bytes first")
         n = _stored_size(chunk)
         with self._lock:
             if self.bytes + n > self.limit:
