@@ -365,3 +365,36 @@ def test_a_secret_in_a_removed_session_or_deleted_branch_gets_a_hint_that_works(
     cli(a, "compact", "--expire", "now", "--grace", "now")
     cli(a, "push")
     assert holding("AKIASESSIONRMXX12345", remote) == [] and holding("AKIABRANCHDELETED777", remote) == []
+
+
+# -- 7. a push refused for a secret leaves the copy as it was, even when it must compact first ---
+
+
+def test_a_push_refused_for_a_secret_has_not_compacted_the_copy(tmp_path):
+    """A copy that still holds files the remote's compaction deleted compacts before it
+    pushes (so that what others may need goes up in its packs). When the secrets check
+    refuses the push, that compaction must not have happened: SPEC 2, a rejected command
+    leaves the tape byte-identical."""
+    a, b, remote = tmp_path / "A", tmp_path / "B", tmp_path / "R"
+    remote.mkdir()
+    env_a = {"CTAPE_CACHE_DIR": str(tmp_path / "cache-a"), "CTAPE_WRITER": "alpha"}
+    env_b = {"CTAPE_CACHE_DIR": str(tmp_path / "cache-b"), "CTAPE_WRITER": "beta"}
+    Tape.init(a).close()
+    for text in ("one", "two"):
+        cli(a, "append", "user", "--text", text, "-s", "chat", env=env_a)
+    cli(a, "remote", "add", "origin", f"file://{remote}", env=env_a)
+    cli(a, "push", env=env_a)
+    run_cli("clone", f"file://{remote}", b, env=env_b, check=True)
+    cli(a, "compact", "--remote", "origin", "--grace", "now", env=env_a)  # deletes files B still holds
+    cli(b, "append", "user", "--text", "key AKIAREFUSEDPUSH12345 x", "-s", "chat", env=env_b)
+    before = snapshot(b)
+    p = cli(b, "push", check=False, env=env_b)
+    assert p.returncode == 1 and b"not pushing" in p.stderr and b"compacting this copy first" not in p.stderr
+    assert snapshot(b) == before
+    # allowed, the push compacts as it must and goes through
+    p = cli(b, "push", "--allow-secrets", env=env_b)
+    assert b"compacting this copy first" in p.stderr
+    c = tmp_path / "C"
+    run_cli("clone", f"file://{remote}", c, env={"CTAPE_CACHE_DIR": str(tmp_path / "cache-c"), "CTAPE_WRITER": "gamma"}, check=True)
+    assert [e["payload"]["content"] for e in map(json.loads, cli(c, "log", "-s", "chat", "--json", env={"CTAPE_CACHE_DIR": str(tmp_path / "cache-c")}).stdout.splitlines())] == [
+        "key AKIAREFUSEDPUSH12345 x", "two", "one"]

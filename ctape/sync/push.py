@@ -338,6 +338,11 @@ def push(tape, backend: Backend, name: str, sessions: Iterable[str] = (), allow_
         learn(store, backend, state, warn)
     held = _gone_held(store, state)
     if held:
+        # the compaction changes this copy: a push the check would refuse must not have made
+        # it (SPEC section 2: a rejected command leaves the tape as it was). Every file of the
+        # chosen sessions is checked first (the scan cache answers for entries seen before);
+        # the files the push then uploads are checked again below
+        check_secrets(tape, chosen, allow_secrets)
         warn(f"the remote's compaction deleted {len(held)} file(s) this copy still holds; compacting this copy first, so that what it needs goes up in its packs")
         tape.compact()
         # what the compaction kept as it was (a session already in one pack with nothing
