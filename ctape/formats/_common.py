@@ -115,12 +115,40 @@ def read_whole(f) -> bytes:
 
 
 class Line:
-    """One non-blank line of a JSON Lines file: where it is and what it holds."""
+    """One non-blank line of a JSON Lines file: where it is and what it holds.
 
-    __slots__ = ("number", "offset", "length", "value", "ok")
+    `whole` is False only for the file's last line when it has no line end and is not
+    complete JSON text: a line the tool may still be writing (see unfinished_note). Any
+    other line that is not a value ctape can store (`ok` False) is kept verbatim."""
 
-    def __init__(self, number: int, offset: int, length: int, value: Any, ok: bool):
-        self.number, self.offset, self.length, self.value, self.ok = number, offset, length, value, ok
+    __slots__ = ("number", "offset", "length", "value", "ok", "whole")
+
+    def __init__(self, number: int, offset: int, length: int, value: Any, ok: bool, whole: bool = True):
+        self.number, self.offset, self.length, self.value, self.ok, self.whole = number, offset, length, value, ok, whole
+
+
+def is_json_text(raw: bytes) -> bool:
+    """True when `raw` is complete JSON text, whatever values it holds (1e400, NaN, an
+    integer of thousands of digits, deep nesting: ctape keeps such a line as text)."""
+    try:
+        json.loads(raw, parse_int=str, parse_float=str, parse_constant=str)
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        return False
+    return True
+
+
+def unfinished_note(lines: list) -> str:
+    """Drops the last of `lines` (Lines, or objects with a `.line`) when a tool may still be
+    writing it, and says so for the summary line; else "". A complete last line (it ends
+    with a newline, or is complete JSON) stays, kept verbatim if ctape cannot store it as
+    parsed, exactly as the same line in the middle of the file would be."""
+    if not lines:
+        return ""
+    last = getattr(lines[-1], "line", lines[-1])
+    if last.whole:
+        return ""
+    lines.pop()
+    return f"skipped the incomplete last line {last.number} (file still being written?)"
 
 
 def tool_arguments(text: Any) -> Any:
@@ -142,7 +170,8 @@ def open_source(path: str):
 
 
 def scan_lines(f) -> Iterator[Line]:
-    """Every non-blank line with its parsed value (value None and ok False when not JSON).
+    """Every non-blank line with its parsed value (value None and ok False when not JSON,
+    or not a value ctape can store; `whole` False for a last line still being written).
     (lines_of and the parse in one loop: a few calls less a line, which is most of the
     cost of short lines.)"""
     limit = max_record()
@@ -163,7 +192,8 @@ def scan_lines(f) -> Iterator[Line]:
             try:
                 value = loads(raw)
             except (ValueError, UnicodeDecodeError):
-                yield Line(number, offset, length, None, False)
+                # no line end: the last line, maybe still being written (unless complete JSON)
+                yield Line(number, offset, length, None, False, raw[-1:] == b"\n" or is_json_text(raw))
             else:
                 yield Line(number, offset, length, value, True)
         offset += length

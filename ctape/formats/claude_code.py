@@ -417,9 +417,7 @@ class _Stream:
                     ln.value = info.parts = None  # read again by offset when it is laid out
                 else:
                     self.held += ln.length
-        if self.infos and not self.infos[-1].line.ok:
-            dropped = self.infos.pop()
-            self.truncated = f"skipped the incomplete last line {dropped.line.number} (file still being written?)"
+        self.truncated = c.unfinished_note(self.infos)
         if not valid:
             raise InvalidInput(f"{self.path}: no Claude Code record found (expected JSON lines with type, uuid, sessionId); is this a Claude Code session file?")
         self.agent = is_subagent(self.infos)

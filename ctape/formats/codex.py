@@ -394,9 +394,7 @@ class _Stream:
                 for waiting in queue:
                     waiting.value = None  # read again by offset when it is imported
                 self.held = 0
-        if queue and not queue[-1].ok:
-            dropped = queue.pop()
-            self.truncated = f"skipped the incomplete last line {dropped.number} (file still being written?)"
+        self.truncated = c.unfinished_note(queue)
         if not self.valid:
             raise InvalidInput(f"{self.path}: no Codex rollout record found (expected JSON lines like {{\"timestamp\", \"type\", \"payload\"}}); is this a Codex session file?")
         voices.end()

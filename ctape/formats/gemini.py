@@ -480,9 +480,7 @@ def _read(f, path: str):
         return "document", doc, ""
     f.seek(0)
     lines = list(c.scan_lines(f))
-    note = ""
-    if lines and not lines[-1].ok:
-        note = f"skipped the incomplete last line {lines.pop().number} (file still being written?)"
+    note = c.unfinished_note(lines)
     valid = sum(1 for ln in lines if ln.ok and is_record(ln.value))
     if not valid:
         raise InvalidInput(f"{path}: no Gemini CLI record found (expected JSON lines like {{sessionId, projectHash}}, {{id, type, content}}); is this a Gemini CLI session file?")

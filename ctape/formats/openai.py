@@ -214,9 +214,7 @@ def _records(f, path: str):
         if isinstance(c.loads(first), list):
             raise ValueError("a JSON list: a document, read whole")
         lines = list(_scan(f))
-        note = ""
-        if lines and not lines[-1].ok:
-            note = f"skipped the incomplete last line {lines.pop().number} (file still being written?)"
+        note = c.unfinished_note(lines)
         return [(ln.number, ln, None) for ln in lines], note
     except (ValueError, UnicodeDecodeError):
         pass
