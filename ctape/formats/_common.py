@@ -506,6 +506,14 @@ def export_records(tape, ref: str, fmt: str, synthesize: Callable[[Any], Optiona
                 yield dumps(rec)
 
 
+def anchor_label(payload: dict) -> str:
+    """The text of a milestone anchor (not a compaction) in a format that has no record for
+    one: it is written as a status line, which a re-import keeps as bookkeeping."""
+    name, summary = payload.get("name"), payload.get("summary")
+    label = f"ctape anchor {name}" if isinstance(name, str) else "ctape anchor"
+    return f"{label}: {summary}" if isinstance(summary, str) and summary else label
+
+
 def text_of(content: Any) -> str:
     """The plain text of a content value (a string, or a list of parts with text)."""
     if isinstance(content, str):

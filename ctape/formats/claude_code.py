@@ -570,8 +570,10 @@ def synthesize(e, links: Optional[_Links] = None) -> Optional[dict]:
         return {**base, "type": "assistant", "message": {"role": "assistant", "content": blocks}}
     if e.kind == "user":
         return {**base, "type": "user", "message": {"role": "user", "content": p.get("content")}}
-    if e.kind == "anchor":
+    if e.kind == "anchor" and p.get("compaction") is True:  # where an agent replaced its history
         return {**base, "type": "system", "subtype": "compact_boundary", "content": p.get("summary") or p.get("name")}
+    if e.kind == "anchor":  # a milestone: a status line, which changes nothing in what the agent sends
+        return {**base, "type": "system", "content": c.anchor_label(p), "level": "info"}
     if e.kind == "error":
         return {**base, "type": "assistant", "isApiErrorMessage": True, "message": {"role": "assistant", "content": [{"type": "text", "text": p.get("message")}]}}
     return {**base, "type": "system", "content": c.text_of(p.get("content"))}

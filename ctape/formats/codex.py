@@ -449,8 +449,10 @@ def synthesize(e) -> Optional[dict]:
     elif e.kind == "tool_result":
         out = p.get("output")
         item = {"type": "function_call_output", "call_id": p.get("call_id"), "output": out if isinstance(out, str) else json.dumps(out)}
-    elif e.kind == "anchor":
+    elif e.kind == "anchor" and p.get("compaction") is True:  # where an agent replaced its history
         return {"timestamp": e.time, "type": "compacted", "payload": {"message": p.get("summary") or p.get("name"), "replacement_history": []}}
+    elif e.kind == "anchor":  # a milestone: an event Codex shows and never sends to the model
+        return {"timestamp": e.time, "type": "event_msg", "payload": {"type": "background_event", "message": c.anchor_label(p)}}
     elif e.kind == "error":
         return {"timestamp": e.time, "type": "event_msg", "payload": {"type": "error", "message": p.get("message")}}
     else:  # streaming: the partial text of an assistant message
