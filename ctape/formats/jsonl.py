@@ -26,6 +26,7 @@ from ..model.refs import TAG
 HASH_RE = re.compile(r"[0-9a-f]{64}")
 
 HEADER = "export"
+LINE = "ctape.line"  # kept on an entry line's dict while it is read: its line number, for messages
 
 
 def session_entries(tape, name: str) -> list:
@@ -84,14 +85,13 @@ def import_file(tape, path: str, session: Optional[str]) -> str:
     check_name(name, "session name")
     s = tape.session(name)
     by_hash = {e["hash"]: e for e in entries}
+    ordered = _parents_first(tape, path, entries, by_hash)
     wanted, head = _wanted_refs(tape, path, refs, by_hash)
     tags = _wanted_tags(tape, path, refs, by_hash)
     done: set[str] = set()
     notes: list[str] = []
     with tape.batch():
-        for e in _parents_first(entries, by_hash):
-            if e["parent"] and e["parent"] not in done and e["parent"] not in by_hash and not tape.has_entry(e["parent"]):
-                raise InvalidInput(f"{path}: entry {e['hash'][:12]} needs parent {e['parent'][:12]}, which is neither in the file nor in the tape")
+        for e in ordered:
             got = s.put_entry(e["kind"], e["payload"], e.get("meta") or {}, e.get("delta"), e["time"], e["parent"])
             if got.hash != e["hash"]:
                 raise InvalidInput(f"{path}: entry {e['hash'][:12]} does not hash to its name (edited?); nothing was imported")
@@ -213,6 +213,8 @@ def _read(path: str):
                 refs = obj
             elif {"hash", "kind", "payload", "time"} <= obj.keys():
                 obj.setdefault("parent", None)
+                _check_links(path, lineno, obj)
+                obj[LINE] = lineno
                 entries.append(obj)
             else:
                 raise InvalidInput(f"{path}:{lineno}: not a ctape entry line")
@@ -221,5 +223,47 @@ def _read(path: str):
     return header, entries, refs
 
 
-def _parents_first(entries: list[dict], by_hash: dict) -> list[dict]:
-    return sorted(entries, key=lambda e: (e.get("seq") or 0, e["hash"]))
+def _check_links(path: str, lineno: int, obj: dict) -> None:
+    """An entry line's hash and parent are full entry hashes (the parent may be null)."""
+    if not (isinstance(obj["hash"], str) and HASH_RE.fullmatch(obj["hash"])):
+        raise InvalidInput(f"{path}:{lineno}: hash {json.dumps(obj['hash'])} is not a full entry hash (edited?); nothing was imported")
+    p = obj["parent"]
+    if p is not None and not (isinstance(p, str) and HASH_RE.fullmatch(p)):
+        raise InvalidInput(f"{path}:{lineno}: parent {json.dumps(p)} is not a full entry hash or null (edited?); nothing was imported")
+
+
+def _parents_first(tape, path: str, entries: list[dict], by_hash: dict) -> list[dict]:
+    """The entries, each after its parent (by seq, then hash), checked before anything is
+    written: every parent is in the file or the tape, no parent link leads back to its
+    entry, and the `seq` a line gives is its parent's + 1 (1 for a root): put_entry works
+    it out (it is part of the entry), so a line that says another one was edited. A line
+    without `seq` gets it."""
+    seq: dict[str, int] = {}
+    for e in entries:
+        chain: list[dict] = []
+        on_chain: set[str] = set()
+        h = e["hash"]
+        while h not in seq:
+            x = by_hash.get(h)
+            if x is None:  # a parent that is not in the file
+                if not _is_entry(tape, h):
+                    child = chain[-1]
+                    raise InvalidInput(f"{path}:{child[LINE]}: entry {child['hash'][:12]} needs parent {h[:12]}, which is neither in the file nor in the tape; nothing was imported")
+                seq[h] = tape.read_entry(h).seq
+                break
+            if h in on_chain:
+                raise InvalidInput(f"{path}:{x[LINE]}: entry {h[:12]} is its own ancestor (edited?); nothing was imported")
+            chain.append(x)
+            on_chain.add(h)
+            if x["parent"] is None:
+                break
+            h = x["parent"]
+        for x in reversed(chain):
+            seq[x["hash"]] = seq[x["parent"]] + 1 if x["parent"] is not None else 1
+    for e in entries:
+        want = seq[e["hash"]]
+        stated = e.setdefault("seq", want)
+        if type(stated) is not int or stated != want:
+            why = f"does not follow its parent's ({want - 1})" if e["parent"] is not None else "is not 1, the seq of an entry without a parent"
+            raise InvalidInput(f"{path}:{e[LINE]}: seq {json.dumps(stated)} {why} (edited?); nothing was imported")
+    return sorted(entries, key=lambda e: (e["seq"], e["hash"]))
