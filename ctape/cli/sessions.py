@@ -47,7 +47,7 @@ def sessions(ctx, as_json):
             str(r["entries"]),
             r["last_time"] or "",
             source_text(r["source"]),
-            r["title"] or "",
+            ("[damaged: see ctape fsck] " if r["damaged"] else "") + (r["title"] or ""),
         )
         for r, name in zip(rows, names)
     ]
