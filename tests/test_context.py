@@ -111,6 +111,26 @@ def validate_openai(msgs):
             if m["role"] == "assistant":
                 assert m.get("content") is not None, f"message {i}: an assistant message with neither text nor calls"
             i += 1
+    # a tool message names its call by id alone: ids are unique in a request
+    all_ids = [c["id"] for m in msgs if m["role"] == "assistant" for c in m.get("tool_calls") or []]
+    assert len(all_ids) == len(set(all_ids)), f"tool call ids must be unique in a request: {all_ids}"
+    # images are image parts, never their JSON or base64 as text (only user messages take them)
+    for i, m in enumerate(msgs):
+        for text in _texts_of(m.get("content")):
+            assert_no_image_text(text, f"message {i}")
+
+
+def _texts_of(content):
+    """The texts of a content: a string, or the text parts (blocks) of a list."""
+    if isinstance(content, str):
+        return [content]
+    return [p["text"] for p in content or [] if isinstance(p, dict) and isinstance(p.get("text"), str)]
+
+
+def assert_no_image_text(text, where):
+    """SPEC 10: an image stays an image part, never its JSON or base64 as text."""
+    for mark in ('"image_url"', ";base64,", '"source": {'):
+        assert mark not in text, f"{where}: an image as text: {text[:200]}"
 
 
 def validate_anthropic(out):
@@ -122,6 +142,7 @@ def validate_anthropic(out):
     force(ANTHROPIC_REQUEST.validate_python(req))
     if "system" in out:
         assert isinstance(out["system"], str) and out["system"]
+        assert_no_image_text(out["system"], "system")
     # an empty list is allowed (only system messages so far: the caller adds the next user turn)
     assert not msgs or msgs[0]["role"] == "user", "the first message must be a user message"
     for i, m in enumerate(msgs):
@@ -139,6 +160,11 @@ def validate_anthropic(out):
                 assert m["role"] == "assistant"
             if b["type"] == "tool_result":
                 assert m["role"] == "user"
+            # the API answers 400 "'image' blocks are not permitted within assistant turns"
+            if b["type"] == "image":
+                assert m["role"] == "user", f"message {i}: an image block in an assistant turn"
+            for text in _texts_of([b]) + _texts_of(b.get("content") if b["type"] == "tool_result" else None):
+                assert_no_image_text(text, f"message {i}")
         uses = [b["id"] for b in blocks if b["type"] == "tool_use"]
         results = [j for j, b in enumerate(blocks) if b["type"] == "tool_result"]
         if results:
@@ -643,9 +669,14 @@ def test_cli_context_ref_and_bad_input(tape_dir):
 # -- random histories -----------------------------------------------------------------------------
 
 texts_st = st.one_of(st.just(""), st.just(" "), st.text(max_size=12), st.sampled_from(["ok", "line\n", "naïve ✓"]))
+image_st = st.sampled_from([
+    {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}},
+    {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}},
+    {"type": "input_image", "image_url": None},
+])
 content_st = st.one_of(
     texts_st,
-    st.lists(st.builds(lambda t: {"type": "text", "text": t}, texts_st), min_size=1, max_size=3),
+    st.lists(st.one_of(st.builds(lambda t: {"type": "text", "text": t}, texts_st), image_st), min_size=1, max_size=3),
 )
 args_st = st.one_of(
     st.dictionaries(st.sampled_from(["path", "q", "n"]), st.one_of(st.integers(0, 3), st.sampled_from(["a", "b"])), max_size=2),
@@ -656,7 +687,7 @@ args_st = st.one_of(
 output_st = st.one_of(texts_st, st.sampled_from(["same output " * 8]), st.dictionaries(st.just("k"), st.integers(), max_size=1), st.none())
 
 op_st = st.one_of(
-    st.tuples(st.just("system"), texts_st),
+    st.tuples(st.just("system"), content_st),
     st.tuples(st.just("user"), content_st),
     st.tuples(st.just("assistant"), content_st),
     st.tuples(st.just("call"), st.sampled_from(["read", "bash", "grep"]), args_st),
@@ -676,7 +707,7 @@ def play(s, ops):
     for op in ops:
         kind = op[0]
         if kind in ("system", "user", "assistant", "streaming"):
-            c = op[1] if kind in ("user", "assistant") else (op[1] if isinstance(op[1], str) else "")
+            c = op[1] if kind in ("system", "user", "assistant") else (op[1] if isinstance(op[1], str) else "")
             e = s.append(kind, {"content": c})
         elif kind == "call":
             cid = f"call_{len(calls)}"
@@ -843,7 +874,7 @@ def test_reused_call_id_pairs_by_position(tape, fmt, policies):
     _reused_id_session(s)
     out = s.context(format=fmt, policies=policies)
     validate(fmt, out, path_of(tape, S))
-    if fmt == "anthropic":  # the Messages API wants unique tool_use ids in a request: the second is renamed
+    if fmt != "tape":  # ids are unique in a request (both APIs): the second is renamed, the same way in both
         assert ids_of_calls(fmt, out) == ["t", "t_2"]
         assert result_for(fmt, out, "t") + result_for(fmt, out, "t_2") == ["R1", "R2"]
     else:
@@ -859,7 +890,7 @@ def test_reused_call_id_second_call_still_pending(tape, fmt):
     second = s.head.hash
     out = s.context(format=fmt)
     validate(fmt, out, path_of(tape, S))
-    got = result_for(fmt, out, "t") + (result_for(fmt, out, "t_2") if fmt == "anthropic" else [])
+    got = result_for(fmt, out, "t") + (result_for(fmt, out, "t_2") if fmt != "tape" else [])
     assert got[0] == "R1" and len(got) == 2 and "interrupt" in got[1].lower()
     assert [c["hash"] for c in s.status()["pending_tool_calls"]] == [second]
 

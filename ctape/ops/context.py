@@ -19,6 +19,11 @@ The tape keeps everything; a view picks. Steps, in order:
 4. --resume prefix: the partial text of an interrupted stream as a final
    assistant message (prefill);
 5. a format: openai (Chat Completions), anthropic ({"system", "messages"}), tape.
+   Both API formats give a reused call id the same suffix (`t`, `t_2`: ids are unique in
+   a request), and keep images as image parts where the API takes them (user messages;
+   Anthropic tool results); from elsewhere (tool messages, assistant and system content)
+   an image moves to a user message (after the turn's results; the anthropic view puts
+   the system prompt's first), and a note in the text says where it went.
 
 Every step is a pure function of the entries, so the output is deterministic.
 """
@@ -396,39 +401,72 @@ def _images_of(c: Any) -> list[dict]:
     return [p for p in c if isinstance(p, dict) and p.get("type") in IMAGE_PARTS] if isinstance(c, list) else []
 
 
+def _moved_images(c: Any) -> list[dict]:
+    """The images of a system or assistant message that the view moves to a user message:
+    neither API takes an image there (Chat Completions system and assistant content are
+    text; the Messages API's system is text and it refuses an image block in an assistant
+    turn). An image without a URL stays where it is, as the NO_IMAGE text."""
+    return [p for p in c if isinstance(p, dict) and p.get("type") in IMAGE_PARTS and _image_url(p)] if isinstance(c, list) else []
+
+
+def _images_note(n: int, where: str = "in the next user message") -> str:
+    return f"[{n} image{'s' if n > 1 else ''}: {where}]"
+
+
+def _with_note(text: str, images: list[dict], where: str = "in the next user message") -> str:
+    """A message's text, with a note saying where its images went (if it had any)."""
+    if not images:
+        return text
+    note = _images_note(len(images), where)
+    return f"{text}\n{note}" if text else note
+
+
+def _carried(label: str, images: list[dict]) -> list[dict]:
+    """The parts of a user message that carry moved images: a label, then the images."""
+    return [{"type": "text", "text": f"[the image{'s' if len(images) > 1 else ''} of {label}]"}] + _openai_content(images)
+
+
 def to_openai(msgs: list[Msg]) -> list[dict]:
     out = []
-    seen: list[dict] = []  # images of the tool results just written: Chat Completions takes
-    # no image in a tool message, so they follow, as one user message, once the results of
-    # that turn are all written (nothing may come between a call and its result)
+    ids = _unique_ids(msgs)
+    seen: list[dict] = []  # images moved out of the messages just written (tool results take
+    # text only, system and assistant content too): they follow as one user message, once
+    # the results of that turn are all written (nothing may come between a call and its result)
     for m in msgs:
         if m.role != "tool" and seen:
             out.append({"role": "user", "content": seen})
             seen = []
         if m.role == "tool":
+            cid = ids.get(m.answers, m.call_id)
             images = _images_of(m.content)
             if images:
                 rest = [p for p in m.content if p not in images]
                 text = _tool_text(rest) if rest else ""
-                note = f"[{len(images)} image{'s' if len(images) > 1 else ''}: in the next user message]"
-                out.append({"role": "tool", "tool_call_id": m.call_id, "content": f"{text}\n{note}" if text else note})
-                seen.append({"type": "text", "text": f"[the image{'s' if len(images) > 1 else ''} of the result of tool call {m.call_id}]"})
-                seen += _openai_content(images)
+                out.append({"role": "tool", "tool_call_id": cid, "content": _with_note(text, images)})
+                seen += _carried(f"the result of tool call {cid}", images)
             else:
-                out.append({"role": "tool", "tool_call_id": m.call_id, "content": _tool_text(m.content)})
+                out.append({"role": "tool", "tool_call_id": cid, "content": _tool_text(m.content)})
         elif m.role == "assistant":
-            if not m.calls and isinstance(m.content, list) and not _assistant_text(m.content):
+            images = _moved_images(m.content)
+            text = _with_note(_assistant_text(m.content) if m.content else "", images)
+            if not m.calls and isinstance(m.content, list) and not text:
                 continue  # only structure the Chat Completions API has no place for (thinking)
-            text = _assistant_text(m.content) if m.content else ""
             d: dict = {"role": "assistant", "content": text if (text or not m.calls) else None}
             if m.calls:
                 d["tool_calls"] = [
-                    {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments if isinstance(c.arguments, str) else json.dumps(c.arguments, ensure_ascii=False, sort_keys=True)}}
+                    {"id": ids[c.hash], "type": "function", "function": {"name": c.name, "arguments": c.arguments if isinstance(c.arguments, str) else json.dumps(c.arguments, ensure_ascii=False, sort_keys=True)}}
                     for c in m.calls
                 ]
             out.append(d)
+            if images:
+                seen += _carried("the assistant message above", images)
+        elif m.role == "system":
+            images = _moved_images(m.content)
+            out.append({"role": "system", "content": _with_note(_assistant_text(m.content), images)})
+            if images:
+                seen += _carried("the system message above", images)
         else:
-            out.append({"role": m.role, "content": _openai_content(m.content) if m.role == "user" else _assistant_text(m.content)})
+            out.append({"role": m.role, "content": _openai_content(m.content)})
     if seen:
         out.append({"role": "user", "content": seen})
     return out
@@ -439,12 +477,16 @@ STRUCTURE_PARTS = ("thinking", "redacted_thinking", "reasoning", "tool_use", "to
 
 
 def _assistant_text(c: Any) -> str:
-    """The text of a message: text parts joined; thinking and other structure left out."""
+    """The text of a message: text parts joined; thinking and other structure left out,
+    and images too (the caller moves them: _moved_images)."""
     if isinstance(c, list):
         out = []
         for p in c:
             if isinstance(p, dict) and p.get("type") in TEXT_PARTS and isinstance(p.get("text"), str):
                 out.append(p["text"])
+            elif isinstance(p, dict) and p.get("type") in IMAGE_PARTS:
+                if not _image_url(p):
+                    out.append(NO_IMAGE)  # one with a URL is moved (_moved_images), never text
             elif not (isinstance(p, dict) and p.get("type") in STRUCTURE_PARTS):
                 out.append(_as_text(p))
         return "".join(out)
@@ -479,8 +521,9 @@ def _anthropic_blocks(c: Any) -> list[dict]:
 
 
 def _unique_ids(msgs: list[Msg]) -> dict[str, str]:
-    """Call entry hash -> an id unique in the request: the Messages API refuses a request
-    in which two tool_use blocks share an id, so a reused id gets a suffix (`t`, `t_2`, ...)."""
+    """Call entry hash -> an id unique in the request, the same in every format: the Messages
+    API refuses a request in which two tool_use blocks share an id, and a Chat Completions
+    tool message names its call by id alone, so a reused id gets a suffix (`t`, `t_2`, ...)."""
     taken = {c.id for m in msgs for c in m.calls}
     seen: set[str] = set()
     out: dict[str, str] = {}
@@ -494,10 +537,20 @@ def _unique_ids(msgs: list[Msg]) -> dict[str, str]:
     return out
 
 
+def _anthropic_moved(label: str, images: list[dict]) -> list[dict]:
+    return [{"type": "text", "text": f"[the image{'s' if len(images) > 1 else ''} of {label}]"}] + _anthropic_blocks(images)
+
+
+SYSTEM_IMAGES = "at the start of the first user message"  # where the anthropic view puts them
+
+
 def to_anthropic(msgs: list[Msg]) -> dict:
-    system = "\n\n".join(_assistant_text(m.content) for m in msgs if m.role == "system")
+    system = "\n\n".join(_with_note(_assistant_text(m.content), _moved_images(m.content), SYSTEM_IMAGES) for m in msgs if m.role == "system")
     turns: list[dict] = []
     ids = _unique_ids(msgs)
+    first: list[dict] = []  # the images of the system prompt (it takes text blocks only)
+    seen: list[dict] = []  # the images of the assistant message just written (the API refuses
+    # an image block in an assistant turn): they follow in the next user turn, after the results
 
     def add(role: str, blocks: list[dict]) -> None:
         if not blocks:
@@ -508,12 +561,22 @@ def to_anthropic(msgs: list[Msg]) -> dict:
             turns.append({"role": role, "content": list(blocks)})
 
     for m in msgs:
+        if m.role != "tool" and seen:
+            add("user", seen)
+            seen = []
         if m.role == "system":
-            continue
-        if m.role == "user":
+            images = _moved_images(m.content)
+            if images:
+                first += _anthropic_moved("the system prompt", images)
+        elif m.role == "user":
             add("user", _anthropic_blocks(m.content))
         elif m.role == "assistant":
-            blocks = _anthropic_blocks(m.content)
+            images = _moved_images(m.content)
+            content = [p for p in m.content if p not in images] if images else m.content
+            blocks = _anthropic_blocks(content)
+            if images:
+                blocks.append({"type": "text", "text": _images_note(len(images))})
+                seen = _anthropic_moved("the assistant message above", images)
             for c in m.calls:
                 blocks.append({"type": "tool_use", "id": ids[c.hash], "name": c.name, "input": _tool_input(c.arguments)})
             add("assistant", blocks)
@@ -525,6 +588,13 @@ def to_anthropic(msgs: list[Msg]) -> dict:
             if m.is_error:
                 block["is_error"] = True
             add("user", [block])
+    if seen:
+        add("user", seen)
+    if first:
+        if turns and turns[0]["role"] == "user":
+            turns[0]["content"][:0] = first
+        else:
+            turns.insert(0, {"role": "user", "content": first})
     if turns and turns[0]["role"] != "user":
         turns.insert(0, {"role": "user", "content": [{"type": "text", "text": "(conversation start)"}]})
     out: dict = {"messages": turns}
