@@ -14,25 +14,30 @@ from conftest import run_cli, snapshot
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
 
-def holding(needle: str, root) -> list[str]:
-    """Files under root whose bytes, or any zstd frame inside them, hold needle."""
+def has_bytes(data: bytes, needle: str) -> bool:
+    """Do these bytes, or any zstd frame inside them, hold needle?"""
     import zstandard
 
-    n, out = needle.encode(), []
+    n = needle.encode()
+    hit, i = n in data, data.find(ZSTD_MAGIC)
+    while i >= 0 and not hit:
+        try:
+            hit = n in zstandard.ZstdDecompressor().decompressobj().decompress(data[i:])
+        except zstandard.ZstdError:
+            pass
+        i = data.find(ZSTD_MAGIC, i + 1)
+    return hit
+
+
+def holding(needle: str, root) -> list[str]:
+    """Files under root whose bytes, or any zstd frame inside them, hold needle."""
+    out = []
     for folder, _, files in os.walk(root):
         for name in files:
             path = os.path.join(folder, name)
             with open(path, "rb") as f:
-                data = f.read()
-            hit, i = n in data, data.find(ZSTD_MAGIC)
-            while i >= 0 and not hit:
-                try:
-                    hit = n in zstandard.ZstdDecompressor().decompressobj().decompress(data[i:])
-                except zstandard.ZstdError:
-                    pass
-                i = data.find(ZSTD_MAGIC, i + 1)
-            if hit:
-                out.append(os.path.relpath(path, root))
+                if has_bytes(f.read(), needle):
+                    out.append(os.path.relpath(path, root))
     return out
 
 
@@ -196,20 +201,7 @@ def remote_blobs(url: str, seaweed_server=None) -> dict[str, bytes]:
 
 
 def holds(blobs: dict[str, bytes], needle: str) -> list[str]:
-    import zstandard
-
-    n, out = needle.encode(), []
-    for k, data in blobs.items():
-        hit, i = n in data, data.find(ZSTD_MAGIC)
-        while i >= 0 and not hit:
-            try:
-                hit = n in zstandard.ZstdDecompressor().decompressobj().decompress(data[i:])
-            except zstandard.ZstdError:
-                pass
-            i = data.find(ZSTD_MAGIC, i + 1)
-        if hit:
-            out.append(k)
-    return out
+    return [k for k, data in blobs.items() if has_bytes(data, needle)]
 
 
 def test_a_damaged_session_defers_only_its_own_remote_deletions(tmp_path, remote_url):
