@@ -241,3 +241,18 @@ def test_views_are_deterministic(tmp_path):
         runs = [run_cli("--dir", d, "context", "-s", "x", "--format", fmt, check=True).stdout for _ in range(2)]
         assert runs[0] == runs[1]
         context(d, fmt)  # and valid
+
+
+def test_dedupe_tools_names_the_same_output_by_its_id_in_the_request(tmp_path):
+    long = "the same long output " * 4
+    d = tape_with(
+        tmp_path,
+        ("user", {"content": "go"}),
+        ("tool-call", {"call_id": "t", "name": "sh", "arguments": {"n": 1}}),
+        ("tool-result", {"call_id": "t", "output": long}),
+        ("tool-call", {"call_id": "t", "name": "sh", "arguments": {"n": 2}}),
+        ("tool-result", {"call_id": "t", "output": long}),
+    )
+    for fmt in ("openai", "anthropic"):
+        results = calls_and_results(fmt, context(d, fmt, "--policy", "dedupe-tools"))[1]
+        assert results == {"t": "[same output as the result of call t_2, below]", "t_2": long}, fmt

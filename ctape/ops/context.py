@@ -67,6 +67,7 @@ class Msg:
     hashes: list[str] = field(default_factory=list)
     error: bool = False  # an `error` entry
     synthetic: bool = False
+    same_as: Optional[str] = None  # dedupe-tools: the call whose result has this output (its hash)
 
 
 def build_context(session: Optional["Session"], ref: Optional[str], policies: list[str], fmt: str, resume: str, max_tokens: Optional[int], tape=None) -> Any:
@@ -277,9 +278,13 @@ def dedupe_tools(msgs: list[Msg]) -> list[Msg]:
         if m.role == "tool" and m.answers:
             other = newest[_digest(m.content)]
             if other is not m and estimate(m.content) > 16:
-                m = Msg("tool", f"[same output as the result of call {other.call_id}, below]", call_id=m.call_id, answers=m.answers, is_error=m.is_error, hashes=m.hashes)
+                m = Msg("tool", _same_output(other.call_id), call_id=m.call_id, answers=m.answers, is_error=m.is_error, hashes=m.hashes, same_as=other.answers)
         out.append(m)
     return out
+
+
+def _same_output(call_id: str) -> str:
+    return f"[same output as the result of call {call_id}, below]"
 
 
 def _digest(value: Any) -> str:
@@ -445,7 +450,8 @@ def to_openai(msgs: list[Msg]) -> list[dict]:
                 out.append({"role": "tool", "tool_call_id": cid, "content": _with_note(text, images)})
                 seen += _carried(f"the result of tool call {cid}", images)
             else:
-                out.append({"role": "tool", "tool_call_id": cid, "content": _tool_text(m.content)})
+                content = _same_output(ids[m.same_as]) if m.same_as in ids else m.content
+                out.append({"role": "tool", "tool_call_id": cid, "content": _tool_text(content)})
         elif m.role == "assistant":
             images = _moved_images(m.content)
             text = _with_note(_assistant_text(m.content) if m.content else "", images)
@@ -583,7 +589,7 @@ def to_anthropic(msgs: list[Msg]) -> dict:
         else:
             # a result with images keeps them as image blocks (the Messages API takes text
             # and image blocks in a tool_result), never as base64 inside JSON text
-            content = _anthropic_blocks(m.content) if _images_of(m.content) else _as_text(m.content)
+            content = _anthropic_blocks(m.content) if _images_of(m.content) else _as_text(_same_output(ids[m.same_as]) if m.same_as in ids else m.content)
             block = {"type": "tool_result", "tool_use_id": ids.get(m.answers, m.call_id), "content": content}
             if m.is_error:
                 block["is_error"] = True
