@@ -433,7 +433,7 @@ def _carried(label: str, images: list[dict]) -> list[dict]:
 
 def to_openai(msgs: list[Msg]) -> list[dict]:
     out = []
-    ids = _unique_ids(msgs)
+    ids = _unique_ids(msgs, across_turns=False)
     seen: list[dict] = []  # images moved out of the messages just written (tool results take
     # text only, system and assistant content too): they follow as one user message, once
     # the results of that turn are all written (nothing may come between a call and its result)
@@ -526,14 +526,19 @@ def _anthropic_blocks(c: Any) -> list[dict]:
     return [{"type": "text", "text": _as_text(c)}] if c is not None else []
 
 
-def _unique_ids(msgs: list[Msg]) -> dict[str, str]:
-    """Call entry hash -> an id unique in the request, the same in every format: the Messages
-    API refuses a request in which two tool_use blocks share an id, and a Chat Completions
-    tool message names its call by id alone, so a reused id gets a suffix (`t`, `t_2`, ...)."""
+def _unique_ids(msgs: list[Msg], across_turns: bool = True) -> dict[str, str]:
+    """Call entry hash -> the id it has in the request, so that no result names two calls:
+    a reused id gets a suffix (`t`, `t_2`, ...). The Messages API refuses a request in which
+    two tool_use blocks share an id anywhere (`across_turns`). A Chat Completions tool
+    message names its call by id alone, but an id may come back once its call is answered
+    (agents do: the SWE-agent trajectories were sent so), so there only an id that is
+    still open, or twice in one message, gets one; the request keeps the agent's ids."""
     taken = {c.id for m in msgs for c in m.calls}
-    seen: set[str] = set()
+    seen: set[str] = set()  # ids that a new call may not take: every one, or the open ones
     out: dict[str, str] = {}
     for m in msgs:
+        if not across_turns and m.role == "tool" and m.answers in out:
+            seen.discard(out[m.answers])
         for c in m.calls:
             new, n = c.id, 2
             while new in seen or (new != c.id and new in taken):
