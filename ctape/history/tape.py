@@ -135,7 +135,7 @@ class Tape:
             nonlocal size
             if b in redacted:  # a blob that is a secret goes whole, wherever it is referred to
                 return redaction.marker(redacted[b][0][1]).encode()
-            data = self.store.get_object(b)[1]
+            data = self.store.read_value(b, h)  # a value lost to damage reads as its marker
             size += len(data)
             return data
 

@@ -59,6 +59,10 @@ from ..model.schema import header_problem, object_record_problem, read_partial_r
 from .segment import SegmentWriter
 
 TYPE_WITHHELD = ord("W")  # an entry kept without its redacted values (docs/format.md section 17)
+LOST_VALUE = "[lost: damaged]"  # what a read shows for a value lost to damage (docs/format.md section 15)
+QUARANTINE = "quarantine"  # damaged files moved aside by `fsck --salvage`: kept, never read
+REPORT = ".salvage.json"  # beside each: what was lost
+PENDING = ".salvage.pending"  # the report of a salvage not finished yet (the rerun finishes it)
 FORMAT_FILE = "ctape.json"
 FORMAT_NAME = "ctape-tape"
 FORMAT_VERSION = 2  # 2: segments may hold dictionaries (D) and blocks compressed with them (Z)
@@ -114,6 +118,8 @@ class Store:
         self._atimes_work: Optional[bool] = None
         self.unsafe_sessions: set[str] = set()  # sessions a symlink refuses (list_files)
         self._headers_seen: dict[str, tuple[int, int]] = {}  # file -> (inode, ctime) whose header verify_headers read
+        self._losses: Optional[tuple] = None  # _salvage_losses: (quarantine/ as listed, what its reports name)
+        self._held: dict[str, tuple[int, set[str]]] = {}  # damaged file -> (size, names its damaged object records hold)
         self.discard_listeners: list = []  # called with the hashes of objects a failed batch dropped
         # what this process read from data files: lets tests prove that a question
         # about one session does not read the whole tape
@@ -742,14 +748,105 @@ class Store:
             return self.read_object_at(h, *loc)
 
     def _not_found(self, h: str):
-        """An object the index cannot find: damaged if the tape has damaged records, else not here yet."""
+        """An object the index cannot find: damaged if the tape has damaged records, lost if
+        a salvage report names it, else not here yet."""
         damaged = [p for p, (_, _, _, c) in self.index.file_rows().items() if c]
         if damaged and self.index.refused_at_limit() == self.max_object:
             raise ObjectTooLarge(f"object {h} cannot be read: {', '.join(damaged[:3])} holds records that claim more than the limit of "
                                  f"{self.max_object} bytes, or are damaged; raise CTAPE_MAX_OBJECT if you trust this tape, and see `ctape fsck`")
-        if damaged:
-            raise CorruptObject(f"object {h} cannot be read: damaged records in {', '.join(damaged[:3])}; run `ctape fsck`, and `ctape fsck --salvage` to keep what is intact")
+        where = self.lost_to_damage(h)
+        if where and where.startswith(QUARANTINE):
+            # gone for good, a hole in history like one not synced yet (readers stop there)
+            raise EntryNotFound(f"object {h} was lost to damage (salvaged: see {where})")
+        if where:
+            raise CorruptObject(f"object {h} cannot be read: damaged records in {where}; run `ctape fsck`, and `ctape fsck --salvage` to keep what is intact")
         raise EntryNotFound(f"object {h} is not in this tape (not synced yet, or removed)")
+
+    def lost_to_damage(self, h: str) -> Optional[str]:
+        """Where an object the index cannot find went, when damage is why: the salvage
+        report that names it as lost, else the damaged files that could hold it (a record
+        that fails its checksum hides its name). None: nothing says it was damaged (not
+        synced yet, or removed)."""
+        report = self._salvage_losses().get(h)
+        if report:
+            return report
+        damaged = self._damaged_files()
+        return ", ".join(damaged[:3]) + (" ..." if len(damaged) > 3 else "") if damaged else None
+
+    def _damaged_files(self) -> list[str]:
+        return sorted({p for p, (_, _, _, c) in self.index.file_rows().items() if c} | {p for p, _, _ in self.index.lost_rows()})
+
+    def read_value(self, h: str, entry: Optional[str] = None) -> bytes:
+        """The bytes of a value (blob) that `entry` refers to. A value known to be lost to
+        damage reads as LOST_VALUE, so that the entry still reads (docs/format.md section
+        15): a salvage report names it, or (damage stays in its session, SPEC 14) a damaged
+        record of another session's file holds it. Otherwise a value that cannot be read
+        fails as get_object does: damage in the entry's own session stops the read (one
+        line that names the files and --salvage), one not here yet is EntryNotFound."""
+        try:
+            return self.get_object(h)[1]
+        except ObjectTooLarge:
+            raise  # readable under a higher limit: not lost
+        except (CorruptObject, EntryNotFound):
+            if h in self._salvage_losses():
+                return LOST_VALUE.encode()
+            mine = self._session_of(entry)
+            held = [p for p in self._damaged_files() if h in self._damaged_names(p) or self._holds(p, h)]
+            if held and mine is not None and not any(p.startswith(f"sessions/{mine}/") for p in held):
+                return LOST_VALUE.encode()
+            raise
+
+    def _session_of(self, h: Optional[str]) -> Optional[str]:
+        """The session whose file holds object h (None when unknown or in packs/)."""
+        loc = self.index.find_object(h) if h else None
+        rel = self.index.path_of(loc[0]) if loc else None
+        return rel.split("/")[1] if rel and rel.startswith("sessions/") else None
+
+    def _holds(self, rel: str, h: str) -> bool:
+        """Does the index place object h in file rel (where it does not read back)?"""
+        loc = self.index.find_object(h)
+        return loc is not None and self.index.path_of(loc[0]) == rel
+
+    def _damaged_names(self, rel: str) -> set[str]:
+        """damaged_object_names of a file, kept while the file keeps its size."""
+        try:
+            size = os.lstat(os.path.join(self.root, rel)).st_size
+        except OSError:
+            return set()
+        cached = self._held.get(rel)
+        if cached is None or cached[0] != size:
+            cached = self._held[rel] = (size, damaged_object_names(self.root, rel))
+        return cached[1]
+
+    def _salvage_losses(self) -> dict[str, str]:
+        """Every object the salvage reports (final or pending) name as lost: hash -> report.
+        Read again only when quarantine/ changed."""
+        base = os.path.join(self.root, QUARANTINE)
+        names = []
+        try:
+            for d in sorted(os.scandir(base), key=lambda e: e.name):
+                if d.is_dir(follow_symlinks=False):
+                    for e in os.scandir(d.path):
+                        if e.name.endswith((REPORT, PENDING)) and not e.name.startswith(".") and e.is_file(follow_symlinks=False):
+                            st = e.stat(follow_symlinks=False)
+                            names.append((f"{QUARANTINE}/{d.name}/{e.name}", st.st_size, st.st_mtime_ns))
+        except (FileNotFoundError, NotADirectoryError):
+            pass
+        key = tuple(sorted(names))
+        if self._losses is not None and self._losses[0] == key:
+            return self._losses[1]
+        losses: dict[str, str] = {}
+        for rel, _, _ in key:
+            try:
+                with open(os.path.join(self.root, rel), "rb") as f:
+                    report = json.loads(f.read(64 << 20))
+                for lost in report.get("missing", []):
+                    if isinstance(lost, str):
+                        losses.setdefault(lost, rel)
+            except (OSError, ValueError, AttributeError):
+                continue  # fsck reports an unreadable report
+        self._losses = (key, losses)
+        return losses
 
     def has_object(self, h: str) -> bool:
         return h in self.pending or self.index.find_object(h) is not None
@@ -821,6 +918,26 @@ class RefsCache(dict):
         if key not in self and len(self) >= self.LIMIT:
             del self[next(iter(self))]
         super().__setitem__(key, value)
+
+
+def damaged_object_names(root: str, rel: str) -> set[str]:
+    """The names of the object records of a data file that fail their checksum: a body
+    starts with its name, which most damage (a bit flipped inside a large value) leaves
+    whole. Another session may refer to such a value (values are stored once per tape); a
+    name the damage hit is a hash that nothing refers to."""
+    try:
+        with open(os.path.join(root, rel), "rb") as f:
+            data = f.read()
+    except OSError:
+        return set()
+    names = set()
+    for item in framing.scan(data):
+        if isinstance(item, framing.Damage) and not item.torn:
+            parsed = framing.parse_header(data[item.offset : item.offset + framing.HEADER_SIZE])
+            if parsed and parsed[0] == framing.T_OBJECT and parsed[1] > 33:
+                start = item.offset + framing.HEADER_SIZE
+                names.add(data[start : start + 32].hex())
+    return names
 
 
 def pack_name_matches(rel: str, data: bytes) -> bool:
