@@ -9,19 +9,16 @@ from typing import TYPE_CHECKING, Iterator, Optional
 
 from ..store import framing
 from ..model.canonical import blob_refs
-from ..model.errors import NOATIME_WARNING, CorruptObject, UnsafePath
+from ..model.errors import NOATIME_WARNING, CorruptObject, ObjectTooLarge, UnsafePath
 from ..store.files import TYPE_ENTRY
 from ..model.models import NAME_RE
 from ..model.schema import decode_entry
-from ..store.store import TYPE_WITHHELD, file_header_problem, record_problem, segment_writer
+from ..store.store import LOST_VALUE, PENDING, QUARANTINE, REPORT, TYPE_WITHHELD, damaged_object_names, file_header_problem, record_problem, segment_writer
 
 if TYPE_CHECKING:
     from ..history.tape import Tape
 
 
-QUARANTINE = "quarantine"  # damaged files moved aside by `fsck --salvage`: kept, never read
-REPORT = ".salvage.json"  # beside each: what was lost
-PENDING = ".salvage.pending"  # the report of a salvage not finished yet (the rerun finishes it)
 
 
 def walk_files(tape: "Tape") -> Iterator[tuple[str, os.stat_result]]:
@@ -69,6 +66,8 @@ def fsck(tape: "Tape") -> dict:
     withheld: set[str] = set()  # entries kept as their withheld form (redacted, docs/format.md section 17)
     entry_refs: dict[str, tuple[str, list[str]]] = {}  # entry -> (file, referenced hashes)
     records: list[tuple[str, dict]] = []
+    damaged_files: list[str] = [rel for rel, _, _ in store.index.lost_rows()]  # files whose damage could hide an object
+    held: dict[str, str] = {}  # object -> the file whose damaged record holds it
     files = 0
 
     def problem(what, text, severity="corrupt"):
@@ -102,11 +101,13 @@ def fsck(tape: "Tape") -> dict:
         is_pack = rel.endswith(".pack")
         if is_pack and not _pack_hash_ok(store, rel):
             problem(rel, "pack does not match its name (its bytes were changed or cut): records are lost; run `ctape fsck --salvage`")
+            damaged_files.append(rel)
         items = list(store.scan_file(rel))
         writer = segment_writer(rel)
         header_bad = file_header_problem(rel, items[0] if items else None) if st.st_size else None
         if header_bad and not (isinstance(items[0], framing.Damage) and items[0].torn):
             problem(rel, f"{header_bad}: nothing in it is used; run `ctape fsck --salvage` to quarantine it")
+            damaged_files.append(rel)
             continue
         for i, item in enumerate(items):
             if isinstance(item, framing.Damage):
@@ -114,6 +115,7 @@ def fsck(tape: "Tape") -> dict:
                     warnings.append({"what": f"{rel}@{item.offset}", "problem": f"torn tail ({item.reason}): an unfinished write, skipped"})
                 else:
                     problem(f"{rel}@{item.offset}", item.reason)
+                    damaged_files.append(rel)
                 continue
             if item.type == framing.T_OBJECT:
                 h = item.body[:32].hex()
@@ -121,6 +123,8 @@ def fsck(tape: "Tape") -> dict:
                     type_, body = store.decode_object(h, item.body)
                 except CorruptObject as e:
                     problem(f"object {h}", str(e).split(";")[0])
+                    if not isinstance(e, ObjectTooLarge):  # that one reads under a higher limit
+                        held[h] = rel
                     continue
                 objects[h] = type_
                 if type_ == TYPE_WITHHELD:
@@ -143,6 +147,8 @@ def fsck(tape: "Tape") -> dict:
                     continue
                 if item.type == framing.T_REF:
                     records.append((rel, rec))
+        if rel in damaged_files:
+            held.update((h, rel) for h in damaged_object_names(store.root, rel))
     me = store.writer
     reports = quarantine_reports(store.root)
     salvaged_away = {h for r in reports for h in r["missing"]}
@@ -154,6 +160,14 @@ def fsck(tape: "Tape") -> dict:
             return  # lost to damage; the salvage report (a warning below) names it
         if h in red:
             return  # a redacted value, gone on purpose: listed under "redacted"
+        if h in held:
+            problem(what, f"refers to {h}, lost to damage in {held[h]} (it reads as {LOST_VALUE!r}); run `ctape fsck --salvage` to keep what is intact", "damaged")
+            return
+        if damaged_files:  # a damaged record hides its name: it may be one of them
+            where = ", ".join(sorted(set(damaged_files))[:3])
+            problem(what, f"refers to missing object {h}: the damaged records of {where} may have held it "
+                          "(`ctape fsck --salvage` keeps what is intact), or it has not arrived yet (rsync again)", "missing")
+            return
         name = os.path.basename(rel)
         writer = name.split("-")[0] if name.endswith(".seg") else None
         if writer and writer != me:
@@ -176,7 +190,8 @@ def fsck(tape: "Tape") -> dict:
     for name in pending_salvages(store.root):
         problem(name, "a salvage was interrupted: run `ctape fsck --salvage` again to finish it", "unfinished")
     for report in reports:
-        gone = f"; {len(report['missing'])} entries or values referred to are gone" if report["missing"] else ""
+        lost = report["missing"]
+        gone = f"; gone: {len(lost)} entries or values ({', '.join(h[:12] for h in lost[:3])}{' ...' if len(lost) > 3 else ''})" if lost else ""
         warnings.append({"what": report["file"], "problem": f"salvaged on {report['time']}: {report['lost']}{gone}; the damaged file is kept in {report['kept_at']}"})
     dangling = _dangling(entry_refs, reachable_roots, objects)
     if dangling:

@@ -30,7 +30,7 @@ from ..store.files import TYPE_ENTRY, fsync_dir, storage_error
 from ..model.refs import HEAD
 from .maintenance import PENDING, QUARANTINE, REPORT
 from ..model.models import now_rfc3339
-from ..store.store import Store, file_header_problem, pack_name_matches, record_problem, segment_writer
+from ..store.store import Store, damaged_object_names, file_header_problem, pack_name_matches, record_problem, segment_writer
 
 if TYPE_CHECKING:
     from ..history.tape import Tape
@@ -204,7 +204,8 @@ def _salvage_file(store: Store, rel: str) -> dict:
         except BaseException:
             pw.abort()
             raise
-        missing = sorted({h for refs in links.values() for h in refs if not store.has_object(h)})
+        gone = {h for refs in links.values() for h in refs} | damaged_object_names(store.root, rel)
+        missing = sorted(h for h in gone if not store.has_object(h))
         lost = f"{len(reasons)} damaged place(s): " + "; ".join(reasons[:5]) + (" ..." if len(reasons) > 5 else "")
         where = _free_name(store, session, rel.split("/")[2])
         intent = _write_intent(store, rel, {"lost": lost, "kept_at": where, "quarantined": where, "kept_records": kept, "pack": pack,
