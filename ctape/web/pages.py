@@ -123,6 +123,7 @@ class Site:
         self._usage: Optional[tuple[str, dict]] = None  # (heads it was read at, rows by session + TOTAL)
         self._usage_job: Optional[threading.Thread] = None
         self._usage_lock = threading.Lock()
+        self._usage_failed: Optional[str] = None  # why the last reading of usage failed
         self._about: dict[str, dict] = {}  # head -> sessions.summary of the history up to it
         self._about_jobs: dict[str, threading.Thread] = {}
         self._about_lock = threading.Lock()
@@ -263,30 +264,55 @@ class Site:
         try:
             with _open(self.path) as tape:
                 rows = usage(tape, by="session")
-        except CtapeError:
-            return  # a damaged tape: the pages say so elsewhere; usage stays unknown
+        except CtapeError as e:
+            # a damaged tape: the pages show no figures (not "…" for ever) and /stats says why
+            with self._usage_lock:
+                self._usage, self._usage_failed = (heads, {}), " ".join(str(e).split())
+            return
         figures = {r["session"]: r for r in rows}
         figures["TOTAL"] = total(rows)
         with self._usage_lock:
-            self._usage = (heads, figures)
+            self._usage, self._usage_failed = (heads, figures), None
 
     def layout(self, title: str, main: str, attrs: dict | None = None) -> Page:
         body_attrs = "".join(f' {k}="{esc(v)}"' for k, v in (attrs or {}).items())
         return Page(self.base.substitute(title=esc(title), main=main, body_attrs=body_attrs, tape=esc(self.path)))
 
+    def trouble(self, path: str, q: dict, err: Exception, status: int = 404) -> Page:
+        """The page for an error (server.status_of chose the status): 404 "Not found" for
+        what names nothing, the error without its advice for the command line (`see ctape
+        sessions`); 409 "Cannot show this" for a known condition of the tape (a damaged
+        record, a refused symlink), with its whole one-line reason, which says what to do.
+        Then links: the session the request named (or the sessions whose names are close
+        to it), the diff form for a diff, and the sessions list. Reading the tape for the
+        links may fail the same way: the page is made without them then."""
+        try:
+            links = self._links_from(path, q, same_page_ok=status == 404)
+        except CtapeError:
+            links = ['<li><a href="/">all sessions</a> (with search)</li>']
+        if status == 404:
+            main = f'<h1>Not found</h1><p>{esc(_CLI_HINT.sub("", str(err)))}</p>'
+        else:
+            main = f'<h1>Cannot show this</h1><p class="err">{esc(" ".join(str(err).split()))}</p>'
+        page = self.layout("not found" if status == 404 else "cannot show this", f'{main}<p>Go to:</p><ul class="go">{"".join(links)}</ul>')
+        page.status = status
+        return page
+
     def not_found(self, path: str, q: dict, err: Exception) -> Page:
-        """A 404 that leads somewhere: the error without its advice for the command line
-        (`see ctape sessions`), then links: the session the request named (or the sessions
-        whose names are close to it), the diff form, and the sessions list."""
+        return self.trouble(path, q, err, 404)
+
+    def _links_from(self, path: str, q: dict, same_page_ok: bool) -> list[str]:
         from ..history.sessions import live_names, require
 
         parts = [p for p in path.split("/") if p]
-        name = parts[1] if len(parts) >= 2 and parts[0] == "s" else q.get("s")
+        on_session = len(parts) >= 2 and parts[0] == "s"
+        name = parts[1] if on_session else q.get("s")
         links = []
         if name:
             try:
                 real = require(self.tape, name)
-                links.append(f'<li><a href="{esc(s_url(real))}">session {esc(real)}</a>: its newest entries</li>')
+                if same_page_ok or not on_session:  # a link to the page that failed leads nowhere
+                    links.append(f'<li><a href="{esc(s_url(real))}">session {esc(real)}</a>: its newest entries</li>')
             except CtapeError:
                 import difflib
 
@@ -295,10 +321,7 @@ class Site:
         if parts[:1] == ["diff"]:
             links.append('<li><a href="/diff">the diff form</a>: two refs to compare</li>')
         links.append('<li><a href="/">all sessions</a> (with search)</li>')
-        main = f'<h1>Not found</h1><p>{esc(_CLI_HINT.sub("", str(err)))}</p><p>Go to:</p><ul class="go">{"".join(links)}</ul>'
-        page = self.layout("not found", main)
-        page.status = 404
-        return page
+        return links
 
     # -- sessions ------------------------------------------------------------------------
 
@@ -606,14 +629,20 @@ class Site:
         rows = "".join(f"<tr><th>{esc(k)}</th><td>{esc(f'{v:,}' if isinstance(v, int) else v)}</td></tr>" for k, v in st.items())
         srows = []
         for s in self.tape.sessions():
-            t = self.graph(s["session"], whole=True).totals()
+            link = f'<a href="{esc(s_url(s["session"]))}">{esc(s["session"])}</a>'
+            try:
+                t = self.graph(s["session"], whole=True).totals()
+            except CtapeError as e:  # a damaged or refused session does not hide the others (SPEC 14)
+                srows.append(f'<tr class="damaged"><td>{link} <span class="badge err">damaged</span></td><td colspan="2" class="err">{esc(e)}</td></tr>')
+                continue
             kinds = ", ".join(f"{k} {n:,}" for k, n in sorted(t["kinds"].items()))
-            srows.append(f'<tr><td><a href="{esc(s_url(s["session"]))}">{esc(s["session"])}</a></td><td class="num">{t["entries"]:,}</td><td>{esc(kinds)}</td></tr>')
+            damaged = ' <span class="badge err">damaged</span>' if s.get("damaged") else ""
+            srows.append(f'<tr><td>{link}{damaged}</td><td class="num">{t["entries"]:,}</td><td>{esc(kinds)}</td></tr>')
         main = (
             f'<h1>Stats</h1><h2>Storage</h2><table class="kv">{rows}</table>'
             '<h2>Sessions</h2><table class="list"><thead><tr><th>session</th><th>entries (all branches)</th>'
             f'<th>kinds</th></tr></thead><tbody>{"".join(srows)}</tbody></table>'
-            f"<h2>Usage</h2>{_usage_table(self.usage(wait=True))}"
+            f"<h2>Usage</h2>{_usage_table(self.usage(wait=True), self._usage_failed)}"
         )
         return self.layout("stats", main)
 
@@ -641,10 +670,12 @@ def _usage_text(row: Optional[dict]) -> str:
     return f"{row['input']:,} in / {row['output']:,} out{cache}" + ("" if cost == "-" else f" · {cost}")
 
 
-def _usage_table(figures: Optional[dict]) -> str:
-    """`ctape usage` as a table: a row per session, then TOTAL."""
+def _usage_table(figures: Optional[dict], failed: Optional[str] = None) -> str:
+    """`ctape usage` as a table: a row per session, then TOTAL (or why it cannot be read)."""
     from ..ops.usage import cost_text
 
+    if failed:
+        return f'<p class="err">usage cannot be read: {esc(failed)}</p>'
     rows = [r for k, r in (figures or {}).items() if k != "TOTAL"]
     if not rows:
         return '<p class="muted">no token usage recorded</p>'

@@ -5,6 +5,10 @@ and the safety rules that hold for every response.
 - A request whose Host header is not the bound address, localhost or an IP literal
   gets 403: a page on another site that points its own name at 127.0.0.1 (DNS
   rebinding) cannot read the tape.
+- Errors become statuses in one place (Handler._get): what names nothing (a ref, an
+  entry, a session, a page) 404; a known condition of the tape that stops one page (a
+  damaged record, a refused symlink, storage that refuses) 409 with its one-line reason;
+  500 only for a bug.
 - Every page carries a Content-Security-Policy without inline script
   (script-src 'self'), and the scripts and styles are files of this package.
 """
@@ -117,11 +121,11 @@ class Handler(BaseHTTPRequestHandler):
             with self.site.reading():  # a Tape of this request's own: requests run in parallel
                 try:
                     page = self.route(path, params)
-                except (RefNotFound, EntryNotFound, AmbiguousRef, InvalidInput) as e:
-                    page = self.site.not_found(path, params, e)
-        except CtapeError as e:
-            page = self.site.layout("error", f"<h1>Error</h1><p>{esc(e)}</p>")
-            page.status = 500
+                except CtapeError as e:  # the one place errors become statuses
+                    page = self.site.trouble(path, params, e, status_of(e))
+        except CtapeError as e:  # the Tape of this request could not be opened
+            page = self.site.layout("cannot show this", f"<h1>Cannot show this</h1><p>{esc(e)}</p>")
+            page.status = 409
         except (BrokenPipeError, ConnectionResetError):
             return
         except Exception as e:  # noqa: BLE001 - one bad page must not stop the server
@@ -166,6 +170,15 @@ class Handler(BaseHTTPRequestHandler):
         if parts == ["stats"]:
             return site.stats_page()
         raise RefNotFound(f"no page {path!r}")
+
+
+def status_of(err: CtapeError) -> int:
+    """404 for what names nothing this tape holds (a ref, entry, session or page, or a
+    malformed one); 409 for every other known condition: the tape's state stops this one
+    page (a damaged record, a symlink refused, storage that refuses), not the server."""
+    if isinstance(err, (RefNotFound, EntryNotFound, AmbiguousRef, InvalidInput)):
+        return 404
+    return 409
 
 
 def static(name: str) -> Page:
