@@ -112,7 +112,7 @@ class _Nodes:
             if b in self.redacted:
                 total += len(redaction.marker(self.redacted[b][0][1]).encode())
             else:
-                total += len(self.store.get_object(b)[1])
+                total += len(self.store.read_value(b, h))  # a value lost to damage counts as its marker, as read_entry reads it
         return total
 
     def up(self, h: str, back: int) -> str:
