@@ -2,9 +2,9 @@
 and the safety rules that hold for every response.
 
 - Only GET and HEAD are answered; every other method gets 405.
-- A request whose Host header is not the bound address, localhost or an IP literal
-  gets 403: a page on another site that points its own name at 127.0.0.1 (DNS
-  rebinding) cannot read the tape.
+- A request whose Host header is not one of this server's own names (HostRule) gets
+  403: a page on another site that points its own name at 127.0.0.1 (DNS rebinding)
+  cannot read the tape.
 - Errors become statuses in one place (Handler._get): what names nothing (a ref, an
   entry, a session, a page) 404; a known condition of the tape that stops one page (a
   damaged record, a refused symlink, storage that refuses) 409 with its one-line reason;
@@ -44,34 +44,104 @@ _STATIC = {"app.js", "style.css"}
 _HASH = re.compile(r"[0-9a-fA-F]{4,64}")
 
 
-def allowed_hosts(host: str, port: int) -> set[str]:
-    names = {"localhost", "127.0.0.1", "[::1]", host if ":" not in host else f"[{host}]"}
-    return {f"{n}:{port}".lower() for n in names}
+def _norm(name: str) -> str:
+    """A host name or IP literal as compared: lower case, without brackets or a trailing
+    dot, an IP address in its canonical form (an IPv4-mapped IPv6 address as IPv4, an
+    IPv6 zone dropped)."""
+    n = name.strip().lower().rstrip(".")
+    if n.startswith("[") and n.endswith("]"):
+        n = n[1:-1]
+    for candidate in (n, n.split("%", 1)[0] if "%" in n else None):
+        if candidate is None:
+            continue
+        try:
+            ip = ipaddress.ip_address(candidate)
+        except ValueError:
+            continue
+        if ip.version == 6 and ip.ipv4_mapped is not None:
+            ip = ip.ipv4_mapped
+        return str(ip)
+    return n
 
 
-def host_ok(header: Optional[str], allowed: set[str], port: int) -> bool:
-    """The Host is the bound address, localhost, or an IP literal (never a DNS name of another site)."""
-    if not header:
-        return False
-    h = header.strip().lower()
-    if h in allowed:
-        return True
-    name, _, p = h.rpartition(":")
-    if p != str(port):
-        return False
-    try:
-        ipaddress.ip_address(name.strip("[]"))
-        return True
-    except ValueError:
-        return False
+def split_host(header: Optional[str]) -> Optional[tuple[str, int]]:
+    """(name, port) of a Host header (port 80 when it names none), or None when malformed."""
+    h = (header or "").strip()
+    if h.startswith("["):
+        name, sep, rest = h.partition("]")
+        name += sep
+        if not sep or (rest and not rest.startswith(":")):
+            return None
+        port = rest[1:]
+    elif ":" in h:
+        name, _, port = h.rpartition(":")
+        if ":" in name:  # an IPv6 address without brackets
+            return None
+    else:
+        name, port = h, ""
+    if not name or (port and not port.isdigit()):
+        return None
+    return _norm(name), int(port) if port else 80
+
+
+class HostRule:
+    """The Host headers a server answers (SPEC 15: "the bound address or localhost"),
+    always with the bound port:
+
+    - the address given to --host, the address it bound, and `localhost`;
+    - on a loopback bind, also 127.0.0.1 and [::1];
+    - on a wildcard bind (0.0.0.0 or ::), which binds every address of this machine, also
+      the loopback addresses, the address the request arrived at, and this machine's own
+      names: its hostname (short and fully qualified), NAME.local (mDNS) and the
+      addresses the hostname resolves to. Other machines on the network can so use
+      this machine's address or its name in the URL.
+
+    Any other name, and any other IP literal, gets 403: a DNS name of another site is
+    what DNS rebinding uses, and an address that is not this machine's is not this server.
+    """
+
+    def __init__(self, given: str, bound_ip: str, port: int, fqdn: str = ""):
+        self.port = port
+        ip = ipaddress.ip_address(_norm(bound_ip))
+        self.loopback = ip.is_loopback
+        self.wildcard = ip.is_unspecified
+        names = {"localhost", _norm(given), str(ip)}
+        if self.loopback or self.wildcard:
+            names |= {"127.0.0.1", "::1"}
+        if self.wildcard:
+            names |= machine_names(fqdn)
+        self.names = frozenset(n for n in names if n)
+
+    def allows(self, header: Optional[str], arrived_at: Optional[str] = None) -> bool:
+        got = split_host(header)
+        if got is None or got[1] != self.port:
+            return False
+        name = got[0]
+        if name in self.names:
+            return True
+        return self.wildcard and arrived_at is not None and name == _norm(arrived_at)
+
+
+def machine_names(fqdn: str = "") -> set[str]:
+    """This machine's own names: its hostname, the short form, the fully qualified name
+    (`fqdn`, as the server found it when it bound) and the mDNS name NAME.local."""
+    import socket
+
+    host = socket.gethostname()
+    short = host.split(".")[0]
+    names = {_norm(n) for n in (host, short, fqdn, f"{short}.local" if short else "") if n}
+    try:  # and the addresses the hostname resolves to (/etc/hosts, DNS)
+        names |= {_norm(str(a[4][0])) for a in socket.getaddrinfo(host, None)}
+    except (OSError, UnicodeError):
+        pass
+    return names
 
 
 class Handler(BaseHTTPRequestHandler):
     server_version = "ctape"
     sys_version = ""
     site: Site
-    allowed: set[str]
-    port: int
+    hosts: HostRule
     quiet = True
 
     def log_message(self, format, *args):  # noqa: A002 - the base class's name
@@ -90,7 +160,11 @@ class Handler(BaseHTTPRequestHandler):
         self._send(Page("method not allowed: ctape serve is read-only (GET and HEAD only)\n", 405, "text/plain; charset=utf-8"), {"Allow": "GET, HEAD"})
 
     def _check_host(self) -> bool:
-        if host_ok(self.headers.get("Host"), self.allowed, self.port):
+        try:
+            arrived_at = self.connection.getsockname()[0]
+        except (OSError, AttributeError, IndexError):
+            arrived_at = None
+        if self.hosts.allows(self.headers.get("Host"), arrived_at):
             return True
         self._send(Page("forbidden: unknown Host header (ctape serve answers only to its own address)\n", 403, "text/plain; charset=utf-8"))
         return False
@@ -200,25 +274,62 @@ class Server(ThreadingHTTPServer):
             self.site.close()
 
 
+class CannotListen(CtapeError):
+    """The address or port given to serve cannot be bound; the message says what to use
+    instead. Exit 2 when the address is wrong (bad input), 1 when the machine refuses a
+    good one (a port in use, a privileged port)."""
+
+    def __init__(self, message: str, exit_code: int = 1):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def cannot_listen(host: str, port: int, err: OSError) -> CannotListen:
+    """One line that says what to do about a failed bind."""
+    import errno
+    import socket
+
+    shown = f"[{host}]" if ":" in host else host
+    where = f"cannot listen on {shown}" + (f":{port}" if port else "")
+    if isinstance(err, socket.gaierror):
+        why = "name not known" if err.errno == socket.EAI_NONAME else f"name not resolved ({err.strerror or err})"
+        return CannotListen(f"{where}: {why}; use an address of this machine, e.g. 127.0.0.1 (or 0.0.0.0 for all of them)", 2)
+    if err.errno == errno.EADDRINUSE:
+        return CannotListen(f"{where}: port {port} is in use; pick another with --port, or --port 0 for any free one")
+    if err.errno == errno.EADDRNOTAVAIL:
+        return CannotListen(f"{where}: {host} is not an address of this machine; use one of its addresses, e.g. 127.0.0.1 (or 0.0.0.0 for all of them)", 2)
+    if err.errno in (errno.EACCES, errno.EPERM):
+        return CannotListen(f"{where}: port {port} needs privileges this user lacks; pick one above 1023 with --port, or --port 0 for any free one")
+    if err.errno == errno.EAFNOSUPPORT:
+        return CannotListen(f"{where}: this machine has no IPv6; use an IPv4 address, e.g. 127.0.0.1")
+    return CannotListen(f"{where}: {err.strerror or err}; use another --host or --port")
+
+
 def make_server(tape, host: str = "127.0.0.1", port: int = 0, quiet: bool = True) -> ThreadingHTTPServer:
-    """A server for the tape, bound but not yet serving (port 0: a free one)."""
+    """A server for the tape, bound but not yet serving (port 0: a free one). A bind that
+    fails raises CannotListen, whose message says what to use instead."""
+    import socket
+
     site = Site(tape)
     handler = type("CtapeHandler", (Handler,), {"site": site, "quiet": quiet})
     server_cls = Server
     if ":" in host:  # an IPv6 literal
-        import socket
-
         server_cls = type("V6Server", (Server,), {"address_family": socket.AF_INET6})
-    httpd = server_cls((host, port), handler)
+    try:
+        httpd = server_cls((host, port), handler)
+    except OSError as e:
+        site.close()
+        raise cannot_listen(host, port, e) from None
     httpd.site = site
     httpd.daemon_threads = True
-    bound_port = httpd.server_address[1]
-    handler.port = bound_port
-    handler.allowed = allowed_hosts(host, bound_port)
+    bound_ip, bound_port = httpd.server_address[:2]
+    # server_name: the fully qualified name http.server found for the bound address
+    handler.hosts = HostRule(host, bound_ip, bound_port, getattr(httpd, "server_name", "") or "")
     return httpd
 
 
 def url_of(httpd) -> str:
     host, port = httpd.server_address[:2]
-    shown = f"[{host}]" if ":" in host else ("127.0.0.1" if host == "0.0.0.0" else host)
+    # a wildcard bind is shown as loopback: a URL that works on this machine
+    shown = "[::1]" if host == "::" else f"[{host}]" if ":" in host else ("127.0.0.1" if host == "0.0.0.0" else host)
     return f"http://{shown}:{port}/"

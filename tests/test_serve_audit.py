@@ -1,0 +1,262 @@
+"""`ctape serve` audit: a damaged or refused session stops only its own pages (SPEC 14),
+a bind that fails says what to do, and the Host rule is SPEC 15's (the bound address or
+localhost; on a wildcard bind this machine's own addresses and names).
+
+Over real HTTP against a real `ctape serve` process, except the one check that a bug
+still gives 500, which needs a fault planted in the server (in-process, real HTTP).
+"""
+
+import errno
+import http.client
+import re
+import socket
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from ctape import Tape
+
+from conftest import snapshot
+
+KNOWN = re.compile(r"<h1>(Internal error|Error)</h1>")
+
+
+@pytest.fixture
+def serve():
+    """Start `ctape --dir D serve [args]` in a process; gives (process, port)."""
+    procs = []
+
+    def start(tape_dir, *args):
+        p = subprocess.Popen([sys.executable, "-m", "ctape", "--dir", str(tape_dir), "serve", *args],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        procs.append(p)
+        url = p.stdout.readline().strip()
+        m = re.fullmatch(r"http://(?:\[[^\]]+\]|[^:/]+):(\d+)/", url)
+        assert m, (url, p.stderr.read() if p.poll() is not None else "")
+        return p, int(m.group(1))
+
+    yield start
+    for p in procs:
+        p.terminate()
+        p.wait(timeout=10)
+
+
+def get(port, path, host=None, addr="127.0.0.1", timeout=30):
+    c = http.client.HTTPConnection(addr, port, timeout=timeout)
+    c.request("GET", path, headers={"Host": host if host is not None else f"127.0.0.1:{port}"})
+    r = c.getresponse()
+    body = r.read().decode("utf-8", "replace")
+    c.close()
+    return r.status, body
+
+
+def flip(path, offset):
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 1
+    path.write_bytes(bytes(data))
+
+
+# -- 1. one damaged or refused session stops only its own pages --------------------------------
+
+
+@pytest.fixture
+def symlinked(tmp_path, tape_dir):
+    """A tape whose session b is a symlink to a session of another tape (refused, UnsafePath)."""
+    t = Tape.open(tape_dir)
+    t.session("a").append("user", {"content": "hello from a"})
+    t.close()
+    other = tmp_path / "other"
+    o = Tape.init(other)
+    o.session("b").append("user", {"content": "x"})
+    o.close()
+    (tape_dir / "sessions" / "b").symlink_to(other / "sessions" / "b")
+    return tape_dir
+
+
+def test_stats_of_a_tape_with_a_refused_session_shows_the_others_and_marks_it(symlinked, serve):
+    before = snapshot(symlinked)
+    _, port = serve(symlinked)
+    status, body = get(port, "/stats")
+    assert status == 200, body[-800:]
+    assert '<a href="/s/a">a</a></td><td class="num">1</td><td>user 1</td>' in body
+    row = re.search(r'<tr class="damaged"><td><a href="/s/b">b</a>.*?</tr>', body)
+    assert row and "refusing symlink" in row.group(0) and "damaged" in row.group(0)
+    assert status == 200 and get(port, "/")[0] == 200 and get(port, "/s/a")[0] == 200
+    assert snapshot(symlinked) == before
+
+
+@pytest.mark.parametrize("path", ["/s/b", "/s/b/head", "/s/b/tree", "/s/b/after?after=", "/diff?a=a&b=b", "/diff?s=b&a=main&b=main", "/e/abcd?s=b"])
+def test_pages_of_a_refused_session_answer_409_with_the_reason(symlinked, serve, path):
+    _, port = serve(symlinked)
+    status, body = get(port, path)
+    assert status == 409, (path, status, body[-800:])
+    assert not KNOWN.search(body)
+    reason = re.search(r'<h1>Cannot show this</h1><p class="err">([^<\n]*)</p>', body)
+    assert reason and "refusing symlink inside the tape directory" in reason.group(1) and "replace it" in reason.group(1)
+    assert '<a href="/">all sessions</a>' in body
+    # and the server goes on serving the other sessions
+    assert get(port, "/s/a")[0] == 200
+
+
+@pytest.fixture
+def damaged(tape_dir):
+    """Sessions dmg1 (its newest records bit-flipped, after this machine's index cache saw
+    them: the server's cache is the writer's) and dmg2; the hash of dmg1's damaged head."""
+    t = Tape.open(tape_dir)
+    for s in ("dmg1", "dmg2"):
+        for i in range(3):
+            t.session(s).append("user", {"content": f"{s} message {i}"})
+    head = t.session("dmg1").head.hash
+    t.close()
+    flip(next((tape_dir / "sessions" / "dmg1").glob("*.seg")), -30)
+    return tape_dir, head
+
+
+def test_diff_with_a_damaged_session_is_not_500(damaged, serve):
+    tape_dir, _ = damaged
+    _, port = serve(tape_dir)
+    status, body = get(port, "/diff?a=dmg1&b=dmg2")  # the first request: HEAD's record is damaged
+    assert status in (200, 409), (status, body[-800:])
+    assert not KNOWN.search(body)
+    if status == 409:
+        assert "damaged records in sessions/dmg1/" in body and "ctape fsck" in body
+        assert '<a href="/diff">the diff form</a>' in body
+    status, body = get(port, "/s/dmg1")
+    assert status == 200 and "showing what is readable" in body
+    for path in ("/stats", "/", "/s/dmg2", "/diff?a=dmg2&b=dmg2"):
+        assert get(port, path)[0] == 200, path
+
+
+def test_a_damaged_entry_page_is_409_not_500(damaged, serve):
+    tape_dir, head = damaged
+    _, port = serve(tape_dir)
+    for path in (f"/e/{head}?s=dmg1", f"/e/{head}/json", f"/e/{head}/text"):
+        status, body = get(port, path)
+        assert status in (404, 409), (path, status, body[-800:])
+        assert not KNOWN.search(body) and "Traceback" not in body
+
+
+def test_a_bug_is_still_500(tape_dir, monkeypatch):
+    """Known conditions are 404/409; anything else is a bug and stays 500 (in-process: the
+    fault is planted in the server)."""
+    from ctape.web import make_server
+    from ctape.web.pages import Site
+
+    t = Tape.open(tape_dir)
+    t.session("a").append("user", {"content": "hi"})
+    monkeypatch.setattr(Site, "stats_page", lambda self: 1 / 0)
+    httpd = make_server(t, "127.0.0.1", 0)
+    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        port = httpd.server_address[1]
+        status, body = get(port, "/stats")
+        assert status == 500 and "ZeroDivisionError" in body
+        assert get(port, "/s/a")[0] == 200
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        t.close()
+
+
+# -- 2. a bind that fails says what to do --------------------------------------------------------
+
+
+def _serve_fails(tape_dir, *args):
+    p = subprocess.run([sys.executable, "-m", "ctape", "--dir", str(tape_dir), "serve", *args], capture_output=True, text=True, timeout=60)
+    lines = p.stderr.strip().splitlines()
+    assert p.stdout == "" and len(lines) == 1 and "Traceback" not in p.stderr, p.stderr
+    assert "check the path" not in p.stderr and "permissions" not in p.stderr
+    return p.returncode, lines[0]
+
+
+def test_an_unknown_host_name_says_to_use_an_address_of_this_machine(tape_dir):
+    code, line = _serve_fails(tape_dir, "--host", "nonexistent.invalid", "--port", "8123")
+    assert code == 2
+    assert line.startswith("ctape: error: cannot listen on nonexistent.invalid:8123: name not")
+    assert "use an address of this machine, e.g. 127.0.0.1" in line
+
+
+def test_an_address_of_another_machine_is_refused_with_what_to_use(tape_dir):
+    code, line = _serve_fails(tape_dir, "--host", "203.0.113.7")  # TEST-NET-3: on no machine
+    assert code == 2
+    assert "cannot listen on 203.0.113.7: 203.0.113.7 is not an address of this machine" in line and "127.0.0.1" in line
+
+
+def test_a_port_in_use_says_to_pick_another(tape_dir):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        code, line = _serve_fails(tape_dir, "--port", str(port))
+        p = subprocess.run([sys.executable, "-m", "ctape.web", "--dir", str(tape_dir), "--port", str(port)], capture_output=True, text=True, timeout=60)
+    assert code == 1
+    assert line == f"ctape: error: cannot listen on 127.0.0.1:{port}: port {port} is in use; pick another with --port, or --port 0 for any free one"
+    assert p.returncode == 1 and p.stderr.strip() == line
+
+
+# -- 3. the Host rule: the bound address or localhost (SPEC 15) ----------------------------------
+
+
+def _own_address():
+    """A non-loopback IPv4 address of this machine (None when it has none)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("192.0.2.1", 9))  # no packet is sent: this only picks the route's source
+            ip = s.getsockname()[0]
+        except OSError:
+            return None
+    return None if ip.startswith("127.") or ip == "0.0.0.0" else ip
+
+
+def test_loopback_bind_answers_only_its_own_names(tape_dir, serve):
+    _, port = serve(tape_dir)
+    for host in (f"localhost:{port}", f"127.0.0.1:{port}", f"[::1]:{port}", f"LocalHost.:{port}"):
+        assert get(port, "/", host=host)[0] == 200, host
+    own = _own_address() or "192.0.2.2"
+    for host in (f"10.0.0.5:{port}", f"{own}:{port}", f"[fd00::5]:{port}", f"{socket.gethostname()}:{port}",
+                 f"evil.example:{port}", f"127.0.0.1:{port + 1}", "127.0.0.1", f"127.0.0.1:{port}x", f"::1:{port}"):
+        status, body = get(port, "/", host=host)
+        assert status == 403, host
+        assert "Sessions" not in body
+
+
+def test_wildcard_bind_answers_this_machines_addresses_and_names(tape_dir, serve):
+    t = Tape.open(tape_dir)
+    t.session("a").append("user", {"content": "lan"})
+    t.close()
+    _, port = serve(tape_dir, "--host", "0.0.0.0")
+    hostname = socket.gethostname()
+    for host in (f"localhost:{port}", f"127.0.0.1:{port}", f"{hostname}:{port}", f"{hostname.split('.')[0]}.local:{port}", f"0.0.0.0:{port}"):
+        assert get(port, "/", host=host)[0] == 200, host
+    for host in (f"10.0.0.5:{port}", f"[fd00::5]:{port}", f"evil.example:{port}", f"{hostname}.evil.example:{port}", f"localhost:{port + 1}"):
+        assert get(port, "/", host=host)[0] == 403, host
+    own = _own_address()
+    if own is None:
+        pytest.skip("this machine has no non-loopback IPv4 address to reach the server by")
+    # another machine on the network: the URL names this machine's address
+    status, body = get(port, "/s/a", host=f"{own}:{port}", addr=own)
+    assert status == 200 and "lan" in body
+    assert get(port, "/", host=f"10.0.0.5:{port}", addr=own)[0] == 403
+
+
+def test_a_named_address_bind_answers_that_address_not_others(tape_dir, serve):
+    own = _own_address()
+    if own is None:
+        pytest.skip("this machine has no non-loopback IPv4 address to bind")
+    _, port = serve(tape_dir, "--host", own)
+    assert get(port, "/", host=f"{own}:{port}", addr=own)[0] == 200
+    assert get(port, "/", host=f"localhost:{port}", addr=own)[0] == 200
+    for host in (f"10.0.0.5:{port}", f"127.0.0.1:{port}", f"evil.example:{port}"):
+        assert get(port, "/", host=host, addr=own)[0] == 403, host
+
+
+def test_bind_error_codes_are_the_ones_mapped():
+    """The messages of a failed bind, for the errors a test cannot provoke on every machine."""
+    from ctape.web.server import cannot_listen
+
+    e = cannot_listen("127.0.0.1", 80, PermissionError(errno.EACCES, "Permission denied"))
+    assert e.exit_code == 1 and "port 80 needs privileges" in str(e) and "--port 0" in str(e)
+    e = cannot_listen("::1", 8000, OSError(errno.EAFNOSUPPORT, "Address family not supported"))
+    assert e.exit_code == 1 and str(e).startswith("cannot listen on [::1]:8000: this machine has no IPv6")
