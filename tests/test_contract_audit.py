@@ -196,6 +196,8 @@ def test_a_symlink_in_one_session_leaves_the_others_listed(tape_dir, tmp_path):
     assert any(" s1 " in line and "[damaged: see ctape fsck]" in line for line in listing), listing
     err = one_line_error(cli(tape_dir, "log", "-s", "s1"), 1)
     assert "symlink" in err
+    p = cli(tape_dir, "usage")  # the whole-tape reports go on without it, and say so
+    assert p.returncode == 0 and "session 's1' left out of usage" in p.stderr.decode() and "Traceback" not in p.stderr.decode()
 
 
 @pytest.mark.parametrize("path", [None, 5, ""])

@@ -38,10 +38,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import warnings
 from importlib import resources
 from typing import Any, Iterator, Optional
 
-from ..model.errors import CtapeError, InvalidInput
+from ..model.errors import CorruptObject, CtapeError, CtapeWarning, InvalidInput, UnsafePath
 from ..model.models import time_seconds
 from ..model.timespec import parse_when
 
@@ -228,8 +229,16 @@ def usage(tape, by: str = "session", since: Optional[str] = None, prices: Option
         raise InvalidInput(f"cannot group usage by {by!r}; use one of: {', '.join(GROUPS)}")
     cutoff = time_seconds(parse_when(since)) if since else None
     table = load_prices(prices)
-    names = [n for n in tape.store.sessions() if tape._session_exists(n)]
-    per_session = {n: _records(tape, n) for n in names}
+    per_session = {}
+    for n in tape.store.sessions():
+        if not tape._session_exists(n):
+            continue
+        try:
+            per_session[n] = _records(tape, n)
+        except (UnsafePath, CorruptObject) as e:
+            # damage in one session never stops the others (SPEC 14): left out, and said
+            warnings.warn(f"session {n!r} left out of usage: {str(e).split(';')[0]}; see `ctape fsck`", CtapeWarning, stacklevel=2)
+    names = list(per_session)
     reached: dict[str, list[str]] = {}  # entry -> sessions whose records hold it
     for n in names:
         for h, _, _, _ in per_session[n]:
