@@ -30,7 +30,7 @@ import sys
 import tempfile
 import time
 from contextlib import ExitStack, contextmanager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Optional
 
 from blake3 import blake3
@@ -71,6 +71,15 @@ class PassReport:
     errors: list = field(default_factory=list)
 
 
+class NotATranscript(InvalidInput):
+    def __init__(self):
+        super().__init__("not a transcript ctape knows (Claude Code, Codex, Gemini CLI, OpenAI-style, ctape jsonl); skipped")
+
+
+class _Stopped(Exception):
+    """Asked to stop inside a large file (Claude Code): its batches so far are written."""
+
+
 class _Line:
     """A complete line read in this pass."""
 
@@ -84,8 +93,10 @@ class _Line:
             self.value, self.ok = None, False
 
     @property
-    def text(self) -> str:
-        return self.raw.decode("utf-8", "replace").rstrip("\r\n")
+    def body(self) -> bytes:
+        """The line without its end, as the importers keep a line that is not JSON (its
+        bytes: one that is not UTF-8 either is kept whole, never decoded with losses)."""
+        return self.raw.rstrip(b"\r\n")
 
     @property
     def end(self) -> int:
@@ -209,9 +220,19 @@ class Watcher:
     def _one(self, s: Source, rep: PassReport) -> None:
         try:
             n, read = self._source(s)
+        except _Stopped:
+            # asked to stop inside a large file: its batches so far are written; the next pass
+            # goes on from its position (a Claude Code layout cut in the middle is not kept)
+            self.live.pop(s.key, None)
+            self._layouts.pop(s.key, None)
+            self.echo(f"watch: {s.path}: stopped after a batch; the next pass imports the rest")
+            return
         except (CtapeError, OSError, ValueError) as e:
             self._forget(s.key)  # its next pass starts from the tape's position
-            msg = f"watch: {s.path}: {e}"
+            text = str(e)
+            if text.startswith(f"{s.path}: "):  # the importers name the file too
+                text = text[len(s.path) + 2 :]
+            msg = f"watch: {s.path}: {text}"
             rep.errors.append(msg)
             if (s.key, str(e)) not in self.reported:
                 self.reported.add((s.key, str(e)))
@@ -280,11 +301,21 @@ class Watcher:
             for key in [k for k, v in self.live.items() if now - v.used > idle and k not in self._layouts]:
                 del self.live[key]
 
-    def _checkpoint(self) -> None:
-        """Mid-file: end the batch when it is large, and start the next."""
-        if self._batch_bytes >= BATCH_BYTES:
+    def _checkpoint(self, pos: Optional[Position] = None) -> bool:
+        """Mid-file: end the batch when it is large, and start the next. When asked to stop
+        (SIGINT/SIGTERM), end it and start none: True, and the caller returns at once
+        (`pos`: where the file is imported up to, kept in the cache with the batch; its
+        stat is not, so the next pass never takes the file for unchanged)."""
+        if self._batch_bytes < BATCH_BYTES:
+            return False
+        if self.should_stop():
+            if pos is not None:
+                self._touched.append(replace(pos, size=-1, mtime=-1))
             self._commit()
-            self._begin()
+            return True
+        self._commit()
+        self._begin()
+        return False
 
     # -- positions -----------------------------------------------------------------------
 
@@ -325,6 +356,7 @@ class Watcher:
             st = os.stat(s.path)
         except FileNotFoundError:
             return 0, 0
+        src_mod.check_regular(st)  # a FIFO is never opened: it would wait for a writer
         pos = self._known(s.key)
         if pos is not None and pos.path == s.path and pos.matches_stat(st) and self._intact(pos):
             return 0, 0
@@ -336,7 +368,7 @@ class Watcher:
                 stack.callback(at.f.close)
             fmt = s.fmt or (pos.fmt if at is not None else None)
             if fmt is None:
-                fmt = src_mod.detect(src_mod.head_of(s.path, 1 << 20).split(b"\n")[:-1] or [], s.path)
+                fmt = self._detect(s)
                 if fmt is None:
                     return 0, 0  # nothing to tell the format by yet
             if at is not None and fmt != pos.fmt:
@@ -348,6 +380,20 @@ class Watcher:
             if fmt == "gemini":
                 return self._gemini(s, st, pos, at)
             return self._whole(s, st, fmt)
+
+    def _detect(self, s: Source) -> Optional[str]:
+        """The format of a source from its first complete lines; None while they cannot tell
+        (none yet, or one being written). A file found in a folder that is no transcript is
+        passed over in silence (a folder holds other files too); one named on the command
+        line is refused (NotATranscript), as `ctape import` refuses it."""
+        lines = src_mod.head_of(s.path, 1 << 20).split(b"\n")[:-1]
+        try:
+            fmt = src_mod.detect(lines, s.path)
+        except InvalidInput:  # a JSON document that is no transcript
+            fmt = None
+        if fmt is None and s.named and any(ln.strip() for ln in lines):
+            raise NotATranscript()
+        return fmt
 
     def _continuable(self, s: Source, st: os.stat_result, pos: Optional[Position]) -> bool:
         """What the stat and the tape say: the same file, not shorter, not written to without
@@ -448,7 +494,7 @@ class Watcher:
                         pending.append(ln)
                         continue
                     for bad in pending:
-                        parent = codex.put_line(session, bad.number, bad.text, False, parent, clock)
+                        parent = codex.put_line(session, bad.number, bad.body, False, parent, clock)
                         count += self._is_new(parent)
                         h.update(bad.pre + bad.raw)
                         self._report_raw(s, bad)
@@ -466,7 +512,8 @@ class Watcher:
                     changes, notes = c.safe_refs(self.tape, session, {"main": pos.tip})
                     session.set_refs("import", changes, source="codex", watch=pos.record())
                     self._note(pos, notes)
-                    self._checkpoint()
+                    if self._checkpoint(pos):
+                        return count, read  # stopped: the next pass goes on from pos
         if read or not full:
             self._done(pos, st, Live(pos, hasher=h.copy(), verified=time.monotonic() if verified else self._verified(s.key)))
         return count, read
@@ -580,7 +627,7 @@ class Watcher:
         pos = Position(key=s.key, path=s.path, fmt="claude-code", session=name, dev=st.st_dev, ino=st.st_ino)
         live = Live(pos, claude_code.start_builder(session, scan.first_time or c.undated_time(self.tape, session, s.path)), set(), agent,
                     hasher=scan.hasher, verified=time.monotonic())
-        fr = data if data is not None else open(s.path, "rb")
+        fr = data if data is not None else src_mod.open_regular(s.path)
         with fr, self._checkpoints(live.builder, 0):
             claude_code.extend(live.builder, fr, infos, live.orphans)
         for ln in scan.raw:
@@ -818,7 +865,8 @@ class _Batches:
         if offset > self.last:
             self.w._batch_bytes += offset - self.last
             self.last = offset
-            self.w._checkpoint()
+            if self.w._checkpoint():
+                raise _Stopped()  # out of the Builder: its layout is cut short, and dropped
 
     def done(self) -> None:
         pass

@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
 from blake3 import blake3
 
-from ..formats.reading import CHUNK, ZST, open_stream  # noqa: F401 - import and watch read files alike
+from ..errors import InvalidInput
+from ..formats.reading import CHUNK, ZST, _Closing
 
 ID_BYTES = 4096  # how many bytes at the start (and before the position) identify a file's content
 
@@ -30,6 +32,7 @@ ID_BYTES = 4096  # how many bytes at the start (and before the position) identif
 class Source:
     path: str  # absolute
     fmt: Optional[str]  # "claude-code", "codex", "gemini", or None: detect from the content
+    named: bool = False  # given on the command line (not found in a folder)
 
     @property
     def key(self) -> str:
@@ -105,7 +108,7 @@ def discover(paths: list[str], roots: Optional[list[tuple[str, str]]] = None) ->
             if os.path.isdir(p):
                 todo.extend(walk(p, None))
             else:
-                todo.append(Source(p, None))
+                todo.append(Source(p, None, named=True))
                 # a Claude Code session file brings its subagents (2.1.x layout), as import does
                 sub = os.path.join(os.path.splitext(p)[0], "subagents")
                 if p.endswith(".jsonl") and os.path.isdir(sub):
@@ -158,6 +161,47 @@ def detect(first_lines: list[bytes], path: Optional[str] = None) -> Optional[str
 
 
 # -- reading ----------------------------------------------------------------------------------
+
+
+class NotRegular(InvalidInput):
+    """A source that is no regular file: a FIFO (opening one waits for a writer, forever),
+    a socket, a device or a folder. It is skipped, never opened for reading."""
+
+
+_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"), (stat.S_ISDIR, "a folder"))
+
+
+def check_regular(st: os.stat_result) -> None:
+    """Refuse (NotRegular) what is not a regular file."""
+    if not stat.S_ISREG(st.st_mode):
+        kind = next((name for test, name in _KINDS if test(st.st_mode)), "a special file")
+        raise NotRegular(f"not a regular file ({kind}); skipped")
+
+
+def open_regular(path: str):
+    """The file opened for reading, refused (NotRegular) unless it is a regular file. The
+    check is made on the open file (fstat), not on the name, so a FIFO put in its place
+    meanwhile is refused too; and the open itself does not wait (O_NONBLOCK), where a
+    FIFO without a writer would block it, signals included."""
+    check_regular(os.stat(path))  # a device is refused before it is even opened
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        check_regular(os.fstat(fd))
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def open_stream(path: str):
+    """A binary stream of a regular file's (decompressed) content (NotRegular otherwise)."""
+    f = open_regular(path)
+    if not path.endswith(ZST):
+        return f
+    import zstandard
+
+    return _Closing(zstandard.ZstdDecompressor().stream_reader(f, read_across_frames=True), f)
 
 
 def skip(stream, offset: int, keep_from: int = -1) -> bytes:

@@ -1,0 +1,205 @@
+"""`ctape watch` audit: bytes of a line that is not UTF-8, FIFOs, signals inside a large
+file, files named on the command line that are no transcripts. Real processes, real
+signals, real FIFOs."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import run_cli
+from test_watch import CLAUDE, CODEX, expected, exported, session_of
+from test_watch_memory import transcript
+
+from ctape import Tape
+
+FIXTURES = Path(__file__).parent / "fixtures"
+GEMINI = FIXTURES / "gemini" / "session-2026-03-11T21-02-7a2b9c10.jsonl"
+OPENAI = FIXTURES / "transcripts" / "openai-chat" / "All-Hands-AI__OpenHands__multi_swe_bench_examples_output.jsonl"
+BAD = b"caf\xe9 \xff\n"  # a line that is neither JSON nor UTF-8
+
+
+def watch(tape_dir, *args, timeout=60):
+    return subprocess.run([sys.executable, "-m", "ctape", "--dir", str(tape_dir), "watch", "--once", *map(str, args)],
+                          capture_output=True, timeout=timeout)
+
+
+def hashes(tape_dir) -> dict:
+    out = {}
+    with Tape.open(tape_dir) as t:
+        for name in t.store.sessions():
+            s = t.session(name)
+            out[name] = {e.hash for tip in s.refs().branches.values() for e in s.log(tip)}
+    return out
+
+
+# -- 1. a line that is not UTF-8 keeps its bytes, in every format --------------------------------
+
+
+@pytest.mark.parametrize("fmt,source,name", [
+    ("codex", CODEX, "rollout-x.jsonl"),
+    ("claude-code", CLAUDE, "x.jsonl"),
+    ("gemini", GEMINI, "session-x.jsonl"),
+    ("openai", OPENAI, "x.jsonl"),
+])
+@pytest.mark.parametrize("grow", [False, True])
+def test_a_line_that_is_not_utf8_keeps_its_bytes_and_the_hashes_of_import(tmp_path, fmt, source, name, grow):
+    lines = source.read_bytes().splitlines(keepends=True)
+    head, rest = b"".join(lines[:5]), BAD + b"".join(lines[5:])
+    path = tmp_path / "runs" / name
+    path.parent.mkdir()
+    for d in ("w", "i"):
+        run_cli("--dir", tmp_path / d, "init", check=True)
+    if grow:  # the line comes in an append, after a first pass
+        path.write_bytes(head)
+        assert watch(tmp_path / "w", path).returncode == 0
+        with path.open("ab") as f:
+            f.write(rest)
+    else:
+        path.write_bytes(head + rest)
+    p = watch(tmp_path / "w", "-q", path)
+    assert p.returncode == 0, p.stderr
+    run_cli("--dir", tmp_path / "i", "import", fmt, path, check=True)
+    assert hashes(tmp_path / "w") == hashes(tmp_path / "i")
+    if fmt == "codex":
+        out = run_cli("--dir", tmp_path / "w", "export", session_of(CODEX, "codex"), "--format", "codex", check=True).stdout
+        got = out.splitlines(keepends=True)
+        assert got[5] == BAD and len(got) == len(lines) + 1
+
+
+# -- 2. a FIFO is never opened -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("named", [False, True])
+def test_a_fifo_is_skipped_with_one_line_and_signals_work(tape_dir, tmp_path, named):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    fifo = runs / "x.jsonl"
+    os.mkfifo(fifo)
+    (runs / CODEX.name).write_bytes(CODEX.read_bytes())
+    try:
+        p = watch(tape_dir, fifo if named else runs, timeout=30)
+    except subprocess.TimeoutExpired:
+        pytest.fail("watch blocked on a FIFO")
+    err = p.stderr.decode()
+    assert p.returncode == 1, err
+    problems = [ln for ln in err.splitlines() if str(fifo) in ln]
+    assert problems == [f"watch: {fifo}: not a regular file (a FIFO); skipped"], err
+    assert "Traceback" not in err
+    if not named:  # the other files are imported
+        with Tape.open(tape_dir) as t:
+            assert exported(t, session_of(CODEX, "codex"), "codex") == expected(CODEX.read_bytes())
+
+
+def test_follow_mode_with_a_fifo_stops_on_sigterm(tape_dir, tmp_path):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    os.mkfifo(runs / "x.jsonl")
+    p = subprocess.Popen([sys.executable, "-m", "ctape", "--dir", str(tape_dir), "watch", "--poll", str(runs)], stderr=subprocess.PIPE)
+    time.sleep(3)
+    p.send_signal(signal.SIGTERM)
+    try:
+        assert p.wait(timeout=30) == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert "not a regular file (a FIFO)" in p.stderr.read().decode()
+
+
+# -- 3. SIGTERM inside a large file: the current batch, then exit 0; the rerun completes it ------
+
+
+def test_sigterm_inside_a_large_claude_file_ends_after_the_batch(tape_dir, tmp_path):
+    big = tmp_path / "big" / "s.jsonl"
+    big.parent.mkdir()
+    transcript(big, 150_000_000)
+    p = subprocess.Popen([sys.executable, "-m", "ctape", "--dir", str(tape_dir), "watch", "--once", str(big)], stderr=subprocess.PIPE)
+    time.sleep(4)
+    sent = time.monotonic()
+    p.send_signal(signal.SIGTERM)
+    try:
+        code = p.wait(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    took = time.monotonic() - sent
+    err = p.stderr.read().decode()
+    assert code == 0, err
+    assert "stopped after a batch" in err and "Traceback" not in err, err
+    total = sum(1 for ln in big.read_bytes().splitlines() if ln.strip())
+    again = watch(tape_dir, big, timeout=300)
+    assert again.returncode == 0, again.stderr
+    # the second run writes only what the first did not: it had stopped inside the file
+    added = int(again.stderr.decode().split("+")[1].split()[0])
+    assert 0 < added < total, (added, total, took)
+    sid = session_of(big, "claude-code")
+    out = run_cli("--dir", tape_dir, "export", sid, "--format", "claude-code", check=True).stdout
+    assert [json.loads(x) for x in out.splitlines()] == expected(big.read_bytes())
+
+
+STOPPER = r"""
+import sys
+from ctape import Tape
+from ctape.watch import engine, watch_once
+engine.BATCH_BYTES = 1 << 20  # a batch every 1 MB of source: many inside this file
+with Tape.open(sys.argv[1]) as t:
+    rep = watch_once(t, [sys.argv[2]], echo=lambda s: print(s, file=sys.stderr), signals=True)
+print(rep.records)
+"""
+
+
+def test_sigterm_inside_a_codex_file_keeps_the_position(tape_dir, tmp_path):
+    lines = [ln for ln in CODEX.read_bytes().splitlines(keepends=True) if ln.strip()]
+    body = [ln for ln in lines[1:] if b'"session_meta"' not in ln]
+    path = tmp_path / "rollout-big.jsonl"
+    with path.open("wb") as f:
+        f.write(lines[0])
+        for _ in range(max(1, (48 << 20) // len(b"".join(body)))):
+            f.writelines(body)
+    p = subprocess.Popen([sys.executable, "-c", STOPPER, str(tape_dir), str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    time.sleep(3)
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err
+    first = int(out)
+    total = sum(1 for ln in path.read_bytes().splitlines() if ln.strip())
+    assert 0 < first < total, (first, total)
+    again = watch(tape_dir, path, timeout=300)
+    assert again.returncode == 0, again.stderr
+    added = int(again.stderr.decode().split("+")[1].split()[0])
+    assert first + added == total
+    with Tape.open(tape_dir) as t:
+        assert exported(t, session_of(CODEX, "codex"), "codex") == expected(path.read_bytes())
+
+
+# -- 4. a file named on the command line that is no transcript -----------------------------------
+
+
+RANDOM = bytes(random.Random(7).getrandbits(8) for _ in range(3000)) + b'\n{"a": [\n'
+
+
+@pytest.mark.parametrize("content", [b'{"foo": 1}\n', RANDOM, b"[1,\n2]\n"], ids=["json", "random", "document"])
+def test_a_named_file_that_is_no_transcript_is_one_line_and_exit_1(tape_dir, tmp_path, content):
+    path = tmp_path / "e" / "other.jsonl"
+    path.parent.mkdir()
+    path.write_bytes(content)
+    p = watch(tape_dir, path)
+    err = p.stderr.decode().splitlines()
+    assert p.returncode == 1
+    assert len(err) == 1 and err[0].startswith(f"watch: {path}: not a transcript ctape knows ("), err
+    assert err[0].count(str(path)) == 1 and "ctape import" not in err[0]
+    # found by scanning a folder, it is passed over in silence
+    p = watch(tape_dir, path.parent)
+    assert p.returncode == 0 and p.stderr == b""
+
+
+def test_an_empty_named_file_waits_in_silence(tape_dir, tmp_path):
+    path = tmp_path / "x.jsonl"
+    path.write_bytes(b"")
+    p = watch(tape_dir, path)
+    assert p.returncode == 0 and p.stderr == b""
