@@ -62,18 +62,23 @@ def interrupted_stream(d, session: str, pieces: list[str]) -> None:
         t.close()
 
 
+def tape_with_remote(tmp_path):
+    """A tape A with one message in session chat, and a folder remote `origin` for it."""
+    a, remote = tmp_path / "A", tmp_path / "remote"
+    remote.mkdir()
+    with Tape.init(a) as t:
+        t.session("chat").append("user", {"content": "hello"})
+    cli(a, "remote", "add", "origin", f"file://{remote}")
+    return a, remote
+
+
 # -- 1. an interrupted stream's text is checked before it leaves ---------------------------------
 
 
 def test_push_refuses_a_secret_in_an_interrupted_stream_until_recovered_redacted_and_compacted(tmp_path):
-    a, remote = tmp_path / "A", tmp_path / "remote"
-    remote.mkdir()
-    t = Tape.init(a)
-    t.session("chat").append("user", {"content": "hello"})
-    t.close()
+    a, remote = tape_with_remote(tmp_path)
     key = "AKIASTREAMPARTIAL123"
     interrupted_stream(a, "chat", ["here is the key ", key, " and more"])
-    cli(a, "remote", "add", "origin", f"file://{remote}")
 
     p = cli(a, "scan", check=False)
     assert p.returncode == 1 and b"(interrupted stream)" in p.stdout and b"aws-access-key" in p.stdout
@@ -158,12 +163,7 @@ def test_compact_remote_removes_temp_files_a_killed_push_left_once_past_the_grac
     import subprocess
     import sys
 
-    a, remote = tmp_path / "A", tmp_path / "remote"
-    remote.mkdir()
-    t = Tape.init(a)
-    t.session("chat").append("user", {"content": "hello"})
-    t.close()
-    cli(a, "remote", "add", "origin", f"file://{remote}")
+    a, remote = tape_with_remote(tmp_path)
     cli(a, "push")
     secret = "zebrafishcrown77"
     cli(a, "append", "user", "--text", f"db password: {secret}", "-s", "chat")
@@ -393,11 +393,7 @@ def test_a_push_refused_for_a_secret_has_not_compacted_the_copy(tmp_path):
 
 
 def test_pull_of_a_session_nobody_has_is_refused_as_push_refuses_it(tmp_path):
-    a, remote = tmp_path / "A", tmp_path / "R"
-    remote.mkdir()
-    Tape.init(a).close()
-    cli(a, "append", "user", "--text", "hi", "-s", "chat")
-    cli(a, "remote", "add", "origin", f"file://{remote}")
+    a, _ = tape_with_remote(tmp_path)
     cli(a, "push")
     before = snapshot(a)
     for verb in ("push", "pull"):
