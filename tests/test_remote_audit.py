@@ -390,15 +390,3 @@ def test_a_push_refused_for_a_secret_has_not_compacted_the_copy(tmp_path):
     run_cli("clone", f"file://{remote}", c, env={"CTAPE_CACHE_DIR": str(tmp_path / "cache-c"), "CTAPE_WRITER": "gamma"}, check=True)
     assert [e["payload"]["content"] for e in map(json.loads, cli(c, "log", "-s", "chat", "--json", env={"CTAPE_CACHE_DIR": str(tmp_path / "cache-c")}).stdout.splitlines())] == [
         "key AKIAREFUSEDPUSH12345 x", "two", "one"]
-
-
-def test_pull_of_a_session_nobody_has_is_refused_as_push_refuses_it(tmp_path):
-    a, _ = tape_with_remote(tmp_path)
-    cli(a, "push")
-    before = snapshot(a)
-    for verb in ("push", "pull"):
-        p = cli(a, verb, "-s", "nosuch", check=False)
-        err = p.stderr.decode()
-        assert p.returncode == 2 and "no session 'nosuch'" in err and len(err.splitlines()) == 1, (verb, err)
-    assert snapshot(a) == before
-    assert cli(a, "pull", "-s", "chat").returncode == 0

@@ -139,9 +139,6 @@ def pull(tape, backend: Backend, name: str, sessions: Iterable[str] = (), warn: 
         start_next = dict(state["next"])
         for _, _, m in layout.new_manifests(store, backend, state, warn):
             layout.note_manifest(state, m)
-        unknown = sorted(wanted - {key.split("/", 1)[0] for key in state["pieces"]} - set(store.sessions()))
-        if unknown:  # as push refuses a session it does not have (nothing is saved or fetched)
-            raise InvalidInput(f"no session {unknown[0]!r} on remote {name} or in this tape; see `ctape remote show {name}`")
         # every file the remote holds, not only those new manifests name: as rsync without
         # --delete, a file this copy lacks (compacted away since, or never here) comes
         # (back), so a claim that revives an entry finds its objects
