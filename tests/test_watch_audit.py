@@ -143,10 +143,19 @@ def test_sigterm_inside_a_large_claude_file_ends_after_the_batch(tape_dir, tmp_p
 
 
 STOPPER = r"""
-import sys
+import os, signal, sys
 from ctape import Tape
 from ctape.watch import engine, watch_once
 engine.BATCH_BYTES = 1 << 20  # a batch every 1 MB of source: many inside this file
+checkpoint = engine.Watcher._checkpoint
+sent = []
+def sigterm_at_the_first_batch(self, *a, **k):
+    # a real SIGTERM, sent when the first batch ends: no race with how fast the file imports
+    if self._batch_bytes >= engine.BATCH_BYTES and not sent:
+        sent.append(1)
+        os.kill(os.getpid(), signal.SIGTERM)
+    return checkpoint(self, *a, **k)
+engine.Watcher._checkpoint = sigterm_at_the_first_batch
 with Tape.open(sys.argv[1]) as t:
     rep = watch_once(t, [sys.argv[2]], echo=lambda s: print(s, file=sys.stderr), signals=True)
 print(rep.records)
@@ -162,8 +171,6 @@ def test_sigterm_inside_a_codex_file_keeps_the_position(tape_dir, tmp_path):
         for _ in range(max(1, (48 << 20) // len(b"".join(body)))):
             f.writelines(body)
     p = subprocess.Popen([sys.executable, "-c", STOPPER, str(tape_dir), str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    time.sleep(3)
-    p.send_signal(signal.SIGTERM)
     out, err = p.communicate(timeout=120)
     assert p.returncode == 0, err
     first = int(out)
