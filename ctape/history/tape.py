@@ -61,8 +61,9 @@ class Tape:
 
     @classmethod
     def init(cls, path: str | os.PathLike = ".ctape", **kw) -> "Tape":
-        Store.init(_folder(path))
-        return cls(Store(_folder(path), **kw))
+        path = _folder(path)
+        Store.init(path)
+        return cls(Store(path, **kw))
 
     @classmethod
     def open(cls, path: str | os.PathLike = ".ctape", **kw) -> "Tape":
