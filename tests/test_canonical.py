@@ -168,3 +168,51 @@ def test_entry_body_is_canonical_json_of_the_externalized_body(payload, meta, de
     )
     assert got == want
     assert fast == slow
+
+
+def _nest(depth, leaf, kind):
+    for _ in range(depth):
+        leaf = [leaf] if kind == "list" else {"k": leaf}
+    return leaf
+
+
+deep_values = st.builds(_nest, st.integers(95, 103), st.one_of(st.none(), strings), st.sampled_from(["list", "dict"]))
+content_parts = st.lists(st.dictionaries(st.sampled_from(["type", "text", "x"]), st.one_of(strings, json_values), max_size=3), max_size=3)
+payloads = st.one_of(
+    json_values,
+    deep_values,
+    st.fixed_dictionaries({"content": st.one_of(strings, content_parts)}, optional={"x": st.one_of(json_values, deep_values), "bad": st.sampled_from([float("nan"), "\ud800", 1])}),
+)
+
+
+@given(payloads, st.one_of(json_objects, st.dictionaries(strings, deep_values, max_size=2)), st.one_of(json_values, deep_values))
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_entry_body_refuses_and_encodes_as_the_documented_rules(payload, meta, delta):
+    """entry_body encodes a body first and looks at its values only when the text may hold
+    a blob, a NUL string or too deep a nesting (canonical._encoded_plain): whatever the
+    values, it must give the documented bytes, or refuse exactly what the limits and the
+    JSON rules refuse (nesting past MAX_DEPTH, NaN, a lone surrogate)."""
+    from ctape.model.canonical import value_problem
+    from ctape.model.errors import InvalidInput
+
+    t = "2026-01-02T03:04:05.000000Z"
+    blobs, want_blobs = [], []
+
+    def putter(into):
+        return lambda b: into.append(b) or object_hash(b"blob", b)
+
+    try:
+        got = entry_body("user", payload, meta, delta, None, 1, t, putter(blobs))
+    except InvalidInput:
+        got = None
+    want = None
+    if value_problem(payload, meta, delta) is None:
+        put = putter(want_blobs)
+        try:
+            want = canonical_json({"delta": externalize(delta, put), "kind": "user", "meta": externalize(meta, put),
+                                   "parent": None, "payload": externalize(payload, put), "seq": 1, "time": t})
+        except InvalidInput:
+            pass
+    assert got == want
+    if got is not None:
+        assert blobs == want_blobs

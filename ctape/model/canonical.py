@@ -240,9 +240,14 @@ def entry_body(
     with no more containers than MAX_DEPTH and fewer than MAX_ITEMS values cannot
     break the limits and are not walked again for them."""
     body = {"delta": delta, "kind": kind, "meta": meta, "parent": parent, "payload": payload, "seq": seq, "time": time}
+    out = _encoded_plain(body, payload)
+    if out is not None and len(out) < BLOB_MIN:
+        return out
     special, containers, items = _look((payload, meta, delta))
     if containers > MAX_DEPTH + 1 or items >= MAX_ITEMS:
         _check_values(payload, meta, delta)
+    if out is not None and not special and len(out) <= MAX_BODY:
+        return out  # canonical_json(body), encoded once
     if special:
         body["delta"] = _externalized(delta, put_blob)
         body["meta"] = _externalized(meta, put_blob)
@@ -251,6 +256,40 @@ def entry_body(
     if len(out) > MAX_BODY:
         raise InvalidInput(f"the entry is {len(out):,} bytes once its large strings are blobs, over the limit of {MAX_BODY:,} (docs/format.md, Limits); split it")
     return out
+
+
+def _encoded_plain(body: dict, payload: Any) -> Optional[bytes]:
+    """canonical_json(body) when the body may well need no externalizing, to spare the
+    look at every value: most entries are short (under BLOB_MIN bytes in all, so none of
+    their strings is a blob) and one C call tells. None when it surely needs
+    externalizing (a large string at the top of the payload or in its list of content
+    parts, the usual places: no large string is encoded for nothing), or when it
+    cannot be written as it is (a NUL string, nesting deeper than MAX_DEPTH might be
+    there, no JSON, bad Unicode): the full path then looks, and says what is wrong.
+    A body of BLOB_MIN bytes or more is only used once _look finds nothing special."""
+    if type(payload) is dict:
+        for v in payload.values():
+            if type(v) is str:
+                if len(v) >= BLOB_MIN:
+                    return None
+            elif type(v) is list:
+                for part in v:
+                    if type(part) is dict:
+                        for x in part.values():
+                            if type(x) is str and len(x) >= BLOB_MIN:
+                                return None
+    try:
+        text = _encode(body)
+    except (ValueError, TypeError, RecursionError):
+        return None
+    # a string starting with NUL is written "\u0000...; every list and object opens with a
+    # bracket (brackets inside strings only make this count larger: the full path checks)
+    if '"\\u0000' in text or (len(text) < BLOB_MIN and text.count("[") + text.count("{") > MAX_DEPTH + 1):
+        return None
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return None
 
 
 def _look(values: tuple) -> tuple[bool, int, int]:
