@@ -72,10 +72,17 @@ def empty() -> dict:
             "anchors": [], "anc_key": None, "about": {"title": None, "agent": None, "cwd": None}}
 
 
+_FIELDS = frozenset(empty())  # what step gives: a keyframe adds prev_key
+
+
 def step(d: dict, e: Entry) -> dict:
     """The derived values after entry e, given those at its parent (d is not modified)."""
-    out = {"v": KEYFRAME_VERSION, "state": d["state"], "pending": d["pending"], "last_error": d["last_error"], "systems": d["systems"], "sys_key": d.get("sys_key"), "last_key": d.get("last_key"),
-           "anchors": d.get("anchors", []), "anc_key": d.get("anc_key"), "about": d.get("about")}
+    out = d.copy()  # d as step made it (the writer's running values): every field, no prev_key
+    if out.keys() != _FIELDS:  # a keyframe, or one written by an older ctape
+        out = {"v": KEYFRAME_VERSION, "state": d["state"], "pending": d["pending"], "last_error": d["last_error"], "systems": d["systems"],
+               "sys_key": d.get("sys_key"), "last_key": d.get("last_key"), "anchors": d.get("anchors", []), "anc_key": d.get("anc_key"),
+               "about": d.get("about")}
+    out["v"] = KEYFRAME_VERSION
     if e.parent is not None and e.parent == out["last_key"]:
         # d is the parent's keyframe: its system messages and anchors stay there, a new run starts
         out["systems"] = []
@@ -104,9 +111,15 @@ def step(d: dict, e: Entry) -> dict:
     if e.kind == "error" or (e.kind == "tool_result" and isinstance(e.payload, dict) and e.payload.get("is_error") is True):
         out["last_error"] = e.hash
     about = out["about"]
-    if about is not None and (about["title"] is None or about["agent"] is None or about["cwd"] is None):
+    if about is not None and (about["title"] is None or (about["agent"] is None or about["cwd"] is None) and _names_source(e)):
         out["about"] = about_after(about, e)
     return out
+
+
+def _names_source(e: Entry) -> bool:
+    """Whether e's meta may name an agent or a working directory (source_of): most
+    entries of a session that is not imported do not, and are not looked at further."""
+    return not isinstance(e.meta, dict) or not _AGENT_KEYS.isdisjoint(e.meta)
 
 
 def about_after(about: dict, e: Entry) -> dict:
