@@ -137,18 +137,23 @@ def _never(why: str) -> Exception:
 
 def encode_block(items: Iterable[tuple]) -> bytes:
     """Frame (record type, canonical record body[, hashes it refers to]) items for a block;
-    objects come as full object record bodies (hash, type, codec 0, canonical data)."""
+    objects come as full object record bodies (hash, type, codec 0, canonical data), or as
+    (name, type, canonical data) tuples (the writer's form: no bytes joined to be split)."""
     out: list = []  # pieces joined once at the end (a blob's bytes are not copied before)
     names: list[str] = []
     positions: dict[str, int] = {}
     for item in items:
         type_, body, refs = item if len(item) == 3 else (*item, None)
         if type_ == framing.T_OBJECT:
-            h, kind = body[:32].hex(), body[32]
-            if kind == _ENTRY:
-                codec, data = _encode(body, names, positions, refs, start=34)
+            if type(body) is tuple:
+                h, kind, body = body
+                start = 0
             else:
-                codec, data = PLAIN, memoryview(body)[34:]
+                h, kind, start = body[:32].hex(), body[32], 34
+            if kind == _ENTRY:
+                codec, data = _encode(body, names, positions, refs, start=start)
+            else:
+                codec, data = PLAIN, memoryview(body)[start:]
             out += (_OBJ_START, _varint(len(data) + 2), _TAGS[kind, codec] if kind in _KIND else bytes((kind, codec)), data)
             positions[h] = len(names)
             names.append(h)

@@ -365,7 +365,7 @@ class SegmentWriter:
             return h
         if len(body) < BLOCK_OBJECT_MAX:
             # small objects go into the write's block, compressed together (as in packs)
-            self._to_block(framing.T_OBJECT, bytes.fromhex(h) + bytes((type_, 0)) + body, (h, type_), refs)
+            self._to_block(framing.T_OBJECT, (h, type_, body), (h, type_), refs)
         else:
             offset = self._frame(framing.T_OBJECT, st.encode_object(type_, body, h))
             self.batch.objects.append((hash_key(h), self.file_id, offset, 1 if type_ == TYPE_ENTRY else 0))
@@ -400,9 +400,11 @@ class SegmentWriter:
 
     # -- blocks: a write's records compressed together (see packing.py) ---------------------------
 
-    def _to_block(self, type_: int, body: bytes, what, refs: Optional[list[str]] = None) -> None:
+    def _to_block(self, type_: int, body, what, refs: Optional[list[str]] = None) -> None:
+        """Queue a record for the block: a ref record's body, or an object as (name, type,
+        canonical data) (packing.encode_block)."""
         self.block.append((type_, body, refs, what))
-        self.block_size += len(body)
+        self.block_size += len(body[2]) if type_ == framing.T_OBJECT else len(body)
         if self.block_size >= BLOCK_BYTES:
             self._close_block()
 
