@@ -239,8 +239,9 @@ class Session:
         """Append one entry at HEAD and move HEAD (or its branch) to it."""
         kind, meta = _checked(kind, payload, meta)
         with self.store.writing(self.name) as w:
-            self._record_partials(w, skip=(record_extra or {}).get("stream"))
-            st = self._writer_refs(w)
+            if not w.partials_checked:
+                self._record_partials(w, skip=(record_extra or {}).get("stream"))
+            st = w.refstate or self._writer_refs(w)
             e = self._put_entry(w, kind, payload, meta, delta, time, self._head_to_extend(st))
             self._track_derived(w, e)
             if op != "append" or record_extra or not self._follow_last(w, st, e, time is not None):
