@@ -56,7 +56,8 @@ class SegmentWriter:
         self.dir = store.session_dir(session)
         self.dir_fd = -1
         self.fd = -1
-        self.locked = False
+        self._locked = False
+        self.used = 0  # when this writer was last used, in the store's count of writes
         self.rel: Optional[str] = None
         self.file_id = 0
         self.offset = 0
@@ -75,7 +76,10 @@ class SegmentWriter:
         self.new_objects: list[str] = []
         self.new_set: set[str] = set()
         self.created = False
-        self.refstate = None  # the session's refs as this writer knows them (see session.py)
+        self._refstate = None  # the session's refs as this writer knows them (see session.py)
+        # a run of appends in a batch that moved HEAD's branch, its ref record not built yet
+        # (Session._follow_last): (the function that builds it, its arguments)
+        self.follow: Optional[tuple] = None
         self.held_ref: Optional[dict] = None  # an append record waiting for the batch's end
         self.repeats_due: dict[str, tuple] = {}  # rel -> (fd, fstat) of segments seen read: their repeats go with the next write
         self.last_ref: Optional[tuple] = None  # (RefState, the record last applied to it): Session._follow_last
@@ -97,6 +101,41 @@ class SegmentWriter:
         self.kept: dict[str, list] = {}
 
     # -- locking and the cached view ------------------------------------------------
+
+    @property
+    def refstate(self):
+        """The session's refs as this writer knows them, with a pending run of appends'
+        record applied (built under the store's lock: another thread waits for the batch)."""
+        if self.follow is not None:
+            with self.store._lock:
+                self.end_follow()
+        return self._refstate
+
+    @refstate.setter
+    def refstate(self, value) -> None:
+        if self.follow is not None and value is not self._refstate:
+            self.end_follow()  # never dropped with the view it was made on (discard drops it first)
+        self._refstate = value
+
+    def end_follow(self) -> None:
+        """Build and queue the ref record of the pending run of appends, if any."""
+        f, self.follow = self.follow, None
+        if f is not None:
+            f[0](self, *f[1:])
+
+    @property
+    def locked(self) -> bool:
+        return self._locked
+
+    @locked.setter
+    def locked(self, value: bool) -> None:
+        # the store keeps the writers holding their lock, for the end of a batch: a process
+        # that wrote many sessions keeps a writer for each, and must not look at them all
+        self._locked = value
+        if value:
+            self.store.locked_writers[self.session] = self
+        elif self.store.locked_writers.get(self.session) is self:
+            del self.store.locked_writers[self.session]
 
     def lock(self) -> None:
         while True:
@@ -125,8 +164,12 @@ class SegmentWriter:
             self.locked = False
 
     def view_is_current(self) -> bool:
-        """Without the lock: may this writer's view still be used for reading?"""
-        return self.dir_fd >= 0 and not self.buf and self._view_is_current()
+        """Without the lock: may this writer's view still be used for reading? (No when
+        another thread closed the writer meanwhile: store._close_idle_writers.)"""
+        try:
+            return self.dir_fd >= 0 and not self.buf and self._view_is_current()
+        except OSError:
+            return False
 
     def _view_is_current(self, dst: Optional[os.stat_result] = None) -> bool:
         """Did anyone change the session since this writer last looked?
@@ -138,7 +181,7 @@ class SegmentWriter:
         hide a second change in the same clock tick, so until that tick has passed
         the folder is listed and compared file by file.
         """
-        if self._seen_dir is None or self.refstate is None:
+        if self._seen_dir is None or self._refstate is None:
             return False
         if (dst or os.fstat(self.dir_fd)).st_ctime_ns != self._seen_dir:
             return False
@@ -205,8 +248,8 @@ class SegmentWriter:
 
     def _open_segment(self) -> None:
         st = self.store
-        rows = st.index.file_rows()
         prefix = f"sessions/{self.session}/{st.writer}-"
+        rows = st.index.file_rows((prefix,))
         mine = sorted(p for p in rows if p.startswith(prefix) and p.endswith(".seg"))
         self.rel = None
         if mine:
@@ -478,6 +521,7 @@ class SegmentWriter:
 
     def flush(self, durable: bool, with_queued: bool = True) -> None:
         if with_queued:
+            self.end_follow()
             if self.held_ref is not None:
                 held, self.held_ref = self.held_ref, None
                 self._frame_ref(held)
@@ -587,6 +631,7 @@ class SegmentWriter:
         if self.dict is not None and self.dict.offset >= self.offset:
             self.dict = None  # its record was never written
         self.held_ref = None
+        self.follow = None  # its record was never written: the appends it moved over are dropped too
         self.repeats_due = {}
         self.derived = self.derived_head = None
         self.fresh = set()

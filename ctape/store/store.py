@@ -33,6 +33,7 @@ from ..model.canonical import object_hash
 from ..model.errors import (
     NOATIME_WARNING,
     CorruptObject,
+    CtapeError,
     CtapeWarning,
     EntryNotFound,
     InvalidInput,
@@ -67,6 +68,14 @@ FORMAT_FILE = "ctape.json"
 FORMAT_NAME = "ctape-tape"
 FORMAT_VERSION = 2  # 2: segments may hold dictionaries (D) and blocks compressed with them (Z)
 DEFAULT_MAX_OBJECT = 1 << 30  # refuse frames that claim more than this when decompressed
+# Descriptors a process keeps open, so that one that reads or writes thousands of sessions
+# stays below the usual limits of `ulimit -n` (1,024 on Linux, 256 on macOS): files it reads
+# (the oldest opened is closed first; a read of another opens it again) and writers it keeps
+# between writes (each holds its session's folder, its segment and up to segment.KEPT_MAX
+# written ones, 3-6 in all; the one used longest ago is closed as at exit, and a later write
+# to its session reopens it, ~0.5 ms). At most ~210 in all, ~140 as a rule.
+READ_FDS_MAX = 64
+WRITERS_MAX = 24
 
 
 class Store:
@@ -104,10 +113,13 @@ class Store:
             # process's limit may read under this one: the files are read again (and the
             # cache then notes this limit, if it refuses any)
             self.index.stale = True
-        self._fds: dict[int, int] = {}
+        self._fds: dict[int, int] = {}  # file id -> descriptor read through, oldest first (READ_FDS_MAX)
+        self._fd_lock = threading.Lock()  # a descriptor is closed only while no thread reads through it
+        self._uses = 0  # counts writes: which writer was used longest ago (WRITERS_MAX)
         self._known: dict[str, dict[str, int]] = {}  # session -> {file name: size} as last seen
         self.refs_cache = RefsCache()  # session -> (index version, its RefState): Session.refs
         self._writers: dict[str, "SegmentWriter"] = {}
+        self.locked_writers: dict[str, "SegmentWriter"] = {}  # those of _writers holding their session's lock
         self._batch_depth = 0
         self._lock = threading.RLock()
         self.pending: dict[str, tuple[int, bytes]] = {}  # objects written but not yet indexed
@@ -256,7 +268,7 @@ class Store:
         """Files of a session (and packs) with damaged records: (path, level). A file found
         shorter than this machine had read it (acknowledged records lost) counts as level 2."""
         prefixes = (f"sessions/{session}/", "packs/")
-        found = {p: c for p, (_, _, _, c) in self.index.file_rows().items() if c and p.startswith(prefixes)}
+        found = {p: c for p, (_, _, _, c) in self.index.file_rows(prefixes).items() if c}
         for p, _, _ in self.index.lost_rows():
             if p.startswith(prefixes):
                 found[p] = 2
@@ -272,22 +284,30 @@ class Store:
         return sorted(n for n in names if NAME_RE.fullmatch(n) and not n.endswith(".lock") and os.path.isdir(os.path.join(self.root, "sessions", n)))
 
     def _read_fd(self, file_id: int) -> int:
+        """This process's descriptor of a file, opened if need be; the caller holds _fd_lock
+        while it reads through it (another thread may close it once the lock is free)."""
         fd = self._fds.get(file_id)
         if fd is None:
             rel = self.index.path_of(file_id)
             if rel is None:
                 raise EntryNotFound("index points at an unknown file; run `ctape fsck`")
             fd = open_for_reading(os.path.join(self.root, rel))
+            while len(self._fds) >= READ_FDS_MAX:
+                os.close(self._fds.pop(next(iter(self._fds))))
             self._fds[file_id] = fd
         return fd
+
+    def _close_read_fds(self) -> None:
+        with self._fd_lock:
+            for fd in self._fds.values():
+                os.close(fd)
+            self._fds.clear()
 
     def close(self) -> None:
         for w in list(self._writers.values()):
             w.release()
         self._writers.clear()
-        for fd in self._fds.values():
-            os.close(fd)
-        self._fds.clear()
+        self._close_read_fds()
         self.index.close()
 
     def __del__(self):
@@ -313,9 +333,9 @@ class Store:
         files = self.list_files(session)
         if session is not None and self._known.get(session) == files:
             return False
-        rows = self.index.file_rows()
         scope = ("packs/",) if session is not None else ("packs/", "sessions/")
         prefixes = scope + ((f"sessions/{session}/",) if session is not None else ())
+        rows = self.index.file_rows(prefixes)
         shrunk, gone = [], {}
         for path, (fid, indexed, _, _) in rows.items():
             if path.startswith(prefixes) and path not in files:
@@ -380,9 +400,7 @@ class Store:
     def _rebuild(self) -> None:
         self._blocks.clear()
         self._dicts.clear()
-        for fd in self._fds.values():
-            os.close(fd)
-        self._fds.clear()
+        self._close_read_fds()
         self._known.clear()
         batches = []
         with self.index.rebuilding():
@@ -397,9 +415,10 @@ class Store:
     def _forget_reads(self, file_id: int) -> None:
         """Drop what this process keeps open or decoded of a file that changed: an rsync
         may have replaced it (a new inode under the same name)."""
-        fd = self._fds.pop(file_id, None)
-        if fd is not None:
-            os.close(fd)
+        with self._fd_lock:
+            fd = self._fds.pop(file_id, None)
+            if fd is not None:
+                os.close(fd)
         for cache in (self._blocks, self._dicts):
             for key in [k for k in cache if k[0] == file_id]:
                 del cache[key]
@@ -457,7 +476,7 @@ class Store:
         its size, so the index does not look at it again; a writer calls this when it
         takes up a session, and a header found damaged marks the file as damage (the
         writer then refuses: its refs may be wrong)."""
-        rows = self.index.file_rows()
+        rows = self.index.file_rows((f"sessions/{session}/",))
         for rel in self.list_files(session):
             row = rows.get(rel)
             if row is None or row[3] or not rel.startswith("sessions/"):
@@ -601,16 +620,16 @@ class Store:
         """The body of the record at `offset` (with its type when asked), checksum verified;
         read through `fd` when given, else through this process's descriptor of the file."""
         if fd is None:
-            try:
-                fd = self._read_fd(file_id)
-            except FileNotFoundError:
-                raise EntryNotFound("a file the index names is gone (compacted?)") from None
-        head = os.pread(fd, framing.HEADER_SIZE, offset)
-        parsed = framing.parse_header(head) if len(head) == framing.HEADER_SIZE else None
-        if parsed is None:
+            with self._fd_lock:
+                try:
+                    read = _pread_record(self._read_fd(file_id), offset)
+                except FileNotFoundError:
+                    raise EntryNotFound("a file the index names is gone (compacted?)") from None
+        else:
+            read = _pread_record(fd, offset)
+        if read is None:
             raise CorruptObject(f"damaged record at offset {offset} of {self.index.path_of(file_id)}; run `ctape fsck`")
-        type_, length = parsed
-        rest = os.pread(fd, length + framing.TRAILER_SIZE, offset + framing.HEADER_SIZE)
+        type_, length, rest = read
         body = rest[:length]
         self.io["bytes_read"] += framing.HEADER_SIZE + len(rest)
         self.io["records_read"] += 1
@@ -669,15 +688,16 @@ class Store:
         """(file, offset, length, stored checksum) of the dictionary record at `offset`, read
         from its frame only; None when there is no whole dictionary record's frame there
         (the full read then says what is wrong)."""
-        try:
-            fd = self._read_fd(file_id)
-        except (FileNotFoundError, EntryNotFound):
-            return None
-        head = os.pread(fd, framing.HEADER_SIZE, offset)
-        parsed = framing.parse_header(head) if len(head) == framing.HEADER_SIZE else None
-        if parsed is None or parsed[0] != framing.T_DICT:
-            return None
-        tail = os.pread(fd, framing.TRAILER_SIZE, offset + framing.HEADER_SIZE + parsed[1])
+        with self._fd_lock:
+            try:
+                fd = self._read_fd(file_id)
+            except (FileNotFoundError, EntryNotFound):
+                return None
+            head = os.pread(fd, framing.HEADER_SIZE, offset)
+            parsed = framing.parse_header(head) if len(head) == framing.HEADER_SIZE else None
+            if parsed is None or parsed[0] != framing.T_DICT:
+                return None
+            tail = os.pread(fd, framing.TRAILER_SIZE, offset + framing.HEADER_SIZE + parsed[1])
         if len(tail) != framing.TRAILER_SIZE:
             return None
         return (file_id, offset, parsed[1], int.from_bytes(tail, "little"))
@@ -863,6 +883,20 @@ class Store:
         """
         return _Writing(self, session)
 
+    def _close_idle_writers(self) -> None:
+        """Close the writers used longest ago, as at exit (what a copy may lack is repeated,
+        segment.release), down to three quarters of WRITERS_MAX; a writer holding its
+        session's lock (in a batch) or with writes queued stays. Called under _lock."""
+        idle = sorted((w for w in self._writers.values() if not w.locked and not w.buf and not w.block and w.held_ref is None), key=lambda w: w.used)
+        for w in idle[: len(self._writers) - WRITERS_MAX * 3 // 4]:
+            del self._writers[w.session]
+            try:
+                w.release()
+            except (OSError, CtapeError):
+                # its descriptors are gone or going, and the write under way is another
+                # session's; the next write to this one starts afresh and meets the problem
+                pass
+
     @contextmanager
     def batch(self) -> Iterator[None]:
         """Writes inside share one fsync per file at the end; an exception discards them all."""
@@ -875,7 +909,7 @@ class Store:
             finally:
                 self._batch_depth -= 1
                 if self._batch_depth == 0:
-                    writers = [w for w in self._writers.values() if w.locked]
+                    writers = list(self.locked_writers.values())
                     done = 0
                     try:
                         if ok:
@@ -1003,6 +1037,17 @@ def _damage_level(data: bytes, d: framing.Damage) -> int:
     return 1 if parsed is not None and parsed[0] == framing.T_OBJECT else 2
 
 
+def _pread_record(fd: int, offset: int) -> Optional[tuple[int, int, bytes]]:
+    """(type, body length, the bytes after the header: body and trailer, fewer if the file
+    ends) of the record at `offset`; None when no record header is there."""
+    head = os.pread(fd, framing.HEADER_SIZE, offset)
+    parsed = framing.parse_header(head) if len(head) == framing.HEADER_SIZE else None
+    if parsed is None:
+        return None
+    type_, length = parsed
+    return type_, length, os.pread(fd, length + framing.TRAILER_SIZE, offset + framing.HEADER_SIZE)
+
+
 class _Writing:
     """Store.writing: `with store.writing(session) as w`."""
 
@@ -1017,8 +1062,12 @@ class _Writing:
         try:
             w = st._writers.get(self.session)
             if w is None:
+                if len(st._writers) >= WRITERS_MAX:
+                    st._close_idle_writers()
                 w = SegmentWriter(st, self.session)
                 st._writers[self.session] = w
+            st._uses += 1
+            w.used = st._uses
             if not w.locked:
                 w.lock()
         except BaseException:

@@ -1,0 +1,111 @@
+"""A process that writes or reads many sessions keeps few descriptors open (store.READ_FDS_MAX,
+store.WRITERS_MAX): under the usual `ulimit -n` of 1,024, and 256 on macOS, it writes and
+reads hundreds of sessions (it failed with "Too many open files" at ~170 written or ~500 read
+sessions). Writers closed while idle are reopened by the next write, which goes on from HEAD."""
+
+import json
+import os
+import random
+import resource
+import subprocess
+import sys
+import textwrap
+import threading
+
+import ctape.store.store as store_mod
+from ctape import Tape
+
+N = 300
+LIMIT = 256  # the default on macOS
+
+
+def run_limited(code: str, *args: str) -> subprocess.CompletedProcess:
+    def limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (LIMIT, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], capture_output=True, text=True, preexec_fn=limit, timeout=300)
+
+
+def ctape_limited(tape_dir: str, cache: str, *args: str) -> subprocess.CompletedProcess:
+    def limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (LIMIT, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
+    env = dict(os.environ, CTAPE_CACHE_DIR=cache)
+    return subprocess.run([sys.executable, "-m", "ctape", "--dir", tape_dir, *args], capture_output=True, text=True, preexec_fn=limit, env=env, timeout=300)
+
+
+WRITE = f"""
+    import json, sys
+    from ctape import Tape
+    tape = Tape.init(sys.argv[1], cache_dir=sys.argv[2])
+    heads = {{}}
+    for rnd in range(2):  # every session's writer has been closed before its second append
+        for i in range({N}):
+            s = tape.session(f"s{{i:03d}}")
+            if i % 3 == 0:
+                with tape.batch():
+                    e = s.append("user", {{"content": f"round {{rnd}} of s{{i}} zebra"}})
+            else:
+                e = s.append("user", {{"content": f"round {{rnd}} of s{{i}} zebra"}})
+            heads[s.name] = e.hash
+    # read back in the same process: every session's head, through its own files
+    back = {{name: tape.session(name).head.hash for name in heads}}
+    assert back == heads
+    tape.close()
+    print(json.dumps(heads))
+"""
+
+
+def test_hundreds_of_sessions_under_a_low_descriptor_limit(tmp_path):
+    tape_dir, cache = str(tmp_path / "t"), str(tmp_path / "c")
+    p = run_limited(WRITE, tape_dir, cache)
+    assert p.returncode == 0, p.stderr[-2000:]
+    heads = json.loads(p.stdout)
+    assert len(heads) == N
+    tape = Tape.open(tape_dir, cache_dir=str(tmp_path / "c2"))  # a fresh index: from the files alone
+    for name, h in heads.items():
+        entries = list(tape.session(name).log())
+        assert [e.hash for e in entries][0] == h
+        assert [e.payload["content"] for e in reversed(entries)] == [f"round 0 of s{int(name[1:])} zebra", f"round 1 of s{int(name[1:])} zebra"]
+    tape.close()
+    for args in (["sessions"], ["usage"], ["search", "zebra", "-n", "0"], ["fsck"]):
+        r = ctape_limited(tape_dir, cache, *args)
+        assert r.returncode == 0, (args, r.stderr[-2000:])
+    assert len(ctape_limited(tape_dir, cache, "sessions").stdout.splitlines()) >= N
+    assert ctape_limited(tape_dir, cache, "search", "zebra", "-n", "0").stdout.count("zebra") == 2 * N
+
+
+def test_threads_reading_while_descriptors_are_closed(tmp_path, monkeypatch):
+    """Descriptors are closed beyond READ_FDS_MAX while other threads read: a read never
+    goes through a descriptor another thread closed (or one reused for another file)."""
+    monkeypatch.setattr(store_mod, "READ_FDS_MAX", 3)
+    tape = Tape.init(str(tmp_path / "t"), cache_dir=str(tmp_path / "c"))
+    want = {}
+    for i in range(40):
+        s = tape.session(f"r{i}")
+        for j in range(3):
+            s.append("assistant", {"content": f"{i}-{j} " + "x" * (j * 700)})
+        want[s.name] = [e.hash for e in s.log()]
+    tape.close()
+    tape = Tape.open(str(tmp_path / "t"), cache_dir=str(tmp_path / "c"))
+    errors = []
+
+    def reader(seed):
+        rnd = random.Random(seed)
+        try:
+            for _ in range(150):
+                name = rnd.choice(list(want))
+                got = [e for e in tape.session(name).log()]
+                assert [e.hash for e in got] == want[name]
+                assert got[-1].payload["content"].startswith(name[1:] + "-0")
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=reader, args=(k,)) for k in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:3]
+    assert len(tape.store._fds) <= 3
+    tape.close()
