@@ -241,7 +241,8 @@ class Session:
         with self.store.writing(self.name) as w:
             if not w.partials_checked:
                 self._record_partials(w, skip=(record_extra or {}).get("stream"))
-            st = w.refstate or self._writer_refs(w)
+            # the view as it is: a run of appends this batch left pending goes on (_follow_last)
+            st = w._refstate or self._writer_refs(w)
             e = self._put_entry(w, kind, payload, meta, delta, time, self._head_to_extend(st))
             self._track_derived(w, e)
             if op != "append" or record_extra or not self._follow_last(w, st, e, time is not None):
@@ -254,23 +255,34 @@ class Session:
         append moving the same branch to e's parent: the record `_write_ref` would build,
         without building it again. Its `seen` stays: no other writer's claim changed since
         (a write by anyone else makes the writer read the refs again, into a new RefState),
-        and its own claim's `seen` is that record's. Inside a batch, the record held for the
-        batch's end moves on (segment.put_ref). False (nothing done) in any other case."""
-        last = w.last_ref
+        and its own claim's `seen` is that record's. Inside a batch the record is not even
+        built until the run of such appends ends (`w.follow`: at the batch's end, at any
+        other write, or when anything asks for the writer's refs); only the batch's last
+        record is written anyway (segment.put_ref). False (nothing done) in any other case."""
         b = st.branch
+        f = w.follow
+        if f is not None:
+            if f[1] is st and f[2] == b and f[4] == e.parent:
+                # the run goes on: only the batch's last record is written, and RefState.apply
+                # of the last gives what applying each would (a later n of the same writer wins)
+                w.follow = (f[0], st, b, f[3], e.hash, e.time, time_given)
+                st.branches[b] = e.hash
+                return True
+            w.end_follow()
+        last = w.last_ref
         if last is None or last[0] is not st or b is None or st.settle:
             return False
         prev = last[1]
-        if prev["op"] != "append" or prev["set"] != {b: e.parent} or not prev.keys() <= _PLAIN_APPEND:
+        sets = prev["set"]
+        if prev["op"] != "append" or len(sets) != 1 or sets.get(b, False) != e.parent or not prev.keys() <= _PLAIN_APPEND:
             return False
-        n = max(prev["n"] + 1, st.lc + 1, time.time_ns() // 1000)
-        rec = dict(prev)
-        rec["n"] = rec["lc"] = n
-        rec["t"] = now_rfc3339() if time_given else e.time
-        rec["set"] = {b: e.hash}
-        w.put_ref(rec, coalesce=True)
-        st.apply(rec)
-        w.last_ref = (st, rec)
+        if self.store._batch_depth > 0:
+            # in a batch: the record waits for the run's end (the batch's, or a write that is
+            # no such append); HEAD's branch moves now, for the next append and for readers
+            w.follow = (_follow_record, st, b, prev, e.hash, e.time, time_given)
+            st.branches[b] = e.hash
+            return True
+        _follow_record(w, st, b, prev, e.hash, e.time, time_given)
         return True
 
     def extend(self, items: Iterable[Any]) -> list[Entry]:
@@ -694,6 +706,19 @@ class Session:
         from .stream import recover
 
         return recover(self)
+
+
+def _follow_record(w: SegmentWriter, st: RefState, b: str, prev: dict, h: str, t: str, time_given: bool) -> None:
+    """Queue and apply the record of appends that moved branch b (HEAD's) from prev's value
+    to h: prev, a plain append record of this writer, with the branch, its clock and the
+    time changed (Session._follow_last)."""
+    rec = dict(prev)
+    rec["n"] = rec["lc"] = max(prev["n"] + 1, st.lc + 1, time.time_ns() // 1000)
+    rec["t"] = now_rfc3339() if time_given else t
+    rec["set"] = {b: h}
+    w.put_ref(rec, coalesce=True)
+    st.apply(rec)
+    w.last_ref = (st, rec)
 
 
 _PLAIN_APPEND = frozenset(("s", "w", "n", "lc", "t", "op", "set", "seen"))  # the keys of an append record with no extras

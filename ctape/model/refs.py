@@ -36,7 +36,7 @@ CONFLICT = ".conflict-"
 TAG = "tag:"
 
 
-@dataclass
+@dataclass(slots=True)
 class Claim:
     ref: str
     w: str
