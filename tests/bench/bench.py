@@ -9,6 +9,7 @@ Peers (each writes the same entries from tests/bench/workload.py):
 
     ctape-durable   Session.append, one call per entry: one write + one fdatasync each
     ctape-batched   the same appends inside `with tape.batch():` (1,000 per batch), then compact
+    ctape-extend    Session.extend, the bulk call: 1,000 entries a call (one ref record, one fsync)
     jsonl-fsync     one JSON line per entry, os.write + os.fdatasync (Codex, Claude Code)
     jsonl           the same lines, buffered, no fsync
     sqlite          one INSERT + COMMIT per entry (WAL, synchronous=FULL: durable commits)
@@ -52,7 +53,7 @@ if ROOT not in sys.path:
 
 import workload  # noqa: E402
 
-PEERS = ["ctape-durable", "ctape-batched", "jsonl-fsync", "jsonl", "sqlite", "langgraph", "floor-batched"]
+PEERS = ["ctape-durable", "ctape-batched", "ctape-extend", "jsonl-fsync", "jsonl", "sqlite", "langgraph", "floor-batched"]
 LANGGRAPH_MAX = int(os.environ.get("CTAPE_BENCH_LANGGRAPH_MAX", 300))  # entries in its one session: SqliteSaver
 # stores the whole message list at every step, so its disk use and time grow with the square
 # of the history (300 entries: ~160 MB, ~10 s; 1,000 would be ~1.7 GB and minutes per repeat)
@@ -115,7 +116,7 @@ def jsonl_line(session: str, seq: int, e) -> bytes:
 # -- peers: each returns (seconds, facts) -----------------------------------------------------------
 
 
-def run_ctape(spec, wl, d, batched: bool):
+def run_ctape(spec, wl, d, batched: bool, extend: bool = False):
     from ctape import Tape
 
     tape_dir, cache = os.path.join(d, "tape"), os.path.join(d, "cache")
@@ -123,7 +124,10 @@ def run_ctape(spec, wl, d, batched: bool):
     t = time.perf_counter()
     for name, entries in wl.items():
         s = tape.session(name)
-        if batched:
+        if extend:
+            for i in range(0, len(entries), BATCH):
+                s.extend(entries[i:i + BATCH])
+        elif batched:
             for i in range(0, len(entries), BATCH):
                 with tape.batch():
                     for kind, payload, meta, delta in entries[i:i + BATCH]:
@@ -419,6 +423,7 @@ def worker(spec: dict) -> dict:
         fn = {
             "ctape-durable": lambda: run_ctape(spec, wl, d, False),
             "ctape-batched": lambda: run_ctape(spec, wl, d, True),
+            "ctape-extend": lambda: run_ctape(spec, wl, d, False, extend=True),
             "jsonl-fsync": lambda: run_jsonl(spec, wl, d, True),
             "jsonl": lambda: run_jsonl(spec, wl, d, False),
             "sqlite": lambda: run_sqlite(spec, wl, d),
@@ -750,7 +755,7 @@ def chart(med: list[dict], path: str) -> bool:
         return False
     gen = [r for r in med if r["group"] == "main" or (r["group"] == "langgraph" and r["peer"] == "langgraph")]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.8))
-    styles = {"ctape-durable": "C0-o", "ctape-batched": "C0--s", "jsonl-fsync": "C1-o", "jsonl": "C1--s", "sqlite": "C2-o", "langgraph": "C3-o", "floor-batched": "C7:x"}
+    styles = {"ctape-durable": "C0-o", "ctape-batched": "C0--s", "ctape-extend": "C0:^", "jsonl-fsync": "C1-o", "jsonl": "C1--s", "sqlite": "C2-o", "langgraph": "C3-o", "floor-batched": "C7:x"}
     for peer in PEERS:
         rs = sorted((r for r in gen if r["peer"] == peer), key=lambda r: r["n"])
         if not rs:
