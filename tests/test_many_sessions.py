@@ -109,3 +109,26 @@ def test_threads_reading_while_descriptors_are_closed(tmp_path, monkeypatch):
     assert not errors, errors[:3]
     assert len(tape.store._fds) <= 3
     tape.close()
+
+
+def test_watch_first_pass_over_hundreds_of_transcripts(tmp_path):
+    """`ctape watch --once` of a folder of 300 small Claude Code transcripts (a first pass over
+    ~/.claude/projects) under a limit of 256: each batch holds the lock and descriptors of
+    every session it writes until it ends, so a batch ends every watch.BATCH_SESSIONS
+    sessions (it ran out of descriptors at the ~120th file)."""
+    src = os.path.join(os.path.dirname(__file__), "fixtures", "transcripts", "claude-code",
+                       "daaain__claude-code-log__37f83ec9-f2ea-42a9-925e-0d5c105cb6e8.jsonl")
+    records = [json.loads(line) for line in open(src).read().splitlines()[:20] if line.strip()]
+    folder = tmp_path / "projects"
+    folder.mkdir()
+    for i in range(N):
+        sid = f"00000000-0000-4000-8000-{i:012d}"
+        lines = [json.dumps(dict(r, sessionId=sid) if "sessionId" in r else r) for r in records]
+        (folder / f"{sid}.jsonl").write_text("\n".join(lines) + "\n")
+    tape_dir, cache = str(tmp_path / "t"), str(tmp_path / "c")
+    Tape.init(tape_dir, cache_dir=cache).close()
+    r = ctape_limited(tape_dir, cache, "watch", "--once", "-q", str(folder))
+    assert r.returncode == 0, r.stderr[-2000:]
+    tape = Tape.open(tape_dir, cache_dir=cache)
+    assert len(tape.sessions()) == N
+    tape.close()

@@ -43,6 +43,10 @@ from .position import Cache, Position, latest_in_tape, load_layout, save_layout
 from .sources import ID_BYTES, Source, digest
 
 BATCH_BYTES = 64 << 20  # source bytes imported per batch (one fsync per batch)
+# sessions written per batch: a batch holds each one's lock and descriptors until it ends, so
+# a first pass over hundreds of small transcripts would run out of them (`ulimit -n`); ending
+# the batch sooner costs no sync (a batch syncs each session's file anyway)
+BATCH_SESSIONS = 16
 VERIFY_ALL = 64 << 20  # a prefix up to this size is read again and compared whenever its file changed
 VERIFY_EVERY = 60.0  # seconds: a running watcher compares a larger prefix whole this often (else its ends)
 CACHE_EVERY = 10.0  # seconds: a following watcher rewrites its cache file at most this often
@@ -203,7 +207,7 @@ class Watcher:
                 if shown:
                     sys.stderr.write(f"\rwatch: {rep.files}/{len(todo)} files, {rep.bytes >> 20}/{total >> 20} MB")
                     sys.stderr.flush()
-                if self._batch_bytes >= BATCH_BYTES:
+                if self._batch_full():
                     self._commit()
             self._commit()
         except BaseException as e:
@@ -264,6 +268,9 @@ class Watcher:
         self._stack.enter_context(self.tape.batch())
         self._batch_bytes = 0
 
+    def _batch_full(self) -> bool:
+        return self._batch_bytes >= BATCH_BYTES or len(self.tape.store.locked_writers) >= BATCH_SESSIONS
+
     def _commit(self) -> None:
         """End the batch (its one fsync), then keep the positions it wrote in the cache."""
         if self._stack is None:
@@ -306,7 +313,7 @@ class Watcher:
         (SIGINT/SIGTERM), end it and start none: True, and the caller returns at once
         (`pos`: where the file is imported up to, kept in the cache with the batch; its
         stat is not, so the next pass never takes the file for unchanged)."""
-        if self._batch_bytes < BATCH_BYTES:
+        if not self._batch_full():
             return False
         if self.should_stop():
             if pos is not None:
