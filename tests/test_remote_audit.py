@@ -390,3 +390,21 @@ def test_a_push_refused_for_a_secret_has_not_compacted_the_copy(tmp_path):
     run_cli("clone", f"file://{remote}", c, env={"CTAPE_CACHE_DIR": str(tmp_path / "cache-c"), "CTAPE_WRITER": "gamma"}, check=True)
     assert [e["payload"]["content"] for e in map(json.loads, cli(c, "log", "-s", "chat", "--json", env={"CTAPE_CACHE_DIR": str(tmp_path / "cache-c")}).stdout.splitlines())] == [
         "key AKIAREFUSEDPUSH12345 x", "two", "one"]
+
+
+def test_clone_warns_when_its_writer_id_already_writes_to_the_remote(tmp_path):
+    """Two copies with one writer id (CTAPE_WRITER exported alike on two machines) name their
+    segments and manifests alike: `clone` says so before the new copy writes anything."""
+    a, remote = str(tmp_path / "a"), tmp_path / "remote"
+    remote.mkdir()
+    env_a = {"CTAPE_CACHE_DIR": str(tmp_path / "cache-a"), "CTAPE_WRITER": "laptop"}
+    run_cli("--dir", a, "init", env=env_a, check=True)
+    run_cli("--dir", a, "append", "user", '{"content": "hi"}', "-s", "chat", env=env_a, check=True)
+    run_cli("--dir", a, "remote", "add", "origin", f"file://{remote}", env=env_a, check=True)
+    run_cli("--dir", a, "push", env=env_a, check=True)
+    same = run_cli("clone", f"file://{remote}", str(tmp_path / "b"), env={"CTAPE_CACHE_DIR": str(tmp_path / "cache-b"), "CTAPE_WRITER": "laptop"}, check=True)
+    assert b"writer id 'laptop'" in same.stderr and b"CTAPE_WRITER" in same.stderr
+    other = run_cli("clone", f"file://{remote}", str(tmp_path / "c"), env={"CTAPE_CACHE_DIR": str(tmp_path / "cache-c"), "CTAPE_WRITER": "cibox"}, check=True)
+    assert b"writer id" not in other.stderr
+    derived = run_cli("clone", f"file://{remote}", str(tmp_path / "d"), env={"CTAPE_CACHE_DIR": str(tmp_path / "cache-d")}, check=True)
+    assert b"writer id" not in derived.stderr

@@ -258,6 +258,11 @@ def clone(backend: Backend, url: str, endpoint: Optional[str], target: str, warn
         remotes.add(tape.store, "origin", url, endpoint)
         out = pull(tape, backend, "origin", warn=warn, progress=progress)
         out["sessions"] = len(tape.store.sessions())
+        if tape.store.writer in layout.uploaders(backend):
+            # another copy writes under this id (CTAPE_WRITER set alike on two machines): both
+            # would name their segments and manifests alike, and one's writes hide the other's
+            warn(f"the remote already holds writes of writer id {tape.store.writer!r}, this copy's (CTAPE_WRITER): "
+                 "before writing here, give this copy an id of its own (docs/format.md, writer ids)")
     finally:
         tape.close()
     out["dir"] = target
