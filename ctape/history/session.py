@@ -260,12 +260,12 @@ class Session:
         other write, or when anything asks for the writer's refs); only the batch's last
         record is written anyway (segment.put_ref). False (nothing done) in any other case."""
         b = st.branch
-        f = w.follow
-        if f is not None:
-            if f[1] is st and f[2] == b and f[4] == e.parent:
+        if w.follow is not None:
+            build, run_st, run_b, run_prev, run_head = w.follow[:5]
+            if run_st is st and run_b == b and run_head == e.parent:
                 # the run goes on: only the batch's last record is written, and RefState.apply
                 # of the last gives what applying each would (a later n of the same writer wins)
-                w.follow = (f[0], st, b, f[3], e.hash, e.time, time_given)
+                w.follow = (build, st, b, run_prev, e.hash, e.time, time_given)
                 st.branches[b] = e.hash
                 return True
             w.end_follow()

@@ -267,17 +267,8 @@ def _encoded_plain(body: dict, payload: Any) -> Optional[bytes]:
     cannot be written as it is (a NUL string, nesting deeper than MAX_DEPTH might be
     there, no JSON, bad Unicode): the full path then looks, and says what is wrong.
     A body of BLOB_MIN bytes or more is only used once _look finds nothing special."""
-    if type(payload) is dict:
-        for v in payload.values():
-            if type(v) is str:
-                if len(v) >= BLOB_MIN:
-                    return None
-            elif type(v) is list:
-                for part in v:
-                    if type(part) is dict:
-                        for x in part.values():
-                            if type(x) is str and len(x) >= BLOB_MIN:
-                                return None
+    if type(payload) is dict and _large_on_top(payload):
+        return None
     try:
         text = _encode(body)
     except (ValueError, TypeError, RecursionError):
@@ -290,6 +281,19 @@ def _encoded_plain(body: dict, payload: Any) -> Optional[bytes]:
         return text.encode("utf-8")
     except UnicodeEncodeError:
         return None
+
+
+def _large_on_top(payload: dict) -> bool:
+    """Is one of the payload's strings, or of its content parts' strings, a blob?"""
+    for v in payload.values():
+        if type(v) is str:
+            if len(v) >= BLOB_MIN:
+                return True
+        elif type(v) is list:
+            parts = (x for part in v if type(part) is dict for x in part.values())
+            if any(type(x) is str and len(x) >= BLOB_MIN for x in parts):
+                return True
+    return False
 
 
 def _look(values: tuple) -> tuple[bool, int, int]:

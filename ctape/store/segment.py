@@ -250,7 +250,7 @@ class SegmentWriter:
         st = self.store
         prefix = f"sessions/{self.session}/{st.writer}-"
         rows = st.index.file_rows((prefix,))
-        mine = sorted(p for p in rows if p.startswith(prefix) and p.endswith(".seg"))
+        mine = sorted(p for p in rows if p.endswith(".seg"))
         self.rel = None
         if mine:
             last = mine[-1]

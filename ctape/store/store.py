@@ -338,9 +338,9 @@ class Store:
         rows = self.index.file_rows(prefixes)
         shrunk, gone = [], {}
         for path, (fid, indexed, _, _) in rows.items():
-            if path.startswith(prefixes) and path not in files:
+            if path not in files:
                 gone[path] = indexed
-            elif path.startswith(prefixes) and files[path] < indexed:
+            elif files[path] < indexed:
                 shrunk.append((path, indexed, files[path]))
         if shrunk or gone:
             sessions = {p.split("/")[1] for p in gone if p.startswith("sessions/")}
