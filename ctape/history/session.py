@@ -10,6 +10,7 @@ import re
 import time
 
 from . import derived
+from .turns import take_turns, takes_own_turn
 from ..store import framing
 from ..model import schema
 from ..model import refs as refmod
@@ -29,7 +30,14 @@ if TYPE_CHECKING:
 HASH_RE = re.compile(r"[0-9a-f]{64}")
 
 
+@take_turns
 class Session:
+    """One conversation of a Tape; threads sharing the Tape take turns (turns.py)."""
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        take_turns(cls)
+
     def __init__(self, tape: "Tape", name: str):
         self.tape = tape
         self.store = tape.store
@@ -225,6 +233,7 @@ class Session:
 
     # -- appending -----------------------------------------------------------------------
 
+    @takes_own_turn  # its writes and reads are under store.writing, which holds the lock
     def append(
         self,
         kind: str,
@@ -593,7 +602,7 @@ class Session:
         want = {check_kind(k) for k in kinds}
         count = 0
         while h is not None and (limit is None or count < limit):
-            e = self.tape.read_entry(h)
+            e = self.tape._read_entry(h)  # each step under the lock (turns.py)
             if not want or e.kind in want:
                 yield e
                 count += 1

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Iterator, Optional
 
 from . import derived, tags
+from .turns import take_turns, takes_own_turn
 from ..model.canonical import internalize, is_hash
 from ..model.errors import AmbiguousRef, CorruptObject, EntryNotFound, InvalidInput, RefNotFound, UnsafePath
 from ..model.models import NAME_RE, Entry, kind_value
@@ -31,8 +32,14 @@ ENTRY_CACHE_BYTES = 64 << 20  # and at most about this many bytes of them
 DERIVED_KEPT = 1024  # derived values kept for an importer's latest entries
 
 
+@take_turns
 class Tape:
-    """A tape directory. Open with Tape.open(path) or create with Tape.init(path)."""
+    """A tape directory. Open with Tape.open(path) or create with Tape.init(path). Threads
+    sharing one take turns (turns.py)."""
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        take_turns(cls)
 
     def __init__(self, store: Store):
         self.store = store
@@ -89,6 +96,7 @@ class Tape:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    @takes_own_turn
     def session(self, name: str) -> "Session":
         return self._session_class(self, name)
 
@@ -103,6 +111,10 @@ class Tape:
     def redactions(self) -> dict[str, list[tuple[str, str]]]:
         """Every redacted place of the tape, by object (docs/format.md section 17). Entries
         read before a new redaction arrived are forgotten, so reads show it at once."""
+        return self._redactions()
+
+    def _redactions(self) -> dict[str, list[tuple[str, str]]]:
+        """redactions(), for a caller that holds the store's lock (turns.py)."""
         red = self.store.index.redactions()
         if red is not self._redacted_seen:
             self._redacted_seen = red
@@ -115,11 +127,17 @@ class Tape:
         values read from entries (an integration's, keyed by tape path rather than by Tape)
         keeps the number it was filled at and starts over when it moves, as reads show a new
         redaction at once."""
-        self.redactions()
+        self._redactions()
         return self.store.index.places
 
+    @takes_own_turn
     def read_entry(self, h: str) -> Entry:
-        redacted = self.redactions()  # first: a redaction that arrived clears the cache
+        with self.store._lock:
+            return self._read_entry(h)
+
+    def _read_entry(self, h: str) -> Entry:
+        """read_entry, for a caller that holds the store's lock (turns.py)."""
+        redacted = self._redactions()  # first: a redaction that arrived clears the cache
         cached = self._entries.get(h)
         if cached is not None:
             self._entries.move_to_end(h)
@@ -162,9 +180,9 @@ class Tape:
     def derived(self, h: Optional[str]) -> dict:
         """State, pending calls, last error... at entry h (history/derived.py); read only:
         its parts may be shared with values kept for other entries."""
-        self.redactions()  # first: values kept from before a redaction are dropped
+        self._redactions()  # first: values kept from before a redaction are dropped
         idx = self.store.index
-        return derived.derive(h, self.read_entry, idx.keyframe, idx.put_keyframe, self._derived_at.get)
+        return derived.derive(h, self._read_entry, idx.keyframe, idx.put_keyframe, self._derived_at.get)
 
     def _remember_derived(self, h: str, d: dict) -> None:
         """Keep the derived values at entry h (an importer's latest entries: the tips of the
@@ -188,7 +206,7 @@ class Tape:
         h = self._resolve_base(spec.base, session, spec.reflog)
         if h is None or spec.back == 0:
             return h
-        up = derived.ancestor(h, spec.back, self.read_entry, self.store.index.keyframe)
+        up = derived.ancestor(h, spec.back, self._read_entry, self.store.index.keyframe)
         if up is None:
             seq = self.read_entry(h).seq
             raise RefNotFound(f"{ref!r} goes past the root: {spec.base} has only {seq - 1} entries before it")

@@ -442,15 +442,17 @@ class TapeSaver(BaseCheckpointSaver[str]):
         queries, not 6,000 entry reads); an entry without a row is read from the tape, and
         its row written. The queries ask for 16, 64, 256, ... rows, so a few new entries
         on a long thread cost a few rows, not the thread."""
-        index = self.tape.store.index
+        index, lock = self.tape.store.index, self.tape.store._lock  # the index cache is the Tape's: its turn (history/turns.py)
         for h in tips:
             while h is not None and h not in th.seen:
-                chunks = index.view_path(CHUNKS, h, 1 << 20)
+                with lock:
+                    chunks = index.view_path(CHUNKS, h, 1 << 20)
                 if chunks:  # h ends a chunk: whole chunks back to the root or to a gap
                     h = self._add_chunks(th, chunks)
                     continue
                 # single rows, as far as the start of h's chunk (its parent ends the chunk before)
-                rows = index.view_path(VIEW, h, CHUNK)
+                with lock:
+                    rows = index.view_path(VIEW, h, CHUNK)
                 if rows:
                     h = self._add_rows(th, rows, CHUNK)
                     continue
@@ -508,7 +510,8 @@ class TapeSaver(BaseCheckpointSaver[str]):
         if th.unsaved:
             rows = [(b.hash, b.parent, b.body()) for b in th.unsaved]
             th.unsaved.clear()
-            index.put_views(VIEW, rows)
+            with self.tape.store._lock:  # the index cache is the Tape's: its turn (history/turns.py)
+                index.put_views(VIEW, rows)
         if th.chunk_ends:
             chunks = []
             for end in th.chunk_ends:
@@ -521,7 +524,8 @@ class TapeSaver(BaseCheckpointSaver[str]):
                     line.reverse()
                     chunks.append((end, line[0].parent, "\n".join(b.hash + b.body() for b in line)))
             th.chunk_ends.clear()
-            index.put_views(CHUNKS, chunks)
+            with self.tape.store._lock:
+                index.put_views(CHUNKS, chunks)
 
     def _brief(self, h: str) -> _Brief:
         b = self._briefs.get(h)

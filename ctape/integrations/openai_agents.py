@@ -145,7 +145,8 @@ class _Path:
             # an entry without a row (another process's append not cached yet) is read, and
             # the query asked again from its parent
             start = h
-            rows = tape.store.index.view_path(VIEW, h, limit)
+            with tape.store._lock:  # the index cache is the Tape's: its turn (history/turns.py)
+                rows = tape.store.index.view_path(VIEW, h, limit)
             for row in (r for _, parent, body in rows for r in _unpack(parent, body)):
                 if h is None or h in self.pos or row[0] != h:
                     break
@@ -158,7 +159,8 @@ class _Path:
             new.append(read[-1])
             h = e.parent
         read.reverse()
-        tape.store.index.put_views(VIEW, _view_rows(read))
+        with tape.store._lock:
+            tape.store.index.put_views(VIEW, _view_rows(read))
         cut = self.pos[h] + 1 if h is not None else 0
         for gone in self.hashes[cut:]:
             del self.pos[gone]
@@ -172,7 +174,8 @@ class _Path:
     def extend(self, tape: Tape, rows: list[tuple[str, Optional[str], Optional[str]]], old_head: Optional[str]) -> None:
         """Our own appends: kept in the index cache for other processes (one row for each
         run of linked entries), and here when we were current (no need to read them back)."""
-        tape.store.index.put_views(VIEW, _view_rows(rows))
+        with tape.store._lock:
+            tape.store.index.put_views(VIEW, _view_rows(rows))
         if old_head != self.head:
             return
         for h, _, text in rows:

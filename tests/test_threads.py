@@ -1,0 +1,118 @@
+"""One Tape shared by threads (docs/python-api.md: "A Tape may be used from several threads"):
+its operations take turns (ctape/history/turns.py). Before, a thread's read could decode a
+block through the zstd context another thread was using ("corrupt (zstd data)"), which made
+it rebuild the index, and the other threads, reading through the same SQLite connection in
+the middle of that rebuild, found their sessions empty (CI failed on it once in ~30 runs of
+test_many_sessions.py). Here the index is rebuilt again and again under the readers: another
+Tape compacts the tape, which replaces every file."""
+
+import random
+import threading
+
+import pytest
+
+import ctape.store.store as store_mod
+from ctape import Tape
+
+SESSIONS = 8
+
+
+def build(tmp_path):
+    tape = Tape.init(str(tmp_path / "t"), cache_dir=str(tmp_path / "c"))
+    want = {}
+    for i in range(SESSIONS):
+        s = tape.session(f"r{i}")
+        for j in range(12):
+            # large values are blobs; enough entries in a file for dictionary blocks
+            s.append("assistant" if j % 3 else "user", {"content": f"{i}-{j} " + "word " * (j * 150)})
+        want[s.name] = [e.hash for e in s.log()]
+    tape.close()
+    return want
+
+
+def run_threads(targets) -> list[str]:
+    errors: list[str] = []
+
+    def guarded(fn, *args):
+        try:
+            fn(*args)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(f"{fn.__name__}: {e!r}")
+
+    threads = [threading.Thread(target=guarded, args=t) for t in targets]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads), "a thread hung (a lock taken in the wrong order?)"
+    return errors
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_reads_appends_and_rebuilds_in_threads_of_one_tape(tmp_path, monkeypatch, seed):
+    monkeypatch.setattr(store_mod, "READ_FDS_MAX", 3)  # descriptors closed under the readers too
+    want = build(tmp_path)
+    tape = Tape.open(str(tmp_path / "t"), cache_dir=str(tmp_path / "c"))
+    done = threading.Event()
+    written: list[str] = []
+
+    def reader(k):
+        rnd = random.Random(seed * 100 + k)
+        while not done.is_set():
+            name = rnd.choice(sorted(want))
+            s = tape.session(name)
+            got = list(s.log())
+            assert [e.hash for e in got] == want[name], f"{name}: {len(got)} entries read, {len(want[name])} written"
+            assert got[-1].payload["content"].startswith(name[1:] + "-0 ")
+            assert tape.resolve(f"{name}/main~3") == want[name][3]
+            assert s.refs().head_hash == want[name][0]
+
+    def writer():
+        s = tape.session("w")
+        for j in range(60):
+            if j % 4 == 0:
+                with tape.batch():
+                    written.append(s.append("user", {"content": f"w-{j} " + "x " * 500}).hash)
+            else:
+                written.append(s.append("assistant", {"content": f"w-{j}"}).hash)
+        done.set()
+
+    def compactor():
+        # another Tape of the same directory (its own index): every file is replaced, so the
+        # shared Tape finds its files gone and rebuilds its index under the readers
+        other = Tape.open(str(tmp_path / "t"), cache_dir=str(tmp_path / "c2"))
+        try:
+            while not done.is_set():
+                other.compact(expire="0s", grace="0s")
+        finally:
+            other.close()
+
+    errors = run_threads([(reader, k) for k in range(4)] + [(writer,), (compactor,)])
+    assert not errors, errors[:3]
+    assert [e.hash for e in tape.session("w").log()] == written[::-1]
+    tape.close()
+    fresh = Tape.open(str(tmp_path / "t"), cache_dir=str(tmp_path / "c3"))
+    assert [e.hash for e in fresh.session("w").log()] == written[::-1]
+    for name, hashes in want.items():
+        assert [e.hash for e in fresh.session(name).log()] == hashes
+    fresh.close()
+
+
+def test_an_iterator_takes_its_turn_per_step(tmp_path):
+    """A log walked slowly in one thread does not hold the other threads up between entries,
+    and a walk left unfinished releases the lock."""
+    build(tmp_path)
+    tape = Tape.open(str(tmp_path / "t"), cache_dir=str(tmp_path / "c"))
+    walk = tape.session("r0").log()
+    next(walk)
+    appended = []
+    t = threading.Thread(target=lambda: appended.append(tape.session("other").append("user", {"content": "hi"})))
+    t.start()
+    t.join(timeout=10)
+    assert appended, "an append waited for a log walk that was between two entries"
+    del walk  # an abandoned walk closes under the lock, and leaves it free
+    t = threading.Thread(target=lambda: appended.append(tape.session("other").append("user", {"content": "again"})))
+    t.start()
+    t.join(timeout=10)
+    assert len(appended) == 2
+    tape.close()
