@@ -408,3 +408,26 @@ def test_clone_warns_when_its_writer_id_already_writes_to_the_remote(tmp_path):
     assert b"writer id" not in other.stderr
     derived = run_cli("clone", f"file://{remote}", str(tmp_path / "d"), env={"CTAPE_CACHE_DIR": str(tmp_path / "cache-d")}, check=True)
     assert b"writer id" not in derived.stderr
+
+
+def test_pull_of_a_session_the_remote_lacks_is_an_error_that_changes_nothing(tmp_path):
+    """`pull -s nosuch` said "pulled 0 files" and exit 0: a typo looked like an up-to-date
+    copy. As `git fetch origin nosuch`, a name that matches nothing is refused."""
+    a, remote = tape_with_remote(tmp_path)
+    cli(a, "push")
+    b = tmp_path / "B"
+    cli(tmp_path, "clone", f"file://{remote}", b)
+    with Tape.open(a) as t:
+        t.session("chat").append("assistant", {"content": "hi back"})
+    cli(a, "push")
+    before = snapshot(b)
+    p = cli(b, "pull", "-s", "chta", check=False)
+    err = p.stderr.decode()
+    assert p.returncode == 2 and len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert "'chta'" in err and "remote show origin" in err, err
+    assert snapshot(b) == before
+    p = cli(b, "pull", "-s", "chat", "-s", "chta", check=False)  # one bad name: nothing is pulled
+    assert p.returncode == 2 and snapshot(b) == before
+    cli(b, "pull", "-s", "chat")
+    with Tape.open(b) as t:
+        assert t.session("chat").head.payload["content"] == "hi back"

@@ -139,6 +139,9 @@ def pull(tape, backend: Backend, name: str, sessions: Iterable[str] = (), warn: 
         start_next = dict(state["next"])
         for _, _, m in layout.new_manifests(store, backend, state, warn):
             layout.note_manifest(state, m)
+        missing = sorted(wanted - {key.split("/", 1)[0] for key in state["pieces"]})
+        if missing:  # as `git fetch origin nosuch`: a name that matches nothing is a mistake
+            raise InvalidInput(f"{name} has no session {missing[0]!r}; see `ctape remote show {name}` for the sessions it holds")
         # every file the remote holds, not only those new manifests name: as rsync without
         # --delete, a file this copy lacks (compacted away since, or never here) comes
         # (back), so a claim that revives an entry finds its objects
