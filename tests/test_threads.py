@@ -6,8 +6,10 @@ the middle of that rebuild, found their sessions empty (CI failed on it once in 
 test_many_sessions.py). Here the index is rebuilt again and again under the readers: another
 Tape compacts the tape, which replaces every file."""
 
+import asyncio
 import random
 import threading
+import time
 
 import pytest
 
@@ -30,7 +32,7 @@ def build(tmp_path):
     return want
 
 
-def run_threads(targets) -> list[str]:
+def run_threads(targets, timeout: float = 120) -> list[str]:
     errors: list[str] = []
 
     def guarded(fn, *args):
@@ -39,11 +41,11 @@ def run_threads(targets) -> list[str]:
         except Exception as e:  # noqa: BLE001 - reported below
             errors.append(f"{fn.__name__}: {e!r}")
 
-    threads = [threading.Thread(target=guarded, args=t) for t in targets]
+    threads = [threading.Thread(target=guarded, args=t, daemon=True) for t in targets]
     for t in threads:
         t.start()
     for t in threads:
-        t.join(timeout=120)
+        t.join(timeout=timeout)
     assert not any(t.is_alive() for t in threads), "a thread hung (a lock taken in the wrong order?)"
     return errors
 
@@ -115,4 +117,47 @@ def test_an_iterator_takes_its_turn_per_step(tmp_path):
     t.start()
     t.join(timeout=10)
     assert len(appended) == 2
+    tape.close()
+
+
+# -- integrations: their own state and the Tape's, under one lock ----------------------------
+# A thread in `tape.batch()` (which holds the Tape's lock) that asks the LangGraph saver for
+# a checkpoint, and a thread reading a graph's state: the reader took the saver's lock and
+# then waited for the Tape's, while the batch held the Tape's and waited for the saver's.
+# Both hung for good. The saver now guards its state with the Tape's own lock.
+
+
+def test_langgraph_saver_read_in_a_batch_while_another_thread_reads(tmp_path):
+    pytest.importorskip("langgraph")
+    from langgraph.graph import START, MessagesState, StateGraph
+
+    from ctape.integrations.langgraph import TapeSaver
+
+    tape = Tape.init(str(tmp_path / "t"), cache_dir=str(tmp_path / "c"))
+    saver = TapeSaver(tape)
+    g = StateGraph(MessagesState)
+    g.add_node("bot", lambda state: {"messages": [("ai", f"reply {len(state['messages'])}")]})
+    g.add_edge(START, "bot")
+    graph = g.compile(checkpointer=saver)
+    cfg = {"configurable": {"thread_id": "t1"}}
+    graph.invoke({"messages": [("user", "hi")]}, cfg)
+    in_batch = threading.Event()
+    read = []
+
+    def in_a_batch():
+        with tape.batch():
+            tape.session("notes").append("user", {"content": "a note, in the same batch"})
+            in_batch.set()
+            time.sleep(0.5)  # the other thread asks for the graph's state meanwhile
+            read.append(saver.get_tuple(cfg))
+
+    def reader():
+        in_batch.wait()
+        read.append(graph.get_state(cfg))
+
+    errors = run_threads([(in_a_batch,), (reader,)], timeout=30)
+    assert not errors, errors
+    assert len(read) == 2
+    assert len(read[0].checkpoint["channel_values"]["messages"]) == 2
+    assert len(read[1].values["messages"]) == 2
     tape.close()

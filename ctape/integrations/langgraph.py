@@ -58,7 +58,6 @@ import json
 import math
 import os
 import random
-import threading
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -381,7 +380,10 @@ class TapeSaver(BaseCheckpointSaver[str]):
         self.tape, self._owns = open_tape(tape)
         self.prefix = prefix
         self.codec = _Codec(self.serde)
-        self._lock = threading.RLock()
+        # the Tape's own lock (history/turns.py): the saver's state and the Tape's are guarded
+        # together, so a thread in a `tape.batch()` that runs a graph and one that reads a
+        # checkpoint never hold one lock each and wait for the other
+        self._lock = self.tape.store._lock
         self._threads: dict[str, _Thread] = {}
         self._briefs: dict[str, _Brief] = {}  # entry hash -> what the saver needs of it
         self._values: OrderedDict[tuple[str, str], Any] = OrderedDict()  # (entry, channel) -> value
@@ -442,17 +444,15 @@ class TapeSaver(BaseCheckpointSaver[str]):
         queries, not 6,000 entry reads); an entry without a row is read from the tape, and
         its row written. The queries ask for 16, 64, 256, ... rows, so a few new entries
         on a long thread cost a few rows, not the thread."""
-        index, lock = self.tape.store.index, self.tape.store._lock  # the index cache is the Tape's: its turn (history/turns.py)
+        index = self.tape.store.index
         for h in tips:
             while h is not None and h not in th.seen:
-                with lock:
-                    chunks = index.view_path(CHUNKS, h, 1 << 20)
+                chunks = index.view_path(CHUNKS, h, 1 << 20)
                 if chunks:  # h ends a chunk: whole chunks back to the root or to a gap
                     h = self._add_chunks(th, chunks)
                     continue
                 # single rows, as far as the start of h's chunk (its parent ends the chunk before)
-                with lock:
-                    rows = index.view_path(VIEW, h, CHUNK)
+                rows = index.view_path(VIEW, h, CHUNK)
                 if rows:
                     h = self._add_rows(th, rows, CHUNK)
                     continue
@@ -510,8 +510,7 @@ class TapeSaver(BaseCheckpointSaver[str]):
         if th.unsaved:
             rows = [(b.hash, b.parent, b.body()) for b in th.unsaved]
             th.unsaved.clear()
-            with self.tape.store._lock:  # the index cache is the Tape's: its turn (history/turns.py)
-                index.put_views(VIEW, rows)
+            index.put_views(VIEW, rows)
         if th.chunk_ends:
             chunks = []
             for end in th.chunk_ends:
@@ -524,8 +523,7 @@ class TapeSaver(BaseCheckpointSaver[str]):
                     line.reverse()
                     chunks.append((end, line[0].parent, "\n".join(b.hash + b.body() for b in line)))
             th.chunk_ends.clear()
-            with self.tape.store._lock:
-                index.put_views(CHUNKS, chunks)
+            index.put_views(CHUNKS, chunks)
 
     def _brief(self, h: str) -> _Brief:
         b = self._briefs.get(h)

@@ -39,6 +39,7 @@ import os
 import threading
 import time as _time
 from collections import OrderedDict
+from contextlib import contextmanager
 from typing import Any, Optional, Union
 
 from ..errors import CtapeError
@@ -145,8 +146,7 @@ class _Path:
             # an entry without a row (another process's append not cached yet) is read, and
             # the query asked again from its parent
             start = h
-            with tape.store._lock:  # the index cache is the Tape's: its turn (history/turns.py)
-                rows = tape.store.index.view_path(VIEW, h, limit)
+            rows = tape.store.index.view_path(VIEW, h, limit)
             for row in (r for _, parent, body in rows for r in _unpack(parent, body)):
                 if h is None or h in self.pos or row[0] != h:
                     break
@@ -159,8 +159,7 @@ class _Path:
             new.append(read[-1])
             h = e.parent
         read.reverse()
-        with tape.store._lock:
-            tape.store.index.put_views(VIEW, _view_rows(read))
+        tape.store.index.put_views(VIEW, _view_rows(read))
         cut = self.pos[h] + 1 if h is not None else 0
         for gone in self.hashes[cut:]:
             del self.pos[gone]
@@ -174,8 +173,7 @@ class _Path:
     def extend(self, tape: Tape, rows: list[tuple[str, Optional[str], Optional[str]]], old_head: Optional[str]) -> None:
         """Our own appends: kept in the index cache for other processes (one row for each
         run of linked entries), and here when we were current (no need to read them back)."""
-        with tape.store._lock:
-            tape.store.index.put_views(VIEW, _view_rows(rows))
+        tape.store.index.put_views(VIEW, _view_rows(rows))
         if old_head != self.head:
             return
         for h, _, text in rows:
@@ -253,11 +251,18 @@ class TapeSession:
         self.name = session_name(prefix, session_id)
         self.session = self.tape.session(self.name)
         self._path = _shared_path(self.tape, self.name)
-        self._lock = self._path.lock
 
     def close(self) -> None:
         if self._owns:
             self.tape.close()
+
+    @contextmanager
+    def _locked(self):
+        """The Tape's lock (history/turns.py), then the path's, which every TapeSession of this
+        directory shares whatever its Tape: always in this order, so a thread in a
+        `tape.batch()` that adds items never waits on one that reads them and waits on it."""
+        with self.tape.store._lock, self._path.lock:
+            yield
 
     # -- sync core ------------------------------------------------------------------------
 
@@ -265,7 +270,7 @@ class TapeSession:
         return self.session.refs().head_hash if self.session.exists() else None
 
     def _items(self, limit: Optional[int]) -> list[dict]:
-        with self._lock:
+        with self._locked():
             self._path.sync(self.tape, self._head())
             return self._path.item_list(limit)
 
@@ -277,14 +282,14 @@ class TapeSession:
         for item in json.loads("[" + ",".join(texts) + "]"):  # the tape's own copies, plain JSON, in one parse
             kind, payload, hidden = item_entry(item)
             rows.append((kind, payload, {ITEM: item, HIDDEN: True} if hidden else {ITEM: item}))
-        with self._lock:
+        with self._locked():
             # one call: the entries at HEAD, then one ref record and one fsync (Session.extend);
             # the first one's parent is the HEAD they went on after
             written = [(e.hash, e.parent, text) for e, text in zip(self.session.extend(rows), texts)]
             self._path.extend(self.tape, written, written[0][1])
 
     def _pop(self) -> Optional[dict]:
-        with self._lock:
+        with self._locked():
             if not self.session.exists():
                 return None
             st = self.session.refs()
@@ -311,7 +316,7 @@ class TapeSession:
             return None
 
     def _clear(self) -> None:
-        with self._lock:
+        with self._locked():
             if not self.session.exists() or self.session.refs().head_hash is None:
                 return
             used = self.session.refs().claims  # a name never used: one deleted elsewhere would bring its tip back
@@ -350,7 +355,7 @@ class TapeSession:
         return turns
 
     def _branch_from(self, turn_number: int, branch_name: Optional[str]) -> str:
-        with self._lock:
+        with self._locked():
             turns = self._turns(None)
             if not 1 <= turn_number <= len(turns):
                 raise ValueError(f"Turn {turn_number} does not contain a user message in branch '{self._current()}'")
@@ -378,7 +383,7 @@ class TapeSession:
         return (st.branch if st is not None else None) or "main"
 
     def _switch(self, branch_id: str) -> None:
-        with self._lock:
+        with self._locked():
             st = self.session.refs() if self.session.exists() else None
             if st is None or (branch_id not in st.branches and st.head != "@" + branch_id):
                 raise ValueError(f"Branch '{branch_id}' does not exist")
@@ -390,7 +395,7 @@ class TapeSession:
             raise ValueError("Branch ID cannot be empty")
         if branch_id == "main":
             raise ValueError("Cannot delete the 'main' branch")
-        with self._lock:
+        with self._locked():
             st = self.session.refs() if self.session.exists() else None
             if st is None or branch_id not in st.branches:
                 raise ValueError(f"Branch '{branch_id}' does not exist")
@@ -430,7 +435,7 @@ class TapeSession:
             "input_tokens_details": _details(getattr(usage, "input_tokens_details", None)),
             "output_tokens_details": _details(getattr(usage, "output_tokens_details", None)),
         }
-        with self._lock:
+        with self._locked():
             turns = sum(1 for t in self._path_items_now() if _is_user(t))
             if turns == 0:
                 return  # no turn to attach it to, as in AdvancedSQLiteSession
