@@ -432,3 +432,32 @@ def test_pull_of_a_session_the_remote_lacks_says_so(tmp_path):
     with Tape.open(b) as t:
         assert t.session("chat").head.payload["content"] == "hi back"
     assert cli(b, "pull", "-s", "chat").stderr.decode() == ""
+
+
+def test_a_piece_refused_by_junk_at_its_key_fails_the_push_until_compact_moves_it(tmp_path):
+    """Other bytes at the key of one of this copy's pieces (another copy with the same
+    CTAPE_WRITER, a damaged upload): the remote is create-only, so the piece never goes.
+    push warned and exited 0 on every run while that entry never reached the remote; it
+    now exits 1 and says what to do, and `compact` (a pack is named by its content) gets
+    the entry there."""
+    a, remote = tape_with_remote(tmp_path)
+    cli(a, "push")
+    segments = lambda: {p.name: p.stat().st_size for p in (a / "sessions" / "chat").iterdir() if p.name.endswith(".seg")}  # noqa: E731
+    pushed = segments()
+    cli(a, "append", "assistant", "--text", "the reply that must arrive", "-s", "chat")
+    ((name, size),) = [(n, size) for n, size in segments().items() if pushed.get(n) != size]
+    key = remote / "f" / "chat" / name / f"{pushed.get(name, 0)}-{size}"
+    key.parent.mkdir(parents=True, exist_ok=True)
+    key.write_bytes(b"junk")
+    for _ in range(2):  # every run, not only the first
+        p = cli(a, "push", check=False)
+        err = p.stderr.decode().strip().splitlines()
+        assert p.returncode == 1 and "Traceback" not in p.stderr.decode(), p.stderr
+        assert "holds other bytes" in err[0] and err[-1].startswith("ctape: error: 1 piece(s) not pushed") and "ctape compact" in err[-1], err
+    assert json.loads(cli(a, "push", "--json", check=False).stdout)["refused"] == 1
+    cli(a, "compact")
+    cli(a, "push")
+    b = tmp_path / "B"
+    cli(tmp_path, "clone", f"file://{remote}", b)
+    assert b"the reply that must arrive" in cli(b, "export", "chat").stdout
+    assert cli(b, "fsck", check=False).returncode == 0

@@ -194,6 +194,12 @@ def push(ctx, name, sessions, follow, allow_secrets, as_json):
     r = do_push(tape, backend, name, sessions, allow_secrets, warn=_warn, progress=bar)
     bar.end()
     report(r)
+    if r["refused"]:
+        from ..errors import CtapeError
+
+        # what is written here has not reached the remote: a script must not take it for done
+        raise CtapeError(f"{r['refused']} piece(s) not pushed: {name} holds other bytes at their keys (see the warnings); "
+                         "run `ctape compact`, which moves them into a pack under a new name, then push again")
 
 
 @main.command()

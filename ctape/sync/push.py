@@ -359,7 +359,7 @@ def push(tape, backend: Backend, name: str, sessions: Iterable[str] = (), allow_
     if fresh:
         layout.check_identity(store, backend, create=True)
     total = sum(e - b for _, _, b, e, _ in todo)
-    sent, files, listed, skipped = 0, set(), [], 0
+    sent, files, listed, skipped, refused = 0, set(), [], 0, 0
     with ThreadPoolExecutor(WORKERS) as pool:
         # uploads run WORKERS at a time while the next files are read: at most BATCH_BYTES
         # (or 4 * WORKERS pieces) in flight; each is noted in the order it was read
@@ -368,7 +368,7 @@ def push(tape, backend: Backend, name: str, sessions: Iterable[str] = (), allow_
 
         def settle(limit: int) -> None:
             """Wait for the oldest uploads until at most `limit` bytes are in flight."""
-            nonlocal sent, skipped, flying_bytes
+            nonlocal sent, skipped, refused, flying_bytes
             while flying and (flying_bytes > limit or len(flying) > (4 * WORKERS if limit else 0)):
                 (s, file, a, b, chunk), fut = flying.popleft()
                 flying_bytes -= b - a
@@ -376,6 +376,7 @@ def push(tape, backend: Backend, name: str, sessions: Iterable[str] = (), allow_
                 key = layout.piece_key(s, file, a, b)
                 if status == "other":  # refused, and not ours: reported, never overwritten
                     warn(f"the remote's {key} holds other bytes than this copy's; left as it is")
+                    refused += 1
                     continue
                 skipped += status == "there"
                 listed.append({"session": s, "file": file, "start": a, "end": b, "blake3": layout.digest(chunk)})
@@ -425,7 +426,7 @@ def push(tape, backend: Backend, name: str, sessions: Iterable[str] = (), allow_
         put_manifest(store, backend, state, listed, warn=warn)
     state.save(store)
     done = time.monotonic()
-    return {"remote": name, "files": len(files), "pieces": len(listed), "bytes": sent, "requests": backend.requests, "already_there": skipped,
+    return {"remote": name, "files": len(files), "pieces": len(listed), "bytes": sent, "requests": backend.requests, "already_there": skipped, "refused": refused,
             "seconds": round(done - t0, 3), "check_seconds": round(t_sent - t_check, 3), "transfer_seconds": round(done - t_sent, 3)}
 
 
