@@ -106,9 +106,10 @@ def export(ctx, ref, fmt):
     # and goes out as the bytes it was (docs/import.md)
     out = sys.stdout.buffer
     tape = open_tape(ctx)
-    for line in export_ref(tape, ref, fmt):
+    tally: dict = {}
+    for line in export_ref(tape, ref, fmt, tally):
         out.write(line.encode("utf-8", "surrogateescape") + b"\n")
     out.flush()
-    for note in export_notes(tape, ref, fmt):
+    for note in export_notes(tape, ref, fmt, tally):
         click.echo(f"note: {note}", err=True)
     warn_damage(tape, session_in_ref(tape, ref))

@@ -52,11 +52,51 @@ def _import_files(tape, fmt: Optional[str], files: list[str], session: Optional[
     return mod.import_files(tape, files, session, progress=progress)
 
 
-def export_ref(tape, ref: str, fmt: str) -> Iterator[str]:
-    return _module(fmt).export(tape, ref)
+def export_ref(tape, ref: str, fmt: str, tally: Optional[dict] = None) -> Iterator[str]:
+    """The JSON lines of REF in `fmt`; `tally`, if given, counts what became of the
+    entries the format has no record of their own for (_common.tallied), for export_notes."""
+    return _module(fmt).export(tape, ref, tally)
 
 
-def export_notes(tape, ref: str, fmt: str) -> list[str]:
-    """What the format cannot carry of REF (branch names...), one line each, for stderr."""
-    notes = getattr(_module(fmt), "notes", None)
-    return notes(tape, ref) if notes else []
+def export_notes(tape, ref: str, fmt: str, tally: Optional[dict] = None) -> list[str]:
+    """What the format cannot carry of REF (branch names, system prompts, anchors...), one
+    line each, for stderr; `tally` is export_ref's, once the export is done."""
+    mod = _module(fmt)
+    notes = getattr(mod, "notes", None)
+    out = notes(tape, ref) if notes else []
+    demotes = getattr(mod, "DEMOTES", {})
+    demoted: dict[str, int] = {}
+    dropped: dict[str, int] = {}
+    for (kind, written), n in sorted((tally or {}).items(), key=lambda kv: _order(kv[0][0])):
+        if not written:
+            dropped[kind] = dropped.get(kind, 0) + n
+        elif kind in demotes:
+            demoted[kind] = demoted.get(kind, 0) + n
+    keeps = "export --format jsonl keeps every entry as it is"
+    if demoted:
+        ways: dict[str, list[str]] = {}
+        for kind, n in demoted.items():
+            ways.setdefault(demotes[kind], []).append(_count(n, kind))
+        went = "; ".join(f"{' and '.join(counts)} went out as {how}" for how, counts in ways.items())
+        out.append(f"{fmt} has no record for {' or '.join(_plural(k) for k in demoted)}: {went}, "
+                   f"which an import reads back as hidden bookkeeping ({keeps})")
+    if dropped:
+        out.append(f"{fmt} has no record for {' or '.join(_plural(k) for k in dropped)}: "
+                   f"{' and '.join(_count(n, k) for k, n in dropped.items())} left out ({keeps})")
+    return out
+
+
+_NOUNS = {"system": "system message", "streaming": "interrupted stream", "anchor": "anchor", "error": "error"}
+
+
+def _order(kind: str) -> tuple:
+    return (list(_NOUNS).index(kind) if kind in _NOUNS else len(_NOUNS), kind)
+
+
+def _plural(kind: str) -> str:
+    noun = _NOUNS.get(kind, f"{kind} entry")
+    return noun[:-5] + "entries" if noun.endswith(" entry") else noun + "s"
+
+
+def _count(n: int, kind: str) -> str:
+    return f"1 {_NOUNS.get(kind, f'{kind} entry')}" if n == 1 else f"{n} {_plural(kind)}"

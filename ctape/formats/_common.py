@@ -482,13 +482,33 @@ def source_format(meta: dict) -> Optional[str]:
     return next((k for k in FORMATS if k in meta), None)
 
 
-def export_records(tape, ref: str, fmt: str, synthesize: Callable[[Any], Optional[Any]], order: Optional[Callable] = None) -> Iterator[str]:
+def tallied(synthesize: Callable, tally: Optional[dict]) -> Callable:
+    """`synthesize` (an exporter's: a record for an entry of another origin, or None),
+    counting what it made of each visible entry in `tally`: (kind, written) -> entries.
+    formats.export_notes tells the user what the format could not carry from it."""
+    if tally is None:
+        return synthesize
+
+    def counted(e, *args):
+        rec = synthesize(e, *args)
+        if not (isinstance(e.meta, dict) and e.meta.get(HIDDEN)):  # bookkeeping: not the user's
+            key = (e.kind, rec is not None)
+            tally[key] = tally.get(key, 0) + 1
+        return rec
+
+    return counted
+
+
+def export_records(tape, ref: str, fmt: str, synthesize: Callable[[Any], Optional[Any]], order: Optional[Callable] = None,
+                   tally: Optional[dict] = None) -> Iterator[str]:
     """Records of `fmt` back as JSON lines, in source order.
 
     Entries imported from `fmt` give their record back (once per record); bookkeeping
     entries imported from another format are left out; every other entry (native
-    appends, messages imported from another format) is converted by `synthesize`.
+    appends, messages imported from another format) is converted by `synthesize`
+    (counted in `tally`, see tallied).
     """
+    synthesize = tallied(synthesize, tally)
     entries = entries_for_export(tape, ref)
     for e in order(tape, ref, entries) if order else entries:
         m = e.meta if isinstance(e.meta, dict) else {}

@@ -453,9 +453,14 @@ class _Stream:
 # -- export ---------------------------------------------------------------------------
 
 
-def export(tape, ref: str) -> Iterator[str]:
+# what a native entry of these kinds becomes: Claude Code has no record for a system prompt or
+# a milestone (formats.export_notes tells the user)
+DEMOTES = {"system": "system notice lines", "anchor": "system notice lines"}
+
+
+def export(tape, ref: str, tally: Optional[dict] = None) -> Iterator[str]:
     links = _Links(tape)
-    return c.export_records(tape, ref, FMT, lambda e: synthesize(e, links), order=_keep_main_last)
+    return c.export_records(tape, ref, FMT, lambda e: synthesize(e, links), order=_keep_main_last, tally=tally)
 
 
 def _keep_main_last(tape, ref: str, entries: list) -> list:

@@ -428,8 +428,12 @@ class _Stream:
 # -- export ---------------------------------------------------------------------------
 
 
-def export(tape, ref: str) -> Iterator[str]:
-    return c.export_records(tape, ref, FMT, synthesize)
+# what a native entry of these kinds becomes (formats.export_notes tells the user)
+DEMOTES = {"anchor": "background events"}
+
+
+def export(tape, ref: str, tally: Optional[dict] = None) -> Iterator[str]:
+    return c.export_records(tape, ref, FMT, synthesize, tally=tally)
 
 
 def synthesize(e) -> Optional[dict]:

@@ -590,10 +590,16 @@ def _continue_from(tape, s, doc: dict) -> tuple[Optional[str], Optional[list], O
 # -- export ---------------------------------------------------------------------------------
 
 
-def export(tape, ref: str) -> Iterator[str]:
+# what a native entry of these kinds becomes: Gemini CLI has no record for a system prompt or a
+# milestone (formats.export_notes tells the user)
+DEMOTES = {"system": "info lines", "anchor": "info lines"}
+
+
+def export(tape, ref: str, tally: Optional[dict] = None) -> Iterator[str]:
     """The records back: a JSON document when the history came from one (the path to the
     session's HEAD, or to REF), else JSON lines in source order."""
     entries = c.entries_for_export(tape, ref)
+    write = c.tallied(synthesize, tally)
     if any(CONTAINER in (e.meta or {}) for e in entries if isinstance(e.meta, dict)):
         yield from _export_document(tape, ref)
         return
@@ -615,7 +621,7 @@ def export(tape, ref: str) -> Iterator[str]:
         if not has_meta:
             has_meta = True
             yield c.dumps(_metadata(tape, ref, entries))
-        rec = synthesize(e, names)
+        rec = write(e, names)
         if rec is not None:
             yield c.dumps(rec)
 

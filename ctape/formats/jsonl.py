@@ -50,7 +50,8 @@ def session_entries(tape, name: str) -> list:
     return sorted(seen.values(), key=lambda e: (e.seq, e.time, e.hash))
 
 
-def export(tape, ref: str) -> Iterator[str]:
+def export(tape, ref: str, tally=None) -> Iterator[str]:
+    """Every entry as it is (`tally` is for the formats that cannot carry some)."""
     dump = lambda v: json.dumps(v, ensure_ascii=False, sort_keys=True)  # noqa: E731
     if NAME_RE.fullmatch(ref) and tape._session_exists(ref):
         s = tape.session(ref)

@@ -370,8 +370,9 @@ class _Writer:
 # -- export ---------------------------------------------------------------------------
 
 
-def export(tape, ref: str) -> Iterator[str]:
+def export(tape, ref: str, tally: Optional[dict] = None) -> Iterator[str]:
     """Records back as JSON lines; a container with its items put back in its list."""
+    write = c.tallied(synthesize, tally)
     group: Optional[tuple[dict, str, list]] = None
     for e in c.entries_for_export(tape, ref):
         m = e.meta if isinstance(e.meta, dict) else {}
@@ -393,7 +394,7 @@ def export(tape, ref: str) -> Iterator[str]:
             elif FMT in m:
                 yield c.dumps(m[FMT])
         elif not (src and m.get(HIDDEN)):
-            msg = synthesize(e)
+            msg = write(e)
             if msg is not None:
                 yield c.dumps(msg)
     if group is not None:
