@@ -161,3 +161,30 @@ def test_langgraph_saver_read_in_a_batch_while_another_thread_reads(tmp_path):
     assert len(read[0].checkpoint["channel_values"]["messages"]) == 2
     assert len(read[1].values["messages"]) == 2
     tape.close()
+
+
+def test_a_stream_inside_a_batch_ends(tmp_path):
+    """The stream's flush thread waited for the Tape (held by the batch) while holding the
+    stream's lock, so the writer's next chunk waited for it, and the batch for the writer:
+    hung for good. Inside a batch the stream now persists at its end, with the batch."""
+    tape = Tape.init(str(tmp_path / "t"), cache_dir=str(tmp_path / "c"))
+    s = tape.session("chat")
+    done = []
+
+    def turn():
+        with tape.batch():
+            s.append("user", {"content": "hi"})
+            with s.stream(flush_interval=0.02) as w:
+                for i in range(20):
+                    w.write(f"tok{i} ")
+                    time.sleep(0.01)
+            s.append("tool_call", {"name": "f", "arguments": {}, "call_id": "c1"})
+        done.append(True)
+
+    errors = run_threads([(turn,)], timeout=30)
+    assert not errors and done, errors
+    kinds = [(e.kind, e.payload.get("content")) for e in s.log()]
+    assert kinds[1] == ("assistant", "".join(f"tok{i} " for i in range(20)))
+    assert [k for k, _ in kinds] == ["tool_call", "assistant", "user"]
+    assert s.recover() == []  # nothing left behind as an interrupted stream
+    tape.close()

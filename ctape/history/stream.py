@@ -101,22 +101,33 @@ class StreamWriter:
 
     def _ticker(self) -> None:
         while not self._stop.wait(self.interval / 2):
-            self.flush()
+            self.flush(wait=False)
 
-    def flush(self) -> None:
-        """Persist what has arrived since the last flush (one fsync)."""
-        with self._lock:
-            if self.size == self.flushed:
-                return
-            new = "".join(self.text[self._chunks :])  # only what came since the last flush
-            t = now_rfc3339()
-            with self.session.store.writing(self.session.name) as w:
-                for at in range(0, len(new), PIECE):  # a fast stream: several records, one fsync
-                    piece = new[at : at + PIECE]
-                    w.put_partial({"s": self.session.name, "stream": self.id, "off": self.flushed + at, "text": piece, "base": self.base, "t": t})
-            self.text[self._chunks :] = [new]
-            self._chunks = len(self.text)
-            self.flushed = self.size
+    def flush(self, wait: bool = True) -> None:
+        """Persist what has arrived since the last flush (one fsync). The Tape's lock is taken
+        before the stream's, as writes take it: `wait=False` (the ticker) skips the flush while
+        another thread holds the Tape, and the next tick tries again. A stream inside
+        `tape.batch()` is flushed by nothing but its end then, which is what a batch promises
+        (nothing in it is durable before its end); the ticker waiting there, with the stream's
+        lock held, hung the writer and the batch for good."""
+        tape_lock = self.session.store._lock
+        if not tape_lock.acquire(blocking=wait):
+            return
+        try:
+            with self._lock:
+                if self.size == self.flushed:
+                    return
+                new = "".join(self.text[self._chunks :])  # only what came since the last flush
+                t = now_rfc3339()
+                with self.session.store.writing(self.session.name) as w:
+                    for at in range(0, len(new), PIECE):  # a fast stream: several records, one fsync
+                        piece = new[at : at + PIECE]
+                        w.put_partial({"s": self.session.name, "stream": self.id, "off": self.flushed + at, "text": piece, "base": self.base, "t": t})
+                self.text[self._chunks :] = [new]
+                self._chunks = len(self.text)
+                self.flushed = self.size
+        finally:
+            tape_lock.release()
 
     def content(self) -> str:
         with self._lock:
