@@ -159,3 +159,81 @@ def test_a_record_cut_by_the_snapshot_survives(tmp_path):
         assert tb.fsck()["ok"]
     finally:
         tb.close()
+
+
+# -- a reader's rebuild beside a compaction (false "lost acknowledged records") ------------------
+# A reader that finds files gone (a compaction replaced them) rebuilds its index from the
+# files it lists. A compaction in another process may put its pack in place and remove the
+# files it replaces between that listing and the reading: the index then held the claims of
+# neither, they looked lost, and the session was marked as having lost acknowledged records,
+# in the index cache its writers share: every write to it was refused until `fsck --salvage`,
+# though nothing was lost.
+
+
+def test_a_rebuild_during_a_compactions_swap_judges_no_loss(tmp_path):
+    """Deterministic: the compaction runs right after the rebuild listed the files."""
+    d = str(tmp_path / "t")
+    reader = Tape.init(d, cache_dir=str(tmp_path / "c1"))
+    for i in range(3):
+        reader.session("chat").append("user", {"content": f"from the reader's process {i}"})
+    other = Tape.open(d, cache_dir=str(tmp_path / "c2"))
+    other.session("chat").append("assistant", {"content": "from another process"})
+    other.compact(expire="now", grace="now")  # the reader's segment is gone: its next refresh rebuilds
+    other.session("chat").append("user", {"content": "and one more"})
+    store = reader.store
+    scan, swapped = store._scan_file, []
+
+    def scan_after_a_swap(rel, start):
+        if not swapped:
+            swapped.append(other.compact(expire="now", grace="now"))  # pack in, listed files out
+        return scan(rel, start)
+
+    store._scan_file = scan_after_a_swap
+    try:
+        store.refresh()
+    finally:
+        store._scan_file = scan
+    assert swapped and swapped[0]["removed_files"] >= 2, swapped
+    assert store.index.lost_rows() == []
+    reader.session("chat").append("assistant", {"content": "the reader writes on"})  # was: CorruptObject
+    texts = [e.payload["content"] for e in reader.session("chat").log()]
+    assert texts == ["the reader writes on", "and one more", "from another process"] + [f"from the reader's process {i}" for i in (2, 1, 0)]
+    other.close()
+    reader.close()
+
+
+READ_LOOP = r"""
+import sys, time, ctape
+path, seconds = sys.argv[1], float(sys.argv[2])
+t = ctape.Tape.open(path)
+end = time.time() + seconds
+n = 0
+while time.time() < end:
+    t.store.refresh()  # as any read does: the index follows the files
+    n += 1
+assert t.store.index.lost_rows() == [], t.store.index.lost_rows()
+print(n)
+"""
+
+
+def test_readers_beside_compactions_never_mark_a_session_lost(tape_dir):
+    """Real processes sharing the index cache: a reader refreshing in a loop, a writer and a
+    compaction in a loop. The writer is never refused, and nothing is marked lost."""
+    Tape.init(tape_dir).close()
+    reader = subprocess.Popen([sys.executable, "-c", READ_LOOP, str(tape_dir), str(SECONDS)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    comp = subprocess.Popen([sys.executable, "-c", COMPACT, str(tape_dir), "now", str(SECONDS)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    written = []
+    end = time.time() + SECONDS
+    with Tape.open(tape_dir) as t:
+        s = t.session("chat")
+        while time.time() < end:
+            written.append(s.append("user", {"content": f"message {len(written)}"}).hash)
+            time.sleep(0.005)
+    out, err = reader.communicate(timeout=SECONDS + 600)
+    assert reader.returncode == 0, err[-2000:]
+    assert int(out) > 10
+    out, err = comp.communicate(timeout=SECONDS + 600)
+    assert comp.returncode == 0, err[-2000:]
+    with Tape.open(tape_dir) as t:
+        assert [e.hash for e in t.session("chat").log()] == written[::-1]
+        assert t.store.index.lost_rows() == []

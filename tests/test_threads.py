@@ -68,6 +68,11 @@ def test_reads_appends_and_rebuilds_in_threads_of_one_tape(tmp_path, monkeypatch
             assert got[-1].payload["content"].startswith(name[1:] + "-0 ")
             assert tape.resolve(f"{name}/main~3") == want[name][3]
             assert s.refs().head_hash == want[name][0]
+            if rnd.random() < 0.2:  # the verbs of ctape.Tape take their turn too
+                d = tape.diff(f"{name}/main~3", f"{name}/main")
+                assert d.base == want[name][3] and d.right == want[name][2::-1] and d.left == []
+                hits = tape.search(f'"{name[1:]}-0"', session=name, limit=5)
+                assert [h.hash for h in hits] == [want[name][-1]]
 
     def writer():
         s = tape.session("w")

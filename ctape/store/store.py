@@ -76,6 +76,7 @@ DEFAULT_MAX_OBJECT = 1 << 30  # refuse frames that claim more than this when dec
 # to its session reopens it, ~0.5 ms). At most ~210 in all, ~140 as a rule.
 READ_FDS_MAX = 64
 WRITERS_MAX = 24
+REBUILD_TRIES = 4  # readings of every file while another process changes them (Store._rebuild)
 
 
 class Store:
@@ -345,8 +346,8 @@ class Store:
         if shrunk or gone:
             sessions = {p.split("/")[1] for p in gone if p.startswith("sessions/")}
             before = {s: self.index.claims(s) for s in sessions}
-            self._full_reindex()
-            self._note_lost(shrunk, gone, before)
+            settled = self._full_reindex()
+            self._note_lost(shrunk, gone if settled else {}, before)
             return True
         changed = False
         floors = self.index.floors()
@@ -389,24 +390,35 @@ class Store:
                             self.index.note_lost(path, indexed, 0)
                     break
 
-    def _full_reindex(self) -> None:
-        """Rebuild the index from every file, in one transaction (readers never see it half-built)."""
+    def _full_reindex(self) -> bool:
+        """Rebuild the index from every file, in one transaction (readers never see it
+        half-built). False when the files kept changing under it (see _rebuild)."""
         try:
-            self._rebuild()
+            settled = self._rebuild()
         except IndexDegraded:  # the cache could not be written: again, in memory
-            self._rebuild()
+            settled = self._rebuild()
         self.index.stale = False
+        return settled
 
-    def _rebuild(self) -> None:
-        self._blocks.clear()
-        self._dicts.clear()
-        self._close_read_fds()
-        self._known.clear()
-        batches = []
-        with self.index.rebuilding():
-            for path in self.list_files(None):
-                batches.append(self._scan_file(path, 0))
-            self.index.apply_many(batches)
+    def _rebuild(self) -> bool:
+        """Index every file; again while the names of the files changed during the reading
+        (at most REBUILD_TRIES times): a compaction in another process, taking no lock a
+        reader takes, may put its pack in place and remove the files it replaces between
+        the listing and the reading, and an index of the files that were left then lacks
+        the claims of both. Such an index is only a cache that the next refresh completes,
+        but the claims it lacks looked lost (_note_lost), and a session marked so refuses
+        writes. False: still changing at the last try (the caller judges no loss by it)."""
+        for _ in range(REBUILD_TRIES):
+            self._blocks.clear()
+            self._dicts.clear()
+            self._close_read_fds()
+            self._known.clear()
+            listed = self.list_files(None)
+            with self.index.rebuilding():
+                self.index.apply_many([self._scan_file(path, 0) for path in listed])
+            if self.list_files(None).keys() == listed.keys():
+                return True
+        return False
 
     def _index_file(self, rel: str, start: int) -> None:
         self._forget_reads(self.index.file_id(rel))
