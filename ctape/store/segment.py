@@ -255,7 +255,12 @@ class SegmentWriter:
         if mine:
             last = mine[-1]
             fid, indexed, torn, corrupt = rows[last]
-            fst = os.stat(os.path.join(st.root, last), follow_symlinks=False)
+            try:
+                fst = os.stat(os.path.join(st.root, last), follow_symlinks=False)
+            except FileNotFoundError:
+                # a row of the shared index cache that another process wrote from an older
+                # listing, the file since compacted away: a new segment, as after any doubt
+                return
             size = fst.st_size
             copied = fst.st_atime_ns != UNREAD_ATIME_NS  # read since it was made: a copy may exist
             # a second name for the file (a hard link planted from outside the tape, or a
