@@ -65,13 +65,9 @@ def export_notes(tape, ref: str, fmt: str, tally: Optional[dict] = None) -> list
     notes = getattr(mod, "notes", None)
     out = notes(tape, ref) if notes else []
     demotes = getattr(mod, "DEMOTES", {})
-    demoted: dict[str, int] = {}
-    dropped: dict[str, int] = {}
-    for (kind, written), n in sorted((tally or {}).items(), key=lambda kv: _order(kv[0][0])):
-        if not written:
-            dropped[kind] = dropped.get(kind, 0) + n
-        elif kind in demotes:
-            demoted[kind] = demoted.get(kind, 0) + n
+    counted = sorted((tally or {}).items(), key=lambda kv: _order(kv[0][0]))  # (kind, written) -> entries
+    dropped = {kind: n for (kind, written), n in counted if not written}
+    demoted = {kind: n for (kind, written), n in counted if written and kind in demotes}
     keeps = "export --format jsonl keeps every entry as it is"
     if demoted:
         ways: dict[str, list[str]] = {}
