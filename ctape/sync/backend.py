@@ -16,6 +16,7 @@ import errno
 import os
 import re
 import secrets
+import stat
 import threading
 from typing import Iterator, Optional
 from urllib.parse import urlparse
@@ -141,12 +142,43 @@ def open_backend(url: str, endpoint: Optional[str] = None, name: str = "") -> Ba
 
 class FileBackend(Backend):
     """A plain folder (tests, NFS): a key is a path; create-only is a hard link of a
-    finished temp file, which never replaces a file that is there."""
+    finished temp file, which never replaces a file that is there.
+
+    What it creates is private, as in a tape (files 0600, folders 0700), whatever the
+    umask: transcripts hold secrets. A team shares a remote folder by letting its group
+    write in the remote's own folder (`chmod 2770`), which no umask does by itself: then
+    what is created in it gives that group what the remote's folder gives it (files
+    read and write, folders also search). Others get nothing, whatever the remote's
+    folder grants them."""
 
     def __init__(self, root: str, url: str = ""):
         super().__init__()
         self.root = root
         self.url = url or f"file://{root}"
+        self._modes: Optional[tuple[int, int]] = None
+
+    def modes(self) -> tuple[int, int]:
+        """(file mode, folder mode) for what this remote creates, from the remote's own
+        folder (looked at once)."""
+        if self._modes is None:
+            mode = os.stat(self.root).st_mode
+            # a group that may write in it shares it (no umask gives that); a set-group-ID
+            # folder hands its group down, so the folders made in it keep the bit
+            group = mode & 0o070 if mode & stat.S_IWGRP else 0
+            self._modes = (0o600 | (group & 0o060), 0o700 | group | (mode & stat.S_ISGID if group else 0))
+        return self._modes
+
+    def _make_folders(self, folder: str) -> None:
+        """Create `folder` and the folders above it, up to the remote's own, with the
+        remote's folder mode (set explicitly: the umask would take the group's bits)."""
+        if os.path.isdir(folder) or os.path.normpath(folder) == os.path.normpath(self.root):
+            return  # (the remote's own folder is never made here: `check` wants it there)
+        self._make_folders(os.path.dirname(folder))
+        try:
+            os.mkdir(folder, 0o700)
+        except FileExistsError:
+            return  # made by another push meanwhile, with the same mode
+        os.chmod(folder, self.modes()[1])
 
     def _path(self, key: str) -> str:
         return os.path.join(self.root, *check_key(key).split("/"))
@@ -172,10 +204,12 @@ class FileBackend(Backend):
         path = self._path(key)
         folder = os.path.dirname(path)
         try:
-            os.makedirs(folder, exist_ok=True)
+            self._make_folders(folder)
             tmp = os.path.join(folder, f".tmp-{secrets.token_hex(6)}")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
             try:
+                if self.modes()[0] != 0o600:
+                    os.fchmod(fd, self.modes()[0])  # the group's bits, past the umask
                 view = memoryview(data)
                 while view:
                     view = view[os.write(fd, view):]
