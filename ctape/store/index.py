@@ -357,6 +357,8 @@ class Index:
         if own:
             db.execute("BEGIN IMMEDIATE")
         try:
+            if own:
+                batch = self._without_gone_files(batch)
             if batch.objects:
                 db.executemany("INSERT OR IGNORE INTO objects VALUES(?,?,?,?)", batch.objects)
             # keyframes before redactions: a new redaction then deletes them with the others
@@ -432,6 +434,30 @@ class Index:
             if own:
                 self._rollback()
             raise
+
+    def _without_gone_files(self, batch: "IndexBatch") -> "IndexBatch":
+        """Inside the write transaction: the rows of `batch` less those read from a file
+        whose row is gone. Another process's rebuild deletes the row of every file it did
+        not find (a compaction removed it; AUTOINCREMENT never gives its id again), and
+        rows read from that file before it went (a reader's older listing, a writer's
+        queued rows) would name an object the tape no longer holds: a writer would take
+        it as there and not write it again. A batch all of whose files are gone (a scan of
+        one file) brings nothing: its claims, streams and writers went with it (what the
+        compaction kept is in its pack). Derived rows and redactions stay."""
+        fids = list({f for _, f, _, _ in batch.objects} | {f for f, _, _, _ in batch.files})
+        have: set[int] = set()
+        for i in range(0, len(fids), 500):
+            part = fids[i : i + 500]
+            have.update(r[0] for r in self.db.execute(f"SELECT id FROM files WHERE id IN ({','.join('?' * len(part))})", part))
+        if len(have) == len(fids):
+            return batch
+        kept = IndexBatch()
+        kept.extend(batch)
+        kept.objects = [row for row in batch.objects if row[1] in have]
+        kept.files = [row for row in batch.files if row[0] in have]
+        if not have:
+            kept.writers, kept.claims, kept.partials, kept.closed = [], [], [], []
+        return kept
 
     def refused_at_limit(self) -> Optional[int]:
         """The decompression limit (Store.max_object) under which the cache noted blocks as
