@@ -392,9 +392,13 @@ class Session:
             return refs[-1]
 
         body = entry_body(kind, payload, meta, delta, parent, seq, t, put_blob)
-        # a child of an entry this writer just created cannot be on the tape already
+        # the first child of an entry this writer created cannot be on the tape already; a
+        # second may be (the same child again: a transcript imported again by a watcher)
         n_before = len(w.new_objects)
-        h = w.put_object(TYPE_ENTRY, body, new=parent is not None and parent in w.fresh, refs=refs)
+        new = parent is not None and parent in w.fresh
+        h = w.put_object(TYPE_ENTRY, body, new=new, refs=refs)
+        if new:
+            w.fresh.discard(parent)
         if len(w.new_objects) > n_before:  # written now, not found on the tape
             if len(w.fresh) > 4096:
                 w.fresh.clear()

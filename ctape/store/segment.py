@@ -83,7 +83,7 @@ class SegmentWriter:
         self.held_ref: Optional[dict] = None  # an append record waiting for the batch's end
         self.repeats_due: dict[str, tuple] = {}  # rel -> (fd, fstat) of segments seen read: their repeats go with the next write
         self.last_ref: Optional[tuple] = None  # (RefState, the record last applied to it): Session._follow_last
-        self.fresh: set[str] = set()  # entries this writer created (their children are new too)
+        self.fresh: set[str] = set()  # entries this writer created, with no child yet (their first child is new too)
         self.last_entry: tuple[Optional[str], int] = (None, 0)  # (hash, seq) of the last entry it wrote
         self.partials_checked = False
         # the session folder's change time (ctime) when the view was taken: not its mtime,
@@ -223,6 +223,7 @@ class SegmentWriter:
         self.refstate = None
         self.last_ref = None
         self.partials_checked = False
+        self.fresh = set()  # someone else wrote: a child of one of them may be on the tape now
         self._close_segment()
         self._open_segment()
         self._seen_dir = mtime
