@@ -127,9 +127,12 @@ def test_sigterm_inside_a_large_claude_file_ends_after_the_batch(tape_dir, tmp_p
     total = sum(1 for ln in big.read_bytes().splitlines() if ln.strip())
     again = watch(tape_dir, big, timeout=300)
     assert again.returncode == 0, again.stderr
-    # the second run writes only what the first did not: it had stopped inside the file
+    # the second run writes only what the first did not: it had stopped inside the file;
+    # each record is counted by the pass that wrote it
     added = int(again.stderr.decode().split("+")[1].split()[0])
-    assert 0 < added < total, (added, total)  # the first pass wrote its batch (its count names no records: the layout was cut)
+    first = int(p.stdout.decode().split()[-1])
+    assert 0 < added < total and first + added == total, (first, added, total)
+    assert f"+{first} records, stopped after a batch" in err, err
     sid = session_of(big, "claude-code")
     out = run_cli("--dir", tape_dir, "export", sid, "--format", "claude-code", check=True).stdout
     assert [json.loads(x) for x in out.splitlines()] == expected(big.read_bytes())

@@ -81,7 +81,10 @@ class NotATranscript(InvalidInput):
 
 
 class _Stopped(Exception):
-    """Asked to stop inside a large file (Claude Code): its batches so far are written."""
+    """Asked to stop inside a large file (Claude Code): its batches so far are written,
+    `records` of them new to the tape."""
+
+    records = 0
 
 
 class _Line:
@@ -224,12 +227,15 @@ class Watcher:
     def _one(self, s: Source, rep: PassReport) -> None:
         try:
             n, read = self._source(s)
-        except _Stopped:
+        except _Stopped as e:
             # asked to stop inside a large file: its batches so far are written; the next pass
             # goes on from its position (a Claude Code layout cut in the middle is not kept)
             self.live.pop(s.key, None)
             self._layouts.pop(s.key, None)
-            self.echo(f"watch: {s.path}: stopped after a batch; the next pass imports the rest")
+            rep.records += e.records
+            rep.changed += e.records > 0
+            n = f"+{e.records} record{'s' if e.records != 1 else ''}, " if e.records else ""
+            self.echo(f"watch: {s.path}: {n}stopped after a batch; the next pass imports the rest")
             return
         except (CtapeError, OSError, ValueError) as e:
             self._forget(s.key)  # its next pass starts from the tape's position
@@ -596,8 +602,12 @@ class Watcher:
         1 GB transcript are not all held in memory until one fsync at the end."""
         bar, builder.bar = builder.bar, _Batches(self, base)
         builder.is_new = self._is_new
+        fresh = builder.fresh
         try:
             yield
+        except _Stopped as e:
+            e.records = builder.fresh - fresh  # written by the batches ended before the stop
+            raise
         finally:
             builder.bar = bar
             builder.is_new = None
