@@ -388,7 +388,7 @@ def test_a_new_saver_reads_a_long_thread_in_chunks(tape_dir):
     saver.close()
     fresh = TapeSaver(tape_dir)
     index = fresh.tape.store.index
-    got_rows = {lg.VIEW: 0, lg.CHUNKS: 0}
+    got_rows = {lg.VIEW: 0, lg.CHUNKS: 0, lg.OLD_CHUNKS: 0}
     real = index.view_path
 
     def counted(name, head, limit, _f=real):
@@ -401,5 +401,65 @@ def test_a_new_saver_reads_a_long_thread_in_chunks(tape_dir):
     entries = sum(1 for _ in fresh.tape.session(fresh.session_for("long")).log())
     assert entries > 6 * lg.CHUNK
     assert got_rows[lg.VIEW] <= lg.CHUNK  # one query for the newest entries, as far as the last whole chunk
-    assert got_rows[lg.CHUNKS] == entries // lg.CHUNK
+    assert got_rows[lg.CHUNKS] == entries // lg.CHUNK and got_rows[lg.OLD_CHUNKS] == 0
+    fresh.close()
+
+
+def _as_old_chunk_rows(index, keep_newest: int = 0):
+    """Turn the index cache's CHUNKS rows into rows of the first format (OLD_CHUNKS: a line
+    per entry, its hash then its brief's JSON), as an earlier version wrote them; the
+    newest keep_newest rows stay as they are."""
+    rows = index.db.execute("SELECT hash, parent, body FROM views WHERE name=?", (lg.CHUNKS,)).fetchall()
+    rows.sort(key=lambda r: json.loads(r[2])["q"])
+    old = rows[: len(rows) - keep_newest]
+    lines = []
+    for h, parent, body in old:
+        d = json.loads(body)
+        text = "\n".join(x + json.dumps({"q": d["q"] + i, "lg": d["lg"][i], "p": d["p"][i]}, ensure_ascii=False, separators=(",", ":")) for i, x in enumerate(d["h"]))
+        lines.append((h, parent, text))
+        index.db.execute("DELETE FROM views WHERE name=? AND hash=?", (lg.CHUNKS, h))
+    index.put_views(lg.OLD_CHUNKS, lines)
+    return len(old)
+
+
+@pytest.mark.parametrize("keep_newest", [0, 2])
+def test_chunk_rows_of_the_first_format_are_still_read(tape_dir, keep_newest):
+    """Issue 25: chunk rows are one JSON object now (no split and join of every line);
+    rows an earlier version wrote, a line per entry, are still read: alone, or older
+    than rows of the new format on the same path (a thread an upgraded saver went on with)."""
+    saver = TapeSaver(tape_dir)
+    g = chat(saver)
+    for i in range(60):
+        g.invoke({"messages": [HumanMessage(f"hi {i}")]}, cfg("old-rows"))
+    want = g.get_state(cfg("old-rows"))
+    hist_want = [(h.config, h.values, h.next, h.metadata) for h in g.get_state_history(cfg("old-rows"))]
+    saver.close()
+    probe = TapeSaver(tape_dir)
+    converted = _as_old_chunk_rows(probe.tape.store.index, keep_newest)
+    probe.close()
+    assert converted >= 4
+    fresh = TapeSaver(tape_dir)
+    index = fresh.tape.store.index
+    got_rows = {lg.VIEW: 0, lg.CHUNKS: 0, lg.OLD_CHUNKS: 0}
+    real_view_path, real_read = index.view_path, fresh.tape.read_entry
+    reads = [0]
+
+    def counted(name, head, limit, _f=real_view_path):
+        rows = _f(name, head, limit)
+        got_rows[name] += len(rows)
+        return rows
+
+    def counted_read(h, _f=real_read):
+        reads[0] += 1
+        return _f(h)
+
+    index.view_path, fresh.tape.read_entry = counted, counted_read
+    got = chat(fresh).get_state(cfg("old-rows"))
+    assert got.values == want.values and got.config == want.config and got.next == want.next
+    assert reads[0] <= 6
+    assert got_rows[lg.OLD_CHUNKS] == converted and got_rows[lg.CHUNKS] == keep_newest
+    index.view_path, fresh.tape.read_entry = real_view_path, real_read
+    assert [(h.config, h.values, h.next, h.metadata) for h in chat(fresh).get_state_history(cfg("old-rows"))] == hist_want
+    chat(fresh).invoke({"messages": [HumanMessage("after the upgrade")]}, cfg("old-rows"))
+    assert [m.content for m in chat(fresh).get_state(cfg("old-rows")).values["messages"][-2:]] == ["after the upgrade", "echo 121: after the upgrade"]
     fresh.close()

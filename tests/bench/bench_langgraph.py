@@ -229,9 +229,9 @@ def main(argv: list[str]) -> None:
                     label = "wall" if what == "win" else "CPU "
                     runs = f"median of {repeat}" if name != "sqlite" and repeat > 1 else "one run"
                     print(f"       {label} ms per step, each tenth of the run, {name:>6} ({runs}): {' '.join(f'{x:.1f}' for x in w)}  (last / first tenth {w[-1] / w[0]:.2f})", flush=True)
-            print(f"       first get_state in a new process (median of 5): SqliteSaver {r['sqlite_first']:.3f} s, TapeSaver {r['tape_first']:.3f} s, "
-                  f"TapeSaver / SqliteSaver {r['tape_first'] / r['sqlite_first']:.2f}x; with the saver's import: SqliteSaver {r['sqlite_first_import']:.3f} s, "
-                  f"TapeSaver {r['tape_first_import']:.3f} s, {r['tape_first_import'] / r['sqlite_first_import']:.2f}x", flush=True)
+            print(f"       first get_state in a new process (median of 5): SqliteSaver {1000 * r['sqlite_first']:.1f} ms, TapeSaver {1000 * r['tape_first']:.1f} ms, "
+                  f"TapeSaver / SqliteSaver {r['tape_first'] / r['sqlite_first']:.2f}x; with the saver's import: SqliteSaver {1000 * r['sqlite_first_import']:.1f} ms, "
+                  f"TapeSaver {1000 * r['tape_first_import']:.1f} ms, {r['tape_first_import'] / r['sqlite_first_import']:.2f}x", flush=True)
 
 
 if __name__ == "__main__":
