@@ -74,3 +74,89 @@ def test_a_stale_object_row_is_not_taken_for_a_value_the_tape_holds(tmp_path):
         assert t.fsck()["ok"], t.fsck()["problems"]
     finally:
         t.close()
+
+
+# -- a rebuild that does not settle ------------------------------------------------------------
+# A rebuild reads every file again while their names change (Store._rebuild, REBUILD_TRIES);
+# at the last try it gives up and keeps what it read. With a compaction swapping at every
+# try, the files it listed were gone when it read them and the pack that replaced them was
+# not listed: the session's claims and objects were missing from the index.
+
+
+def _racing_rebuilds(reader, other, tries):
+    """At each of the reader's next `tries` rebuilds, after it listed the files: another
+    process appends and compacts (the listed files go, a pack the listing lacks comes)."""
+    from contextlib import contextmanager
+
+    index = reader.store.index
+    rebuilding, done = index.rebuilding, []
+
+    @contextmanager
+    def racing():
+        with rebuilding():
+            if len(done) < tries:
+                done.append(other.session("chat").append("user", {"content": f"from the other process {len(done)}"}).hash)
+                other.compact(expire="now", grace="now")
+            yield
+
+    index.rebuilding = racing
+    return done
+
+
+def _two_processes(tmp_path):
+    d = str(tmp_path / "t")
+    reader = Tape.init(d, cache_dir=str(tmp_path / "c1"))
+    for i in range(2):
+        reader.session("chat").append("user", {"content": f"from the reader {i}"})
+    other = Tape.open(d, cache_dir=str(tmp_path / "c2"))
+    other.session("chat").append("assistant", {"content": "compacted away"})
+    other.compact(expire="now", grace="now")  # the reader's segment is gone: its next look rebuilds
+    return reader, other
+
+
+
+def test_a_session_after_a_rebuild_that_did_not_settle(tmp_path):
+    """HEAD was None (the session looked empty) and `sessions` left the session out."""
+    from ctape.store.store import REBUILD_TRIES
+
+    reader, other = _two_processes(tmp_path)
+    done = _racing_rebuilds(reader, other, REBUILD_TRIES)
+    head = reader.session("chat").view().head_hash
+    assert len(done) == REBUILD_TRIES
+    assert head == done[-1]
+    assert [s["session"] for s in reader.sessions()] == ["chat"]
+    assert reader.store.index.lost_rows() == []
+    texts = [e.payload["content"] for e in reader.session("chat").log()]
+    assert texts == [f"from the other process {i}" for i in reversed(range(REBUILD_TRIES))] + [
+        "compacted away", "from the reader 1", "from the reader 0"]
+    other.close()
+    reader.close()
+
+
+def test_sessions_after_a_rebuild_that_did_not_settle(tmp_path):
+    from ctape.store.store import REBUILD_TRIES
+
+    reader, other = _two_processes(tmp_path)
+    done = _racing_rebuilds(reader, other, REBUILD_TRIES)
+    listed = reader.sessions()
+    assert len(done) == REBUILD_TRIES
+    assert [(s["session"], s["head"]) for s in listed] == [("chat", done[-1])]
+    other.close()
+    reader.close()
+
+
+def test_an_entry_read_after_a_rebuild_that_did_not_settle(tmp_path):
+    """The read found the index's file gone, rebuilt, and found nothing: EntryNotFound for an
+    entry the tape holds."""
+    from ctape.store.store import REBUILD_TRIES
+
+    reader, other = _two_processes(tmp_path)
+    first = reader.session("chat").view().head_hash  # known before the compaction
+    other.session("chat").append("user", {"content": "and again"})
+    other.compact(expire="now", grace="now")
+    done = _racing_rebuilds(reader, other, REBUILD_TRIES)
+    assert reader.get(first).payload["content"] == "compacted away"
+    assert len(done) == REBUILD_TRIES
+    other.close()
+    reader.close()
+

@@ -278,6 +278,12 @@ class Index:
             self.db.execute("INSERT OR IGNORE INTO files(path) VALUES(?)", (path,))
         return self.db.execute("SELECT id FROM files WHERE path=?", (path,)).fetchone()[0]
 
+    def forget_objects(self, file_ids: list[int]) -> None:
+        """Drop the object rows that point into these files (gone from the tape)."""
+        for i in range(0, len(file_ids), 500):
+            part = file_ids[i : i + 500]
+            self._write(f"DELETE FROM objects WHERE file IN ({','.join('?' * len(part))})", tuple(part))
+
     def path_of(self, file_id: int) -> Optional[str]:
         # AUTOINCREMENT never reuses an id while the table lives; an index dropped and made
         # again (by a ctape of another schema version) starts over, and so does a rebuild here

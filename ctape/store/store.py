@@ -349,19 +349,24 @@ class Store:
             settled = self._full_reindex()
             self._note_lost(shrunk, gone if settled else {}, before)
             return True
-        changed = False
         floors = self.index.floors()
         for path, expected, _ in self.index.lost_rows():
             if files.get(path, -1) >= min(expected, floors.get(path, expected)):
                 self.index.clear_lost(path)  # the file is back (restored from a copy)
+        changed = self._index_grown(files, rows)
+        if session is not None:
+            self._known[session] = files
+        return changed
+
+    def _index_grown(self, files: dict[str, int], rows: dict[str, tuple]) -> bool:
+        """Index the files (path -> size) that are new or grew since `rows` (file_rows)."""
+        changed = False
         for path, size in files.items():
             row = rows.get(path)
             indexed = row[1] if row else 0
             if size > indexed or row is None:
                 self._index_file(path, indexed)
                 changed = True
-        if session is not None:
-            self._known[session] = files
         return changed
 
     def _note_lost(self, shrunk: list[tuple[str, int, int]], gone: dict[str, int], before: dict[str, list[tuple]]) -> None:
@@ -416,8 +421,17 @@ class Store:
             listed = self.list_files(None)
             with self.index.rebuilding():
                 self.index.apply_many([self._scan_file(path, 0) for path in listed])
-            if self.list_files(None).keys() == listed.keys():
+            now = self.list_files(None)
+            if now.keys() == listed.keys():
                 return True
+        # still changing: the files listed last may be gone (what they held is in a pack the
+        # listing lacks), and the index would lack a session's claims and objects. Complete
+        # it from the files as they are now, as a refresh does; the rows of the files gone
+        # since stay (the next refresh rebuilds) except their objects, which a writer would
+        # take as stored (what a compaction dropped is not in its pack)
+        rows = self.index.file_rows()
+        self.index.forget_objects([fid for path, (fid, _, _, _) in rows.items() if path not in now])
+        self._index_grown(now, rows)
         return False
 
     def _index_file(self, rel: str, start: int) -> None:
