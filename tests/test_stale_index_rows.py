@@ -160,3 +160,50 @@ def test_an_entry_read_after_a_rebuild_that_did_not_settle(tmp_path):
     other.close()
     reader.close()
 
+
+def test_an_entry_read_when_a_compaction_follows_the_rebuild(tmp_path):
+    """A read finds the file its row names gone, rebuilds the index, and reads again: a
+    second compaction in between (another process, its own cache) made the new row stale
+    too, and the read failed with 'a file the index names is gone'."""
+    reader, other = _two_processes(tmp_path)
+    first = reader.session("chat").view().head_hash
+    other.session("chat").append("user", {"content": "and again"})
+    other.compact(expire="now", grace="now")
+    store = reader.store
+    reindex, done = store._full_reindex, []
+
+    def then_compact():
+        settled = reindex()
+        if not done:
+            done.append(other.session("chat").append("user", {"content": f"once more"}).hash)
+            other.compact(expire="now", grace="now")
+        return settled
+
+    store._full_reindex = then_compact
+    assert reader.get(first).payload["content"] == "compacted away"
+    assert done
+    other.close()
+    reader.close()
+
+
+def test_a_short_hash_resolved_when_a_compaction_follows_the_refresh(tmp_path):
+    """A short hash is looked up in the index's rows, then read from the file they name: a
+    compaction in between (another process, its own cache) failed it with 'a file the
+    index names is gone'."""
+    reader, other = _two_processes(tmp_path)
+    first = reader.session("chat").view().head_hash
+    store = reader.store
+    refresh, done = store.refresh, []
+
+    def then_compact(session=None):
+        changed = refresh(session)
+        if session is None and not done:
+            done.append(other.session("chat").append("user", {"content": "once more"}).hash)
+            other.compact(expire="now", grace="now")
+        return changed
+
+    store.refresh = then_compact
+    assert reader.get(first[:12]).hash == first
+    assert done
+    other.close()
+    reader.close()

@@ -21,7 +21,7 @@ from ..model.refspec import parse_ref
 from ..model.schema import decode_entry
 from ..model import redaction
 from ..store.files import TYPE_ENTRY
-from ..store.store import TYPE_WITHHELD, Store
+from ..store.store import TYPE_WITHHELD, StaleRow, Store
 
 if TYPE_CHECKING:
     from .session import Session
@@ -264,6 +264,18 @@ class Tape:
 
     def _resolve_prefix(self, prefix: str) -> str:
         self.store.refresh()
+        try:
+            found = self._entries_with_prefix(prefix)
+        except StaleRow:  # a compaction in another process removed a file its rows name
+            found = self.store.reread(lambda: self._entries_with_prefix(prefix))
+        if not found:
+            raise RefNotFound(f"no entry starts with {prefix!r}")
+        if len(found) > 1:
+            raise AmbiguousRef(f"{prefix!r} is ambiguous: {', '.join(sorted(found)[:10])}; give more digits")
+        return found[0]
+
+    def _entries_with_prefix(self, prefix: str) -> list[str]:
+        """The hashes of the entries the index holds that start with `prefix` (64 at most)."""
         found = []
         from ..store.framing import BLOCK_TYPES
 
@@ -274,11 +286,7 @@ class Tape:
                 h = rec[:32].hex()
                 if h.startswith(prefix) and rec[32] in (TYPE_ENTRY, TYPE_WITHHELD) and h not in found:
                     found.append(h)
-        if not found:
-            raise RefNotFound(f"no entry starts with {prefix!r}")
-        if len(found) > 1:
-            raise AmbiguousRef(f"{prefix!r} is ambiguous: {', '.join(sorted(found)[:10])}; give more digits")
-        return found[0]
+        return found
 
     def _session_exists(self, name: str) -> bool:
         """A session with a folder that was not removed (`session rm`)."""

@@ -24,7 +24,7 @@ import threading
 import warnings
 import zlib
 from contextlib import contextmanager
-from typing import Iterator, NamedTuple, Optional
+from typing import Callable, Iterator, NamedTuple, Optional, TypeVar
 
 from blake3 import blake3
 
@@ -77,6 +77,7 @@ DEFAULT_MAX_OBJECT = 1 << 30  # refuse frames that claim more than this when dec
 READ_FDS_MAX = 64
 WRITERS_MAX = 24
 REBUILD_TRIES = 4  # readings of every file while another process changes them (Store._rebuild)
+T = TypeVar("T")
 
 
 class Store:
@@ -291,7 +292,7 @@ class Store:
         if fd is None:
             rel = self.index.path_of(file_id)
             if rel is None:
-                raise EntryNotFound("index points at an unknown file; run `ctape fsck`")
+                raise StaleRow("the index points at a file it no longer lists (another process rebuilt it)")
             fd = open_for_reading(os.path.join(self.root, rel))
             while len(self._fds) >= READ_FDS_MAX:
                 os.close(self._fds.pop(next(iter(self._fds))))
@@ -650,7 +651,7 @@ class Store:
                 try:
                     read = _pread_record(self._read_fd(file_id), offset)
                 except FileNotFoundError:
-                    raise EntryNotFound("a file the index names is gone (compacted?)") from None
+                    raise StaleRow("a file the index names is gone (compacted?)") from None
         else:
             read = _pread_record(fd, offset)
         if read is None:
@@ -786,12 +787,27 @@ class Store:
         try:
             return self.read_object_at(h, *loc)
         except (CorruptObject, EntryNotFound):
-            # the index may be stale (files replaced by compaction): rebuild once and retry
+            # the index may be stale (files replaced by compaction): rebuild and read again
+            return self.reread(lambda: self._read_indexed(h))
+
+    def _read_indexed(self, h: str) -> tuple[int, bytes]:
+        loc = self.index.find_object(h)
+        if loc is None:
+            self._not_found(h)
+        return self.read_object_at(h, *loc)
+
+    def reread(self, read: Callable[[], T]) -> T:
+        """After a read through the index failed: rebuild the index and `read()` again; again
+        while the rows it reads name a file gone meanwhile (StaleRow: a compaction in another
+        process, whose cache is not this one), at most REBUILD_TRIES times."""
+        for _ in range(REBUILD_TRIES - 1):
             self._full_reindex()
-            loc = self.index.find_object(h)
-            if loc is None:
-                self._not_found(h)
-            return self.read_object_at(h, *loc)
+            try:
+                return read()
+            except StaleRow:
+                continue
+        self._full_reindex()
+        return read()
 
     def _not_found(self, h: str):
         """An object the index cannot find: damaged if the tape has damaged records, lost if
@@ -947,6 +963,11 @@ class Store:
                             w.discard()  # not written: drop, so no later append writes them
                         for w in writers:
                             w.unlock()
+
+
+class StaleRow(EntryNotFound):
+    """A row of the index names a file that is gone: another process removed it (compact)
+    after the index was read. Not damage: rebuild the index and read again (Store.reread)."""
 
 
 class Source(NamedTuple):
