@@ -284,6 +284,23 @@ class _Voices:
             self.open.discard(number)
         self.voiced |= run.close()
 
+    def voiced_so_far(self) -> set[int]:
+        """The open user events that no item echoes so far, for a reader that must decide
+        before their runs end (`ctape watch` at the end of what a file holds now); the runs
+        go on as they are. A user event comes after the item that echoes it (Codex writes
+        the request, then its event: so in every real rollout of tests/fixtures), so one
+        without an echo so far has none. An agent event comes before its echo: one without
+        an echo so far is left out (not voiced), as a reader that cannot wait must take it.
+        An event an item echoes stays echoed whatever follows (the first event takes the
+        first item)."""
+        return self.runs[0].voiced_now() & self.open
+
+    def copy(self) -> "_Voices":
+        other = _Voices()
+        other.runs = tuple(r.copy() for r in self.runs)
+        other.voiced, other.open = set(self.voiced), set(self.open)
+        return other
+
 
 class _Run:
     """The messages of one side between two records of the other side."""
@@ -294,18 +311,29 @@ class _Run:
 
     def close(self) -> set[int]:
         """The run's events that no item echoes; starts a new run."""
+        voiced = self.voiced_now()
+        self.items, self.events = {}, []
+        return voiced
+
+    def voiced_now(self) -> set[int]:
+        """The run's events that no item of the run so far echoes."""
         used: set[int] = set()
         voiced = set()
         for number, key in self.events:
-            found = self.items.get(key) or deque()
+            found = deque(self.items.get(key) or ())
             while found and found[0] in used:
                 found.popleft()
             if found:
                 used.add(found.popleft())
             else:
                 voiced.add(number)
-        self.items, self.events = {}, []
         return voiced
+
+    def copy(self) -> "_Run":
+        other = _Run()
+        other.items = {k: deque(v) for k, v in self.items.items()}
+        other.events = list(self.events)
+        return other
 
 
 # -- import ---------------------------------------------------------------------------
@@ -540,10 +568,11 @@ def _instructions_before(s, h: Optional[str]) -> Optional[str]:
     return None
 
 
-def put_line(s, number: int, value: Any, ok: bool, parent: Optional[str], clock: c.Clock) -> str:
+def put_line(s, number: int, value: Any, ok: bool, parent: Optional[str], clock: c.Clock, spoken: bool = False) -> str:
     """One line as its entries after `parent`, exactly as import_file makes them (`ctape
     watch` imports the lines appended since its last pass with this); `value` is the
-    record, or the line's text when it is not JSON. Returns the last entry's hash."""
+    record, or the line's text when it is not JSON; `spoken`: an event that is the only
+    record of its message (`voiced_events`). Returns the last entry's hash."""
     compacted = ok and isinstance(value, dict) and value.get("type") == "compacted"
     instructions = _instructions_before(s, parent) if compacted else None
-    return _put(s, number, value, ok, parent, clock, False, instructions)[0]
+    return _put(s, number, value, ok, parent, clock, spoken, instructions)[0]

@@ -29,6 +29,7 @@ import os
 import sys
 import tempfile
 import time
+from collections import deque
 from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Callable, Optional
@@ -64,6 +65,7 @@ class Live:
     used: float = 0.0  # time.monotonic() of the last pass that imported from it
     hasher: object = None  # the digest of the bytes before pos.off, to go on with (blake3)
     verified: float = 0.0  # time.monotonic() when the file's bytes before pos.off were last read and compared
+    voices: object = None  # codex: the runs of messages as they stand at pos (codex._Voices)
 
 
 @dataclass
@@ -489,10 +491,39 @@ class Watcher:
             pos = Position(key=s.key, path=s.path, fmt="codex", dev=st.st_dev, ino=st.st_ino)
         else:
             f, h, verified = at.f, at.hasher, at.verified
+        # which user and agent events are the only record of their message (codex._Voices):
+        # the runs as they stand at the position, kept by a running watcher, else read again
+        live = self.live.get(s.key)
+        if full:
+            voices = codex._Voices()
+        elif live is not None and live.pos is pos and live.voices is not None:
+            voices = live.voices
+        else:
+            voices = self._codex_voices(s, pos)
         count = read = 0
         with f:
             parent, clock, session = pos.tip, c.Clock(pos.time), None
-            recent, pending = b"", []
+            recent, pending, queue = b"", [], deque()
+
+            def put(ln, spoken: bool) -> None:
+                nonlocal parent, count, read, recent, pending
+                if not ln.ok:
+                    pending.append(ln)
+                    return
+                for bad in pending:
+                    parent = codex.put_line(session, bad.number, bad.body, False, parent, clock)
+                    count += self._is_new(parent)
+                    h.update(bad.pre + bad.raw)
+                    self._report_raw(s, bad)
+                pending = []
+                parent = codex.put_line(session, ln.number, ln.value, True, parent, clock, spoken)
+                count += self._is_new(parent)
+                h.update(ln.pre + ln.raw)
+                read += ln.end - pos.off
+                self._batch_bytes += ln.end - pos.off
+                recent = (recent + ln.pre + ln.raw)[-ID_BYTES:]
+                pos.off, pos.line = ln.end, ln.number
+
             for chunk in complete_lines(f, pos.off, pos.line):
                 if session is None:
                     if full:
@@ -503,33 +534,60 @@ class Watcher:
                         clock = c.Clock(first or c.undated_time(self.tape, self.tape.session(pos.session), s.path))
                     session = self.tape.session(pos.session)
                 for ln in chunk:
-                    if not ln.ok:
-                        pending.append(ln)
-                        continue
-                    for bad in pending:
-                        parent = codex.put_line(session, bad.number, bad.body, False, parent, clock)
-                        count += self._is_new(parent)
-                        h.update(bad.pre + bad.raw)
-                        self._report_raw(s, bad)
-                    pending = []
-                    parent = codex.put_line(session, ln.number, ln.value, True, parent, clock)
-                    count += self._is_new(parent)
-                    h.update(ln.pre + ln.raw)
-                    read += ln.end - pos.off
-                    self._batch_bytes += ln.end - pos.off
-                    recent = (recent + ln.pre + ln.raw)[-ID_BYTES:]
-                    pos.off, pos.line = ln.end, ln.number
-                if session is not None and parent != pos.tip:
-                    pos.tip, pos.time = parent, clock.last
-                    self._seal(s, pos, recent, h)
-                    changes, notes = c.safe_refs(self.tape, session, {"main": pos.tip})
-                    session.set_refs("import", changes, source="codex", watch=pos.record())
-                    self._note(pos, notes)
+                    if ln.ok:
+                        voices.add(ln.number, codex.classify(ln.value))
+                    queue.append(ln)
+                    # a line waits while an event before it (or itself) has an open run: its
+                    # run's end (the other side's next record) tells whether it is voiced
+                    while queue and queue[0].number not in voices.open:
+                        ln = queue.popleft()
+                        put(ln, ln.number in voices.voiced)
+                if not queue:
+                    self._codex_moved(s, pos, session, parent, clock, recent, h)
                     if self._checkpoint(pos):
                         return count, read  # stopped: the next pass goes on from pos
+            # the end of what the file holds now: the events whose runs are still open are
+            # decided with what is known (codex._Voices.voiced_so_far); the runs go on in the
+            # next pass
+            so_far = voices.voiced_so_far()
+            for ln in queue:
+                put(ln, ln.number in voices.voiced or ln.number in so_far)
+            if session is not None:
+                self._codex_moved(s, pos, session, parent, clock, recent, h)
+        voices.voiced = {n for n in voices.voiced if n > pos.line}  # those still to import
+        voices.open -= {n for n in voices.open if n <= pos.line}  # decided, and imported
         if read or not full:
-            self._done(pos, st, Live(pos, hasher=h.copy(), verified=time.monotonic() if verified else self._verified(s.key)))
+            self._done(pos, st, Live(pos, hasher=h.copy(), verified=time.monotonic() if verified else self._verified(s.key), voices=voices))
         return count, read
+
+    def _codex_moved(self, s: Source, pos: Position, session, parent: Optional[str], clock, recent: bytes, h) -> None:
+        """The file's lines are on the tape up to pos: move `main` there, with the position."""
+        if parent == pos.tip:
+            return
+        pos.tip, pos.time = parent, clock.last
+        self._seal(s, pos, recent, h)
+        changes, notes = c.safe_refs(self.tape, session, {"main": pos.tip})
+        session.set_refs("import", changes, source="codex", watch=pos.record())
+        self._note(pos, notes)
+
+    def _codex_voices(self, s: Source, pos: Position):
+        """codex._Voices fed with the lines before pos (read again: a new process)."""
+        from ..formats import codex
+
+        voices = codex._Voices()
+        with src_mod.open_stream(s.path) as f:
+            for chunk in complete_lines(f, 0, 0):
+                for ln in chunk:
+                    if ln.end > pos.off:
+                        break
+                    if ln.ok:
+                        voices.add(ln.number, codex.classify(ln.value))
+                else:
+                    continue
+                break
+        voices.voiced.clear()
+        voices.open.clear()  # imported already: only the runs matter from here
+        return voices
 
     def _verified(self, key: str) -> float:
         live = self.live.get(key)
