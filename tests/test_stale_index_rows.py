@@ -207,3 +207,40 @@ def test_a_short_hash_resolved_when_a_compaction_follows_the_refresh(tmp_path):
     assert done
     other.close()
     reader.close()
+
+
+# -- push beside a compaction ---------------------------------------------------------------------
+
+
+def test_a_push_beside_a_compaction_in_another_process(tmp_path):
+    """push lists the files to upload, checks them for secrets, then reads them: a
+    compaction in between (another process) removed the listed segments, and push failed
+    with FileNotFoundError. What replaced them (the packs) goes up instead."""
+    from conftest import run_cli
+    from ctape.sync import remote as remotes
+    from ctape.sync.push import push
+
+    d, remote = tmp_path / "t", tmp_path / "remote"
+    remote.mkdir()
+    t = Tape.init(d)
+    heads = {s: t.session(s).append("user", {"content": f"in {s}"}).hash for s in ("a", "b")}
+    run_cli("--dir", d, "remote", "add", "origin", f"file://{remote}", check=True)
+    other = Tape.open(d)
+    store = t.store
+    scan, done = store.scan_file, []
+
+    def then_compact(rel, *args, **kw):
+        if not done:  # the secrets check reads the files push listed: a compaction now
+            done.append(other.compact(expire="now", grace="now"))
+        return scan(rel, *args, **kw)
+
+    store.scan_file = then_compact
+    name, be = remotes.connect(store, "origin")
+    report = push(t, be, name)
+    assert done and done[0]["removed_files"] >= 2
+    assert report["files"] >= 2
+    other.close()
+    t.close()
+    run_cli("clone", f"file://{remote}", tmp_path / "copy", check=True)
+    with Tape.open(tmp_path / "copy") as c:
+        assert {s: c.session(s).view().head_hash for s in ("a", "b")} == heads

@@ -26,6 +26,7 @@ from typing import Callable, Iterable, Optional
 from ..model.errors import CtapeError, InvalidInput
 from ..store import framing
 from ..store.files import open_for_reading, pread_all
+from ..store.store import REBUILD_TRIES
 from . import layout
 from .backend import Backend, RemoteError
 from .remote import State
@@ -248,6 +249,28 @@ def _next_own(store, backend: Backend, state: State) -> int:
     return n + 1
 
 
+def _read_piece(tape, checked: Optional[dict[str, int]], s: str, file: str, start: int, end: int, mine: bool) -> bytes:
+    """The bytes of a file to upload, from `start` on, no further than the secrets check read
+    (`checked`); FileNotFoundError when the file is gone (compacted since it was listed)."""
+    path = os.path.join(tape.store.root, "sessions", s, file)
+    limit = checked.get(f"sessions/{s}/{file}") if checked is not None else None
+    if mine:
+        with _SessionLock(os.path.dirname(path)):
+            end = os.stat(path, follow_symlinks=False).st_size  # all it holds now, whole writes only
+            if limit is not None and end > limit:
+                # an append landed after the check: check it now, under the lock, and
+                # send the file whole. Never a prefix of a file that holds more: this read
+                # seals the file, and a copy pulled from that prefix could come back over
+                # the longer file once its writer is gone (the sync model, seed 41276)
+                limit = check_secrets(tape, [s], False, [(s, file)]).get(f"sessions/{s}/{file}", limit)
+            if limit is not None:
+                end = min(end, limit)  # no byte the secrets check has not read
+            return _read_range(path, start, end, own=True) if end > start else b""
+    if limit is not None:
+        end = min(end, limit)
+    return _read_range(path, start, end, own=False) if end > start else b""
+
+
 def _todo(store, state: State, chosen: list[str]) -> list[tuple]:
     """(session, file, start, end, own segment) for every file longer here than there."""
     todo = []
@@ -386,41 +409,41 @@ def push(tape, backend: Backend, name: str, sessions: Iterable[str] = (), allow_
                 if progress:
                     progress(sent, total)
 
-        for s, file, start, end, mine in todo:
-            path = os.path.join(store.root, "sessions", s, file)
-            limit = checked.get(f"sessions/{s}/{file}") if checked is not None else None
-            if mine:
-                with _SessionLock(os.path.dirname(path)):
-                    end = os.stat(path, follow_symlinks=False).st_size  # all it holds now, whole writes only
-                    if limit is not None and end > limit:
-                        # an append landed after the check: check it now, under the lock, and
-                        # send the file whole. Never a prefix of a file that holds more: this read
-                        # seals the file, and a copy pulled from that prefix could come back over
-                        # the longer file once its writer is gone (the sync model, seed 41276)
-                        limit = check_secrets(tape, [s], False, [(s, file)]).get(f"sessions/{s}/{file}", limit)
-                    if limit is not None:
-                        end = min(end, limit)  # no byte the secrets check has not read
-                    data = _read_range(path, start, end, own=True) if end > start else b""
-            else:
-                if limit is not None:
-                    end = min(end, limit)
-                data = _read_range(path, start, end, own=False) if end > start else b""
-            if not data:
-                continue
-            end = start + len(data)
-            if file.endswith(".pack"):
-                if not layout.pack_ok(file, data):
-                    warn(f"not pushed: {s}/{file} does not match its name (run `ctape fsck`)")
+        for round_ in range(REBUILD_TRIES):
+            gone = 0  # files listed that a compaction in another process removed since
+            for s, file, start, end, mine in todo:
+                try:
+                    data = _read_piece(tape, checked, s, file, start, end, mine)
+                except FileNotFoundError:
+                    gone += 1  # what it held is in the pack that replaced it: that goes up below
                     continue
-                ranges = [(0, end)]
-            else:
-                ranges = [(a, min(end, a + PIECE_MAX)) for a in range(start, end, PIECE_MAX)]
-            for a, b in ranges:
-                piece = (s, file, a, b, data[a - start : b - start])
-                flying.append((piece, pool.submit(_upload, backend, piece)))
-                flying_bytes += b - a
-                settle(BATCH_BYTES)
-        settle(0)
+                if not data:
+                    continue
+                end = start + len(data)
+                if file.endswith(".pack"):
+                    if not layout.pack_ok(file, data):
+                        warn(f"not pushed: {s}/{file} does not match its name (run `ctape fsck`)")
+                        continue
+                    ranges = [(0, end)]
+                else:
+                    ranges = [(a, min(end, a + PIECE_MAX)) for a in range(start, end, PIECE_MAX)]
+                for a, b in ranges:
+                    piece = (s, file, a, b, data[a - start : b - start])
+                    flying.append((piece, pool.submit(_upload, backend, piece)))
+                    flying_bytes += b - a
+                    settle(BATCH_BYTES)
+            settle(0)
+            if not gone:
+                break
+            if round_ == REBUILD_TRIES - 1:
+                warn(f"{gone} file(s) went while pushing (a compaction in another process); push again to send what replaced them")
+                break
+            # the files that replaced them (what went up is noted in the state): checked, then sent
+            todo = _todo(store, state, chosen)
+            more = check_secrets(tape, chosen, allow_secrets, [(s, file) for s, file, _, _, _ in todo])
+            if checked is not None:
+                checked.update(more)
+            total += sum(e - b for _, _, b, e, _ in todo)
     state["own"] = own
     if listed:
         put_manifest(store, backend, state, listed, warn=warn)
