@@ -244,3 +244,54 @@ def test_a_push_beside_a_compaction_in_another_process(tmp_path):
     run_cli("clone", f"file://{remote}", tmp_path / "copy", check=True)
     with Tape.open(tmp_path / "copy") as c:
         assert {s: c.session(s).view().head_hash for s in ("a", "b")} == heads
+
+
+# -- fsck and stats beside a compaction -------------------------------------------------------------
+
+
+def _compact_at_first_read(t, other):
+    """Another process compacts right after `t` listed the files and before it reads them."""
+    store = t.store
+    scan, done = store.scan_file, []
+
+    def then_compact(rel, *args, **kw):
+        if not done:
+            done.append(other.compact(expire="now", grace="now"))
+        return scan(rel, *args, **kw)
+
+    store.scan_file = then_compact
+    return done
+
+
+def _tape_with_history(tmp_path):
+    d = tmp_path / "t"
+    t = Tape.init(d)
+    for s in ("a", "b"):
+        for i in range(3):
+            t.session(s).append("user", {"content": f"{s} {i} " + "long text " * 150})
+    return t, Tape.open(d)
+
+
+def test_fsck_beside_a_compaction_in_another_process(tmp_path):
+    """fsck walks the files, then reads each: a compaction in between removed them, and
+    fsck failed with FileNotFoundError (or, had it skipped them, would have reported the
+    objects they held as missing)."""
+    t, other = _tape_with_history(tmp_path)
+    done = _compact_at_first_read(t, other)
+    report = t.fsck()
+    assert done and done[0]["removed_files"] >= 2
+    assert report["ok"], report["problems"]
+    assert report["objects"] >= 12
+    other.close()
+    t.close()
+
+
+def test_stats_beside_a_compaction_in_another_process(tmp_path):
+    t, other = _tape_with_history(tmp_path)
+    want = t.stats()
+    done = _compact_at_first_read(t, other)
+    got = t.stats()
+    assert done and done[0]["removed_files"] >= 2
+    assert (got["objects"], got["entries"]) == (want["objects"], want["entries"])
+    other.close()
+    t.close()

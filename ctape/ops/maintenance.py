@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import stat
-from typing import TYPE_CHECKING, Iterator, Optional
+from typing import TYPE_CHECKING, Callable, Iterator, Optional
 
 from ..store import framing
 from ..model.canonical import blob_refs
@@ -13,7 +13,7 @@ from ..model.errors import NOATIME_WARNING, CorruptObject, ObjectTooLarge, Unsaf
 from ..store.files import TYPE_ENTRY
 from ..model.models import NAME_RE
 from ..model.schema import decode_entry
-from ..store.store import LOST_VALUE, PENDING, QUARANTINE, REPORT, TYPE_WITHHELD, damaged_object_names, file_header_problem, record_problem, segment_writer
+from ..store.store import LOST_VALUE, PENDING, QUARANTINE, REBUILD_TRIES, REPORT, TYPE_WITHHELD, damaged_object_names, file_header_problem, record_problem, segment_writer
 
 if TYPE_CHECKING:
     from ..history.tape import Tape
@@ -59,6 +59,22 @@ def stray(rel: str, st: os.stat_result) -> Optional[str]:
 
 def fsck(tape: "Tape") -> dict:
     """Verify everything. Problems make `ok` false (exit 1); warnings do not."""
+    return _while_files_go(_fsck, tape)
+
+
+def _while_files_go(read_all: Callable[["Tape"], dict], tape: "Tape") -> dict:
+    """read_all(tape), again while a file it listed is gone when it reads it (at most
+    REBUILD_TRIES times): a compaction in another process swapped its pack in meanwhile,
+    and the files read would lack what the removed ones held (objects taken for missing)."""
+    for _ in range(REBUILD_TRIES - 1):
+        try:
+            return read_all(tape)
+        except FileNotFoundError:
+            continue
+    return read_all(tape)
+
+
+def _fsck(tape: "Tape") -> dict:
     store = tape.store
     problems: list[dict] = []
     warnings: list[dict] = []
@@ -262,6 +278,10 @@ def _dangling(entry_refs, roots, objects) -> list[str]:
 
 def stats(tape: "Tape") -> dict:
     """Objects, logical bytes (as if every entry stored its values inline), stored bytes."""
+    return _while_files_go(_stats, tape)
+
+
+def _stats(tape: "Tape") -> dict:
     store = tape.store
     sizes: dict[str, int] = {}
     entry_blobs: list[tuple[int, list[str]]] = []
