@@ -500,6 +500,7 @@ class Watcher:
             voices = live.voices
         else:
             voices = self._codex_voices(s, pos)
+        quiet = [0, 0] if full else pos.quiet  # where no message run was open, at the last look
         count = read = 0
         with f:
             parent, clock, session = pos.tip, c.Clock(pos.time), None
@@ -535,7 +536,10 @@ class Watcher:
                     session = self.tape.session(pos.session)
                 for ln in chunk:
                     if ln.ok:
-                        voices.add(ln.number, codex.classify(ln.value))
+                        cls = codex.classify(ln.value)
+                        voices.add(ln.number, cls)
+                        if cls is not None and cls[0] == "X":  # ends the runs of both sides
+                            quiet = [ln.end, ln.number]
                     queue.append(ln)
                     # a line waits while an event before it (or itself) has an open run: its
                     # run's end (the other side's next record) tells whether it is voiced
@@ -543,6 +547,7 @@ class Watcher:
                         ln = queue.popleft()
                         put(ln, ln.number in voices.voiced)
                 if not queue:
+                    pos.quiet = quiet
                     self._codex_moved(s, pos, session, parent, clock, recent, h)
                     if self._checkpoint(pos):
                         return count, read  # stopped: the next pass goes on from pos
@@ -553,6 +558,7 @@ class Watcher:
             for ln in queue:
                 put(ln, ln.number in voices.voiced or ln.number in so_far)
             if session is not None:
+                pos.quiet = quiet
                 self._codex_moved(s, pos, session, parent, clock, recent, h)
         voices.voiced = {n for n in voices.voiced if n > pos.line}  # those still to import
         voices.open -= {n for n in voices.open if n <= pos.line}  # decided, and imported
@@ -571,12 +577,15 @@ class Watcher:
         self._note(pos, notes)
 
     def _codex_voices(self, s: Source, pos: Position):
-        """codex._Voices fed with the lines before pos (read again: a new process)."""
+        """codex._Voices fed with the lines before pos (read again: a new process), from the
+        last point before it where no run was open (pos.quiet; else the file's start)."""
         from ..formats import codex
 
         voices = codex._Voices()
+        off, line = pos.quiet or (0, 0)
         with src_mod.open_stream(s.path) as f:
-            for chunk in complete_lines(f, 0, 0):
+            src_mod.skip(f, off)
+            for chunk in complete_lines(f, off, line):
                 for ln in chunk:
                     if ln.end > pos.off:
                         break

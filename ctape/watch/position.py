@@ -28,6 +28,7 @@ from typing import Optional
 from blake3 import blake3
 
 RECORD_FIELDS = ("key", "path", "fmt", "off", "line", "dev", "ino", "idn", "idh", "th", "ph", "time", "tip", "branches", "refs")
+OPTIONAL_FIELDS = ("quiet",)  # in a record only when set
 CACHE_VERSION = 1
 
 
@@ -49,12 +50,17 @@ class Position:
     tip: Optional[str] = None  # the entry of the last line imported
     branches: list = field(default_factory=list)  # branches of the file's layout
     refs: Optional[dict] = None  # those that hold the file's tips, and their values (None: not known)
+    quiet: Optional[list] = None  # codex: [offset, line] just after the last tool call or output before off (no message run open there)
     # cache only: the file's size and mtime when this was written
     size: int = -1
     mtime: int = -1
 
     def record(self) -> dict:
-        return {k: getattr(self, k) for k in RECORD_FIELDS}
+        rec = {k: getattr(self, k) for k in RECORD_FIELDS}
+        for k in OPTIONAL_FIELDS:
+            if getattr(self, k) is not None:
+                rec[k] = getattr(self, k)
+        return rec
 
     @classmethod
     def from_record(cls, rec: dict, session: str) -> Optional["Position"]:
@@ -62,11 +68,14 @@ class Position:
         if not isinstance(w, dict) or not all(k in w for k in ("key", "path", "fmt", "off", "line")):
             return None
         try:
-            p = cls(session=session, **{k: w[k] for k in RECORD_FIELDS if k in w})
+            p = cls(session=session, **{k: w[k] for k in RECORD_FIELDS + OPTIONAL_FIELDS if k in w})
         except TypeError:
             return None
         if not isinstance(p.off, int) or not isinstance(p.line, int) or p.off < 0:
             return None
+        q = p.quiet
+        if q is not None and not (type(q) is list and len(q) == 2 and all(type(x) is int for x in q) and 0 <= q[0] <= p.off and 0 <= q[1] <= p.line):
+            p.quiet = None  # not ours: the runs are read again from the file's start
         if p.refs is not None and not isinstance(p.refs, dict) or p.refs and not all(isinstance(k, str) and isinstance(v, str) for k, v in p.refs.items()):
             p.refs = None
         return p
