@@ -55,13 +55,19 @@ ROWS = [
     user_item("third"),
     user_event("third"),
     user_event("last words, only as an event"),
+    # Codex replaced its history: the anchor names the instructions entry it keeps, which a
+    # pass finds once (walking back in a new process) and carries on
+    ("compacted", {"message": "so far: ran ls", "replacement_history": [
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "first request"}]}]}),
+    agent_item("after the compaction"),
+    ("compacted", {"message": "again", "replacement_history": []}),
 ]
 TEXT = [line(i, *r) for i, r in enumerate(ROWS)]
 # where the file is cut between passes: between an item and the event that echoes it, after
 # a user event whose run is still open, after a tool call, and at the end. Not right after an
 # agent event with no echo yet: Codex writes an agent event before its echo, so a pass that
 # ends there cannot tell, and leaves it out (test_an_agent_event_cut_from_its_echo_...)
-CUTS = [2, 3, 4, 5, 6, 8, 10, 11, len(TEXT)]
+CUTS = [2, 3, 4, 5, 6, 8, 10, 11, 12, 13, 14, len(TEXT)]
 
 
 def entries(tape_dir):
@@ -79,7 +85,7 @@ def imported(tmp_path):
     run_cli("--dir", d, "import", src, check=True)
     got = entries(d)
     kinds = [k for _, k in got[SID]]
-    assert kinds.count("user") == 4 and kinds.count("assistant") == 2, kinds  # the oracle sees the events
+    assert kinds.count("user") == 5 and kinds.count("assistant") == 3 and kinds.count("anchor") == 2, kinds  # the oracle sees the events
     return got
 
 

@@ -568,11 +568,20 @@ def _instructions_before(s, h: Optional[str]) -> Optional[str]:
     return None
 
 
-def put_line(s, number: int, value: Any, ok: bool, parent: Optional[str], clock: c.Clock, spoken: bool = False) -> str:
+UNKNOWN = "?"  # the instructions entry before a line, not looked for yet (no hash looks like it)
+
+
+def put_line(s, number: int, value: Any, ok: bool, parent: Optional[str], clock: c.Clock, spoken: bool = False,
+             instructions: Optional[str] = UNKNOWN) -> tuple[str, Optional[str]]:
     """One line as its entries after `parent`, exactly as import_file makes them (`ctape
     watch` imports the lines appended since its last pass with this); `value` is the
     record, or the line's text when it is not JSON; `spoken`: an event that is the only
-    record of its message (`voiced_events`). Returns the last entry's hash."""
+    record of its message (`voiced_events`); `instructions`: the entry that holds Codex's
+    instructions before this line (None: there is none; UNKNOWN: looked for by walking
+    back, at a `compacted` line only). Returns the last entry's hash, and the instructions
+    entry after the line (to give with the next one)."""
     compacted = ok and isinstance(value, dict) and value.get("type") == "compacted"
-    instructions = _instructions_before(s, parent) if compacted else None
-    return _put(s, number, value, ok, parent, clock, spoken, instructions)[0]
+    if compacted and instructions == UNKNOWN:
+        instructions = _instructions_before(s, parent)
+    parent, instructions, _ = _put(s, number, value, ok, parent, clock, spoken, instructions)
+    return parent, instructions

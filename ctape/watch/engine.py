@@ -66,6 +66,7 @@ class Live:
     hasher: object = None  # the digest of the bytes before pos.off, to go on with (blake3)
     verified: float = 0.0  # time.monotonic() when the file's bytes before pos.off were last read and compared
     voices: object = None  # codex: the runs of messages as they stand at pos (codex._Voices)
+    instructions: Optional[str] = None  # codex: the entry of the instructions before pos (codex.put_line)
 
 
 @dataclass
@@ -494,12 +495,13 @@ class Watcher:
         # which user and agent events are the only record of their message (codex._Voices):
         # the runs as they stand at the position, kept by a running watcher, else read again
         live = self.live.get(s.key)
+        instructions = None  # the entry of Codex's instructions so far (a compacted line keeps it)
         if full:
             voices = codex._Voices()
         elif live is not None and live.pos is pos and live.voices is not None:
-            voices = live.voices
+            voices, instructions = live.voices, live.instructions
         else:
-            voices = self._codex_voices(s, pos)
+            voices, instructions = self._codex_voices(s, pos), codex.UNKNOWN
         quiet = [0, 0] if full else pos.quiet  # where no message run was open, at the last look
         count = read = 0
         with f:
@@ -507,17 +509,17 @@ class Watcher:
             recent, pending, queue = b"", [], deque()
 
             def put(ln, spoken: bool) -> None:
-                nonlocal parent, count, read, recent, pending
+                nonlocal parent, count, read, recent, pending, instructions
                 if not ln.ok:
                     pending.append(ln)
                     return
                 for bad in pending:
-                    parent = codex.put_line(session, bad.number, bad.body, False, parent, clock)
+                    parent, instructions = codex.put_line(session, bad.number, bad.body, False, parent, clock, instructions=instructions)
                     count += self._is_new(parent)
                     h.update(bad.pre + bad.raw)
                     self._report_raw(s, bad)
                 pending = []
-                parent = codex.put_line(session, ln.number, ln.value, True, parent, clock, spoken)
+                parent, instructions = codex.put_line(session, ln.number, ln.value, True, parent, clock, spoken, instructions)
                 count += self._is_new(parent)
                 h.update(ln.pre + ln.raw)
                 read += ln.end - pos.off
@@ -563,7 +565,8 @@ class Watcher:
         voices.voiced = {n for n in voices.voiced if n > pos.line}  # those still to import
         voices.open -= {n for n in voices.open if n <= pos.line}  # decided, and imported
         if read or not full:
-            self._done(pos, st, Live(pos, hasher=h.copy(), verified=time.monotonic() if verified else self._verified(s.key), voices=voices))
+            self._done(pos, st, Live(pos, hasher=h.copy(), verified=time.monotonic() if verified else self._verified(s.key), voices=voices,
+                                     instructions=instructions))
         return count, read
 
     def _codex_moved(self, s: Source, pos: Position, session, parent: Optional[str], clock, recent: bytes, h) -> None:
