@@ -74,3 +74,44 @@ def test_peak_memory_of_watch_grows_less_than_the_transcript(tmp_path):
     # before: 5.2 x the transcript (every line and its parsed value held at once); now the
     # lines' structure, and one batch (64 MB of source) of writes waiting for its fsync
     assert growth < 3.5 * size, f"peak {peak / 1024:.0f} MB, {growth / size:.1f} x the transcript over a tiny file's {base / 1024:.0f} MB"
+
+
+def rollout_with_an_open_run(path, size: int) -> None:
+    """A Codex rollout whose user request is written only as an event, then `size` bytes of
+    records that end no message run (reasoning), then the answer: the event's run stays open
+    over all of them."""
+    sid = str(uuid.uuid4())
+
+    def line(rtype, payload):
+        return json.dumps({"timestamp": "2026-08-20T10:00:00.000Z", "type": rtype, "payload": payload}) + "\n"
+
+    with open(path, "w") as f:
+        f.write(line("session_meta", {"id": sid, "timestamp": "2026-08-20T10:00:00.000Z", "cwd": "/w", "base_instructions": {"text": "You are Codex."}}))
+        f.write(line("event_msg", {"type": "user_message", "message": "only as an event", "images": []}))
+        written, n = 0, 0
+        while written < size:
+            text = line("response_item", {"type": "reasoning", "summary": [], "encrypted_content": uuid.uuid4().hex * 64 + str(n)})
+            f.write(text)
+            written += len(text)
+            n += 1
+        f.write(line("response_item", {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "done"}]}))
+
+
+def test_a_codex_run_that_stays_open_is_not_held_whole(tmp_path):
+    """watch holds a Codex line while an event before it has an open run (whether the event
+    is a message is known at the run's end); a run that does not end for QUEUE_MAX bytes is
+    decided then, so the lines held stay bounded, not the size of the file."""
+    size = 160 * MB  # past one batch (64 MB of source), or the batch's writes are the peak
+    big, tiny = tmp_path / "big" / "r.jsonl", tmp_path / "tiny" / "r.jsonl"
+    big.parent.mkdir()
+    tiny.parent.mkdir()
+    rollout_with_an_open_run(big, size)
+    with big.open("rb") as f:
+        tiny.write_bytes(b"".join(next(f) for _ in range(30)))
+    for name in ("a", "b"):
+        run_cli("--dir", tmp_path / name, "init", check=True)
+    base = peak_kb(tmp_path / "a", tiny)
+    peak = peak_kb(tmp_path / "b", big)
+    growth = (peak - base) * 1024
+    # held whole, 2.8 x (456 MB); bounded, 1.2 x: one batch of writes and QUEUE_MAX of lines
+    assert growth < 1.5 * size, f"peak {peak / 1024:.0f} MB, {growth / size:.1f} x the rollout over a tiny file's {base / 1024:.0f} MB"

@@ -52,6 +52,7 @@ VERIFY_ALL = 64 << 20  # a prefix up to this size is read again and compared whe
 VERIFY_EVERY = 60.0  # seconds: a running watcher compares a larger prefix whole this often (else its ends)
 CACHE_EVERY = 10.0  # seconds: a following watcher rewrites its cache file at most this often
 PROGRESS_BYTES = 64 << 20  # a progress line when a pass has more than this to read
+QUEUE_MAX = 16 << 20  # codex: bytes of lines held at most while an event's run is open
 
 
 @dataclass
@@ -506,7 +507,7 @@ class Watcher:
         count = read = 0
         with f:
             parent, clock, session = pos.tip, c.Clock(pos.time), None
-            recent, pending, queue = b"", [], deque()
+            recent, pending, queue, queued = b"", [], deque(), 0
 
             def put(ln, spoken: bool) -> None:
                 nonlocal parent, count, read, recent, pending, instructions
@@ -543,11 +544,21 @@ class Watcher:
                         if cls is not None and cls[0] == "X":  # ends the runs of both sides
                             quiet = [ln.end, ln.number]
                     queue.append(ln)
+                    queued += ln.end - ln.offset
                     # a line waits while an event before it (or itself) has an open run: its
                     # run's end (the other side's next record) tells whether it is voiced
                     while queue and queue[0].number not in voices.open:
                         ln = queue.popleft()
+                        queued -= ln.end - ln.offset
                         put(ln, ln.number in voices.voiced)
+                if queued > QUEUE_MAX:
+                    # a run that does not end (no message or tool call for QUEUE_MAX bytes of
+                    # other records): its events are decided with what is known, as at the end
+                    so_far = voices.voiced_so_far()
+                    while queue:
+                        ln = queue.popleft()
+                        put(ln, ln.number in voices.voiced or ln.number in so_far)
+                    queued = 0
                 if not queue:
                     pos.quiet = quiet
                     self._codex_moved(s, pos, session, parent, clock, recent, h)
