@@ -463,3 +463,52 @@ def test_chunk_rows_of_the_first_format_are_still_read(tape_dir, keep_newest):
     chat(fresh).invoke({"messages": [HumanMessage("after the upgrade")]}, cfg("old-rows"))
     assert [m.content for m in chat(fresh).get_state(cfg("old-rows")).values["messages"][-2:]] == ["after the upgrade", "echo 121: after the upgrade"]
     fresh.close()
+
+
+def test_integers_beyond_64_bits_read_back_exactly_in_a_new_process(tape_dir):
+    """Issue 25: CHUNKS rows are parsed by orjson when it is there, which reads an integer
+    beyond 64 bits as a float: a chunk that holds one gets no CHUNKS row (its entries are
+    read from their own rows), so a new process reads the integers exactly."""
+    from typing import Annotated, TypedDict
+
+    from langgraph.graph.message import add_messages
+
+    class State(TypedDict):
+        messages: Annotated[list, add_messages]
+        n: int
+        small: int
+
+    def count(state):
+        k = len(state["messages"])
+        return {"messages": [AIMessage(f"n {k}")], "n": 10**30 + k, "small": k}
+
+    def graph(saver):
+        g = StateGraph(State)
+        g.add_node("count", count)
+        g.add_edge(START, "count")
+        return g.compile(checkpointer=saver)
+
+    saver = TapeSaver(tape_dir)
+    for i in range(40):
+        graph(saver).invoke({"messages": [HumanMessage(f"hi {i}")]}, cfg("big-ints"))
+    want = graph(saver).get_state(cfg("big-ints")).values
+    saver.close()
+    assert want["n"] == 10**30 + 79 and type(want["n"]) is int
+    for _ in range(2):  # the first new process finds no CHUNKS rows for those chunks, nor does the next
+        fresh = TapeSaver(tape_dir)
+        got = graph(fresh).get_state(cfg("big-ints")).values
+        assert got == want and type(got["n"]) is int
+        ns = [h.values.get("n") for h in graph(fresh).get_state_history(cfg("big-ints"))]
+        assert all(type(n) is int for n in ns if n is not None) and ns[0] == 10**30 + 79
+        fresh.close()
+
+
+def test_the_fast_json_reader_falls_back_to_json():
+    """What orjson refuses, json reads: the same values either way."""
+    assert lg._loads('{"a":[1,2.5,"x",null,true]}') == {"a": [1, 2.5, "x", None, True]}
+    v = lg._loads("[NaN]")[0]
+    assert v != v
+    assert lg._loads('["\\ud800"]') == ["\ud800"]
+    assert lg._LONG_INT.search(json.dumps({"n": 10**30}, separators=(",", ":")))
+    assert lg._LONG_INT.search(json.dumps([-(2**63) - 1], separators=(",", ":")))
+    assert not lg._LONG_INT.search(json.dumps({"n": 10**17, "v": "00000000000000000000000000000851.0.5"}, separators=(",", ":")))
