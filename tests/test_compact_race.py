@@ -237,3 +237,29 @@ def test_readers_beside_compactions_never_mark_a_session_lost(tape_dir):
     with Tape.open(tape_dir) as t:
         assert [e.hash for e in t.session("chat").log()] == written[::-1]
         assert t.store.index.lost_rows() == []
+
+
+def test_a_deleted_branch_compacted_away_in_another_process_is_no_loss(tmp_path):
+    """A compaction (expire=now) drops a branch's deletion with the claims it deleted: the
+    ref has no claim left, and reads as it did (absent). A reader whose index still held
+    those claims found them gone with the files and marked the session as having lost
+    acknowledged records: writes to it were refused until `fsck --salvage`."""
+    d = str(tmp_path / "t")
+    reader = Tape.init(d, cache_dir=str(tmp_path / "c1"))
+    s = reader.session("chat")
+    s.append("user", {"content": "hi"})
+    s.branch("side")
+    s.checkout("side")
+    s.append("user", {"content": "on side"})
+    s.checkout("main")
+    s.delete_branch("side")
+    s.append("user", {"content": "on main"})
+    other = Tape.open(d, cache_dir=str(tmp_path / "c2"))
+    assert other.compact(expire="now", grace="now")["freed_objects"] >= 1
+    other.close()
+    reader.store.refresh()
+    assert reader.store.index.lost_rows() == []
+    s.append("assistant", {"content": "the reader writes on"})  # was: CorruptObject (lost acknowledged records)
+    assert [e.payload["content"] for e in s.log()] == ["the reader writes on", "on main", "hi"]
+    assert set(s.view().branches) == {"main"}
+    reader.close()

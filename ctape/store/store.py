@@ -29,6 +29,7 @@ from typing import Callable, Iterator, NamedTuple, Optional, TypeVar
 from blake3 import blake3
 
 from . import framing, packing
+from ..model import refs as refmod
 from ..model.canonical import object_hash
 from ..model.errors import (
     NOATIME_WARNING,
@@ -386,7 +387,10 @@ class Store:
             now: dict[str, dict[str, tuple[int, dict]]] = {}
             for ref, w, n, _lc, _value, seen, _at in self.index.claims(session):
                 now.setdefault(ref, {})[w] = (n, json.loads(seen) if isinstance(seen, str) else seen)
+            dropped = _deleted_refs(old, now)
             for ref, w, n, *_ in old:
+                if ref in dropped:
+                    continue
                 cs = now.get(ref, {})
                 kept = w in cs and cs[w][0] >= n
                 superseded = any(type(s.get(w)) is int and s[w] >= n for _, s in cs.values())
@@ -999,6 +1003,22 @@ class RefsCache(dict):
         if key not in self and len(self) >= self.LIMIT:
             del self[next(iter(self))]
         super().__setitem__(key, value)
+
+
+def _deleted_refs(old: list[tuple], now: dict) -> set[str]:
+    """The refs of claim rows `old` that every claim left (none in `now`) while their claims
+    showed them deleted: a compaction drops an expired deletion together with the claims it
+    deleted, and the ref reads as it did (absent). No loss."""
+    by_ref: dict[str, list[refmod.Claim]] = {}
+    for ref, w, n, lc, value, seen, at in old:
+        if ref not in now:
+            by_ref.setdefault(ref, []).append(refmod.Claim(ref, w, n, lc, value, json.loads(seen) if isinstance(seen, str) else seen, at))
+    out = set()
+    for ref, cs in by_ref.items():
+        win, others = refmod.shown(ref, refmod.standing_claims(cs))
+        if win.value is None and not others:
+            out.add(ref)
+    return out
 
 
 def damaged_object_names(root: str, rel: str) -> set[str]:
