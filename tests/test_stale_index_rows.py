@@ -295,3 +295,72 @@ def test_stats_beside_a_compaction_in_another_process(tmp_path):
     assert (got["objects"], got["entries"]) == (want["objects"], want["entries"])
     other.close()
     t.close()
+
+
+# -- a listing older than the rows ------------------------------------------------------------------
+
+
+def test_a_file_that_grew_after_the_listing_is_not_taken_for_cut(tmp_path):
+    """A refresh lists the files, then reads their rows. Another process that appended to a
+    segment in between, and applied its rows, left a row further than the listed size: the
+    file looked cut (files only grow), and the session was marked as having lost
+    acknowledged records (writes refused until `fsck --salvage`)."""
+    d, shared = str(tmp_path / "t"), str(tmp_path / "shared")
+    w = Tape.init(d, cache_dir=shared)
+    w.session("chat").append("user", {"content": "first"})
+    w.store.index.sync()
+    reader = Tape.open(d, cache_dir=shared)
+    index, done = reader.store.index, []
+    file_rows = index.file_rows
+
+    def after_an_append(prefixes=None):
+        if not done:  # between the reader's listing and its reading of the rows
+            done.append(w.session("chat").append("user", {"content": "second"}).hash)
+            w.store.index.sync()
+        return file_rows(prefixes)
+
+    index.file_rows = after_an_append
+    reader.store.refresh("chat")
+    index.file_rows = file_rows
+    assert done
+    assert reader.store.index.lost_rows() == []
+    reader.session("chat").append("assistant", {"content": "the reader writes on"})  # was: CorruptObject
+    assert [e.payload["content"] for e in reader.session("chat").log()] == ["the reader writes on", "second", "first"]
+    w.close()
+    reader.close()
+
+
+def test_a_file_made_after_the_listing_is_not_taken_for_gone(tmp_path, monkeypatch):
+    """Likewise a file another process made and indexed after the listing: it looked gone,
+    and the reader rebuilt its index from every file of the tape."""
+    d, shared = str(tmp_path / "t"), str(tmp_path / "shared")
+    w = Tape.init(d, cache_dir=shared)
+    w.session("chat").append("user", {"content": "first"})
+    w.store.index.sync()
+    reader = Tape.open(d, cache_dir=shared)
+    reader.store.refresh("chat")
+    index, done = reader.store.index, []
+    file_rows = index.file_rows
+    monkeypatch.setenv("CTAPE_WRITER", "otherwriter1")  # a segment of its own
+    other = Tape.open(d, cache_dir=shared)
+    monkeypatch.delenv("CTAPE_WRITER")
+
+    def after_a_new_segment(prefixes=None):
+        if not done:
+            with other.batch():
+                done.append(other.session("chat").append("user", {"content": "second"}).hash)
+            other.store.index.sync()
+        return file_rows(prefixes)
+
+    rebuilds = []
+    rebuild = reader.store._rebuild
+    reader.store._rebuild = lambda: rebuilds.append(1) or rebuild()
+    reader.store._known.clear()  # the reader compares its listing with the rows
+    index.file_rows = after_a_new_segment
+    reader.store.refresh("chat")
+    index.file_rows = file_rows
+    assert done and rebuilds == []
+    assert [e.payload["content"] for e in reader.session("chat").log()] == ["second", "first"]
+    other.close()
+    w.close()
+    reader.close()

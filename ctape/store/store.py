@@ -341,10 +341,16 @@ class Store:
         rows = self.index.file_rows(prefixes)
         shrunk, gone = [], {}
         for path, (fid, indexed, _, _) in rows.items():
-            if path not in files:
-                gone[path] = indexed
-            elif files[path] < indexed:
-                shrunk.append((path, indexed, files[path]))
+            size = files.get(path)
+            if size is None or size < indexed:
+                # the rows may be newer than the listing: another process that made the file,
+                # or appended to it, and indexed it since. Only a file that is gone or short
+                # now is (files only grow)
+                size = self._size_now(path)
+                if size is None:
+                    gone[path] = indexed
+                elif size < indexed:
+                    shrunk.append((path, indexed, size))
         if shrunk or gone:
             sessions = {p.split("/")[1] for p in gone if p.startswith("sessions/")}
             before = {s: self.index.claims(s) for s in sessions}
@@ -370,6 +376,12 @@ class Store:
                 self._index_file(path, indexed)
                 changed = True
         return changed
+
+    def _size_now(self, rel: str) -> Optional[int]:
+        try:
+            return os.stat(os.path.join(self.root, rel), follow_symlinks=False).st_size
+        except FileNotFoundError:
+            return None
 
     def _note_lost(self, shrunk: list[tuple[str, int, int]], gone: dict[str, int], before: dict[str, list[tuple]]) -> None:
         """After a rebuild: which of the files found shorter than this machine had read them,
