@@ -340,14 +340,16 @@ class Index:
 
     # -- writing a batch of indexed records -------------------------------------
 
-    def apply(self, batch: "IndexBatch") -> None:
+    def apply(self, batch: "IndexBatch", scanned: bool = False) -> None:
+        """Write a batch of rows: a writer's (queued by `add`), or with `scanned` those a scan
+        of one file read (Store._index_file)."""
         if batch.empty():
             return
         if self._in_rebuild:
             self._apply(batch)
             return
         try:
-            self._apply(batch)
+            self._apply(batch, scanned)
         except sqlite3.OperationalError as e:
             self._degrade(e)  # the rows are dropped: the store rebuilds the memory index
 
@@ -356,7 +358,7 @@ class Index:
         to memory, or another process committed to the same cache (SQLite's data_version)."""
         return self.generation, id(self.db), self.db.execute("PRAGMA data_version").fetchone()[0]
 
-    def _apply(self, batch: "IndexBatch") -> None:
+    def _apply(self, batch: "IndexBatch", scanned: bool = False) -> None:
         self.generation += 1
         db = self.db
         own = not self._in_rebuild
@@ -364,7 +366,7 @@ class Index:
             db.execute("BEGIN IMMEDIATE")
         try:
             if own:
-                batch = self._without_gone_files(batch)
+                batch = self._without_gone_files(batch, scanned)
             if batch.objects:
                 db.executemany("INSERT OR IGNORE INTO objects VALUES(?,?,?,?)", batch.objects)
             # keyframes before redactions: a new redaction then deletes them with the others
@@ -441,15 +443,18 @@ class Index:
                 self._rollback()
             raise
 
-    def _without_gone_files(self, batch: "IndexBatch") -> "IndexBatch":
+    def _without_gone_files(self, batch: "IndexBatch", scanned: bool) -> "IndexBatch":
         """Inside the write transaction: the rows of `batch` less those read from a file
         whose row is gone. Another process's rebuild deletes the row of every file it did
         not find (a compaction removed it; AUTOINCREMENT never gives its id again), and
         rows read from that file before it went (a reader's older listing, a writer's
         queued rows) would name an object the tape no longer holds: a writer would take
-        it as there and not write it again. A batch all of whose files are gone (a scan of
-        one file) brings nothing: its claims, streams and writers went with it (what the
-        compaction kept is in its pack). Derived rows and redactions stay."""
+        it as there and not write it again. A scan of one file that is gone brings nothing:
+        its claims, streams and writers went with it (what the compaction kept is in its
+        pack; a claim on a branch whose deletion it dropped would bring the branch back).
+        A writer's claims always stay: its file may have lost its row to a rebuild that
+        listed the files before the file had its name, and the next look indexes it again.
+        Derived rows and redactions stay."""
         fids = list({f for _, f, _, _ in batch.objects} | {f for f, _, _, _ in batch.files})
         have: set[int] = set()
         for i in range(0, len(fids), 500):
@@ -461,7 +466,7 @@ class Index:
         kept.extend(batch)
         kept.objects = [row for row in batch.objects if row[1] in have]
         kept.files = [row for row in batch.files if row[0] in have]
-        if not have:
+        if scanned and not have:
             kept.writers, kept.claims, kept.partials, kept.closed = [], [], [], []
         return kept
 

@@ -453,7 +453,7 @@ class Store:
 
     def _index_file(self, rel: str, start: int) -> None:
         self._forget_reads(self.index.file_id(rel))
-        self.index.apply(self._scan_file(rel, start))
+        self.index.apply(self._scan_file(rel, start), scanned=True)
 
     def _forget_reads(self, file_id: int) -> None:
         """Drop what this process keeps open or decoded of a file that changed: an rsync
