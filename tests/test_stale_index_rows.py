@@ -364,3 +364,39 @@ def test_a_file_made_after_the_listing_is_not_taken_for_gone(tmp_path, monkeypat
     other.close()
     w.close()
     reader.close()
+
+
+def test_a_reader_beside_a_rebuild_from_an_older_listing(tmp_path):
+    """A reader that saw a session's files as they are trusts the rows it read then (its
+    last listing is unchanged). Another process's rebuild from a listing taken before a new
+    segment had its name removes that segment's rows until its next try: the reader read
+    its refs from the index then, and HEAD went back to before the new segment."""
+    d, shared = str(tmp_path / "t"), str(tmp_path / "shared")
+    w = Tape.init(d, cache_dir=shared)
+    w.session("chat").append("user", {"content": "first"})
+    seg = next((tmp_path / "t" / "sessions" / "chat").glob("*.seg"))
+    seg.read_bytes()  # a copy read it: the next write goes to a new segment
+    rebuilder = Tape.open(d, cache_dir=shared)
+    reader = Tape.open(d, cache_dir=shared)
+    index = rebuilder.store.index
+    rebuilding, seen = index.rebuilding, []
+
+    from contextlib import contextmanager
+
+    @contextmanager
+    def racing():
+        if not seen:  # listed already: a new segment comes, and the reader looks at it
+            seen.append(w.session("chat").append("user", {"content": "second"}).hash)
+            w.store.index.sync()
+            assert reader.session("chat").view().head_hash == seen[0]
+        elif len(seen) == 1:  # the first try committed without the new segment's rows
+            seen.append(reader.session("chat").view().head_hash)
+        with rebuilding():
+            yield
+
+    index.rebuilding = racing
+    rebuilder.store._full_reindex()
+    assert len(seen) == 2
+    assert seen[1] == seen[0]  # was: the entry before it
+    for t in (w, rebuilder, reader):
+        t.close()

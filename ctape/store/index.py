@@ -310,6 +310,7 @@ class Index:
             for t in ("objects", "claims", "partials", "closed", "writers", "repeated"):
                 self.db.execute(f"DELETE FROM {t}")
             self.db.execute("DELETE FROM meta WHERE key='refused-at-limit'")  # noted again if refused again
+            self.db.execute("INSERT INTO meta VALUES('rebuilds', '1') ON CONFLICT(key) DO UPDATE SET value=CAST(value AS INTEGER) + 1")
             self.db.execute("UPDATE files SET indexed=0, torn=0, corrupt=0")
             yield
             self.db.execute("DELETE FROM files WHERE indexed=0 AND torn=0 AND corrupt=0 AND id NOT IN (SELECT file FROM objects)")
@@ -469,6 +470,12 @@ class Index:
         if scanned and not have:
             kept.writers, kept.claims, kept.partials, kept.closed = [], [], [], []
         return kept
+
+    def rebuilds(self) -> int:
+        """How many times a process rebuilt this cache (Store._refresh: rows read before one
+        may be gone, those of files its listing lacked)."""
+        row = self.db.execute("SELECT value FROM meta WHERE key='rebuilds'").fetchone()
+        return int(row[0]) if row else 0
 
     def refused_at_limit(self) -> Optional[int]:
         """The decompression limit (Store.max_object) under which the cache noted blocks as

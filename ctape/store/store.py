@@ -119,7 +119,7 @@ class Store:
         self._fds: dict[int, int] = {}  # file id -> descriptor read through, oldest first (READ_FDS_MAX)
         self._fd_lock = threading.Lock()  # a descriptor is closed only while no thread reads through it
         self._uses = 0  # counts writes: which writer was used longest ago (WRITERS_MAX)
-        self._known: dict[str, dict[str, int]] = {}  # session -> {file name: size} as last seen
+        self._known: dict[str, tuple] = {}  # session -> ({file name: size}, the cache's rebuilds) as last seen
         self.refs_cache = RefsCache()  # session -> (index version, its RefState): Session.refs
         self._writers: dict[str, "SegmentWriter"] = {}
         self.locked_writers: dict[str, "SegmentWriter"] = {}  # those of _writers holding their session's lock
@@ -334,7 +334,10 @@ class Store:
 
     def _refresh(self, session: Optional[str]) -> bool:
         files = self.list_files(session)
-        if session is not None and self._known.get(session) == files:
+        # the rows read last still hold while the files are as listed then, unless another
+        # process rebuilt the cache since: its listing may predate a file, whose rows it removed
+        mark = (files, self.index.rebuilds()) if session is not None else None
+        if mark is not None and self._known.get(session) == mark:
             return False
         scope = ("packs/",) if session is not None else ("packs/", "sessions/")
         prefixes = scope + ((f"sessions/{session}/",) if session is not None else ())
@@ -362,8 +365,8 @@ class Store:
             if files.get(path, -1) >= min(expected, floors.get(path, expected)):
                 self.index.clear_lost(path)  # the file is back (restored from a copy)
         changed = self._index_grown(files, rows)
-        if session is not None:
-            self._known[session] = files
+        if mark is not None:
+            self._known[session] = mark
         return changed
 
     def _index_grown(self, files: dict[str, int], rows: dict[str, tuple]) -> bool:
