@@ -5,7 +5,8 @@ One step is one graph invocation: a user message in, an assistant message out (a
 80 characters each), on one thread, so the message list grows by two per step. Both
 savers see exactly the same calls. Prints bytes on disk and the ratio, the time per step
 over each tenth of the run (is it flat as the thread grows?), and the first `get_state`
-in a new process (median of 5, the two savers taking turns), with the ratios.
+in a new process (median of 5, the two savers taking turns: wall time, the same with the
+saver's import, and get_state's CPU time), with the ratios.
 
     python tests/bench/bench_langgraph.py            # 100 and 1,000 steps
     python tests/bench/bench_langgraph.py --big      # also 5,000 steps (minutes, ~GBs for SQLite)
@@ -131,19 +132,20 @@ g = StateGraph(MessagesState)
 g.add_node("agent", lambda s: {"messages": [AIMessage("x")]})
 g.add_edge(START, "agent")
 g = g.compile(checkpointer=saver)
-t = time.perf_counter()
+t, cpu = time.perf_counter(), time.thread_time()
 n = len(g.get_state({"configurable": {"thread_id": "bench"}}).values["messages"])
-print(time.perf_counter() - t, n, time.perf_counter() - t_import)
+print(time.perf_counter() - t, n, time.perf_counter() - t_import, time.thread_time() - cpu)
 """
 
 
-def first_read(db: str, tape_dir: str, repeat: int = 5) -> tuple[float, float, float, float]:
+def first_read(db: str, tape_dir: str, repeat: int = 5) -> tuple[float, ...]:
     """The first get_state in a new process, medians, taking turns: without imports, and
-    with the saver's import (LangGraph itself imported before either). Modules are imported
+    with the saver's import (LangGraph itself imported before either); and the CPU time of
+    get_state alone (its thread's: on a loaded machine wall times move, CPU times less). Modules are imported
     from compiled bytecode, as in an installed package: the children write it to a folder
     of their own (PYTHONDONTWRITEBYTECODE, set where sources are being edited, would make
     every import of a changed module compile it again), filled by an untimed run of each."""
-    out: dict[str, list[float]] = {"sqlite": [], "tape": [], "sqlite+import": [], "tape+import": []}
+    out: dict[str, list[float]] = {"sqlite": [], "tape": [], "sqlite+import": [], "tape+import": [], "sqlite cpu": [], "tape cpu": []}
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env["PYTHONPYCACHEPREFIX"] = os.path.join(os.path.dirname(tape_dir), "pycache")
     for kind in ("sqlite", "tape"):
@@ -151,10 +153,11 @@ def first_read(db: str, tape_dir: str, repeat: int = 5) -> tuple[float, float, f
     for r in range(repeat):
         for kind in (("sqlite", "tape") if r % 2 == 0 else ("tape", "sqlite")):
             p = subprocess.run([sys.executable, "-c", FIRST_READ, kind, db if kind == "sqlite" else tape_dir], capture_output=True, text=True, check=True, env=env)
-            read, _, with_import = p.stdout.split()
+            read, _, with_import, cpu = p.stdout.split()
             out[kind].append(float(read))
             out[kind + "+import"].append(float(with_import))
-    return tuple(statistics.median(out[k]) for k in ("sqlite", "tape", "sqlite+import", "tape+import"))
+            out[kind + " cpu"].append(float(cpu))
+    return tuple(statistics.median(out[k]) for k in ("sqlite", "tape", "sqlite+import", "tape+import", "sqlite cpu", "tape cpu"))
 
 
 def ts_branches(tape_dir: str) -> list:
@@ -203,10 +206,11 @@ def bench(steps: int, tmp: str, repeat: int = 1) -> dict:
         assert msgs == 2 * steps
     if SUBGRAPH:
         print(f"       branches of the thread: {len(ts_branches(tape_dir))}", flush=True)
-    sq_first, tape_first, sq_first_imp, tape_first_imp = first_read(db, tape_dir)
+    sq_first, tape_first, sq_first_imp, tape_first_imp, sq_first_cpu, tape_first_cpu = first_read(db, tape_dir)
     out = {"steps": steps, "sqlite": du(db) + du(db + "-wal"), "tape": du(tape_dir), "sqlite_s": sq_time, "tape_s": statistics.median(times),
            "sqlite_win": sq_win, "tape_win": medians(wins["tape"]), "sqlite_cpu": sq_cpu, "tape_cpu": medians(cpus["tape"]),
-           "sqlite_first": sq_first, "tape_first": tape_first, "sqlite_first_import": sq_first_imp, "tape_first_import": tape_first_imp}
+           "sqlite_first": sq_first, "tape_first": tape_first, "sqlite_first_import": sq_first_imp, "tape_first_import": tape_first_imp,
+           "sqlite_first_cpu": sq_first_cpu, "tape_first_cpu": tape_first_cpu}
     if repeat > 1:
         out["alone_win"], out["alone_cpu"] = medians(wins["alone"]), medians(cpus["alone"])
     return out
@@ -231,7 +235,9 @@ def main(argv: list[str]) -> None:
                     print(f"       {label} ms per step, each tenth of the run, {name:>6} ({runs}): {' '.join(f'{x:.1f}' for x in w)}  (last / first tenth {w[-1] / w[0]:.2f})", flush=True)
             print(f"       first get_state in a new process (median of 5): SqliteSaver {1000 * r['sqlite_first']:.1f} ms, TapeSaver {1000 * r['tape_first']:.1f} ms, "
                   f"TapeSaver / SqliteSaver {r['tape_first'] / r['sqlite_first']:.2f}x; with the saver's import: SqliteSaver {1000 * r['sqlite_first_import']:.1f} ms, "
-                  f"TapeSaver {1000 * r['tape_first_import']:.1f} ms, {r['tape_first_import'] / r['sqlite_first_import']:.2f}x", flush=True)
+                  f"TapeSaver {1000 * r['tape_first_import']:.1f} ms, {r['tape_first_import'] / r['sqlite_first_import']:.2f}x; "
+                  f"CPU of get_state: SqliteSaver {1000 * r['sqlite_first_cpu']:.1f} ms, TapeSaver {1000 * r['tape_first_cpu']:.1f} ms, "
+                  f"{r['tape_first_cpu'] / r['sqlite_first_cpu']:.2f}x", flush=True)
 
 
 if __name__ == "__main__":
