@@ -400,3 +400,41 @@ def test_a_reader_beside_a_rebuild_from_an_older_listing(tmp_path):
     assert seen[1] == seen[0]  # was: the entry before it
     for t in (w, rebuilder, reader):
         t.close()
+
+
+def test_a_new_segment_whose_row_a_rebuild_removes_at_once(tmp_path):
+    """A writer names its new segment in the cache before the file exists; another process's
+    rebuild in between the insert and the read of the row removes it (the file was not
+    listed), and the writer failed with TypeError."""
+    d, shared = str(tmp_path / "t"), str(tmp_path / "shared")
+    w = Tape.init(d, cache_dir=shared)
+    w.session("chat").append("user", {"content": "first"})
+    next((tmp_path / "t" / "sessions" / "chat").glob("*.seg")).read_bytes()  # sealed: the next write makes a segment
+    other = Tape.open(d, cache_dir=shared)
+    done = []
+
+    class RebuildAfterInsert:
+        def __init__(self, db):
+            self.db = db
+
+        def execute(self, sql, *args):
+            cur = self.db.execute(sql, *args)
+            if sql.startswith("INSERT OR IGNORE INTO files") and not done:
+                done.append(other.store._full_reindex())
+            return cur
+
+        def __getattr__(self, name):
+            return getattr(self.db, name)
+
+    index = w.store.index
+    db, index.db = index.db, RebuildAfterInsert(index.db)
+    try:
+        e = w.session("chat").append("user", {"content": "second"})
+    finally:
+        index.db = db
+    assert done
+    assert [x.payload["content"] for x in w.session("chat").log()] == ["second", "first"]
+    with Tape.open(d, cache_dir=str(tmp_path / "fresh")) as t:
+        assert t.session("chat").head.hash == e.hash
+    other.close()
+    w.close()

@@ -266,17 +266,19 @@ class Index:
         return out
 
     def file_id(self, path: str) -> int:
-        row = self.db.execute("SELECT id FROM files WHERE path=?", (path,)).fetchone()
-        if row:
-            return row[0]
-        try:
-            self.db.execute("INSERT OR IGNORE INTO files(path) VALUES(?)", (path,))
-        except sqlite3.OperationalError as e:
-            if self._in_rebuild:
-                raise
-            self._degrade(e)
-            self.db.execute("INSERT OR IGNORE INTO files(path) VALUES(?)", (path,))
-        return self.db.execute("SELECT id FROM files WHERE path=?", (path,)).fetchone()[0]
+        while True:
+            row = self.db.execute("SELECT id FROM files WHERE path=?", (path,)).fetchone()
+            if row:
+                return row[0]
+            # again after the insert: another process's rebuild may delete the new row before
+            # it is read (a writer names its segment before the file exists, and a rebuild
+            # drops the rows of files it did not list)
+            try:
+                self.db.execute("INSERT OR IGNORE INTO files(path) VALUES(?)", (path,))
+            except sqlite3.OperationalError as e:
+                if self._in_rebuild:
+                    raise
+                self._degrade(e)
 
     def forget_objects(self, file_ids: list[int]) -> None:
         """Drop the object rows that point into these files (gone from the tape)."""
