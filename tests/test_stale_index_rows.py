@@ -438,3 +438,81 @@ def test_a_new_segment_whose_row_a_rebuild_removes_at_once(tmp_path):
         assert t.session("chat").head.hash == e.hash
     other.close()
     w.close()
+
+
+# -- real processes ---------------------------------------------------------------------------------
+
+SLOW = bool(os.environ.get("CTAPE_SLOW"))
+SECONDS = float(os.environ.get("CTAPE_RACE_SECONDS", 300 if SLOW else 6))
+
+# a value first appended on a branch that is then deleted (a compaction with expire=now
+# drops it), later appended again on main: the writer must write it again
+WRITER = r"""
+import sys, time, ctape
+path, seconds = sys.argv[1], float(sys.argv[2])
+t = ctape.Tape.open(path)
+s = t.session("chat")
+end = time.time() + seconds
+i = 0
+while time.time() < end or i < 4:
+    value = f"value {i} " + "payload text " * 200
+    s.branch("side")
+    s.checkout("side")
+    s.append("tool_result", {"call_id": f"side{i}", "output": value})
+    s.checkout("main")
+    s.delete_branch("side")
+    time.sleep(0.02)
+    print(s.append("tool_result", {"call_id": f"main{i}", "output": value}).hash, flush=True)
+    i += 1
+"""
+
+READER = r"""
+import sys, time, ctape
+path, seconds = sys.argv[1], float(sys.argv[2])
+t = ctape.Tape.open(path)
+end = time.time() + seconds
+n = 0
+while time.time() < end:
+    for e in t.session("chat").log():
+        pass
+    n += 1
+print(n)
+"""
+
+COMPACT = r"""
+import sys, time, ctape
+path, seconds = sys.argv[1], float(sys.argv[2])
+end = time.time() + seconds
+n = 0
+while time.time() < end or n < 2:
+    with ctape.Tape.open(path) as t:
+        t.compact(expire="now", grace="now")
+    n += 1
+print(n)
+"""
+
+
+def test_values_dropped_and_written_again_beside_readers_and_compactions(tmp_path):
+    """Real processes sharing one index cache: a writer whose values are dropped by
+    compactions and then appended again, readers indexing the files, compactions in a
+    loop. Every acknowledged entry reads back with its value."""
+    import subprocess
+    import sys
+
+    d = tmp_path / "t"
+    with Tape.init(d) as t:
+        t.session("chat").append("user", {"content": "start"})
+    run = lambda code: subprocess.Popen([sys.executable, "-c", code, str(d), str(SECONDS)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # noqa: E731
+    procs = [run(WRITER), run(READER), run(READER), run(COMPACT)]
+    outs = []
+    for p in procs:
+        out, err = p.communicate(timeout=SECONDS + 600)
+        assert p.returncode == 0, err[-3000:]
+        outs.append(out.split())
+    acked = outs[0]
+    assert len(acked) >= 4
+    with Tape.open(d, cache_dir=str(tmp_path / "fresh")) as t:
+        for h in acked:
+            assert t.get(h).payload["output"].startswith("value ")
+        report = t.fsck()
+        assert report["ok"], report["problems"]
