@@ -1,8 +1,11 @@
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
+from contextlib import contextmanager
 
 import pytest
 
@@ -67,6 +70,26 @@ def run_cli(*args, input=None, env=None, cwd=None, check=False):
     if check and p.returncode != 0:
         raise AssertionError(f"ctape {args} failed ({p.returncode}): {p.stderr.decode()}")
     return p
+
+
+@contextmanager
+def following(tape_dir, *paths):
+    """A real `ctape watch` following `paths` into tape_dir; yields the list its output lines
+    go into (read as they come). Stopped with SIGINT at the end (killed if it hangs)."""
+    p = subprocess.Popen([sys.executable, "-m", "ctape", "--dir", str(tape_dir), "watch", *map(str, paths)],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    out: list[str] = []
+    reader = threading.Thread(target=lambda: out.extend(p.stdout), daemon=True)
+    reader.start()
+    try:
+        yield out
+        p.send_signal(signal.SIGINT)
+        p.wait(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        reader.join(timeout=10)
 
 
 def snapshot(path):

@@ -8,15 +8,11 @@ from the file. The oracle is `ctape import` of the final file: every pass, in ne
 processes (`--once`) or in one running watcher, must give the same entries."""
 
 import json
-import signal
-import subprocess
-import sys
-import threading
 import time
 
 from ctape import Tape
 
-from conftest import run_cli
+from conftest import following, run_cli
 
 SID = "019f0a2b-3c4d-7e5f-8a9b-0c1d2e3f4a5b"
 
@@ -91,19 +87,23 @@ def imported(tmp_path):
 
 def test_watch_once_of_the_whole_file_is_the_import(tmp_path):
     want = imported(tmp_path)
-    d, src = tmp_path / "watched", tmp_path / "src" / "rollout.jsonl"
-    src.parent.mkdir()
+    d, src = watched(tmp_path)
     src.write_text("".join(TEXT))
-    run_cli("--dir", d, "init", check=True)
     run_cli("--dir", d, "watch", "--once", src, check=True)
     assert entries(d) == want
 
 
-def test_watch_once_passes_over_a_growing_file_give_the_import(tmp_path):
-    want = imported(tmp_path)
+def watched(tmp_path):
+    """(an empty tape, the path of the rollout it will watch)."""
     d, src = tmp_path / "watched", tmp_path / "src" / "rollout.jsonl"
     src.parent.mkdir()
     run_cli("--dir", d, "init", check=True)
+    return d, src
+
+
+def test_watch_once_passes_over_a_growing_file_give_the_import(tmp_path):
+    want = imported(tmp_path)
+    d, src = watched(tmp_path)
     done = 0
     for cut in CUTS:
         with open(src, "a") as f:
@@ -115,15 +115,10 @@ def test_watch_once_passes_over_a_growing_file_give_the_import(tmp_path):
 
 def test_a_running_watcher_over_a_growing_file_gives_the_import(tmp_path):
     want = imported(tmp_path)
-    d, src = tmp_path / "watched", tmp_path / "src" / "rollout.jsonl"
-    src.parent.mkdir()
-    run_cli("--dir", d, "init", check=True)
+    d, src = watched(tmp_path)
     with open(src, "a") as f:
         f.write("".join(TEXT[: CUTS[0]]))
-    p = subprocess.Popen([sys.executable, "-m", "ctape", "--dir", d, "watch", src], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    out: list[str] = []
-    threading.Thread(target=lambda: out.extend(p.stdout), daemon=True).start()
-    try:
+    with following(d, src) as out:
         done = CUTS[0]
         for k, cut in enumerate(CUTS):
             if k:
@@ -138,12 +133,6 @@ def test_a_running_watcher_over_a_growing_file_gives_the_import(tmp_path):
                     break
                 time.sleep(0.2)
             assert len(got) >= cut, "".join(out)
-        p.send_signal(signal.SIGINT)
-        p.wait(timeout=30)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
     assert entries(d) == want, "".join(out)
 
 
@@ -156,9 +145,7 @@ def test_an_agent_event_cut_from_its_echo_is_left_out_as_the_import_leaves_it(tm
     whole.write_text("".join(text))
     run_cli("--dir", want_dir, "init", check=True)
     run_cli("--dir", want_dir, "import", whole, check=True)
-    d, src = tmp_path / "watched", tmp_path / "src" / "rollout.jsonl"
-    src.parent.mkdir()
-    run_cli("--dir", d, "init", check=True)
+    d, src = watched(tmp_path)
     for part in (text[:5], text[5:]):  # the first pass ends right after the agent event
         with open(src, "a") as f:
             f.write("".join(part))

@@ -58,19 +58,25 @@ def peak_kb(tape_dir, path) -> int:
     return int(kb) // (1024 if sys.platform == "darwin" else 1)  # macOS counts bytes
 
 
-def test_peak_memory_of_watch_grows_less_than_the_transcript(tmp_path):
-    size = (200 if os.environ.get("CTAPE_SLOW") == "1" else 40) * MB
+def growth_over_a_tiny_file(tmp_path, write, size: int) -> tuple[int, int, int]:
+    """(growth in bytes, peak KB, base KB): the peak RSS of `watch --once` of a file that
+    write(path, size) makes, over that of a file of its first 30 lines."""
     big, tiny = tmp_path / "big" / "s.jsonl", tmp_path / "tiny" / "s.jsonl"
     big.parent.mkdir()
     tiny.parent.mkdir()
-    transcript(big, size)
+    write(big, size)
     with big.open("rb") as f:
         tiny.write_bytes(b"".join(next(f) for _ in range(30)))
     for name in ("a", "b"):
         run_cli("--dir", tmp_path / name, "init", check=True)
     base = peak_kb(tmp_path / "a", tiny)
     peak = peak_kb(tmp_path / "b", big)
-    growth = (peak - base) * 1024
+    return (peak - base) * 1024, peak, base
+
+
+def test_peak_memory_of_watch_grows_less_than_the_transcript(tmp_path):
+    size = (200 if os.environ.get("CTAPE_SLOW") == "1" else 40) * MB
+    growth, peak, base = growth_over_a_tiny_file(tmp_path, transcript, size)
     # before: 5.2 x the transcript (every line and its parsed value held at once); now the
     # lines' structure, and one batch (64 MB of source) of writes waiting for its fsync
     assert growth < 3.5 * size, f"peak {peak / 1024:.0f} MB, {growth / size:.1f} x the transcript over a tiny file's {base / 1024:.0f} MB"
@@ -102,16 +108,6 @@ def test_a_codex_run_that_stays_open_is_not_held_whole(tmp_path):
     is a message is known at the run's end); a run that does not end for QUEUE_MAX bytes is
     decided then, so the lines held stay bounded, not the size of the file."""
     size = 160 * MB  # past one batch (64 MB of source), or the batch's writes are the peak
-    big, tiny = tmp_path / "big" / "r.jsonl", tmp_path / "tiny" / "r.jsonl"
-    big.parent.mkdir()
-    tiny.parent.mkdir()
-    rollout_with_an_open_run(big, size)
-    with big.open("rb") as f:
-        tiny.write_bytes(b"".join(next(f) for _ in range(30)))
-    for name in ("a", "b"):
-        run_cli("--dir", tmp_path / name, "init", check=True)
-    base = peak_kb(tmp_path / "a", tiny)
-    peak = peak_kb(tmp_path / "b", big)
-    growth = (peak - base) * 1024
+    growth, peak, base = growth_over_a_tiny_file(tmp_path, rollout_with_an_open_run, size)
     # held whole, 2.8 x (456 MB); bounded, 1.2 x: one batch of writes and QUEUE_MAX of lines
     assert growth < 1.5 * size, f"peak {peak / 1024:.0f} MB, {growth / size:.1f} x the rollout over a tiny file's {base / 1024:.0f} MB"

@@ -11,17 +11,15 @@ records the tape held as "+N records". Real processes, real files; the counts of
 import collections
 import os
 import re
-import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 from ctape import Tape
 from ctape.store import framing
 
-from conftest import run_cli
+from conftest import following, run_cli
 
 FIXTURE = Path(__file__).parent / "fixtures/transcripts/claude-code/daaain__claude-code-log__37f83ec9-f2ea-42a9-925e-0d5c105cb6e8.jsonl"
 T = "2026-01-02T03:04:0{}Z"
@@ -129,12 +127,7 @@ def test_watch_counts_only_records_the_tape_did_not_hold(tmp_path):
     src.parent.mkdir()
     run_cli("--dir", follow_dir, "init", check=True)
     steps[0](src)
-    p = subprocess.Popen([sys.executable, "-m", "ctape", "--dir", follow_dir, "watch", src],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    out: list[str] = []
-    reader = threading.Thread(target=lambda: out.extend(p.stdout), daemon=True)
-    reader.start()
-    try:
+    with following(follow_dir, src) as out:
         for i, step in enumerate(steps):
             if i:
                 step(src)
@@ -143,13 +136,6 @@ def test_watch_counts_only_records_the_tape_did_not_hold(tmp_path):
             while sum(counted("".join(out))) < want and time.monotonic() < deadline:
                 time.sleep(0.1)
             time.sleep(1.5)  # a state with nothing new prints nothing: give its pass the time
-        p.send_signal(signal.SIGINT)
-        p.wait(timeout=30)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-    reader.join(timeout=10)
     text = "".join(out)
     # a state seen in two passes (a write caught half way) splits a count, never adds to it
     assert sum(counted(text)) == sum(expected), text
