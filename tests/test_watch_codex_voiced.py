@@ -2,7 +2,7 @@
 message is written only as its event (newer Codex versions write some requests that way):
 the event is the message then, and a watcher that made it a hidden line lost the user's
 words from every context view. Whether an event is the only record of its message is
-known when its run ends (the other side's next record, codex._Voices), which may be in a
+known when its run ends (the other side's next record, codex.Voices), which may be in a
 later pass; a watcher keeps the runs between passes, and a new process reads them again
 from the file. The oracle is `ctape import` of the final file: every pass, in new
 processes (`--once`) or in one running watcher, must give the same entries."""

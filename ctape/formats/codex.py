@@ -244,14 +244,14 @@ def classify(v: Any) -> Optional[tuple[str, tuple[int, ...]]]:
 
 def voiced_events(classes: list) -> set[int]:
     """Line numbers of the events that are the only record of their message."""
-    voices = _Voices()
+    voices = Voices()
     for number, cls in classes:
         voices.add(number, cls)
     voices.end()
     return voices.voiced
 
 
-class _Voices:
+class Voices:
     """voiced_events a line at a time: an event is answered once its run closes (at the
     next record of the other side, or at the end of the file)."""
 
@@ -295,12 +295,6 @@ class _Voices:
         first item)."""
         return self.runs[0].voiced_now() & self.open
 
-    def copy(self) -> "_Voices":
-        other = _Voices()
-        other.runs = tuple(r.copy() for r in self.runs)
-        other.voiced, other.open = set(self.voiced), set(self.open)
-        return other
-
 
 class _Run:
     """The messages of one side between two records of the other side."""
@@ -328,12 +322,6 @@ class _Run:
             else:
                 voiced.add(number)
         return voiced
-
-    def copy(self) -> "_Run":
-        other = _Run()
-        other.items = {k: deque(v) for k, v in self.items.items()}
-        other.events = list(self.events)
-        return other
 
 
 # -- import ---------------------------------------------------------------------------
@@ -377,7 +365,7 @@ class _Stream:
     Lines are imported in file order once what they need is known: the session (its id,
     else the file's name, unless -s names it), the first time (which the lines before it
     take), a record (a file with none is refused before anything is written), and for an
-    event that may be the only record of its message, the end of its run (_Voices). The
+    event that may be the only record of its message, the end of its run (Voices). The
     newest line waits for the next one (the last line, when it is not JSON, is one being
     written, and is skipped). Up to HOLD bytes of waiting lines keep their parsed values;
     past that the values are dropped and read again by offset when their turn comes, so
@@ -387,7 +375,7 @@ class _Stream:
         self.tape, self.f, self.again, self.path, self.session, self.bar = tape, f, again, path, session, bar
         self.queue: deque = deque()  # lines read, not imported yet
         self.held = 0  # bytes of the queued lines whose values are kept
-        self.voices = _Voices()
+        self.voices = Voices()
         self.valid = 0
         self.first_time: Optional[str] = None
         self.sid: Optional[str] = None

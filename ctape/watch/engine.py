@@ -66,7 +66,7 @@ class Live:
     used: float = 0.0  # time.monotonic() of the last pass that imported from it
     hasher: object = None  # the digest of the bytes before pos.off, to go on with (blake3)
     verified: float = 0.0  # time.monotonic() when the file's bytes before pos.off were last read and compared
-    voices: object = None  # codex: the runs of messages as they stand at pos (codex._Voices)
+    voices: object = None  # codex: the runs of messages as they stand at pos (codex.Voices)
     instructions: Optional[str] = None  # codex: the entry of the instructions before pos (codex.put_line)
 
 
@@ -493,12 +493,12 @@ class Watcher:
             pos = Position(key=s.key, path=s.path, fmt="codex", dev=st.st_dev, ino=st.st_ino)
         else:
             f, h, verified = at.f, at.hasher, at.verified
-        # which user and agent events are the only record of their message (codex._Voices):
+        # which user and agent events are the only record of their message (codex.Voices):
         # the runs as they stand at the position, kept by a running watcher, else read again
         live = self.live.get(s.key)
         instructions = None  # the entry of Codex's instructions so far (a compacted line keeps it)
         if full:
-            voices = codex._Voices()
+            voices = codex.Voices()
         elif live is not None and live.pos is pos and live.voices is not None:
             voices, instructions = live.voices, live.instructions
         else:
@@ -528,6 +528,14 @@ class Watcher:
                 recent = (recent + ln.pre + ln.raw)[-ID_BYTES:]
                 pos.off, pos.line = ln.end, ln.number
 
+            def put_waiting() -> None:
+                """The lines held for open runs, their events decided with what is known
+                (codex.Voices.voiced_so_far)."""
+                so_far = voices.voiced_so_far()
+                while queue:
+                    ln = queue.popleft()
+                    put(ln, ln.number in voices.voiced or ln.number in so_far)
+
             for chunk in complete_lines(f, pos.off, pos.line):
                 if session is None:
                     if full:
@@ -554,22 +562,15 @@ class Watcher:
                 if queued > QUEUE_MAX:
                     # a run that does not end (no message or tool call for QUEUE_MAX bytes of
                     # other records): its events are decided with what is known, as at the end
-                    so_far = voices.voiced_so_far()
-                    while queue:
-                        ln = queue.popleft()
-                        put(ln, ln.number in voices.voiced or ln.number in so_far)
+                    put_waiting()
                     queued = 0
                 if not queue:
                     pos.quiet = quiet
                     self._codex_moved(s, pos, session, parent, clock, recent, h)
                     if self._checkpoint(pos):
                         return count, read  # stopped: the next pass goes on from pos
-            # the end of what the file holds now: the events whose runs are still open are
-            # decided with what is known (codex._Voices.voiced_so_far); the runs go on in the
-            # next pass
-            so_far = voices.voiced_so_far()
-            for ln in queue:
-                put(ln, ln.number in voices.voiced or ln.number in so_far)
+            # the end of what the file holds now; the runs go on in the next pass
+            put_waiting()
             if session is not None:
                 pos.quiet = quiet
                 self._codex_moved(s, pos, session, parent, clock, recent, h)
@@ -591,11 +592,11 @@ class Watcher:
         self._note(pos, notes)
 
     def _codex_voices(self, s: Source, pos: Position):
-        """codex._Voices fed with the lines before pos (read again: a new process), from the
+        """codex.Voices fed with the lines before pos (read again: a new process), from the
         last point before it where no run was open (pos.quiet; else the file's start)."""
         from ..formats import codex
 
-        voices = codex._Voices()
+        voices = codex.Voices()
         off, line = pos.quiet or (0, 0)
         with src_mod.open_stream(s.path) as f:
             src_mod.skip(f, off)
