@@ -13,7 +13,7 @@ from ..model.errors import NOATIME_WARNING, CorruptObject, ObjectTooLarge, Unsaf
 from ..store.files import TYPE_ENTRY
 from ..model.models import NAME_RE
 from ..model.schema import decode_entry
-from ..store.store import LOST_VALUE, PENDING, QUARANTINE, REBUILD_TRIES, REPORT, TYPE_WITHHELD, damaged_object_names, file_header_problem, record_problem, segment_writer
+from ..store.store import LOST_VALUE, PENDING, QUARANTINE, REPORT, TYPE_WITHHELD, damaged_object_names, file_header_problem, record_problem, retried, segment_writer
 
 if TYPE_CHECKING:
     from ..history.tape import Tape
@@ -63,15 +63,10 @@ def fsck(tape: "Tape") -> dict:
 
 
 def _while_files_go(read_all: Callable[["Tape"], dict], tape: "Tape") -> dict:
-    """read_all(tape), again while a file it listed is gone when it reads it (at most
-    REBUILD_TRIES times): a compaction in another process swapped its pack in meanwhile,
-    and the files read would lack what the removed ones held (objects taken for missing)."""
-    for _ in range(REBUILD_TRIES - 1):
-        try:
-            return read_all(tape)
-        except FileNotFoundError:
-            continue
-    return read_all(tape)
+    """read_all(tape), again while a file it listed is gone when it reads it: a compaction
+    in another process swapped its pack in meanwhile, and the files read would lack what
+    the removed ones held (objects taken for missing)."""
+    return retried(lambda: read_all(tape), FileNotFoundError)
 
 
 def _fsck(tape: "Tape") -> dict:

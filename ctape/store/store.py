@@ -819,14 +819,7 @@ class Store:
         """After a read through the index failed: rebuild the index and `read()` again; again
         while the rows it reads name a file gone meanwhile (StaleRow: a compaction in another
         process, whose cache is not this one), at most REBUILD_TRIES times."""
-        for _ in range(REBUILD_TRIES - 1):
-            self._full_reindex()
-            try:
-                return read()
-            except StaleRow:
-                continue
-        self._full_reindex()
-        return read()
+        return retried(read, StaleRow, before=self._full_reindex)
 
     def _not_found(self, h: str):
         """An object the index cannot find: damaged if the tape has damaged records, lost if
@@ -982,6 +975,21 @@ class Store:
                             w.discard()  # not written: drop, so no later append writes them
                         for w in writers:
                             w.unlock()
+
+
+def retried(read: Callable[[], T], errors, before: Optional[Callable[[], object]] = None) -> T:
+    """read(), again while it fails with `errors` (a compaction in another process removed
+    a file meanwhile), at most REBUILD_TRIES times: the last try's error is raised.
+    `before()` runs ahead of each try."""
+    for n in range(REBUILD_TRIES):
+        if before is not None:
+            before()
+        try:
+            return read()
+        except errors:
+            if n == REBUILD_TRIES - 1:
+                raise
+    raise AssertionError("unreachable")
 
 
 class StaleRow(EntryNotFound):

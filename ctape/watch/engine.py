@@ -600,15 +600,12 @@ class Watcher:
         off, line = pos.quiet or (0, 0)
         with src_mod.open_stream(s.path) as f:
             src_mod.skip(f, off)
-            for chunk in complete_lines(f, off, line):
-                for ln in chunk:
-                    if ln.end > pos.off:
-                        break
-                    if ln.ok:
-                        voices.add(ln.number, codex.classify(ln.value))
-                else:
-                    continue
-                break
+            lines = (ln for chunk in complete_lines(f, off, line) for ln in chunk)
+            for ln in lines:
+                if ln.end > pos.off:
+                    break
+                if ln.ok:
+                    voices.add(ln.number, codex.classify(ln.value))
         voices.voiced.clear()
         voices.open.clear()  # imported already: only the runs matter from here
         return voices
