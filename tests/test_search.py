@@ -263,3 +263,47 @@ def test_processes_indexing_at_once_agree(tape_dir):
     assert all(p.returncode == 0 for p in procs), [e for _, e in outs]
     counts = {len(o.splitlines()) for o, _ in outs}
     assert counts == {2500}
+
+
+# -- a search beside a compaction in another process ------------------------------------------
+# The first search indexes the files it lists. A compaction in another process (its own index
+# cache) moves the entries of those files into a pack: made after the search's listing, or
+# after its index's refresh, the pack was not read, the files it replaced were gone when the
+# search came to them, and the entries they held were missed (`[]` for an entry the tape held
+# all along, until a later search). Deterministic: the compaction runs at the moment named.
+
+
+@pytest.mark.parametrize("moment", ["after the listing", "after the refresh"])
+def test_a_compaction_elsewhere_during_a_search_misses_nothing(tmp_path, moment):
+    d = str(tmp_path / "t")
+    searcher = Tape.init(d, cache_dir=str(tmp_path / "c1"))
+    want = {}
+    for name in ("a", "b", "c"):
+        want[name] = searcher.session(name).append("user", {"content": f"okapi of {name}"}).hash
+    other = Tape.open(d, cache_dir=str(tmp_path / "c2"))
+    store, compacted = searcher.store, []
+    hooked = "scan_file" if moment == "after the listing" else "refresh"
+    real = getattr(store, hooked)
+
+    def compact_once():
+        if not compacted:
+            compacted.append(other.compact(expire="now", grace="now"))  # a pack in, the listed files out
+
+    def scan_after_compacting(*args, **kw):
+        compact_once()
+        return real(*args, **kw)
+
+    def refresh_then_compact(*args, **kw):
+        out = real(*args, **kw)
+        compact_once()
+        return out
+
+    setattr(store, hooked, scan_after_compacting if hooked == "scan_file" else refresh_then_compact)
+    try:
+        hits = searcher.search("okapi", limit=None)
+    finally:
+        setattr(store, hooked, real)
+    assert compacted and compacted[0]["removed_files"] >= 3, compacted
+    assert sorted((h.session, h.hash) for h in hits) == sorted(want.items())
+    other.close()
+    searcher.close()

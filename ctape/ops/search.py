@@ -44,7 +44,7 @@ from ..store import framing
 from ..model.errors import CorruptObject, CtapeError, EntryNotFound, InvalidInput, UnsafePath
 from ..model import redaction
 from ..store.files import CODEC_RAW, TYPE_ENTRY, zstd
-from ..store.store import TYPE_WITHHELD
+from ..store.store import REBUILD_TRIES, TYPE_WITHHELD
 from ..store.index import cache_schema, connect_cache, hash_key
 from .searchtext import (  # noqa: F401 (parse_query, fts_expression: API)
     MATCH_NAMES,
@@ -179,11 +179,27 @@ class SearchIndex:
 
     def update(self, progress: Optional[Callable[[str], None]] = None) -> int:
         """Index what the tape holds and this cache has not read yet; returns the number
-        of entries added."""
+        of entries added.
+
+        A compaction in another process moves entries from the files a pass listed into a
+        pack the pass did not list (made after its listing, or after the index's refresh):
+        such a pass is incomplete, and another one follows (at most REBUILD_TRIES), so that
+        a search finds every entry the tape held when it began."""
+        added = 0
+        for _ in range(REBUILD_TRIES):
+            n, complete = self._update_pass(progress)
+            added += n
+            if complete:
+                break
+        return added
+
+    def _update_pass(self, progress: Optional[Callable[[str], None]]) -> tuple[int, bool]:
+        """One pass of update: (entries added, whether no file went or came under it)."""
         store = self.store
         store.refresh()
         rows = store.index.file_rows()
         present = store.list_files(None)
+        complete = rows.keys() >= present.keys()  # else a file was made after the refresh
         done = dict(self.db.execute("SELECT path, done FROM files"))
         gone = [p for p in done if p not in present]
         todo = []
@@ -198,11 +214,10 @@ class SearchIndex:
             if indexed > start:
                 todo.append((path, start, indexed))
         if self._redactions_changed():
-            return self.update(progress)  # indexed again from nothing: the redacted text is dropped
+            return self._update_pass(progress)  # indexed again from nothing: the redacted text is dropped
         retry = self.db.execute("SELECT hash, session FROM retry").fetchall()
         if not todo and not gone and not retry:
-            return 0
-        added = 0
+            return 0, complete
         w = _Writer(self)
         try:
             for path, session in [(h, s) for h, s in retry]:
@@ -215,17 +230,19 @@ class SearchIndex:
                     for rec in store.scan_file(path, start, end):
                         if isinstance(rec, framing.Record) and rec.type == framing.T_OBJECT and rec.body[32] in (TYPE_ENTRY, TYPE_WITHHELD):
                             w.add_record(rec.body, home)
-                except (FileNotFoundError, UnsafePath):
-                    continue  # gone meanwhile (a compaction): its entries are in the new pack
+                except FileNotFoundError:
+                    complete = False  # gone meanwhile (a compaction): its entries are in a pack not listed
+                    continue
+                except UnsafePath:
+                    continue  # fsck reports it
                 w.file_done(path, end)
             for path in gone:
                 w.forget_file(path)
             w.commit()
-            added = w.added
         except BaseException:
             w.rollback()
             raise
-        return added
+        return w.added, complete
 
     def session_id(self, name: Optional[str]) -> Optional[int]:
         if name is None:
