@@ -354,3 +354,57 @@ def test_a_deletion_another_copy_left_half_done_is_finished_by_the_next_compacto
     assert holders(secret.encode(), remote_as_tape(keys, a, tmp_path / "half")), "its pieces are still there"
     c = redacted_compacted_and_cloned(a, remote_url, server, secret, tmp_path)
     assert refs_of(c) == refs_of(a)
+
+
+def tree_bytes(d) -> dict[str, bytes]:
+    out = {}
+    for folder, _, files in os.walk(d):
+        for f in files:
+            with open(os.path.join(folder, f), "rb") as fh:
+                out[os.path.relpath(os.path.join(folder, f), d)] = fh.read()
+    return out
+
+
+def test_a_copy_that_has_not_pulled_a_redaction_does_not_upload_it_again(tmp_path, remote_url, request):
+    """A redacts a text no detector finds (by its path) and compacts the remote. B, a clone
+    taken before, still holds the text and has not pulled the redaction. B's next push
+    learns of the deletion; it used to compact B and upload its pack, text and all, so the
+    remote held the secret again. The deletion's manifest now names the objects its
+    compactor knew redacted, and B's push refuses (one line: pull, compact), leaving B as
+    it was; after the pull and a compaction B's push goes through and the remote stays clean."""
+    server = _server(request, remote_url)
+    a, b, c = tmp_path / "A", tmp_path / "B", tmp_path / "C"
+    rng = random.Random(7)
+    secret = "the vault opens with " + " ".join("".join(rng.choice("aeioulmnrst") for _ in range(6)) for _ in range(6))
+    t = Tape.init(a)
+    s = t.session("chat")
+    s.append("user", {"content": "what opens the vault?"})
+    told = s.append("assistant", {"content": secret}).hash
+    s.append("user", {"content": "thanks"})
+    t.close()
+    cli(a, "remote", "add", "origin", remote_url)
+    cli(a, "push")  # no detector finds it: pushed without --allow-secrets
+    run_cli("clone", remote_url, b, check=True)
+    cli(a, "redact", "-s", "chat", told, "--path", "$.payload.content")
+    cli(a, "compact", "--remote", "origin", "--grace", "now")
+    assert not holders(secret.encode(), remote_as_tape(remote_keys(remote_url, server), a, tmp_path / "after-a"))
+
+    t = Tape.open(b)
+    t.session("chat").append("user", {"content": "B goes on, never having pulled"})
+    t.close()
+    before = tree_bytes(b)
+    p = cli(b, "push", check=False)
+    assert p.returncode != 0 and b"ctape pull origin" in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert tree_bytes(b) == before  # refused: nothing compacted
+    assert not holders(secret.encode(), remote_as_tape(remote_keys(remote_url, server), a, tmp_path / "after-b"))
+
+    cli(b, "pull")
+    p = cli(b, "push", check=False)  # the redaction is here now: its bytes go first
+    assert p.returncode != 0 and b"ctape compact" in p.stderr, p.stderr
+    cli(b, "compact")
+    cli(b, "push")
+    assert not holders(secret.encode(), remote_as_tape(remote_keys(remote_url, server), a, tmp_path / "after-b2"))
+    run_cli("clone", remote_url, c, check=True)
+    fsck_clean(c)
+    assert reached_by_refs(c) == reached_by_refs(b)
+    assert "B goes on, never having pulled" in cli(c, "log", "-s", "chat").stdout.decode()

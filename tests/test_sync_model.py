@@ -815,15 +815,21 @@ class RemoteRedactWorld(RedactWorld, RemoteWorld):
 
     def _transfer(self, verb: str, i: int, t: Tape, *a, **kw) -> None:
         """A push refuses while a redacted value still has its bytes in the copy's files
-        (SPEC 18): compact, as the refusal says, and push again (it must go through then)."""
+        (SPEC 18), or while the copy holds values a compaction of the remote removed as
+        redacted elsewhere: do as the refusal says (pull first in the second case; then
+        compact) and push again (it must go through then)."""
         from ctape.sync.push import SecretsFound
 
         try:
             super()._transfer(verb, i, t, *a, **kw)
-        except SecretsFound:
+        except SecretsFound as e:
             if verb != "push":
                 raise
-            self.note(f"  push c{i} refused: redacted bytes still here; compact, push again")
+            if "ctape pull" in str(e):
+                self.note(f"  push c{i} refused: the remote removed values redacted elsewhere that are here; pull, compact, push again")
+                super()._transfer("pull", i, t)
+            else:
+                self.note(f"  push c{i} refused: redacted bytes still here; compact, push again")
             with writer_env(self.writers[i]):
                 t.compact()
             super()._transfer(verb, i, t, *a, **kw)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from typing import Iterator, Optional
+from typing import Iterable, Iterator, Optional
 
 from blake3 import blake3
 
@@ -39,6 +39,7 @@ MAX_FILE = 1 << 40
 SEG_FILE = re.compile(r"([a-z0-9]{4,32})-\d{20}\.seg")
 PACK_FILE = re.compile(r"pack-[0-9a-f]{32}\.pack")
 UPLOADER = re.compile(r"[a-z0-9]{4,32}")
+HASH = re.compile(r"[0-9a-f]{64}")
 
 
 def manifest_key(uploader: str, n: int) -> str:
@@ -100,7 +101,7 @@ def check_identity(store, backend: Backend, create: bool) -> bool:
 
 
 def encode_manifest(store, uploader: str, n: int, files: list[dict], deleted: Optional[list[dict]] = None, g: int = 0,
-                    deleted_g: int = 0) -> bytes:
+                    deleted_g: int = 0, redacted: Iterable[str] = ()) -> bytes:
     t = time.time()
     body = {
         "format": MANIFEST_FORMAT,
@@ -116,6 +117,9 @@ def encode_manifest(store, uploader: str, n: int, files: list[dict], deleted: Op
     if deleted:
         body["deleted"] = [{"session": f["session"], "file": f["file"], "end": f["end"]} for f in deleted]
         body["deleted_g"] = deleted_g
+        # the objects the compactor knew redacted: a copy that holds one and has not pulled
+        # its redaction would upload its bytes again (push refuses; docs/remotes.md)
+        body["redacted"] = sorted(redacted)
     return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
 
 
@@ -148,7 +152,7 @@ def decode_manifest(data: bytes, tape_id: str, uploader: str, n: int) -> tuple[O
         if not isinstance(f, dict) or not file_ok(f.get("session"), f.get("file")):
             return None, "a file entry with a bad name"
         s, e, h = f.get("start"), f.get("end"), f.get("blake3")
-        if not (type(s) is int and type(e) is int and 0 <= s < e <= MAX_FILE) or not (isinstance(h, str) and re.fullmatch(r"[0-9a-f]{64}", h)):
+        if not (type(s) is int and type(e) is int and 0 <= s < e <= MAX_FILE) or not (isinstance(h, str) and HASH.fullmatch(h)):
             return None, "a file entry with a bad range or hash"
         if PACK_FILE.fullmatch(f["file"]) and s != 0:
             return None, "a pack in pieces"
@@ -158,6 +162,10 @@ def decode_manifest(data: bytes, tape_id: str, uploader: str, n: int) -> tuple[O
     if not isinstance(deleted, list) or not all(_deletion_ok(f) for f in deleted):
         return None, "a deleted entry with a bad name or end"
     m["deleted"] = [{"session": f["session"], "file": f["file"], "end": f["end"]} for f in deleted]
+    redacted = m.get("redacted", [])  # absent in manifests of versions before it
+    if not isinstance(redacted, list) or not all(isinstance(h, str) and HASH.fullmatch(h) for h in redacted):
+        return None, "a bad list of redacted objects"
+    m["redacted"] = redacted
     for k in ("g", "deleted_g"):
         if type(m.get(k, 0)) is not int or not 0 <= m.get(k, 0) < 1 << 62:
             return None, f"a bad {k}"
@@ -175,6 +183,8 @@ def note_manifest(state, m: dict) -> None:
         note_have(state, f, m["g"])
     for f in m["deleted"]:
         note_gone(state, f, m["deleted_g"])
+    for h in m["redacted"]:
+        state["redacted"][h] = m["deleted_g"]
 
 
 def uploaders(backend: Backend) -> list[str]:

@@ -196,7 +196,7 @@ def compact_remote(tape, backend: Backend, name: str, expire="90d", grace="14d",
             g = None
             if ok:
                 g = _announce(store, backend, state, n)
-                put_manifest(store, backend, state, [], deleted=ok, deleted_g=g, warn=warn)
+                put_manifest(store, backend, state, [], deleted=ok, deleted_g=g, warn=warn, redacted=tape.redactions())
             if not backend.put_if_absent(layout.plan_key(me, n, done=True), layout.encode_deletion(store, me, n, ok, done=True)):
                 continue  # carried out by an earlier run (the pieces were deleted above)
             for f in ok:

@@ -71,6 +71,26 @@ def _redacted_bytes_left(tape, sessions: list[str]) -> list[str]:
     return left
 
 
+def _redactions_not_pulled(tape, state: State, sessions: list[str]) -> list[str]:
+    """Objects a compaction of the remote removed as redacted (its manifest says so) that
+    this copy holds, in a file this push would upload, without their redaction: it was
+    made on another copy and not pulled here. Uploaded, they would put the secret back on
+    the remote (a copy that holds a deleted file compacts and pushes its pack)."""
+    if not state["redacted"]:
+        return []
+    store = tape.store
+    known = tape.redactions()
+    prefixes = tuple(f"sessions/{s}/" for s in sessions) + ("packs/",)
+    out = []
+    for h in state["redacted"]:
+        if h in known:
+            continue
+        loc = store.index.find_object(h)
+        if loc is not None and (store.index.path_of(loc[0]) or "").startswith(prefixes):
+            out.append(h)
+    return sorted(out)
+
+
 def check_secrets(tape, sessions: list[str], allow_secrets: bool, files: Optional[list[tuple[str, str]]] = None) -> Optional[dict[str, int]]:
     """Refuse to upload likely secrets that were neither redacted nor allowed (SPEC section
     18), or redacted values whose bytes are still in the files to upload, with one line
@@ -309,11 +329,11 @@ def _gone_held(store, state: State) -> list[str]:
 
 
 def put_manifest(store, backend: Backend, state: State, listed: list[dict], deleted: Optional[list[dict]] = None,
-                 deleted_g: int = 0, warn: Callable[[str], None] = lambda s: None) -> int:
+                 deleted_g: int = 0, warn: Callable[[str], None] = lambda s: None, redacted: Iterable[str] = ()) -> int:
     """Write this copy's next manifest (create-only); its number. The caller saves the state."""
     own = _next_own(store, backend, state)
     for _ in range(1000):
-        if backend.put_if_absent(layout.manifest_key(store.writer, own), layout.encode_manifest(store, store.writer, own, listed, deleted, int(state.get("gnext", 0)), deleted_g)):
+        if backend.put_if_absent(layout.manifest_key(store.writer, own), layout.encode_manifest(store, store.writer, own, listed, deleted, int(state.get("gnext", 0)), deleted_g, redacted)):
             break
         # refused: an earlier push of this copy wrote it and was killed before it noted
         # so (or another copy uses the same CTAPE_WRITER). Never overwritten: the next number.
@@ -359,6 +379,12 @@ def push(tape, backend: Backend, name: str, sessions: Iterable[str] = (), allow_
     # new to upload: such a copy may be the last to hold what the others need.
     if _compacted_since(backend, state):
         learn(store, backend, state, warn)
+    unpulled = [] if allow_secrets else _redactions_not_pulled(tape, state, chosen)
+    if unpulled:
+        raise SecretsFound(
+            f"not pushing: a compaction of the remote removed {len(unpulled)} value(s) as redacted on another copy, and this copy "
+            f"still holds them (first: {unpulled[0][:12]}); run `ctape pull {name}` (it brings the redaction) and `ctape compact`, "
+            "then push again, or push with --allow-secrets")
     held = _gone_held(store, state)
     if held:
         # the compaction changes this copy: a push the check would refuse must not have made

@@ -118,7 +118,8 @@ class State(dict):
     `gone`: "session/file" -> [the end up to which a remote compaction deleted it, the
     deletion's number]; `gnext`:
     the next deletion announcement (g/<n>) to look for;
-    `own`: this copy's next manifest number; `checked`: the remote's tape id was checked."""
+    `own`: this copy's next manifest number; `checked`: the remote's tape id was checked;
+    `redacted`: object -> the deletion whose manifest said its compactor knew it redacted."""
 
     @classmethod
     def load(cls, store, name: str, url: str) -> "State":
@@ -128,7 +129,7 @@ class State(dict):
         st.setdefault("version", STATE_VERSION)
         st.setdefault("url", url)
         st.setdefault("tape_id", store.tape_id)
-        for k in ("have", "pieces", "next", "seen", "gone"):
+        for k in ("have", "pieces", "next", "seen", "gone", "redacted"):
             if not isinstance(st.get(k), dict):
                 st[k] = {}
         st.name = name
@@ -136,7 +137,7 @@ class State(dict):
 
     def forget(self) -> None:
         """The remote no longer holds this tape's identity (emptied, re-created): know nothing."""
-        for k in ("have", "pieces", "next", "seen", "gone"):
+        for k in ("have", "pieces", "next", "seen", "gone", "redacted"):
             self[k] = {}
         self.pop("own", None)
         self.pop("checked", None)
