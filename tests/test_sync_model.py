@@ -826,6 +826,7 @@ class RemoteRedactWorld(RedactWorld, RemoteWorld):
         compact) and push again (it must go through then)."""
         from ctape.sync.push import SecretsFound
 
+        held = self._held_by_remote() if verb == "compact_remote" else set()
         try:
             super()._transfer(verb, i, t, *a, **kw)
         except SecretsFound as e:
@@ -841,26 +842,25 @@ class RemoteRedactWorld(RedactWorld, RemoteWorld):
             super()._transfer(verb, i, t, *a, **kw)
         if verb == "push" and self.cleaned:
             self._still_clean(i)
-        elif verb == "compact_remote":
-            self._note_cleaned(t)
+        elif held:
+            # a `compact --remote` of a copy that knew the redaction took the text off the
+            # remote (`--grace now`, or a plan of an earlier run carried out): no push may
+            # bring it back. (A text the remote never held may arrive with a copy that has
+            # not seen its redaction, as before it was made: the next compaction removes it.)
+            known = t.redactions()
+            self.cleaned |= {h for h in held - self._held_by_remote() if h in known}
 
-    def _note_cleaned(self, t: Tape) -> None:
-        """After a `compact --remote` of a copy that knew a text redacted: the remote holds
-        it no more (with `--grace now`, or a plan of an earlier run carried out)? Then no
-        push may bring it back (`cleaned`)."""
+    def _held_by_remote(self) -> set[str]:
+        """The redacted entries whose text the remote holds (records decompressed)."""
         from test_privacy_sync import holders
 
-        known = t.redactions()
-        todo = {h: text for h, text in self.secrets.items() if h in known and h not in self.cleaned}
-        if todo:
-            remote = self._remote_as_tape()
-            self.cleaned |= {h for h, text in todo.items() if not holders(json.dumps(text).encode(), remote)}
+        if not self.secrets:
+            return set()
+        remote = self._remote_as_tape()
+        return {h for h, text in self.secrets.items() if holders(json.dumps(text).encode(), remote)}
 
     def _still_clean(self, i: int) -> None:
-        from test_privacy_sync import holders
-
-        remote = self._remote_as_tape()
-        back = sorted(h for h in self.cleaned if holders(json.dumps(self.secrets[h]).encode(), remote))
+        back = sorted(self.cleaned & self._held_by_remote())
         if back:
             raise Failure(f"push c{i} put the text of redacted {back[0][:12]} ({self.secrets[back[0]]}) back on the remote, which a compaction of a copy that knew the redaction had cleaned")
 
