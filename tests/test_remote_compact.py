@@ -388,6 +388,7 @@ def test_a_copy_that_has_not_pulled_a_redaction_does_not_upload_it_again(tmp_pat
     cli(a, "redact", "-s", "chat", told, "--path", "$.payload.content")
     cli(a, "compact", "--remote", "origin", "--grace", "now")
     assert not holders(secret.encode(), remote_as_tape(remote_keys(remote_url, server), a, tmp_path / "after-a"))
+    assert cli_json(b, "remote", "show", "origin")[0]["sessions"]  # reads the deletion's manifest too
 
     t = Tape.open(b)
     t.session("chat").append("user", {"content": "B goes on, never having pulled"})

@@ -183,8 +183,10 @@ def note_manifest(state, m: dict) -> None:
         note_have(state, f, m["g"])
     for f in m["deleted"]:
         note_gone(state, f, m["deleted_g"])
-    for h in m["redacted"]:
-        state["redacted"][h] = m["deleted_g"]
+    if m["redacted"]:
+        redacted = state.setdefault("redacted", {})  # `remote show` keeps no such table
+        for h in m["redacted"]:
+            redacted[h] = m["deleted_g"]
 
 
 def uploaders(backend: Backend) -> list[str]:
