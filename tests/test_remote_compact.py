@@ -409,3 +409,60 @@ def test_a_copy_that_has_not_pulled_a_redaction_does_not_upload_it_again(tmp_pat
     fsck_clean(c)
     assert reached_by_refs(c) == reached_by_refs(b)
     assert "B goes on, never having pulled" in cli(c, "log", "-s", "chat").stdout.decode()
+
+
+def test_a_push_between_a_deletions_announcement_and_its_manifest_learns_it_later(tmp_path, remote_url, request, monkeypatch):
+    """Found in review: `compact --remote` announces a deletion (g/<n>), then writes the
+    manifest that lists it (and the redacted objects), then deletes. B's push in between
+    found g/<n>, read the manifests (not that one yet) and moved past g/<n> for good: it
+    never learnt the deletion nor the redaction, and after a `compact` its next push put
+    the text back on the cleaned remote. g/<n> now stays B's next look until its manifest
+    has been read."""
+    from ctape.sync import prune
+    from ctape.sync import remote as remotes
+
+    server = _server(request, remote_url)
+    a, b = tmp_path / "A", tmp_path / "B"
+    rng = random.Random(11)
+    secret = "the safe opens with " + " ".join("".join(rng.choice("aeioulmnrst") for _ in range(6)) for _ in range(6))
+    t = Tape.init(a)
+    s = t.session("chat")
+    s.append("user", {"content": "what opens the safe?"})
+    told = s.append("assistant", {"content": secret}).hash
+    s.append("user", {"content": "thanks"})
+    t.close()
+    cli(a, "remote", "add", "origin", remote_url)
+    cli(a, "push")
+    run_cli("clone", remote_url, b, check=True)
+    cli(a, "redact", "-s", "chat", told, "--path", "$.payload.content")
+
+    real, between = prune.put_manifest, []
+
+    def push_of_b_first(*args, **kw):
+        if kw.get("deleted"):
+            between.append(cli(b, "push", check=False).returncode)  # g/<n> is there, its manifest not yet
+        return real(*args, **kw)
+
+    monkeypatch.setattr(prune, "put_manifest", push_of_b_first)
+    ta = Tape.open(a)
+    try:
+        name, backend = remotes.connect(ta.store, "origin")
+        r = prune.compact_remote(ta, backend, name, grace="now")
+    finally:
+        ta.close()
+    monkeypatch.setattr(prune, "put_manifest", real)
+    assert between == [0] and r["deleted"]["files"] >= 1, (between, r)
+    assert not holders(secret.encode(), remote_as_tape(remote_keys(remote_url, server), a, tmp_path / "after-a"))
+
+    t = Tape.open(b)
+    t.session("chat").append("user", {"content": "B goes on"})
+    t.close()
+    p = cli(b, "push", check=False)
+    assert p.returncode != 0 and b"ctape pull origin" in p.stderr, p.stderr
+    cli(b, "compact")  # what a user might try first: still refused, nothing goes up
+    assert cli(b, "push", check=False).returncode != 0
+    assert not holders(secret.encode(), remote_as_tape(remote_keys(remote_url, server), a, tmp_path / "after-b"))
+    cli(b, "pull")
+    cli(b, "compact")
+    cli(b, "push")
+    assert not holders(secret.encode(), remote_as_tape(remote_keys(remote_url, server), a, tmp_path / "after-b2"))

@@ -183,6 +183,10 @@ def note_manifest(state, m: dict) -> None:
         note_have(state, f, m["g"])
     for f in m["deleted"]:
         note_gone(state, f, m["deleted_g"])
+    if m["deleted"]:  # deletion deleted_g is learnt (push looks at its g/<n> until then)
+        read = state.setdefault("deletions_read", [])
+        if m["deleted_g"] not in read:
+            read.append(m["deleted_g"])
     if m["redacted"]:
         redacted = state.setdefault("redacted", {})  # `remote show` keeps no such table
         for h in m["redacted"]:

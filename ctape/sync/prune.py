@@ -133,6 +133,7 @@ def compact_remote(tape, backend: Backend, name: str, expire="90d", grace="14d",
     before = _local_files(store)
     local = tape.compact(expire=expire, grace=grace, progress=progress)
     after = _local_files(store)
+    redacted = set(tape.redactions())  # their records go up with this push: a deletion names them
     pushed = push(tape, backend, name, allow_secrets=allow_secrets, warn=warn)
     state = State.load(store, name, backend.url)
     state.setdefault("pruned", [])
@@ -196,7 +197,7 @@ def compact_remote(tape, backend: Backend, name: str, expire="90d", grace="14d",
             g = None
             if ok:
                 g = _announce(store, backend, state, n)
-                put_manifest(store, backend, state, [], deleted=ok, deleted_g=g, warn=warn, redacted=tape.redactions())
+                put_manifest(store, backend, state, [], deleted=ok, deleted_g=g, warn=warn, redacted=redacted)
             if not backend.put_if_absent(layout.plan_key(me, n, done=True), layout.encode_deletion(store, me, n, ok, done=True)):
                 continue  # carried out by an earlier run (the pieces were deleted above)
             for f in ok:

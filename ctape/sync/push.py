@@ -45,6 +45,9 @@ def _upload(backend: Backend, piece) -> str:
     return "there" if backend.get(key) == chunk else "other"
 
 
+UNLISTED_WAIT = 3600.0  # s: a deletion announced with no manifest after this long was never carried out
+
+
 class SecretsFound(CtapeError):
     """`push` of sessions with likely secrets that were neither redacted nor allowed."""
 
@@ -309,13 +312,32 @@ def _todo(store, state: State, chosen: list[str]) -> list[tuple]:
     return todo
 
 
-def _compacted_since(backend: Backend, state: State) -> bool:
-    """Did a compaction of the remote delete anything since this copy last looked?"""
+def _new_deletions(store, backend: Backend, state: State, warn) -> bool:
+    """Learn the deletions of the remote announced since this copy last looked (g/<n>: one
+    GET each, and a miss); True when there were any. `compact --remote` announces a
+    deletion, then writes the manifest that lists what it deletes (and the objects it knew
+    redacted), then deletes: a push that comes between the first two has nothing of it to
+    learn yet. So g/<n> stays the next one to look at until its manifest has been read; or,
+    when none comes for UNLISTED_WAIT by this copy's clock, its compactor died before it
+    deleted anything. Until then this copy's manifests say it has not seen deletion n."""
     n = start = int(state.get("gnext", 0))
     while backend.get(layout.compaction_key(n)) is not None:
         n += 1
-    state["gnext"] = n
-    return n > start
+    if n == start:
+        return False
+    learn(store, backend, state, warn)
+    read = set(state.get("deletions_read", []))
+    waiting = state.get("unlisted", {})
+    now = time.time()
+    nxt = n
+    for g in range(start, n):
+        if g not in read and now - waiting.setdefault(str(g), now) < UNLISTED_WAIT:
+            nxt = g
+            break
+    state["gnext"] = nxt
+    state["unlisted"] = {k: t for k, t in waiting.items() if int(k) >= nxt}
+    state["deletions_read"] = sorted(g for g in read if g >= nxt)
+    return True
 
 
 def _gone_held(store, state: State) -> list[str]:
@@ -377,8 +399,7 @@ def push(tape, backend: Backend, name: str, sessions: Iterable[str] = (), allow_
     # deletion that freed it; a session whose deletion expired on the compacting copy
     # before it was pushed, as rsync would bring it back). Looked for even with nothing
     # new to upload: such a copy may be the last to hold what the others need.
-    if _compacted_since(backend, state):
-        learn(store, backend, state, warn)
+    _new_deletions(store, backend, state, warn)
     unpulled = [] if allow_secrets else _redactions_not_pulled(tape, state, chosen)
     if unpulled:
         raise SecretsFound(

@@ -117,7 +117,9 @@ class State(dict):
     manifests list, [start, end, blake3, g]; `next`: uploader -> its next manifest number to read;
     `gone`: "session/file" -> [the end up to which a remote compaction deleted it, the
     deletion's number]; `gnext`:
-    the next deletion announcement (g/<n>) to look for;
+    the next deletion announcement (g/<n>) to look for (one whose manifest has not been
+    read yet: `deletions_read` lists those read at or past it, `unlisted` when this copy
+    first saw an announcement with no manifest);
     `own`: this copy's next manifest number; `checked`: the remote's tape id was checked;
     `redacted`: object -> the deletion whose manifest said its compactor knew it redacted."""
 
@@ -129,9 +131,11 @@ class State(dict):
         st.setdefault("version", STATE_VERSION)
         st.setdefault("url", url)
         st.setdefault("tape_id", store.tape_id)
-        for k in ("have", "pieces", "next", "seen", "gone", "redacted"):
+        for k in ("have", "pieces", "next", "seen", "gone", "redacted", "unlisted"):
             if not isinstance(st.get(k), dict):
                 st[k] = {}
+        if not isinstance(st.get("deletions_read"), list):
+            st["deletions_read"] = []
         st.name = name
         return st
 
@@ -141,7 +145,8 @@ class State(dict):
             self[k] = {}
         self.pop("own", None)
         self.pop("checked", None)
-        self.pop("gnext", None)
+        for k in ("gnext", "deletions_read", "unlisted"):
+            self.pop(k, None)
 
     def save(self, store) -> None:
         if cache_folder(store) is not None:
