@@ -365,6 +365,23 @@ def tree_bytes(d) -> dict[str, bytes]:
     return out
 
 
+def pushed_and_cloned_with_an_undetected_secret(a, b, remote_url, seed: int) -> tuple[str, str]:
+    """A tape at `a` whose session "chat" holds a text no detector finds (plain words),
+    pushed without --allow-secrets and cloned to `b`; returns (the text, its entry)."""
+    rng = random.Random(seed)
+    secret = "the vault opens with " + " ".join("".join(rng.choice("aeioulmnrst") for _ in range(6)) for _ in range(6))
+    t = Tape.init(a)
+    s = t.session("chat")
+    s.append("user", {"content": "what opens the vault?"})
+    told = s.append("assistant", {"content": secret}).hash
+    s.append("user", {"content": "thanks"})
+    t.close()
+    cli(a, "remote", "add", "origin", remote_url)
+    cli(a, "push")
+    run_cli("clone", remote_url, b, check=True)
+    return secret, told
+
+
 def test_a_copy_that_has_not_pulled_a_redaction_does_not_upload_it_again(tmp_path, remote_url, request):
     """A redacts a text no detector finds (by its path) and compacts the remote. B, a clone
     taken before, still holds the text and has not pulled the redaction. B's next push
@@ -374,17 +391,7 @@ def test_a_copy_that_has_not_pulled_a_redaction_does_not_upload_it_again(tmp_pat
     it was; after the pull and a compaction B's push goes through and the remote stays clean."""
     server = _server(request, remote_url)
     a, b, c = tmp_path / "A", tmp_path / "B", tmp_path / "C"
-    rng = random.Random(7)
-    secret = "the vault opens with " + " ".join("".join(rng.choice("aeioulmnrst") for _ in range(6)) for _ in range(6))
-    t = Tape.init(a)
-    s = t.session("chat")
-    s.append("user", {"content": "what opens the vault?"})
-    told = s.append("assistant", {"content": secret}).hash
-    s.append("user", {"content": "thanks"})
-    t.close()
-    cli(a, "remote", "add", "origin", remote_url)
-    cli(a, "push")  # no detector finds it: pushed without --allow-secrets
-    run_cli("clone", remote_url, b, check=True)
+    secret, told = pushed_and_cloned_with_an_undetected_secret(a, b, remote_url, 7)
     cli(a, "redact", "-s", "chat", told, "--path", "$.payload.content")
     cli(a, "compact", "--remote", "origin", "--grace", "now")
     assert not holders(secret.encode(), remote_as_tape(remote_keys(remote_url, server), a, tmp_path / "after-a"))
@@ -423,17 +430,7 @@ def test_a_push_between_a_deletions_announcement_and_its_manifest_learns_it_late
 
     server = _server(request, remote_url)
     a, b = tmp_path / "A", tmp_path / "B"
-    rng = random.Random(11)
-    secret = "the safe opens with " + " ".join("".join(rng.choice("aeioulmnrst") for _ in range(6)) for _ in range(6))
-    t = Tape.init(a)
-    s = t.session("chat")
-    s.append("user", {"content": "what opens the safe?"})
-    told = s.append("assistant", {"content": secret}).hash
-    s.append("user", {"content": "thanks"})
-    t.close()
-    cli(a, "remote", "add", "origin", remote_url)
-    cli(a, "push")
-    run_cli("clone", remote_url, b, check=True)
+    secret, told = pushed_and_cloned_with_an_undetected_secret(a, b, remote_url, 11)
     cli(a, "redact", "-s", "chat", told, "--path", "$.payload.content")
 
     real, between = prune.put_manifest, []
