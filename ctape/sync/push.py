@@ -59,11 +59,10 @@ def _redacted_bytes_left(tape, sessions: list[str]) -> list[str]:
     from ..store.store import TYPE_WITHHELD
 
     store = tape.store
-    prefixes = tuple(f"sessions/{s}/" for s in sessions) + ("packs/",)
+    prefixes = _pushed_prefixes(sessions)
     left = []
     for h in tape.redactions():
-        loc = store.index.find_object(h)
-        if loc is None or not (store.index.path_of(loc[0]) or "").startswith(prefixes):
+        if not _held_in(store, h, prefixes):
             continue  # gone (a value dropped whole), or in a file this push does not send
         try:
             type_, _ = store.get_object(h)
@@ -83,15 +82,19 @@ def _redactions_not_pulled(tape, state: State, sessions: list[str]) -> list[str]
         return []
     store = tape.store
     known = tape.redactions()
-    prefixes = tuple(f"sessions/{s}/" for s in sessions) + ("packs/",)
-    out = []
-    for h in state["redacted"]:
-        if h in known:
-            continue
-        loc = store.index.find_object(h)
-        if loc is not None and (store.index.path_of(loc[0]) or "").startswith(prefixes):
-            out.append(h)
-    return sorted(out)
+    prefixes = _pushed_prefixes(sessions)
+    return sorted(h for h in state["redacted"] if h not in known and _held_in(store, h, prefixes))
+
+
+def _pushed_prefixes(sessions: list[str]) -> tuple[str, ...]:
+    """The folders of the files a push of `sessions` sends."""
+    return tuple(f"sessions/{s}/" for s in sessions) + ("packs/",)
+
+
+def _held_in(store, h: str, prefixes: tuple[str, ...]) -> bool:
+    """Does this copy hold object h in a file under one of the folders?"""
+    loc = store.index.find_object(h)
+    return loc is not None and (store.index.path_of(loc[0]) or "").startswith(prefixes)
 
 
 def check_secrets(tape, sessions: list[str], allow_secrets: bool, files: Optional[list[tuple[str, str]]] = None) -> Optional[dict[str, int]]:
