@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -365,11 +366,16 @@ def tree_bytes(d) -> dict[str, bytes]:
     return out
 
 
+def undetected_secret(seed: int) -> str:
+    """A secret no detector finds: plain words."""
+    rng = random.Random(seed)
+    return "the vault opens with " + " ".join("".join(rng.choice("aeioulmnrst") for _ in range(6)) for _ in range(6))
+
+
 def pushed_and_cloned_with_an_undetected_secret(a, b, remote_url, seed: int) -> tuple[str, str]:
     """A tape at `a` whose session "chat" holds a text no detector finds (plain words),
     pushed without --allow-secrets and cloned to `b`; returns (the text, its entry)."""
-    rng = random.Random(seed)
-    secret = "the vault opens with " + " ".join("".join(rng.choice("aeioulmnrst") for _ in range(6)) for _ in range(6))
+    secret = undetected_secret(seed)
     t = Tape.init(a)
     s = t.session("chat")
     s.append("user", {"content": "what opens the vault?"})
@@ -416,6 +422,45 @@ def test_a_copy_that_has_not_pulled_a_redaction_does_not_upload_it_again(tmp_pat
     fsck_clean(c)
     assert reached_by_refs(c) == reached_by_refs(b)
     assert "B goes on, never having pulled" in cli(c, "log", "-s", "chat").stdout.decode()
+
+
+def test_a_copy_whose_index_has_not_seen_an_rsynced_file_still_refuses(tmp_path, remote_url, request):
+    """Found by the sync model (seed 99038 of CleanedRemoteWorld): B holds the text in a
+    file that rsync brought after B's index last looked at its files. A redacts the text
+    and compacts the remote. B's push asked its index whether B holds the redacted value,
+    was told no, compacted B (it held a deleted file) and uploaded the text again. A push
+    now brings the index up to date with the files before it looks."""
+    if shutil.which("rsync") is None:
+        pytest.skip("rsync is not installed (.ci/run installs it)")
+    server = _server(request, remote_url)
+    a, b = tmp_path / "A", tmp_path / "B"
+    t = Tape.init(a)
+    t.session("chat").append("user", {"content": "what opens the vault?"})
+    t.close()
+    cli(a, "remote", "add", "origin", remote_url)
+    cli(a, "push")
+    run_cli("clone", remote_url, b, check=True)
+    assert "what opens the vault?" in cli(b, "log", "-s", "chat").stdout.decode()  # B's index is built
+    secret = undetected_secret(11)
+    t = Tape.open(a)
+    told = t.session("chat").append("assistant", {"content": secret}).hash
+    t.close()
+    cli(a, "push")
+    subprocess.run(["rsync", "-a", f"{a}/", f"{b}/"], check=True)  # B's index is not told
+    cli(a, "redact", "-s", "chat", told, "--path", "$.payload.content")
+    cli(a, "compact", "--remote", "origin", "--grace", "now")
+    assert not holders(secret.encode(), remote_as_tape(remote_keys(remote_url, server), a, tmp_path / "after-a"))
+
+    before = tree_bytes(b)
+    p = cli(b, "push", check=False)
+    assert p.returncode != 0 and b"ctape pull origin" in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert tree_bytes(b) == before
+    assert not holders(secret.encode(), remote_as_tape(remote_keys(remote_url, server), a, tmp_path / "after-b"))
+    cli(b, "pull")
+    cli(b, "compact")
+    cli(b, "push")
+    assert not holders(secret.encode(), remote_as_tape(remote_keys(remote_url, server), a, tmp_path / "after-b2"))
+    fsck_clean(b)
 
 
 def test_a_push_between_a_deletions_announcement_and_its_manifest_learns_it_later(tmp_path, remote_url, request, monkeypatch):

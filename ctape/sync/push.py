@@ -403,6 +403,9 @@ def push(tape, backend: Backend, name: str, sessions: Iterable[str] = (), allow_
     # before it was pushed, as rsync would bring it back). Looked for even with nothing
     # new to upload: such a copy may be the last to hold what the others need.
     _new_deletions(store, backend, state, warn)
+    # the checks below ask the index what this copy holds: bring it up to date with the
+    # files first (rsync, or another process, may have brought some since it last looked)
+    store.refresh()
     unpulled = [] if allow_secrets else _redactions_not_pulled(tape, state, chosen)
     if unpulled:
         raise SecretsFound(
