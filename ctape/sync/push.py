@@ -59,7 +59,7 @@ def _redacted_bytes_left(tape, sessions: list[str]) -> list[str]:
     from ..store.store import TYPE_WITHHELD
 
     store = tape.store
-    prefixes = _pushed_prefixes(sessions)
+    prefixes = tuple(f"sessions/{s}/" for s in sessions) + ("packs/",)
     left = []
     for h in tape.redactions():
         if not _held_in(store, h, prefixes):
@@ -73,28 +73,31 @@ def _redacted_bytes_left(tape, sessions: list[str]) -> list[str]:
     return left
 
 
-def _redactions_not_pulled(tape, state: State, sessions: list[str]) -> list[str]:
+def _redactions_not_pulled(tape, state: State) -> list[str]:
     """Objects a compaction of the remote removed as redacted (its manifest says so) that
-    this copy holds, in a file this push would upload, without their redaction: it was
-    made on another copy and not pulled here. Uploaded, they would put the secret back on
-    the remote (a copy that holds a deleted file compacts and pushes its pack)."""
+    this copy holds without their redaction: it was made on another copy and not pulled
+    here. Uploaded, they would put the secret back on the remote (a copy that holds a
+    deleted file compacts and pushes its pack). Held anywhere in this copy, whichever
+    sessions are pushed: the index names one file per object, and two copies that wrote
+    the same value in two sessions each hold it in both sessions' files after a sync."""
     if not state["redacted"]:
         return []
     store = tape.store
     known = tape.redactions()
-    prefixes = _pushed_prefixes(sessions)
-    return sorted(h for h in state["redacted"] if h not in known and _held_in(store, h, prefixes))
-
-
-def _pushed_prefixes(sessions: list[str]) -> tuple[str, ...]:
-    """The folders of the files a push of `sessions` sends."""
-    return tuple(f"sessions/{s}/" for s in sessions) + ("packs/",)
+    return sorted(h for h in state["redacted"] if h not in known and store.has_object(h))
 
 
 def _held_in(store, h: str, prefixes: tuple[str, ...]) -> bool:
-    """Does this copy hold object h in a file under one of the folders?"""
+    """Does the index place object h in a file under one of the folders? (It names one
+    file per object: check_secrets also reads the files themselves.)"""
     loc = store.index.find_object(h)
     return loc is not None and (store.index.path_of(loc[0]) or "").startswith(prefixes)
+
+
+def _bytes_left_error(left: list[str]) -> SecretsFound:
+    return SecretsFound(
+        f"not pushing: {len(left)} redacted value(s) still have their bytes in this copy's files "
+        f"(first: {left[0][:12]}); run `ctape compact` first (it drops them), or push with --allow-secrets")
 
 
 def check_secrets(tape, sessions: list[str], allow_secrets: bool, files: Optional[list[tuple[str, str]]] = None) -> Optional[dict[str, int]]:
@@ -112,9 +115,7 @@ def check_secrets(tape, sessions: list[str], allow_secrets: bool, files: Optiona
         return None
     left = _redacted_bytes_left(tape, sessions)
     if left:
-        raise SecretsFound(
-            f"not pushing: {len(left)} redacted value(s) still have their bytes in this copy's files "
-            f"(first: {left[0][:12]}); run `ctape compact` first (it drops them), or push with --allow-secrets")
+        raise _bytes_left_error(left)
     from ..ops.scan import scan_entries
     from ..store.files import TYPE_BLOB, TYPE_ENTRY
     from ..store.store import TYPE_WITHHELD
@@ -126,6 +127,12 @@ def check_secrets(tape, sessions: list[str], allow_secrets: bool, files: Optiona
     blobs: dict[str, bytes] = {}  # large values read on the way, for the entries after them
     streams: dict[tuple[str, str], list[tuple[int, str]]] = {}  # partial records: the text of streams
     recorded: dict[tuple[str, str], set[str]] = {}  # stream -> the entries the ref record that ended it set
+    # a redacted object in its original form in a file to upload, wherever the index places
+    # it: two copies that wrote the same value in two sessions each hold it in both
+    # sessions' files after a sync, and a file rsync brought may hold what this copy's
+    # compaction already withheld elsewhere (the index then names the withheld form)
+    redacted = tape.redactions()
+    left: set[str] = set()
 
     def items():
         # each entry with its record as the file holds it: the check reads every file once
@@ -137,6 +144,8 @@ def check_secrets(tape, sessions: list[str], allow_secrets: bool, files: Optiona
                         continue
                     if rec.type == framing.T_OBJECT and len(rec.body) > 33:
                         h = rec.body[:32].hex()
+                        if h in redacted and rec.body[32] != TYPE_WITHHELD:
+                            left.add(h)
                         if rec.body[32] == TYPE_BLOB:
                             blobs[h] = rec.body
                         elif rec.body[32] in (TYPE_ENTRY, TYPE_WITHHELD) and h not in seen:
@@ -148,6 +157,8 @@ def check_secrets(tape, sessions: list[str], allow_secrets: bool, files: Optiona
                 continue  # a file gone or damaged meanwhile: what it holds is not read here either
 
     found = scan_entries(tape, items(), blobs)
+    if left:
+        raise _bytes_left_error(sorted(left))
     _check_streams(tape, streams, recorded)
     if found:
         bad = sorted({f.session for f in found})
@@ -406,7 +417,7 @@ def push(tape, backend: Backend, name: str, sessions: Iterable[str] = (), allow_
     # the checks below ask the index what this copy holds: bring it up to date with the
     # files first (rsync, or another process, may have brought some since it last looked)
     store.refresh()
-    unpulled = [] if allow_secrets else _redactions_not_pulled(tape, state, chosen)
+    unpulled = [] if allow_secrets else _redactions_not_pulled(tape, state)
     if unpulled:
         raise SecretsFound(
             f"not pushing: a compaction of the remote removed {len(unpulled)} value(s) as redacted on another copy, and this copy "
