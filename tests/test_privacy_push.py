@@ -106,6 +106,16 @@ def two_copies_that_wrote_one_value(tmp_path, monkeypatch):
     return x, y, told
 
 
+def refused_until_compacted(x, remote, *pushes: list[str]) -> None:
+    """Each push (its arguments) refuses in one line that asks for `ctape compact`, and
+    leaves the remote as it was."""
+    before = snapshot(remote)
+    for args in pushes:
+        p = run_cli("--dir", x, "push", "origin", *args)
+        assert p.returncode == 1 and b"ctape compact" in p.stderr and len(p.stderr.splitlines()) == 1, p.stderr
+        assert snapshot(remote) == before
+
+
 def pushed_text(tmp_path, remote, name: str) -> bool:
     """Does a clone of the remote show the large value anywhere?"""
     c = tmp_path / name
@@ -126,11 +136,7 @@ def test_a_value_two_copies_wrote_in_two_sessions_is_not_pushed_after_its_redact
     remote.mkdir()
     run_cli("--dir", x, "remote", "add", "origin", f"file://{remote}", check=True)
     run_cli("--dir", x, "redact", "-s", "A", told, "--path", "$.payload.content", check=True)
-    before = snapshot(remote)
-    for args in (["-s", "B"], []):
-        p = run_cli("--dir", x, "push", "origin", *args)
-        assert p.returncode == 1 and b"ctape compact" in p.stderr and len(p.stderr.splitlines()) == 1, p.stderr
-        assert snapshot(remote) == before
+    refused_until_compacted(x, remote, ["-s", "B"], [])
     run_cli("--dir", x, "compact", check=True)
     assert run_cli("--dir", x, "push", "origin", "-s", "B").returncode == 0
     assert run_cli("--dir", x, "push", "origin").returncode == 0
@@ -155,11 +161,7 @@ def test_a_file_rsync_brought_back_after_a_compaction_is_checked_too(tmp_path):
     remote = tmp_path / "remote"
     remote.mkdir()
     run_cli("--dir", x, "remote", "add", "origin", f"file://{remote}", check=True)
-    before = snapshot(remote)
-    for args in (["-s", "A"], []):
-        p = run_cli("--dir", x, "push", "origin", *args)
-        assert p.returncode == 1 and b"ctape compact" in p.stderr and len(p.stderr.splitlines()) == 1, p.stderr
-        assert snapshot(remote) == before
+    refused_until_compacted(x, remote, ["-s", "A"], [])
     run_cli("--dir", x, "compact", check=True)
     assert run_cli("--dir", x, "push", "origin").returncode == 0
     assert not pushed_text(tmp_path, remote, "C")
