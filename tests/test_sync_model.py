@@ -1341,22 +1341,23 @@ def test_a_file_rsync_brings_back_is_never_pushed_with_a_redacted_text(tmp_path)
     _run_many(tmp_path, [100179, 100675, *range(960, 964)], cli=False, sync=copy_like_rsync, world=RsyncedRedactionWorld)
 
 
-@pytest.mark.skipif(not SLOW, reason="long run: CTAPE_SLOW=1")
-def test_many_sequences_of_rsynced_redactions(tmp_path):
+def _long_run_of(tmp_path, world, label: str) -> None:
+    """The long run of one world over long_seeds(), through the library, copying like rsync."""
     seeds = long_seeds()
     start = time.monotonic()
     for seed in seeds:
-        _run_many(tmp_path, [seed], cli=False, sync=copy_like_rsync, world=RsyncedRedactionWorld)
-    print(f"{len(seeds)} sequences of rsynced redactions in {time.monotonic() - start:.0f} s")
+        _run_many(tmp_path, [seed], cli=False, sync=copy_like_rsync, world=world)
+    print(f"{len(seeds)} sequences of {label} in {time.monotonic() - start:.0f} s")
+
+
+@pytest.mark.skipif(not SLOW, reason="long run: CTAPE_SLOW=1")
+def test_many_sequences_of_rsynced_redactions(tmp_path):
+    _long_run_of(tmp_path, RsyncedRedactionWorld, "rsynced redactions")
 
 
 @pytest.mark.skipif(not SLOW, reason="long run: CTAPE_SLOW=1")
 def test_many_sequences_of_cleaned_remotes(tmp_path):
-    seeds = long_seeds()
-    start = time.monotonic()
-    for seed in seeds:
-        _run_many(tmp_path, [seed], cli=False, sync=copy_like_rsync, world=CleanedRemoteWorld)
-    print(f"{len(seeds)} sequences of cleaned remotes in {time.monotonic() - start:.0f} s")
+    _long_run_of(tmp_path, CleanedRemoteWorld, "cleaned remotes")
 
 
 @pytest.mark.skipif(not SLOW, reason="long run: CTAPE_SLOW=1")
