@@ -62,7 +62,8 @@ def _redacted_bytes_left(tape, sessions: list[str]) -> list[str]:
     prefixes = tuple(f"sessions/{s}/" for s in sessions) + ("packs/",)
     left = []
     for h in tape.redactions():
-        if not _held_in(store, h, prefixes):
+        loc = store.index.find_object(h)  # one file per object: check_secrets also reads the files
+        if loc is None or not (store.index.path_of(loc[0]) or "").startswith(prefixes):
             continue  # gone (a value dropped whole), or in a file this push does not send
         try:
             type_, _ = store.get_object(h)
@@ -85,13 +86,6 @@ def _redactions_not_pulled(tape, state: State) -> list[str]:
     store = tape.store
     known = tape.redactions()
     return sorted(h for h in state["redacted"] if h not in known and store.has_object(h))
-
-
-def _held_in(store, h: str, prefixes: tuple[str, ...]) -> bool:
-    """Does the index place object h in a file under one of the folders? (It names one
-    file per object: check_secrets also reads the files themselves.)"""
-    loc = store.index.find_object(h)
-    return loc is not None and (store.index.path_of(loc[0]) or "").startswith(prefixes)
 
 
 def _bytes_left_error(left: list[str]) -> SecretsFound:
