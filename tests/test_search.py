@@ -265,6 +265,90 @@ def test_processes_indexing_at_once_agree(tape_dir):
     assert counts == {2500}
 
 
+
+def test_an_indexer_that_waited_for_the_lock_numbers_its_texts_after_the_others(tmp_path):
+    # Two processes index one search cache. B holds the write lock mid-update; A, which saw
+    # entries B did not, reads the cache and waits for the lock. A numbered its new texts from
+    # what it read before waiting: after B committed, A's first text took an id B had used
+    # ("UNIQUE constraint failed: texts.id", seen in CI with three `ctape search` at once).
+    import threading
+
+    d, cache = str(tmp_path / "t"), str(tmp_path / "cache")
+    a = Tape.init(d, cache_dir=cache)
+    for i in range(5):
+        a.session("s").append("user", {"content": f"tapir {i} seen first"})
+    b = Tape.open(d, cache_dir=cache)
+    b_inside, a_waits = threading.Event(), threading.Event()
+    real_scan = b.store.scan_file
+
+    def scan_then_pause(*args, **kw):
+        for n, rec in enumerate(real_scan(*args, **kw)):
+            yield rec
+            if n == 0:
+                b_inside.set()  # B's write transaction is open, its rows not yet committed
+                assert a_waits.wait(30)
+
+    class LockWatch:  # A's connection, telling the test when A goes for the write lock
+        def __init__(self, db):
+            self.db = db
+
+        def execute(self, sql, *args):
+            if sql == "BEGIN IMMEDIATE":
+                a_waits.set()
+            return self.db.execute(sql, *args)
+
+        def __getattr__(self, name):
+            return getattr(self.db, name)
+
+    b.store.scan_file = scan_then_pause
+    got = {}
+
+    def search(name, tape):
+        try:
+            got[name] = sorted(h.hash for h in tape.search("tapir", limit=None))
+        except Exception as e:  # noqa: BLE001 (the test reports it)
+            got[name] = e
+
+    tb = threading.Thread(target=search, args=("b", b))
+    tb.start()
+    assert b_inside.wait(30)
+    for i in range(5):  # entries A sees and B's update did not list
+        a.session("s").append("user", {"content": f"tapir {i} seen later"})
+    ix = a._search_index()
+    ix.db = LockWatch(ix.db)
+    ta = threading.Thread(target=search, args=("a", a))
+    ta.start()
+    ta.join(60)
+    tb.join(60)
+    want = sorted(e.hash for e in a.session("s").log(limit=None))
+    assert got["a"] == want, got["a"]
+    assert sorted(h.hash for h in b.search("tapir", limit=None)) == want
+    a.close()
+    b.close()
+
+
+def test_a_long_lived_searcher_names_the_right_session_after_another_process_rebuilt(tmp_path):
+    # `serve` keeps its search index open. Another process's redaction makes the next search
+    # there index the tape again from nothing, numbering the sessions anew. The long-lived
+    # index kept the old numbers and filed its next entries under another session's.
+    from ctape.ops.redact import redact_pattern
+
+    d, cache = str(tmp_path / "t"), str(tmp_path / "cache")
+    served = Tape.init(d, cache_dir=cache)
+    served.session("b").append("user", {"content": "quokka seen in b"})
+    assert [h.session for h in served.search("quokka")] == ["b"]  # b is session number 1
+    served.session("a").append("user", {"content": "quokka seen in a"})
+    served.session("a").append("user", {"content": "the password is hunter2"})
+    other = Tape.open(d, cache_dir=cache)
+    redact_pattern(other, "hunter2", ["a"])
+    assert {h.session for h in other.search("quokka")} == {"a", "b"}  # rebuilt: a is number 1 now
+    served.session("b").append("user", {"content": "quokka seen again in b"})
+    want = [("a", "quokka seen in a"), ("b", "quokka seen again in b"), ("b", "quokka seen in b")]
+    for t in (served, other):
+        assert sorted((h.session, h.snippet.replace("[", "").replace("]", "")) for h in t.search("quokka", limit=None)) == want
+    other.close()
+    served.close()
+
 # -- a search beside a compaction in another process ------------------------------------------
 # The first search indexes the files it lists. A compaction in another process (its own index
 # cache) moves the entries of those files into a pack: made after the search's listing, or

@@ -152,8 +152,7 @@ class SearchIndex:
     def rebuild(self) -> None:
         """Forget everything; the next update reads the whole tape again."""
         self._drop(self.db)
-        self._session_ids.clear()
-        self._session_names.clear()
+        self.forget_session_numbers()
         try:
             self.db.execute("VACUUM")
         except sqlite3.OperationalError:
@@ -244,6 +243,13 @@ class SearchIndex:
             raise
         return w.added, complete
 
+    def forget_session_numbers(self) -> None:
+        """Session numbers are kept between statements, but they are the cache's: another
+        process that indexes the tape again from nothing (its redactions changed) numbers
+        the sessions anew. Forgotten when a write transaction or a query begins."""
+        self._session_ids.clear()
+        self._session_names.clear()
+
     def session_id(self, name: Optional[str]) -> Optional[int]:
         if name is None:
             return None
@@ -291,6 +297,7 @@ class SearchIndex:
         graded and ranked: a query matching fewer texts than that is ranked exactly; a more
         common one gets the best of the newest matches first, then of older ones while more
         hits are wanted."""
+        self.forget_session_numbers()
         terms = parse_terms(query)
         words = [t.text for t in terms]
         matcher = Matcher(terms)
@@ -435,10 +442,16 @@ class _Writer:
         self.db = index.db
         self.added = 0
         self.pending = 0
-        self.texts_new: dict[int, int] = {}  # text key -> id, of this update
-        self.next_id = (self.db.execute("SELECT max(id) FROM texts").fetchone()[0] or 0) + 1
+        self.texts_new: dict[int, int] = {}  # text key -> id, of this write transaction
         self.cctx = zstd().ZstdCompressor(level=3)
+        self._begin()
+
+    def _begin(self) -> None:
+        """A write transaction; what earlier ones learnt of the cache's numbering is
+        forgotten, since another process may have indexed the tape again meanwhile."""
         self.db.execute("BEGIN IMMEDIATE")
+        self.ix.forget_session_numbers()
+        self.texts_new.clear()
 
     def _text_id(self, key: int) -> Optional[int]:
         tid = self.texts_new.get(key)
@@ -484,10 +497,11 @@ class _Writer:
                 # a large value that has not arrived (rsync under way): index it later
                 self.db.execute("INSERT OR IGNORE INTO retry VALUES(?,?)", (h, home))
                 return False
-            tid, self.next_id = self.next_id, self.next_id + 1
-            self.db.execute("INSERT INTO fts(rowid, body) VALUES(?,?)", (tid, text))
             head = text.encode("utf-8")[:HEAD_BYTES].decode("utf-8", "ignore").encode("utf-8")
-            self.db.execute("INSERT INTO texts VALUES(?,?,?)", (tid, tkey, self.cctx.compress(head)))
+            # numbered by SQLite inside the write transaction (the last id + 1): a number this
+            # process chose from an earlier read could be one another indexer took meanwhile
+            tid = self.db.execute("INSERT INTO texts(key, head) VALUES(?,?)", (tkey, self.cctx.compress(head))).lastrowid
+            self.db.execute("INSERT INTO fts(rowid, body) VALUES(?,?)", (tid, text))
             self.texts_new[tkey] = tid
         hidden = 1 if isinstance(meta, dict) and meta.get(HIDDEN) else 0
         self.db.execute(
@@ -498,10 +512,8 @@ class _Writer:
         self.pending += 1
         if self.pending >= BATCH:
             self.db.execute("COMMIT")
-            self.db.execute("BEGIN IMMEDIATE")
+            self._begin()
             self.pending = 0
-            # another process may have indexed texts while the lock was free
-            self.next_id = max(self.next_id, (self.db.execute("SELECT max(id) FROM texts").fetchone()[0] or 0) + 1)
         return True
 
     def retry(self, h: str, home: Optional[str]) -> None:
