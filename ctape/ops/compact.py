@@ -436,7 +436,7 @@ def _scrub_caches(tape) -> None:
     tape.store.index.scrub()
     si = SearchIndex(tape)
     try:
-        si._redactions_changed()
+        si.scrub()
     finally:
         si.close()
     from .scan import forget_redacted

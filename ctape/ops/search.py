@@ -41,7 +41,7 @@ from blake3 import blake3
 
 from ..history import derived
 from ..store import framing
-from ..model.errors import CorruptObject, CtapeError, EntryNotFound, InvalidInput, UnsafePath
+from ..model.errors import ConflictError, CorruptObject, CtapeError, EntryNotFound, InvalidInput, UnsafePath
 from ..model import redaction
 from ..store.files import CODEC_RAW, TYPE_ENTRY, zstd
 from ..store.store import REBUILD_TRIES, TYPE_WITHHELD
@@ -133,6 +133,7 @@ class SearchIndex:
             self.db = self._connect(self.path)
         self._session_ids: dict[str, int] = {}
         self._session_names: dict[int, str] = {}
+        self._built: Optional[tuple[str, str]] = None  # the cache's state when the last update pass completed
 
     @staticmethod
     def _connect(path: str) -> sqlite3.Connection:
@@ -142,16 +143,31 @@ class SearchIndex:
         return db
 
     @staticmethod
-    def _drop(db: sqlite3.Connection) -> None:
+    def _drop(db: sqlite3.Connection, redactions: str = "") -> None:
+        """Empty tables, a new generation, and the fingerprint of the redactions the next
+        rows will be written with, in one transaction."""
         drops = "".join(f"DROP TABLE IF EXISTS {t};" for t in ("fts", "entries", "texts", "files", "sessions", "retry", "meta"))
-        db.executescript(f"BEGIN IMMEDIATE;{drops}{SCHEMA}INSERT OR REPLACE INTO meta VALUES('schema', '{SCHEMA_VERSION}');COMMIT;")
+        db.executescript(f"BEGIN IMMEDIATE;{drops}{SCHEMA}INSERT OR REPLACE INTO meta VALUES('schema', '{SCHEMA_VERSION}');"
+                         f"INSERT INTO meta VALUES('generation', '{os.urandom(8).hex()}');"
+                         f"INSERT INTO meta VALUES('redactions', '{redactions}');COMMIT;")
+
+    def _state(self) -> tuple[str, str]:
+        """(generation, redactions fingerprint) of the cache's rows. Another process that
+        indexes the tape again from nothing starts a new generation: what this one read
+        of the cache before that (how far each file was read, the rows' numbers) is void."""
+        rows = dict(self.db.execute("SELECT key, value FROM meta WHERE key IN ('generation', 'redactions')"))
+        return rows.get("generation", ""), rows.get("redactions", "")
+
+    def _fingerprint(self) -> str:
+        red = self.tape.redactions()
+        return blake3(json.dumps(sorted((o, sorted(p)) for o, p in red.items())).encode()).hexdigest() if red else ""
 
     def close(self) -> None:
         self.db.close()
 
-    def rebuild(self) -> None:
+    def rebuild(self, redactions: str = "") -> None:
         """Forget everything; the next update reads the whole tape again."""
-        self._drop(self.db)
+        self._drop(self.db, redactions)
         self.forget_session_numbers()
         try:
             self.db.execute("VACUUM")
@@ -160,20 +176,21 @@ class SearchIndex:
 
     # -- keeping it fresh -------------------------------------------------------------------
 
-    def _redactions_changed(self) -> bool:
-        """When the tape's redactions are not those this cache was built with, forget it
-        all (tables dropped, file vacuumed: no page keeps the text) and note the new ones."""
-        red = self.tape.redactions()
-        fp = blake3(json.dumps(sorted((o, sorted(p)) for o, p in red.items())).encode()).hexdigest() if red else ""
-        row = self.db.execute("SELECT value FROM meta WHERE key='redactions'").fetchone()
-        if (row[0] if row else "") == fp:
+    def scrub(self) -> None:
+        """Empty the cache when it was built with other redactions (compact's caches)."""
+        self._redactions_changed(self._fingerprint(), self._state())
+
+    def _redactions_changed(self, fp: str, state: tuple[str, str]) -> bool:
+        """When the tape's redactions (fingerprint `fp`) are not those this cache was built
+        with, forget it all (tables dropped, file vacuumed: no page keeps the text) and
+        note the new ones."""
+        if state[1] == fp:
             return False
-        self.rebuild()
+        self.rebuild(fp)
         try:
             self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         except sqlite3.OperationalError:
             pass
-        self.db.execute("INSERT OR REPLACE INTO meta VALUES('redactions', ?)", (fp,))
         return True
 
     def update(self, progress: Optional[Callable[[str], None]] = None) -> int:
@@ -193,9 +210,17 @@ class SearchIndex:
         return added
 
     def _update_pass(self, progress: Optional[Callable[[str], None]]) -> tuple[int, bool]:
-        """One pass of update: (entries added, whether no file went or came under it)."""
+        """One pass of update: (entries added, whether it is complete: no file went or
+        came under it, and no other process indexed the tape again from nothing)."""
         store = self.store
         store.refresh()
+        self._built = None
+        state = self._state()  # before anything else is read of the cache (see _Writer)
+        fp = self._fingerprint()
+        if self._redactions_changed(fp, state):  # indexed again from nothing: the redacted text is dropped
+            state = self._state()
+            if state[1] != fp:
+                return 0, False  # another process's view of the redactions took the cache meanwhile
         rows = store.index.file_rows()
         present = store.list_files(None)
         complete = rows.keys() >= present.keys()  # else a file was made after the refresh
@@ -212,12 +237,14 @@ class SearchIndex:
                 start = 0
             if indexed > start:
                 todo.append((path, start, indexed))
-        if self._redactions_changed():
-            return self._update_pass(progress)  # indexed again from nothing: the redacted text is dropped
         retry = self.db.execute("SELECT hash, session FROM retry").fetchall()
         if not todo and not gone and not retry:
+            self._built = state
             return 0, complete
-        w = _Writer(self)
+        try:
+            w = _Writer(self, state[0])
+        except _Dropped:
+            return 0, False
         try:
             for path, session in [(h, s) for h, s in retry]:
                 w.retry(path, session)
@@ -238,9 +265,13 @@ class SearchIndex:
             for path in gone:
                 w.forget_file(path)
             w.commit()
+        except _Dropped:
+            w.rollback()
+            return w.added, False
         except BaseException:
             w.rollback()
             raise
+        self._built = state
         return w.added, complete
 
     def forget_session_numbers(self) -> None:
@@ -273,6 +304,21 @@ class SearchIndex:
         return name
 
     # -- asking -------------------------------------------------------------------------------------
+
+    def answer(self, query: str, session: Optional[str], kinds: list, since: Optional[str], until: Optional[str],
+               limit: Optional[int], hidden: bool, progress: Optional[Callable[[str], None]] = None) -> list["Hit"]:
+        """Bring the cache up to date, then ask it, in one read of the generation the
+        update completed in: rows another process wrote with other redactions (its search
+        began before a redaction this one knows) or an emptied cache are never answered from."""
+        for _ in range(REBUILD_TRIES):
+            self.update(progress)
+            self.db.execute("BEGIN")
+            try:
+                if self._built is not None and self._state() == self._built:
+                    return list(self.query(query, session, kinds, since, until, limit, hidden))
+            finally:
+                self.db.execute("COMMIT")
+        raise ConflictError("other processes are indexing the tape for search again (their redactions differ); search again")
 
     def query(
         self,
@@ -434,12 +480,19 @@ class SearchIndex:
         return {"entries": entries, "texts": texts, "bytes": size, "path": self.path}
 
 
-class _Writer:
-    """Rows of one update, written in transactions of BATCH entries."""
+class _Dropped(Exception):
+    """Another process emptied the cache since this pass read it: the pass starts again."""
 
-    def __init__(self, index: SearchIndex):
+
+class _Writer:
+    """Rows of one update pass, written in transactions of BATCH entries, each begun only
+    while the cache is of the generation the pass read: rows computed from what an
+    emptied cache held (how far a file was read, a text's number) are never written."""
+
+    def __init__(self, index: SearchIndex, generation: str):
         self.ix = index
         self.db = index.db
+        self.generation = generation
         self.added = 0
         self.pending = 0
         self.texts_new: dict[int, int] = {}  # text key -> id, of this write transaction
@@ -450,6 +503,9 @@ class _Writer:
         """A write transaction; what earlier ones learnt of the cache's numbering is
         forgotten, since another process may have indexed the tape again meanwhile."""
         self.db.execute("BEGIN IMMEDIATE")
+        if self.ix._state()[0] != self.generation:
+            self.rollback()
+            raise _Dropped()
         self.ix.forget_session_numbers()
         self.texts_new.clear()
 
@@ -589,6 +645,4 @@ def search(tape, query: str, session: Optional[str] = None, kinds: Iterable[str]
         kind_value(k)
     if limit is not None and limit < 0:
         raise InvalidInput("-n must be 0 or more")
-    ix = tape._search_index()
-    ix.update(progress)
-    return list(ix.query(query, session, kinds, since, until, limit, hidden))
+    return tape._search_index().answer(query, session, kinds, since, until, limit, hidden, progress)
