@@ -349,6 +349,21 @@ def test_a_long_lived_searcher_names_the_right_session_after_another_process_reb
     other.close()
     served.close()
 
+
+def test_a_search_that_other_processes_keep_emptying_says_search_again(tape):
+    # Every pass finds the cache emptied under it by another process (a new generation each
+    # time it looks): four tries, then a one-line error rather than an answer from rows of
+    # an emptied cache or of superseded redactions.
+    from ctape.errors import ConflictError
+
+    tape.session("s").append("user", {"content": "a numbat"})
+    ix = tape._search_index()
+    ix._state = lambda: (os.urandom(8).hex(), "")
+    with pytest.raises(ConflictError, match="search again$"):
+        tape.search("numbat")
+    del ix._state
+    assert [h.snippet for h in tape.search("numbat")] == ["a numbat"]
+
 # -- a search beside a compaction in another process ------------------------------------------
 # The first search indexes the files it lists. A compaction in another process (its own index
 # cache) moves the entries of those files into a pack: made after the search's listing, or
