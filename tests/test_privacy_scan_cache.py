@@ -93,3 +93,85 @@ def test_compact_leaves_no_text_of_a_redacted_value_in_the_scan_cache(tmp_path):
     t.compact()
     assert b"hunter2xyz" not in _cache_bytes(tmp_path)
     t.close()
+
+
+# -- a scan beside another process ----------------------------------------------------------------
+# Two processes scan one tape (a push's check beside `ctape scan`): here two Tape objects, each
+# with its own connection to scan.sqlite, and the first scan paused just before it writes its
+# rows while the other process does its work. Before, a scan's rows were written whatever had
+# happened to the cache since it opened it.
+
+def _paused_scan(tmp_path, meanwhile):
+    """Scan in a thread, paused before its rows are written while `meanwhile()` runs."""
+    import threading
+
+    ready, go, out = threading.Event(), threading.Event(), {}
+    real = scanmod.ScanCache.flush
+
+    def flush(self):
+        if threading.current_thread().name == "paused" and self.pending and not ready.is_set():
+            ready.set()
+            assert go.wait(30)
+        return real(self)
+
+    def scan():
+        t = Tape.open(tmp_path / "t", cache_dir=str(tmp_path / "cache"))
+        out["found"] = scanmod.scan(t)["findings"]
+        t.close()
+
+    scanmod.ScanCache.flush = flush
+    try:
+        th = threading.Thread(target=scan, name="paused")
+        th.start()
+        assert ready.wait(30)
+        try:
+            meanwhile()
+        finally:
+            go.set()
+            th.join(30)
+    finally:
+        scanmod.ScanCache.flush = real
+    return out["found"]
+
+
+def test_a_scan_with_older_settings_does_not_fill_the_cache_of_newer_ones(tmp_path):
+    # A pattern added while a scan runs: a scan with it empties the cache and fills it; the
+    # older scan's rows (found without the pattern) then went in under the new label, and
+    # every later scan, and push's check, trusted them: the codename was never reported.
+    t, _ = _tape(tmp_path)
+    t.close()
+
+    def add_the_pattern_and_scan():
+        other = Tape.open(tmp_path / "t", cache_dir=str(tmp_path / "cache"))
+        scanmod.add_pattern(other, r"bluefalcon-\d+", "codename")
+        assert sorted(f.kind for f in scanmod.scan(other)["findings"]) == ["codename", "github-token"]
+        other.close()
+
+    old = _paused_scan(tmp_path, add_the_pattern_and_scan)
+    assert [f.kind for f in old] == ["github-token"]  # what the older settings find
+    later = Tape.open(tmp_path / "t", cache_dir=str(tmp_path / "cache"))
+    assert sorted(f.kind for f in scanmod.scan(later)["findings"]) == ["codename", "github-token"]
+    head = later.session("s").head.hash
+    assert "codename" in {f.kind for f in scanmod.scan_entries(later, [("s", head)])}  # push's check
+    later.close()
+
+
+def test_a_scan_that_began_before_a_redaction_does_not_write_its_text_back_after_compact(tmp_path):
+    from ctape.ops.redact import redact_pattern
+
+    t, secret = _tape(tmp_path)
+    t.session("s").append("tool_result", {"call_id": "d", "output": f"pw=hunter2xyz token={secret}"})
+    t.close()
+
+    def redact_and_compact():
+        other = Tape.open(tmp_path / "t", cache_dir=str(tmp_path / "cache"))
+        redact_pattern(other, "hunter2", ["s"])
+        other.compact()
+        assert b"hunter2xyz" not in _cache_bytes(tmp_path)
+        other.close()
+
+    _paused_scan(tmp_path, redact_and_compact)
+    assert b"hunter2xyz" not in _cache_bytes(tmp_path)  # the paused scan's preview stayed out
+    again = Tape.open(tmp_path / "t", cache_dir=str(tmp_path / "cache"))
+    assert "github-token" in {f.kind for f in scanmod.scan(again)["findings"]}  # the cache works on
+    again.close()

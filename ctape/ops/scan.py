@@ -1037,7 +1037,11 @@ def forget_redacted(tape: "Tape") -> None:
 
         db = connect_cache(path)
         try:
+            db.execute("BEGIN IMMEDIATE")
             db.executemany("DELETE FROM scanned WHERE hash=?", [(h,) for h in red])
+            # a scan under way read the tape before these redactions: its rows are void
+            db.execute("INSERT OR REPLACE INTO meta VALUES('scrubbed', ?)", (os.urandom(8).hex(),))
+            db.execute("COMMIT")
             db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             db.execute("VACUUM")
             db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -1056,18 +1060,36 @@ class ScanCache:
     (`scan.sqlite`, never synced). An entry never changes, so its findings change only
     with the detectors: the cache is emptied when their fingerprint (patterns, entropy
     limit, detect-secrets' version) differs. Redactions and allowed ids apply when read.
-    A lost cache costs one full scan."""
+    A lost cache costs one full scan.
+
+    Several processes scan at once (a push's check beside a `ctape scan`). A scan's rows
+    are written only while the cache is as the scan found it when it opened it: the same
+    detectors (another process with other settings emptied it and relabelled it since) and
+    no scrub since (`forget_redacted`, run by `compact`: the scan read the tape before
+    those redactions, and its previews may hold their text). Otherwise this scan's rows
+    are dropped, and it goes on without the cache."""
 
     def __init__(self, db, fingerprint: str):
         self.db = db
         self.pending: list[tuple] = []
-        row = db.execute("SELECT value FROM meta WHERE key='detectors'").fetchone()
-        if row is None or row[0] != fingerprint:
-            db.execute("DELETE FROM scanned")
-            db.execute("INSERT OR REPLACE INTO meta VALUES('detectors', ?)", (fingerprint,))
-        # empty at the start (a first scan): nothing to look up; what this run adds it
-        # does not ask for again (each entry is looked at once a run)
-        self.empty = db.execute("SELECT 1 FROM scanned LIMIT 1").fetchone() is None
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            if self._meta("detectors") != fingerprint:
+                db.execute("DELETE FROM scanned")
+                db.execute("INSERT OR REPLACE INTO meta VALUES('detectors', ?)", (fingerprint,))
+            self.state = (fingerprint, self._meta("scrubbed"))
+            # empty at the start (a first scan): nothing to look up; what this run adds it
+            # does not ask for again (each entry is looked at once a run)
+            self.empty = db.execute("SELECT 1 FROM scanned LIMIT 1").fetchone() is None
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        self.writing = True
+
+    def _meta(self, key: str) -> Optional[str]:
+        row = self.db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return row[0] if row else None
 
     @classmethod
     def open(cls, tape: "Tape", detectors: Detectors) -> Optional["ScanCache"]:
@@ -1104,15 +1126,20 @@ class ScanCache:
         return out
 
     def put(self, h: str, parent: Optional[str], found: list[tuple]) -> None:
+        if not self.writing:
+            return
         self.pending.append((h, parent, json.dumps(found)))
         if len(self.pending) >= 4096:
             self.flush()
 
     def flush(self) -> None:
         if self.pending:
-            self.db.execute("BEGIN")  # one transaction, not one per row
+            self.db.execute("BEGIN IMMEDIATE")  # one transaction, not one per row
             try:
-                self.db.executemany("INSERT OR REPLACE INTO scanned VALUES(?, ?, ?)", self.pending)
+                if (self._meta("detectors"), self._meta("scrubbed")) == self.state:
+                    self.db.executemany("INSERT OR REPLACE INTO scanned VALUES(?, ?, ?)", self.pending)
+                else:
+                    self.writing = False
                 self.db.execute("COMMIT")
             except BaseException:
                 self.db.execute("ROLLBACK")
