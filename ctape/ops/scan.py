@@ -40,7 +40,7 @@ from ..model import redaction
 from ..model.errors import CorruptObject, EntryNotFound, InvalidInput, StorageError
 from ..model.schema import decode_entry
 from ..store.files import CODEC_RAW, TYPE_ENTRY
-from ..store.localstate import cache_folder
+from ..store.localstate import cache_folder, editing
 
 if TYPE_CHECKING:
     from ..history.tape import Tape
@@ -635,21 +635,23 @@ def add_pattern(tape: "Tape", regex: str, kind: str = "pattern") -> dict:
     check_regex(regex)
     if not re.fullmatch(r"[a-z0-9][a-z0-9_-]{0,39}", kind):
         raise InvalidInput(f"bad kind {kind!r}: 1-40 of a-z, 0-9, _ and -")
-    data = load_settings(tape)
     item = {"kind": kind, "regex": regex}
-    if item not in data["patterns"]:
-        data["patterns"].append(item)
-        save_settings(tape, data)
+    with editing(cache_folder(tape.store), SETTINGS):
+        data = load_settings(tape)
+        if item not in data["patterns"]:
+            data["patterns"].append(item)
+            save_settings(tape, data)
     return item
 
 
 def allow(tape: "Tape", finding_id: str) -> None:
     if not re.fullmatch(r"[0-9a-f]{16}", finding_id or ""):
         raise InvalidInput(f"bad finding id {finding_id!r}: 16 hex digits, as `ctape scan` prints them")
-    data = load_settings(tape)
-    if finding_id not in data["allowed"]:
-        data["allowed"].append(finding_id)
-        save_settings(tape, data)
+    with editing(cache_folder(tape.store), SETTINGS):
+        data = load_settings(tape)
+        if finding_id not in data["allowed"]:
+            data["allowed"].append(finding_id)
+            save_settings(tape, data)
 
 
 # -- walking a session ----------------------------------------------------------------------------

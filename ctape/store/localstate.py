@@ -10,12 +10,14 @@ folders whose tape is gone, judged by that marker.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
 import secrets
 import shutil
-from typing import Optional
+from contextlib import contextmanager
+from typing import Iterator, Optional
 
 from ..model.errors import StorageError
 from .index import default_cache_root
@@ -46,6 +48,26 @@ def _write(path: str, text: str) -> None:
         except OSError:
             pass
         raise
+
+
+@contextmanager
+def editing(folder: Optional[str], name: str) -> Iterator[None]:
+    """Hold `<folder>/<name>.lock` (flock) while a settings file there is read, changed and
+    written whole: two commands editing it at once (`--add-pattern` beside `--allow`, two
+    `remote add`) each see the other's change instead of keeping only the last one. No
+    folder: nothing to lock (the write then says why it cannot be done)."""
+    if folder is None:
+        yield
+        return
+    try:
+        fd = os.open(os.path.join(folder, name + ".lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    except OSError as e:
+        raise StorageError(f"cannot write in {folder}: {e.strerror}; check the cache folder's permissions or set CTAPE_CACHE_DIR") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def mark(store) -> None:

@@ -18,7 +18,7 @@ from typing import Optional
 
 from ..model.errors import InvalidInput, StorageError
 from ..model.models import NAME_RE
-from ..store.localstate import _write, cache_folder
+from ..store.localstate import _write, cache_folder, editing
 from .backend import Backend, check_endpoint, open_backend, parse_url
 
 CONFIG = "remotes.json"
@@ -60,20 +60,22 @@ def add(store, name: str, url: str, endpoint: Optional[str] = None) -> dict:
     parse_url(url)
     if endpoint is not None:
         check_endpoint(endpoint)
-    found = remotes(store)
-    if name in found:
-        raise InvalidInput(f"remote {name!r} exists already; `ctape remote rm {name}` first")
-    found[name] = {"url": url, "endpoint": endpoint}
-    _save(store, CONFIG, found)
+    with editing(cache_folder(store), CONFIG):
+        found = remotes(store)
+        if name in found:
+            raise InvalidInput(f"remote {name!r} exists already; `ctape remote rm {name}` first")
+        found[name] = {"url": url, "endpoint": endpoint}
+        _save(store, CONFIG, found)
     return {"name": name, **found[name]}
 
 
 def remove(store, name: str) -> None:
-    found = remotes(store)
-    if name not in found:
-        raise InvalidInput(f"no remote {name!r}; `ctape remote list` shows them")
-    del found[name]
-    _save(store, CONFIG, found)
+    with editing(cache_folder(store), CONFIG):
+        found = remotes(store)
+        if name not in found:
+            raise InvalidInput(f"no remote {name!r}; `ctape remote list` shows them")
+        del found[name]
+        _save(store, CONFIG, found)
     try:
         os.unlink(os.path.join(_folder(store), f"remote-{name}.json"))
     except FileNotFoundError:
