@@ -45,7 +45,7 @@ from ..model.errors import ConflictError, CorruptObject, CtapeError, EntryNotFou
 from ..model import redaction
 from ..store.files import CODEC_RAW, TYPE_ENTRY, zstd
 from ..store.store import REBUILD_TRIES, TYPE_WITHHELD
-from ..store.index import cache_schema, connect_cache, hash_key
+from ..store.index import connect_cache, ensure_schema, hash_key
 from .searchtext import (  # noqa: F401 (parse_query, fts_expression: API)
     MATCH_NAMES,
     Matcher,
@@ -75,6 +75,7 @@ CREATE TABLE IF NOT EXISTS retry(hash TEXT PRIMARY KEY, session TEXT) WITHOUT RO
 CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(body, content='', tokenize='unicode61 remove_diacritics 2');
 """
 
+TABLES = ("fts", "entries", "texts", "files", "sessions", "retry", "meta")
 KINDS = [k.value for k in EntryKind]
 BATCH = 2000  # entries per write transaction while indexing
 HEAD_BYTES = 4096  # of each text kept (compressed) for snippets: a match further in reads the entry
@@ -138,18 +139,20 @@ class SearchIndex:
     @staticmethod
     def _connect(path: str) -> sqlite3.Connection:
         db = connect_cache(path)
-        if cache_schema(db) != SCHEMA_VERSION:
-            SearchIndex._drop(db)
+        ensure_schema(db, SCHEMA_VERSION, TABLES, SCHEMA, SearchIndex._new_generation(""))
         return db
+
+    @staticmethod
+    def _new_generation(redactions: str) -> str:
+        return f"INSERT INTO meta VALUES('generation', '{os.urandom(8).hex()}');INSERT INTO meta VALUES('redactions', '{redactions}')"
 
     @staticmethod
     def _drop(db: sqlite3.Connection, redactions: str = "") -> None:
         """Empty tables, a new generation, and the fingerprint of the redactions the next
         rows will be written with, in one transaction."""
-        drops = "".join(f"DROP TABLE IF EXISTS {t};" for t in ("fts", "entries", "texts", "files", "sessions", "retry", "meta"))
+        drops = "".join(f"DROP TABLE IF EXISTS {t};" for t in TABLES)
         db.executescript(f"BEGIN IMMEDIATE;{drops}{SCHEMA}INSERT OR REPLACE INTO meta VALUES('schema', '{SCHEMA_VERSION}');"
-                         f"INSERT INTO meta VALUES('generation', '{os.urandom(8).hex()}');"
-                         f"INSERT INTO meta VALUES('redactions', '{redactions}');COMMIT;")
+                         f"{SearchIndex._new_generation(redactions)};COMMIT;")
 
     def _state(self) -> tuple[str, str]:
         """(generation, redactions fingerprint) of the cache's rows. Another process that

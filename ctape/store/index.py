@@ -111,6 +111,30 @@ def cache_schema(db: sqlite3.Connection) -> Optional[int]:
         return None
 
 
+def ensure_schema(db: sqlite3.Connection, version: int, tables: tuple[str, ...], schema: str, also: str = "") -> bool:
+    """Drop `tables` and create `schema` (then run `also`) when the cache is not of
+    `version`; True when it did. The version is read again inside the write transaction:
+    two processes opening a new or older cache at once make it once, where the second
+    used to drop what the first had begun to fill (file ids it had handed out then named
+    other files, and a session was judged to have lost acknowledged records)."""
+    if cache_schema(db) == version:
+        return False
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        made = cache_schema(db) != version
+        if made:
+            for stmt in [f"DROP TABLE IF EXISTS {t}" for t in tables] + schema.split(";") + also.split(";"):
+                if stmt.strip():
+                    db.execute(stmt)
+            db.execute("INSERT OR REPLACE INTO meta VALUES('schema', ?)", (str(version),))
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        raise
+    return made
+
+
 def hash_key(h: str) -> int:
     """The signed 64-bit integer of a hash's first 16 hex digits (SQLite's integer key)."""
     v = int(h[:16], 16)
@@ -190,14 +214,8 @@ class Index:
     @staticmethod
     def _connect(path: str) -> sqlite3.Connection:
         db = connect_cache(path)
-        if cache_schema(db) != SCHEMA_VERSION:
-            drops = "".join(
-                f"DROP TABLE IF EXISTS {t};"
-                for t in ("meta", "files", "objects", "records", "claims", "partials", "closed", "keyframes", "writers", "lost", "views", "repeated")
-            )
-            db.executescript(
-                f"BEGIN IMMEDIATE;{drops}{SCHEMA}INSERT OR REPLACE INTO meta VALUES('schema', '{SCHEMA_VERSION}');COMMIT;"
-            )
+        tables = ("meta", "files", "objects", "records", "claims", "partials", "closed", "keyframes", "writers", "lost", "views", "repeated")
+        if ensure_schema(db, SCHEMA_VERSION, tables, SCHEMA):
             try:
                 db.execute("VACUUM")  # give back the dropped tables' pages (the tables are empty: cheap)
             except sqlite3.OperationalError:
