@@ -3,7 +3,7 @@ writers that append and redact, a compactor, and searchers that check each answe
 the log of what the writers had acknowledged (one JSON line per append or redaction,
 written after the call returned).
 
-    python search_workers.py writer DIR LOG N SEED
+    python search_workers.py writer DIR LOG N SEED REDACTIONS
     python search_workers.py compactor DIR STOP SEED
     python search_workers.py searcher DIR LOG STOP long|fresh
 
@@ -29,10 +29,13 @@ def _log(f, kind: str, session: str, h: str) -> None:
     f.flush()
 
 
-def writer(d: str, log: str, n: int, seed: int) -> None:
+def writer(d: str, log: str, n: int, seed: int, redactions: int) -> None:
+    """n appends, about `redactions` of them redacted soon after (each makes every
+    searcher index the whole tape again: a long run keeps them few)."""
     from ctape.ops.redact import redact
 
     rng = random.Random(seed)
+    chance = min(1.0, redactions / (0.15 * n))
     t = Tape.open(d)
     with open(log, "a") as f:
         for i in range(n):
@@ -40,7 +43,7 @@ def writer(d: str, log: str, n: int, seed: int) -> None:
             if rng.random() < 0.15:
                 e = t.session(s).append("user", {"content": f"okapi {seed} {i}"})
                 _log(f, "okapi", s, e.hash)
-                if rng.random() < 0.5:  # every searcher then indexes the tape again from nothing
+                if rng.random() < chance:  # every searcher then indexes the tape again from nothing
                     redact(t, s, [(e.hash, "$.payload.content", "manual")])
                     _log(f, "redacted", s, e.hash)
             else:
@@ -105,7 +108,7 @@ def searcher(d: str, log: str, stop: str, mode: str) -> int:
 if __name__ == "__main__":
     role, args = sys.argv[1], sys.argv[2:]
     if role == "writer":
-        writer(args[0], args[1], int(args[2]), int(args[3]))
+        writer(args[0], args[1], int(args[2]), int(args[3]), int(args[4]))
     elif role == "compactor":
         compactor(args[0], args[1], int(args[2]))
     else:

@@ -9,7 +9,7 @@ under a search's feet. CI found a second indexer reusing a text number another h
 (tests/test_search.py has the deterministic cases); this runs the sequences.
 
 The short run is part of the suite; `CTAPE_SLOW=1` runs a long one (CTAPE_SEARCH_APPENDS
-appends per writer, default 3,000)."""
+appends per writer, default 3,000, with about 40 redactions each)."""
 
 import os
 import subprocess
@@ -23,7 +23,7 @@ WORKERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "search_worke
 SLOW = os.environ.get("CTAPE_SLOW") == "1"
 
 
-def _run(tmp_path, appends: int, searchers: list[str], seed: int = 1) -> None:
+def _run(tmp_path, appends: int, searchers: list[str], seed: int = 1, redactions: int = 10) -> None:
     d, log, stop = str(tmp_path / "tape"), str(tmp_path / "acks.jsonl"), str(tmp_path / "stop")
     Tape.init(d).close()
     open(log, "w").close()
@@ -31,7 +31,7 @@ def _run(tmp_path, appends: int, searchers: list[str], seed: int = 1) -> None:
     looking = [subprocess.Popen(py + ["searcher", d, log, stop, mode], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
                for mode in searchers]
     compactor = subprocess.Popen(py + ["compactor", d, stop, str(seed)], stderr=subprocess.PIPE)
-    writers = [subprocess.Popen(py + ["writer", d, log, str(appends), str(seed * 10 + i)], stderr=subprocess.PIPE)
+    writers = [subprocess.Popen(py + ["writer", d, log, str(appends), str(seed * 10 + i), str(redactions)], stderr=subprocess.PIPE)
                for i in range(2)]
     try:
         for w in writers:
@@ -54,4 +54,4 @@ def test_searchers_beside_writers_redactions_and_compactions(tmp_path):
 
 @pytest.mark.skipif(not SLOW, reason="long run: CTAPE_SLOW=1")
 def test_searchers_beside_writers_redactions_and_compactions_long(tmp_path):
-    _run(tmp_path, appends=int(os.environ.get("CTAPE_SEARCH_APPENDS", "3000")), searchers=["long", "long", "fresh"], seed=7)
+    _run(tmp_path, appends=int(os.environ.get("CTAPE_SEARCH_APPENDS", "3000")), searchers=["long", "long", "fresh"], seed=7, redactions=40)
