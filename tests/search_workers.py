@@ -56,7 +56,7 @@ def compactor(d: str, stop: str, seed: int) -> None:
     t = Tape.open(d)
     while not os.path.exists(stop):
         t.compact(expire="now", grace="now")
-        time.sleep(rng.uniform(0.2, 0.8))
+        time.sleep(rng.uniform(0.3, 1.2))
     t.close()
 
 
@@ -66,18 +66,26 @@ def _read(log: str) -> list:
 
 
 def searcher(d: str, log: str, stop: str, mode: str) -> int:
+    from ctape.errors import ConflictError
+
     long_lived = Tape.open(d) if mode == "long" else None
     errors: list[str] = []
-    rounds = 0
+    rounds = conflicts = 0
     last = False
     while not last:
         last = os.path.exists(stop)  # one more round after the writers stopped
         before = _read(log)
         t = long_lived or Tape.open(d)
-        wombats = {h.hash: h.session for h in t.search("wombat", limit=None)}
-        okapis = {h.hash: h.session for h in t.search("okapi", limit=None)}
-        if t is not long_lived:
-            t.close()
+        try:
+            wombats = {h.hash: h.session for h in t.search("wombat", limit=None)}
+            okapis = {h.hash: h.session for h in t.search("okapi", limit=None)}
+        except ConflictError:  # "search again": other processes kept emptying the cache
+            conflicts += 1
+            last = False
+            continue
+        finally:
+            if t is not long_lived:
+                t.close()
         rounds += 1
         for kind, s, h in before:
             if kind == "wombat" and wombats.get(h) != s:
@@ -101,7 +109,7 @@ def searcher(d: str, log: str, stop: str, mode: str) -> int:
         long_lived.close()
     for e in errors[:20]:
         print(e, file=sys.stderr)
-    print(rounds)
+    print(rounds, conflicts)
     return 1 if errors else 0
 
 
