@@ -78,6 +78,7 @@ def searcher(d: str, log: str, stop: str, mode: str) -> int:
         t = long_lived or Tape.open(d)
         try:
             wombats = {h.hash: h.session for h in t.search("wombat", limit=None)}
+            complete = t._search_index().complete
             okapis = {h.hash: h.session for h in t.search("okapi", limit=None)}
         except ConflictError:  # "search again": other processes kept emptying the cache
             conflicts += 1
@@ -89,7 +90,8 @@ def searcher(d: str, log: str, stop: str, mode: str) -> int:
         rounds += 1
         for kind, s, h in before:
             if kind == "wombat" and wombats.get(h) != s:
-                errors.append(f"round {rounds}: {h[:12]} appended to {s} before the search began: got {wombats.get(h)}")
+                errors.append(f"round {rounds}: {h[:12]} appended to {s} before the search began: got {wombats.get(h)}"
+                              f"{'' if complete else ' (update incomplete)'}")
             if kind == "redacted" and h in okapis:
                 errors.append(f"round {rounds}: {h[:12]} redacted before the search began still matches its text")
         deadline = time.monotonic() + 10

@@ -372,6 +372,43 @@ def test_a_search_that_other_processes_keep_emptying_says_search_again(tape):
 # all along, until a later search). Deterministic: the compaction runs at the moment named.
 
 
+
+def test_a_rebuild_elsewhere_between_the_update_and_the_answer_drops_no_hit(tmp_path):
+    # Another process rebuilt the shared index cache from a listing made before a segment
+    # existed: the rows of that segment's objects went with the rebuild, until a refresh.
+    # The answer checks each hit against the index ("removed by a compaction since?"); a
+    # rebuild between the update and that check made those hits look removed. Seen in the
+    # long run of tests/test_search_concurrent.py (a compactor makes other processes rebuild).
+    from ctape.store.store import Store
+
+    d, cache = str(tmp_path / "t"), str(tmp_path / "cache")
+    searcher = Tape.init(d, cache_dir=cache)
+    searcher.session("s").append("user", {"content": "an aardwolf in s"})
+    w = Tape.open(d, cache_dir=cache)
+    newest = w.session("s2").append("user", {"content": "an aardwolf in s2"}).hash
+    w.close()
+    new_files = set(searcher.store.list_files("s2"))
+    rebuilder = Store(d, cache_dir=cache)
+    listed = rebuilder.list_files
+
+    def listed_before_s2(*args, **kw):
+        return {p: n for p, n in listed(*args, **kw).items() if p not in new_files}
+
+    rebuilder.list_files = listed_before_s2
+    ix = searcher._search_index()
+    real_update = ix.update
+
+    def update_then_rebuild_elsewhere(*args, **kw):
+        out = real_update(*args, **kw)
+        rebuilder._full_reindex()
+        return out
+
+    ix.update = update_then_rebuild_elsewhere
+    hits = searcher.search("aardwolf", limit=None)
+    assert sorted(h.session for h in hits) == ["s", "s2"] and newest in {h.hash for h in hits}
+    rebuilder.close()
+    searcher.close()
+
 @pytest.mark.parametrize("moment", ["after the listing", "after the refresh"])
 def test_a_compaction_elsewhere_during_a_search_misses_nothing(tmp_path, moment):
     d = str(tmp_path / "t")

@@ -135,6 +135,7 @@ class SearchIndex:
         self._session_ids: dict[str, int] = {}
         self._session_names: dict[int, str] = {}
         self._built: Optional[tuple[str, str]] = None  # the cache's state when the last update pass completed
+        self.complete = False  # whether the last update's last pass was complete (see update)
 
     @staticmethod
     def _connect(path: str) -> sqlite3.Connection:
@@ -203,13 +204,15 @@ class SearchIndex:
         A compaction in another process moves entries from the files a pass listed into a
         pack the pass did not list (made after its listing, or after the index's refresh):
         such a pass is incomplete, and another one follows (at most REBUILD_TRIES), so that
-        a search finds every entry the tape held when it began."""
+        a search finds every entry the tape held when it began (`complete` says whether
+        the last pass was)."""
         added = 0
         for _ in range(REBUILD_TRIES):
             n, complete = self._update_pass(progress)
             added += n
             if complete:
                 break
+        self.complete = complete
         return added
 
     def _update_pass(self, progress: Optional[Callable[[str], None]]) -> tuple[int, bool]:

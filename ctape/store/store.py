@@ -120,6 +120,7 @@ class Store:
         self._fd_lock = threading.Lock()  # a descriptor is closed only while no thread reads through it
         self._uses = 0  # counts writes: which writer was used longest ago (WRITERS_MAX)
         self._known: dict[str, tuple] = {}  # session -> ({file name: size}, the cache's rebuilds) as last seen
+        self._whole_at: Optional[int] = None  # the cache's rebuilds when this process last refreshed every file
         self.refs_cache = RefsCache()  # session -> (index version, its RefState): Session.refs
         self._writers: dict[str, "SegmentWriter"] = {}
         self.locked_writers: dict[str, "SegmentWriter"] = {}  # those of _writers holding their session's lock
@@ -333,6 +334,8 @@ class Store:
         return changed
 
     def _refresh(self, session: Optional[str]) -> bool:
+        if session is None:
+            whole_at = self.index.rebuilds()  # before the listing: a rebuild after it is news
         files = self.list_files(session)
         # the rows read last still hold while the files are as listed then, unless another
         # process rebuilt the cache since: its listing may predate a file, whose rows it removed
@@ -367,6 +370,8 @@ class Store:
         changed = self._index_grown(files, rows)
         if mark is not None:
             self._known[session] = mark
+        if session is None:
+            self._whole_at = whole_at
         return changed
 
     def _index_grown(self, files: dict[str, int], rows: dict[str, tuple]) -> bool:
@@ -923,7 +928,16 @@ class Store:
         return losses
 
     def has_object(self, h: str) -> bool:
-        return h in self.pending or self.index.find_object(h) is not None
+        """Does the tape hold object h? The index answers; when it says no after another
+        process rebuilt the cache (from a listing that may predate a file, whose rows that
+        rebuild removed: see _refresh), or before this process ever looked at every file,
+        it is brought up to date and asked again. A plain "not here" costs one query."""
+        if h in self.pending or self.index.find_object(h) is not None:
+            return True
+        if self._whole_at is None or self.index.rebuilds() != self._whole_at:
+            self.refresh()
+            return self.index.find_object(h) is not None
+        return False
 
     # -- writing ---------------------------------------------------------------------
 
