@@ -315,16 +315,21 @@ class SearchIndex:
                limit: Optional[int], hidden: bool, progress: Optional[Callable[[str], None]] = None) -> list["Hit"]:
         """Bring the cache up to date, then ask it, in one read of the generation the
         update completed in: rows another process wrote with other redactions (its search
-        began before a redaction this one knows) or an emptied cache are never answered from."""
+        began before a redaction this one knows) or an emptied cache are never answered from,
+        nor is an update that compactions elsewhere kept from completing. Either every entry
+        the tape held when the search began is found, or the search says to search again."""
         for _ in range(REBUILD_TRIES):
             self.update(progress)
+            if not self.complete:
+                continue
             self.db.execute("BEGIN")
             try:
                 if self._built is not None and self._state() == self._built:
                     return list(self.query(query, session, kinds, since, until, limit, hidden))
             finally:
                 self.db.execute("COMMIT")
-        raise ConflictError("other processes are indexing the tape for search again (their redactions differ); search again")
+        raise ConflictError("other processes kept changing the tape's files or its search cache under this search "
+                            "(compactions, redactions); search again")
 
     def query(
         self,
