@@ -43,10 +43,15 @@ def _first_paused_between_read_and_write(read_module, read_name, first, second):
         setattr(read_module, read_name, real)
 
 
-def test_two_privacy_edits_at_once_both_stay(tmp_path):
+def _two_processes(tmp_path):
+    """Two Tapes (as two processes would open it) on one tape and one cache folder."""
     d, cache = tmp_path / "t", str(tmp_path / "cache")
     Tape.init(d, cache_dir=cache).close()
-    ta, tb = Tape.open(d, cache_dir=cache), Tape.open(d, cache_dir=cache)
+    return Tape.open(d, cache_dir=cache), Tape.open(d, cache_dir=cache)
+
+
+def test_two_privacy_edits_at_once_both_stay(tmp_path):
+    ta, tb = _two_processes(tmp_path)
     _first_paused_between_read_and_write(
         scanmod, "load_settings",
         lambda: scanmod.allow(ta, "0123456789abcdef"),
@@ -54,19 +59,13 @@ def test_two_privacy_edits_at_once_both_stay(tmp_path):
     )
     got = scanmod.load_settings(ta)
     assert got == {"patterns": [{"kind": "codename", "regex": r"bluefalcon-\d+"}], "allowed": ["0123456789abcdef"]}
-    ta.close()
-    tb.close()
 
 
 def test_two_remotes_added_at_once_both_stay(tmp_path):
-    d, cache = tmp_path / "t", str(tmp_path / "cache")
-    Tape.init(d, cache_dir=cache).close()
-    ta, tb = Tape.open(d, cache_dir=cache), Tape.open(d, cache_dir=cache)
+    ta, tb = _two_processes(tmp_path)
     _first_paused_between_read_and_write(
         remote, "remotes",
         lambda: remote.add(ta.store, "one", f"file://{tmp_path}/r1"),
         lambda: remote.add(tb.store, "two", f"file://{tmp_path}/r2"),
     )
     assert sorted(remote.remotes(ta.store)) == ["one", "two"]
-    ta.close()
-    tb.close()
