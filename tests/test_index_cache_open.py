@@ -47,3 +47,33 @@ def test_a_second_process_that_saw_no_schema_does_not_drop_what_the_first_made(t
     later.close()
     first.close()
     second.close()
+
+
+def test_a_ctape_of_another_schema_version_keeps_its_own_cache_beside_a_running_one(tmp_path, monkeypatch):
+    # An upgrade while `watch` (or an agent's Tape) runs: the new ctape found the cache of
+    # another schema version and dropped its tables under the running process, whose file
+    # ids then named other files; the next append to another session was refused ("lost
+    # acknowledged records"). From schema 16 on each version has its own file.
+    d, cache = str(tmp_path / "t"), str(tmp_path / "cache")
+    Tape.init(d, cache_dir=cache).session("s2").append("user", {"content": "s2 hello"})
+    running = Tape.open(d, cache_dir=cache)
+    for i in range(30):
+        running.session("s1").append("user", {"content": f"s1 step {i} " + "x" * 200})
+    running.store.index.sync()
+
+    monkeypatch.setattr(ixmod, "SCHEMA_VERSION", ixmod.SCHEMA_VERSION + 1)  # the next ctape
+    newer = Tape(Store(d, cache_dir=cache))
+    newer.session("s2").refs()  # reads s2 first: its file ids differ from the running one's
+    newer.session("s1").refs()
+    assert newer.store.index.path != running.store.index.path
+    newer.close()
+    monkeypatch.undo()
+
+    running.session("s1").append("user", {"content": "one more " + "y" * 3000})
+    running.store.index.sync()
+    later = Tape(Store(d, cache_dir=cache))
+    later.session("s2").append("user", {"content": "more"})  # was refused
+    assert later.store.index.lost_rows() == []
+    assert len(list(later.session("s1").log(limit=None))) == 31
+    later.close()
+    running.close()

@@ -42,7 +42,7 @@ from typing import Optional
 
 from ..model.refs import HEAD, tip_at
 
-SCHEMA_VERSION = 15  # 15: redactions
+SCHEMA_VERSION = 15  # 15: redactions. A bump also names a new file (index_file): versions never share one
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
@@ -67,6 +67,16 @@ CREATE TABLE IF NOT EXISTS views(name TEXT NOT NULL, key INTEGER NOT NULL, hash 
 CREATE TABLE IF NOT EXISTS redactions(object TEXT NOT NULL, path TEXT NOT NULL, kind TEXT NOT NULL,
     PRIMARY KEY(object, path)) WITHOUT ROWID;
 """
+
+
+def index_file(version: Optional[int] = None) -> str:
+    """The index cache's file name in a tape's cache folder: one per schema version from
+    16 on. A ctape of another version then keeps its own cache beside this one instead of
+    dropping the tables under a process of this version that is running (`watch`, `serve`,
+    an agent's Tape: its file ids would name other files, and its next appends judged a
+    session to have lost acknowledged records). Versions up to 15 share `index.sqlite`."""
+    v = SCHEMA_VERSION if version is None else version
+    return "index.sqlite" if v <= 15 else f"index-{v}.sqlite"
 
 
 def connect_cache(path: str) -> sqlite3.Connection:

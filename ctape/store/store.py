@@ -55,7 +55,7 @@ from .files import (  # noqa: F401 - TYPE_*, CODEC_*, open_for_reading and zstd 
     storage_error,
     zstd,
 )
-from .index import Index, IndexBatch, IndexDegraded, default_cache_root, hash_key
+from .index import Index, IndexBatch, IndexDegraded, default_cache_root, hash_key, index_file
 from ..model.models import NAME_RE
 from ..model.schema import header_problem, object_record_problem, read_partial_record, read_ref_record
 from .segment import SegmentWriter
@@ -168,7 +168,7 @@ class Store:
         d = os.path.join(base, key)
         try:
             os.makedirs(d, mode=0o700, exist_ok=True)
-            path = os.path.join(d, "index.sqlite")
+            path = os.path.join(d, index_file())
             if os.path.exists(path) and not os.access(path, os.W_OK):
                 return None
             return path
