@@ -151,9 +151,7 @@ class SearchIndex:
     def _drop(db: sqlite3.Connection, redactions: str = "") -> None:
         """Empty tables, a new generation, and the fingerprint of the redactions the next
         rows will be written with, in one transaction."""
-        drops = "".join(f"DROP TABLE IF EXISTS {t};" for t in TABLES)
-        db.executescript(f"BEGIN IMMEDIATE;{drops}{SCHEMA}INSERT OR REPLACE INTO meta VALUES('schema', '{SCHEMA_VERSION}');"
-                         f"{SearchIndex._new_generation(redactions)};COMMIT;")
+        ensure_schema(db, SCHEMA_VERSION, TABLES, SCHEMA, SearchIndex._new_generation(redactions), always=True)
 
     def _state(self) -> tuple[str, str]:
         """(generation, redactions fingerprint) of the cache's rows. Another process that

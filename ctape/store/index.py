@@ -78,6 +78,8 @@ def index_file(version: Optional[int] = None) -> str:
     v = SCHEMA_VERSION if version is None else version
     return "index.sqlite" if v <= 15 else f"index-{v}.sqlite"
 
+TABLES = ("meta", "files", "objects", "records", "claims", "partials", "closed", "keyframes", "writers", "lost", "views", "repeated")
+
 
 def connect_cache(path: str) -> sqlite3.Connection:
     """A connection to one of the caches outside the tape (this index, search.py's): never
@@ -121,17 +123,19 @@ def cache_schema(db: sqlite3.Connection) -> Optional[int]:
         return None
 
 
-def ensure_schema(db: sqlite3.Connection, version: int, tables: tuple[str, ...], schema: str, also: str = "") -> bool:
-    """Drop `tables` and create `schema` (then run `also`) when the cache is not of
-    `version`; True when it did. The version is read again inside the write transaction:
-    two processes opening a new or older cache at once make it once, where the second
-    used to drop what the first had begun to fill (file ids it had handed out then named
-    other files, and a session was judged to have lost acknowledged records)."""
-    if cache_schema(db) == version:
+def ensure_schema(db: sqlite3.Connection, version: int, tables: tuple[str, ...], schema: str, also: str = "",
+                  always: bool = False) -> bool:
+    """Drop `tables` and create `schema` (then run `also`), in one transaction, when the
+    cache is not of `version` (or `always`: a cache emptied on purpose); True when it did.
+    The version is read again inside the write transaction: two processes opening a new
+    or older cache at once make it once, where the second used to drop what the first had
+    begun to fill (file ids it had handed out then named other files, and a session was
+    judged to have lost acknowledged records)."""
+    if not always and cache_schema(db) == version:
         return False
     db.execute("BEGIN IMMEDIATE")
     try:
-        made = cache_schema(db) != version
+        made = always or cache_schema(db) != version
         if made:
             for stmt in [f"DROP TABLE IF EXISTS {t}" for t in tables] + schema.split(";") + also.split(";"):
                 if stmt.strip():
@@ -224,8 +228,7 @@ class Index:
     @staticmethod
     def _connect(path: str) -> sqlite3.Connection:
         db = connect_cache(path)
-        tables = ("meta", "files", "objects", "records", "claims", "partials", "closed", "keyframes", "writers", "lost", "views", "repeated")
-        if ensure_schema(db, SCHEMA_VERSION, tables, SCHEMA):
+        if ensure_schema(db, SCHEMA_VERSION, TABLES, SCHEMA):
             try:
                 db.execute("VACUUM")  # give back the dropped tables' pages (the tables are empty: cheap)
             except sqlite3.OperationalError:
