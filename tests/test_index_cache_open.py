@@ -77,3 +77,30 @@ def test_a_ctape_of_another_schema_version_keeps_its_own_cache_beside_a_running_
     assert len(list(later.session("s1").log(limit=None))) == 31
     later.close()
     running.close()
+
+
+def test_a_search_cache_of_another_schema_version_is_kept_beside_a_running_ones(tmp_path, monkeypatch):
+    # The same for the search cache: a ctape of the next version emptied `search.sqlite`
+    # under a running `serve`, which then indexed the whole tape again at its next search
+    # (a new generation). From search schema 5 on each version has its own file.
+    from ctape.ops import search as searchmod
+
+    d, cache = str(tmp_path / "t"), str(tmp_path / "cache")
+    running = Tape.init(d, cache_dir=cache)
+    for i in range(20):
+        running.session("s1").append("user", {"content": f"step {i} walrus"})
+    assert len(running.search("walrus", limit=None)) == 20
+    before = running._search._state()
+
+    monkeypatch.setattr(searchmod, "SCHEMA_VERSION", searchmod.SCHEMA_VERSION + 1)  # the next ctape
+    newer = Tape.open(d, cache_dir=cache)
+    assert len(newer.search("walrus", limit=None)) == 20
+    newer_path = newer._search.path
+    newer.close()
+    monkeypatch.undo()
+
+    assert running._search._state() == before  # its rows, its generation: nothing to do again
+    running.session("s1").append("user", {"content": "one more walrus"})
+    assert len(running.search("walrus", limit=None)) == 21
+    assert newer_path != running._search.path
+    running.close()

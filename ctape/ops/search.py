@@ -1,6 +1,6 @@
 """Full-text search over every entry's payload, in a rebuildable SQLite FTS5 cache.
 
-The search index is its own SQLite file beside the index cache (search.sqlite), never
+The search index is its own SQLite file beside the index cache (search_file()), never
 inside the tape: deleting it costs a rebuild, never data. It is brought up to date
 before each query, lazily, the way the index cache is: for every data file it keeps how
 far it has read it for search, and reads what the index cache has seen beyond that
@@ -61,7 +61,18 @@ from .searchtext import (  # noqa: F401 (parse_query, fts_expression: API)
 )
 from ..model.models import HIDDEN, EntryKind, format_time, kind_value
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 4  # a bump also names a new file (search_file): versions never share one
+
+
+def search_file(version: Optional[int] = None) -> str:
+    """The search cache's file name beside the index cache: one per schema version from 5
+    on, as the index's (store/index.py, index_file). A ctape of another version keeps its
+    own cache instead of emptying this one under a running `serve` or agent's Tape, which
+    would then index the whole tape again at its next search. Versions up to 4 share
+    `search.sqlite`."""
+    v = SCHEMA_VERSION if version is None else version
+    return "search.sqlite" if v <= 4 else f"search-{v}.sqlite"
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS files(path TEXT PRIMARY KEY, done INTEGER NOT NULL) WITHOUT ROWID;
@@ -123,7 +134,7 @@ class SearchIndex:
         self.tape = tape
         self.store = tape.store
         idx_path = self.store.index.path
-        path = os.path.join(os.path.dirname(idx_path), "search.sqlite") if idx_path != ":memory:" else ":memory:"
+        path = os.path.join(os.path.dirname(idx_path), search_file()) if idx_path != ":memory:" else ":memory:"
         if path != ":memory:" and not os.access(path if os.path.exists(path) else os.path.dirname(path), os.W_OK):
             path = ":memory:"  # no writable cache: searched from memory, indexed again per process
         self.path = path

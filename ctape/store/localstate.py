@@ -17,7 +17,7 @@ import re
 import secrets
 import shutil
 from contextlib import contextmanager
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 from ..model.errors import StorageError
 from .index import default_cache_root
@@ -51,11 +51,12 @@ def _write(path: str, text: str) -> None:
 
 
 @contextmanager
-def editing(folder: Optional[str], name: str) -> Iterator[None]:
+def editing(folder: Optional[str], name: str, busy: Optional[Callable[[], None]] = None) -> Iterator[None]:
     """Hold `<folder>/<name>.lock` (flock) while a settings file there is read, changed and
     written whole: two commands editing it at once (`--add-pattern` beside `--allow`, two
     `remote add`) each see the other's change instead of keeping only the last one. No
-    folder: nothing to lock (the write then says why it cannot be done)."""
+    folder: nothing to lock (the write then says why it cannot be done). `busy` is called
+    once, before waiting, when another holds the lock."""
     if folder is None:
         yield
         return
@@ -64,7 +65,14 @@ def editing(folder: Optional[str], name: str) -> Iterator[None]:
     except OSError as e:
         raise StorageError(f"cannot write in {folder}: {e.strerror}; check the cache folder's permissions or set CTAPE_CACHE_DIR") from None
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        if busy is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                busy()
+                fcntl.flock(fd, fcntl.LOCK_EX)
+        else:
+            fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
         os.close(fd)

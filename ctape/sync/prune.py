@@ -39,7 +39,7 @@ from . import layout
 from .backend import Backend
 from .pull import pull
 from .push import push, put_manifest
-from .remote import State
+from .remote import State, held
 
 
 def _local_files(store) -> dict[tuple[str, str], int]:
@@ -135,6 +135,16 @@ def compact_remote(tape, backend: Backend, name: str, expire="90d", grace="14d",
     after = _local_files(store)
     redacted = set(tape.redactions())  # their records go up with this push: a deletion names them
     pushed = push(tape, backend, name, allow_secrets=allow_secrets, warn=warn)
+    # this copy's turn on the remote's state (remote.held), for the deletions only: a `push
+    # --follow` beside this run waits while it deletes, not while it compacts
+    with held(store, name, warn):
+        out = _carry_out(store, backend, name, grace_s, before, after, redacted, warn)
+    return {"remote": name, "local": local, "pulled": pulled["bytes"], "pushed": pushed["bytes"], **out, "requests": backend.requests}
+
+
+def _carry_out(store, backend: Backend, name: str, grace_s: float, before: dict, after: dict, redacted: set, warn) -> dict:
+    """Steps 4 and 5 of docs/remotes.md, "Compacting a remote": the plans older than the
+    grace period carried out, and this run's plan written."""
     state = State.load(store, name, backend.url)
     state.setdefault("pruned", [])
     # replaced: files this run's compaction read whole (as much as the remote holds) and removed
@@ -215,8 +225,7 @@ def compact_remote(tape, backend: Backend, name: str, expire="90d", grace="14d",
     state.save(store)
     pending = [{"n": n, "files": len(plans[n]["files"]), "bytes": sum(f["end"] for f in plans[n]["files"]),
                 "due_in_seconds": max(0, round(plans[n]["time"] + grace_s - now))} for n in sorted(plans) if n not in done]
-    return {"remote": name, "local": local, "pulled": pulled["bytes"], "pushed": pushed["bytes"], "deleted": deleted,
-            "planned": len(fresh), "pending": pending, "deferred": deferred, "requests": backend.requests}
+    return {"deleted": deleted, "planned": len(fresh), "pending": pending, "deferred": deferred}
 
 
 def _changed_since(store, backend: Backend, state, warn) -> bool:

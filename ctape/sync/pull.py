@@ -35,7 +35,7 @@ from ..store.segment import _unnamed_file
 from ..store.store import FORMAT_FILE, FORMAT_NAME
 from . import layout
 from .backend import Backend, RemoteError
-from .remote import State
+from .remote import State, held
 
 _LOCK = "remote-pull.lock"
 WORKERS = 8  # downloads at once
@@ -123,6 +123,12 @@ def _get_piece(backend: Backend, f: dict, warn) -> Optional[bytes]:
 
 def pull(tape, backend: Backend, name: str, sessions: Iterable[str] = (), warn: Callable[[str], None] = lambda s: None,
          progress: Optional[Callable[[int, int], None]] = None) -> dict:
+    with held(tape.store, name, warn):
+        return _pull(tape, backend, name, sessions, warn, progress)
+
+
+def _pull(tape, backend: Backend, name: str, sessions: Iterable[str], warn: Callable[[str], None],
+          progress: Optional[Callable[[int, int], None]]) -> dict:
     store = tape.store
     t0 = time.monotonic()
     wanted = set(sessions)

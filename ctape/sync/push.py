@@ -29,7 +29,7 @@ from ..store.files import open_for_reading, pread_all
 from ..store.store import REBUILD_TRIES
 from . import layout
 from .backend import Backend, RemoteError
-from .remote import State
+from .remote import State, held
 
 PIECE_MAX = 16 << 20  # bytes per piece: a failed upload costs at most this much again
 WORKERS = 8  # uploads at once
@@ -380,6 +380,12 @@ def put_manifest(store, backend: Backend, state: State, listed: list[dict], dele
 
 def push(tape, backend: Backend, name: str, sessions: Iterable[str] = (), allow_secrets: bool = False,
          warn: Callable[[str], None] = lambda s: None, progress: Optional[Callable[[int, int], None]] = None) -> dict:
+    with held(tape.store, name, warn):
+        return _push(tape, backend, name, sessions, allow_secrets, warn, progress)
+
+
+def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secrets: bool,
+          warn: Callable[[str], None], progress: Optional[Callable[[int, int], None]]) -> dict:
     store = tape.store
     t0 = time.monotonic()
     wanted = list(dict.fromkeys(sessions))

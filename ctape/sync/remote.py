@@ -8,13 +8,16 @@ never carries them and a copy never inherits another machine's remotes.
 
 The state is a cache: lost, it is learned again from the remote's manifests (one listing
 of m/ and a GET per manifest), and nothing is uploaded twice that the manifests list.
+A push, a pull or a remote compaction holds `remote-NAME.json.lock` from the state's load
+to its save (`held`), so the operations of one copy on one remote take turns.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from typing import Optional
+from contextlib import contextmanager
+from typing import Callable, Iterator, Optional
 
 from ..model.errors import InvalidInput, StorageError
 from ..model.models import NAME_RE
@@ -111,6 +114,19 @@ def _save(store, file: str, value: dict) -> None:
         _write(path, json.dumps(value, sort_keys=True) + "\n")
     except OSError as e:
         raise StorageError(f"cannot write {path}: {e.strerror}") from None
+
+
+@contextmanager
+def held(store, name: str, warn: Callable[[str], None] = lambda s: None) -> Iterator[None]:
+    """This copy's turn on remote NAME's state, from its load to its save: a push (each of
+    `push --follow`), a pull, and the deletions of `compact --remote`. Without it, a pull
+    that loaded the state before a `push --follow` pushed saved it back after: the next
+    push wrote its manifest under a number taken ("exists on the remote; writing the next
+    one") and sent again what the lost update forgot. Another process or thread of this
+    copy waits, and `warn` says so once. Not reentrant: hold it around one operation."""
+    busy = lambda: warn(f"waiting for another push, pull or compaction of {name} on this copy")  # noqa: E731
+    with editing(cache_folder(store), f"remote-{name}.json", busy=busy):
+        yield
 
 
 class State(dict):
