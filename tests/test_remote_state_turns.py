@@ -54,7 +54,7 @@ def _paused_after_load(first, second, caller=None):
         assert paused.wait(30)
         b = threading.Thread(target=lambda: second(warned.append), name="second")
         b.start()
-        time.sleep(0.5)  # without the lock the second is done by now
+        time.sleep(1.5)  # without the lock the second is done by now; with it, it said it waits (after 1 s)
         go.set()
         a.join(30)
         b.join(30)

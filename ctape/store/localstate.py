@@ -16,6 +16,7 @@ import os
 import re
 import secrets
 import shutil
+import time
 from contextlib import contextmanager
 from typing import Callable, Iterator, Optional
 
@@ -50,13 +51,31 @@ def _write(path: str, text: str) -> None:
         raise
 
 
+BUSY_AFTER = 1.0  # seconds of waiting for a settings lock before saying so
+
+
+def _wait_then_say(fd: int, busy: Callable[[], None]) -> None:
+    """flock `fd`; a short wait (another command's quick turn) goes unsaid."""
+    give_up = time.monotonic() + BUSY_AFTER
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= give_up:
+                break
+            time.sleep(0.02)
+    busy()
+    fcntl.flock(fd, fcntl.LOCK_EX)
+
+
 @contextmanager
 def editing(folder: Optional[str], name: str, busy: Optional[Callable[[], None]] = None) -> Iterator[None]:
     """Hold `<folder>/<name>.lock` (flock) while a settings file there is read, changed and
     written whole: two commands editing it at once (`--add-pattern` beside `--allow`, two
     `remote add`) each see the other's change instead of keeping only the last one. No
     folder: nothing to lock (the write then says why it cannot be done). `busy` is called
-    once, before waiting, when another holds the lock."""
+    once when another has held the lock for BUSY_AFTER seconds of this wait."""
     if folder is None:
         yield
         return
@@ -66,11 +85,7 @@ def editing(folder: Optional[str], name: str, busy: Optional[Callable[[], None]]
         raise StorageError(f"cannot write in {folder}: {e.strerror}; check the cache folder's permissions or set CTAPE_CACHE_DIR") from None
     try:
         if busy is not None:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                busy()
-                fcntl.flock(fd, fcntl.LOCK_EX)
+            _wait_then_say(fd, busy)
         else:
             fcntl.flock(fd, fcntl.LOCK_EX)
         yield
