@@ -37,7 +37,7 @@ from blake3 import blake3
 
 from ..store import framing, packing
 from ..model.canonical import canonical_json
-from ..model.errors import CorruptObject, InvalidInput, StorageError, UnsafePath
+from ..model.errors import ConflictError, CorruptObject, InvalidInput, StorageError, UnsafePath
 from ..model.models import format_time
 from ..model.refs import HEAD, Claim, RefState, conflict_name, saw, shown, standing_claims, tip_at
 from ..model import redaction
@@ -763,7 +763,7 @@ class _compaction_lock:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(self.fd)
-            raise StorageError("another `ctape compact` is running on this tape; wait for it to finish") from None
+            raise ConflictError("another `ctape compact` is running on this tape; wait for it to finish") from None
         return self
 
     def __exit__(self, *exc):

@@ -23,7 +23,7 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterable, Optional
 
-from ..model.errors import CtapeError, InvalidInput
+from ..model.errors import ConflictError, CtapeError, InvalidInput
 from ..store import framing
 from ..store.files import open_for_reading, pread_all
 from ..store.store import REBUILD_TRIES
@@ -523,7 +523,8 @@ def follow(tape, backend: Backend, name: str, sessions: Iterable[str] = (), allo
     """Push whenever a data file changed (looked at every `poll` seconds), until SIGINT or
     SIGTERM (or `stop()`): an acknowledged append is on the remote within about
     poll + one push. A push cut short by the signal is finished first; a failing push
-    (network, server) is reported and tried again."""
+    (network, server, or another process compacting this copy when the push had to
+    compact it first) is reported and tried again."""
     import signal
     import threading
 
@@ -555,7 +556,7 @@ def follow(tape, backend: Backend, name: str, sessions: Iterable[str] = (), allo
                 try:
                     on_push(push(tape, backend, name, wanted, allow_secrets, warn=warn))
                     last = snap
-                except RemoteError as e:
+                except (RemoteError, ConflictError) as e:  # the network, or a compaction of this copy under way
                     warn(f"{e}; trying again")
                     nap(1.0)
                 backend.requests = 0

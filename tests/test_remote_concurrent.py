@@ -1,0 +1,160 @@
+"""Several copies of one tape, each its own process, appending, forking, pushing, pulling
+and compacting the remote with no grace period, all at once; one copy also runs `push
+--follow` in a second process (one copy's operations take turns on its remote state).
+Afterwards, a round of push and pull on every copy: every acknowledged entry is reachable
+on every copy and in a fresh clone, every copy shows the same refs, and fsck is clean.
+
+No branch or session is deleted, so nothing acknowledged may go: a compaction of the
+remote that deletes too early must cost space, never an entry (docs/remotes.md,
+"Compacting a remote"). Against SeaweedFS. CI: 4 copies for 20 s; `CTAPE_SLOW=1`: 6
+copies for CTAPE_REMOTE_SECONDS (default 180)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+from conftest import run_cli
+from test_remote import SLOW, cli, fsck_clean, new_tape, reached_by_refs, refs_of, s3env, seaweed  # noqa: F401
+
+HOST = r"""
+import os, random, sys, time
+from ctape import Tape
+from ctape.sync import remote as remotes
+from ctape.sync.push import push
+from ctape.sync.pull import pull
+from ctape.sync.prune import compact_remote
+d, until, out, seed = sys.argv[1], float(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+rnd = random.Random(seed)
+t = Tape.open(d)
+i = 0
+def note(h):
+    with open(out, "a") as f:
+        f.write(h + "\n")
+while time.time() < until:
+    act = rnd.random()
+    name, be = remotes.connect(t.store, "origin")
+    if act < 0.55:
+        s = t.session(rnd.choice(["chat", "work", f"own{seed}"]))
+        note(s.append(rnd.choice(["user", "assistant"]), {"content": f"{seed} {i} " + os.urandom(rnd.randint(0, 1500)).hex()}).hash)
+        i += 1
+    elif act < 0.6:
+        # a fork: a branch from an older entry, with an entry of its own
+        s = t.session(rnd.choice(["chat", f"own{seed}"]))
+        log = list(s.log(limit=30))
+        if log:
+            b = f"f{seed}-{i}"
+            s.branch(b, rnd.choice(log).hash)
+            s.checkout(b)
+            note(s.append("user", {"content": f"fork {seed} {i}"}).hash)
+            s.checkout("main")
+            i += 1
+    elif act < 0.75:
+        push(t, be, name)
+    elif act < 0.9:
+        pull(t, be, name)
+    elif act < 0.96:
+        got = compact_remote(t, be, name, grace="now")
+        with open(out + ".deleted", "a") as f:
+            f.write(f"{got['deleted']['files']}\n")
+    else:
+        t.compact()
+t.close()
+"""
+
+
+def test_copies_compacting_the_remote_while_others_push_and_pull_lose_nothing(tmp_path, s3env):
+    bucket = s3env.bucket("ct-" + uuid.uuid4().hex[:12])
+    url = f"s3://{bucket}/shared"
+    a = new_tape(tmp_path / "h0")
+    cli(a, "remote", "add", "origin", url)
+    cli(a, "push")
+    hosts, secs = (6, float(os.environ.get("CTAPE_REMOTE_SECONDS", 180))) if SLOW else (4, 20)
+    dirs = [a] + [tmp_path / f"h{i}" for i in range(1, hosts)]
+    for d in dirs[1:]:
+        run_cli("clone", url, d, check=True)
+    until = time.time() + secs
+    follow = subprocess.Popen([sys.executable, "-m", "ctape", "--dir", str(a), "push", "--follow"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    procs = [subprocess.Popen([sys.executable, "-c", HOST, str(d), str(until), str(tmp_path / f"acked{i}"), str(i)], stderr=subprocess.PIPE)
+             for i, d in enumerate(dirs)]
+    for p in procs:
+        _, err = p.communicate(timeout=secs + 300)
+        assert p.returncode == 0, err.decode()[-3000:]
+    follow.send_signal(signal.SIGINT)
+    _, err = follow.communicate(timeout=120)
+    assert follow.returncode in (0, 130), err.decode()[-3000:]
+    assert "Traceback" not in err.decode(), err.decode()[-3000:]
+    acked = set()
+    for i in range(hosts):
+        if (tmp_path / f"acked{i}").exists():
+            acked |= set((tmp_path / f"acked{i}").read_text().split())
+    assert len(acked) > 20
+    deleted = sum(int(x) for i in range(hosts) if (tmp_path / f"acked{i}.deleted").exists()
+                  for x in (tmp_path / f"acked{i}.deleted").read_text().split())
+    assert deleted > 0  # the remote's compactions did delete files while the others ran
+    for _ in range(2):  # a compaction's push can make another copy's next push compact first
+        for d in dirs:
+            cli(d, "push")
+        for d in dirs:
+            cli(d, "pull")
+    run_cli("clone", url, tmp_path / "fresh", check=True)
+    first = refs_of(dirs[0])
+    for d in dirs + [tmp_path / "fresh"]:
+        fsck_clean(d)
+        missing = acked - reached_by_refs(d)
+        assert not missing, f"{d.name} lacks {len(missing)} acknowledged entries"
+        assert refs_of(d) == first, d.name
+
+
+def test_push_follow_waits_out_a_compaction_of_its_copy_it_needed(tmp_path):
+    """A push that must compact its copy first (the remote's compaction deleted files it
+    still holds) while another process compacts that copy: `push --follow` said "another
+    `ctape compact` is running" and exited 1, found by the test above. It now says so and
+    tries again."""
+    import fcntl
+    import threading
+
+    from ctape import Tape
+    from ctape.sync import remote
+    from ctape.sync.backend import open_backend
+    from ctape.sync.prune import compact_remote
+    from ctape.sync.push import follow
+
+    (tmp_path / "remote").mkdir()
+    url = f"file://{tmp_path}/remote"
+    a = Tape.open(new_tape(tmp_path / "a"))
+    remote.add(a.store, "origin", url)
+    for i in range(5):
+        a.session("chat").append("user", {"content": f"a {i}"})
+    from ctape.sync.pull import clone
+    from ctape.sync.push import push
+
+    push(a, open_backend(url), "origin")
+
+    clone(open_backend(url), url, None, str(tmp_path / "b"))
+    compact_remote(a, open_backend(url), "origin", grace="now")  # deletes the files b holds
+    b = Tape.open(tmp_path / "b")
+    b.session("chat").append("user", {"content": "b, after the remote's compaction"})
+
+    warned: list[str] = []
+    pushed: list[dict] = []
+    fd = os.open(str(tmp_path / "b"), os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # what a `ctape compact` of copy b holds while it runs
+    t = threading.Thread(target=follow, args=(b, open_backend(url), "origin"),
+                         kwargs={"warn": warned.append, "on_push": pushed.append, "poll": 0.05, "stop": lambda: bool(pushed)})
+    t.start()
+    deadline = time.time() + 30
+    while not any("another `ctape compact` is running" in w for w in warned) and time.time() < deadline:
+        time.sleep(0.05)
+    assert t.is_alive() and not pushed, warned
+    os.close(fd)  # that compaction is done
+    t.join(30)
+    assert not t.is_alive() and pushed, warned
+    assert any(w.endswith("trying again") for w in warned)
+    clone(open_backend(url), url, None, str(tmp_path / "c"))
+    c = Tape.open(tmp_path / "c")
+    assert [e.payload["content"] for e in c.session("chat").log(limit=2)] == ["b, after the remote's compaction", "a 4"]
