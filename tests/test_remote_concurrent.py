@@ -158,3 +158,140 @@ def test_push_follow_waits_out_a_compaction_of_its_copy_it_needed(tmp_path):
     clone(open_backend(url), url, None, str(tmp_path / "c"))
     c = Tape.open(tmp_path / "c")
     assert [e.payload["content"] for e in c.session("chat").log(limit=2)] == ["b, after the remote's compaction", "a 4"]
+
+
+REDACTING_HOST = r"""
+import os, random, sys, time
+from ctape import Tape
+from ctape.ops.redact import redact
+from ctape.sync import remote as remotes
+from ctape.sync.push import push, SecretsFound
+from ctape.sync.pull import pull
+from ctape.sync.prune import compact_remote
+d, until, out, seed = sys.argv[1], float(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+rnd = random.Random(seed)
+t = Tape.open(d)
+mine = []  # (entry, session, text) of this host's codenames not redacted yet
+i = 0
+def note(suffix, line):
+    with open(out + suffix, "a") as f:
+        f.write(line + "\n")
+def refused():
+    # what a user does when push refuses (docs/privacy.md): pull the redaction, compact
+    name, be = remotes.connect(t.store, "origin")
+    pull(t, be, name)
+    t.compact()
+while time.time() < until:
+    act = rnd.random()
+    name, be = remotes.connect(t.store, "origin")
+    try:
+        if act < 0.55:
+            s = rnd.choice(["chat", f"own{seed}"])
+            text = f"codename walrus{seed}x{i}x{rnd.randrange(10**9)}" if rnd.random() < 0.3 else f"{seed} {i} plain"
+            h = t.session(s).append("user", {"content": text}).hash
+            note("", h)
+            if text.startswith("codename"):
+                mine.append((h, s, text))
+            i += 1
+        elif act < 0.62 and mine:
+            h, s, text = mine.pop(rnd.randrange(len(mine)))
+            redact(t, s, [(h, "$.payload.content", "codename")])
+            note(".redacted", text)
+        elif act < 0.75:
+            push(t, be, name)
+        elif act < 0.9:
+            pull(t, be, name)
+        elif act < 0.96:
+            compact_remote(t, be, name, grace="now")
+        else:
+            t.compact()
+    except SecretsFound:
+        refused()
+for h, s, text in mine:
+    note(".kept", text)
+t.close()
+"""
+
+
+def _texts_held(texts: set[str], folder) -> set[str]:
+    """Which of the texts any file under the folder holds: raw, inside a zstd frame, or in
+    a record as ctape reads it (test_privacy_sync.holders, once for many texts)."""
+    from test_privacy_sync import _tape_records, _unzstd
+
+    found = set()
+    wanted = {t.encode(): t for t in texts}
+    bodies = []
+    for root, _, files in os.walk(folder):
+        for name in files:
+            with open(os.path.join(root, name), "rb") as f:
+                data = f.read()
+            bodies.append(data)
+            bodies.extend(_unzstd(data))
+    if os.path.exists(os.path.join(folder, "ctape.json")):
+        bodies.extend(body for _, body in _tape_records(folder))
+    for b, t in wanted.items():
+        if any(b in body for body in bodies):
+            found.add(t)
+    return found
+
+
+def test_copies_redacting_while_others_push_pull_and_compact_keep_no_redacted_text(tmp_path, s3env):
+    """Each copy writes texts (a codename no detector knows) and redacts some of its own at
+    random while the others push, pull and compact the remote; a push that the remote says
+    holds a redaction this copy has not pulled is refused, and the copy does what the
+    message says (pull, compact). Afterwards: every copy pulls and compacts, pushes, one
+    copy compacts the remote, every copy pulls and compacts again. No redacted text is left
+    in any copy, on the remote, or in a fresh clone; every text not redacted is still there;
+    nothing acknowledged is lost."""
+    from test_remote_compact import remote_as_tape, remote_keys
+
+    bucket = s3env.bucket("ct-" + uuid.uuid4().hex[:12])
+    url = f"s3://{bucket}/shared"
+    a = new_tape(tmp_path / "h0")
+    cli(a, "remote", "add", "origin", url)
+    cli(a, "push")
+    hosts, secs = (5, float(os.environ.get("CTAPE_REMOTE_SECONDS", 180))) if SLOW else (3, 20)
+    dirs = [a] + [tmp_path / f"h{i}" for i in range(1, hosts)]
+    for d in dirs[1:]:
+        run_cli("clone", url, d, check=True)
+    until = time.time() + secs
+    procs = [subprocess.Popen([sys.executable, "-c", REDACTING_HOST, str(d), str(until), str(tmp_path / f"acked{i}"), str(i)], stderr=subprocess.PIPE)
+             for i, d in enumerate(dirs)]
+    for p in procs:
+        _, err = p.communicate(timeout=secs + 300)
+        assert p.returncode == 0, err.decode()[-3000:]
+
+    def lines(suffix):
+        out = set()
+        for i in range(hosts):
+            f = tmp_path / f"acked{i}{suffix}"
+            if f.exists():
+                out |= set(f.read_text().splitlines())
+        return out
+
+    acked, redacted, kept = lines(""), lines(".redacted"), lines(".kept")
+    assert len(acked) > 20 and redacted and kept
+
+    def settle(d):
+        cli(d, "pull")
+        cli(d, "compact")
+
+    for d in dirs:
+        settle(d)
+    for d in dirs:
+        cli(d, "push")
+    cli(a, "compact", "--remote", "origin", "--grace", "now")
+    for d in dirs:
+        settle(d)
+    run_cli("clone", url, tmp_path / "fresh", check=True)
+    first = refs_of(dirs[0])
+    remote = remote_as_tape(remote_keys(url, s3env), a, tmp_path / "remote-as-tape")
+    for d in dirs + [tmp_path / "fresh", remote]:
+        held = _texts_held(redacted | kept, d)
+        assert not held & redacted, f"{d.name} holds {len(held & redacted)} redacted text(s), e.g. {sorted(held & redacted)[:2]}"
+        if d != remote:
+            assert kept <= held, f"{d.name} lacks {len(kept - held)} text(s) never redacted"
+            fsck_clean(d)
+            missing = acked - reached_by_refs(d)
+            assert not missing, f"{d.name} lacks {len(missing)} acknowledged entries"
+            assert refs_of(d) == first, d.name
