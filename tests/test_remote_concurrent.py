@@ -67,35 +67,54 @@ t.close()
 """
 
 
-def test_copies_compacting_the_remote_while_others_push_and_pull_lose_nothing(tmp_path, s3env):
+def _copies(tmp_path, s3env, hosts: int) -> tuple[str, list]:
+    """A tape pushed to a new bucket, and hosts - 1 clones of it: (url, copies)."""
     bucket = s3env.bucket("ct-" + uuid.uuid4().hex[:12])
     url = f"s3://{bucket}/shared"
     a = new_tape(tmp_path / "h0")
     cli(a, "remote", "add", "origin", url)
     cli(a, "push")
-    hosts, secs = (6, float(os.environ.get("CTAPE_REMOTE_SECONDS", 180))) if SLOW else (4, 20)
     dirs = [a] + [tmp_path / f"h{i}" for i in range(1, hosts)]
     for d in dirs[1:]:
         run_cli("clone", url, d, check=True)
+    return url, dirs
+
+
+def _run_hosts(script: str, dirs: list, tmp_path, secs: float) -> None:
+    """One process per copy running `script` for secs; each writes what it acknowledged to
+    tmp_path/acked<i> (and files beside it)."""
     until = time.time() + secs
-    follow = subprocess.Popen([sys.executable, "-m", "ctape", "--dir", str(a), "push", "--follow"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    procs = [subprocess.Popen([sys.executable, "-c", HOST, str(d), str(until), str(tmp_path / f"acked{i}"), str(i)], stderr=subprocess.PIPE)
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(d), str(until), str(tmp_path / f"acked{i}"), str(i)], stderr=subprocess.PIPE)
              for i, d in enumerate(dirs)]
     for p in procs:
         _, err = p.communicate(timeout=secs + 300)
         assert p.returncode == 0, err.decode()[-3000:]
+
+
+def _lines(tmp_path, hosts: int, suffix: str = "") -> list[str]:
+    """The lines the hosts wrote to acked<i><suffix>."""
+    out = []
+    for i in range(hosts):
+        f = tmp_path / f"acked{i}{suffix}"
+        if f.exists():
+            out += f.read_text().splitlines()
+    return out
+
+
+
+def test_copies_compacting_the_remote_while_others_push_and_pull_lose_nothing(tmp_path, s3env):
+    hosts, secs = (6, float(os.environ.get("CTAPE_REMOTE_SECONDS", 180))) if SLOW else (4, 20)
+    url, dirs = _copies(tmp_path, s3env, hosts)
+    a = dirs[0]
+    follow = subprocess.Popen([sys.executable, "-m", "ctape", "--dir", str(a), "push", "--follow"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _run_hosts(HOST, dirs, tmp_path, secs)
     follow.send_signal(signal.SIGINT)
     _, err = follow.communicate(timeout=120)
     assert follow.returncode in (0, 130), err.decode()[-3000:]
     assert "Traceback" not in err.decode(), err.decode()[-3000:]
-    acked = set()
-    for i in range(hosts):
-        if (tmp_path / f"acked{i}").exists():
-            acked |= set((tmp_path / f"acked{i}").read_text().split())
+    acked = set(_lines(tmp_path, hosts))
     assert len(acked) > 20
-    deleted = sum(int(x) for i in range(hosts) if (tmp_path / f"acked{i}.deleted").exists()
-                  for x in (tmp_path / f"acked{i}.deleted").read_text().split())
-    assert deleted > 0  # the remote's compactions did delete files while the others ran
+    assert sum(map(int, _lines(tmp_path, hosts, ".deleted"))) > 0  # the remote's compactions did delete files while the others ran
     for _ in range(2):  # a compaction's push can make another copy's next push compact first
         for d in dirs:
             cli(d, "push")
@@ -245,31 +264,11 @@ def test_copies_redacting_while_others_push_pull_and_compact_keep_no_redacted_te
     nothing acknowledged is lost."""
     from test_remote_compact import remote_as_tape, remote_keys
 
-    bucket = s3env.bucket("ct-" + uuid.uuid4().hex[:12])
-    url = f"s3://{bucket}/shared"
-    a = new_tape(tmp_path / "h0")
-    cli(a, "remote", "add", "origin", url)
-    cli(a, "push")
     hosts, secs = (5, float(os.environ.get("CTAPE_REMOTE_SECONDS", 180))) if SLOW else (3, 20)
-    dirs = [a] + [tmp_path / f"h{i}" for i in range(1, hosts)]
-    for d in dirs[1:]:
-        run_cli("clone", url, d, check=True)
-    until = time.time() + secs
-    procs = [subprocess.Popen([sys.executable, "-c", REDACTING_HOST, str(d), str(until), str(tmp_path / f"acked{i}"), str(i)], stderr=subprocess.PIPE)
-             for i, d in enumerate(dirs)]
-    for p in procs:
-        _, err = p.communicate(timeout=secs + 300)
-        assert p.returncode == 0, err.decode()[-3000:]
-
-    def lines(suffix):
-        out = set()
-        for i in range(hosts):
-            f = tmp_path / f"acked{i}{suffix}"
-            if f.exists():
-                out |= set(f.read_text().splitlines())
-        return out
-
-    acked, redacted, kept = lines(""), lines(".redacted"), lines(".kept")
+    url, dirs = _copies(tmp_path, s3env, hosts)
+    a = dirs[0]
+    _run_hosts(REDACTING_HOST, dirs, tmp_path, secs)
+    acked, redacted, kept = (set(_lines(tmp_path, hosts, x)) for x in ("", ".redacted", ".kept"))
     assert len(acked) > 20 and redacted and kept
 
     def settle(d):
