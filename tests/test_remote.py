@@ -258,6 +258,17 @@ t.close()
 """
 
 
+def run_hosts(script: str, dirs: list, tmp_path, secs: float) -> None:
+    """One process per copy running `script` for secs; each writes what it acknowledged to
+    tmp_path/acked<i> (and files beside it)."""
+    until = time.time() + secs
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(d), str(until), str(tmp_path / f"acked{i}"), str(i)], stderr=subprocess.PIPE)
+             for i, d in enumerate(dirs)]
+    for p in procs:
+        _, err = p.communicate(timeout=secs + 300)
+        assert p.returncode == 0, err.decode()[-3000:]
+
+
 def test_several_hosts_append_push_and_pull_at_once(tmp_path, s3env):
     bucket = s3env.bucket("ct-" + uuid.uuid4().hex[:12])
     url = f"s3://{bucket}"
@@ -268,12 +279,7 @@ def test_several_hosts_append_push_and_pull_at_once(tmp_path, s3env):
     dirs = [a] + [tmp_path / f"h{i}" for i in range(1, hosts)]
     for d in dirs[1:]:
         run_cli("clone", url, d, check=True)
-    until = time.time() + secs
-    procs = [subprocess.Popen([sys.executable, "-c", HOST, str(d), str(until), str(tmp_path / f"acked{i}"), str(i)], stderr=subprocess.PIPE)
-             for i, d in enumerate(dirs)]
-    for p in procs:
-        _, err = p.communicate(timeout=secs + 120)
-        assert p.returncode == 0, err.decode()[-2000:]
+    run_hosts(HOST, dirs, tmp_path, secs)
     acked = set()
     for i in range(hosts):
         if (tmp_path / f"acked{i}").exists():

@@ -19,7 +19,7 @@ import time
 import uuid
 
 from conftest import run_cli
-from test_remote import SLOW, cli, fsck_clean, new_tape, reached_by_refs, refs_of, s3env, seaweed  # noqa: F401
+from test_remote import SLOW, cli, fsck_clean, new_tape, reached_by_refs, refs_of, run_hosts, s3env, seaweed  # noqa: F401
 
 HOST = r"""
 import os, random, sys, time
@@ -80,17 +80,6 @@ def _copies(tmp_path, s3env, hosts: int) -> tuple[str, list]:
     return url, dirs
 
 
-def _run_hosts(script: str, dirs: list, tmp_path, secs: float) -> None:
-    """One process per copy running `script` for secs; each writes what it acknowledged to
-    tmp_path/acked<i> (and files beside it)."""
-    until = time.time() + secs
-    procs = [subprocess.Popen([sys.executable, "-c", script, str(d), str(until), str(tmp_path / f"acked{i}"), str(i)], stderr=subprocess.PIPE)
-             for i, d in enumerate(dirs)]
-    for p in procs:
-        _, err = p.communicate(timeout=secs + 300)
-        assert p.returncode == 0, err.decode()[-3000:]
-
-
 def _lines(tmp_path, hosts: int, suffix: str = "") -> list[str]:
     """The lines the hosts wrote to acked<i><suffix>."""
     out = []
@@ -107,7 +96,7 @@ def test_copies_compacting_the_remote_while_others_push_and_pull_lose_nothing(tm
     url, dirs = _copies(tmp_path, s3env, hosts)
     a = dirs[0]
     follow = subprocess.Popen([sys.executable, "-m", "ctape", "--dir", str(a), "push", "--follow"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _run_hosts(HOST, dirs, tmp_path, secs)
+    run_hosts(HOST, dirs, tmp_path, secs)
     follow.send_signal(signal.SIGINT)
     _, err = follow.communicate(timeout=120)
     assert follow.returncode in (0, 130), err.decode()[-3000:]
@@ -267,7 +256,7 @@ def test_copies_redacting_while_others_push_pull_and_compact_keep_no_redacted_te
     hosts, secs = (5, float(os.environ.get("CTAPE_REMOTE_SECONDS", 180))) if SLOW else (3, 20)
     url, dirs = _copies(tmp_path, s3env, hosts)
     a = dirs[0]
-    _run_hosts(REDACTING_HOST, dirs, tmp_path, secs)
+    run_hosts(REDACTING_HOST, dirs, tmp_path, secs)
     acked, redacted, kept = (set(_lines(tmp_path, hosts, x)) for x in ("", ".redacted", ".kept"))
     assert len(acked) > 20 and redacted and kept
 
