@@ -159,6 +159,9 @@ def test_a_push_and_a_pull_with_nothing_new_cost_almost_nothing(tmp_path, remote
     cli(b, "pull")
     r = cli_json(b, "pull")[0]
     assert r["files"] == 0 and r["requests"] <= 3, r
+    # and said as git says it
+    assert cli(a, "push").stdout.decode() == "nothing to push: origin is up to date (2 requests)\n"
+    assert cli(b, "pull").stdout.decode().startswith("nothing to pull: up to date with origin (")
 
 
 def test_a_remote_emptied_since_is_pushed_to_in_full_again(tmp_path, remote_url):

@@ -47,8 +47,13 @@ def _n(count: int, noun: str) -> str:
 
 
 def _summary(verb: str, r: dict) -> str:
+    asked = _n(r["requests"], "request")
+    if not r["files"] and not r["bytes"]:  # as git says "Everything up-to-date"
+        if verb == "pushed":
+            return f"nothing to push: {r['remote']} is up to date ({asked})"
+        return f"nothing to pull: up to date with {r['remote']} ({asked})"
     prep = "to" if verb == "pushed" else "from"
-    return f"{verb} {_n(r['files'], 'file')} ({_human(r['bytes'])}) {prep} {r['remote']} in {_n(r['requests'], 'request')}"
+    return f"{verb} {_n(r['files'], 'file')} ({_human(r['bytes'])}) {prep} {r['remote']} in {asked}"
 
 
 @main.group()
