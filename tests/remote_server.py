@@ -38,6 +38,7 @@ class Seaweed:
         self.folder = folder
         self.proc = None
         self.port = 0
+        self.ports: list[int] = []
 
     @property
     def endpoint(self) -> str:
@@ -55,8 +56,10 @@ class Seaweed:
             json.dump({"identities": [{"name": "ctape", "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}], "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}, f)
         data = os.path.join(self.folder, "data")
         os.makedirs(data, exist_ok=True)
-        self.port = _free_port()
-        ports = [_free_port() for _ in range(3)]
+        if not self.port:  # a restart keeps the ports (and the data): the same server again
+            self.port = _free_port()
+            self.ports = [_free_port() for _ in range(3)]
+        ports = self.ports
         args = [weed, "server", f"-dir={data}", "-s3", f"-s3.port={self.port}", f"-s3.config={conf}", f"-master.port={ports[0]}", f"-volume.port={ports[1]}",
                 "-filer", f"-filer.port={ports[2]}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-master.volumeSizeLimitMB=64", "-volume.max=0", "-s3.port.iceberg=0", "-s3.port.lance=0"]
         self.log = open(os.path.join(self.folder, "weed.log"), "wb")

@@ -488,6 +488,50 @@ def test_push_follow_puts_an_acknowledged_append_on_the_remote_within_2s(tmp_pat
     assert b"Traceback" not in err
 
 
+
+def test_push_follow_rides_out_a_server_that_goes_away_and_comes_back(tmp_path):
+    """The object store goes down (killed) while `push --follow` runs and appends go on:
+    each failing push is one line saying it tries again; once the server is back (same
+    port, same data), everything appended meanwhile reaches the remote, and the follower
+    never stopped. A server of its own, since this test stops it."""
+    server = Seaweed(str(tmp_path))
+    try:
+        server.start()
+    except RuntimeError as e:
+        pytest.skip(f"SeaweedFS (weed) cannot start here: {e}")
+    try:
+        env = server.env()
+        url = f"s3://{server.bucket('outage')}/t"
+        a = new_tape(tmp_path / "A")
+        run_cli("--dir", a, "remote", "add", "origin", url, check=True, env=env)
+        run_cli("--dir", a, "push", check=True, env=env)
+        b = tmp_path / "B"
+        run_cli("clone", url, b, check=True, env=env)
+        p = subprocess.Popen([sys.executable, "-m", "ctape", "--dir", str(a), "push", "--follow"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             env={**os.environ, **env})
+        try:
+            time.sleep(1.0)
+            server.stop()
+            during = [cli(a, "append", "user", json.dumps({"content": f"while down {i}"}), "-s", "chat").stdout.decode().strip() for i in range(3)]
+            time.sleep(3.0)
+            assert p.poll() is None  # still following
+            server.start()
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not set(during) <= reached_by_refs(b):
+                run_cli("--dir", b, "pull", check=False, env=env)
+                time.sleep(0.5)
+            assert set(during) <= reached_by_refs(b)
+        finally:
+            p.send_signal(signal.SIGTERM)
+            _, err = p.communicate(timeout=30)
+        err = err.decode()
+        assert p.returncode == 0, err
+        assert "Traceback" not in err
+        lines = [x for x in err.splitlines() if x]
+        assert lines and all(x.startswith("ctape: warning: ") and x.endswith("; trying again") for x in lines), lines
+    finally:
+        server.stop()
+
 def test_a_pushed_segment_is_sealed_so_an_older_copy_coming_back_by_rsync_loses_nothing(tmp_path, remote_url):
     """push reads this copy's own segments as a copy does: the writer seals them, so a
     pulled prefix rsynced back over the writer's copy is never an older version of a file
