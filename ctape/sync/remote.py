@@ -79,10 +79,11 @@ def remove(store, name: str) -> None:
             raise InvalidInput(f"no remote {name!r}; `ctape remote list` shows them")
         del found[name]
         _save(store, CONFIG, found)
-    try:
-        os.unlink(os.path.join(_folder(store), f"remote-{name}.json"))
-    except FileNotFoundError:
-        pass
+    with held(store, name):  # after a push or pull under way has saved it, not before
+        try:
+            os.unlink(os.path.join(_folder(store), f"remote-{name}.json"))
+        except FileNotFoundError:
+            pass
 
 
 def resolve(store, name: Optional[str]) -> tuple[str, dict]:
