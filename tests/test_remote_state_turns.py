@@ -105,3 +105,15 @@ def test_a_push_waits_for_the_deletions_of_a_remote_compaction_of_the_same_copy(
     clone(open_backend(url), url, None, str(tmp_path / "clone"))
     tc = Tape.open(tmp_path / "clone")
     assert [e.payload["content"] for e in tc.session("chat").log()][::-1] == ["first", "while compacting"]
+
+
+def test_remote_rm_beside_a_push_leaves_no_state_behind(tmp_path):
+    """`remote rm` removed the state file while a push was under way, which then saved it
+    again: a remote added later under that name and URL started from the stale state."""
+    import os
+
+    ta, tb, url = _copy_with_remote(tmp_path)
+    ta.session("chat").append("user", {"content": "one more"})
+    _paused_after_load(lambda: push(ta, open_backend(url), "origin"), lambda warn: remote.remove(tb.store, "origin"))
+    assert remote.remotes(ta.store) == {}
+    assert not os.path.exists(os.path.join(remote.cache_folder(ta.store), "remote-origin.json"))
