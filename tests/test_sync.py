@@ -295,6 +295,12 @@ def test_status_while_a_value_has_not_arrived(tmp_path):
     assert r.returncode == 0, r.stderr
     st = json.loads(r.stdout)
     assert st["incomplete"] is True and st["head"]
+    # the entry is here, its value is not: said as it is, and no seq that was never read
+    assert run_cli("--dir", b, "status", "-s", "second").stdout.decode().splitlines() == [
+        "session second",
+        f"On branch main at {st['head'][:12]}",
+        "part of the history up to HEAD has not arrived yet (sync in progress?): run rsync again",
+    ]
     rsync(a, b)
     assert json.loads(run_cli("--dir", b, "status", "-s", "second", "--json").stdout)["incomplete"] is False
 

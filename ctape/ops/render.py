@@ -297,12 +297,13 @@ def _status(st: dict) -> list[str]:
         out.append("HEAD's record has not arrived yet, though branches have (sync in progress?): run rsync again, or check out a branch")
     elif st["head"] is None:
         out.append("no entries yet")
-    elif st["branch"]:
-        out.append(f"On branch {st['branch']} at {st['head'][:12]} (seq {st['seq']})")
     else:
-        out.append(f"HEAD detached at {st['head'][:12]} (seq {st['seq']})")
+        seq = "" if st.get("incomplete") else f" (seq {st['seq']})"  # unknown until the entry is read
+        at = f"On branch {st['branch']}" if st["branch"] else "HEAD detached"
+        out.append(f"{at} at {st['head'][:12]}{seq}")
     if st.get("incomplete") and st["head"] is not None:
-        out.append("HEAD's entry has not arrived yet (sync in progress?): run rsync again")
+        # the entry itself, a value it refers to, or an entry before it
+        out.append("part of the history up to HEAD has not arrived yet (sync in progress?): run rsync again")
     if st.get("title"):
         out.append(f"title: {st['title']}")
     if st.get("source"):
