@@ -168,6 +168,9 @@ def test_a_cut_segment_is_lost_data_not_a_torn_tail(two):
     assert r.returncode == 0 and b"noted the loss" in r.stderr
     r = run_cli("--dir", tape_dir, "fsck", "--json")
     assert r.returncode == 0 and any("lost" in w["problem"] for w in json.loads(r.stdout)["warnings"])
+    # said as a sentence (it read "the damaged file is kept in (left in place: ...)")
+    (w,) = [w["problem"] for w in json.loads(r.stdout)["warnings"] if "lost" in w["problem"]]
+    assert w.endswith("; the file was left in place (what remains is intact)"), w
 
 
 def test_a_cut_file_restored_from_a_copy_is_whole_again(two, tmp_path):

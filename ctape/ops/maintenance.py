@@ -203,7 +203,9 @@ def _fsck(tape: "Tape") -> dict:
     for report in reports:
         lost = report["missing"]
         gone = f"; gone: {len(lost)} entries or values ({', '.join(h[:12] for h in lost[:3])}{' ...' if len(lost) > 3 else ''})" if lost else ""
-        warnings.append({"what": report["file"], "problem": f"salvaged on {report['time']}: {report['lost']}{gone}; the damaged file is kept in {report['kept_at']}"})
+        where = report["kept_at"]
+        kept = "the file was left in place (what remains is intact)" if where.startswith("(left in place") else f"the damaged file is kept in {where}"
+        warnings.append({"what": report["file"], "problem": f"salvaged on {report['time']}: {report['lost']}{gone}; {kept}"})
     dangling = _dangling(entry_refs, reachable_roots, objects)
     if dangling:
         warnings.append({"what": f"{len(dangling)} entries", "problem": "dangling: no branch, HEAD or ref-log record reaches them (compact removes them)"})
