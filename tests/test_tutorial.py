@@ -1,5 +1,5 @@
-"""docs/tutorial.md must show what ctape really prints: its commands are run here, in order,
-and their output compared with the text (hashes, times, byte counts and the temporary
+"""docs/tutorial.md, and README.md's short session, must show what ctape really prints: their
+commands are run here, in order, and their output compared with the text (hashes, times, byte counts and the temporary
 directory masked), the way tests/test_cli_docs.py keeps docs/cli.md in step.
 
 How the tutorial is read:
@@ -16,6 +16,7 @@ How the tutorial is read:
 After changing what a command prints, regenerate the outputs and read the diff:
 
     PYTHONPATH=. python tests/test_tutorial.py --update ["CHAPTER"]
+    PYTHONPATH=. python tests/test_tutorial.py --update-readme
 
 (with a chapter heading, only the blocks from that chapter on are rewritten).
 """
@@ -29,7 +30,10 @@ import subprocess
 import sys
 import tempfile
 
+import pytest
+
 DOC = pathlib.Path(__file__).resolve().parent.parent / "docs" / "tutorial.md"
+README = DOC.parent.parent / "README.md"
 FRESH = "<!-- tutorial-test: fresh directory -->"
 VARIES = "<!-- tutorial-test: output varies"
 
@@ -122,10 +126,10 @@ def _env(bin_dir: str, cache: str) -> dict:
     return env
 
 
-def run_tutorial(root: str, hashes: dict[str, str] | None = None):
-    """Run every block; yield (block, [(command, expected, actual)], work directories).
+def run_tutorial(root: str, hashes: dict[str, str] | None = None, doc: pathlib.Path = DOC):
+    """Run every block of `doc`; yield (block, [(command, expected, actual)], work directories).
     `hashes` collects the hashes the text shows -> the ones this run printed."""
-    lines = DOC.read_text(encoding="utf-8").splitlines()
+    lines = doc.read_text(encoding="utf-8").splitlines()
     blocks, fresh = parse(lines)
     bin_dir = os.path.join(root, "bin")
     os.makedirs(bin_dir)
@@ -161,28 +165,30 @@ def _shown_dirs(dirs: dict[str, str]) -> dict[str, str]:
     return {dirs["<cache>"]: "/home/you/.cache/ctape", **{d: "/tmp/tut" for k, d in dirs.items() if k != "<cache>"}}
 
 
-def test_tutorial_output_matches(tmp_path):
+@pytest.mark.parametrize("doc", [DOC, README], ids=["tutorial", "readme"])
+def test_tutorial_output_matches(tmp_path, doc):
     failures = []
-    for b, results, dirs in run_tutorial(str(tmp_path)):
+    for b, results, dirs in run_tutorial(str(tmp_path), doc=doc):
         if not b.compare:
             continue
         shown = _shown_dirs(dirs)
         for cmd, expected, actual in results:
             if mask(expected, shown) != mask(actual, shown):
-                failures.append(f"docs/tutorial.md line {b.start + 1}: $ {cmd}\n--- shown\n{expected}--- printed\n{actual}")
-    assert not failures, f"{len(failures)} tutorial outputs differ (regenerate: python tests/test_tutorial.py --update):\n\n" + "\n\n".join(failures[:5])
+                failures.append(f"{doc.name} line {b.start + 1}: $ {cmd}\n--- shown\n{expected}--- printed\n{actual}")
+    how = "--update" if doc == DOC else "--update-readme"
+    assert not failures, f"{len(failures)} outputs of {doc.name} differ (regenerate: python tests/test_tutorial.py {how}):\n\n" + "\n\n".join(failures[:5])
 
 
-def update(first_chapter: str | None = None) -> None:
-    """Rewrite the outputs in docs/tutorial.md with what the commands print now (from
+def update(first_chapter: str | None = None, doc: pathlib.Path = DOC) -> None:
+    """Rewrite the outputs in `doc` with what the commands print now (from
     `first_chapter` on, when given)."""
-    lines = DOC.read_text(encoding="utf-8").splitlines()
+    lines = doc.read_text(encoding="utf-8").splitlines()
     out = list(lines)
     hashes: dict[str, str] = {}
     with tempfile.TemporaryDirectory() as root:
         replaced = []
         started = first_chapter is None
-        for b, results, dirs in run_tutorial(root, hashes):
+        for b, results, dirs in run_tutorial(root, hashes, doc):
             started = started or b.chapter == first_chapter
             if not started:
                 continue
@@ -205,11 +211,13 @@ def update(first_chapter: str | None = None) -> None:
             out[i] = translate(line, hashes)
     for start, end, body in reversed(replaced):
         out[start + 1 : end] = body
-    DOC.write_text("\n".join(out) + "\n", encoding="utf-8")
+    doc.write_text("\n".join(out) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--update"] and len(sys.argv) <= 3:
         update(sys.argv[2] if len(sys.argv) == 3 else None)
+    elif sys.argv[1:] == ["--update-readme"]:
+        update(None, README)
     else:
-        sys.exit('usage: python tests/test_tutorial.py --update ["CHAPTER"]')
+        sys.exit('usage: python tests/test_tutorial.py --update ["CHAPTER"] | --update-readme')
