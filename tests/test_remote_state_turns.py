@@ -13,6 +13,7 @@ import threading
 import time
 
 from ctape import Tape
+from ctape.store import localstate
 from ctape.sync import remote
 from ctape.sync.backend import open_backend
 from ctape.sync.prune import compact_remote
@@ -47,6 +48,7 @@ def _paused_after_load(first, second, caller=None):
         return out
 
     remote.State.load = classmethod(load)
+    localstate.BUSY_AFTER, busy_after = 0.2, localstate.BUSY_AFTER  # said however slow the second is to start
     warned: list[str] = []
     try:
         a = threading.Thread(target=first, name="first")
@@ -54,13 +56,14 @@ def _paused_after_load(first, second, caller=None):
         assert paused.wait(30)
         b = threading.Thread(target=lambda: second(warned.append), name="second")
         b.start()
-        time.sleep(1.5)  # without the lock the second is done by now; with it, it said it waits (after 1 s)
+        time.sleep(1.5)  # without the lock the second is done by now; with it, it said it waits
         go.set()
         a.join(30)
         b.join(30)
         assert not a.is_alive() and not b.is_alive()
     finally:
         remote.State.load = classmethod(real)
+        localstate.BUSY_AFTER = busy_after
     return warned
 
 
