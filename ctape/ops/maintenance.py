@@ -15,6 +15,8 @@ from ..model.models import NAME_RE
 from ..model.schema import decode_entry
 from ..store.store import LOST_VALUE, PENDING, QUARANTINE, REPORT, TYPE_WITHHELD, damaged_object_names, file_header_problem, record_problem, retried, segment_writer
 
+LEFT_IN_PLACE = "(left in place: what remains is intact)"  # a salvage report's kept_at for a file cut short (salvage.py)
+
 if TYPE_CHECKING:
     from ..history.tape import Tape
 
@@ -204,7 +206,7 @@ def _fsck(tape: "Tape") -> dict:
         lost = report["missing"]
         gone = f"; gone: {len(lost)} entries or values ({', '.join(h[:12] for h in lost[:3])}{' ...' if len(lost) > 3 else ''})" if lost else ""
         where = report["kept_at"]
-        kept = "the file was left in place (what remains is intact)" if where.startswith("(left in place") else f"the damaged file is kept in {where}"
+        kept = "the file was left in place (what remains is intact)" if where == LEFT_IN_PLACE else f"the damaged file is kept in {where}"
         warnings.append({"what": report["file"], "problem": f"salvaged on {report['time']}: {report['lost']}{gone}; {kept}"})
     dangling = _dangling(entry_refs, reachable_roots, objects)
     if dangling:

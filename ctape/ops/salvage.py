@@ -28,7 +28,7 @@ from ..model.canonical import blob_refs, is_hash
 from ..model.errors import CorruptObject, StorageError
 from ..store.files import TYPE_ENTRY, fsync_dir, storage_error
 from ..model.refs import HEAD
-from .maintenance import PENDING, QUARANTINE, REPORT
+from .maintenance import LEFT_IN_PLACE, PENDING, QUARANTINE, REPORT
 from ..model.models import now_rfc3339
 from ..store.store import Store, damaged_object_names, file_header_problem, pack_name_matches, record_problem, segment_writer
 
@@ -66,7 +66,7 @@ def salvage(tape: "Tape") -> dict:
                 gone = not os.path.lexists(os.path.join(store.root, rel))
                 how = "the file is gone" if gone else f"the file was cut from {expected} to {found} bytes"
                 _write_intent(store, rel, {"lost": f"{expected - found} bytes of acknowledged records lost ({how})",
-                                           "kept_at": "(left in place: what remains is intact)", "missing": []})
+                                           "kept_at": LEFT_IN_PLACE, "missing": []})
             store.index.clear_lost(rel)
         pending = _pending(store)
         if not pending:

@@ -45,7 +45,7 @@ from ..model.errors import ConflictError, CorruptObject, CtapeError, EntryNotFou
 from ..model import redaction
 from ..store.files import CODEC_RAW, TYPE_ENTRY, zstd
 from ..store.store import REBUILD_TRIES, TYPE_WITHHELD
-from ..store.index import connect_cache, ensure_schema, hash_key
+from ..store.index import connect_cache, ensure_schema, hash_key, versioned_file
 from .searchtext import (  # noqa: F401 (parse_query, fts_expression: API)
     MATCH_NAMES,
     Matcher,
@@ -66,12 +66,9 @@ SCHEMA_VERSION = 4  # a bump also names a new file (search_file): versions never
 
 def search_file(version: Optional[int] = None) -> str:
     """The search cache's file name beside the index cache: one per schema version from 5
-    on, as the index's (store/index.py, index_file). A ctape of another version keeps its
-    own cache instead of emptying this one under a running `serve` or agent's Tape, which
-    would then index the whole tape again at its next search. Versions up to 4 share
-    `search.sqlite`."""
-    v = SCHEMA_VERSION if version is None else version
-    return "search.sqlite" if v <= 4 else f"search-{v}.sqlite"
+    on (versioned_file). Emptied under a running `serve` or agent's Tape, it would be
+    indexed whole again at that process's next search."""
+    return versioned_file("search", SCHEMA_VERSION if version is None else version, 4)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);

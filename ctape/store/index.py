@@ -69,14 +69,20 @@ CREATE TABLE IF NOT EXISTS redactions(object TEXT NOT NULL, path TEXT NOT NULL, 
 """
 
 
+def versioned_file(stem: str, version: int, shared_up_to: int) -> str:
+    """A cache file's name, one per schema version after `shared_up_to` (whose versions
+    share `STEM.sqlite`): a ctape of another version keeps its own cache beside this one
+    instead of dropping the tables under a running process of this version."""
+    return f"{stem}.sqlite" if version <= shared_up_to else f"{stem}-{version}.sqlite"
+
+
 def index_file(version: Optional[int] = None) -> str:
     """The index cache's file name in a tape's cache folder: one per schema version from
-    16 on. A ctape of another version then keeps its own cache beside this one instead of
-    dropping the tables under a process of this version that is running (`watch`, `serve`,
-    an agent's Tape: its file ids would name other files, and its next appends judged a
-    session to have lost acknowledged records). Versions up to 15 share `index.sqlite`."""
-    v = SCHEMA_VERSION if version is None else version
-    return "index.sqlite" if v <= 15 else f"index-{v}.sqlite"
+    16 on (versioned_file). Dropped under a running process (`watch`, `serve`, an agent's
+    Tape), its file ids would name other files, and its next appends judged a session to
+    have lost acknowledged records."""
+    return versioned_file("index", SCHEMA_VERSION if version is None else version, 15)
+
 
 TABLES = ("meta", "files", "objects", "records", "claims", "partials", "closed", "keyframes", "writers", "lost", "views", "repeated")
 

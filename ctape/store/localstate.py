@@ -54,8 +54,12 @@ def _write(path: str, text: str) -> None:
 BUSY_AFTER = 1.0  # seconds of waiting for a settings lock before saying so
 
 
-def _wait_then_say(fd: int, busy: Callable[[], None]) -> None:
-    """flock `fd`; a short wait (another command's quick turn) goes unsaid."""
+def _wait_then_say(fd: int, busy: Optional[Callable[[], None]]) -> None:
+    """flock `fd`; `busy` is called once the wait passes BUSY_AFTER (a short wait,
+    another command's quick turn, goes unsaid)."""
+    if busy is None:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return
     give_up = time.monotonic() + BUSY_AFTER
     while True:
         try:
@@ -84,10 +88,7 @@ def editing(folder: Optional[str], name: str, busy: Optional[Callable[[], None]]
     except OSError as e:
         raise StorageError(f"cannot write in {folder}: {e.strerror}; check the cache folder's permissions or set CTAPE_CACHE_DIR") from None
     try:
-        if busy is not None:
-            _wait_then_say(fd, busy)
-        else:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        _wait_then_say(fd, busy)
         yield
     finally:
         os.close(fd)
