@@ -170,7 +170,8 @@ def log(ctx, refs, session, limit, kinds, grep, since, until, reverse, all_, hid
 
     Several REFs (or --all) show everything reachable from any of them, newest
     first, each entry once. Entries an importer or integration marked hidden are
-    left out unless --hidden.
+    left out unless --hidden; a branch, tag or HEAD on one is shown on the next
+    entry below it, with how far up it is ("HEAD -> main +2 hidden").
 
     \b
     Examples:
@@ -197,7 +198,8 @@ def log(ctx, refs, session, limit, kinds, grep, since, until, reverse, all_, hid
             raise click.UsageError("--graph and --reverse cannot be combined")
         echo_lines(readable(render.graph(tape, name, tips, limit, flt)), not no_pager)
     else:
-        entries = readable(walk(tape, tips, flt, limit))
+        above: dict = {}  # labels on hidden entries left out are shown on the next entry below
+        entries = readable(walk(tape, tips, flt, limit, above))
         if reverse or (limit is not None and limit <= FEW):
             entries = list(entries)
         if reverse:
@@ -207,9 +209,10 @@ def log(ctx, refs, session, limit, kinds, grep, since, until, reverse, all_, hid
                 emit_json(e.to_json())
         else:
             # a few entries: only the refs at them are looked up (a session may have 300,000 branches)
-            few = [e.hash for e in entries] if isinstance(entries, list) and len(entries) <= FEW else None
+            few = [e.hash for e in entries] + [h for over in above.values() for h, _ in over] if isinstance(entries, list) and len(entries) <= FEW else None
             deco = render.decorations(tape, name, few) if name else {}
-            echo_lines((render.oneline(e, deco) if oneline else render.full(e, deco) for e in entries), not no_pager)
+            shown = render.carry_labels(entries, deco, above)
+            echo_lines((render.oneline(e, deco) if oneline else render.full(e, deco) for e in shown), not no_pager)
     warn_damage(tape, name)  # after the listing: reading it may be what found the damage
 
 

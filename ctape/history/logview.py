@@ -95,11 +95,22 @@ def start_points(tape, session: Optional[str], refs: Iterable[str] = (), every_b
     return list(dict.fromkeys(h for h in tips if h))
 
 
-def walk(tape, tips: Iterable[Optional[str]], flt: Optional[Filter] = None, limit: Optional[int] = None) -> Iterator[Entry]:
-    """Entries reachable from `tips`, newest first, each once, that pass `flt`."""
+ABOVE = 1024  # hidden entries passed over on the way down to a shown one, kept for its labels
+
+
+def walk(tape, tips: Iterable[Optional[str]], flt: Optional[Filter] = None, limit: Optional[int] = None, above: Optional[dict] = None) -> Iterator[Entry]:
+    """Entries reachable from `tips`, newest first, each once, that pass `flt`.
+
+    `above`, when given, learns for each shown entry the hidden entries that the walk
+    passed over on the way down to it (hash -> [(hash, seq), ...], nearest the tips
+    first, at most ABOVE): where a branch, a tag or HEAD on a hidden entry is shown
+    when hidden entries are left out (`log` without --hidden). Set before the entry is
+    yielded."""
     flt = flt or Filter()
     heap: list = []
     queued: set[str] = set()
+    passed: dict[str, list] = {}  # entry -> the hidden entries left out above it (only with `above`)
+    carry = above is not None and not flt.hidden
 
     def push(h: Optional[str]) -> None:
         if h is not None and h not in queued:
@@ -120,9 +131,19 @@ def walk(tape, tips: Iterable[Optional[str]], flt: Optional[Filter] = None, limi
         neg_t, _, _, e = heapq.heappop(heap)
         if flt.since is not None and -neg_t < flt.since and (not heap or -heap[0][0] < flt.since):
             return  # this line and every other one are older than --since from here on
+        over = passed.pop(e.hash, None) if carry else None
         if flt.match(e):
+            if over:
+                above[e.hash] = over
             yield e
             shown += 1
+        elif carry and e.parent is not None and is_hidden(e):
+            over = over or []
+            if len(over) < ABOVE:
+                over.append((e.hash, e.seq))
+            into = passed.setdefault(e.parent, over)
+            if into is not over:  # two lines meet: the parent is below both
+                into.extend(over[: ABOVE - len(into)])
         parent = e.parent
 
 

@@ -87,6 +87,19 @@ def decorations(tape, session: Optional[str], only: Optional[Iterable[str]] = No
     return deco
 
 
+def carry_labels(entries: Iterable[Entry], deco: dict, above: dict) -> Iterator[Entry]:
+    """The entries as they come, each given the labels of the hidden entries above it that
+    the walk left out (history.logview.walk's `above`): HEAD two hidden entries up reads
+    `HEAD -> main +2 hidden` on the newest entry shown below it, as `log --hidden` would
+    show it two lines higher."""
+    for e in entries:
+        over = above.pop(e.hash, None)
+        extra = [f"{label} +{seq - e.seq} hidden" for h, seq in over or () for label in deco.get(h, ())]
+        if extra:
+            deco[e.hash] = extra + deco.get(e.hash, [])
+        yield e
+
+
 def _deco(e: Entry, deco: dict) -> str:
     names = deco.get(e.hash)
     return " " + _color("(" + clean(", ".join(names)) + ")", "36") if names else ""
@@ -238,12 +251,13 @@ def graph(tape, session: Optional[str], tips: list[str], limit: Optional[int], f
     lane already waits for joins that lane at once (`|/`), so lanes stay as few as the
     lines open at one time, however many branches. Reading stops with the last line
     drawn (`limit`)."""
-    from ..history.logview import graph_order
+    from ..history.logview import graph_order, is_hidden
 
     deco = decorations(tape, session)
     lanes: list[Optional[str]] = []  # lane -> the entry it leads down to (None: free)
     lane_of: dict[str, int] = {}
     drawn: set[str] = set()
+    over: dict[str, list] = {}  # entry -> labels of hidden entries left out above it, with their seqs
     shown = 0
     entries = graph_order(tape, tips)
     while limit is None or shown < limit:
@@ -254,10 +268,14 @@ def graph(tape, session: Optional[str], tips: list[str], limit: Optional[int], f
         if col is None:  # a line of its own starts here: a lane right of the others
             lanes.append(e.hash)
             col = len(lanes) - 1
+        carried = over.pop(e.hash, [])
         if flt is None or flt.match(e):
             row = "".join("* " if i == col else ("| " if x is not None else "  ") for i, x in enumerate(lanes))
-            yield f"{row}{oneline(e, deco)}"
+            labels = [f"{label} +{seq - e.seq} hidden" for label, seq in carried] + deco.get(e.hash, [])
+            yield f"{row}{oneline(e, {e.hash: labels})}"
             shown += 1
+        elif flt is not None and not flt.hidden and is_hidden(e) and e.parent is not None:
+            over.setdefault(e.parent, []).extend(carried + [(label, e.seq) for label in deco.get(e.hash, ())])
         drawn.add(e.hash)
         p = e.parent
         if p is None or p in drawn:
