@@ -14,7 +14,7 @@ from .session import Session
 
 
 class Tape(history.Tape):
-    """A tape directory. Open with Tape.open(path) or create with Tape.init(path)."""
+    """A tape directory. Open with Tape.open(path) (or Tape(path)), create with Tape.init(path)."""
 
     def __init__(self, store):
         super().__init__(store)

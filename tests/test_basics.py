@@ -4,7 +4,9 @@ import json
 
 from click.testing import CliRunner
 
-from ctape import Tape
+import pytest
+
+from ctape import CtapeError, Tape
 from ctape.cli import main
 
 
@@ -29,6 +31,18 @@ def test_reopen_reads_back(tape_dir):
     t2 = Tape.open(tape_dir)
     assert t2.get("a").payload == {"content": "x" * 5000}
     assert t2.get(e.hash).hash == e.hash
+
+
+def test_a_tape_opens_by_its_path_alone(tape_dir, tmp_path):
+    with Tape.open(tape_dir) as t:
+        e = t.session("a").append("user", {"content": "x"})
+    with Tape(tape_dir) as t:  # as Tape.open(tape_dir)
+        assert t.get("a").hash == e.hash
+    with Tape(str(tape_dir)) as t:
+        assert t.session("a").head.hash == e.hash
+    for bad in (tmp_path / "none", 42):
+        with pytest.raises(CtapeError):
+            Tape(bad)
 
 
 def test_checkout_fork_and_branches(tape):

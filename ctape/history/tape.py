@@ -41,7 +41,9 @@ class Tape:
         super().__init_subclass__(**kw)
         take_turns(cls)
 
-    def __init__(self, store: Store):
+    def __init__(self, store: "Store | str | os.PathLike"):
+        if not isinstance(store, Store):  # Tape(path): what Tape.open(path) does
+            store = Store(_folder(store))
         self.store = store
         # recently read entries, with the bytes each holds: bounded in count and in bytes
         # (an entry can carry megabytes of tool output)
