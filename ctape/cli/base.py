@@ -7,6 +7,7 @@ are imported inside commands so that `ctape --help` starts fast.
 from __future__ import annotations
 
 import json
+import errno
 import os
 import sys
 import warnings
@@ -70,6 +71,11 @@ class CtapeGroup(click.Group):
             if isinstance(e, KeyboardInterrupt):
                 _fail("interrupted", 130)
             if isinstance(e, OSError):
+                where = f" ({e.filename})" if getattr(e, "filename", None) else ""
+                if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                    _fail(f"no space left on the device{where}; free space and retry", EXIT_FAIL)
+                if e.errno == errno.EROFS:
+                    _fail(f"read-only file system{where}; use a writable copy", EXIT_FAIL)
                 _fail(f"{e.strerror or e}: {getattr(e, 'filename', '') or ''}; check the path and permissions".replace(": ;", ";"), EXIT_FAIL)
             _fail(f"internal error: {type(e).__name__}: {e}; rerun with CTAPE_DEBUG=1 and report it", EXIT_FAIL)
 

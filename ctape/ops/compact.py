@@ -31,7 +31,7 @@ import re
 import secrets
 import time
 from datetime import datetime, timezone
-from typing import Callable, NamedTuple, Optional
+from typing import Callable, Iterable, NamedTuple, Optional
 
 from blake3 import blake3
 
@@ -42,7 +42,7 @@ from ..model.models import format_time
 from ..model.refs import HEAD, Claim, RefState, conflict_name, saw, shown, standing_claims, tip_at
 from ..model import redaction
 from ..model.schema import decode_entry
-from ..store.files import TYPE_ENTRY, fsync_dir, zstd
+from ..store.files import TYPE_ENTRY, fsync_dir, storage_error, zstd
 from ..store.store import TYPE_WITHHELD
 from ..model.schema import object_record_problem
 from ..store.store import Store, file_header_problem, record_problem, segment_writer
@@ -158,12 +158,16 @@ def compact(tape, expire="90d", grace="14d", dry_run: bool = False, progress: Op
             if parts[0] == "sessions":
                 by_session.setdefault(parts[1], []).append(p)
         written: dict[str, list[str]] = {}
-        for n, (session, files) in enumerate(sorted(by_session.items()), 1):
-            say(f"compact: packing session {n}/{len(by_session)}")
-            if _already_compact(files, dropped_in, scan.file_records, kept_ids):
-                continue
-            pack = _write_pack(store, session, files, snapshot, ages, grace_s, live, kept_ids, open_streams, red)
-            written[session] = [pack] if pack else []
+        try:
+            for n, (session, files) in enumerate(sorted(by_session.items()), 1):
+                say(f"compact: packing session {n}/{len(by_session)}")
+                if _already_compact(files, dropped_in, scan.file_records, kept_ids):
+                    continue
+                pack = _write_pack(store, session, files, snapshot, ages, grace_s, live, kept_ids, open_streams, red)
+                written[session] = [pack] if pack else []
+        except BaseException:  # out of space, interrupted: the tape as it was
+            _take_back(store, (p for packs in written.values() for p in packs))
+            raise
         removed = _freeze_and_swap(store, snapshot, written, scan, live, say)
         if red.places:
             _scrub_caches(tape)
@@ -510,7 +514,11 @@ class PackWriter:
         self.objects: set[str] = set()
         self.count = 0
         self.cctx = zstd().ZstdCompressor(level=BLOCK_LEVEL, write_content_size=True, write_checksum=True)
-        self._write(framing.frame(framing.T_HEADER, canonical_json({"format": "ctape-pack", "version": 1, "session": session})))
+        try:
+            self._write(framing.frame(framing.T_HEADER, canonical_json({"format": "ctape-pack", "version": 1, "session": session})))
+        except BaseException:
+            self.abort()
+            raise
 
     def _write(self, data: bytes) -> None:
         view = memoryview(data)
@@ -594,8 +602,34 @@ class PackWriter:
             pass
 
 
+def _pack_error(e: OSError, session: str) -> StorageError:
+    return storage_error(e, f"a pack of session {session}", after="compact removed nothing: the tape is as it was")
+
+
+def _take_back(store: Store, packs: Iterable[Optional[str]]) -> None:
+    """Remove the packs a compaction wrote before it failed, before it removed anything:
+    what they hold is still in the files they were to replace."""
+    folders = set()
+    for rel in packs:
+        if rel is None:
+            continue
+        try:
+            os.unlink(os.path.join(store.root, rel))
+            folders.add(os.path.dirname(os.path.join(store.root, rel)))
+        except OSError:
+            pass
+    for d in folders:
+        try:
+            fsync_dir(d)
+        except OSError:
+            pass
+
+
 def _write_pack(store, session, files, snapshot, ages, grace_s, live, kept_ids, open_streams, red: Redacted) -> Optional[str]:
-    pw = PackWriter(store, session)
+    try:
+        pw = PackWriter(store, session)
+    except OSError as e:
+        raise _pack_error(e, session) from None
     try:
         done: set[bytes] = set()
         for path in sorted(files):
@@ -622,7 +656,7 @@ def _write_pack(store, session, files, snapshot, ages, grace_s, live, kept_ids, 
         return pw.finish()
     except OSError as e:
         pw.abort()
-        raise StorageError(f"compact could not write a pack: {e.strerror}; nothing was removed") from None
+        raise _pack_error(e, session) from None
     except BaseException:
         pw.abort()
         raise
@@ -679,19 +713,13 @@ def _freeze_and_swap(store: Store, snapshot, written, scan: Scan, live: set[str]
                         by_session.setdefault(path.split("/")[1], []).append(framing.frame(rec.type, rec.body))
                         rescue.discard(rec.body[:32])
                         rescued += 1
-        for session, frames in by_session.items():
-            pw = PackWriter(store, session)
-            try:
-                for fr in frames:
-                    for item in framing.scan(fr):
-                        if item.type == framing.T_OBJECT:
-                            pw.add_object(item.body)
-                        elif item.type != framing.T_HEADER:
-                            pw.add_record(item.type, item.body)
-                pw.finish()
-            except BaseException:
-                pw.abort()
-                raise
+        rescue_packs: list[Optional[str]] = []
+        try:
+            for session, frames in by_session.items():
+                rescue_packs.append(_rescue_pack(store, session, frames))
+        except BaseException:  # nothing removed yet: the tape as it was
+            _take_back(store, [*rescue_packs, *(p for packs in written.values() for p in packs)])
+            raise
         # 4. remove what the packs replace
         for path in sorted(doomed):
             try:
@@ -705,6 +733,27 @@ def _freeze_and_swap(store: Store, snapshot, written, scan: Scan, live: set[str]
     finally:
         for fd in fds:
             os.close(fd)
+
+
+def _rescue_pack(store: Store, session: str, frames: list[bytes]) -> Optional[str]:
+    try:
+        pw = PackWriter(store, session)
+    except OSError as e:
+        raise _pack_error(e, session) from None
+    try:
+        for fr in frames:
+            for item in framing.scan(fr):
+                if item.type == framing.T_OBJECT:
+                    pw.add_object(item.body)
+                elif item.type != framing.T_HEADER:
+                    pw.add_record(item.type, item.body)
+        return pw.finish()
+    except OSError as e:
+        pw.abort()
+        raise _pack_error(e, session) from None
+    except BaseException:
+        pw.abort()
+        raise
 
 
 def _snapshot(store: Store) -> dict[str, int]:

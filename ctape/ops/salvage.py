@@ -178,7 +178,10 @@ def _salvage_file(store: Store, rel: str) -> dict:
         kept = 0
         links: dict[str, list[str]] = {}  # what each kept entry or record refers to
         entries: dict[str, Optional[str]] = {}  # kept entry -> its parent
-        pw = PackWriter(store, session)
+        try:
+            pw = PackWriter(store, session)
+        except OSError as e:
+            raise storage_error(e, f"a pack of session {session}", after="salvage moved nothing") from None
         records_ok = not _header_problem(rel, list(store.scan_file(rel, 0, 4096)))
         try:
             for item in store.scan_file(rel):
@@ -200,7 +203,7 @@ def _salvage_file(store: Store, rel: str) -> dict:
             pack = pw.finish()
         except OSError as e:
             pw.abort()
-            raise storage_error(e, "salvage") from None
+            raise storage_error(e, f"a pack of session {session}", after="salvage moved nothing") from None
         except BaseException:
             pw.abort()
             raise
@@ -273,7 +276,11 @@ def _write_intent(store: Store, rel: str, body: dict) -> dict:
         os.rename(tmp, path)
         fsync_dir(qdir)
     except OSError as e:
-        raise storage_error(e, "salvage report") from None
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise storage_error(e, "the salvage report", after="salvage moved nothing") from None
     return body
 
 

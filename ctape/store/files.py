@@ -37,11 +37,13 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def storage_error(e: OSError, what: str) -> StorageError:
+def storage_error(e: OSError, what: str, after: str = "nothing acknowledged was lost") -> StorageError:
+    """A failed write as one line that says what to do; `after`: what the failure left as
+    it was (said in parentheses when space ran out)."""
     if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
         return StorageError(f"cannot write {what}: the tape directory is read-only ({e.strerror}); use a writable copy")
     if e.errno in (errno.ENOSPC, errno.EDQUOT):
-        return StorageError(f"cannot write {what}: no space left on the device; free space and retry (nothing acknowledged was lost)")
+        return StorageError(f"cannot write {what}: no space left on the device; free space and retry" + (f" ({after})" if after else ""))
     return StorageError(f"cannot write {what}: {e.strerror}")
 
 

@@ -53,6 +53,7 @@ from .files import (  # noqa: F401 - TYPE_*, CODEC_*, open_for_reading and zstd 
     open_for_reading,
     reads_move_atime,
     storage_error,
+    write_all,
     zstd,
 )
 from .index import Index, IndexBatch, IndexDegraded, default_cache_root, hash_key, index_file
@@ -176,8 +177,9 @@ class Store:
             return None  # no writable cache: index in memory, rebuilt per process
 
     @staticmethod
-    def init(root: str) -> bool:
-        """Create a tape directory; False when one is there already."""
+    def init(root: str, tape_id: Optional[str] = None, version: int = FORMAT_VERSION) -> bool:
+        """Create a tape directory (with this id and format version: a clone's are its
+        remote's); False when one is there already. A failure takes back what it made."""
         root = os.path.abspath(root)
         meta_path = os.path.join(root, FORMAT_FILE)
         if os.path.lexists(root) and not os.path.isdir(root):
@@ -186,15 +188,17 @@ class Store:
             check_not_symlink(meta_path)
             if os.path.exists(meta_path):
                 return False
+        made: list[str] = []  # folders this call created, the deepest last
+        tmp = meta_path + f".tmp{os.getpid()}-{secrets.token_hex(4)}"
         try:
-            os.makedirs(root, mode=0o700, exist_ok=True)
-            for sub in ("sessions", "packs"):
-                os.makedirs(os.path.join(root, sub), mode=0o700, exist_ok=True)
-            body = json.dumps({"format": FORMAT_NAME, "version": FORMAT_VERSION, "tape_id": secrets.token_hex(16)}) + "\n"
-            tmp = meta_path + f".tmp{os.getpid()}"
+            for d in (root, os.path.join(root, "sessions"), os.path.join(root, "packs")):
+                if not os.path.isdir(d):
+                    os.makedirs(d, mode=0o700)
+                    made.append(d)
+            body = json.dumps({"format": FORMAT_NAME, "version": version, "tape_id": tape_id or secrets.token_hex(16)}) + "\n"
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
             try:
-                os.write(fd, body.encode())
+                write_all(fd, body.encode())
                 os.fsync(fd)
             finally:
                 os.close(fd)
@@ -207,7 +211,12 @@ class Store:
             for d in (root, os.path.dirname(root)):
                 fsync_dir(d)
         except OSError as e:
-            raise storage_error(e, f"tape directory {root}") from None
+            for path in (tmp, *reversed(made)):
+                try:
+                    (os.rmdir if path in made else os.unlink)(path)
+                except OSError:
+                    pass
+            raise storage_error(e, f"a tape at {root}", after="") from None
         return True
 
     # -- files ------------------------------------------------------------------

@@ -22,17 +22,15 @@ piece) and the manifest cursor is not moved, so a rerun completes it.
 from __future__ import annotations
 
 import fcntl
-import json
 import os
-import secrets
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterable, Optional
 
 from ..model.errors import InvalidInput
-from ..store.files import check_not_symlink, fsync_dir, write_all
+from ..store.files import check_not_symlink, fsync_dir, storage_error, write_all
 from ..store.segment import _unnamed_file
-from ..store.store import FORMAT_FILE, FORMAT_NAME
+from ..store.store import Store
 from . import layout
 from .backend import Backend, RemoteError
 from .remote import State, held
@@ -102,8 +100,12 @@ def _append(folder: str, name: str, at: int, data: bytes) -> bool:
         try:
             if os.fstat(fd).st_size != at:
                 return False
-            write_all(fd, data)
-            os.fsync(fd)
+            try:
+                write_all(fd, data)
+                os.fsync(fd)
+            except OSError:
+                os.ftruncate(fd, at)  # a piece lands whole or not at all (out of space, say)
+                raise
         finally:
             os.close(fd)
     return True
@@ -121,14 +123,18 @@ def _get_piece(backend: Backend, f: dict, warn) -> Optional[bytes]:
     return data
 
 
+PULL_AGAIN = "what arrived before is kept, whole; pull again for the rest"
+
+
 def pull(tape, backend: Backend, name: str, sessions: Iterable[str] = (), warn: Callable[[str], None] = lambda s: None,
-         progress: Optional[Callable[[int, int], None]] = None) -> dict:
+         progress: Optional[Callable[[int, int], None]] = None, after: str = PULL_AGAIN) -> dict:
+    """`after`: what a failed write says is left (a clone removes what it wrote)."""
     with held(tape.store, name, warn):
-        return _pull(tape, backend, name, sessions, warn, progress)
+        return _pull(tape, backend, name, sessions, warn, progress, after)
 
 
 def _pull(tape, backend: Backend, name: str, sessions: Iterable[str], warn: Callable[[str], None],
-          progress: Optional[Callable[[int, int], None]]) -> dict:
+          progress: Optional[Callable[[int, int], None]], after: str) -> dict:
     store = tape.store
     t0 = time.monotonic()
     wanted = set(sessions)
@@ -192,7 +198,10 @@ def _pull(tape, backend: Backend, name: str, sessions: Iterable[str], warn: Call
                 pieces = [f for _, _, chain in batch for f in chain]
                 fetched = dict(zip(map(id, pieces), pool.map(lambda f: _get_piece(backend, f, warn), pieces)))
                 for s, file, chain in batch:
-                    n = _apply(store, s, file, [(f, fetched[id(f)]) for f in chain])
+                    try:
+                        n = _apply(store, s, file, [(f, fetched[id(f)]) for f in chain])
+                    except OSError as e:
+                        raise storage_error(e, f"session {s}", after=after) from None
                     got += n
                     files += n > 0
                     done += sum(f["end"] - f["start"] for f in chain)
@@ -255,46 +264,40 @@ def clone(backend: Backend, url: str, endpoint: Optional[str], target: str, warn
     if meta is None:
         raise RemoteError(f"{url} holds no tape yet; push one to it first")
     made = not os.path.exists(target)
-    _init_with_id(target, meta["tape_id"], 2 if meta.get("tape_version", 2) >= 2 else 1)
     try:
+        Store.init(target, meta["tape_id"], 2 if meta.get("tape_version", 2) >= 2 else 1)
         tape = Tape.open(target)
-    except BaseException:
-        if made:
-            import shutil
-
-            shutil.rmtree(target, ignore_errors=True)
+        try:
+            remotes.add(tape.store, "origin", url, endpoint)
+            out = pull(tape, backend, "origin", warn=warn, progress=progress, after=f"the clone was removed from {target}")
+            out["sessions"] = len(tape.store.sessions())
+            if tape.store.writer in layout.uploaders(backend):
+                # another copy writes under this id (CTAPE_WRITER set alike on two machines): both
+                # would name their segments and manifests alike, and one's writes hide the other's
+                warn(f"the remote already holds writes of writer id {tape.store.writer!r}, this copy's (CTAPE_WRITER): "
+                     "before writing here, give this copy an id of its own (docs/format.md, writer ids)")
+        finally:
+            tape.close()
+    except BaseException:  # as git: a clone that fails leaves no half copy behind
+        _remove_clone(target, made)
         raise
-    try:
-        remotes.add(tape.store, "origin", url, endpoint)
-        out = pull(tape, backend, "origin", warn=warn, progress=progress)
-        out["sessions"] = len(tape.store.sessions())
-        if tape.store.writer in layout.uploaders(backend):
-            # another copy writes under this id (CTAPE_WRITER set alike on two machines): both
-            # would name their segments and manifests alike, and one's writes hide the other's
-            warn(f"the remote already holds writes of writer id {tape.store.writer!r}, this copy's (CTAPE_WRITER): "
-                 "before writing here, give this copy an id of its own (docs/format.md, writer ids)")
-    finally:
-        tape.close()
     out["dir"] = target
     return out
 
 
-def _init_with_id(root: str, tape_id: str, version: int) -> None:
-    """Like Store.init, with the tape id (and format version) of the tape being cloned."""
-    os.makedirs(root, mode=0o700, exist_ok=True)
-    for sub in ("sessions", "packs"):
-        os.makedirs(os.path.join(root, sub), mode=0o700, exist_ok=True)
-    body = json.dumps({"format": FORMAT_NAME, "version": version, "tape_id": tape_id}) + "\n"
-    tmp = os.path.join(root, f"{FORMAT_FILE}.tmp{secrets.token_hex(4)}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    try:
-        write_all(fd, body.encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    try:
-        os.link(tmp, os.path.join(root, FORMAT_FILE))
-    finally:
-        os.unlink(tmp)
-    for d in (root, os.path.dirname(root)):
-        fsync_dir(d)
+def _remove_clone(target: str, made: bool) -> None:
+    """Remove what a failed clone wrote: the folder it made, or what it put in an empty one."""
+    import shutil
+
+    if made:
+        shutil.rmtree(target, ignore_errors=True)
+        return
+    for name in os.listdir(target):
+        path = os.path.join(target, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
