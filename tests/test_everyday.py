@@ -245,6 +245,39 @@ def test_session_rm(two):
     assert len(out(cli(d, "log", "-s", "chat", "--oneline", check=True)).splitlines()) == 1
 
 
+def test_session_rm_takes_its_interrupted_stream_with_it(tape_dir):
+    """A writer killed mid-stream leaves a partial stream, which the next write records.
+    After `session rm`, a new session of the same name starts afresh: the stream of the
+    removed one is not recorded into it (it brought the removed history back on a
+    `stream-*` branch, under HEAD, and the demo's next run failed on `checkout main`)."""
+    import subprocess
+    import sys
+    import textwrap
+    import time
+
+    with Tape.open(tape_dir) as t:
+        t.session("chat").append("user", {"content": "old"})
+    writer = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import time, ctape
+        s = ctape.Tape.open({str(tape_dir)!r}).session("chat")
+        with s.stream(flush_interval=0.05) as w:
+            w.write("partial text"); time.sleep(0.3); print("ready", flush=True); time.sleep(60)
+        """)], stdout=subprocess.PIPE, text=True)
+    assert writer.stdout.readline() == "ready\n"
+    time.sleep(0.1)
+    writer.kill()
+    writer.wait()
+    with Tape.open(tape_dir) as t:
+        s = t.session("chat")
+        assert s.status()["interrupted_stream"]["content"] == "partial text"
+        t.remove_session("chat")
+        e = s.append("user", {"content": "new"})
+        assert e.parent is None and e.seq == 1
+        assert [b["name"] for b in s.branches()] == ["main"]
+        assert s.status()["interrupted_stream"] is None
+    assert cli(tape_dir, "fsck", check=True).returncode == 0
+
+
 def test_session_rm_of_the_chosen_session_forgets_the_choice(two):
     d, _ = two
     cli(d, "session", "use", "chat", check=True)

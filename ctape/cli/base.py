@@ -25,9 +25,16 @@ class CtapeGroup(click.Group):
         warnings.showwarning = _show_warning
         _hold_closed_descriptors()
         try:
-            rv = super().main(*args, **kwargs)
+            rv = self._main_once(*args, **kwargs)
+        except KeyboardInterrupt:  # a second Ctrl-C, while the first one was being handled
+            _interrupted()
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+    def _main_once(self, *args, **kwargs):
+        try:
+            return super().main(*args, **kwargs)
         except click.exceptions.Abort:
-            _fail("interrupted", 130)
+            _interrupted()
         except click.ClickException as e:
             hint = ""
             ctx = getattr(e, "ctx", None)
@@ -39,7 +46,6 @@ class CtapeGroup(click.Group):
             _fail(e.format_message().rstrip(". ") + hint if hint else e.format_message(), e.exit_code)
         except click.exceptions.Exit as e:
             sys.exit(e.exit_code)
-        sys.exit(rv if isinstance(rv, int) else 0)
 
     def format_commands(self, ctx, formatter):
         """Each command with its whole one-line summary (the first sentence of its help),
@@ -91,6 +97,15 @@ def _show_warning(message, category, *_args, **_kwargs):
 
     if issubclass(category, CtapeWarning):
         click.echo(f"ctape: warning: {' '.join(str(message).split())}", err=True)
+
+
+def _interrupted():
+    """Exit 130 with one line; a further Ctrl-C meanwhile (often there are two: a second
+    press, or `timeout` signalling the process and then its group) is not a traceback."""
+    from ..store.files import uninterrupted
+
+    with uninterrupted(reraise=False):
+        _fail("interrupted", 130)
 
 
 def _fail(msg: str, code: int):

@@ -23,6 +23,7 @@ def run_demo(path: str, crash: bool, echo, prog: str = "ctape") -> int:
     All or nothing: a demo that cannot finish removes what it wrote (the tape directory
     when it made it, else the half-made session) and says why in one line."""
     from ..errors import CtapeError
+    from ..store.files import uninterrupted
     from ..store.store import Store
     from ..tape import Tape
 
@@ -37,9 +38,10 @@ def run_demo(path: str, crash: bool, echo, prog: str = "ctape") -> int:
         echo(f"# recording session {name!r} into {tape.path}", err=True)
         _record(tape, name, writer, echo)
     except BaseException as e:
-        if writer is not None:
-            writer.stop()
-        undone = _undo(path, created, tape, name)
+        with uninterrupted():
+            if writer is not None:
+                writer.stop()
+            undone = _undo(path, created, tape, name)
         if isinstance(e, (KeyboardInterrupt, SystemExit)):
             raise
         why = str(e).split(";")[0] if isinstance(e, CtapeError) else f"{type(e).__name__}: {e}"  # its hint is moot now
@@ -124,17 +126,21 @@ def _run_cli(args: list[str]) -> int:
 # the writer the demo kills: a second Python process running the same ctape as this one
 # (its folder first on sys.path, and -P: a folder named ctape in the current directory,
 # such as a clone of the repository, is never imported in its place)
+# Ctrl-C reaches the whole process group: the writer ignores it (the demo stops it, and
+# takes back what was written); it waits for the demo to kill it, or for its stdin to
+# close (the demo itself killed), and then leaves as a crash would, writing nothing more
 _WRITER = """\
-import json, sys, time
+import json, os, signal, sys, time
+signal.signal(signal.SIGINT, signal.SIG_IGN)
 sys.path.insert(0, {root!r})
 import ctape
 print("imported", flush=True)
-path, session = json.loads(sys.stdin.readline())
+path, session = json.loads(sys.stdin.readline() or "null") or os._exit(0)
 s = ctape.Tape.open(path).session(session)
 with s.stream(flush_interval=0.1) as w:
     for word in "The fix is to change the minus sign to a plus sign and".split():
         w.write(word + " "); time.sleep(0.05)
-    print("ready", flush=True); time.sleep(60)
+    print("ready", flush=True); sys.stdin.readline(); os._exit(0)
 """
 
 

@@ -18,6 +18,7 @@ from ..model.errors import CorruptObject, EntryNotFound, InvalidInput, NoDefault
 from ..model.models import NAME_RE, Entry, check_name
 from ..model.refs import HEAD, TAG, RefState
 from . import derived
+from .stream import _open_streams
 
 if TYPE_CHECKING:
     from .tape import Tape
@@ -85,7 +86,8 @@ def default(tape: "Tape") -> str:
 
 
 def remove(tape: "Tape", name: str) -> dict:
-    """Remove a session: one ref record setting every branch and HEAD to null."""
+    """Remove a session: one ref record setting every branch and HEAD to null (and one
+    closing each stream it left interrupted)."""
     s = tape.session(require(tape, name, prefix=False))  # removing takes the whole name
     with tape.store.writing(name) as w:
         st = s._writer_refs(w)
@@ -94,6 +96,10 @@ def remove(tape: "Tape", name: str) -> dict:
         changes.update({TAG + t: None for t in st.tags})  # its tags go too: compact frees what they held
         changes[HEAD] = None
         s._write_ref(w, "session-rm", changes)
+        # an interrupted stream goes with its session: recorded later, it would bring the
+        # removed history back into the next session of this name (a record closes it)
+        for stream in sorted(_open_streams(s)):
+            s._write_ref(w, "session-rm", {HEAD: None}, stream=stream)
     from ..store.localstate import choose_session, chosen_session
 
     was_default = chosen_session(tape.store) == name

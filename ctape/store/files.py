@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
 import stat
+import threading
+from contextlib import contextmanager
+from typing import Iterator
 
 from ..model.errors import StorageError, UnsafePath
 
@@ -133,3 +137,23 @@ def write_all(fd: int, data) -> None:
     while view:
         n = os.write(fd, view)
         view = view[n:]
+
+
+@contextmanager
+def uninterrupted(reraise: bool = True) -> Iterator[None]:
+    """SIGINT held off while a clean-up runs (the demo's, a failed clone's): a second
+    Ctrl-C, or the one `timeout` sends to the whole process group after the first, would
+    stop it half done. Raised once the clean-up is over (unless not `reraise`: the
+    process is exiting on an interrupt already). Only in the main thread, where Python
+    runs signal handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    got: list[int] = []
+    old = signal.signal(signal.SIGINT, lambda sig, frame: got.append(sig))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+    if got and reraise and callable(old):
+        old(signal.SIGINT, None)

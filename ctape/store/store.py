@@ -82,6 +82,23 @@ REBUILD_TRIES = 4  # readings of every file while another process changes them (
 T = TypeVar("T")
 
 
+_LOST_IDENTITY = (
+    "{root} holds sessions but no " + FORMAT_FILE + " (a copy cut short?): restore " + FORMAT_FILE + " from another copy "
+    "of the tape (rsync), or clone it again; `ctape init` would give it a new identity, which its copies and remotes refuse"
+)
+
+
+def _holds_history(root: str) -> bool:
+    """Does the folder hold a tape's files (sessions or packs) without its identity?"""
+    for sub in ("sessions", "packs"):
+        try:
+            if os.listdir(os.path.join(root, sub)):
+                return True
+        except OSError:
+            pass
+    return False
+
+
 class Store:
     """One open tape directory."""
 
@@ -95,11 +112,17 @@ class Store:
             with open(meta_path, "rb") as f:
                 meta = json.loads(f.read(1 << 16))
         except FileNotFoundError:
+            if _holds_history(self.root):
+                raise NotATape(_LOST_IDENTITY.format(root=self.root)) from None
             raise NotATape(f"{self.root} is not a tape directory (no {FORMAT_FILE}); create one with `ctape init`") from None
-        except (ValueError, OSError):
+        except ValueError:
             raise NotATape(f"{meta_path} is damaged; restore it from a copy of the tape") from None
+        except OSError as e:
+            raise NotATape(f"cannot read {meta_path}: {e.strerror}; check its permissions") from None
         if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
             raise NotATape(f"{self.root} is not a ctape tape directory")
+        if not isinstance(meta.get("version", 0), int) or isinstance(meta.get("version"), bool) or meta.get("version", 0) < 0:
+            raise NotATape(f"{meta_path} is damaged (its version is not a number); restore it from a copy of the tape")
         if meta.get("version", 0) > FORMAT_VERSION:
             raise NotATape(f"{self.root} uses format version {meta['version']}; upgrade ctape to read it")
         self.tape_id = str(meta.get("tape_id", ""))
@@ -188,6 +211,8 @@ class Store:
             check_not_symlink(meta_path)
             if os.path.exists(meta_path):
                 return False
+            if _holds_history(root):  # a new identity would part it from its copies and remotes
+                raise InvalidInput(_LOST_IDENTITY.format(root=root))
         made: list[str] = []  # folders this call created, the deepest last
         tmp = meta_path + f".tmp{os.getpid()}-{secrets.token_hex(4)}"
         try:

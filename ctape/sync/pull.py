@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterable, Optional
 
 from ..model.errors import InvalidInput
-from ..store.files import check_not_symlink, fsync_dir, storage_error, write_all
+from ..store.files import check_not_symlink, fsync_dir, storage_error, uninterrupted, write_all
 from ..store.segment import _unnamed_file
 from ..store.store import Store
 from . import layout
@@ -279,7 +279,8 @@ def clone(backend: Backend, url: str, endpoint: Optional[str], target: str, warn
         finally:
             tape.close()
     except BaseException:  # as git: a clone that fails leaves no half copy behind
-        _remove_clone(target, made)
+        with uninterrupted():
+            _remove_clone(target, made)
         raise
     out["dir"] = target
     return out
