@@ -71,6 +71,9 @@ def rejected(tape_dir, *args, code, input=None, env=None):
         (["append", "user", '{"content": "x"}', "--time", "yesterday"], None),
         (["append", "user", '{"content": "x", "n": NaN}'], None),
         (["append", "user", '{"content": "\\ud800"}'], None),  # lone surrogate
+        (["append", "user", '{"content": "x"}', "--delta", "[1]"], None),  # a delta is an object
+        (["append", "user", '{"content": "x"}', "--delta", '"str"'], None),
+        (["append", "user", '{"content": "x"}', "--delta", "5"], None),
     ],
 )
 def test_invalid_payload(chat, args, stdin):
@@ -349,6 +352,34 @@ def test_init_inside_a_file(tmp_path):
     assert p.returncode in (1, 2)
     check_rejected(p, p.returncode)
     assert f.read_bytes() == b"precious\n"
+
+
+def test_a_tape_that_lost_its_ctape_json(chat):
+    """A copy cut short (ctape.json missing beside its sessions): every command says to
+    restore it, and `init` refuses, where it once gave the tape a new identity (so its
+    copies and remotes took it for another tape)."""
+    tape_dir, _ = chat
+    (tape_dir / "ctape.json").unlink()
+    before = snapshot(tape_dir)
+    for args in (["log", "-s", "chat"], ["status", "-s", "chat"], ["append", "user", "--text", "x", "-s", "chat"]):
+        err = check_rejected(run_cli("--dir", tape_dir, *args), 1)
+        assert "holds sessions but no ctape.json" in err and "restore ctape.json" in err
+    err = check_rejected(run_cli("init", tape_dir), 2)
+    assert "new identity" in err
+    assert snapshot(tape_dir) == before
+
+
+@pytest.mark.parametrize("version", ['"2"', "null", "true", "-1", "[2]"])
+def test_a_ctape_json_whose_version_is_not_a_number(chat, version):
+    tape_dir, _ = chat
+    path = tape_dir / "ctape.json"
+    meta = path.read_text().replace('"version": 2', f'"version": {version}')
+    assert meta != path.read_text()
+    path.write_text(meta)
+    before = snapshot(tape_dir)
+    err = check_rejected(run_cli("--dir", tape_dir, "sessions"), 1)
+    assert "ctape.json is damaged" in err and "internal error" not in err
+    assert snapshot(tape_dir) == before
 
 
 def test_init_over_an_existing_tape_changes_nothing(chat):
