@@ -99,11 +99,12 @@ def test_openai_documents_still_import(tape_dir, tmp_path):
         "body": {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]},
         "empty": {"instance_id": "x", "history": []},
     }.items():
-        path = tmp_path / f"{name}.json"
-        path.write_text(json.dumps(doc, indent=2))
-        p = run_cli("--dir", tape_dir, "import", path)
-        assert p.returncode == 0, p.stderr.decode()
-        assert b"imported" in p.stdout + p.stderr
+        for how, text in (("indented", json.dumps(doc, indent=2)), ("one-line", json.dumps(doc))):  # json.dump writes one line
+            path = tmp_path / f"{name}-{how}.json"
+            path.write_text(text)
+            p = run_cli("--dir", tape_dir, "import", path, "-s", f"{name}-{how}")
+            assert p.returncode == 0, (how, p.stderr.decode())
+            assert b"imported" in p.stdout + p.stderr
 
 
 def test_watch_imports_a_gemini_file(tape_dir, tmp_path):

@@ -41,18 +41,28 @@ class NotJSON(InvalidInput):
 def _document(path: str, f) -> str:
     """The format of a file that is one JSON document: openai when it is (or its list
     holds) chat messages, OpenHands events or a container of them; else refused."""
-    from . import gemini, openai
     from ._common import loads, read_whole
 
     try:
         doc = loads(read_whole(f))
     except (ValueError, UnicodeDecodeError):
         raise NotJSON(f"{path}: not JSON and not JSON Lines; name its format: ctape import FORMAT FILE") from None
+    fmt = _document_format(doc)
+    if fmt is None:
+        raise InvalidInput(f"{path}: cannot tell its format; name it: ctape import FORMAT FILE (jsonl, claude-code, codex, gemini, openai)")
+    return fmt
+
+
+def _document_format(doc: Any) -> str | None:
+    """gemini or openai for a whole JSON document in one of them (a session, a list of
+    chat messages), else None."""
+    from . import gemini, openai
+
     if gemini.is_session(doc):
         return "gemini"
     if openai.is_record(doc) or isinstance(doc, list) and any(openai.is_record(v) for v in doc):
         return "openai"
-    raise InvalidInput(f"{path}: cannot tell its format; name it: ctape import FORMAT FILE (jsonl, claude-code, codex, gemini, openai)")
+    return None
 
 
 def detect(path: str) -> str:
@@ -68,6 +78,8 @@ def detect(path: str) -> str:
                 try:
                     v = json.loads(raw)
                     fmt = _format_of(v)
+                    if fmt is None and seen == 1 and isinstance(v, (list, dict)):
+                        fmt = _document_format(v)  # a JSON document on one line (json.dump of a message list)
                 except (ValueError, UnicodeDecodeError):
                     fmt = v = None
                     if seen == 1 and raw.lstrip()[:1] in (b"[", b"{"):
