@@ -72,6 +72,30 @@ def test_several_sessions_and_no_choice_is_an_error_listing_them(two):
         assert "chat" in line and "other" in line and "session use" in line
 
 
+@pytest.mark.parametrize("n", [4, 8, 12])
+def test_many_sessions_and_no_choice_lists_them_too(tape_dir, n):
+    """The spec: with several sessions and none chosen, the error lists them. It once
+    said only "4 of them" from four on; now the first eight by name, then how many."""
+    names = [f"s{i:02d}" for i in range(n)]
+    with Tape.open(tape_dir) as t:
+        for name in names:
+            t.session(name).append("user", {"content": "x"})
+    line = rejected(tape_dir, "status", code=2)
+    assert all(name in line for name in names[:8])
+    assert (f"({n} in all" in line) == (n > 8)
+
+
+def test_an_unknown_session_names_the_nearest_even_when_none_is_alike(two, tape_dir):
+    d, _ = two
+    line = rejected(d, "log", "-s", "zzz", code=1)
+    assert "chat" in line and "other" in line
+    with Tape.open(d) as t:
+        for i in range(5):
+            t.session(f"extra{i}").append("user", {"content": "x"})
+    line = rejected(d, "log", "-s", "zzz", code=1)
+    assert "the nearest of its 7 sessions" in line and len(line.split(": ", 2)[-1].split(", ")) >= 3
+
+
 def test_ctape_session_env_and_s_win(two):
     d, hs = two
     p = cli(d, "status", "--json", env={"CTAPE_SESSION": "other"}, check=True)

@@ -29,6 +29,9 @@ def is_removed(st: RefState) -> bool:
     return HEAD in st.claims and st.head is None and not st.branches
 
 
+SHOWN = 8  # session names an error lists before it says how many there are
+
+
 def live_names(tape: "Tape") -> list[str]:
     return [n for n in tape.store.sessions() if NAME_RE.fullmatch(n) and tape._session_exists(n)]
 
@@ -38,8 +41,12 @@ def unknown(tape: "Tape", name: str) -> SessionNotFound:
     near = difflib.get_close_matches(name, names, n=3, cutoff=0.5)
     if near:
         hint = f"did you mean {' or '.join(near)}?"
-    elif names:
-        hint = "see `ctape sessions`"
+    elif names:  # none alike: still the nearest few, as the spec asks
+        if len(names) <= 3:
+            hint = f"its sessions are {', '.join(sorted(names))}"
+        else:
+            nearest = difflib.get_close_matches(name, names, n=3, cutoff=0) or sorted(names)[:3]
+            hint = f"the nearest of its {len(names)} sessions: {', '.join(nearest)} (see `ctape sessions`)"
     else:
         hint = "the tape has no sessions yet (appending creates one)"
     return SessionNotFound(f"no session {name!r} in this tape; {hint}")
@@ -78,10 +85,8 @@ def default(tape: "Tape") -> str:
         return names[0]
     if not names:
         raise NoDefaultSession("no session yet: pass -s NAME (appending creates the session)")
-    if len(names) <= 3 and sum(map(len, names)) <= 60:
-        shown = ", ".join(names)
-    else:
-        shown = f"{len(names)} of them, see `ctape sessions`"
+    few = sorted(names)[:SHOWN]
+    shown = ", ".join(few) + (f", ... ({len(names)} in all: see `ctape sessions`)" if len(names) > len(few) else "")
     raise NoDefaultSession(f"several sessions ({shown}): pass -s NAME (a unique prefix will do), set CTAPE_SESSION, or run `ctape session use NAME`")
 
 
