@@ -48,6 +48,14 @@ def test_hidden_entries_are_left_out_unless_asked(hist):
     assert "[hidden]" in cli(d, "log", "--oneline", "--hidden", check=True).stdout.decode()
 
 
+def test_show_marks_a_hidden_entry_only_with_hidden(hist):
+    """SPEC 13: `log`, `status`, `show` mark hidden entries only with --hidden."""
+    d, e, _ = hist
+    assert "[hidden]" not in cli(d, "show", e[3], check=True).stdout.decode()
+    assert "[hidden]" in cli(d, "show", e[3], "--hidden", check=True).stdout.decode().splitlines()[0]
+    assert "[hidden]" not in cli(d, "show", e[2], "--hidden", check=True).stdout.decode()
+
+
 def test_grep_is_a_case_insensitive_substring(hist):
     d, e, _ = hist
     assert hashes(cli(d, "log", "--json", "--grep", "TESTS", check=True)) == [e[0]]

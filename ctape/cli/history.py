@@ -220,10 +220,11 @@ def log(ctx, refs, session, limit, kinds, grep, since, until, reverse, all_, hid
 @click.argument("ref")
 @session_option
 @click.option("--meta", "with_meta", is_flag=True, help="Also print the importer's raw source record kept in meta.")
+@click.option("--hidden", is_flag=True, help="Mark the entry [hidden] if an importer or integration hid it.")
 @json_option
 @pager_option
 @click.pass_context
-def show(ctx, ref, session, with_meta, as_json, no_pager):
+def show(ctx, ref, session, with_meta, hidden, as_json, no_pager):
     """Show one entry: its payload readably, then its delta and meta.
 
     Text is shown as text, a tool call as its name and arguments, a tool
@@ -246,7 +247,7 @@ def show(ctx, ref, session, with_meta, as_json, no_pager):
     if as_json:
         emit_json(e.to_json())
     else:
-        echo_lines(render.show(e, meta=with_meta), not no_pager)
+        echo_lines(render.show(e, meta=with_meta, hidden=hidden), not no_pager)
     warn_damage(tape, name)
 
 

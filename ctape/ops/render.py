@@ -221,11 +221,11 @@ def payload_lines(e: Entry) -> list[str]:
     return out
 
 
-def show(e: Entry, meta: bool = False) -> list[str]:
+def show(e: Entry, meta: bool = False, hidden: bool = False) -> list[str]:
     """One entry: a short header, the payload, then delta and meta (the importer's raw
-    source record only with `meta`)."""
+    source record only with `meta`; the hidden mark only with `hidden`, as SPEC 13 has it)."""
     out = [
-        _color(f"entry {e.hash}", "33") + _hidden_mark(e),
+        _color(f"entry {e.hash}", "33") + (_hidden_mark(e) if hidden else ""),
         f"Kind:   {clean(e.kind)}",
         f"Seq:    {e.seq}",
         f"Date:   {clean(e.time)}",
