@@ -354,6 +354,22 @@ def test_init_inside_a_file(tmp_path):
     assert f.read_bytes() == b"precious\n"
 
 
+def test_reflog_n_is_never_negative(chat):
+    tape_dir, _ = chat
+    rejected(tape_dir, "reflog", "chat", "-n", "-1", code=2)
+
+
+@pytest.mark.parametrize("name", ["a/b", "", "../x"])
+def test_pull_of_a_session_name_that_cannot_exist(chat, tmp_path, name):
+    """A name no session can have is a typo (exit 2), as everywhere else; a valid name the
+    remote does not hold yet is only a warning (docs/remotes.md)."""
+    tape_dir, _ = chat
+    (tmp_path / "remote").mkdir()
+    run_cli("--dir", tape_dir, "remote", "add", "origin", f"file://{tmp_path / 'remote'}")
+    err = rejected(tape_dir, "pull", "-s", name, code=2)
+    assert "invalid session name" in err
+
+
 def test_a_tape_that_lost_its_ctape_json(chat):
     """A copy cut short (ctape.json missing beside its sessions): every command says to
     restore it, and `init` refuses, where it once gave the tape a new identity (so its

@@ -376,6 +376,24 @@ def test_sigterm_sigint_record_partial_at_once(tape_dir, tmp_path, sig, interval
     assert entries[0]["payload"] == {"content": "".join(chunk(i) for i in range(n))}
     assert cli(tape_dir, "recover", "-s", S).stdout.decode().strip() == ""
     assert len(log_entries(tape_dir)) == 2
+    assert "the partial text was recorded" in err
+
+
+def test_an_interrupt_before_any_text_says_nothing_was_recorded(tape_dir):
+    base = start_session(tape_dir)
+    stream = subprocess.Popen([sys.executable, "-m", "ctape", "--dir", str(tape_dir), "stream", "-s", S],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        time.sleep(1.0)  # started, waiting for its first text
+        stream.send_signal(signal.SIGINT)
+        rc = stream.wait(timeout=10)
+    finally:
+        stream.kill()
+        stream.wait()
+    err = stream.stderr.read().decode()
+    assert rc == 130 and "Traceback" not in err
+    assert "no text had arrived, so nothing was recorded" in err
+    assert [e["hash"] for e in log_entries(tape_dir)] == [base]
 
 
 def test_eof_appends_one_assistant(tape_dir, tmp_path):
@@ -439,6 +457,24 @@ def test_python_stream_exception_records_partial(tape_dir, tmp_path):
     assert entries[0]["payload"] == {"content": "".join(chunk(i) for i in range(12))}
     assert cli(tape_dir, "recover", "-s", S).stdout.decode().strip() == ""
     assert len(log_entries(tape_dir)) == 2
+    assert "the partial text was recorded" in err
+
+
+def test_an_interrupt_before_any_text_says_nothing_was_recorded(tape_dir):
+    base = start_session(tape_dir)
+    stream = subprocess.Popen([sys.executable, "-m", "ctape", "--dir", str(tape_dir), "stream", "-s", S],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        time.sleep(1.0)  # started, waiting for its first text
+        stream.send_signal(signal.SIGINT)
+        rc = stream.wait(timeout=10)
+    finally:
+        stream.kill()
+        stream.wait()
+    err = stream.stderr.read().decode()
+    assert rc == 130 and "Traceback" not in err
+    assert "no text had arrived, so nothing was recorded" in err
+    assert [e["hash"] for e in log_entries(tape_dir)] == [base]
 
 
 def test_a_second_stream_records_the_one_a_killed_writer_left_first(tape_dir):

@@ -182,7 +182,7 @@ def branch(ctx, name, ref, delete, force_delete, session, as_json):
 @main.command()
 @click.argument("session_arg", metavar="[SESSION]", required=False)
 @session_option
-@click.option("-n", "limit", type=int, default=-1, help="Show at most N lines.")
+@click.option("-n", "limit", type=click.IntRange(min=0), help="Show at most N lines.")
 @json_option
 @pager_option
 @click.pass_context
@@ -204,7 +204,7 @@ def reflog(ctx, session_arg, session, limit, as_json, no_pager):
     tape = open_tape(ctx)
     name = need_session(ctx, session_arg if session_arg is not None else session)
     rows = tape.session(name).reflog()
-    if limit is not None and limit >= 0:
+    if limit is not None:
         rows = rows[:limit]
     if as_json:
         for r in rows:

@@ -220,9 +220,12 @@ def pull(ctx, name, sessions, as_json):
       ctape pull
       ctape pull origin -s chat
     """
+    from ..model.models import check_name
     from ..sync import remote as remotes
     from ..sync.pull import pull as do_pull
 
+    for s in sessions:  # a name that cannot exist is a typo, not a session still to come
+        check_name(s, "session name")
     tape = open_tape(ctx)
     name, backend = remotes.connect(tape.store, name)
     bar = _Progress("pulled")

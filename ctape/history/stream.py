@@ -252,7 +252,8 @@ def run_cli_stream(session: "Session", interval: float) -> Optional[Entry]:
                 if not chunk:
                     break
     except StreamInterrupted as e:
-        err = CtapeError(f"stream interrupted by signal {e.signum}; the partial text was recorded as a streaming entry")
+        kept = "the partial text was recorded as a streaming entry" if writer.size else "no text had arrived, so nothing was recorded"
+        err = CtapeError(f"stream interrupted by signal {e.signum}; {kept}")
         err.exit_code = 128 + e.signum
         raise err from None
     return writer.entry
