@@ -461,3 +461,33 @@ def test_a_piece_refused_by_junk_at_its_key_fails_the_push_until_compact_moves_i
     cli(tmp_path, "clone", f"file://{remote}", b)
     assert b"the reply that must arrive" in cli(b, "export", "chat").stdout
     assert cli(b, "fsck", check=False).returncode == 0
+
+
+def test_a_damaged_piece_on_the_remote_fails_the_pull_and_compact_remote_repairs_it(tmp_path):
+    """A piece whose bytes do not match its manifest was skipped with a warning, and pull
+    then said "nothing to pull: up to date", exit 0, with an entry missing; clone said
+    "cloned". Both now exit 1 and say what to do, and doing it (compact --remote on the
+    copy that pushed it) brings the entry."""
+    a, remote = tape_with_remote(tmp_path)
+    cli(a, "push")
+    b = tmp_path / "B"
+    cli(tmp_path, "clone", f"file://{remote}", b)
+    with Tape.open(a) as t:
+        t.session("chat").append("assistant", {"content": "hi back"})
+    before = {p for p in remote.rglob("*") if p.is_file()}
+    cli(a, "push")
+    new = sorted((p for p in remote.rglob("*") if p.is_file() and p not in before and "/f/" in str(p)), key=lambda p: p.stat().st_mtime)
+    assert new
+    data = bytearray(new[-1].read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    new[-1].write_bytes(bytes(data))
+    for p in (cli(b, "pull", check=False), cli(tmp_path, "clone", f"file://{remote}", tmp_path / "C", check=False)):
+        out, err = p.stdout.decode(), p.stderr.decode()
+        assert p.returncode == 1 and "up to date" not in out and "Traceback" not in err, (out, err)
+        assert "did not match its manifest" in err.strip().splitlines()[-1] and "compact --remote origin" in err
+    with Tape.open(b) as t:
+        assert t.session("chat").head.payload["content"] == "hello"
+    cli(a, "compact", "--remote", "origin", "--grace", "now")
+    assert cli(b, "pull").returncode == 0
+    with Tape.open(b) as t:
+        assert t.session("chat").head.payload["content"] == "hi back"

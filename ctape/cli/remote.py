@@ -235,8 +235,27 @@ def pull(ctx, name, sessions, as_json):
         emit_json(r)
     elif r.get("empty"):
         click.echo(f"{name} holds no tape yet; nothing to pull")
+    elif any(r["skipped"].values()):  # not "up to date": some of it did not come
+        click.echo(f"pulled {_n(r['files'], 'file')} ({_human(r['bytes'])}) from {name} in {_n(r['requests'], 'request')}; "
+                   f"{_n(sum(r['skipped'].values()), 'piece')} skipped (see the warnings)")
     else:
         click.echo(_summary("pulled", r))
+    _fail_on_damage(r, name)
+
+
+def _fail_on_damage(r: dict, name: str) -> None:
+    """Exit 1 when pieces on the remote did not match their manifests: what is listed there
+    could not be had. (A missing piece is what a compaction of the remote leaves between
+    reading its manifests and fetching: a warning, and the next pull sees the new ones.)"""
+    damaged = r.get("skipped", {}).get("damaged", 0)
+    if damaged:
+        from ..errors import CorruptObject
+
+        one = damaged == 1
+        it, its, was = ("it", "its", "was") if one else ("them", "their", "were")
+        raise CorruptObject(f"{_n(damaged, 'piece')} on {name} did not match {its} manifest and {was} not pulled (see the "
+                            f"warnings); what did arrive is kept. The copy that pushed {it} still holds {it}: "
+                            f"`ctape compact --remote {name}` there writes {it} to the remote again")
 
 
 @main.command()
@@ -263,3 +282,4 @@ def clone(url, directory, endpoint, as_json):
         emit_json(r)
     else:
         click.echo(f"cloned {_n(r['sessions'], 'session')}, {_n(r['files'], 'file')} ({_human(r['bytes'])}) into {r['dir']} in {_n(r['requests'], 'request')}")
+    _fail_on_damage(r, "origin")

@@ -111,16 +111,18 @@ def _append(folder: str, name: str, at: int, data: bytes) -> bool:
     return True
 
 
-def _get_piece(backend: Backend, f: dict, warn) -> Optional[bytes]:
+def _get_piece(backend: Backend, f: dict, warn) -> tuple[Optional[bytes], Optional[str]]:
+    """A piece's bytes, checked against its manifest; or None and why ("missing",
+    "damaged") when the remote lacks it or holds other bytes."""
     key = layout.piece_key(f["session"], f["file"], f["start"], f["end"])
     data = backend.get(key)
-    if data is None:
+    if data is None:  # deleted by a compaction of the remote since its manifest was read, say
         warn(f"the remote lacks {key}, which a manifest lists; skipped")
-        return None
+        return None, "missing"
     if len(data) != f["end"] - f["start"] or layout.digest(data) != f["blake3"]:
         warn(f"the remote's {key} does not match its manifest; skipped")
-        return None
-    return data
+        return None, "damaged"
+    return data, None
 
 
 PULL_AGAIN = "what arrived before is kept, whole; pull again for the rest"
@@ -187,6 +189,7 @@ def _pull(tape, backend: Backend, name: str, sessions: Iterable[str], warn: Call
                 jobs.append((s, file, chain))
         total = sum(f["end"] - f["start"] for _, _, chain in jobs for f in chain)
         got, files, done = 0, 0, 0
+        skipped = {"missing": 0, "damaged": 0}  # pieces not pulled (warned about one by one)
         with ThreadPoolExecutor(WORKERS) as pool:
             i = 0
             while i < len(jobs):
@@ -196,7 +199,11 @@ def _pull(tape, backend: Backend, name: str, sessions: Iterable[str], warn: Call
                     size += sum(f["end"] - f["start"] for f in jobs[i][2])
                     i += 1
                 pieces = [f for _, _, chain in batch for f in chain]
-                fetched = dict(zip(map(id, pieces), pool.map(lambda f: _get_piece(backend, f, warn), pieces)))
+                fetched = {}
+                for f, (data, why) in zip(pieces, pool.map(lambda f: _get_piece(backend, f, warn), pieces)):
+                    fetched[id(f)] = data
+                    if why:
+                        skipped[why] += 1
                 for s, file, chain in batch:
                     try:
                         n = _apply(store, s, file, [(f, fetched[id(f)]) for f in chain])
@@ -215,7 +222,7 @@ def _pull(tape, backend: Backend, name: str, sessions: Iterable[str], warn: Call
         state.save(store)
     moved = time.monotonic() - t0
     tape.store.refresh()  # what the next command would do anyway: the index reads the new bytes
-    return {"remote": name, "files": files, "bytes": got, "requests": backend.requests,
+    return {"remote": name, "files": files, "bytes": got, "requests": backend.requests, "skipped": skipped,
             "transfer_seconds": round(moved, 3), "index_seconds": round(time.monotonic() - t0 - moved, 3)}
 
 
