@@ -456,6 +456,28 @@ def test_symlink_at_the_top_is_refused(chat, what, cmd):
     assert snapshot(tape_dir.parent / "outside") == outside
 
 
+def test_a_symlinked_segment_the_cache_knew_is_unsafe_not_lost(chat):
+    """A segment this machine had read, replaced by a symlink: fsck said its records were
+    lost ("849 bytes shorter", the link's own length) and `fsck --salvage` wrote a pending
+    report before refusing, so that after the real file was put back a salvage recorded a
+    loss for good. Now: unsafe only, salvage writes nothing, and the file put back is whole."""
+    tape_dir, _ = chat
+    run_cli("--dir", tape_dir, "log", "-s", "chat", check=True)  # the cache knows every size
+    (seg,) = (tape_dir / "sessions" / "chat").glob("*.seg")
+    real = seg.read_bytes()
+    _symlink(tape_dir, "segment")
+    before = snapshot(tape_dir)
+    for args in (["fsck"], ["fsck", "--salvage"]):
+        p = run_cli("--dir", tape_dir, *args)
+        out = p.stdout.decode() + p.stderr.decode()
+        assert p.returncode == 1 and "symlink" in out and "lost" not in out, out
+        assert snapshot(tape_dir) == before
+    seg.unlink()
+    seg.write_bytes(real)
+    p = run_cli("--dir", tape_dir, "fsck")
+    assert p.returncode == 0 and b"warning" not in p.stdout + p.stderr, p.stdout + p.stderr
+
+
 @pytest.mark.parametrize("what", ["session dir", "segment"])
 def test_symlink_inside_is_reported_by_fsck(chat, what):
     tape_dir, _ = chat

@@ -382,6 +382,8 @@ class Store:
         shrunk, gone = [], {}
         for path, (fid, indexed, _, _) in rows.items():
             size = files.get(path)
+            if size is None and path.startswith("sessions/") and path.split("/")[1] in self.unsafe_sessions:
+                continue  # a symlink in its session: refused, not lost (fsck reports it as unsafe)
             if size is None or size < indexed:
                 # the rows may be newer than the listing: another process that made the file,
                 # or appended to it, and indexed it since. Only a file that is gone or short
