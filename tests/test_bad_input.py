@@ -456,6 +456,29 @@ def test_symlink_at_the_top_is_refused(chat, what, cmd):
     assert snapshot(tape_dir.parent / "outside") == outside
 
 
+def test_an_unreadable_segment_is_an_error_even_with_no_index_cache(chat, tmp_path):
+    """On a new machine (no index cache yet) a segment that cannot be read was skipped as
+    if empty: `log` printed nothing and exited 0, `status` blamed a sync. Now every
+    reader says which file it cannot read (as it did with a warm cache)."""
+    tape_dir, _ = chat
+    (seg,) = (tape_dir / "sessions" / "chat").glob("*.seg")
+    os.chmod(seg, 0)
+    prefix = []
+    if os.geteuid() == 0:  # root reads anything: drop the capabilities that let it
+        if shutil.which("setpriv") is None:
+            pytest.skip("needs setpriv(1) to read as root without permission overrides")
+        prefix = ["setpriv", "--bounding-set=-dac_override,-dac_read_search,-fowner"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CTAPE_")}
+    try:
+        for args in (["log", "-s", "chat"], ["status", "-s", "chat"], ["sessions"], ["search", "one"]):
+            env["CTAPE_CACHE_DIR"] = str(tmp_path / f"cold-{args[0]}")
+            p = subprocess.run([*prefix, sys.executable, "-m", "ctape", "--dir", str(tape_dir), *args], env=env, capture_output=True)
+            err = check_rejected(p, 1)
+            assert "cannot read sessions/chat/" in err and "Permission denied" in err, err
+    finally:
+        os.chmod(seg, 0o600)
+
+
 def test_a_symlinked_segment_the_cache_knew_is_unsafe_not_lost(chat):
     """A segment this machine had read, replaced by a symlink: fsck said its records were
     lost ("849 bytes shorter", the link's own length) and `fsck --salvage` wrote a pending

@@ -40,6 +40,7 @@ from ..model.errors import (
     InvalidInput,
     NotATape,
     ObjectTooLarge,
+    StorageError,
     UnsafePath,
 )
 from .files import (  # noqa: F401 - TYPE_*, CODEC_*, open_for_reading and zstd are used through this module too
@@ -519,8 +520,10 @@ class Store:
         batch = IndexBatch()
         try:
             fd = open_for_reading(os.path.join(self.root, rel))
-        except (OSError, UnsafePath):
-            return batch
+        except (FileNotFoundError, NotADirectoryError, UnsafePath):
+            return batch  # gone since the listing (a compaction); a symlink is refused where it is listed
+        except OSError as e:  # unreadable: never taken for a file with nothing in it
+            raise StorageError(f"cannot read {rel}: {e.strerror}; check its permissions (ctape needs to read every file of the tape)") from None
         try:
             size = os.fstat(fd).st_size
             data = os.pread(fd, size - start, start) if size > start else b""
