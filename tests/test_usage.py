@@ -179,8 +179,11 @@ def test_bad_usage_input(tape_dir, args, code):
 def test_bad_price_file(tape_dir, tmp_path):
     with Tape.open(tape_dir) as t:
         t.session("s").append("assistant", {"content": "x"}, meta={"model": "m", "usage": {"input_tokens": 1}})
-    for body in ("not json", '{"m": {"input": "cheap"}}', "[1]"):
+    for body in ("not json", '{"m": {"input": "cheap"}}', "[1]",
+                 '{"m": {"input": NaN}}', '{"m": {"input": 1e999}}', '{"m": {"input": -1}}',  # NaN made invalid --json
+                 '{"m": {"inptu": 1.25}}', '{"m": {"input": true}}', '{"m": 3}'):  # a typo priced m at $0
         f = tmp_path / "p.json"
         f.write_text(body)
         p = run_cli("--dir", tape_dir, "usage", "--prices", f)
-        assert p.returncode == 2 and b"price table" in p.stderr
+        assert p.returncode == 2 and b"price table" in p.stderr, (body, p.stderr)
+        assert len(p.stderr.splitlines()) == 1 and p.stdout == b"", body

@@ -36,6 +36,7 @@ An entry reachable from several sessions counts once: for the session whose file
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import warnings
@@ -54,6 +55,9 @@ _DATE_SUFFIX = re.compile(r"-20\d\d")
 # -- prices --------------------------------------------------------------------------------
 
 
+PRICE_FIELDS = ("input", "output", "cached", "cache_write")  # dollars per million tokens of each kind
+
+
 def load_prices(path: Optional[str] = None) -> dict[str, dict]:
     """The shipped table, overridden by the file at `path` (else $CTAPE_PRICES) if any."""
     table = json.loads(resources.files("ctape").joinpath("prices.json").read_text(encoding="utf-8"))
@@ -66,10 +70,19 @@ def load_prices(path: Optional[str] = None) -> dict[str, dict]:
             raise InvalidInput(f"cannot read the price table {path}: {e.strerror}; check the path") from None
         except ValueError:
             raise InvalidInput(f"the price table {path} is not JSON; see docs/usage.md for its shape") from None
-        if not isinstance(extra, dict) or not all(
-            isinstance(v, dict) and all(isinstance(x, (int, float)) for x in v.values()) for k, v in extra.items() if not k.startswith("_")
-        ):
-            raise InvalidInput(f'the price table {path} must map model names to {{"input": N, "output": N, ...}} (dollars per million tokens)')
+        shape = f'the price table {path} must map model names to {{"input": N, "output": N, ...}} (dollars per million tokens)'
+        if not isinstance(extra, dict):
+            raise InvalidInput(shape)
+        for model, entry in extra.items():
+            if model.startswith("_"):
+                continue
+            if not isinstance(entry, dict):
+                raise InvalidInput(shape)
+            for field, x in entry.items():
+                if field not in PRICE_FIELDS:  # a typo would price the model at $0
+                    raise InvalidInput(f"the price table {path}: {model}.{field} is not a price; use {', '.join(PRICE_FIELDS)}")
+                if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x < 0:
+                    raise InvalidInput(f"the price table {path}: {model}.{field} must be a number of dollars, at least 0")
         table.update(extra)
     return {k: v for k, v in table.items() if not k.startswith("_")}
 
