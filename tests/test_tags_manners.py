@@ -92,3 +92,28 @@ def test_a_tag_conflict_after_sync_is_shown_until_deleted(tmp_path):
     assert _tags(a) == [win]
     p = run_cli("--dir", a, "status", "-s", "chat", check=True)
     assert b"conflict" not in p.stdout
+
+
+def test_create_and_delete_with_json_print_one_object(tape_dir):
+    """SPEC 5: single-object commands print one JSON object with --json. `tag NAME` did;
+    branch creation and deletion and `tag -d` printed nothing on stdout."""
+    with Tape.open(tape_dir) as t:
+        h = t.session("c").append("user", {"content": "x"}).hash
+    got = []
+    for args in (["branch", "b1"], ["branch", "-d", "b1"], ["tag", "v1"], ["tag", "-d", "v1"]):
+        p = run_cli("--dir", tape_dir, *args, "-s", "c", "--json", check=True)
+        (line,) = p.stdout.decode().splitlines()
+        got.append(json.loads(line))
+    assert got == [{"name": "b1", "hash": h, "old": None}, {"name": "b1", "hash": None, "old": h},
+                   {"name": "v1", "hash": h, "old": None}, {"name": "v1", "hash": None, "old": h}]
+
+
+@pytest.mark.parametrize("name", ["HEAD", "a" * 64])
+def test_a_tag_may_not_read_as_head_or_an_entry(tape_dir, name):
+    """`branch HEAD` was refused and `tag HEAD` taken: the tag then showed as `tag: HEAD` on an
+    entry that was not HEAD, and could be reached only as tag:HEAD."""
+    with Tape.open(tape_dir) as t:
+        t.session("c").append("user", {"content": "x"})
+    p = run_cli("--dir", tape_dir, "tag", name, "-s", "c")
+    assert p.returncode == 2 and b"invalid tag name" in p.stderr and p.stdout == b""
+    assert run_cli("--dir", tape_dir, "tag", "-s", "c", check=True).stdout == b""

@@ -157,12 +157,16 @@ def branch(ctx, name, ref, delete, force_delete, session, as_json):
     if gone is not None:
         tip = s.delete_branch(gone, force=force_delete is not None)
         click.echo(f"Deleted branch {gone} (was {tip[:12]})", err=True)
+        if as_json:  # one object, as `tag --json NAME` prints: the branch's value now and before
+            emit_json({"name": gone, "hash": None, "old": tip})
         return
     if name is not None:
         warn_ambiguous(tape, ref, s.name)
         h = s.branch(name, ref)
         warn_new_name(tape, name)
         click.echo(f"Created branch {name} at {h[:12]}", err=True)
+        if as_json:
+            emit_json({"name": name, "hash": h, "old": None})
         return
     rows = s.branches()
     if as_json:
@@ -246,6 +250,8 @@ def tag(ctx, name, ref, delete, force, session, as_json):
             raise click.UsageError("-d takes one tag name: ctape tag -d NAME (one command for each tag)")
         h = s.delete_tag(delete)
         click.echo(f"deleted tag {delete} (was {h[:12]})", err=True)
+        if as_json:
+            emit_json({"name": delete, "hash": None, "old": h})
         return
     if name is None:
         if force:

@@ -21,8 +21,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Optional
 
 from . import derived
-from ..model.errors import InvalidInput, RefNotFound
-from ..model.models import NAME_RE, check_name
+from ..model.errors import InvalidInput, InvalidName, RefNotFound
+from ..model.models import _FULL_HASH, NAME_RE, RESERVED_BRANCHES, check_name
 from ..model.refs import TAG, RefState
 
 if TYPE_CHECKING:
@@ -33,6 +33,9 @@ def create(session: "Session", name: str, ref: Optional[str] = None, force: bool
     """Tag REF (default: HEAD) as NAME. An existing tag is an error unless `force`.
     Returns {"name", "hash", "old", "shadowed_by_branch"}."""
     check_name(name, "tag name")
+    if name in RESERVED_BRANCHES or _FULL_HASH.fullmatch(name):  # as for branches: it would read as HEAD, or an entry
+        raise InvalidName(f"invalid tag name {name[:12] + '...' if len(name) > 12 else name!r}: it reads as "
+                          f"{'HEAD' if name in RESERVED_BRANCHES else 'an entry hash'} in a REF; pick another name")
     session._must_exist()
     tape = session.tape
     with session.store.writing(session.name) as w:
