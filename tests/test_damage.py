@@ -281,3 +281,37 @@ def test_a_killed_import_leaves_no_empty_session(tape_dir):
     r = run_cli("--dir", tape_dir, "sessions", "--json")
     assert r.returncode == 0
     assert [json.loads(line)["session"] for line in r.stdout.decode().splitlines()] == ["real"]
+
+
+def test_damage_is_not_reported_as_a_sync_under_way(tape_dir):
+    """A damaged record on the path to HEAD: status, tag, session cp and search said "not
+    synced yet / sync in progress? run rsync again" (search: "no matches" and nothing
+    else), before and after `fsck --salvage` recorded the entry as lost. They now say
+    damaged, then lost to damage, and point at fsck."""
+    with Tape.open(tape_dir) as t:
+        s = t.session("chat")
+        s.append("system", {"content": "sys"})
+        s.append("user", {"content": "hello there " + os.urandom(3000).hex()})  # most of the file: its middle
+        s.tag("v0")
+    (seg,) = _segments(tape_dir, "chat")
+    seg.read_bytes()  # a read (a backup) seals it: the next append goes to a new segment
+    os.utime(seg)
+    run_cli("--dir", tape_dir, "append", "assistant", "--text", "hi", "-s", "chat", check=True)
+    _flip_middle(seg)
+
+    def said(*args):
+        p = run_cli("--dir", tape_dir, *args)
+        assert b"Traceback" not in p.stderr
+        return (p.stdout + p.stderr).decode()
+
+    for when, word in (("before salvage", "damaged"), ("after salvage", "lost to damage")):
+        out = said("status", "-s", "chat")
+        assert "sync in progress" not in out and word in out and "fsck" in out, (when, out)
+        out = said("tag", "-s", "chat")
+        assert "not synced" not in out and word in out, (when, out)
+        out = said("session", "cp", "chat", f"copy-{word.split()[0]}")
+        assert "sync in progress" not in out and word.split()[0] in out and "tag v0" in out, (when, out)
+        if when == "before salvage":
+            out = said("search", "hello")
+            assert "damaged records in sessions/chat/" in out, out
+            run_cli("--dir", tape_dir, "fsck", "--salvage")

@@ -251,6 +251,19 @@ def warn_damage(tape, session) -> None:
                        "run `ctape fsck --salvage` to keep it and write again", err=True)
 
 
+def warn_tape_damage(tape, session=None) -> None:
+    """warn_damage for a command that reads the whole tape (search, usage, stats): one line
+    when any file holds damaged records, so that what it left out is not taken for none."""
+    if session:
+        warn_damage(tape, session)
+        return
+    idx = tape.store.index
+    bad = sorted({p for p, (_, _, _, c) in idx.file_rows().items() if c} | {p for p, _, _ in idx.lost_rows()})
+    if bad:
+        more = f" and {len(bad) - 1} more file(s)" if len(bad) > 1 else ""
+        click.echo(f"ctape: warning: damaged records in {bad[0]}{more}: what they held is left out; see `ctape fsck`", err=True)
+
+
 def emit_json(value) -> None:
     click.echo(json.dumps(value, ensure_ascii=False))
 

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from .base import EXIT_FAIL, CtapeGroup, Duration, _is_tape, emit_json, json_option, main, open_tape
+from .base import EXIT_FAIL, CtapeGroup, Duration, _is_tape, emit_json, json_option, main, open_tape, warn_tape_damage
 
 
 @main.command()
@@ -206,12 +206,14 @@ def stats(ctx, as_json):
     Examples:
       ctape stats --json
     """
-    st = open_tape(ctx).stats()
+    tape = open_tape(ctx)
+    st = tape.stats()
     if as_json:
         emit_json(st)
     else:
         for k, v in st.items():
             click.echo(f"{k:<20} {v}")
+    warn_tape_damage(tape)
 
 
 @main.group(cls=CtapeGroup, name="cache")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .base import When, emit_json, json_option, main, need_session, open_tape, session_for, session_option
+from .base import When, emit_json, json_option, main, need_session, open_tape, session_for, session_option, warn_tape_damage
 
 def _safe(text: str) -> str:
     """Text for a terminal: control characters and bidirectional overrides shown as
@@ -58,6 +58,7 @@ def search(ctx, query, session, kinds, since, until, limit, hidden, as_json):
             click.echo(f"{h.hash[:12]}  {h.session or '-'}  {h.kind}  {h.time[:19]}Z  {_safe(h.snippet)}")
     if not hits and not as_json:
         click.echo("no matches", err=True)
+    warn_tape_damage(tape, name)
 
 
 @main.command()
@@ -151,8 +152,9 @@ def summary_of(tape, h: str) -> str:
 
     try:
         return summary(tape.read_entry(h))
-    except CtapeError:
-        return "(not readable here: not synced yet?)"
+    except CtapeError as e:
+        return "(not readable here: " + ("lost to damage, see `ctape fsck`" if "lost to damage" in str(e) else
+                                         "damaged, see `ctape fsck`" if tape.store.lost_to_damage(h) else "not synced yet?") + ")"
 
 
 @main.command()
@@ -180,6 +182,7 @@ def usage(ctx, by, since, prices, as_json):
     """
     tape = open_tape(ctx)
     rows = tape.usage(by=by, since=since, prices=prices)
+    warn_tape_damage(tape)
     if as_json:
         for r in rows:
             emit_json(r)

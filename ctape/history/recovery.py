@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
 from ..model.errors import NOATIME_WARNING, CorruptObject, EntryNotFound
+from ..store.store import QUARANTINE
 from .stream import open_streams
 
 if TYPE_CHECKING:
@@ -16,15 +17,20 @@ def status(session: "Session") -> dict:
     refs = session.view()  # HEAD, its branch, conflict branches: not every branch
     h = refs.head_hash
     incomplete = (bool(h) and not tape.has_entry(h)) or refs.head_missing
+    why: Optional[str] = None  # why part of the history is missing: "damaged", "lost" (to damage) or None (not arrived)
+    if incomplete and h and not refs.head_missing:
+        where = tape.store.lost_to_damage(h)
+        why = None if where is None else "lost" if where.startswith(QUARANTINE) else "damaged"
     head, d = None, {"pending": [], "last_error": None}
     if h and not incomplete:
         try:
             head = tape.read_entry(h)
             d = tape.derived(h)
-        except (EntryNotFound, CorruptObject):
+        except (EntryNotFound, CorruptObject) as e:
             # an entry or value on the path has not arrived yet (an rsync under way), or
             # is damaged (`damaged` below names the files): what follows from it is unknown
             incomplete = True
+            why = _missing_why(e)
     interrupted = None
     streams = open_streams(session) if session.exists() else []
     if streams:
@@ -38,8 +44,9 @@ def status(session: "Session") -> dict:
     if d["last_error"]:
         try:
             e = tape.read_entry(d["last_error"])
-        except (EntryNotFound, CorruptObject):
+        except (EntryNotFound, CorruptObject) as err:
             incomplete = True
+            why = why or _missing_why(err)
     if e is not None:
         p = e.payload if isinstance(e.payload, dict) else {}
         msg = p.get("message") if e.kind == "error" else p.get("output")
@@ -56,6 +63,15 @@ def status(session: "Session") -> dict:
         "last_error": last_error,
         "conflicts": sorted(refs.conflicts),
         "incomplete": incomplete,
+        "incomplete_because": why if incomplete else None,
         "damaged": session.damage(),
         "warnings": [] if tape.store.atimes_work(warn=False) else [NOATIME_WARNING],
     }
+
+
+def _missing_why(e: Exception) -> Optional[str]:
+    """"damaged", "lost" or None (not arrived yet), from the error a read of history gave
+    (store._not_found and the readers say which)."""
+    if isinstance(e, CorruptObject):
+        return "damaged"
+    return "lost" if "lost to damage" in str(e) else None

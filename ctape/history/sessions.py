@@ -144,9 +144,14 @@ def copy(tape: "Tape", src: str, new: str) -> dict:
         if h is None:
             raise RefNotFound(f"{src!r} has no entries to copy")
         changes = {"main": h, HEAD: "@main"}
-    for h in changes.values():
+    for ref, h in changes.items():
         if h is not None and not h.startswith("@") and not tape.has_entry(h):
-            raise RefNotFound(f"{src!r} points at {h[:12]}, which this tape does not hold yet (sync in progress?)")
+            what = "HEAD" if ref == HEAD else f"tag {ref[len(TAG):]}" if ref.startswith(TAG) else f"branch {ref}"
+            where = tape.store.lost_to_damage(h)
+            why = "which this tape does not hold yet (sync in progress?)" if where is None else \
+                "which was lost to damage (see `ctape fsck`)" if where.startswith("quarantine") else \
+                "which damaged records hold (see `ctape fsck`)"
+            raise RefNotFound(f"{src!r}: its {what} points at {h[:12]}, {why}")
     if not any(k.startswith(TAG) for k in changes):
         tip = changes[HEAD] if not changes[HEAD].startswith("@") else changes[changes[HEAD][1:]]
         changes.update(_tags_on_path(tape, src.split("/")[0].split("~")[0].split("^")[0].split("@")[0], tip))

@@ -305,6 +305,13 @@ def _join(lanes: list[Optional[str]], left: int, right: int) -> str:
     return "".join(row).rstrip()
 
 
+INCOMPLETE = {  # why part of the history up to HEAD cannot be read (status's incomplete_because)
+    None: "part of the history up to HEAD has not arrived yet (sync in progress?): run rsync again",
+    "damaged": "part of the history up to HEAD cannot be read: damaged records; see `ctape fsck` (`ctape fsck --salvage` keeps what is intact)",
+    "lost": "part of the history up to HEAD was lost to damage (salvaged: `ctape fsck` names it); a copy that holds it can bring it back by rsync",
+}
+
+
 def status(st: dict) -> list[str]:
     return [clean(line) for line in _status(st)]
 
@@ -321,7 +328,7 @@ def _status(st: dict) -> list[str]:
         out.append(f"{at} at {st['head'][:12]}{seq}")
     if st.get("incomplete") and st["head"] is not None:
         # the entry itself, a value it refers to, or an entry before it
-        out.append("part of the history up to HEAD has not arrived yet (sync in progress?): run rsync again")
+        out.append(INCOMPLETE[st.get("incomplete_because")])
     if st.get("title"):
         out.append(f"title: {st['title']}")
     if st.get("source"):
