@@ -631,3 +631,24 @@ def test_100mb_payload_through_stdin(tape_dir, tmp_path):
         t.close()
     disk = sum(f.stat().st_size for f in (tape_dir / "sessions").rglob("*.seg"))
     assert disk < size // 10  # stored compressed
+
+
+def test_the_cache_is_owner_only_whatever_the_umask(chat, tmp_path):
+    """SPEC 12: files are created readable only by their owner. The tape's were; the cache's
+    imports.json, watch.json and watch layouts were 0644 under umask 022, its root 0755."""
+    tape_dir, _ = chat
+    cache = tmp_path / "cache"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CTAPE_")}
+    env["CTAPE_CACHE_DIR"] = str(cache)
+    fixtures = "/work/shared/fixtures/transcripts"
+    for args in (["import", f"{fixtures}/openai-chat/SWE-agent__SWE-agent__function_calling_replace_from_source__marshmallow-1867.traj"],
+                 ["watch", "--once", f"{fixtures}/claude-code"], ["search", "x"]):
+        p = subprocess.run(["sh", "-c", 'umask 022; exec "$@"', "sh", sys.executable, "-m", "ctape", "--dir", str(tape_dir), *args],
+                           env=env, capture_output=True)
+        assert p.returncode == 0, (args, p.stderr)
+    seen = 0
+    for root, dirs, files in os.walk(cache):
+        for n in [root, *(os.path.join(root, f) for f in files)]:
+            assert os.lstat(n).st_mode & 0o077 == 0, (n, oct(os.lstat(n).st_mode))
+            seen += 1
+    assert seen > 5 and any(cache.rglob("watch.json")) and any(cache.rglob("watch-layouts/*"))

@@ -25,6 +25,7 @@ from typing import Optional
 from blake3 import blake3
 
 from . import _common as c
+from ..store.files import open_private
 from .reading import real_path, too_long
 
 VERSION = 1
@@ -152,7 +153,7 @@ def flush() -> None:
         tmp = f"{p}.{os.getpid()}.tmp"
         try:
             os.makedirs(os.path.dirname(p), exist_ok=True)
-            with open(tmp, "w") as f:
+            with open_private(tmp) as f:
                 json.dump({"version": VERSION, "files": files}, f)
             os.replace(tmp, p)
         except OSError:

@@ -157,3 +157,10 @@ def uninterrupted(reraise: bool = True) -> Iterator[None]:
         signal.signal(signal.SIGINT, old)
     if got and reraise and callable(old):
         old(signal.SIGINT, None)
+
+
+def open_private(path: str, mode: str = "w"):
+    """A file (new or emptied) only its owner may read, whatever the umask: the cache's
+    files describe the tape (paths, positions, names)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    return os.fdopen(fd, mode)

@@ -192,6 +192,7 @@ class Store:
         key = blake3(f"{self.tape_id}|{os.path.realpath(self.root)}|{st.st_dev}|{st.st_ino}".encode()).hexdigest()[:20]
         d = os.path.join(base, key)
         try:
+            os.makedirs(base, mode=0o700, exist_ok=True)  # the cache root too: 0700, not the umask's
             os.makedirs(d, mode=0o700, exist_ok=True)
             path = os.path.join(d, index_file())
             if os.path.exists(path) and not os.access(path, os.W_OK):

@@ -27,6 +27,8 @@ from typing import Optional
 
 from blake3 import blake3
 
+from ..store.files import open_private
+
 RECORD_FIELDS = ("key", "path", "fmt", "off", "line", "dev", "ino", "idn", "idh", "th", "ph", "time", "tip", "branches", "refs")
 OPTIONAL_FIELDS = ("quiet",)  # in a record only when set
 CACHE_VERSION = 1
@@ -133,7 +135,7 @@ class Cache:
             return
         tmp = f"{self.path}.{os.getpid()}.tmp"
         try:
-            with open(tmp, "w") as f:
+            with open_private(tmp) as f:
                 json.dump({"version": CACHE_VERSION, "sources": {k: asdict(p) for k, p in self.positions.items()}}, f)
             os.replace(tmp, self.path)
             self.dirty = False
@@ -189,7 +191,7 @@ def save_layout(cache: "Cache", pos: Position, builder, orphans: set, agent) -> 
     try:
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "wb") as f:
+        with open_private(tmp, "wb") as f:
             f.write(data)
         os.replace(tmp, path)
     except OSError:
