@@ -99,6 +99,27 @@ def test_sessions_and_status_carry_title_and_source(imported):
     assert "claude-code claude-code-log" in table and "show tools" in table
 
 
+@pytest.mark.parametrize("content,title", [
+    ("<div> tags render twice on the home page; fix it", "<div> tags render twice on the home page; fix it"),
+    ([{"type": "text", "text": "<ide_opened_file>The user opened calc.py</ide_opened_file>"},
+      {"type": "text", "text": "How can I make this installable?"}], "How can I make this installable?"),
+    ("<uploaded_files>\n/workspace/repo\n</uploaded_files>\nI've uploaded a repository.", "I've uploaded a repository."),
+    ("<command-name>/clear</command-name>\n<command-message>clear</command-message>\n<command-args></command-args>", "then the request"),
+    ("<environment_context>\n  <cwd>/w</cwd>\n</environment_context>", "then the request"),
+])
+def test_the_title_starts_past_the_tags_agents_put_first(tape_dir, content, title):
+    """SPEC 13: the title is the first user request. A message that began with `<` gave none
+    at all: Claude Code's IDE context parts before the request, OpenHands' <uploaded_files>,
+    a request that starts with a tag of its own. Tagged blocks at the start are passed
+    over; a message of nothing else is not a request, and the next one gives the title."""
+    with Tape.open(tape_dir) as t:
+        s = t.session("s")
+        s.append("user", {"content": content})
+        s.append("user", {"content": "then the request"})
+    st = json.loads(run_cli("--dir", tape_dir, "status", "-s", "s", "--json", check=True).stdout)
+    assert st["title"] == title
+
+
 def test_the_title_follows_new_heads_reading_only_new_entries(tape_dir):
     with Tape.open(tape_dir) as t:
         s = t.session("long")

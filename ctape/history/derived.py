@@ -30,17 +30,22 @@ has none; the values derived from it then have none either (never a wrong one), 
 from __future__ import annotations
 
 import copy
+import re
 from typing import Any, Callable, Optional
 
 from ..model.models import HIDDEN, Entry
 
 KEY_EVERY = 256
 TITLE_WIDTH = 80
-KEYFRAME_VERSION = 3  # 2: pending calls as a list (reused ids); 3: anchors kept too
+KEYFRAME_VERSION = 4  # 2: pending calls as a list (reused ids); 3: anchors kept too; 4: titles past tagged blocks
 RESULT_KINDS = ("tool_result", "error")
 
 # the first user messages an agent writes for itself (instructions, environment), not a request
-_NOT_A_REQUEST = ("<", "# AGENTS.md instructions", "Caveat: The messages below", "[Request interrupted by user")
+_NOT_A_REQUEST = ("# AGENTS.md instructions", "Caveat: The messages below", "[Request interrupted by user")
+# what agents put before (or instead of) the request, in tags: <environment_context>...</environment_context>,
+# <ide_selection>, <command-name>, <uploaded_files>, a <system-reminder/>; a title starts past them
+_TAGGED = re.compile(r"<([A-Za-z][\w.:-]*)(?:\s[^<>]*)?(?:/>|>.*?</\1\s*>)\s*", re.S)
+_TAGGED_WITHIN = 1 << 16  # characters looked through for the end of such blocks
 # meta keys that say an entry was imported (the format's record) or written by an integration
 _AGENTS = (
     ("claude-code", "claude-code"),
@@ -138,10 +143,20 @@ def title_of(e: Entry) -> Optional[str]:
     """The entry as a session title: a user request, on one line, at most TITLE_WIDTH characters."""
     if e.kind != "user" or (isinstance(e.meta, dict) and e.meta.get(HIDDEN)):
         return None
-    text = " ".join(_text(e.payload).split())
+    text = _past_tags(_text(e.payload))
+    text = " ".join(text[:TITLE_WIDTH * 8].split())
     if not text or text.startswith(_NOT_A_REQUEST):
         return None
     return text if len(text) <= TITLE_WIDTH else text[: TITLE_WIDTH - 1] + "…"
+
+
+def _past_tags(text: str) -> str:
+    """The text after the tagged blocks it starts with (a message of nothing else: "")."""
+    head = text[:_TAGGED_WITHIN].lstrip()
+    pos = 0
+    while (m := _TAGGED.match(head, pos)) is not None:
+        pos = m.end()
+    return head[pos:] if pos < len(head) or len(text) <= _TAGGED_WITHIN else ""
 
 
 def _text(payload: Any) -> str:

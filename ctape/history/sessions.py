@@ -30,6 +30,7 @@ def is_removed(st: RefState) -> bool:
 
 
 SHOWN = 8  # session names an error lists before it says how many there are
+SHOWN_WIDTH = 60  # ... and the characters they take at most (names may be 128 long): the line stays short
 
 
 def live_names(tape: "Tape") -> list[str]:
@@ -85,8 +86,12 @@ def default(tape: "Tape") -> str:
         return names[0]
     if not names:
         raise NoDefaultSession("no session yet: pass -s NAME (appending creates the session)")
-    few = sorted(names)[:SHOWN]
-    shown = ", ".join(few) + (f", ... ({len(names)} in all: see `ctape sessions`)" if len(names) > len(few) else "")
+    few: list[str] = []
+    for n in sorted(names):  # as many as fit a short line (at most SHOWN), then how many
+        if len(few) == SHOWN or few and sum(map(len, few)) + len(n) > SHOWN_WIDTH:
+            break
+        few.append(n)
+    shown = ", ".join(few) + (f", ... {len(names)} in all: `ctape sessions`" if len(names) > len(few) else "")
     raise NoDefaultSession(f"several sessions ({shown}): pass -s NAME (a unique prefix will do), set CTAPE_SESSION, or run `ctape session use NAME`")
 
 
@@ -185,7 +190,7 @@ def _tags_on_path(tape: "Tape", session: str, tip: str) -> dict[str, str]:
 
 # -- what a session is about: its title and where it came from ------------------------------
 
-SUMMARY_VIEW = "ctape.session-summary"  # index cache rows: HEAD hash -> {"title", "source"}
+SUMMARY_VIEW = "ctape.session-summary.2"  # index cache rows: HEAD hash -> {"title", "source"} (2: titles past tagged blocks)
 
 
 def listing(tape: "Tape") -> list[dict]:
