@@ -246,7 +246,7 @@ class Session:
         record_extra: Optional[dict] = None,
     ) -> Entry:
         """Append one entry at HEAD and move HEAD (or its branch) to it."""
-        kind, meta = _checked(kind, payload, meta, delta)
+        kind, meta = _checked(kind, payload, meta)
         with self.store.writing(self.name) as w:
             if not w.partials_checked:
                 self._record_partials(w, skip=(record_extra or {}).get("stream"))
@@ -308,7 +308,7 @@ class Session:
                 kind, payload, meta, delta, t = (*it, None, None, None)[:4] + (None,)
             else:
                 raise InvalidInput("each item is (kind, payload[, meta[, delta]]) or a dict with kind and payload")
-            kind, meta = _checked(kind, payload, meta, delta)
+            kind, meta = _checked(kind, payload, meta)
             rows.append((kind, payload, meta, delta, t))
         if not rows:
             return []
@@ -737,16 +737,14 @@ def _follow_record(w: SegmentWriter, st: RefState, b: str, prev: dict, h: str, t
 _PLAIN_APPEND = frozenset(("s", "w", "n", "lc", "t", "op", "set", "seen"))  # the keys of an append record with no extras
 
 
-def _checked(kind: Any, payload: Any, meta: Any, delta: Any = None) -> tuple[str, dict]:
-    """An entry's kind (as stored) and meta ({} for none), once kind, payload, meta and
-    delta are valid. A delta is a merge patch of the state (keys to set, null to remove
-    one): an object. (An import of a tape's own export keeps what it holds.)"""
+def _checked(kind: Any, payload: Any, meta: Any) -> tuple[str, dict]:
+    """An entry's kind (as stored) and meta ({} for none), once kind, payload and meta are
+    valid. (A delta is any JSON value: a merge patch, RFC 7386, replaces the state with a
+    value that is not an object, as SPEC section 1 has it.)"""
     kind = check_kind(kind)
     check_payload(kind, payload)
     if meta is None:
         meta = {}
     if not isinstance(meta, dict):
         raise InvalidInput("meta must be a JSON object")
-    if delta is not None and not isinstance(delta, dict):
-        raise InvalidInput('a delta must be a JSON object: the state keys to set (null removes one), e.g. {"cwd": "/repo"}')
     return kind, meta
