@@ -158,3 +158,27 @@ def test_appends_beside_repeated_compactions_lose_nothing(tape_dir, grace):
         chain = [e.hash for e in t.session(session).log()]
         assert chain[::-1] == hashes, f"{session}: lost appends after {rounds} compactions"
     assert t.fsck()["ok"]
+
+
+def test_a_kept_record_naming_a_removed_entry_is_marked_in_the_reflog(tape_dir):
+    """Invariant 7: ref-log records are never left pointing at removed objects unmarked. The
+    record deleting a branch stays (it is the branch's current value, deleted), and names the
+    branch's old tip, which `compact --expire now` removes: reflog marks it."""
+    from ctape import Tape
+
+    with Tape.open(tape_dir) as t:
+        s = t.session("s")
+        a = s.append("user", {"content": "A"})
+        s.append("user", {"content": "B"})
+        s.checkout(a.hash, new_branch="side")
+        c = s.append("user", {"content": "C"})
+        s.checkout("main")
+        s.delete_branch("side")
+        t.compact(expire="now", grace="now")
+        assert not t.has_entry(c.hash)
+        lines = s.reflog()
+    named = [line for line in lines if c.hash in (line["old"], line["new"])]
+    assert named and all(line["gone"] for line in named)
+    assert all(not line["gone"] for line in lines if line not in named)
+    text = run_cli("--dir", tape_dir, "reflog", "s", check=True).stdout.decode()
+    assert "(old not on this tape)" in text

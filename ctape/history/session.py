@@ -613,9 +613,15 @@ class Session:
             h = e.parent
 
     def reflog(self) -> list[dict]:
-        """Every ref move, newest first. Lines that moved HEAD carry `at`: N of SESSION@{N}."""
+        """Every ref move, newest first. Lines that moved HEAD carry `at`: N of SESSION@{N}.
+        `gone` marks the values ("old", "new") whose entry this tape does not hold: a
+        record kept for a ref's current value may name an entry `compact` removed since
+        (invariant 7: never left pointing at a removed object unmarked), or one not synced yet."""
         self._not_removed()
         lines, _ = self._replay()
+        has = self.tape.has_entry
+        for line in lines:
+            line["gone"] = [k for k in ("old", "new") if isinstance(line[k], str) and not line[k].startswith("@") and not has(line[k])]
         return lines
 
     def head_positions(self) -> list[str]:
