@@ -73,6 +73,21 @@ def run_cli(*args, input=None, env=None, cwd=None, check=False):
 
 
 @contextmanager
+def small_tmpfs(mnt, options: str):
+    """A real tmpfs mounted at the folder `mnt` with mount OPTIONS (size=4m, ...): a disk to
+    fill up. Skips where this machine cannot mount one (needs root and mount(8))."""
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("needs root and mount(8) for a small tmpfs")
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mnt)], capture_output=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.decode().strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", str(mnt)], capture_output=True)
+
+
+@contextmanager
 def following(tape_dir, *paths):
     """A real `ctape watch` following `paths` into tape_dir; yields the list its output lines
     go into (read as they come). Stopped with SIGINT at the end (killed if it hangs)."""

@@ -2,29 +2,20 @@
 (issue 17 item 6). A real small tmpfs holds the cache; it is filled to the last byte."""
 
 import os
-import shutil
-import subprocess
 
 import pytest
 
 from ctape import Tape
 
-from conftest import run_cli
+from conftest import run_cli, small_tmpfs
 
 
 @pytest.fixture
 def full_cache(tmp_path):
     mnt = tmp_path / "cache"
     mnt.mkdir()
-    if os.geteuid() != 0 or shutil.which("mount") is None:
-        pytest.skip("needs root and mount(8) for a small tmpfs")
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)], capture_output=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.decode().strip()}")
-    try:
+    with small_tmpfs(mnt, "size=4m"):
         yield mnt
-    finally:
-        subprocess.run(["umount", str(mnt)], capture_output=True)
 
 
 def _fill(path):

@@ -20,6 +20,8 @@ import pytest
 
 from ctape import Tape
 
+from conftest import small_tmpfs
+
 CC = "/work/shared/fixtures/transcripts/claude-code/daaain__claude-code-log__37f83ec9-f2ea-42a9-925e-0d5c105cb6e8.jsonl"
 
 
@@ -27,15 +29,8 @@ CC = "/work/shared/fixtures/transcripts/claude-code/daaain__claude-code-log__37f
 def disk(tmp_path):
     mnt = tmp_path / "disk"
     mnt.mkdir()
-    if os.geteuid() != 0 or shutil.which("mount") is None:
-        pytest.skip("needs root and mount(8) for a small tmpfs")
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", str(mnt)], capture_output=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.decode().strip()}")
-    try:
+    with small_tmpfs(mnt, "size=6m"):
         yield mnt
-    finally:
-        subprocess.run(["umount", str(mnt)], capture_output=True)
 
 
 @pytest.fixture

@@ -410,17 +410,23 @@ def test_clone_warns_when_its_writer_id_already_writes_to_the_remote(tmp_path):
     assert b"writer id" not in derived.stderr
 
 
-def test_pull_of_a_session_the_remote_lacks_says_so(tmp_path):
-    """`pull -s chta` said "pulled 0 files" and nothing else: a typo looked like an
-    up-to-date copy. It now says the remote holds no such session. Exit 0, as before: a
-    session another machine has yet to push is no mistake (a script may pull it in a loop;
-    the sync model does), unlike `push -s` of a session this copy lacks (exit 2)."""
+def cloned_then_answered(tmp_path):
+    """Tape A pushed and cloned as B; then A answers in chat (not pushed yet)."""
     a, remote = tape_with_remote(tmp_path)
     cli(a, "push")
     b = tmp_path / "B"
     cli(tmp_path, "clone", f"file://{remote}", b)
     with Tape.open(a) as t:
         t.session("chat").append("assistant", {"content": "hi back"})
+    return a, remote, b
+
+
+def test_pull_of_a_session_the_remote_lacks_says_so(tmp_path):
+    """`pull -s chta` said "pulled 0 files" and nothing else: a typo looked like an
+    up-to-date copy. It now says the remote holds no such session. Exit 0, as before: a
+    session another machine has yet to push is no mistake (a script may pull it in a loop;
+    the sync model does), unlike `push -s` of a session this copy lacks (exit 2)."""
+    a, remote, b = cloned_then_answered(tmp_path)
     cli(a, "push")
     p = cli(b, "pull", "-s", "chta")
     err = p.stderr.decode()
@@ -468,12 +474,7 @@ def test_a_damaged_piece_on_the_remote_fails_the_pull_and_compact_remote_repairs
     then said "nothing to pull: up to date", exit 0, with an entry missing; clone said
     "cloned". Both now exit 1 and say what to do, and doing it (compact --remote on the
     copy that pushed it) brings the entry."""
-    a, remote = tape_with_remote(tmp_path)
-    cli(a, "push")
-    b = tmp_path / "B"
-    cli(tmp_path, "clone", f"file://{remote}", b)
-    with Tape.open(a) as t:
-        t.session("chat").append("assistant", {"content": "hi back"})
+    a, remote, b = cloned_then_answered(tmp_path)
     before = {p for p in remote.rglob("*") if p.is_file()}
     cli(a, "push")
     new = sorted((p for p in remote.rglob("*") if p.is_file() and p not in before and "/f/" in str(p)), key=lambda p: p.stat().st_mtime)

@@ -31,7 +31,8 @@ import re
 import secrets
 import time
 from datetime import datetime, timezone
-from typing import Callable, Iterable, NamedTuple, Optional
+from contextlib import contextmanager
+from typing import Callable, Iterable, Iterator, NamedTuple, Optional
 
 from blake3 import blake3
 
@@ -625,12 +626,26 @@ def _take_back(store: Store, packs: Iterable[Optional[str]]) -> None:
             pass
 
 
-def _write_pack(store, session, files, snapshot, ages, grace_s, live, kept_ids, open_streams, red: Redacted) -> Optional[str]:
+@contextmanager
+def _pack(store: Store, session: str) -> Iterator[PackWriter]:
+    """A PackWriter for the session: a failure takes its half-written pack back, and a full
+    disk (or any OSError) is the one line _pack_error says."""
     try:
         pw = PackWriter(store, session)
     except OSError as e:
         raise _pack_error(e, session) from None
     try:
+        yield pw
+    except OSError as e:
+        pw.abort()
+        raise _pack_error(e, session) from None
+    except BaseException:
+        pw.abort()
+        raise
+
+
+def _write_pack(store, session, files, snapshot, ages, grace_s, live, kept_ids, open_streams, red: Redacted) -> Optional[str]:
+    with _pack(store, session) as pw:
         done: set[bytes] = set()
         for path in sorted(files):
             young = ages[path] < grace_s
@@ -654,12 +669,6 @@ def _write_pack(store, session, files, snapshot, ages, grace_s, live, kept_ids, 
                         done.add(rec.body)
                         pw.add_record(rec.type, rec.body)
         return pw.finish()
-    except OSError as e:
-        pw.abort()
-        raise _pack_error(e, session) from None
-    except BaseException:
-        pw.abort()
-        raise
 
 
 # -- the swap -----------------------------------------------------------------------------------------
@@ -736,11 +745,7 @@ def _freeze_and_swap(store: Store, snapshot, written, scan: Scan, live: set[str]
 
 
 def _rescue_pack(store: Store, session: str, frames: list[bytes]) -> Optional[str]:
-    try:
-        pw = PackWriter(store, session)
-    except OSError as e:
-        raise _pack_error(e, session) from None
-    try:
+    with _pack(store, session) as pw:
         for fr in frames:
             for item in framing.scan(fr):
                 if item.type == framing.T_OBJECT:
@@ -748,12 +753,6 @@ def _rescue_pack(store: Store, session: str, frames: list[bytes]) -> Optional[st
                 elif item.type != framing.T_HEADER:
                     pw.add_record(item.type, item.body)
         return pw.finish()
-    except OSError as e:
-        pw.abort()
-        raise _pack_error(e, session) from None
-    except BaseException:
-        pw.abort()
-        raise
 
 
 def _snapshot(store: Store) -> dict[str, int]:
