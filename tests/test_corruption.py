@@ -271,6 +271,7 @@ def check_reads(fx, cache, record_type, with_status=True):
                     assert got["head"] in {e["hash"] for e in fx.entries} | {None}
                 elif got != want:  # what could not be read is left out and said so, never made up
                     assert got.pop("incomplete") is True
+                    assert got.pop("incomplete_because") == "damaged"  # not taken for a sync under way
                     for k, v in got.items():
                         assert v == want[k] or v in (None, [], {}), (k, v)
         else:
