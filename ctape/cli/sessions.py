@@ -17,8 +17,10 @@ def sessions(ctx, as_json):
     """List sessions: HEAD, branch, entries, activity, source, title.
 
     Most recently active first. The session chosen with `ctape session use` is
-    marked with *. The title is the first user request; the source, for an
-    imported session, the agent and the folder it ran in. In a terminal, long
+    marked with *. The title is the first user request (past the tagged blocks
+    agents put before it, such as <ide_selection>...</ide_selection>; a message
+    of nothing else is not one); the source, for an imported session, the agent
+    and the folder it ran in. In a terminal, long
     names and titles are cut to its width (a unique prefix of a name is enough
     for -s).
 
