@@ -619,9 +619,10 @@ class Session:
         (invariant 7: never left pointing at a removed object unmarked), or one not synced yet."""
         self._not_removed()
         lines, _ = self._replay()
-        has = self.tape.has_entry
+        named = {line[k] for line in lines for k in ("old", "new") if isinstance(line[k], str) and not line[k].startswith("@")}
+        gone = {h for h in self.store.index.missing(named) if not self.tape.has_entry(h)}  # has_entry: the index brought up to date first
         for line in lines:
-            line["gone"] = [k for k in ("old", "new") if isinstance(line[k], str) and not line[k].startswith("@") and not has(line[k])]
+            line["gone"] = [k for k in ("old", "new") if line[k] in gone]
         return lines
 
     def head_positions(self) -> list[str]:

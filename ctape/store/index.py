@@ -38,7 +38,7 @@ import sqlite3
 import stat
 import sys
 from contextlib import contextmanager
-from typing import Optional
+from typing import Iterable, Optional
 
 from ..model.refs import HEAD, tip_at
 
@@ -535,6 +535,19 @@ class Index:
             return loc
         row = self.db.execute("SELECT file, offset FROM objects WHERE key=?", (key,)).fetchone()
         return (row[0], row[1]) if row else None
+
+    def missing(self, hashes: Iterable[str]) -> set[str]:
+        """Which of these objects the index does not place (find_object for many: one query
+        a chunk, where a query each cost ~20 µs on a 30,000-line ref log)."""
+        todo = {hash_key(h): h for h in hashes}
+        for key in [k for k in todo if k in self.pending_objects]:
+            del todo[key]
+        keys = list(todo)
+        for i in range(0, len(keys), 500):
+            chunk = keys[i:i + 500]
+            for (key,) in self.db.execute(f"SELECT key FROM objects WHERE key IN ({','.join('?' * len(chunk))})", chunk):
+                todo.pop(key, None)
+        return set(todo.values())
 
     def entries_with_prefix(self, prefix: str, limit: int = 20) -> list[tuple[int, int]]:
         self.sync()
