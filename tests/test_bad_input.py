@@ -351,6 +351,14 @@ def test_init_inside_a_file(tmp_path):
     assert f.read_bytes() == b"precious\n"
 
 
+def test_a_mistyped_import_format_is_named_as_such(chat, tmp_path):
+    tape_dir, _ = chat
+    f = tmp_path / "t.jsonl"
+    f.write_text('{"role": "user", "content": "hi"}\n')
+    err = rejected(tape_dir, "import", "codexx", f, code=2)
+    assert "'codexx' is neither a FORMAT" in err and "claude-code" in err
+
+
 def test_reflog_n_is_never_negative(chat):
     tape_dir, _ = chat
     rejected(tape_dir, "reflog", "chat", "-n", "-1", code=2)

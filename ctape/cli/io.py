@@ -40,6 +40,10 @@ def import_(ctx, args, session):
     fmt, files = (args[0], list(args[1:])) if args[0] in FORMATS else (None, list(args))
     if not files:
         raise click.UsageError(f"give a FILE to import as {fmt}")
+    first = args[0]
+    if fmt is None and len(args) > 1 and first != "-" and not os.path.lexists(first) and "/" not in first and "." not in first:
+        # `import codexx FILE`: a mistyped FORMAT more likely than a file named so
+        raise click.BadParameter(f"{first!r} is neither a FORMAT ({', '.join(FORMATS)}) nor a file", param_hint="FORMAT")
     for f in files:
         if os.path.isdir(f):
             raise click.BadParameter(f"{f!r} is a directory; give the transcript files in it", param_hint="FILE")
