@@ -309,6 +309,15 @@ def test_missing_tape_directory(tmp_path, cmd):
     assert not (tmp_path / "nope").exists()
 
 
+def test_dir_naming_a_file_says_so(tmp_path):
+    f = tmp_path / "afile"
+    f.write_bytes(b"precious\n")
+    for cmd in MISSING_DIR_COMMANDS[:4]:
+        err = check_rejected(run_cli("--dir", f, *cmd), 1)
+        assert "is a file, not a tape directory" in err and "ctape init" not in err  # init would refuse it too
+    assert f.read_bytes() == b"precious\n"
+
+
 @pytest.mark.parametrize("cmd", MISSING_DIR_COMMANDS[:4], ids=lambda c: "-".join(c[:2]))
 def test_no_tape_found_upwards(tmp_path, cmd):
     here = tmp_path / "a" / "b"

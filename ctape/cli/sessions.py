@@ -92,7 +92,9 @@ def session_use(ctx, name, clear):
       ctape session use chat
       ctape session use --clear
     """
-    if (name is None) == (not clear):
+    if name is not None and clear:
+        raise click.UsageError("give a session NAME or --clear, not both")
+    if name is None and not clear:
         raise click.UsageError("give a session NAME, or --clear")
     if name is not None:
         name = need_session(ctx, name)  # a unique prefix names the session it starts

@@ -106,6 +106,8 @@ class Store:
     def __init__(self, root: str, *, cache_dir: Optional[str] = None, max_object: Optional[int] = None):
         self.root = os.path.abspath(root)
         meta_path = os.path.join(self.root, FORMAT_FILE)
+        if os.path.lexists(self.root) and not os.path.isdir(self.root):
+            raise NotATape(f"{self.root} is a file, not a tape directory; pass the tape's folder")
         if not os.path.isdir(self.root):
             raise NotATape(f"no tape directory at {self.root}; create one with `ctape init`")
         check_not_symlink(meta_path)

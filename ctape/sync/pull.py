@@ -265,7 +265,8 @@ def clone(backend: Backend, url: str, endpoint: Optional[str], target: str, warn
 
     target = os.path.abspath(target)
     if os.path.lexists(target) and (not os.path.isdir(target) or os.path.islink(target) or os.listdir(target)):
-        raise InvalidInput(f"cannot clone into {target}: it exists and is not an empty folder")
+        what = "a file" if not os.path.isdir(target) else "a symlink" if os.path.islink(target) else "a folder that is not empty"
+        raise InvalidInput(f"cannot clone into {target}: it is {what}; give a new folder's path, or an empty folder")
     backend.check()
     meta = layout.read_identity(backend)
     if meta is None:
