@@ -226,12 +226,12 @@ def _fsck(tape: "Tape") -> dict:
 
 
 def _pack_hash_ok(store, rel: str) -> bool:
-    from ..store.files import open_for_reading
+    from ..store.files import open_for_reading, pread_all
     from ..store.store import pack_name_matches
 
     fd = open_for_reading(os.path.join(store.root, rel))
     try:
-        data = os.pread(fd, os.fstat(fd).st_size, 0)
+        data = pread_all(fd, os.fstat(fd).st_size, 0)  # a pack may be over the 2 GiB one pread returns
     finally:
         os.close(fd)
     return pack_name_matches(rel, data)

@@ -52,6 +52,7 @@ from .files import (  # noqa: F401 - TYPE_*, CODEC_*, open_for_reading and zstd 
     dict_decompressor,
     fsync_dir,
     open_for_reading,
+    pread_all,
     reads_move_atime,
     storage_error,
     write_all,
@@ -529,7 +530,9 @@ class Store:
             raise StorageError(f"cannot read {rel}: {e.strerror}; check its permissions (ctape needs to read every file of the tape)") from None
         try:
             size = os.fstat(fd).st_size
-            data = os.pread(fd, size - start, start) if size > start else b""
+            # pread_all: one pread returns at most 2 GiB - 4 KiB on Linux, and a pack of a
+            # session with multi-MB values grows past it (the pack then failed its name check)
+            data = pread_all(fd, size - start, start) if size > start else b""
             self.io["bytes_read"] += len(data)
             self.io["files_indexed"] += 1
             indexed, torn, corrupt = start, 0, 0
@@ -642,7 +645,7 @@ class Store:
         fd = open_for_reading(os.path.join(self.root, rel))
         try:
             size = os.fstat(fd).st_size if end is None else end
-            data = os.pread(fd, size - start, start) if size > start else b""
+            data = pread_all(fd, size - start, start) if size > start else b""
             src = Source(fd, data, start)  # a block's dictionary is read from what this read
             file_id = None
             if ends is not None:
