@@ -147,13 +147,13 @@ def _stat_lines(sides, based: bool) -> None:
 
 
 def summary_of(tape, h: str) -> str:
-    from ..errors import CtapeError
+    from ..errors import CtapeError, LostToDamage
     from ..ops.render import summary
 
     try:
         return summary(tape.read_entry(h))
     except CtapeError as e:
-        return "(not readable here: " + ("lost to damage, see `ctape fsck`" if "lost to damage" in str(e) else
+        return "(not readable here: " + ("lost to damage, see `ctape fsck`" if isinstance(e, LostToDamage) else
                                          "damaged, see `ctape fsck`" if tape.store.lost_to_damage(h) else "not synced yet?") + ")"
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional
 
-from ..model.errors import NOATIME_WARNING, CorruptObject, EntryNotFound
+from ..model.errors import NOATIME_WARNING, CorruptObject, EntryNotFound, LostToDamage
 from ..store.store import QUARANTINE
 from .stream import open_streams
 
@@ -71,7 +71,7 @@ def status(session: "Session") -> dict:
 
 def _missing_why(e: Exception) -> Optional[str]:
     """"damaged", "lost" or None (not arrived yet), from the error a read of history gave
-    (store._not_found and the readers say which)."""
+    (store._not_found raises each)."""
     if isinstance(e, CorruptObject):
         return "damaged"
-    return "lost" if "lost to damage" in str(e) else None
+    return "lost" if isinstance(e, LostToDamage) else None

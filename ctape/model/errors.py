@@ -38,6 +38,10 @@ class EntryNotFound(RefNotFound):
     """An entry hash that the tape does not hold (yet)."""
 
 
+class LostToDamage(EntryNotFound):
+    """An object a salvage recorded as lost to damage: gone for good, not "not arrived yet"."""
+
+
 class CorruptObject(CtapeError):
     """Stored bytes that do not hash to their name, or a damaged record."""
 

@@ -38,6 +38,7 @@ from ..model.errors import (
     CtapeWarning,
     EntryNotFound,
     InvalidInput,
+    LostToDamage,
     NotATape,
     ObjectTooLarge,
     StorageError,
@@ -881,7 +882,7 @@ class Store:
         where = self.lost_to_damage(h)
         if where and where.startswith(QUARANTINE):
             # gone for good, a hole in history like one not synced yet (readers stop there)
-            raise EntryNotFound(f"object {h} was lost to damage (salvaged: see {where})")
+            raise LostToDamage(f"object {h} was lost to damage (salvaged: see {where})")
         if where:
             raise CorruptObject(f"object {h} cannot be read: damaged records in {where}; run `ctape fsck`, and `ctape fsck --salvage` to keep what is intact")
         raise EntryNotFound(f"object {h} is not in this tape (not synced yet, or removed)")
