@@ -88,6 +88,33 @@ def test_conflict_resolution_syncs(pair):
     assert snapshot(a) == snapshot(b)
 
 
+def test_a_new_name_that_reads_as_a_conflict_is_refused(pair):
+    """A user's own `x.conflict-...` would be listed by `status` and `branch` as the other
+    side of a sync; creating one is refused (exit 2, tape unchanged). A conflict branch a
+    sync made stays usable: checked out, moved, forked from, deleted."""
+    a, b = pair
+    before = snapshot(a)
+    for args in (["branch", "mine.conflict-abc"], ["checkout", "-b", "mine.conflict-abc", "main"], ["tag", "v1.conflict-2"]):
+        p = run_cli("--dir", a, *args, "-s", "chat")
+        err = p.stderr.decode()
+        assert p.returncode == 2 and len(err.splitlines()) == 1 and "Traceback" not in err, (args, p.returncode, err)
+        assert "'.conflict-' marks the other side of a sync conflict" in err
+    assert snapshot(a) == before
+    assert cli_json(a, "status", "-s", "chat")[0]["conflicts"] == []
+    run_cli("--dir", a, "branch", "mine.conflict", "-s", "chat", check=True)  # the word alone is a name like any
+    Tape.open(a).session("chat").append("assistant", {"content": "A"})
+    Tape.open(b).session("chat").append("assistant", {"content": "B"})
+    rsync(a, b), rsync(b, a)
+    conflict = cli_json(a, "status", "-s", "chat")[0]["conflicts"][0]
+    run_cli("--dir", a, "checkout", "-b", "kept", conflict, "-s", "chat", check=True)
+    run_cli("--dir", a, "branch", conflict, "main", "-s", "chat", check=True)  # moved: it exists
+    assert {x["name"]: x["hash"] for x in cli_json(a, "branch", "-s", "chat")}[conflict] == cli_json(a, "log", "chat/main", "-n", "1")[0]["hash"]
+    run_cli("--dir", a, "checkout", conflict, "-s", "chat", check=True)
+    run_cli("--dir", a, "checkout", "kept", "-s", "chat", check=True)
+    run_cli("--dir", a, "branch", "-d", conflict, "-s", "chat", check=True)
+    assert cli_json(a, "status", "-s", "chat")[0]["conflicts"] == []
+
+
 def test_continuing_on_a_conflicted_branch_keeps_the_other_tip(pair):
     a, b = pair
     Tape.open(a).session("chat").append("assistant", {"content": "A"})

@@ -450,6 +450,7 @@ class Session:
         with self.store.writing(self.name) as w:
             st = self._writer_refs(w)
             if new_branch is not None:
+                refmod.check_new_name(new_branch, "branch name", st.branches)
                 if new_branch in st.branches and new_branch not in st.conflicts:
                     raise InvalidInput(f"branch {new_branch!r} already exists; pick another name or check it out")
                 h = self.tape.resolve(ref, self.name)
@@ -483,6 +484,7 @@ class Session:
         self._must_exist()
         with self.store.writing(self.name) as w:
             st = self._writer_refs(w)
+            refmod.check_new_name(name, "branch name", st.branches)
             if name in st.branches and name not in st.conflicts:
                 raise InvalidInput(f"branch {name!r} already exists; delete it first or pick another name")
             h = self.tape.resolve(ref, self.name) if ref else self._head_to_extend(st)

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Optional
 from . import derived
 from ..model.errors import InvalidInput, InvalidName, RefNotFound
 from ..model.models import _FULL_HASH, NAME_RE, RESERVED_BRANCHES, check_name
-from ..model.refs import TAG, RefState
+from ..model.refs import TAG, RefState, check_new_name
 
 if TYPE_CHECKING:
     from .session import Session
@@ -43,6 +43,7 @@ def create(session: "Session", name: str, ref: Optional[str] = None, force: bool
         h = tape.resolve(ref, session.name) if ref else st.head_hash
         if h is None:
             raise RefNotFound(f"nothing to tag: session {session.name!r} has no entries yet")
+        check_new_name(name, "tag name", st.tags)
         old = st.tags.get(name)
         if old is not None and not force:
             raise InvalidInput(f"tag {name!r} already exists (at {old[:12]}); use -f to move it, or pick another name")

@@ -44,6 +44,7 @@ from typing import Any, Optional, Union
 
 from ..errors import CtapeError
 from ..model.models import HIDDEN, check_name
+from ..model.refs import check_new_name
 from ..tape import Tape
 from .naming import open_tape, session_name
 
@@ -367,6 +368,10 @@ class TapeSession:
             except CtapeError as e:
                 raise ValueError(str(e)) from None
             st = self.session.refs()
+            try:
+                check_new_name(name, "branch name", st.branches)
+            except CtapeError as e:
+                raise ValueError(str(e)) from None
             if name in st.branches or st.head == "@" + name:
                 raise ValueError(f"Branch '{name}' already exists in this session")
             at = self.tape.read_entry(turns[turn_number - 1]["hash"]).parent

@@ -28,12 +28,24 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field, replace
-from typing import Optional
+from typing import Container, Optional
+
+from .errors import InvalidName
 
 HEAD = "HEAD"
 CONFLICT = ".conflict-"
 # tags are refs named TAG + NAME: never a valid branch name, so listings keep them apart
 TAG = "tag:"
+
+
+def check_new_name(name: str, what: str, existing: Container[str]) -> str:
+    """Refuse a new branch or tag name that holds CONFLICT: such names are how a sync keeps
+    the other side of a conflict, so `status` and `branch` would list a user's own branch
+    as one. Names that exist already (a conflict branch moved on purpose) stay usable."""
+    if CONFLICT in name and name not in existing:
+        raise InvalidName(f"invalid {what} {name!r}: '{CONFLICT}' marks the other side of a sync conflict "
+                          f"(ctape makes those names itself); pick another name")
+    return name
 
 
 @dataclass(slots=True)
