@@ -711,6 +711,20 @@ class SegmentWriter:
             os.close(self.dir_fd)
             self.dir_fd = -1
 
+    def abandon(self) -> None:
+        """In a child process after fork: let go of the descriptors inherited from the
+        parent without touching what they hold. Closing a copy of a descriptor never
+        releases the parent's flock (that goes with the last descriptor of the open file
+        description); `unlock` would release it, so it is not called here."""
+        fds = {self.dir_fd, self.fd, *(k[0] for k in self.kept.values())} - {-1}
+        self.dir_fd = self.fd = -1
+        self.kept = {}
+        for fd in fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
     # -- copies that come back ---------------------------------------------------------------
     #
     # A copy's size is taken before its data is read: rsync's sender opens a file, takes

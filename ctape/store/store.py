@@ -22,6 +22,7 @@ import socket
 import stat
 import threading
 import warnings
+import weakref
 import zlib
 from contextlib import contextmanager
 from typing import Callable, Iterator, NamedTuple, Optional, TypeVar
@@ -102,6 +103,18 @@ def _holds_history(root: str) -> bool:
     return False
 
 
+_OPEN: "weakref.WeakSet[Store]" = weakref.WeakSet()  # every Store of this process (_after_fork)
+_INHERITED: list = []  # a forked child's connections of its parent's, kept from being closed
+
+
+def _forked_child() -> None:
+    for store in list(_OPEN):
+        store._after_fork()
+
+
+os.register_at_fork(after_in_child=_forked_child)
+
+
 class Store:
     """One open tape directory."""
 
@@ -169,6 +182,36 @@ class Store:
         # what this process read from data files: lets tests prove that a question
         # about one session does not read the whole tape
         self.io = {"bytes_read": 0, "records_read": 0, "files_indexed": 0}
+        _OPEN.add(self)
+
+    # -- a child process after fork -------------------------------------------------
+
+    def _after_fork(self) -> None:
+        """In the child of os.fork(): the descriptors, the session locks, the SQLite
+        connection and the queued writes are the parent's. The child shares the locks'
+        open file descriptions, so a flock would no longer keep the two apart, and both
+        would append to one segment from stale offsets. The child lets go of all of it
+        and starts afresh as a new process would: new writers take the locks through
+        descriptors of their own, a new connection reads the same cache. Nothing of the
+        parent's is unlocked, closed in a way it can see, or written."""
+        self._lock = threading.RLock()  # another thread of the parent may have held them
+        self._fd_lock = threading.Lock()
+        for w in self._writers.values():
+            w.abandon()
+        # a fork inside a batch: the child is inside it too (the `with` blocks unwind in
+        # both), so its depth stays; what the batch had queued was the parent's and is
+        # gone with the writers, and the child's own writes go out when it leaves the batch
+        self._writers, self.locked_writers = {}, {}
+        self.pending = {}
+        self._fds = {}  # not closed: a read through the parent's copies is harmless, but let go
+        old = self.index
+        _INHERITED.append(old)  # never closed here: closing a connection may write (SQLite: not across fork)
+        self.index = Index(None if old.path == ":memory:" else old.path)
+        if old.path == ":memory:":
+            self.index.stale = True
+        self.refs_cache = RefsCache()
+        self._known = {}
+        self._whole_at = None
 
     # -- identity ---------------------------------------------------------------
 
