@@ -15,7 +15,7 @@ from ..store import framing
 from ..model import schema
 from ..model import refs as refmod
 from ..store.index import hash_key
-from ..model.canonical import entry_body, normal_time
+from ..model.canonical import entry_body, normal_time, object_hash
 from ..model.errors import BranchCheckedOut, CorruptObject, CtapeError, EntryNotFound, InvalidInput, RefNotFound
 from ..model.models import Entry, check_name, check_payload, now_rfc3339
 from ..model.refs import HEAD, RefState
@@ -225,7 +225,11 @@ class Session:
         seen = st.seen_for(sets, me)
         if seen:
             rec["seen"] = seen
-        rec.update(extra)
+        if extra:
+            rec.update(extra)
+            why = schema.ref_record_problem(rec, self.name)
+            if why is not None:  # readers would call it damaged: refused before anything is queued
+                raise InvalidInput(f"cannot write this ref record: {why}")
         w.put_ref(rec, coalesce=coalesce)
         st.apply(rec)
         w.last_ref = (st, rec)
@@ -247,6 +251,8 @@ class Session:
     ) -> Entry:
         """Append one entry at HEAD and move HEAD (or its branch) to it."""
         kind, meta = _checked(kind, payload, meta)
+        if op != "append" or record_extra:
+            _check_record_args(op, {}, record_extra or {})
         with self.store.writing(self.name) as w:
             if not w.partials_checked:
                 self._record_partials(w, skip=(record_extra or {}).get("stream"))
@@ -317,11 +323,15 @@ class Session:
             self._record_partials(w)
             st = self._writer_refs(w)
             parent = self._head_to_extend(st)
-            for kind, payload, meta, delta, t in rows:
-                e = self._put_entry(w, kind, payload, meta, delta, t, parent)
+            made, seq = [], None
+            for kind, payload, meta, delta, t in rows:  # every body checked before any is queued
+                m = self._entry_bytes(w, kind, payload, meta, delta, t, parent, seq)
+                made.append(m)
+                parent, seq = m[-1], m[5] + 1
+            for m in made:
+                e = self._queue_entry(w, m)
                 self._track_derived(w, e)
                 out.append(e)
-                parent = e.hash
             last = out[-1]
             self._write_ref(w, "append", self._advance(st, last.hash), time=None if rows[-1][4] else last.time)
         return out
@@ -378,25 +388,42 @@ class Session:
         return {HEAD: h}
 
     def _put_entry(self, w: SegmentWriter, kind: str, payload: Any, meta: dict, delta: Any, time: Optional[str], parent: Optional[str]) -> Entry:
-        if parent is None:
-            seq = 1
-        elif parent == w.last_entry[0]:
-            seq = w.last_entry[1] + 1
-        else:
-            seq = self.tape.read_entry(parent).seq + 1
+        return self._queue_entry(w, self._entry_bytes(w, kind, payload, meta, delta, time, parent))
+
+    def _entry_bytes(self, w: SegmentWriter, kind: str, payload: Any, meta: dict, delta: Any, time: Optional[str], parent: Optional[str],
+                     seq: Optional[int] = None) -> tuple:
+        """Everything an entry writes, worked out and checked before anything is queued: a
+        value refused half way (NaN after a large string) leaves no blob behind, in a batch
+        too, where nothing is discarded after a refused call."""
+        if seq is None:  # (extend gives it: its parents are not queued yet)
+            if parent is None:
+                seq = 1
+            elif parent == w.last_entry[0]:
+                seq = w.last_entry[1] + 1
+            else:
+                seq = self.tape.read_entry(parent).seq + 1
         t = normal_time(time) if time else now_rfc3339()
         refs = [parent] if parent is not None else []
+        blobs: list[tuple[str, bytes]] = []
 
         def put_blob(b: bytes) -> str:
-            refs.append(w.put_object(TYPE_BLOB, b))
-            return refs[-1]
+            h = object_hash(b"blob", b)
+            blobs.append((h, b))
+            refs.append(h)
+            return h
 
         body = entry_body(kind, payload, meta, delta, parent, seq, t, put_blob)
+        return kind, payload, meta, delta, parent, seq, t, refs, blobs, body, object_hash(b"entry", body)
+
+    def _queue_entry(self, w: SegmentWriter, made: tuple) -> Entry:
+        kind, payload, meta, delta, parent, seq, t, refs, blobs, body, h = made
+        for bh, b in blobs:
+            w.put_object(TYPE_BLOB, b, h=bh)
         # the first child of an entry this writer created cannot be on the tape already; a
         # second may be (the same child again: a transcript imported again by a watcher)
         n_before = len(w.new_objects)
         new = parent is not None and parent in w.fresh
-        h = w.put_object(TYPE_ENTRY, body, new=new, refs=refs)
+        w.put_object(TYPE_ENTRY, body, new=new, refs=refs, h=h)
         if new:
             w.fresh.discard(parent)
         if len(w.new_objects) > n_before:  # written now, not found on the tape
@@ -541,16 +568,16 @@ class Session:
 
     def put_entry(self, kind: str, payload: Any, meta: Optional[dict] = None, delta: Any = None, time: Optional[str] = None, parent: Optional[str] = None) -> Entry:
         """Store an entry after `parent` without moving any ref (importers; pair with set_refs)."""
-        kind = check_kind(kind)
-        check_payload(kind, payload)
+        kind, meta = _checked(kind, payload, meta)
         with self.store.writing(self.name) as w:
-            e = self._put_entry(w, kind, payload, meta or {}, delta, time, parent)
+            e = self._put_entry(w, kind, payload, meta, delta, time, parent)
             self._track_derived(w, e, remember=True)
             return e
 
     def set_refs(self, op: str, changes: dict[str, Optional[str]], **extra: Any) -> None:
         """Write one ref record as is (import, sync tools); every value must be a ref:
         an entry of this tape, "@BRANCH" for HEAD, or null (delete)."""
+        _check_record_args(op, changes, extra)
         self._check_ref_values(changes)
         with self.store.writing(self.name) as w:
             self._write_ref(w, op, changes, **extra)
@@ -744,6 +771,24 @@ def _follow_record(w: SegmentWriter, st: RefState, b: str, prev: dict, h: str, t
 
 
 _PLAIN_APPEND = frozenset(("s", "w", "n", "lc", "t", "op", "set", "seen"))  # the keys of an append record with no extras
+
+
+# the fields every ref record has (docs/format.md section 6): set_refs' extra fields go beside them
+RECORD_FIELDS = frozenset({"s", "w", "n", "lc", "t", "op", "set", "old", "seen", "at"})
+
+
+def _check_record_args(op: Any, changes: Any, extra: dict) -> None:
+    """What set_refs (and append's op / record_extra) are given, before anything is written."""
+    if type(op) is not str or not op:
+        raise InvalidInput(f"a ref record's op must be a non-empty string (e.g. \"import\"), not {op!r:.40}")
+    if not isinstance(changes, dict) or not all(type(k) is str for k in changes):
+        raise InvalidInput("changes must be a dict from ref names (a branch, HEAD, tag:NAME) to an entry hash, \"@BRANCH\" or None")
+    taken = sorted(extra.keys() & RECORD_FIELDS)
+    if taken:
+        raise InvalidInput(f"{', '.join(taken)}: the ref record's own field{'s' if len(taken) > 1 else ''}, "
+                           f"set by ctape; give extra fields other names")
+    if extra.get("time") is not None:
+        extra["time"] = normal_time(extra["time"])
 
 
 def _checked(kind: Any, payload: Any, meta: Any) -> tuple[str, dict]:

@@ -401,11 +401,13 @@ class SegmentWriter:
         self.buf += framing.frame(type_, body)
         return offset
 
-    def put_object(self, type_: int, body: bytes, new: bool = False, refs: Optional[list[str]] = None) -> str:
+    def put_object(self, type_: int, body: bytes, new: bool = False, refs: Optional[list[str]] = None, h: Optional[str] = None) -> str:
         """Queue an object unless the tape has it; `new` skips the look-up for one that
-        cannot exist yet; `refs` are the hashes it refers to, when known (see packing.py)."""
+        cannot exist yet; `refs` are the hashes it refers to, when known (see packing.py);
+        `h`, its hash when the caller has it already."""
         st = self.store
-        h = object_hash(b"entry" if type_ == TYPE_ENTRY else b"blob", body)
+        if h is None:
+            h = object_hash(b"entry" if type_ == TYPE_ENTRY else b"blob", body)
         if h in self.new_set:
             return h
         # an object still queued by another session's writer is not on disk yet: if that

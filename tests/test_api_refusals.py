@@ -1,0 +1,122 @@
+"""Bad input through the lower-level Python API and inside batches (found by an audit of
+the Python API): each refusal is an InvalidInput, and the tape stays byte-identical --
+also inside `tape.batch()`, where nothing is discarded after a refused call, and after
+the batch ends. fsck stays clean."""
+
+import math
+import subprocess
+import sys
+
+import pytest
+
+from conftest import snapshot
+from ctape import Tape
+from ctape.errors import InvalidInput
+
+SECRET = "API_KEY=sk-" + "q" * 3000  # a large string: a blob of its own
+
+
+@pytest.fixture
+def chat(tmp_path):
+    path = tmp_path / "tape"
+    t = Tape.init(path)
+    first = t.session("chat").append("user", {"content": "hello"}).hash
+    yield t, path, first
+    t.close()
+
+
+def fsck_ok(path):
+    p = subprocess.run([sys.executable, "-m", "ctape", "--dir", str(path), "fsck"], capture_output=True, text=True)
+    out = p.stdout + p.stderr
+    assert p.returncode == 0 and out.startswith("ok:") and len(out.splitlines()) == 1, out
+
+
+@pytest.mark.parametrize("meta", [["not", "an", "object"], "x", 5])
+def test_put_entry_refuses_a_meta_that_is_not_an_object(chat, meta):
+    t, path, first = chat
+    before = snapshot(path)
+    with pytest.raises(InvalidInput, match="meta must be a JSON object"):
+        t.session("chat").put_entry("user", {"content": "x"}, meta=meta, parent=first)
+    assert snapshot(path) == before
+    fsck_ok(path)
+
+
+@pytest.mark.parametrize("op, changes, extra, says", [
+    (None, {"b": "FIRST"}, {}, "op must be a non-empty string"),
+    (7, {"b": "FIRST"}, {}, "op must be a non-empty string"),
+    ("", {"b": "FIRST"}, {}, "op must be a non-empty string"),
+    ("x", ["main"], {}, "changes must be a dict"),
+    ("x", {1: None}, {}, "changes must be a dict"),
+    ("x", {"b": "FIRST"}, {"s": "other"}, "own field"),
+    ("x", {"b": "FIRST"}, {"set": {"../evil": "zz"}}, "own field"),
+    ("x", {"b": "FIRST"}, {"n": -1, "lc": -1}, "own fields"),
+    ("x", {"b": "FIRST"}, {"t": "not a time"}, "own field"),
+    ("x", {"b": "FIRST"}, {"seen": [1]}, "own field"),
+    ("x", {"b": "FIRST"}, {"time": "not a time"}, "time"),
+    ("x", {"b": "FIRST"}, {"note": math.nan}, ""),
+])
+def test_set_refs_refuses_what_would_make_a_record_readers_call_damaged(chat, op, changes, extra, says):
+    t, path, first = chat
+    changes = {k: (first if v == "FIRST" else v) for k, v in changes.items()} if isinstance(changes, dict) else changes
+    before = snapshot(path)
+    for in_batch in (False, True):
+        with pytest.raises(InvalidInput, match=says):
+            if in_batch:
+                with t.batch():
+                    try:
+                        t.session("chat").set_refs(op, changes, **extra)
+                    finally:
+                        t.session("chat").append("user", {"content": "in the batch"})  # the batch goes on
+            else:
+                t.session("chat").set_refs(op, changes, **extra)
+        assert snapshot(path) == before
+    with t.batch():  # refused inside a batch that ends normally: the rest is written, nothing of it
+        with pytest.raises(InvalidInput):
+            t.session("chat").set_refs(op, changes, **extra)
+        t.session("chat").append("user", {"content": "after"})
+    fsck_ok(path)
+    with pytest.raises(InvalidInput, match=says):  # and through append's own op / record_extra
+        if type(op) is not str or not op:
+            t.session("chat").append("user", {"content": "x"}, op=op)
+        elif isinstance(changes, dict) and all(type(k) is str for k in changes):
+            t.session("chat").append("user", {"content": "x"}, record_extra=extra)
+        else:
+            raise InvalidInput("changes must be a dict")  # not a parameter of append
+    fsck_ok(path)
+    # the ref log of the session still reads: a new process appends to it
+    p = subprocess.run([sys.executable, "-m", "ctape", "--dir", str(path), "append", "user", '{"content": "next"}', "-s", "chat"],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+
+
+def test_set_refs_keeps_extra_fields_and_takes_a_time(chat):
+    t, path, first = chat
+    s = t.session("chat")
+    s.set_refs("import", {"b": first}, source="mine", time="2026-01-02T03:04:05+01:00")
+    rec = [r for r in s.reflog() if r.get("op") == "import"]
+    assert rec and s.refs().branches["b"] == first
+    fsck_ok(path)
+
+
+@pytest.mark.parametrize("how", ["append", "extend"])
+def test_a_call_refused_inside_a_batch_queues_nothing(chat, how):
+    """The large string comes before the NaN that makes the value refused: before, it was
+    queued as a blob while the body was encoded, and written when the batch ended."""
+    t, path, first = chat
+    s = t.session("chat")
+    with t.batch():
+        kept = s.append("user", {"content": "kept"}).hash
+        with pytest.raises(InvalidInput):
+            if how == "append":
+                s.append("tool_result", {"call_id": "c1", "content": SECRET, "z": math.nan})
+            else:
+                s.extend([("user", {"content": "first of three"}), ("user", {"content": SECRET}),
+                          ("user", {"content": "x", "z": math.nan})])
+        after = s.append("user", {"content": "after"}).hash
+    raw = b"".join(p.read_bytes() for p in path.rglob("*") if p.is_file())
+    assert b"qqqqqqqqqqqqqqqq" not in raw and b"first of three" not in raw
+    log = [e.hash for e in s.log()]
+    assert log[:3] == [after, kept, first]
+    with Tape.open(path) as other:  # a new process's view
+        assert [e.hash for e in other.session("chat").log()][:3] == [after, kept, first]
+    fsck_ok(path)
