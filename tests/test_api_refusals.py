@@ -4,6 +4,7 @@ also inside `tape.batch()`, where nothing is discarded after a refused call, and
 the batch ends. fsck stays clean."""
 
 import math
+import os
 import subprocess
 import sys
 
@@ -120,3 +121,50 @@ def test_a_call_refused_inside_a_batch_queues_nothing(chat, how):
     with Tape.open(path) as other:  # a new process's view
         assert [e.hash for e in other.session("chat").log()][:3] == [after, kept, first]
     fsck_ok(path)
+
+
+def test_a_closed_tape_says_so(chat):
+    t, path, first = chat
+    s = t.session("chat")
+    t.close()
+    before = snapshot(path)
+    for call in (lambda: s.append("user", {"content": "x"}), lambda: t.get(first), lambda: list(s.log()),
+                 lambda: t.sessions(), lambda: s.refs()):
+        with pytest.raises(InvalidInput, match="this Tape is closed"):
+            call()
+    t.close()  # twice: nothing to do
+    assert snapshot(path) == before
+    pid = os.fork()  # a closed Tape across a fork: nothing to let go of
+    if pid == 0:
+        os._exit(0)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+
+
+@pytest.mark.parametrize("interval", [0, -1, math.nan, math.inf, "x", None, True])
+def test_a_stream_refuses_a_flush_interval_that_is_no_time(chat, interval):
+    t, path, first = chat
+    before = snapshot(path)
+    with pytest.raises(InvalidInput, match="flush_interval"):
+        with t.session("chat").stream(flush_interval=interval) as st:
+            st.write("never")
+    assert snapshot(path) == before
+
+
+def test_usage_refuses_prices_that_are_no_path(chat):
+    t, path, first = chat
+    with pytest.raises(InvalidInput, match="path of a price table"):
+        t.usage(prices=5)
+    t.session("chat").append("user", {"content": "the index is still open"})
+
+
+def test_search_reads_times_and_kinds_as_log_does(chat):
+    t, path, first = chat
+    s = t.session("chat")
+    s.append("assistant", {"content": "old news"}, time="2020-01-01T00:00:00Z")
+    s.append("assistant", {"content": "fresh news"})
+    assert [h.hash for h in t.search("news", since="3d")] == [e.hash for e in s.log(since="3d", grep="news")]
+    for bad in ({"since": "garbage"}, {"until": "yesterday"}):
+        with pytest.raises(InvalidInput, match="RFC 3339"):
+            t.search("news", **bad)
+    assert len(t.search("news", kinds="assistant")) == 2  # one kind, not its letters
+    assert [e.kind for e in s.log(kinds="user")] == ["user"]

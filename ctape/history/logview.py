@@ -68,6 +68,7 @@ class Filter:
     def make(cls, kinds: Iterable[str] = (), grep: Optional[str] = None, since: Any = None, until: Any = None, hidden: bool = False) -> "Filter":
         if grep is not None and not grep:
             raise InvalidInput("--grep needs some text")
+        kinds = [kinds] if isinstance(kinds, str) else kinds  # one kind, not its letters
         return cls({kind_value(k) for k in kinds}, grep.casefold() if grep else None, when(since, "--since"), when(until, "--until"), hidden)
 
     def match(self, e: Entry) -> bool:

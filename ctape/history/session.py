@@ -622,6 +622,7 @@ class Session:
         if limit is not None and (type(limit) is not int or limit < 0):
             raise InvalidInput(f"limit is a number of entries (0 or more), not {limit!r}")
         self._not_removed()
+        kinds = [kinds] if isinstance(kinds, str) else kinds  # one kind, not its letters
         if all or grep is not None or since is not None or until is not None or not hidden:
             from .logview import Filter, walk
 

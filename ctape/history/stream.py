@@ -57,6 +57,9 @@ class StreamWriter:
         self.session = session
         self.limit = stream_limit() if limit is None else limit
         self.bytes = 0  # the text so far as a record holds it (UTF-8 JSON, escapes included)
+        if isinstance(flush_interval, bool) or not isinstance(flush_interval, (int, float)) or not 0 < flush_interval < 86400:
+            # 0, negatives and NaN made the flush thread spin a core; a string or None killed it
+            raise InvalidInput(f"flush_interval must be a number of seconds above 0 (e.g. 0.5), not {flush_interval!r:.40}")
         self.interval = flush_interval
         self.id = secrets.token_hex(8)
         self.base: Optional[str] = None

@@ -60,6 +60,7 @@ from .searchtext import (  # noqa: F401 (parse_query, fts_expression: API)
     text_key,
 )
 from ..model.models import HIDDEN, EntryKind, format_time, kind_value
+from ..model.timespec import parse_when
 
 SCHEMA_VERSION = 4  # a bump also names a new file (search_file): versions never share one
 
@@ -657,7 +658,11 @@ def search(tape, query: str, session: Optional[str] = None, kinds: Iterable[str]
            progress: Optional[Callable[[str], None]] = None) -> list[Hit]:
     """Tape.search: bring the search cache up to date, then ask it."""
     parse_query(query)  # bad input fails before any work
-    kinds = list(kinds)
+    kinds = [kinds] if isinstance(kinds, str) else list(kinds)
+    # the times as `log` and the command line read them (RFC 3339, or 2h / 3d back from now):
+    # one that does not parse was taken for 1970
+    since = None if since is None else parse_when(since, "since")
+    until = None if until is None else parse_when(until, "until")
     for k in kinds:
         kind_value(k)
     if limit is not None and limit < 0:

@@ -61,6 +61,9 @@ PRICE_FIELDS = ("input", "output", "cached", "cache_write")  # dollars per milli
 def load_prices(path: Optional[str] = None) -> dict[str, dict]:
     """The shipped table, overridden by the file at `path` (else $CTAPE_PRICES) if any."""
     table = json.loads(resources.files("ctape").joinpath("prices.json").read_text(encoding="utf-8"))
+    if path is not None and not isinstance(path, (str, os.PathLike)):
+        # open() takes an int for a descriptor: it would read and close one of the process's
+        raise InvalidInput(f"prices must be the path of a price table (docs/usage.md), not {type(path).__name__}")
     path = path or os.environ.get("CTAPE_PRICES")
     if path:
         try:

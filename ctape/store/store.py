@@ -194,6 +194,8 @@ class Store:
         and starts afresh as a new process would: new writers take the locks through
         descriptors of their own, a new connection reads the same cache. Nothing of the
         parent's is unlocked, closed in a way it can see, or written."""
+        if isinstance(self.index, _ClosedIndex):
+            return  # closed before the fork: nothing to let go of
         self._lock = threading.RLock()  # another thread of the parent may have held them
         self._fd_lock = threading.Lock()
         for w in self._writers.values():
@@ -391,11 +393,14 @@ class Store:
             self._fds.clear()
 
     def close(self) -> None:
+        if isinstance(self.index, _ClosedIndex):
+            return
         for w in list(self._writers.values()):
             w.release()
         self._writers.clear()
         self._close_read_fds()
         self.index.close()
+        self.index = _ClosedIndex()  # every later use says so (not sqlite3's "closed database")
 
     def __del__(self):
         try:
@@ -1241,6 +1246,20 @@ def _pread_record(fd: int, offset: int) -> Optional[tuple[int, int, bytes]]:
     return type_, length, os.pread(fd, length + framing.TRAILER_SIZE, offset + framing.HEADER_SIZE)
 
 
+def _closed():
+    raise InvalidInput("this Tape is closed; open it again (Tape.open(path)) to use it")
+
+
+class _ClosedIndex:
+    """The index of a closed Store: any use raises InvalidInput."""
+
+    def __getattr__(self, name):
+        _closed()
+
+    def sync(self) -> None:  # Store.__del__'s last write: nothing left to write
+        pass
+
+
 class _Writing:
     """Store.writing: `with store.writing(session) as w`."""
 
@@ -1251,6 +1270,8 @@ class _Writing:
 
     def __enter__(self) -> SegmentWriter:
         st = self.store
+        if isinstance(st.index, _ClosedIndex):
+            _closed()
         st._lock.acquire()
         try:
             w = st._writers.get(self.session)
