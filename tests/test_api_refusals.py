@@ -168,3 +168,19 @@ def test_search_reads_times_and_kinds_as_log_does(chat):
             t.search("news", **bad)
     assert len(t.search("news", kinds="assistant")) == 2  # one kind, not its letters
     assert [e.kind for e in s.log(kinds="user")] == ["user"]
+
+
+def test_falsy_values_are_refused_not_taken_for_their_default(chat):
+    t, path, first = chat
+    s = t.session("chat")
+    before = snapshot(path)
+    for call in (lambda: s.append("user", {"content": "x"}, time=0), lambda: s.append("user", {"content": "x"}, time=""),
+                 lambda: s.branch("b", ref=""), lambda: s.tag("v", ref="")):
+        with pytest.raises(InvalidInput):
+            call()
+    assert snapshot(path) == before
+
+
+def test_a_session_never_written_has_no_tags_as_it_has_no_branches(chat):
+    t, path, first = chat
+    assert t.session("fresh").tags() == [] == t.session("fresh").branches()

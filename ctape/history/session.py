@@ -402,7 +402,7 @@ class Session:
                 seq = w.last_entry[1] + 1
             else:
                 seq = self.tape.read_entry(parent).seq + 1
-        t = normal_time(time) if time else now_rfc3339()
+        t = normal_time(time) if time is not None else now_rfc3339()  # 0 or "" is refused, not now
         refs = [parent] if parent is not None else []
         blobs: list[tuple[str, bytes]] = []
 
@@ -514,7 +514,7 @@ class Session:
             refmod.check_new_name(name, "branch name", st.branches)
             if name in st.branches and name not in st.conflicts:
                 raise InvalidInput(f"branch {name!r} already exists; delete it first or pick another name")
-            h = self.tape.resolve(ref, self.name) if ref else self._head_to_extend(st)
+            h = self.tape.resolve(ref, self.name) if ref is not None else self._head_to_extend(st)
             if h is None:
                 raise RefNotFound(f"nothing to branch from: session {self.name!r} has no entries yet")
             self._write_ref(w, "branch", {name: h})

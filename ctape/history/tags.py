@@ -40,7 +40,7 @@ def create(session: "Session", name: str, ref: Optional[str] = None, force: bool
     tape = session.tape
     with session.store.writing(session.name) as w:
         st = session._writer_refs(w)
-        h = tape.resolve(ref, session.name) if ref else st.head_hash
+        h = tape.resolve(ref, session.name) if ref is not None else st.head_hash
         if h is None:
             raise RefNotFound(f"nothing to tag: session {session.name!r} has no entries yet")
         check_new_name(name, "tag name", st.tags)
@@ -67,8 +67,9 @@ def delete(session: "Session", name: str) -> str:
 
 def listing(session: "Session") -> list[dict]:
     """The session's tags, by name: {"name", "hash", "shadowed_by_branch"}, and for a tag
-    that holds the other value a sync found for a tag, "conflict_of": that tag's name."""
-    session._must_exist()
+    that holds the other value a sync found for a tag, "conflict_of": that tag's name.
+    A session never written has none (as `branches`); a removed one is unknown."""
+    session._not_removed()
     st = session.refs()
     conflicts = st.tag_conflicts
     return [{"name": n, "hash": h, "shadowed_by_branch": n in st.branches, **({"conflict_of": conflicts[n]} if n in conflicts else {})}
