@@ -184,3 +184,40 @@ def test_falsy_values_are_refused_not_taken_for_their_default(chat):
 def test_a_session_never_written_has_no_tags_as_it_has_no_branches(chat):
     t, path, first = chat
     assert t.session("fresh").tags() == [] == t.session("fresh").branches()
+
+
+def test_a_second_tape_in_the_thread_that_holds_the_lock_is_refused_not_a_hang(chat):
+    """Two Tapes on one folder in one process (a library opened its own): inside the first
+    one's batch, this thread appending through the second waited on itself for ever."""
+    import threading
+
+    t, path, first = chat
+    t2 = Tape.open(path)
+    result = {}
+
+    def same_thread():
+        try:
+            with t.batch():
+                t.session("chat").append("user", {"content": "in the batch"})
+                t2.session("chat").append("user", {"content": "through the other Tape"})
+        except InvalidInput as e:
+            result["error"] = str(e)
+
+    th = threading.Thread(target=same_thread, daemon=True)
+    th.start()
+    th.join(30)
+    assert not th.is_alive(), "the thread waits on itself"
+    assert "locked by another Tape this thread uses" in result.get("error", ""), result
+    assert [e.hash for e in t2.session("chat").log()] == [first]  # the batch raised: nothing written
+    # from another thread, the second Tape waits for the batch as any writer does
+    done = threading.Event()
+    with t.batch():
+        h = t.session("chat").append("user", {"content": "batched"}).hash
+        other = threading.Thread(target=lambda: (t2.session("chat").append("user", {"content": "waited"}), done.set()), daemon=True)
+        other.start()
+        assert not done.wait(0.5)
+    other.join(30)
+    assert done.is_set()
+    assert [e.hash for e in t2.session("chat").log()][1:] == [h, first]
+    t2.close()
+    fsck_ok(path)

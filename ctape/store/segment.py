@@ -14,11 +14,12 @@ import fcntl
 import os
 import secrets
 import stat
+import threading
 import time
 from typing import TYPE_CHECKING, Optional
 
 from . import framing, packing
-from ..model.errors import CorruptObject
+from ..model.errors import CorruptObject, InvalidInput
 from ..model.canonical import canonical_json, object_hash
 from .files import TYPE_ENTRY, UNREAD_ATIME_NS, check_not_symlink, dict_decompressor, fsync_dir, pread_all, storage_error, write_all, zstd
 from .index import IndexBatch, hash_key
@@ -47,6 +48,16 @@ def _files_row(file_id: int, indexed: int) -> IndexBatch:
     return b
 
 
+# which thread and Store of this process hold each session folder's lock: (st_dev, st_ino) ->
+# (thread ident, id(store)). A thread that asks again through another Store would wait on itself
+_HOLDERS: dict[tuple[int, int], tuple[int, int]] = {}
+
+
+def forget_holders() -> None:
+    """In a child after fork: the locks it lists are its parent's."""
+    _HOLDERS.clear()
+
+
 class SegmentWriter:
     """The lock and the active segment of one session, for this writer."""
 
@@ -57,6 +68,7 @@ class SegmentWriter:
         self.dir_fd = -1
         self.fd = -1
         self._locked = False
+        self._held: Optional[tuple[int, int]] = None  # the folder's (st_dev, st_ino) while locked (_HOLDERS)
         self.used = 0  # when this writer was last used, in the store's count of writes
         self.rel: Optional[str] = None
         self.file_id = 0
@@ -141,7 +153,11 @@ class SegmentWriter:
         while True:
             if self.dir_fd < 0:
                 self._open_dir()
-            fcntl.flock(self.dir_fd, fcntl.LOCK_EX)
+            try:
+                fcntl.flock(self.dir_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                self._not_held_by_this_thread()
+                fcntl.flock(self.dir_fd, fcntl.LOCK_EX)
             dst = os.fstat(self.dir_fd)
             if dst.st_nlink > 0:
                 break
@@ -149,6 +165,8 @@ class SegmentWriter:
             os.close(self.dir_fd)
             self.dir_fd = -1
         self.locked = True
+        self._held = (dst.st_dev, dst.st_ino)
+        _HOLDERS[self._held] = (threading.get_ident(), id(self.store))
         try:
             if not self._view_is_current(dst):
                 if self.kept:
@@ -160,8 +178,20 @@ class SegmentWriter:
 
     def unlock(self) -> None:
         if self.locked:
+            if _HOLDERS.get(self._held) == (threading.get_ident(), id(self.store)):
+                del _HOLDERS[self._held]
             fcntl.flock(self.dir_fd, fcntl.LOCK_UN)
             self.locked = False
+
+    def _not_held_by_this_thread(self) -> None:
+        """Another process, or another Tape of this process, holds the session's lock. When
+        it is another Tape used by this very thread (inside its batch), waiting would never
+        end: say so instead."""
+        fst = os.fstat(self.dir_fd)
+        holder = _HOLDERS.get((fst.st_dev, fst.st_ino))
+        if holder is not None and holder[0] == threading.get_ident() and holder[1] != id(self.store):
+            raise InvalidInput(f"session {self.session!r} is locked by another Tape this thread uses (inside its batch): "
+                               f"write through that Tape, or end its batch first")
 
     def view_is_current(self) -> bool:
         """Without the lock: may this writer's view still be used for reading? (No when

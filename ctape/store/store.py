@@ -63,7 +63,7 @@ from .files import (  # noqa: F401 - TYPE_*, CODEC_*, open_for_reading and zstd 
 from .index import Index, IndexBatch, IndexDegraded, default_cache_root, hash_key, index_file
 from ..model.models import NAME_RE
 from ..model.schema import header_problem, object_record_problem, read_partial_record, read_ref_record
-from .segment import SegmentWriter
+from .segment import SegmentWriter, forget_holders
 
 TYPE_WITHHELD = ord("W")  # an entry kept without its redacted values (docs/format.md section 17)
 LOST_VALUE = "[lost: damaged]"  # what a read shows for a value lost to damage (docs/format.md section 15)
@@ -108,6 +108,7 @@ _INHERITED: list = []  # a forked child's connections of its parent's, kept from
 
 
 def _forked_child() -> None:
+    forget_holders()
     for store in list(_OPEN):
         store._after_fork()
 
