@@ -17,20 +17,26 @@ from ctape import Tape
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="no os.fork here")
 
 
+def child(tape, out, work):
+    """In a forked child: run work(), close the Tape, write what work() returned to `out`,
+    and leave with os._exit (no pytest machinery past the fork), 0 only if all went well."""
+    code = 1
+    try:
+        acked = work()
+        tape.close()
+        with open(out, "w") as f:
+            json.dump(acked, f)
+        code = 0
+    finally:
+        os._exit(code)
+
+
 def fork_and_append(tape, session, who_appends, n, out):
     """Fork; parent and child each append n entries to `session` through the same Tape
     object. Returns (the parent's hashes, the child's hashes)."""
     pid = os.fork()
-    if pid == 0:  # the child: no pytest machinery past this point, only os._exit
-        code = 1
-        try:
-            acked = who_appends(tape, session, "child", n)
-            tape.close()
-            with open(out, "w") as f:
-                json.dump(acked, f)
-            code = 0
-        finally:
-            os._exit(code)
+    if pid == 0:
+        child(tape, out, lambda: who_appends(tape, session, "child", n))
     acked = who_appends(tape, session, "parent", n)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0, "the child failed"
@@ -118,16 +124,7 @@ def test_several_children_of_one_tape(tmp_path):
         outs.append(out)
         pid = os.fork()
         if pid == 0:
-            code = 1
-            try:
-                acked = appends(tape, "chat" if i % 2 == 0 else "other", f"child{i}", 40)
-                acked += appends(tape, "chat", f"child{i}", 10)
-                tape.close()
-                with open(out, "w") as f:
-                    json.dump(acked, f)
-                code = 0
-            finally:
-                os._exit(code)
+            child(tape, out, lambda: appends(tape, "chat" if i % 2 == 0 else "other", f"child{i}", 40) + appends(tape, "chat", f"child{i}", 10))
         pids.append(pid)
     mine = appends(tape, "chat", "parent", 40)
     for pid in pids:
