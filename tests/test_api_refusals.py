@@ -54,7 +54,7 @@ def test_put_entry_refuses_a_meta_that_is_not_an_object(chat, meta):
     ("x", {"b": "FIRST"}, {"t": "not a time"}, "own field"),
     ("x", {"b": "FIRST"}, {"seen": [1]}, "own field"),
     ("x", {"b": "FIRST"}, {"time": "not a time"}, "time"),
-    ("x", {"b": "FIRST"}, {"note": math.nan}, ""),
+    ("x", {"b": "FIRST"}, {"note": math.nan}, "not plain JSON"),
 ])
 def test_set_refs_refuses_what_would_make_a_record_readers_call_damaged(chat, op, changes, extra, says):
     t, path, first = chat
