@@ -221,3 +221,26 @@ def test_a_second_tape_in_the_thread_that_holds_the_lock_is_refused_not_a_hang(c
     assert [e.hash for e in t2.session("chat").log()][1:] == [h, first]
     t2.close()
     fsck_ok(path)
+
+
+def test_wrongly_typed_arguments_are_ctape_errors(chat):
+    """Each was a TypeError, AttributeError or ValueError from inside ctape (audit, F13)."""
+    t, path, first = chat
+    s = t.session("chat")
+    s.branch("alt")
+    before = snapshot(path)
+    calls = [
+        lambda: s.checkout(5), lambda: s.checkout(b"alt"), lambda: s.checkout(["alt"]),
+        lambda: list(s.log(kinds=5)), lambda: list(s.log(grep=5)), lambda: list(s.log(grep=b"hi")),
+        lambda: t.get("HEAD", session=5), lambda: t.get("HEAD", session=b"chat"), lambda: t.diff("main", "alt", session=5),
+        lambda: t.search("hello", session=5), lambda: t.search("hello", limit="3"),
+        lambda: s.put_entry("user", {"content": "x"}, parent="zz"), lambda: s.put_entry("user", {"content": "x"}, parent=5),
+        lambda: s.set_refs("x", ["main"]), lambda: s.set_refs("x", {1: None}), lambda: s.set_refs("x", {"b": first}, old=5),
+        lambda: s.extend(5), lambda: s.extend("user"), lambda: t.copy_session(None, "x"),
+    ]
+    from ctape.errors import CtapeError
+
+    for i, call in enumerate(calls):
+        with pytest.raises(CtapeError):
+            call()
+    assert snapshot(path) == before

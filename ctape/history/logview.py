@@ -69,6 +69,8 @@ class Filter:
         if grep is not None and not grep:
             raise InvalidInput("--grep needs some text")
         kinds = [kinds] if isinstance(kinds, str) else kinds  # one kind, not its letters
+        if grep is not None and not isinstance(grep, str):
+            raise InvalidInput(f"grep is a string to look for, not {grep!r:.40}")
         return cls({kind_value(k) for k in kinds}, grep.casefold() if grep else None, when(since, "--since"), when(until, "--until"), hidden)
 
     def match(self, e: Entry) -> bool:

@@ -307,6 +307,8 @@ class Session:
         payload, meta), (kind, payload, meta, delta) or a dict with those keys (and
         "time"). Every item is checked before anything is written: a bad one writes none."""
         rows = []
+        if isinstance(items, (str, bytes, dict)) or not hasattr(items, "__iter__"):
+            raise InvalidInput("extend takes a list of items: (kind, payload[, meta[, delta]]) or dicts with kind and payload")
         for it in items:
             if isinstance(it, dict):
                 kind, payload, meta, delta, t = it.get("kind"), it.get("payload"), it.get("meta"), it.get("delta"), it.get("time")
@@ -463,6 +465,8 @@ class Session:
     def checkout(self, ref: Optional[str], new_branch: Optional[str] = None) -> RefState:
         """Attach HEAD to a branch, or detach it at an entry; `new_branch` forks a branch there
         (at HEAD when `ref` is None)."""
+        if ref is not None and not isinstance(ref, str):
+            raise InvalidInput(f"a REF is a string (a hash, a branch, SESSION/BRANCH, HEAD~2...), not {ref!r:.40}")
         if new_branch is not None:
             check_name(new_branch, "branch name")
         elif ref is None:
@@ -569,6 +573,8 @@ class Session:
     def put_entry(self, kind: str, payload: Any, meta: Optional[dict] = None, delta: Any = None, time: Optional[str] = None, parent: Optional[str] = None) -> Entry:
         """Store an entry after `parent` without moving any ref (importers; pair with set_refs)."""
         kind, meta = _checked(kind, payload, meta)
+        if parent is not None and (type(parent) is not str or not HASH_RE.fullmatch(parent)):
+            raise InvalidInput(f"parent is a full entry hash (64 hex) or None, not {parent!r:.70}")
         with self.store.writing(self.name) as w:
             e = self._put_entry(w, kind, payload, meta, delta, time, parent)
             self._track_derived(w, e, remember=True)
@@ -623,6 +629,8 @@ class Session:
             raise InvalidInput(f"limit is a number of entries (0 or more), not {limit!r}")
         self._not_removed()
         kinds = [kinds] if isinstance(kinds, str) else kinds  # one kind, not its letters
+        if isinstance(kinds, (bytes, dict)) or not hasattr(kinds, "__iter__"):
+            raise InvalidInput(f"kinds is a kind or a list of kinds (user, assistant, ...), not {kinds!r:.40}")
         if all or grep is not None or since is not None or until is not None or not hidden:
             from .logview import Filter, walk
 

@@ -124,6 +124,8 @@ def copy(tape: "Tape", src: str, new: str) -> dict:
     other ref. A copy of less than a whole session takes the source session's tags that
     name entries on the history it copies (as git fetches the tags of a branch)."""
     check_name(new, "session name")
+    if not isinstance(src, str) or not src:
+        raise InvalidInput(f"copy what? give a session, SESSION/BRANCH or a REF, not {src!r:.40}")
     if tape._session_exists(new):
         raise InvalidInput(f"session {new!r} already exists; pick another name or remove it first (`ctape session rm {new}`)")
     changes: dict[str, Optional[str]]

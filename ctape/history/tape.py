@@ -14,7 +14,7 @@ from . import derived, tags
 from .turns import take_turns, takes_own_turn
 from ..model.canonical import internalize, is_hash
 from ..model.errors import AmbiguousRef, CorruptObject, EntryNotFound, InvalidInput, RefNotFound, UnsafePath
-from ..model.models import NAME_RE, Entry, kind_value
+from ..model.models import NAME_RE, Entry, check_name, kind_value
 from ..model import refs as refmod
 from ..model.refs import HEAD
 from ..model.refspec import parse_ref
@@ -204,6 +204,8 @@ class Tape:
 
     def resolve(self, ref: str, session: Optional[str] = None) -> Optional[str]:
         """The entry hash a REF names (None for a session or branch with no entry yet)."""
+        if session is not None:
+            check_name(session, "session name")
         spec = parse_ref(ref)
         h = self._resolve_base(spec.base, session, spec.reflog)
         if h is None or spec.back == 0:

@@ -59,7 +59,7 @@ from .searchtext import (  # noqa: F401 (parse_query, fts_expression: API)
     snippet,
     text_key,
 )
-from ..model.models import HIDDEN, EntryKind, format_time, kind_value
+from ..model.models import HIDDEN, EntryKind, check_name, format_time, kind_value
 from ..model.timespec import parse_when
 
 SCHEMA_VERSION = 4  # a bump also names a new file (search_file): versions never share one
@@ -658,6 +658,10 @@ def search(tape, query: str, session: Optional[str] = None, kinds: Iterable[str]
            progress: Optional[Callable[[str], None]] = None) -> list[Hit]:
     """Tape.search: bring the search cache up to date, then ask it."""
     parse_query(query)  # bad input fails before any work
+    if session is not None:
+        check_name(session, "session name")  # (a session with no entries has no hits: [])
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
+        raise InvalidInput(f"limit is a number of hits (0 or more) or None, not {limit!r:.40}")
     kinds = [kinds] if isinstance(kinds, str) else list(kinds)
     # the times as `log` and the command line read them (RFC 3339, or 2h / 3d back from now):
     # one that does not parse was taken for 1970
