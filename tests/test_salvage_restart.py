@@ -53,6 +53,10 @@ def _salvage(tape, cache, strace=()):
 def _calls(tape, cache, log, names):
     """How many times a salvage makes each of these system calls."""
     _salvage(tape, cache, [STRACE, "-f", "-qq", "-o", str(log), "-e", "trace=" + ",".join(names)])
+    return _counted(log, names)
+
+
+def _counted(log, names):
     counts = collections.Counter()
     for line in log.read_text().splitlines():
         name = line.split(None, 1)[1].split("(", 1)[0] if " " in line else ""
@@ -82,15 +86,25 @@ def test_salvage_killed_at_every_point_is_finished_by_a_rerun(damaged, tmp_path)
     counts = _calls(shutil.copytree(template, tmp_path / "count"), tmp_path / "count-cache", tmp_path / "strace.log", names)
     assert counts["rename"] + counts["renameat"] + counts["renameat2"] >= 2, counts  # at least the pack and the move
     points = [(name, n) for name, total in sorted(counts.items()) for n in range(1, total + 1)]
-    killed = 0
+    # How many calls a salvage makes moves a little with timing (the counting run traces
+    # every name at once and runs slower; a loaded machine moves it too), so a run may end
+    # before its N-th call: that point does not exist in that run. Every run that reached
+    # its N-th call must have been killed there.
+    killed, beyond = 0, []
     for i, (name, n) in enumerate(points):
-        tape, cache = tmp_path / f"t{i}", tmp_path / f"c{i}"
+        tape, cache, log = tmp_path / f"t{i}", tmp_path / f"c{i}", tmp_path / f"strace{i}.log"
         shutil.copytree(template, tape)
-        r = _salvage(tape, cache, [STRACE, "-f", "-qq", "-o", os.devnull, "-e", f"trace={name}", "-e", f"inject={name}:signal=SIGKILL:when={n}"])
-        killed += r.returncode == -9 or r.returncode == 137
+        r = _salvage(tape, cache, [STRACE, "-f", "-qq", "-o", str(log), "-e", f"trace={name}", "-e", f"inject={name}:signal=SIGKILL:when={n}"])
+        if r.returncode in (-9, 137):
+            killed += 1
+        else:
+            made = _counted(log, [name])[name]
+            assert made < n, (name, n, made, r.returncode, "reached the call but was not killed")
+            beyond.append((name, n, made))
         r = _salvage(tape, cache)
         assert r.returncode == 0, (name, n, r.stdout.decode(), r.stderr.decode())
         _check(tape, readable)
         shutil.rmtree(tape)
         shutil.rmtree(cache, ignore_errors=True)
-    assert killed >= len(points) - 2, (killed, points)  # each point was a real kill
+    # not vacuous: most points are kills, and every name's first call is reached and killed
+    assert killed >= len(points) // 2 and not [b for b in beyond if b[1] == 1], (killed, len(points), beyond)
