@@ -48,9 +48,9 @@ def _files_row(file_id: int, indexed: int) -> IndexBatch:
     return b
 
 
-# which thread and Store of this process hold each session folder's lock: (st_dev, st_ino) ->
-# (thread ident, id(store)). A thread that asks again through another Store would wait on itself
-_HOLDERS: dict[tuple[int, int], tuple[int, int]] = {}
+# the writer of this process holding each session folder's lock, by the folder's (st_dev,
+# st_ino): a thread that asks again through another Store's writer would wait on itself
+_HOLDERS: dict[tuple[int, int], "SegmentWriter"] = {}
 
 
 def forget_holders() -> None:
@@ -69,6 +69,7 @@ class SegmentWriter:
         self.fd = -1
         self._locked = False
         self._held: Optional[tuple[int, int]] = None  # the folder's (st_dev, st_ino) while locked (_HOLDERS)
+        self._thread = 0  # the thread that took the lock
         self.used = 0  # when this writer was last used, in the store's count of writes
         self.rel: Optional[str] = None
         self.file_id = 0
@@ -165,8 +166,8 @@ class SegmentWriter:
             os.close(self.dir_fd)
             self.dir_fd = -1
         self.locked = True
-        self._held = (dst.st_dev, dst.st_ino)
-        _HOLDERS[self._held] = (threading.get_ident(), id(self.store))
+        self._held, self._thread = (dst.st_dev, dst.st_ino), threading.get_ident()
+        _HOLDERS[self._held] = self
         try:
             if not self._view_is_current(dst):
                 if self.kept:
@@ -178,7 +179,7 @@ class SegmentWriter:
 
     def unlock(self) -> None:
         if self.locked:
-            if _HOLDERS.get(self._held) == (threading.get_ident(), id(self.store)):
+            if _HOLDERS.get(self._held) is self:
                 del _HOLDERS[self._held]
             fcntl.flock(self.dir_fd, fcntl.LOCK_UN)
             self.locked = False
@@ -189,7 +190,7 @@ class SegmentWriter:
         end: say so instead."""
         fst = os.fstat(self.dir_fd)
         holder = _HOLDERS.get((fst.st_dev, fst.st_ino))
-        if holder is not None and holder[0] == threading.get_ident() and holder[1] != id(self.store):
+        if holder is not None and holder.store is not self.store and holder._thread == threading.get_ident():
             raise InvalidInput(f"session {self.session!r} is locked by another Tape this thread uses (inside its batch): "
                                f"write through that Tape, or end its batch first")
 
