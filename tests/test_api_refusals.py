@@ -244,3 +244,60 @@ def test_wrongly_typed_arguments_are_ctape_errors(chat):
         with pytest.raises(CtapeError):
             call()
     assert snapshot(path) == before
+
+
+class _Key(str):
+    pass
+
+
+@pytest.mark.parametrize("where, value", [
+    ("payload", {"content": "x", "lines": {9: "nine", 10: "ten"}}),  # written "9" before "10": not canonical
+    ("payload", {"content": "x", "parts": [{"a": {1.5: "x", 2: "y"}}]}),
+    ("payload", {"content": "x", "flags": {True: 1}}),
+    ("payload", {"content": "x", "none": {None: 1}}),
+    ("payload", {"content": "x", "t": ({"deep": {3: 1}},)}),  # inside a tuple
+    ("payload", {"content": SECRET, "lines": {9: "nine", 10: "ten"}}),  # beside a blob
+    ("meta", {"tokens": {0: 5, 10: 6}}),
+    ("delta", {"by_line": {2: "b", 11: "a"}}),
+])
+@pytest.mark.parametrize("batched", [False, True])
+def test_object_keys_that_are_not_strings_are_refused(chat, where, value, batched):
+    """Python's encoder turned such keys into strings but sorted them as numbers: the body
+    was not canonical, and an export of it failed to import ("does not hash to its name")."""
+    t, path, first = chat
+    s = t.session("chat")
+    before = snapshot(path)
+    args = {"payload": {"content": "x"}, where: value}
+    with pytest.raises(InvalidInput, match="keys of a JSON object are strings"):
+        if batched:
+            with t.batch():
+                s.append("user", args["payload"], meta=args.get("meta"), delta=args.get("delta"))
+        else:
+            s.append("user", args["payload"], meta=args.get("meta"), delta=args.get("delta"))
+    with pytest.raises(InvalidInput, match="keys of a JSON object are strings"):
+        s.extend([("user", {"content": "first"}), ("user", args["payload"], args.get("meta"), args.get("delta"))])
+    with pytest.raises(InvalidInput, match="keys of a JSON object are strings"):
+        s.set_refs("note", {"b": first}, note=value)
+    assert snapshot(path) == before
+    fsck_ok(path)
+
+
+def test_string_keys_of_any_kind_are_kept_and_an_export_imports_again(chat, tmp_path):
+    """Keys that are strings (a subclass too, an OrderedDict) are fine, sorted as text."""
+    from collections import OrderedDict
+
+    t, path, first = chat
+    s = t.session("chat")
+    e = s.append("user", {"content": "x", "lines": OrderedDict([("9", "nine"), ("10", "ten")]), "k": {_Key("b"): 1, "a": 2}})
+    assert t.read_entry(e.hash).payload["lines"] == {"10": "ten", "9": "nine"}
+    out = tmp_path / "chat.jsonl"
+    run = lambda *a: subprocess.run([sys.executable, "-m", "ctape", *a], capture_output=True, text=True)
+    p = run("--dir", str(path), "export", "chat")
+    assert p.returncode == 0, p.stderr
+    out.write_text(p.stdout)
+    other = tmp_path / "other"
+    Tape.init(other).close()
+    p = run("--dir", str(other), "import", "jsonl", str(out), "-s", "again")
+    assert p.returncode == 0, p.stderr
+    with Tape.open(other) as t2:
+        assert e.hash in [x.hash for x in t2.session("again").log()]

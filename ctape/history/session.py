@@ -15,7 +15,7 @@ from ..store import framing
 from ..model import schema
 from ..model import refs as refmod
 from ..store.index import hash_key
-from ..model.canonical import entry_body, normal_time, object_hash
+from ..model.canonical import check_keys, entry_body, normal_time, object_hash
 from ..model.errors import BranchCheckedOut, CorruptObject, CtapeError, EntryNotFound, InvalidInput, RefNotFound
 from ..model.models import Entry, check_name, check_payload, now_rfc3339
 from ..model.refs import HEAD, RefState
@@ -796,6 +796,7 @@ def _check_record_args(op: Any, changes: Any, extra: dict) -> None:
     if taken:
         raise InvalidInput(f"{', '.join(taken)}: the ref record's own field{'s' if len(taken) > 1 else ''}, "
                            f"set by ctape; give extra fields other names")
+    check_keys(list(extra.values()))
     if extra.get("time") is not None:
         extra["time"] = normal_time(extra["time"])
 

@@ -239,8 +239,15 @@ def entry_body(
     are externalized first, so their large strings are never encoded as JSON. Values
     with no more containers than MAX_DEPTH and fewer than MAX_ITEMS values cannot
     break the limits and are not walked again for them."""
+    values = (payload, meta, delta)
+    try:
+        seen = _scan(values)
+    except RecursionError:  # refused for its depth further on
+        seen = _ODD
+    if seen & _ODD:
+        check_keys(values)
     body = {"delta": delta, "kind": kind, "meta": meta, "parent": parent, "payload": payload, "seq": seq, "time": time}
-    out = _encoded_plain(body, payload)
+    out = None if seen == _LARGE else _encoded_plain(body)
     if out is not None and len(out) < BLOB_MIN:
         return out
     special, containers, items = _look((payload, meta, delta))
@@ -258,17 +265,78 @@ def entry_body(
     return out
 
 
-def _encoded_plain(body: dict, payload: Any) -> Optional[bytes]:
+_LARGE, _ODD = 1, 2
+
+
+def _scan(values: Any) -> int:
+    """What a walk over the values finds: _LARGE, a string of BLOB_MIN characters or more
+    (so no need to try encoding the body as it is: it has blobs); _ODD, an object key that
+    is not a string, or a container of another type (a tuple, a subclass), which the
+    caller looks at closely (_odd_key). Python's encoder turns int, float, bool and None
+    keys into strings but sorts them as they were: {9: .., 10: ..} would be written "9"
+    before "10", not canonical JSON, and would hash differently once read back and written
+    again (an export imported). So such keys are refused rather than converted, as keys of
+    mixed types, which the encoder cannot sort, always were. (~0.9 µs an entry of the
+    bench workload, most of it Python's cost per call; it replaced a look at the payload's
+    top for large strings.)"""
+    seen = 0
+    for x in values:
+        t = type(x)
+        if t is str:
+            if len(x) >= BLOB_MIN:
+                seen = _LARGE
+        elif t is dict:
+            for k in x:
+                if type(k) is not str:
+                    return _ODD
+            seen |= _scan(x.values())
+            if seen & _ODD:
+                return seen
+        elif t is list:
+            seen |= _scan(x)
+            if seen & _ODD:
+                return seen
+        elif t not in _SCALARS and isinstance(x, (dict, list, tuple)):
+            return seen | _ODD
+    return seen
+
+
+def _odd_key(values: Any) -> Any:
+    """A key of the values' objects that is not a string (subclasses of str are strings),
+    or _NONE (None is a key that can be found). It gives up past MAX_ITEMS containers (a
+    value that holds itself): the limits refuse such a value further on."""
+    stack = [values]
+    for _ in range(MAX_ITEMS):
+        if not stack:
+            break
+        v = stack.pop()
+        if isinstance(v, dict):
+            for k in v:
+                if not isinstance(k, str):
+                    return k
+            v = v.values()
+        stack.extend(x for x in v if isinstance(x, (dict, list, tuple)))
+    return _NONE
+
+
+_NONE = object()
+
+
+def check_keys(values: Any) -> None:
+    """InvalidInput when an object in `values` has a key that is not a string (_scan)."""
+    key = _odd_key(values)
+    if key is not _NONE:
+        raise InvalidInput(f"the keys of a JSON object are strings, not {type(key).__name__} ({key!r:.40}); convert them (str(key)) first")
+
+
+def _encoded_plain(body: dict) -> Optional[bytes]:
     """canonical_json(body) when the body may well need no externalizing, to spare the
     look at every value: most entries are short (under BLOB_MIN bytes in all, so none of
-    their strings is a blob) and one C call tells. None when it surely needs
-    externalizing (a large string at the top of the payload or in its list of content
-    parts, the usual places: no large string is encoded for nothing), or when it
-    cannot be written as it is (a NUL string, nesting deeper than MAX_DEPTH might be
+    their strings is a blob) and one C call tells (the caller does not ask when _scan
+    found a large string: none is encoded for nothing). None when it cannot be written
+    as it is (a NUL string, nesting deeper than MAX_DEPTH might be
     there, no JSON, bad Unicode): the full path then looks, and says what is wrong.
     A body of BLOB_MIN bytes or more is only used once _look finds nothing special."""
-    if type(payload) is dict and _large_on_top(payload):
-        return None
     try:
         text = _encode(body)
     except (ValueError, TypeError, RecursionError):
@@ -281,19 +349,6 @@ def _encoded_plain(body: dict, payload: Any) -> Optional[bytes]:
         return text.encode("utf-8")
     except UnicodeEncodeError:
         return None
-
-
-def _large_on_top(payload: dict) -> bool:
-    """Is one of the payload's strings, or of its content parts' strings, a blob?"""
-    for v in payload.values():
-        if type(v) is str:
-            if len(v) >= BLOB_MIN:
-                return True
-        elif type(v) is list:
-            parts = (x for part in v if type(part) is dict for x in part.values())
-            if any(type(x) is str and len(x) >= BLOB_MIN for x in parts):
-                return True
-    return False
 
 
 def _look(values: tuple) -> tuple[bool, int, int]:

@@ -33,9 +33,9 @@ KINDS = {k.value: k.value for k in EntryKind} | {"tool-call": "tool_call", "tool
 
 def kind_value(kind: Any) -> str:
     """The canonical kind string for a kind name (the CLI also takes tool-call / tool-result)."""
-    if isinstance(kind, EntryKind):
-        return kind.value
-    v = KINDS.get(kind) if isinstance(kind, str) else None
+    v = KINDS.get(kind) if type(kind) is str else None  # the common case, and EntryKind (a str) below
+    if v is None and isinstance(kind, str):
+        v = KINDS.get(str(kind.value) if isinstance(kind, EntryKind) else kind)
     if v is None:
         raise InvalidInput(f"unknown kind {kind!r}; use one of: {', '.join(k.value for k in EntryKind)}")
     return v
