@@ -53,9 +53,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import copy
 import gc
 import json
 import math
+import operator
 import os
 import random
 import re
@@ -757,7 +759,7 @@ class TapeSaver(BaseCheckpointSaver[str]):
                 if v is not _MISSING:
                     self._cache((cp.hash, ch), v)
                     raw[ch] = v
-                    values[ch] = list(v) if type(v) is list else v
+                    values[ch] = _isolated(v)
         checkpoint["channel_values"] = values
         parent = cp.parent_id
         tup = CheckpointTuple(
@@ -795,28 +797,35 @@ class TapeSaver(BaseCheckpointSaver[str]):
         want_ns = conf.get("checkpoint_ns")
         want_id = conf.get("checkpoint_id")
         before_id = get_checkpoint_id(before) if before else None
+        # newest first across the threads and namespaces asked for, as SqliteSaver orders
+        # them (by checkpoint id), so that `limit` takes the same checkpoints
+        todo = []
         for tid in tids:
-            child = None
             with self._lock:
                 th = self._thread(tid)
                 nss = [want_ns] if want_ns is not None else sorted(th.ids)
-                todo = [(ns, c) for ns in nss for c in reversed(th.live_ids(ns))]
-            for ns, cid in todo:
-                if want_id and cid != want_id:
-                    continue
-                if before_id and cid >= before_id:
-                    continue
-                with self._lock:
-                    if filter:
-                        md = self.codec.dec(self.tape.read_entry(th.cps[(ns, cid)].hash).payload["metadata"])
-                        if not all(md.get(k) == v for k, v in filter.items()):
-                            continue
-                    if limit is not None and limit <= 0:
-                        return
-                    tup, child = self._read_tuple(th, tid, ns, cid, child)
-                if limit is not None:
-                    limit -= 1
-                yield tup
+                todo += [(c, tid, ns, th) for ns in nss for c in reversed(th.live_ids(ns))]
+        if len(tids) > 1 or want_ns is None:
+            todo.sort(key=lambda t: t[0], reverse=True)  # stable: one thread's namespaces stay in order on a tie
+        child = None
+        for cid, tid, ns, th in todo:
+            if want_id and cid != want_id:
+                continue
+            if before_id and cid >= before_id:
+                continue
+            with self._lock:
+                if (ns, cid) in th.deleted or (ns, cid) not in th.cps:
+                    continue  # deleted meanwhile
+                if filter:
+                    md = self.codec.dec(self.tape.read_entry(th.cps[(ns, cid)].hash).payload["metadata"])
+                    if not all(md.get(k) == v for k, v in filter.items()):
+                        continue
+                if limit is not None and limit <= 0:
+                    return
+                tup, child = self._read_tuple(th, tid, ns, cid, child)
+            if limit is not None:
+                limit -= 1
+            yield tup
 
     def _thread_ids(self) -> list[str]:
         out = []
@@ -970,7 +979,7 @@ class TapeSaver(BaseCheckpointSaver[str]):
             for w in self._parked.pop((th.name, ns, cid), []):
                 self._write_entry(th, s, tid, ns, cid, self._writes_payload(th, ns, cid, w["task_id"], w["task_path"], w["writes"]))
         for ch, v in keep.items():
-            self._cache((e.hash, ch), list(v) if type(v) is list else v)
+            self._cache((e.hash, ch), _isolated(v))
         th.tips = dict(s.refs().branches)
         self._save(th)
 
@@ -1158,7 +1167,7 @@ class TapeSaver(BaseCheckpointSaver[str]):
 
     def _dec_write(self, enc: dict) -> Any:
         if "ref" in enc:
-            return list(self._value(enc["ref"], enc["ch"])) + [self.codec.dec(x) for x in enc["plus"]]
+            return _isolated(self._value(enc["ref"], enc["ch"])) + [self.codec.dec(x) for x in enc["plus"]]
         return self.codec.dec(enc)
 
     def _write_entry(self, th: _Thread, s, tid: str, ns: str, cid: str, payload: dict):
@@ -1412,9 +1421,58 @@ class TapeSaver(BaseCheckpointSaver[str]):
 
 
 def _extends(v: list, base: list) -> bool:
-    """Does list v start with the items of base (the same objects, or equal ones)? List
-    equality compares by identity first, in C: a 2,000-message history costs microseconds."""
-    return len(v) >= len(base) and v[: len(base)] == base
+    """Does list v start with the items of base: the same objects (one C pass: a
+    2,000-message history costs microseconds), or equal ones of the same types all the
+    way down? Plain equality is not enough: 1 == True == 1.0, so [True, 7] stored as
+    "[1] + [7]" would come back as [1, 7] from the tape."""
+    n = len(base)
+    if len(v) < n:
+        return False
+    head = v[:n]
+    if all(map(operator.is_, head, base)):
+        return True
+    return head == base and all(map(_same, head, base))
+
+
+def _same(a: Any, b: Any) -> bool:
+    """a == b, with the same types inside (and the same sign of a zero): what the tape
+    gives back for one is what it gives back for the other."""
+    if a is b:
+        return True
+    t = type(a)
+    if t is not type(b):
+        return False
+    if t is list or t is tuple:
+        return len(a) == len(b) and all(map(_same, a, b))
+    if t is dict:
+        return (len(a) == len(b) and all(k in b and _same(x, b[k]) for k, x in a.items())
+                and {(type(k), k) for k in a} == {(type(k), k) for k in b})
+    if t is float:
+        return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
+    return a == b
+
+
+def _isolated(v: Any) -> Any:
+    """A copy of a channel value that later changes to v do not reach, and that the
+    caller may change: the saver's cache must keep what the checkpoint held, as a saver
+    that serializes does (a node that changes its state in place would otherwise change
+    every earlier checkpoint read in this process). Messages are kept, not copied: a
+    graph makes new messages rather than changing old ones; a list of them is copied."""
+    t = type(v)
+    if v is None or t is str or t is int or t is float or t is bool or t is bytes:
+        return v
+    if t is list:
+        if all(map(_is_message, v)):
+            return list(v)
+        return [_isolated(x) for x in v]
+    if t is dict and all(type(k) is str for k in v):
+        return {k: _isolated(x) for k, x in v.items()}
+    if _is_message(v):
+        return v
+    try:
+        return copy.deepcopy(v)
+    except Exception:  # noqa: BLE001 - a value that cannot be copied is kept as it is
+        return v
 
 
 def _readable(v: Any) -> Any:

@@ -1,0 +1,199 @@
+"""TapeSaver against LangGraph's own SqliteSaver on what a differential audit found
+(2026-12-03): values that are equal but of other types, state changed in place by a node,
+and the order of list(). Each graph runs on both savers; a new process reads the tape."""
+
+import json
+import math
+import os
+import sqlite3
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytest.importorskip("langgraph.checkpoint.sqlite")
+
+from langchain_core.messages import AIMessage, HumanMessage  # noqa: E402
+from langgraph.checkpoint.sqlite import SqliteSaver  # noqa: E402
+from langgraph.graph import START, MessagesState, StateGraph  # noqa: E402
+from typing_extensions import TypedDict  # noqa: E402
+
+from ctape.integrations.langgraph import TapeSaver  # noqa: E402
+
+CFG = {"configurable": {"thread_id": "t"}}
+
+
+class Lists(TypedDict, total=False):
+    nums: list
+    flags: list
+
+
+class Counter(TypedDict, total=False):
+    data: dict
+    items: list
+
+
+class Scores(TypedDict, total=False):
+    scores: list
+    other: int
+
+
+def _lists_graph(saver):
+    g = StateGraph(Lists)
+    g.add_node("n", lambda s: {})
+    g.add_edge(START, "n")
+    return g.compile(checkpointer=saver)
+
+
+def _in_place(state):
+    d = state["data"]
+    d["n"] += 1  # the channel's own object, changed in place: a common style
+    state["items"].append(d["n"])
+    return {"data": d, "items": state["items"]}
+
+
+def _counter_graph(saver):
+    g = StateGraph(Counter)
+    g.add_node("step", _in_place)
+    g.add_edge(START, "step")
+    return g.compile(checkpointer=saver)
+
+
+def _savers(tmp_path):
+    sq = SqliteSaver(sqlite3.connect(str(tmp_path / "cp.sqlite"), check_same_thread=False))
+    return sq, TapeSaver(str(tmp_path / "tape"))
+
+
+def _read_in_new_process(tape, script):
+    code = textwrap.dedent(f"""
+        import json, sys
+        from typing_extensions import TypedDict
+        from langgraph.graph import START, StateGraph
+        from ctape.integrations.langgraph import TapeSaver
+        saver = TapeSaver({str(tape)!r})
+        cfg = {{"configurable": {{"thread_id": "t"}}}}
+    """) + textwrap.dedent(script)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return json.loads(p.stdout)
+
+
+def _typed(v):
+    """A value with the type of every atom spelled out (True, 1 and 1.0 are == in Python)."""
+    if isinstance(v, dict):
+        return {k: _typed(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_typed(x) for x in v]
+    return [type(v).__name__, v]
+
+
+def test_list_items_equal_but_of_other_types_come_back_as_written(tmp_path):
+    """[True, False, 7] after [1, 0] was stored as "the parent's items + [7]" (1 == True),
+    and a new process read [1, 0, 7]."""
+    steps = [{"nums": [1, 0], "flags": [{"ok": 1}]},
+             {"nums": [True, False, 7], "flags": [{"ok": True}, {"ok": False}]},
+             {"nums": [1.0, 0.0, 7, 2.5, -0.0], "flags": [{"ok": True}, {"ok": False}]},
+             {"nums": [1.0, 0.0, 7, 2.5, 0.0, 8], "flags": [{"ok": True}, {"ok": False}, {"ok": 1}]}]
+    sq, tp = _savers(tmp_path)
+    got = {}
+    for name, saver in (("sqlite", sq), ("tape", tp)):
+        app = _lists_graph(saver)
+        hist = []
+        for values in steps:
+            app.update_state(CFG, values)
+            hist.append(_typed(app.get_state(CFG).values))
+        got[name] = hist
+    assert got["tape"] == got["sqlite"]
+    assert got["sqlite"][-1]["nums"][4] == ["float", 0.0]
+    later = _read_in_new_process(tmp_path / "tape", """
+        def typed(v):
+            if isinstance(v, dict): return {k: typed(x) for k, x in v.items()}
+            if isinstance(v, list): return [typed(x) for x in v]
+            return [type(v).__name__, v]
+        out = []
+        for st in saver.list(cfg):
+            out.append(typed(st.checkpoint["channel_values"]))
+        print(json.dumps(out))
+    """)
+    newest_first = [h for h in later if "nums" in h]
+    assert newest_first[0]["nums"] == got["sqlite"][-1]["nums"]
+    assert [h["nums"] for h in reversed(newest_first)] == [h["nums"] for h in got["sqlite"]]
+    assert [h["flags"] for h in reversed(newest_first)] == [h["flags"] for h in got["sqlite"]]
+    assert math.copysign(1, newest_first[1]["nums"][4][1]) == -1  # -0.0 kept, then 0.0 written over it
+
+
+def _scores_graph(saver, fail):
+    def good(state):
+        return {"scores": [float(x) for x in state["scores"]] + [0.5]}  # ints become floats
+
+    def bad(state):
+        if fail:
+            raise RuntimeError("boom")
+        return {"other": 1}
+
+    g = StateGraph(Scores)
+    g.add_node("good", good)
+    g.add_node("bad", bad)
+    g.add_edge(START, "good")
+    g.add_edge(START, "bad")
+    return g.compile(checkpointer=saver)
+
+
+def test_a_pending_write_equal_but_of_other_types_is_replayed_as_written(tmp_path):
+    """The sibling that succeeded wrote floats for ints; its write, kept while the other
+    node failed, was stored as "the channel's value + [0.5]" and replayed with the ints."""
+    sq, tp = _savers(tmp_path)
+    for saver in (sq, tp):
+        with pytest.raises(RuntimeError):
+            _scores_graph(saver, fail=True).invoke({"scores": [1, 2, 3]}, CFG)
+    want = _typed(_scores_graph(sq, fail=False).invoke(None, CFG))
+    pending = _read_in_new_process(tmp_path / "tape", """
+        print(json.dumps([[type(x).__name__ for x in v] for _, c, v in saver.get_tuple(cfg).pending_writes if c == "scores"]))
+    """)
+    assert pending == [["float", "float", "float", "float"]]
+    tp2 = TapeSaver(str(tmp_path / "tape"))  # a new saver: reads the tape, not this process's cache
+    assert _typed(_scores_graph(tp2, fail=False).invoke(None, CFG)) == want
+
+
+def test_a_node_that_changes_its_state_in_place_does_not_change_saved_checkpoints(tmp_path):
+    """The saver cached the objects the graph handed to put(): a node changing its state
+    dict in place changed every earlier checkpoint read in this process, and time travel
+    from step 0 ran on the latest values."""
+    sq, tp = _savers(tmp_path)
+    got = {}
+    for name, saver in (("sqlite", sq), ("tape", tp)):
+        app = _counter_graph(saver)
+        for i in range(3):
+            app.invoke({"data": {"n": 0}, "items": [0]} if i == 0 else {}, CFG, durability="sync")
+        hist = [(h.metadata["step"], h.values) for h in app.get_state_history(CFG)]
+        first = [h for h in app.get_state_history(CFG) if h.metadata["step"] == 0][0]
+        replay = app.invoke(None, first.config, durability="sync")
+        got[name] = (hist, replay)
+    assert got["tape"] == got["sqlite"]
+    assert got["sqlite"][1] == {"data": {"n": 1}, "items": [0, 1]}
+    # what a caller does with the values it got does not reach the saver either
+    st = tp.get_tuple(CFG)
+    st.checkpoint["channel_values"]["data"]["n"] = 99
+    st.checkpoint["channel_values"]["items"].append(99)
+    again = tp.get_tuple(CFG).checkpoint["channel_values"]
+    assert again["data"]["n"] != 99 and 99 not in again["items"]
+
+
+def test_list_is_newest_first_across_threads_and_namespaces(tmp_path):
+    """SqliteSaver orders list() by checkpoint id over all it matches; TapeSaver went
+    thread by thread, so list(None, limit=4) gave other checkpoints."""
+    def agent(state):
+        return {"messages": [AIMessage("echo")]}
+
+    got = {}
+    for name, saver in zip(("sqlite", "tape"), _savers(tmp_path)):
+        g = StateGraph(MessagesState)
+        g.add_node("agent", agent)
+        g.add_edge(START, "agent")
+        app = g.compile(checkpointer=saver)
+        for t in ("b-thread", "a-thread", "b-thread", "c-thread"):
+            app.invoke({"messages": [HumanMessage(t)]}, {"configurable": {"thread_id": t}})
+        got[name] = [[(c.config["configurable"]["thread_id"], c.metadata["step"]) for c in saver.list(None, limit=k)] for k in (1, 4, 9)]
+    assert got["tape"] == got["sqlite"]
+    assert got["sqlite"][1][0] == ("c-thread", 1)
