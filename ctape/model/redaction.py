@@ -4,8 +4,10 @@ A redaction is a ref record (op "redact", `set` empty) whose `redact` list names
 places: an object (an entry or a blob) and a JSON path inside it. Reads replace the
 value at each place with MARKER; `compact` then drops the original bytes (an entry is
 kept as its withheld form, a blob goes whole). Paths are a small JSONPath subset:
-`$`, `.name`, `["any key"]`, `[N]`; an entry's paths start with `$.payload`,
-`$.meta` or `$.delta`.
+`$`, `.name`, `["any key"]`, `[N]`; `[#K]`, the value under the object key whose key_id
+is K (16 hex digits of its blake3), and `{#K}` (last), that key itself, which a redaction
+renames to a marker, the value under it kept: so that a path never spells out a key that
+is itself a secret. An entry's paths start with `$.payload`, `$.meta` or `$.delta`.
 """
 
 from __future__ import annotations
@@ -14,13 +16,54 @@ import json
 import re
 from typing import Any, Iterable, Optional
 
+from blake3 import blake3
+
 from .canonical import canonical_json
 from .errors import InvalidInput
 
 OP = "redact"
 ROOTS = ("payload", "meta", "delta")
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_STEP = re.compile(r'\.([A-Za-z_][A-Za-z0-9_]*)|\[(\d{1,9})\]|\[("(?:[^"\\]|\\.)*")\]')
+_STEP = re.compile(r'\.([A-Za-z_][A-Za-z0-9_]*)|\[(\d{1,9})\]|\[("(?:[^"\\]|\\.)*")\]|\[#([0-9a-f]{16})\]|\{#([0-9a-f]{16})\}')
+
+
+class KeyStep:
+    """A path step that names an object key by its key_id, not by its text: the value
+    under it (`[#K]`), or the key itself (`{#K}`, `itself`)."""
+
+    __slots__ = ("id", "itself")
+
+    def __init__(self, key_id: str, itself: bool = False):
+        self.id, self.itself = key_id, itself
+
+    @classmethod
+    def of(cls, key: str, itself: bool = False) -> "KeyStep":
+        return cls(key_id(key), itself)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is KeyStep and other.id == self.id and other.itself == self.itself
+
+    def __hash__(self) -> int:
+        return hash(("KeyStep", self.id, self.itself))
+
+    def __repr__(self) -> str:
+        return f"KeyStep({self.id!r}, itself={self.itself})"
+
+    def find(self, d: dict) -> Optional[str]:
+        """The key of d that this step names, or None."""
+        for k in d:
+            if type(k) is str and key_id(k) == self.id:
+                return k
+        return None
+
+
+def key_id(key: str) -> str:
+    return blake3(key.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def key_marker(kind: str, key: str) -> str:
+    """What a redacted key becomes: a marker told apart from other redacted keys of its object."""
+    return f"[redacted: {kind} {key_id(key)[:8]}]"
 
 
 def marker(kind: str) -> str:
@@ -43,8 +86,11 @@ def parse_path(text: str) -> list:
         m = _STEP.match(text, pos)
         if m is None:
             raise InvalidInput(f"bad JSON path {text!r} at character {pos + 1}: use .name, [N] or [\"key\"]")
-        name, index, quoted = m.groups()
-        steps.append(name if name is not None else int(index) if index is not None else json.loads(quoted))
+        name, index, quoted, under, kid = m.groups()
+        if kid is not None and m.end() != len(text):
+            raise InvalidInput(f"bad JSON path {text!r}: {{#...}} names a key itself, so it comes last; [#...] is the value under it")
+        steps.append(name if name is not None else int(index) if index is not None else KeyStep(under) if under is not None
+                     else KeyStep(kid, True) if kid is not None else json.loads(quoted))
         pos = m.end()
     return steps
 
@@ -54,6 +100,8 @@ def format_path(steps: Iterable) -> str:
     for s in steps:
         if isinstance(s, int):
             out.append(f"[{s}]")
+        elif type(s) is KeyStep:
+            out.append("{#" + s.id + "}" if s.itself else "[#" + s.id + "]")
         elif _IDENT.fullmatch(s):
             out.append("." + s)
         else:
@@ -70,9 +118,17 @@ def entry_path(text: str) -> list:
 
 
 def get_at(value: Any, steps: list) -> tuple[bool, Any]:
-    """(True, the value at `steps`) or (False, None) when the path is not there."""
+    """(True, the value at `steps`) or (False, None) when the path is not there. A path
+    that ends with {#K} (a KeyStep of the key itself) gives the key."""
     for s in steps:
-        if isinstance(s, int) and type(value) is list and 0 <= s < len(value):
+        if type(s) is KeyStep:
+            k = s.find(value) if type(value) is dict else None
+            if k is None:
+                return False, None
+            if s.itself:  # (last: parse_path sees to it)
+                return True, k
+            value = value[k]
+        elif isinstance(s, int) and type(value) is list and 0 <= s < len(value):
             value = value[s]
         elif isinstance(s, str) and type(value) is dict and s in value:
             value = value[s]
@@ -86,6 +142,15 @@ def _set_at(value: Any, steps: list, new: Any) -> Any:
     if not steps:
         return new
     s, rest = steps[0], steps[1:]
+    if type(s) is KeyStep:
+        k = s.find(value) if type(value) is dict else None
+        if k is None:
+            return value
+        if s.itself:  # the key itself (last): renamed, its value kept (`new` is the marker's kind)
+            return {(key_marker(new, k) if x == k else x): v for x, v in value.items()}
+        out = dict(value)
+        out[k] = _set_at(value[k], rest, new)
+        return out
     if isinstance(s, int) and type(value) is list and 0 <= s < len(value):
         out = list(value)
         out[s] = _set_at(value[s], rest, new)
@@ -99,14 +164,23 @@ def _set_at(value: Any, steps: list, new: Any) -> Any:
 
 def apply(raw: dict, places: Iterable[tuple[str, str]]) -> dict:
     """An entry body (as stored: blob references in place) with the value at each
-    (path, kind) replaced by its marker. A path that is not there changes nothing."""
-    for path, kind in sorted(places):
+    (path, kind) replaced by its marker, and each key a path ends on renamed to one. A
+    path that is not there changes nothing. The deepest paths go first: a value under a
+    key is redacted before the key is renamed (after, its path no longer leads there)."""
+    todo = []
+    for path, kind in places:
         try:
-            steps = entry_path(path)
+            todo.append((entry_path(path), path, kind))
         except InvalidInput:
             continue  # a record another version wrote: nothing this version can place
+    todo.sort(key=lambda t: (-len(t[0]), t[1], t[2]))
+    for steps, _, kind in todo:
         found, old = get_at(raw, steps)
-        if found and old != marker(kind):
+        if not found:
+            continue
+        if steps and type(steps[-1]) is KeyStep and steps[-1].itself:
+            raw = _set_at(raw, steps, kind)
+        elif old != marker(kind):
             raw = _set_at(raw, steps, marker(kind))
     return raw
 

@@ -34,18 +34,26 @@ def _place(tape: "Tape", h: str, path: str, kind: str) -> Optional[list[dict]]:
         raise InvalidInput(f"{h} is a payload value, not an entry; give an entry hash")
     raw = decode_entry(h, body)
     red = tape.redactions()
-    raw = redaction.apply(raw, red.get(h, ()))
+    done = red.get(h, ())
+    if any(_steps(p) == steps for p, _ in done):
+        return None  # redacted already
+    raw = redaction.apply(raw, done)
     found, value = redaction.get_at(raw, steps)
     if not found:
         raise InvalidInput(f"entry {h[:12]} has nothing at {path}; see `ctape show {h[:12]} --json`")
     if type(value) is not str:
         raise InvalidInput(f"the value at {path} is not text; give the path of a string inside it")
-    if value.startswith("[redacted: "):
-        return None
     blob = value[2:] if value[:2] == "\0b" and len(value) == 66 else None
     if blob in red:
         return None
     return redaction.place(h, redaction.format_path(steps), kind, blob)
+
+
+def _steps(path: str) -> Optional[list]:
+    try:
+        return redaction.parse_path(path)
+    except InvalidInput:
+        return None  # a record another version wrote
 
 
 def redact(tape: "Tape", session: str, places: Iterable[tuple[str, str, str]]) -> dict:

@@ -375,7 +375,8 @@ class Detectors:
         # "strings-alone": each string is matched alone (before, an entry's strings were
         # joined, so a match could run on from one string into the next): caches made
         # before are scanned again once
-        parts = [ds, str(self.entropy), str(ENTROPY_LIMIT), str(MIN_GROUP), str(PREVIEW_CONTEXT), _TOKEN.pattern, "strings-alone"]
+        # "keys": object keys are matched too (before, only values were)
+        parts = [ds, str(self.entropy), str(ENTROPY_LIMIT), str(MIN_GROUP), str(PREVIEW_CONTEXT), _TOKEN.pattern, "strings-alone", "keys"]
         parts += [f"{k}\0{rx.pattern}\0{rx.flags}" for k, rx in self.patterns]
         return blake3("\n".join(parts).encode()).hexdigest()
 
@@ -668,12 +669,17 @@ def _strings(value, steps: list, key: Optional[str]) -> Iterator[tuple[list, Opt
             yield from _strings(v, steps + [i], key)
 
 
+KEY_CONTEXT = "id"  # object keys are matched with the patterns only, as ids are (no entropy rule)
+
+
 def _collect(value, where, key: Optional[str], out: list) -> None:
-    """(where, key, string) of every string in `value`, like _strings, but without a
-    generator per level or a path per value: `where` is (parent's where, step), turned into
-    a path (_steps) only for a string something was found in."""
+    """(where, key, string) of every string in `value`, and of every object key, like
+    _strings, but without a generator per level or a path per value: `where` is (parent's
+    where, step), turned into a path (_steps) only for a string something was found in. The
+    step of an object key itself is the 1-tuple (key,) (a KeyStep once in a path)."""
     if type(value) is dict:
         for k, v in value.items():
+            out.append(((where, (k,)), KEY_CONTEXT, k))
             t = type(v)
             if t is str:
                 out.append(((where, k), k, v))
@@ -696,6 +702,18 @@ def _steps(where) -> list:
         where, step = where
         steps.append(step)
     return steps[::-1]
+
+
+def _path_steps(where, secret_keys: set) -> list:
+    """_steps, with an object key itself, and any key found to be a secret, as a KeyStep."""
+    out = []
+    for step in _steps(where):
+        if type(step) is tuple:
+            step = redaction.KeyStep.of(step[0], itself=True)
+        elif type(step) is str and step in secret_keys:
+            step = redaction.KeyStep.of(step)
+        out.append(step)
+    return out
 
 
 _ID_KEYS: dict[Optional[str], bool] = {}
@@ -761,7 +779,7 @@ class Scanner:
                 _collect(raw[root], (None, root), None, strings)
             for steps, key, s in strings:
                 flag = det.entropy and not _id_key_cached(key)
-                if len(s) == 66 and s[0] == "\0" and s[1] == "b":
+                if len(s) == 66 and s[0] == "\0" and s[1] == "b" and type(steps[1]) is not tuple:  # a blob (a key is never one)
                     b = s[2:]
                     if b in red:
                         continue
@@ -816,10 +834,13 @@ class Scanner:
                 continue
             found: list[Finding] = []
             blob_of: dict[str, Optional[str]] = {}
+            # a key found to be a secret is named by its key_id in every path of the entry
+            # (its own, and those of the values under it), never spelled out
+            secret_keys = {steps[1][0] for steps, _, _, _ in work if type(steps[1]) is tuple}
             for steps, text, sp, blob in work:
                 if not sp:
                     continue
-                path = redaction.format_path(_steps(steps))
+                path = redaction.format_path(_path_steps(steps, secret_keys))
                 blob_of[path] = blob
                 kinds = set()
                 for span in sp:

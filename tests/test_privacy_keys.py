@@ -1,0 +1,116 @@
+"""Secrets in object keys, and values that only look redacted (found by a privacy audit,
+2026-12-03): scan finds them without printing them, redact takes them out (a key is
+renamed to a marker, the value under it kept), push refuses until then, and after
+compact no file of the tape or of the remote holds them."""
+
+import json
+import random
+import string
+
+from ctape import Tape
+
+from conftest import run_cli, snapshot
+from test_privacy_sync import _unzstd, holders
+
+
+def _remote_holds(secret: bytes, remote) -> bool:
+    """Whether any object of a folder remote holds the bytes, as they are or in a zstd frame."""
+    return any(secret in data or any(secret in x for x in _unzstd(data))
+               for data in (p.read_bytes() for p in remote.rglob("*") if p.is_file()))
+
+
+def _key(prefix, n, alphabet=string.ascii_uppercase + string.digits):
+    return prefix + "".join(random.choice(alphabet) for _ in range(n))
+
+
+def _scan(d, *args):
+    p = run_cli("--dir", d, "scan", "--json", *args)
+    return p, [json.loads(line) for line in p.stdout.decode().splitlines()]
+
+
+def test_a_secret_used_as_an_object_key_is_found_redacted_and_never_pushed(tmp_path):
+    aws, gh = _key("AKIA", 16), _key("ghp_", 36, string.ascii_letters + string.digits)
+    both = _key("ghp_", 36, string.ascii_letters + string.digits)  # a key whose value is a secret too
+    a, remote = tmp_path / "A", tmp_path / "remote"
+    remote.mkdir()
+    t = Tape.init(a)
+    s = t.session("chat")
+    call = s.append("tool_call", {"call_id": "c1", "name": "http", "arguments": {"headers": {f"Authorization: Bearer {gh}": ""}}})
+    state = s.append("user", {"content": "ok"}, delta={"aws": {aws: "us-east-1"}, "n": 1})
+    pair = s.append("user", {"content": "x"}, meta={both: aws, "model": "m"})
+    t.close()
+    run_cli("--dir", a, "remote", "add", "origin", f"file://{remote}", check=True)
+
+    p, found = _scan(a)
+    assert p.returncode == 1
+    out = p.stdout + p.stderr
+    for secret in (aws, gh, both):
+        assert secret.encode() not in out  # not in a preview, and not in a path either
+    by = {(f["hash"], f["path"], f["kind"]) for f in found}
+    assert {f["hash"] for f in found} == {call.hash, state.hash, pair.hash}
+    assert all(f["path"].count("{#") + f["path"].count("[#") == 1 for f in found), by
+    assert any(f["hash"] == pair.hash and "[#" in f["path"] for f in found)  # the value under the secret key
+
+    before = snapshot(remote)
+    p = run_cli("--dir", a, "push", "origin")
+    assert p.returncode == 1 and b"redact" in p.stderr and len(p.stderr.splitlines()) == 1, p.stderr
+    assert not any(x.encode() in p.stderr for x in (aws, gh, both))
+    assert snapshot(remote) == before
+
+    p = run_cli("--dir", a, "redact", "--scan", check=True)
+    assert not any(x.encode() in p.stdout + p.stderr for x in (aws, gh, both))
+    assert run_cli("--dir", a, "redact", "--scan", check=True).stderr.startswith(b"0 values redacted")
+    assert _scan(a)[0].returncode == 0
+    with Tape.open(a) as t:
+        assert [e.hash for e in t.session("chat").log()] == [pair.hash, state.hash, call.hash]  # every hash kept
+        st = t.session("chat").state()
+        assert st["n"] == 1 and list(st["aws"].values()) == ["us-east-1"] and list(st["aws"])[0].startswith("[redacted: ")
+        headers = t.read_entry(call.hash).payload["arguments"]["headers"]
+        assert list(headers.values()) == [""] and list(headers)[0].startswith("[redacted: github-token")
+        meta = t.read_entry(pair.hash).meta
+        assert meta["model"] == "m" and len(meta) == 2 and all(k.startswith("[redacted: ") or k == "model" for k in meta)
+        assert list(v for k, v in meta.items() if k != "model") == ["[redacted: aws-access-key]"]
+    shown = b"".join(run_cli("--dir", a, *cmd, check=True).stdout for cmd in
+                     (["export", "chat"], ["log", "-s", "chat"], ["state", "-s", "chat"], ["show", pair.hash, "--json"]))
+    assert not any(x.encode() in shown for x in (aws, gh, both)) and b"[redacted: " in shown
+
+    run_cli("--dir", a, "compact", "--expire", "now", "--grace", "now", check=True)
+    assert run_cli("--dir", a, "fsck").returncode == 0
+    assert run_cli("--dir", a, "push", "origin").returncode == 0
+    for secret in (aws, gh, both):
+        assert holders(secret.encode(), a) == [] and not _remote_holds(secret.encode(), remote)
+    b = tmp_path / "B"
+    run_cli("clone", f"file://{remote}", b, check=True)
+    assert not any(x.encode() in run_cli("--dir", b, "export", "chat", check=True).stdout for x in (aws, gh, both))
+
+
+def test_redact_by_the_path_scan_gives_and_again_changes_nothing(tmp_path):
+    aws = _key("AKIA", 16)
+    d = tmp_path / "t"
+    with Tape.init(d) as t:
+        e = t.session("chat").append("user", {"content": "ok"}, delta={"aws": {aws: "us-east-1"}})
+    _, found = _scan(d)
+    (f,) = found
+    assert f["path"].startswith("$.delta.aws{#")
+    p = run_cli("--dir", d, "redact", e.hash[:12], "--path", f["path"], "-s", "chat", check=True)
+    assert p.stdout.startswith(b"redacted ")
+    before = snapshot(d)
+    p = run_cli("--dir", d, "redact", e.hash[:12], "--path", f["path"], "-s", "chat", check=True)
+    assert p.stderr.startswith(b"0 values redacted") and snapshot(d) == before
+    p = run_cli("--dir", d, "redact", e.hash[:12], "--path", f["path"] + ".x", "-s", "chat")
+    assert p.returncode == 2 and b"comes last" in p.stderr and snapshot(d) == before
+
+
+def test_a_value_that_only_starts_like_a_marker_is_redacted(tmp_path):
+    """`[redacted: aws-access-key] was the old key; new: ...AKIA...` was taken for a value
+    redacted already: every redact said "0 values redacted" while scan still found it."""
+    aws = _key("AKIA", 16)
+    d = tmp_path / "t"
+    with Tape.init(d) as t:
+        t.session("chat").append("tool_result", {"call_id": "c1", "output": f"[redacted: aws-access-key] was the old key; new: AWS_ACCESS_KEY_ID={aws}"})
+    assert _scan(d)[0].returncode == 1
+    p = run_cli("--dir", d, "redact", "--scan", check=True)
+    assert p.stdout.startswith(b"redacted ")
+    assert _scan(d)[0].returncode == 0
+    run_cli("--dir", d, "compact", "--expire", "now", "--grace", "now", check=True)
+    assert holders(aws.encode(), d) == []
