@@ -114,3 +114,14 @@ def test_a_value_that_only_starts_like_a_marker_is_redacted(tmp_path):
     assert _scan(d)[0].returncode == 0
     run_cli("--dir", d, "compact", "--expire", "now", "--grace", "now", check=True)
     assert holders(aws.encode(), d) == []
+
+
+def test_scan_prints_no_control_character_of_the_text_it_shows(tmp_path):
+    gh = _key("ghp_", 36, string.ascii_letters + string.digits)
+    d = tmp_path / "t"
+    with Tape.init(d) as t:
+        t.session("chat").append("user", {"content": f"x \x1b[31m \x9b31m \x07 {gh}"})
+    p = run_cli("--dir", d, "scan")
+    out = p.stdout.decode()
+    assert p.returncode == 1 and "\\x1b" in out and "\\x9b" in out
+    assert not any(c in out for c in "\x1b\x9b\x07") and gh not in out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from ..ops.render import clean
 from .base import EXIT_FAIL, emit_json, json_option, main, need_session, open_tape, session_option
 
 
@@ -50,9 +51,9 @@ def scan(ctx, session, as_json, allow_id, add_pattern, kind):
         if as_json:
             emit_json(f.to_json())
         elif f.stream:
-            click.echo(f"{f.id}  {f.session}  stream {f.hash[:8]}  (interrupted stream)  {f.kind}  {f.preview}")
+            click.echo(clean(f"{f.id}  {f.session}  stream {f.hash[:8]}  (interrupted stream)  {f.kind}  {f.preview}"))
         else:
-            click.echo(f"{f.id}  {f.session}  {f.hash[:12]}  {f.path}  {f.kind}  {f.preview}")
+            click.echo(clean(f"{f.id}  {f.session}  {f.hash[:12]}  {f.path}  {f.kind}  {f.preview}"))  # a preview of any text: no control character reaches the terminal
     if not as_json:
         n = len(found)
         allowed = f", {result['allowed']} allowed" if result["allowed"] else ""
@@ -106,6 +107,6 @@ def redact(ctx, session, as_json, from_scan, pattern, path, kind, entry):
             if as_json:
                 emit_json({"session": r["session"], "hash": item["object"], "path": item["path"], "kind": item["kind"]})
             else:
-                click.echo(f"redacted {r['session']}  {item['object'][:12]}  {item['path']}  ({item['kind']})")
+                click.echo(clean(f"redacted {r['session']}  {item['object'][:12]}  {item['path']}  ({item['kind']})"))
     if not as_json:
         click.echo(f"{total} value{'s' if total != 1 else ''} redacted" + ("; `ctape compact` removes the bytes from this copy" if total else ""), err=True)

@@ -82,6 +82,7 @@ from langgraph.checkpoint.base import (
 )
 
 from ..model.models import HIDDEN, parse_time
+from ..model.redaction import is_marker
 from ..tape import Tape
 from .naming import open_tape, plain_id, session_name
 
@@ -186,12 +187,22 @@ class _Codec:
             return [self.dec_message(x) for x in d["m"]]
         if "m1" in d:
             return self.dec_message(d["m1"])
-        t, b = d["s"]
+        if "b" in d:
+            t, text = d["b"]
+            if is_marker(text):
+                return text  # redacted (ctape redact): the marker stands for the value
+            return self.serde.loads_typed((t, text.encode("latin-1")))
+        t, b = d["s"]  # base64: written before 2026-12-03
+        if is_marker(b):
+            return b
         return self.serde.loads_typed((t, base64.b64decode(b)))
 
     def _serde(self, v: Any) -> dict:
+        """A value the serde writes (msgpack), as text: its bytes as Latin-1 characters, so
+        that the strings inside stay readable where `ctape scan` looks (base64 hid them:
+        a token in a dataclass was pushed unseen), and a redaction can replace it."""
         t, b = self.serde.dumps_typed(v)
-        return {"s": [t, base64.b64encode(b).decode("ascii")]}
+        return {"b": [t, b.decode("latin-1")]}
 
     def enc_message(self, m: Any) -> dict:
         """A message as langchain's own dict form when that round-trips exactly."""
@@ -710,7 +721,8 @@ class TapeSaver(BaseCheckpointSaver[str]):
         e = self._brief(h)
         rec = e.lg["message"]
         if "d" not in rec:
-            return self.codec.dec_message(rec)
+            m = self.codec.dec_message(rec)
+            return self._redacted_message(h, m) if type(m) is str else m
         # langchain's dict form, the content from the entry's payload when the record left
         # it out; containers copied (the brief's must not change), atoms as they are
         d = rec["d"]
@@ -726,6 +738,22 @@ class TapeSaver(BaseCheckpointSaver[str]):
         if cls is not None:
             return cls(**data)  # what messages_from_dict does for these types, without its two calls a message
         return messages_from_dict([{"type": d["type"], "data": data}])[0]
+
+    def _redacted_message(self, h: str, text: str) -> Any:
+        """A message whose serde record was redacted (`text`, the marker): one of its role,
+        built from what its conversation entry shows (the marker too, when the text held
+        the secret), so the graph goes on with a message where it had one."""
+        e = self.tape.read_entry(h)
+        p = e.payload if isinstance(e.payload, dict) else {}
+        content = p.get("content", p.get("output", text))
+        content = content if isinstance(content, (str, list)) else text
+        if e.kind == "user":
+            return HumanMessage(content=content)
+        if e.kind in ("assistant", "tool_call"):
+            return AIMessage(content=content if e.kind == "assistant" else text)
+        if e.kind == "tool_result":
+            return ToolMessage(content=content, tool_call_id=str(p.get("call_id") or ""))
+        return SystemMessage(content=content)
 
     # -- reading -----------------------------------------------------------------------------
 
