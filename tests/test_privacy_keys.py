@@ -125,3 +125,41 @@ def test_scan_prints_no_control_character_of_the_text_it_shows(tmp_path):
     out = p.stdout.decode()
     assert p.returncode == 1 and "\\x1b" in out and "\\x9b" in out
     assert not any(c in out for c in "\x1b\x9b\x07") and gh not in out
+
+
+def test_push_refuses_a_session_branch_or_tag_named_like_a_secret(tmp_path):
+    """A session's name is part of its objects' keys on a remote, and ref names are in the
+    records that go up: neither was looked at (a privacy audit)."""
+    gh = _key("ghp_", 36, string.ascii_letters + string.digits)
+    a, remote = tmp_path / "A", tmp_path / "remote"
+    remote.mkdir()
+    with Tape.init(a) as t:
+        t.session("chat").append("user", {"content": "hi"})
+    run_cli("--dir", a, "remote", "add", "origin", f"file://{remote}", check=True)
+
+    def refused(*want):
+        before = snapshot(remote)
+        p = run_cli("--dir", a, "push", "origin")
+        err = p.stderr.decode()
+        assert p.returncode == 1 and len(err.splitlines()) == 1 and gh not in err, err
+        assert all(w in err for w in want), err
+        assert snapshot(remote) == before
+
+    run_cli("--dir", a, "tag", f"deploy-{gh}", "-s", "chat", check=True)
+    refused("tag:deploy-[github-token", "ctape tag NEW REF -s chat")
+    run_cli("--dir", a, "tag", "-d", f"deploy-{gh}", "-s", "chat", check=True)
+    refused("it was deleted", "rotate it", "--allow-secrets")  # its deletion record holds the name
+    assert run_cli("--dir", a, "push", "origin", "--allow-secrets").returncode == 0
+    run_cli("--dir", a, "branch", f"try-{gh}", "-s", "chat", check=True)
+    refused("try-[github-token", "ctape branch NEW REF -s chat")
+    run_cli("--dir", a, "branch", "-d", f"try-{gh}", "-s", "chat", check=True)
+    assert run_cli("--dir", a, "push", "origin", "--allow-secrets").returncode == 0
+    with Tape.open(a) as t:
+        t.session(f"s-{gh}").append("user", {"content": "hi"})
+    refused("the name of session 's-[github-token", "ctape session cp")
+    run_cli("--dir", a, "session", "rm", f"s-{gh}", check=True)
+    refused("the name of session", "rotate it")
+    with Tape.open(a) as t:
+        t.session("chat").append("user", {"content": "a name like main-3f2a9c1d8e7b6a5f4e3d2c1b0a9f8e7d is no secret"})
+    run_cli("--dir", a, "branch", "feature-3f2a9c1d8e7b6a5f4e3d2c1b0a9f8e7dAbCdEf", "-s", "chat", check=True)  # no entropy rule on names
+    assert run_cli("--dir", a, "push", "origin", "-s", "chat").returncode == 0

@@ -127,6 +127,7 @@ def check_secrets(tape, sessions: list[str], allow_secrets: bool, files: Optiona
     # compaction already withheld elsewhere (the index then names the withheld form)
     redacted = tape.redactions()
     left: set[str] = set()
+    names: dict[str, set[str]] = {}  # session -> the ref names the records to upload hold
 
     def items():
         # each entry with its record as the file holds it: the check reads every file once
@@ -146,13 +147,14 @@ def check_secrets(tape, sessions: list[str], allow_secrets: bool, files: Optiona
                             seen.add(h)
                             yield s, h, rec.body
                     elif rec.type in (framing.T_PARTIAL, framing.T_REF):
-                        _note_stream(s, rec, streams, recorded)
+                        _note_stream(s, rec, streams, recorded, names.setdefault(s, set()))
             except (OSError, CtapeError):
                 continue  # a file gone or damaged meanwhile: what it holds is not read here either
 
     found = scan_entries(tape, items(), blobs)
     if left:
         raise _bytes_left_error(sorted(left))
+    _check_names(tape, sorted({s for s, _ in files}), names)
     _check_streams(tape, streams, recorded)
     if found:
         bad = sorted({f.session for f in found})
@@ -179,15 +181,54 @@ def _way_out(tape, first) -> str:
             "or push with --allow-secrets")
 
 
-def _note_stream(session: str, rec, streams: dict, recorded: dict) -> None:
+def _check_names(tape, sessions: list[str], recorded: dict[str, set[str]]) -> None:
+    """Refuse names that look like a secret: a session's name is part of its objects' keys
+    on the remote (bucket listings, access logs), and the names of its branches and tags
+    are in the ref records that go up (`recorded`: the names in those to upload). Matched
+    with the patterns only (no entropy rule: names with a hash in them are common). Scan
+    does not look at names and no redaction takes one out: a live name can be replaced by
+    another; a removed session's or a deleted ref's name stays in the record of its removal,
+    which is what syncs the removal (docs/privacy.md)."""
+    from ..ops.scan import Detectors, load_settings, preview
+
+    det = Detectors(load_settings(tape)["patterns"], entropy=False)
+    live_sessions = set(tape.session_names())
+    gone = ("its name stays in the record of its removal, which syncs the removal: treat the secret as "
+            "leaked to every copy this one reached and rotate it, then push with --allow-secrets")
+    for s in sessions:
+        found = det.pattern_spans(s)
+        if found:
+            shown = preview(s, found, found[0])
+            how = (f"copy it under another name (`ctape session cp OLD NEW`) and remove it (`ctape session rm OLD`), "
+                   f"or push with --allow-secrets") if s in live_sessions else gone
+            raise SecretsFound(f"not pushing: the name of session {shown!r} looks like a secret ({found[0][2]}); {how}")
+        st = tape.session(s).refs() if s in live_sessions else None
+        live = {**{b: "branch" for b in (st.branches if st else ())}, **{"tag:" + t: "tag" for t in (st.tags if st else ())}}
+        for name in sorted(set(live) | recorded.get(s, set())):
+            found = det.pattern_spans(name)
+            if found:
+                what = live.get(name)
+                shown = preview(name, found, found[0])
+                how = (f"make a {what} of another name at it (`ctape {what} NEW REF -s {s}`) and delete this one, "
+                       f"or push with --allow-secrets") if what else f"it was deleted, but {gone}"
+                raise SecretsFound(f"not pushing: a ref of session {s} is named like a secret ({found[0][2]}): {shown!r}; {how}")
+
+
+def _note_stream(session: str, rec, streams: dict, recorded: dict, names: Optional[set] = None) -> None:
     """Keep a partial record's text (an interrupted stream's, in no entry yet), or, from a
-    ref record that ended a stream (`recover`, or the stream's own end), the entries it set."""
+    ref record that ended a stream (`recover`, or the stream's own end), the entries it set;
+    and in `names`, the ref names a ref record holds (in set and old)."""
     import json
 
     try:
         r = json.loads(rec.body)
     except ValueError:
         return
+    if names is not None and rec.type == framing.T_REF and isinstance(r, dict):
+        for field in ("set", "old"):
+            v = r.get(field)
+            if isinstance(v, dict):
+                names.update(k for k in v if isinstance(k, str))
     if not isinstance(r, dict) or not isinstance(r.get("stream"), str):
         return
     key = (session, r["stream"])
