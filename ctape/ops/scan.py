@@ -672,26 +672,29 @@ def _strings(value, steps: list, key: Optional[str]) -> Iterator[tuple[list, Opt
 KEY_CONTEXT = "id"  # object keys are matched with the patterns only, as ids are (no entropy rule)
 
 
-def _collect(value, where, key: Optional[str], out: list) -> None:
+def _collect(value, where, key: Optional[str], out: list, clean_keys: frozenset | set = frozenset()) -> None:
     """(where, key, string) of every string in `value`, and of every object key, like
     _strings, but without a generator per level or a path per value: `where` is (parent's
     where, step), turned into a path (_steps) only for a string something was found in. The
-    step of an object key itself is the 1-tuple (key,) (a KeyStep once in a path)."""
+    step of an object key itself is the 1-tuple (key,) (a KeyStep once in a path). Keys in
+    `clean_keys` (matched before with nothing found: keys repeat from entry to entry) are
+    left out."""
     if type(value) is dict:
         for k, v in value.items():
-            out.append(((where, (k,)), KEY_CONTEXT, k))
+            if k not in clean_keys:
+                out.append(((where, (k,)), KEY_CONTEXT, k))
             t = type(v)
             if t is str:
                 out.append(((where, k), k, v))
             elif t is dict or t is list:
-                _collect(v, (where, k), k, out)
+                _collect(v, (where, k), k, out, clean_keys)
     elif type(value) is list:
         for i, v in enumerate(value):
             t = type(v)
             if t is str:
                 out.append(((where, i), key, v))
             elif t is dict or t is list:
-                _collect(v, (where, i), key, out)
+                _collect(v, (where, i), key, out, clean_keys)
     elif type(value) is str:
         out.append((where, key, value))
 
@@ -742,6 +745,7 @@ class Scanner:
         self._blob_spans: dict[tuple[str, bool], tuple[str, list]] = {}
         self.bytes = 0
         self.records: dict[str, bytes] = {}  # object records of large values a caller read already
+        self._clean_keys: set[str] = set()  # object keys matched with nothing found (_collect)
 
     def read(self, h: str, record: Optional[bytes] = None) -> Optional[dict]:
         """An entry as stored (None: the tape lacks it, not synced yet); from `record`, its
@@ -769,6 +773,7 @@ class Scanner:
         seen_e: dict[str, int] = {}  # a string met again in a round is matched once (with the entropy check, without)
         seen_n: dict[str, int] = {}
         new_blobs: dict[tuple[str, bool], int] = {}
+        keys: list[int] = []  # the texts that are object keys
         plans: list = []
         chars = 0
         for session, h, raw in batch:
@@ -776,7 +781,7 @@ class Scanner:
                 raw = redaction.apply(raw, red[h])
             inline, blobs, strings = [], [], []
             for root in redaction.ROOTS:
-                _collect(raw[root], (None, root), None, strings)
+                _collect(raw[root], (None, root), None, strings, self._clean_keys)
             for steps, key, s in strings:
                 flag = det.entropy and not _id_key_cached(key)
                 if len(s) == 66 and s[0] == "\0" and s[1] == "b" and type(steps[1]) is not tuple:  # a blob (a key is never one)
@@ -806,6 +811,8 @@ class Scanner:
                         i = known[t] = len(texts)
                         texts.append(t)
                         entropy.append(flag)
+                        if type(steps[1]) is tuple and t is s:
+                            keys.append(i)
                     inline.append((steps, i))
             if inline:
                 n = sum(len(texts[i]) for _, i in inline) + len(SEP) * (len(inline) - 1)
@@ -814,12 +821,16 @@ class Scanner:
             plans.append((session, h, inline, blobs))
             if chars >= self.BATCH_CHARS or len(plans) >= self.BATCH_ENTRIES:
                 # the text held at once stays bounded: the rest goes in another round
-                out += self._match(plans, texts, entropy, new_blobs)
-                texts, entropy, seen_e, seen_n, new_blobs, plans, chars = [], [], {}, {}, {}, [], 0
-        return out + self._match(plans, texts, entropy, new_blobs) if plans else out
+                out += self._match(plans, texts, entropy, new_blobs, keys)
+                texts, entropy, seen_e, seen_n, new_blobs, plans, chars, keys = [], [], {}, {}, {}, [], 0, []
+        return out + self._match(plans, texts, entropy, new_blobs, keys) if plans else out
 
-    def _match(self, plans, texts, entropy, new_blobs) -> list[tuple[list[Finding], dict[str, Optional[str]]]]:
+    def _match(self, plans, texts, entropy, new_blobs, keys=()) -> list[tuple[list[Finding], dict[str, Optional[str]]]]:
         spans = self.detectors.spans_many(texts, entropy)
+        clean = self._clean_keys
+        if len(clean) > 100_000:
+            clean.clear()
+        clean.update(texts[i] for i in keys if not spans[i])
         for (b, flag), i in new_blobs.items():
             self._blob_spans[(b, flag)] = (texts[i], spans[i]) if spans[i] else ("", [])  # keep no text that holds nothing
         out = []
