@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from .errors import InvalidInput
 from .history import tape as history
 from .session import Session
 
@@ -50,6 +51,8 @@ class Tape(history.Tape):
     def compact(self, expire: str | float = "90d", grace: str | float = "14d", dry_run: bool = False, progress=None) -> dict:
         from .ops.compact import compact
 
+        if progress is not None and not callable(progress):
+            raise InvalidInput(f"progress is a function that takes what compact did so far, not {progress!r:.40}")
         return compact(self, expire=expire, grace=grace, dry_run=dry_run, progress=progress)
 
     # -- finding and comparing (ctape/ops/search.py, diff.py, usage.py) ----------------------------

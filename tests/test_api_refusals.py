@@ -301,3 +301,20 @@ def test_string_keys_of_any_kind_are_kept_and_an_export_imports_again(chat, tmp_
     assert p.returncode == 0, p.stderr
     with Tape.open(other) as t2:
         assert e.hash in [x.hash for x in t2.session("again").log()]
+
+
+def test_paths_with_a_nul_a_cache_dir_that_is_no_path_and_a_progress_that_is_no_function(chat, tmp_path):
+    """Raw ValueError / TypeError before (the audit's F13 leftovers)."""
+    t, path, first = chat
+    with pytest.raises(InvalidInput, match="NUL"):
+        Tape.init(str(tmp_path / "a\0b"))
+    with pytest.raises(InvalidInput, match="NUL"):
+        Tape.open(str(path) + "\0")
+    for bad in (5, str(tmp_path / "c\0d")):
+        with pytest.raises(InvalidInput, match="cache_dir"):
+            Tape.open(path, cache_dir=bad)
+    before = snapshot(path)
+    with pytest.raises(InvalidInput, match="progress"):
+        t.compact(progress=5)
+    assert snapshot(path) == before
+    assert not (tmp_path / "a").exists()

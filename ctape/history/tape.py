@@ -391,4 +391,7 @@ def _folder(path: Any) -> str:
         path = os.fsdecode(path)
     if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
         raise InvalidInput(f"a tape is opened by the path of its folder (a str or os.PathLike), not {path!r}")
-    return os.fspath(path)
+    path = os.fspath(path)
+    if "\0" in str(path):
+        raise InvalidInput(f"a path holds no NUL character: {path!r:.80}")
+    return path

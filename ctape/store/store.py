@@ -151,6 +151,8 @@ class Store:
         for sub in ("sessions", "packs"):
             check_not_symlink(os.path.join(self.root, sub))
         self.max_object = _max_object(max_object)
+        if cache_dir is not None and (not isinstance(cache_dir, (str, os.PathLike)) or "\0" in str(os.fspath(cache_dir))):
+            raise InvalidInput(f"cache_dir is the path of a folder (a str or os.PathLike), not {cache_dir!r:.80}")
         self.writer = self._writer_id()
         self.index = Index(self._index_path(cache_dir))
         refused = self.index.refused_at_limit()
