@@ -318,3 +318,40 @@ def test_paths_with_a_nul_a_cache_dir_that_is_no_path_and_a_progress_that_is_no_
         t.compact(progress=5)
     assert snapshot(path) == before
     assert not (tmp_path / "a").exists()
+
+
+def test_a_batch_over_more_sessions_than_descriptors_says_so_and_writes_nothing(chat):
+    """A batch holds the lock of every session it writes until it ends: past the
+    process's limit of open files it failed with a raw OSError (audit F11), and the
+    descriptors stayed open, so that every later call failed too."""
+    t, path, first = chat
+    t.close()
+    before = snapshot(path)
+    code = r"""
+import resource, sys
+resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+from ctape import Tape
+from ctape.errors import StorageError
+t = Tape.open(sys.argv[1])
+try:
+    with t.batch():
+        for i in range(300):
+            t.session(f"s{i}").append("user", {"content": "hi"})
+except StorageError as e:
+    print("refused:", e)
+t.session("chat").append("user", {"content": "after"})
+with t.batch():
+    for i in range(100):
+        t.session(f"n{i}").append("user", {"content": "hi"})
+print(sum(1 for s in t.store.sessions() if t.session(s).refs().branches))  # (a folder made before the error may stay, empty)
+"""
+    p = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    lines = p.stdout.splitlines()
+    assert lines[0].startswith("refused: too many open files") and "ulimit -n" in lines[0]
+    assert lines[1] == "101"  # chat and the second batch's 100: nothing of the first
+    assert before.keys() <= snapshot(path).keys()
+    with Tape.open(path) as t2:
+        assert [e.payload["content"] for e in t2.session("chat").log()] == ["after", "hello"]
+        assert not any(s.startswith("s") and t2.session(s).refs().branches for s in t2.store.sessions())
+    fsck_ok(path)

@@ -14,6 +14,7 @@ lives, which records a session has) is in the local index and can be rebuilt.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -1081,11 +1082,26 @@ class Store:
                             for w in writers:
                                 w.flush(durable=True)
                                 done += 1
+                    except OSError as e:
+                        if e.errno in (errno.EMFILE, errno.ENFILE):
+                            raise _too_many_files(self) from None
+                        raise
                     finally:
                         for w in writers[done:]:
                             w.discard()  # not written: drop, so no later append writes them
                         for w in writers:
                             w.unlock()
+                        if len(self._writers) > WRITERS_MAX:
+                            self._close_idle_writers()  # a batch over many sessions: their descriptors go with it
+
+
+def _too_many_files(store: "Store") -> StorageError:
+    """EMFILE in a write: a batch holds the lock of every session it writes until it ends."""
+    n = len(store.locked_writers)
+    return StorageError(
+        f"too many open files: {'this batch holds ' + str(n) + ' sessions, ' if store._batch_depth else ''}"
+        f"two descriptors each until it ends; raise the limit (`ulimit -n`) or write fewer sessions in one batch "
+        f"(a batch that ends with this error writes nothing)")
 
 
 def retried(read: Callable[[], T], errors, before: Optional[Callable[[], object]] = None) -> T:
@@ -1287,6 +1303,11 @@ class _Writing:
             w.used = st._uses
             if not w.locked:
                 w.lock()
+        except OSError as e:
+            st._lock.release()
+            if e.errno in (errno.EMFILE, errno.ENFILE):
+                raise _too_many_files(st) from None
+            raise
         except BaseException:
             st._lock.release()
             raise
