@@ -18,8 +18,9 @@ Or by hand::
     save_messages(s, result.all_messages())   # or new_messages(): either stores the turn once
 
 Saving is idempotent: the messages are compared with the history at HEAD, and only what
-extends it is appended (a history that is already there, or a prefix of it, appends
-nothing; messages that share nothing with it are appended after it). A history that was
+extends it is appended (a history that is already there, a prefix of it or any run of
+its messages appends nothing; messages found nowhere in it are appended after it; a
+whole history whose first message differs is a line from the root). A history that was
 rewritten (the same start, then different messages) branches off the last shared message,
 as pydantic-ai's own ConversationStore does: the session's branch moves to the new line
 and the old line keeps a branch ``<branch>.was-<hash>``.
@@ -139,11 +140,16 @@ def _remember(session: Session, head: str, msgs: list[dict], ends: list[str]) ->
 # -- saving and loading --------------------------------------------------------------------------------
 
 
-def save_messages(session: Session, messages: Sequence[Any]) -> list[Entry]:
+def save_messages(session: Session, messages: Sequence[Any], *, whole: bool = False) -> list[Entry]:
     """Store pydantic-ai messages at the session's HEAD: what extends the history there.
 
     ``result.all_messages()`` and ``result.new_messages()`` store the same thing; saving
-    again stores nothing. Returns the entries written."""
+    again stores nothing, an older turn's messages included. ``whole=True`` says the
+    messages are a whole history, from its first message (``TapeHistory`` saves so): one
+    whose first message differs from the stored one's is then a rewrite from the start,
+    not new messages. Without it, a list whose first message starts a conversation (a
+    system prompt) or whose second message is the stored second one is taken as whole.
+    Returns the entries written."""
     dumped = _adapter().dump_python(list(messages), mode="json")
     st = session.refs() if session.exists() else None
     head = st.head_hash if st is not None else None
@@ -157,10 +163,22 @@ def save_messages(session: Session, messages: Sequence[Any]) -> list[Entry]:
         parent, new = head, dumped[c:]  # it extends the history (all_messages())
     elif c > 0:
         parent, new = ends[c - 1], dumped[c:]  # rewritten after message c: branch off there
+    elif whole or _starts_conversation(dumped[0]) or (len(dumped) > 1 and len(have) > 1 and _same(have[1], dumped[1])):
+        parent, new = None, dumped  # the whole history, rewritten from its first message: a line from the root
     else:
-        parent, new = head, dumped[_overlap(have, dumped):]  # new messages, some maybe saved already
-        if not new:
+        # messages that do not start the history (new_messages()): already there (an older
+        # turn saved again), the end of the history and more, rewritten after a run they
+        # share with it, or new (after HEAD)
+        at, m = _found_in(have, dumped)
+        if m == len(dumped):
             return []
+        if at is None:
+            parent, new = head, dumped
+        elif at + m == len(have):
+            parent, new = head, dumped[m:]
+        else:
+            c = at + m
+            parent, new = ends[c - 1], dumped[m:]
     out: list[Entry] = []
     with session.tape.batch():
         tip = parent
@@ -174,8 +192,8 @@ def save_messages(session: Session, messages: Sequence[Any]) -> list[Entry]:
         if parent != head:
             _move(session, st, head, parent, tip)
     if out and out[0].parent == parent:  # nobody appended in between: the history at tip is known
-        base = have if parent == head else have[:c]
-        _remember(session, tip, base + new, (ends if parent == head else ends[:c]) + _ends(out))
+        keep = len(have) if parent == head else c if parent is not None else 0
+        _remember(session, tip, have[:keep] + new, ends[:keep] + _ends(out))
     return out
 
 
@@ -197,12 +215,27 @@ def _entries(messages: list[dict]):
             yield kind, payload, meta, _time(part) or _time(msg)
 
 
-def _overlap(have: list[dict], dumped: list[dict]) -> int:
-    """The longest k with have's last k messages the same as dumped's first k (_same)."""
-    for k in range(min(len(have), len(dumped)), 0, -1):
-        if _same(have[len(have) - k], dumped[0]) and _same(have[len(have) - k:], dumped[:k]):
-            return k
-    return 0
+def _found_in(have: list[dict], dumped: list[dict]) -> tuple[Optional[int], int]:
+    """Where dumped's messages stand in the history: (j, m) for the place j whose next m
+    messages are dumped's first m, m as large as it gets (the latest such place on a tie);
+    (None, 0) when dumped's first message is nowhere in it."""
+    best: tuple[Optional[int], int] = (None, 0)
+    for j in range(len(have) - 1, -1, -1):
+        if not _same(have[j], dumped[0]):
+            continue
+        m = 1
+        while m < len(dumped) and j + m < len(have) and _same(have[j + m], dumped[m]):
+            m += 1
+        if m > best[1]:
+            best = (j, m)
+        if m == len(dumped) or j + m == len(have):
+            break  # all of it, or the end of the history and more: the latest such place
+    return best
+
+
+def _starts_conversation(msg: dict) -> bool:
+    """A request with a system prompt: pydantic-ai puts one only at a conversation's start."""
+    return msg.get("kind") == "request" and any(isinstance(p, dict) and p.get("part_kind") == "system-prompt" for p in msg.get("parts") or ())
 
 
 def _same(stored: Any, given: Any) -> bool:
@@ -347,18 +380,18 @@ def _make_capability():
                 ctx.messages[:0] = history
             self._start = len(ctx.messages)
             if ctx.messages:
-                save_messages(self.session, list(ctx.messages))  # a given history that is not on the tape yet
+                save_messages(self.session, list(ctx.messages), whole=True)  # a given history that is not on the tape yet
 
         async def after_node_run(self, ctx, *, node, result):
             done = list(ctx.messages)
             if done and getattr(done[-1], "kind", None) != "response":
                 done = done[:-1]  # a request may still be completed (instructions, parts) by the next node
             if len(done) > self._start:
-                save_messages(self.session, done)
+                save_messages(self.session, done, whole=True)
             return result
 
         async def after_run(self, ctx, *, result):
-            save_messages(self.session, result.all_messages())
+            save_messages(self.session, result.all_messages(), whole=True)
             _mark_deferred(self.session, getattr(result, "output", None))
             return result
 

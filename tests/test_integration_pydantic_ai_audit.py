@@ -1,0 +1,99 @@
+"""save_messages against pydantic-ai's own history (a differential audit, 2026-12-03):
+messages that do not share the stored history's first message were all appended after
+it, so an older turn saved again, a history whose first message was edited, and
+concurrent runs on a new session stored messages twice."""
+
+import asyncio
+from collections import Counter
+
+import pytest
+
+pytest.importorskip("pydantic_ai")
+
+from pydantic_ai import Agent  # noqa: E402
+from pydantic_ai.messages import ModelMessagesTypeAdapter as TA  # noqa: E402
+from pydantic_ai.messages import ModelRequest, SystemPromptPart, UserPromptPart  # noqa: E402
+from pydantic_ai.models.test import TestModel  # noqa: E402
+
+from ctape import Tape  # noqa: E402
+from ctape.integrations.pydantic_ai import TapeHistory, load_messages, save_messages  # noqa: E402
+
+
+def _prompts(msgs):
+    return [p.content for m in msgs if isinstance(m, ModelRequest) for p in m.parts if isinstance(p, UserPromptPart)]
+
+
+def _repeats(msgs):
+    return sum(c - 1 for c in Counter(TA.dump_json([m]) for m in msgs).values() if c > 1)
+
+
+def test_an_older_turn_saved_again_stores_nothing(tmp_path):
+    s = Tape.init(tmp_path / "t").session("chat")
+    agent = Agent(TestModel())
+    turns, history = [], None
+    for text in ("turn 1", "turn 2", "turn 3"):
+        r = agent.run_sync(text, message_history=history)
+        history = r.all_messages()
+        turns.append(r.new_messages())
+        save_messages(s, r.new_messages())
+    assert _prompts(load_messages(s)) == ["turn 1", "turn 2", "turn 3"]
+    for t in turns + [history, turns[1][:1], turns[0] + turns[1]]:
+        assert save_messages(s, t) == []
+    assert load_messages(s) == TA.validate_json(TA.dump_json(history))
+    # an older turn followed by a different answer: a branch off where they part
+    other = list(turns[1][:1]) + list(agent.run_sync("something else").new_messages()[1:])
+    save_messages(s, other)
+    assert _prompts(load_messages(s)) == ["turn 1", "turn 2"] and len(load_messages(s)) == 4
+
+
+def test_a_history_whose_first_message_was_edited_is_stored_as_the_edited_one(tmp_path):
+    s = Tape.init(tmp_path / "t").session("chat")
+    agent = Agent(TestModel(), system_prompt="Be brief.")
+    r = agent.run_sync("hi")
+    history = agent.run_sync("and again", message_history=r.all_messages()).all_messages()
+    save_messages(s, history)
+    edited = [ModelRequest(parts=[SystemPromptPart("Be VERY brief."), *history[0].parts[1:]]), *history[1:]]
+    save_messages(s, edited)
+    assert load_messages(s) == TA.validate_json(TA.dump_json(edited))
+    assert [b for b in s.refs().branches if b.startswith("main.was-")]  # the old history keeps a branch
+    # an agent without a system prompt: the second message says it is the same history
+    s2 = s.tape.session("plain")
+    history = Agent(TestModel()).run_sync("first question").all_messages()
+    save_messages(s2, history)
+    fixed = [ModelRequest(parts=[UserPromptPart("first question, corrected")]), *history[1:]]
+    save_messages(s2, fixed)
+    assert _prompts(load_messages(s2)) == ["first question, corrected"] and len(load_messages(s2)) == len(fixed)
+
+
+def test_tape_history_given_an_edited_first_message_keeps_one_history(tmp_path):
+    s = Tape.init(tmp_path / "t").session("chat")
+    agent = Agent(TestModel(), capabilities=[TapeHistory(s)])
+    agent.run_sync("hi")
+    agent.run_sync("and again")
+    hist = load_messages(s)
+    hist[0] = ModelRequest(parts=[SystemPromptPart("New rules."), *hist[0].parts])
+    r = agent.run_sync("third", message_history=hist)
+    assert load_messages(s) == TA.validate_json(TA.dump_json(r.all_messages()))
+
+
+def test_concurrent_runs_on_a_new_session_store_each_message_once(tmp_path):
+    s = Tape.init(tmp_path / "t").session("chat")
+    agent = Agent(TestModel(call_tools=["lookup"]), capabilities=[TapeHistory(s)])
+
+    @agent.tool_plain
+    async def lookup(x: int) -> str:
+        await asyncio.sleep(0.01)
+        return f"r{x}"
+
+    async def main():
+        return await asyncio.gather(*(agent.run(f"question {c}") for c in "ABC"))
+
+    results = asyncio.run(main())
+    main_line = load_messages(s)
+    assert _repeats(main_line) == 0
+    assert len(_prompts(main_line)) == 1
+    runs = [TA.validate_json(TA.dump_json(r.all_messages())) for r in results]
+    assert main_line in runs  # the last run to save is main
+    others = [load_messages(s, b) for b in s.refs().branches if b.startswith("main.was-")]
+    for run in runs:  # and every run is whole on a branch
+        assert run == main_line or run in others
