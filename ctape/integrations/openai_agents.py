@@ -185,7 +185,7 @@ class _Path:
 
     def item_list(self, limit: Optional[int]) -> list[dict]:
         texts = [t for t in self.items if t is not None]
-        if limit is not None:
+        if limit is not None and limit >= 0:  # a negative limit is none, as SQLite's LIMIT -1 (SQLiteSession keeps it so)
             texts = texts[-limit:] if limit > 0 else []
         return json.loads("[" + ",".join(texts) + "]")  # the caller's copy
 
@@ -247,6 +247,10 @@ class TapeSession:
 
     def __init__(self, session_id: str, tape: Union[str, os.PathLike, Tape] = ".ctape", *, prefix: str = "", session_settings: Any = None):
         self.session_id = session_id
+        if isinstance(session_settings, dict):  # as SQLiteSession takes them: the SDK's settings from a dict
+            from agents.memory import SessionSettings
+
+            session_settings = SessionSettings(**session_settings)
         self.session_settings = session_settings
         self.tape, self._owns = open_tape(tape)
         self.name = session_name(prefix, session_id)
@@ -491,19 +495,19 @@ class TapeSession:
         return await asyncio.to_thread(self._items, limit)
 
     async def add_items(self, items: list[dict]) -> None:
-        await asyncio.to_thread(self._add, list(items))
+        await _finished(asyncio.to_thread(self._add, list(items)))
 
     async def pop_item(self) -> Optional[dict]:
-        return await asyncio.to_thread(self._pop)
+        return await _finished(asyncio.to_thread(self._pop))
 
     async def clear_session(self) -> None:
-        await asyncio.to_thread(self._clear)
+        await _finished(asyncio.to_thread(self._clear))
 
     # -- AdvancedSQLiteSession's additions ----------------------------------------------------
 
     async def create_branch_from_turn(self, turn_number: int, branch_name: Optional[str] = None) -> str:
         """A branch holding the history before user turn `turn_number`, and switch to it."""
-        return await asyncio.to_thread(self._branch_from, turn_number, branch_name)
+        return await _finished(asyncio.to_thread(self._branch_from, turn_number, branch_name))
 
     async def create_branch_from_content(self, search_term: str, branch_name: Optional[str] = None) -> str:
         found = await self.find_turns_by_content(search_term)
@@ -512,11 +516,11 @@ class TapeSession:
         return await self.create_branch_from_turn(found[0]["turn"], branch_name)
 
     async def switch_to_branch(self, branch_id: str) -> None:
-        await asyncio.to_thread(self._switch, branch_id)
+        await _finished(asyncio.to_thread(self._switch, branch_id))
 
     async def delete_branch(self, branch_id: str, force: bool = False) -> None:
         """Delete a branch's name (its entries stay on the tape until `ctape compact`)."""
-        await asyncio.to_thread(self._delete, branch_id, force)
+        await _finished(asyncio.to_thread(self._delete, branch_id, force))
 
     async def list_branches(self) -> list[dict]:
         return await asyncio.to_thread(self._list_branches)
@@ -532,7 +536,7 @@ class TapeSession:
     async def store_run_usage(self, result: Any) -> None:
         """Record a finished run's usage (``result.context_wrapper.usage``) for the current turn."""
         usage = getattr(getattr(result, "context_wrapper", None), "usage", None)
-        await asyncio.to_thread(self._store_usage, usage)
+        await _finished(asyncio.to_thread(self._store_usage, usage))
 
     async def get_session_usage(self, branch_id: Optional[str] = None) -> Optional[dict[str, int]]:
         """Usage added up over one branch, or over every branch (a shared turn counted once)."""
@@ -552,6 +556,25 @@ class TapeSession:
         if user_turn_number is None:
             return rows
         return next(({k: r[k] for k in keys} for r in rows if r["user_turn_number"] == user_turn_number), {})
+
+
+async def _finished(change):
+    """Await a change of the session to its end even when the caller is cancelled, then
+    raise the cancellation: a write runs in a thread that a cancel does not stop, so
+    returning at once would let it land after the caller's next call (a cancelled
+    add_items after a clear_session). SQLiteSession waits the same way."""
+    task = asyncio.ensure_future(change)
+    cancelled: Optional[BaseException] = None
+    while not task.done():
+        try:
+            await asyncio.wait({task})
+        except asyncio.CancelledError as e:
+            cancelled = cancelled or e
+    if cancelled is not None:
+        if not task.cancelled():
+            task.exception()  # retrieved: the cancellation is what the caller gets
+        raise cancelled
+    return task.result()
 
 
 def _details(d: Any) -> Optional[dict]:
