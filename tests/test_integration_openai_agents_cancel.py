@@ -67,3 +67,52 @@ def test_limits_and_settings_read_as_sqlite_session_reads_them(tmp_path):
     ref = asyncio.run(main(SQLiteSession("s", os.path.join(tmp_path, "ref.db"), session_settings={"limit": 1})))
     got = asyncio.run(main(TapeSession("s", str(tmp_path / "tape"), session_settings={"limit": 1})))
     assert got == ref == [3, 0, 2, 3, 1]
+
+
+def _deep(n):
+    v = "bottom"
+    for _ in range(n):
+        v = [v]
+    return v
+
+
+def test_items_the_tape_cannot_hold_as_values_are_kept_exactly(tmp_path):
+    """SQLiteSession stores what json.dumps writes: a lone surrogate (a model output cut
+    inside an emoji), NaN, nesting past the tape's 100 levels. TapeSession refused them,
+    and a Runner.run failed after the model had answered, leaving half a turn."""
+    import json
+    import math
+    import subprocess
+    import sys
+
+    items = [{"role": "user", "content": "hi"},
+             {"role": "assistant", "content": "here is a smile \ud83d", "type": "message"},
+             {"type": "function_call_output", "call_id": "c1", "output": json.dumps({"x": 1}), "score": math.nan},
+             {"type": "function_call", "call_id": "c2", "name": "f", "arguments": "{}", "deep": _deep(150)},
+             {"role": "user", "content": "after"}]
+
+    async def main(s):
+        await s.add_items(items)
+        return await s.get_items()
+
+    ref = asyncio.run(main(SQLiteSession("s", os.path.join(tmp_path, "ref.db"))))
+    got = asyncio.run(main(TapeSession("s", str(tmp_path / "tape"))))
+    dump = lambda v: json.dumps(v, ensure_ascii=True)  # NaN == NaN as text
+    assert dump(got) == dump(ref) == dump(items)
+    code = ("import asyncio, json, sys; from ctape.integrations.openai_agents import TapeSession; "
+            "print(json.dumps(asyncio.run(TapeSession('s', sys.argv[1]).get_items()), ensure_ascii=True, sort_keys=True))")
+    for env in ({}, {"CTAPE_CACHE_DIR": str(tmp_path / "other-cache")}):  # the index cache's rows, and the entries
+        # (without the cache's rows, items come back with their keys sorted: docs/integrations.md)
+        p = subprocess.run([sys.executable, "-c", code, str(tmp_path / "tape")], capture_output=True, text=True, env={**os.environ, **env})
+        assert p.returncode == 0 and p.stdout.strip() == json.dumps(items, ensure_ascii=True, sort_keys=True), p.stderr[-2000:]
+    shown = subprocess.run([sys.executable, "-m", "ctape", "--dir", str(tmp_path / "tape"), "log", "-s", "s"], capture_output=True, text=True)
+    assert shown.returncode == 0 and "here is a smile" in shown.stdout and "after" in shown.stdout
+    p = subprocess.run([sys.executable, "-m", "ctape", "--dir", str(tmp_path / "tape"), "fsck"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout + p.stderr
+
+    async def pop():
+        s = TapeSession("s", str(tmp_path / "tape"))
+        return [await s.pop_item() for _ in range(2)]
+
+    sdump = lambda v: json.dumps(v, ensure_ascii=True, sort_keys=True)
+    assert sdump(asyncio.run(pop())) == sdump([items[4], items[3]])

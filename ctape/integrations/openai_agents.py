@@ -42,7 +42,8 @@ from collections import OrderedDict
 from contextlib import contextmanager
 from typing import Any, Optional, Union
 
-from ..errors import CtapeError
+from ..errors import CtapeError, InvalidInput
+from ..model.canonical import entry_body
 from ..model.models import HIDDEN, check_name
 from ..model.refs import check_new_name
 from ..tape import Tape
@@ -51,6 +52,9 @@ from .naming import open_tape, session_name
 __all__ = ["TapeSession", "item_entry"]
 
 ITEM = "openai_agents.item"
+# an item the tape cannot hold as a value (NaN, a lone surrogate, nesting past its limit:
+# SQLiteSession stores what json.dumps writes): its JSON text, ASCII-escaped, read back exactly
+ITEM_JSON = "openai_agents.item_json"
 # the index cache's rows (ctape/store/index.py, views): one row per run of entries added
 # together, named by the last entry's hash, its parent the first entry's parent, its body a
 # line per entry oldest first: the entry's hash (64 characters) then the item's JSON (empty
@@ -190,9 +194,49 @@ class _Path:
         return json.loads("[" + ",".join(texts) + "]")  # the caller's copy
 
 
+def _item_of(meta: Any) -> Any:
+    """The item an entry's meta holds (None: no item)."""
+    if not isinstance(meta, dict):
+        return None
+    if ITEM in meta:
+        return meta[ITEM]
+    text = meta.get(ITEM_JSON)
+    return json.loads(text) if isinstance(text, str) else None
+
+
 def _row(e) -> tuple[str, Optional[str], Optional[str]]:
-    item = e.meta.get(ITEM) if isinstance(e.meta, dict) else None
+    meta = e.meta if isinstance(e.meta, dict) else {}
+    if isinstance(meta.get(ITEM_JSON), str):
+        return e.hash, e.parent, meta[ITEM_JSON]
+    item = meta.get(ITEM)
     return e.hash, e.parent, None if item is None else _item_text(item)
+
+
+def _kept_exactly(item: Any) -> tuple[tuple[str, dict, dict], str]:
+    """The entry for an item the tape cannot hold as a value, and its text: the item as
+    ASCII-escaped JSON text in meta, the payload a readable copy (_plain)."""
+    text = json.dumps(item, default=_jsonable, ensure_ascii=True)
+    kind, payload, hidden = item_entry(json.loads(text))
+    meta: dict = {ITEM_JSON: text}
+    if hidden:
+        meta[HIDDEN] = True
+    return (kind, _plain(payload), meta), text
+
+
+def _plain(v: Any, depth: int = 0) -> Any:
+    """A value the tape holds, for reading: NaN and infinities as their names, a lone
+    surrogate as U+FFFD, what is nested past 60 levels as its JSON text."""
+    if isinstance(v, float) and (v != v or v in (float("inf"), float("-inf"))):
+        return str(v)
+    if isinstance(v, str):
+        return v.encode("utf-8", "replace").decode("utf-8") if any("\ud800" <= c <= "\udfff" for c in v) else v
+    if isinstance(v, (dict, list)) and depth > 60:
+        return json.dumps(v, ensure_ascii=True)[:10_000]
+    if isinstance(v, dict):
+        return {_plain(k, depth + 1): _plain(x, depth + 1) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_plain(x, depth + 1) for x in v]
+    return v
 
 
 RUN = 64  # entries per view row at most: a path cut inside a row (pop_item, a branch) is
@@ -284,13 +328,23 @@ class TapeSession:
             return
         texts = [_item_text(item) for item in items]
         rows = []
-        for item in json.loads("[" + ",".join(texts) + "]"):  # the tape's own copies, plain JSON, in one parse
+        copies = json.loads("[" + ",".join(texts) + "]")  # the tape's own copies, plain JSON, in one parse
+        for item in copies:
             kind, payload, hidden = item_entry(item)
             rows.append((kind, payload, {ITEM: item, HIDDEN: True} if hidden else {ITEM: item}))
         with self._locked():
             # one call: the entries at HEAD, then one ref record and one fsync (Session.extend);
             # the first one's parent is the HEAD they went on after
-            written = [(e.hash, e.parent, text) for e, text in zip(self.session.extend(rows), texts)]
+            try:
+                made = self.session.extend(rows)
+            except InvalidInput:
+                # an item the tape cannot hold as a value (extend queued nothing): those are
+                # kept as their exact JSON text, as SQLiteSession keeps every item
+                for i, item in enumerate(copies):
+                    if not _holdable(rows[i]):
+                        rows[i], texts[i] = _kept_exactly(item)
+                made = self.session.extend(rows)
+            written = [(e.hash, e.parent, text) for e, text in zip(made, texts)]
             self._path.extend(self.tape, written, written[0][1])
 
     def _pop(self) -> Optional[dict]:
@@ -302,11 +356,12 @@ class TapeSession:
             usage = []  # usage records after the popped item (newest first)
             while h is not None:
                 e = self.tape.read_entry(h)
-                if isinstance(e.meta, dict) and ITEM in e.meta:
+                item = _item_of(e.meta)
+                if item is not None:
                     ref = st.branch if st.branch is not None else "HEAD"
                     to = e.parent
                     with self.tape.batch():
-                        if usage and to is not None and not _is_user(e.meta[ITEM]):
+                        if usage and to is not None and not _is_user(item):
                             # the turn keeps its other items, so it keeps its usage, as
                             # AdvancedSQLiteSession keeps the turn's row: the records go on
                             # after the new end of the branch
@@ -314,7 +369,7 @@ class TapeSession:
                                 to = self.session.put_entry(u.kind, u.payload, u.meta, None, u.time, to).hash
                         changes = {ref: to} if to or ref == "HEAD" else {ref: None, "HEAD": "@" + ref}
                         self.session.set_refs("pop-item", changes, popped=e.hash)
-                    return json.loads(json.dumps(e.meta[ITEM]))
+                    return json.loads(json.dumps(item))
                 if isinstance(e.meta, dict) and USAGE in e.meta:
                     usage.append(e)
                 h = e.parent
@@ -353,7 +408,7 @@ class TapeSession:
     def _turns(self, branch_id: Optional[str]) -> list[dict]:
         turns = []
         for e in self._entries(branch_id):
-            item = e.meta.get(ITEM) if isinstance(e.meta, dict) else None
+            item = _item_of(e.meta)
             if _is_user(item):
                 text = _user_text(item)
                 turns.append({"turn": len(turns) + 1, "content": text[:100] + ("..." if len(text) > 100 else ""), "full_content": text, "timestamp": e.time, "can_branch": True, "hash": e.hash})
@@ -426,7 +481,7 @@ class TapeSession:
                 created[b] = r.get("time")
         out = []
         for b in sorted(st.branches):
-            items = [e.meta[ITEM] for e in self._entries(b) if isinstance(e.meta, dict) and ITEM in e.meta]
+            items = [i for i in map(_item_of, (e.meta for e in self._entries(b))) if i is not None]
             out.append({"branch_id": b, "message_count": len(items), "user_turns": sum(1 for i in items if _is_user(i)), "is_current": st.branch == b, "created_at": created.get(b)})
         out.sort(key=lambda d: (d["created_at"] or "", d["branch_id"]))
         return out
@@ -586,6 +641,16 @@ def _details(d: Any) -> Optional[dict]:
         return json.loads(json.dumps(d.__dict__))
     except (TypeError, ValueError):
         return None
+
+
+def _holdable(row: tuple[str, dict, dict]) -> bool:
+    """Whether the tape takes the entry (kind, payload, meta) as it is."""
+    kind, payload, meta = row
+    try:
+        entry_body(kind, payload, meta, None, None, 1, "2026-01-01T00:00:00Z", lambda b: "0" * 64)
+        return True
+    except InvalidInput:
+        return False
 
 
 def _jsonable(o: Any) -> Any:
