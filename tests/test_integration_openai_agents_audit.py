@@ -1,6 +1,7 @@
-"""A cancelled call that changes a TapeSession finishes before the cancellation reaches
-the caller, as SQLiteSession's do (a differential audit, 2026-12-03): add_items ran on in
-its thread after the cancel returned, and landed after the caller's next call."""
+"""TapeSession against the SDK's SQLiteSession on what a differential audit found
+(2026-12-03): a cancelled add_items ran on in its thread after the cancel returned and
+landed after the caller's next call; limits and settings read differently; items
+SQLiteSession stores (a lone surrogate, NaN, deep nesting) were refused."""
 
 import asyncio
 import os
