@@ -39,11 +39,17 @@ class Scores(TypedDict, total=False):
     other: int
 
 
-def _lists_graph(saver):
-    g = StateGraph(Lists)
-    g.add_node("n", lambda s: {})
-    g.add_edge(START, "n")
+def _graph(state, saver, **nodes):
+    """A graph whose nodes all start at START (one node, or siblings in one superstep)."""
+    g = StateGraph(state)
+    for name, fn in nodes.items():
+        g.add_node(name, fn)
+        g.add_edge(START, name)
     return g.compile(checkpointer=saver)
+
+
+def _lists_graph(saver):
+    return _graph(Lists, saver, n=lambda s: {})
 
 
 def _in_place(state):
@@ -54,10 +60,7 @@ def _in_place(state):
 
 
 def _counter_graph(saver):
-    g = StateGraph(Counter)
-    g.add_node("step", _in_place)
-    g.add_edge(START, "step")
-    return g.compile(checkpointer=saver)
+    return _graph(Counter, saver, step=_in_place)
 
 
 def _savers(tmp_path):
@@ -132,12 +135,7 @@ def _scores_graph(saver, fail):
             raise RuntimeError("boom")
         return {"other": 1}
 
-    g = StateGraph(Scores)
-    g.add_node("good", good)
-    g.add_node("bad", bad)
-    g.add_edge(START, "good")
-    g.add_edge(START, "bad")
-    return g.compile(checkpointer=saver)
+    return _graph(Scores, saver, good=good, bad=bad)
 
 
 def test_a_pending_write_equal_but_of_other_types_is_replayed_as_written(tmp_path):
@@ -188,10 +186,7 @@ def test_list_is_newest_first_across_threads_and_namespaces(tmp_path):
 
     got = {}
     for name, saver in zip(("sqlite", "tape"), _savers(tmp_path)):
-        g = StateGraph(MessagesState)
-        g.add_node("agent", agent)
-        g.add_edge(START, "agent")
-        app = g.compile(checkpointer=saver)
+        app = _graph(MessagesState, saver, agent=agent)
         for t in ("b-thread", "a-thread", "b-thread", "c-thread"):
             app.invoke({"messages": [HumanMessage(t)]}, {"configurable": {"thread_id": t}})
         got[name] = [[(c.config["configurable"]["thread_id"], c.metadata["step"]) for c in saver.list(None, limit=k)] for k in (1, 4, 9)]
