@@ -4,6 +4,7 @@ landed after the caller's next call; limits and settings read differently; items
 SQLiteSession stores (a lone surrogate, NaN, deep nesting) were refused."""
 
 import asyncio
+import json
 import os
 
 import pytest
@@ -117,3 +118,30 @@ def test_items_the_tape_cannot_hold_as_values_are_kept_exactly(tmp_path):
 
     sdump = lambda v: json.dumps(v, ensure_ascii=True, sort_keys=True)
     assert sdump(asyncio.run(pop())) == sdump([items[4], items[3]])
+
+
+def test_an_item_kept_as_text_with_a_secret_is_redacted_and_still_read(tmp_path):
+    import subprocess
+    import sys
+
+    token = "ghp_" + "Zq8Lm3Nv7Rt2Xw9Ys4Bk6Hd1Jf5Gc0Pe2Qa7"
+    items = [{"role": "user", "content": "hi"},
+             {"role": "assistant", "content": f"the token is {token} \ud83d", "type": "message"},
+             {"role": "user", "content": "thanks"}]
+
+    async def add():
+        s = TapeSession("s", str(tmp_path / "tape"))
+        await s.add_items(items)
+        return s
+
+    s = asyncio.run(add())
+    run = lambda *a: subprocess.run([sys.executable, "-m", "ctape", "--dir", str(tmp_path / "tape"), *a], capture_output=True, text=True)
+    assert run("scan").returncode == 1
+    assert run("redact", "--scan").returncode == 0 and run("scan").returncode == 0
+    got = asyncio.run(s.get_items())  # the same session object: it reads the path again
+    assert [i.get("role") for i in got] == ["user", "assistant", "user"]
+    assert token not in json.dumps(got) and "[redacted: " in json.dumps(got)
+    code = ("import asyncio, json, sys; from ctape.integrations.openai_agents import TapeSession; "
+            "print(json.dumps(asyncio.run(TapeSession('s', sys.argv[1]).get_items())))")
+    p = subprocess.run([sys.executable, "-c", code, str(tmp_path / "tape")], capture_output=True, text=True)
+    assert p.returncode == 0 and token not in p.stdout and len(json.loads(p.stdout)) == 3, p.stderr[-2000:]

@@ -163,3 +163,40 @@ def test_push_refuses_a_session_branch_or_tag_named_like_a_secret(tmp_path):
         t.session("chat").append("user", {"content": "a name like main-3f2a9c1d8e7b6a5f4e3d2c1b0a9f8e7d is no secret"})
     run_cli("--dir", a, "branch", "feature-3f2a9c1d8e7b6a5f4e3d2c1b0a9f8e7dAbCdEf", "-s", "chat", check=True)  # no entropy rule on names
     assert run_cli("--dir", a, "push", "origin", "-s", "chat").returncode == 0
+
+
+def test_a_finding_is_one_find_so_allowing_one_allows_no_other(tmp_path):
+    """One finding stood for every find of its kind in a value (the preview showing the
+    first) and in a stream's text: allowing a false positive also allowed a real token
+    beside it, or one the stream wrote later, and push sent it (a privacy audit)."""
+    fake, real, later = "Zx9Qm2Lk7Rt4Vb8Np3Wc6Yd1Hs5Jf0Ga", "Qw8Er4Ty2Ui6Op0As3Df7Gh1Jk5Lz9Xc", "Lk7Pq3Zx8Wm2Rt6Yb4Nc9Vd1Gh5Jf0Sa"
+    a, remote = tmp_path / "A", tmp_path / "remote"
+    remote.mkdir()
+    t = Tape.init(a)
+    t.session("chat").append("tool_result", {"call_id": "c1", "output": f"build {fake} ok. " + "lorem ipsum. " * 10 + f"the token is {real} ok"})
+    run_cli("--dir", a, "remote", "add", "origin", f"file://{remote}", check=True)
+    p, found = _scan(a)
+    assert len(found) == 2 and len({f["id"] for f in found}) == 2 and {f["path"] for f in found} == {"$.payload.output"}
+    first = next(f for f in found if "build [" in f["preview"])
+    run_cli("--dir", a, "scan", "--allow", first["id"], check=True)
+    p, found = _scan(a)
+    assert p.returncode == 1 and len(found) == 1 and "the token is [" in found[0]["preview"]
+    assert run_cli("--dir", a, "push", "origin").returncode == 1
+    run_cli("--dir", a, "redact", "--scan", check=True)  # the value once, though two finds were in it
+    with Tape.open(a) as t2:
+        assert next(iter(t2.session("chat").log())).payload["output"] == "[redacted: high-entropy-string]"
+
+    # a stream's text grows: a find it brings later is another finding
+    w = t.session("live").stream(flush_interval=60)
+    w.write(f"the build sha is {fake} (a commit id). ")
+    w.flush()
+    p, found = _scan(a, "-s", "live")
+    assert len(found) == 1
+    run_cli("--dir", a, "scan", "--allow", found[0]["id"], check=True)
+    assert _scan(a, "-s", "live")[0].returncode == 0
+    w.write(f"and the prod API token is {later}")
+    w.flush()
+    p, found = _scan(a, "-s", "live")
+    assert p.returncode == 1 and len(found) == 1 and "prod API token is [" in found[0]["preview"]
+    assert run_cli("--dir", a, "push", "origin", "-s", "live").returncode == 1
+    t.close()

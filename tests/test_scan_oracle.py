@@ -155,10 +155,10 @@ def reference(tape: Tape, det: Detectors) -> list[tuple]:
                     finds += [(a, b, "high-entropy-string") for a, b in _high_entropy(text)]
                 spans = scanmod._merge(finds)
                 kinds = set()
-                for sp in spans:
-                    if sp[2] not in kinds:
-                        kinds.add(sp[2])
-                        out.append(Finding(name, h, redaction.format_path(steps), sp[2], preview(text, spans, sp)).to_json())
+                for sp in spans:  # a finding per find, named by its place after the first of its kind
+                    at = str(sp[0]) if sp[2] in kinds else ""
+                    kinds.add(sp[2])
+                    out.append(Finding(name, h, redaction.format_path(steps), sp[2], preview(text, spans, sp), at=at).to_json())
     return sorted((f["hash"], f["path"], f["kind"], f["preview"], f["id"]) for f in out)
 
 

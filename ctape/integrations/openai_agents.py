@@ -45,6 +45,7 @@ from typing import Any, Optional, Union
 from ..errors import CtapeError, InvalidInput
 from ..model.canonical import entry_body
 from ..model.models import HIDDEN, check_name
+from ..model.redaction import is_marker
 from ..model.refs import check_new_name
 from ..tape import Tape
 from .naming import open_tape, session_name
@@ -194,22 +195,39 @@ class _Path:
         return json.loads("[" + ",".join(texts) + "]")  # the caller's copy
 
 
-def _item_of(meta: Any) -> Any:
-    """The item an entry's meta holds (None: no item)."""
+def _item_of(e) -> Any:
+    """The item entry e holds (None: no item)."""
+    meta = e.meta
     if not isinstance(meta, dict):
         return None
     if ITEM in meta:
         return meta[ITEM]
     text = meta.get(ITEM_JSON)
-    return json.loads(text) if isinstance(text, str) else None
+    if not isinstance(text, str):
+        return None
+    return _redacted_item(e) if is_marker(text) else json.loads(text)
+
+
+def _redacted_item(e) -> dict:
+    """An item kept as its JSON text whose text was redacted (`ctape redact`): an item of
+    its kind made from the entry's payload, which shows the marker where the secret was."""
+    p = e.payload if isinstance(e.payload, dict) else {}
+    if e.kind == "tool_call":
+        args = p.get("arguments")
+        return {"type": "function_call", "call_id": p.get("call_id", ""), "name": p.get("name", ""),
+                "arguments": args if isinstance(args, str) else json.dumps(args)}
+    if e.kind == "tool_result":
+        return {"type": "function_call_output", "call_id": p.get("call_id", ""), "output": p.get("output")}
+    role = e.kind if e.kind in ("user", "assistant", "system") else "system"
+    return {"role": role, "content": p.get("content", "")}
 
 
 def _row(e) -> tuple[str, Optional[str], Optional[str]]:
-    meta = e.meta if isinstance(e.meta, dict) else {}
-    if isinstance(meta.get(ITEM_JSON), str):
-        return e.hash, e.parent, meta[ITEM_JSON]
-    item = meta.get(ITEM)
-    return e.hash, e.parent, None if item is None else _item_text(item)
+    item = _item_of(e)
+    if item is None:
+        return e.hash, e.parent, None
+    text = e.meta.get(ITEM_JSON) if ITEM not in e.meta else None
+    return e.hash, e.parent, text if isinstance(text, str) and not is_marker(text) else _item_text(item)
 
 
 def _kept_exactly(item: Any) -> tuple[tuple[str, dict, dict], str]:
@@ -356,7 +374,7 @@ class TapeSession:
             usage = []  # usage records after the popped item (newest first)
             while h is not None:
                 e = self.tape.read_entry(h)
-                item = _item_of(e.meta)
+                item = _item_of(e)
                 if item is not None:
                     ref = st.branch if st.branch is not None else "HEAD"
                     to = e.parent
@@ -408,7 +426,7 @@ class TapeSession:
     def _turns(self, branch_id: Optional[str]) -> list[dict]:
         turns = []
         for e in self._entries(branch_id):
-            item = _item_of(e.meta)
+            item = _item_of(e)
             if _is_user(item):
                 text = _user_text(item)
                 turns.append({"turn": len(turns) + 1, "content": text[:100] + ("..." if len(text) > 100 else ""), "full_content": text, "timestamp": e.time, "can_branch": True, "hash": e.hash})
@@ -481,7 +499,7 @@ class TapeSession:
                 created[b] = r.get("time")
         out = []
         for b in sorted(st.branches):
-            items = [i for i in map(_item_of, (e.meta for e in self._entries(b))) if i is not None]
+            items = [i for i in map(_item_of, self._entries(b)) if i is not None]
             out.append({"branch_id": b, "message_count": len(items), "user_turns": sum(1 for i in items if _is_user(i)), "is_current": st.branch == b, "created_at": created.get(b)})
         out.sort(key=lambda d: (d["created_at"] or "", d["branch_id"]))
         return out

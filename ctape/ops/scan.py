@@ -76,11 +76,15 @@ class Finding:
     kind: str
     preview: str
     stream: bool = False  # in the text of an interrupted stream (partial records), not in an entry
+    at: str = ""  # where the find is in its value: "" for the first of its kind there, else its offset
 
     @property
     def id(self) -> str:
-        """Stable across runs and copies; names no byte of the secret."""
-        return blake3(f"{self.hash}|{self.path}|{self.kind}".encode()).hexdigest()[:16]
+        """Stable across runs and copies; names no byte of the secret. A finding is one
+        find: allowing the one that is shown does not allow a second of its kind in the same
+        value, nor one that a stream's text brings later."""
+        at = f"|{self.at}" if self.at else ""
+        return blake3(f"{self.hash}|{self.path}|{self.kind}{at}".encode()).hexdigest()[:16]
 
     def to_json(self) -> dict:
         if self.stream:
@@ -107,21 +111,22 @@ def stream_runs(pieces: Iterable[tuple[int, str]]) -> list[str]:
 
 
 def scan_streams(streams: dict[tuple[str, str], list[tuple[int, str]]], detectors: Detectors) -> list[Finding]:
-    """Findings in the text of streams: {(session, stream id): [(offset, text)]} (one
-    finding per stream and kind; the preview masks every find, as for entries)."""
+    """Findings in the text of streams: {(session, stream id): [(offset, text)]}, one per
+    find, named by where it is in the stream's text (which grows: a later find is another
+    finding); the preview masks every find, as for entries."""
     keys, texts = [], []
     for key, pieces in sorted(streams.items()):
         for text in stream_runs(pieces):
             keys.append(key)
             texts.append(text)
-    out: list[Finding] = []
-    seen: set[tuple] = set()
+    found: dict[tuple, list] = {}  # (session, stream, kind) -> [(run, span, text, spans)]
+    runs: dict[tuple, int] = {}
     for (session, sid), text, sp in zip(keys, texts, detectors.spans_many(texts, [True] * len(texts))):
+        run = runs[(session, sid)] = runs.get((session, sid), -1) + 1
         for span in sp:
-            if (session, sid, span[2]) not in seen:
-                seen.add((session, sid, span[2]))
-                out.append(Finding(session, sid, STREAM_PATH, span[2], preview(text, sp, span), stream=True))
-    return out
+            found.setdefault((session, sid, span[2]), []).append((run, span, text, sp))
+    return [Finding(session, sid, STREAM_PATH, kind, preview(text, sp, span), stream=True, at=f"{run}:{span[0]}")
+            for (session, sid, kind), finds in found.items() for run, span, text, sp in finds]
 
 
 def open_stream_pieces(tape: "Tape", session: str) -> dict[tuple[str, str], list[tuple[int, str]]]:
@@ -375,8 +380,9 @@ class Detectors:
         # "strings-alone": each string is matched alone (before, an entry's strings were
         # joined, so a match could run on from one string into the next): caches made
         # before are scanned again once
-        # "keys": object keys are matched too (before, only values were)
-        parts = [ds, str(self.entropy), str(ENTROPY_LIMIT), str(MIN_GROUP), str(PREVIEW_CONTEXT), _TOKEN.pattern, "strings-alone", "keys"]
+        # "keys": object keys are matched too (before, only values were); "places": a finding
+        # per find, where it is (Finding.at), not one per value and kind
+        parts = [ds, str(self.entropy), str(ENTROPY_LIMIT), str(MIN_GROUP), str(PREVIEW_CONTEXT), _TOKEN.pattern, "strings-alone", "keys", "places"]
         parts += [f"{k}\0{rx.pattern}\0{rx.flags}" for k, rx in self.patterns]
         return blake3("\n".join(parts).encode()).hexdigest()
 
@@ -853,11 +859,12 @@ class Scanner:
                     continue
                 path = redaction.format_path(_path_steps(steps, secret_keys))
                 blob_of[path] = blob
-                kinds = set()
+                kinds: dict[str, list] = {}
                 for span in sp:
-                    if span[2] not in kinds:  # one finding per value and kind: redaction takes the whole value
-                        kinds.add(span[2])
-                        found.append(Finding(session, h, path, span[2], preview(text, sp, span)))
+                    kinds.setdefault(span[2], []).append(span)
+                for kind, finds in kinds.items():  # a finding per find (redaction takes the whole value once)
+                    for i, span in enumerate(finds):
+                        found.append(Finding(session, h, path, kind, preview(text, sp, span), at=str(span[0]) if i else ""))
             out.append((found, blob_of))
         return out
 
@@ -865,6 +872,11 @@ class Scanner:
         """The findings of one entry (read when not given)."""
         raw = raw if raw is not None else self.read(h)
         return [] if raw is None else self.entries([(session, h, raw)])[0][0]
+
+
+def _cached(session: str, h: str, row: list) -> Finding:
+    """A finding from a scan cache row: (path, kind, preview, blob, at)."""
+    return Finding(session, h, row[0], row[1], row[2], at=row[4] if len(row) > 4 else "")
 
 
 class _Walk:
@@ -885,7 +897,7 @@ class _Walk:
         if got is not None:
             parent, row = got
             self.cached += 1
-            self.slots.append([Finding(session, h, path, kind, prev) for path, kind, prev, blob in row if blob not in red])
+            self.slots.append([_cached(session, h, r) for r in row if r[3] not in red])
             return True, parent
         raw = self.sc.read(h)
         if raw is None:
@@ -903,7 +915,7 @@ class _Walk:
         for (slot, _, h, raw), (found, blob_of) in zip(self.pending, results):
             self.slots[slot] = found
             if self.cache is not None and h not in self.sc.red:
-                self.cache.put(h, raw["parent"], [(f.path, f.kind, f.preview, blob_of.get(f.path)) for f in found])
+                self.cache.put(h, raw["parent"], [(f.path, f.kind, f.preview, blob_of.get(f.path), f.at) for f in found])
         self.pending = []
 
     def findings(self) -> Iterator[Finding]:
@@ -1021,7 +1033,7 @@ def scan_entries(tape: "Tape", items: Iterable[tuple], records: Optional[dict[st
             name, h = it[0], it[1]
             row = rows.get(h) if h not in red else None
             if row is not None:
-                slots.append([Finding(name, h, path, kind, prev) for path, kind, prev, blob in row[1] if blob not in red])
+                slots.append([_cached(name, h, r) for r in row[1] if r[3] not in red])
                 continue
             if h in nothing:
                 continue
@@ -1034,7 +1046,7 @@ def scan_entries(tape: "Tape", items: Iterable[tuple], records: Optional[dict[st
         sc.records.clear()
         for (name, h, raw), (found, blob_of) in zip(todo, results):
             if cache is not None and h not in red:
-                cache.put(h, raw["parent"], [(f.path, f.kind, f.preview, blob_of.get(f.path)) for f in found])
+                cache.put(h, raw["parent"], [(f.path, f.kind, f.preview, blob_of.get(f.path), f.at) for f in found])
         for slot in slots:
             for f in results[slot][0] if isinstance(slot, int) else slot:
                 if f.id not in allowed:
