@@ -200,3 +200,26 @@ def test_a_finding_is_one_find_so_allowing_one_allows_no_other(tmp_path):
     assert p.returncode == 1 and len(found) == 1 and "prod API token is [" in found[0]["preview"]
     assert run_cli("--dir", a, "push", "origin", "-s", "live").returncode == 1
     t.close()
+
+
+def test_a_token_after_name_equals_or_before_a_full_stop_is_found(tmp_path):
+    """The entropy rule took a token right after "=" or right before "." for part of a
+    longer one: an env dump (NAME=VALUE, what scan is first for) and a token ending a
+    sentence were not found (a privacy audit). Dotted names and base64 padding still are
+    not split into tokens."""
+    from ctape.ops.scan import Detectors
+
+    d = Detectors([])
+    found = lambda text: [k for _, _, k in d.spans_many([text], [True])[0]]
+    assert found("AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYzEXAMPLEKEY\n") == ["high-entropy-string"]
+    assert found("DATABASE_PASSWORD=q8Zr2Lk7Tt4Vb8Np3Wc6Yd1Hs5Jf0GaXy") == ["high-entropy-string"]
+    assert found("the staging token is Pz4Lm8Qr2Vt6Xw0Bn3Ck7Dj1Fh5Gs9Ka.") == ["high-entropy-string"]
+    for text in ("module Pz4Lm8Qr2Vt6Xw0Bn3Ck7Dj1Fh5Gs9Ka.py", "x.Pz4Lm8Qr2Vt6Xw0Bn3Ck7Dj1Fh5Gs9Ka", "a==Pz4Lm8Qr2Vt6Xw0Bn3Ck7Dj1Fh5Gs9Ka",
+                 "see =Pz4Lm8Qr2Vt6Xw0Bn3Ck7Dj1Fh5Gs9Ka"):
+        assert found(text) == [], text
+    a, remote = tmp_path / "A", tmp_path / "remote"
+    remote.mkdir()
+    with Tape.init(a) as t:
+        t.session("chat").append("tool_result", {"call_id": "c1", "output": "HOME=/root\nAWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYzEXAMPLEKEY\n"})
+    run_cli("--dir", a, "remote", "add", "origin", f"file://{remote}", check=True)
+    assert run_cli("--dir", a, "push", "origin").returncode == 1

@@ -47,7 +47,11 @@ if TYPE_CHECKING:
 
 SETTINGS = "privacy.json"  # beside index.sqlite: this machine's patterns and allowed ids for the tape
 ENTROPY_LIMIT = 4.5  # bits per character, detect-secrets' default for base64 strings
-_TOKEN = re.compile(r"(?<![A-Za-z0-9+/=_.-])[A-Za-z0-9+/_-]{24,100}={0,2}(?![A-Za-z0-9+/=_.-])")
+# a run of 24-100 base64 characters that is not part of a longer token: nothing of the
+# alphabet, "." or "=" right before it, except the "=" of NAME=VALUE (an env dump, a .env
+# file); nothing of it right after, nor a "." that goes on (a dotted name), but the "." that
+# ends a sentence
+_TOKEN = re.compile(r"(?<![A-Za-z0-9+/_.-])(?<![^A-Za-z0-9_]=)(?<!^=)[A-Za-z0-9+/_-]{24,100}={0,2}(?![A-Za-z0-9+/=_-])(?!\.[A-Za-z0-9+/_-])")
 _HEX = re.compile(r"[0-9a-fA-F]+")
 OWN = (("anthropic-key", r"sk-ant-[A-Za-z0-9_-]{32,}"),)
 # detect-secrets plugins left out: provider key=value forms that cost about a second per
@@ -566,8 +570,10 @@ def _finds(kind: str, rx: re.Pattern, text: str, out: list) -> None:
 
 
 def _merge(out: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
-    """Finds in order, overlapping ones merged (the first's kind names the merged one)."""
-    out.sort()
+    """Finds in order, overlapping ones merged (the first's kind names the merged one; of
+    finds that start together, a pattern's before the entropy rule's: `KEY=sk_live_...`
+    is a Stripe key that is also a random token)."""
+    out.sort(key=lambda f: (f[0], f[2] == "high-entropy-string", -f[1], f[2]))
     merged: list[tuple[int, int, str]] = []
     for s, e, k in out:
         if merged and s < merged[-1][1]:
