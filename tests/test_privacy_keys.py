@@ -223,3 +223,27 @@ def test_a_token_after_name_equals_or_before_a_full_stop_is_found(tmp_path):
         t.session("chat").append("tool_result", {"call_id": "c1", "output": "HOME=/root\nAWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYzEXAMPLEKEY\n"})
     run_cli("--dir", a, "remote", "add", "origin", f"file://{remote}", check=True)
     assert run_cli("--dir", a, "push", "origin").returncode == 1
+
+
+def test_a_key_in_an_imported_line_that_is_not_utf8_is_found_and_redacted(tmp_path):
+    """Such a line is kept as base64 (meta ctape.raw.b64, so that export gives its bytes
+    back): scan did not look inside, and push and `export --format claude-code` sent the
+    key in clear (a privacy audit)."""
+    aws = _key("AKIA", 16)
+    src = tmp_path / "cc.jsonl"
+    good = b'{"type":"user","message":{"role":"user","content":"hello"},"uuid":"u0","parentUuid":null,"timestamp":"2025-07-14T22:59:30.000Z","sessionId":"s"}'
+    bad = ('{"type":"user","message":{"role":"user","content":"export AWS_ACCESS_KEY_ID=%s # caf' % aws).encode() + b'\xe9"},"uuid":"x1"}'
+    src.write_bytes(good + b"\n" + bad + b"\n")
+    d = tmp_path / "t"
+    Tape.init(d).close()
+    run_cli("--dir", d, "import", "claude-code", str(src), "-s", "cc", check=True)
+    p, found = _scan(d)
+    assert p.returncode == 1 and [f["path"] for f in found] == ['$.meta["ctape.raw.b64"]']
+    assert aws.encode() not in p.stdout
+    run_cli("--dir", d, "redact", "--scan", check=True)
+    run_cli("--dir", d, "compact", "--expire", "now", "--grace", "now", check=True)
+    out = run_cli("--dir", d, "export", "cc", "--format", "claude-code", check=True).stdout
+    assert aws.encode() not in out and b"[redacted: aws-access-key]" in out
+    assert holders(aws.encode(), d) == []
+    import base64
+    assert holders(base64.b64encode(bad)[:40], d) == []

@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional
 from ..model.canonical import MAX_DEPTH, MAX_RECORD, max_record, nesting_problem, normal_time, parse_json, parse_record  # noqa: F401 - MAX_RECORD is read from here too
 from ..errors import InvalidInput, RefNotFound
 from ..model.models import HIDDEN, NAME_RE, RESERVED_BRANCHES, check_name  # noqa: F401 - NAME_RE is read from here too
+from ..model.redaction import is_marker
 from ..model.refs import HEAD
 from .reading import display_stem, real_path, too_long  # noqa: F401 - too_long is read from here too
 
@@ -323,11 +324,13 @@ def raw_line_meta(fmt: str, raw: bytes | str, line: int) -> dict:
 
 
 def raw_line(meta: dict) -> Optional[str]:
-    """The line a raw-line entry keeps (undecodable bytes as surrogate escapes), else None."""
+    """The line a raw-line entry keeps (undecodable bytes as surrogate escapes; a redacted
+    one as its marker), else None."""
     if isinstance(meta.get(RAW), str):
         return meta[RAW]
-    if isinstance(meta.get(RAW_B64), str):
-        return base64.b64decode(meta[RAW_B64]).decode("utf-8", "surrogateescape")
+    kept = meta.get(RAW_B64)
+    if isinstance(kept, str):
+        return kept if is_marker(kept) else base64.b64decode(kept).decode("utf-8", "surrogateescape")
     return None
 
 

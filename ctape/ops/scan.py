@@ -386,7 +386,7 @@ class Detectors:
         # before are scanned again once
         # "keys": object keys are matched too (before, only values were); "places": a finding
         # per find, where it is (Finding.at), not one per value and kind
-        parts = [ds, str(self.entropy), str(ENTROPY_LIMIT), str(MIN_GROUP), str(PREVIEW_CONTEXT), _TOKEN.pattern, "strings-alone", "keys", "places"]
+        parts = [ds, str(self.entropy), str(ENTROPY_LIMIT), str(MIN_GROUP), str(PREVIEW_CONTEXT), _TOKEN.pattern, "strings-alone", "keys", "places", "raw-b64"]
         parts += [f"{k}\0{rx.pattern}\0{rx.flags}" for k, rx in self.patterns]
         return blake3("\n".join(parts).encode()).hexdigest()
 
@@ -681,6 +681,20 @@ def _strings(value, steps: list, key: Optional[str]) -> Iterator[tuple[list, Opt
             yield from _strings(v, steps + [i], key)
 
 
+RAW_B64 = "ctape.raw.b64"  # an imported line that is neither JSON nor UTF-8, as base64 (formats/_common.py)
+
+
+def _b64_text(value: str) -> str:
+    """What an imported line kept as base64 says: its bytes, undecodable ones replaced."""
+    import base64
+    import binascii
+
+    try:
+        return base64.b64decode(value, validate=True).decode("utf-8", "replace")
+    except (binascii.Error, ValueError):
+        return value
+
+
 KEY_CONTEXT = "id"  # object keys are matched with the patterns only, as ids are (no entropy rule)
 
 
@@ -817,6 +831,8 @@ class Scanner:
                     blobs.append((steps, i, b))
                 else:
                     t = s[1:] if s and s[0] == "\0" else s
+                    if key == RAW_B64:
+                        t = _b64_text(t)
                     known = seen_e if flag else seen_n
                     i = known.get(t)
                     if i is None:
