@@ -23,7 +23,7 @@ from ctape.integrations import langgraph as lgmod  # noqa: E402
 from ctape.integrations.langgraph import TapeSaver  # noqa: E402
 
 from conftest import run_cli  # noqa: E402
-from test_privacy_keys import _remote_holds  # noqa: E402
+from test_privacy_audit import _remote_holds  # noqa: E402
 from test_privacy_sync import holders  # noqa: E402
 
 TOKEN = "ghp_Zq8Lm3Nv7Rt2Xw9Ys4Bk6Hd1Jf5Gc0Pe2Qa7"

@@ -1,7 +1,8 @@
-"""Secrets in object keys, and values that only look redacted (found by a privacy audit,
-2026-12-03): scan finds them without printing them, redact takes them out (a key is
-renamed to a marker, the value under it kept), push refuses until then, and after
-compact no file of the tape or of the remote holds them."""
+"""What two privacy audits found (2026-12-03): secrets in object keys, values that only
+look redacted, names, a finding that stood for several finds, tokens after NAME= or
+before a full stop, and imported lines kept as base64. Each: scan finds it without
+printing it, redact takes it out, push refuses until then, and after compact no file
+of the tape or of the remote holds it."""
 
 import json
 import random
