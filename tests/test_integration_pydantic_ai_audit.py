@@ -97,3 +97,35 @@ def test_concurrent_runs_on_a_new_session_store_each_message_once(tmp_path):
     others = [load_messages(s, b) for b in s.refs().branches if b.startswith("main.was-")]
     for run in runs:  # and every run is whole on a branch
         assert run == main_line or run in others
+
+
+def test_a_rewrite_never_leaves_another_writers_messages_on_no_branch(tmp_path, monkeypatch):
+    """save_messages read HEAD, then moved the branch to a rewritten line without looking
+    again: messages another writer appended in between were on no branch (compact would
+    drop them). The other writer is a second Tape appending inside that window."""
+    import ctape.integrations.pydantic_ai as pai
+    from pydantic_ai.messages import ModelResponse, TextPart
+
+    t = Tape.init(tmp_path / "t")
+    s = t.session("c")
+    h = [ModelRequest(parts=[UserPromptPart("q1")]), ModelResponse(parts=[TextPart("a1")]),
+         ModelRequest(parts=[UserPromptPart("q2")]), ModelResponse(parts=[TextPart("a2")])]
+    save_messages(s, h, whole=True)
+    other = Tape.open(tmp_path / "t").session("c")
+    orig = pai._history
+    done = []
+
+    def window(session, head):
+        out = orig(session, head)
+        if session is s and head is not None and not done:
+            done.append(1)
+            save_messages(other, h + [ModelRequest(parts=[UserPromptPart("OTHER q3")]), ModelResponse(parts=[TextPart("OTHER a3")])], whole=True)
+        return out
+
+    monkeypatch.setattr(pai, "_history", window)
+    edited = h[:2] + [ModelRequest(parts=[UserPromptPart("q2 edited")])]
+    save_messages(s, edited, whole=True)
+    monkeypatch.undo()
+    lines = {b: _prompts(load_messages(s, b)) for b in s.refs().branches}
+    assert ["q1", "q2 edited"] in lines.values()
+    assert ["q1", "q2", "OTHER q3"] in lines.values()  # the other writer's turn is on a branch

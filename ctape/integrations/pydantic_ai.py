@@ -140,6 +140,10 @@ def _remember(session: Session, head: str, msgs: list[dict], ends: list[str]) ->
 # -- saving and loading --------------------------------------------------------------------------------
 
 
+class _HeadMoved(Exception):
+    """Another writer moved HEAD between the look at the history and the session's lock."""
+
+
 def save_messages(session: Session, messages: Sequence[Any], *, whole: bool = False) -> list[Entry]:
     """Store pydantic-ai messages at the session's HEAD: what extends the history there.
 
@@ -151,6 +155,15 @@ def save_messages(session: Session, messages: Sequence[Any], *, whole: bool = Fa
     system prompt) or whose second message is the stored second one is taken as whole.
     Returns the entries written."""
     dumped = _adapter().dump_python(list(messages), mode="json")
+    for _ in range(20):
+        try:
+            return _save(session, dumped, whole)
+        except _HeadMoved:
+            continue  # the batch wrote nothing: compare with the history at the new HEAD
+    return _save(session, dumped, whole, last=True)
+
+
+def _save(session: Session, dumped: list[dict], whole: bool, last: bool = False) -> list[Entry]:
     st = session.refs() if session.exists() else None
     head = st.head_hash if st is not None else None
     have, ends = _history(session, head)
@@ -190,7 +203,12 @@ def save_messages(session: Session, messages: Sequence[Any], *, whole: bool = Fa
             out.append(e)
             tip = e.hash
         if parent != head:
-            _move(session, st, head, parent, tip)
+            # the session's lock is held since the first write: a HEAD that moved since it
+            # was read (another writer's append) must not be left off every branch
+            now = session.refs().head_hash
+            if now != head and not last:
+                raise _HeadMoved  # (the batch ends with it: nothing is written)
+            _move(session, st, now, parent, tip)  # the line it leaves keeps a branch
     if out and out[0].parent == parent:  # nobody appended in between: the history at tip is known
         keep = len(have) if parent == head else c if parent is not None else 0
         _remember(session, tip, have[:keep] + new, ends[:keep] + _ends(out))
