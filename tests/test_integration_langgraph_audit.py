@@ -192,3 +192,18 @@ def test_list_is_newest_first_across_threads_and_namespaces(tmp_path):
         got[name] = [[(c.config["configurable"]["thread_id"], c.metadata["step"]) for c in saver.list(None, limit=k)] for k in (1, 4, 9)]
     assert got["tape"] == got["sqlite"]
     assert got["sqlite"][1][0] == ("c-thread", 1)
+
+
+def test_sets_of_equal_items_of_other_types_come_back_as_written(tmp_path):
+    """(A review of the fixes.) {1} and {True} are equal sets: a list holding one then the
+    other was stored as "+[...]" and came back with the old one from a new process."""
+    steps = [{"nums": [{1}, frozenset({0})]}, {"nums": [{True}, frozenset({False}), 7]}]
+    sq, tp = _savers(tmp_path)
+    got = {}
+    for name, saver in (("sqlite", sq), ("tape", tp)):
+        app = _lists_graph(saver)
+        for values in steps:
+            app.update_state(CFG, values)
+        got[name] = repr(app.get_state(CFG).values["nums"])
+    again = repr(_lists_graph(TapeSaver(str(tmp_path / "tape"))).get_state(CFG).values["nums"])
+    assert got["tape"] == got["sqlite"] == again == "[{True}, frozenset({False}), 7]"

@@ -248,3 +248,31 @@ def test_a_key_in_an_imported_line_that_is_not_utf8_is_found_and_redacted(tmp_pa
     assert holders(aws.encode(), d) == []
     import base64
     assert holders(base64.b64encode(bad)[:40], d) == []
+
+
+def test_a_value_under_a_key_redacted_before_is_redacted_and_a_path_never_spells_a_secret_key(tmp_path):
+    """(A review of the fixes.) A later redaction of the value under a renamed key named a
+    path that led nowhere in the stored body: "redacted", yet shown, kept and pushed. And a
+    path given by hand with a secret key in it was recorded as it was, for good."""
+    import json as _json
+
+    aws = _key("AKIA", 16)
+    d = tmp_path / "t"
+    with Tape.init(d) as t:
+        e = t.session("c").append("tool_call", {"call_id": "1", "name": "f", "headers": {aws: "corp-12345678"}})
+        e2 = t.session("c").append("tool_call", {"call_id": "2", "name": "f", "headers": {aws: "x", "b": "hunter2"}})
+    run_cli("--dir", d, "redact", "--scan", "-s", "c", check=True)  # the key
+    run_cli("--dir", d, "scan", "--add-pattern", "corp-[0-9]{8}", "--kind", "corp", check=True)
+    p, found = _scan(d)
+    assert p.returncode == 1 and len(found) == 1
+    run_cli("--dir", d, "redact", "--scan", "-s", "c", check=True)  # the value under the renamed key
+    assert _scan(d)[0].returncode == 0
+    shown = run_cli("--dir", d, "show", e.hash, "--json", check=True).stdout
+    assert b"corp-12345678" not in shown and aws.encode() not in shown
+    # by hand, a path that spells a key the patterns take for a secret is recorded by its key id
+    p = run_cli("--dir", d, "redact", e2.hash[:12], "--path", f"$.payload.headers.{aws}", "-s", "c", check=True)
+    assert aws.encode() not in p.stdout + p.stderr
+    run_cli("--dir", d, "compact", "--expire", "now", "--grace", "now", check=True)
+    assert holders(aws.encode(), d) == [] and holders(b"corp-12345678", d) == []
+    fsck = run_cli("--dir", d, "fsck", "--json", check=True).stdout
+    assert aws.encode() not in fsck and all(isinstance(r["path"], str) for r in _json.loads(fsck)["redacted"])

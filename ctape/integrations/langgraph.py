@@ -1477,7 +1477,11 @@ def _same(a: Any, b: Any) -> bool:
                 and {(type(k), k) for k in a} == {(type(k), k) for k in b})
     if t is float:
         return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
-    return a == b
+    if t is set or t is frozenset:
+        return len(a) == len(b) and {(type(x), x) for x in a} == {(type(x), x) for x in b}
+    if t is str or t is int or t is bool or t is bytes or a is None or _is_message(a):
+        return a == b
+    return False  # any other object equal but not the same one (a model, a dataclass): stored whole
 
 
 def _isolated(v: Any) -> Any:

@@ -50,10 +50,16 @@ class KeyStep:
         return f"KeyStep({self.id!r}, itself={self.itself})"
 
     def find(self, d: dict) -> Optional[str]:
-        """The key of d that this step names, or None."""
+        """The key of d that this step names, or None. A step into the value under a key
+        also finds the key once redacted (renamed to a marker that ends with the start of
+        its key id): a value under it may be redacted by a later record."""
+        renamed = None if self.itself else f" {self.id[:8]}]"
         for k in d:
-            if type(k) is str and key_id(k) == self.id:
-                return k
+            if type(k) is str:
+                if key_id(k) == self.id:
+                    return k
+                if renamed is not None and k.endswith(renamed) and k.startswith("[redacted: "):
+                    return k
         return None
 
 
@@ -130,11 +136,26 @@ def get_at(value: Any, steps: list) -> tuple[bool, Any]:
             value = value[k]
         elif isinstance(s, int) and type(value) is list and 0 <= s < len(value):
             value = value[s]
-        elif isinstance(s, str) and type(value) is dict and s in value:
-            value = value[s]
+        elif isinstance(s, str) and type(value) is dict and _key(value, s) is not None:
+            value = value[_key(value, s)]
         else:
             return False, None
     return True, value
+
+
+def _key(d: dict, step: str) -> Optional[str]:
+    """The key of d a name step names: itself, or, for the marker a redacted key reads as
+    (`[redacted: KIND K8]`: a path a scan of the redacted entry gave), the key it stands
+    for in a body read before the renaming."""
+    if step in d:
+        return step
+    m = _KEY_MARKER.fullmatch(step)
+    if m is None:
+        return None
+    return next((k for k in d if type(k) is str and key_id(k).startswith(m.group(1))), None)
+
+
+_KEY_MARKER = re.compile(r"\[redacted: [a-z0-9_-]{1,40} ([0-9a-f]{8})\]")
 
 
 def _set_at(value: Any, steps: list, new: Any) -> Any:
@@ -155,9 +176,10 @@ def _set_at(value: Any, steps: list, new: Any) -> Any:
         out = list(value)
         out[s] = _set_at(value[s], rest, new)
         return out
-    if isinstance(s, str) and type(value) is dict and s in value:
+    if isinstance(s, str) and type(value) is dict and _key(value, s) is not None:
+        k = _key(value, s)
         out = dict(value)
-        out[s] = _set_at(value[s], rest, new)
+        out[k] = _set_at(value[k], rest, new)
         return out
     return value
 

@@ -17,7 +17,7 @@ from ..model.errors import InvalidInput
 from ..model.schema import decode_entry
 from ..store.files import TYPE_ENTRY
 from ..store.store import TYPE_WITHHELD
-from .scan import Detectors, Finding, check_regex, scan
+from .scan import Detectors, Finding, check_regex, load_settings, scan
 
 if TYPE_CHECKING:
     from ..history.tape import Tape
@@ -25,10 +25,14 @@ if TYPE_CHECKING:
 RECORD_ITEMS = 1000  # places per record: a long scan result becomes several records
 
 
-def _place(tape: "Tape", h: str, path: str, kind: str) -> Optional[list[dict]]:
+def _place(tape: "Tape", h: str, path: str, kind: str, keys: Optional[Detectors] = None) -> Optional[list[dict]]:
     """The record items for one value; None when it is already redacted. InvalidInput
-    when the entry or the path is not there or the value is not text."""
+    when the entry or the path is not there or the value is not text. A key on the path
+    that `keys` (the patterns) take for a secret is named by its key id, never spelled
+    out in the record (`$.payload.headers.AKIA...` -> `$.payload.headers[#K]`)."""
     steps = redaction.entry_path(path)
+    if keys is not None:
+        steps = [redaction.KeyStep.of(x) if i and isinstance(x, str) and keys.pattern_spans(x) else x for i, x in enumerate(steps)]
     type_, body = tape.store.get_object(h)
     if type_ not in (TYPE_ENTRY, TYPE_WITHHELD):
         raise InvalidInput(f"{h} is a payload value, not an entry; give an entry hash")
@@ -60,9 +64,10 @@ def redact(tape: "Tape", session: str, places: Iterable[tuple[str, str, str]]) -
     """Redact (entry, path, kind) places with records in `session`. Every place is
     checked before anything is written: a bad one changes nothing."""
     items, done = [], set()
+    keys = Detectors(load_settings(tape)["patterns"], entropy=False)
     for h, path, kind in places:
         h = tape.resolve(h, session) if not is_hash(h) else h
-        got = _place(tape, h, path, kind)
+        got = _place(tape, h, path, kind, keys)
         if got is None:
             continue
         for item in got:
