@@ -145,3 +145,11 @@ def test_an_item_kept_as_text_with_a_secret_is_redacted_and_still_read(tmp_path)
             "print(json.dumps(asyncio.run(TapeSession('s', sys.argv[1]).get_items())))")
     p = subprocess.run([sys.executable, "-c", code, str(tmp_path / "tape")], capture_output=True, text=True)
     assert p.returncode == 0 and token not in p.stdout and len(json.loads(p.stdout)) == 3, p.stderr[-2000:]
+
+
+def test_session_settings_are_refused_as_sqlite_session_refuses_them(tmp_path):
+    for bad in ({"bogus": 1}, 5):
+        for make in (lambda b: SQLiteSession("s", os.path.join(tmp_path, "ref.db"), session_settings=b),
+                     lambda b: TapeSession("s", str(tmp_path / "tape"), session_settings=b)):
+            with pytest.raises(TypeError):
+                make(bad)

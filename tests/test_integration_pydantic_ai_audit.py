@@ -129,3 +129,14 @@ def test_a_rewrite_never_leaves_another_writers_messages_on_no_branch(tmp_path, 
     lines = {b: _prompts(load_messages(s, b)) for b in s.refs().branches}
     assert ["q1", "q2 edited"] in lines.values()
     assert ["q1", "q2", "OTHER q3"] in lines.values()  # the other writer's turn is on a branch
+
+
+def test_what_is_not_a_message_is_refused_and_the_session_stays_readable(tmp_path):
+    from ctape.errors import InvalidInput
+
+    s = Tape.init(tmp_path / "t").session("chat")
+    history = Agent(TestModel()).run_sync("hi").all_messages()
+    save_messages(s, history)
+    with pytest.raises(InvalidInput, match="not pydantic-ai messages"):
+        save_messages(s, list(history) + [{"kind": "request"}])
+    assert load_messages(s) == TA.validate_json(TA.dump_json(history))

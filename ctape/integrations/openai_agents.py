@@ -309,10 +309,15 @@ class TapeSession:
 
     def __init__(self, session_id: str, tape: Union[str, os.PathLike, Tape] = ".ctape", *, prefix: str = "", session_settings: Any = None):
         self.session_id = session_id
-        if isinstance(session_settings, dict):  # as SQLiteSession takes them: the SDK's settings from a dict
-            from agents.memory import SessionSettings
+        if session_settings is not None:  # as SQLiteSession takes them (a dict of the fields too)
+            try:
+                from agents.memory.session_settings import coerce_session_settings
+            except ImportError:  # an SDK without it: a dict of the fields
+                from agents.memory import SessionSettings
 
-            session_settings = SessionSettings(**session_settings)
+                session_settings = SessionSettings(**session_settings) if isinstance(session_settings, dict) else session_settings
+            else:
+                session_settings = coerce_session_settings(session_settings)
         self.session_settings = session_settings
         self.tape, self._owns = open_tape(tape)
         self.name = session_name(prefix, session_id)

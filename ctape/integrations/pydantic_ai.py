@@ -47,6 +47,7 @@ import threading
 from collections import OrderedDict
 from typing import Any, Optional, Sequence
 
+from ..errors import InvalidInput
 from ..model.models import HIDDEN, Entry
 from ..model.redaction import is_marker
 from ..session import Session
@@ -192,6 +193,10 @@ def _save(session: Session, dumped: list[dict], whole: bool, last: bool = False)
         else:
             c = at + m
             parent, new = ends[c - 1], dumped[m:]
+    try:
+        _adapter().validate_python(new)  # what load_messages will read back: refused now, not then
+    except ValueError as e:  # pydantic's ValidationError
+        raise InvalidInput(f"not pydantic-ai messages ({str(e).splitlines()[0]}); give ModelRequest / ModelResponse objects") from None
     out: list[Entry] = []
     with session.tape.batch():
         tip = parent
