@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import threading
 import time as _time
 from collections import OrderedDict
@@ -223,11 +224,14 @@ def _redacted_item(e) -> dict:
 
 
 def _row(e) -> tuple[str, Optional[str], Optional[str]]:
+    """An index cache row of entry e: an item kept as its JSON text keeps that text."""
     item = _item_of(e)
     if item is None:
         return e.hash, e.parent, None
-    text = e.meta.get(ITEM_JSON) if ITEM not in e.meta else None
-    return e.hash, e.parent, text if isinstance(text, str) and not is_marker(text) else _item_text(item)
+    text = e.meta.get(ITEM_JSON)
+    if ITEM in e.meta or not isinstance(text, str) or is_marker(text):
+        text = _item_text(item)
+    return e.hash, e.parent, text
 
 
 def _kept_exactly(item: Any) -> tuple[tuple[str, dict, dict], str]:
@@ -241,13 +245,20 @@ def _kept_exactly(item: Any) -> tuple[tuple[str, dict, dict], str]:
     return (kind, _plain(payload), meta), text
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def _plain(v: Any, depth: int = 0) -> Any:
     """A value the tape holds, for reading: NaN and infinities as their names, a lone
     surrogate as U+FFFD, what is nested past 60 levels as its JSON text."""
     if isinstance(v, float) and (v != v or v in (float("inf"), float("-inf"))):
         return str(v)
     if isinstance(v, str):
-        return v.encode("utf-8", "replace").decode("utf-8") if any("\ud800" <= c <= "\udfff" for c in v) else v
+        try:
+            v.encode("utf-8")
+            return v
+        except UnicodeEncodeError:
+            return _SURROGATE.sub("\ufffd", v)
     if isinstance(v, (dict, list)) and depth > 60:
         return json.dumps(v, ensure_ascii=True)[:10_000]
     if isinstance(v, dict):

@@ -136,8 +136,8 @@ def get_at(value: Any, steps: list) -> tuple[bool, Any]:
             value = value[k]
         elif isinstance(s, int) and type(value) is list and 0 <= s < len(value):
             value = value[s]
-        elif isinstance(s, str) and type(value) is dict and _key(value, s) is not None:
-            value = value[_key(value, s)]
+        elif isinstance(s, str) and type(value) is dict and (k := _key(value, s)) is not None:
+            value = value[k]
         else:
             return False, None
     return True, value
@@ -176,8 +176,7 @@ def _set_at(value: Any, steps: list, new: Any) -> Any:
         out = list(value)
         out[s] = _set_at(value[s], rest, new)
         return out
-    if isinstance(s, str) and type(value) is dict and _key(value, s) is not None:
-        k = _key(value, s)
+    if isinstance(s, str) and type(value) is dict and (k := _key(value, s)) is not None:
         out = dict(value)
         out[k] = _set_at(value[k], rest, new)
         return out
@@ -187,8 +186,9 @@ def _set_at(value: Any, steps: list, new: Any) -> Any:
 def apply(raw: dict, places: Iterable[tuple[str, str]]) -> dict:
     """An entry body (as stored: blob references in place) with the value at each
     (path, kind) replaced by its marker, and each key a path ends on renamed to one. A
-    path that is not there changes nothing. The deepest paths go first: a value under a
-    key is redacted before the key is renamed (after, its path no longer leads there)."""
+    path that is not there changes nothing. The order does not change the result (a step
+    into a key finds it once renamed too: KeyStep.find, _key); the deepest paths go first,
+    then by text, so that it is one order on every copy."""
     todo = []
     for path, kind in places:
         try:

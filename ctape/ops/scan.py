@@ -24,6 +24,8 @@ findings are those of running everything on every string (tests/test_scan_oracle
 
 from __future__ import annotations
 
+import base64
+import binascii
 import bisect
 import json
 import math
@@ -686,9 +688,6 @@ RAW_B64 = "ctape.raw.b64"  # an imported line that is neither JSON nor UTF-8, as
 
 def _b64_text(value: str) -> str:
     """What an imported line kept as base64 says: its bytes, undecodable ones replaced."""
-    import base64
-    import binascii
-
     try:
         return base64.b64decode(value, validate=True).decode("utf-8", "replace")
     except (binascii.Error, ValueError):
