@@ -66,32 +66,52 @@ def _document_format(doc: Any) -> str | None:
 
 
 def detect(path: str) -> str:
-    """jsonl, codex, claude-code, gemini or openai: the format most of the first records are in."""
-    votes = dict.fromkeys(ORDER, 0)
-    seen = 0
+    """jsonl, codex, claude-code, gemini or openai: the format most of the first records are in.
+
+    A file whose first line is not JSON but opens a bracket may be one JSON document over
+    several lines (a chat list, a `.traj`): it is read whole. When it is not one, its
+    lines are judged one by one, as any other file's: a transcript whose first line was
+    cut or is garbage is still JSON Lines (its importer keeps that line as it is)."""
     try:
         with open(real_path(path), "rb") as f:
-            for raw in lines_of(f):
-                if not raw.strip():
-                    continue
-                seen += 1
+            votes, whole = _votes(f, documents=True)
+            if whole:
+                f.seek(0)
                 try:
-                    v = json.loads(raw)
-                    fmt = _format_of(v)
-                    if fmt is None and seen == 1 and isinstance(v, (list, dict)):
-                        fmt = _document_format(v)  # a JSON document on one line (json.dump of a message list)
-                except (ValueError, UnicodeDecodeError):
-                    fmt = v = None
-                    if seen == 1 and raw.lstrip()[:1] in (b"[", b"{"):
-                        f.seek(0)  # a JSON document spread over lines (a chat list, a .traj): read whole
-                        return _document(path, f)
-                if fmt:
-                    votes[fmt] += 1
-                if seen >= LINES:
-                    break
+                    return _document(path, f)
+                except NotJSON:
+                    f.seek(0)
+                    votes, _ = _votes(f, documents=False)
+                    if not any(votes.values()):
+                        raise
     except OSError as e:
         raise InvalidInput(f"cannot read {path}: {e.strerror}") from None
     best = max(ORDER, key=lambda k: (votes[k], -ORDER.index(k)))
     if votes[best] == 0:
         raise InvalidInput(f"{path}: cannot tell its format; name it: ctape import FORMAT FILE (jsonl, claude-code, codex, gemini, openai)")
     return best
+
+
+def _votes(f, documents: bool) -> tuple[dict[str, int], bool]:
+    """The formats of the first LINES non-blank lines, counted; and whether the first is no
+    JSON but opens a bracket (with `documents`: the caller reads the file whole first)."""
+    votes = dict.fromkeys(ORDER, 0)
+    seen = 0
+    for raw in lines_of(f):
+        if not raw.strip():
+            continue
+        seen += 1
+        try:
+            v = json.loads(raw)
+            fmt = _format_of(v)
+            if fmt is None and seen == 1 and isinstance(v, (list, dict)):
+                fmt = _document_format(v)  # a JSON document on one line (json.dump of a message list)
+        except (ValueError, UnicodeDecodeError):
+            fmt = None
+            if documents and seen == 1 and raw.lstrip()[:1] in (b"[", b"{"):
+                return votes, True
+        if fmt:
+            votes[fmt] += 1
+        if seen >= LINES:
+            break
+    return votes, False

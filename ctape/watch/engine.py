@@ -400,16 +400,19 @@ class Watcher:
 
     def _detect(self, s: Source) -> Optional[str]:
         """The format of a source from its first complete lines; None while they cannot tell
-        (none yet, or one being written). A file found in a folder that is no transcript is
-        passed over in silence (a folder holds other files too); one named on the command
-        line is refused (NotATranscript), as `ctape import` refuses it."""
+        (none yet, one being written, or only lines that are no JSON so far). A file found
+        in a folder that is no transcript is passed over in silence (a folder holds other
+        files too); one named on the command line is refused (NotATranscript), as `ctape
+        import` refuses it, once its lines tell (sources.judged)."""
         lines = src_mod.head_of(s.path, 1 << 20).split(b"\n")[:-1]
         try:
             fmt = src_mod.detect(lines, s.path)
         except InvalidInput:  # a JSON document that is no transcript
-            fmt = None
-        if fmt is None and s.named and any(ln.strip() for ln in lines):
-            raise NotATranscript()
+            if s.named:
+                raise NotATranscript() from None
+            return None
+        if fmt is None and s.named and src_mod.judged(lines):
+            raise NotATranscript()  # (lines that cannot tell yet, a first line cut or garbage, wait for more)
         return fmt
 
     def _continuable(self, s: Source, st: os.stat_result, pos: Optional[Position]) -> bool:

@@ -135,7 +135,9 @@ def detect(first_lines: list[bytes], path: Optional[str] = None) -> Optional[str
     """The format of a file from its first complete lines (the rule of `ctape import FILE`,
     formats/detect.py, applied to the first record that tells); None while none does yet.
     A JSON document over several lines is read whole to tell (a Gemini CLI session, a
-    `.traj`, a list of messages), as import does."""
+    `.traj`, a list of messages), as import does; when the file is not one (yet), its lines
+    are judged one by one, so a transcript whose first line is cut or garbage is found by
+    the lines after it."""
     from ..formats.detect import _format_of
 
     for raw in first_lines:
@@ -158,6 +160,27 @@ def detect(first_lines: list[bytes], path: Optional[str] = None) -> Optional[str
         if fmt is not None:
             return fmt
     return None
+
+
+def judged(first_lines: list[bytes]) -> bool:
+    """Whether lines that `detect` found no format in say the file is no transcript, rather
+    than that it cannot tell yet: it cannot while every line so far opens a bracket but is
+    no JSON (a JSON document being written, or a record cut or garbled at the start of a
+    transcript: the lines after it tell), and there are fewer than `ctape import` looks at."""
+    from ..formats.detect import LINES
+
+    text = [raw for raw in first_lines if raw.strip()]
+    if len(text) >= LINES:
+        return True
+    for raw in text:
+        if raw.lstrip()[:1] not in (b"{", b"["):
+            return True
+        try:
+            json.loads(raw)
+            return True
+        except ValueError:
+            continue
+    return False
 
 
 # -- reading ----------------------------------------------------------------------------------
