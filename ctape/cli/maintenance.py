@@ -235,7 +235,9 @@ def cache_gc(dry_run, unknown, as_json):
 
     Each tape's cache folder (under $CTAPE_CACHE_DIR, else $XDG_CACHE_HOME/ctape,
     else ~/.cache/ctape) names its tape; the folder goes when that tape no longer
-    exists there. A cache is only ever a speed-up: nothing on a tape is touched.
+    exists there. In the folders kept, temporary files that commands killed while
+    saving a setting left behind (over an hour old) are removed. A cache is only
+    ever a speed-up: nothing on a tape is touched.
 
     \b
     Examples:
@@ -255,4 +257,6 @@ def cache_gc(dry_run, unknown, as_json):
     kept = len(rows) - len(gone)
     freed = sum(r["bytes"] for r in gone)
     n = f"{len(gone)} folder" + ("" if len(gone) == 1 else "s")
-    click.echo(f"{'would free' if dry_run else 'freed'} {freed} bytes in {n}; kept {kept}", err=True)
+    temps = sum(r.get("temporaries", 0) for r in rows)
+    left = f"; {'would remove' if dry_run else 'removed'} {temps} temporary file{'' if temps == 1 else 's'} killed commands left" if temps else ""
+    click.echo(f"{'would free' if dry_run else 'freed'} {freed} bytes in {n}; kept {kept}{left}", err=True)

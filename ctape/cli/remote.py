@@ -280,6 +280,8 @@ def clone(url, directory, endpoint, as_json):
     bar.end()
     if as_json:
         emit_json(r)
+    elif r.get("already"):  # an earlier run of this clone finished (its end was not seen): brought up to date
+        click.echo(f"{r['dir']} is a clone of {url} already; pulled {_n(r['files'], 'file')} ({_human(r['bytes'])}) in {_n(r['requests'], 'request')}")
     else:
         click.echo(f"cloned {_n(r['sessions'], 'session')}, {_n(r['files'], 'file')} ({_human(r['bytes'])}) into {r['dir']} in {_n(r['requests'], 'request')}")
     _fail_on_damage(r, "origin")

@@ -204,5 +204,33 @@ def gc(root: Optional[str] = None, dry_run: bool = False, unknown: bool = False)
                 row["removed"] = True
             except OSError as e:
                 row["why"] += f"; not removed: {e.strerror}"
+        elif not remove:
+            row["temporaries"] = _old_temporaries(d, dry_run)
         rows.append(row)
     return rows
+
+
+TEMPORARY_AGE = 3600.0  # seconds: a setting's temporary file this old was left by a command that was killed
+
+
+def _old_temporaries(d: str, dry_run: bool) -> int:
+    """Remove (unless dry_run) and count the temporary files of a cache folder that a
+    command killed while it saved a setting left behind (`<name>.<random>.tmp`: it writes
+    one, then renames it over the setting); a running command's is seconds old."""
+    n = 0
+    now = time.time()
+    try:
+        names = os.listdir(d)
+    except OSError:
+        return 0
+    for name in names:
+        path = os.path.join(d, name)
+        try:
+            if not name.endswith(".tmp") or now - os.lstat(path).st_mtime < TEMPORARY_AGE or not os.path.isfile(path):
+                continue
+            if not dry_run:
+                os.unlink(path)
+            n += 1
+        except OSError:
+            continue
+    return n

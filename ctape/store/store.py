@@ -93,6 +93,61 @@ _LOST_IDENTITY = (
 )
 
 
+CLONING = ".ctape-clone"  # in a tape's folder while `ctape clone` makes it (sync/pull.py)
+
+
+def unfinished_clone(root: str) -> Optional[str]:
+    """The remote a clone that did not finish was making this folder from ("" when its
+    marker says none), or None when no clone is unfinished here."""
+    path = os.path.join(root, CLONING)
+    if not os.path.lexists(path):
+        return None
+    try:
+        with open(path, "rb") as f:
+            url = json.loads(f.read(1 << 16)).get("url")
+        return url if isinstance(url, str) else ""
+    except (OSError, ValueError, AttributeError):
+        return ""  # cut while it was written
+
+
+def _refuse_unfinished_clone(root: str) -> None:
+    url = unfinished_clone(root)
+    if url is not None:
+        again = f"ctape clone {url} {root}" if url else f"ctape clone URL {root}"
+        raise NotATape(f"{root} is a clone that did not finish (it was stopped): it does not hold the remote's history yet; "
+                       f"run `{again}` again to finish it, or remove the folder")
+
+
+def _remove_dead_temporaries(root: str) -> None:
+    """Remove the temporary identity files (ctape.json.tmp<pid>-<hex>) of inits on this
+    machine that were killed before they finished: nothing else removes them."""
+    for name in os.listdir(root):
+        m = re.fullmatch(re.escape(FORMAT_FILE) + r"\.tmp(\d+)-[0-9a-f]+", name)
+        if m is None:
+            continue
+        if _alive(int(m.group(1))):
+            continue  # another init right now
+        try:
+            os.unlink(os.path.join(root, name))
+        except OSError:
+            pass
+
+
+def _alive(pid: int) -> bool:
+    """Whether process pid runs on this machine (a zombie, killed and not reaped yet, does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return True
+
+
 def _holds_history(root: str) -> bool:
     """Does the folder hold a tape's files (sessions or packs) without its identity?"""
     for sub in ("sessions", "packs"):
@@ -120,13 +175,15 @@ os.register_at_fork(after_in_child=_forked_child)
 class Store:
     """One open tape directory."""
 
-    def __init__(self, root: str, *, cache_dir: Optional[str] = None, max_object: Optional[int] = None):
+    def __init__(self, root: str, *, cache_dir: Optional[str] = None, max_object: Optional[int] = None, _cloning: bool = False):
         self.root = os.path.abspath(root)
         meta_path = os.path.join(self.root, FORMAT_FILE)
         if os.path.lexists(self.root) and not os.path.isdir(self.root):
             raise NotATape(f"{self.root} is a file, not a tape directory; pass the tape's folder")
         if not os.path.isdir(self.root):
             raise NotATape(f"no tape directory at {self.root}; create one with `ctape init`")
+        if not _cloning:  # (only the clone that makes it opens it meanwhile)
+            _refuse_unfinished_clone(self.root)
         check_not_symlink(meta_path)
         try:
             with open(meta_path, "rb") as f:
@@ -255,7 +312,7 @@ class Store:
             return None  # no writable cache: index in memory, rebuilt per process
 
     @staticmethod
-    def init(root: str, tape_id: Optional[str] = None, version: int = FORMAT_VERSION) -> bool:
+    def init(root: str, tape_id: Optional[str] = None, version: int = FORMAT_VERSION, _cloning: bool = False) -> bool:
         """Create a tape directory (with this id and format version: a clone's are its
         remote's); False when one is there already. A failure takes back what it made."""
         root = os.path.abspath(root)
@@ -263,7 +320,10 @@ class Store:
         if os.path.lexists(root) and not os.path.isdir(root):
             raise InvalidInput(f"cannot init: {root} exists and is not a directory; choose another path")
         if os.path.isdir(root):
+            if not _cloning:
+                _refuse_unfinished_clone(root)
             check_not_symlink(meta_path)
+            _remove_dead_temporaries(root)
             if os.path.exists(meta_path):
                 return False
             if _holds_history(root):  # a new identity would part it from its copies and remotes

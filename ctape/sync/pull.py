@@ -22,6 +22,7 @@ piece) and the manifest cursor is not moved, so a rerun completes it.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -259,25 +260,69 @@ class _Nothing:
 
 def clone(backend: Backend, url: str, endpoint: Optional[str], target: str, warn=lambda s: None, progress=None) -> dict:
     """A new copy of the remote's tape at `target` (absent or an empty folder), with the
-    remote as `origin`."""
+    remote as `origin`.
+
+    While it is made, the folder holds a marker (store.CLONING) that names the remote, held
+    locked by this process: a clone stopped where it could not clean up (kill -9, a power
+    cut) leaves a folder that every command refuses, saying so (never an empty tape that
+    fsck calls fine), and the same clone run again finishes it: it pulls what is missing,
+    as a pull after an interrupted pull does. A clone that fails otherwise removes what it
+    wrote, as git's does (one that was finishing an earlier one leaves it to be run again)."""
+    from ..store.store import CLONING, unfinished_clone
     from ..tape import Tape
     from . import remote as remotes
 
     target = os.path.abspath(target)
-    if os.path.lexists(target) and (not os.path.isdir(target) or os.path.islink(target) or os.listdir(target)):
+    marker = os.path.join(target, CLONING)
+    earlier = unfinished_clone(target) if os.path.isdir(target) and not os.path.islink(target) else None
+    if earlier is None and _cloned_already(target, url):
+        # the same clone ran to its end before (stopped after it, or run twice): bring it up to date
+        tape = Tape.open(target)
+        try:
+            backend.check()
+            out = pull(tape, backend, "origin", warn=warn, progress=progress)
+            out["sessions"] = len(tape.store.sessions())
+        finally:
+            tape.close()
+        out["dir"], out["already"] = target, True
+        return out
+    if earlier is None and os.path.lexists(target) and (not os.path.isdir(target) or os.path.islink(target) or os.listdir(target)):
         what = "a file" if not os.path.isdir(target) else "a symlink" if os.path.islink(target) else "a folder that is not empty"
         raise InvalidInput(f"cannot clone into {target}: it is {what}; give a new folder's path, or an empty folder")
+    if earlier:
+        if earlier != url:
+            raise InvalidInput(f"{target} is an unfinished clone of {earlier}, not of {url}: finish it with `ctape clone {earlier} {target}`, or remove the folder")
     backend.check()
     meta = layout.read_identity(backend)
     if meta is None:
         raise RemoteError(f"{url} holds no tape yet; push one to it first")
     made = not os.path.exists(target)
-    try:
-        Store.init(target, meta["tape_id"], 2 if meta.get("tape_version", 2) >= 2 else 1)
-        tape = Tape.open(target)
+    if made:
         try:
-            remotes.add(tape.store, "origin", url, endpoint)
-            out = pull(tape, backend, "origin", warn=warn, progress=progress, after=f"the clone was removed from {target}")
+            os.makedirs(target, mode=0o700)
+        except FileExistsError:
+            raise InvalidInput(f"{target} was made meanwhile (another clone?); give a new folder's path") from None
+        except OSError as e:
+            raise storage_error(e, f"a tape at {target}", after="") from None
+    try:
+        lock = _hold_marker(marker, url, target)
+    except _CloneUnderWay:
+        raise  # nothing of that clone's is removed
+    except BaseException:
+        if earlier is None:
+            with uninterrupted():
+                _remove_clone(target, made)
+        raise
+    try:
+        if earlier is not None:
+            _check_same_tape(target, meta["tape_id"], url)
+        Store.init(target, meta["tape_id"], 2 if meta.get("tape_version", 2) >= 2 else 1, _cloning=True)
+        tape = Tape.open(target, _cloning=True)
+        try:
+            if earlier is None or "origin" not in remotes.remotes(tape.store):
+                remotes.add(tape.store, "origin", url, endpoint)
+            after = f"the clone was removed from {target}" if earlier is None else "run the same clone again to finish it"
+            out = pull(tape, backend, "origin", warn=warn, progress=progress, after=after)
             out["sessions"] = len(tape.store.sessions())
             if tape.store.writer in layout.uploaders(backend):
                 # another copy writes under this id (CTAPE_WRITER set alike on two machines): both
@@ -286,12 +331,82 @@ def clone(backend: Backend, url: str, endpoint: Optional[str], target: str, warn
                      "before writing here, give this copy an id of its own (docs/format.md, writer ids)")
         finally:
             tape.close()
-    except BaseException:  # as git: a clone that fails leaves no half copy behind
-        with uninterrupted():
-            _remove_clone(target, made)
+        os.unlink(marker)  # the tape is whole: from here on it is a copy like any other
+        fsync_dir(target)
+    except BaseException:
+        if earlier is None:  # as git: a clone that fails leaves no half copy behind
+            with uninterrupted():
+                if lock is not None:
+                    os.close(lock)
+                    lock = None
+                _remove_clone(target, made)
         raise
+    finally:
+        if lock is not None:
+            os.close(lock)
     out["dir"] = target
     return out
+
+
+def _cloned_already(target: str, url: str) -> bool:
+    """Whether target is a tape (its clone finished) whose `origin` is url."""
+    from ..tape import Tape
+    from . import remote as remotes
+
+    if not os.path.isfile(os.path.join(target, "ctape.json")) or os.path.islink(target):
+        return False
+    try:
+        tape = Tape.open(target)
+    except Exception:  # noqa: BLE001 - no tape this clone can use (damaged, unreadable): refused as a folder that is not empty
+        return False
+    try:
+        return remotes.remotes(tape.store).get("origin", {}).get("url") == url
+    finally:
+        tape.close()
+
+
+class _CloneUnderWay(InvalidInput):
+    pass
+
+
+def _hold_marker(marker: str, url: str, target: str) -> int:
+    """Write (or take over) the clone's marker and hold it locked; refused while another
+    clone holds it."""
+    try:
+        fd = os.open(marker, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o600)
+    except OSError as e:
+        raise storage_error(e, f"a tape at {target}", after="") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise _CloneUnderWay(f"another `ctape clone` is making {target} right now; wait for it to end") from None
+        os.ftruncate(fd, 0)
+        write_all(fd, (json.dumps({"url": url}) + "\n").encode())
+        os.fsync(fd)
+        fsync_dir(target)
+        return fd
+    except OSError as e:
+        os.close(fd)
+        raise storage_error(e, f"a tape at {target}", after="") from None
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _check_same_tape(target: str, tape_id: str, url: str) -> None:
+    """An unfinished clone is finished only from the tape it was made of."""
+    from ..store.store import FORMAT_FILE
+
+    try:
+        with open(os.path.join(target, FORMAT_FILE), "rb") as f:
+            found = json.loads(f.read(1 << 16)).get("tape_id")
+    except FileNotFoundError:
+        return  # stopped before the tape was made
+    except (OSError, ValueError, AttributeError):
+        found = None
+    if found != tape_id:
+        raise InvalidInput(f"{target} is an unfinished clone of another tape than the one at {url} now; remove the folder and clone again")
 
 
 def _remove_clone(target: str, made: bool) -> None:
