@@ -109,7 +109,7 @@ def map_item(item: dict, call_id: Any = None) -> tuple[str, dict, bool]:
     call_id = item.get("call_id") if isinstance(item.get("call_id"), str) else call_id
     if t == "message":
         role = item.get("role")
-        kind = {"user": "user", "assistant": "assistant"}.get(role, "system")
+        kind = {"user": "user", "assistant": "assistant"}.get(role if isinstance(role, str) else None, "system")
         return (kind, {"content": _content(item.get("content"))}, False)
     if t == "reasoning":
         summary = c.text_of(item.get("summary"))

@@ -45,7 +45,7 @@ def _document(path: str, f) -> str:
 
     try:
         doc = loads(read_whole(f))
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         raise NotJSON(f"{path}: not JSON and not JSON Lines; name its format: ctape import FORMAT FILE") from None
     fmt = _document_format(doc)
     if fmt is None:
@@ -106,7 +106,7 @@ def _votes(f, documents: bool) -> tuple[dict[str, int], bool]:
             fmt = _format_of(v)
             if fmt is None and seen == 1 and isinstance(v, (list, dict)):
                 fmt = _document_format(v)  # a JSON document on one line (json.dump of a message list)
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):  # (nested too deep to read: no record either)
             fmt = None
             if documents and seen == 1 and raw.lstrip()[:1] in (b"[", b"{"):
                 return votes, True

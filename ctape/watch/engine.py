@@ -79,6 +79,21 @@ class PassReport:
     errors: list = field(default_factory=list)
 
 
+def _zstd_error() -> type:
+    from ..store.files import zstd
+
+    return zstd().ZstdError
+
+
+def _said(e: BaseException) -> str:
+    """A source's problem as watch reports it (one line; the other files go on)."""
+    if isinstance(e, RecursionError):
+        return "holds JSON nested too deeply to read; skipped"
+    if isinstance(e, _zstd_error()):
+        return f"not a zstd file, or a damaged one ({e}); skipped"
+    return str(e)
+
+
 class NotATranscript(InvalidInput):
     def __init__(self):
         super().__init__("not a transcript ctape knows (Claude Code, Codex, Gemini CLI, OpenAI-style, ctape jsonl); skipped")
@@ -241,9 +256,9 @@ class Watcher:
             n = f"+{e.records} record{'s' if e.records != 1 else ''}, " if e.records else ""
             self.echo(f"watch: {s.path}: {n}stopped after a batch; the next pass imports the rest")
             return
-        except (CtapeError, OSError, ValueError) as e:
+        except (CtapeError, OSError, ValueError, RecursionError, _zstd_error()) as e:
             self._forget(s.key)  # its next pass starts from the tape's position
-            text = str(e)
+            text = _said(e)
             if text.startswith(f"{s.path}: "):  # the importers name the file too
                 text = text[len(s.path) + 2 :]
             msg = f"watch: {s.path}: {text}"
@@ -840,7 +855,15 @@ class Watcher:
     def _whole(self, s: Source, st: os.stat_result, fmt: str) -> tuple[int, int]:
         from ..formats import import_files
 
-        for line in import_files(self.tape, fmt, [s.path], None):
+        # in a batch of its own: a file refused half way (an edited export) writes nothing,
+        # as `ctape import` of it, where the pass's batch would keep what came before the refusal
+        self._commit()
+        try:
+            with self.tape.batch():
+                lines = import_files(self.tape, fmt, [s.path], None)
+        finally:
+            self._begin()
+        for line in lines:
             self.echo(f"watch: {line}")
         pos = Position(key=s.key, path=s.path, fmt=fmt, off=st.st_size)
         self._batch_bytes += st.st_size

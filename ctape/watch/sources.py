@@ -145,7 +145,7 @@ def detect(first_lines: list[bytes], path: Optional[str] = None) -> Optional[str
             continue
         try:
             v = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):
             if raw.lstrip()[:1] in (b"{", b"["):
                 if path is not None:
                     from ..formats.detect import NotJSON, detect as detect_file
@@ -178,6 +178,8 @@ def judged(first_lines: list[bytes]) -> bool:
         try:
             json.loads(raw)
             return True
+        except RecursionError:
+            return True  # JSON nested past what can be read: no transcript record
         except ValueError:
             continue
     return False
