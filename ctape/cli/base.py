@@ -23,6 +23,7 @@ class CtapeGroup(click.Group):
         """Usage errors as one line on stderr (exit 2), like every other error."""
         kwargs["standalone_mode"] = False
         warnings.showwarning = _show_warning
+        sys.unraisablehook = _unraisable
         _hold_closed_descriptors()
         try:
             rv = self._main_once(*args, **kwargs)
@@ -84,6 +85,15 @@ class CtapeGroup(click.Group):
                     _fail(f"read-only file system{where}; use a writable copy", EXIT_FAIL)
                 _fail(f"{e.strerror or e}: {getattr(e, 'filename', '') or ''}; check the path and permissions".replace(": ;", ";"), EXIT_FAIL)
             _fail(f"internal error: {type(e).__name__}: {e}; rerun with CTAPE_DEBUG=1 and report it", EXIT_FAIL)
+
+
+def _unraisable(u) -> None:
+    """A Ctrl-C that lands in a finalizer (`Popen.__del__` while the collector runs) is
+    lost there, and Python prints its traceback as "Exception ignored in ...": no user
+    needs that. Anything else is shown as Python shows it."""
+    if isinstance(u.exc_value, KeyboardInterrupt) and not os.environ.get("CTAPE_DEBUG"):
+        return
+    sys.__unraisablehook__(u)
 
 
 def _no_args_is_help(e: click.ClickException) -> bool:
