@@ -117,7 +117,9 @@ def test_follow_mode_with_a_fifo_stops_on_sigterm(tape_dir, tmp_path):
 def test_sigterm_inside_a_large_claude_file_ends_after_the_batch(tape_dir, tmp_path):
     big = tmp_path / "big" / "s.jsonl"
     big.parent.mkdir()
-    transcript(big, 150_000_000)
+    # three of the reader's 8 MiB chunks, and 24 of STOPPER's 1 MiB batches: the signal
+    # lands inside the file and inside a chunk (150 MB were needed when a fixed delay sent it)
+    transcript(big, 24 << 20)
     # STOPPER (below) sends a real SIGTERM when the first batch ends: a fixed delay raced
     # with how fast the machine imports the file
     p = subprocess.run([sys.executable, "-c", STOPPER, str(tape_dir), str(big)], capture_output=True, timeout=300)
@@ -164,7 +166,7 @@ def test_sigterm_inside_a_codex_file_keeps_the_position(tape_dir, tmp_path):
     path = tmp_path / "rollout-big.jsonl"
     with path.open("wb") as f:
         f.write(lines[0])
-        for _ in range(max(1, (48 << 20) // len(b"".join(body)))):
+        for _ in range(max(1, (24 << 20) // len(b"".join(body)))):  # three 8 MiB chunks
             f.writelines(body)
     p = subprocess.Popen([sys.executable, "-c", STOPPER, str(tape_dir), str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     out, err = p.communicate(timeout=120)
