@@ -9,6 +9,8 @@ from contextlib import contextmanager
 
 import pytest
 
+import forkserver
+
 # The whole run's index caches go to a folder of its own, never to the user's
 # ~/.cache/ctape: set before any test module, module- or session-scoped fixture, or
 # subprocess can open a tape (the per-test fixture below then gives each test its own).
@@ -27,6 +29,7 @@ os.environ["PYTHONPYCACHEPREFIX"] = os.path.join(_RUN_CACHE, "pycache")
 
 
 def pytest_unconfigure(config):
+    forkserver.stop()
     shutil.rmtree(_RUN_CACHE, ignore_errors=True)
 
 
@@ -57,16 +60,11 @@ def tape(tape_dir):
 
 
 def run_cli(*args, input=None, env=None, cwd=None, check=False):
-    """Run the real `ctape` command in a subprocess."""
+    """Run the real `ctape` command in a process of its own (forked from a server that has
+    ctape imported: tests/forkserver.py; CTAPE_TEST_FORK=0 starts a new interpreter each time)."""
     e = dict(os.environ)
     e.update(env or {})
-    p = subprocess.run(
-        [sys.executable, "-m", "ctape", *map(str, args)],
-        input=input,
-        capture_output=True,
-        env=e,
-        cwd=cwd,
-    )
+    p = forkserver.run([str(a) for a in args], input, e, cwd, _RUN_CACHE)
     if check and p.returncode != 0:
         raise AssertionError(f"ctape {args} failed ({p.returncode}): {p.stderr.decode()}")
     return p

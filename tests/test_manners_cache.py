@@ -41,7 +41,8 @@ def _run_probe(tmp_path: Path, with_conftest: bool) -> Path:
     home.mkdir(parents=True)
     (root / "test_probe.py").write_text(PROBE)
     if with_conftest:
-        shutil.copy(Path(__file__).with_name("conftest.py"), root / "conftest.py")
+        for name in ("conftest.py", "forkserver.py"):  # the conftest and the module it imports
+            shutil.copy(Path(__file__).with_name(name), root / name)
     env = {k: v for k, v in os.environ.items() if k not in ("CTAPE_CACHE_DIR", "XDG_CACHE_HOME")}
     env["HOME"] = str(home)
     env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # the installed plugins cost seconds and are not needed here

@@ -65,6 +65,7 @@ from contextlib import contextmanager
 
 import pytest
 
+from conftest import run_cli as ctape_command
 from ctape import Tape
 from ctape.errors import EntryNotFound, RefNotFound
 
@@ -1220,7 +1221,7 @@ def copy_one_like_rsync(src, dst, rel, st, opened=None) -> str:
 
 
 def run_cli(*args):
-    p = subprocess.run([sys.executable, "-m", "ctape", *map(str, args)], capture_output=True)
+    p = ctape_command(*args)  # a real `ctape` process (conftest.run_cli)
     if p.returncode != 0:
         raise Failure(f"ctape {args} failed ({p.returncode}): {p.stderr.decode()}")
     return p
