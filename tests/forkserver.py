@@ -143,6 +143,7 @@ class _Client:
         self.folder = folder
         self.lock = threading.Lock()
         self.proc: subprocess.Popen | None = None
+        self.old: list[subprocess.Popen] = []  # servers replaced: they end with their last command
         self.path = ""
         self.sent = 0
         self.started = 0
@@ -166,6 +167,8 @@ class _Client:
             return s
 
     def _start(self, env: dict[str, str]) -> None:
+        if self.proc is not None:
+            self.old = [p for p in self.old if p.poll() is None] + [self.proc]
         self.started += 1
         self.path = os.path.join(self.folder, f"fork-{os.getpid()}-{self.started}.sock")
         self.env = dict(env)
@@ -178,9 +181,10 @@ class _Client:
             threading.Event().wait(0.005)
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+        for p in [*self.old, self.proc]:
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
 
 
 def _startup(env: dict[str, str]) -> dict[str, str]:
