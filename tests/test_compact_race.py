@@ -80,10 +80,10 @@ def _run(tape_dir, writers, grace):
     t = Tape.open(tape_dir)
     try:
         for session, hashes in acked:
-            chain = [e.hash for e in t.session(session).log()][::-1]
-            assert chain == hashes, f"{session}: acknowledged appends lost or out of order"
-            for h in hashes:
-                assert t.get(h).payload["output"]  # the entry and its blob read back
+            entries = list(t.session(session).log())[::-1]
+            assert [e.hash for e in entries] == hashes, f"{session}: acknowledged appends lost or out of order"
+            for e in entries:
+                assert e.payload["output"]  # the entry and its blob read back (log reads both)
         report = t.fsck()
         assert report["ok"], report["problems"]
     finally:
