@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Optional
 
 from . import derived, tags
 from .turns import take_turns, takes_own_turn
-from ..model.canonical import internalize, is_hash
+from ..model.canonical import BLOB_MIN, internalize, is_hash
 from ..model.errors import AmbiguousRef, CorruptObject, EntryNotFound, InvalidInput, RefNotFound, UnsafePath
 from ..model.models import NAME_RE, Entry, check_name, kind_value
 from ..model import refs as refmod
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 ENTRY_CACHE = 4096  # entries kept decoded per Tape
 ENTRY_CACHE_BYTES = 64 << 20  # and at most about this many bytes of them
+TEXTS_KEPT_BYTES = 64 << 20  # values (blobs) kept decoded per Tape: one that many entries share is read once
 DERIVED_KEPT = 1024  # derived values kept for an importer's latest entries
 
 
@@ -49,6 +50,10 @@ class Tape:
         # (an entry can carry megabytes of tool output)
         self._entries: OrderedDict[str, tuple[Entry, int]] = OrderedDict()
         self._entry_bytes = 0
+        # the text of values read last (_text): identical tool outputs are stored once, and
+        # kept, they are also read and decoded once by a log or an export of every entry
+        self._texts: OrderedDict[str, str] = OrderedDict()
+        self._text_bytes = 0
         self._redacted_seen: Optional[dict] = None
         self._derived_at: dict[str, dict] = {}  # _remember_derived
         store.discard_listeners.append(self._forget)
@@ -57,16 +62,21 @@ class Tape:
         mark(store)
 
     def _clear_entries(self) -> None:
-        """Forget every decoded entry (the next reads go to the files)."""
+        """Forget every decoded entry and value (the next reads go to the files)."""
         self._entries.clear()
         self._entry_bytes = 0
+        self._texts.clear()
+        self._text_bytes = 0
 
     def _forget(self, hashes) -> None:
-        """Entries of a discarded batch were never stored: drop them from the cache too."""
+        """Entries (and values) of a discarded batch were never stored: drop them from the caches too."""
         for h in hashes:
             cached = self._entries.pop(h, None)
             if cached is not None:
                 self._entry_bytes -= cached[1]
+            text = self._texts.pop(h, None)
+            if text is not None:
+                self._text_bytes -= len(text)
 
     @classmethod
     def init(cls, path: str | os.PathLike = ".ctape", **kw) -> "Tape":
@@ -152,13 +162,13 @@ class Tape:
             raw = redaction.apply(raw, redacted[h])
         size = len(body)
 
-        def get_blob(b: str) -> bytes:
+        def get_text(b: str) -> str:
             nonlocal size
             if b in redacted:  # a blob that is a secret goes whole, wherever it is referred to
-                return redaction.marker(redacted[b][0][1]).encode()
-            data = self.store.read_value(b, h)  # a value lost to damage reads as its marker
-            size += len(data)
-            return data
+                return redaction.marker(redacted[b][0][1])
+            text = self._text(b, h)
+            size += len(text)
+            return text
 
         e = Entry(
             hash=h,
@@ -166,15 +176,35 @@ class Tape:
             seq=raw["seq"],
             kind=raw["kind"],
             time=raw["time"],
-            payload=internalize(raw["payload"], get_blob),
-            meta=internalize(raw["meta"], get_blob),
-            delta=internalize(raw["delta"], get_blob),
+            payload=internalize(raw["payload"], get_text),
+            meta=internalize(raw["meta"], get_text),
+            delta=internalize(raw["delta"], get_text),
         )
         self._entries[h] = (e, size)
         self._entry_bytes += size
         while len(self._entries) > ENTRY_CACHE or (self._entry_bytes > ENTRY_CACHE_BYTES and len(self._entries) > 1):
             self._entry_bytes -= self._entries.popitem(last=False)[1][1]
         return e
+
+    def _text(self, b: str, entry: str) -> str:
+        """The text of value b, which `entry` refers to; kept while TEXTS_KEPT_BYTES allow
+        (the least recently read go first, one over a quarter of that is not kept). A value
+        is named by the hash of its bytes, verified when read: a kept one is never stale."""
+        text = self._texts.get(b)
+        if text is not None:
+            self._texts.move_to_end(b)
+            return text
+        data = self.store.read_value(b, entry)  # a value lost to damage reads as its marker
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise CorruptObject(f"blob {b} is not UTF-8 text; run `ctape fsck`") from None
+        if BLOB_MIN <= len(text) <= TEXTS_KEPT_BYTES // 4:  # (a shorter one is a marker: never kept)
+            self._texts[b] = text
+            self._text_bytes += len(text)
+            while self._text_bytes > TEXTS_KEPT_BYTES:
+                self._text_bytes -= len(self._texts.popitem(last=False)[1])
+        return text
 
     def has_entry(self, h: str) -> bool:
         return self.store.has_object(h)

@@ -458,25 +458,23 @@ def _string(s: str, put_blob: Callable[[bytes], str]) -> str:
     return s
 
 
-def internalize(value: Any, get_blob: Callable[[str], bytes]) -> Any:
-    """The inverse of externalize: fetch blob references back into strings. Recursive:
-    entries read from disk are held to MAX_DEPTH first (schema.entry_body_problem)."""
+def internalize(value: Any, get_text: Callable[[str], str]) -> Any:
+    """The inverse of externalize: blob references back into strings (get_text: the text of
+    a blob by its hash, CorruptObject when it is not UTF-8). Recursive: entries read from
+    disk are held to MAX_DEPTH first (schema.entry_body_problem)."""
     if isinstance(value, str):
         if value[:1] == "\0":
             if value[1:2] == "b" and len(value) == 66:
                 h = value[2:]
                 if _HASH.fullmatch(h) is None:
                     raise CorruptObject(f"a blob reference {h[:16]!r}... is not a hash; run `ctape fsck`")
-                try:
-                    return get_blob(h).decode("utf-8")
-                except UnicodeDecodeError:
-                    raise CorruptObject(f"blob {h} is not UTF-8 text; run `ctape fsck`") from None
+                return get_text(h)
             return value[1:]
         return value
     if isinstance(value, dict):
-        return {k: internalize(v, get_blob) for k, v in value.items()}
+        return {k: internalize(v, get_text) for k, v in value.items()}
     if isinstance(value, list):
-        return [internalize(v, get_blob) for v in value]
+        return [internalize(v, get_text) for v in value]
     return value
 
 

@@ -66,8 +66,22 @@ def summary(e: Entry, width: int = 72) -> str:
         if isinstance(c, list):
             c = " ".join(str(part.get("text", "")) if isinstance(part, dict) else str(part) for part in c)
         text = c if isinstance(c, str) else json.dumps(e.payload, ensure_ascii=False)
-    text = clean(" ".join(str(text).split()))
+    text = clean(_squeezed(str(text), width))
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _squeezed(text: str, width: int) -> str:
+    """`" ".join(text.split())`, or a prefix of it longer than `width` characters: what a
+    line of that width shows, read from the start of the text only, so that the summary of
+    a 200 KB tool output costs what a short one's does. (Squeezing a prefix of the text
+    gives a prefix of the squeezed text: its last word may be cut, never changed.)"""
+    n = 2 * width + 64
+    while n < len(text):
+        head = " ".join(text[:n].split())
+        if len(head) > width:
+            return head
+        n *= 4
+    return " ".join(text.split())
 
 
 def decorations(tape, session: Optional[str], only: Optional[Iterable[str]] = None) -> dict[str, list[str]]:

@@ -165,7 +165,7 @@ def skeleton(tape, h: str) -> Node:
         p = tape.read_entry(h).payload
         anchor = p.get("name") if isinstance(p, dict) else None
     meta = raw["meta"]
-    hidden = isinstance(meta, dict) and bool(internalize(meta.get(HIDDEN), lambda b: b"x"))
+    hidden = isinstance(meta, dict) and bool(internalize(meta.get(HIDDEN), lambda b: "x"))
     return Node(raw["parent"], raw["seq"], raw["kind"], str(anchor) if anchor is not None else None, hidden)
 
 
