@@ -370,7 +370,7 @@ def _status(st: dict) -> list[str]:
 
 
 def summary_text(text: Optional[str], width: int = 60) -> str:
-    t = " ".join((text or "").split())
+    t = _squeezed(text or "", width)
     return t if len(t) <= width else t[: width - 1] + "…"
 
 
