@@ -126,6 +126,9 @@ def _become(conn: socket.socket, req: dict, fds: list[int]) -> None:
 
 
 def _server_main(path: str) -> None:
+    # ctape from where `python -m ctape` in the caller's folder finds it (a working tree
+    # there comes before an installed copy), not from this file's folder
+    sys.path[0] = os.getcwd()
     conn, req, fds = _serve(path)
     _become(conn, req, fds)
     import runpy
