@@ -6,6 +6,7 @@ users import, ctape.Tape (ctape/tape.py), is this class with those verbs added."
 from __future__ import annotations
 
 import os
+import sys
 from collections import OrderedDict
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Iterator, Optional
@@ -29,7 +30,8 @@ if TYPE_CHECKING:
 
 ENTRY_CACHE = 4096  # entries kept decoded per Tape
 ENTRY_CACHE_BYTES = 64 << 20  # and at most about this many bytes of them
-TEXTS_KEPT_BYTES = 64 << 20  # values (blobs) kept decoded per Tape: one that many entries share is read once
+TEXTS_KEPT_BYTES = 64 << 20  # values (blobs) kept decoded per Tape: one that many entries share is read twice
+READ_ONCE_KEPT = 4096  # hashes of values read once, remembered so that a second read keeps the value
 DERIVED_KEPT = 1024  # derived values kept for an importer's latest entries
 
 
@@ -52,8 +54,10 @@ class Tape:
         self._entry_bytes = 0
         # the text of values read last (_text): identical tool outputs are stored once, and
         # kept, they are also read and decoded once by a log or an export of every entry
-        self._texts: OrderedDict[str, str] = OrderedDict()
+        self._texts: OrderedDict[str, tuple[str, int]] = OrderedDict()  # hash -> (text, bytes held)
+        self._read_once: OrderedDict[str, None] = OrderedDict()  # values read once, not kept (yet)
         self._text_bytes = 0
+        self._losses_seen: Optional[dict] = None  # the salvage losses _texts were read under
         self._redacted_seen: Optional[dict] = None
         self._derived_at: dict[str, dict] = {}  # _remember_derived
         store.discard_listeners.append(self._forget)
@@ -65,8 +69,7 @@ class Tape:
         """Forget every decoded entry and value (the next reads go to the files)."""
         self._entries.clear()
         self._entry_bytes = 0
-        self._texts.clear()
-        self._text_bytes = 0
+        self._forget_texts()
 
     def _forget(self, hashes) -> None:
         """Entries (and values) of a discarded batch were never stored: drop them from the caches too."""
@@ -74,9 +77,9 @@ class Tape:
             cached = self._entries.pop(h, None)
             if cached is not None:
                 self._entry_bytes -= cached[1]
-            text = self._texts.pop(h, None)
-            if text is not None:
-                self._text_bytes -= len(text)
+            kept = self._texts.pop(h, None)
+            if kept is not None:
+                self._text_bytes -= kept[1]
 
     @classmethod
     def init(cls, path: str | os.PathLike = ".ctape", **kw) -> "Tape":
@@ -166,8 +169,8 @@ class Tape:
             nonlocal size
             if b in redacted:  # a blob that is a secret goes whole, wherever it is referred to
                 return redaction.marker(redacted[b][0][1])
-            text = self._text(b, h)
-            size += len(text)
+            text, held = self._text(b, h)
+            size += held
             return text
 
         e = Entry(
@@ -186,25 +189,45 @@ class Tape:
             self._entry_bytes -= self._entries.popitem(last=False)[1][1]
         return e
 
-    def _text(self, b: str, entry: str) -> str:
-        """The text of value b, which `entry` refers to; kept while TEXTS_KEPT_BYTES allow
-        (the least recently read go first, one over a quarter of that is not kept). A value
-        is named by the hash of its bytes, verified when read: a kept one is never stale."""
-        text = self._texts.get(b)
-        if text is not None:
+    def _text(self, b: str, entry: str) -> tuple[str, int]:
+        """The text of value b, which `entry` refers to, and the bytes of memory it holds.
+        A value read a second time is one entries share: it is kept while TEXTS_KEPT_BYTES
+        allow (the least recently read go first, one over a quarter of that is not kept),
+        so a process that reads each value once (an import checking what it holds) keeps
+        none. A value is named by the hash of its bytes, verified when read: a kept one is
+        never stale. A salvage since the last read drops them all: a value it moved away
+        now reads as lost, as in every other process."""
+        losses = self.store._salvage_losses()
+        if losses is not self._losses_seen:
+            self._losses_seen = losses
+            self._forget_texts()
+        kept = self._texts.get(b)
+        if kept is not None:
             self._texts.move_to_end(b)
-            return text
+            return kept
         data = self.store.read_value(b, entry)  # a value lost to damage reads as its marker
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError:
             raise CorruptObject(f"blob {b} is not UTF-8 text; run `ctape fsck`") from None
-        if BLOB_MIN <= len(text) <= TEXTS_KEPT_BYTES // 4:  # (a shorter one is a marker: never kept)
-            self._texts[b] = text
-            self._text_bytes += len(text)
+        kept = (text, sys.getsizeof(text))  # (1 to 4 bytes a character, by the widest one)
+        if len(text) < BLOB_MIN or kept[1] > TEXTS_KEPT_BYTES // 4:  # (a shorter one is a marker: never kept)
+            return kept
+        if b not in self._read_once:
+            self._read_once[b] = None
+            if len(self._read_once) > READ_ONCE_KEPT:
+                self._read_once.popitem(last=False)
+        else:
+            del self._read_once[b]
+            self._texts[b] = kept
+            self._text_bytes += kept[1]
             while self._text_bytes > TEXTS_KEPT_BYTES:
-                self._text_bytes -= len(self._texts.popitem(last=False)[1])
-        return text
+                self._text_bytes -= self._texts.popitem(last=False)[1][1]
+        return kept
+
+    def _forget_texts(self) -> None:
+        self._texts.clear()
+        self._text_bytes = 0  # (_read_once stays: it holds hashes, no text)
 
     def has_entry(self, h: str) -> bool:
         return self.store.has_object(h)

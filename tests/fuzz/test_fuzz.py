@@ -217,7 +217,7 @@ def test_fuzz_entry_bodies(seed):
 
     def run():
         raw = schema.decode_entry(h, body)
-        get = lambda b: b"blob text"  # noqa: E731
+        get = lambda b: "blob text"  # noqa: E731
         e = Entry(h, raw["parent"], raw["seq"], raw["kind"], raw["time"], internalize(raw["payload"], get), internalize(raw["meta"], get), internalize(raw["delta"], get))
         derived.step(derived.step(derived.empty(), e), e)
         e.to_json()
