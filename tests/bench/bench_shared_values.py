@@ -16,21 +16,23 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, HERE)
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
+
+from bench_hostile_diff import cli  # noqa: E402 - one `ctape` process of a checkout, its compiled modules kept
 
 from ctape import Tape  # noqa: E402
 
 COMMANDS = {"log": ["log", "--no-pager", "-s", "s"], "export": ["export", "s"]}
+# each shape's tape is FOLDER/tape, its index cache FOLDER/cache (as bench_hostile_diff.cli runs them)
 
 
 def build(path: str, n: int, size: int) -> None:
@@ -47,18 +49,6 @@ def build(path: str, n: int, size: int) -> None:
                     s.append("tool_result", {"call_id": f"c{i - 1}", "output": out})
 
 
-def cpu_of(checkout: str, tape: str, args: list[str]) -> float:
-    env = dict(os.environ, PYTHONPATH=checkout, CTAPE_CACHE_DIR=tape + ".cache")
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    # (from the tape's folder: `python -m` puts the working folder first on the path)
-    p = subprocess.run([sys.executable, "-m", "ctape", "--dir", tape, *args], env=env, cwd=os.path.dirname(tape),
-                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if p.returncode != 0:
-        raise SystemExit(f"ctape {' '.join(args)} failed: {p.stderr.decode().strip()}")
-    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("-n", type=int, default=20000, help="entries per session")
@@ -73,13 +63,13 @@ def main() -> None:
         tapes = {}
         for size in sizes:
             tapes[size] = os.path.join(tmp, f"t{size}")
-            build(tapes[size], a.n, size)
+            build(os.path.join(tapes[size], "tape"), a.n, size)
         results = {}
         for _ in range(a.repeat):  # the checkouts and shapes take turns
             for name, checkout in checkouts.items():
                 for size, tape in tapes.items():
                     for cmd, args in COMMANDS.items():
-                        results.setdefault((name, size, cmd), []).append(cpu_of(checkout, tape, args))
+                        results.setdefault((name, size, cmd), []).append(cli(tape, args, checkout)[1])
         print(f"{a.n:,} entries, a quarter sharing one output; CPU seconds, median of {a.repeat} (ratio to short outputs)")
         for name in checkouts:
             for cmd in COMMANDS:
