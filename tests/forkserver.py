@@ -73,6 +73,11 @@ def _serve(path: str):
                     if not more:
                         break
                     msg += more
+                if not msg.endswith(b"\n"):  # a caller gone before its request
+                    for fd in fds:
+                        os.close(fd)
+                    conn.close()
+                    continue
                 pid = os.fork()
                 if pid == 0:
                     sel.close()
@@ -156,7 +161,7 @@ class _Client:
         """A connection to a server whose interpreter started as `env` asks, or None."""
         with self.lock:
             if self.proc is None or self.sent >= ROUNDS or self.proc.poll() is not None:
-                self._start(env)
+                self._start()
             if _startup(env) != _startup(self.env):
                 return None
             self.sent += 1
@@ -169,12 +174,15 @@ class _Client:
                 return None
             return s
 
-    def _start(self, env: dict[str, str]) -> None:
+    def _start(self) -> None:
+        """A server started as this process was (its children take each caller's environment;
+        one started from a caller's PYTHONIOENCODING would send every other command to a new
+        interpreter for good)."""
         if self.proc is not None:
             self.old = [p for p in self.old if p.poll() is None] + [self.proc]
         self.started += 1
         self.path = os.path.join(self.folder, f"fork-{os.getpid()}-{self.started}.sock")
-        self.env = dict(env)
+        self.env = dict(os.environ)
         self.proc = subprocess.Popen([sys.executable, __file__, self.path], env=self.env, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.DEVNULL, stderr=None, close_fds=True)
         self.sent = 0

@@ -109,3 +109,16 @@ def test_a_child_killed_by_a_signal_gives_its_negative_number(tape_dir, tmp_path
     os.kill(int(children[0]), signal.SIGKILL)
     t.join(timeout=60)
     assert out["p"].returncode == -signal.SIGKILL
+
+
+def test_a_server_first_asked_for_another_startup_still_serves_the_ordinary_ones(tmp_path):
+    """A worker's first command may set PYTHONIOENCODING: it runs in a new interpreter, and
+    the server then started must still serve every ordinary command after it."""
+    client = forkserver._Client(str(tmp_path))
+    try:
+        assert client.connect(dict(os.environ, PYTHONIOENCODING="latin-1")) is None
+        conn = client.connect(dict(os.environ))
+        assert conn is not None
+        conn.close()
+    finally:
+        client.stop()
