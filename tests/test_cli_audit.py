@@ -8,7 +8,8 @@ leaves the tape byte-identical.
    lists them (exit 2); a hash or hash prefix still needs no session.
 4. `branch -d/-D` takes one name (as `tag -d`).
 5. `session use PREFIX` names the session it chose.
-6. `stream` with invalid UTF-8 keeps the text before the bad byte, and says so.
+6. `stream` with invalid UTF-8 records nothing, unless a flush already put part of it on
+   disk: then it keeps the text before the bad byte, and says so.
 7. `export`, `show`, `state`, `context` of a damaged session warn as `log` does.
 """
 
@@ -18,6 +19,7 @@ import pathlib
 import shutil
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -212,21 +214,40 @@ def test_session_use_prefix_prints_the_session_it_chose(tape_dir):
 # -- 6. stream: invalid UTF-8 ---------------------------------------------------------------------
 
 
-def test_stream_keeps_the_text_before_a_bad_byte(tape_dir):
-    p = run_cli("--dir", tape_dir, "stream", "-s", "s", input=b"hello \xff world")
+@pytest.mark.parametrize("data", [b"hello \xff world", "h\u00e9llo \u00e9".encode()[:-1] + b"(", "caf\u00e9".encode("latin-1")])
+def test_stream_piped_whole_with_a_bad_byte_records_nothing(tape_dir, data):
+    """SPEC 12: non-UTF-8 text on stdin is a clear error and changes nothing, a bad byte
+    after valid text (or inside a multibyte character) as much as one at the start."""
+    run_cli("--dir", tape_dir, "append", "user", "--text", "hi", "-s", "s")
+    before = snapshot(tape_dir)
+    p = run_cli("--dir", tape_dir, "stream", "-s", "s", input=data)
     assert p.returncode == 2
-    one_line_error(p, "not valid UTF-8", "was kept as a streaming entry")
+    err = one_line_error(p, "not valid UTF-8 at character", "nothing was recorded")
+    assert "kept" not in err
+    assert snapshot(tape_dir) == before
+
+
+def test_a_live_stream_cut_by_a_bad_byte_keeps_what_was_on_disk(tape_dir):
+    """Once a flush has put part of a live stream on disk, a bad byte cuts it off as a kill
+    would: the text before it is kept as one streaming entry, and the error says so."""
+    p = subprocess.Popen([sys.executable, "-m", "ctape", "--dir", str(tape_dir), "stream", "-s", "s", "--interval", "0.05"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdin.write("h\u00e9llo ".encode())
+    p.stdin.flush()
+    for _ in range(600):  # until a flush has put it on disk: status reports the interrupted stream
+        st = json.loads(run_cli("--dir", tape_dir, "status", "-s", "s", "--json").stdout or b"{}")
+        if (st.get("interrupted_stream") or {}).get("content") == "h\u00e9llo ":
+            break
+        threading.Event().wait(0.05)
+    else:
+        p.kill()
+        raise AssertionError("the stream never flushed")
+    out, err = p.communicate(b"world \xff more")
+    assert p.returncode == 2
+    one_line_error(subprocess.CompletedProcess([], 2, out, err), "not valid UTF-8 after 12 characters", "was kept as a streaming entry")
     (line,) = run_cli("--dir", tape_dir, "log", "-s", "s", "--json").stdout.splitlines()
     e = json.loads(line)
-    assert e["kind"] == "streaming" and e["payload"] == {"content": "hello "}
-
-
-def test_stream_keeps_a_prefix_cut_in_a_multibyte_character(tape_dir):
-    p = run_cli("--dir", tape_dir, "stream", "-s", "s", input="héllo \u00e9".encode()[:-1] + b"(")
-    assert p.returncode == 2
-    one_line_error(p, "not valid UTF-8", "kept")
-    (line,) = run_cli("--dir", tape_dir, "log", "-s", "s", "--json").stdout.splitlines()
-    assert json.loads(line)["payload"] == {"content": "héllo "}
+    assert e["kind"] == "streaming" and e["payload"] == {"content": "h\u00e9llo world "}
 
 
 def test_stream_that_starts_with_a_bad_byte_records_nothing_and_says_so(tape_dir):

@@ -102,6 +102,15 @@ class StreamWriter:
             self.size += len(chunk)
             self.bytes += n
 
+    def drop_unflushed(self) -> bool:
+        """Forget the text received, if none of it is on disk yet (the stream then ends as if
+        it never began); False when a flush already persisted part of it."""
+        with self._lock:
+            if self.flushed:
+                return False
+            self.text, self._chunks, self.size, self.bytes = [], 0, 0, 0
+            return True
+
     def _ticker(self) -> None:
         while not self._stop.wait(self.interval / 2):
             self.flush(wait=False)
@@ -245,13 +254,18 @@ def run_cli_stream(session: "Session", interval: float) -> Optional[Entry]:
                 try:
                     writer.write(decoder.decode(chunk, final=not chunk))
                 except UnicodeDecodeError as e:
-                    # the text before the bad byte (of this read, and of any sequence left
-                    # open by the last) goes in too: the stream ends interrupted, keeping it
+                    # Bad input changes nothing (SPEC 12) while nothing of the stream is on
+                    # disk yet: a file piped in whole is refused whole. Once a flush has
+                    # persisted part of it, a live stream was cut off: what it sent before the
+                    # bad byte (of this read too) is kept, as a kill would have kept it.
+                    n = writer.size + len(e.object[: e.start].decode("utf-8"))
+                    if writer.drop_unflushed():
+                        at = f"at character {n + 1:,}" if n else "from its first byte"
+                        raise InvalidInput(f"stdin is not valid UTF-8 {at}; nothing was recorded: convert it to UTF-8 first") from None
                     writer.write(e.object[: e.start].decode("utf-8"))
-                    if writer.size:
-                        n = f"{writer.size:,} character" + ("s" if writer.size > 1 else "")
-                        raise InvalidInput(f"stdin is not valid UTF-8 after {n}; the text before the bad byte was kept as a streaming entry") from None
-                    raise InvalidInput("stdin is not valid UTF-8 from its first byte; nothing was recorded: convert it to UTF-8 first") from None
+                    n = f"{writer.size:,} character" + ("s" if writer.size > 1 else "")
+                    raise InvalidInput(f"stdin is not valid UTF-8 after {n}; the text before the bad byte was kept as a streaming entry, "
+                                       f"since part of it was already on disk") from None
                 if not chunk:
                     break
     except StreamInterrupted as e:
