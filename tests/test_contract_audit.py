@@ -230,3 +230,16 @@ def test_a_stream_takes_text_and_says_so_as_a_ctape_error(tape, chunk):
             w.write(chunk)
     assert isinstance(ei.value, TypeError)  # and still what Python code expects of a wrong type
     assert [e.payload["content"] for e in s.log()] == ["kept "]  # what came before is an interrupted stream's entry
+
+
+def test_text_goes_where_the_kind_keeps_its_text(tape_dir):
+    """SPEC 5: `--text` takes raw text as {"content": text}; the kinds whose payload keeps its
+    text in another field (SPEC 3) get it there: a tool_result's output (with --meta
+    call_id=ID) and an error's message. An error's --text was refused for lacking one."""
+    cli(tape_dir, "append", "user", "--text", "hello", "-s", "s", check=True)
+    cli(tape_dir, "append", "tool_result", "--text", "3 passed", "-s", "s", "--meta", "call_id=c1", check=True)
+    cli(tape_dir, "append", "error", "-", "--text", "-s", "s", input=b"the tool timed out\n", check=True)
+    cli(tape_dir, "append", "error", "--text", "boom", "-s", "s", "--meta", "call_id=c2", check=True)
+    got = [(e["kind"], e["payload"]) for e in map(json.loads, cli(tape_dir, "log", "-s", "s", "--json", "--reverse", check=True).stdout.splitlines())]
+    assert got == [("user", {"content": "hello"}), ("tool_result", {"call_id": "c1", "output": "3 passed"}),
+                   ("error", {"message": "the tool timed out\n"}), ("error", {"call_id": "c2", "message": "boom"})]

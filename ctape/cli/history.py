@@ -62,7 +62,7 @@ def _parse_json(text: str, what: str, hint: str = "use --text for plain text"):
 @session_option
 @click.option("--meta", "metas", multiple=True, metavar="K=V", help="Add a meta field (string value); repeatable.")
 @click.option("--delta", metavar="JSON", help="State change as a JSON merge patch.")
-@click.option("--text", "as_text", is_flag=True, help="Take PAYLOAD (or stdin) as raw text: {\"content\": TEXT}.")
+@click.option("--text", "as_text", is_flag=True, help="Take PAYLOAD (or stdin) as raw text: {\"content\": TEXT} (a tool_result's output with --meta call_id=ID; an error's message).")
 @click.option("--time", "time_", metavar="RFC3339", help="Entry time (default: now).")
 @click.pass_context
 def append(ctx, kind, payload, session, metas, delta, as_text, time_):
@@ -94,9 +94,13 @@ def append(ctx, kind, payload, session, metas, delta, as_text, time_):
         need_stdin("give PAYLOAD as an argument, or pipe it in")
     text = _read_stdin_text() if payload in (None, "-") else payload
     if as_text:
+        # {"content": TEXT} (SPEC 5); for the kinds whose text lives elsewhere, the field
+        # their payload convention gives it (SPEC 3), which {"content"} would leave out
         value = {"content": text}
         if kind_value == "tool_result" and "call_id" in meta:
             value = {"call_id": meta["call_id"], "output": text}
+        elif kind_value == "error":
+            value = {"message": text, **({"call_id": meta["call_id"]} if "call_id" in meta else {})}
     else:
         value = _parse_json(text, "payload")
     # --text is about the payload: the state change is always JSON (a merge patch)
