@@ -243,3 +243,15 @@ def test_text_goes_where_the_kind_keeps_its_text(tape_dir):
     got = [(e["kind"], e["payload"]) for e in map(json.loads, cli(tape_dir, "log", "-s", "s", "--json", "--reverse", check=True).stdout.splitlines())]
     assert got == [("user", {"content": "hello"}), ("tool_result", {"call_id": "c1", "output": "3 passed"}),
                    ("error", {"message": "the tool timed out\n"}), ("error", {"call_id": "c2", "message": "boom"})]
+
+
+@pytest.mark.parametrize("args", [["show", "LONG"], ["log", "LONG"], ["checkout", "LONG"], ["state", "LONG"], ["branch", "x", "LONG"],
+                                  ["log", "LONG~2"], ["show", "abcd" * 1250], ["log", "--kind", "LONG"], ["append", "LONG", "--text", "x"]])
+def test_an_error_quotes_a_long_input_cut_to_one_short_line(tape_dir, args):
+    """A 5,000-character ref or kind was repeated whole in its one-line error."""
+    cli(tape_dir, "append", "user", "--text", "hi", "-s", "s", check=True)
+    before = snapshot(tape_dir)
+    p = cli(tape_dir, *[a.replace("LONG", "zq" * 2500) for a in args], "-s", "s")
+    err = one_line_error(p, p.returncode)
+    assert p.returncode in (1, 2) and len(err) < 300, err
+    assert snapshot(tape_dir) == before

@@ -19,6 +19,7 @@ from ..model.models import NAME_RE, Entry, check_name, kind_value
 from ..model import refs as refmod
 from ..model.refs import HEAD
 from ..model.refspec import parse_ref
+from ..model.timespec import shown
 from ..model.schema import decode_entry
 from ..model import redaction
 from ..store.files import TYPE_ENTRY
@@ -33,6 +34,7 @@ ENTRY_CACHE_BYTES = 64 << 20  # and at most about this many bytes of them
 TEXTS_KEPT_BYTES = 64 << 20  # values (blobs) kept decoded per Tape: one that many entries share is read twice
 READ_ONCE_KEPT = 4096  # hashes of values read once, remembered so that a second read keeps the value
 DERIVED_KEPT = 1024  # derived values kept for an importer's latest entries
+REF_SHOWN = 90  # characters of a ref an error quotes (a session's name and a whole hash fit)
 
 
 @take_turns
@@ -252,7 +254,7 @@ class Tape:
     def get(self, ref: str, session: Optional[str] = None) -> Entry:
         h = self.resolve(ref, session)
         if h is None:
-            raise RefNotFound(f"{ref!r} has no entries yet")
+            raise RefNotFound(f"{shown(ref, REF_SHOWN)} has no entries yet")
         return self.read_entry(h)
 
     def resolve(self, ref: str, session: Optional[str] = None) -> Optional[str]:
@@ -266,7 +268,7 @@ class Tape:
         up = derived.ancestor(h, spec.back, self._read_entry, self.store.index.keyframe)
         if up is None:
             seq = self.read_entry(h).seq
-            raise RefNotFound(f"{ref!r} goes past the root: {spec.base} has only {seq - 1} entries before it")
+            raise RefNotFound(f"{shown(ref, REF_SHOWN)} goes past the root: {spec.base} has only {seq - 1} entries before it")
         return up
 
     def _resolve_base(self, base: str, session: Optional[str], reflog: Optional[int]) -> Optional[str]:
@@ -280,7 +282,7 @@ class Tape:
         if reflog is not None:
             name = base if NAME_RE.fullmatch(base) and self._session_exists(base) else session
             if name is None or (base != name and not self._session_exists(base)):
-                raise RefNotFound(f"@{{N}} needs a session: {base!r} is not one")
+                raise RefNotFound(f"@{{N}} needs a session: {shown(base, REF_SHOWN)} is not one")
             return self._session_class(self, name).head_at(reflog)
         if is_hash(base):
             if not self.store.has_object(base):
@@ -294,8 +296,8 @@ class Tape:
                 found, h = self._named_in(self._session_class(self, s), b)
                 if found:
                     return h
-                raise RefNotFound(f"session {s!r} has no branch, tag or anchor {b!r}; see `ctape branch -s {s}` and `ctape tag -s {s}`")
-            raise RefNotFound(f"unknown ref {base!r}; use SESSION/BRANCH with an existing session")
+                raise RefNotFound(f"session {s!r} has no branch, tag or anchor {shown(b, REF_SHOWN)}; see `ctape branch -s {s}` and `ctape tag -s {s}`")
+            raise RefNotFound(f"unknown ref {shown(base, REF_SHOWN)}; use SESSION/BRANCH with an existing session")
         if session is not None and (NAME_RE.fullmatch(base) or tags.is_tag_ref(base)) and self._session_exists(session):
             found, h = self._named_in(self._session_class(self, session), base)
             if found:
@@ -304,7 +306,7 @@ class Tape:
             return self._session_class(self, base).view().head_hash
         if len(base) >= 4 and all(c in "0123456789abcdef" for c in base.lower()):
             return self._resolve_prefix(base.lower())
-        raise RefNotFound(f"unknown ref {base!r}: not a session, branch, tag, anchor or entry hash; see `ctape sessions` and `ctape log`")
+        raise RefNotFound(f"unknown ref {shown(base, REF_SHOWN)}: not a session, branch, tag, anchor or entry hash; see `ctape sessions` and `ctape log`")
 
     @staticmethod
     def _named_in(sess: "Session", name: str) -> tuple[bool, Optional[str]]:
@@ -326,9 +328,9 @@ class Tape:
         except StaleRow:  # a compaction in another process removed a file its rows name
             found = self.store.reread(lambda: self._entries_with_prefix(prefix))
         if not found:
-            raise RefNotFound(f"no entry starts with {prefix!r}")
+            raise RefNotFound(f"no entry starts with {shown(prefix, REF_SHOWN)}")
         if len(found) > 1:
-            raise AmbiguousRef(f"{prefix!r} is ambiguous: {', '.join(sorted(found)[:10])}; give more digits")
+            raise AmbiguousRef(f"{shown(prefix, REF_SHOWN)} is ambiguous: {', '.join(sorted(found)[:10])}; give more digits")
         return found[0]
 
     def _entries_with_prefix(self, prefix: str) -> list[str]:

@@ -37,7 +37,7 @@ def kind_value(kind: Any) -> str:
     if v is None and isinstance(kind, str):
         v = KINDS.get(str(kind.value) if isinstance(kind, EntryKind) else kind)
     if v is None:
-        raise InvalidInput(f"unknown kind {kind!r}; use one of: {', '.join(k.value for k in EntryKind)}")
+        raise InvalidInput(f"unknown kind {kind!r:.60}; use one of: {', '.join(k.value for k in EntryKind)}")
     return v
 
 

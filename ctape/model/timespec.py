@@ -68,7 +68,8 @@ def parse_when(text, what: str = "--since") -> str:
         raise InvalidInput(f"invalid {what}: {e}") from None
 
 
-def shown(text) -> str:
-    """The value as an error message quotes it: one short line (a ref, a time, a duration)."""
+def shown(text, most: int = 40) -> str:
+    """The value as an error message quotes it: one short line (a ref, a time, a duration),
+    at most `most` characters."""
     s = repr(text)
-    return s if len(s) <= 40 else s[:36] + "...'"
+    return s if len(s) <= most else s[: most - 4] + "...'"
