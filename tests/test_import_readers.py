@@ -92,3 +92,26 @@ def test_one_record_is_one_record(tape_dir, tmp_path):
     assert "imported 1 record from" in p.stderr.decode() and "(1 entry)" in p.stderr.decode(), p.stderr
     p = run_cli("--dir", tape_dir, "import", src, "-s", "one", check=True)
     assert "already holds its record" in p.stderr.decode(), p.stderr
+
+
+@pytest.mark.parametrize("fmt", [None, "codex"])
+@pytest.mark.parametrize("name", ["-", "/dev/stdin"])
+def test_compressed_stdin_imports_as_the_plain_file(tape_dir, plain, fmt, name):
+    """SPEC 13: `import` reads `.jsonl.zst` and `-`: a compressed stream on stdin (or a pipe,
+    which has no name to end in .zst) is told by zstd's magic number, in two frames here."""
+    raw = CODEX.read_bytes()
+    half = len(raw) // 2
+    z = zstandard.ZstdCompressor().compress(raw[:half]) + zstandard.ZstdCompressor().compress(raw[half:])
+    p = run_cli("--dir", tape_dir, "import", *([fmt] if fmt else []), name, "-s", "cx", input=z)
+    assert p.returncode == 0, p.stderr
+    assert hashes(tape_dir, "cx") == plain["cx"]
+
+
+def test_damaged_compressed_stdin_is_refused_and_changes_nothing(tape_dir):
+    run_cli("--dir", tape_dir, "append", "user", "--text", "hi", "-s", "s", check=True)
+    before = snapshot(tape_dir)
+    z = zstandard.ZstdCompressor().compress(CODEX.read_bytes())
+    p = run_cli("--dir", tape_dir, "import", "codex", "-", "-s", "cx", input=z[:4] + bytes(64) + z[68:])
+    err = p.stderr.decode()
+    assert p.returncode == 2 and err.count("\n") == 1 and err.startswith("ctape: error: ") and "Traceback" not in err, err
+    assert snapshot(tape_dir) == before

@@ -22,7 +22,7 @@ def import_(ctx, args, session):
     """Import transcripts: jsonl (ctape's own export), claude-code, codex, openai, gemini.
 
     FORMAT is detected from each file's first records when it is not given. FILE
-    may be - (stdin), a pipe or a .zst file.
+    may be - (stdin), a pipe or a .zst file; stdin and pipes may be zstd-compressed.
     Importing what the tape already holds adds nothing, says so, and moves no
     HEAD; a file that grew adds its new records and moves its branches on.
 

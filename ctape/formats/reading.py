@@ -24,6 +24,7 @@ from ..model.canonical import max_record
 
 ZST = ".zst"
 STDIN = "-"
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"  # the first bytes of a zstd frame
 CHUNK = 8 << 20  # bytes read at a time
 
 
@@ -61,15 +62,51 @@ def display_stem(path: str) -> str:
 
 
 def open_stream(path: str):
-    """A binary stream of the file's (decompressed) content; `-` is stdin."""
+    """A binary stream of the file's (decompressed) content; `-` is stdin. Stdin and pipes
+    are decompressed when they start with zstd's magic number (`ctape import - <
+    rollout.jsonl.zst`): no transcript starts so, as those bytes are not UTF-8."""
     if path == STDIN:
-        return _Closing(sys.stdin.buffer, None)
+        return _sniffed(sys.stdin.buffer, None)
     f = open(real_path(path), "rb")
-    if not str(path).endswith(ZST) or hasattr(path, "real"):
+    if hasattr(path, "real"):
         return f
+    if str(path).endswith(ZST):
+        return _Closing(_zstd_reader(f), f)
+    try:
+        regular = stat.S_ISREG(os.fstat(f.fileno()).st_mode)
+    except OSError:
+        regular = True
+    return f if regular else _sniffed(f, f)
+
+
+def _zstd_reader(source):
     import zstandard
 
-    return _Closing(zstandard.ZstdDecompressor().stream_reader(f, read_across_frames=True), f)
+    return zstandard.ZstdDecompressor().stream_reader(source, read_across_frames=True)
+
+
+def _sniffed(raw, f) -> "_Closing":
+    """`raw` read front to back, decompressed if it starts with zstd's magic number."""
+    head = raw.read(len(ZSTD_MAGIC))
+    source = _Prefixed(head, raw)
+    return _Closing(_zstd_reader(source) if head == ZSTD_MAGIC else source, f)
+
+
+class _Prefixed:
+    """The bytes already read from a stream, then the rest of it."""
+
+    def __init__(self, head: bytes, rest):
+        self.head, self.rest = head, rest
+
+    def read(self, n: int = -1) -> bytes:
+        if self.head:
+            out = self.head if n < 0 or n >= len(self.head) else self.head[:n]
+            self.head = self.head[len(out):]
+            return out
+        return self.rest.read(n)
+
+    def close(self) -> None:
+        pass  # the file under it is closed by its owner (_Closing)
 
 
 class _Closing:
