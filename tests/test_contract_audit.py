@@ -255,3 +255,20 @@ def test_an_error_quotes_a_long_input_cut_to_one_short_line(tape_dir, args):
     err = one_line_error(p, p.returncode)
     assert p.returncode in (1, 2) and len(err) < 300, err
     assert snapshot(tape_dir) == before
+
+
+def test_a_name_no_session_has_is_unknown_not_a_missing_session(tape_dir):
+    """SPEC 13: after `session rm gone`, reading it fails as unknown (exit 1, with the closest
+    names, SPEC 5), also as a REF with several sessions and none chosen: that was the "needs a
+    session" usage error (exit 2), which stays for names some session does have."""
+    for s in ("chat", "chat2", "gone"):
+        cli(tape_dir, "append", "user", "--text", f"in {s}", "-s", s, check=True)
+    cli(tape_dir, "branch", "alt", "-s", "chat", check=True)
+    cli(tape_dir, "session", "rm", "gone", check=True)
+    before = snapshot(tape_dir)
+    for args in (["show", "gone"], ["log", "gone~1"], ["diff", "gone", "chat"], ["context", "gone"], ["state", "gone"], ["show", "nosuch"]):
+        err = one_line_error(cli(tape_dir, *args), 1)
+        assert "unknown ref" in err and "chat, chat2" in err, (args, err)
+    for args in (["show", "main"], ["show", "alt"], ["show", "HEAD"], ["log", "HEAD@{0}"]):
+        assert "needs a session" in one_line_error(cli(tape_dir, *args), 2), args
+    assert snapshot(tape_dir) == before

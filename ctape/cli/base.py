@@ -342,7 +342,23 @@ def _needs_session(tape, ref: str) -> bool:
         return False
     if spec.reflog is None and len(spec.base) >= 4 and all(c in "0123456789abcdefABCDEF" for c in spec.base):
         return False  # an entry's hash or prefix: its own error says when none matches
-    return len(live_names(tape)) > 1
+    names = live_names(tape)
+    if len(names) < 2:
+        return False
+    if spec.reflog is not None:
+        return True
+    # HEAD, a branch, tag or anchor name: it needs a session only if one of them has it.
+    # One that names nothing anywhere (a removed session's name, a typo) is unknown (exit 1)
+    return any(_may_name(tape, n, spec.base) for n in names)
+
+
+def _may_name(tape, session: str, name: str) -> bool:
+    from ..errors import CtapeError
+
+    try:
+        return tape._named_in(tape.session(session), name)[0]
+    except CtapeError:  # a damaged session: it may have it (its own commands say what is wrong)
+        return True
 
 
 class Duration(click.ParamType):

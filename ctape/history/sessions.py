@@ -38,6 +38,11 @@ def live_names(tape: "Tape") -> list[str]:
 
 
 def unknown(tape: "Tape", name: str) -> SessionNotFound:
+    return SessionNotFound(f"no session {name!r} in this tape; {closest(tape, name)}")
+
+
+def closest(tape: "Tape", name: str) -> str:
+    """What an error about an unknown `name` suggests: the sessions named most alike."""
     names = live_names(tape)
     near = difflib.get_close_matches(name, names, n=3, cutoff=0.5)
     if near:
@@ -50,7 +55,7 @@ def unknown(tape: "Tape", name: str) -> SessionNotFound:
             hint = f"the nearest of its {len(names)} sessions: {', '.join(nearest)} (see `ctape sessions`)"
     else:
         hint = "the tape has no sessions yet (appending creates one)"
-    return SessionNotFound(f"no session {name!r} in this tape; {hint}")
+    return hint
 
 
 def require(tape: "Tape", name: str, prefix: bool = True) -> str:

@@ -306,7 +306,12 @@ class Tape:
             return self._session_class(self, base).view().head_hash
         if len(base) >= 4 and all(c in "0123456789abcdef" for c in base.lower()):
             return self._resolve_prefix(base.lower())
-        raise RefNotFound(f"unknown ref {shown(base, REF_SHOWN)}: not a session, branch, tag, anchor or entry hash; see `ctape sessions` and `ctape log`")
+        hint = "see `ctape sessions` and `ctape log`"
+        if NAME_RE.fullmatch(base) and session is None:  # a session's name, most likely (SPEC 5: the closest ones)
+            from .sessions import closest
+
+            hint = closest(self, base)
+        raise RefNotFound(f"unknown ref {shown(base, REF_SHOWN)}: not a session, branch, tag, anchor or entry hash; {hint}")
 
     @staticmethod
     def _named_in(sess: "Session", name: str) -> tuple[bool, Optional[str]]:
