@@ -213,6 +213,8 @@ def recover(ctx, session):
     """Record an interrupted stream as a `streaming` entry.
 
     Prints the new entry's hash; nothing when there was nothing to record.
+    Every write to the session (append, stream, import, checkout, branch, tag)
+    does this first, so the entry follows the HEAD the stream began from.
 
     \b
     Examples:

@@ -362,7 +362,12 @@ def safe_refs(tape, session, wanted: dict, head: str = "@main") -> tuple[dict, l
     forward (a file that grew); one ahead of the imported tip stays; one that went
     another way stays too, and the imported tip goes to `BRANCH-imported` (or moves
     that one forward, or `-imported-2`, ...). A null asks to delete: it is ignored.
-    HEAD is set only when the session has none yet."""
+    HEAD is set only when the session has none yet.
+
+    A stream a dead writer left in the session is recorded first (SPEC 6: no later than the
+    next write), so the changes are worked out from the refs that record moved."""
+    if session.exists():
+        session.recover()
     st = session.refs() if session.exists() else None
     branches = dict(st.branches) if st else {}
     changes: dict = {}

@@ -479,6 +479,7 @@ class Session:
             ref = h
         branch = self._branch_of_ref(ref)
         with self.store.writing(self.name) as w:
+            self._record_partials(w)  # a stream a dead writer left goes where it began, before HEAD moves (SPEC 6)
             st = self._writer_refs(w)
             if new_branch is not None:
                 refmod.check_new_name(new_branch, "branch name", st.branches)
@@ -514,6 +515,7 @@ class Session:
         check_name(name, "branch name")
         self._must_exist()
         with self.store.writing(self.name) as w:
+            self._record_partials(w)
             st = self._writer_refs(w)
             refmod.check_new_name(name, "branch name", st.branches)
             if name in st.branches and name not in st.conflicts:
@@ -530,6 +532,7 @@ class Session:
         check_name(name, "branch name")
         self._must_exist()
         with self.store.writing(self.name) as w:
+            self._record_partials(w)
             st = self._writer_refs(w)
             if name not in st.branches:
                 raise RefNotFound(f"session {self.name!r} has no branch {name!r}; see `ctape branch -s {self.name}`")

@@ -39,6 +39,7 @@ def create(session: "Session", name: str, ref: Optional[str] = None, force: bool
     session._must_exist()
     tape = session.tape
     with session.store.writing(session.name) as w:
+        session._record_partials(w)  # every write records a dead writer's stream first (SPEC 6)
         st = session._writer_refs(w)
         h = tape.resolve(ref, session.name) if ref is not None else st.head_hash
         if h is None:
@@ -57,6 +58,7 @@ def delete(session: "Session", name: str) -> str:
     check_name(name, "tag name")
     session._must_exist()
     with session.store.writing(session.name) as w:
+        session._record_partials(w)  # every write records a dead writer's stream first (SPEC 6)
         st = session._writer_refs(w)
         if name not in st.tags:
             raise RefNotFound(f"session {session.name!r} has no tag {name!r}; see `ctape tag -s {session.name}`")

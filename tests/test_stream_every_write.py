@@ -1,0 +1,84 @@
+"""SPEC 6: a stream a killed writer left "becomes one `streaming` entry ... no later than
+the next write to the session". Appends did this first; an import, a checkout, a new
+branch or a tag went ahead of it, so the stream was recorded later, on a side branch
+(`stream-...`) instead of the branch it began on, or not at all by the import."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import run_cli
+
+CLAUDE = Path(__file__).parent / "fixtures" / "transcripts" / "claude-code" / "daaain__claude-code-log__37f83ec9-f2ea-42a9-925e-0d5c105cb6e8.jsonl"
+
+KILLED_STREAM = textwrap.dedent(
+    """
+    import os, signal, sys
+    import ctape
+    s = ctape.Tape.open(sys.argv[1]).session("chat")
+    w = s.stream(flush_interval=60)
+    w.__enter__()
+    w.write("half an answer")
+    w.flush()  # on disk: what a kill -9 must not lose
+    os.kill(os.getpid(), signal.SIGKILL)
+    """
+)
+
+
+def cli(d, *args, **kw):
+    p = run_cli("--dir", d, *args, **kw)
+    assert p.returncode == 0, (args, p.stderr.decode())
+    return p
+
+
+def killed_stream(d) -> str:
+    """A session `chat` whose stream was killed after its text reached the disk; its base."""
+    cli(d, "append", "user", "--text", "question", "-s", "chat")
+    base = json.loads(cli(d, "status", "-s", "chat", "--json").stdout)["head"]
+    p = subprocess.run([sys.executable, "-c", KILLED_STREAM, str(d)], capture_output=True)
+    assert p.returncode == -signal.SIGKILL, p.stderr.decode()
+    st = json.loads(cli(d, "status", "-s", "chat", "--json").stdout)
+    assert st["interrupted_stream"]["content"] == "half an answer" and not st["interrupted_stream"].get("recorded")
+    return base
+
+
+WRITES = {
+    "checkout -b": ["checkout", "-b", "alt", "-s", "chat"],
+    "branch": ["branch", "alt", "-s", "chat"],
+    "tag": ["tag", "v1", "-s", "chat"],
+    "import": ["import", "claude-code", str(CLAUDE), "-s", "chat"],
+}
+
+
+@pytest.mark.parametrize("write", WRITES)
+def test_the_next_write_records_a_killed_stream_on_its_branch_first(tape_dir, write):
+    base = killed_stream(tape_dir)
+    cli(tape_dir, *WRITES[write])
+    st = json.loads(cli(tape_dir, "status", "-s", "chat", "--json").stdout)
+    assert st["interrupted_stream"] is None or st["interrupted_stream"].get("recorded"), st
+    tip = json.loads(cli(tape_dir, "show", "chat/main", "--json").stdout)
+    assert tip["kind"] == "streaming" and tip["payload"] == {"content": "half an answer"} and tip["parent"] == base
+    branches = [json.loads(x)["name"] for x in cli(tape_dir, "branch", "-s", "chat", "--json").stdout.splitlines()]
+    assert not [b for b in branches if b.startswith("stream-")], branches
+    assert cli(tape_dir, "recover", "-s", "chat").stdout == b""
+    streaming = [json.loads(x) for x in cli(tape_dir, "log", "--all", "-s", "chat", "--json", "--kind", "streaming").stdout.splitlines()]
+    assert len(streaming) == 1
+
+
+def test_a_refused_write_leaves_the_killed_stream_as_it_was(tape_dir):
+    """SPEC 2: a refused command changes nothing, the stream's recording included."""
+    from conftest import snapshot
+
+    killed_stream(tape_dir)
+    before = snapshot(tape_dir)
+    for args in (["branch", "main", "-s", "chat"], ["checkout", "nosuch", "-s", "chat"], ["tag", "v1", "nosuch", "-s", "chat"]):
+        assert run_cli("--dir", tape_dir, *args).returncode != 0, args
+        assert snapshot(tape_dir) == before, args
+    st = json.loads(cli(tape_dir, "status", "-s", "chat", "--json").stdout)
+    assert st["interrupted_stream"]["content"] == "half an answer" and not st["interrupted_stream"].get("recorded")
