@@ -492,3 +492,41 @@ def test_a_damaged_piece_on_the_remote_fails_the_pull_and_compact_remote_repairs
     assert cli(b, "pull").returncode == 0
     with Tape.open(b) as t:
         assert t.session("chat").head.payload["content"] == "hi back"
+
+
+# -- push -s: what the chosen sessions refer to goes up with them ------------------------------
+
+
+def test_push_of_some_sessions_takes_the_files_their_entries_need(tmp_path):
+    """A large value is stored once per tape and `session cp` refers to its source's entries:
+    `push -s b` sent b's file alone, and a clone could not read b ("has not arrived yet",
+    fsck exit 1). What the chosen sessions refer to now goes up with them, closed under what
+    that refers to in turn, checked for secrets as theirs are; the rest stays home."""
+    a, remote = tape_with_remote(tmp_path)
+    big = "a tool output shared by sessions " * 100
+    with Tape.open(a) as t:
+        t.session("first").append("tool_result", {"call_id": "c1", "output": big})
+        t.session("second").append("tool_result", {"call_id": "c1", "output": big})  # its value is in first's file
+        t.session("other").append("user", {"content": "not pushed"})
+    cli(a, "session", "cp", "second", "copy")
+    p = cli(a, "push", "-s", "copy")
+    assert "also pushing the files of session(s) second, first" in p.stderr.decode() or "also pushing the files of session(s) first, second" in p.stderr.decode(), p.stderr
+    c = tmp_path / "C"
+    cli(tmp_path, "clone", f"file://{remote}", str(c))
+    assert run_cli("--dir", c, "fsck").returncode == 0
+    got = json.loads(cli(c, "show", "copy", "--json").stdout)
+    assert got["payload"]["output"] == big
+    sessions = {json.loads(x)["session"] for x in cli(c, "sessions", "--json").stdout.splitlines()}
+    assert "other" not in sessions and "chat" not in sessions
+
+
+def test_push_of_some_sessions_refuses_a_secret_in_a_file_they_need(tmp_path):
+    a, remote = tape_with_remote(tmp_path)
+    big = "shared output with AKIAIOSFODNN7EXAMPLF inside " * 40
+    with Tape.open(a) as t:
+        t.session("first").append("tool_result", {"call_id": "c1", "output": big})
+    with Tape.open(a) as t:
+        t.session("second").append("tool_result", {"call_id": "c1", "output": big})
+    p = cli(a, "push", "-s", "second", check=False)
+    assert p.returncode == 1 and "not pushing" in p.stderr.decode(), p.stderr
+    assert not holding("AKIAIOSFODNN7EXAMPLF", remote)

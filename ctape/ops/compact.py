@@ -87,7 +87,7 @@ class Rec(NamedTuple):
 
 # links from an entry's canonical bytes: its parent and its blob references (anything
 # that looks like one counts: keeping an object too many is safe, one too few is not)
-_LINKS = re.compile(rb'"parent":"([0-9a-f]{64})"|\\u0000b([0-9a-f]{64})')
+LINKS = re.compile(rb'"parent":"([0-9a-f]{64})"|\\u0000b([0-9a-f]{64})')
 
 
 class Scan:
@@ -244,7 +244,7 @@ def _learn(store: Store, scan: Scan, rec: framing.Record, path: str) -> bool:
             _, body = store.decode_object(key.hex(), rec.body)
         except CorruptObject:
             return False
-        scan.graph[key] = tuple(bytes.fromhex((a or b).decode()) for a, b in _LINKS.findall(body))
+        scan.graph[key] = tuple(bytes.fromhex((a or b).decode()) for a, b in LINKS.findall(body))
     elif rec.type in (framing.T_REF, framing.T_PARTIAL):
         parts = path.split("/")
         r = record_problem(rec.type, rec.body, parts[1] if parts[0] == "sessions" else None, segment_writer(path))

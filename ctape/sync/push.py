@@ -361,6 +361,58 @@ def _todo(store, state: State, chosen: list[str]) -> list[tuple]:
     return todo
 
 
+def _with_what_they_need(tape, state: State, chosen: list[str], todo: list[tuple]) -> tuple[list[str], list[tuple]]:
+    """`push -s`: the chosen sessions and files, with the files of other sessions that hold
+    what the upload refers to and the remote lacks. A large value is stored once per tape
+    and `session cp` refers to its source's entries, so an entry of a chosen session may
+    refer to an object in another session's file; without that file a clone could not read
+    it ("has not arrived yet"). Closed under what the added files refer to in turn."""
+    from ..ops.compact import LINKS
+    from ..store.files import TYPE_ENTRY
+    from ..store.store import TYPE_WITHHELD
+
+    store = tape.store
+    sizes: dict[str, int] = {}
+    queued = {(s, file) for s, file, *_ in todo}
+    out, sessions, queue = list(todo), list(chosen), list(todo)
+    while queue:
+        s, file, start, end, _ = queue.pop()
+        wanted: set[str] = set()
+        try:
+            for rec in store.scan_file(f"sessions/{s}/{file}", 0 if file.endswith(".pack") else start, end):
+                if not isinstance(rec, framing.Record):
+                    continue
+                if rec.type == framing.T_OBJECT and len(rec.body) > 33 and rec.body[32] in (TYPE_ENTRY, TYPE_WITHHELD):
+                    _, body = store.decode_object(rec.body[:32].hex(), rec.body)
+                    wanted.update((a or b).decode() for a, b in LINKS.findall(body))
+                elif rec.type == framing.T_REF:
+                    values = (json.loads(rec.body).get("set") or {}).values()
+                    wanted.update(v for v in values if isinstance(v, str) and len(v) == 64)
+        except (OSError, CtapeError, ValueError):
+            continue  # damaged or gone: what it holds is not read here either (check_secrets, the push)
+        for h in wanted:
+            loc = store.index.find_object(h)
+            path = store.index.path_of(loc[0]) if loc else None
+            if not path or not path.startswith("sessions/"):
+                continue
+            _, s2, f2 = path.split("/", 2)
+            if s2 in chosen or (s2, f2) in queued or int(state["have"].get(f"{s2}/{f2}", 0)) > loc[1]:
+                continue  # going up with the chosen ones, or on the remote already
+            if s2 not in sizes:
+                sizes.update(store.list_files(s2))
+            size = sizes.get(path, 0)
+            if not layout.file_ok(s2, f2) or size <= loc[1]:
+                continue
+            have = int(state["have"].get(f"{s2}/{f2}", 0))
+            piece = (s2, f2, 0 if f2.endswith(".pack") else have, size, layout.segment_owner(f2) == store.writer)
+            queued.add((s2, f2))
+            out.append(piece)
+            queue.append(piece)
+            if s2 not in sessions:
+                sessions.append(s2)
+    return sessions, out
+
+
 def _new_deletions(store, backend: Backend, state: State, warn) -> bool:
     """Learn the deletions of the remote announced since this copy last looked (g/<n>: one
     GET each, and a miss); True when there were any. `compact --remote` announces a
@@ -481,6 +533,12 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
             state["pieces"].pop(key, None)
             state["have"][key] = 0
     todo = _todo(store, state, chosen)
+    if wanted and len(wanted) < len(known):
+        chosen, todo = _with_what_they_need(tape, state, chosen, todo)
+        more = chosen[len(wanted):]
+        if more:
+            warn(f"also pushing the files of session(s) {', '.join(more[:5])}{' ...' if len(more) > 5 else ''}: "
+                 f"the chosen ones refer to values or entries stored there")
     t_check = time.monotonic()
     checked = check_secrets(tape, chosen, allow_secrets, [(s, file) for s, file, _, _, _ in todo])  # before anything leaves (SPEC section 18)
     t_sent = time.monotonic()
