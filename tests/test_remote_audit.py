@@ -530,3 +530,22 @@ def test_push_of_some_sessions_refuses_a_secret_in_a_file_they_need(tmp_path):
     p = cli(a, "push", "-s", "second", check=False)
     assert p.returncode == 1 and "not pushing" in p.stderr.decode(), p.stderr
     assert not holding("AKIAIOSFODNN7EXAMPLF", remote)
+
+
+def test_an_endpoint_with_a_query_is_refused_without_repeating_it(tmp_path):
+    """`--endpoint http://HOST:PORT/?token=...` was stored, shown by `remote list`, and every
+    push then failed with boto3's "EndpointResolutionError"; AWS_ENDPOINT_URL the same way."""
+    a, _ = tape_with_remote(tmp_path)
+    before = snapshot(a)
+    for endpoint in ("http://127.0.0.1:9/?token=SEKRETQ123", "http://127.0.0.1:9/p?SEKRETQ123=1", "http://127.0.0.1:9#SEKRETQ123"):
+        p = cli(a, "remote", "add", "e1", "s3://tapes/x", "--endpoint", endpoint, check=False)
+        err = p.stderr.decode()
+        assert p.returncode == 2 and "no query or fragment" in err and "SEKRETQ123" not in err, err
+    assert "SEKRETQ123" not in cli(a, "remote", "list").stdout.decode()
+    cli(a, "remote", "add", "s3r", "s3://tapes/x")
+    env = dict(os.environ, AWS_ACCESS_KEY_ID="x", AWS_SECRET_ACCESS_KEY="y", AWS_ENDPOINT_URL="http://127.0.0.1:9/?token=SEKRETQ123")
+    env.pop("AWS_ENDPOINT_URL_S3", None)
+    p = cli(a, "pull", "s3r", check=False, env=env)
+    err = p.stderr.decode()
+    assert p.returncode == 2 and "AWS_ENDPOINT_URL" in err and "SEKRETQ123" not in err, err
+    assert snapshot(a) == before

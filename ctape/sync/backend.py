@@ -108,6 +108,12 @@ def check_endpoint(endpoint: str, what: str = "endpoint") -> str:
         ok = False
     if not ok:
         raise InvalidInput(f"bad {what} {endpoint!r}: write http://HOST:PORT or https://HOST")
+    if u.query or u.fragment or u.params:
+        # never sent as written (boto3 cannot resolve it), and a token there would be kept
+        # in remotes.json and shown by `remote list`: refused, and not repeated here
+        shown = f"{u.scheme}://{u.netloc}{u.path}"
+        raise InvalidInput(f"bad {what} {shown + '?...'!r}: an endpoint has no query or fragment; write http://HOST:PORT or https://HOST "
+                           "(credentials go in the AWS variables or a profile)")
     return endpoint
 
 
