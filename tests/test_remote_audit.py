@@ -549,3 +549,35 @@ def test_an_endpoint_with_a_query_is_refused_without_repeating_it(tmp_path):
     err = p.stderr.decode()
     assert p.returncode == 2 and "AWS_ENDPOINT_URL" in err and "SEKRETQ123" not in err, err
     assert snapshot(a) == before
+
+
+def test_a_clone_where_a_deleted_clone_was_does_not_take_its_cache(tmp_path):
+    """A clone's cache folder is named by the remote's tape id, the path and the folder's
+    inode; a clone deleted and made again at the same path often gets the same inode, so
+    the new one found the old one's settings ("remote 'origin' exists already", exit 2, with
+    advice it could not follow) and index. Simulated here: the old cache is put where the
+    new folder's name points, as inode reuse does."""
+    import shutil
+
+    from ctape.store.store import cache_folder_of
+
+    a, remote = tape_with_remote(tmp_path)
+    cli(a, "push")
+    c = tmp_path / "C"
+    cli(tmp_path, "clone", f"file://{remote}", str(c))
+    with Tape.open(c) as t:
+        tape_id = t.store.tape_id
+    old_cache = cache_folder_of(str(c), tape_id)
+    assert os.path.isdir(old_cache)
+    kept = tmp_path / "old-cache"
+    shutil.copytree(old_cache, kept)
+    shutil.rmtree(c)
+    c.mkdir()
+    new_cache = cache_folder_of(str(c), tape_id)
+    shutil.rmtree(new_cache, ignore_errors=True)
+    shutil.copytree(kept, new_cache)  # what the old folder's inode, taken again, would find
+    p = run_cli("clone", f"file://{remote}", str(c), cwd=tmp_path)
+    assert p.returncode == 0, p.stderr.decode()
+    assert cli(c, "remote", "list").stdout.decode().count("origin") == 1
+    assert run_cli("--dir", c, "fsck").returncode == 0
+    assert json.loads(cli(c, "log", "-s", "chat", "--json").stdout)["payload"] == {"content": "hello"}

@@ -172,6 +172,15 @@ def _forked_child() -> None:
 os.register_at_fork(after_in_child=_forked_child)
 
 
+
+def cache_folder_of(root: str, tape_id: str, base: Optional[str] = None) -> str:
+    """The folder of a tape's index cache and local settings: named by the tape's id, its
+    real path and its folder's inode, so an rsync'd copy (a new folder) never shares it."""
+    st = os.stat(root)
+    key = blake3(f"{tape_id}|{os.path.realpath(root)}|{st.st_dev}|{st.st_ino}".encode()).hexdigest()[:20]
+    return os.path.join(base or default_cache_root(), key)
+
+
 class Store:
     """One open tape directory."""
 
@@ -298,9 +307,7 @@ class Store:
 
     def _index_path(self, cache_dir: Optional[str]) -> Optional[str]:
         base = cache_dir or default_cache_root()
-        st = os.stat(self.root)
-        key = blake3(f"{self.tape_id}|{os.path.realpath(self.root)}|{st.st_dev}|{st.st_ino}".encode()).hexdigest()[:20]
-        d = os.path.join(base, key)
+        d = cache_folder_of(self.root, self.tape_id, base)
         try:
             os.makedirs(base, mode=0o700, exist_ok=True)  # the cache root too: 0700, not the umask's
             os.makedirs(d, mode=0o700, exist_ok=True)

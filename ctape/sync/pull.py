@@ -258,6 +258,20 @@ class _Nothing:
         return None
 
 
+def _forget_stale_cache(target: str, tape_id: str) -> None:
+    """A new clone's cache folder is named by the remote's tape id, its path and its folder's
+    inode. An earlier clone of the same remote at the same path, deleted since, may have
+    left one under that very name (the new folder took its inode): its index, its remotes
+    (`remote 'origin' exists already`) and its settings are of a tape that is gone."""
+    import shutil
+
+    from ..store.store import cache_folder_of
+
+    stale = cache_folder_of(target, tape_id)
+    if os.path.isdir(stale) and not os.path.islink(stale):
+        shutil.rmtree(stale, ignore_errors=True)
+
+
 def clone(backend: Backend, url: str, endpoint: Optional[str], target: str, warn=lambda s: None, progress=None) -> dict:
     """A new copy of the remote's tape at `target` (absent or an empty folder), with the
     remote as `origin`.
@@ -317,6 +331,8 @@ def clone(backend: Backend, url: str, endpoint: Optional[str], target: str, warn
         if earlier is not None:
             _check_same_tape(target, meta["tape_id"], url)
         Store.init(target, meta["tape_id"], 2 if meta.get("tape_version", 2) >= 2 else 1, _cloning=True)
+        if earlier is None:
+            _forget_stale_cache(target, meta["tape_id"])
         tape = Tape.open(target, _cloning=True)
         try:
             if earlier is None or "origin" not in remotes.remotes(tape.store):
