@@ -581,3 +581,42 @@ def test_a_clone_where_a_deleted_clone_was_does_not_take_its_cache(tmp_path):
     assert cli(c, "remote", "list").stdout.decode().count("origin") == 1
     assert run_cli("--dir", c, "fsck").returncode == 0
     assert json.loads(cli(c, "log", "-s", "chat", "--json").stdout)["payload"] == {"content": "hello"}
+
+
+def test_push_follow_goes_on_after_a_refusal_and_sends_once_it_is_resolved(tmp_path):
+    """`push --follow` stopped for good (exit 1) at the first likely secret, and appends made
+    after it never reached the remote. It now says why once, keeps following, and the push
+    after the finding is resolved (here `scan --allow`, which changes no file) sends all."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    a, remote = tape_with_remote(tmp_path)
+    cli(a, "push")
+    p = subprocess.Popen([sys.executable, "-m", "ctape", "--dir", str(a), "push", "--follow"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        time.sleep(1.0)
+        cli(a, "append", "user", "--text", "my token ghp_aB3dE5gH7jK9mN1pQ3sT5vX7zA9cE1gI3kM5", "-s", "leak")
+        time.sleep(2.0)
+        clean = cli(a, "append", "user", "--text", "clean later", "-s", "chat").stdout.decode().strip()
+        time.sleep(2.0)
+        assert p.poll() is None  # still following
+        assert not holding("clean later", remote)
+        ids = [json.loads(x)["id"] for x in cli(a, "scan", "--json", check=False).stdout.splitlines() if x.strip()]
+        assert ids
+        for i in ids:
+            cli(a, "scan", "--allow", i)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not holding("clean later", remote):
+            time.sleep(0.5)
+        assert holding("clean later", remote)
+    finally:
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=60)
+    err = err.decode()
+    assert p.returncode == 0, err
+    assert err.count("still following") == 1 and "Traceback" not in err, err
+    c = tmp_path / "C"
+    cli(tmp_path, "clone", f"file://{remote}", str(c))
+    assert clean in {json.loads(x)["hash"] for x in cli(c, "log", "-s", "chat", "--json").stdout.splitlines()}

@@ -535,12 +535,12 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
     todo = _todo(store, state, chosen)
     if wanted and len(wanted) < len(known):
         chosen, todo = _with_what_they_need(tape, state, chosen, todo)
-        more = chosen[len(wanted):]
-        if more:
-            warn(f"also pushing the files of session(s) {', '.join(more[:5])}{' ...' if len(more) > 5 else ''}: "
-                 f"the chosen ones refer to values or entries stored there")
     t_check = time.monotonic()
     checked = check_secrets(tape, chosen, allow_secrets, [(s, file) for s, file, _, _, _ in todo])  # before anything leaves (SPEC section 18)
+    more = chosen[len(wanted):] if wanted else []
+    if more:  # said once the push is sure to go (a refused one says only why)
+        warn(f"also pushing the files of session(s) {', '.join(more[:5])}{' ...' if len(more) > 5 else ''}: "
+             f"the chosen ones refer to values or entries stored there")
     t_sent = time.monotonic()
     if fresh:
         layout.check_identity(store, backend, create=True)
@@ -616,6 +616,9 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
             "seconds": round(done - t0, 3), "check_seconds": round(t_sent - t_check, 3), "transfer_seconds": round(done - t_sent, 3)}
 
 
+REFUSED_RETRY = 5.0  # seconds between looks while a push --follow is refused
+
+
 def follow(tape, backend: Backend, name: str, sessions: Iterable[str] = (), allow_secrets: bool = False,
            warn: Callable[[str], None] = lambda s: None, on_push: Callable[[dict], None] = lambda r: None,
            poll: float = 0.25, stop: Optional[Callable[[], bool]] = None) -> None:
@@ -646,15 +649,25 @@ def follow(tape, backend: Backend, name: str, sessions: Iterable[str] = (), allo
             old[sig] = signal.signal(sig, on_signal)
     wanted = list(sessions)
     last = None
+    refused: Optional[SecretsFound] = None  # the last push was refused: said once, the follower goes on
+    retry_at = 0.0
     try:
         while not stopping[0] and not (stop and stop()):
             snap = {}
             for s in wanted or [None]:
                 snap.update(tape.store.list_files(s))
+            if refused is not None and time.monotonic() >= retry_at:
+                last = None  # an allow changes settings, not files: look again now and then
             if snap != last:
                 try:
                     on_push(push(tape, backend, name, wanted, allow_secrets, warn=warn))
-                    last = snap
+                    last, refused = snap, None
+                except SecretsFound as e:
+                    # nothing went up; a redaction or an allow changes the files (or the
+                    # settings the next look reads), and the push after it goes through
+                    if refused is None or str(refused) != str(e):
+                        warn(f"{e}; still following: the push after it is resolved sends everything")
+                    last, refused, retry_at = snap, e, time.monotonic() + REFUSED_RETRY
                 except (RemoteError, ConflictError) as e:  # the network, or a compaction of this copy under way
                     warn(f"{e}; trying again")
                     nap(1.0)
@@ -663,3 +676,5 @@ def follow(tape, backend: Backend, name: str, sessions: Iterable[str] = (), allo
     finally:
         for sig, h in old.items():
             signal.signal(sig, h)
+    if refused is not None:
+        raise refused  # stopped while refusing: what is on this copy is not all on the remote (exit 1)
