@@ -272,3 +272,14 @@ def test_a_name_no_session_has_is_unknown_not_a_missing_session(tape_dir):
     for args in (["show", "main"], ["show", "alt"], ["show", "HEAD"], ["log", "HEAD@{0}"]):
         assert "needs a session" in one_line_error(cli(tape_dir, *args), 2), args
     assert snapshot(tape_dir) == before
+
+
+def test_scan_counts_the_sessions_that_hold_findings(tape_dir):
+    """`scan` said "2 findings in 2 sessions" with both in one session: it counted the
+    sessions it scanned."""
+    cli(tape_dir, "append", "user", "--text", "my token ghp_aB3dE5gH7jK9mN1pQ3sT5vX7zA9cE1gI3kM5", "-s", "leak", check=True)
+    cli(tape_dir, "append", "user", "--text", "again ghp_zB3dE5gH7jK9mN1pQ3sT5vX7zA9cE1gI3kM7", "-s", "leak", check=True)
+    cli(tape_dir, "append", "user", "--text", "nothing here", "-s", "ok", check=True)
+    p = cli(tape_dir, "scan")
+    assert p.returncode == 1 and p.stderr.decode().startswith("2 findings in 1 of 2 sessions;"), p.stderr
+    assert cli(tape_dir, "scan", "-s", "ok").stderr.decode() == "0 findings in 1 session\n"

@@ -61,7 +61,9 @@ def scan(ctx, session, as_json, allow_id, add_pattern, kind):
         if result["streams"]:
             s = result["streams"][0].session
             hint += f"; an interrupted stream's text is redacted once `ctape recover -s {s}` made it an entry"
-        click.echo(f"{n} finding{'s' if n != 1 else ''} in {len(names)} session{'s' if len(names) != 1 else ''}{allowed}{hint}", err=True)
+        held = len({f.session for f in found})
+        where = f"{held} of {len(names)}" if n and held != len(names) else f"{len(names)}"  # sessions with findings, of those scanned
+        click.echo(f"{n} finding{'s' if n != 1 else ''} in {where} session{'s' if len(names) != 1 else ''}{allowed}{hint}", err=True)
     if found:
         ctx.exit(EXIT_FAIL)
 
