@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional
 
 import copy
@@ -446,6 +447,14 @@ class Session:
 
         record_partials(self, w, skip=skip)
 
+    @contextmanager
+    def _writing(self) -> Iterator[SegmentWriter]:
+        """The session's writer, for a write that moves refs: a stream a dead writer left is
+        recorded first (SPEC 6: no later than the next write), where it began."""
+        with self.store.writing(self.name) as w:
+            self._record_partials(w)
+            yield w
+
     # -- moving refs ------------------------------------------------------------------------
 
     def _must_exist(self) -> None:
@@ -478,8 +487,7 @@ class Session:
                 raise RefNotFound(f"session {self.name!r} has no entries to fork from")
             ref = h
         branch = self._branch_of_ref(ref)
-        with self.store.writing(self.name) as w:
-            self._record_partials(w)  # a stream a dead writer left goes where it began, before HEAD moves (SPEC 6)
+        with self._writing() as w:
             st = self._writer_refs(w)
             if new_branch is not None:
                 refmod.check_new_name(new_branch, "branch name", st.branches)
@@ -514,8 +522,7 @@ class Session:
         """Create branch `name` at REF (default: HEAD); returns its entry hash."""
         check_name(name, "branch name")
         self._must_exist()
-        with self.store.writing(self.name) as w:
-            self._record_partials(w)
+        with self._writing() as w:
             st = self._writer_refs(w)
             refmod.check_new_name(name, "branch name", st.branches)
             if name in st.branches and name not in st.conflicts:
@@ -531,8 +538,7 @@ class Session:
         `force`, which detaches HEAD at its tip."""
         check_name(name, "branch name")
         self._must_exist()
-        with self.store.writing(self.name) as w:
-            self._record_partials(w)
+        with self._writing() as w:
             st = self._writer_refs(w)
             if name not in st.branches:
                 raise RefNotFound(f"session {self.name!r} has no branch {name!r}; see `ctape branch -s {self.name}`")

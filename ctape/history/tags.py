@@ -38,8 +38,7 @@ def create(session: "Session", name: str, ref: Optional[str] = None, force: bool
                           f"{'HEAD' if name in RESERVED_BRANCHES else 'an entry hash'} in a REF; pick another name")
     session._must_exist()
     tape = session.tape
-    with session.store.writing(session.name) as w:
-        session._record_partials(w)  # every write records a dead writer's stream first (SPEC 6)
+    with session._writing() as w:
         st = session._writer_refs(w)
         h = tape.resolve(ref, session.name) if ref is not None else st.head_hash
         if h is None:
@@ -57,8 +56,7 @@ def delete(session: "Session", name: str) -> str:
     """Delete tag NAME; returns the hash it named (the entry stays on the tape)."""
     check_name(name, "tag name")
     session._must_exist()
-    with session.store.writing(session.name) as w:
-        session._record_partials(w)  # every write records a dead writer's stream first (SPEC 6)
+    with session._writing() as w:
         st = session._writer_refs(w)
         if name not in st.tags:
             raise RefNotFound(f"session {session.name!r} has no tag {name!r}; see `ctape tag -s {session.name}`")

@@ -23,7 +23,7 @@ from typing import Callable, Iterator, Optional
 from ..model.errors import StorageError
 from .index import default_cache_root
 from ..model.models import NAME_RE
-from .store import FORMAT_FILE
+from .store import FORMAT_FILE, cache_folder_of
 
 MARKER = "tape.json"
 CHOICE = "session"
@@ -150,13 +150,10 @@ def _folder_bytes(d: str) -> int:
 
 def _tape_state(marker: dict, key: str) -> tuple[str, str]:
     """("live" | "gone", why) for the tape a marker names."""
-    from blake3 import blake3
-
     tape, tape_id = marker.get("tape"), marker.get("tape_id")
     if not isinstance(tape, str) or not isinstance(tape_id, str):
         return "gone", "the marker names no tape"
     try:
-        st = os.stat(tape)
         with open(os.path.join(tape, FORMAT_FILE), "rb") as f:
             meta = json.loads(f.read(1 << 16))
     except FileNotFoundError:
@@ -167,7 +164,12 @@ def _tape_state(marker: dict, key: str) -> tuple[str, str]:
         return "gone", f"{tape} is another tape now"
     # the folder's name is the key of format.md section 11: a tape re-created or copied
     # back to the same path has another inode, so another folder
-    now = blake3(f"{tape_id}|{os.path.realpath(tape)}|{st.st_dev}|{st.st_ino}".encode()).hexdigest()[:20]
+    try:
+        now = os.path.basename(cache_folder_of(tape, tape_id))
+    except FileNotFoundError:
+        return "gone", f"{tape} no longer exists"
+    except OSError:
+        return "live", f"{tape} cannot be read; kept"
     if now != key:
         return "gone", f"{tape} was re-created or replaced (its cache is another folder)"
     return "live", tape
