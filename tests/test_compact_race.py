@@ -263,3 +263,47 @@ def test_a_deleted_branch_compacted_away_in_another_process_is_no_loss(tmp_path)
     assert [e.payload["content"] for e in s.log()] == ["the reader writes on", "on main", "hi"]
     assert set(s.view().branches) == {"main"}
     reader.close()
+
+
+def test_a_rebuild_between_a_writers_refresh_and_its_refs_orphans_nothing(tmp_path):
+    """A writer that found the session changed (a compaction) reads its refs from the index
+    cache after bringing it up to date. Another process's rebuild may commit in between, from
+    a listing taken before the writer's newest segment had its name: the index then lacked
+    the claims that segment holds until the next refresh, and the writer took HEAD from what
+    was left. Its next append got an older parent, and the entry before it fell off the
+    history (seen once in a CI run of the real-process test above)."""
+    d, cache = str(tmp_path / "t"), str(tmp_path / "cache")
+    w = Tape.init(d, cache_dir=cache)
+    s = w.session("chat")
+    s.append("user", {"content": "a"})
+    s.append("user", {"content": "b"})
+    other = Tape.open(d, cache_dir=cache)
+    other.compact(expire="now", grace="now")  # the writer's segment is gone: its next write reloads
+    before_c = other.store.list_files(None)  # a listing taken before the writer's next segment
+    s.append("user", {"content": "c"})  # a new segment
+    reader = Tape.open(d, cache_dir=cache)
+    refresh, fired = w.store.refresh, []
+
+    def refresh_then_a_stale_rebuild(session=None):
+        changed = refresh(session)
+        if not fired:
+            fired.append(1)
+            real = reader.store.list_files
+            reader.store.list_files = lambda session=None: dict(before_c)
+            try:
+                reader.store._full_reindex()
+            finally:
+                reader.store.list_files = real
+        return changed
+
+    w.store.refresh = refresh_then_a_stale_rebuild
+    os.utime(s.store.session_dir("chat"))  # the folder changed: the writer reloads at its next write
+    try:
+        s.append("user", {"content": "d"})
+    finally:
+        w.store.refresh = refresh
+    assert fired
+    texts = [e.payload["content"] for e in s.log()]
+    assert texts == ["d", "c", "b", "a"], texts
+    for t in (reader, other, w):
+        t.close()
