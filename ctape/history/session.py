@@ -17,7 +17,7 @@ from ..model import schema
 from ..model import refs as refmod
 from ..store.index import hash_key
 from ..model.canonical import check_keys, entry_body, normal_time, object_hash
-from ..model.errors import BranchCheckedOut, CorruptObject, CtapeError, EntryNotFound, InvalidInput, RefNotFound, StorageError
+from ..model.errors import BranchCheckedOut, CorruptObject, CtapeError, EntryNotFound, InvalidInput, RefNotFound
 from ..model.models import Entry, check_name, check_payload, now_rfc3339
 from ..model.refs import HEAD, RefState
 from ..store.files import TYPE_BLOB, TYPE_ENTRY
@@ -29,7 +29,6 @@ if TYPE_CHECKING:
 
 
 HASH_RE = re.compile(r"[0-9a-f]{64}")
-SETTLE_TRIES = 20  # refreshes a writer tries before its refs are read from a settled index (_settled_refs)
 
 
 @take_turns
@@ -55,8 +54,7 @@ class Session:
         w = self.store._writers.get(self.name)
         if w is not None and w.refstate is not None and (w.locked or w.view_is_current()):
             return w.refstate
-        self.store.refresh(self.name)
-        return self._cached_refs()
+        return self.store.settled(self.name, self._cached_refs)
 
     def view(self, refs: Iterable[str] = (), values: Iterable[str] = ()) -> RefState:
         """The refs a reader of HEAD needs, without resolving every branch: HEAD, the branch
@@ -70,7 +68,9 @@ class Session:
         w = self.store._writers.get(self.name)
         if w is not None and w.refstate is not None and (w.locked or w.view_is_current()):
             return w.refstate
-        self.store.refresh(self.name)
+        return self.store.settled(self.name, lambda: self._view_from_index(refs, values))
+
+    def _view_from_index(self, refs: Iterable[str], values: Iterable[str]) -> RefState:
         idx = self.store.index
         idx.sync()
         version = idx.version()
@@ -147,27 +147,8 @@ class Session:
     def _writer_refs(self, w: SegmentWriter) -> RefState:
         if w.refstate is None:
             self.check_refs_intact()
-            w.refstate = self._settled_refs().copy()  # the writer's own: it applies its records
+            w.refstate = self.store.settled(self.name, self._cached_refs).copy()  # the writer's own: it applies its records
         return w.refstate
-
-    def _settled_refs(self) -> RefState:
-        """The refs a writer (holding the session's lock) builds on: read from an index that
-        no rebuild replaced since this process completed it. Another process's rebuild may
-        commit between a refresh and the read of the claims, from a listing taken before
-        this session's newest file had its name: until the next refresh the index lacks
-        that file's claims, and a HEAD taken from what is left is an older entry (the next
-        append would leave the entries after it off the history). A rebuild counts itself
-        in the cache (index.rebuilds), so one that committed meanwhile is seen, and the
-        refresh is done again; rebuilds follow compactions, so this ends."""
-        idx = self.store.index
-        for _ in range(SETTLE_TRIES):
-            before = idx.rebuilds()
-            self.store.refresh(self.name)
-            st = self._cached_refs()
-            if idx.rebuilds() == before:
-                return st
-        raise StorageError(f"session {self.name!r}: the index cache was rebuilt by another process at every try "
-                           f"({SETTLE_TRIES}); retry when the compactions beside this write are done")
 
     def _write_ref(self, w: SegmentWriter, op: str, changes: dict[str, Optional[str]], **extra: Any) -> dict:
         """Write one ref record moving `changes`. A sync conflict still open is settled

@@ -84,6 +84,7 @@ DEFAULT_MAX_OBJECT = 1 << 30  # refuse frames that claim more than this when dec
 READ_FDS_MAX = 64
 WRITERS_MAX = 24
 REBUILD_TRIES = 4  # readings of every file while another process changes them (Store._rebuild)
+SETTLE_TRIES = 20  # refreshes before a session's refs are read from an index no rebuild replaced meanwhile (Store.settled)
 T = TypeVar("T")
 
 
@@ -491,6 +492,23 @@ class Store:
             self._full_reindex()
             return True
         return changed
+
+    def settled(self, session: str, read: Callable[[], T]) -> T:
+        """`read()` (of the session's rows: its refs) after a refresh, from an index that no
+        rebuild replaced in between. Another process's rebuild may commit after the refresh,
+        from a listing taken before the session's newest file had its name: until the next
+        refresh the index lacks that file's claims, and refs read then are older than the
+        files (a writer building on them would give its next append an older parent). A
+        rebuild counts itself in the cache (index.rebuilds), so one meanwhile is seen and the
+        refresh done again; rebuilds follow compactions, so this ends."""
+        for _ in range(SETTLE_TRIES):
+            before = self.index.rebuilds()
+            self.refresh(session)
+            out = read()
+            if self.index.rebuilds() == before:
+                return out
+        raise StorageError(f"session {session!r}: the index cache was rebuilt by another process at each of {SETTLE_TRIES} reads; "
+                           "retry when the compactions beside this command are done")
 
     def _refresh(self, session: Optional[str]) -> bool:
         if session is None:
