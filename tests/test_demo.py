@@ -119,8 +119,12 @@ def test_ctrl_c_during_a_demo_leaves_nothing_half_done(tmp_path):
     outcomes = set()
     for i in range(40 if os.environ.get("CTAPE_SLOW") else 6):
         target = tmp_path / f"new{i}" if i % 2 == 0 else existing
+        # as from a terminal: SIGINT at its default in the demo (a test run started with `&`
+        # from a script ignores it, and children inherit that: Python then never raises
+        # KeyboardInterrupt, and every demo here ran to its end)
         p = subprocess.Popen([sys.executable, "-m", "ctape", "--dir", str(target), "demo"], env=env, start_new_session=True,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         time.sleep(rng.uniform(0.3, 1.4))
         for _ in range(2):
             try:
