@@ -31,16 +31,26 @@ def test_push_refuses_a_session_with_a_secret_until_it_is_redacted_or_allowed(tm
     t.close()
     run_cli("--dir", a, "remote", "add", "origin", f"file://{remote}", check=True)
 
-    before = snapshot(remote)
     p = run_cli("--dir", a, "push", "origin")
     err = p.stderr.decode()
-    assert p.returncode == 1 and len(err.splitlines()) == 1, err
-    assert "leaky" in err and "redact" in err and "--allow-secrets" in err
+    # the session with the finding is held back (a warning that says why and what to do, and
+    # a last line that counts it); the other goes up (SPEC 18: push refuses the sessions)
+    assert p.returncode == 1 and len(err.splitlines()) == 2, err
+    why, last = err.splitlines()
+    assert "leaky" in why and "redact" in why and "--allow-secrets" in why
+    assert "1 session not pushed (leaky" in last, last
     assert secret not in err and secret not in p.stdout.decode()
-    assert snapshot(remote) == before  # nothing left the machine
+    pushed = snapshot(remote)
+    assert any(k.startswith("f/clean/") for k in pushed) and not any(k.startswith("f/leaky/") for k in pushed), sorted(pushed)
+    assert secret.encode() not in b"".join(v for v in pushed.values() if isinstance(v, bytes))
 
     # a session without findings goes on its own
     assert run_cli("--dir", a, "push", "origin", "-s", "clean").returncode == 0
+    # and with only the refused session left to send, the push is refused as one, in one line
+    before = snapshot(remote)
+    p = run_cli("--dir", a, "push", "origin")
+    assert p.returncode == 1 and len(p.stderr.splitlines()) == 1 and b"leaky" in p.stderr, p.stderr
+    assert snapshot(remote) == before
 
     # redacted: the finding is resolved, but the bytes are still in the segment until the
     # next compact: the push says so and sends nothing of that session

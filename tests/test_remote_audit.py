@@ -585,7 +585,8 @@ def test_a_clone_where_a_deleted_clone_was_does_not_take_its_cache(tmp_path):
 
 def test_push_follow_goes_on_after_a_refusal_and_sends_once_it_is_resolved(tmp_path):
     """`push --follow` stopped for good (exit 1) at the first likely secret, and appends made
-    after it never reached the remote. It now says why once, keeps following, and the push
+    after it never reached the remote. It now says why once, keeps following (the other
+    sessions' appends go up meanwhile: a finding holds back only its session), and the push
     after the finding is resolved (here `scan --allow`, which changes no file) sends all."""
     import signal
     import subprocess
@@ -600,17 +601,20 @@ def test_push_follow_goes_on_after_a_refusal_and_sends_once_it_is_resolved(tmp_p
         cli(a, "append", "user", "--text", "my token ghp_aB3dE5gH7jK9mN1pQ3sT5vX7zA9cE1gI3kM5", "-s", "leak")
         time.sleep(2.0)
         clean = cli(a, "append", "user", "--text", "clean later", "-s", "chat").stdout.decode().strip()
-        time.sleep(2.0)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not holding("clean later", remote):
+            time.sleep(0.5)
         assert p.poll() is None  # still following
-        assert not holding("clean later", remote)
+        assert holding("clean later", remote)  # the other session went on
+        assert not holding("aB3dE5gH7jK9mN1pQ3sT5", remote)
         ids = [json.loads(x)["id"] for x in cli(a, "scan", "--json", check=False).stdout.splitlines() if x.strip()]
         assert ids
         for i in ids:
             cli(a, "scan", "--allow", i)
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not holding("clean later", remote):
+        while time.monotonic() < deadline and not holding("aB3dE5gH7jK9mN1pQ3sT5", remote):
             time.sleep(0.5)
-        assert holding("clean later", remote)
+        assert holding("aB3dE5gH7jK9mN1pQ3sT5", remote)
     finally:
         p.send_signal(signal.SIGTERM)
         _, err = p.communicate(timeout=60)

@@ -173,6 +173,9 @@ def remote_show(ctx, name, as_json):
 def push(ctx, name, sessions, follow, allow_secrets, as_json):
     """Upload what the remote lacks (create-only writes; nothing is overwritten).
 
+    A session with a likely secret (see `ctape scan`) or damaged records is held back, with
+    a line that says why, and the others go up; the push then exits 1.
+
     \b
     Examples:
       ctape push
@@ -198,7 +201,13 @@ def push(ctx, name, sessions, follow, allow_secrets, as_json):
     bar = _Progress("pushed")
     r = do_push(tape, backend, name, sessions, allow_secrets, warn=_warn, progress=bar)
     bar.end()
+    for why in r["held_back"].values():
+        _warn(why)
     report(r)
+    if r["held_back"]:
+        from ..sync.push import held_back_error
+
+        raise held_back_error(r)
     if r["refused"]:
         from ..errors import CtapeError
 

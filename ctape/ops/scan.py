@@ -821,7 +821,9 @@ class Scanner:
                     if i is None:
                         rec = self.records.get(b)
                         store = self.tape.store
-                        text = (store.decode_object(b, rec) if rec is not None else store.get_object(b))[1].decode("utf-8", "replace")
+                        # a value lost to damage and salvaged reads as the marker, as everywhere
+                        raw_b = store.decode_object(b, rec)[1] if rec is not None else store.read_value(b, h)
+                        text = raw_b.decode("utf-8", "replace")
                         self.bytes += len(text)
                         chars += len(text)
                         i = new_blobs[(b, flag)] = len(texts)

@@ -135,6 +135,8 @@ def compact_remote(tape, backend: Backend, name: str, expire="90d", grace="14d",
     after = _local_files(store)
     redacted = set(tape.redactions())  # their records go up with this push: a deletion names them
     pushed = push(tape, backend, name, allow_secrets=allow_secrets, warn=warn)
+    for why in pushed["held_back"].values():
+        warn(f"{why} (its remote deletions wait)")
     # this copy's turn on the remote's state (remote.held), for the deletions only: a `push
     # --follow` beside this run waits while it deletes, not while it compacts
     with held(store, name, warn):

@@ -48,7 +48,12 @@ def _upload(backend: Backend, piece) -> str:
 UNLISTED_WAIT = 3600.0  # s: a deletion announced with no manifest after this long was never carried out
 
 
-class SecretsFound(CtapeError):
+class HeldBack(CtapeError):
+    """`push` of sessions that cannot go up as they are: every one with something to send
+    was held back (damage, or SecretsFound), or some were and the rest went up."""
+
+
+class SecretsFound(HeldBack):
     """`push` of sessions with likely secrets that were neither redacted nor allowed."""
 
 
@@ -128,6 +133,7 @@ def check_secrets(tape, sessions: list[str], allow_secrets: bool, files: Optiona
     redacted = tape.redactions()
     left: set[str] = set()
     names: dict[str, set[str]] = {}  # session -> the ref names the records to upload hold
+    damaged: dict[str, str] = {}  # session -> a file to upload with a record that fails its checks
 
     def items():
         # each entry with its record as the file holds it: the check reads every file once
@@ -136,6 +142,8 @@ def check_secrets(tape, sessions: list[str], allow_secrets: bool, files: Optiona
             try:
                 for rec in store.scan_file(f"sessions/{s}/{file}", ends=ends):
                     if not isinstance(rec, framing.Record):
+                        if not rec.torn:  # what it held cannot be checked (a torn tail is not sent)
+                            damaged.setdefault(s, f"sessions/{s}/{file}")
                         continue
                     if rec.type == framing.T_OBJECT and len(rec.body) > 33:
                         h = rec.body[:32].hex()
@@ -152,6 +160,9 @@ def check_secrets(tape, sessions: list[str], allow_secrets: bool, files: Optiona
                 continue  # a file gone or damaged meanwhile: what it holds is not read here either
 
     found = scan_entries(tape, items(), blobs)
+    if damaged:
+        s, path = next(iter(damaged.items()))
+        raise HeldBack(_damaged_line(s, path))
     if left:
         raise _bytes_left_error(sorted(left))
     _check_names(tape, sorted({s for s, _ in files}), names)
@@ -413,6 +424,88 @@ def _with_what_they_need(tape, state: State, chosen: list[str], todo: list[tuple
     return sessions, out
 
 
+def _files(todo: Iterable[tuple]) -> list[tuple[str, str]]:
+    return [(p[0], p[1]) for p in todo]
+
+
+def _checked(tape, state: State, chosen: list[str], todo: list[tuple], allow_secrets: bool) -> tuple[Optional[dict[str, int]], dict[str, str], list[tuple]]:
+    """The secrets check of what this push would upload (check_secrets' ends), the sessions
+    held back (session -> the line that says why) and what goes up. Damage or a finding in
+    one session holds back only that session (SPEC section 14), and the others go up: a
+    session whose files to upload hold damaged records (they cannot be checked, and would
+    reach every clone), or that the check refuses. The check runs once over everything; only
+    when it refuses are the sessions checked one by one, to find which. A session whose
+    upload refers to what a held-back one stores waits with it. When nothing is left to
+    send, the push is refused as a whole, with the check's own line."""
+    held = _damaged_uploads(tape.store, todo, read=allow_secrets)
+    rest = [p for p in todo if p[0] not in held]
+    try:
+        ends = check_secrets(tape, [s for s in chosen if s not in held], allow_secrets, _files(rest))
+        refusal: Optional[CtapeError] = None
+    except CtapeError as e:  # a likely secret, or a value a damaged record lost (read through the index)
+        refusal, ends = e, {}
+        for s in sorted({p[0] for p in rest}):
+            try:
+                ends.update(check_secrets(tape, [s], False, _files(p for p in rest if p[0] == s)) or {})
+            except HeldBack as e1:
+                held[s] = str(e1)
+            except CtapeError as e1:  # a value a damaged record lost, read through the index
+                held[s] = f"not pushing session {s}: {e1}"
+    if held:
+        _waiting_on(tape, state, rest, held)
+        rest = [p for p in rest if p[0] not in held]
+    if refusal is not None and (not rest or not held):
+        raise refusal  # nothing else to send (or no one session is to blame): refused as one
+    if held and not rest:
+        raise HeldBack(next(iter(held.values())) if len(held) == 1 else f"{len(held)} sessions held back; first: {next(iter(held.values()))}")
+    return ends, held, rest
+
+
+def _damaged_uploads(store, todo: list[tuple], read: bool) -> dict[str, str]:
+    """Sessions with damaged records in a file this push would upload: those the index knows
+    (fsck's damage: a record that fails its checks, or acknowledged bytes lost; a torn tail
+    is not: the push sends whole records only), and with `read`, those a reading of the
+    files finds (damage that came after they were indexed; without `read`, the secrets
+    check reads them and finds it)."""
+    out: dict[str, str] = {}
+    for s in sorted({p[0] for p in todo}):
+        files = [f"sessions/{s}/{p[1]}" for p in todo if p[0] == s]
+        bad = [path for path, _ in store.damage(s) if path in files]
+        if not bad and read:
+            bad = [path for path in files if _unreadable(store, path)]
+        if bad:
+            out[s] = _damaged_line(s, bad[0])
+    return out
+
+
+def _unreadable(store, path: str) -> bool:
+    try:
+        return any(isinstance(r, framing.Damage) and not r.torn for r in store.scan_file(path))
+    except FileNotFoundError:
+        return False  # compacted since it was listed: the push sends what replaced it
+
+
+def _damaged_line(session: str, path: str) -> str:
+    return (f"not pushing session {session}: {path} holds damaged records (they cannot be checked for secrets, and would "
+            "reach every clone); run `ctape fsck`, and `ctape fsck --salvage` to keep what is intact, then push again")
+
+
+def _waiting_on(tape, state: State, rest: list[tuple], held: dict[str, str]) -> None:
+    """Add to `held` the sessions of `rest` whose upload refers to what a held-back session
+    stores and the remote lacks (a large value is stored once per tape; `session cp` refers
+    to its source's entries): a clone could not read them. Until none is added."""
+    while True:
+        more = {}
+        for s in sorted({p[0] for p in rest} - held.keys()):
+            needs, _ = _with_what_they_need(tape, state, [s], [p for p in rest if p[0] == s])
+            blocked = [x for x in needs[1:] if x in held]
+            if blocked:
+                more[s] = f"not pushing session {s}: it refers to values stored in session {blocked[0]}, which is held back"
+        if not more:
+            return
+        held.update(more)
+
+
 def _new_deletions(store, backend: Backend, state: State, warn) -> bool:
     """Learn the deletions of the remote announced since this copy last looked (g/<n>: one
     GET each, and a miss); True when there were any. `compact --remote` announces a
@@ -536,7 +629,8 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
     if wanted and len(wanted) < len(known):
         chosen, todo = _with_what_they_need(tape, state, chosen, todo)
     t_check = time.monotonic()
-    checked = check_secrets(tape, chosen, allow_secrets, [(s, file) for s, file, _, _, _ in todo])  # before anything leaves (SPEC section 18)
+    checked, held_back, todo = _checked(tape, state, chosen, todo, allow_secrets)  # before anything leaves (SPEC section 18)
+    chosen = [s for s in chosen if s not in held_back]
     more = chosen[len(wanted):] if wanted else []
     if more:  # said once the push is sure to go (a refused one says only why)
         warn(f"also pushing the files of session(s) {', '.join(more[:5])}{' ...' if len(more) > 5 else ''}: "
@@ -603,7 +697,7 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
                 break
             # the files that replaced them (what went up is noted in the state): checked, then sent
             todo = _todo(store, state, chosen)
-            more = check_secrets(tape, chosen, allow_secrets, [(s, file) for s, file, _, _, _ in todo])
+            more = check_secrets(tape, chosen, allow_secrets, _files(todo))
             if checked is not None:
                 checked.update(more)
             total += sum(e - b for _, _, b, e, _ in todo)
@@ -613,10 +707,19 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
     state.save(store)
     done = time.monotonic()
     return {"remote": name, "files": len(files), "pieces": len(listed), "bytes": sent, "requests": backend.requests, "already_there": skipped, "refused": refused,
-            "seconds": round(done - t0, 3), "check_seconds": round(t_sent - t_check, 3), "transfer_seconds": round(done - t_sent, 3)}
+            "held_back": held_back, "seconds": round(done - t0, 3), "check_seconds": round(t_sent - t_check, 3), "transfer_seconds": round(done - t_sent, 3)}
 
 
 REFUSED_RETRY = 5.0  # seconds between looks while a push --follow is refused
+
+
+def held_back_error(r: dict) -> HeldBack:
+    """The one line of a push that sent the rest but held sessions back (exit 1)."""
+    held = r["held_back"]
+    names = ", ".join(sorted(held)[:5]) + (" ..." if len(held) > 5 else "")
+    one = len(held) == 1
+    return HeldBack(f"{len(held)} session{'' if one else 's'} not pushed ({names}; see the warning{'' if one else 's'} above); "
+                    f"the others are on {r['remote']}")
 
 
 def follow(tape, backend: Backend, name: str, sessions: Iterable[str] = (), allow_secrets: bool = False,
@@ -649,7 +752,8 @@ def follow(tape, backend: Backend, name: str, sessions: Iterable[str] = (), allo
             old[sig] = signal.signal(sig, on_signal)
     wanted = list(sessions)
     last = None
-    refused: Optional[SecretsFound] = None  # the last push was refused: said once, the follower goes on
+    refused: Optional[HeldBack] = None  # the last push was refused, or held sessions back: the follower goes on
+    said: frozenset = frozenset()  # why, as last said: said again only when it changes
     retry_at = 0.0
     try:
         while not stopping[0] and not (stop and stop()):
@@ -660,14 +764,24 @@ def follow(tape, backend: Backend, name: str, sessions: Iterable[str] = (), allo
                 last = None  # an allow changes settings, not files: look again now and then
             if snap != last:
                 try:
-                    on_push(push(tape, backend, name, wanted, allow_secrets, warn=warn))
-                    last, refused = snap, None
-                except SecretsFound as e:
+                    r = push(tape, backend, name, wanted, allow_secrets, warn=warn)
+                    on_push(r)
+                    last, refused, why = snap, None, frozenset(r["held_back"].values())
+                    if why:
+                        # the others went up; a redaction or an allow (looked at again every
+                        # REFUSED_RETRY) lets the held-back ones go with a later push
+                        if why != said:
+                            for line in sorted(why):
+                                warn(line)
+                            warn("still following: the push after that is resolved sends the rest")
+                        refused, retry_at = held_back_error(r), time.monotonic() + REFUSED_RETRY
+                    said = why
+                except HeldBack as e:
                     # nothing went up; a redaction or an allow changes the files (or the
                     # settings the next look reads), and the push after it goes through
-                    if refused is None or str(refused) != str(e):
+                    if frozenset([str(e)]) != said:
                         warn(f"{e}; still following: the push after it is resolved sends everything")
-                    last, refused, retry_at = snap, e, time.monotonic() + REFUSED_RETRY
+                    last, refused, retry_at, said = snap, e, time.monotonic() + REFUSED_RETRY, frozenset([str(e)])
                 except (RemoteError, ConflictError) as e:  # the network, or a compaction of this copy under way
                     warn(f"{e}; trying again")
                     nap(1.0)

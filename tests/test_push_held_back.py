@@ -1,0 +1,129 @@
+"""push holds back only the sessions that cannot go up as they are (SPEC 14: damage stops
+only its session; SPEC 18: push refuses the sessions with findings), and sends the rest.
+
+Before, one damaged value anywhere stopped every push of the tape (the secrets check read
+it and failed), and a block with a damaged record went up silently, unchecked; one likely
+secret in one session stopped the push of all others, `push --follow` included. Real
+processes (the CLI), a folder remote and a SeaweedFS bucket, clones that read back."""
+
+import json
+import os
+
+from ctape import Tape
+from ctape.store import framing
+
+from test_remote import cli, remote_url, s3env, seaweed  # noqa: F401  (fixtures)
+from test_remote_audit import remote_blobs
+from conftest import run_cli
+
+
+def damage_first_large_record(session_dir, at_least: int = 10_000) -> str:
+    """Flip one byte inside the first record of at least `at_least` bytes; its file's path."""
+    for name in sorted(os.listdir(session_dir)):
+        path = os.path.join(session_dir, name)
+        data = bytearray(open(path, "rb").read())
+        big = [r for r in framing.scan(bytes(data)) if isinstance(r, framing.Record) and len(r.body) >= at_least]
+        if big:
+            data[big[0].offset + 200] ^= 0xFF
+            with open(path, "wb") as f:
+                f.write(bytes(data))
+            return path
+    raise AssertionError("no large record")
+
+
+def keys_of(url: str, session: str) -> list[str]:
+    return [k for k in remote_blobs(url) if k.startswith(f"f/{session}/")]
+
+
+def test_damage_in_one_session_holds_back_only_that_session(tmp_path, remote_url):
+    a = tmp_path / "A"
+    t = Tape.init(a)
+    t.session("healthy").append("user", {"content": "healthy 1"})
+    t.session("hurt").append("tool_result", {"call_id": "c1", "output": os.urandom(150_000).hex()})  # a value of its own record
+    t.session("hurt").append("user", {"content": "after the large value"})
+    t.close()
+    damaged = damage_first_large_record(a / "sessions" / "hurt")
+    cli(a, "remote", "add", "origin", remote_url)
+
+    p = cli(a, "push", check=False)
+    err = p.stderr.decode()
+    assert p.returncode == 1 and "Traceback" not in err, err
+    why, last = err.splitlines()
+    assert "not pushing session hurt" in why and os.path.basename(damaged) in why and "fsck --salvage" in why, why
+    assert last == "ctape: error: 1 session not pushed (hurt; see the warning above); the others are on origin", last
+    assert keys_of(remote_url, "healthy") and not keys_of(remote_url, "hurt")
+
+    # the healthy session keeps going up while the damaged one waits
+    cli(a, "append", "user", "--text", "healthy 2", "-s", "healthy")
+    p = cli(a, "push", "--json", check=False)
+    assert p.returncode == 1
+    out = json.loads(p.stdout)
+    assert list(out["held_back"]) == ["hurt"] and out["files"] == 1, out
+    # with nothing else to send, the push is refused as one, in one line
+    p = cli(a, "push", check=False)
+    assert p.returncode == 1 and len(p.stderr.splitlines()) == 1 and b"not pushing session hurt" in p.stderr, p.stderr
+
+    # salvaged, the session goes up (the secrets check reads its lost value as lost, as
+    # every read does); a clone holds what was intact
+    cli(a, "fsck", "--salvage", check=False)
+    assert b"[lost: damaged]" in cli(a, "export", "hurt").stdout
+    p = cli(a, "push", check=False)
+    assert p.returncode == 0, p.stderr
+    b = tmp_path / "B"
+    run_cli("clone", remote_url, b, check=True)
+    assert [json.loads(x)["payload"]["content"] for x in cli(b, "log", "-s", "healthy", "--json").stdout.splitlines()] == ["healthy 2", "healthy 1"]
+    assert b"after the large value" in cli(b, "log", "-s", "hurt").stdout
+    # the salvage report stays on the copy that made it (quarantine/ is not pushed): the clone
+    # names the lost value as missing, where the salvaging copy reads it as lost
+    p = cli(b, "fsck", check=False)
+    assert p.returncode == 1 and b"refers to missing object" in p.stdout + p.stderr
+
+
+def test_a_damaged_block_is_held_back_not_sent_unchecked(tmp_path):
+    """A record inside a block that no longer decodes: its text cannot be checked for
+    secrets, so it does not leave (it went up as it was)."""
+    a, remote = tmp_path / "A", tmp_path / "remote"
+    remote.mkdir()
+    t = Tape.init(a)
+    t.session("hurt").append("user", {"content": os.urandom(20_000).hex()})  # one block, compressed poorly: large
+    t.session("hurt").append("user", {"content": "more"})
+    t.close()
+    damage_first_large_record(a / "sessions" / "hurt")
+    cli(a, "remote", "add", "origin", f"file://{remote}")
+    p = cli(a, "push", check=False)
+    assert p.returncode == 1 and b"not pushing session hurt" in p.stderr, p.stderr
+    assert not (remote / "f" / "hurt").exists()
+    # --allow-secrets does not send damage either: it cannot be read back anywhere
+    p = cli(a, "push", "--allow-secrets", check=False)
+    assert p.returncode == 1 and not (remote / "f" / "hurt").exists(), p.stderr
+
+
+def test_a_session_that_refers_to_a_held_back_one_waits_with_it(tmp_path, remote_url):
+    """A large value is stored once per tape: a session that appends the same value refers
+    to the record in the first session's file. When that session is held back, the other
+    would reach the remote without the value (a clone could not read it): it waits too,
+    and says why; a third, unrelated session goes up."""
+    a = tmp_path / "A"
+    value = os.urandom(150_000).hex()
+    t = Tape.init(a)
+    t.session("source").append("tool_result", {"call_id": "c1", "output": value})
+    t.session("source").append("tool_result", {"call_id": "c2", "output": os.urandom(150_000).hex()})
+    t.session("reuser").append("tool_result", {"call_id": "c9", "output": value})  # refers to source's record
+    t.session("other").append("user", {"content": "unrelated"})
+    t.close()
+    assert len(os.listdir(a / "sessions" / "reuser")) == 1
+    assert os.path.getsize(next((a / "sessions" / "reuser").iterdir())) < 10_000  # the value is not in its file
+    # damage source's second value (not the shared one)
+    path = next((a / "sessions" / "source").iterdir())
+    data = bytearray(path.read_bytes())
+    big = [r for r in framing.scan(bytes(data)) if isinstance(r, framing.Record) and len(r.body) >= 10_000]
+    data[big[1].offset + 200] ^= 0xFF
+    path.write_bytes(bytes(data))
+    cli(a, "remote", "add", "origin", remote_url)
+
+    p = cli(a, "push", "--json", check=False)
+    assert p.returncode == 1
+    out = json.loads(p.stdout)
+    assert sorted(out["held_back"]) == ["reuser", "source"], out
+    assert "refers to values stored in session source" in out["held_back"]["reuser"]
+    assert keys_of(remote_url, "other") and not keys_of(remote_url, "reuser") and not keys_of(remote_url, "source")
