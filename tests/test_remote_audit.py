@@ -624,3 +624,55 @@ def test_push_follow_goes_on_after_a_refusal_and_sends_once_it_is_resolved(tmp_p
     c = tmp_path / "C"
     cli(tmp_path, "clone", f"file://{remote}", str(c))
     assert clean in {json.loads(x)["hash"] for x in cli(c, "log", "-s", "chat", "--json").stdout.splitlines()}
+
+
+def test_a_store_that_never_answers_is_said_and_given_up_on(tmp_path):
+    """An endpoint that takes the connection and never answers held `pull` and `push` 120 s
+    a try, 4 tries, 8 minutes in all, saying nothing. Now each try waits CTAPE_REMOTE_TIMEOUT
+    (30 s unless set), the first retry is said once, and the end is one line that names the
+    setting. A real listening socket that reads and never writes."""
+    import socket
+    import threading
+    import time
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(16)
+    port = srv.getsockname()[1]
+    held: list = []
+    stop = threading.Event()
+
+    def accept():
+        srv.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(srv.accept()[0])  # read nothing, answer nothing
+            except OSError:
+                pass
+
+    th = threading.Thread(target=accept, daemon=True)
+    th.start()
+    try:
+        a = tmp_path / "A"
+        Tape.init(a).session("chat").append("user", {"content": "hi"})
+        env = {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s", "CTAPE_REMOTE_TIMEOUT": "1"}
+        cli(a, "remote", "add", "origin", "s3://tapes/team", "--endpoint", f"http://127.0.0.1:{port}")
+        before = snapshot(a)
+        for verb in ("push", "pull"):
+            t0 = time.monotonic()
+            p = cli(a, verb, check=False, env=env)
+            took = time.monotonic() - t0
+            err = p.stderr.decode().splitlines()
+            assert p.returncode == 1 and "Traceback" not in p.stderr.decode(), p.stderr
+            assert len(err) == 2 and "no answer from" in err[0] and "trying again" in err[0], err
+            assert err[1].startswith("ctape: error: no answer from") and "CTAPE_REMOTE_TIMEOUT" in err[1], err
+            assert took < 60, took  # 4 tries of 1 s and botocore's backoff, not minutes
+        assert snapshot(a) == before
+        p = cli(a, "push", check=False, env={**env, "CTAPE_REMOTE_TIMEOUT": "soon"})
+        assert p.returncode == 2 and b"CTAPE_REMOTE_TIMEOUT" in p.stderr and len(p.stderr.splitlines()) == 1, p.stderr
+    finally:
+        stop.set()
+        th.join()
+        for c in held:
+            c.close()
+        srv.close()

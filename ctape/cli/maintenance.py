@@ -114,8 +114,8 @@ def _compact_remote(tape, name, expire, grace, dry_run, allow_secrets, progress,
     if dry_run:
         raise click.UsageError("--dry-run does not go with --remote; `ctape remote show NAME` lists the planned deletions")
     name, backend = remotes.connect(tape.store, name)
-    r = compact_remote(tape, backend, name, expire=expire, grace=grace, allow_secrets=allow_secrets,
-                       warn=lambda m: click.echo(f"ctape: warning: {m}", err=True), progress=progress)
+    warn = backend.warn = lambda m: click.echo(f"ctape: warning: {m}", err=True)
+    r = compact_remote(tape, backend, name, expire=expire, grace=grace, allow_secrets=allow_secrets, warn=warn, progress=progress)
     if progress:
         click.echo("", err=True)
     if as_json:

@@ -144,6 +144,7 @@ def remote_show(ctx, name, as_json):
 
     tape = open_tape(ctx)
     name, backend = remotes.connect(tape.store, name)
+    backend.warn = _warn
     rep = show(tape.store, backend, name, warn=_warn)
     if as_json:
         emit_json(rep)
@@ -188,6 +189,7 @@ def push(ctx, name, sessions, follow, allow_secrets, as_json):
 
     tape = open_tape(ctx)
     name, backend = remotes.connect(tape.store, name)
+    backend.warn = _warn
 
     def report(r: dict) -> None:
         if as_json:
@@ -237,6 +239,7 @@ def pull(ctx, name, sessions, as_json):
         check_name(s, "session name")
     tape = open_tape(ctx)
     name, backend = remotes.connect(tape.store, name)
+    backend.warn = _warn
     bar = _Progress("pulled")
     r = do_pull(tape, backend, name, sessions, warn=_warn, progress=bar)
     bar.end()
@@ -284,6 +287,7 @@ def clone(url, directory, endpoint, as_json):
     from ..sync.pull import clone as do_clone
 
     backend = open_backend(url, endpoint, "origin")
+    backend.warn = _warn
     bar = _Progress("cloned")
     r = do_clone(backend, url, endpoint, directory, warn=_warn, progress=bar)
     bar.end()

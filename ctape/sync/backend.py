@@ -18,13 +18,15 @@ import re
 import secrets
 import stat
 import threading
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 from urllib.parse import urlparse
 
 from ..model.errors import CtapeError, InvalidInput
 
 _KEY = re.compile(r"[A-Za-z0-9._\-/]{1,900}")
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]")
+TRIES = 4  # attempts of one request (botocore's standard retries: throttling, 5xx, timeouts)
+WAIT_DEFAULT = 30.0  # s without an answer before a try gives up (CTAPE_REMOTE_TIMEOUT)
 MAX_CONNECTIONS = 16  # kept-alive connections to the store: at least the transfer threads (push.WORKERS, pull.WORKERS)
 
 
@@ -47,6 +49,7 @@ class Backend:
     url = ""
 
     def __init__(self) -> None:
+        self.warn: Callable[[str], None] = lambda s: None  # the command's warnings (a store slow to answer)
         self.requests = 0
         self.bytes_up = 0
         self.bytes_down = 0
@@ -135,6 +138,21 @@ def parse_url(url: str) -> tuple[str, str, str]:
             raise InvalidInput(f"bad remote URL {url!r}: write s3://BUCKET/PREFIX")
         return "s3", u.netloc, prefix
     raise InvalidInput(f"bad remote URL {url!r}: use s3://BUCKET/PREFIX or file:///PATH")
+
+
+def answer_wait() -> float:
+    """Seconds a request waits for an answer before its try gives up: CTAPE_REMOTE_TIMEOUT,
+    else WAIT_DEFAULT."""
+    text = os.environ.get("CTAPE_REMOTE_TIMEOUT", "").strip()
+    if not text:
+        return WAIT_DEFAULT
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 86400 or value != value:
+        raise InvalidInput(f"CTAPE_REMOTE_TIMEOUT={text[:20]!r} is not a number of seconds (0 < s <= 86400); unset it or give one, e.g. 60")
+    return value
 
 
 def open_backend(url: str, endpoint: Optional[str] = None, name: str = "") -> Backend:
@@ -317,13 +335,18 @@ class S3Backend(Backend):
             for var in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"):
                 if os.environ.get(var):
                     self.endpoint = self.endpoint or check_endpoint(os.environ[var], var)
+        self.wait = answer_wait()
+        self._said_waiting = False
         cfg = botocore.config.Config(
-            retries={"max_attempts": 4, "mode": "standard"},
+            retries={"max_attempts": TRIES, "mode": "standard"},
             # push and pull transfer 8 at a time: each thread keeps its own connection
             # alive (fewer than threads would open and close one per request)
             max_pool_connections=MAX_CONNECTIONS,
-            connect_timeout=10,
-            read_timeout=120,
+            connect_timeout=min(10.0, self.wait),
+            # the wait for each answer (not for a whole transfer: an upload that is still
+            # sending is not waiting). A store that takes the connection and never answers
+            # held a command 120 s a try, 8 minutes in all, saying nothing
+            read_timeout=self.wait,
             s3={"addressing_style": "path"} if self.endpoint else {},
         )
         region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
@@ -333,6 +356,15 @@ class S3Backend(Backend):
         except bx.BotoCoreError as e:
             raise RemoteError(f"cannot set up the S3 client for {self.where}: {type(e).__name__}") from None
         self.client.meta.events.register("before-send.s3.*", self._count)
+        self.client.meta.events.register("needs-retry.s3.*", self._waited)
+
+    def _waited(self, caught_exception=None, attempts: int = 0, **_kw) -> None:
+        """Before botocore tries a request again: a try that had no answer is said, once a
+        command (it returns nothing, so botocore's own retry rules decide)."""
+        if isinstance(caught_exception, (self.bx.ReadTimeoutError, self.bx.ConnectTimeoutError)) and not self._said_waiting and attempts < TRIES:
+            self._said_waiting = True
+            self.warn(f"no answer from {self.where} in {self.wait:g} s; trying again ({TRIES} tries in all; "
+                      "CTAPE_REMOTE_TIMEOUT sets the wait)")
 
     def _count(self, **_kw) -> None:
         self._tick()
@@ -346,7 +378,10 @@ class S3Backend(Backend):
         bx = self.bx
         if isinstance(e, bx.NoCredentialsError):
             return RemoteError(f"no AWS credentials for {self.where}: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE")
-        if isinstance(e, (bx.EndpointConnectionError, bx.ConnectTimeoutError, bx.ReadTimeoutError)):
+        if isinstance(e, (bx.ReadTimeoutError, bx.ConnectTimeoutError)):
+            return RemoteError(f"no answer from {self.where} at {self.endpoint or 'AWS'} in {self.wait:g} s ({TRIES} tries) while trying to {what}; "
+                               "check --endpoint / AWS_ENDPOINT_URL and the network, or give it longer (CTAPE_REMOTE_TIMEOUT=SECONDS)")
+        if isinstance(e, bx.EndpointConnectionError):
             return RemoteError(f"cannot reach {self.where} at {self.endpoint or 'AWS'}: check --endpoint / AWS_ENDPOINT_URL and the network")
         if isinstance(e, bx.ClientError):
             code = str(e.response.get("Error", {}).get("Code", ""))
