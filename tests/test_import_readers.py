@@ -115,3 +115,29 @@ def test_damaged_compressed_stdin_is_refused_and_changes_nothing(tape_dir):
     err = p.stderr.decode()
     assert p.returncode == 2 and err.count("\n") == 1 and err.startswith("ctape: error: ") and "Traceback" not in err, err
     assert snapshot(tape_dir) == before
+
+
+def test_a_grown_transcript_says_how_many_entries_are_new(tape_dir, tmp_path):
+    """A transcript imported again after it grew said "imported 25 records (25 entries)"
+    where 5 were new: the count of what the file holds, read as what the import added. Real
+    Claude Code and Codex transcripts, cut and then whole; `ctape export` files too."""
+    from ctape import Tape
+
+    transcripts = Path("/work/shared/fixtures/transcripts")
+    cases = [("claude-code", sorted((transcripts / "claude-code").glob("*.jsonl"))[0]),
+             ("codex", sorted((transcripts / "codex-rollout").glob("*.jsonl"))[0])]
+    for name, path in cases:
+        lines = path.read_bytes().splitlines(keepends=True)
+        src = tmp_path / f"{name}.jsonl"
+        src.write_bytes(b"".join(lines[:15]))
+        first = run_cli("--dir", tape_dir, "import", src, "-s", name, check=True).stderr.decode()
+        assert "new to the tape" not in first, first  # all of it is new
+        n = len(list(Tape.open(tape_dir).session(name).log()))
+        src.write_bytes(b"".join(lines))
+        again = run_cli("--dir", tape_dir, "import", src, "-s", name, check=True).stderr.decode()
+        m = len(list(Tape.open(tape_dir).session(name).log()))
+        assert f"{m - n} new to the tape)" in again, (again, n, m)
+    out = tmp_path / "export.jsonl"
+    out.write_bytes(run_cli("--dir", tape_dir, "export", "codex", check=True).stdout)
+    p = run_cli("--dir", tape_dir, "import", out, "-s", "copy", check=True)
+    assert "(0 new to the tape)" in p.stderr.decode(), p.stderr  # another session's entries: stored once

@@ -333,6 +333,7 @@ def import_file(tape, path: str, session: Optional[str], progress: bool, exact: 
     from . import seen
 
     read = seen.prepass(path)  # a line too long is refused here, before anything is written
+    written = tape.store.entries_written
     options = {"session": session, "exact": bool(exact and session)}
     got = seen.lookup(tape, path, FMT, options, read)
     if got is not None and _name_of(got.get("sid"), got.get("agent"), path, session, exact, main_name) == got["session"]:
@@ -354,7 +355,7 @@ def import_file(tape, path: str, session: Optional[str], progress: bool, exact: 
     if not st.undated:
         seen.remember(tape, path, FMT, options, read, session=name, refs=refs, records=len(infos), sid=sid, agent=agent)
     notes = [f"subagent {agent}" if agent else "", f"kept {b.raw_lines} lines that are not JSON as they are" if b.raw_lines else "", st.truncated, *ref_notes]
-    return c.summary_line(path, name, len(infos), b.entries, len(refs), notes, bool(changes)), sid, name, agent
+    return c.summary_line(path, name, len(infos), b.entries, len(refs), notes, bool(changes), tape.store.entries_written - written), sid, name, agent
 
 
 def _name_of(sid: Optional[str], agent: Optional[str], path: str, session: Optional[str], exact: bool, main_name: dict) -> str:

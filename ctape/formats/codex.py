@@ -335,6 +335,7 @@ def import_file(tape, path: str, session: Optional[str], progress: bool = False)
     from . import seen
 
     read = seen.prepass(path)  # a line too long is refused here, before anything is parsed
+    written = tape.store.entries_written
     got = seen.lookup(tape, path, FMT, {"session": session}, read)
     if got is not None:  # the same bytes, imported before, all there: nothing new
         return c.summary_line(path, got["session"], got.get("records", 0), 0, 1, [], False)
@@ -351,7 +352,7 @@ def import_file(tape, path: str, session: Optional[str], progress: bool = False)
     if st.first_time and st.parent is not None:  # a file with no time takes its session's: not kept
         seen.remember(tape, path, FMT, {"session": session}, read, session=st.s.name, refs={"main": st.parent}, records=st.records)
     notes = [f"kept {st.kept_raw} lines that are not JSON as they are" if st.kept_raw else "", st.truncated, *ref_notes]
-    return c.summary_line(path, st.s.name, st.records, st.entries, 1, notes, bool(changes))
+    return c.summary_line(path, st.s.name, st.records, st.entries, 1, notes, bool(changes), tape.store.entries_written - written)
 
 
 HOLD = 8 << 20  # bytes of parsed lines kept while they wait to be imported

@@ -548,13 +548,14 @@ def _size(f) -> int:
 
 
 def import_file(tape, path: str, session: Optional[str], progress: bool = False) -> str:
+    written = tape.store.entries_written
     with tape.batch():
         lay = layout(tape, path, session, progress)
         s = tape.session(lay.name)
         changes, ref_notes = c.safe_refs(tape, s, lay.refs)
         if changes:
             s.set_refs("import", changes, source=FMT)
-    return c.summary_line(path, lay.name, lay.records, lay.entries, len(lay.refs), lay.notes + ref_notes, bool(changes))
+    return c.summary_line(path, lay.name, lay.records, lay.entries, len(lay.refs), lay.notes + ref_notes, bool(changes), tape.store.entries_written - written)
 
 
 def _time_of(tape, h: Optional[str]) -> Optional[str]:

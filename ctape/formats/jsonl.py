@@ -80,6 +80,7 @@ def import_files(tape, files: list[str], session: Optional[str], progress: bool 
 
 def import_file(tape, path: str, session: Optional[str]) -> str:
     header, entries, refs = _read(path)
+    written = tape.store.entries_written
     name = session or header.get("session") or (refs or {}).get("session")
     if not name:
         raise InvalidInput(f"{path}: no session name in the file; pass -s NAME")
@@ -105,7 +106,9 @@ def import_file(tape, path: str, session: Optional[str]) -> str:
             s.set_refs("import", changes)
     if not changes:
         return f"nothing new in {path}: session {name} already holds {'its entry' if len(entries) == 1 else f'its {len(entries)} entries'}" + ("; " + "; ".join(notes) if notes else "")
-    return f"imported {len(entries)} entr{'y' if len(entries) == 1 else 'ies'} into session {name}" + ("; " + "; ".join(notes) if notes else "")
+    fresh = tape.store.entries_written - written
+    more = f" ({fresh} new to the tape)" if fresh < len(entries) else ""
+    return f"imported {len(entries)} entr{'y' if len(entries) == 1 else 'ies'} into session {name}{more}" + ("; " + "; ".join(notes) if notes else "")
 
 
 def _wanted_refs(tape, path: str, refs: Optional[dict], by_hash: dict) -> tuple[dict, str]:

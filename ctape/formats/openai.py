@@ -241,6 +241,7 @@ def import_files(tape, files: list[str], session: Optional[str], progress: bool 
 
 
 def import_file(tape, path: str, session: Optional[str], progress: bool = False) -> str:
+    written = tape.store.entries_written
     with c.open_source(path) as f:
         records, note = _records(f, path)
         first_time, valid, gemini = None, 0, False
@@ -271,7 +272,7 @@ def import_file(tape, path: str, session: Optional[str], progress: bool = False)
                 s.set_refs("import", changes, source=FMT)
         bar.done()
     notes = [f"kept {w.raw} lines that are not JSON as they are" if w.raw else "", note, *ref_notes]
-    return c.summary_line(path, name, len(records), w.entries, len(w.runs) or 1, notes, bool(changes))
+    return c.summary_line(path, name, len(records), w.entries, len(w.runs) or 1, notes, bool(changes), tape.store.entries_written - written)
 
 
 def _first_item_time(v: Any) -> Optional[str]:

@@ -452,6 +452,8 @@ class SegmentWriter:
             offset = self._frame(framing.T_OBJECT, st.encode_object(type_, body, h))
             self.batch.objects.append((hash_key(h), self.file_id, offset, 1 if type_ == TYPE_ENTRY else 0))
         st.pending[h] = (type_, body)
+        if type_ == TYPE_ENTRY:
+            st.entries_written += 1
         self.new_objects.append(h)
         self.new_set.add(h)
         return h

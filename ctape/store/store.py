@@ -253,6 +253,7 @@ class Store:
         # what this process read from data files: lets tests prove that a question
         # about one session does not read the whole tape
         self.io = {"bytes_read": 0, "records_read": 0, "files_indexed": 0}
+        self.entries_written = 0  # entries this process wrote (not found on the tape): import says how many were new
         _OPEN.add(self)
 
     # -- a child process after fork -------------------------------------------------
