@@ -13,7 +13,7 @@ from ctape import Tape
 from ctape.store import framing
 
 from test_remote import cli, remote_url, s3env, seaweed  # noqa: F401  (fixtures)
-from test_remote_audit import remote_blobs
+from test_remote_audit import has_bytes, remote_blobs
 from conftest import run_cli
 
 
@@ -127,3 +127,40 @@ def test_a_session_that_refers_to_a_held_back_one_waits_with_it(tmp_path, remote
     assert sorted(out["held_back"]) == ["reuser", "source"], out
     assert "refers to values stored in session source" in out["held_back"]["reuser"]
     assert keys_of(remote_url, "other") and not keys_of(remote_url, "reuser") and not keys_of(remote_url, "source")
+
+
+def test_a_secret_appended_after_the_check_holds_back_only_its_session(tmp_path):
+    """An append to this copy's own segment that lands after the check is checked when push
+    reads the file, under the session's lock. A likely secret there stopped the whole push
+    half way (pieces of other sessions up, no manifest naming them); now that session stays
+    home and the others go up, listed."""
+    from ctape.sync import push as push_mod
+    from ctape.sync.backend import open_backend
+
+    a, remote = tmp_path / "A", tmp_path / "remote"
+    remote.mkdir()
+    t = Tape.init(a)
+    t.session("chat").append("user", {"content": "before the check"})
+    t.session("other").append("user", {"content": "another session"})
+    real, calls = push_mod.check_secrets, []
+
+    def check_then_append(*args, **kw):
+        out = real(*args, **kw)
+        if not calls:
+            calls.append(1)
+            t.session("chat").append("user", {"content": "token ghp_aB3dE5gH7jK9mN1pQ3sT5vX7zA9cE1gI3kM5"})
+        return out
+
+    push_mod.check_secrets = check_then_append
+    try:
+        r = push_mod.push(t, open_backend(f"file://{remote}"), "origin")
+    finally:
+        push_mod.check_secrets = real
+    assert list(r["held_back"]) == ["chat"] and "likely secret" in r["held_back"]["chat"], r
+    blobs = remote_blobs(f"file://{remote}")
+    assert not any(has_bytes(v, "ghp_aB3dE5gH7jK9mN1pQ3sT5") for v in blobs.values())
+    assert keys_of(f"file://{remote}", "other")
+    t.close()
+    b = tmp_path / "B"
+    run_cli("clone", f"file://{remote}", b, check=True)
+    assert b"another session" in cli(b, "export", "other").stdout

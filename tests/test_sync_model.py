@@ -623,7 +623,7 @@ class RemoteWorld(World):
         if "origin" not in remotes.remotes(t.store):
             remotes.add(t.store, "origin", self.url)
 
-    def _transfer(self, verb: str, i: int, t: Tape, cut: int | None = None, sessions=(), grace="now", expire="now", hook=None) -> None:
+    def _transfer(self, verb: str, i: int, t: Tape, cut: int | None = None, sessions=(), grace="now", expire="now", hook=None) -> dict:
         from ctape.sync.backend import open_backend
         from ctape.sync.prune import compact_remote
         from ctape.sync.pull import pull
@@ -636,11 +636,11 @@ class RemoteWorld(World):
             backend = _Interleaving(backend, *hook)
         with writer_env(self.writers[i]):
             if verb == "push":
-                push(t, backend, "origin", sessions)
+                return push(t, backend, "origin", sessions)
             elif verb == "compact_remote":
-                compact_remote(t, backend, "origin", expire=expire, grace=grace)
+                return compact_remote(t, backend, "origin", expire=expire, grace=grace)
             else:
-                pull(t, backend, "origin", sessions)
+                return pull(t, backend, "origin", sessions)
 
     def op_push(self, i: int) -> None:
         t = self.tape(i)
@@ -831,7 +831,7 @@ class RemoteRedactWorld(RedactWorld, RemoteWorld):
         sends = verb in ("push", "compact_remote")
         held = self._held_by_remote() if sends else set()
         try:
-            super()._transfer(verb, i, t, *a, **kw)
+            r = super()._transfer(verb, i, t, *a, **kw)
         except SecretsFound as e:
             if verb != "push":
                 raise
@@ -840,9 +840,17 @@ class RemoteRedactWorld(RedactWorld, RemoteWorld):
                 super()._transfer("pull", i, t)
             else:
                 self.note(f"  push c{i} refused: redacted bytes still here; compact, push again")
+            r = None
+        if verb == "push" and r is not None and r["held_back"]:
+            # the others went up; the held-back sessions' redacted bytes are still here
+            self.note(f"  push c{i} held back {', '.join(sorted(r['held_back']))}: redacted bytes still here; compact, push again")
+            r = None
+        if r is None:
             with writer_env(self.writers[i]):
                 t.compact()
-            super()._transfer(verb, i, t, *a, **kw)
+            r = super()._transfer(verb, i, t, *a, **kw)
+            if r["held_back"]:
+                raise Failure(f"push c{i} held back {r['held_back']} after the compaction its refusal asked for")
         if not sends:
             return
         now = self._held_by_remote()

@@ -669,10 +669,18 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
         for round_ in range(REBUILD_TRIES):
             gone = 0  # files listed that a compaction in another process removed since
             for s, file, start, end, mine in todo:
+                if s in held_back:
+                    continue
                 try:
                     data = _read_piece(tape, checked, s, file, start, end, mine)
                 except FileNotFoundError:
                     gone += 1  # what it held is in the pack that replaced it: that goes up below
+                    continue
+                except HeldBack as e:
+                    # an append to this copy's own segment after the check, checked under
+                    # the lock, holds a likely secret: its session stays home from here on
+                    # (what of it went up was checked), and the others go on
+                    held_back[s] = str(e)
                     continue
                 if not data:
                     continue
