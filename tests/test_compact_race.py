@@ -307,3 +307,48 @@ def test_a_rebuild_between_a_writers_refresh_and_its_refs_orphans_nothing(tmp_pa
     assert texts == ["d", "c", "b", "a"], texts
     for t in (reader, other, w):
         t.close()
+
+
+def test_a_rebuild_between_a_writers_refresh_and_its_streams_records_no_stream(tmp_path):
+    """The same window for the streams a writer records before its first write (a dead
+    writer's interrupted stream, SPEC 6): a rebuild from an older listing dropped the rows
+    of a stream's end (its ref record, in the newest segment), the stream looked open, and
+    the next append recorded a spurious `streaming` entry on a branch of its own. (Found by
+    review of the fix above.)"""
+    d, cache = str(tmp_path / "t"), str(tmp_path / "cache")
+    a = Tape.init(d, cache_dir=cache)
+    s = a.session("chat")
+    s.append("user", {"content": "q"})
+    with s.stream(flush_interval=60) as st:
+        st.write("hel")
+        st.flush()
+        other = Tape.open(d, cache_dir=cache)
+        other.compact(expire="now", grace="now")  # the partial record goes into the pack
+        other.close()
+        before = a.store.list_files(None)  # a listing taken before the stream's end is written
+        st.write("lo")
+    b, reader = Tape.open(d, cache_dir=cache), Tape.open(d, cache_dir=cache)
+    refresh, fired = b.store.refresh, []
+
+    def refresh_then_a_stale_rebuild(session=None):
+        changed = refresh(session)
+        if not fired:
+            fired.append(1)
+            real = reader.store.list_files
+            reader.store.list_files = lambda session=None: dict(before)
+            try:
+                reader.store._full_reindex()
+            finally:
+                reader.store.list_files = real
+        return changed
+
+    b.store.refresh = refresh_then_a_stale_rebuild
+    try:
+        b.session("chat").append("user", {"content": "next"})
+    finally:
+        b.store.refresh = refresh
+    assert fired
+    assert [(e.kind, e.payload["content"]) for e in b.session("chat").log()] == [("user", "next"), ("assistant", "hello"), ("user", "q")]
+    assert set(b.session("chat").refs().branches) == {"main"}
+    for t in (reader, b, a):
+        t.close()

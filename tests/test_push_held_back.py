@@ -164,3 +164,63 @@ def test_a_secret_appended_after_the_check_holds_back_only_its_session(tmp_path)
     b = tmp_path / "B"
     run_cli("clone", f"file://{remote}", b, check=True)
     assert b"another session" in cli(b, "export", "other").stdout
+
+
+def test_a_push_round_after_files_went_holds_back_too(tmp_path):
+    """Files that go during a push (a compaction in another process) are sent in a second
+    round, checked again. That check stopped the push half way on a secret appended after
+    the first (other sessions' pieces up, no manifest naming them); it holds back as the
+    first does. (Found by review.)"""
+    from ctape.sync import push as push_mod
+    from ctape.sync.backend import open_backend
+
+    a, remote = tmp_path / "A", tmp_path / "remote"
+    remote.mkdir()
+    t = Tape.init(a)
+    for name in ("B", "C", "X"):
+        t.session(name).append("user", {"content": f"clean {name}"})
+    real_check, real_read, calls, gone = push_mod.check_secrets, push_mod._read_piece, [], []
+
+    def check_then_append(*args, **kw):
+        out = real_check(*args, **kw)
+        if not calls:
+            calls.append(1)
+            t.session("X").append("user", {"content": "token ghp_aB3dE5gH7jK9mN1pQ3sT5vX7zA9cE1gI3kM5"})
+        return out
+
+    def read(tape, checked, s, file, *rest):
+        if s == "B" and not gone:
+            gone.append(1)
+            raise FileNotFoundError  # as if a compaction in another process had replaced it
+        return real_read(tape, checked, s, file, *rest)
+
+    push_mod.check_secrets, push_mod._read_piece = check_then_append, read
+    try:
+        r = push_mod.push(t, open_backend(f"file://{remote}"), "origin")
+    finally:
+        push_mod.check_secrets, push_mod._read_piece = real_check, real_read
+    assert list(r["held_back"]) == ["X"], r
+    blobs = remote_blobs(f"file://{remote}")
+    assert not any(has_bytes(v, "ghp_aB3dE5gH7jK9mN1pQ3sT5") for v in blobs.values())
+    t.close()
+    c = tmp_path / "C2"
+    run_cli("clone", f"file://{remote}", c, check=True)  # the manifest names what went up
+    for name in ("B", "C"):
+        assert f"clean {name}".encode() in cli(c, "export", name).stdout
+
+
+def test_push_s_of_a_held_back_session_sends_nothing_it_was_to_bring(tmp_path):
+    """`push -s A` adds the sessions whose files hold what A refers to (`session cp B A`:
+    A's entries are B's). With A held back, B went up anyway, unasked, and the "also
+    pushing" notice was lost. (Found by review.)"""
+    a, remote = tmp_path / "A", tmp_path / "remote"
+    remote.mkdir()
+    t = Tape.init(a)
+    t.session("B").append("user", {"content": "from B"})
+    t.close()
+    cli(a, "session", "cp", "B", "A")
+    cli(a, "append", "user", "--text", "token ghp_aB3dE5gH7jK9mN1pQ3sT5vX7zA9cE1gI3kM5", "-s", "A")
+    cli(a, "remote", "add", "origin", f"file://{remote}")
+    p = cli(a, "push", "-s", "A", check=False)
+    assert p.returncode == 1 and b"likely secret" in p.stderr, p.stderr
+    assert not keys_of(f"file://{remote}", "B") and not keys_of(f"file://{remote}", "A")

@@ -146,8 +146,12 @@ class Session:
 
     def _writer_refs(self, w: SegmentWriter) -> RefState:
         if w.refstate is None:
-            self.check_refs_intact()
-            w.refstate = self.store.settled(self.name, self._cached_refs).copy()  # the writer's own: it applies its records
+
+            def read() -> RefState:
+                self.check_refs_intact()  # the damage and lost rows too, from a settled index
+                return self._cached_refs()
+
+            w.refstate = self.store.settled(self.name, read).copy()  # the writer's own: it applies its records
         return w.refstate
 
     def _write_ref(self, w: SegmentWriter, op: str, changes: dict[str, Optional[str]], **extra: Any) -> dict:

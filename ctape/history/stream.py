@@ -197,14 +197,17 @@ def _open_streams(session: "Session") -> dict[str, dict]:
 
 
 def open_streams(session: "Session") -> list[dict]:
-    session.store.refresh(session.name)
-    return sorted(_open_streams(session).values(), key=lambda s: (s["time"] or "", s["stream"]))
+    streams = session.store.settled(session.name, lambda: _open_streams(session))
+    return sorted(streams.values(), key=lambda s: (s["time"] or "", s["stream"]))
 
 
 def record_partials(session: "Session", w: "SegmentWriter", skip: Optional[str] = None) -> list[Entry]:
     """Inside a held session lock: record every open stream (but `skip`) as one `streaming` entry."""
     out = []
-    for s in sorted(_open_streams(session).values(), key=lambda s: (s["time"] or "", s["stream"])):
+    # from a settled index (Store.settled): a rebuild in another process from an older
+    # listing drops the rows of a stream's end, and the stream looked open
+    streams = session.store.settled(session.name, lambda: _open_streams(session))
+    for s in sorted(streams.values(), key=lambda s: (s["time"] or "", s["stream"])):
         if s["stream"] == skip:
             continue
         st = session._writer_refs(w)

@@ -338,7 +338,7 @@ class S3Backend(Backend):
         self.wait = answer_wait()
         self._said_waiting = False
         cfg = botocore.config.Config(
-            retries={"max_attempts": TRIES, "mode": "standard"},
+            retries={"total_max_attempts": TRIES, "mode": "standard"},  # (max_attempts counts retries: one more)
             # push and pull transfer 8 at a time: each thread keeps its own connection
             # alive (fewer than threads would open and close one per request)
             max_pool_connections=MAX_CONNECTIONS,
@@ -361,10 +361,13 @@ class S3Backend(Backend):
     def _waited(self, caught_exception=None, attempts: int = 0, **_kw) -> None:
         """Before botocore tries a request again: a try that had no answer is said, once a
         command (it returns nothing, so botocore's own retry rules decide)."""
-        if isinstance(caught_exception, (self.bx.ReadTimeoutError, self.bx.ConnectTimeoutError)) and not self._said_waiting and attempts < TRIES:
+        if isinstance(caught_exception, self.bx.ReadTimeoutError) and not self._said_waiting and attempts < TRIES:
             self._said_waiting = True
-            self.warn(f"no answer from {self.where} in {self.wait:g} s; trying again ({TRIES} tries in all; "
-                      "CTAPE_REMOTE_TIMEOUT sets the wait)")
+            try:
+                self.warn(f"no answer from {self.where} in {self.wait:g} s; trying again ({TRIES} tries in all; "
+                          "CTAPE_REMOTE_TIMEOUT sets the wait)")
+            except Exception:  # noqa: BLE001 - a warning that cannot be shown (stderr gone) must not break the request
+                pass
 
     def _count(self, **_kw) -> None:
         self._tick()
@@ -378,10 +381,10 @@ class S3Backend(Backend):
         bx = self.bx
         if isinstance(e, bx.NoCredentialsError):
             return RemoteError(f"no AWS credentials for {self.where}: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE")
-        if isinstance(e, (bx.ReadTimeoutError, bx.ConnectTimeoutError)):
+        if isinstance(e, bx.ReadTimeoutError):
             return RemoteError(f"no answer from {self.where} at {self.endpoint or 'AWS'} in {self.wait:g} s ({TRIES} tries) while trying to {what}; "
                                "check --endpoint / AWS_ENDPOINT_URL and the network, or give it longer (CTAPE_REMOTE_TIMEOUT=SECONDS)")
-        if isinstance(e, bx.EndpointConnectionError):
+        if isinstance(e, (bx.EndpointConnectionError, bx.ConnectTimeoutError)):
             return RemoteError(f"cannot reach {self.where} at {self.endpoint or 'AWS'}: check --endpoint / AWS_ENDPOINT_URL and the network")
         if isinstance(e, bx.ClientError):
             code = str(e.response.get("Error", {}).get("Code", ""))

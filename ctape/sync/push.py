@@ -428,7 +428,8 @@ def _files(todo: Iterable[tuple]) -> list[tuple[str, str]]:
     return [(p[0], p[1]) for p in todo]
 
 
-def _checked(tape, state: State, chosen: list[str], todo: list[tuple], allow_secrets: bool) -> tuple[Optional[dict[str, int]], dict[str, str], list[tuple]]:
+def _checked(tape, state: State, chosen: list[str], todo: list[tuple], allow_secrets: bool,
+             whole: bool = True, asked: Optional[list[str]] = None) -> tuple[Optional[dict[str, int]], dict[str, str], list[tuple]]:
     """The secrets check of what this push would upload (check_secrets' ends), the sessions
     held back (session -> the line that says why) and what goes up. Damage or a finding in
     one session holds back only that session (SPEC section 14), and the others go up: a
@@ -436,7 +437,9 @@ def _checked(tape, state: State, chosen: list[str], todo: list[tuple], allow_sec
     reach every clone), or that the check refuses. The check runs once over everything; only
     when it refuses are the sessions checked one by one, to find which. A session whose
     upload refers to what a held-back one stores waits with it. When nothing is left to
-    send, the push is refused as a whole, with the check's own line."""
+    send, the push is refused as a whole, with the check's own line (unless not `whole`:
+    a later round of a push that sent some already). `asked`: the sessions of `push -s`,
+    whose closure `todo` is: what it added only for a held-back one stays home too."""
     held = _damaged_uploads(tape.store, todo, read=allow_secrets)
     rest = [p for p in todo if p[0] not in held]
     try:
@@ -454,9 +457,16 @@ def _checked(tape, state: State, chosen: list[str], todo: list[tuple], allow_sec
     if held:
         _waiting_on(tape, state, rest, held)
         rest = [p for p in rest if p[0] not in held]
-    if refusal is not None and (not rest or not held):
-        raise refusal  # nothing else to send (or no one session is to blame): refused as one
-    if held and not rest:
+    if held and asked is not None:
+        keep = [s for s in asked if s not in held]
+        need = _with_what_they_need(tape, state, keep, _todo(tape.store, state, keep))[1] if keep else []
+        names = {(q[0], q[1]) for q in need}
+        rest = [p for p in rest if (p[0], p[1]) in names]
+    if refusal is not None and not held:
+        raise refusal  # no one session is to blame: refused as one
+    if refusal is not None and not rest and whole:
+        raise refusal  # nothing else to send: refused as one, with the check's own line
+    if held and not rest and whole:
         raise HeldBack(next(iter(held.values())) if len(held) == 1 else f"{len(held)} sessions held back; first: {next(iter(held.values()))}")
     return ends, held, rest
 
@@ -469,18 +479,19 @@ def _damaged_uploads(store, todo: list[tuple], read: bool) -> dict[str, str]:
     check reads them and finds it)."""
     out: dict[str, str] = {}
     for s in sorted({p[0] for p in todo}):
-        files = [f"sessions/{s}/{p[1]}" for p in todo if p[0] == s]
+        files = {f"sessions/{s}/{p[1]}": p[2] for p in todo if p[0] == s}
         bad = [path for path, _ in store.damage(s) if path in files]
         if not bad and read:
-            bad = [path for path in files if _unreadable(store, path)]
+            bad = [path for path, start in files.items() if _unreadable(store, path, start)]
         if bad:
             out[s] = _damaged_line(s, bad[0])
     return out
 
 
-def _unreadable(store, path: str) -> bool:
+def _unreadable(store, path: str, start: int) -> bool:
+    """Damage in what a push would send of a file (from `start`: before it is on the remote)."""
     try:
-        return any(isinstance(r, framing.Damage) and not r.torn for r in store.scan_file(path))
+        return any(isinstance(r, framing.Damage) and not r.torn for r in store.scan_file(path, start))
     except FileNotFoundError:
         return False  # compacted since it was listed: the push sends what replaced it
 
@@ -629,9 +640,11 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
     if wanted and len(wanted) < len(known):
         chosen, todo = _with_what_they_need(tape, state, chosen, todo)
     t_check = time.monotonic()
-    checked, held_back, todo = _checked(tape, state, chosen, todo, allow_secrets)  # before anything leaves (SPEC section 18)
-    chosen = [s for s in chosen if s not in held_back]
-    more = chosen[len(wanted):] if wanted else []
+    asked = wanted if wanted and len(wanted) < len(known) else None
+    checked, held_back, todo = _checked(tape, state, chosen, todo, allow_secrets, asked=asked)  # before anything leaves (SPEC section 18)
+    sending = {p[0] for p in todo}
+    chosen = [s for s in chosen if s not in held_back and (asked is None or s in asked or s in sending)]
+    more = [s for s in chosen if s not in wanted] if wanted else []
     if more:  # said once the push is sure to go (a refused one says only why)
         warn(f"also pushing the files of session(s) {', '.join(more[:5])}{' ...' if len(more) > 5 else ''}: "
              f"the chosen ones refer to values or entries stored there")
@@ -676,11 +689,12 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
                 except FileNotFoundError:
                     gone += 1  # what it held is in the pack that replaced it: that goes up below
                     continue
-                except HeldBack as e:
+                except CtapeError as e:
                     # an append to this copy's own segment after the check, checked under
-                    # the lock, holds a likely secret: its session stays home from here on
-                    # (what of it went up was checked), and the others go on
-                    held_back[s] = str(e)
+                    # the lock, holds a likely secret (or a value it cannot read): its session
+                    # stays home from here on (what of it went up was checked), and the
+                    # others go on, listed in the manifest
+                    held_back[s] = str(e) if isinstance(e, HeldBack) else f"not pushing session {s}: {e}"
                     continue
                 if not data:
                     continue
@@ -704,10 +718,11 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
                 warn(f"{gone} file(s) went while pushing (a compaction in another process); push again to send what replaced them")
                 break
             # the files that replaced them (what went up is noted in the state): checked, then sent
-            todo = _todo(store, state, chosen)
-            more = check_secrets(tape, chosen, allow_secrets, _files(todo))
+            chosen = [s for s in chosen if s not in held_back]
+            ends, newly, todo = _checked(tape, state, chosen, _todo(store, state, chosen), allow_secrets, whole=False)
+            held_back.update(newly)
             if checked is not None:
-                checked.update(more)
+                checked.update(ends or {})
             total += sum(e - b for _, _, b, e, _ in todo)
     state["own"] = own
     if listed:
@@ -762,6 +777,7 @@ def follow(tape, backend: Backend, name: str, sessions: Iterable[str] = (), allo
     last = None
     refused: Optional[HeldBack] = None  # the last push was refused, or held sessions back: the follower goes on
     said: frozenset = frozenset()  # why, as last said: said again only when it changes
+    seen = None  # the files at the last push
     retry_at = 0.0
     try:
         while not stopping[0] and not (stop and stop()):
@@ -773,8 +789,10 @@ def follow(tape, backend: Backend, name: str, sessions: Iterable[str] = (), allo
             if snap != last:
                 try:
                     r = push(tape, backend, name, wanted, allow_secrets, warn=warn)
-                    on_push(r)
-                    last, refused, why = snap, None, frozenset(r["held_back"].values())
+                    why = frozenset(r["held_back"].values())
+                    if r["files"] or snap != seen or why != said:  # a look again every REFUSED_RETRY that changed nothing is not news
+                        on_push(r)
+                    last, seen, refused = snap, snap, None
                     if why:
                         # the others went up; a redaction or an allow (looked at again every
                         # REFUSED_RETRY) lets the held-back ones go with a later push
