@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 
 import pytest
 
@@ -265,6 +266,32 @@ def test_a_deleted_branch_compacted_away_in_another_process_is_no_loss(tmp_path)
     reader.close()
 
 
+@contextmanager
+def stale_rebuild_after_refresh(writer: Tape, reader: Tape, listing: dict):
+    """Inside: the writer's first refresh is followed at once by the reader's rebuild of the
+    shared index cache from `listing` (a listing taken earlier, as by another process that
+    then waited for the cache's write lock). Yields a list that is non-empty once it ran."""
+    refresh, fired = writer.store.refresh, []
+
+    def refresh_then_a_stale_rebuild(session=None):
+        changed = refresh(session)
+        if not fired:
+            fired.append(1)
+            real = reader.store.list_files
+            reader.store.list_files = lambda session=None: dict(listing)
+            try:
+                reader.store._full_reindex()
+            finally:
+                reader.store.list_files = real
+        return changed
+
+    writer.store.refresh = refresh_then_a_stale_rebuild
+    try:
+        yield fired
+    finally:
+        writer.store.refresh = refresh
+
+
 def test_a_rebuild_between_a_writers_refresh_and_its_refs_orphans_nothing(tmp_path):
     """A writer that found the session changed (a compaction) reads its refs from the index
     cache after bringing it up to date. Another process's rebuild may commit in between, from
@@ -282,26 +309,9 @@ def test_a_rebuild_between_a_writers_refresh_and_its_refs_orphans_nothing(tmp_pa
     before_c = other.store.list_files(None)  # a listing taken before the writer's next segment
     s.append("user", {"content": "c"})  # a new segment
     reader = Tape.open(d, cache_dir=cache)
-    refresh, fired = w.store.refresh, []
-
-    def refresh_then_a_stale_rebuild(session=None):
-        changed = refresh(session)
-        if not fired:
-            fired.append(1)
-            real = reader.store.list_files
-            reader.store.list_files = lambda session=None: dict(before_c)
-            try:
-                reader.store._full_reindex()
-            finally:
-                reader.store.list_files = real
-        return changed
-
-    w.store.refresh = refresh_then_a_stale_rebuild
     os.utime(s.store.session_dir("chat"))  # the folder changed: the writer reloads at its next write
-    try:
+    with stale_rebuild_after_refresh(w, reader, before_c) as fired:
         s.append("user", {"content": "d"})
-    finally:
-        w.store.refresh = refresh
     assert fired
     texts = [e.payload["content"] for e in s.log()]
     assert texts == ["d", "c", "b", "a"], texts
@@ -328,25 +338,8 @@ def test_a_rebuild_between_a_writers_refresh_and_its_streams_records_no_stream(t
         before = a.store.list_files(None)  # a listing taken before the stream's end is written
         st.write("lo")
     b, reader = Tape.open(d, cache_dir=cache), Tape.open(d, cache_dir=cache)
-    refresh, fired = b.store.refresh, []
-
-    def refresh_then_a_stale_rebuild(session=None):
-        changed = refresh(session)
-        if not fired:
-            fired.append(1)
-            real = reader.store.list_files
-            reader.store.list_files = lambda session=None: dict(before)
-            try:
-                reader.store._full_reindex()
-            finally:
-                reader.store.list_files = real
-        return changed
-
-    b.store.refresh = refresh_then_a_stale_rebuild
-    try:
+    with stale_rebuild_after_refresh(b, reader, before) as fired:
         b.session("chat").append("user", {"content": "next"})
-    finally:
-        b.store.refresh = refresh
     assert fired
     assert [(e.kind, e.payload["content"]) for e in b.session("chat").log()] == [("user", "next"), ("assistant", "hello"), ("user", "q")]
     assert set(b.session("chat").refs().branches) == {"main"}
