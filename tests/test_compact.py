@@ -182,3 +182,27 @@ def test_a_kept_record_naming_a_removed_entry_is_marked_in_the_reflog(tape_dir):
     assert all(not line["gone"] for line in lines if line not in named)
     text = run_cli("--dir", tape_dir, "reflog", "s", check=True).stdout.decode()
     assert "(old not on this tape)" in text
+
+
+def test_dry_run_predicts_the_files_a_run_leaves(tmp_path):
+    """`compact --dry-run` gave `files_after` = `files_before` whatever the run would do: a
+    session in two segments (two writer ids), or a pack and a later segment, is packed into
+    one file (14 predicted, 12 left on an audited tape). The prediction is now the run's own
+    decisions, per session; checked against real runs, default grace and `--grace now`."""
+    for grace in ([], ["--grace", "now", "--expire", "now"]):
+        d = tmp_path / f"t{len(grace)}"
+        run_cli("--dir", d, "init", check=True)
+        for s in ("a", "b", "c", "gone"):
+            run_cli("--dir", d, "append", "user", "--text", f"hello {s}", "-s", s, check=True)
+        run_cli("--dir", d, "append", "user", "--text", "from another writer", "-s", "a", env={"CTAPE_WRITER": "other"}, check=True)
+        run_cli("--dir", d, "compact", "--grace", "now", check=True)  # every session one pack
+        run_cli("--dir", d, "append", "user", "--text", "after the compaction", "-s", "b", check=True)  # b: a pack and a segment
+        run_cli("--dir", d, "append", "user", "--text", "another writer again", "-s", "a", env={"CTAPE_WRITER": "other"}, check=True)
+        run_cli("--dir", d, "session", "rm", "gone", check=True)
+        dry = json.loads(run_cli("--dir", d, "compact", "--dry-run", "--json", *grace, check=True).stdout)
+        real = json.loads(run_cli("--dir", d, "compact", "--json", *grace, check=True).stdout)
+        assert dry["files_before"] == real["files_before"]
+        assert dry["files_after"] == real["files_after"], (grace, dry, real)
+        assert dry["files_after"] < dry["files_before"], dry  # not a copy of files_before
+        on_disk = [p for p in d.rglob("*") if p.suffix in (".seg", ".pack")]
+        assert len(on_disk) == real["files_after"]

@@ -145,12 +145,9 @@ def compact(tape, expire="90d", grace="14d", dry_run: bool = False, progress: Op
         roots = _roots(scan, kept_records, cutoff) | head_roots | pinned
         live = _mark(scan.graph, roots) - red.blobs
         report = _plan(store, work, ages, grace_s, live, red)
-        dropped_in = report.pop("dropped_in")
+        dropped_in, kept_in = report.pop("dropped_in"), report.pop("kept_in")
         report["skipped_sessions"] = skipped
         report.update(files_before=len(snapshot), dry_run=dry_run, expired_records=len(scan.records) - len(kept_records))
-        if dry_run:
-            report["files_after"] = report["files_before"]
-            return report
         kept_ids = {(r.s, r.w, r.n) for r in kept_records}
         open_streams = {k for k in scan.partial_streams if k not in scan.closed}
         by_session: dict[str, list[str]] = {}
@@ -158,6 +155,9 @@ def compact(tape, expire="90d", grace="14d", dry_run: bool = False, progress: Op
             parts = p.split("/")
             if parts[0] == "sessions":
                 by_session.setdefault(parts[1], []).append(p)
+        if dry_run:
+            report["files_after"] = _files_after(snapshot, by_session, dropped_in, kept_in, scan.file_records, kept_ids, open_streams)
+            return report
         written: dict[str, list[str]] = {}
         try:
             for n, (session, files) in enumerate(sorted(by_session.items()), 1):
@@ -453,6 +453,7 @@ def _plan(store: Store, snapshot, ages, grace_s, live, red: Optional[Redacted] =
     kept = freed = kept_bytes = freed_bytes = 0
     seen: set[str] = set()
     dropped_in: dict[str, int] = {}
+    kept_in: dict[str, int] = {}  # path -> objects kept from it
     for path, size in snapshot.items():
         young = ages[path] < grace_s
         for rec in _records(store, path, 0, size):
@@ -473,11 +474,27 @@ def _plan(store: Store, snapshot, ages, grace_s, live, red: Optional[Redacted] =
                 kept += 1
                 kept_bytes += size
                 seen.add(h)
+                kept_in[path] = kept_in.get(path, 0) + 1
             else:
                 freed += 1
                 freed_bytes += size
                 dropped_in[path] = dropped_in.get(path, 0) + 1
-    return {"kept_objects": kept, "kept_bytes": kept_bytes, "freed_objects": freed, "freed_bytes": freed_bytes, "dropped_in": dropped_in}
+    return {"kept_objects": kept, "kept_bytes": kept_bytes, "freed_objects": freed, "freed_bytes": freed_bytes, "dropped_in": dropped_in,
+            "kept_in": kept_in}
+
+
+def _files_after(snapshot, by_session, dropped_in, kept_in, file_records, kept_ids, open_streams) -> int:
+    """The data files a run would leave (`--dry-run`): every file but those of the sessions
+    it packs, and a pack for each of those that keeps anything (a pack with nothing in it is
+    not written: PackWriter.finish). Appends during a real run may add files."""
+    n = len(snapshot)
+    for session, files in by_session.items():
+        if _already_compact(files, dropped_in, file_records, kept_ids):
+            continue
+        n -= len(files)
+        if any(kept_in.get(p) for p in files) or any(k[0] == session for k in kept_ids) or any(k[0] == session for k in open_streams):
+            n += 1
+    return n
 
 
 def _logical_size(body: bytes) -> int:
