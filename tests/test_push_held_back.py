@@ -224,3 +224,54 @@ def test_push_s_of_a_held_back_session_sends_nothing_it_was_to_bring(tmp_path):
     p = cli(a, "push", "-s", "A", check=False)
     assert p.returncode == 1 and b"likely secret" in p.stderr, p.stderr
     assert not keys_of(f"file://{remote}", "B") and not keys_of(f"file://{remote}", "A")
+
+
+SECRET_NAME = "AKIAZ7Q3VXN2LJ4PW6TR"  # a session named like an AWS access key
+
+
+def test_a_session_named_like_a_secret_is_never_named_in_clear(tmp_path):
+    """The push holds back a session whose name looks like a secret, and its warning masks
+    the name; the last line, `--json`'s keys, a dependent session's warning and `compact
+    --remote`'s deferral named it in clear. (Found by a black-box audit.)"""
+    a, remote = tmp_path / "A", tmp_path / "remote"
+    remote.mkdir()
+    value = os.urandom(150_000).hex()
+    t = Tape.init(a)
+    t.session("good").append("user", {"content": "g"})
+    t.session(SECRET_NAME).append("tool_result", {"call_id": "c1", "output": value})
+    t.session("dependent").append("tool_result", {"call_id": "c2", "output": value})  # stored in the other's file
+    t.close()
+    cli(a, "remote", "add", "origin", f"file://{remote}")
+    outputs = []
+    for args in (["push"], ["push", "--json"], ["compact", "--remote", "origin", "--grace", "now"]):
+        p = cli(a, *args, check=False)
+        outputs.append(p.stdout + p.stderr)
+        assert b"Traceback" not in p.stderr
+    for out in outputs:
+        assert SECRET_NAME.encode() not in out, out
+    assert b"not pushing session dependent" in outputs[0] and b"aws-access-key" in outputs[0], outputs[0]
+    assert keys_of(f"file://{remote}", "good") and not keys_of(f"file://{remote}", SECRET_NAME)
+
+
+def test_compact_remote_deletes_for_the_others_when_only_held_back_sessions_have_news(tmp_path):
+    """A redacted secret of one session stays on the remote until `compact --remote` deletes
+    its old file. With another session held back and nothing else to send, the push inside
+    `compact --remote` was refused as a whole, the command failed (exit 1, no JSON) and the
+    deletion never ran: the secret stayed on the remote. (Found by a black-box audit.)"""
+    a, remote = tmp_path / "A", tmp_path / "remote"
+    remote.mkdir()
+    leaked = "AKIAZ7Q3VXN2LJ4PW6TQ"
+    t = Tape.init(a)
+    t.session("good").append("user", {"content": f"leak {leaked}"})
+    t.close()
+    cli(a, "remote", "add", "origin", f"file://{remote}")
+    cli(a, "push", "--allow-secrets")
+    cli(a, "append", "user", "--text", "tok ghp_A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8", "-s", "dirty")
+    cli(a, "redact", "--scan", "-s", "good")
+    cli(a, "compact", "--remote", "origin")  # plans the deletion of good's old file; good's pack goes up
+    p = cli(a, "compact", "--remote", "origin", "--grace", "now", "--json", check=False)  # only dirty has news now
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert out["deleted"]["files"] >= 1 and "dirty" in out["deferred"], out
+    assert b"likely secret" in p.stderr and b"dirty" in p.stderr, p.stderr  # said, as a warning
+    assert not any(has_bytes(v, leaked) for v in remote_blobs(f"file://{remote}").values())

@@ -38,7 +38,7 @@ from typing import Callable, Optional
 from . import layout
 from .backend import Backend
 from .pull import pull
-from .push import push, put_manifest
+from .push import HeldBack, push, put_manifest, shown_name
 from .remote import State, held
 
 
@@ -134,19 +134,24 @@ def compact_remote(tape, backend: Backend, name: str, expire="90d", grace="14d",
     local = tape.compact(expire=expire, grace=grace, progress=progress)
     after = _local_files(store)
     redacted = set(tape.redactions())  # their records go up with this push: a deletion names them
-    pushed = push(tape, backend, name, allow_secrets=allow_secrets, warn=warn)
+    try:
+        pushed = push(tape, backend, name, allow_secrets=allow_secrets, warn=warn)
+    except HeldBack as e:  # nothing to send but what is held back: the other sessions' deletions go on
+        warn(f"{e} (its remote deletions wait)")
+        pushed = {"bytes": 0, "held_back": {}}
     for why in pushed["held_back"].values():
         warn(f"{why} (its remote deletions wait)")
     # this copy's turn on the remote's state (remote.held), for the deletions only: a `push
     # --follow` beside this run waits while it deletes, not while it compacts
     with held(store, name, warn):
-        out = _carry_out(store, backend, name, grace_s, before, after, redacted, warn)
+        out = _carry_out(tape, backend, name, grace_s, before, after, redacted, warn)
     return {"remote": name, "local": local, "pulled": pulled["bytes"], "pushed": pushed["bytes"], **out, "requests": backend.requests}
 
 
-def _carry_out(store, backend: Backend, name: str, grace_s: float, before: dict, after: dict, redacted: set, warn) -> dict:
+def _carry_out(tape, backend: Backend, name: str, grace_s: float, before: dict, after: dict, redacted: set, warn) -> dict:
     """Steps 4 and 5 of docs/remotes.md, "Compacting a remote": the plans older than the
     grace period carried out, and this run's plan written."""
+    store = tape.store
     state = State.load(store, name, backend.url)
     state.setdefault("pruned", [])
     # replaced: files this run's compaction read whole (as much as the remote holds) and removed
@@ -222,8 +227,9 @@ def _carry_out(store, backend: Backend, name: str, grace_s: float, before: dict,
     if not_up and not deferred:
         # said even when none of its files was due: its files stay on the remote until it is
         # pushed whole (a damaged session: `fsck --salvage`, then this again)
-        deferred = (f"session{'s' if len(not_up) > 1 else ''} {', '.join(not_up[:5])} not wholly on the remote "
-                    "(damaged? see `ctape fsck`): deletions of its files wait; the other sessions' went ahead")
+        shown = ", ".join(shown_name(tape, s) for s in not_up[:5])
+        deferred = (f"session{'s' if len(not_up) > 1 else ''} {shown} not wholly on the remote (held back by the push: "
+                    "see its warnings; or damaged: see `ctape fsck`): deletions of its files wait; the other sessions' went ahead")
     state.save(store)
     pending = [{"n": n, "files": len(plans[n]["files"]), "bytes": sum(f["end"] for f in plans[n]["files"]),
                 "due_in_seconds": max(0, round(plans[n]["time"] + grace_s - now))} for n in sorted(plans) if n not in done]

@@ -162,7 +162,7 @@ def check_secrets(tape, sessions: list[str], allow_secrets: bool, files: Optiona
     found = scan_entries(tape, items(), blobs)
     if damaged:
         s, path = next(iter(damaged.items()))
-        raise HeldBack(_damaged_line(s, path))
+        raise HeldBack(_damaged_line(tape, s, path))
     if left:
         raise _bytes_left_error(sorted(left))
     _check_names(tape, sorted({s for s, _ in files}), names)
@@ -188,8 +188,17 @@ def _way_out(tape, first) -> str:
         return f"session {first.session} was removed, but its entries stay in the files until compact: {drop}"
     if first.id not in {f.id for f in scan(tape, [first.session])["findings"]}:
         return f"the entry is on no branch of {first.session} (deleted?) and stays in the files until compact: {drop}"
-    return (f"see `ctape scan -s {first.session}`, then `ctape redact --scan -s SESSION` or `ctape scan --allow ID`, "
+    return (f"see `ctape scan -s {first.session}`, then `ctape redact --scan -s {first.session}` or `ctape scan --allow ID`, "
             "or push with --allow-secrets")
+
+
+def shown_name(tape, name: str) -> str:
+    """A session name as a message shows it: masked when it looks like a secret (the push
+    holds such a session back: _check_names), so that no line or key repeats it."""
+    from ..ops.scan import Detectors, load_settings, preview
+
+    found = Detectors(load_settings(tape)["patterns"], entropy=False).pattern_spans(name)
+    return preview(name, found, found[0]) if found else name
 
 
 def _check_names(tape, sessions: list[str], recorded: dict[str, set[str]]) -> None:
@@ -440,7 +449,7 @@ def _checked(tape, state: State, chosen: list[str], todo: list[tuple], allow_sec
     send, the push is refused as a whole, with the check's own line (unless not `whole`:
     a later round of a push that sent some already). `asked`: the sessions of `push -s`,
     whose closure `todo` is: what it added only for a held-back one stays home too."""
-    held = _damaged_uploads(tape.store, todo, read=allow_secrets)
+    held = _damaged_uploads(tape, todo, read=allow_secrets)
     rest = [p for p in todo if p[0] not in held]
     try:
         ends = check_secrets(tape, [s for s in chosen if s not in held], allow_secrets, _files(rest))
@@ -453,7 +462,7 @@ def _checked(tape, state: State, chosen: list[str], todo: list[tuple], allow_sec
             except HeldBack as e1:
                 held[s] = str(e1)
             except CtapeError as e1:  # a value a damaged record lost, read through the index
-                held[s] = f"not pushing session {s}: {e1}"
+                held[s] = f"not pushing session {shown_name(tape, s)}: {e1}"
     if held:
         _waiting_on(tape, state, rest, held)
         rest = [p for p in rest if p[0] not in held]
@@ -471,12 +480,13 @@ def _checked(tape, state: State, chosen: list[str], todo: list[tuple], allow_sec
     return ends, held, rest
 
 
-def _damaged_uploads(store, todo: list[tuple], read: bool) -> dict[str, str]:
+def _damaged_uploads(tape, todo: list[tuple], read: bool) -> dict[str, str]:
     """Sessions with damaged records in a file this push would upload: those the index knows
     (fsck's damage: a record that fails its checks, or acknowledged bytes lost; a torn tail
     is not: the push sends whole records only), and with `read`, those a reading of the
     files finds (damage that came after they were indexed; without `read`, the secrets
     check reads them and finds it)."""
+    store = tape.store
     out: dict[str, str] = {}
     for s in sorted({p[0] for p in todo}):
         files = {f"sessions/{s}/{p[1]}": p[2] for p in todo if p[0] == s}
@@ -484,7 +494,7 @@ def _damaged_uploads(store, todo: list[tuple], read: bool) -> dict[str, str]:
         if not bad and read:
             bad = [path for path, start in files.items() if _unreadable(store, path, start)]
         if bad:
-            out[s] = _damaged_line(s, bad[0])
+            out[s] = _damaged_line(tape, s, bad[0])
     return out
 
 
@@ -496,8 +506,10 @@ def _unreadable(store, path: str, start: int) -> bool:
         return False  # compacted since it was listed: the push sends what replaced it
 
 
-def _damaged_line(session: str, path: str) -> str:
-    return (f"not pushing session {session}: {path} holds damaged records (they cannot be checked for secrets, and would "
+def _damaged_line(tape, session: str, path: str) -> str:
+    name = shown_name(tape, session)
+    path = f"sessions/{name}/{path.rsplit('/', 1)[1]}"
+    return (f"not pushing session {name}: {path} holds damaged records (they cannot be checked for secrets, and would "
             "reach every clone); run `ctape fsck`, and `ctape fsck --salvage` to keep what is intact, then push again")
 
 
@@ -511,7 +523,8 @@ def _waiting_on(tape, state: State, rest: list[tuple], held: dict[str, str]) -> 
             needs, _ = _with_what_they_need(tape, state, [s], [p for p in rest if p[0] == s])
             blocked = [x for x in needs[1:] if x in held]
             if blocked:
-                more[s] = f"not pushing session {s}: it refers to values stored in session {blocked[0]}, which is held back"
+                more[s] = (f"not pushing session {shown_name(tape, s)}: it refers to values stored in session "
+                           f"{shown_name(tape, blocked[0])}, which is held back; it goes with that one")
         if not more:
             return
         held.update(more)
@@ -694,7 +707,7 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
                     # the lock, holds a likely secret (or a value it cannot read): its session
                     # stays home from here on (what of it went up was checked), and the
                     # others go on, listed in the manifest
-                    held_back[s] = str(e) if isinstance(e, HeldBack) else f"not pushing session {s}: {e}"
+                    held_back[s] = str(e) if isinstance(e, HeldBack) else f"not pushing session {shown_name(tape, s)}: {e}"
                     continue
                 if not data:
                     continue
@@ -730,7 +743,7 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
     state.save(store)
     done = time.monotonic()
     return {"remote": name, "files": len(files), "pieces": len(listed), "bytes": sent, "requests": backend.requests, "already_there": skipped, "refused": refused,
-            "held_back": held_back, "seconds": round(done - t0, 3), "check_seconds": round(t_sent - t_check, 3), "transfer_seconds": round(done - t_sent, 3)}
+            "held_back": {shown_name(tape, s): why for s, why in held_back.items()}, "seconds": round(done - t0, 3), "check_seconds": round(t_sent - t_check, 3), "transfer_seconds": round(done - t_sent, 3)}
 
 
 REFUSED_RETRY = 5.0  # seconds between looks while a push --follow is refused
@@ -799,7 +812,7 @@ def follow(tape, backend: Backend, name: str, sessions: Iterable[str] = (), allo
                         if why != said:
                             for line in sorted(why):
                                 warn(line)
-                            warn("still following: the push after that is resolved sends the rest")
+                            warn(f"still following: the push after that is resolved sends {'it' if len(why) == 1 else 'them'}")
                         refused, retry_at = held_back_error(r), time.monotonic() + REFUSED_RETRY
                     said = why
                 except HeldBack as e:
