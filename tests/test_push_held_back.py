@@ -8,6 +8,7 @@ processes (the CLI), a folder remote and a SeaweedFS bucket, clones that read ba
 
 import json
 import os
+from contextlib import contextmanager
 
 from ctape import Tape
 from ctape.store import framing
@@ -129,6 +130,28 @@ def test_a_session_that_refers_to_a_held_back_one_waits_with_it(tmp_path, remote
     assert keys_of(remote_url, "other") and not keys_of(remote_url, "reuser") and not keys_of(remote_url, "source")
 
 
+@contextmanager
+def a_token_appended_after_the_check(tape: Tape, session: str):
+    """Inside: the push's first secrets check is followed at once by an append of a likely
+    secret to `session` (this copy's own segment), as by a writer beside the push."""
+    from ctape.sync import push as push_mod
+
+    real, calls = push_mod.check_secrets, []
+
+    def check_then_append(*args, **kw):
+        out = real(*args, **kw)
+        if not calls:
+            calls.append(1)
+            tape.session(session).append("user", {"content": "token ghp_aB3dE5gH7jK9mN1pQ3sT5vX7zA9cE1gI3kM5"})
+        return out
+
+    push_mod.check_secrets = check_then_append
+    try:
+        yield
+    finally:
+        push_mod.check_secrets = real
+
+
 def test_a_secret_appended_after_the_check_holds_back_only_its_session(tmp_path):
     """An append to this copy's own segment that lands after the check is checked when push
     reads the file, under the session's lock. A likely secret there stopped the whole push
@@ -142,20 +165,8 @@ def test_a_secret_appended_after_the_check_holds_back_only_its_session(tmp_path)
     t = Tape.init(a)
     t.session("chat").append("user", {"content": "before the check"})
     t.session("other").append("user", {"content": "another session"})
-    real, calls = push_mod.check_secrets, []
-
-    def check_then_append(*args, **kw):
-        out = real(*args, **kw)
-        if not calls:
-            calls.append(1)
-            t.session("chat").append("user", {"content": "token ghp_aB3dE5gH7jK9mN1pQ3sT5vX7zA9cE1gI3kM5"})
-        return out
-
-    push_mod.check_secrets = check_then_append
-    try:
+    with a_token_appended_after_the_check(t, "chat"):
         r = push_mod.push(t, open_backend(f"file://{remote}"), "origin")
-    finally:
-        push_mod.check_secrets = real
     assert list(r["held_back"]) == ["chat"] and "likely secret" in r["held_back"]["chat"], r
     blobs = remote_blobs(f"file://{remote}")
     assert not any(has_bytes(v, "ghp_aB3dE5gH7jK9mN1pQ3sT5") for v in blobs.values())
@@ -179,14 +190,7 @@ def test_a_push_round_after_files_went_holds_back_too(tmp_path):
     t = Tape.init(a)
     for name in ("B", "C", "X"):
         t.session(name).append("user", {"content": f"clean {name}"})
-    real_check, real_read, calls, gone = push_mod.check_secrets, push_mod._read_piece, [], []
-
-    def check_then_append(*args, **kw):
-        out = real_check(*args, **kw)
-        if not calls:
-            calls.append(1)
-            t.session("X").append("user", {"content": "token ghp_aB3dE5gH7jK9mN1pQ3sT5vX7zA9cE1gI3kM5"})
-        return out
+    real_read, gone = push_mod._read_piece, []
 
     def read(tape, checked, s, file, *rest):
         if s == "B" and not gone:
@@ -194,11 +198,12 @@ def test_a_push_round_after_files_went_holds_back_too(tmp_path):
             raise FileNotFoundError  # as if a compaction in another process had replaced it
         return real_read(tape, checked, s, file, *rest)
 
-    push_mod.check_secrets, push_mod._read_piece = check_then_append, read
+    push_mod._read_piece = read
     try:
-        r = push_mod.push(t, open_backend(f"file://{remote}"), "origin")
+        with a_token_appended_after_the_check(t, "X"):
+            r = push_mod.push(t, open_backend(f"file://{remote}"), "origin")
     finally:
-        push_mod.check_secrets, push_mod._read_piece = real_check, real_read
+        push_mod._read_piece = real_read
     assert list(r["held_back"]) == ["X"], r
     blobs = remote_blobs(f"file://{remote}")
     assert not any(has_bytes(v, "ghp_aB3dE5gH7jK9mN1pQ3sT5") for v in blobs.values())

@@ -650,10 +650,10 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
             state["pieces"].pop(key, None)
             state["have"][key] = 0
     todo = _todo(store, state, chosen)
-    if wanted and len(wanted) < len(known):
+    asked = wanted if wanted and len(wanted) < len(known) else None  # push -s: some sessions
+    if asked:
         chosen, todo = _with_what_they_need(tape, state, chosen, todo)
     t_check = time.monotonic()
-    asked = wanted if wanted and len(wanted) < len(known) else None
     checked, held_back, todo = _checked(tape, state, chosen, todo, allow_secrets, asked=asked)  # before anything leaves (SPEC section 18)
     sending = {p[0] for p in todo}
     chosen = [s for s in chosen if s not in held_back and (asked is None or s in asked or s in sending)]
