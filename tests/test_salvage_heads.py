@@ -82,3 +82,28 @@ def test_every_folder_ctape_makes_is_0700(tape_dir):
     for dirpath, dirnames, _ in os.walk(tape_dir):
         for d in [dirpath, *(os.path.join(dirpath, n) for n in dirnames)]:
             assert stat.S_IMODE(os.lstat(d).st_mode) == 0o700, d
+
+
+def test_the_report_of_a_large_salvage_is_read_whole(tape_dir):
+    """A salvage of a long segment writes a report of more than 1 MiB (it lists the kept
+    entries); fsck read reports up to 1 MiB only, called it unreadable and named every
+    value it lists as lost as a missing object (exit 1)."""
+    from ctape import Tape
+
+    t = Tape.open(tape_dir)
+    s = t.session("long")
+    for k in range(10):
+        s.extend([("user", {"content": f"message {k}.{i}"}) for i in range(1000)])
+    t.close()
+    (seg,) = (tape_dir / "sessions" / "long").glob("*.seg")
+    data = bytearray(seg.read_bytes())
+    records = [item for item in framing.scan(bytes(data)) if isinstance(item, framing.Record)]
+    data[records[len(records) // 2].offset + 20] ^= 0x01  # a block in the middle: its entries go
+    seg.write_bytes(bytes(data))
+    run_cli("--dir", tape_dir, "fsck", "--salvage", check=True)
+    (report,) = (tape_dir / "quarantine" / "long").glob("*.salvage.json")
+    assert report.stat().st_size > 1 << 20 and json.loads(report.read_bytes())["missing"]
+    r = run_cli("--dir", tape_dir, "fsck", "--json")
+    out = json.loads(r.stdout)
+    assert r.returncode == 0 and out["ok"], out["problems"][:3]
+    assert not [w for w in out["warnings"] if "unreadable" in w["problem"]], out["warnings"]

@@ -48,12 +48,15 @@ def _n(count: int, noun: str) -> str:
 
 def _summary(verb: str, r: dict) -> str:
     asked = _n(r["requests"], "request")
-    if not r["files"] and not r["bytes"]:  # as git says "Everything up-to-date"
+    reports = r.get("salvage_reports", 0)  # what a salvage found lost (ctape/sync/losses.py)
+    if not r["files"] and not r["bytes"] and not reports:  # as git says "Everything up-to-date"
         if verb == "pushed":
             return f"nothing to push: {r['remote']} is up to date ({asked})"
         return f"nothing to pull: up to date with {r['remote']} ({asked})"
     prep = "to" if verb == "pushed" else "from"
-    return f"{verb} {_n(r['files'], 'file')} ({_human(r['bytes'])}) {prep} {r['remote']} in {asked}"
+    what = [f"{_n(r['files'], 'file')} ({_human(r['bytes'])})"] if r["files"] or r["bytes"] else []
+    what += [_n(reports, "salvage report")] if reports else []
+    return f"{verb} {' and '.join(what)} {prep} {r['remote']} in {asked}"
 
 
 @main.group()

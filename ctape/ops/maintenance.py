@@ -13,7 +13,7 @@ from ..model.errors import NOATIME_WARNING, CorruptObject, ObjectTooLarge, Unsaf
 from ..store.files import TYPE_ENTRY
 from ..model.models import NAME_RE
 from ..model.schema import decode_entry
-from ..store.store import LOST_VALUE, PENDING, QUARANTINE, REPORT, TYPE_WITHHELD, damaged_object_names, file_header_problem, record_problem, retried, segment_writer
+from ..store.store import LOST_VALUE, PENDING, QUARANTINE, REPORT, REPORT_MAX, TYPE_WITHHELD, damaged_object_names, file_header_problem, record_problem, retried, segment_writer
 
 LEFT_IN_PLACE = "(left in place: what remains is intact)"  # a salvage report's kept_at for a file cut short (salvage.py)
 
@@ -246,9 +246,11 @@ def quarantine_reports(root: str) -> list[dict]:
             if name.endswith(REPORT):
                 try:
                     with open(os.path.join(dirpath, name), "rb") as f:
-                        r = json.loads(f.read(1 << 20))
+                        r = json.loads(f.read(REPORT_MAX))  # the kept entries make a big salvage's report long
                     report = {k: str(r.get(k, "?")) for k in ("file", "time", "lost", "kept_at")}
                     report["missing"] = [h for h in r.get("missing", []) if isinstance(h, str)]
+                    if isinstance(r.get("copy"), str):
+                        report["copy"] = r["copy"]  # the writer id of the copy that salvaged
                     out.append(report)
                 except (OSError, ValueError, AttributeError):
                     out.append({"file": os.path.relpath(os.path.join(dirpath, name), root), "time": "?", "lost": "unreadable salvage report", "kept_at": QUARANTINE, "missing": []})

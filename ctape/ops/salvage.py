@@ -260,7 +260,7 @@ def _free_name(store: Store, session: str, name: str) -> str:
 def _write_intent(store: Store, rel: str, body: dict) -> dict:
     """The report, written whole (a temporary name, fsync, rename, folder fsync) before
     anything moves: `<kept_at>.salvage.pending` until salvage is done, then `.salvage.json`."""
-    body = {"file": rel, "time": now_rfc3339(), **body}
+    body = {"file": rel, "time": now_rfc3339(), "copy": store.writer, **body}
     session = rel.split("/")[1]
     qdir = _quarantine_dir(store, session)
     base = body.get("quarantined") or _free_name(store, session, rel.split("/")[2])

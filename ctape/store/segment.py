@@ -899,6 +899,32 @@ def _unnamed_file(folder: str) -> tuple[int, Optional[str]]:
     return os.open(tmp, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600), tmp
 
 
+def new_file_whole(folder: str, name: str, data: bytes) -> bool:
+    """folder/name appears whole with `data`, durably (a file with no name yet, synced, then
+    linked in; the folder synced); False when a file of that name is there already."""
+    fd, tmp = _unnamed_file(folder)
+    try:
+        write_all(fd, data)
+        os.fsync(fd)
+        try:
+            if tmp is None:  # linkat with a folder fd follows the /proc link (plain link() would not)
+                dfd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+                try:
+                    os.link(f"/proc/self/fd/{fd}", name, dst_dir_fd=dfd, follow_symlinks=True)
+                finally:
+                    os.close(dfd)
+            else:
+                os.link(tmp, os.path.join(folder, name))
+        except FileExistsError:
+            return False
+    finally:
+        os.close(fd)
+        if tmp is not None:
+            os.unlink(tmp)
+    fsync_dir(folder)
+    return True
+
+
 def _unlink_quietly(path: str) -> None:
     try:
         os.unlink(path)

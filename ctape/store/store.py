@@ -70,6 +70,7 @@ TYPE_WITHHELD = ord("W")  # an entry kept without its redacted values (docs/form
 LOST_VALUE = "[lost: damaged]"  # what a read shows for a value lost to damage (docs/format.md section 15)
 QUARANTINE = "quarantine"  # damaged files moved aside by `fsck --salvage`: kept, never read
 REPORT = ".salvage.json"  # beside each: what was lost
+REPORT_MAX = 64 << 20  # a salvage report is read up to this (its kept entries make a big salvage's long)
 PENDING = ".salvage.pending"  # the report of a salvage not finished yet (the rerun finishes it)
 FORMAT_FILE = "ctape.json"
 FORMAT_NAME = "ctape-tape"
@@ -1102,7 +1103,7 @@ class Store:
         for rel, _, _ in key:
             try:
                 with open(os.path.join(self.root, rel), "rb") as f:
-                    report = json.loads(f.read(64 << 20))
+                    report = json.loads(f.read(REPORT_MAX))
                 for lost in report.get("missing", []):
                     if isinstance(lost, str):
                         losses.setdefault(lost, rel)

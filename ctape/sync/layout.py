@@ -101,7 +101,7 @@ def check_identity(store, backend: Backend, create: bool) -> bool:
 
 
 def encode_manifest(store, uploader: str, n: int, files: list[dict], deleted: Optional[list[dict]] = None, g: int = 0,
-                    deleted_g: int = 0, redacted: Iterable[str] = ()) -> bytes:
+                    deleted_g: int = 0, redacted: Iterable[str] = (), lost: Iterable[dict] = ()) -> bytes:
     t = time.time()
     body = {
         "format": MANIFEST_FORMAT,
@@ -120,6 +120,9 @@ def encode_manifest(store, uploader: str, n: int, files: list[dict], deleted: Op
         # the objects the compactor knew redacted: a copy that holds one and has not pulled
         # its redaction would upload its bytes again (push refuses; docs/remotes.md)
         body["redacted"] = sorted(redacted)
+    lost = list(lost)
+    if lost:
+        body["lost"] = lost  # salvage reports of the sessions pushed (ctape/sync/losses.py)
     return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
 
 
@@ -166,11 +169,33 @@ def decode_manifest(data: bytes, tape_id: str, uploader: str, n: int) -> tuple[O
     if not isinstance(redacted, list) or not all(isinstance(h, str) and HASH.fullmatch(h) for h in redacted):
         return None, "a bad list of redacted objects"
     m["redacted"] = redacted
+    lost = m.get("lost", [])  # absent in manifests of versions before it, and when none
+    if not isinstance(lost, list) or not all(loss_ok(x) for x in lost):
+        return None, "a bad salvage report"
+    m["lost"] = [{k: x[k] for k in LOSS_KEYS if k in x} for x in lost]
     for k in ("g", "deleted_g"):
         if type(m.get(k, 0)) is not int or not 0 <= m.get(k, 0) < 1 << 62:
             return None, f"a bad {k}"
         m[k] = m.get(k, 0)
     return m, ""
+
+
+LOSS_KEYS = ("file", "time", "lost", "missing", "kept_at", "copy")
+
+
+def loss_ok(x) -> bool:
+    """A salvage report as a manifest carries it: the data file it was about, when, what
+    was lost (a short text), the entries and values gone, where the damaged file is kept
+    on the copy that salvaged it, and that copy's writer id."""
+    if not isinstance(x, dict) or not all(isinstance(x.get(k), str) and 0 < len(x[k]) <= 300 for k in ("file", "time", "lost", "kept_at")):
+        return False
+    parts = x["file"].split("/")
+    if len(parts) != 3 or parts[0] != "sessions" or not file_ok(parts[1], parts[2]):
+        return False
+    missing = x.get("missing")
+    if not isinstance(missing, list) or not all(isinstance(h, str) and HASH.fullmatch(h) for h in missing):
+        return False
+    return "copy" not in x or (isinstance(x["copy"], str) and bool(UPLOADER.fullmatch(x["copy"])))
 
 
 def _deletion_ok(f) -> bool:
@@ -187,10 +212,18 @@ def note_manifest(state, m: dict) -> None:
         read = state.setdefault("deletions_read", [])
         if m["deleted_g"] not in read:
             read.append(m["deleted_g"])
+    for x in m["lost"]:  # a salvage report the remote holds: never sent again
+        state.setdefault("losses", {})[loss_digest(x)] = 1
     if m["redacted"]:
         redacted = state.setdefault("redacted", {})  # `remote show` keeps no such table
         for h in m["redacted"]:
             redacted[h] = m["deleted_g"]
+
+
+def loss_digest(x: dict) -> str:
+    """A salvage report's identity: the same on every copy that holds it (rsync carries the
+    report, a pull writes it again from a manifest), whatever else the copy adds to it."""
+    return digest(json.dumps({k: x[k] for k in ("file", "time", "lost", "missing")}, sort_keys=True).encode())
 
 
 def uploaders(backend: Backend) -> list[str]:

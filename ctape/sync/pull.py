@@ -30,9 +30,9 @@ from typing import Callable, Iterable, Optional
 
 from ..model.errors import InvalidInput
 from ..store.files import check_not_symlink, fsync_dir, storage_error, uninterrupted, write_all
-from ..store.segment import _unnamed_file
+from ..store.segment import new_file_whole as _new_file
 from ..store.store import Store
-from . import layout
+from . import layout, losses
 from .backend import Backend, RemoteError
 from .remote import State, held
 
@@ -62,31 +62,6 @@ def _session_folder(store, session: str) -> str:
         os.makedirs(d, mode=0o700, exist_ok=True)
         fsync_dir(os.path.dirname(d))
     return d
-
-
-def _new_file(folder: str, name: str, data: bytes) -> bool:
-    """`name` appears whole with `data`; False when a file of that name is there already."""
-    fd, tmp = _unnamed_file(folder)
-    try:
-        write_all(fd, data)
-        os.fsync(fd)
-        try:
-            if tmp is None:  # linkat with a folder fd follows the /proc link (plain link() would not)
-                dfd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-                try:
-                    os.link(f"/proc/self/fd/{fd}", name, dst_dir_fd=dfd, follow_symlinks=True)
-                finally:
-                    os.close(dfd)
-            else:
-                os.link(tmp, os.path.join(folder, name))
-        except FileExistsError:
-            return False
-    finally:
-        os.close(fd)
-        if tmp is not None:
-            os.unlink(tmp)
-    fsync_dir(folder)
-    return True
 
 
 def _append(folder: str, name: str, at: int, data: bytes) -> bool:
@@ -152,8 +127,10 @@ def _pull(tape, backend: Backend, name: str, sessions: Iterable[str], warn: Call
     d = os.path.dirname(store.index.path) if store.index.path != ":memory:" else None
     with _Held(os.path.join(d, _LOCK)) if d else _Nothing():
         start_next = dict(state["next"])
+        lost = []
         for _, _, m in layout.new_manifests(store, backend, state, warn):
             layout.note_manifest(state, m)
+            lost += m["lost"]
         for s in sorted(wanted - {key.split("/", 1)[0] for key in state["pieces"]}):
             # a typo would look like an up-to-date copy; a session another machine has yet to
             # push is no mistake, so a script that pulls it in a loop goes on (exit 0)
@@ -215,6 +192,10 @@ def _pull(tape, backend: Backend, name: str, sessions: Iterable[str], warn: Call
                     done += sum(f["end"] - f["start"] for f in chain)
                     if progress:
                         progress(done, total)
+        try:  # what salvages on other copies found lost: read as lost here too
+            reports = losses.write_pulled(store, lost, name, wanted)
+        except OSError as e:
+            raise storage_error(e, "quarantine/", after=after) from None
         if wanted:  # a partial pull: the next full pull reads these manifests again
             state["next"] = start_next
         for u, n in state["next"].items():
@@ -223,7 +204,7 @@ def _pull(tape, backend: Backend, name: str, sessions: Iterable[str], warn: Call
         state.save(store)
     moved = time.monotonic() - t0
     tape.store.refresh()  # what the next command would do anyway: the index reads the new bytes
-    return {"remote": name, "files": files, "bytes": got, "requests": backend.requests, "skipped": skipped,
+    return {"remote": name, "files": files, "bytes": got, "requests": backend.requests, "skipped": skipped, "salvage_reports": reports,
             "transfer_seconds": round(moved, 3), "index_seconds": round(time.monotonic() - t0 - moved, 3)}
 
 

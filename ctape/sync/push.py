@@ -27,7 +27,7 @@ from ..model.errors import ConflictError, CtapeError, InvalidInput
 from ..store import framing
 from ..store.files import open_for_reading, pread_all
 from ..store.store import REBUILD_TRIES
-from . import layout
+from . import layout, losses
 from .backend import Backend, RemoteError
 from .remote import State, held
 
@@ -569,11 +569,12 @@ def _gone_held(store, state: State) -> list[str]:
 
 
 def put_manifest(store, backend: Backend, state: State, listed: list[dict], deleted: Optional[list[dict]] = None,
-                 deleted_g: int = 0, warn: Callable[[str], None] = lambda s: None, redacted: Iterable[str] = ()) -> int:
+                 deleted_g: int = 0, warn: Callable[[str], None] = lambda s: None, redacted: Iterable[str] = (),
+                 lost: list[dict] = ()) -> int:
     """Write this copy's next manifest (create-only); its number. The caller saves the state."""
     own = _next_own(store, backend, state)
     for _ in range(1000):
-        if backend.put_if_absent(layout.manifest_key(store.writer, own), layout.encode_manifest(store, store.writer, own, listed, deleted, int(state.get("gnext", 0)), deleted_g, redacted)):
+        if backend.put_if_absent(layout.manifest_key(store.writer, own), layout.encode_manifest(store, store.writer, own, listed, deleted, int(state.get("gnext", 0)), deleted_g, redacted, lost)):
             break
         # refused: an earlier push of this copy wrote it and was killed before it noted
         # so (or another copy uses the same CTAPE_WRITER). Never overwritten: the next number.
@@ -738,11 +739,16 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
                 checked.update(ends or {})
             total += sum(e - b for _, _, b, e, _ in todo)
     state["own"] = own
-    if listed:
-        put_manifest(store, backend, state, listed, warn=warn)
+    # the salvage reports of the sessions that went (or were there): so that every copy reads
+    # what a salvage here found lost as lost, never as missing (ctape/sync/losses.py)
+    lost = losses.to_send(store, state, [s for s in chosen if s not in held_back])
+    if listed or lost:
+        put_manifest(store, backend, state, listed, warn=warn, lost=lost)
+        losses.sent(state, lost)
     state.save(store)
     done = time.monotonic()
     return {"remote": name, "files": len(files), "pieces": len(listed), "bytes": sent, "requests": backend.requests, "already_there": skipped, "refused": refused,
+            "salvage_reports": len(lost),
             "held_back": {shown_name(tape, s): why for s, why in held_back.items()}, "seconds": round(done - t0, 3), "check_seconds": round(t_sent - t_check, 3), "transfer_seconds": round(done - t_sent, 3)}
 
 

@@ -140,7 +140,8 @@ class State(dict):
     read yet: `deletions_read` lists those read at or past it, `unlisted` when this copy
     first saw an announcement with no manifest);
     `own`: this copy's next manifest number; `checked`: the remote's tape id was checked;
-    `redacted`: object -> the deletion whose manifest said its compactor knew it redacted."""
+    `redacted`: object -> the deletion whose manifest said its compactor knew it redacted;
+    `losses`: the salvage reports the remote holds (layout.loss_digest -> 1)."""
 
     @classmethod
     def load(cls, store, name: str, url: str) -> "State":
@@ -150,7 +151,7 @@ class State(dict):
         st.setdefault("version", STATE_VERSION)
         st.setdefault("url", url)
         st.setdefault("tape_id", store.tape_id)
-        for k in ("have", "pieces", "next", "seen", "gone", "redacted", "unlisted"):
+        for k in ("have", "pieces", "next", "seen", "gone", "redacted", "unlisted", "losses"):
             if not isinstance(st.get(k), dict):
                 st[k] = {}
         if not isinstance(st.get("deletions_read"), list):
@@ -160,7 +161,7 @@ class State(dict):
 
     def forget(self) -> None:
         """The remote no longer holds this tape's identity (emptied, re-created): know nothing."""
-        for k in ("have", "pieces", "next", "seen", "gone", "redacted"):
+        for k in ("have", "pieces", "next", "seen", "gone", "redacted", "losses"):
             self[k] = {}
         self.pop("own", None)
         self.pop("checked", None)
