@@ -131,6 +131,73 @@ def test_a_session_that_refers_to_a_held_back_one_waits_with_it(tmp_path, remote
     assert keys_of(remote_url, "other") and not keys_of(remote_url, "reuser") and not keys_of(remote_url, "source")
 
 
+def test_a_chain_of_waiting_sessions_names_the_next_link(tmp_path):
+    """top refers to a value stored in middle's file, middle to one in source's, and source
+    is held back: middle waits on source and top on middle, and each says so (top named
+    source, a session it holds nothing of)."""
+    a, remote = tmp_path / "A", tmp_path / "remote"
+    remote.mkdir()
+    shared, own = os.urandom(150_000).hex(), os.urandom(150_000).hex()
+    t = Tape.init(a)
+    t.session("source").append("tool_result", {"call_id": "c1", "output": shared})
+    t.session("source").append("tool_result", {"call_id": "c2", "output": os.urandom(150_000).hex()})
+    t.session("middle").append("tool_result", {"call_id": "c3", "output": shared})  # source's record
+    t.session("middle").append("tool_result", {"call_id": "c4", "output": own})  # stored in middle's file
+    t.session("top").append("tool_result", {"call_id": "c5", "output": own})  # middle's record
+    t.session("other").append("user", {"content": "unrelated"})
+    t.close()
+    path = next((a / "sessions" / "source").iterdir())
+    data = bytearray(path.read_bytes())
+    big = [r for r in framing.scan(bytes(data)) if isinstance(r, framing.Record) and len(r.body) >= 10_000]
+    data[big[1].offset + 200] ^= 0xFF  # source's own value, not the shared one
+    path.write_bytes(bytes(data))
+    cli(a, "remote", "add", "origin", f"file://{remote}")
+    p = cli(a, "push", "--json", check=False)
+    assert p.returncode == 1
+    held = json.loads(p.stdout)["held_back"]
+    assert sorted(held) == ["middle", "source", "top"], held
+    assert "refers to values stored in session source," in held["middle"], held
+    assert "refers to values stored in session middle," in held["top"], held
+
+
+def test_a_cut_file_is_held_back_as_lost_records_not_as_damage(tmp_path):
+    """A segment found shorter than this copy had read it lost acknowledged records (fsck's
+    word): the held-back line says so, and how to bring it back, not "damaged records"."""
+    a, remote = tmp_path / "A", tmp_path / "remote"
+    remote.mkdir()
+    t = Tape.init(a)
+    for i in range(5):
+        t.session("cut").append("user", {"content": f"turn {i}"})
+    t.session("other").append("user", {"content": "unrelated"})
+    t.close()
+    cli(a, "log", "-s", "cut")  # this copy reads the file whole
+    (seg,) = (a / "sessions" / "cut").iterdir()
+    data = seg.read_bytes()
+    last = [r for r in framing.scan(data) if isinstance(r, framing.Record)][-1]
+    seg.write_bytes(data[: last.offset])  # a record boundary: no torn tail, records gone
+    assert b"lost acknowledged" in cli(a, "fsck", check=False).stdout
+    cli(a, "remote", "add", "origin", f"file://{remote}")
+    p = cli(a, "push", "--json", check=False)
+    why = json.loads(p.stdout)["held_back"]["cut"]
+    assert p.returncode == 1 and "lost acknowledged records" in why and "damaged" not in why, why
+    assert "fsck --salvage" in why and "rsync" in why, why
+
+
+def test_push_s_says_the_other_chosen_sessions_went(tmp_path):
+    a, remote = tmp_path / "A", tmp_path / "remote"
+    remote.mkdir()
+    t = Tape.init(a)
+    t.session("good").append("user", {"content": "fine"})
+    t.session("dirty").append("user", {"content": "token ghp_aB3dE5gH7jK9mN1pQ3sT5vX7zA9cE1gI3kM5"})
+    t.session("unasked").append("user", {"content": "not chosen"})
+    t.close()
+    cli(a, "remote", "add", "origin", f"file://{remote}")
+    p = cli(a, "push", "-s", "good", "-s", "dirty", check=False)
+    last = p.stderr.decode().splitlines()[-1]
+    assert last == "ctape: error: 1 session not pushed (dirty; see the warning above); the other chosen ones are on origin", last
+    assert keys_of(f"file://{remote}", "good") and not keys_of(f"file://{remote}", "unasked")
+
+
 @contextmanager
 def a_token_appended_after_the_check(tape: Tape, session: str):
     """Inside: the push's first secrets check is followed at once by an append of a likely

@@ -212,7 +212,7 @@ def push(ctx, name, sessions, follow, allow_secrets, as_json):
     if r["held_back"]:
         from ..sync.push import held_back_error
 
-        raise held_back_error(r)
+        raise held_back_error(r, chosen=bool(sessions))
     if r["refused"]:
         from ..errors import CtapeError
 

@@ -508,7 +508,12 @@ def _unreadable(store, path: str, start: int) -> bool:
 
 def _damaged_line(tape, session: str, path: str) -> str:
     name = shown_name(tape, session)
+    cut = any(p == path for p, _, _ in tape.store.index.lost_rows())
     path = f"sessions/{name}/{path.rsplit('/', 1)[1]}"
+    if cut:  # fsck's "lost acknowledged data": what is left is intact, but the session's history may have lost a claim
+        return (f"not pushing session {name}: {path} lost acknowledged records (it is shorter than this copy had read it; "
+                "see `ctape fsck`); bring the file back whole from a copy that has it (rsync), or run `ctape fsck --salvage` "
+                "to go on without them, then push again")
     return (f"not pushing session {name}: {path} holds damaged records (they cannot be checked for secrets, and would "
             "reach every clone); run `ctape fsck`, and `ctape fsck --salvage` to keep what is intact, then push again")
 
@@ -516,18 +521,25 @@ def _damaged_line(tape, session: str, path: str) -> str:
 def _waiting_on(tape, state: State, rest: list[tuple], held: dict[str, str]) -> None:
     """Add to `held` the sessions of `rest` whose upload refers to what a held-back session
     stores and the remote lacks (a large value is stored once per tape; `session cp` refers
-    to its source's entries): a clone could not read them. Until none is added."""
+    to its source's entries): a clone could not read them. Until none is added; then each
+    names the first session it refers to that waits (in a chain A -> B -> C with C held
+    back, A names B, which names C)."""
+    needs: dict[str, list[str]] = {}
+    waiting: list[str] = []
     while True:
-        more = {}
-        for s in sorted({p[0] for p in rest} - held.keys()):
-            needs, _ = _with_what_they_need(tape, state, [s], [p for p in rest if p[0] == s])
-            blocked = [x for x in needs[1:] if x in held]
-            if blocked:
-                more[s] = (f"not pushing session {shown_name(tape, s)}: it refers to values stored in session "
-                           f"{shown_name(tape, blocked[0])}, which is held back; it goes with that one")
+        more = []
+        for s in sorted({p[0] for p in rest} - held.keys() - set(waiting)):
+            if s not in needs:
+                needs[s] = _with_what_they_need(tape, state, [s], [p for p in rest if p[0] == s])[0][1:]
+            if any(x in held or x in waiting for x in needs[s]):
+                more.append(s)
         if not more:
-            return
-        held.update(more)
+            break
+        waiting += more
+    for s in waiting:
+        first = next(x for x in needs[s] if x in held or x in waiting)
+        held[s] = (f"not pushing session {shown_name(tape, s)}: it refers to values stored in session "
+                   f"{shown_name(tape, first)}, which is held back; it goes with that one")
 
 
 def _new_deletions(store, backend: Backend, state: State, warn) -> bool:
@@ -755,13 +767,14 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
 REFUSED_RETRY = 5.0  # seconds between looks while a push --follow is refused
 
 
-def held_back_error(r: dict) -> HeldBack:
-    """The one line of a push that sent the rest but held sessions back (exit 1)."""
+def held_back_error(r: dict, chosen: bool = False) -> HeldBack:
+    """The one line of a push that sent the rest but held sessions back (exit 1); `chosen`:
+    the push named its sessions (`push -s`), and the rest are the other named ones."""
     held = r["held_back"]
     names = ", ".join(sorted(held)[:5]) + (" ..." if len(held) > 5 else "")
     one = len(held) == 1
     return HeldBack(f"{len(held)} session{'' if one else 's'} not pushed ({names}; see the warning{'' if one else 's'} above); "
-                    f"the others are on {r['remote']}")
+                    f"the {'other chosen ones' if chosen else 'others'} are on {r['remote']}")
 
 
 def follow(tape, backend: Backend, name: str, sessions: Iterable[str] = (), allow_secrets: bool = False,
@@ -819,7 +832,7 @@ def follow(tape, backend: Backend, name: str, sessions: Iterable[str] = (), allo
                             for line in sorted(why):
                                 warn(line)
                             warn(f"still following: the push after that is resolved sends {'it' if len(why) == 1 else 'them'}")
-                        refused, retry_at = held_back_error(r), time.monotonic() + REFUSED_RETRY
+                        refused, retry_at = held_back_error(r, chosen=bool(sessions)), time.monotonic() + REFUSED_RETRY
                     said = why
                 except HeldBack as e:
                     # nothing went up; a redaction or an allow changes the files (or the
