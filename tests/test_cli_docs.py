@@ -54,3 +54,8 @@ def test_every_subcommand_help_has_examples(name):
     assert first.startswith("Usage: ") and f"ctape {name} [OPTIONS]" in first, first
     assert "Examples:" in out
     assert p.stderr == b""
+    # one example a line, as typed (click rewraps a paragraph without \b: scan's ran together)
+    assert "Examples:\n" in out, out
+    lines = out.split("Examples:", 1)[1].splitlines()[1:]
+    examples = [x for x in lines[: next((i for i, x in enumerate(lines) if not x.strip()), len(lines))]]
+    assert examples and all("ctape" in x and "   ctape " not in x.strip() for x in examples), examples

@@ -27,6 +27,7 @@ def scan(ctx, session, as_json, allow_id, add_pattern, kind):
     which the secret is masked (it is never printed). Exit 1 when it finds any.
     Take them out with `ctape redact`, or mark a false positive with `--allow ID`.
 
+    \b
     Examples:
       ctape scan
       ctape scan -s chat --json
@@ -85,6 +86,7 @@ def redact(ctx, session, as_json, from_scan, pattern, path, kind, entry):
     `compact` removes the bytes. Give exactly one of --scan, --pattern REGEX, or
     ENTRY --path JSONPATH.
 
+    \b
     Examples:
       ctape redact --scan
       ctape redact -s chat --pattern 'hunter2'
