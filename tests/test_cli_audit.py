@@ -293,3 +293,50 @@ def test_readers_of_a_damaged_session_warn_as_log_does(damaged, args):
     assert log.returncode == 0 and log.stderr.decode().startswith(WARNING), log.stderr
     p = run_cli("--dir", damaged, *args)
     assert (p.returncode, p.stderr) == (log.returncode, log.stderr)
+
+
+# -- from a black-box audit of the docs and bad inputs (2026-12-04) --------------------------
+
+
+def test_empty_names_and_refs_are_their_own_errors(tape_dir, tmp_path):
+    """An empty -s, --dir or REF (an unset variable in a script) is refused in one line,
+    never read as "not given": `import -s ''` imported into the file's own session,
+    `--dir ''` looked for a tape upwards, `show ''` and `checkout ''` asked for a session."""
+    for s in ("a", "b"):
+        run_cli("--dir", tape_dir, "append", "user", "--text", "hi", "-s", s, check=True)
+    before = snapshot(tape_dir)
+    one_line_error(run_cli("--dir", tape_dir, "import", "claude-code", CLAUDE, "-s", ""), "invalid session name ''")
+    for cmd in (["show", ""], ["checkout", ""], ["log", ""], ["context", ""]):
+        p = run_cli("--dir", tape_dir, *cmd)
+        assert p.returncode != 0, cmd
+        one_line_error(p, "empty ref")
+    p = run_cli("--dir", "", "log", cwd=tape_dir)
+    assert p.returncode == 2
+    one_line_error(p, "--dir is empty")
+    assert snapshot(tape_dir) == before
+    # an empty CTAPE_SESSION is unset, as in every tool that reads variables
+    p = run_cli("--dir", tape_dir, "log", "-s", "a", env={"CTAPE_SESSION": ""})
+    assert p.returncode == 0, p.stderr
+
+
+def test_a_path_that_cannot_be_read_says_what_is_wrong(tape_dir, tmp_path):
+    one_line_error(run_cli("--dir", tape_dir, "import", ""), "cannot read '': no such file; check the path")
+    one_line_error(run_cli("--dir", tape_dir, "import", tmp_path / "none.jsonl"), "no such file; check the path")
+    (tmp_path / "remote").write_text("a file")
+    run_cli("--dir", tape_dir, "remote", "add", "f", f"file://{tmp_path / 'remote'}", check=True)
+    for cmd in ("push", "pull"):
+        one_line_error(run_cli("--dir", tape_dir, cmd, "f"), "is a file, not a folder")
+    p = run_cli("clone", f"file://{tmp_path / 'nowhere'}", tmp_path / "c")
+    one_line_error(p, "does not exist; check the URL")
+
+
+def test_output_that_cannot_be_written_after_an_append_says_it_was_recorded(tape_dir):
+    """`append > /dev/full`: the entry is on the tape and only its hash could not be
+    printed; the message said "free space and retry", which appends it twice."""
+    with open("/dev/full", "wb") as full:
+        p = subprocess.run([sys.executable, "-m", "ctape", "--dir", str(tape_dir), "append", "user", "--text", "once", "-s", "s"],
+                           stdout=full, stderr=subprocess.PIPE)
+    assert p.returncode == 1
+    one_line_error(p, "cannot write the output: no space left on the device", "before running it again")
+    log = run_cli("--dir", tape_dir, "log", "-s", "s", "--oneline", check=True).stdout
+    assert log.count(b"once") == 1, log

@@ -77,6 +77,11 @@ class CtapeGroup(click.Group):
                 _fail(str(e), e.exit_code)
             if isinstance(e, KeyboardInterrupt):
                 _fail("interrupted", 130)
+            if isinstance(e, OSError) and _writing_output(e):
+                # the tape's own writes fail as StorageError; this is the printing of a result
+                why = "no space left on the device" if e.errno in (errno.ENOSPC, errno.EDQUOT) else (e.strerror or str(e))
+                _fail(f"cannot write the output: {why}; what the command changes was done before it prints, "
+                      "so look (`ctape log`) before running it again", EXIT_FAIL)
             if isinstance(e, OSError):
                 where = f" ({e.filename})" if getattr(e, "filename", None) else ""
                 if e.errno in (errno.ENOSPC, errno.EDQUOT):
@@ -85,6 +90,14 @@ class CtapeGroup(click.Group):
                     _fail(f"read-only file system{where}; use a writable copy", EXIT_FAIL)
                 _fail(f"{e.strerror or e}: {getattr(e, 'filename', '') or ''}; check the path and permissions".replace(": ;", ";"), EXIT_FAIL)
             _fail(f"internal error: {type(e).__name__}: {e}; rerun with CTAPE_DEBUG=1 and report it", EXIT_FAIL)
+
+
+def _writing_output(e: OSError) -> bool:
+    """Did `e` come from printing (click.echo, which every command prints through)?"""
+    import traceback
+
+    tb = traceback.extract_tb(e.__traceback__)
+    return bool(tb) and tb[-1].name in ("echo", "secho") and os.sep + "click" + os.sep in tb[-1].filename
 
 
 def _unraisable(u) -> None:
@@ -305,7 +318,13 @@ def session_for(ctx: click.Context, ref: str | None, session: str | None, also: 
     default session. None when a REF names no session and there is no default, if the REF
     (and each of `also`) needs none: a full hash or a hex prefix. A REF that needs one
     (HEAD, a branch, tag or anchor name, @{N}) with several sessions and none chosen is the
-    error that lists them (SPEC 5), as without a REF."""
+    error that lists them (SPEC 5), as without a REF. An empty REF (`show ''`: an unset
+    variable) is its own error, never "no REF"."""
+    for r in (ref, *also):
+        if r == "":
+            from ..model.refspec import parse_ref
+
+            parse_ref(r)  # raises: empty ref
     if session is not None or not ref:
         return need_session(ctx, session)
     from ..errors import CtapeError, NoDefaultSession
@@ -398,7 +417,18 @@ def _opt(param) -> str:
     return param.opts[0] if param is not None and param.opts else "value"
 
 
-session_option = click.option("-s", "--session", envvar="CTAPE_SESSION", help="Session name (default: $CTAPE_SESSION, else `ctape session use`, else the only one).")
+def _no_empty_session(ctx, param, value):
+    """`-s ''` is a mistake (an unset variable in a script), never "the default": refused as
+    every command refuses an empty name (import took it for no -s, and chose a session)."""
+    if value == "":  # an empty CTAPE_SESSION reads as unset (None): this came from the command line
+        from ..model.models import check_name
+
+        check_name(value, "session name")
+    return value
+
+
+session_option = click.option("-s", "--session", envvar="CTAPE_SESSION", callback=_no_empty_session,
+                              help="Session name (default: $CTAPE_SESSION, else `ctape session use`, else the only one).")
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output (JSON Lines for listings).")
 pager_option = click.option("--no-pager", is_flag=True, help="Never page the output (else, in a terminal: $CTAPE_PAGER, $PAGER or less, with LESS=FRX unless LESS is set).")
 
@@ -417,5 +447,9 @@ def main(ctx, dir_):
       ctape log -s chat --oneline
       ctape demo
     """
+    if dir_ == "":  # an unset variable in a script: never "look for a tape" in its place
+        from ..errors import InvalidInput
+
+        raise InvalidInput("--dir is empty; give the tape directory, or leave --dir out to use $CTAPE_DIR or the nearest .ctape/")
     ctx.ensure_object(dict)
     ctx.obj["dir"] = dir_

@@ -218,7 +218,7 @@ def stats(ctx, as_json):
 
 @main.group(cls=CtapeGroup, name="cache")
 def cache_group():
-    """List or clean the index caches outside the tapes (~/.cache/ctape).
+    """Clean the index caches outside the tapes (~/.cache/ctape): `gc` (with --dry-run, only lists).
 
     \b
     Examples:

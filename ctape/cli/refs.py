@@ -109,6 +109,10 @@ def checkout(ctx, ref, new_branch, session):
     """
     if ref is None and new_branch is None:
         raise click.UsageError("give a REF to check out, or -b NAME to fork a branch at HEAD")
+    if ref == "":
+        from ..model.refspec import parse_ref
+
+        parse_ref(ref)  # the empty ref's own error, before the session's
     tape = open_tape(ctx)
     name = need_session(ctx, session)
     warn_ambiguous(tape, ref, name)

@@ -27,7 +27,7 @@ from ..errors import InvalidInput, RefNotFound
 from ..model.models import HIDDEN, NAME_RE, RESERVED_BRANCHES, check_name  # noqa: F401 - NAME_RE is read from here too
 from ..model.redaction import is_marker
 from ..model.refs import HEAD
-from .reading import display_stem, real_path, too_long  # noqa: F401 - too_long is read from here too
+from .reading import cannot_read, display_stem, real_path, too_long  # noqa: F401 - too_long is read from here too
 
 LINE = "ctape.line"  # 1-based line of the source file the record came from
 PART = "ctape.part"  # 1, 2, ... for the extra entries made from one record
@@ -167,7 +167,7 @@ def open_source(path: str):
     try:
         return open(real_path(path), "rb", buffering=BUFFER)
     except OSError as e:
-        raise InvalidInput(f"cannot read {path}: {e.strerror}") from None
+        raise cannot_read(path, e) from None
 
 
 def scan_lines(f) -> Iterator[Line]:

@@ -7,7 +7,7 @@ from typing import Any
 
 from ..errors import InvalidInput
 from ._common import lines_of
-from .reading import real_path
+from .reading import cannot_read, real_path
 from . import openai
 
 LINES = 20  # non-blank lines looked at
@@ -85,7 +85,7 @@ def detect(path: str) -> str:
                     if not any(votes.values()):
                         raise
     except OSError as e:
-        raise InvalidInput(f"cannot read {path}: {e.strerror}") from None
+        raise cannot_read(path, e) from None
     best = max(ORDER, key=lambda k: (votes[k], -ORDER.index(k)))
     if votes[best] == 0:
         raise InvalidInput(f"{path}: cannot tell its format; name it: ctape import FORMAT FILE (jsonl, claude-code, codex, gemini, openai)")

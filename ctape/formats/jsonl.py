@@ -19,7 +19,7 @@ import re
 from ..model.canonical import parse_json
 from ..errors import CtapeError, InvalidInput
 from ._common import entries_for_export, imported_names, lines_of, safe_refs
-from .reading import real_path
+from .reading import cannot_read, real_path
 from ..model.models import NAME_RE, check_name
 from ..model.refs import TAG
 
@@ -195,7 +195,7 @@ def _read(path: str):
     try:
         f = open(real_path(path), "rb")
     except OSError as e:
-        raise InvalidInput(f"cannot read {path}: {e.strerror}") from None
+        raise cannot_read(path, e) from None
     with f:
         for lineno, raw in enumerate(lines_of(f), 1):
             if not raw.strip():

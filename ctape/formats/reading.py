@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import sys
@@ -21,6 +22,16 @@ from typing import Iterator, Optional
 
 from ..errors import InvalidInput
 from ..model.canonical import max_record
+
+
+def cannot_read(path: str, e: OSError) -> InvalidInput:
+    """The one line for a transcript that cannot be opened or read: what is wrong with the
+    path, and what to do."""
+    shown = repr(path) if not path or path != path.strip() else path
+    hint = {errno.ENOENT: "no such file; check the path", errno.EACCES: "permission denied; check its permissions",
+            errno.EISDIR: "it is a folder; give the transcript files in it", errno.ENOTDIR: "a part of the path is not a folder; check the path",
+            errno.ELOOP: "too many symlinks; check the path"}.get(e.errno, e.strerror or str(e))
+    return InvalidInput(f"cannot read {shown}: {hint}")
 
 ZST = ".zst"
 STDIN = "-"
@@ -157,13 +168,13 @@ def unpack(path: str, out, then: str = "nothing was imported", named: bool = Tru
     try:
         stream = open_stream(path)
     except OSError as e:
-        raise InvalidInput(f"cannot read {path}: {e.strerror}") from None
+        raise cannot_read(path, e) from None
     with stream as z:
         while True:
             try:
                 b = z.read(CHUNK)
             except OSError as e:
-                raise InvalidInput(f"cannot read {path}: {e.strerror}") from None
+                raise cannot_read(path, e) from None
             except Exception as e:  # zstandard.ZstdError: not zstd, or damaged
                 raise InvalidInput(f"cannot read {path}: not a zstd file ({e}); give the file as it is, not compressed") from None
             if not b:

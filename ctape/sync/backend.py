@@ -208,8 +208,11 @@ class FileBackend(Backend):
         return os.path.join(self.root, *check_key(key).split("/"))
 
     def check(self) -> None:
+        if os.path.lexists(self.root) and not os.path.isdir(self.root):
+            raise RemoteError(f"remote folder {self.root} is a file, not a folder; give a folder's path (file:///PATH)")
         if not os.path.isdir(self.root):
-            raise RemoteError(f"remote folder {self.root} does not exist; create it (mkdir) first")
+            # a clone or pull names a remote that is there; a push to a new one makes it first
+            raise RemoteError(f"remote folder {self.root} does not exist; check the URL (to push to a new folder remote, create it first: mkdir -p {self.root})")
 
     def get(self, key: str) -> Optional[bytes]:
         self._tick()
