@@ -59,3 +59,26 @@ def test_every_subcommand_help_has_examples(name):
     lines = out.split("Examples:", 1)[1].splitlines()[1:]
     examples = [x for x in lines[: next((i for i, x in enumerate(lines) if not x.strip()), len(lines))]]
     assert examples and all("ctape" in x and "   ctape " not in x.strip() for x in examples), examples
+
+
+def test_version_works_from_a_checkout_that_is_not_installed(monkeypatch):
+    """`python -m ctape --version` in a checkout without package metadata printed click's
+    RuntimeError traceback ('ctape' is not installed); it prints the package's version."""
+    import importlib.metadata
+
+    from click.testing import CliRunner
+
+    import ctape
+    from ctape.cli import main
+
+    real = importlib.metadata.version
+
+    def not_installed(name):
+        if name == "ctape":
+            raise importlib.metadata.PackageNotFoundError(name)
+        return real(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", not_installed)
+    r = CliRunner().invoke(main, ["--version"])
+    assert r.exit_code == 0 and r.output == f"ctape, version {ctape.__version__}\n", (r.output, r.exception)
+    assert run_cli("--version", check=True).stdout.decode().startswith("ctape, version ")

@@ -427,6 +427,21 @@ def _no_empty_session(ctx, param, value):
     return value
 
 
+def _print_version(ctx, _param, value) -> None:
+    """`ctape --version`: the installed version, else (run from a checkout, not installed:
+    click's own option failed with a traceback there) the package's own."""
+    if not value or ctx.resilient_parsing:
+        return
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        v = version("ctape")
+    except PackageNotFoundError:
+        from .. import __version__ as v
+    click.echo(f"ctape, version {v}")
+    ctx.exit()
+
+
 session_option = click.option("-s", "--session", envvar="CTAPE_SESSION", callback=_no_empty_session,
                               help="Session name (default: $CTAPE_SESSION, else `ctape session use`, else the only one).")
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output (JSON Lines for listings).")
@@ -435,7 +450,7 @@ pager_option = click.option("--no-pager", is_flag=True, help="Never page the out
 
 @click.group(cls=CtapeGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--dir", "dir_", metavar="DIR", help="Tape directory (default: $CTAPE_DIR, else the nearest .ctape/ upwards).")
-@click.version_option(package_name="ctape", prog_name="ctape")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version, help="Show the version and exit.")
 @click.pass_context
 def main(ctx, dir_):
     """Crash-proof, content-addressed history for LLM-agent conversations.
