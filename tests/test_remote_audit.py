@@ -676,3 +676,27 @@ def test_a_store_that_never_answers_is_said_and_given_up_on(tmp_path):
         for c in held:
             c.close()
         srv.close()
+
+
+def test_a_malformed_ipv6_endpoint_or_url_is_one_line_and_exit_2(tmp_path):
+    """`--endpoint 'http://[::1'` (unclosed) or a bracketed host that is no address made
+    urlparse raise: "internal error: ValueError", exit 1, in remote add, push, pull and
+    clone. From a black-box audit."""
+    a = tmp_path / "A"
+    Tape.init(a).session("s").append("user", {"content": "x"})
+    cli(a, "remote", "add", "origin", "s3://bucket/p")
+    before = snapshot(a)
+    keys = {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s"}
+    for bad in ("http://[::1", "http://[zz]:80"):
+        p = cli(a, "remote", "add", "v6", "s3://bucket/p", "--endpoint", bad, check=False)
+        assert p.returncode == 2 and p.stderr.decode().startswith("ctape: error: bad endpoint"), p.stderr
+        for cmd in ("push", "pull"):
+            p = cli(a, cmd, "origin", check=False, env={**keys, "AWS_ENDPOINT_URL": bad})
+            assert p.returncode == 2 and p.stderr.decode().startswith("ctape: error: bad AWS_ENDPOINT_URL"), p.stderr
+        p = run_cli("clone", "s3://bucket/p", tmp_path / "c", "--endpoint", bad)
+        assert p.returncode == 2 and b"bad endpoint" in p.stderr and b"internal error" not in p.stderr, p.stderr
+    p = cli(a, "remote", "add", "v6", "s3://[zz/p", check=False)
+    assert p.returncode == 2 and p.stderr.decode().startswith("ctape: error: bad remote URL"), p.stderr
+    p = cli(a, "remote", "add", "x.lock", "file:///tmp", check=False)
+    assert p.returncode == 2 and b"not ending in .lock" in p.stderr, p.stderr
+    assert snapshot(a) == before and not (tmp_path / "c").exists()

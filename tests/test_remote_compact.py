@@ -508,3 +508,36 @@ def test_a_push_between_a_deletions_announcement_and_its_manifest_learns_it_late
     cli(b, "compact")
     cli(b, "push")
     assert not holders(secret.encode(), remote_as_tape(remote_keys(remote_url, server), a, tmp_path / "after-b2"))
+
+
+def test_a_file_uploaded_again_after_its_deletion_lets_copies_settle(tmp_path, remote_url, request):
+    """A compaction of the remote deletes pack P; a copy that held only P uploads it again
+    (docs/remotes.md: what its own compaction kept goes up again, after the deletion). The
+    other copies then went round for good: each push compacted this copy first (P was
+    "deleted" and held), each pull fetched P back (the remote holds it), 14 days long with
+    the default grace. From a black-box audit. Now P, on the remote again, is no deleted
+    file: a round of push and pull settles, and nothing is lost."""
+    a, b, c = tmp_path / "A", tmp_path / "B", tmp_path / "C"
+    t = Tape.init(a)
+    for i in range(3):
+        t.session("S").append("user", {"content": f"a{i}"})
+    t.close()
+    cli(a, "remote", "add", "origin", remote_url)
+    cli(a, "compact", "--remote", "origin", "--grace", "now")  # the remote: S as one pack P
+    run_cli("clone", remote_url, c, check=True)
+    run_cli("clone", remote_url, b, check=True)
+    cli(b, "append", "user", "--text", "b1", "-s", "S")
+    cli(b, "push")
+    cli(a, "compact", "--remote", "origin", "--grace", "now")  # P replaced by P2, and deleted
+    cli(c, "push")  # C holds only P: its compaction keeps it, and it goes up again
+    for d in (b, a, c):
+        for _ in range(2):  # the first round may compact and bring what it lacks
+            cli(d, "pull")
+            cli(d, "push")
+        pull, push = cli(d, "pull"), cli(d, "push")
+        assert b"nothing to pull" in pull.stdout and b"nothing to push" in push.stdout, (d, pull.stdout, push.stdout)
+        assert b"compacting this copy first" not in push.stderr, (d, push.stderr)
+    texts = {json.loads(x)["payload"]["content"] for x in cli(b, "log", "-s", "S", "--json").stdout.splitlines()}
+    assert texts == {"a0", "a1", "a2", "b1"}
+    for d in (a, b, c):
+        fsck_clean(d)

@@ -103,8 +103,8 @@ def check_endpoint(endpoint: str, what: str = "endpoint") -> str:
     """An S3 endpoint: http(s)://HOST[:PORT][/PATH], no credentials (`--endpoint`, and
     AWS_ENDPOINT_URL as boto3 would read it: checked here first, so a bad one is one line)."""
     refuse_credentials(endpoint, f"an {what}" if what[0] in "aeiou" else what)
-    u = urlparse(endpoint)
     try:
+        u = urlparse(endpoint)  # raises on a bracketed host that is no IPv6 address, or unclosed
         u.port  # noqa: B018 - raises on a port that is not a number
         ok = u.scheme in ("http", "https") and bool(u.hostname)
     except ValueError:
@@ -123,7 +123,10 @@ def check_endpoint(endpoint: str, what: str = "endpoint") -> str:
 def parse_url(url: str) -> tuple[str, str, str]:
     """("s3", bucket, prefix) or ("file", path, "")."""
     refuse_credentials(url)
-    u = urlparse(url)
+    try:
+        u = urlparse(url)
+    except ValueError:  # a bracketed host that is no IPv6 address, or unclosed
+        raise InvalidInput(f"bad remote URL {url!r}: write s3://BUCKET/PREFIX or file:///ABSOLUTE/PATH") from None
     if u.scheme == "file":
         if u.netloc not in ("", "localhost") or not u.path.startswith("/"):
             raise InvalidInput(f"bad remote URL {url!r}: write file:///ABSOLUTE/PATH")

@@ -571,13 +571,26 @@ def _new_deletions(store, backend: Backend, state: State, warn) -> bool:
 
 
 def _gone_held(store, state: State) -> list[str]:
-    """The files this copy holds that a compaction of the remote deleted."""
+    """The files this copy holds that a compaction of the remote deleted, and that are not
+    on the remote again: a copy that held one uploads what its compaction kept again, from
+    0, after the deletion (below); once pieces listed after the deletion cover what it
+    deleted, the file is there, and holding it asks for nothing (pull brings it back to a
+    copy that lacks it, as rsync would; compacting for it again went round for good)."""
     out = []
-    for key in state["gone"]:
+    for key, (end, g) in state["gone"].items():
         s, file = key.split("/", 1)
-        if os.path.exists(os.path.join(store.root, "sessions", s, file)):
+        if os.path.exists(os.path.join(store.root, "sessions", s, file)) and not _there_again(state, key, end, g):
             out.append(key)
     return out
+
+
+def _there_again(state: State, key: str, end: int, g: int) -> bool:
+    """Do pieces of `key` listed after deletion g cover its bytes [0, end) again?"""
+    cur = 0
+    for p in sorted(p for p in state["pieces"].get(key, []) if p[3] > g):
+        if p[0] <= cur < p[1]:
+            cur = p[1]
+    return cur >= end
 
 
 def put_manifest(store, backend: Backend, state: State, listed: list[dict], deleted: Optional[list[dict]] = None,

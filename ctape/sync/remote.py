@@ -52,14 +52,16 @@ def remotes(store) -> dict[str, dict]:
     return {k: v for k, v in sorted(found.items()) if NAME_RE.fullmatch(k) and isinstance(v, dict) and isinstance(v.get("url"), str)}
 
 
-def check_remote_name(name: str) -> str:
-    if not NAME_RE.fullmatch(name or "") or len(name) > 64:
-        raise InvalidInput(f"bad remote name {name!r}: use letters, digits, '.', '_' or '-'")
+def check_remote_name(name: str, new: bool = False) -> str:
+    """`new` (remote add): also not ending in .lock, as for sessions (a remote's files sit
+    beside their locks); one added before that rule still works."""
+    if not NAME_RE.fullmatch(name or "") or len(name) > 64 or (new and name.endswith(".lock")):
+        raise InvalidInput(f"bad remote name {name!r}: use up to 64 letters, digits, '.', '_' or '-', starting with a letter or digit, not ending in .lock")
     return name
 
 
 def add(store, name: str, url: str, endpoint: Optional[str] = None) -> dict:
-    check_remote_name(name)
+    check_remote_name(name, new=True)
     parse_url(url)
     if endpoint is not None:
         check_endpoint(endpoint)
