@@ -711,6 +711,8 @@ class RemoteWorld(World):
     def op_cut_pull(self, i: int) -> None:
         self._cut("pull", i)
 
+    SETTLE_ROUNDS = 4  # after the mesh's two rounds, push and pull settle within these
+
     def mesh(self, dirs: list[str], order_rng: random.Random) -> None:
         order = list(range(len(dirs)))
         for _ in range(2):
@@ -718,6 +720,21 @@ class RemoteWorld(World):
                 order_rng.shuffle(order)
                 for i in order:
                     self._transfer(verb, i, self.tape(i))
+        # and then they settle: a round of push and pull of every copy that moves nothing
+        # comes (a pack uploaded again after a remote compaction deleted it made the others
+        # compact at each push and fetch it back at each pull, for good: a black-box audit)
+        for _ in range(self.SETTLE_ROUNDS):
+            moved = []
+            for verb in ("push", "pull"):
+                order_rng.shuffle(order)
+                for i in order:
+                    r = self._transfer(verb, i, self.tape(i))
+                    if r.get("files") or r.get("bytes"):
+                        moved.append(f"{verb} c{i}: {r.get('files')} files, {r.get('bytes')} bytes")
+            if not moved:
+                break
+        else:
+            raise Failure(f"push and pull do not settle: after {self.SETTLE_ROUNDS} more rounds still {moved}")
         self.close_all()
 
     def star(self, dirs: list[str], order_rng: random.Random) -> None:
@@ -821,7 +838,7 @@ class RemoteRedactWorld(RedactWorld, RemoteWorld):
         self.cleaned: set[str] = set()  # redacted entries whose text a compaction of the remote removed
         super().__init__(*a, **kw)
 
-    def _transfer(self, verb: str, i: int, t: Tape, *a, **kw) -> None:
+    def _transfer(self, verb: str, i: int, t: Tape, *a, **kw) -> dict:
         """A push refuses while a redacted value still has its bytes in the copy's files
         (SPEC 18), or while the copy holds values a compaction of the remote removed as
         redacted elsewhere: do as the refusal says (pull first in the second case; then
@@ -852,7 +869,7 @@ class RemoteRedactWorld(RedactWorld, RemoteWorld):
             if r["held_back"]:
                 raise Failure(f"push c{i} held back {r['held_back']} after the compaction its refusal asked for")
         if not sends:
-            return
+            return r
         now = self._held_by_remote()
         known = t.redactions()
         # a copy never uploads a text whose redaction it knows (whichever of its files holds
@@ -868,6 +885,7 @@ class RemoteRedactWorld(RedactWorld, RemoteWorld):
             # bring it back. (A text the remote never held may arrive with a copy that has
             # not seen its redaction, as before it was made: the next compaction removes it.)
             self.cleaned |= {h for h in held - now if h in known}
+        return r
 
     def _held_by_remote(self) -> set[str]:
         """The redacted entries whose text the remote holds (records decompressed)."""
@@ -1408,6 +1426,15 @@ def test_remote_seed_2141_pull_brings_back_a_file_compaction_removed(tmp_path):
     manifests, so c0 never got the entry again (fsck: not synced). Pull now brings every
     file the remote holds that the copy lacks, as rsync without --delete does."""
     _run_many(tmp_path, [2141], cli=False, sync=copy_like_rsync, world=RemoteWorld)
+
+
+def test_remote_seed_9629_push_and_pull_settle_after_a_file_comes_back(tmp_path):
+    """Found by the settle rounds of the mesh, once they were added (a black-box audit had
+    seen it first): a file a compaction of the remote deleted, uploaded again by a copy
+    that still held it, made every other copy fetch it back at each pull and compact it
+    away at each push, round after round. Now a file on the remote again asks for no
+    compaction, and the copies settle."""
+    _run_many(tmp_path, [9629], cli=False, sync=rsync, world=RemoteWorld)
 
 
 def test_live_seed_80_keeps_an_append_to_a_segment_copied_empty(tmp_path):
