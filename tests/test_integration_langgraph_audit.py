@@ -207,3 +207,110 @@ def test_sets_of_equal_items_of_other_types_come_back_as_written(tmp_path):
         got[name] = repr(app.get_state(CFG).values["nums"])
     again = repr(_lists_graph(TapeSaver(str(tmp_path / "tape"))).get_state(CFG).values["nums"])
     assert got["tape"] == got["sqlite"] == again == "[{True}, frozenset({False}), 7]"
+
+
+# -- a lone surrogate, and a write that fails (an audit of 2026-12-04) -------------------------
+
+
+class Texts(TypedDict, total=False):
+    messages: list
+    s: str
+    d: dict
+
+
+def _cut_reply(state):
+    """A model's reply cut inside an emoji: a lone surrogate, in a message, its tool call, a
+    plain string channel and a dict's value (a key with one fails in LangGraph's own serde)."""
+    m = AIMessage("reply cut \ud83d", tool_calls=[{"id": "c\ud83d", "name": "look", "args": {"q": "x\ud83d"}}])
+    return {"messages": [m], "s": "cut \ud83d", "d": {"k": "v\ud83d"}}
+
+
+def _texts_graph(saver):
+    from langgraph.graph.message import add_messages
+    from typing import Annotated
+
+    class State(TypedDict, total=False):
+        messages: Annotated[list, add_messages]
+        s: str
+        d: dict
+
+    return _graph(State, saver, n=_cut_reply)
+
+
+def test_a_lone_surrogate_is_stored_as_langgraphs_savers_store_it(tmp_path):
+    """The run failed with "not valid Unicode" where SqliteSaver stores "?" for the
+    surrogate, and every later call on the thread in that process failed with "not in this
+    tape" (the thread was bricked). Now the run goes through and a new process reads what
+    SqliteSaver reads."""
+    sq, tape = _savers(tmp_path)
+    got = {}
+    for name, saver in (("sqlite", sq), ("tape", tape)):
+        g = _texts_graph(saver)
+        g.invoke({"messages": [HumanMessage("hi", id="h1")]}, CFG)
+        g.invoke({"messages": [HumanMessage("again", id="h2")]}, CFG)
+        st = g.get_state(CFG).values
+        got[name] = [m.content for m in st["messages"]]
+    assert len(got["tape"]) == len(got["sqlite"]) == 4, got
+    fresh = _read_in_new_process(tmp_path / "tape", """
+        from typing import Annotated
+        from langgraph.graph.message import add_messages
+        class State(TypedDict, total=False):
+            messages: Annotated[list, add_messages]
+            s: str
+            d: dict
+        g = StateGraph(State); g.add_node("n", lambda s: {}); g.add_edge(START, "n")
+        v = g.compile(checkpointer=saver).get_state(cfg).values
+        m = v["messages"][1]
+        print(json.dumps({"contents": [x.content for x in v["messages"]], "s": v["s"], "d": v["d"], "call": m.tool_calls[0]}))
+    """)
+    sq_state = _texts_graph(sq).get_state(CFG).values
+    assert fresh["contents"] == [m.content for m in sq_state["messages"]] == ["hi", "reply cut ?", "again", "reply cut ?"], fresh
+    assert fresh["s"] == sq_state["s"] == "cut ?" and fresh["d"] == sq_state["d"] == {"k": "v?"}, fresh
+    assert fresh["call"]["args"] == sq_state["messages"][1].tool_calls[0]["args"], fresh
+    from conftest import run_cli
+
+    log = run_cli("--dir", tmp_path / "tape", "log", "--oneline", check=True).stdout.decode()
+    assert "reply cut ?" in log, log
+
+
+def test_a_write_that_fails_leaves_the_thread_usable(tmp_path, monkeypatch):
+    """A value the tape refuses, met in the middle of a checkpoint's batch (after the
+    checkpoint's entry was noted in the saver's memory, before the batch was written),
+    fails that call and leaves nothing half there: the next calls in the same process work
+    (they failed with "not in this tape": the memory named an entry never written), and
+    agree with a new process."""
+    from langgraph.graph.message import add_messages
+    from typing import Annotated
+
+    import ctape.history.session as session_mod
+    from ctape.errors import InvalidInput
+
+    class State(TypedDict, total=False):
+        messages: Annotated[list, add_messages]
+
+    tape = TapeSaver(str(tmp_path / "tape"))
+    g = _graph(State, tape, n=lambda s: {"messages": [AIMessage(f"echo: {s['messages'][-1].content}")]})
+    g.invoke({"messages": [HumanMessage("one")]}, CFG)
+    real = session_mod.entry_body
+
+    def refuses_poison(kind, payload, *a, **kw):
+        if "echo: poison" in json.dumps(payload):  # the node's write, or its message's entry
+            raise InvalidInput("refused (as a value the tape cannot hold)")
+        return real(kind, payload, *a, **kw)
+
+    monkeypatch.setattr(session_mod, "entry_body", refuses_poison)
+    with pytest.raises(InvalidInput):
+        g.invoke({"messages": [HumanMessage("poison")]}, CFG)
+    monkeypatch.setattr(session_mod, "entry_body", real)
+    here = [m.content for m in g.get_state(CFG).values["messages"]]
+    g.invoke({"messages": [HumanMessage("two")]}, CFG)
+    here = [m.content for m in g.get_state(CFG).values["messages"]]
+    fresh = _read_in_new_process(tmp_path / "tape", """
+        from typing import Annotated
+        from langgraph.graph.message import add_messages
+        class State(TypedDict, total=False):
+            messages: Annotated[list, add_messages]
+        g = StateGraph(State); g.add_node("n", lambda s: {}); g.add_edge(START, "n")
+        print(json.dumps([m.content for m in g.compile(checkpointer=saver).get_state(cfg).values["messages"]]))
+    """)
+    assert fresh == here and here[:2] == ["one", "echo: one"] and here[-2:] == ["two", "echo: two"], (fresh, here)

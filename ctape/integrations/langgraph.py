@@ -142,15 +142,36 @@ def _is_json(v: Any, depth: int = 0) -> bool:
     if depth > 64:
         return False
     t = type(v)
-    if v is None or t is bool or t is int or t is str:
+    if t is str:
+        return _utf8(v)
+    if v is None or t is bool or t is int:
         return True
     if t is float:
         return math.isfinite(v)
     if t is list:
         return all(_is_json(x, depth + 1) for x in v)
     if t is dict:
-        return all(type(k) is str and _is_json(x, depth + 1) for k, x in v.items())
+        return all(type(k) is str and _utf8(k) and _is_json(x, depth + 1) for k, x in v.items())
     return False
+
+
+def _utf8(s: str) -> bool:
+    """Can the tape hold s as text? Not with a lone surrogate (a model's reply cut inside an
+    emoji): such a value goes through the serde, which writes it as LangGraph's own savers
+    do (the surrogate as "?")."""
+    if s.isascii():
+        return True
+    try:
+        s.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
+def _text(v: Any) -> str:
+    """v as text the tape can hold: a lone surrogate as "?", as LangGraph's savers store it."""
+    s = v if type(v) is str else str(v)
+    return s if _utf8(s) else s.encode("utf-8", "replace").decode("utf-8")
 
 
 def _copy_json(v: Any) -> Any:
@@ -222,7 +243,7 @@ class _Codec:
 
 def _message_entries(m: Any) -> list[tuple[str, dict]]:
     """The conversation entries (kind, payload) that show one LangChain message on the tape."""
-    content = m.content if _is_json(m.content) else str(m.content)
+    content = m.content if _is_json(m.content) else _text(m.content)
     t = m.type
     if t in ("human", "HumanMessageChunk"):
         return [("user", {"content": content})]
@@ -235,10 +256,10 @@ def _message_entries(m: Any) -> list[tuple[str, dict]]:
             out.append(("assistant", {"content": content}))
         for c in calls:
             args = c.get("args")
-            out.append(("tool_call", {"call_id": str(c.get("id") or ""), "name": str(c.get("name") or ""), "arguments": args if _is_json(args) else str(args)}))
+            out.append(("tool_call", {"call_id": _text(c.get("id") or ""), "name": _text(c.get("name") or ""), "arguments": args if _is_json(args) else _text(args)}))
         return out
     if t in ("tool", "ToolMessageChunk"):
-        p = {"call_id": str(getattr(m, "tool_call_id", "") or ""), "output": content}
+        p = {"call_id": _text(getattr(m, "tool_call_id", "") or ""), "output": content}
         if getattr(m, "status", None) == "error":
             p["is_error"] = True
         return [("tool_result", p)]
@@ -885,7 +906,8 @@ class TapeSaver(BaseCheckpointSaver[str]):
         md = get_checkpoint_metadata(config, metadata)
         with self._lock:
             th = self._thread(tid)
-            self._put(th, tid, ns, checkpoint, md, new_versions, parent_id)
+            with self._forgotten_on_error(th):
+                self._put(th, tid, ns, checkpoint, md, new_versions, parent_id)
         return {"configurable": {"thread_id": tid, "checkpoint_ns": ns, "checkpoint_id": cid}}
 
     def _put(self, th: _Thread, tid: str, ns: str, checkpoint: Checkpoint, md: dict, new_versions: ChannelVersions, parent_id: Optional[str]) -> None:
@@ -1168,10 +1190,24 @@ class TapeSaver(BaseCheckpointSaver[str]):
                 self._parked.setdefault((th.name, ns, cid), []).append({"task_id": task_id, "task_path": task_path, "writes": raw})
                 return
             s = self.tape.session(th.name)
-            with self.tape.batch():
+            with self._forgotten_on_error(th), self.tape.batch():
                 self._write_entry(th, s, tid, ns, cid, self._writes_payload(th, ns, cid, task_id, task_path, raw))
             th.tips = dict(s.refs().branches)
             self._save(th)
+
+    @contextlib.contextmanager
+    def _forgotten_on_error(self, th: _Thread):
+        """A write that fails (a value the tape refuses, a full disk) leaves nothing on the
+        tape, but it may have noted entries of its batch in the thread's memory: the next
+        call reads the thread again (it pointed at entries never written, and every later
+        call on the thread failed with "not in this tape")."""
+        try:
+            yield
+        except BaseException:
+            self._threads.pop(th.name, None)
+            self._briefs.clear()
+            self._values.clear()
+            raise
 
     def _writes_payload(self, th: _Thread, ns: str, cid: str, task_id: str, task_path: str, raw: list) -> dict:
         recs = [[idx, ch, self._enc_write(th, ns, cid, ch, v)] for idx, ch, v in raw]
