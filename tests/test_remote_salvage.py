@@ -170,3 +170,26 @@ def test_a_manifest_with_a_bad_salvage_report_is_junk():
     # a manifest of an earlier version has none
     m, _ = layout.decode_manifest(layout.encode_manifest(store, "abcd1234", 0, []), store.tape_id, "abcd1234", 0)
     assert m["lost"] == []
+
+
+def test_a_report_that_met_its_pulled_copy_by_rsync_is_said_once(tmp_path):
+    """A salvages and pushes, C clones (a pulled report of its own name), then rsync both
+    ways: each copy holds both files. fsck said every salvage twice (a black-box audit);
+    now one report per salvage, the copy's own text first."""
+    import subprocess
+
+    a, c = tmp_path / "A", tmp_path / "C"
+    url = folder(tmp_path / "remote")
+    salvaged_tape(a)
+    cli(a, "remote", "add", "origin", url)
+    cli(a, "push")
+    run_cli("clone", url, c, check=True)
+    for src, dst in ((c, a), (a, c)):
+        subprocess.run(["rsync", "-a", f"{src}/", f"{dst}/"], check=True)
+    for d in (a, c):
+        assert len(list((d / "quarantine" / "hurt").glob("*.salvage.json"))) == 2
+        p = cli(d, "fsck", "--json", check=False)
+        out = json.loads(p.stdout)
+        said = [w for w in out["warnings"] if "salvaged on" in w["problem"]]
+        assert p.returncode == 0 and len(said) == 1 and "offset" in said[0]["problem"], said  # the salvaging copy's own text
+    assert b"nothing to push" in cli(c, "push").stdout

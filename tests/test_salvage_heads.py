@@ -107,3 +107,48 @@ def test_the_report_of_a_large_salvage_is_read_whole(tape_dir):
     out = json.loads(r.stdout)
     assert r.returncode == 0 and out["ok"], out["problems"][:3]
     assert not [w for w in out["warnings"] if "unreadable" in w["problem"]], out["warnings"]
+
+
+def test_a_branch_whose_tip_this_copy_lost_stays_for_the_copies_that_hold_it(tmp_path):
+    """Branch `keep` points at an entry whose block copy A lost; copy B (rsync) holds it
+    intact. A's salvage removed `keep`, and its ref record travels: after rsync both ways
+    neither copy had `keep`, the entry was on no ref, and compact on B freed it (an
+    acknowledged entry lost on a copy that never had damage; invariant 6). From a black-box
+    audit. Now the branch stays; on A its history stops at the loss until the entry comes
+    back, on B nothing changes."""
+    import shutil
+    import subprocess
+
+    from ctape import Tape
+
+    a, b = tmp_path / "A", tmp_path / "B"
+    t = Tape.init(a)
+    s = t.session("s")
+    main = [s.append("user", {"content": f"m{i}"}).hash for i in range(4)]
+    s.checkout(main[1])
+    d1 = s.append("assistant", {"content": "the answer kept on a side branch"}).hash
+    s.branch("keep", d1)
+    s.checkout("main")
+    s.append("user", {"content": "m4"})
+    where = t.store.index.find_object(d1)
+    seg = a / t.store.index.path_of(where[0])
+    t.close()
+    run_cli("--dir", a, "log", "-s", "s", "keep", check=True)
+    shutil.copytree(a, b)  # as rsync -a
+    data = bytearray(seg.read_bytes())
+    data[where[1] + 40] ^= 0x01  # d1's block, on A only
+    seg.write_bytes(bytes(data))
+
+    r = run_cli("--dir", a, "fsck", "--salvage")
+    assert r.returncode == 0, r.stderr
+    assert b"keep removed" not in r.stderr, r.stderr
+    status = json.loads(run_cli("--dir", a, "status", "-s", "s", "--json", check=True).stdout)
+    assert status["branch"] == "main", status  # HEAD on intact history
+    for src, dst in ((a, b), (b, a)):
+        subprocess.run(["rsync", "-a", f"{src}/", f"{dst}/"], check=True)
+    for d in (a, b):
+        assert run_cli("--dir", d, "log", "-s", "s", "keep", "--oneline", check=True).stdout.count(b"\n") == 3, d
+        assert run_cli("--dir", d, "fsck").returncode == 0, d
+    run_cli("--dir", b, "compact", "--expire", "now", "--grace", "now", check=True)
+    shown = json.loads(run_cli("--dir", b, "show", d1, "--json", check=True).stdout)
+    assert shown["payload"]["content"] == "the answer kept on a side branch"

@@ -436,8 +436,8 @@ def _print_version(ctx, _param, value) -> None:
 
     try:
         v = version("ctape")
-    except PackageNotFoundError:
-        from .. import __version__ as v
+    except PackageNotFoundError:  # the package itself, loaded before any of its modules
+        v = getattr(sys.modules.get("ctape"), "__version__", "unknown")
     click.echo(f"ctape, version {v}")
     ctx.exit()
 

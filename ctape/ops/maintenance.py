@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import os
 import stat
 from typing import TYPE_CHECKING, Callable, Iterator, Optional
@@ -13,6 +14,7 @@ from ..model.errors import NOATIME_WARNING, CorruptObject, ObjectTooLarge, Unsaf
 from ..store.files import TYPE_ENTRY
 from ..model.models import NAME_RE
 from ..model.schema import decode_entry
+from ..store.index import hash_key
 from ..store.store import LOST_VALUE, PENDING, QUARANTINE, REPORT, REPORT_MAX, TYPE_WITHHELD, damaged_object_names, file_header_problem, record_problem, retried, segment_writer
 
 LEFT_IN_PLACE = "(left in place: what remains is intact)"  # a salvage report's kept_at for a file cut short (salvage.py)
@@ -165,11 +167,12 @@ def _fsck(tape: "Tape") -> dict:
     me = store.writer
     reports = quarantine_reports(store.root)
     salvaged_away = {h for r in reports for h in r["missing"]}
+    salvaged_keys = {k for r in reports for k in r["missing_keys"]}  # named by index key only (salvage.py)
 
     red = tape.redactions()
 
     def missing(what, h, rel):
-        if h in salvaged_away:
+        if h in salvaged_away or hash_key(h) in salvaged_keys:
             return  # lost to damage; the salvage report (a warning below) names it
         if h in red:
             return  # a redacted value, gone on purpose: listed under "redacted"
@@ -204,7 +207,8 @@ def _fsck(tape: "Tape") -> dict:
         problem(name, "a salvage was interrupted: run `ctape fsck --salvage` again to finish it", "unfinished")
     for report in reports:
         lost = report["missing"]
-        gone = f"; gone: {len(lost)} entries or values ({', '.join(h[:12] for h in lost[:3])}{' ...' if len(lost) > 3 else ''})" if lost else ""
+        count = len({hash_key(h) for h in lost} | set(report["missing_keys"]))
+        gone = f"; gone: {count} entries or values" + (f" ({', '.join(h[:12] for h in lost[:3])}{' ...' if len(lost) > 3 else ''})" if lost else "") if count else ""
         where = report["kept_at"]
         kept = "the file was left in place (what remains is intact)" if where == LEFT_IN_PLACE else f"the damaged file is kept in {where}"
         warnings.append({"what": report["file"], "problem": f"salvaged on {report['time']}: {report['lost']}{gone}; {kept}"})
@@ -237,8 +241,35 @@ def _pack_hash_ok(store, rel: str) -> bool:
     return pack_name_matches(rel, data)
 
 
+_COUNTED = re.compile(r"\d+ damaged place\(s\)")
+_CUT = re.compile(r"\d+ bytes of acknowledged records lost \(the file (is gone|was cut from \d+ to \d+ bytes)\)")
+
+
+def shareable_loss(lost: str) -> str:
+    """What a salvage report's `lost` may say beyond this copy (a remote's manifest): the
+    count of damaged places, or a cut file's sizes; anything else as a plain phrase (the
+    reasons stay home: a record that failed its schema may be quoted there). Applied
+    twice, the same."""
+    if _CUT.fullmatch(lost):
+        return lost
+    m = _COUNTED.match(lost)
+    return m.group(0) if m else "damaged records"
+
+
+def report_identity(report: dict) -> str:
+    """A salvage report's identity: the same on every copy that holds it, however it came
+    (rsync carries the report, a pull writes it again from a manifest with its text cut to
+    shareable_loss), whatever else the copy adds to it."""
+    from blake3 import blake3
+
+    body = {"file": report["file"], "time": report["time"], "lost": shareable_loss(report["lost"]), "missing": sorted(set(report["missing"]))}
+    return blake3(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
 def quarantine_reports(root: str) -> list[dict]:
-    """What `fsck --salvage` wrote about each file it moved into quarantine/."""
+    """What `fsck --salvage` wrote about each file it moved into quarantine/: one report
+    each, however many copies of it a copy holds (its own, and the one a pull wrote from a
+    remote's manifest, brought together by rsync)."""
     out = []
     base = os.path.join(root, QUARANTINE)
     for dirpath, _, filenames in os.walk(base, followlinks=False):
@@ -249,12 +280,27 @@ def quarantine_reports(root: str) -> list[dict]:
                         r = json.loads(f.read(REPORT_MAX))  # the kept entries make a big salvage's report long
                     report = {k: str(r.get(k, "?")) for k in ("file", "time", "lost", "kept_at")}
                     report["missing"] = [h for h in r.get("missing", []) if isinstance(h, str)]
+                    report["missing_keys"] = [k for k in r.get("missing_keys", []) if type(k) is int]
                     if isinstance(r.get("copy"), str):
                         report["copy"] = r["copy"]  # the writer id of the copy that salvaged
+                    if isinstance(r.get("pulled_from"), str):
+                        report["pulled_from"] = r["pulled_from"]
                     out.append(report)
                 except (OSError, ValueError, AttributeError):
-                    out.append({"file": os.path.relpath(os.path.join(dirpath, name), root), "time": "?", "lost": "unreadable salvage report", "kept_at": QUARANTINE, "missing": []})
-    return out
+                    out.append({"file": os.path.relpath(os.path.join(dirpath, name), root), "time": "?", "lost": "unreadable salvage report", "kept_at": QUARANTINE, "missing": [], "missing_keys": []})
+    return _one_each(out)
+
+
+def _one_each(reports: list[dict]) -> list[dict]:
+    """One report per salvage: a copy's own (no "pulled_from": its full text) before one a
+    pull wrote of the same salvage."""
+    kept, seen = [], set()
+    for report in sorted(reports, key=lambda r: "pulled_from" in r):  # stable: the walk's order otherwise
+        key = report_identity(report)
+        if key not in seen:
+            seen.add(key)
+            kept.append(report)
+    return kept
 
 
 def pending_salvages(root: str) -> list[str]:

@@ -30,6 +30,7 @@ from ..store.files import TYPE_ENTRY, fsync_dir, storage_error
 from ..model.refs import HEAD
 from .maintenance import LEFT_IN_PLACE, PENDING, QUARANTINE, REPORT
 from ..model.models import now_rfc3339
+from ..store.index import hash_key
 from ..store.store import Store, damaged_object_names, file_header_problem, pack_name_matches, record_problem, segment_writer
 
 if TYPE_CHECKING:
@@ -56,17 +57,22 @@ def salvage(tape: "Tape") -> dict:
         store.refresh()
         # packs/ is read but never written: move a damaged file there out by hand
         damaged = [rel for rel in sorted(store.list_files(None)) if rel.startswith("sessions/") and _problems(store, rel)]
+        # the objects the cache placed in each damaged file while it read whole, and in each
+        # cut file past its cut: the records that would name them may be what was lost
+        known = {rel: store.index.object_keys_in(rel) for rel in damaged}
+        cut = {rel: store.index.object_keys_in(rel, found) for rel, _, found in store.index.lost_rows()}
         if damaged:
             store._full_reindex()  # what the cache learned before the damage must not count as there
         for rel in damaged:
-            _salvage_file(store, rel)
+            _salvage_file(store, rel, known.get(rel, set()))
         noted = {intent["file"] for _, intent in _pending(store) if "quarantined" not in intent}
         for rel, expected, found in store.index.lost_rows():
             if rel not in noted:
                 gone = not os.path.lexists(os.path.join(store.root, rel))
                 how = "the file is gone" if gone else f"the file was cut from {expected} to {found} bytes"
+                gone_keys = sorted(cut.get(rel, ()))  # (one held elsewhere too still reads: a loss is looked up only for what is not found)
                 _write_intent(store, rel, {"lost": f"{expected - found} bytes of acknowledged records lost ({how})",
-                                           "kept_at": LEFT_IN_PLACE, "missing": []})
+                                           "kept_at": LEFT_IN_PLACE, "missing": [], "missing_keys": gone_keys})
             store.index.clear_lost(rel)
         pending = _pending(store)
         if not pending:
@@ -87,14 +93,17 @@ def salvage(tape: "Tape") -> dict:
 
 
 def _settle_refs(tape: "Tape", session: str, kept: dict) -> dict:
-    """After salvage HEAD and every branch stand on intact history (docs/format.md section
-    15): a branch whose tip was lost goes; each tip of entries kept from the damaged files
-    that no ref reaches gets a branch `salvaged-<hash8>`; HEAD, when its claim was lost or
-    names what is gone, attaches to main, else to the branch with the deepest tip."""
+    """After salvage HEAD stands on intact history (docs/format.md section 15): each tip of
+    entries kept from the damaged files that no ref reaches gets a branch `salvaged-<hash8>`;
+    HEAD, when its claim was lost or names what is gone, attaches to main, else to the
+    branch with the deepest tip. A branch whose tip was lost here is left as it is: the
+    salvage's ref record travels to every copy, and on one that holds the tip intact (an
+    rsync copy, a clone) removing the branch would leave an acknowledged entry on no ref
+    (compact then freed it). Here its history stops at the loss, as the report says."""
     s = tape.session(session)
     st = s.refs()
     branches = {b: h for b, h in st.branches.items() if tape.has_entry(h)}
-    changes: dict = {b: None for b in st.branches if b not in branches}
+    changes: dict = {}
     head = st.head_hash if st.head_hash and tape.has_entry(st.head_hash) else None
     reached: set[str] = set()
     for h in [*branches.values(), head]:
@@ -167,7 +176,8 @@ def _header_problem(rel: str, items: list) -> "str | None":
     return file_header_problem(rel, first)
 
 
-def _salvage_file(store: Store, rel: str) -> dict:
+def _salvage_file(store: Store, rel: str, known: set[int]) -> dict:
+    """`known`: the keys of the objects the index placed in the file before the damage."""
     session = rel.split("/")[1]
     fd = os.open(store.session_dir(session), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     try:
@@ -192,6 +202,7 @@ def _salvage_file(store: Store, rel: str) -> dict:
                     pw.add_object(item.body)  # verified there: an object that does not read back is left out
                     if pw.count > before:
                         kept += 1
+                        known.discard(hash_key(item.body[:32].hex()))
                         _note_entry(store, item.body, links, entries)
                 elif item.type in (framing.T_REF, framing.T_PARTIAL) and records_ok:
                     rec = record_problem(item.type, item.body, session, segment_writer(rel))
@@ -211,8 +222,13 @@ def _salvage_file(store: Store, rel: str) -> dict:
         missing = sorted(h for h in gone if not store.has_object(h))
         lost = f"{len(reasons)} damaged place(s): " + "; ".join(reasons[:5]) + (" ..." if len(reasons) > 5 else "")
         where = _free_name(store, session, rel.split("/")[2])
+        # objects the damaged records held whose names they no longer say (a block that
+        # does not decode), by the index's keys: reads take a value of one as lost, in
+        # every session that refers to it (a value is stored once per tape)
+        named = {hash_key(h) for h in missing}
+        missing_keys = sorted(k for k in known if k not in named and not store.index.has_key(k))
         intent = _write_intent(store, rel, {"lost": lost, "kept_at": where, "quarantined": where, "kept_records": kept, "pack": pack,
-                                            "problems": reasons, "missing": missing, "entries": entries})
+                                            "problems": reasons, "missing": missing, "missing_keys": missing_keys, "entries": entries})
         _move(store, intent)
         return intent
     finally:

@@ -64,6 +64,7 @@ CREATE TABLE IF NOT EXISTS lost(path TEXT PRIMARY KEY, expected INTEGER NOT NULL
 CREATE TABLE IF NOT EXISTS repeated(path TEXT PRIMARY KEY, floor INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS views(name TEXT NOT NULL, key INTEGER NOT NULL, hash TEXT NOT NULL,
     parent TEXT, pkey INTEGER, body TEXT, PRIMARY KEY(name, key)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS lost_keys(path TEXT NOT NULL, key INTEGER NOT NULL, PRIMARY KEY(path, key)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS redactions(object TEXT NOT NULL, path TEXT NOT NULL, kind TEXT NOT NULL,
     PRIMARY KEY(object, path)) WITHOUT ROWID;
 """
@@ -317,6 +318,20 @@ class Index:
                     raise
                 self._degrade(e)
 
+    def object_keys_in(self, path: str, from_offset: int = 0) -> set[int]:
+        """The keys (hash_key) of the objects this index places in file `path`, at or past
+        `from_offset`, and (from 0) those a rebuild found the file no longer yields: what
+        salvage names as lost when the file's records no longer say (a block that does not
+        decode, a file cut short)."""
+        row = self.db.execute("SELECT id FROM files WHERE path=?", (path,)).fetchone()
+        out = {k for (k,) in self.db.execute("SELECT key FROM objects WHERE file=? AND offset>=?", (row[0], from_offset))} if row else set()
+        if not from_offset:
+            out |= {k for (k,) in self.db.execute("SELECT key FROM lost_keys WHERE path=?", (path,))}
+        return out
+
+    def has_key(self, key: int) -> bool:
+        return key in self.pending_objects or self.db.execute("SELECT 1 FROM objects WHERE key=?", (key,)).fetchone() is not None
+
     def forget_objects(self, file_ids: list[int]) -> None:
         """Drop the object rows that point into these files (gone from the tape)."""
         for i in range(0, len(file_ids), 500):
@@ -346,12 +361,20 @@ class Index:
         self._in_rebuild = True
         try:
             # keyframes stay: they are named by entry hash, so they never go stale
+            # the objects placed before, to learn which a damaged file no longer yields
+            # (a block that does not decode hides its objects' names; salvage names them by key)
+            self.db.execute("DROP TABLE IF EXISTS temp.before_rebuild")
+            self.db.execute("CREATE TEMP TABLE before_rebuild AS SELECT key, file FROM objects")
             for t in ("objects", "claims", "partials", "closed", "writers", "repeated"):
                 self.db.execute(f"DELETE FROM {t}")
             self.db.execute("DELETE FROM meta WHERE key='refused-at-limit'")  # noted again if refused again
             self.db.execute("INSERT INTO meta VALUES('rebuilds', '1') ON CONFLICT(key) DO UPDATE SET value=CAST(value AS INTEGER) + 1")
             self.db.execute("UPDATE files SET indexed=0, torn=0, corrupt=0")
             yield
+            if self.db.execute("SELECT 1 FROM files WHERE corrupt > 0 LIMIT 1").fetchone():
+                self.db.execute("INSERT OR IGNORE INTO lost_keys SELECT f.path, b.key FROM files f JOIN temp.before_rebuild b ON b.file = f.id "
+                                "WHERE f.corrupt > 0 AND b.key NOT IN (SELECT key FROM objects)")
+            self.db.execute("DROP TABLE temp.before_rebuild")
             self.db.execute("DELETE FROM files WHERE indexed=0 AND torn=0 AND corrupt=0 AND id NOT IN (SELECT file FROM objects)")
             self.db.execute("COMMIT")
         except sqlite3.OperationalError as e:

@@ -1031,7 +1031,7 @@ class Store:
         report that names it as lost, else the damaged files that could hold it (a record
         that fails its checksum hides its name). None: nothing says it was damaged (not
         synced yet, or removed)."""
-        report = self._salvage_losses().get(h)
+        report = self._salvage_losses().get(h) or self._salvage_lost_keys().get(hash_key(h))
         if report:
             return report
         damaged = self._damaged_files()
@@ -1052,7 +1052,7 @@ class Store:
         except ObjectTooLarge:
             raise  # readable under a higher limit: not lost
         except (CorruptObject, EntryNotFound):
-            if h in self._salvage_losses():
+            if h in self._salvage_losses() or hash_key(h) in self._salvage_lost_keys():
                 return LOST_VALUE.encode()
             mine = self._session_of(entry)
             held = [p for p in self._damaged_files() if h in self._damaged_names(p) or self._holds(p, h)]
@@ -1100,6 +1100,7 @@ class Store:
         if self._losses is not None and self._losses[0] == key:
             return self._losses[1]
         losses: dict[str, str] = {}
+        keys: dict[int, str] = {}  # objects a report names by index key only (their records no longer said)
         for rel, _, _ in key:
             try:
                 with open(os.path.join(self.root, rel), "rb") as f:
@@ -1107,10 +1108,18 @@ class Store:
                 for lost in report.get("missing", []):
                     if isinstance(lost, str):
                         losses.setdefault(lost, rel)
+                for k in report.get("missing_keys", []):
+                    if type(k) is int:
+                        keys.setdefault(k, rel)
             except (OSError, ValueError, AttributeError):
                 continue  # fsck reports an unreadable report
-        self._losses = (key, losses)
+        self._losses = (key, losses, keys)
         return losses
+
+    def _salvage_lost_keys(self) -> dict[int, str]:
+        """The index keys (hash_key) of objects the salvage reports name by key: hash_key -> report."""
+        self._salvage_losses()
+        return self._losses[2]
 
     def has_object(self, h: str) -> bool:
         """Does the tape hold object h? The index answers; when it says no after another

@@ -180,7 +180,7 @@ def decode_manifest(data: bytes, tape_id: str, uploader: str, n: int) -> tuple[O
     return m, ""
 
 
-LOSS_KEYS = ("file", "time", "lost", "missing", "kept_at", "copy")
+LOSS_KEYS = ("file", "time", "lost", "missing", "missing_keys", "kept_at", "copy")
 
 
 def loss_ok(x) -> bool:
@@ -194,6 +194,9 @@ def loss_ok(x) -> bool:
         return False
     missing = x.get("missing")
     if not isinstance(missing, list) or not all(isinstance(h, str) and HASH.fullmatch(h) for h in missing):
+        return False
+    keys = x.get("missing_keys", [])  # objects named by the index's key only (ctape/ops/salvage.py)
+    if not isinstance(keys, list) or not all(type(k) is int and -(1 << 63) <= k < 1 << 63 for k in keys):
         return False
     return "copy" not in x or (isinstance(x["copy"], str) and bool(UPLOADER.fullmatch(x["copy"])))
 
@@ -221,9 +224,11 @@ def note_manifest(state, m: dict) -> None:
 
 
 def loss_digest(x: dict) -> str:
-    """A salvage report's identity: the same on every copy that holds it (rsync carries the
-    report, a pull writes it again from a manifest), whatever else the copy adds to it."""
-    return digest(json.dumps({k: x[k] for k in ("file", "time", "lost", "missing")}, sort_keys=True).encode())
+    """A salvage report's identity (ops.maintenance.report_identity): the same on every
+    copy that holds it, however it came."""
+    from ..ops.maintenance import report_identity
+
+    return report_identity(x)
 
 
 def uploaders(backend: Backend) -> list[str]:

@@ -9,7 +9,8 @@ report of the copy's own: a clone of a salvaged tape reads what the salvaging co
 where it would otherwise name the lost values as missing (`fsck` exit 1).
 
 What goes up is what a report says about the loss, never what the file held: the file's
-name, the time, the entries and values gone (hashes), a count of damaged places (the
+name, the time, the entries and values gone (hashes, or the index's keys of those whose
+records no longer said their names), a count of damaged places (the
 report's full reasons are kept home: a record that failed its schema could be quoted
 there), where the damaged file is kept and by which copy.
 """
@@ -18,31 +19,19 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from typing import Iterable
 
-from ..ops.maintenance import LEFT_IN_PLACE, quarantine_reports
+from ..ops.maintenance import LEFT_IN_PLACE, quarantine_reports, shareable_loss
 from ..store.files import check_not_symlink, fsync_dir
 from ..store.segment import new_file_whole
 from ..store.store import QUARANTINE, REPORT
 from . import layout
 
-_COUNTED = re.compile(r"\d+ damaged place\(s\)")
-_CUT = re.compile(r"\d+ bytes of acknowledged records lost \(the file (is gone|was cut from \d+ to \d+ bytes)\)")
-
-
-def _shareable(lost: str) -> str:
-    """What a report's `lost` may say on a remote: the count of damaged places, or a cut
-    file's sizes; anything else as a plain phrase. Applied twice, the same."""
-    if _CUT.fullmatch(lost):
-        return lost
-    m = _COUNTED.match(lost)
-    return m.group(0) if m else "damaged records"
-
-
 def _shared(report: dict) -> dict:
-    out = {"file": report["file"], "time": report["time"], "lost": _shareable(report["lost"]),
+    out = {"file": report["file"], "time": report["time"], "lost": shareable_loss(report["lost"]),
            "missing": sorted(set(report["missing"])), "kept_at": report["kept_at"]}
+    if report.get("missing_keys"):
+        out["missing_keys"] = sorted(set(report["missing_keys"]))
     if report.get("copy"):
         out["copy"] = report["copy"]
     return out
