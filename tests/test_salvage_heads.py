@@ -152,3 +152,32 @@ def test_a_branch_whose_tip_this_copy_lost_stays_for_the_copies_that_hold_it(tmp
     run_cli("--dir", b, "compact", "--expire", "now", "--grace", "now", check=True)
     shown = json.loads(run_cli("--dir", b, "show", d1, "--json", check=True).stdout)
     assert shown["payload"]["content"] == "the answer kept on a side branch"
+
+
+def test_two_copies_that_salvage_the_same_file_keep_both_reports(tmp_path):
+    """Copies A and B of one tape each find different damage in the same segment and each
+    salvage it: both wrote quarantine/s/<name>.salvage.json, and rsync put A's over B's (a
+    black-box audit): B's report of what B lost was gone from both copies. Reports and
+    damaged files now carry the salvaging copy's writer id."""
+    import shutil
+    import subprocess
+
+    from ctape import Tape
+
+    a, b = tmp_path / "A", tmp_path / "B"
+    Tape.init(a).close()
+    _append(a, 10)
+    shutil.copytree(a, b)
+    _flip_record(a, "s", 3)
+    _flip_record(b, "s", 7)
+    for d in (a, b):
+        assert run_cli("--dir", d, "fsck", "--salvage").returncode == 0
+    for src, dst in ((a, b), (b, a)):
+        subprocess.run(["rsync", "-a", f"{src}/", f"{dst}/"], check=True)
+    for d in (a, b):
+        reports = list((d / "quarantine" / "s").glob("*.salvage.json"))
+        files = [p for p in (d / "quarantine" / "s").iterdir() if not p.name.endswith(".json")]
+        assert len(reports) == 2 and len(files) == 2, (d, reports, files)
+        out = json.loads(run_cli("--dir", d, "fsck", "--json").stdout)
+        assert out["ok"], out["problems"][:3]
+        assert len([w for w in out["warnings"] if "salvaged on" in w["problem"]]) == 2, out["warnings"]

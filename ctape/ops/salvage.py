@@ -263,13 +263,16 @@ def _quarantine_dir(store: Store, session: str) -> str:
 
 
 def _free_name(store: Store, session: str, name: str) -> str:
-    """Where a damaged file goes: its name, or name.N when that name was salvaged before
-    (an rsync brought it back) or another salvage's pending report claims it."""
+    """Where a damaged file goes: its name and this copy's writer id, or that with .N when
+    it was salvaged here before (an rsync brought it back) or another salvage's pending
+    report claims it. The writer id keeps two copies that each salvaged the same file
+    apart: rsync put one's report (and damaged file) over the other's."""
     qdir = _quarantine_dir(store, session)
-    target, n = name, 1
+    base = f"{name}.{store.writer}"
+    target, n = base, 1
     while any(os.path.lexists(os.path.join(qdir, target + end)) for end in ("", REPORT, PENDING)):
         n += 1
-        target = f"{name}.{n}"
+        target = f"{base}.{n}"
     return os.path.relpath(os.path.join(qdir, target), store.root)
 
 
