@@ -192,7 +192,13 @@ def test_a_small_shared_value_lost_in_a_block_reads_as_lost_everywhere_after_sal
     data[off + 40] ^= 0x01  # the block that holds s1's entry and the shared value
     seg.write_bytes(bytes(data))
 
-    # what a user runs first: log, which warns, and fsck, which names the damage
+    # before salvage, damage stays in its session (SPEC 14): the others read the value as
+    # lost and go on (append and context failed: the block hid the value's name)
+    for s in ("s2", "s3"):
+        ctx = run_cli("--dir", tape_dir, "context", "-s", s, check=True).stdout
+        assert b"[lost: damaged]" in ctx, ctx
+        run_cli("--dir", tape_dir, "append", "user", "--text", "before salvage", "-s", s, check=True)
+    # what a user runs then: log, which warns, and fsck, which names the damage
     for s in ("s1", "s2"):
         run_cli("--dir", tape_dir, "log", "-s", s)
     assert run_cli("--dir", tape_dir, "fsck").returncode == 1
@@ -203,7 +209,7 @@ def test_a_small_shared_value_lost_in_a_block_reads_as_lost_everywhere_after_sal
     assert any("gone: 2 entries or values" in w["problem"] for w in out["warnings"]), out["warnings"]
     for s in ("s2", "s3"):
         log = run_cli("--dir", tape_dir, "log", "-s", s, "--oneline", check=True)
-        assert log.stdout.count(b"\n") == 6 and b"history stops" not in log.stderr, (s, log.stdout, log.stderr)
+        assert log.stdout.count(b"\n") == 7 and b"history stops" not in log.stderr, (s, log.stdout, log.stderr)
         ctx = run_cli("--dir", tape_dir, "context", "-s", s, check=True).stdout
         assert b"[lost: damaged]" in ctx and f"{s} done".encode() in ctx, ctx
         run_cli("--dir", tape_dir, "append", "user", "--text", "goes on", "-s", s, check=True)

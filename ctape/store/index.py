@@ -329,6 +329,11 @@ class Index:
             out |= {k for (k,) in self.db.execute("SELECT key FROM lost_keys WHERE path=?", (path,))}
         return out
 
+    def lost_keys(self, path: str) -> set[int]:
+        """The keys of the objects a rebuild found file `path` no longer yields (a damaged
+        block hides their names; see rebuilding)."""
+        return {k for (k,) in self.db.execute("SELECT key FROM lost_keys WHERE path=?", (path,))}
+
     def has_key(self, key: int) -> bool:
         return key in self.pending_objects or self.db.execute("SELECT 1 FROM objects WHERE key=?", (key,)).fetchone() is not None
 

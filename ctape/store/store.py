@@ -1055,7 +1055,8 @@ class Store:
             if h in self._salvage_losses() or hash_key(h) in self._salvage_lost_keys():
                 return LOST_VALUE.encode()
             mine = self._session_of(entry)
-            held = [p for p in self._damaged_files() if h in self._damaged_names(p) or self._holds(p, h)]
+            key = hash_key(h)
+            held = [p for p in self._damaged_files() if h in self._damaged_names(p) or self._holds(p, h) or key in self.index.lost_keys(p)]
             if held and mine is not None and not any(p.startswith(f"sessions/{mine}/") for p in held):
                 return LOST_VALUE.encode()
             raise
