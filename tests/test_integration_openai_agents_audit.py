@@ -153,3 +153,33 @@ def test_session_settings_are_refused_as_sqlite_session_refuses_them(tmp_path):
                      lambda b: TapeSession("s", str(tmp_path / "tape"), session_settings=b)):
             with pytest.raises(TypeError):
                 make(bad)
+
+
+def test_items_sqlite_session_takes_with_content_no_message_has_are_kept(tmp_path):
+    """A chat-style assistant turn with tool calls has `"content": null`; SQLiteSession
+    also keeps content that is a number or an object, no content, and an item that is no
+    object. TapeSession refused the first ones (InvalidInput) and raised AttributeError on
+    the last (an audit of 2026-12-04). Now each is kept as it was given, shown as its text."""
+    import subprocess
+    import sys
+
+    items = [{"role": "user", "content": "hi"},
+             {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+             {"role": "user", "content": 5}, {"role": "user", "content": {"text": "x"}}, {"role": "user"},
+             "not an object", ["a", "list"],
+             {"role": "user", "content": "after"}]
+
+    async def main(s):
+        await s.add_items(items)
+        got = await s.get_items()
+        popped = await s.pop_item()
+        return got, popped, await s.get_items()
+
+    ref = asyncio.run(main(SQLiteSession("s", os.path.join(tmp_path, "ref.db"))))
+    got = asyncio.run(main(TapeSession("s", str(tmp_path / "tape"))))
+    sdump = lambda v: json.dumps(v, sort_keys=True)  # (key order: see the test above)
+    assert sdump(got) == sdump(ref), (got, ref)
+    assert got[0] == items
+    for cmd in (["log", "-s", "s"], ["context", "-s", "s"], ["fsck"]):
+        p = subprocess.run([sys.executable, "-m", "ctape", "--dir", str(tmp_path / "tape"), *cmd], capture_output=True, text=True)
+        assert p.returncode == 0 and "Traceback" not in p.stderr, (cmd, p.stderr)

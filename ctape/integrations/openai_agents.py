@@ -66,14 +66,21 @@ USAGE = "openai_agents.usage"
 
 
 def _text(content: Any) -> Any:
-    """Message content as ctape shows it: a string, or the parts when they are not all text."""
+    """Message content as ctape shows it: a string, or the parts when they are not all text.
+    Content SQLiteSession takes and no message payload is (none, a number, an object: a
+    chat-style assistant turn with tool calls has `"content": null`) shows as its JSON text
+    ("" for none); the item itself is kept as it was (meta), so get_items gives it back."""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
         texts = [p.get("text") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)]
         if len(texts) == len(content):
             return "".join(texts)
-    return content
+        if all(isinstance(p, dict) for p in content):
+            return content
+    if content is None:
+        return ""
+    return json.dumps(content, ensure_ascii=False, default=str)
 
 
 def _reasoning_text(item: dict) -> str:
@@ -96,7 +103,10 @@ def _describe(item: dict) -> str:
 
 
 def item_entry(item: dict) -> tuple[str, dict, bool]:
-    """(kind, payload, hidden) for one Responses input item."""
+    """(kind, payload, hidden) for one Responses input item (anything JSON that is not an
+    object, which SQLiteSession keeps too: a hidden entry that shows its JSON text)."""
+    if not isinstance(item, dict):
+        return "system", {"content": json.dumps(item, ensure_ascii=False, default=str)}, True
     t = item.get("type")
     role = item.get("role")
     if t in (None, "message") and role in ("user", "system", "developer", "assistant"):
