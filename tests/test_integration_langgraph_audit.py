@@ -314,3 +314,22 @@ def test_a_write_that_fails_leaves_the_thread_usable(tmp_path, monkeypatch):
         print(json.dumps([m.content for m in g.compile(checkpointer=saver).get_state(cfg).values["messages"]]))
     """)
     assert fresh == here and here[:2] == ["one", "echo: one"] and here[-2:] == ["two", "echo: two"], (fresh, here)
+
+
+def test_a_tuple_comes_back_as_a_serializing_saver_gives_it(tmp_path):
+    """In the process that wrote it, a tuple in the state came back as a tuple, where
+    SqliteSaver (and TapeSaver in a new process) give a list: `state["pair"] + (3,)`
+    worked until a restart. An audit of 2026-12-04."""
+
+    class Pair(TypedDict, total=False):
+        pair: object
+        nested: dict
+
+    sq, tape = _savers(tmp_path)
+    got = {}
+    for name, saver in (("sqlite", sq), ("tape", tape)):
+        g = _graph(Pair, saver, n=lambda s: {"pair": (1, 2), "nested": {"t": ("a", ("b",))}})
+        g.invoke({"pair": None}, CFG)
+        v = g.get_state(CFG).values
+        got[name] = (_typed(v["pair"]), _typed(v["nested"]))
+    assert got["tape"] == got["sqlite"], got

@@ -1533,6 +1533,8 @@ def _isolated(v: Any) -> Any:
         if all(map(_is_message, v)):
             return list(v)
         return [_isolated(x) for x in v]
+    if t is tuple:
+        return [_isolated(x) for x in v]  # what a serializing saver gives back (and a new process)
     if t is dict and all(type(k) is str for k in v):
         return {k: _isolated(x) for k, x in v.items()}
     if _is_message(v):
