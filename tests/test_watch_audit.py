@@ -209,16 +209,3 @@ def test_an_empty_named_file_waits_in_silence(tape_dir, tmp_path):
     p = watch(tape_dir, path)
     assert p.returncode == 0 and p.stderr == b""
 
-
-def test_a_named_file_of_one_cut_record_is_said_in_one_pass(tape_dir, tmp_path):
-    """`{"a":1` with no end cannot tell its format yet: a watch that follows waits for the
-    lines after it, but `--once` has no later pass, so it says why nothing was read (it
-    passed in silence with exit 0). In a folder, it is passed over in silence as before."""
-    path = tmp_path / "f" / "cut.jsonl"
-    path.parent.mkdir()
-    path.write_bytes(b'{"a":1\n')
-    p = watch(tape_dir, path)
-    err = p.stderr.decode().splitlines()
-    assert p.returncode == 1 and len(err) == 1 and "format cannot be told" in err[0] and "without --once" in err[0], err
-    p = watch(tape_dir, path.parent)
-    assert p.returncode == 0 and p.stderr == b""

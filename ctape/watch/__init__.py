@@ -61,7 +61,6 @@ def watch_once(tape, paths: Optional[list[str]] = None, *, echo: Callable[[str],
     paths = [os.path.expanduser(p) for p in paths or []]
     check_paths(paths)
     w = Watcher(tape, paths, roots=roots, echo=echo, progress=progress, warn=warn, keep=False)
-    w.one_pass = True
     w.split = parallel.run
     if not signals:
         return w.run_pass(jobs=jobs)

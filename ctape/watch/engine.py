@@ -95,8 +95,8 @@ def _said(e: BaseException) -> str:
 
 
 class NotATranscript(InvalidInput):
-    def __init__(self, why: str = "not a transcript ctape knows (Claude Code, Codex, Gemini CLI, OpenAI-style, ctape jsonl)"):
-        super().__init__(f"{why}; skipped")
+    def __init__(self):
+        super().__init__("not a transcript ctape knows (Claude Code, Codex, Gemini CLI, OpenAI-style, ctape jsonl); skipped")
 
 
 class _Stopped(Exception):
@@ -181,7 +181,6 @@ class Watcher:
         self.paths = list(paths or [])
         self.roots = roots
         self.keep = keep  # keep layouts in memory between passes (follow); else save them at each batch
-        self.one_pass = False  # watch --once: no later pass will read what this one cannot tell yet
         self.echo = echo  # what was imported
         self.warn = warn or echo  # problems: errors, lines kept raw
         self.progress = progress
@@ -429,10 +428,6 @@ class Watcher:
             return None
         if fmt is None and s.named and src_mod.judged(lines):
             raise NotATranscript()  # (lines that cannot tell yet, a first line cut or garbage, wait for more)
-        if fmt is None and s.named and self.one_pass and any(x.strip() for x in lines):
-            # one pass (--once): no later line will tell, so say why nothing was read
-            raise NotATranscript("its lines so far are no complete JSON record, so its format cannot be told (a record cut, "
-                                 "or not a transcript); check the file, or watch it without --once while it is written")
         return fmt
 
     def _continuable(self, s: Source, st: os.stat_result, pos: Optional[Position]) -> bool:
