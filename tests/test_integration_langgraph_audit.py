@@ -333,3 +333,24 @@ def test_a_tuple_comes_back_as_a_serializing_saver_gives_it(tmp_path):
         v = g.get_state(CFG).values
         got[name] = (_typed(v["pair"]), _typed(v["nested"]))
     assert got["tape"] == got["sqlite"], got
+
+
+def test_list_content_with_a_lone_surrogate_shows_as_text_not_a_repr(tmp_path):
+    """Content as a list of parts with a lone surrogate in one: the conversation entry
+    held the list's Python repr (a review of 2026-12-04); now the parts, the surrogate as
+    "?"."""
+    from langgraph.graph.message import add_messages
+    from typing import Annotated
+
+    class State(TypedDict, total=False):
+        messages: Annotated[list, add_messages]
+
+    tape = TapeSaver(str(tmp_path / "tape"))
+    g = _graph(State, tape, n=lambda s: {"messages": [AIMessage([{"type": "text", "text": "cut \ud83d"}])]})
+    g.invoke({"messages": [HumanMessage("hi")]}, CFG)
+    from conftest import run_cli
+
+    shown = run_cli("--dir", tmp_path / "tape", "log", "--json", check=True).stdout.decode()
+    contents = [json.loads(x)["payload"].get("content") for x in shown.splitlines()]
+    assert [{"type": "text", "text": "cut ?"}] in contents or "cut ?" in contents, contents
+    assert not any(isinstance(c, str) and "'type'" in c for c in contents), contents

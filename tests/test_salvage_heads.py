@@ -181,3 +181,18 @@ def test_two_copies_that_salvage_the_same_file_keep_both_reports(tmp_path):
         out = json.loads(run_cli("--dir", d, "fsck", "--json").stdout)
         assert out["ok"], out["problems"][:3]
         assert len([w for w in out["warnings"] if "salvaged on" in w["problem"]]) == 2, out["warnings"]
+
+
+def test_a_report_edited_by_hand_is_no_traceback(tape_dir):
+    """`missing_keys` (or `missing`) that is not a list, as a report of another version or
+    one edited by hand may hold: fsck read it with a TypeError (an internal error)."""
+    _append(tape_dir, 6)
+    _flip_record(tape_dir, "s", 2)
+    assert run_cli("--dir", tape_dir, "fsck", "--salvage").returncode == 0
+    (report,) = (tape_dir / "quarantine" / "s").glob("*.salvage.json")
+    body = json.loads(report.read_text())
+    body["missing_keys"], body["missing"] = 5, "x"
+    report.write_text(json.dumps(body))
+    for cmd in (["fsck"], ["log", "-s", "s"], ["status", "-s", "s"]):
+        r = run_cli("--dir", tape_dir, *cmd)
+        assert b"Traceback" not in r.stderr and b"internal error" not in r.stderr, (cmd, r.stderr)

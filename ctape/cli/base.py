@@ -80,8 +80,8 @@ class CtapeGroup(click.Group):
             if isinstance(e, OSError) and _writing_output(e):
                 # the tape's own writes fail as StorageError; this is the printing of a result
                 why = "no space left on the device" if e.errno in (errno.ENOSPC, errno.EDQUOT) else (e.strerror or str(e))
-                _fail(f"cannot write the output: {why}; what the command changes was done before it prints, "
-                      "so look (`ctape log`) before running it again", EXIT_FAIL)
+                _fail(f"cannot write the output: {why}; a command that changes the tape made its change before "
+                      "printing, so look (`ctape log`) before running it again", EXIT_FAIL)
             if isinstance(e, OSError):
                 where = f" ({e.filename})" if getattr(e, "filename", None) else ""
                 if e.errno in (errno.ENOSPC, errno.EDQUOT):

@@ -174,6 +174,20 @@ def _text(v: Any) -> str:
     return s if _utf8(s) else s.encode("utf-8", "replace").decode("utf-8")
 
 
+def _scrubbed(v: Any, depth: int = 0) -> Any:
+    """A message's content or a tool call's arguments for the conversation entries: JSON
+    as it is, with every string that holds a lone surrogate as _text gives it (not the
+    whole value as its Python repr); what is not JSON, as text."""
+    if _is_json(v):
+        return v
+    t = type(v)
+    if depth < 64 and (t is list or t is tuple):
+        return [_scrubbed(x, depth + 1) for x in v]
+    if depth < 64 and t is dict and all(type(k) is str for k in v):
+        return {_text(k): _scrubbed(x, depth + 1) for k, x in v.items()}
+    return _text(v)  # a string with a lone surrogate, or a value that is no JSON
+
+
 def _copy_json(v: Any) -> Any:
     if type(v) is dict:
         return {k: _copy_json(x) for k, x in v.items()}
@@ -243,7 +257,7 @@ class _Codec:
 
 def _message_entries(m: Any) -> list[tuple[str, dict]]:
     """The conversation entries (kind, payload) that show one LangChain message on the tape."""
-    content = m.content if _is_json(m.content) else _text(m.content)
+    content = _scrubbed(m.content)
     t = m.type
     if t in ("human", "HumanMessageChunk"):
         return [("user", {"content": content})]
@@ -256,7 +270,7 @@ def _message_entries(m: Any) -> list[tuple[str, dict]]:
             out.append(("assistant", {"content": content}))
         for c in calls:
             args = c.get("args")
-            out.append(("tool_call", {"call_id": _text(c.get("id") or ""), "name": _text(c.get("name") or ""), "arguments": args if _is_json(args) else _text(args)}))
+            out.append(("tool_call", {"call_id": _text(c.get("id") or ""), "name": _text(c.get("name") or ""), "arguments": _scrubbed(args)}))
         return out
     if t in ("tool", "ToolMessageChunk"):
         p = {"call_id": _text(getattr(m, "tool_call_id", "") or ""), "output": content}
@@ -1201,12 +1215,17 @@ class TapeSaver(BaseCheckpointSaver[str]):
         tape, but it may have noted entries of its batch in the thread's memory: the next
         call reads the thread again (it pointed at entries never written, and every later
         call on the thread failed with "not in this tape")."""
+        parked = {k: list(v) for k, v in self._parked.items() if k[0] == th.name}  # a put takes its writes out
         try:
             yield
         except BaseException:
-            self._threads.pop(th.name, None)
+            # every thread reads again (the briefs are shared: a thread kept with some of
+            # them gone would save its index rows short), and writes put_writes accepted
+            # before their checkpoint wait for it again
+            self._threads.clear()
             self._briefs.clear()
             self._values.clear()
+            self._parked.update(parked)
             raise
 
     def _writes_payload(self, th: _Thread, ns: str, cid: str, task_id: str, task_path: str, raw: list) -> dict:

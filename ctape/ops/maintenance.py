@@ -211,6 +211,8 @@ def _fsck(tape: "Tape") -> dict:
         gone = f"; gone: {count} entries or values" + (f" ({', '.join(h[:12] for h in lost[:3])}{' ...' if len(lost) > 3 else ''})" if lost else "") if count else ""
         where = report["kept_at"]
         kept = "the file was left in place (what remains is intact)" if where == LEFT_IN_PLACE else f"the damaged file is kept in {where}"
+        if "pulled_from" in report and where != LEFT_IN_PLACE:
+            kept += f" on {'copy ' + report['copy'] if report.get('copy') else 'the copy that salvaged it'}"
         warnings.append({"what": report["file"], "problem": f"salvaged on {report['time']}: {report['lost']}{gone}; {kept}"})
     dangling = _dangling(entry_refs, reachable_roots, objects)
     if dangling:
@@ -279,8 +281,8 @@ def quarantine_reports(root: str) -> list[dict]:
                     with open(os.path.join(dirpath, name), "rb") as f:
                         r = json.loads(f.read(REPORT_MAX))  # the kept entries make a big salvage's report long
                     report = {k: str(r.get(k, "?")) for k in ("file", "time", "lost", "kept_at")}
-                    report["missing"] = [h for h in r.get("missing", []) if isinstance(h, str)]
-                    report["missing_keys"] = [k for k in r.get("missing_keys", []) if type(k) is int]
+                    report["missing"] = [h for h in _listed(r.get("missing")) if isinstance(h, str)]
+                    report["missing_keys"] = [k for k in _listed(r.get("missing_keys")) if type(k) is int]
                     if isinstance(r.get("copy"), str):
                         report["copy"] = r["copy"]  # the writer id of the copy that salvaged
                     if isinstance(r.get("pulled_from"), str):
@@ -289,6 +291,10 @@ def quarantine_reports(root: str) -> list[dict]:
                 except (OSError, ValueError, AttributeError):
                     out.append({"file": os.path.relpath(os.path.join(dirpath, name), root), "time": "?", "lost": "unreadable salvage report", "kept_at": QUARANTINE, "missing": [], "missing_keys": []})
     return _one_each(out)
+
+
+def _listed(v) -> list:
+    return v if isinstance(v, list) else []  # a report edited by hand, or of another version
 
 
 def _one_each(reports: list[dict]) -> list[dict]:

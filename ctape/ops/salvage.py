@@ -57,10 +57,9 @@ def salvage(tape: "Tape") -> dict:
         store.refresh()
         # packs/ is read but never written: move a damaged file there out by hand
         damaged = [rel for rel in sorted(store.list_files(None)) if rel.startswith("sessions/") and _problems(store, rel)]
-        # the objects the cache placed in each damaged file while it read whole, and in each
-        # cut file past its cut: the records that would name them may be what was lost
+        # the objects the cache placed in each damaged file while it read whole: the records
+        # that would name them may be what was lost
         known = {rel: store.index.object_keys_in(rel) for rel in damaged}
-        cut = {rel: store.index.object_keys_in(rel, found) for rel, _, found in store.index.lost_rows()}
         if damaged:
             store._full_reindex()  # what the cache learned before the damage must not count as there
         for rel in damaged:
@@ -70,9 +69,8 @@ def salvage(tape: "Tape") -> dict:
             if rel not in noted:
                 gone = not os.path.lexists(os.path.join(store.root, rel))
                 how = "the file is gone" if gone else f"the file was cut from {expected} to {found} bytes"
-                gone_keys = sorted(cut.get(rel, ()))  # (one held elsewhere too still reads: a loss is looked up only for what is not found)
                 _write_intent(store, rel, {"lost": f"{expected - found} bytes of acknowledged records lost ({how})",
-                                           "kept_at": LEFT_IN_PLACE, "missing": [], "missing_keys": gone_keys})
+                                           "kept_at": LEFT_IN_PLACE, "missing": []})
             store.index.clear_lost(rel)
         pending = _pending(store)
         if not pending:

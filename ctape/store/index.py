@@ -318,16 +318,13 @@ class Index:
                     raise
                 self._degrade(e)
 
-    def object_keys_in(self, path: str, from_offset: int = 0) -> set[int]:
-        """The keys (hash_key) of the objects this index places in file `path`, at or past
-        `from_offset`, and (from 0) those a rebuild found the file no longer yields: what
-        salvage names as lost when the file's records no longer say (a block that does not
-        decode, a file cut short)."""
+    def object_keys_in(self, path: str) -> set[int]:
+        """The keys (hash_key) of the objects this index places in file `path`, and those a
+        rebuild found the file no longer yields: what salvage names as lost when the file's
+        records no longer say (a block that does not decode)."""
         row = self.db.execute("SELECT id FROM files WHERE path=?", (path,)).fetchone()
-        out = {k for (k,) in self.db.execute("SELECT key FROM objects WHERE file=? AND offset>=?", (row[0], from_offset))} if row else set()
-        if not from_offset:
-            out |= {k for (k,) in self.db.execute("SELECT key FROM lost_keys WHERE path=?", (path,))}
-        return out
+        out = {k for (k,) in self.db.execute("SELECT key FROM objects WHERE file=?", (row[0],))} if row else set()
+        return out | self.lost_keys(path)
 
     def lost_keys(self, path: str) -> set[int]:
         """The keys of the objects a rebuild found file `path` no longer yields (a damaged

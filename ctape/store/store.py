@@ -1112,7 +1112,7 @@ class Store:
                 for k in report.get("missing_keys", []):
                     if type(k) is int:
                         keys.setdefault(k, rel)
-            except (OSError, ValueError, AttributeError):
+            except (OSError, ValueError, AttributeError, TypeError):
                 continue  # fsck reports an unreadable report
         self._losses = (key, losses, keys)
         return losses

@@ -169,10 +169,10 @@ def decode_manifest(data: bytes, tape_id: str, uploader: str, n: int) -> tuple[O
     if not isinstance(redacted, list) or not all(isinstance(h, str) and HASH.fullmatch(h) for h in redacted):
         return None, "a bad list of redacted objects"
     m["redacted"] = redacted
-    lost = m.get("lost", [])  # absent in manifests of versions before it, and when none
-    if not isinstance(lost, list) or not all(loss_ok(x) for x in lost):
-        return None, "a bad salvage report"
-    m["lost"] = [{k: x[k] for k in LOSS_KEYS if k in x} for x in lost]
+    # salvage reports: absent in manifests of versions before them, and when none. Only a
+    # hint of what was lost: one that does not read as one is left out, the files stay
+    lost = m.get("lost", [])
+    m["lost"] = [{k: x[k] for k in LOSS_KEYS if k in x} for x in lost if loss_ok(x)] if isinstance(lost, list) else []
     for k in ("g", "deleted_g"):
         if type(m.get(k, 0)) is not int or not 0 <= m.get(k, 0) < 1 << 62:
             return None, f"a bad {k}"

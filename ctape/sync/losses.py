@@ -21,7 +21,7 @@ import json
 import os
 from typing import Iterable
 
-from ..ops.maintenance import LEFT_IN_PLACE, quarantine_reports, shareable_loss
+from ..ops.maintenance import quarantine_reports, shareable_loss
 from ..store.files import check_not_symlink, fsync_dir
 from ..store.segment import new_file_whole
 from ..store.store import QUARANTINE, REPORT
@@ -72,9 +72,7 @@ def write_pulled(store, losses: list[dict], remote: str, wanted: set) -> int:
         if d in held or (wanted and session not in wanted):
             continue
         held.add(d)
-        body = dict(x)
-        if x["kept_at"] != LEFT_IN_PLACE:
-            body["kept_at"] = f"{x['kept_at']} on {'copy ' + x['copy'] if x.get('copy') else 'the copy that salvaged it'}"
+        body = dict(x)  # kept_at as the salvaging copy wrote it: fsck adds "on copy W" (a relay adds nothing)
         body["pulled_from"] = remote
         folder = os.path.join(store.root, QUARANTINE, session)
         _folder(store.root, folder)
