@@ -242,7 +242,7 @@ rnd = random.Random(seed)
 t = Tape.open(d)
 acked = []
 i = 0
-while time.time() < until:
+while time.time() < until or (i < 8 and time.time() < until + 120):  # 8 acks each, however loaded the machine
     act = rnd.random()
     if act < 0.6:
         s = t.session(rnd.choice(["chat", "work"]))
@@ -262,13 +262,14 @@ t.close()
 
 
 def run_hosts(script: str, dirs: list, tmp_path, secs: float) -> None:
-    """One process per copy running `script` for secs; each writes what it acknowledged to
-    tmp_path/acked<i> (and files beside it)."""
+    """One process per copy running `script` for secs (and on, up to 120 s more, until it
+    acknowledged 8 writes: on a loaded machine the work, not the time, is what a test needs);
+    each writes what it acknowledged to tmp_path/acked<i> (and files beside it)."""
     until = time.time() + secs
     procs = [subprocess.Popen([sys.executable, "-c", script, str(d), str(until), str(tmp_path / f"acked{i}"), str(i)], stderr=subprocess.PIPE)
              for i, d in enumerate(dirs)]
     for p in procs:
-        _, err = p.communicate(timeout=secs + 300)
+        _, err = p.communicate(timeout=secs + 420)
         assert p.returncode == 0, err.decode()[-3000:]
 
 

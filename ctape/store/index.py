@@ -303,6 +303,15 @@ class Index:
             out.update((p, (i, ix, t, c)) for i, p, ix, t, c in rows)
         return out
 
+    def last_segment(self, prefix: str) -> Optional[tuple[str, tuple[int, int, int, int]]]:
+        """The segment whose path sorts last of those starting with `prefix` (a writer's newest
+        in a session), with its row as in `file_rows`; one step of the path's index however
+        many segments the writer left."""
+        self.sync()
+        row = self.db.execute("SELECT id, path, indexed, torn, corrupt FROM files WHERE path >= ? AND path < ? AND path LIKE '%.seg' "
+                              "ORDER BY path DESC LIMIT 1", (prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1))).fetchone()
+        return None if row is None else (row[1], (row[0], row[2], row[3], row[4]))
+
     def file_id(self, path: str) -> int:
         while True:
             row = self.db.execute("SELECT id FROM files WHERE path=?", (path,)).fetchone()

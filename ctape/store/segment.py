@@ -102,10 +102,12 @@ class SegmentWriter:
         # the session folder's change time (ctime) when the view was taken: not its mtime,
         # which `rsync -a` sets back to the sender's after changing the folder
         self._seen_dir: Optional[int] = None
-        self._seen_sizes: dict[str, tuple[int, int]] = {}  # and its data files' (size, inode)
+        self._seen_files: dict[str, object] = {}  # and its data files (`_listing`)
         self._racy_until = 0  # until then (ns), the folder's mtime alone cannot be trusted
         self.ino = 0  # the active segment's inode
         self._others_grow = False  # the folder holds segments of other writer ids
+        # a segment this writer made, named after its active one: (path, size, inode) (`_note_own_file`)
+        self._newer_segment: Optional[tuple[str, int, int]] = None
         self.made_dir = False  # this writer created the session folder and has not written to it yet
         self.derived: Optional[dict] = None  # state and pending calls at derived_head (see Session._track_derived)
         self.derived_head: Optional[str] = None
@@ -173,9 +175,27 @@ class SegmentWriter:
                 if self.kept:
                     self.check_kept(closing=False)
                 self._reload()
+            elif self._newer_segment is not None:
+                self._take_up_newer()
         except BaseException:
             self.unlock()
             raise
+
+    def _take_up_newer(self) -> None:
+        """Go on in the segment this writer made after its active one (`_note_own_file`), as
+        a reload would. Another writer of this id may have taken it up and appended to it
+        in place, which leaves the folder's change time as it was: unless it is as made,
+        reload."""
+        (rel, size, ino), self._newer_segment = self._newer_segment, None
+        try:
+            fst = os.stat(os.path.join(self.store.root, rel), follow_symlinks=False)
+        except FileNotFoundError:
+            fst = None
+        if fst is None or (fst.st_size, fst.st_ino) != (size, ino):
+            self._reload()
+            return
+        self._close_segment()
+        self._open_segment()
 
     def unlock(self) -> None:
         if self.locked:
@@ -219,28 +239,59 @@ class SegmentWriter:
         if self._others_grow or self._racy_until:
             # segments of other writer ids (CTAPE_WRITER, another path to this folder) grow
             # without changing the folder, and a second change of the folder in the clock
-            # tick of the first leaves its ctime as it was: compare every file instead.
+            # tick of the first leaves its ctime as it was: compare the files instead.
             # Once the tick has passed, a match proves the view, and ctime suffices again.
             now = time.time_ns()
-            if self._sizes() != self._seen_sizes:
+            if self._listing() != self._seen_files:
                 return False
             if self._racy_until and now >= self._racy_until:
                 self._racy_until = 0
-            return True
         if self.fd >= 0:
             return os.fstat(self.fd).st_size == self.offset
         return self.rel is None or os.stat(os.path.join(self.store.root, self.rel)).st_size == self.offset
 
-    def _sizes(self) -> dict[str, tuple[int, int]]:
-        """Every data file of the session, its size and inode (a file replaced by a rename
-        keeps its name, and maybe its size)."""
-        out = {}
+    def _listing(self) -> dict[str, object]:
+        """Every data file of the session: name -> inode, or (size, inode). A file replaced
+        by a rename keeps its name, and maybe its size: its inode tells (from the listing
+        itself, no `stat`). Only segments of other writer ids grow in place (their writers
+        append while this one waits for the lock): only theirs are sized. This writer's
+        active segment is checked apart (`_view_is_current`), and its sealed segments and the
+        packs never change, so a session of thousands of files costs one listing, not a
+        `stat` a file."""
+        mine = f"{self.store.writer}-"
+        out: dict[str, object] = {}
         with os.scandir(self.dir) as it:
             for e in it:
-                if e.name.endswith((".seg", ".pack")):
+                n = e.name
+                if n[-4:] == ".seg" and n.startswith(mine) or n[-5:] == ".pack":
+                    out[n] = e.inode()
+                elif n[-4:] == ".seg":
                     st = e.stat(follow_symlinks=False)
-                    out[e.name] = (st.st_size, st.st_ino)
+                    out[n] = (st.st_size, st.st_ino)
         return out
+
+    def _note_own_file(self, name: str, ino: int) -> None:
+        """This writer gave a new file its name in the session's folder (a segment, a
+        repeat). Its view holds on, with that file in it: a reload reads the index rows of
+        every file again and asks the damage, the refs and the streams left by dead writers
+        anew, and a session of thousands of segments, as `push --follow` makes, then cost
+        ~170 ms an append. The folder's change time is now that of this file, and another
+        change may have come in between (an rsync does not take the lock) or come in the
+        same tick: so the next look lists the folder and compares it with the view plus this
+        file (the racy rule of `_view_is_current`), whatever the time then."""
+        if self._seen_dir is None or self._refstate is None or not self.locked:
+            self._seen_dir = None
+            return
+        self._seen_files[name] = ino
+        self._seen_dir = os.fstat(self.dir_fd).st_ctime_ns
+        self._racy_until = self._seen_dir + RACY_NS
+        if self.rel is None or name != os.path.basename(self.rel):
+            # a repeat, named after the active segment: the writers of this id append to
+            # their newest segment (another process's view checks that one's size), so the
+            # next write goes on there, as after a reload (`lock`); indexed now, as a reload would
+            rel = f"sessions/{self.session}/{name}"
+            self.store._index_file(rel, 0)
+            self._newer_segment = (rel, os.stat(os.path.join(self.store.root, rel)).st_size, ino)
 
     def _reload(self) -> None:
         st = self.store
@@ -248,7 +299,7 @@ class SegmentWriter:
         # difference at the next check (listed after, a file added in between would be
         # part of the listing but maybe not of what was read)
         mtime = os.fstat(self.dir_fd).st_ctime_ns
-        self._seen_sizes = self._sizes()
+        self._seen_files = self._listing()
         st.refresh(self.session)
         st.verify_headers(self.session)
         self.refstate = None
@@ -257,10 +308,11 @@ class SegmentWriter:
         self.fresh = set()  # someone else wrote: a child of one of them may be on the tape now
         self._close_segment()
         self._open_segment()
+        self._newer_segment = None
         self._seen_dir = mtime
         self._racy_until = mtime + RACY_NS if time.time_ns() - mtime < RACY_NS else 0
         mine = f"{self.store.writer}-"
-        self._others_grow = any(n.endswith(".seg") and not n.startswith(mine) for n in self._seen_sizes)
+        self._others_grow = any(n.endswith(".seg") and not n.startswith(mine) for n in self._seen_files)
 
     def _open_dir(self) -> None:
         st = self.store
@@ -280,13 +332,10 @@ class SegmentWriter:
 
     def _open_segment(self) -> None:
         st = self.store
-        prefix = f"sessions/{self.session}/{st.writer}-"
-        rows = st.index.file_rows((prefix,))
-        mine = sorted(p for p in rows if p.endswith(".seg"))
+        newest = st.index.last_segment(f"sessions/{self.session}/{st.writer}-")
         self.rel = None
-        if mine:
-            last = mine[-1]
-            fid, indexed, torn, corrupt = rows[last]
+        if newest is not None:
+            last, (fid, indexed, torn, corrupt) = newest
             try:
                 fst = os.stat(os.path.join(st.root, last), follow_symlinks=False)
             except FileNotFoundError:
@@ -347,7 +396,7 @@ class SegmentWriter:
             if tmp is not None:
                 _unlink_quietly(tmp)
             raise
-        self._seen_dir = None  # we changed the folder ourselves
+        self._note_own_file(os.path.basename(path), os.fstat(fd).st_ino)
         return fd
 
     def _header_frame(self, repeats: Optional[dict] = None) -> bytes:
@@ -586,7 +635,6 @@ class SegmentWriter:
         if not read_meanwhile:
             self._note_written(start)
         self.offset += len(written)
-        self._seen_sizes[os.path.basename(self.rel)] = (self.offset, self.ino)
         self.buf = bytearray()
         self.made_dir = False
         self.batch.files.append((self.file_id, self.offset, 0, 0))

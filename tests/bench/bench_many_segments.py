@@ -1,0 +1,128 @@
+"""Many sealed segments in one session (issue 25, a hostile shape): the cost of an append as
+a session's file count grows, against the peers in the same run.
+
+    python tests/bench/bench_many_segments.py                  # 3,000 appends, fifths
+    python tests/bench/bench_many_segments.py --appends 6000
+    python tests/bench/bench_many_segments.py --against /tmp/old   # also another checkout's ctape
+
+`push --follow` reads a live segment as any copy does; the writer then seals it and its
+next append starts a new one, so until a `compact` a session holds a file per push. Here
+every append is followed by a read of the newest segment (the worst case: a push between
+any two appends, which also makes a repeat of what the read may lack), so a session of
+N appends holds ~1.5 N files. The peers store the same entries and are read the same way
+after each append: JSON Lines in one file (write + fdatasync), and SQLite (WAL,
+synchronous=FULL, one commit per entry). Printed: ms of CPU per append for each fifth of
+the run (flat is linear in all; growing is a cost per file of the session), each fifth's
+file count for ctape, and the last fifth's ratio to the first. Only the appends are timed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
+
+PAYLOAD = {"content": "Fix the failing test in src/core/session.py and run the suite again."}
+
+
+def worker(peer: str, n: int, d: str, src: str) -> list[tuple[float, float, int]]:
+    """(cpu s, wall s, files) per append, by fifth of n appends."""
+    sys.path.insert(0, src)
+    if peer == "ctape":
+        from ctape import Tape
+
+        tape = Tape.init(os.path.join(d, "tape"), cache_dir=os.path.join(d, "cache"))
+        s = tape.session("s")
+        folder = os.path.join(d, "tape", "sessions", "s")
+
+        def one(i):
+            s.append("user", {**PAYLOAD, "n": i})
+
+        def read():
+            newest = max(x for x in os.listdir(folder) if x.endswith(".seg"))
+            with open(os.path.join(folder, newest), "rb") as f:
+                f.read()
+
+        def files():
+            return len(os.listdir(folder))
+    elif peer == "jsonl-fsync":
+        path = os.path.join(d, "s.jsonl")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+
+        def one(i):
+            os.write(fd, (json.dumps({"session": "s", "kind": "user", "payload": {**PAYLOAD, "n": i}}) + "\n").encode())
+            os.fdatasync(fd)
+
+        def read():
+            with open(path, "rb") as f:
+                f.read()
+
+        def files():
+            return 1
+    else:
+        db = sqlite3.connect(os.path.join(d, "h.sqlite"), isolation_level=None)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=FULL")
+        db.execute("CREATE TABLE entries(id INTEGER PRIMARY KEY, session TEXT, kind TEXT, payload TEXT)")
+
+        def one(i):
+            db.execute("INSERT INTO entries(session, kind, payload) VALUES(?,?,?)", ("s", "user", json.dumps({**PAYLOAD, "n": i})))
+
+        def read():
+            db.execute("SELECT max(id) FROM entries").fetchone()
+
+        def files():
+            return 1
+    fifths, step, cpu, wall = [], max(1, n // 5), 0.0, 0.0
+    for i in range(n):
+        c, w = time.process_time(), time.perf_counter()
+        one(i)
+        cpu += time.process_time() - c
+        wall += time.perf_counter() - w
+        read()
+        if (i + 1) % step == 0 and len(fifths) < 5:
+            fifths.append((cpu / step, wall / step, files()))
+            cpu = wall = 0.0
+    return fifths
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--appends", type=int, default=3000)
+    ap.add_argument("--against", help="another checkout of ctape, run beside this one")
+    ap.add_argument("--worker", nargs=4, help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.worker:
+        peer, n, d, src = a.worker
+        print(json.dumps(worker(peer, int(n), d, src)))
+        return 0
+    runs = [("ctape", ROOT)] + ([(f"ctape ({a.against})", a.against)] if a.against else []) + [("jsonl-fsync", ROOT), ("sqlite", ROOT)]
+    print(f"{a.appends:,} appends to one session, each followed by a read; ms per append by fifth of the run")
+    print(f"{'peer':<28}" + "".join(f"{f'fifth {k + 1}':>32}" for k in range(5)) + f"{'last / first (cpu)':>20}")
+    for label, src in runs:
+        d = tempfile.mkdtemp(prefix="ctape-segs-")
+        try:
+            p = subprocess.run([sys.executable, __file__, "--worker", label.split(" ")[0], str(a.appends), d, src],
+                               capture_output=True, text=True)
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+        if p.returncode != 0:
+            print(f"{label:<28}failed: {p.stderr.strip().splitlines()[-1] if p.stderr.strip() else p.returncode}")
+            continue
+        fifths = json.loads(p.stdout)
+        cells = "".join(f"{f'{c * 1e3:.2f} cpu {w * 1e3:.2f} wall ({f:,} f)':>32}" for c, w, f in fifths)
+        print(f"{label:<28}{cells}{fifths[-1][0] / fifths[0][0]:>19.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
