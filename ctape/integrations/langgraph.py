@@ -28,7 +28,8 @@ How a thread lives on the tape:
   (``RemoveMessage``) a message, the line from the first changed message on is written
   again after a hidden ``rewrite`` entry, with the changed messages hidden and the
   checkpoint records pointing at the copies (see ``_rewrite``); every checkpoint stays
-  on the path, the replaced text stays on the tape.
+  on the path, the replaced text stays on the tape. A fork from a checkpoint of the
+  copied line writes its messages again, shown (``_hidden_on_path``).
 - ``interrupt(value)`` is a hidden ``tool_call`` named ``waiting_for_input`` (the value
   as JSON where it can be), answered by a hidden ``tool_result`` with the resume value:
   ``ctape status`` shows the thread waiting for input.
@@ -278,6 +279,12 @@ def _message_entries(m: Any) -> list[tuple[str, dict]]:
             p["is_error"] = True
         return [("tool_result", p)]
     return [("system", {"content": content})]  # other roles: kept, hidden from context
+
+
+def _shown(m: Any) -> bool:
+    """Is a root graph's message shown on the tape (`_write_messages`): every role ctape
+    has a kind for."""
+    return not (_message_entries(m)[0][0] == "system" and m.type not in ("system", "SystemMessageChunk"))
 
 
 # -- the per-thread index ------------------------------------------------------------------------
@@ -985,6 +992,9 @@ class TapeSaver(BaseCheckpointSaver[str]):
                         rewritten[ch] = hashes
                         continue
             specs[ch] = {"v": self.codec.enc(v)}
+        # a fork from a checkpoint that a rewrite copied: its messages are hidden copies on its
+        # path, so they are written again where the fork starts (`_hidden_on_path`)
+        restore = self._hidden_on_path(th, ns, parent_id, parent_entry, values, [ch for ch in values if ch in new_messages or (ch not in new_versions and ch not in specs)])
         cp_body = {k: v for k, v in checkpoint.items() if k != "channel_values"}
         time = _entry_time(checkpoint.get("ts"))
         s = self.tape.session(th.name)
@@ -1008,6 +1018,11 @@ class TapeSaver(BaseCheckpointSaver[str]):
                     tip, hashes = self._write_messages(s, ch, values[ch][kept:], base_ids, time, tip, written)
                     specs[ch] = {"keep": kept, "msgs": hashes, "drop": dropped}
                     msg_hashes[ch] = rewritten[ch][:kept] + hashes
+            for ch, (k, shown) in restore.items():
+                tip, hashes = self._write_messages(s, ch, values[ch][k:], base_ids, time, tip, written)
+                specs[ch] = {"keep": k, "msgs": hashes, "drop": shown[k:]}
+                msg_hashes[ch] = shown[:k] + hashes
+                new_messages.pop(ch, None)
             for ch, items in new_messages.items():
                 tip, hashes = self._write_messages(s, ch, items, base_ids, time, tip, written)
                 specs[ch] = {"msgs": hashes}
@@ -1046,6 +1061,30 @@ class TapeSaver(BaseCheckpointSaver[str]):
             self._cache((e.hash, ch), _isolated(v))
         th.tips = dict(s.refs().branches)
         self._save(th)
+
+    def _hidden_on_path(self, th: _Thread, ns: str, parent_id: Optional[str], parent_entry: Optional[str], values: dict, channels: list) -> dict[str, tuple[int, list[str]]]:
+        """Message channels whose messages at the parent checkpoint are hidden on the tape
+        path to it, when a new checkpoint forks from an older one (time travel): a rewrite
+        (`_rewrite`) copies the line before its checkpoint with the replaced messages
+        hidden, and every checkpoint of that line now points at a copy, so a fork from one
+        of them would show (`log`, `context`) only what it adds. Per channel: (the index of
+        the first such message, the parent's message entries). On the line itself (the
+        parent is the newest checkpoint) the messages are shown: nothing is read."""
+        if ns or parent_entry is None or parent_id == th.latest(ns):
+            return {}
+        out = {}
+        for ch in channels:
+            v = values.get(ch)
+            if type(v) is not list or not v or not all(_is_message(x) for x in v):
+                continue
+            hashes = self._msg_hashes(parent_entry, ch)
+            if not hashes or len(hashes) > len(v):
+                continue
+            for i, h in enumerate(hashes):
+                if self.tape.read_entry(h).meta.get(HIDDEN) and _shown(v[i]):
+                    out[ch] = (i, hashes)
+                    break
+        return out
 
     def _write_messages(self, s, ch: str, items: list, base_ids: dict, time: Optional[str], tip: Optional[str], written: list) -> tuple[Optional[str], list[str]]:
         """New chat messages as conversation entries; the hash of each message's first entry."""
