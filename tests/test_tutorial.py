@@ -126,11 +126,31 @@ def _env(bin_dir: str, cache: str) -> dict:
     return env
 
 
-def run_tutorial(root: str, hashes: dict[str, str] | None = None, doc: pathlib.Path = DOC):
-    """Run every block of `doc`; yield (block, [(command, expected, actual)], work directories).
-    `hashes` collects the hashes the text shows -> the ones this run printed."""
+def _groups_of(blocks: list[Block], fresh: set[str]) -> dict[str, str]:
+    """Chapter -> the part of the text it runs in: "" for the chapters that share the first
+    working directory and the fresh ones between them (the index cache is shared, and a
+    later chapter's `ctape cache gc` counts the tapes the earlier ones made), the chapter
+    itself for a fresh one after them."""
+    chapters = list(dict.fromkeys(b.chapter for b in blocks))
+    last_shared = max((i for i, c in enumerate(chapters) if c not in fresh), default=-1)
+    return {c: c if c in fresh and i > last_shared else "" for i, c in enumerate(chapters)}
+
+
+def groups(doc: pathlib.Path = DOC) -> list[str]:
+    """The parts of `doc` that run apart (`_groups_of`), in order."""
+    blocks, fresh = parse(doc.read_text(encoding="utf-8").splitlines())
+    return list(dict.fromkeys(_groups_of(blocks, fresh).values()))
+
+
+def run_tutorial(root: str, hashes: dict[str, str] | None = None, doc: pathlib.Path = DOC, group: str | None = None):
+    """Run every block of `doc` (of one of its `groups` only, when given); yield (block,
+    [(command, expected, actual)], work directories). `hashes` collects the hashes the text
+    shows -> the ones this run printed."""
     lines = doc.read_text(encoding="utf-8").splitlines()
     blocks, fresh = parse(lines)
+    if group is not None:
+        part = _groups_of(blocks, fresh)
+        blocks = [b for b in blocks if part[b.chapter] == group]
     bin_dir = os.path.join(root, "bin")
     os.makedirs(bin_dir)
     with open(os.path.join(bin_dir, "ctape"), "w") as f:
@@ -165,10 +185,20 @@ def _shown_dirs(dirs: dict[str, str]) -> dict[str, str]:
     return {dirs["<cache>"]: "/home/you/.cache/ctape", **{d: "/tmp/tut" for k, d in dirs.items() if k != "<cache>"}}
 
 
-@pytest.mark.parametrize("doc", [DOC, README], ids=["tutorial", "readme"])
-def test_tutorial_output_matches(tmp_path, doc):
+# the tutorial's parts run as tests of their own, side by side (one test took ~2 minutes alone)
+PARTS = [(DOC, g) for g in groups(DOC)] + [(README, None)]
+
+
+def _part_id(doc: pathlib.Path, group: str | None) -> str:
+    if doc != DOC:
+        return "readme"
+    return "tutorial-" + ("-".join(re.findall(r"[a-z]+", (group or "shared").lower())[:3]))
+
+
+@pytest.mark.parametrize("doc, group", PARTS, ids=[_part_id(d, g) for d, g in PARTS])
+def test_tutorial_output_matches(tmp_path, doc, group):
     failures = []
-    for b, results, dirs in run_tutorial(str(tmp_path), doc=doc):
+    for b, results, dirs in run_tutorial(str(tmp_path), doc=doc, group=group):
         if not b.compare:
             continue
         shown = _shown_dirs(dirs)
