@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 import time
 
 import pytest
@@ -20,6 +22,8 @@ import pytest
 from ctape import Tape
 from ctape.errors import InvalidInput
 from ctape.store import segment
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def read_newest(tape_dir: str, session: str) -> None:
@@ -147,4 +151,107 @@ def test_a_file_added_before_a_writers_new_segment_is_seen(tmp_path, monkeypatch
     assert reloads[0] >= 1
     s.append("user", {"content": "after"})
     assert chain(s) == ["here", "in the batch", "after"]
+    t.close()
+
+
+def test_a_reader_in_the_writers_process_sees_the_other_writers_append(tmp_path):
+    """Reads without the lock use the writer's view while it holds (`view_is_current`). A
+    writer that made a repeat goes on there at its next write; until then another
+    process of its id may take it up and append in place, which moves nothing the view
+    checks: reads must not take the view for current meanwhile."""
+    d = str(tmp_path / "t")
+    a = Tape.init(d, cache_dir=str(tmp_path / "ca"))
+    sa = a.session("s")
+    sa.append("user", {"content": "m0"})
+    read_newest(d, "s")
+    sa.append("user", {"content": "m1"})  # seals the read segment: a new one and a repeat
+    code = ("import sys; from ctape import Tape; b = Tape.open(sys.argv[1], cache_dir=sys.argv[2]); "
+            "b.session('s').append('user', {'content': 'm2'}); b.close()")
+    subprocess.run([sys.executable, "-c", code, d, str(tmp_path / "cb")], check=True, env=dict(os.environ, PYTHONPATH=ROOT))
+    assert chain(sa) == ["m0", "m1", "m2"]
+    assert chain(a.session("s")) == ["m0", "m1", "m2"]
+    a.close()
+
+
+def test_a_segment_left_for_a_repeat_and_read_then_is_repeated_before_a_crash(tmp_path):
+    """A writer that goes on in its repeat leaves its active segment without sealing it. A
+    copy that took that segment's size before the last write to it and read it after
+    lacks that write: the write is repeated with the next one, so when the writer dies
+    and the short copy comes back (`rsync -a` renames it over the longer file), nothing
+    acknowledged is lost."""
+    d = str(tmp_path / "t")
+    folder = os.path.join(d, "sessions", "s")
+    script = r'''
+import os, subprocess, sys
+from ctape import Tape
+d, root = sys.argv[1], sys.argv[2]
+folder = os.path.join(d, "sessions", "s")
+def segs(): return sorted(n for n in os.listdir(folder) if n.endswith(".seg"))
+def read(n):
+    with open(os.path.join(folder, n), "rb") as f: f.read()
+s = Tape.init(d, cache_dir=os.path.join(root, "ca")).session("s")
+s.append("user", {"content": "m0"}); s0 = segs()[-1]
+read(s0)
+s.append("user", {"content": "m1"})  # seals s0: a new segment n1, and r1 repeating s0
+n1, r1 = [n for n in segs() if n != s0]
+s.append("user", {"content": "m2"})  # goes on in r1, the newest
+s.append("user", {"content": "m3"})
+read(n1)  # a copy reads n1
+subprocess.run([sys.executable, "-c", "import sys; from ctape import Tape; t = Tape.open(sys.argv[1], cache_dir=sys.argv[2]); "
+                "t.session('s').append('user', {'content': 'x4'}); t.close()", d, os.path.join(root, "cx")],
+               env=dict(os.environ, CTAPE_WRITER="otherwriter"), check=True)
+size = os.path.getsize(os.path.join(folder, r1))
+s.append("user", {"content": "m5"})  # to r1; n1's read is repeated in a new file, named after r1
+with open(os.path.join(folder, r1), "rb") as f:  # a copy of r1: its size taken before m5, read after
+    short = f.read(size)
+with open(os.path.join(root, "short"), "wb") as f:
+    f.write(short)
+s.append("user", {"content": "m6"})
+print(r1)
+sys.stdout.flush()
+os._exit(0)  # killed: no close
+'''
+    p = subprocess.run([sys.executable, "-c", script, d, str(tmp_path)], capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=ROOT))
+    assert p.returncode == 0, p.stderr[-2000:]
+    r1 = p.stdout.split()[-1]
+    shutil.copy2(tmp_path / "short", os.path.join(folder, r1 + ".part"))
+    os.replace(os.path.join(folder, r1 + ".part"), os.path.join(folder, r1))  # the short copy comes back
+    t = Tape.open(d, cache_dir=str(tmp_path / "fresh"))
+    assert chain(t.session("s")) == ["m0", "m1", "m2", "m3", "x4", "m5", "m6"]
+    assert t.fsck()["ok"]
+    t.close()
+
+
+def test_a_file_of_its_own_replaced_in_the_tick_it_was_made_is_seen(tmp_path, monkeypatch):
+    """The view holds the inode of each file the writer made; the next look compares the
+    folder's with it (where the folder's inode differs from `stat`'s, as on overlayfs, a
+    `stat` of that file decides). A copy renamed over the writer's new segment right after
+    it got its name (an rsync bringing another version, before the writer reads the
+    folder's change time) has another inode either way: the writer reloads."""
+    d = str(tmp_path / "t")
+    folder = os.path.join(d, "sessions", "s")
+    t = Tape.init(d, cache_dir=str(tmp_path / "c"))
+    s = t.session("s")
+    s.append("user", {"content": "m0"})
+    read_newest(d, "s")
+    real = segment.fsync_dir
+    armed = [True]
+
+    def fsync_then_replace(path):
+        real(path)
+        segs = sorted(n for n in os.listdir(folder) if n.endswith(".seg"))
+        if armed[0] and len(segs) == 3:  # the read one, the repeat of it, and the new one just named
+            armed[0] = False
+            made = segs[-2]  # the new segment (the repeat is named after it)
+            shutil.copy2(os.path.join(folder, made), os.path.join(folder, made + ".part"))
+            os.replace(os.path.join(folder, made + ".part"), os.path.join(folder, made))
+
+    monkeypatch.setattr(segment, "fsync_dir", fsync_then_replace)
+    s.append("user", {"content": "m1"})
+    assert not armed[0]
+    monkeypatch.setattr(segment, "fsync_dir", real)
+    reloads = count_reloads(monkeypatch)
+    s.append("user", {"content": "m2"})
+    assert reloads[0] == 1
+    assert chain(s) == ["m0", "m1", "m2"]
     t.close()

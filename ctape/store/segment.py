@@ -108,6 +108,7 @@ class SegmentWriter:
         self._others_grow = False  # the folder holds segments of other writer ids
         # a segment this writer made, named after its active one: (path, size, inode) (`_note_own_file`)
         self._newer_segment: Optional[tuple[str, int, int]] = None
+        self._noted: dict[str, int] = {}  # files it made since it last listed the folder: name -> inode (`stat`'s)
         self.made_dir = False  # this writer created the session folder and has not written to it yet
         self.derived: Optional[dict] = None  # state and pending calls at derived_head (see Session._track_derived)
         self.derived_head: Optional[str] = None
@@ -175,8 +176,14 @@ class SegmentWriter:
                 if self.kept:
                     self.check_kept(closing=False)
                 self._reload()
-            elif self._newer_segment is not None:
-                self._take_up_newer()
+            else:
+                if self._newer_segment is not None or any(rel != self.rel and k[1] for rel, k in self.kept.items()):
+                    # a segment this writer left (sealed), or is about to leave for its repeat,
+                    # may have been read by a copy: what the copy lacks goes with the next
+                    # write, as after a reload (the active one's read is `_begin`'s, while it stays)
+                    self.check_kept(closing=False)
+                if self._newer_segment is not None:
+                    self._take_up_newer()
         except BaseException:
             self.unlock()
             raise
@@ -186,7 +193,8 @@ class SegmentWriter:
         a reload would. Another writer of this id may have taken it up and appended to it
         in place, which leaves the folder's change time as it was: unless it is as made,
         reload."""
-        (rel, size, ino), self._newer_segment = self._newer_segment, None
+        seen, self._seen_dir = self._seen_dir, None  # until it is done: a failure here reloads next time
+        rel, size, ino = self._newer_segment
         try:
             fst = os.stat(os.path.join(self.store.root, rel), follow_symlinks=False)
         except FileNotFoundError:
@@ -196,6 +204,7 @@ class SegmentWriter:
             return
         self._close_segment()
         self._open_segment()
+        self._seen_dir, self._newer_segment = seen, None
 
     def unlock(self) -> None:
         if self.locked:
@@ -218,7 +227,7 @@ class SegmentWriter:
         """Without the lock: may this writer's view still be used for reading? (No when
         another thread closed the writer meanwhile: store._close_idle_writers.)"""
         try:
-            return self.dir_fd >= 0 and not self.buf and self._view_is_current()
+            return self.dir_fd >= 0 and not self.buf and self._newer_segment is None and self._view_is_current()
         except OSError:
             return False
 
@@ -242,8 +251,10 @@ class SegmentWriter:
             # tick of the first leaves its ctime as it was: compare the files instead.
             # Once the tick has passed, a match proves the view, and ctime suffices again.
             now = time.time_ns()
-            if self._listing() != self._seen_files:
+            listing = self._listing()
+            if listing != self._seen_files and not self._only_inodes_differ(listing):
                 return False
+            self._noted.clear()
             if self._racy_until and now >= self._racy_until:
                 self._racy_until = 0
         if self.fd >= 0:
@@ -270,6 +281,27 @@ class SegmentWriter:
                     out[n] = (st.st_size, st.st_ino)
         return out
 
+    def _only_inodes_differ(self, listing: dict[str, object]) -> bool:
+        """Do the listing and the view differ only in the inodes of files this writer made
+        since it last listed, each still the file it made? A listing's inode is the folder
+        entry's, `_note_own_file` has `stat`'s, and some file systems (overlayfs without
+        xino, as in containers) give two numbers for one file. Then the listing's become the
+        view's; otherwise every file of its own would cost a reload."""
+        if listing.keys() != self._seen_files.keys():
+            return False
+        for name, v in listing.items():
+            if v == self._seen_files[name]:
+                continue
+            if name not in self._noted or type(v) is not int:
+                return False
+            try:
+                if os.stat(os.path.join(self.dir, name), follow_symlinks=False).st_ino != self._noted[name]:
+                    return False
+            except FileNotFoundError:
+                return False
+        self._seen_files = listing
+        return True
+
     def _note_own_file(self, name: str, ino: int) -> None:
         """This writer gave a new file its name in the session's folder (a segment, a
         repeat). Its view holds on, with that file in it: a reload reads the index rows of
@@ -279,27 +311,37 @@ class SegmentWriter:
         change may have come in between (an rsync does not take the lock) or come in the
         same tick: so the next look lists the folder and compares it with the view plus this
         file (the racy rule of `_view_is_current`), whatever the time then."""
-        if self._seen_dir is None or self._refstate is None or not self.locked:
-            self._seen_dir = None
+        held = self._seen_dir is not None and self._refstate is not None and self.locked
+        self._seen_dir = None  # until the view holds the file; whatever fails below, the next look reloads
+        if not held:
+            return
+        newer = None
+        try:
+            if self.rel is None or name != os.path.basename(self.rel):
+                # a repeat, named after the active segment: the writers of this id append to
+                # their newest segment (another process's view checks that one's size), so the
+                # next write goes on there, as after a reload (`lock`); indexed now, as a reload would
+                rel = f"sessions/{self.session}/{name}"
+                self.store._index_file(rel, 0)
+                newer = (rel, os.stat(os.path.join(self.store.root, rel), follow_symlinks=False).st_size, ino)
+            ctime = os.fstat(self.dir_fd).st_ctime_ns
+        except Exception:  # noqa: BLE001 - the file is written and named; the view is only a shortcut
             return
         self._seen_files[name] = ino
-        self._seen_dir = os.fstat(self.dir_fd).st_ctime_ns
-        self._racy_until = self._seen_dir + RACY_NS
-        if self.rel is None or name != os.path.basename(self.rel):
-            # a repeat, named after the active segment: the writers of this id append to
-            # their newest segment (another process's view checks that one's size), so the
-            # next write goes on there, as after a reload (`lock`); indexed now, as a reload would
-            rel = f"sessions/{self.session}/{name}"
-            self.store._index_file(rel, 0)
-            self._newer_segment = (rel, os.stat(os.path.join(self.store.root, rel)).st_size, ino)
+        self._noted[name] = ino
+        self._seen_dir, self._racy_until = ctime, ctime + RACY_NS
+        if newer is not None:
+            self._newer_segment = newer
 
     def _reload(self) -> None:
         st = self.store
+        self._seen_dir = None  # until it is done: a reload that fails is done again at the next look
         # look at the folder before reading it: whatever changes after this shows as a
         # difference at the next check (listed after, a file added in between would be
         # part of the listing but maybe not of what was read)
         mtime = os.fstat(self.dir_fd).st_ctime_ns
         self._seen_files = self._listing()
+        self._noted = {}
         st.refresh(self.session)
         st.verify_headers(self.session)
         self.refstate = None
