@@ -59,6 +59,12 @@ def tape(tape_dir):
     t.close()
 
 
+def examples(n: int) -> int:
+    """Hypothesis examples for a property test: a third of `n` in the default run (the suite
+    stays within its time), three times `n` with CTAPE_SLOW=1 (the long run)."""
+    return n * 3 if os.environ.get("CTAPE_SLOW") == "1" else max(50, n // 3)
+
+
 def run_cli(*args, input=None, env=None, cwd=None, check=False):
     """Run the real `ctape` command in a process of its own (forked from a server that has
     ctape imported: tests/forkserver.py; CTAPE_TEST_FORK=0 starts a new interpreter each time)."""

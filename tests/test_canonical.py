@@ -9,6 +9,8 @@ from hypothesis import strategies as st
 from ctape import Tape
 from ctape.model.canonical import BLOB_MIN, canonical_json, entry_body, externalize, internalize, object_hash
 
+from conftest import examples
+
 # strings that exercise the blob and escape rules: "\0"-prefixed (incl. ones that look
 # like a blob reference), around BLOB_MIN, and ordinary unicode text
 HEX = "0123456789abcdef"
@@ -59,7 +61,7 @@ def test_pinned_hashes():
 
 
 @given(json_values, st.randoms(use_true_random=False))
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 def test_canonical_json_is_stable(value, rnd):
     b = canonical_json(value)
     assert b == reference_canonical(value)
@@ -69,7 +71,7 @@ def test_canonical_json_is_stable(value, rnd):
 
 
 @given(json_values)
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 def test_externalize_internalize_round_trip(value):
     blobs = {}
 
@@ -142,7 +144,7 @@ def test_entry_round_trips_through_the_tape(tape_dir, extra, meta, delta):
 
 
 @given(json_values, json_objects, json_values, st.sampled_from([None, "ab" * 32]), st.integers(1, 10**6))
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 def test_entry_body_is_canonical_json_of_the_externalized_body(payload, meta, delta, parent, seq):
     """The append path puts the entry's bytes together from its parts, skipping the
     externalize walk where it cannot change anything: the result must be exactly the
@@ -186,7 +188,7 @@ payloads = st.one_of(
 
 
 @given(payloads, st.one_of(json_objects, st.dictionaries(strings, deep_values, max_size=2)), st.one_of(json_values, deep_values))
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_entry_body_refuses_and_encodes_as_the_documented_rules(payload, meta, delta):
     """entry_body encodes a body first and looks at its values only when the text may hold
     a blob, a NUL string or too deep a nesting (canonical._encoded_plain): whatever the

@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 
 from ctape.model.refs import CONFLICT, HEAD, TAG, RefState, conflict_name
 
+from conftest import examples
+
 WRITERS = ["w1" * 8, "w2" * 8, "w3" * 8]
 TIPS = [c * 64 for c in "abcdef"]
 REFS = ["main", "dev", HEAD, TAG + "v1", conflict_name("main", WRITERS[1], TIPS[0])]
@@ -45,7 +47,7 @@ def records(draw):
     return out
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(records())
 def test_the_shortcut_leaves_what_resolving_leaves(recs):
     fast, full = RefState(), RefState()

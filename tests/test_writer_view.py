@@ -255,3 +255,56 @@ def test_a_file_of_its_own_replaced_in_the_tick_it_was_made_is_seen(tmp_path, mo
     assert reloads[0] == 1
     assert chain(s) == ["m0", "m1", "m2"]
     t.close()
+
+
+@pytest.mark.parametrize("left", [False, True], ids=["active-read", "left-segment-read"])
+def test_a_repeat_that_cannot_be_written_fails_its_write_and_is_made_by_the_next(tmp_path, monkeypatch, left):
+    """A write that must first repeat what a copy may lack (the segment read: the active
+    one, or one the writer left for its repeat) and cannot (the disk is full) fails whole:
+    the append is not written later by the next one, the session is not stuck, and the
+    next write makes the repeat. (The failure is injected into the repeat's file only.)"""
+    import errno
+
+    d = str(tmp_path / "t")
+    folder = os.path.join(d, "sessions", "s")
+    t = Tape.init(d, cache_dir=str(tmp_path / "c"))
+    s = t.session("s")
+    want = ["m0", "m1"]
+    for text in want:
+        s.append("user", {"content": text})
+
+    def segs():
+        return sorted(n for n in os.listdir(folder) if n.endswith(".seg"))
+
+    if left:
+        first = segs()[-1]
+        read_newest(d, "s")
+        s.append("user", {"content": "m1b"})  # seals it: a repeat of it, and a new segment (taken up next)
+        new = [n for n in segs() if n != first][0]
+        s.append("user", {"content": "m1c"})
+        want += ["m1b", "m1c"]
+        read_seg = new
+    else:
+        read_seg = segs()[-1]
+    with open(os.path.join(folder, read_seg), "rb") as f:
+        f.read()
+    real, fail = segment.SegmentWriter._repeat_from, [True]
+
+    def full_disk(self, *a, **k):
+        if fail[0]:
+            fail[0] = False
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(segment.SegmentWriter, "_repeat_from", full_disk)
+    with pytest.raises(Exception, match="no space left"):
+        s.append("user", {"content": "failed"})
+    s.append("user", {"content": "m3"})
+    want.append("m3")
+    assert chain(s) == want
+    assert any(read_seg.encode() in open(os.path.join(folder, n), "rb").read(300) for n in segs() if n != read_seg)
+    t.close()
+    f = Tape.open(d, cache_dir=str(tmp_path / "fresh"))
+    assert chain(f.session("s")) == want
+    assert f.fsck()["ok"]
+    f.close()

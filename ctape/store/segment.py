@@ -259,6 +259,8 @@ class SegmentWriter:
                 self._racy_until = 0
         if self.fd >= 0:
             return os.fstat(self.fd).st_size == self.offset
+        if self.created:
+            return False  # a segment whose first write failed: it has no file (the look starts over)
         return self.rel is None or os.stat(os.path.join(self.store.root, self.rel)).st_size == self.offset
 
     def _listing(self) -> dict[str, object]:
@@ -662,10 +664,20 @@ class SegmentWriter:
             return
         if self.repeats_due:
             due, self.repeats_due = self.repeats_due, {}
-            for rel, (fd, fst) in due.items():
-                k = self.kept.get(rel)
-                if k is not None and k[0] == fd and k[1]:
-                    self._repeat_before_read(rel, fd, fst, k[1])
+            try:
+                for rel in sorted(due, reverse=True):  # the newest first: the segment just sealed holds the latest writes
+                    fd, fst = due[rel]
+                    k = self.kept.get(rel)
+                    if k is not None and k[0] == fd and k[1]:
+                        self._repeat_before_read(rel, fd, fst, k[1])
+            except OSError as e:
+                # nothing of this write is on disk: drop it as a discard does (what is left to
+                # repeat keeps its writes in `kept`: the next look sees the read again)
+                self._forget_queued()
+                if self.created and self.fd < 0:
+                    self._close_segment()
+                    self.created = False
+                raise storage_error(e, f"session {self.session}") from None
         st = self.store
         try:
             read_meanwhile = self._write_buf(durable)
