@@ -1437,6 +1437,15 @@ def test_remote_seed_9629_push_and_pull_settle_after_a_file_comes_back(tmp_path)
     _run_many(tmp_path, [9629], cli=False, sync=rsync, world=RemoteWorld)
 
 
+def test_remote_seed_11525_a_deletion_announced_by_a_killed_run_is_finished_by_another_copy(tmp_path):
+    """Found by the long run (2026-12-04): a `compact --remote` killed after its manifest
+    announced a deletion and before it wrote its execution record left the deleted files'
+    pieces on the remote, a redacted text among them, until that copy's next run: another
+    copy's compaction only finished deletions that had an execution record. Now it also
+    finishes the deletions the manifests announce."""
+    _run_many(tmp_path, [11525], cli=False, sync=rsync, world=RemoteRedactWorld)
+
+
 def test_live_seed_80_keeps_an_append_to_a_segment_copied_empty(tmp_path):
     """Found by the first LiveWorld run, on the code before segments were created whole
     (issue 20 item 1): a writer stopped right after creating its new segment, an rsync

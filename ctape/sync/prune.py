@@ -109,6 +109,28 @@ def _finish(backend: Backend, state, record: dict) -> int:
     return n
 
 
+def _finish_announced(backend: Backend, state) -> int:
+    """Delete the pieces of files whose deletion a manifest announced but whose run was
+    killed before it wrote its execution record (so `_others_unfinished` does not see it):
+    the announcement is what makes the deletion safe (no reader fetches those pieces), and
+    a redacted value must not wait on the remote for that copy's next run. One listing per
+    session that had a deletion; the same rules as `_finish` (the caller made sure no copy
+    pushed since this run's pull, whose pieces this copy would not know)."""
+    n = 0
+    by_session: dict[str, list[str]] = {}
+    for key in state["gone"]:
+        s, file = key.split("/", 1)
+        by_session.setdefault(s, []).append(file)
+    for s, files in sorted(by_session.items()):
+        there = {k[len(f"f/{s}/"):-1] for k, _, is_prefix in backend.list(f"f/{s}/", delimiter="/") if is_prefix}
+        for file in sorted(set(files) & there):
+            end, g = state["gone"][f"{s}/{file}"]
+            if any(p[3] > g for p in state["pieces"].get(f"{s}/{file}", [])):
+                continue  # uploaded again since, by a copy that had learned of the deletion
+            n += _finish(backend, state, {"files": [{"session": s, "file": file, "end": end}]})
+    return n
+
+
 def _remote_end(state, key: str) -> int:
     return max([p[1] for p in state["pieces"].get(key, [])] + [int(state["have"].get(key, 0))])
 
@@ -185,6 +207,8 @@ def _carry_out(tape, backend: Backend, name: str, grace_s: float, before: dict, 
     for who, n, x in _others_unfinished(store, backend, state, warn):
         deleted["objects"] += _finish(backend, state, x)
         state["pruned"].append(f"{who}/{n}")
+    if not _changed_since(store, backend, state, warn):
+        deleted["objects"] += _finish_announced(backend, state)
     due = [n for n in sorted(plans) if n not in done and now - plans[n]["time"] >= grace_s]
     planned_now = {(f["session"], f["file"]) for n in plans if n not in done for f in plans[n]["files"]}
     fresh = [{"session": s, "file": file, "end": end} for (s, file), end in sorted(replaced.items()) if (s, file) not in planned_now]
