@@ -114,20 +114,25 @@ def _finish_announced(backend: Backend, state) -> int:
     killed before it wrote its execution record (so `_others_unfinished` does not see it):
     the announcement is what makes the deletion safe (no reader fetches those pieces), and
     a redacted value must not wait on the remote for that copy's next run. One listing per
-    session that had a deletion; the same rules as `_finish` (the caller made sure no copy
-    pushed since this run's pull, whose pieces this copy would not know)."""
+    session with a deletion this copy has not seen finished (`finished` in its state); the
+    same rules as `_finish` (the caller made sure no copy pushed since this run's pull,
+    whose pieces this copy would not know)."""
     n = 0
     by_session: dict[str, list[str]] = {}
-    for key in state["gone"]:
-        s, file = key.split("/", 1)
-        by_session.setdefault(s, []).append(file)
+    for key, (_, g) in state["gone"].items():
+        if state["finished"].get(key) != g:  # each deletion once: a remote keeps every one it ever announced
+            s, file = key.split("/", 1)
+            by_session.setdefault(s, []).append(file)
     for s, files in sorted(by_session.items()):
         there = {k[len(f"f/{s}/"):-1] for k, _, is_prefix in backend.list(f"f/{s}/", delimiter="/") if is_prefix}
-        for file in sorted(set(files) & there):
-            end, g = state["gone"][f"{s}/{file}"]
-            if any(p[3] > g for p in state["pieces"].get(f"{s}/{file}", [])):
-                continue  # uploaded again since, by a copy that had learned of the deletion
-            n += _finish(backend, state, {"files": [{"session": s, "file": file, "end": end}]})
+        for file in sorted(files):
+            key = f"{s}/{file}"
+            end, g = state["gone"][key]
+            if file in there:
+                if any(p[3] > g for p in state["pieces"].get(key, [])):
+                    continue  # uploaded again since, by a copy that had learned of the deletion
+                n += _finish(backend, state, {"files": [{"session": s, "file": file, "end": end}]})
+            state["finished"][key] = g
     return n
 
 

@@ -143,7 +143,9 @@ class State(dict):
     first saw an announcement with no manifest);
     `own`: this copy's next manifest number; `checked`: the remote's tape id was checked;
     `redacted`: object -> the deletion whose manifest said its compactor knew it redacted;
-    `losses`: the salvage reports the remote holds (layout.loss_digest -> 1)."""
+    `losses`: the salvage reports the remote holds (layout.loss_digest -> 1);
+    `finished`: "session/file" -> the deletion whose pieces a `compact --remote` of this copy
+    found gone or deleted (prune._finish_announced lists each one once)."""
 
     @classmethod
     def load(cls, store, name: str, url: str) -> "State":
@@ -153,7 +155,7 @@ class State(dict):
         st.setdefault("version", STATE_VERSION)
         st.setdefault("url", url)
         st.setdefault("tape_id", store.tape_id)
-        for k in ("have", "pieces", "next", "seen", "gone", "redacted", "unlisted", "losses"):
+        for k in ("have", "pieces", "next", "seen", "gone", "redacted", "unlisted", "losses", "finished"):
             if not isinstance(st.get(k), dict):
                 st[k] = {}
         if not isinstance(st.get("deletions_read"), list):
@@ -163,7 +165,7 @@ class State(dict):
 
     def forget(self) -> None:
         """The remote no longer holds this tape's identity (emptied, re-created): know nothing."""
-        for k in ("have", "pieces", "next", "seen", "gone", "redacted", "losses"):
+        for k in ("have", "pieces", "next", "seen", "gone", "redacted", "losses", "finished"):
             self[k] = {}
         self.pop("own", None)
         self.pop("checked", None)
