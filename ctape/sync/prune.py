@@ -115,8 +115,8 @@ def _finish_announced(backend: Backend, state) -> int:
     the announcement is what makes the deletion safe (no reader fetches those pieces), and
     a redacted value must not wait on the remote for that copy's next run. One listing per
     session with a deletion this copy has not seen finished (`finished` in its state); the
-    same rules as `_finish` (the caller made sure no copy pushed since this run's pull,
-    whose pieces this copy would not know)."""
+    rules of `_finish` (the caller made sure no copy pushed since this run's pull, whose
+    pieces this copy would not know), and only pieces within the deleted range."""
     n = 0
     by_session: dict[str, list[str]] = {}
     for key, (_, g) in state["gone"].items():
@@ -131,8 +131,21 @@ def _finish_announced(backend: Backend, state) -> int:
             if file in there:
                 if any(p[3] > g for p in state["pieces"].get(key, [])):
                     continue  # uploaded again since, by a copy that had learned of the deletion
-                n += _finish(backend, state, {"files": [{"session": s, "file": file, "end": end}]})
+                n += _delete_pieces_up_to(backend, s, file, end)
             state["finished"][key] = g
+    return n
+
+
+def _delete_pieces_up_to(backend: Backend, session: str, file: str, end: int) -> int:
+    """Delete the pieces of one file that lie within what a deletion covered (up to `end`).
+    A piece past it is new bytes a copy uploaded after learning of the deletion (it pushes
+    only what lies past the deleted end), maybe after this run's pull: never deleted here."""
+    n = 0
+    for key, _, is_prefix in backend.list(f"f/{session}/{file}/"):
+        span = key.rsplit("/", 1)[1].split("-")
+        if not is_prefix and len(span) == 2 and span[1].isdigit() and int(span[1]) <= end:
+            backend.delete(key)
+            n += 1
     return n
 
 
