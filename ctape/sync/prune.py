@@ -225,7 +225,7 @@ def _carry_out(tape, backend: Backend, name: str, grace_s: float, before: dict, 
     for who, n, x in _others_unfinished(store, backend, state, warn):
         deleted["objects"] += _finish(backend, state, x)
         state["pruned"].append(f"{who}/{n}")
-    if not _changed_since(store, backend, state, warn):
+    if any(state["finished"].get(k) != g for k, (_, g) in state["gone"].items()) and not _changed_since(store, backend, state, warn):
         deleted["objects"] += _finish_announced(backend, state)
     due = [n for n in sorted(plans) if n not in done and now - plans[n]["time"] >= grace_s]
     planned_now = {(f["session"], f["file"]) for n in plans if n not in done for f in plans[n]["files"]}
