@@ -21,15 +21,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sqlite3
-import subprocess
 import sys
-import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
+from fifths import run_beside
+
 
 PAYLOAD = {"content": "Fix the failing test in src/core/session.py and run the suite again."}
 
@@ -105,22 +102,8 @@ def main() -> int:
         peer, n, d, src = a.worker
         print(json.dumps(worker(peer, int(n), d, src)))
         return 0
-    runs = [("ctape", ROOT)] + ([(f"ctape ({a.against})", a.against)] if a.against else []) + [("jsonl-fsync", ROOT), ("sqlite", ROOT)]
     print(f"{a.appends:,} appends to one session, each followed by a read; ms per append by fifth of the run")
-    print(f"{'peer':<28}" + "".join(f"{f'fifth {k + 1}':>32}" for k in range(5)) + f"{'last / first (cpu)':>20}")
-    for label, src in runs:
-        d = tempfile.mkdtemp(prefix="ctape-segs-")
-        try:
-            p = subprocess.run([sys.executable, __file__, "--worker", label.split(" ")[0], str(a.appends), d, src],
-                               capture_output=True, text=True)
-        finally:
-            shutil.rmtree(d, ignore_errors=True)
-        if p.returncode != 0:
-            print(f"{label:<28}failed: {p.stderr.strip().splitlines()[-1] if p.stderr.strip() else p.returncode}")
-            continue
-        fifths = json.loads(p.stdout)
-        cells = "".join(f"{f'{c * 1e3:.2f} cpu {w * 1e3:.2f} wall ({f:,} f)':>32}" for c, w, f in fifths)
-        print(f"{label:<28}{cells}{fifths[-1][0] / fifths[0][0]:>19.2f}x")
+    run_beside(__file__, a.appends, a.against, "ctape-segs-", 32, lambda f: f"{f[0] * 1e3:.2f} cpu {f[1] * 1e3:.2f} wall ({f[2]:,} f)")
     return 0
 
 

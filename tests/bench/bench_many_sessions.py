@@ -22,15 +22,12 @@ import argparse
 import json
 import os
 import resource
-import shutil
 import sqlite3
-import subprocess
 import sys
-import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
+from fifths import run_beside
+
 
 ENTRY = ("user", {"content": "Fix the failing test in src/core/session.py and run the suite again."}, {"model": "m", "tokens": 31}, None)
 
@@ -91,22 +88,8 @@ def main() -> int:
         print(json.dumps(worker(peer, int(n), d, src)))
         return 0
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    runs = [("ctape", ROOT)] + ([(f"ctape ({a.against})", a.against)] if a.against else []) + [("jsonl-fsync", ROOT), ("sqlite", ROOT)]
     print(f"{a.sessions:,} sessions, one batch each; ms per session by fifth of the run (ulimit -n {soft})")
-    print(f"{'peer':<28}" + "".join(f"{f'fifth {k + 1}':>20}" for k in range(5)) + f"{'last / first (cpu)':>20}")
-    for label, src in runs:
-        d = tempfile.mkdtemp(prefix="ctape-many-")
-        try:
-            p = subprocess.run([sys.executable, __file__, "--worker", label.split(" ")[0], str(a.sessions), d, src],
-                               capture_output=True, text=True)
-        finally:
-            shutil.rmtree(d, ignore_errors=True)
-        if p.returncode != 0:
-            print(f"{label:<28}failed: {p.stderr.strip().splitlines()[-1] if p.stderr.strip() else p.returncode}")
-            continue
-        fifths = json.loads(p.stdout)
-        cells = "".join(f"{f'{c * 1e3:.2f} cpu {w * 1e3:.2f} wall':>20}" for c, w in fifths)
-        print(f"{label:<28}{cells}{fifths[-1][0] / fifths[0][0]:>19.2f}x")
+    run_beside(__file__, a.sessions, a.against, "ctape-many-", 20, lambda f: f"{f[0] * 1e3:.2f} cpu {f[1] * 1e3:.2f} wall")
     return 0
 
 
