@@ -65,6 +65,23 @@ def _read(log: str) -> list:
         return [json.loads(line) for line in f if line.endswith("\n")]
 
 
+def _after(d: str, h: str) -> str:
+    """What a new process finds of a missed entry just after the miss (so that a failure
+    says which part lost it: the search cache's rows, the tape's index, or the tape)."""
+    from ctape.store.index import hash_key
+
+    t = Tape.open(d)
+    try:
+        row = t._search_index().db.execute("SELECT session, hidden, text FROM entries WHERE key=?", (hash_key(h),)).fetchone()
+        found = {x.hash: x.session for x in t.search("wombat", limit=None)}.get(h)
+        return f"in the search cache: {row}, in the index: {t.store.index.find_object(h) is not None}, " \
+               f"has_object: {t.store.has_object(h)}, found by a new search: {found}"
+    except Exception as e:  # noqa: BLE001 (a diagnosis: say what stopped it)
+        return f"not diagnosed: {e!r}"
+    finally:
+        t.close()
+
+
 def searcher(d: str, log: str, stop: str, mode: str) -> int:
     from ctape.errors import ConflictError
 
@@ -91,7 +108,7 @@ def searcher(d: str, log: str, stop: str, mode: str) -> int:
         for kind, s, h in before:
             if kind == "wombat" and wombats.get(h) != s:
                 errors.append(f"round {rounds}: {h[:12]} appended to {s} before the search began: got {wombats.get(h)}"
-                              f"{'' if complete else ' (update incomplete)'}")
+                              f"{'' if complete else ' (update incomplete)'}; afterwards {_after(d, h)}")
             if kind == "redacted" and h in okapis:
                 errors.append(f"round {rounds}: {h[:12]} redacted before the search began still matches its text")
         deadline = time.monotonic() + 10
