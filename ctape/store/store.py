@@ -22,6 +22,7 @@ import secrets
 import socket
 import stat
 import threading
+import time
 import warnings
 import weakref
 import zlib
@@ -85,6 +86,8 @@ DEFAULT_MAX_OBJECT = 1 << 30  # refuse frames that claim more than this when dec
 READ_FDS_MAX = 64
 WRITERS_MAX = 24
 REBUILD_TRIES = 4  # readings of every file while another process changes them (Store._rebuild)
+LISTING_REUSE_NS = 1_000_000_000  # a folder's listing stands this long while the folder is unchanged (Store._list_dir)
+RACY_NS = 50_000_000  # a folder changed this recently may change again without its times moving (coarse clocks)
 SETTLE_TRIES = 20  # refreshes before a session's refs are read from an index no rebuild replaced meanwhile (Store.settled)
 T = TypeVar("T")
 
@@ -234,6 +237,7 @@ class Store:
         self._fd_lock = threading.Lock()  # a descriptor is closed only while no thread reads through it
         self._uses = 0  # counts writes: which writer was used longest ago (WRITERS_MAX)
         self._known: dict[str, tuple] = {}  # session -> ({file name: size}, the cache's rebuilds) as last seen
+        self._listings: dict[str, tuple] = {}  # folder -> (its inode and times, listed at, sizes, growing files): _list_dir
         self._whole_at: Optional[int] = None  # the cache's rebuilds when this process last refreshed every file
         self.refs_cache = RefsCache()  # session -> (index version, its RefState): Session.refs
         self._writers: dict[str, "SegmentWriter"] = {}
@@ -286,6 +290,7 @@ class Store:
             self.index.stale = True
         self.refs_cache = RefsCache()
         self._known = {}
+        self._listings = {}
         self._whole_at = None
 
     # -- identity ---------------------------------------------------------------
@@ -411,9 +416,34 @@ class Store:
         return out
 
     def _list_dir(self, d: str) -> dict[str, int]:
-        out: dict[str, int] = {}
+        """The data files of one folder (relative path -> size). A command reads a session's
+        files several times (its refs, its view, its streams: `status` six), and a session
+        of thousands of sealed segments (a `push --follow` seals one at each push) paid a
+        `stat` of each every time. The listing is reused while the folder stands as it
+        was: the same inode and change times (a file made, removed or renamed into it, as
+        compaction, a writer and rsync do, moves them), for at most LISTING_REUSE_NS, and
+        only when the listing was not racy (taken within the file system's time
+        granularity of the folder's last change). The files that may grow in place, each
+        writer's newest segment, are looked at again every time; what else changes a
+        file in place (a copy truncating an older segment over itself) is seen within
+        LISTING_REUSE_NS, when the folder is listed again."""
         full = os.path.join(self.root, d)
-        check_not_symlink(full)
+        now = time.time_ns()
+        try:
+            dst = os.lstat(full)
+        except FileNotFoundError:
+            self._listings.pop(d, None)
+            return {}
+        if stat.S_ISLNK(dst.st_mode):
+            raise UnsafePath(f"refusing symlink inside the tape directory: {full}; replace it with the real file or folder")
+        key = (dst.st_ino, dst.st_mtime_ns, dst.st_ctime_ns)
+        memo = self._listings.get(d)
+        if memo is not None and memo[0] == key and now - memo[1] < LISTING_REUSE_NS:
+            out = self._listing_again(memo[2], memo[3])
+            if out is not None:
+                return out
+        out: dict[str, int] = {}
+        newest: dict[str, tuple[str, int]] = {}  # writer -> (its newest segment, inode)
         try:
             with os.scandir(full) as it:
                 for e in it:
@@ -422,9 +452,34 @@ class Store:
                         if stat.S_ISLNK(st.st_mode):
                             raise UnsafePath(f"refusing symlink inside the tape directory: {d}/{e.name}; replace it with the real file")
                         if stat.S_ISREG(st.st_mode):
-                            out[f"{d}/{e.name}"] = st.st_size
+                            rel = f"{d}/{e.name}"
+                            out[rel] = st.st_size
+                            w = segment_writer(rel)
+                            if w is not None and (w not in newest or newest[w][0] < rel):
+                                newest[w] = (rel, st.st_ino)
         except (FileNotFoundError, NotADirectoryError):
-            pass
+            self._listings.pop(d, None)
+            return out
+        # a change within the clock's granularity of the listing may leave the times as they were
+        granularity = 2_000_000_000 if dst.st_mtime_ns % 1_000_000_000 == 0 else RACY_NS
+        if max(dst.st_mtime_ns, dst.st_ctime_ns) < now - granularity:
+            self._listings[d] = (key, now, out, tuple(newest.values()))
+        else:
+            self._listings.pop(d, None)
+        return dict(out)
+
+    def _listing_again(self, sizes: dict[str, int], growing: tuple) -> Optional[dict[str, int]]:
+        """A folder's listing reused (_list_dir), with the sizes of the files that may grow
+        looked at again; None when one of them was replaced or went (list it again)."""
+        out = dict(sizes)
+        for rel, ino in growing:
+            try:
+                st = os.stat(os.path.join(self.root, rel), follow_symlinks=False)
+            except FileNotFoundError:
+                return None
+            if st.st_ino != ino or not stat.S_ISREG(st.st_mode):
+                return None
+            out[rel] = st.st_size
         return out
 
     def damage(self, session: str) -> list[tuple[str, int]]:
