@@ -124,7 +124,7 @@ def compact(tape, expire="90d", grace="14d", dry_run: bool = False, progress: Op
         # whose bytes may still be recovered by hand or from another copy of the tape. A
         # damaged session is left as it is (`ctape fsck --salvage` handles it) and
         # everything its files hold counts as reachable; the other sessions are compacted.
-        damaged = scan.damaged | {p for p, (_, _, _, corrupt) in store.index.file_rows().items() if corrupt and p in snapshot}
+        damaged = scan.damaged | {p for p in store.index.file_rows(damaged=True) if p in snapshot}
         damaged |= {p for p, _, _ in store.index.lost_rows() if p in snapshot}
         if any(p.startswith("packs/") for p in damaged):
             raise CorruptObject(

@@ -289,17 +289,21 @@ class Index:
             pass
         self.db.close()
 
-    def file_rows(self, prefixes: Optional[tuple[str, ...]] = None) -> dict[str, tuple[int, int, int, int]]:
+    def file_rows(self, prefixes: Optional[tuple[str, ...]] = None, damaged: bool = False) -> dict[str, tuple[int, int, int, int]]:
         """(id, indexed, torn, corrupt) of each file by path: every file, or only those whose
         path starts with one of `prefixes` (a range of the path's index each: a question
-        about one session costs the same in a tape of 10 sessions as of 100,000)."""
+        about one session costs the same in a tape of 10 sessions as of 100,000); with
+        `damaged`, only the files with damaged records (a session of thousands of sealed
+        segments is asked at every read)."""
         self.sync()
+        cond = " AND corrupt > 0" if damaged else ""
         if prefixes is None:
-            return {p: (i, ix, t, c) for i, p, ix, t, c in self.db.execute("SELECT id, path, indexed, torn, corrupt FROM files")}
+            return {p: (i, ix, t, c) for i, p, ix, t, c in self.db.execute("SELECT id, path, indexed, torn, corrupt FROM files WHERE 1" + cond)}
         out = {}
         for pre in prefixes:
             # the paths that start with pre sort from pre up to pre with its last character one higher
-            rows = self.db.execute("SELECT id, path, indexed, torn, corrupt FROM files WHERE path >= ? AND path < ?", (pre, pre[:-1] + chr(ord(pre[-1]) + 1)))
+            rows = self.db.execute("SELECT id, path, indexed, torn, corrupt FROM files WHERE path >= ? AND path < ?" + cond,
+                                   (pre, pre[:-1] + chr(ord(pre[-1]) + 1)))
             out.update((p, (i, ix, t, c)) for i, p, ix, t, c in rows)
         return out
 

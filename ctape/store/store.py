@@ -454,9 +454,10 @@ class Store:
                         if stat.S_ISREG(st.st_mode):
                             rel = f"{d}/{e.name}"
                             out[rel] = st.st_size
-                            w = segment_writer(rel)
-                            if w is not None and (w not in newest or newest[w][0] < rel):
-                                newest[w] = (rel, st.st_ino)
+                            if rel[-4:] == ".seg":
+                                w = e.name.split("-", 1)[0]  # segment_writer
+                                if w not in newest or newest[w][0] < rel:
+                                    newest[w] = (rel, st.st_ino)
         except (FileNotFoundError, NotADirectoryError):
             self._listings.pop(d, None)
             return out
@@ -486,7 +487,7 @@ class Store:
         """Files of a session (and packs) with damaged records: (path, level). A file found
         shorter than this machine had read it (acknowledged records lost) counts as level 2."""
         prefixes = (f"sessions/{session}/", "packs/")
-        found = {p: c for p, (_, _, _, c) in self.index.file_rows(prefixes).items() if c}
+        found = {p: c for p, (_, _, _, c) in self.index.file_rows(prefixes, damaged=True).items()}
         for p, _, _ in self.index.lost_rows():
             if p.startswith(prefixes):
                 found[p] = 2
@@ -1069,7 +1070,7 @@ class Store:
     def _not_found(self, h: str):
         """An object the index cannot find: damaged if the tape has damaged records, lost if
         a salvage report names it, else not here yet."""
-        damaged = [p for p, (_, _, _, c) in self.index.file_rows().items() if c]
+        damaged = list(self.index.file_rows(damaged=True))
         if damaged and self.index.refused_at_limit() == self.max_object:
             raise ObjectTooLarge(f"object {h} cannot be read: {', '.join(damaged[:3])} holds records that claim more than the limit of "
                                  f"{self.max_object} bytes, or are damaged; raise CTAPE_MAX_OBJECT if you trust this tape, and see `ctape fsck`")
@@ -1093,7 +1094,7 @@ class Store:
         return ", ".join(damaged[:3]) + (" ..." if len(damaged) > 3 else "") if damaged else None
 
     def _damaged_files(self) -> list[str]:
-        return sorted({p for p, (_, _, _, c) in self.index.file_rows().items() if c} | {p for p, _, _ in self.index.lost_rows()})
+        return sorted(set(self.index.file_rows(damaged=True)) | {p for p, _, _ in self.index.lost_rows()})
 
     def read_value(self, h: str, entry: Optional[str] = None) -> bytes:
         """The bytes of a value (blob) that `entry` refers to. A value known to be lost to

@@ -4,6 +4,7 @@ a session's file count grows, against the peers in the same run.
     python tests/bench/bench_many_segments.py                  # 3,000 appends, fifths
     python tests/bench/bench_many_segments.py --appends 6000
     python tests/bench/bench_many_segments.py --against /tmp/old   # also another checkout's ctape
+    python tests/bench/bench_many_segments.py --reads 7 --against /tmp/old   # status and log on the shape
 
 `push --follow` reads a live segment as any copy does; the writer then seals it and its
 next append starts a new one, so until a `compact` a session holds a file per push. Here
@@ -21,11 +22,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sqlite3
+import statistics
+import subprocess
 import sys
+import tempfile
 import time
+from typing import Optional
 
-from fifths import run_beside
+from fifths import ROOT, run_beside
 
 
 PAYLOAD = {"content": "Fix the failing test in src/core/session.py and run the suite again."}
@@ -92,12 +98,59 @@ def worker(peer: str, n: int, d: str, src: str) -> list[tuple[float, float, int]
     return fifths
 
 
+def _build(src: str, d: str, n: int, seal: bool) -> None:
+    """A session of n appends; with `seal`, a read of the newest segment after each."""
+    code = ("import os, sys; sys.path.insert(0, %r); from ctape import Tape\n"
+            "t = Tape.init(%r, cache_dir=%r); s = t.session('s'); f = os.path.join(%r, 'sessions', 's')\n"
+            "for i in range(%d):\n"
+            "    s.append('user', {'content': 'Fix the failing test', 'n': i})\n"
+            "    if %r:\n"
+            "        open(os.path.join(f, max(x for x in os.listdir(f) if x.endswith('.seg'))), 'rb').read()\n"
+            "t.close()\n") % (src, os.path.join(d, "tape"), os.path.join(d, "cache"), os.path.join(d, "tape"), n, seal)
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def reads(n: int, against: Optional[str], repeats: int) -> None:
+    """`status` and `log -n 20` as commands on a session of n appends in ~1.5 n sealed
+    segments, against the same session in one segment; each checkout in turn, medians."""
+    checkouts = [("ctape", ROOT)] + ([(f"ctape ({against})", against)] if against else [])
+    tapes = {"sealed": tempfile.mkdtemp(prefix="ctape-segs-"), "one segment": tempfile.mkdtemp(prefix="ctape-segs-")}
+    try:
+        for shape, d in tapes.items():
+            _build(ROOT, d, n, shape == "sealed")
+        files = len(os.listdir(os.path.join(tapes["sealed"], "tape", "sessions", "s")))
+        times: dict[tuple, list[float]] = {}
+        for _ in range(repeats):
+            for shape, d in tapes.items():
+                for label, src in checkouts:
+                    for cmd in (["status"], ["log", "-n", "20"]):
+                        env = {**os.environ, "PYTHONPATH": src, "CTAPE_CACHE_DIR": os.path.join(d, "cache"),
+                               "PYTHONPYCACHEPREFIX": os.path.join(tapes["sealed"], "pycache")}  # not compiled each time
+                        env.pop("PYTHONDONTWRITEBYTECODE", None)
+                        t0 = time.perf_counter()
+                        subprocess.run([sys.executable, "-m", "ctape", "--dir", os.path.join(d, "tape"), *cmd], env=env,
+                                       cwd=d, check=True, stdout=subprocess.DEVNULL)  # cwd: not this checkout's ctape
+                        times.setdefault((label, shape, " ".join(cmd)), []).append(time.perf_counter() - t0)
+        print(f"commands on a session of {n:,} appends: {files:,} sealed segments, or one; seconds, median of {repeats}")
+        for label, _ in checkouts:
+            for cmd in ("status", "log -n 20"):
+                sealed, one = (statistics.median(times[(label, shape, cmd)]) for shape in tapes)
+                print(f"{label:<28}{cmd:<12}{sealed:>8.3f} sealed {one:>8.3f} one segment {sealed - one:>+8.3f}")
+    finally:
+        for d in tapes.values():
+            shutil.rmtree(d, ignore_errors=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--appends", type=int, default=3000)
     ap.add_argument("--against", help="another checkout of ctape, run beside this one")
+    ap.add_argument("--reads", type=int, metavar="REPEATS", help="time `status` and `log -n 20` on the shape instead")
     ap.add_argument("--worker", nargs=4, help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.reads:
+        reads(a.appends, a.against, a.reads)
+        return 0
     if a.worker:
         peer, n, d, src = a.worker
         print(json.dumps(worker(peer, int(n), d, src)))
