@@ -41,6 +41,21 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+def make_folder(path: str, parents: int = 0) -> str:
+    """Make `path`, and its `parents` nearest parents, as folders only the user reads
+    (0700); each one made is synced into its parent, so that a crash keeps it (and what
+    is then written in it). A symlink in their place is refused (UnsafePath)."""
+    chain = [path]
+    for _ in range(parents):
+        chain.insert(0, os.path.dirname(chain[0]))
+    for d in chain:
+        check_not_symlink(d)
+        if not os.path.isdir(d):
+            os.makedirs(d, mode=0o700, exist_ok=True)
+            fsync_dir(os.path.dirname(d))
+    return path
+
+
 def storage_error(e: OSError, what: str, after: str = "nothing acknowledged was lost") -> StorageError:
     """A failed write as one line that says what to do; `after`: what the failure left as
     it was (said in parentheses when space ran out)."""

@@ -22,7 +22,7 @@ import os
 from typing import Iterable
 
 from ..ops.maintenance import quarantine_reports, shareable_loss
-from ..store.files import check_not_symlink, fsync_dir
+from ..store.files import make_folder
 from ..store.segment import new_file_whole
 from ..store.store import QUARANTINE, REPORT
 from . import layout
@@ -74,17 +74,7 @@ def write_pulled(store, losses: list[dict], remote: str, wanted: set) -> int:
         held.add(d)
         body = dict(x)  # kept_at as the salvaging copy wrote it: fsck adds "on copy W" (a relay adds nothing)
         body["pulled_from"] = remote
-        folder = os.path.join(store.root, QUARANTINE, session)
-        _folder(store.root, folder)
+        folder = make_folder(os.path.join(store.root, QUARANTINE, session), parents=1)
         if new_file_whole(folder, f"{name}.{d[:16]}{REPORT}", (json.dumps(body, sort_keys=True) + "\n").encode()):
             written += 1
     return written
-
-
-def _folder(root: str, folder: str) -> None:
-    for d in (os.path.dirname(folder), folder):
-        check_not_symlink(d)
-        if not os.path.isdir(d):
-            os.makedirs(d, mode=0o700, exist_ok=True)
-            fsync_dir(os.path.dirname(d))
-

@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterable, Optional
 
 from ..model.errors import InvalidInput
-from ..store.files import check_not_symlink, fsync_dir, storage_error, uninterrupted, write_all
+from ..store.files import check_not_symlink, fsync_dir, make_folder, storage_error, uninterrupted, write_all
 from ..store.segment import new_file_whole as _new_file
 from ..store.store import Store
 from . import layout, losses
@@ -56,12 +56,7 @@ class _Held:
 
 
 def _session_folder(store, session: str) -> str:
-    d = os.path.join(store.root, "sessions", session)
-    check_not_symlink(d)
-    if not os.path.isdir(d):
-        os.makedirs(d, mode=0o700, exist_ok=True)
-        fsync_dir(os.path.dirname(d))
-    return d
+    return make_folder(os.path.join(store.root, "sessions", session))
 
 
 def _append(folder: str, name: str, at: int, data: bytes) -> bool:
