@@ -4,23 +4,32 @@ look. These check that nothing another process (or a copy) does to the folder is
 a new segment, a writer's segment growing in place, a change within the clock's
 granularity of the listing, and a file replaced under the same name."""
 
+import json
 import os
 import shutil
+import subprocess
+import sys
 import time
 from types import SimpleNamespace
 
 from conftest import run_cli
 
+import ctape
 import ctape.store.store as store_mod
 from ctape import Tape
 
+WRITER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "listing_writer.py")
 
-def _append(tape_dir, text: str, writer: str) -> str:
-    """An append by another process with an index cache of its own (another machine on a
-    shared folder, or what rsync brings): only the folder tells this process of it."""
-    cache = os.path.join(os.path.dirname(str(tape_dir)), f"cache-{writer}")
+
+def _append(tape_dir, text: str, writer: str, own_cache: bool = True) -> str:
+    """An append by another process; with `own_cache`, with an index cache of its own
+    (another machine on a shared folder, or what rsync brings): only the folder tells this
+    process of it."""
+    env = {"CTAPE_WRITER": writer}
+    if own_cache:
+        env["CTAPE_CACHE_DIR"] = os.path.join(os.path.dirname(str(tape_dir)), f"cache-{writer}")
     return run_cli("--dir", tape_dir, "append", "user", f'{{"content": "{text}"}}', "-s", "s",
-                   env={"CTAPE_WRITER": writer, "CTAPE_CACHE_DIR": cache}, check=True).stdout.decode().strip()
+                   env=env, check=True).stdout.decode().strip()
 
 
 def _seal(folder: str) -> None:
@@ -31,15 +40,22 @@ def _seal(folder: str) -> None:
         f.read()
 
 
+def _fill(s, folder: str, n: int = 40) -> None:
+    """n appends, each sealed by a copy's read: a folder of n segments or more, past
+    LISTING_REUSE_MIN_FILES (smaller folders are listed at every look)."""
+    assert n >= store_mod.LISTING_REUSE_MIN_FILES
+    for i in range(n):
+        s.append("user", {"content": f"fill {i}"})
+        _seal(folder)
+
+
 def test_a_command_lists_a_session_once(tape_dir, monkeypatch):
     """`status` looks at a session's files six times; a folder of 300 sealed segments is
     listed (and each file `stat`ed) once. Fails when every look lists the folder again."""
     with Tape.open(tape_dir) as t:
         s = t.session("s")
         folder = os.path.join(tape_dir, "sessions", "s")
-        for i in range(300):  # a push between any two appends seals the segment: one file each
-            s.append("user", {"content": f"m{i}"})
-            _seal(folder)
+        _fill(s, folder, 300)  # a push between any two appends seals the segment: one file each
     assert len(os.listdir(folder)) >= 300
     time.sleep(store_mod.RACY_NS / 1e9 * 2)  # past the racy window of the last change
     listed = []
@@ -62,9 +78,10 @@ def test_what_other_processes_do_to_a_listed_folder_is_seen_at_once(tape_dir):
     segment of a third writer; and a segment replaced under its name by a copy."""
     with Tape.open(tape_dir) as t:
         s = t.session("s")
+        _fill(s, os.path.join(tape_dir, "sessions", "s"))
         first = s.append("user", {"content": "first"}).hash
         time.sleep(store_mod.RACY_NS / 1e9 * 2)
-        assert [e.hash for e in s.log()] == [first]  # listed, and not racy: the listing is kept
+        assert s.head.hash == first  # listed, and not racy: the listing is kept
         a = _append(tape_dir, "a new segment of writer b", "wrtrb")
         assert s.head.hash == a
         time.sleep(store_mod.RACY_NS / 1e9 * 2)
@@ -75,7 +92,7 @@ def test_what_other_processes_do_to_a_listed_folder_is_seen_at_once(tape_dir):
         s.log()
         c = _append(tape_dir, "a third writer", "wrtrc")
         assert s.head.hash == c
-        assert [e.hash for e in s.log()][:4] == [c, b, a, first]
+        assert [e.hash for e in s.log()][:4] == [c, b, a, first]  # newest first
 
 
 def test_a_change_right_after_a_listing_is_never_hidden_by_the_clock(tape_dir, monkeypatch):
@@ -113,8 +130,9 @@ def test_a_sealed_segment_cut_in_place_is_seen_within_the_reuse_time(tape_dir):
     with Tape.open(tape_dir) as t:
         s = t.session("s")
         folder = os.path.join(tape_dir, "sessions", "s")
+        _fill(s, folder)
         s.append("user", {"content": "one"})
-        old = next(x for x in os.listdir(folder) if x.endswith(".seg"))
+        old = max(x for x in os.listdir(folder) if x.endswith(".seg"))
         _seal(folder)
         s.append("user", {"content": "two"})  # in a new segment: `old` grows no more
         assert max(os.listdir(folder)) != old
@@ -126,3 +144,114 @@ def test_a_sealed_segment_cut_in_place_is_seen_within_the_reuse_time(tape_dir):
         assert t.store.list_files("s")[rel] == size  # within the reuse time: the listing stands
         time.sleep(store_mod.LISTING_REUSE_NS / 1e9)
         assert t.store.list_files("s")[rel] == size - 5
+
+
+def test_a_loss_noted_elsewhere_stays_noted(tape_dir):
+    """Found by review: an older segment cut over itself (a shorter copy written in place),
+    another process notes the loss; this process, whose reused listing still gives the old
+    size, took the file for restored and cleared the note for good (`fsck` no longer said
+    acknowledged records were lost, and appends went on). A size from a reused listing
+    never clears a loss."""
+    with Tape.open(tape_dir) as t:
+        s = t.session("s")
+        folder = os.path.join(tape_dir, "sessions", "s")
+        _fill(s, folder)
+        _append(tape_dir, "b1", "wrtrb", own_cache=False)
+        _append(tape_dir, "b2", "wrtrb", own_cache=False)
+        cut = next(x for x in os.listdir(folder) if x.startswith("wrtrb-"))
+        _seal(folder)  # a copy reads it: the next append goes to a new segment, and nothing is repeated
+        _append(tape_dir, "b3", "wrtrb", own_cache=False)
+        assert max(x for x in os.listdir(folder) if x.startswith("wrtrb-")) != cut
+        rel = f"sessions/s/{cut}"
+        time.sleep(store_mod.RACY_NS / 1e9 * 2)
+        t.store.refresh("s")  # listed, and kept
+        size = os.path.getsize(os.path.join(folder, cut))
+        with open(os.path.join(folder, cut), "r+b") as f:  # cut inside its last record, in place
+            f.truncate(size - 7)
+        p = run_cli("--dir", tape_dir, "status", "-s", "s")  # a new process lists it: the loss is noted
+        assert rel in [p for p, _, _ in t.store.index.lost_rows()], p.stderr
+        t.store.refresh("s")
+        assert rel in [p for p, _, _ in t.store.index.lost_rows()]
+        time.sleep(store_mod.LISTING_REUSE_NS / 1e9)
+        t.store.refresh("s")
+        assert rel in [p for p, _, _ in t.store.index.lost_rows()]
+    assert run_cli("--dir", tape_dir, "append", "user", '{"content": "x"}', "-s", "s").returncode != 0
+
+
+def test_a_segment_grown_in_place_behind_a_newer_one_is_seen(tape_dir, monkeypatch):
+    """Found by review: a writer whose left segment a copy read publishes the repeat (a
+    newer name) and only then appends to its active segment, which is no longer its
+    newest; another process that listed the folder between the two (here: told to look
+    there) kept that listing, so it missed the acknowledged append (a reader) or built on
+    the entry before it (a writer of the same id: the append was lost from history, fsck
+    ok). Every segment no copy has read is looked at again, and a writer lists afresh."""
+    from ctape.store.segment import SegmentWriter
+
+    folder = os.path.join(tape_dir, "sessions", "s")
+    here = os.path.dirname(os.path.dirname(os.path.abspath(ctape.__file__)))  # this ctape, not another installed one
+    with Tape.open(tape_dir) as t:
+        s = t.session("s")
+        _fill(s, folder)
+        others = [subprocess.Popen([sys.executable, WRITER, str(tape_dir)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                   text=True, env={**os.environ, "PYTHONPATH": here}) for _ in range(2)]
+        try:
+            for p in others:
+                assert p.stdout.readline().strip() == "ready"
+
+            def ask(p, line: str) -> dict:
+                p.stdin.write(line + "\n")
+                p.stdin.flush()
+                return json.loads(p.stdout.readline())
+
+            def read_active() -> None:  # a copy (push, rsync) reads this process's active segment
+                with open(os.path.join(tape_dir, t.store._writers["s"].rel), "rb") as f:
+                    f.read()
+
+            writer, reader = others
+            s.append("user", {"content": "e1"})
+            read_active()
+            s.append("user", {"content": "e2"})  # a new segment N, and the repeat of e1 after it
+            ask(writer, "append w2-first")  # the other process takes the newest up
+            read_active()  # N: its write of e2 is to be repeated at the next append
+            names = set(os.listdir(folder))
+            looked = []
+            write_buf = SegmentWriter._write_buf
+
+            def then_look(self, durable):
+                if not looked:  # the repeat is out; the append to the active segment comes next
+                    assert set(os.listdir(folder)) - names, "no repeat was published first"
+                    time.sleep(store_mod.RACY_NS / 1e9 * 2)
+                    looked.extend(ask(p, "head") for p in others)
+                return write_buf(self, durable)
+
+            monkeypatch.setattr(SegmentWriter, "_write_buf", then_look)
+            e3 = s.append("user", {"content": "e3"}).hash
+            monkeypatch.setattr(SegmentWriter, "_write_buf", write_buf)
+            assert looked
+            assert ask(reader, "head")["hash"] == e3
+            assert ask(writer, "append w2-second")["parent"] == e3
+        finally:
+            for p in others:
+                p.stdin.close()
+                p.wait(timeout=60)
+
+
+def test_a_writer_never_builds_on_a_reused_listing(tape_dir):
+    """A change the folder's times do not show (a network file system whose server's clock
+    lags this machine's, a clock stepped back) leaves a reused listing stale until it
+    expires. A reader then sees a new file up to 1 s late; a writer must not build on it
+    (its append would get an older parent: a fork, or with one writer id an entry lost
+    from history). The stale listing is made here by hand: the folder's present times
+    given to a listing taken before another process's append."""
+    folder = os.path.join(tape_dir, "sessions", "s")
+    with Tape.open(tape_dir) as t:
+        s = t.session("s")
+        _fill(s, folder)
+        time.sleep(store_mod.RACY_NS / 1e9 * 2)
+        t.store.refresh("s")
+        kept = t.store._listings["sessions/s"]
+        x = _append(tape_dir, "x", "wrtrb")  # another machine's writer, on the shared folder
+        dst = os.lstat(folder)
+        t.store._listings["sessions/s"] = ((dst.st_ino, dst.st_mtime_ns, dst.st_ctime_ns), time.time_ns(), *kept[2:])
+        assert "sessions/s/" + next(n for n in os.listdir(folder) if n.startswith("wrtrb-")) not in t.store.list_files("s")
+        assert s.append("user", {"content": "y"}).parent == x

@@ -151,6 +151,7 @@ class Session:
                 self.check_refs_intact()  # the damage and lost rows too, from a settled index
                 return self._cached_refs()
 
+            self.store.forget_listing(self.name)  # built on the files as they are now
             w.refstate = self.store.settled(self.name, read).copy()  # the writer's own: it applies its records
         return w.refstate
 

@@ -344,6 +344,7 @@ class SegmentWriter:
         mtime = os.fstat(self.dir_fd).st_ctime_ns
         self._seen_files = self._listing()
         self._noted = {}
+        st.forget_listing(self.session)
         st.refresh(self.session)
         st.verify_headers(self.session)
         self.refstate = None

@@ -52,6 +52,7 @@ from .files import (  # noqa: F401 - TYPE_*, CODEC_*, open_for_reading and zstd 
     CODEC_ZSTD,
     TYPE_BLOB,
     TYPE_ENTRY,
+    UNREAD_ATIME_NS,
     check_not_symlink,
     dict_decompressor,
     fsync_dir,
@@ -87,6 +88,7 @@ READ_FDS_MAX = 64
 WRITERS_MAX = 24
 REBUILD_TRIES = 4  # readings of every file while another process changes them (Store._rebuild)
 LISTING_REUSE_NS = 1_000_000_000  # a folder's listing stands this long while the folder is unchanged (Store._list_dir)
+LISTING_REUSE_MIN_FILES = 32  # smaller folders are listed at every look (Store._list_dir)
 RACY_NS = 50_000_000  # a folder changed this recently may change again without its times moving (coarse clocks)
 SETTLE_TRIES = 20  # refreshes before a session's refs are read from an index no rebuild replaced meanwhile (Store.settled)
 T = TypeVar("T")
@@ -423,10 +425,15 @@ class Store:
         was: the same inode and change times (a file made, removed or renamed into it, as
         compaction, a writer and rsync do, moves them), for at most LISTING_REUSE_NS, and
         only when the listing was not racy (taken within the file system's time
-        granularity of the folder's last change). The files that may grow in place, each
-        writer's newest segment, are looked at again every time; what else changes a
-        file in place (a copy truncating an older segment over itself) is seen within
-        LISTING_REUSE_NS, when the folder is listed again."""
+        granularity of the folder's last change), for folders of LISTING_REUSE_MIN_FILES
+        files or more (a small one costs little to list). The files that may grow in place
+        are looked at again every time: every segment no copy has read (a writer appends
+        only to those: its access time is still UNREAD_ATIME_NS, segment.py; with access
+        times not kept, every segment) and each writer's newest. What else changes a file
+        in place (a copy truncating an older segment over itself) is seen within
+        LISTING_REUSE_NS, when the folder is listed again: a reused size only ever says
+        that nothing changed (a file noted lost is looked at before it is taken as back),
+        and a writer lists the folder afresh before it builds on it (forget_listing)."""
         full = os.path.join(self.root, d)
         now = time.time_ns()
         try:
@@ -443,6 +450,7 @@ class Store:
             if out is not None:
                 return out
         out: dict[str, int] = {}
+        growing: list[tuple[str, int]] = []  # (segment, inode) of those no copy has read
         newest: dict[str, tuple[str, int]] = {}  # writer -> (its newest segment, inode)
         try:
             with os.scandir(full) as it:
@@ -455,6 +463,8 @@ class Store:
                             rel = f"{d}/{e.name}"
                             out[rel] = st.st_size
                             if rel[-4:] == ".seg":
+                                if st.st_atime_ns == UNREAD_ATIME_NS:
+                                    growing.append((rel, st.st_ino))
                                 w = e.name.split("-", 1)[0]  # segment_writer
                                 if w not in newest or newest[w][0] < rel:
                                     newest[w] = (rel, st.st_ino)
@@ -463,11 +473,16 @@ class Store:
             return out
         # a change within the clock's granularity of the listing may leave the times as they were
         granularity = 2_000_000_000 if dst.st_mtime_ns % 1_000_000_000 == 0 else RACY_NS
-        if max(dst.st_mtime_ns, dst.st_ctime_ns) < now - granularity:
-            self._listings[d] = (key, now, out, tuple(newest.values()))
+        if len(out) >= LISTING_REUSE_MIN_FILES and max(dst.st_mtime_ns, dst.st_ctime_ns) < now - granularity:
+            self._listings[d] = (key, now, out, tuple(set(growing) | set(newest.values())))
         else:
             self._listings.pop(d, None)
         return dict(out)
+
+    def forget_listing(self, session: str) -> None:
+        """The next look at the session lists its folder (a writer's reload: what it
+        builds on is read from the files as they are, never from a reused listing)."""
+        self._listings.pop(f"sessions/{session}", None)
 
     def _listing_again(self, sizes: dict[str, int], growing: tuple) -> Optional[dict[str, int]]:
         """A folder's listing reused (_list_dir), with the sizes of the files that may grow
@@ -602,7 +617,8 @@ class Store:
             return True
         floors = self.index.floors()
         for path, expected, _ in self.index.lost_rows():
-            if files.get(path, -1) >= min(expected, floors.get(path, expected)):
+            back = min(expected, floors.get(path, expected))
+            if files.get(path, -1) >= back and (self._size_now(path) or -1) >= back:  # the listing may be reused
                 self.index.clear_lost(path)  # the file is back (restored from a copy)
         changed = self._index_grown(files, rows)
         if mark is not None:
