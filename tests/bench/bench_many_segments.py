@@ -98,44 +98,57 @@ def worker(peer: str, n: int, d: str, src: str) -> list[tuple[float, float, int]
     return fifths
 
 
-def _build(src: str, d: str, n: int, seal: bool) -> None:
-    """A session of n appends; with `seal`, a read of the newest segment after each."""
+def _build(src: str, d: str, n: int, read: str) -> None:
+    """A session of n appends, after each a read: `newest` reads the newest segment (so the
+    repeats a writer makes are never read: the worst case), `push` every file that is new
+    or grew since the last read, as a push does (`ctape push --follow` after every append);
+    `none` reads nothing (one segment)."""
     code = ("import os, sys; sys.path.insert(0, %r); from ctape import Tape\n"
-            "t = Tape.init(%r, cache_dir=%r); s = t.session('s'); f = os.path.join(%r, 'sessions', 's')\n"
+            "t = Tape.init(%r, cache_dir=%r); s = t.session('s'); f = os.path.join(%r, 'sessions', 's'); seen = {}\n"
             "for i in range(%d):\n"
             "    s.append('user', {'content': 'Fix the failing test', 'n': i})\n"
-            "    if %r:\n"
+            "    if %r == 'newest':\n"
             "        open(os.path.join(f, max(x for x in os.listdir(f) if x.endswith('.seg'))), 'rb').read()\n"
-            "t.close()\n") % (src, os.path.join(d, "tape"), os.path.join(d, "cache"), os.path.join(d, "tape"), n, seal)
+            "    elif %r == 'push':\n"
+            "        for x in os.listdir(f):\n"
+            "            size = os.path.getsize(os.path.join(f, x))\n"
+            "            if seen.get(x) != size:\n"
+            "                open(os.path.join(f, x), 'rb').read(); seen[x] = size\n"
+            "t.close()\n") % (src, os.path.join(d, "tape"), os.path.join(d, "cache"), os.path.join(d, "tape"), n, read, read)
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def reads(n: int, against: Optional[str], repeats: int) -> None:
     """`status` and `log -n 20` as commands on a session of n appends in ~1.5 n sealed
-    segments, against the same session in one segment; each checkout in turn, medians."""
+    segments (read as push does, or only the newest), against the same session in one
+    segment; each checkout in turn, medians."""
     checkouts = [("ctape", ROOT)] + ([(f"ctape ({against})", against)] if against else [])
-    tapes = {"sealed": tempfile.mkdtemp(prefix="ctape-segs-"), "one segment": tempfile.mkdtemp(prefix="ctape-segs-")}
+    shapes = {"push": "sealed, push reads", "newest": "sealed, newest read", "none": "one segment"}
+    tapes = {shape: tempfile.mkdtemp(prefix="ctape-segs-") for shape in shapes}
     try:
         for shape, d in tapes.items():
-            _build(ROOT, d, n, shape == "sealed")
-        files = len(os.listdir(os.path.join(tapes["sealed"], "tape", "sessions", "s")))
+            _build(ROOT, d, n, shape)
+        files = {shape: len(os.listdir(os.path.join(d, "tape", "sessions", "s"))) for shape, d in tapes.items()}
         times: dict[tuple, list[float]] = {}
         for _ in range(repeats):
             for shape, d in tapes.items():
                 for label, src in checkouts:
                     for cmd in (["status"], ["log", "-n", "20"]):
                         env = {**os.environ, "PYTHONPATH": src, "CTAPE_CACHE_DIR": os.path.join(d, "cache"),
-                               "PYTHONPYCACHEPREFIX": os.path.join(tapes["sealed"], "pycache")}  # not compiled each time
+                               "PYTHONPYCACHEPREFIX": os.path.join(tapes["none"], "pycache")}  # not compiled each time
                         env.pop("PYTHONDONTWRITEBYTECODE", None)
                         t0 = time.perf_counter()
                         subprocess.run([sys.executable, "-m", "ctape", "--dir", os.path.join(d, "tape"), *cmd], env=env,
                                        cwd=d, check=True, stdout=subprocess.DEVNULL)  # cwd: not this checkout's ctape
                         times.setdefault((label, shape, " ".join(cmd)), []).append(time.perf_counter() - t0)
-        print(f"commands on a session of {n:,} appends: {files:,} sealed segments, or one; seconds, median of {repeats}")
+        print(f"commands on a session of {n:,} appends; seconds, median of {repeats}; files: "
+              + ", ".join(f"{files[k]:,} {v}" for k, v in shapes.items()))
+        print(f"{'':<28}{'':<12}" + "".join(f"{v:>22}" for v in shapes.values()) + f"{'cost of the shape':>22}")
         for label, _ in checkouts:
             for cmd in ("status", "log -n 20"):
-                sealed, one = (statistics.median(times[(label, shape, cmd)]) for shape in tapes)
-                print(f"{label:<28}{cmd:<12}{sealed:>8.3f} sealed {one:>8.3f} one segment {sealed - one:>+8.3f}")
+                m = {shape: statistics.median(times[(label, shape, cmd)]) for shape in shapes}
+                costs = " / ".join(f"{m[k] - m['none']:+.3f}" for k in ("push", "newest"))
+                print(f"{label:<28}{cmd:<12}" + "".join(f"{m[k]:>22.3f}" for k in shapes) + f"{costs:>22}")
     finally:
         for d in tapes.values():
             shutil.rmtree(d, ignore_errors=True)
