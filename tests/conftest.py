@@ -28,6 +28,13 @@ os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 os.environ["PYTHONPYCACHEPREFIX"] = os.path.join(_RUN_CACHE, "pycache")
 
 
+# Every process the suite starts imports this checkout's ctape, whatever another install
+# or an editable install pointing elsewhere (a fresh clone's `pip install -e` re-points it)
+# would give a `python script.py` child.
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+os.environ["PYTHONPATH"] = os.pathsep.join([_ROOT, *filter(None, [os.environ.get("PYTHONPATH")])])
+
+
 def pytest_unconfigure(config):
     forkserver.stop()
     shutil.rmtree(_RUN_CACHE, ignore_errors=True)

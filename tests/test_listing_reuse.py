@@ -14,7 +14,6 @@ from types import SimpleNamespace
 
 from conftest import run_cli
 
-import ctape
 import ctape.store.store as store_mod
 from ctape import Tape
 
@@ -188,12 +187,11 @@ def test_a_segment_grown_in_place_behind_a_newer_one_is_seen(tape_dir, monkeypat
     from ctape.store.segment import SegmentWriter
 
     folder = os.path.join(tape_dir, "sessions", "s")
-    here = os.path.dirname(os.path.dirname(os.path.abspath(ctape.__file__)))  # this ctape, not another installed one
     with Tape.open(tape_dir) as t:
         s = t.session("s")
         _fill(s, folder)
         others = [subprocess.Popen([sys.executable, WRITER, str(tape_dir)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                   text=True, env={**os.environ, "PYTHONPATH": here}) for _ in range(2)]
+                                   text=True) for _ in range(2)]
         try:
             for p in others:
                 assert p.stdout.readline().strip() == "ready"
