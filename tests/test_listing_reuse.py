@@ -250,6 +250,27 @@ def test_a_writer_never_builds_on_a_reused_listing(tape_dir):
         kept = t.store._listings["sessions/s"]
         x = _append(tape_dir, "x", "wrtrb")  # another machine's writer, on the shared folder
         dst = os.lstat(folder)
-        t.store._listings["sessions/s"] = ((dst.st_ino, dst.st_mtime_ns, dst.st_ctime_ns), time.time_ns(), *kept[2:])
+        t.store._listings["sessions/s"] = ((dst.st_ino, dst.st_mtime_ns, dst.st_ctime_ns), time.time_ns(), time.monotonic_ns(), *kept[3:])
         assert "sessions/s/" + next(n for n in os.listdir(folder) if n.startswith("wrtrb-")) not in t.store.list_files("s")
         assert s.append("user", {"content": "y"}).parent == x
+
+
+def test_a_wall_clock_stepped_back_keeps_no_listing(tape_dir, monkeypatch):
+    """Found by the second review: the reuse time was measured on the wall clock, so a
+    clock stepped back an hour (NTP, a resumed VM) after a listing kept it an hour: a
+    sealed segment cut in place went unreported, a pulled segment grown in place unread.
+    The age is taken from the monotonic clock, and no listing outlives a step back."""
+    with Tape.open(tape_dir) as t:
+        s = t.session("s")
+        folder = os.path.join(tape_dir, "sessions", "s")
+        _fill(s, folder)
+        time.sleep(store_mod.RACY_NS / 1e9 * 2)
+        old = sorted(x for x in os.listdir(folder) if x.endswith(".seg"))[0]
+        rel = f"sessions/s/{old}"
+        size = t.store.list_files("s")[rel]
+        real = time.time_ns
+        monkeypatch.setattr(store_mod.time, "time_ns", lambda: real() - 3600 * 10**9)
+        with open(os.path.join(folder, old), "r+b") as f:
+            f.truncate(size - 5)
+        time.sleep(store_mod.LISTING_REUSE_NS / 1e9)
+        assert t.store.list_files("s")[rel] == size - 5

@@ -786,6 +786,7 @@ def _snapshot(store: Store) -> dict[str, int]:
             continue
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
+            store.forget_listing(s)  # the sizes as they are under the lock, not as a look before it found them
             out.update(store.list_files(s))
         except UnsafePath:
             store.unsafe_sessions.add(s)

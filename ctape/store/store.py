@@ -239,7 +239,7 @@ class Store:
         self._fd_lock = threading.Lock()  # a descriptor is closed only while no thread reads through it
         self._uses = 0  # counts writes: which writer was used longest ago (WRITERS_MAX)
         self._known: dict[str, tuple] = {}  # session -> ({file name: size}, the cache's rebuilds) as last seen
-        self._listings: dict[str, tuple] = {}  # folder -> (its inode and times, listed at, sizes, growing files): _list_dir
+        self._listings: dict[str, tuple] = {}  # folder -> (its inode and times, listed at (wall, monotonic), sizes, growing files): _list_dir
         self._whole_at: Optional[int] = None  # the cache's rebuilds when this process last refreshed every file
         self.refs_cache = RefsCache()  # session -> (index version, its RefState): Session.refs
         self._writers: dict[str, "SegmentWriter"] = {}
@@ -435,7 +435,7 @@ class Store:
         that nothing changed (a file noted lost is looked at before it is taken as back),
         and a writer lists the folder afresh before it builds on it (forget_listing)."""
         full = os.path.join(self.root, d)
-        now = time.time_ns()
+        now, age_from = time.time_ns(), time.monotonic_ns()
         try:
             dst = os.lstat(full)
         except FileNotFoundError:
@@ -445,8 +445,10 @@ class Store:
             raise UnsafePath(f"refusing symlink inside the tape directory: {full}; replace it with the real file or folder")
         key = (dst.st_ino, dst.st_mtime_ns, dst.st_ctime_ns)
         memo = self._listings.get(d)
-        if memo is not None and memo[0] == key and now - memo[1] < LISTING_REUSE_NS:
-            out = self._listing_again(memo[2], memo[3])
+        # its age by the monotonic clock: a wall clock stepped back (NTP, a resumed VM) would
+        # keep it for the whole step; and none is kept across such a step
+        if memo is not None and memo[0] == key and age_from - memo[2] < LISTING_REUSE_NS and now >= memo[1]:
+            out = self._listing_again(memo[3], memo[4])
             if out is not None:
                 return out
         out: dict[str, int] = {}
@@ -474,7 +476,7 @@ class Store:
         # a change within the clock's granularity of the listing may leave the times as they were
         granularity = 2_000_000_000 if dst.st_mtime_ns % 1_000_000_000 == 0 else RACY_NS
         if len(out) >= LISTING_REUSE_MIN_FILES and max(dst.st_mtime_ns, dst.st_ctime_ns) < now - granularity:
-            self._listings[d] = (key, now, out, tuple(set(growing) | set(newest.values())))
+            self._listings[d] = (key, now, age_from, out, tuple(set(growing) | set(newest.values())))
         else:
             self._listings.pop(d, None)
         return dict(out)
@@ -618,7 +620,8 @@ class Store:
         floors = self.index.floors()
         for path, expected, _ in self.index.lost_rows():
             back = min(expected, floors.get(path, expected))
-            if files.get(path, -1) >= back and (self._size_now(path) or -1) >= back:  # the listing may be reused
+            now_size = self._size_now(path) if files.get(path, -1) >= back else None  # the listing may be reused
+            if now_size is not None and now_size >= back:
                 self.index.clear_lost(path)  # the file is back (restored from a copy)
         changed = self._index_grown(files, rows)
         if mark is not None:
