@@ -49,8 +49,9 @@ def _serve(path: str):
     import ctape.tape  # noqa: F401
 
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(path)
+    listener.bind(path + ".new")
     listener.listen(64)
+    os.rename(path + ".new", path)  # the name appears listening: a client that sees it connects (CI saw one refused)
     parent = os.getppid()
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
