@@ -18,6 +18,7 @@ from ctape import Tape
 
 from conftest import run_cli, snapshot
 from remote_server import SECRET_KEY, Seaweed
+from test_sync import reached_by_refs
 
 SLOW = os.environ.get("CTAPE_SLOW") == "1"
 
@@ -60,22 +61,6 @@ def cli(d, *args, check=True):
 def cli_json(d, *args):
     p = cli(d, *args, "--json")
     return [json.loads(line) for line in p.stdout.decode().splitlines()]
-
-
-def reached_by_refs(d):
-    """Every entry any branch or HEAD of any session of the copy reaches."""
-    t = Tape.open(d)
-    try:
-        out = set()
-        for name in t.store.sessions():
-            st = t.session(name).refs()
-            for h in list(st.branches.values()) + [st.head_hash]:
-                while h is not None and h not in out:
-                    out.add(h)
-                    h = t.read_entry(h).parent
-        return out
-    finally:
-        t.close()
 
 
 def refs_of(d):
