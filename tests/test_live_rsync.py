@@ -22,11 +22,12 @@ import shutil
 import subprocess
 import sys
 import time
-from contextlib import contextmanager
 
 import pytest
 
 from ctape import Tape
+
+from test_sync_model import writer_env
 
 pytestmark = pytest.mark.skipif(shutil.which("rsync") is None, reason="rsync is not installed (.ci/run installs it)")
 
@@ -66,19 +67,6 @@ while [ ! -e "$3" ]; do
 done
 echo $n
 """
-
-
-@contextmanager
-def writer_env(w: str):
-    old = os.environ.get("CTAPE_WRITER")
-    os.environ["CTAPE_WRITER"] = w
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop("CTAPE_WRITER", None)
-        else:
-            os.environ["CTAPE_WRITER"] = old
 
 
 def history(t: Tape) -> set[str]:
