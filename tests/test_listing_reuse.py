@@ -65,6 +65,7 @@ def test_a_command_lists_a_session_once(tape_dir, monkeypatch):
         return real(path)
 
     monkeypatch.setattr(store_mod.os, "scandir", counting)
+    monkeypatch.setattr(store_mod, "LISTING_REUSE_NS", 60 * 10**9)  # a loaded machine's slow command: still one
     with Tape.open(tape_dir) as t:
         st = t.session("s").status()
     assert st["head"] is not None, st
@@ -123,9 +124,10 @@ def test_a_change_right_after_a_listing_is_never_hidden_by_the_clock(tape_dir, m
             assert name in t.store.list_files("s"), i
 
 
-def test_a_sealed_segment_cut_in_place_is_seen_within_the_reuse_time(tape_dir):
+def test_a_sealed_segment_cut_in_place_is_seen_within_the_reuse_time(tape_dir, monkeypatch):
     """An older segment truncated over itself (a copy written in place) moves no time of
     the folder: the reused listing keeps its old size for at most LISTING_REUSE_NS."""
+    monkeypatch.setattr(store_mod, "LISTING_REUSE_NS", 3 * 10**9)  # "within": also on a loaded machine
     with Tape.open(tape_dir) as t:
         s = t.session("s")
         folder = os.path.join(tape_dir, "sessions", "s")
@@ -234,7 +236,7 @@ def test_a_segment_grown_in_place_behind_a_newer_one_is_seen(tape_dir, monkeypat
                 p.wait(timeout=60)
 
 
-def test_a_writer_never_builds_on_a_reused_listing(tape_dir):
+def test_a_writer_never_builds_on_a_reused_listing(tape_dir, monkeypatch):
     """A change the folder's times do not show (a network file system whose server's clock
     lags this machine's, a clock stepped back) leaves a reused listing stale until it
     expires. A reader then sees a new file up to 1 s late; a writer must not build on it
@@ -248,6 +250,7 @@ def test_a_writer_never_builds_on_a_reused_listing(tape_dir):
         time.sleep(store_mod.RACY_NS / 1e9 * 2)
         t.store.refresh("s")
         kept = t.store._listings["sessions/s"]
+        monkeypatch.setattr(store_mod, "LISTING_REUSE_NS", 60 * 10**9)  # the stale listing stands, however slow the machine
         x = _append(tape_dir, "x", "wrtrb")  # another machine's writer, on the shared folder
         dst = os.lstat(folder)
         t.store._listings["sessions/s"] = ((dst.st_ino, dst.st_mtime_ns, dst.st_ctime_ns), time.time_ns(), time.monotonic_ns(), *kept[3:])
