@@ -280,8 +280,7 @@ def warn_tape_damage(tape, session=None) -> None:
     if session:
         warn_damage(tape, session)
         return
-    idx = tape.store.index
-    bad = sorted(set(idx.file_rows(damaged=True)) | {p for p, _, _ in idx.lost_rows()})
+    bad = tape.store.damaged_files()
     if bad:
         more = f" and {len(bad) - 1} more file(s)" if len(bad) > 1 else ""
         click.echo(f"ctape: warning: damaged records in {bad[0]}{more}: what they held is left out; see `ctape fsck`", err=True)

@@ -12,7 +12,7 @@ import signal
 import stat
 import threading
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Iterator, Optional
 
 from ..model.errors import StorageError, UnsafePath
 
@@ -138,13 +138,15 @@ def reads_move_atime(folder: str) -> bool:
             os.unlink(tmp)
 
 
-def check_not_symlink(path: str) -> None:
+def check_not_symlink(path: str) -> Optional[os.stat_result]:
+    """Refuse a symlink at `path` (UnsafePath); its lstat, or None when nothing is there."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
-        return
+        return None
     if stat.S_ISLNK(st.st_mode):
         raise UnsafePath(f"refusing symlink inside the tape directory: {path}; replace it with the real file or folder")
+    return st
 
 
 def write_all(fd: int, data) -> None:

@@ -66,7 +66,7 @@ from .files import (  # noqa: F401 - TYPE_*, CODEC_*, open_for_reading and zstd 
 from .index import Index, IndexBatch, IndexDegraded, default_cache_root, hash_key, index_file
 from ..model.models import NAME_RE
 from ..model.schema import header_problem, object_record_problem, read_partial_record, read_ref_record
-from .segment import SegmentWriter, forget_holders
+from .segment import RACY_NS, SegmentWriter, forget_holders
 
 TYPE_WITHHELD = ord("W")  # an entry kept without its redacted values (docs/format.md section 17)
 LOST_VALUE = "[lost: damaged]"  # what a read shows for a value lost to damage (docs/format.md section 15)
@@ -89,7 +89,6 @@ WRITERS_MAX = 24
 REBUILD_TRIES = 4  # readings of every file while another process changes them (Store._rebuild)
 LISTING_REUSE_NS = 1_000_000_000  # a folder's listing stands this long while the folder is unchanged (Store._list_dir)
 LISTING_REUSE_MIN_FILES = 32  # smaller folders are listed at every look (Store._list_dir)
-RACY_NS = 50_000_000  # a folder changed this recently may change again without its times moving (coarse clocks)
 SETTLE_TRIES = 20  # refreshes before a session's refs are read from an index no rebuild replaced meanwhile (Store.settled)
 T = TypeVar("T")
 
@@ -436,13 +435,10 @@ class Store:
         and a writer lists the folder afresh before it builds on it (forget_listing)."""
         full = os.path.join(self.root, d)
         now, age_from = time.time_ns(), time.monotonic_ns()
-        try:
-            dst = os.lstat(full)
-        except FileNotFoundError:
+        dst = check_not_symlink(full)
+        if dst is None:
             self._listings.pop(d, None)
             return {}
-        if stat.S_ISLNK(dst.st_mode):
-            raise UnsafePath(f"refusing symlink inside the tape directory: {full}; replace it with the real file or folder")
         key = (dst.st_ino, dst.st_mtime_ns, dst.st_ctime_ns)
         memo = self._listings.get(d)
         # its age by the monotonic clock: a wall clock stepped back (NTP, a resumed VM) would
@@ -620,8 +616,10 @@ class Store:
         floors = self.index.floors()
         for path, expected, _ in self.index.lost_rows():
             back = min(expected, floors.get(path, expected))
-            now_size = self._size_now(path) if files.get(path, -1) >= back else None  # the listing may be reused
-            if now_size is not None and now_size >= back:
+            size = files.get(path, -1)
+            if size >= back:
+                size = self._size_now(path)  # a reused listing's size proves nothing: look
+            if size is not None and size >= back:
                 self.index.clear_lost(path)  # the file is back (restored from a copy)
         changed = self._index_grown(files, rows)
         if mark is not None:
@@ -1109,10 +1107,11 @@ class Store:
         report = self._salvage_losses().get(h) or self._salvage_lost_keys().get(hash_key(h))
         if report:
             return report
-        damaged = self._damaged_files()
+        damaged = self.damaged_files()
         return ", ".join(damaged[:3]) + (" ..." if len(damaged) > 3 else "") if damaged else None
 
-    def _damaged_files(self) -> list[str]:
+    def damaged_files(self) -> list[str]:
+        """Every file of the tape with damaged records or lost acknowledged ones."""
         return sorted(set(self.index.file_rows(damaged=True)) | {p for p, _, _ in self.index.lost_rows()})
 
     def read_value(self, h: str, entry: Optional[str] = None) -> bytes:
@@ -1131,7 +1130,7 @@ class Store:
                 return LOST_VALUE.encode()
             mine = self._session_of(entry)
             key = hash_key(h)
-            held = [p for p in self._damaged_files() if h in self._damaged_names(p) or self._holds(p, h) or key in self.index.lost_keys(p)]
+            held = [p for p in self.damaged_files() if h in self._damaged_names(p) or self._holds(p, h) or key in self.index.lost_keys(p)]
             if held and mine is not None and not any(p.startswith(f"sessions/{mine}/") for p in held):
                 return LOST_VALUE.encode()
             raise
