@@ -348,3 +348,62 @@ def test_compact_remote_deletes_for_the_others_when_only_held_back_sessions_have
     assert out["deleted"]["files"] >= 1 and "dirty" in out["deferred"], out
     assert b"likely secret" in p.stderr and b"dirty" in p.stderr, p.stderr  # said, as a warning
     assert not any(has_bytes(v, leaked) for v in remote_blobs(f"file://{remote}").values())
+
+
+def test_a_session_held_back_during_the_upload_holds_back_what_refers_to_it(tmp_path):
+    """The check before the upload holds back a session whose upload refers to values a
+    held-back session stores (a large value is stored once per tape). A session held back
+    later, when push reads its own segment and finds a secret appended after the check,
+    held back only itself: another session whose appends after the check refer to a large
+    value first stored in the held-back file went up, and a clone could not read it (the
+    value "has not arrived yet"). Now it waits with that one, and so does a session that
+    refers to it in turn (a chain); a clone reads the rest, and the next push sends all."""
+    from ctape.sync import push as push_mod
+    from ctape.sync.backend import open_backend
+
+    a, remote = tmp_path / "A", tmp_path / "remote"
+    remote.mkdir()
+    t = Tape.init(a)
+    for name in ("chat", "other", "plain", "third"):
+        t.session(name).append("user", {"content": f"before the check: {name}"})
+    shared, second = os.urandom(20_000).hex(), os.urandom(20_000).hex()
+    real, calls = push_mod.check_secrets, []
+
+    def check_then_append(*args, **kw):
+        out = real(*args, **kw)
+        if not calls:  # a writer beside the push: each large value lands first in the session before
+            calls.append(1)
+            t.session("chat").append("tool_result", {"call_id": "c1", "output": shared})
+            t.session("chat").append("user", {"content": "token ghp_aB3dE5gH7jK9mN1pQ3sT5vX7zA9cE1gI3kM5"})
+            t.session("other").append("tool_result", {"call_id": "c2", "output": shared})
+            t.session("other").append("tool_result", {"call_id": "c3", "output": second})
+            t.session("third").append("tool_result", {"call_id": "c4", "output": second})
+        return out
+
+    url = f"file://{remote}"
+    push_mod.check_secrets = check_then_append
+    try:
+        r = push_mod.push(t, open_backend(url), "origin")
+    finally:
+        push_mod.check_secrets = real
+    assert sorted(r["held_back"]) == ["chat", "other", "third"], r
+    assert "refers to values stored in session chat" in r["held_back"]["other"], r
+    assert "refers to values stored in session other" in r["held_back"]["third"], r
+    assert r["files"] == 1, r  # plain's segment; what went of the others is named by no manifest
+    b = tmp_path / "B"
+    run_cli("clone", url, b, check=True)
+    p = cli(b, "fsck", check=False)
+    assert p.returncode == 0, (p.stdout, p.stderr)
+    assert b"before the check: plain" in cli(b, "export", "plain").stdout
+    assert [json.loads(line)["session"] for line in cli(b, "sessions", "--json").stdout.decode().splitlines()] == ["plain"]
+
+    # once the finding is allowed, the next push sends every session whole
+    r = push_mod.push(t, open_backend(url), "origin", allow_secrets=True)
+    assert not r["held_back"], r
+    t.close()
+    c = tmp_path / "C"
+    run_cli("clone", url, c, check=True)
+    p = cli(c, "fsck", check=False)
+    assert p.returncode == 0, (p.stdout, p.stderr)
+    assert second.encode() in cli(c, "export", "third").stdout
+    assert shared.encode() in cli(c, "export", "other").stdout

@@ -542,6 +542,36 @@ def _waiting_on(tape, state: State, rest: list[tuple], held: dict[str, str]) -> 
                    f"{shown_name(tape, first)}, which is held back; it goes with that one")
 
 
+def _unlist_waiting(tape, state: State, went: list[tuple], held_back: dict[str, str], listed: list[dict],
+                    noted: dict[str, tuple]) -> set[str]:
+    """The sessions that went up in this push whose uploads refer to values a session held
+    back during the upload stores (a secret appended after the check, found when push read
+    its own segment): they wait with it, as the check before the upload makes them wait
+    (`_waiting_on`), and are added to `held_back`. Their pieces are on the remote already,
+    but no manifest will name them (as after a push killed before its manifest: nobody reads
+    them, and the next push finds them equal or adds new ranges), and this copy forgets it
+    sent them. Until none is added: a session that waits may hold what another refers to."""
+    waiting: set[str] = set()
+    while True:
+        held = dict(held_back)
+        _waiting_on(tape, state, [p for p in went if p[0] not in held_back], held)
+        more = held.keys() - held_back.keys()
+        if not more:
+            return waiting
+        held_back.update((s, held[s]) for s in more)
+        waiting |= more
+        for k, (have, pieces) in noted.items():
+            if k.split("/", 1)[0] in more:
+                if have is None:
+                    state["have"].pop(k, None)
+                else:
+                    state["have"][k] = have
+                if pieces:
+                    state["pieces"][k] = pieces
+                else:
+                    state["pieces"].pop(k, None)
+
+
 def _new_deletions(store, backend: Backend, state: State, warn) -> bool:
     """Learn the deletions of the remote announced since this copy last looked (g/<n>: one
     GET each, and a miss); True when there were any. `compact --remote` announces a
@@ -692,6 +722,10 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
         layout.check_identity(store, backend, create=True)
     total = sum(e - b for _, _, b, e, _ in todo)
     sent, files, listed, skipped, refused = 0, set(), [], 0, 0
+    went: list[tuple] = []  # (session, file, start, end, own segment): what was read and sent
+    noted: dict[str, tuple] = {}  # file -> what this copy knew the remote held of it before this push
+    there: set[tuple] = set()  # pieces the remote held already
+    checked_first = set(held_back)
     with ThreadPoolExecutor(WORKERS) as pool:
         # uploads run WORKERS at a time while the next files are read: at most BATCH_BYTES
         # (or 4 * WORKERS pieces) in flight; each is noted in the order it was read
@@ -710,7 +744,12 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
                     warn(f"the remote's {key} holds other bytes than this copy's; left as it is")
                     refused += 1
                     continue
-                skipped += status == "there"
+                if status == "there":
+                    skipped += 1
+                    there.add((s, file, a, b))
+                k = f"{s}/{file}"
+                if k not in noted:
+                    noted[k] = (state["have"].get(k), [list(p) for p in state["pieces"].get(k, [])])
                 listed.append({"session": s, "file": file, "start": a, "end": b, "blake3": layout.digest(chunk)})
                 layout.note_have(state, listed[-1], int(state.get("gnext", 0)))
                 sent += b - a
@@ -738,6 +777,7 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
                 if not data:
                     continue
                 end = start + len(data)
+                went.append((s, file, start, end, mine))
                 if file.endswith(".pack"):
                     if not layout.pack_ok(file, data):
                         warn(f"not pushed: {s}/{file} does not match its name (run `ctape fsck`)")
@@ -763,6 +803,12 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
             if checked is not None:
                 checked.update(ends or {})
             total += sum(e - b for _, _, b, e, _ in todo)
+    if held_back.keys() - checked_first:
+        waiting = _unlist_waiting(tape, state, went, held_back, listed, noted)
+        sent -= sum(f["end"] - f["start"] for f in listed if f["session"] in waiting)
+        skipped -= sum(1 for p in there if p[0] in waiting)
+        listed = [f for f in listed if f["session"] not in waiting]
+        files = {f for f in files if f[0] not in waiting}
     state["own"] = own
     # the salvage reports of the sessions that went (or were there): so that every copy reads
     # what a salvage here found lost as lost, never as missing (ctape/sync/losses.py)
