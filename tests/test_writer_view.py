@@ -308,3 +308,35 @@ def test_a_repeat_that_cannot_be_written_fails_its_write_and_is_made_by_the_next
     assert chain(f.session("s")) == want
     assert f.fsck()["ok"]
     f.close()
+
+
+def test_a_reader_thread_never_ends_a_tick_the_writer_set_during_its_look(tmp_path, monkeypatch):
+    """A reader thread looks at the writer's view without the session's lock
+    (`view_is_current`) and, once its listing proves the view past the racy tick, ends that
+    tick. The writer may note a file of its own while the reader lists (a new tick, when a
+    second change could hide in the folder's change time): the reader ended that one too,
+    and until the writer next listed, its view trusted the change time alone. Here the
+    writer's note lands inside the reader's listing."""
+    d = str(tmp_path / "t")
+    t = Tape.init(d, cache_dir=str(tmp_path / "c"))
+    s = t.session("s")
+    s.append("user", {"content": "m0"})
+    w = t.store._writers["s"]
+    assert w.view_is_current()
+    w._racy_until = time.time_ns() - 1  # a tick the writer set before, and that has passed
+    later = time.time_ns() + 10**12
+    real = w._listing
+
+    def listing_while_the_writer_notes_a_file():
+        out = real()
+        with w._racy_lock:
+            w._racy_until = later  # as `_note_own_file` sets it, from the writer's thread
+        return out
+
+    monkeypatch.setattr(w, "_listing", listing_while_the_writer_notes_a_file)
+    assert w.view_is_current()
+    assert w._racy_until == later
+    monkeypatch.setattr(w, "_listing", real)
+    w._racy_until = time.time_ns() - 1
+    assert w.view_is_current() and w._racy_until == 0  # with nothing set meanwhile, the look ends its tick
+    t.close()

@@ -104,6 +104,7 @@ class SegmentWriter:
         self._seen_dir: Optional[int] = None
         self._seen_files: dict[str, object] = {}  # and its data files (`_listing`)
         self._racy_until = 0  # until then (ns), the folder's mtime alone cannot be trusted
+        self._racy_lock = threading.Lock()  # a reader thread clears it, the writer sets it (`_view_is_current`)
         self.ino = 0  # the active segment's inode
         self._others_grow = False  # the folder holds segments of other writer ids
         # a segment this writer made, named after its active one: (path, size, inode) (`_note_own_file`)
@@ -245,7 +246,8 @@ class SegmentWriter:
             return False
         if (dst or os.fstat(self.dir_fd)).st_ctime_ns != self._seen_dir:
             return False
-        if self._others_grow or self._racy_until:
+        racy = self._racy_until
+        if self._others_grow or racy:
             # segments of other writer ids (CTAPE_WRITER, another path to this folder) grow
             # without changing the folder, and a second change of the folder in the clock
             # tick of the first leaves its ctime as it was: compare the files instead.
@@ -255,8 +257,13 @@ class SegmentWriter:
             if listing != self._seen_files and not self._only_inodes_differ(listing):
                 return False
             self._noted.clear()
-            if self._racy_until and now >= self._racy_until:
-                self._racy_until = 0
+            if racy and now >= racy:
+                # a reader thread (`view_is_current`, no session lock) looks while the writer
+                # may note a file of its own: only the tick this look has proved ends, never
+                # one the writer set since this look began
+                with self._racy_lock:
+                    if self._racy_until == racy:
+                        self._racy_until = 0
         if self.fd >= 0:
             return os.fstat(self.fd).st_size == self.offset
         if self.created:
@@ -331,7 +338,8 @@ class SegmentWriter:
             return
         self._seen_files[name] = ino
         self._noted[name] = ino
-        self._seen_dir, self._racy_until = ctime, ctime + RACY_NS
+        with self._racy_lock:
+            self._seen_dir, self._racy_until = ctime, ctime + RACY_NS
         if newer is not None:
             self._newer_segment = newer
 
@@ -354,8 +362,9 @@ class SegmentWriter:
         self._close_segment()
         self._open_segment()
         self._newer_segment = None
-        self._seen_dir = mtime
-        self._racy_until = mtime + RACY_NS if time.time_ns() - mtime < RACY_NS else 0
+        with self._racy_lock:
+            self._seen_dir = mtime
+            self._racy_until = mtime + RACY_NS if time.time_ns() - mtime < RACY_NS else 0
         mine = f"{self.store.writer}-"
         self._others_grow = any(n.endswith(".seg") and not n.startswith(mine) for n in self._seen_files)
 
