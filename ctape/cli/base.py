@@ -180,14 +180,9 @@ def need_stdout() -> None:
 
 
 def _is_tape(path: str) -> bool:
-    from ..store.store import FORMAT_FILE, FORMAT_NAME
+    from ..store.store import is_tape
 
-    try:
-        with open(os.path.join(path, FORMAT_FILE), "rb") as f:
-            meta = json.loads(f.read(1 << 16))
-    except (OSError, ValueError):
-        return False
-    return isinstance(meta, dict) and meta.get("format") == FORMAT_NAME
+    return is_tape(path)
 
 
 def find_tape_dir(explicit: str | None) -> str:

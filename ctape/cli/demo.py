@@ -24,10 +24,11 @@ def run_demo(path: str, crash: bool, echo, prog: str = "ctape") -> int:
     when it made it, else the half-made session) and says why in one line."""
     from ..errors import CtapeError
     from ..store.files import uninterrupted
-    from ..store.store import Store
+    from ..store.store import Store, refuse_inside_tape
     from ..tape import Tape
 
     path = os.path.abspath(path)
+    refuse_inside_tape(path)  # before anything starts: nothing to take back
     writer = _StreamWriter() if crash else None  # started first: it fails before anything is written
     created = not os.path.exists(path)
     tape = name = None
@@ -188,7 +189,8 @@ class _StreamWriter:
 def demo(ctx, crash):
     """Record a demo session in a fresh tape, crash it, recover it.
 
-    Uses --dir, $CTAPE_DIR or ./.ctape (created if needed), session `demo`
+    Uses --dir, $CTAPE_DIR or ./.ctape (created if needed; never inside another
+    tape), session `demo`
     (`demo-2` and so on when taken), then shows it with commands printed as you
     can type them. A demo that cannot finish takes back what it wrote.
 

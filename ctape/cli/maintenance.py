@@ -44,16 +44,10 @@ def _check_not_nested(target: str, explicit: bool) -> None:
     """Refuse a tape inside another tape's directory; and, for the implicit ./.ctape, one
     below a folder whose tape commands here already find (it would hide that one)."""
     from ..errors import CtapeError, InvalidInput
+    from ..store.store import refuse_inside_tape
     from .base import find_tape_dir
 
-    up = os.path.dirname(target)
-    while True:
-        if _is_tape(up):
-            raise InvalidInput(f"cannot init {target}: it is inside the tape {up}, which holds only ctape's own files; "
-                               "pick a path outside it")
-        if os.path.dirname(up) == up:
-            break
-        up = os.path.dirname(up)
+    refuse_inside_tape(target)
     if explicit or _is_tape(target):
         return
     try:

@@ -281,6 +281,8 @@ def _fail_on_damage(r: dict, name: str) -> None:
 def clone(url, directory, endpoint, as_json):
     """Make a new copy of the tape at URL in DIR, with the remote as `origin`.
 
+    DIR is a new or empty folder, never inside another tape.
+
     \b
     Examples:
       ctape clone s3://team-tapes/agents ./tapes

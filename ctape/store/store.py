@@ -116,6 +116,31 @@ def unfinished_clone(root: str) -> Optional[str]:
         return ""  # cut while it was written
 
 
+def is_tape(path: str) -> bool:
+    """Does `path` hold a tape (its identity file names ctape's format)?"""
+    try:
+        with open(os.path.join(path, FORMAT_FILE), "rb") as f:
+            meta = json.loads(f.read(1 << 16))
+    except (OSError, ValueError):
+        return False
+    return isinstance(meta, dict) and meta.get("format") == FORMAT_NAME
+
+
+def refuse_inside_tape(root: str, what: str = "init") -> None:
+    """A tape is never made inside another one (`init`, `clone`, `demo`, Tape.init): the
+    outer tape holds only its own files, would take the inner one's folder for a session
+    (or warn of foreign files in it), and write its appends into the inner tape's root."""
+    root = os.path.abspath(root)
+    up = os.path.dirname(root)
+    while True:
+        if is_tape(up):
+            raise InvalidInput(f"cannot {what} {root}: it is inside the tape {up}, which holds only ctape's own files; "
+                               "pick a path outside it")
+        if os.path.dirname(up) == up:
+            return
+        up = os.path.dirname(up)
+
+
 def _refuse_unfinished_clone(root: str) -> None:
     url = unfinished_clone(root)
     if url is not None:
@@ -333,6 +358,7 @@ class Store:
         remote's); False when one is there already. A failure takes back what it made."""
         root = os.path.abspath(root)
         meta_path = os.path.join(root, FORMAT_FILE)
+        refuse_inside_tape(root, "clone into" if _cloning else "init")
         if os.path.lexists(root) and not os.path.isdir(root):
             raise InvalidInput(f"cannot init: {root} exists and is not a directory; choose another path")
         if os.path.isdir(root):

@@ -258,11 +258,12 @@ def clone(backend: Backend, url: str, endpoint: Optional[str], target: str, warn
     fsck calls fine), and the same clone run again finishes it: it pulls what is missing,
     as a pull after an interrupted pull does. A clone that fails otherwise removes what it
     wrote, as git's does (one that was finishing an earlier one leaves it to be run again)."""
-    from ..store.store import CLONING, unfinished_clone
+    from ..store.store import CLONING, refuse_inside_tape, unfinished_clone
     from ..tape import Tape
     from . import remote as remotes
 
     target = os.path.abspath(target)
+    refuse_inside_tape(target, "clone into")
     marker = os.path.join(target, CLONING)
     earlier = unfinished_clone(target) if os.path.isdir(target) and not os.path.islink(target) else None
     if earlier is None and _cloned_already(target, url):
