@@ -22,6 +22,7 @@ class CtapeGroup(click.Group):
     def main(self, *args, **kwargs):
         """Usage errors as one line on stderr (exit 2), like every other error."""
         kwargs["standalone_mode"] = False
+        escape_stderr()
         warnings.showwarning = _show_warning
         sys.unraisablehook = _unraisable
         _hold_closed_descriptors()
@@ -109,6 +110,33 @@ def _unraisable(u) -> None:
     sys.__unraisablehook__(u)
 
 
+def escape_stderr() -> None:
+    """Every line ctape writes to stderr is for a person (errors, warnings, notes,
+    progress), and many name what came from outside: a file's path, a remote's address, a
+    session's name, a value from the environment. None may pass a terminal control
+    character through (SPEC 13: an escape sequence in a file name would clear the screen
+    or set the window's title): so stderr itself writes them as \\xNN escapes, whatever
+    line is written, keeping only tab, newline and the carriage return of progress lines."""
+    if not isinstance(sys.stderr, _EscapingText) and sys.stderr is not None:
+        sys.stderr = _EscapingText(sys.stderr)
+
+
+class _EscapingText:
+    """A text stream that writes through another, control characters escaped."""
+
+    def __init__(self, inner):
+        self._inner = inner
+
+    def write(self, s: str) -> int:
+        from ..ops.render import clean_stderr
+
+        self._inner.write(clean_stderr(s))
+        return len(s)
+
+    def __getattr__(self, name: str):
+        return getattr(self._inner, name)
+
+
 def _no_args_is_help(e: click.ClickException) -> bool:
     cls = getattr(click.exceptions, "NoArgsIsHelpError", None)
     return cls is not None and isinstance(e, cls)
@@ -119,7 +147,9 @@ def _show_warning(message, category, *_args, **_kwargs):
     from ..errors import CtapeWarning
 
     if issubclass(category, CtapeWarning):
-        click.echo(f"ctape: warning: {' '.join(str(message).split())}", err=True)
+        from ..ops.render import clean
+
+        click.echo(f"ctape: warning: {clean(' '.join(str(message).split()))}", err=True)
 
 
 def _interrupted():
@@ -132,7 +162,9 @@ def _interrupted():
 
 
 def _fail(msg: str, code: int):
-    msg = " ".join(str(msg).split())
+    from ..ops.render import clean
+
+    msg = clean(" ".join(str(msg).split()))  # escaped here, not only by stderr: click would cut an escape sequence out
     click.echo(f"ctape: error: {msg}", err=True)
     sys.exit(code)
 

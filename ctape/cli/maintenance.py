@@ -176,13 +176,15 @@ def fsck(ctx, salvage, as_json):
     if as_json:
         emit_json(report)
     else:
+        from ..ops.render import clean  # a foreign file's name, a key of a payload: as they are, they could drive the terminal
+
         for p in report["problems"]:
-            click.echo(f"{p['severity']}: {p['what']}: {p['problem']}")
+            click.echo(clean(f"{p['severity']}: {p['what']}: {p['problem']}"))
         for w in report.get("warnings", []):
-            click.echo(f"warning: {w['what']}: {w['problem']}", err=True)
+            click.echo(clean(f"warning: {w['what']}: {w['problem']}"), err=True)
         redacted = report.get("redacted", [])
         for r in redacted[:REDACTED_SHOWN]:
-            click.echo(f"redacted: {r['object'][:12]} {r['path']} ({r['kind']}; bytes {r['bytes']})")
+            click.echo(clean(f"redacted: {r['object'][:12]} {r['path']} ({r['kind']}; bytes {r['bytes']})"))
         if len(redacted) > REDACTED_SHOWN:
             click.echo(f"redacted: ... and {len(redacted) - REDACTED_SHOWN} more places (fsck --json lists them all)")
         click.echo(f"{'ok' if report['ok'] else 'FAILED'}: checked {report['objects']} objects, {report['records']} ref records in {report['files']} files", err=True)

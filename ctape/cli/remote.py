@@ -22,7 +22,9 @@ def _human(n: int) -> str:
 
 
 def _warn(msg: str) -> None:
-    click.echo(f"ctape: warning: {msg}", err=True)
+    from ..ops.render import clean
+
+    click.echo(f"ctape: warning: {clean(msg)}", err=True)
 
 
 class _Progress:
@@ -111,7 +113,9 @@ def remote_list(ctx, as_json):
         if as_json:
             emit_json({"name": name, "url": conf["url"], "endpoint": conf.get("endpoint")})
         else:
-            click.echo(f"{name}\t{conf['url']}" + (f"\t{conf['endpoint']}" if conf.get("endpoint") else ""))
+            from ..ops.render import clean
+
+            click.echo("\t".join(clean(v) for v in (name, conf["url"], conf.get("endpoint")) if v))
 
 
 @remote.command("rm")
@@ -152,7 +156,9 @@ def remote_show(ctx, name, as_json):
     if as_json:
         emit_json(rep)
         return
-    click.echo(f"remote {name}: {rep['url']}")
+    from ..ops.render import clean
+
+    click.echo(f"remote {name}: {clean(rep['url'])}")
     click.echo(f"  {_n(len(rep['sessions']), 'session')}, {_human(rep['bytes'])} in {_n(rep['objects'], 'piece')}")
     for s in rep["sessions"]:
         click.echo(f"  session {s['session']}: {_n(s['files'], 'file')}, {_human(s['bytes'])}")
@@ -288,6 +294,7 @@ def clone(url, directory, endpoint, as_json):
       ctape clone s3://team-tapes/agents ./tapes
       ctape clone file:///mnt/nfs/tapes/project ./tapes
     """
+    from ..ops.render import clean
     from ..sync.backend import open_backend
     from ..sync.pull import clone as do_clone
 
@@ -299,7 +306,7 @@ def clone(url, directory, endpoint, as_json):
     if as_json:
         emit_json(r)
     elif r.get("already"):  # an earlier run of this clone finished (its end was not seen): brought up to date
-        click.echo(f"{r['dir']} is a clone of {url} already; pulled {_n(r['files'], 'file')} ({_human(r['bytes'])}) in {_n(r['requests'], 'request')}")
+        click.echo(f"{clean(r['dir'])} is a clone of {clean(url)} already; pulled {_n(r['files'], 'file')} ({_human(r['bytes'])}) in {_n(r['requests'], 'request')}")
     else:
-        click.echo(f"cloned {_n(r['sessions'], 'session')}, {_n(r['files'], 'file')} ({_human(r['bytes'])}) into {r['dir']} in {_n(r['requests'], 'request')}")
+        click.echo(f"cloned {_n(r['sessions'], 'session')}, {_n(r['files'], 'file')} ({_human(r['bytes'])}) into {clean(r['dir'])} in {_n(r['requests'], 'request')}")
     _fail_on_damage(r, "origin")

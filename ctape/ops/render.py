@@ -19,6 +19,8 @@ from ..model.models import Entry
 # and isolates that can reorder what a terminal shows
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 _CONTROL_LINE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# on stderr also the carriage return of progress lines is kept
+_CONTROL_STDERR = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 # meta keys holding an importer's raw source record: shown by `show` only with --meta
 SOURCE_KEYS = ("claude-code", "codex", "openai", "ctape.raw")
@@ -32,6 +34,12 @@ def _escape(m: re.Match) -> str:
 def clean(text: Any, keep_newlines: bool = False) -> str:
     """`text` safe for a terminal: control characters written as \\xNN escapes."""
     return (_CONTROL if keep_newlines else _CONTROL_LINE).sub(_escape, str(text))
+
+
+def clean_stderr(text: str) -> str:
+    """A line for stderr (cli.base.escape_stderr): control characters escaped but tab,
+    newline and carriage return."""
+    return _CONTROL_STDERR.sub(_escape, text)
 
 
 def fit(text: str, width: Optional[int]) -> str:
