@@ -666,3 +666,29 @@ def test_the_cache_is_owner_only_whatever_the_umask(chat, tmp_path):
             assert os.lstat(n).st_mode & 0o077 == 0, (n, oct(os.lstat(n).st_mode))
             seen += 1
     assert seen > 5 and any(cache.rglob("watch.json")) and any(cache.rglob("watch-layouts/*"))
+
+
+# -- found by an audit (2026-12-05) ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["abc", "-5", "0", "1e6"])
+@pytest.mark.parametrize("command", [["import", "{fixture}", "-s", "m"], ["watch", "--once", "{folder}"], ["stream", "-s", "m"]])
+def test_a_bad_record_limit_is_refused_as_bad_input(chat, tmp_path, value, command):
+    """$CTAPE_MAX_RECORD that is not a positive number of bytes was an internal error
+    ("invalid literal for int()"), said once per file by watch, and -5 or 0 refused every
+    line as "longer than -5 bytes"."""
+    tape_dir, _ = chat
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "t.jsonl").write_text('{"type": "user", "uuid": "u1", "sessionId": "s", "message": {"role": "user", "content": "hi"}}\n')
+    args = [a.format(fixture=folder / "t.jsonl", folder=folder) for a in command]
+    err = rejected(tape_dir, *args, code=2, input=b"", env={"CTAPE_MAX_RECORD": value})
+    assert "CTAPE_MAX_RECORD must be a positive whole number of bytes" in err, err
+
+
+def test_allow_secrets_without_remote_is_a_usage_error(chat):
+    """`compact --allow-secrets` ran a local compaction and ignored the flag (help: "With
+    --remote: ...")."""
+    tape_dir, _ = chat
+    err = rejected(tape_dir, "compact", "--allow-secrets", code=2)
+    assert "--allow-secrets goes with --remote" in err

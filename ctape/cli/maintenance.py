@@ -80,6 +80,8 @@ def compact(ctx, expire, grace, dry_run, remote_name, allow_secrets, as_json):
       ctape compact --expire 30d
       ctape compact --remote origin
     """
+    if allow_secrets and remote_name is None:
+        raise click.UsageError("--allow-secrets goes with --remote (a local compaction sends nothing)")
     tape = open_tape(ctx)
     progress = None
     if sys.stderr.isatty():

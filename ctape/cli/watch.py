@@ -35,8 +35,11 @@ def watch(ctx, paths, once, poll, jobs, quiet):
       ctape watch --once "$TRANSCRIPT"  # from a Claude Code Stop hook
       ctape watch ~/agent-runs/         # any folder of transcripts
     """
+    from ..model.canonical import max_record
     from ..watch import follow, watch_once
     from .base import open_tape
+
+    max_record()  # a bad $CTAPE_MAX_RECORD is refused once, not said of every file
 
     tape = open_tape(ctx)
     tty = sys.stderr.isatty()

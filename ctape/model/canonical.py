@@ -78,7 +78,19 @@ def _utc_time(text: str) -> Optional[str]:
 
 
 def max_record() -> int:
-    return int(os.environ.get("CTAPE_MAX_RECORD") or MAX_RECORD)
+    """The largest record an import reads and a stream keeps: MAX_RECORD, or
+    $CTAPE_MAX_RECORD, a positive whole number of bytes."""
+    raw = os.environ.get("CTAPE_MAX_RECORD")
+    if not raw:
+        return MAX_RECORD
+    try:
+        n = int(raw.strip().replace("_", ""))
+    except ValueError:
+        n = 0
+    if n <= 0:
+        raise InvalidInput(f"CTAPE_MAX_RECORD must be a positive whole number of bytes, not {raw!r}; "
+                           f"unset it for the default ({MAX_RECORD:,})")
+    return n
 MAX_ITEMS = 1_000_000  # values (scalars, lists, objects) in payload, meta and delta together
 MAX_BODY = 64 << 20  # bytes of an entry's canonical body, once large strings are blobs
 
