@@ -74,6 +74,26 @@ def test_an_ambiguous_prefix_lists_the_candidates(imported):
     assert "no session" in rejected(imported, "log", "-s", "zzz", code=1)
 
 
+def test_a_write_to_a_new_name_that_starts_a_session_says_so(imported):
+    """A read takes a unique prefix, a write creates the session it names: `append -s
+    37f8` made a session `37f8` beside `37f83ec9-...`, in silence, after the error for a
+    missing -s had said a prefix would do. It still does (a write never guesses), and now
+    says which session the prefix starts and how to write there. (Found by an audit.)"""
+    full = next(r["session"] for r in rows(imported) if r["session"].startswith("37f83ec9"))
+    p = cli(imported, "append", "user", "--text", "hi", "-s", "37f8", check=True)
+    assert p.stderr.decode() == (f"ctape: warning: new session '37f8' (writes take a session's whole name; "
+                                 f"{full} starts with it: -s {full} writes there)\n"), p.stderr
+    p = cli(imported, "anchor", "a1", "-s", "37f8", check=True)
+    assert p.stderr == b""  # the session exists now: nothing to say
+    p = cli(imported, "append", "user", "--text", "x", "-s", "brand-new", check=True)
+    assert p.stderr == b""  # a name no session starts with: created, nothing to say
+    with Tape.open(imported) as t:
+        t.session("a-x").append("user", {"content": "x"})
+        t.session("a-y").append("user", {"content": "x"})
+    p = cli(imported, "append", "user", "--text", "x", check=False)
+    assert b"reads take a unique prefix" in p.stderr, p.stderr
+
+
 def test_removing_takes_the_whole_name(imported):
     rejected(imported, "session", "rm", "37f83ec9", code=1)
     assert any(r["session"].startswith("37f83ec9") for r in rows(imported))

@@ -259,8 +259,26 @@ def need_session(ctx: click.Context, session: str | None, exists: bool = True) -
 
     if session is not None:  # an empty -s is a bad name, not "no session given"
         check_name(session, "session name")
-        return require(open_tape(ctx), session) if exists else session
+        if exists:
+            return require(open_tape(ctx), session)
+        _note_new_prefix(open_tape(ctx), session)
+        return session
     return default(open_tape(ctx))
+
+
+def _note_new_prefix(tape, name: str) -> None:
+    """A write to a session that does not exist creates it by its whole name, where a
+    read takes a unique prefix: say so when the name starts other sessions' names, which
+    is what a prefix typed for an existing session looks like."""
+    from ..history.sessions import live_names
+
+    if tape._session_exists(name):
+        return
+    found = [n for n in live_names(tape) if n.startswith(name)]
+    if found:
+        shown = ", ".join(found[:3]) + (" ..." if len(found) > 3 else "")
+        click.echo(f"ctape: warning: new session {name!r} (writes take a session's whole name; {shown} "
+                   f"start{'s' if len(found) == 1 else ''} with it: -s {found[0]} writes there)", err=True)
 
 
 def readable(entries):

@@ -22,7 +22,7 @@ def sessions(ctx, as_json):
     of nothing else is not one); the source, for an imported session, the agent
     and the folder it ran in. In a terminal, long
     names and titles are cut to its width (a unique prefix of a name is enough
-    for -s).
+    for -s of a command that reads; a write to a name no session has creates it).
 
     \b
     Examples:

@@ -97,7 +97,7 @@ def default(tape: "Tape") -> str:
             break
         few.append(n)
     shown = ", ".join(few) + (f", ... {len(names)} in all: `ctape sessions`" if len(names) > len(few) else "")
-    raise NoDefaultSession(f"several sessions ({shown}): pass -s NAME (a unique prefix will do), set CTAPE_SESSION, or run `ctape session use NAME`")
+    raise NoDefaultSession(f"several sessions ({shown}): pass -s NAME (reads take a unique prefix), set CTAPE_SESSION, or run `ctape session use NAME`")
 
 
 def remove(tape: "Tape", name: str) -> dict:
