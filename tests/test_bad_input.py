@@ -692,3 +692,17 @@ def test_allow_secrets_without_remote_is_a_usage_error(chat):
     tape_dir, _ = chat
     err = rejected(tape_dir, "compact", "--allow-secrets", code=2)
     assert "--allow-secrets goes with --remote" in err
+
+
+def test_a_delta_that_is_not_an_object_is_taken_and_said(chat):
+    """A merge patch that is not an object replaces the whole state (RFC 7396), as the API
+    keeps it; on the command line `--delta 5` for `--delta '{"k": 5}'` wiped the state
+    unsaid. It is still taken, with a warning that says what it did and how to set keys."""
+    tape_dir, _ = chat
+    run_cli("--dir", tape_dir, "append", "user", "--text", "x", "-s", "chat", "--delta", '{"cwd": "/repo"}', check=True)
+    p = run_cli("--dir", tape_dir, "append", "user", "--text", "y", "-s", "chat", "--delta", "5", check=True)
+    assert p.stderr.decode().startswith("ctape: warning: --delta '5' is not a JSON object: it replaces the whole state"), p.stderr
+    assert run_cli("--dir", tape_dir, "state", "-s", "chat", check=True).stdout.strip() == b"5"
+    for quiet in ('{"a": 1}', "null"):
+        p = run_cli("--dir", tape_dir, "append", "user", "--text", "z", "-s", "chat", "--delta", quiet, check=True)
+        assert p.stderr == b"", (quiet, p.stderr)

@@ -106,6 +106,11 @@ def append(ctx, kind, payload, session, metas, delta, as_text, time_):
     # --text is about the payload: the state change is always JSON (a merge patch)
     delta_hint = "--text is for the payload only; give the keys to set as a JSON object, quoted for the shell: --delta '{\"cwd\": \"/repo\"}'"
     delta_value = _parse_json(delta, "--delta", delta_hint) if delta is not None else None
+    if delta_value is not None and not isinstance(delta_value, dict):
+        # a merge patch that is not an object replaces the whole state (RFC 7396): kept, as
+        # the API keeps it, but a typo for '{"key": ...}' would wipe the state unsaid
+        click.echo(f"ctape: warning: --delta {delta.strip()[:40]!r} is not a JSON object: it replaces the whole state "
+                   "(a merge patch); to set keys, give an object: --delta '{\"key\": value}'", err=True)
     tape = open_tape(ctx)
     e = tape.session(name).append(kind_value, value, meta=meta, delta=delta_value, time=time_)
     click.echo(e.hash)
