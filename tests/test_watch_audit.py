@@ -209,3 +209,65 @@ def test_an_empty_named_file_waits_in_silence(tape_dir, tmp_path):
     p = watch(tape_dir, path)
     assert p.returncode == 0 and p.stderr == b""
 
+
+
+# -- found by an audit (2026-12-05) ------------------------------------------------------------------
+
+TRAJ = FIXTURES / "transcripts" / "openai-chat" / "SWE-agent__SWE-agent__function_calling_replace_from_source__marshmallow-1867.traj"
+
+
+@pytest.mark.parametrize("named", [False, True])
+def test_a_json_document_of_one_line_without_a_newline_is_imported(tape_dir, tmp_path, named):
+    """`json.dump(obj, f)` writes a document on one line with no newline at its end: watch
+    waited for a line's newline to tell the format, so it never imported such a `.traj`
+    (every pass exit 0, nothing said), where `ctape import` reads it."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    with open(runs / "run.traj", "w") as f:
+        json.dump(json.loads(TRAJ.read_text()), f)
+    p = watch(tape_dir, runs / "run.traj" if named else runs)
+    assert p.returncode == 0, p.stderr
+    assert b"imported 1 record from" in p.stderr and b"(42 entries)" in p.stderr, p.stderr
+    other = tmp_path / "imported"
+    run_cli("--dir", other, "init", check=True)
+    run_cli("--dir", other, "import", runs / "run.traj", check=True)
+    assert hashes(tape_dir) == hashes(other)
+
+
+def test_a_whole_file_touched_or_unchanged_is_silent(tape_dir, tmp_path):
+    """Formats read whole printed "+1 record" beside the import's own line, also for a file
+    only touched ("nothing new ... holds its 3 records" and "+1 record"). Now the import's
+    line alone, once, and nothing for a file that brought nothing new."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    (runs / "output.jsonl").write_bytes(OPENAI.read_bytes())
+    p = watch(tape_dir, runs)
+    lines = p.stderr.decode().splitlines()
+    assert lines[0].startswith("watch: imported 3 records from") and "+" not in p.stderr.decode(), lines
+    assert lines[-1] == "watch: imported 1 record from 1 of 1 file", lines
+    os.utime(runs / "output.jsonl", (time.time() + 5, time.time() + 5))
+    p = watch(tape_dir, runs)
+    assert p.returncode == 0 and p.stderr == b"", p.stderr
+
+
+def test_what_watch_says_it_imported_is_on_the_tape(tape_dir, tmp_path):
+    """"+N records ... into session S" was printed when the file was read, and the batch
+    that held them written later: a watcher killed in between had said it imported records
+    the tape did not hold. Killed the moment the line appears, the tape holds them."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    (runs / "a-rollout.jsonl").write_bytes(CODEX.read_bytes())
+    transcript(runs / "b-big.jsonl", 24 << 20)  # read in the same batch, after the small one
+    p = subprocess.Popen([sys.executable, "-m", "ctape", "--dir", str(tape_dir), "watch", "--once", str(runs)],
+                         stderr=subprocess.PIPE)
+    said = None
+    for line in p.stderr:
+        if line.startswith(b"watch: +"):
+            said = line.decode()
+            p.kill()
+            break
+    p.wait()
+    assert said is not None and "into session " in said, said
+    session = said.rsplit("into session ", 1)[1].strip()
+    with Tape.open(tape_dir) as t:
+        assert session in t.store.sessions() and t.session(session).refs().head_hash, said

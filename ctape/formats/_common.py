@@ -424,12 +424,15 @@ def plural(n: int, one: str, many: str) -> str:
     return one if n == 1 else many
 
 
+NOTHING_NEW = "nothing new in "  # how summary_line begins when an import changed nothing (watch keeps quiet then)
+
+
 def summary_line(path: str, name: str, records: int, entries: int, branches: int, notes: Iterable[str], new: bool = True,
                  new_entries: Optional[int] = None) -> str:
     """The line an import prints. `new_entries`: how many of `entries` the tape did not hold
     (a transcript imported again after it grew: "(50 entries, 25 new to the tape)")."""
     if not new:
-        return f"nothing new in {path}: session {name} already holds {plural(records, 'its record', f'its {records} records')}"
+        return f"{NOTHING_NEW}{path}: session {name} already holds {plural(records, 'its record', f'its {records} records')}"
     text = f"imported {records} {plural(records, 'record', 'records')} from {path} into session {name} ({entries} {plural(entries, 'entry', 'entries')}"
     if new_entries is not None and new_entries < entries:
         text += f", {new_entries} new to the tape"

@@ -43,6 +43,8 @@ from . import sources as src_mod
 from .position import Cache, Position, latest_in_tape, load_layout, save_layout
 from .sources import ID_BYTES, Source, digest
 
+LINE_FORMATS = ("codex", "claude-code", "gemini")  # read line by line as they grow; the others whole
+
 BATCH_BYTES = 64 << 20  # source bytes imported per batch (one fsync per batch)
 # sessions written per batch: a batch holds each one's lock and descriptors until it ends, so
 # a first pass over hundreds of small transcripts would run out of them (`ulimit -n`); ending
@@ -194,6 +196,7 @@ class Watcher:
         self._stack: Optional[ExitStack] = None
         self._batch_bytes = 0
         self._touched: list[Position] = []
+        self._said: list[str] = []  # what the batch imported, said once its fsync is done
         self._layouts: dict[str, Live] = {}  # claude-code layouts to save in the cache
         self._cache_saved = 0.0
 
@@ -234,7 +237,7 @@ class Watcher:
             self._commit()
         except BaseException as e:
             if self._stack is not None:  # nothing of this batch is written
-                stack, self._stack, self._touched = self._stack, None, []
+                stack, self._stack, self._touched, self._said = self._stack, None, [], []
                 stack.__exit__(type(e), e, e.__traceback__)
             raise
         finally:
@@ -270,10 +273,10 @@ class Watcher:
         rep.records += n
         rep.changed += n > 0
         rep.bytes += read
-        if n:
-            p = self._known(s.key)
-            where = f" into session {p.session}" if p and p.session else ""
-            self.echo(f"watch: +{n} record{'s' if n != 1 else ''} from {s.path}{where}")
+        p = self._known(s.key)
+        if n and p is not None and p.fmt in LINE_FORMATS:  # (a whole file's import says its own line)
+            where = f" into session {p.session}" if p.session else ""
+            self._said.append(f"watch: +{n} record{'s' if n != 1 else ''} from {s.path}{where}")
 
     def _todo_bytes(self, todo) -> int:
         total = 0
@@ -301,7 +304,10 @@ class Watcher:
         if self._stack is None:
             return
         stack, self._stack = self._stack, None
+        said, self._said = self._said, []
         stack.close()
+        for line in said:  # written and synced: only now is it true
+            self.echo(line)
         touched, self._touched = self._touched, []
         for p in touched:
             self.cache.put(p)
@@ -419,7 +425,11 @@ class Watcher:
         in a folder that is no transcript is passed over in silence (a folder holds other
         files too); one named on the command line is refused (NotATranscript), as `ctape
         import` refuses it, once its lines tell (sources.judged)."""
-        lines = src_mod.head_of(s.path, 1 << 20).split(b"\n")[:-1]
+        lines = src_mod.head_of(s.path, 1 << 20).split(b"\n")
+        if len(lines) > 1 or not lines[0].lstrip()[:1] in (b"{", b"["):
+            lines.pop()  # the line being written: its format waits for its newline
+        # (a file of one line with no newline may be a whole JSON document, as
+        # `json.dump(obj, f)` writes it: a `.traj`, a list of messages; judged as import does)
         try:
             fmt = src_mod.detect(lines, s.path)
         except InvalidInput:  # a JSON document that is no transcript
@@ -858,17 +868,19 @@ class Watcher:
         # in a batch of its own: a file refused half way (an edited export) writes nothing,
         # as `ctape import` of it, where the pass's batch would keep what came before the refusal
         self._commit()
+        written = self.tape.store.entries_written
         try:
             with self.tape.batch():
                 lines = import_files(self.tape, fmt, [s.path], None)
         finally:
             self._begin()
         for line in lines:
-            self.echo(f"watch: {line}")
+            if not line.startswith(c.NOTHING_NEW):  # a file touched, or written again as it was: silent
+                self.echo(f"watch: {line}")
         pos = Position(key=s.key, path=s.path, fmt=fmt, off=st.st_size)
         self._batch_bytes += st.st_size
         self._done(pos, st, None)
-        return 1, st.st_size
+        return int(self.tape.store.entries_written > written), st.st_size  # the file, when it brought anything new
 
     def _report_raw(self, s: Source, ln: _Line) -> None:
         if (s.key, ln.number) not in self.reported:
