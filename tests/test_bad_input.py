@@ -706,3 +706,36 @@ def test_a_delta_that_is_not_an_object_is_taken_and_said(chat):
     for quiet in ('{"a": 1}', "null"):
         p = run_cli("--dir", tape_dir, "append", "user", "--text", "z", "-s", "chat", "--delta", quiet, check=True)
         assert p.stderr == b"", (quiet, p.stderr)
+
+
+def test_small_refusals_and_better_advice(chat, tmp_path):
+    """Found by an audit: a repeated --meta key kept the last silently; `redact --kind ''`
+    wrote the marker `[redacted: ]`; a folder remote inside the tape was taken (push then
+    failed on the tape's own files); `--dir` a folder inside a tape said to run `ctape
+    init` there, which is refused; an unknown entry prefix said no next step; RFC 3339's
+    lower-case t and z were refused."""
+    tape_dir, _ = chat
+    assert "--meta a is given twice" in rejected(tape_dir, "append", "user", "--text", "x", "-s", "chat", "--meta", "a=b", "--meta", "a=c", code=2)
+    for kind in ("", "Bad Kind", "x" * 41):
+        assert "bad kind" in rejected(tape_dir, "redact", "--pattern", "one", "--kind", kind, "-s", "chat", code=2)
+    for inside in (tape_dir, os.path.join(tape_dir, "sessions", "x")):
+        assert "inside this tape's folder" in rejected(tape_dir, "remote", "add", "self", f"file://{inside}", code=2)
+    before = snapshot(tape_dir)
+    p = run_cli("--dir", os.path.join(tape_dir, "sessions"), "log")
+    err = check_rejected(p, 1)
+    assert f"inside the tape {tape_dir}" in err and f"pass --dir {tape_dir}" in err and "ctape init" not in err, err
+    assert snapshot(tape_dir) == before
+    assert "`ctape log` shows the entries" in rejected(tape_dir, "show", "deadbeef", "-s", "chat", code=1)
+    p = run_cli("--dir", tape_dir, "append", "user", "--text", "late", "-s", "chat", "--time", "2026-01-02t03:04:05z", check=True)
+    shown = run_cli("--dir", tape_dir, "show", p.stdout.decode().strip(), "--json", check=True).stdout
+    assert b'"2026-01-02T03:04:05.000000Z"' in shown
+
+
+def test_a_full_disk_under_the_output_is_the_outputs(chat):
+    """`export ... > /dev/full` said "no space left on the device; free space and retry", as
+    if the tape's disk were full; log and show named the output."""
+    tape_dir, _ = chat
+    with open("/dev/full", "wb") as full:
+        p = subprocess.run([sys.executable, "-m", "ctape", "--dir", str(tape_dir), "export", "chat"], stdout=full, stderr=subprocess.PIPE)
+    err = p.stderr.decode()
+    assert p.returncode == 1 and err.startswith("ctape: error: cannot write the output: no space left on the device"), err

@@ -11,6 +11,7 @@ import errno
 import os
 import sys
 import warnings
+from contextlib import contextmanager
 
 import click
 
@@ -93,10 +94,26 @@ class CtapeGroup(click.Group):
             _fail(f"internal error: {type(e).__name__}: {e}; rerun with CTAPE_DEBUG=1 and report it", EXIT_FAIL)
 
 
+@contextmanager
+def writing_output():
+    """Around a command's own writes to stdout (bytes, past click.echo): a failure there is
+    the output's (a full disk under `> file`), never the tape's."""
+    try:
+        yield
+    except BrokenPipeError:
+        raise
+    except OSError as e:
+        e.ctape_output = True  # type: ignore[attr-defined]
+        raise
+
+
 def _writing_output(e: OSError) -> bool:
-    """Did `e` come from printing (click.echo, which every command prints through)?"""
+    """Did `e` come from printing (click.echo, which every command prints through, or a
+    write under `writing_output`)?"""
     import traceback
 
+    if getattr(e, "ctape_output", False):
+        return True
     tb = traceback.extract_tb(e.__traceback__)
     return bool(tb) and tb[-1].name in ("echo", "secho") and os.sep + "click" + os.sep in tb[-1].filename
 

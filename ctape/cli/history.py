@@ -89,6 +89,8 @@ def append(ctx, kind, payload, session, metas, delta, as_text, time_):
         k, sep, v = m.partition("=")
         if not sep or not k:
             raise InvalidInput(f"--meta takes KEY=VALUE, got {m!r}")
+        if k in meta:
+            raise InvalidInput(f"--meta {k} is given twice; give each key once")
         meta[k] = v
     if payload in (None, "-"):
         need_stdin("give PAYLOAD as an argument, or pipe it in")

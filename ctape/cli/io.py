@@ -8,7 +8,7 @@ from typing import Optional
 
 import click
 
-from .base import main, need_stdin, need_stdout, open_tape, session_in_ref, session_option, warn_damage
+from .base import main, need_stdin, need_stdout, open_tape, session_in_ref, session_option, warn_damage, writing_output
 
 
 FORMATS = ("jsonl", "claude-code", "codex", "openai", "gemini")
@@ -111,9 +111,10 @@ def export(ctx, ref, fmt):
     out = sys.stdout.buffer
     tape = open_tape(ctx)
     tally: dict = {}
-    for line in export_ref(tape, ref, fmt, tally):
-        out.write(line.encode("utf-8", "surrogateescape") + b"\n")
-    out.flush()
+    with writing_output():
+        for line in export_ref(tape, ref, fmt, tally):
+            out.write(line.encode("utf-8", "surrogateescape") + b"\n")
+        out.flush()
     for note in export_notes(tape, ref, fmt, tally):
         click.echo(f"note: {note}", err=True)
     warn_damage(tape, session_in_ref(tape, ref))

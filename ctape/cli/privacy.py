@@ -100,10 +100,10 @@ def redact(ctx, session, as_json, from_scan, pattern, path, kind, entry):
         raise InvalidInput("give exactly one of --scan, --pattern REGEX, or ENTRY --path JSONPATH")
     tape = open_tape(ctx)
     if entry is not None:
-        results = [red.redact(tape, need_session(ctx, session), [(entry, path, kind or "manual")])]
+        results = [red.redact(tape, need_session(ctx, session), [(entry, path, "manual" if kind is None else kind)])]
     else:
         names = _sessions(ctx, session)
-        results = red.redact_scan(tape, names) if from_scan else red.redact_pattern(tape, pattern, names, kind or "pattern")
+        results = red.redact_scan(tape, names) if from_scan else red.redact_pattern(tape, pattern, names, "pattern" if kind is None else kind)
     total = 0
     for r in results:
         for item in r["redacted"]:

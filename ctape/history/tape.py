@@ -333,7 +333,7 @@ class Tape:
         except StaleRow:  # a compaction in another process removed a file its rows name
             found = self.store.reread(lambda: self._entries_with_prefix(prefix))
         if not found:
-            raise RefNotFound(f"no entry starts with {shown(prefix, REF_SHOWN)}")
+            raise RefNotFound(f"no entry starts with {shown(prefix, REF_SHOWN)} on this tape; `ctape log` shows the entries (`log --all` every branch)")
         if len(found) > 1:
             raise AmbiguousRef(f"{shown(prefix, REF_SHOWN)} is ambiguous: {', '.join(sorted(found)[:10])}; give more digits")
         return found[0]

@@ -159,9 +159,10 @@ def format_time(dt: datetime) -> str:
 
 def parse_time(text: str) -> str:
     """Normalise an RFC 3339 / ISO 8601 time to ctape's form (UTC, microseconds, Z).
-    A time outside years 0001-9999 once in UTC (0001-01-01T00:00:00+00:30) is refused."""
+    A time outside years 0001-9999 once in UTC (0001-01-01T00:00:00+00:30) is refused.
+    RFC 3339 allows a lower-case t and z (its section 5.6)."""
     try:
-        dt = datetime.fromisoformat(text.replace("Z", "+00:00") if text.endswith("Z") else text)
+        dt = datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith(("Z", "z")) else text)
     except (ValueError, AttributeError, TypeError):
         shown = text[:60] if isinstance(text, str) else text
         raise InvalidInput(f"invalid time {shown!r}; use RFC 3339, e.g. 2026-01-02T03:04:05Z") from None

@@ -17,7 +17,7 @@ from ..model.errors import InvalidInput
 from ..model.schema import decode_entry
 from ..store.files import TYPE_ENTRY
 from ..store.store import TYPE_WITHHELD
-from .scan import Detectors, Finding, check_regex, load_settings, scan
+from .scan import Detectors, Finding, check_kind, check_regex, load_settings, scan
 
 if TYPE_CHECKING:
     from ..history.tape import Tape
@@ -66,6 +66,7 @@ def redact(tape: "Tape", session: str, places: Iterable[tuple[str, str, str]]) -
     items, done = [], set()
     keys = Detectors(load_settings(tape)["patterns"], entropy=False)
     for h, path, kind in places:
+        check_kind(kind)
         h = tape.resolve(h, session) if not is_hash(h) else h
         got = _place(tape, h, path, kind, keys)
         if got is None:
@@ -96,6 +97,7 @@ def redact_scan(tape: "Tape", sessions: Optional[list[str]] = None) -> list[dict
 
 def redact_pattern(tape: "Tape", regex: str, sessions: Optional[list[str]] = None, kind: str = "pattern") -> list[dict]:
     check_regex(regex)
+    check_kind(kind)
     det = Detectors([{"kind": kind, "regex": regex}], entropy=False, builtin=False)
     return redact_findings(tape, scan(tape, sessions, detectors=det, include_allowed=True)["findings"])
 

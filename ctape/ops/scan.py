@@ -646,10 +646,16 @@ def check_regex(regex: str) -> re.Pattern:
     return rx
 
 
+def check_kind(kind: str) -> str:
+    """A finding's or a redaction's kind, as its marker shows it (`[redacted: KIND]`)."""
+    if not isinstance(kind, str) or not re.fullmatch(r"[a-z0-9][a-z0-9_-]{0,39}", kind):
+        raise InvalidInput(f"bad kind {kind!r:.50}: 1-40 of a-z, 0-9, _ and -, such as manual or api-key")
+    return kind
+
+
 def add_pattern(tape: "Tape", regex: str, kind: str = "pattern") -> dict:
     check_regex(regex)
-    if not re.fullmatch(r"[a-z0-9][a-z0-9_-]{0,39}", kind):
-        raise InvalidInput(f"bad kind {kind!r}: 1-40 of a-z, 0-9, _ and -")
+    check_kind(kind)
     item = {"kind": kind, "regex": regex}
     with editing(cache_folder(tape.store), SETTINGS):
         data = load_settings(tape)

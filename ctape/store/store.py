@@ -130,14 +130,20 @@ def refuse_inside_tape(root: str, what: str = "init") -> None:
     """A tape is never made inside another one (`init`, `clone`, `demo`, Tape.init): the
     outer tape holds only its own files, would take the inner one's folder for a session
     (or warn of foreign files in it), and write its appends into the inner tape's root."""
-    root = os.path.abspath(root)
-    up = os.path.dirname(root)
+    up = tape_around(root)
+    if up is not None:
+        raise InvalidInput(f"cannot {what} {os.path.abspath(root)}: it is inside the tape {up}, which holds only ctape's own files; "
+                           "pick a path outside it")
+
+
+def tape_around(path: str) -> Optional[str]:
+    """The tape whose folder holds `path` (below its top), if any."""
+    up = os.path.dirname(os.path.abspath(path))
     while True:
         if is_tape(up):
-            raise InvalidInput(f"cannot {what} {root}: it is inside the tape {up}, which holds only ctape's own files; "
-                               "pick a path outside it")
+            return up
         if os.path.dirname(up) == up:
-            return
+            return None
         up = os.path.dirname(up)
 
 
@@ -231,6 +237,9 @@ class Store:
         except FileNotFoundError:
             if _holds_history(self.root):
                 raise NotATape(_LOST_IDENTITY.format(root=self.root)) from None
+            around = tape_around(self.root)
+            if around is not None:  # a folder of a tape: init there is refused, so say which tape it is
+                raise NotATape(f"{self.root} is a folder inside the tape {around}, not a tape; pass --dir {around}") from None
             raise NotATape(f"{self.root} is not a tape directory (no {FORMAT_FILE}); create one with `ctape init`") from None
         except ValueError:
             raise NotATape(f"{meta_path} is damaged; restore it from a copy of the tape") from None

@@ -62,7 +62,12 @@ def check_remote_name(name: str, new: bool = False) -> str:
 
 def add(store, name: str, url: str, endpoint: Optional[str] = None) -> dict:
     check_remote_name(name, new=True)
-    parse_url(url)
+    scheme, path, _ = parse_url(url)
+    if scheme == "file":
+        here, there = os.path.realpath(store.root), os.path.realpath(path)
+        if there == here or there.startswith(here + os.sep):
+            raise InvalidInput(f"remote {url!r} is inside this tape's folder ({store.root}), which holds only ctape's "
+                               "own files (a push would write into it); give a folder outside the tape")
     if endpoint is not None:
         check_endpoint(endpoint)
     with editing(cache_folder(store), CONFIG):
