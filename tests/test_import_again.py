@@ -125,3 +125,66 @@ def test_several_files_in_one_command_are_all_remembered(tape_dir, tmp_path):
     imp(tape_dir, *cx)  # detected: the same cache
     assert imp(tape_dir, "codex", *cx).count("nothing new") == 2
     assert imp(tape_dir, "claude-code", *paths).count("nothing new") == 2  # the codex import kept them
+
+
+TRAJ = os.path.join(os.path.dirname(__file__), "fixtures", "transcripts", "openai-chat",
+                    "SWE-agent__SWE-agent__function_calling_replace_from_source__marshmallow-1867.traj")
+
+
+def traj_steps(path, steps: int) -> dict:
+    """The .traj as SWE-agent writes it again after `steps` steps: history longer, info changed."""
+    d = json.load(open(TRAJ))
+    d["history"] = d["history"][:steps]
+    d["info"] = {**d.get("info", {}), "steps_so_far": steps}
+    d["trajectory"] = d.get("trajectory", [])[: steps // 2]
+    with open(path, "w") as f:
+        json.dump(d, f, indent=2)
+    return d
+
+
+def export_value(tape_dir, name) -> dict:
+    out = run_cli("--dir", tape_dir, "export", name, "--format", "openai", check=True).stdout.decode().splitlines()
+    assert len(out) == 1
+    return json.loads(out[0])
+
+
+def test_a_traj_written_again_as_it_grows_moves_main_forward(tape_dir, tmp_path):
+    """SWE-agent writes its .traj again after every step. Each import of a longer version
+    made a conversation of its own beside `main` (`main-imported`, `-2`, ...), none of the
+    shorter one's entries reused, and `main` (log, context) stayed on the first: the
+    container's first entry held its other fields (`info`, `trajectory`), which change at
+    every step. Now they close the run, and an import of the grown file moves `main` on;
+    a shorter version (a file cut back) still goes beside it. (Found by an audit.)"""
+    path = tmp_path / "run.traj"
+    seen: set = set()
+    for steps in (10, 20, 28):
+        want = traj_steps(path, steps)
+        imp(tape_dir, path, "-s", "run")
+        assert set(branches(tape_dir, "run")) == {"main"}, branches(tape_dir, "run")
+        assert export_value(tape_dir, "run") == want
+        with Tape.open(tape_dir) as t:
+            chain = [e.hash for e in t.session("run").log()]
+        kept = [h for h in seen if h in chain]
+        assert len(kept) == len(seen) - 1 or not seen, (len(kept), len(seen))  # all but the old closing entry
+        seen = set(chain)
+    traj_steps(path, 15)  # cut back: never rewinds main
+    err = imp(tape_dir, path, "-s", "run")
+    assert "main-imported" in err and set(branches(tape_dir, "run")) == {"main", "main-imported"}
+    assert len(export_value(tape_dir, "run")["history"]) == 28
+
+
+def test_a_traj_of_the_older_layout_exports_as_it_was(tape_dir):
+    """Tapes imported before 2026-12-05 keep a container's other fields on its first entry:
+    export still rebuilds the file from them."""
+    d = json.load(open(TRAJ))
+    rest = {k: v for k, v in d.items() if k != "history"}
+    with Tape.open(tape_dir) as t:
+        s = t.session("old")
+        meta = {"openai": rest, "ctape.line": 1, "ctape.container": "history", "ctape.hidden": True}
+        tip = s.put_entry("system", {"content": f"openai container (history: {len(d['history'])} items)"}, meta, None,
+                          "2023-11-14T22:13:20.000000Z", None).hash
+        for i, item in enumerate(d["history"][:3]):
+            tip = s.put_entry("user", {"content": "x"}, {"openai": item, "ctape.line": 1, "ctape.item": i}, None,
+                              "2023-11-14T22:13:20.000000Z", tip).hash
+        s.set_refs("import", {"main": tip, "HEAD": "@main"})
+    assert export_value(tape_dir, "old") == {**rest, "history": d["history"][:3]}

@@ -33,7 +33,10 @@ def digest(tape) -> tuple[int, str]:
 PINNED_IMPORTS = {
     "claude-code": (877, "fdd31c36183ce672627fbc8728b0b6059cc2251cf7524b63edda00530533c8d6"),
     "codex": (3167, "537e90bd3da3bcc2f8bd959ac3e1fedd83db435afb5f75735f470beb68e65218"),
-    "openai": (372, "7ef2a97fc5a349a4c36341f0126a083e83835957cb24593443eff1fe0043a8fc"),  # files dated 2023-11-14
+    # files dated 2023-11-14. Changed on purpose on 2026-12-05 (was 372 entries, 7ef2a97f...):
+    # a container's fields besides its list moved from its first entry to a closing one
+    # (formats/openai.py), so that a .traj rewritten as it grows keeps its entries
+    "openai": (376, "68103359533b5899168bf0e35e667b085b6f218762cb1e6f83fe3508ba350657"),
 }
 FOLDERS = {"claude-code": "claude-code", "codex": "codex-rollout", "openai": "openai-chat"}
 

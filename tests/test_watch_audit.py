@@ -227,7 +227,7 @@ def test_a_json_document_of_one_line_without_a_newline_is_imported(tape_dir, tmp
         json.dump(json.loads(TRAJ.read_text()), f)
     p = watch(tape_dir, runs / "run.traj" if named else runs)
     assert p.returncode == 0, p.stderr
-    assert b"imported 1 record from" in p.stderr and b"(42 entries)" in p.stderr, p.stderr
+    assert b"imported 1 record from" in p.stderr and b"(43 entries)" in p.stderr, p.stderr
     other = tmp_path / "imported"
     run_cli("--dir", other, "init", check=True)
     run_cli("--dir", other, "import", runs / "run.traj", check=True)

@@ -23,7 +23,7 @@ import sys
 from typing import Any, Callable, Iterable, Iterator, Optional
 
 from ..model.canonical import MAX_DEPTH, MAX_RECORD, max_record, nesting_problem, normal_time, parse_json, parse_record  # noqa: F401 - MAX_RECORD is read from here too
-from ..errors import InvalidInput, RefNotFound
+from ..errors import CtapeError, InvalidInput, RefNotFound
 from ..model.models import HIDDEN, NAME_RE, RESERVED_BRANCHES, check_name  # noqa: F401 - NAME_RE is read from here too
 from ..model.redaction import is_marker
 from ..model.refs import HEAD
@@ -32,6 +32,7 @@ from .reading import cannot_read, display_stem, real_path, too_long  # noqa: F40
 LINE = "ctape.line"  # 1-based line of the source file the record came from
 PART = "ctape.part"  # 1, 2, ... for the extra entries made from one record
 ITEM = "ctape.item"  # position of a message inside a container record (openai)
+TAIL = "ctape.tail"  # on the entry that closes a record read whole: a container's other fields (openai)
 RAW = "ctape.raw"  # the text of a line that is not JSON, kept verbatim
 RAW_B64 = "ctape.raw.b64"  # the bytes (base64) of a line that is neither JSON nor UTF-8
 FORMAT = "ctape.format"  # the format a RAW line came from
@@ -355,11 +356,26 @@ def imported_names(name: str) -> list[str]:
     return [name, f"{name}-imported"] + [f"{name}-imported-{n}" for n in range(2, 100)]
 
 
+def _replaces_tail(tape, old: str, new: str) -> bool:
+    """Is `old` the closing bookkeeping entry of a record read whole (TAIL: a container's
+    fields besides its list), and `new` the tip of that record written again, grown or
+    with those fields changed (it extends what `old` closed)? Then a branch at `old` moves
+    to `new`: what `old` held, the file no longer says (the ref log keeps it until
+    `--expire`)."""
+    try:
+        e = tape.read_entry(old)
+    except CtapeError:
+        return False
+    m = e.meta if isinstance(e.meta, dict) else {}
+    return TAIL in m and e.parent is not None and (e.parent == new or is_ancestor(tape, e.parent, new))
+
+
 def safe_refs(tape, session, wanted: dict, head: str = "@main") -> tuple[dict, list[str]]:
     """The ref changes an import may make: it never removes, rewinds or replaces a ref.
 
     A branch the session does not have is created; one the imported tip extends moves
-    forward (a file that grew); one ahead of the imported tip stays; one that went
+    forward (a file that grew; a record read whole that grew replaces its closing
+    bookkeeping entry, `_replaces_tail`); one ahead of the imported tip stays; one that went
     another way stays too, and the imported tip goes to `BRANCH-imported` (or moves
     that one forward, or `-imported-2`, ...). A null asks to delete: it is ignored.
     HEAD is set only when the session has none yet.
@@ -388,7 +404,7 @@ def safe_refs(tape, session, wanted: dict, head: str = "@main") -> tuple[dict, l
                 if name == b and old != h:
                     notes.append(f"kept branch {b}: it is ahead of the imported one")
                 break
-            if is_ancestor(tape, old, h):
+            if is_ancestor(tape, old, h) or _replaces_tail(tape, old, h):
                 changes[name] = branches[name] = h
                 break
     if st is None or st.head is None:

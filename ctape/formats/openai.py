@@ -7,9 +7,10 @@ Accepted shapes:
   `.traj`, an OpenHands eval `output.jsonl` line, a request body).
 
 A message or event is one entry (an assistant message with tool calls: its text,
-then one `tool_call` per call). A container is a hidden entry holding everything
-but its list, followed by one entry per item, and each container starts a
-conversation of its own (a root; the last is branch `main`, earlier ones are
+then one `tool_call` per call). A container is a hidden entry naming its list's key,
+one entry per item, and a hidden entry holding everything but its list (so that a
+file rewritten as its list grows keeps the entries of the shorter one), and each
+container starts a conversation of its own (a root; the last is branch `main`, earlier ones are
 branches `run-<instance_id or line>`). Export in this format writes each record
 back, a container with its list put back in. docs/import.md has the mapping table.
 """
@@ -330,10 +331,13 @@ class _Writer:
         base = v.get("instance_id") if isinstance(v.get("instance_id"), str) else f"line{line}"
         self.runs.append((f"run-{base}", line))
         self.tips.append(None)
-        rest = {k: val for k, val in v.items() if k != key}
-        meta = c.record_meta(FMT, rest, line, True)
+        # the container opens its run with its list's key only, and its other fields close
+        # it (c.TAIL): a file rewritten as its list grows (a SWE-agent `.traj` after each
+        # step) keeps every entry of the shorter version, and moves its branches forward
+        meta = c.record_meta(FMT, {}, line, True)
         meta[CONTAINER] = key
-        self.put([_hidden(f"openai container ({key}: {len(v[key])} items)")], meta, record_time(v), line)
+        when = record_time(v)
+        self.put([_hidden(f"openai container ({key})")], meta, when, line)
         for i, item in enumerate(v[key]):
             meta = {FMT: item, c.LINE: line, c.ITEM: i}
             if not is_record(item):
@@ -341,6 +345,9 @@ class _Writer:
             elif is_event(item):
                 meta.update(response_usage(item, self.counted) or {})  # ops/usage.py reads it
             self.put(self._parts(item), meta, record_time(item), line, i)
+        meta = c.record_meta(FMT, {k: val for k, val in v.items() if k != key}, line, True)
+        meta[c.TAIL] = key
+        self.put([_hidden(f"openai container's other fields ({len(v[key])} items in {key})")], meta, when, line)
 
     def _parts(self, v: Any) -> list[tuple[str, dict, bool]]:
         """A record's entries; mini-swe-agent's closing `exit` message (`{"role": "exit",
@@ -383,6 +390,10 @@ def export(tape, ref: str, tally: Optional[dict] = None) -> Iterator[str]:
         if src == FMT and c.ITEM in m:
             if group is not None:
                 group[2].append(m[FMT])
+            continue
+        if src == FMT and c.TAIL in m:  # the container's other fields (tapes before 2026-12 keep them on its first entry)
+            if group is not None:
+                group = (m[FMT], group[1], group[2])
             continue
         if group is not None:
             yield c.dumps({**group[0], group[1]: group[2]})
