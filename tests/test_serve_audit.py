@@ -260,3 +260,90 @@ def test_bind_error_codes_are_the_ones_mapped():
     assert e.exit_code == 1 and "port 80 needs privileges" in str(e) and "--port 0" in str(e)
     e = cannot_listen("::1", 8000, OSError(errno.EAFNOSUPPORT, "Address family not supported"))
     assert e.exit_code == 1 and str(e).startswith("cannot listen on [::1]:8000: this machine has no IPv6")
+
+
+# -- found by an audit (2026-12-05) ------------------------------------------------------------------
+
+
+def _bounded(fn, seconds: float):
+    """fn() in a thread; fails when it has not returned within `seconds` (the work it must
+    do is linear and takes milliseconds; quadratic, it took minutes)."""
+    out = {}
+    th = threading.Thread(target=lambda: out.setdefault("v", fn()), daemon=True)
+    th.start()
+    th.join(seconds)
+    assert not th.is_alive(), f"still running after {seconds} s: time quadratic in the input?"
+    return out["v"]
+
+
+def test_error_text_and_code_highlighting_take_time_linear_in_their_input():
+    """A 404 quoting a URL of 21,000 `%20` took 3.2 s in one regular-expression call that
+    holds the interpreter, and 4 of them delayed a /favicon.ico by 12 s; a page of entries
+    with 8,000 characters of `"\\` in a code block took 23 s the same way. 200,000
+    characters now take milliseconds; before, minutes."""
+    from ctape.web.highlight import highlight
+    from ctape.web.pages import _without_cli_hint
+
+    text = _bounded(lambda: _without_cli_hint("no session '" + " " * 200_000 + "x'; see `ctape sessions`"), 20)
+    assert len(text) < 2100 and text.endswith("…")
+    assert _without_cli_hint("no entry 'abc'; see `ctape log` and `ctape sessions`") == "no entry 'abc'"
+    for lang in ("python", "js", "bash", "json"):
+        for chunk in ('"\\', "'\\", "`\\", "/*", "'''", '"""'):
+            _bounded(lambda: highlight(chunk * 100_000, lang), 20)
+    assert highlight('x = "abc" + "open', "python") == (
+        'x = <span class="tok-s">&quot;abc&quot;</span> + <span class="tok-s">&quot;open</span>')
+
+
+def test_malformed_requests_are_answered_not_crashed(tape_dir, serve):
+    """Each of these answered 500 with a traceback on stderr, or closed the connection with
+    no answer: a part number `²` or `--1`, a NUL in a search, a port `¹` in the Host header
+    (str.isdigit takes them, int() does not); and http.server's own errors had none of the
+    security headers."""
+    t = Tape.open(tape_dir)
+    h = t.session("chat").append("user", {"content": "hello there"}).hash
+    t.close()
+    p, port = serve(tape_dir)
+    for path in (f"/e/{h}/text?part=%C2%B2", f"/e/{h}/text?part=--1", f"/e/{h}/image?part=%C2%B2"):
+        assert get(port, path)[0] == 404, path
+    status, body = get(port, "/?q=hel%00lo")
+    assert status == 200, body
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        s.sendall(f"GET / HTTP/1.0\r\nHost: localhost:{port}\xb9\r\n\r\n".encode("latin-1"))
+        assert s.recv(100).startswith(b"HTTP/1.0 403"), "no answer"
+    with socket.create_connection(("127.0.0.1", port)) as s:  # more headers than http.server takes: its own 431
+        s.sendall(f"GET / HTTP/1.1\r\nHost: localhost:{port}\r\n".encode() + b"X-A: b\r\n" * 150 + b"\r\n")
+        head = s.recv(4000).decode("latin-1")
+    assert head.startswith("HTTP/1.0 431") and "Content-Security-Policy: default-src 'none'" in head and "X-Frame-Options: DENY" in head, head
+    p.terminate()
+    err = p.communicate(timeout=10)[1]
+    assert "Traceback" not in err, err
+
+
+def test_unknown_session_names_keep_nothing_in_memory(tape_dir):
+    """/s/NAME/head made a tree for every NAME asked, a session or not, and kept it: 2,000
+    requests for made-up names grew the server by 110 MB."""
+    from ctape.errors import CtapeError
+    from ctape.web.pages import Site
+
+    t = Tape.open(tape_dir)
+    t.session("chat").append("user", {"content": "x"})
+    site = Site(t)
+    with site.reading():
+        for i in range(50):
+            with pytest.raises(CtapeError):
+                site.head_json(f"nope-{i}")
+        site.head_json("ch")  # a prefix: kept under the session's own name
+    assert list(site.graphs) == ["chat"], list(site.graphs)
+    t.close()
+
+
+def test_an_empty_host_is_refused_not_every_interface(tape_dir):
+    """`--host ''` (an unset variable) listened on every interface and printed a loopback URL."""
+    p = subprocess.run([sys.executable, "-m", "ctape", "--dir", str(tape_dir), "serve", "--host", ""], capture_output=True, timeout=60)
+    assert p.returncode == 2 and b"0.0.0.0" in p.stderr and p.stdout == b"", p
+
+
+def test_bidi_controls_and_c1_are_written_out_in_pages():
+    from ctape.web.escape import esc
+
+    assert esc("I ran: \u202erm -rf ~\u202c \u2066x\u2069 \x9b31m") == "I ran: \\u202erm -rf ~\\u202c \\u2066x\\u2069 \\x9b31m"

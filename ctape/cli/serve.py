@@ -27,6 +27,9 @@ def serve(ctx, host, port, open_browser, verbose):
     from ..web import serve as run
     from .base import open_tape
 
+    if not host.strip():  # '' binds every interface: say 0.0.0.0 for that, never by an empty variable
+        raise click.BadParameter("an empty address binds every interface; give 0.0.0.0 for that, or leave --host out (127.0.0.1)", param_hint="--host")
+
     run(open_tape(ctx), host=host, port=port, open_browser=open_browser, quiet=not verbose, echo=click.echo)
 
 

@@ -42,6 +42,7 @@ def parse_terms(text: str) -> list[Term]:
     """Words and "quoted phrases" of a query, in order."""
     if not isinstance(text, str):
         raise InvalidInput("the search query must be text")
+    text = re.sub(r"[\x00-\x1f\x7f]", " ", text)  # control characters part terms (a NUL ended SQLite's string: an error)
     terms = []
     for m in re.finditer(r'"([^"]*)"?|([^\s"]+)', text):
         quoted = m.group(1) is not None

@@ -43,6 +43,15 @@ IDLE_TAPES = 4  # open Tapes kept for the next requests (more are opened while m
 _CLI_HINT = re.compile(r"[;,]?\s*(?:see|run|use|try)\s+`ctape[^`]*`(?:\s*(?:and|or)\s+`ctape[^`]*`)*\s*$")
 
 
+def _without_cli_hint(text: str, at_most: int = 2000) -> str:
+    """The error without its command-line advice, cut to `at_most` characters. The advice
+    is at the end: the pattern looks at the last 300 characters only, since on a long run
+    of spaces (a URL of 20,000 `%20`, quoted by its 404) it takes time quadratic in the
+    text, in one call that holds every other thread of the server."""
+    text = text[:at_most] + "…" if len(text) > at_most else text
+    return text[:-300] + _CLI_HINT.sub("", text[-300:])
+
+
 class Page:
     def __init__(self, body: str | bytes, status: int = 200, ctype: str = "text/html; charset=utf-8"):
         self.body = body.encode() if isinstance(body, str) else body
@@ -180,10 +189,11 @@ class Site:
         history is read a slice per request (`budget` seconds), unless `whole`. When another
         request is reading it already, this one does not wait (unless `whole`)."""
         self._drop_if_redacted()
+        sess = self.session(name)  # a name no session has is refused before anything is kept for it
         with self._graphs_lock:
-            g = self.graphs.setdefault(name, Graph())
+            g = self.graphs.setdefault(sess.name, Graph())
         if time.monotonic() - g.checked >= LIVE_TTL or (whole and not g.complete):
-            g.update(self.tape, self.session(name), None if whole else budget, wait=whole)
+            g.update(self.tape, sess, None if whole else budget, wait=whole)
         return g
 
     def usage(self, wait: bool = False) -> Optional[dict]:
@@ -291,7 +301,7 @@ class Site:
         except CtapeError:
             links = ['<li><a href="/">all sessions</a> (with search)</li>']
         if status == 404:
-            main = f'<h1>Not found</h1><p>{esc(_CLI_HINT.sub("", str(err)))}</p>'
+            main = f'<h1>Not found</h1><p>{esc(_without_cli_hint(str(err)))}</p>'
         else:
             main = f'<h1>Cannot show this</h1><p class="err">{esc(" ".join(str(err).split()))}</p>'
         page = self.layout("not found" if status == 404 else "cannot show this", f'{main}<p>Go to:</p><ul class="go">{"".join(links)}</ul>')
@@ -576,7 +586,7 @@ class Site:
             value = e.to_json()
         else:
             part = q.get("part")
-            value = part_of(e, int(part) if part and part.lstrip("-").isdigit() else part)
+            value = part_of(e, int(part) if part and re.fullmatch(r"-?[0-9]+", part) else part)
         text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, indent=2)
         start, size = slice_params(q)
         end = len(text) if size is None else min(len(text), start + size)
@@ -588,7 +598,7 @@ class Site:
         """An image part too large to inline in the page, served on its own."""
         e = self.tape.get(ref)
         part = q.get("part", "")
-        got = image_bytes(part_of(e, int(part))) if part.isdigit() else None
+        got = image_bytes(part_of(e, int(part))) if re.fullmatch(r"[0-9]+", part) else None
         if got is None:
             raise EntryNotFound(f"entry {e.hash[:12]} has no image part {part!r}")
         return Page(got[1], ctype=got[0])

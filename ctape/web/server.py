@@ -79,7 +79,7 @@ def split_host(header: Optional[str]) -> Optional[tuple[str, int]]:
             return None
     else:
         name, port = h, ""
-    if not name or (port and not port.isdigit()):
+    if not name or (port and not (port.isascii() and port.isdigit())):  # (str.isdigit takes '¹', which int() refuses)
         return None
     return _norm(name), int(port) if port else 80
 
@@ -153,6 +153,37 @@ class Handler(BaseHTTPRequestHandler):
         if name.startswith("do_"):
             return self._refuse_method
         raise AttributeError(name)
+
+    def handle(self) -> None:
+        """A client that goes away while it is answered (a refusal, an error page, http.server's
+        own answers) ends its request quietly, as one that leaves during a page does."""
+        try:
+            super().handle()
+        except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError):
+            self.close_connection = True
+
+    def send_error(self, code, message=None, explain=None) -> None:
+        """http.server's own answers (a request line that is no HTTP, a URL or headers too
+        long, an HTTP version it does not speak) come before any route: with the same
+        security headers as every page (SPEC 15), and a plain text body."""
+        try:
+            short, _ = self.responses.get(code, ("error", ""))
+        except (AttributeError, ValueError):
+            short = "error"
+        self.close_connection = True
+        body = f"{code} {short}\n".encode()
+        try:
+            self.send_response(code, short)
+            for k, v in _HEADERS.items():
+                self.send_header(k, v)
+            self.send_header("Connection", "close")
+            self.send_header("Content-Type", "text/plain; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if self.command != "HEAD" and code >= 200 and code not in (204, 304):
+                self.wfile.write(body)
+        except OSError:
+            pass  # the client went away
 
     def _refuse_method(self) -> None:
         if not self._check_host():
