@@ -151,3 +151,28 @@ def test_an_agent_event_cut_from_its_echo_is_left_out_as_the_import_leaves_it(tm
             f.write("".join(part))
         run_cli("--dir", d, "watch", "--once", src, check=True)
     assert entries(d) == entries(want_dir)
+
+
+def test_an_agent_event_that_ends_its_turn_is_the_message(tmp_path):
+    """An agent message written only as its event, then the turn's end (`task_complete`):
+    a pass that read up to there took the event for an echo to come, though none comes
+    after the turn's end, and hid the final answer that `ctape import` shows. Each pass,
+    cut anywhere from the turn's end on, gives the import now. (Found by an audit.)"""
+    done_event = ("event_msg", {"type": "task_complete", "last_agent_message": "all done, only as an event"})
+    rows = ROWS[:8] + [agent_event("all done, only as an event"), done_event, user_item("next turn"), user_event("next turn")]
+    text = [line(i, *r) for i, r in enumerate(rows)]
+    want_dir, whole = tmp_path / "imported", tmp_path / "whole.jsonl"
+    whole.write_text("".join(text))
+    run_cli("--dir", want_dir, "init", check=True)
+    run_cli("--dir", want_dir, "import", whole, check=True)
+    want = entries(want_dir)
+    assert [k for _, k in want[SID]].count("assistant") == 2, want  # the oracle shows the answer
+    for cut in (10, 11, len(text)):  # right after the turn's end, after the next request, at the end
+        d, src = tmp_path / f"w{cut}", tmp_path / f"src{cut}" / "rollout.jsonl"
+        src.parent.mkdir()
+        run_cli("--dir", d, "init", check=True)
+        for part in (text[:cut], text[cut:]):
+            with open(src, "a") as f:
+                f.write("".join(part))
+            run_cli("--dir", d, "watch", "--once", src, check=True)
+        assert entries(d) == want, cut

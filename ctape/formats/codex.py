@@ -220,9 +220,13 @@ def _item_keys(content: Any) -> tuple[int, ...]:
     return tuple(keys)
 
 
+TURN_ENDS = ("task_complete", "turn_aborted")  # events after a turn's last record
+
+
 def classify(v: Any) -> Optional[tuple[str, tuple[int, ...]]]:
     """("U"|"A"|"EU"|"EA", text keys) for the records of a message, ("X", ()) for a tool
-    call or output, None for the rest."""
+    call or output and for the end of a turn (TURN_ENDS: a watcher that reads up to it
+    knows an agent event without an echo so far is the message), None for the rest."""
     if not isinstance(v, dict):
         return None
     p = v.get("payload") if isinstance(v.get("payload"), dict) else (v if isinstance(v.get("type"), str) and v["type"] in LEGACY_ITEMS else None)
@@ -232,6 +236,8 @@ def classify(v: Any) -> Optional[tuple[str, tuple[int, ...]]]:
     if v.get("type") == "event_msg":
         if t in ("user_message", "agent_message"):
             return ("EU" if t == "user_message" else "EA", (_said(p.get("message") if isinstance(p.get("message"), str) else ""),))
+        if t in TURN_ENDS:  # the turn is over: no echo of its messages comes after it
+            return ("X", ())
         return None
     if v.get("type") not in ("response_item", None) and not (isinstance(v.get("type"), str) and v["type"] in LEGACY_ITEMS):
         return None
