@@ -483,3 +483,90 @@ def test_a_second_stream_records_the_one_a_killed_writer_left_first(tape_dir):
         ("streaming", "second partial"), ("streaming", "first partial"), ("user", "q")]
     branches = cli(tape_dir, "branch", "-s", S, "--json", check=True).stdout.decode().splitlines()
     assert [json.loads(line)["name"] for line in branches] == ["main"]  # no stream-* branch beside it
+
+
+# -- found by an audit (2026-12-05): a live stream is no interrupted one ----------------------------------
+
+
+def test_a_live_stream_is_left_alone_by_another_tapes_write(tmp_path):
+    """Another Tape (or process) writing to the session recorded a stream that was still
+    being written as interrupted: its text came twice (a `streaming` entry, then the
+    `assistant` one). A stream's writer holds a lock while it runs; only a stream whose
+    lock is free is a dead writer's."""
+    import ctape
+
+    tape = ctape.Tape.init(tmp_path / "t")
+    s = tape.session("s")
+    s.append("user", {"content": "question"})
+    with s.stream() as w:
+        w.write("Hello ")
+        w.flush()
+        other = ctape.Tape.open(tape.path)
+        other.session("s").append("tool_result", {"call_id": "x", "output": "log line"})
+        st = other.session("s").status()["interrupted_stream"]
+        assert st["live"] is True and st["content"] == "Hello " and not st["recorded"], st
+        other.close()
+        w.write("world")
+    got = [(e.kind, e.payload.get("content", e.payload.get("output"))) for e in reversed(list(s.log()))]
+    assert got == [("user", "question"), ("tool_result", "log line"), ("assistant", "Hello world")], got
+    tape.close()
+
+
+def test_a_stream_killed_after_another_process_wrote_keeps_everything_it_flushed(tmp_path):
+    """The other process's write recorded the live stream at its text so far and closed
+    it; what the stream flushed after that was never read back once its writer was killed
+    (fsync'd text lost). Now the write leaves the live stream open, and after the kill the
+    next write records all of it."""
+    import ctape
+
+    p = str(tmp_path / "t")
+    ctape.Tape.init(p).session("s").append("user", {"content": "go"})
+    child = (
+        "import ctape, sys, time\n"
+        f"s = ctape.Tape.open({p!r}).session('s')\n"
+        "with s.stream(flush_interval=0.05) as w:\n"
+        "    w.write('part1 '); w.flush(); print('a', flush=True); sys.stdin.readline()\n"
+        "    w.write('part2 '); w.flush(); print('b', flush=True); time.sleep(120)\n"
+    )
+    pr = subprocess.Popen([sys.executable, "-c", child], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert pr.stdout.readline() == "a\n"
+        t = ctape.Tape.open(p)
+        t.session("s").append("user", {"content": "meanwhile"})
+        assert t.session("s").status()["interrupted_stream"]["live"] is True  # left open: its writer runs
+        t.close()
+        pr.stdin.write("\n")
+        pr.stdin.flush()
+        assert pr.stdout.readline() == "b\n"
+    finally:
+        pr.kill()
+        pr.wait()
+    t = ctape.Tape.open(p)
+    s = t.session("s")
+    st = s.status()["interrupted_stream"]
+    assert st["content"] == "part1 part2 " and st["live"] is False, st
+    rec = s.recover()
+    assert [e.payload["content"] for e in rec] == ["part1 part2 "]
+    streamed = [e for b in s.refs().branches.values() for e in s.log(b) if e.kind == "streaming"]
+    assert [e.payload["content"] for e in streamed] == ["part1 part2 "]  # once, whole
+    t.close()
+
+
+def test_a_chunk_with_a_lone_surrogate_is_refused_at_write_and_the_stream_goes_on(tmp_path):
+    """A chunk holding a lone surrogate was taken; the flush thread then died on it (a
+    traceback on stderr) and nothing written after it was kept, and the stream's end raised.
+    It is refused where it is written, and the stream goes on. (Found by an audit.)"""
+    import ctape
+
+    tape = ctape.Tape.init(tmp_path / "t")
+    s = tape.session("s")
+    s.append("user", {"content": "q"})
+    with s.stream(flush_interval=0.05) as w:
+        w.write("A long answer... ")
+        time.sleep(0.2)
+        with pytest.raises(ctape.errors.InvalidInput, match="lone surrogate"):
+            w.write("cut emoji \ud83d")
+        time.sleep(0.2)
+        w.write("and more text")
+    assert [(e.kind, e.payload["content"]) for e in s.log()][0] == ("assistant", "A long answer... and more text")
+    tape.close()

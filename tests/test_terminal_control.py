@@ -13,7 +13,7 @@ import os
 
 from conftest import run_cli
 
-FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "fixtures", "transcripts", "claude-code")
+FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "transcripts", "claude-code")
 BAD = "\x1b]0;pwned\x07\x1b[2J\x9b31m\u202e"  # set the title, clear the screen, a C1 CSI, a bidi override
 
 

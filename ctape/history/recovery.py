@@ -35,7 +35,8 @@ def status(session: "Session") -> dict:
     streams = open_streams(session) if session.exists() else []
     if streams:
         s = streams[-1]
-        interrupted = {"content": s["content"], "stream": s["stream"], "base": s["base"], "time": s["time"], "recorded": False}
+        interrupted = {"content": s["content"], "stream": s["stream"], "base": s["base"], "time": s["time"], "recorded": False,
+                       "live": s["live"]}
     elif head is not None and head.kind == "streaming":
         c = head.payload.get("content") if isinstance(head.payload, dict) else None
         interrupted = {"content": c, "hash": head.hash, "time": head.time, "recorded": True}

@@ -17,7 +17,9 @@ filling the disk (docs/design.md, "Streams").
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import secrets
 import threading
 from typing import TYPE_CHECKING, Optional
@@ -42,6 +44,92 @@ class NotText(InvalidInput, TypeError):
 
 class StreamTooLong(InvalidInput):
     """A stream passed its limit; the text up to it is kept as a `streaming` entry."""
+
+
+# -- which streams are live --------------------------------------------------------------
+#
+# A stream's partial records say nothing of whether its writer still runs. A writer holds an
+# flock on `<cache folder>/streams/<stream id>.lock` from its start to its end; the kernel
+# lets go of it when the writer's process dies (kill -9 too). So a stream whose lock another
+# open file can take is one a dead writer left: recorded as interrupted (a `streaming`
+# entry), and one whose lock is held is live and left alone, whichever Tape or process of
+# this machine writes to the session meanwhile. (Before, any write of another Tape or
+# process recorded a live stream as interrupted: its text came twice, and what it sent
+# after that point was never read back after a kill.) A stream written on another machine,
+# or by a process with another cache folder, has no lock here: taken for dead, as before.
+
+_held: dict[str, int] = {}  # stream id -> the descriptor holding its lock, in this process
+
+
+def _lock_path(store, stream: str) -> Optional[str]:
+    from ..store.localstate import cache_folder
+
+    folder = cache_folder(store)
+    return os.path.join(folder, "streams", f"{stream}.lock") if folder else None
+
+
+def _hold(store, stream: str) -> None:
+    path = _lock_path(store, stream)
+    if path is None:
+        return
+    try:
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError:
+        return  # no cache to write: others take the stream for a dead writer's, as before
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    _held[stream] = fd
+
+
+def _let_go(store, stream: str) -> None:
+    fd = _held.pop(stream, None)
+    if fd is None:
+        return
+    path = _lock_path(store, stream)
+    try:
+        if path:
+            os.unlink(path)
+    except OSError:
+        pass
+    os.close(fd)
+
+
+def is_live(store, stream: str) -> bool:
+    """Does a writer of this machine still write this stream (its lock is held)?"""
+    if stream in _held:
+        return True
+    path = _lock_path(store, stream)
+    if path is None:
+        return False
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    except OSError:
+        return False  # no lock: its writer ended, died before this was kept, or wrote elsewhere
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+    try:
+        os.unlink(path)  # a dead writer's: nothing holds it any more
+    except OSError:
+        pass
+    return False
+
+
+def _forget_held_in_child() -> None:
+    # a forked child does not write its parent's streams: its copy of the descriptor would
+    # keep the lock after the parent died
+    for fd in _held.values():
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _held.clear()
+
+
+os.register_at_fork(after_in_child=_forget_held_in_child)
 
 
 def stream_limit() -> int:
@@ -80,6 +168,7 @@ class StreamWriter:
         recover(self.session)
         refs = self.session.refs()
         self.base, self.branch = refs.head_hash, refs.branch
+        _hold(self.session.store, self.id)  # live until __exit__ (or this process's death)
         self._thread = threading.Thread(target=self._ticker, name="ctape-stream-flush", daemon=True)
         self._thread.start()
         return self
@@ -87,6 +176,13 @@ class StreamWriter:
     def write(self, chunk: str) -> None:
         if not isinstance(chunk, str):
             raise NotText(f"stream chunks are str, not {type(chunk).__name__}; decode bytes first")
+        try:
+            chunk.encode("utf-8")
+        except UnicodeEncodeError:
+            # refused here, where the caller can keep its text: taken, it failed in the flush
+            # thread (which died with a traceback, so nothing after it was kept) and in the end
+            raise InvalidInput("stream chunk is not valid Unicode (a lone surrogate: text cut inside a character?); "
+                               "send whole characters, e.g. decode bytes with an incremental UTF-8 decoder") from None
         n = _stored_size(chunk)
         with self._lock:
             if self.bytes + n > self.limit:
@@ -149,15 +245,19 @@ class StreamWriter:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
-        if exc_type is None:
-            text = self.content()
-            self.entry = self.session.append("assistant", {"content": text}, op="stream", record_extra={"stream": self.id})
-        elif self.size:
-            self.flush()
-            with self._lock:
-                self.text = []  # persisted: recover reads it back (one copy in memory, not two)
-                self._chunks = 0
-            recover(self.session)
+        try:
+            if exc_type is None:
+                text = self.content()
+                self.entry = self.session.append("assistant", {"content": text}, op="stream", record_extra={"stream": self.id})
+            elif self.size:
+                self.flush()
+                with self._lock:
+                    self.text = []  # persisted: recover reads it back (one copy in memory, not two)
+                    self._chunks = 0
+                _let_go(self.session.store, self.id)  # (so that recover records it now)
+                recover(self.session)
+        finally:
+            _let_go(self.session.store, self.id)
 
 
 def _stored_size(text: str) -> int:
@@ -197,7 +297,11 @@ def _open_streams(session: "Session") -> dict[str, dict]:
 
 
 def open_streams(session: "Session") -> list[dict]:
+    """The open streams, each with `live`: its writer still runs on this machine (`is_live`;
+    the next write records only the others)."""
     streams = session.store.settled(session.name, lambda: _open_streams(session))
+    for s in streams.values():
+        s["live"] = is_live(session.store, s["stream"])
     return sorted(streams.values(), key=lambda s: (s["time"] or "", s["stream"]))
 
 
@@ -208,7 +312,7 @@ def record_partials(session: "Session", w: "SegmentWriter", skip: Optional[str] 
     # listing drops the rows of a stream's end, and the stream looked open
     streams = session.store.settled(session.name, lambda: _open_streams(session))
     for s in sorted(streams.values(), key=lambda s: (s["time"] or "", s["stream"])):
-        if s["stream"] == skip:
+        if s["stream"] == skip or is_live(session.store, s["stream"]):
             continue
         st = session._writer_refs(w)
         base = s["base"]
