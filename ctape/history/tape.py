@@ -149,6 +149,12 @@ class Tape:
 
     @takes_own_turn
     def read_entry(self, h: str) -> Entry:
+        if type(h) is not str or len(h) != 64 or h.strip("0123456789abcdef"):
+            if type(h) is str and len(h) == 64 and not h.strip("0123456789abcdefABCDEF"):
+                h = h.lower()
+            else:  # (a bare ValueError or TypeError from deep inside, before)
+                raise InvalidInput(f"read_entry takes an entry's full hash (64 hex digits), not {h!r:.80}; "
+                                   "resolve a ref or a prefix with tape.resolve(ref, session) first")
         with self.store._lock:
             return self._read_entry(h)
 

@@ -37,6 +37,7 @@ import os
 import sqlite3
 import stat
 import sys
+import time
 from contextlib import contextmanager
 from typing import Iterable, Optional
 
@@ -98,7 +99,16 @@ def connect_cache(path: str) -> sqlite3.Connection:
     db = sqlite3.connect(path, timeout=60, isolation_level=None, check_same_thread=False)
     db.execute("PRAGMA busy_timeout=60000")
     if path != ":memory:":
-        db.execute("PRAGMA journal_mode=WAL")
+        # processes opening a new cache at once: one of them turns it to WAL, and SQLite
+        # answers the others' switch "database is locked" at once, past its busy handler
+        for attempt in range(200):
+            try:
+                db.execute("PRAGMA journal_mode=WAL")
+                break
+            except sqlite3.OperationalError as e:
+                if not _busy(e) or attempt == 199:
+                    raise
+                time.sleep(0.01)
     db.execute("PRAGMA synchronous=OFF")
     return db
 

@@ -384,7 +384,10 @@ class Store:
         try:
             for d in (root, os.path.join(root, "sessions"), os.path.join(root, "packs")):
                 if not os.path.isdir(d):
-                    os.makedirs(d, mode=0o700)
+                    try:
+                        os.makedirs(d, mode=0o700)
+                    except FileExistsError:
+                        continue  # another process's init made it meanwhile: theirs, not taken back
                     made.append(d)
             body = json.dumps({"format": FORMAT_NAME, "version": version, "tape_id": tape_id or secrets.token_hex(16)}) + "\n"
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
@@ -581,9 +584,12 @@ class Store:
         self.index = _ClosedIndex()  # every later use says so (not sqlite3's "closed database")
 
     def __del__(self):
+        # a Store dropped without close() (a Tape made per request and left to the collector)
+        # is closed: its descriptors went with it only at the process's end, and a server
+        # that made one per request ran out of them (EMFILE after ~500 requests at 1,024)
         try:
-            self.index.sync()
-        except Exception:  # noqa: BLE001 - best effort at interpreter exit
+            self.close()
+        except Exception:  # noqa: BLE001 - best effort, at interpreter exit too
             pass
 
     # -- index freshness ------------------------------------------------------------
