@@ -319,9 +319,13 @@ def clone(backend: Backend, url: str, endpoint: Optional[str], target: str, warn
             out["sessions"] = len(tape.store.sessions())
             if tape.store.writer in layout.uploaders(backend):
                 # another copy writes under this id (CTAPE_WRITER set alike on two machines): both
-                # would name their segments and manifests alike, and one's writes hide the other's
-                warn(f"the remote already holds writes of writer id {tape.store.writer!r}, this copy's (CTAPE_WRITER): "
-                     "before writing here, give this copy an id of its own (docs/format.md, writer ids)")
+                # would name their segments and manifests alike, and one's writes hide the other's.
+                # Or a copy removed and cloned again into a folder that got its path and inode
+                # back (ext4 reuses inodes): the same id, and nothing to do (found by an audit)
+                how = "set by CTAPE_WRITER" if os.environ.get("CTAPE_WRITER") else "made from this folder's path and inode"
+                warn(f"the remote already holds writes of writer id {tape.store.writer!r}, the id this copy writes under "
+                     f"({how}): if the copy that wrote them still exists, give this one an id of its own before writing "
+                     "(CTAPE_WRITER; docs/format.md, writer ids); if it was removed from this folder, nothing needs doing")
         finally:
             tape.close()
         os.unlink(marker)  # the tape is whole: from here on it is a copy like any other
