@@ -217,6 +217,11 @@ def _salvage_file(store: Store, rel: str, known: set[int]) -> dict:
             pw.abort()
             raise
         gone = {h for refs in links.values() for h in refs} | damaged_object_names(store.root, rel)
+        # and what the session's other files refer to that no file holds: a pack damaged
+        # before this copy's index read it names nothing it held (its block does not decode),
+        # and the entries after it (in a segment) refer into it; unnamed, fsck, status and
+        # every clone read those as "not arrived yet: run rsync again" (found by an audit)
+        gone |= _referred_by_others(store, session, rel)
         missing = sorted(h for h in gone if not store.has_object(h))
         lost = f"{len(reasons)} damaged place(s): " + "; ".join(reasons[:5]) + (" ..." if len(reasons) > 5 else "")
         where = _free_name(store, session, rel.split("/")[2])
@@ -231,6 +236,28 @@ def _salvage_file(store: Store, rel: str, known: set[int]) -> dict:
         return intent
     finally:
         os.close(fd)
+
+
+def _referred_by_others(store: Store, session: str, rel: str) -> set[str]:
+    """The objects that the entries and ref records of the session's other files refer to."""
+    links: dict[str, list[str]] = {}
+    for other in sorted(store.list_files(session)):
+        if other == rel or not other.startswith(f"sessions/{session}/"):
+            continue
+        try:
+            for item in store.scan_file(other):
+                if not isinstance(item, framing.Record):
+                    continue
+                if item.type == framing.T_OBJECT and len(item.body) > 33:
+                    _note_entry(store, item.body, links, {})
+                elif item.type == framing.T_REF:
+                    rec = record_problem(item.type, item.body, session, segment_writer(other))
+                    if not isinstance(rec, str):
+                        values = (rec.get("set") or {}).values()
+                        links[f"record {other}@{item.offset}"] = [v for v in values if isinstance(v, str) and is_hash(v)]
+        except (OSError, CorruptObject):
+            continue  # damaged or gone too: its own salvage names what it held
+    return {h for refs in links.values() for h in refs}
 
 
 def _note_entry(store: Store, body: bytes, links: dict, entries: dict) -> None:
