@@ -58,6 +58,9 @@ def interrupted_stream(d, session: str, pieces: list[str]) -> None:
             w.flush()
         w._stop.set()  # the process dies here: no __exit__, nothing recorded
         w._thread.join()
+        from ctape.history.stream import _let_go
+
+        _let_go(s.store, w.id)  # and the kernel lets go of its lock: a dead writer's stream (stream.is_live)
     finally:
         t.close()
 
