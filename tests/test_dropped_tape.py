@@ -43,3 +43,28 @@ def test_read_entry_of_something_that_is_no_hash_is_a_ctape_error(tmp_path):
         for bad in ("zz", None, "Z" * 64, 5):
             with pytest.raises(ctape.errors.InvalidInput, match="full hash"):
                 t.read_entry(bad)
+
+
+def test_a_dropped_tape_is_let_go_without_a_lock(tmp_path):
+    """The collector runs wherever an allocation falls: also while this thread holds the
+    session's lock through another Tape. Closing the dropped one there waited for that lock
+    for ever (its check of kept segments takes it): found by the suite, which hung. It
+    lets go of its descriptors without taking any lock."""
+    import threading
+
+    import ctape
+
+    p = tmp_path / "t"
+    ctape.Tape.init(p).close()
+    dropped = ctape.Tape.open(p)
+    dropped.session("s").append("user", {"content": "kept segment"})
+    live = ctape.Tape.open(p)
+    done = []
+    with live.store.writing("s"):  # this thread holds the session's lock
+        th = threading.Thread(target=lambda: (dropped.store.__del__(), done.append(1)), daemon=True)
+        th.start()
+        th.join(20)
+    assert done, "the dropped Tape waited for the session's lock"
+    live.session("s").append("user", {"content": "after"})
+    assert [e.payload["content"] for e in live.session("s").log()] == ["after", "kept segment"]
+    live.close()

@@ -585,10 +585,18 @@ class Store:
 
     def __del__(self):
         # a Store dropped without close() (a Tape made per request and left to the collector)
-        # is closed: its descriptors went with it only at the process's end, and a server
-        # that made one per request ran out of them (EMFILE after ~500 requests at 1,024)
+        # lets go of its descriptors: they went with it only at the process's end, and a
+        # server that made one per request ran out of them (EMFILE after ~500 requests at
+        # 1,024). Without taking any lock: the collector runs wherever an allocation falls,
+        # also while this thread holds the session's lock through another Store (close()'s
+        # check of kept segments waited for it there, for ever)
         try:
-            self.close()
+            for w in list(self._writers.values()):
+                w.abandon()
+            self._writers.clear()
+            self._close_read_fds()
+            self.index.close()  # (its rows are written, as before)
+            self.index = _ClosedIndex()
         except Exception:  # noqa: BLE001 - best effort, at interpreter exit too
             pass
 
