@@ -102,6 +102,10 @@ def play(root: str, steps, shortcut: bool, monkeypatch) -> tuple:
         r["n"], r["lc"] = rank[r["n"]], rank[r["lc"]]
         r["w"] = "b" if r["w"] == OTHER else "a"
         r["seen"] = {("b" if w == OTHER else "a"): rank[n] for w, n in (r.get("seen") or {}).items()}
+        if "gap" in r:  # a clock too (docs/format.md section 6)
+            r["gap"] = rank[r["gap"]]
+        if "cut" in r:
+            r["cut"] = {("b" if w == OTHER else "a"): [rank[n] for n in ns] for w, ns in r["cut"].items()}
         norm.append(r)
     return outcomes, norm, (refs.head, refs.branches, refs.tags)
 
@@ -110,6 +114,10 @@ def _clocks(r: dict):
     yield r["n"]
     yield r["lc"]
     yield from (r.get("seen") or {}).values()
+    if "gap" in r:
+        yield r["gap"]
+    for ns in (r.get("cut") or {}).values():
+        yield from ns
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -23,6 +23,7 @@ sys.path.insert(0, os.path.join(HERE, "bench"))
 
 import workload  # noqa: E402
 
+from ctape.store.index import index_file
 from ctape import Tape  # noqa: E402
 from ctape.store import store as store_mod  # noqa: E402
 from ctape.cli import main as cli_main  # noqa: E402
@@ -238,7 +239,7 @@ def test_the_index_keeps_no_copy_of_durable_appends(tmp_path):
     for i, (kind, payload, meta, delta) in enumerate(entries):
         s.append("system" if i % 2 else kind, payload if i % 2 == 0 else {"content": f"turn {i}"}, meta=meta, delta=delta)
     tape.close()
-    (db,) = glob.glob(str(tmp_path / "cache" / "*" / "index.sqlite"))
+    (db,) = glob.glob(str(tmp_path / "cache" / "*" / index_file()))
     assert not os.path.exists(db + "-wal")  # closing folds the write-ahead log in
     per_append = os.path.getsize(db) / len(entries)
     assert per_append < 200, per_append  # 135 now; 440 with a row per ref record and whole-list keyframes

@@ -21,6 +21,7 @@ import stat
 import pytest
 
 from conftest import run_cli, snapshot
+from ctape.store.index import index_file
 from ctape import CtapeError, InvalidInput, SessionNotFound, Tape
 
 
@@ -168,11 +169,11 @@ def test_cache_files_are_their_owners_only(chat, tmp_path):
     env = {"CTAPE_CACHE_DIR": str(cache)}
     cli(chat, "search", "hello", env=env, check=True)
     files = [p for p in cache.rglob("*") if p.is_file()]
-    assert any(p.name == "index.sqlite" for p in files) and any(p.name == "search.sqlite" for p in files)
+    assert any(p.name == index_file() for p in files) and any(p.name == "search.sqlite" for p in files)
     for p in files:
         assert stat.S_IMODE(p.stat().st_mode) & 0o077 == 0, (p, oct(p.stat().st_mode))
     # a cache an older version left readable by others is made the owner's only
-    index = next(p for p in files if p.name == "index.sqlite")
+    index = next(p for p in files if p.name == index_file())
     os.chmod(index, 0o644)
     cli(chat, "log", "-s", "chat", env=env, check=True)
     assert stat.S_IMODE(index.stat().st_mode) == 0o600

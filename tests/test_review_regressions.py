@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from ctape.store.index import index_file
 from ctape import Tape
 from ctape.store import segment
 from ctape.errors import StorageError
@@ -278,12 +279,12 @@ def test_a_process_survives_another_ctape_remaking_the_shared_index(tmp_path):
     # another process finds a schema it does not know, starts over, and indexes a only
     code = (
         "import sqlite3, sys, glob\n"
-        f"db = sqlite3.connect(glob.glob({cache!r} + '/*/index.sqlite')[0]); db.execute('DELETE FROM meta'); db.commit(); db.close()\n"
+        f"db = sqlite3.connect(glob.glob({cache!r} + '/*/{index_file()}')[0]); db.execute('DELETE FROM meta'); db.commit(); db.close()\n"
         "from ctape import Tape\n"
         f"t = Tape.open({str(tape_dir)!r}, cache_dir={cache!r}); list(t.session('a').log()); t.close()\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
-    (db,) = glob.glob(cache + "/*/index.sqlite")
+    (db,) = glob.glob(cache + "/*/" + index_file())
     assert sqlite3.connect(db).execute("SELECT id FROM files WHERE path LIKE 'sessions/a/%'").fetchone()[0] == 1
     t._clear_entries()
     assert [t.store.get_object(h)[0] for h in a_hashes]  # read after one rebuild, from the right file
@@ -301,7 +302,7 @@ def test_an_index_of_another_schema_gives_its_space_back(tmp_path):
         for i in range(10_000):
             t.session("chat").append("user", {"content": f"message {i}"})
     t.close()
-    (db,) = glob.glob(str(tmp_path / "cache" / "*" / "index.sqlite"))
+    (db,) = glob.glob(str(tmp_path / "cache" / "*" / index_file()))
     full = os.path.getsize(db)
     c = sqlite3.connect(db)
     c.execute("UPDATE meta SET value='1' WHERE key='schema'")

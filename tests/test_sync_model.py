@@ -422,7 +422,7 @@ class World:
         self.run_op(name, i)
 
     def run_op(self, name: str, i: int) -> None:
-        own = name not in ("sync", "compact", "kill", "live_sync", "push", "pull", "cut_push", "cut_pull", "compact_remote", "cut_compact_remote")  # these move refs only by merging, or not at all
+        own = name not in ("sync", "compact", "kill", "live_sync", "delete_sync", "push", "pull", "cut_push", "cut_pull", "compact_remote", "cut_compact_remote")  # these move refs only by merging, or not at all
         before = self.ref_reach(self.tape(i)) if own else {}
         getattr(self, "op_" + name)(i)
         if own:
@@ -1106,6 +1106,45 @@ def short(refs: dict) -> dict:
     return {s: {"branches": {b: h[:8] for b, h in r["branches"].items()}, "head": (r["head"] or "")[:9]} for s, r in refs.items()}
 
 
+class DeleteWorld(World):
+    """The same model with `rsync -a --delete` from one copy to another, on copies that
+    were written to (docs/sync.md says not to; people do): the receiver loses its files
+    that the sender lacks. It goes on either by `fsck --salvage` (its cache noticed) or
+    with a cache that never knew them (a new process with a dropped index), and writes
+    more. An entry that only the receiver held is gone for good (the model drops it); every
+    other one comes back with the next syncs and must be on a ref of every copy after the
+    mesh, the writer's own records it had lost included (docs/format.md section 12, "Gaps")."""
+
+    OPS = World.OPS + [("delete_sync", 4)]
+
+    def op_delete_sync(self, i: int) -> None:
+        j = self.rng.choice([k for k in range(len(self.dirs)) if k != i])
+        how = self.rng.choice(["salvage", "dropped cache"])
+        self.note(f"rsync --delete c{i} -> c{j}, then {how}")
+        elsewhere: set[str] = set()
+        for k in range(len(self.dirs)):
+            if k != j:
+                t = self.tape(k)
+                elsewhere |= {h for h in self.acked if t.has_entry(h)}
+        self.close_all()
+        rsync(self.dirs[i], self.dirs[j], "--delete")
+        with writer_env(self.writers[j]):
+            t = Tape.open(self.dirs[j])
+        try:
+            if how == "salvage":
+                t.salvage()
+                cache = None
+            else:
+                cache = t.store.index.path
+        finally:
+            t.close()
+        if cache and cache != ":memory:":
+            for suffix in ("", "-wal", "-shm"):
+                if os.path.exists(cache + suffix):
+                    os.remove(cache + suffix)
+        self.dropped |= {h for h in self.acked if h not in elsewhere}
+
+
 def rsync(src, dst, *flags):
     subprocess.run(["rsync", "-a", *flags, f"{src}/", f"{dst}/"], check=True, capture_output=True)
 
@@ -1310,6 +1349,22 @@ def _run_live(tmp_path, seeds):
         _run_many(tmp_path, [seed], cli=None, sync=rsync if seed % 4 == 1 else copy_like_rsync, world=LiveWorld)
 
 
+@pytest.mark.parametrize("block", range(2))
+def test_rsync_delete_then_going_on_keeps_what_other_copies_hold(tmp_path, block):
+    """A short run of DeleteWorld: `rsync --delete` onto a copy that was written to, then
+    a salvage or a dropped cache, and more writes; what other copies hold comes back."""
+    _run_many(tmp_path, range(3000 + block * 4, 3004 + block * 4), cli=block == 0, world=DeleteWorld)
+
+
+@pytest.mark.skipif(not SLOW, reason="long run: CTAPE_SLOW=1")
+def test_many_sequences_with_rsync_delete(tmp_path):
+    seeds = long_seeds()
+    start = time.monotonic()
+    for seed in seeds:
+        _run_many(tmp_path, [seed], cli=None, sync=rsync if seed % 4 == 1 else copy_like_rsync, world=DeleteWorld)
+    print(f"{len(seeds)} sequences with rsync --delete in {time.monotonic() - start:.0f} s")
+
+
 @pytest.mark.parametrize("block", range(4))
 def test_writers_during_rsync_keep_every_entry(tmp_path, block):
     """A short run of LiveWorld: writers append, batch and fork between the files of an
@@ -1494,3 +1549,10 @@ def test_seed_4064_keeps_conflict_branch_names_through_compact(tmp_path):
     it back as a spurious conflict, and `compact --expire now` then dropped the deletion
     that had given its branch the name `-N` (tests/test_sync.py has both, made exact)."""
     _run_many(tmp_path, [4064], cli=None, sync=copy_like_rsync)
+
+
+def test_delete_seed_20064_keeps_a_writers_records_lost_to_an_rsync_delete(tmp_path):
+    """The first DeleteWorld run, on the code before gaps: c0 lost two of its appends to an
+    `rsync --delete`, wrote again, and when another copy brought them back its new record
+    replaced them on every copy (tests/test_cut_off.py has it made exact)."""
+    _run_many(tmp_path, [20064], cli=None, sync=copy_like_rsync, world=DeleteWorld)

@@ -83,11 +83,12 @@ class Session:
         if hit is not None and hit[0] == version:
             return hit[1]
         lc, seen = idx.max_lc_and_seen(self.name)
+        gaps = idx.gaps(self.name)
         rows = idx.claims_on(self.name, [HEAD, *refs], values)
-        st = refmod.from_rows(rows, lc, seen)
+        st = refmod.from_rows(rows, lc, seen, gaps)
         if st.branch is not None and st.branch not in st.claims:
             rows += idx.claims_on(self.name, [st.branch], contested=False)
-            st = refmod.from_rows(rows, lc, seen)
+            st = refmod.from_rows(rows, lc, seen, gaps)
         if st.head is None:
             return self._cached_refs()
         self.store.refs_cache[key] = (version, st)
@@ -130,7 +131,7 @@ class Session:
     def _load_refs(self) -> RefState:
         idx = self.store.index
         lc, seen = idx.max_lc_and_seen(self.name)
-        return refmod.from_rows(idx.claims(self.name), lc, seen)
+        return refmod.from_rows(idx.claims(self.name), lc, seen, idx.gaps(self.name))
 
     @property
     def head(self) -> Optional[Entry]:
@@ -153,6 +154,10 @@ class Session:
 
             self.store.forget_listing(self.name)  # built on the files as they are now
             w.refstate = self.store.settled(self.name, read).copy()  # the writer's own: it applies its records
+            # this cache vouches for the writer's own records here once it wrote a record
+            # with `gap` that is on the tape (a write killed before its fsync left none)
+            v = self.store.index.vouched(self.name)
+            w.vouched = v is not None and w.refstate.seen.get(self.store.writer, 0) >= v
         return w.refstate
 
     def _write_ref(self, w: SegmentWriter, op: str, changes: dict[str, Optional[str]], **extra: Any) -> dict:
@@ -192,7 +197,8 @@ class Session:
             return [part]
         groups: dict[tuple, dict] = {}
         for ref, value in part.items():
-            key = tuple(sorted(st.seen_for([ref], self.store.writer).items()))
+            key = (tuple(sorted(st.seen_for([ref], self.store.writer).items())),
+                   tuple((w, tuple(ns)) for w, ns in st.cut_for([ref]).items()))
             groups.setdefault(key, {})[ref] = value
         return list(groups.values())
 
@@ -232,6 +238,16 @@ class Session:
         seen = st.seen_for(sets, me)
         if seen:
             rec["seen"] = seen
+        cut = st.cut_for(sets)
+        if cut:
+            rec["cut"] = cut  # the cut-off claims among those: named, as a threshold cannot reach them
+        if not w.vouched:
+            # this cache cannot vouch that this writer has read every record of its own (it
+            # is new, or salvaged a loss): what it wrote after its newest own record here
+            # and this cache never read is cut off, not replaced (docs/format.md section 12)
+            rec["gap"] = st.seen.get(me, 0)
+            w.vouched = True
+            self.store.index.note_vouched(self.name, n)
         if extra:
             rec.update(extra)
             why = schema.ref_record_problem(rec, self.name)
@@ -798,7 +814,7 @@ _PLAIN_APPEND = frozenset(("s", "w", "n", "lc", "t", "op", "set", "seen"))  # th
 
 
 # the fields every ref record has (docs/format.md section 6): set_refs' extra fields go beside them
-RECORD_FIELDS = frozenset({"s", "w", "n", "lc", "t", "op", "set", "old", "seen", "at"})
+RECORD_FIELDS = frozenset({"s", "w", "n", "lc", "t", "op", "set", "old", "seen", "at", "cut", "gap"})
 
 
 def _check_record_args(op: Any, changes: Any, extra: dict) -> None:

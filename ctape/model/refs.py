@@ -57,6 +57,41 @@ class Claim:
     value: Optional[str]
     seen: dict
     at: Optional[str] = None  # HEAD attached to a branch: the branch's tip as its writer saw it (`at`)
+    cut: Optional[dict] = None  # the record's `cut`: writer -> [n, ...] of cut-off claims it had read
+    hi: Optional[int] = None  # cut off: the n of its writer's record whose `gap` holds it (cut_off)
+    gap: Optional[int] = None  # the record's own `gap`: the newest n of its writer it had read
+
+
+# A writer's own records that it could not read when it wrote again (an `rsync --delete`
+# took its newest files, and a third copy brings them back later) are "cut off": the first
+# record a writer writes in a session through an index cache that cannot vouch for its own
+# history (a new cache, or one that salvaged a loss) carries `gap`: the newest n of its own
+# it had read there. Its records with gap < n < that record's n are cut off by it: a later
+# record of the same writer replaces one only when its `cut` names it, as a record of
+# another writer replaces a claim only when its `seen` does. See docs/format.md section 12.
+CUT_KEY = "~cut"  # the index keeps a record's `cut` beside its `seen` under this key (no writer id has "~")
+
+
+def cut_off(gaps: Optional[list], n: int) -> Optional[int]:
+    """The record n of a writer cut off by one of its gaps [(lo, hi)]: the smallest such hi, or None."""
+    if not gaps:
+        return None
+    his = [hi for lo, hi in gaps if lo < n < hi]
+    return min(his) if his else None
+
+
+def own_gap(gaps: Optional[list], n: int) -> Optional[int]:
+    """The `gap` of the record n of a writer with these gaps, if it has one."""
+    for lo, hi in gaps or ():
+        if hi == n:
+            return lo
+    return None
+
+
+def claim_key(w: str, n: int, hi: Optional[int]) -> str:
+    """Where a claim is kept among its ref's claims: its writer, or, cut off, its writer and
+    n too: a writer's newer record does not replace a cut-off claim it had not read."""
+    return w if hi is None else f"{w} {n}"
 
 
 def rank(ref: str, c: Claim) -> int:
@@ -93,8 +128,29 @@ def standing_claims(cs: list[Claim]) -> list[Claim]:
 
 
 def saw(o: Claim, c: Claim) -> bool:
+    """Claim o was written after reading claim c (o supersedes c). A writer's later record
+    has read its earlier ones, unless a gap cuts them off from it; another writer's has
+    read those its `seen` reaches. A cut-off claim is reached by a `seen` that stops before
+    the record that cut it off, or by a `cut` that names it."""
+    if o.w == c.w:
+        if o.n <= c.n:
+            return False
+        if c.hi is None or o.n < c.hi:
+            return True
+        # o read its writer's records up to its own gap: c among them, as a record like any
+        # other, when that did not reach the record that cut c off (o would have named it)
+        return (o.gap is not None and c.n <= o.gap < c.hi) or _names(o.cut, c)
     n = o.seen.get(c.w, 0)
-    return type(n) is int and n >= c.n
+    if type(n) is not int:
+        return False
+    if c.hi is None:
+        return n >= c.n
+    return c.n <= n < c.hi or _names(o.cut, c)
+
+
+def _names(cut: Optional[dict], c: Claim) -> bool:
+    ks = cut.get(c.w) if cut else None
+    return type(ks) is list and any(type(k) is int and c.n <= k < c.hi for k in ks)
 
 
 @dataclass
@@ -110,11 +166,13 @@ class RefState:
     settle: dict[str, Optional[str]] = field(default_factory=dict)  # refs a next record must write
     lc: int = 0
     seen: dict[str, int] = field(default_factory=dict)  # writer -> newest n read
+    gaps: dict[str, list] = field(default_factory=dict)  # writer -> [(lo, hi)]: the `gap` of each record that has one
 
     def copy(self) -> "RefState":
         """A copy to change (claims are replaced, never changed, so they are shared)."""
         return replace(self, claims={ref: dict(cs) for ref, cs in self.claims.items()}, branches=dict(self.branches),
-                       unsettled=dict(self.unsettled), tags=dict(self.tags), settle=dict(self.settle), seen=dict(self.seen))
+                       unsettled=dict(self.unsettled), tags=dict(self.tags), settle=dict(self.settle), seen=dict(self.seen),
+                       gaps={w: list(g) for w, g in self.gaps.items()})
 
     @property
     def branch(self) -> Optional[str]:
@@ -162,13 +220,38 @@ class RefState:
         that superseded it and an older copy brings the claim back (rsync never deletes)."""
         out: dict[str, int] = {}
         for ref in refs:
-            for w, c in self.claims.get(ref, {}).items():
-                if w != me and c.n > out.get(w, 0):
-                    out[w] = c.n
+            for c in self.claims.get(ref, {}).values():
+                if c.w != me and c.n > out.get(c.w, 0):
+                    out[c.w] = c.n
                 for o, n in c.seen.items():
                     if o != me and type(n) is int and n > out.get(o, 0):
                         out[o] = n
         return out
+
+    def cut_for(self, refs) -> dict[str, list[int]]:
+        """What a record setting `refs` names of the cut-off claims it has read (saw): for
+        each writer, this one included, and each of its gaps, the newest such claim on them,
+        and what those claims' own `cut` named (carried on, as `seen` is). Empty when none."""
+        best: dict[tuple, int] = {}  # (writer, the hi of the gap that cuts it off) -> n
+
+        def note(w: str, n: int) -> None:
+            hi = cut_off(self.gaps.get(w), n)  # None: a gap this copy has not read yet
+            if n > best.get((w, hi), 0):
+                best[(w, hi)] = n
+
+        for ref in refs:
+            for c in self.claims.get(ref, {}).values():
+                if c.hi is not None:
+                    note(c.w, c.n)
+                if c.cut:
+                    for w, ks in c.cut.items():
+                        for k in ks if type(ks) is list else ():
+                            if type(k) is int:
+                                note(w, k)
+        out: dict[str, list[int]] = {}
+        for (w, _), n in best.items():
+            out.setdefault(w, []).append(n)
+        return {w: sorted(ns) for w, ns in sorted(out.items())}
 
     def apply(self, rec: dict) -> None:
         """Take one more record into account (any order gives the same result)."""
@@ -181,7 +264,7 @@ class RefState:
         value; every other ref resolves as before (HEAD's claims did not change, and the
         branch it may attach to still exists). False (nothing done) in every other case."""
         sets = rec.get("set")
-        if self.settle or self.unsettled or sets is None or len(sets) != 1:
+        if self.settle or self.unsettled or sets is None or len(sets) != 1 or "gap" in rec or "cut" in rec:
             return False
         ((ref, value),) = sets.items()
         cs = self.claims.get(ref)
@@ -189,7 +272,7 @@ class RefState:
             return False
         w, n = rec["w"], rec["n"]
         old = cs.get(w)
-        if old is None or n <= old.n:
+        if old is None or n <= old.n or old.hi is not None or (self.gaps and cut_off(self.gaps.get(w), n) is not None):
             return False
         cs[w] = Claim(ref, w, n, rec["lc"], value, rec.get("seen") or {}, None)
         self.branches[ref] = value
@@ -201,15 +284,23 @@ class RefState:
         """`apply` for any record: resolve every ref it touches (and HEAD) from their claims."""
         w, n = rec["w"], rec["n"]
         seen = rec.get("seen") or {}
+        cut = rec.get("cut") or None
         sets = rec.get("set", {})
+        gap = rec.get("gap")
+        new_gap = type(gap) is int and 0 <= gap < n and (gap, n) not in self.gaps.get(w, ())
+        if new_gap:
+            self._add_gap(w, gap, n)
+        hi = cut_off(self.gaps.get(w), n)
+        key = claim_key(w, n, hi)
         for ref, value in sets.items():
             mine = self.claims.setdefault(ref, {})
-            old = mine.get(w)
+            old = mine.get(key)
             if old is None or n > old.n:
-                mine[w] = Claim(ref, w, n, rec["lc"], value, seen, tip_at(rec) if ref == HEAD else None)
+                mine[key] = Claim(ref, w, n, rec["lc"], value, seen, tip_at(rec) if ref == HEAD else None, cut, hi,
+                                  gap if new_gap else own_gap(self.gaps.get(w), n))
         self.lc = max(self.lc, rec["lc"])
         self.seen[w] = max(self.seen.get(w, 0), n)
-        if any(CONFLICT in ref for ref in sets):
+        if new_gap or any(CONFLICT in ref for ref in sets):
             self.resolve_all()  # a conflict branch's name may now be taken: its ref is named anew
             return
         affected = set(sets) | {self.unsettled[r] for r in sets if r in self.unsettled}
@@ -219,6 +310,19 @@ class RefState:
             self._resolve_ref(ref)
         self._default_head()
         self._head_on_deleted()
+
+    def _add_gap(self, w: str, lo: int, hi: int) -> None:
+        """A record of writer w with `gap` lo, at n hi: its claims in between are cut off,
+        each kept apart from the writer's newer claims (claim_key)."""
+        self.gaps.setdefault(w, []).append((lo, hi))
+        for ref, cs in self.claims.items():
+            for key, c in list(cs.items()):
+                if c.w == w and lo < c.n < hi:
+                    now = cut_off(self.gaps[w], c.n)
+                    if now != c.hi:
+                        del cs[key]
+                        moved = replace(c, hi=now)
+                        cs[claim_key(w, c.n, now)] = moved
 
     def resolve_all(self) -> None:
         self.branches.clear()
@@ -329,13 +433,28 @@ def conflict_name(branch: str, writer: str, tip: str, n: Optional[int] = None) -
     return branch[: 128 - len(suffix)] + suffix
 
 
-def from_rows(rows, lc: int, seen: dict[str, int]) -> RefState:
-    state = RefState(lc=lc, seen=dict(seen))
-    parsed: dict[str, dict] = {}  # claims share a few `seen` texts (most are "{}"); read only
-    for ref, w, n, lc_, value, seen_json, at in rows:
-        seen_ = parsed.get(seen_json)
-        if seen_ is None:
-            seen_ = parsed[seen_json] = json.loads(seen_json)
-        state.claims.setdefault(ref, {})[w] = Claim(ref, w, n, lc_, value, seen_, at)
+def from_rows(rows, lc: int, seen: dict[str, int], gaps: Optional[dict[str, list]] = None) -> RefState:
+    """The refs from the index's claim rows (a row's writer column may be a claim_key)."""
+    state = RefState(lc=lc, seen=dict(seen), gaps={w: list(g) for w, g in (gaps or {}).items()})
+    parsed: dict[str, tuple] = {}  # claims share a few `seen` texts (most are "{}"); read only
+    for ref, key, n, lc_, value, seen_json, at in rows:
+        got = parsed.get(seen_json)
+        if got is None:
+            got = parsed[seen_json] = split_seen(json.loads(seen_json))
+        w = key.split(" ", 1)[0]
+        hi = cut_off(state.gaps.get(w), n)
+        mine = state.claims.setdefault(ref, {})
+        key = claim_key(w, n, hi)
+        old = mine.get(key)
+        if old is None or n > old.n:
+            mine[key] = Claim(ref, w, n, lc_, value, got[0], at, got[1], hi, own_gap(state.gaps.get(w), n))
     state.resolve_all()
     return state
+
+
+def split_seen(stored: dict) -> tuple[dict, Optional[dict]]:
+    """The index's `seen` text holds the record's `cut` under CUT_KEY: (seen, cut)."""
+    if CUT_KEY not in stored:
+        return stored, None
+    seen = dict(stored)
+    return seen, seen.pop(CUT_KEY) or None

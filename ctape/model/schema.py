@@ -160,6 +160,17 @@ def ref_record_problem(rec: Any, session: Optional[str] = None) -> Optional[str]
         for k, v in seen.items():
             if type(v) is not int or not 0 <= v < U63 or _WRITER.fullmatch(k) is None:
                 return "ref record's `seen` holds something other than writer: n"
+    gap = rec.get("gap")
+    if gap is not None and (type(gap) is not int or not 0 <= gap < n):
+        return "ref record's `gap` is not an integer below its `n`"
+    cut = rec.get("cut")
+    if cut is not None:
+        if type(cut) is not dict:
+            return "ref record's `cut` is not an object"
+        for k, v in cut.items():
+            if (_WRITER.fullmatch(k) is None or type(v) is not list or not v
+                    or any(type(x) is not int or not 0 <= x < U63 for x in v)):
+                return "ref record's `cut` holds something other than writer: [n, ...]"
     stream = rec.get("stream")
     if stream is not None and (type(stream) is not str or _STREAM.fullmatch(stream) is None):
         return "ref record's `stream` is not a stream id"
@@ -262,6 +273,19 @@ def header_problem(rec: Any, fmt: Optional[str] = None, session: Optional[str] =
         if writer is not None and w != writer:
             return f"segment header names writer {w!r}, the file name says {writer!r}"
     return None
+
+
+def header_gaps(rec: dict) -> list[tuple[str, int, int]]:
+    """A pack header's `gaps` ({writer: [[lo, hi], ...]}: the gaps of the records compaction
+    read, docs/format.md section 13) as (writer, lo, hi); what is not such a pair is left out."""
+    gaps = rec.get("gaps")
+    out = []
+    if type(gaps) is dict:
+        for w, pairs in gaps.items():
+            if type(w) is str and _WRITER.fullmatch(w) and type(pairs) is list:
+                out += [(w, p[0], p[1]) for p in pairs if type(p) is list and len(p) == 2
+                        and type(p[0]) is int and type(p[1]) is int and 0 <= p[0] < p[1] < U63]
+    return out
 
 
 def read_header(body: bytes, fmt: Optional[str] = None, session: Optional[str] = None, writer: Optional[str] = None) -> tuple[Optional[dict], Optional[str]]:

@@ -40,8 +40,8 @@ from ..store import framing, packing
 from ..model.canonical import canonical_json
 from ..model.errors import ConflictError, CorruptObject, InvalidInput, StorageError, UnsafePath
 from ..model.models import format_time
-from ..model.refs import HEAD, Claim, RefState, conflict_name, saw, shown, standing_claims, tip_at
-from ..model import redaction
+from ..model.refs import HEAD, Claim, RefState, claim_key, conflict_name, cut_off, own_gap, saw, shown, standing_claims, tip_at
+from ..model import redaction, schema
 from ..model.schema import decode_entry
 from ..store.files import TYPE_ENTRY, fsync_dir, storage_error, zstd
 from ..store.store import TYPE_WITHHELD
@@ -74,6 +74,8 @@ class Rec(NamedTuple):
     seen: tuple = ()  # ((writer, n), ...): the claims this record supersedes
     at: Optional[str] = None  # HEAD attached to a branch: its tip then (refs.tip_at)
     redact: bool = False  # a redaction record: kept for good (docs/format.md section 17)
+    gap: Optional[int] = None  # the record's `gap` (its pack's header keeps it once the record goes)
+    cut: tuple = ()  # ((writer, (n, ...)), ...): the cut-off claims it had read
 
     @classmethod
     def parse(cls, body: bytes) -> "Rec":
@@ -82,7 +84,8 @@ class Rec(NamedTuple):
     @classmethod
     def of(cls, r: dict) -> "Rec":
         return cls(r["s"], r["w"], r["n"], r.get("t", ""), tuple((r.get("set") or {}).items()), tuple((r.get("old") or {}).values()),
-                   r.get("lc", 0), tuple((r.get("seen") or {}).items()), tip_at(r), r.get("op") == redaction.OP)
+                   r.get("lc", 0), tuple((r.get("seen") or {}).items()), tip_at(r), r.get("op") == redaction.OP,
+                   r.get("gap"), tuple((w, tuple(ns)) for w, ns in (r.get("cut") or {}).items()))
 
 
 # links from an entry's canonical bytes: its parent and its blob references (anything
@@ -101,6 +104,13 @@ class Scan:
         self.file_records: dict[str, list[tuple]] = {}  # pack path -> (s, w, n) of its ref records
         self.damaged: set[str] = set()  # files holding damaged records
         self.ends: dict[str, int] = {}  # file -> end of the last whole record read (the swap reads on from there)
+        self.gaps: dict[str, set] = {}  # session -> {(writer, lo, hi)}: from records and pack headers (section 13)
+
+    def session_gaps(self, session: str) -> dict[str, list]:
+        out: dict[str, list] = {}
+        for w, lo, hi in sorted(self.gaps.get(session, ())):
+            out.setdefault(w, []).append((lo, hi))
+        return out
 
 
 def compact(tape, expire="90d", grace="14d", dry_run: bool = False, progress: Optional[Callable[[str], None]] = None) -> dict:
@@ -138,7 +148,7 @@ def compact(tape, expire="90d", grace="14d", dry_run: bool = False, progress: Op
             # a symlink in a session: its files are never read, so what they refer to in
             # other sessions' files is unknown: pack, but free nothing
             grace_s = float("inf")
-        kept_records, head_roots = _kept_records(scan.records, cutoff)
+        kept_records, head_roots = _kept_records(scan.records, cutoff, scan)
         have = {(r.s, r.w, r.n) for r in kept_records}
         kept_records += [r for r in scan.records if r.redact and (r.s, r.w, r.n) not in have]
         red = Redacted(tape.redactions())
@@ -164,7 +174,8 @@ def compact(tape, expire="90d", grace="14d", dry_run: bool = False, progress: Op
                 say(f"compact: packing session {n}/{len(by_session)}")
                 if _already_compact(files, dropped_in, scan.file_records, kept_ids):
                     continue
-                pack = _write_pack(store, session, files, snapshot, ages, grace_s, live, kept_ids, open_streams, red)
+                pack = _write_pack(store, session, files, snapshot, ages, grace_s, live, kept_ids, open_streams, red,
+                                   scan.session_gaps(session))
                 written[session] = [pack] if pack else []
         except BaseException:  # out of space, interrupted: the tape as it was
             _take_back(store, (p for packs in written.values() for p in packs))
@@ -245,6 +256,11 @@ def _learn(store: Store, scan: Scan, rec: framing.Record, path: str) -> bool:
         except CorruptObject:
             return False
         scan.graph[key] = tuple(bytes.fromhex((a or b).decode()) for a, b in LINKS.findall(body))
+    elif rec.type == framing.T_HEADER:
+        if path.endswith(".pack"):
+            header, why = schema.read_header(rec.body)
+            if header is not None:
+                scan.gaps.setdefault(header["session"], set()).update(schema.header_gaps(header))
     elif rec.type in (framing.T_REF, framing.T_PARTIAL):
         parts = path.split("/")
         r = record_problem(rec.type, rec.body, parts[1] if parts[0] == "sessions" else None, segment_writer(path))
@@ -254,12 +270,15 @@ def _learn(store: Store, scan: Scan, rec: framing.Record, path: str) -> bool:
             scan.partial_streams[(r["s"], r["stream"])] = r.get("base")
             return True
         scan.records.append(Rec.of(r))
+        gap = r.get("gap")
+        if gap is not None:
+            scan.gaps.setdefault(r["s"], set()).add((r["w"], gap, r["n"]))
         if r.get("stream"):
             scan.closed.add((r["s"], r["stream"]))
     return True
 
 
-def _kept_records(records: list[Rec], cutoff: str) -> tuple[list[Rec], set[bytes]]:
+def _kept_records(records: list[Rec], cutoff: str, scan: Scan) -> tuple[list[Rec], set[bytes]]:
     """Records younger than the cutoff, plus those the refs still follow from.
 
     A claim that another writer's claim had seen (a move or a deletion made after
@@ -272,7 +291,7 @@ def _kept_records(records: list[Rec], cutoff: str) -> tuple[list[Rec], set[bytes
     keep: set[tuple] = set()
     roots: set[bytes] = set()
     for recs in by_session.values():
-        kept, head_root = _session_kept(recs, cutoff)
+        kept, head_root = _session_kept(recs, cutoff, scan.session_gaps(recs[0].s))
         keep |= kept
         roots |= head_root
     out, seen = [], set()
@@ -284,14 +303,14 @@ def _kept_records(records: list[Rec], cutoff: str) -> tuple[list[Rec], set[bytes
     return out, roots
 
 
-def _session_kept(recs: list[Rec], cutoff: str) -> tuple[set[tuple], set[bytes]]:
+def _session_kept(recs: list[Rec], cutoff: str, gaps: dict[str, list]) -> tuple[set[tuple], set[bytes]]:
     """Start from the young records, the holders of the claims the refs show (the winner
     when it sets a value or is HEAD's, each tip a conflict branch holds) and the records with the session's largest Lamport clock
     (a writer takes its next n from the clock, so n never repeats); then, while some ref
     would resolve differently from these alone (an older claim that a dropped record had
     superseded), add the records that superseded it. Also the root no record sets: the
     tip a HEAD on a branch deleted on another copy stays at (section 12, rule 7)."""
-    full = _claims(recs)
+    full = _claims(recs, gaps)
     whole = _resolve(full)
     want = {ref: _outcome(cs) for ref, cs in full.items()}
     top = max(r.lc for r in recs)
@@ -303,7 +322,7 @@ def _session_kept(recs: list[Rec], cutoff: str) -> tuple[set[tuple], set[bytes]]
             if (c is win and (c.value is not None or ref == HEAD)) or any(c is o for o in others):
                 kept.add((r.s, r.w, r.n))
     while True:
-        sub = _claims([r for r in recs if (r.s, r.w, r.n) in kept])
+        sub = _claims([r for r in recs if (r.s, r.w, r.n) in kept], gaps)
         more = set()
         for ref, cs in full.items():
             have = sub.get(ref, {})
@@ -347,15 +366,20 @@ def _outcome_of(st: RefState) -> tuple:
     return st.branches, st.head, st.tags
 
 
-def _claims(recs: list[Rec]) -> dict[str, dict[str, tuple[Claim, Rec]]]:
-    """ref -> writer -> (its claim, the record holding it): each writer's newest record setting the ref."""
+def _claims(recs: list[Rec], gaps: dict[str, list]) -> dict[str, dict[str, tuple[Claim, Rec]]]:
+    """ref -> claim key -> (its claim, the record holding it): each writer's newest record
+    setting the ref, and each claim one of its gaps cuts off (model/refs.py: claim_key)."""
     out: dict[str, dict[str, tuple[Claim, Rec]]] = {}
     for r in recs:
+        hi = cut_off(gaps.get(r.w), r.n) if gaps else None
+        key = claim_key(r.w, r.n, hi)
         for ref, value in r.set:
             mine = out.setdefault(ref, {})
-            old = mine.get(r.w)
+            old = mine.get(key)
             if old is None or r.n > old[0].n:
-                mine[r.w] = (Claim(ref, r.w, r.n, r.lc, value, dict(r.seen), r.at if ref == HEAD else None), r)
+                cut = {w: list(ns) for w, ns in r.cut} or None
+                mine[key] = (Claim(ref, r.w, r.n, r.lc, value, dict(r.seen), r.at if ref == HEAD else None, cut, hi,
+                                   own_gap(gaps.get(r.w), r.n)), r)
     return out
 
 
@@ -520,7 +544,7 @@ def _already_compact(files: list[str], dropped_in: dict[str, int], file_records:
 class PackWriter:
     """Builds a pack block by block (see packing.py), then installs it under its content hash."""
 
-    def __init__(self, store: Store, session: str):
+    def __init__(self, store: Store, session: str, gaps: Optional[dict[str, list]] = None):
         self.store = store
         self.session = session
         self.dir = store.session_dir(session)
@@ -533,7 +557,10 @@ class PackWriter:
         self.count = 0
         self.cctx = zstd().ZstdCompressor(level=BLOCK_LEVEL, write_content_size=True, write_checksum=True)
         try:
-            self._write(framing.frame(framing.T_HEADER, canonical_json({"format": "ctape-pack", "version": 1, "session": session})))
+            header: dict = {"format": "ctape-pack", "version": 1, "session": session}
+            if gaps:  # the gaps of the records read, which may go: a cut-off claim may come back later
+                header["gaps"] = {w: sorted([lo, hi] for lo, hi in pairs) for w, pairs in sorted(gaps.items())}
+            self._write(framing.frame(framing.T_HEADER, canonical_json(header)))
         except BaseException:
             self.abort()
             raise
@@ -644,11 +671,11 @@ def _take_back(store: Store, packs: Iterable[Optional[str]]) -> None:
 
 
 @contextmanager
-def _pack(store: Store, session: str) -> Iterator[PackWriter]:
+def _pack(store: Store, session: str, gaps: Optional[dict[str, list]] = None) -> Iterator[PackWriter]:
     """A PackWriter for the session: a failure takes its half-written pack back, and a full
     disk (or any OSError) is the one line _pack_error says."""
     try:
-        pw = PackWriter(store, session)
+        pw = PackWriter(store, session, gaps)
     except OSError as e:
         raise _pack_error(e, session) from None
     try:
@@ -661,8 +688,9 @@ def _pack(store: Store, session: str) -> Iterator[PackWriter]:
         raise
 
 
-def _write_pack(store, session, files, snapshot, ages, grace_s, live, kept_ids, open_streams, red: Redacted) -> Optional[str]:
-    with _pack(store, session) as pw:
+def _write_pack(store, session, files, snapshot, ages, grace_s, live, kept_ids, open_streams, red: Redacted,
+                gaps: Optional[dict[str, list]] = None) -> Optional[str]:
+    with _pack(store, session, gaps) as pw:
         done: set[bytes] = set()
         for path in sorted(files):
             young = ages[path] < grace_s

@@ -78,6 +78,9 @@ def salvage(tape: "Tape") -> dict:
         store._full_reindex()
         refs = {}
         for session in sorted({intent["file"].split("/")[1] for _, intent in pending}):
+            # records of this writer may be among those lost: its next record here says so
+            # (`gap`), or a copy that still has them would take them for replaced by it
+            store.index.forget_vouched(session)
             kept = {h: p for _, i in pending if i["file"].split("/")[1] == session for h, p in i.get("entries", {}).items()}
             changes = _settle_refs(tape, session, kept)
             if changes:
@@ -187,7 +190,7 @@ def _salvage_file(store: Store, rel: str, known: set[int]) -> dict:
         links: dict[str, list[str]] = {}  # what each kept entry or record refers to
         entries: dict[str, Optional[str]] = {}  # kept entry -> its parent
         try:
-            pw = PackWriter(store, session)
+            pw = PackWriter(store, session, store.index.gaps(session))  # a damaged pack's header held some of them
         except OSError as e:
             raise storage_error(e, f"a pack of session {session}", after="salvage moved nothing") from None
         records_ok = not _header_problem(rel, list(store.scan_file(rel, 0, 4096)))

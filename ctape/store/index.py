@@ -12,7 +12,12 @@ Tables:
   files    path -> how far it has been indexed, and any damage seen there
   objects  first 8 bytes of a hash -> (file, offset, is_entry)
   writers  the newest n and Lamport clock of each writer of a session
-  claims   the newest record of each writer for each ref of a session
+  claims   the newest record of each writer for each ref of a session; a claim a gap cuts off
+           is kept beside it under the key "WRITER N" (model/refs.py: claim_key)
+  gaps     the `gap` of each record that has one: (lo, hi) of its writer
+  vouched  per session, the n of the record with `gap` this cache's writer wrote: from
+           then on this cache vouches for the writer's own records (it notices a loss),
+           until a salvage (kept across rebuilds, like `lost`)
   partials partial-stream chunks; closed: streams that were recorded
   keyframes derived state snapshots (state, pending calls) at every 256th entry
   views    an integration's text for an entry, with the entry's parent (the Agents SDK
@@ -41,9 +46,9 @@ import time
 from contextlib import contextmanager
 from typing import Iterable, Optional
 
-from ..model.refs import HEAD, tip_at
+from ..model.refs import CUT_KEY, HEAD, claim_key, cut_off, tip_at
 
-SCHEMA_VERSION = 15  # 15: redactions. A bump also names a new file (index_file): versions never share one
+SCHEMA_VERSION = 16  # 15: redactions; 16: gaps (cut-off claims). A bump also names a new file (index_file): versions never share one
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
@@ -68,6 +73,9 @@ CREATE TABLE IF NOT EXISTS views(name TEXT NOT NULL, key INTEGER NOT NULL, hash 
 CREATE TABLE IF NOT EXISTS lost_keys(path TEXT NOT NULL, key INTEGER NOT NULL, PRIMARY KEY(path, key)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS redactions(object TEXT NOT NULL, path TEXT NOT NULL, kind TEXT NOT NULL,
     PRIMARY KEY(object, path)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS gaps(session TEXT NOT NULL, w TEXT NOT NULL, lo INTEGER NOT NULL, hi INTEGER NOT NULL,
+    PRIMARY KEY(session, w, hi)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS vouched(session TEXT PRIMARY KEY, n INTEGER NOT NULL) WITHOUT ROWID;
 """
 
 
@@ -86,7 +94,8 @@ def index_file(version: Optional[int] = None) -> str:
     return versioned_file("index", SCHEMA_VERSION if version is None else version, 15)
 
 
-TABLES = ("meta", "files", "objects", "records", "claims", "partials", "closed", "keyframes", "writers", "lost", "views", "repeated")
+TABLES = ("meta", "files", "objects", "records", "claims", "partials", "closed", "keyframes", "writers", "lost", "views", "repeated",
+          "gaps", "vouched")
 
 
 def connect_cache(path: str) -> sqlite3.Connection:
@@ -390,7 +399,7 @@ class Index:
             # (a block that does not decode hides its objects' names; salvage names them by key)
             self.db.execute("DROP TABLE IF EXISTS temp.before_rebuild")
             self.db.execute("CREATE TEMP TABLE before_rebuild AS SELECT key, file FROM objects")
-            for t in ("objects", "claims", "partials", "closed", "writers", "repeated"):
+            for t in ("objects", "claims", "partials", "closed", "writers", "repeated", "gaps"):
                 self.db.execute(f"DELETE FROM {t}")
             self.db.execute("DELETE FROM meta WHERE key='refused-at-limit'")  # noted again if refused again
             self.db.execute("INSERT INTO meta VALUES('rebuilds', '1') ON CONFLICT(key) DO UPDATE SET value=CAST(value AS INTEGER) + 1")
@@ -486,6 +495,7 @@ class Index:
                     "n=max(n, excluded.n), lc=max(lc, excluded.lc)",
                     [(s, w, n, lc) for (s, w), (n, lc) in writers.items()] + odd,
                 )
+            gaps = self._apply_gaps(batch) if batch.gaps or batch.claims else {}
             if batch.claims:
                 newest: dict[tuple, tuple] = {}  # a writer's claim with the largest n wins
                 odd = []
@@ -493,6 +503,9 @@ class Index:
                     if type(row[3]) is not int:
                         odd.append(row)
                         continue
+                    hi = cut_off(gaps.get(row[:3:2]), row[3]) if gaps else None
+                    if hi is not None:  # cut off: kept beside the writer's newer claims
+                        row = (row[0], row[1], claim_key(row[2], row[3], hi), *row[3:])
                     key = row[:3]
                     old = newest.get(key)
                     if old is None or row[3] > old[3]:
@@ -555,8 +568,58 @@ class Index:
         kept.objects = [row for row in batch.objects if row[1] in have]
         kept.files = [row for row in batch.files if row[0] in have]
         if scanned and not have:
-            kept.writers, kept.claims, kept.partials, kept.closed = [], [], [], []
+            kept.writers, kept.claims, kept.gaps, kept.partials, kept.closed = [], [], [], [], []
         return kept
+
+    def _apply_gaps(self, batch: "IndexBatch") -> dict[tuple, list]:
+        """Add the batch's gaps, move the claims each new one cuts off to their own keys
+        (claim_key), and return every gap of the writers whose claims the batch holds:
+        (session, writer) -> [(lo, hi)]. A gap that arrives after a newer claim of its
+        writer (its record read after theirs) may come too late for a claim that newer one
+        replaced: the cache is marked for a rebuild, which reads every gap first."""
+        db = self.db
+        for s, w, lo, hi in batch.gaps:
+            before = db.total_changes
+            db.execute("INSERT OR IGNORE INTO gaps VALUES(?,?,?,?)", (s, w, lo, hi))
+            if db.total_changes == before:
+                continue
+            db.execute("INSERT OR IGNORE INTO claims SELECT session, ref, w || ' ' || n, n, lc, value, seen, at FROM claims "
+                       "WHERE session=? AND w=? AND n>? AND n<?", (s, w, lo, hi))
+            db.execute("DELETE FROM claims WHERE session=? AND w=? AND n>? AND n<?", (s, w, lo, hi))
+            if not self._in_rebuild and db.execute("SELECT 1 FROM claims WHERE session=? AND w=? AND n>? LIMIT 1",
+                                                   (s, w, hi)).fetchone():
+                self.stale = True
+        pairs = {(row[0], row[2]) for row in batch.claims}
+        if not pairs:
+            return {}
+        sessions = sorted({s for s, _ in pairs})
+        out: dict[tuple, list] = {}
+        for i in range(0, len(sessions), 500):
+            part = sessions[i:i + 500]
+            for s, w, lo, hi in db.execute(f"SELECT session, w, lo, hi FROM gaps WHERE session IN ({','.join('?' * len(part))})", part):
+                if (s, w) in pairs:
+                    out.setdefault((s, w), []).append((lo, hi))
+        return out
+
+    def gaps(self, session: str) -> dict[str, list]:
+        """Writer -> [(lo, hi)]: the gaps of the session's records (model/refs.py)."""
+        self.sync()
+        out: dict[str, list] = {}
+        for w, lo, hi in self.db.execute("SELECT w, lo, hi FROM gaps WHERE session=?", (session,)):
+            out.setdefault(w, []).append((lo, hi))
+        return out
+
+    def vouched(self, session: str) -> Optional[int]:
+        """The n of the record with `gap` that this cache's writer wrote in the session, or None."""
+        row = self.db.execute("SELECT n FROM vouched WHERE session=?", (session,)).fetchone()
+        return row[0] if row else None
+
+    def note_vouched(self, session: str, n: int) -> None:
+        self._write("INSERT INTO vouched VALUES(?,?) ON CONFLICT(session) DO UPDATE SET n=excluded.n", (session, n))
+
+    def forget_vouched(self, session: str) -> None:
+        """After a salvage: the writer's next record there declares a gap again."""
+        self._write("DELETE FROM vouched WHERE session=?", (session,))
 
     def rebuilds(self) -> int:
         """How many times a process rebuilt this cache (Store._refresh: rows read before one
@@ -801,13 +864,14 @@ def _busy(err: Exception) -> bool:
 class IndexBatch:
     """Rows gathered while scanning or writing, applied in one SQLite transaction."""
 
-    __slots__ = ("objects", "writers", "claims", "partials", "closed", "files", "keyframes", "redactions", "refused_at")
+    __slots__ = ("objects", "writers", "claims", "gaps", "partials", "closed", "files", "keyframes", "redactions", "refused_at")
 
     def __init__(self):
         self.keyframes: list = []
         self.objects: list = []
         self.writers: list = []  # (session, writer, n, lc) of every ref record
         self.claims: list = []
+        self.gaps: list = []  # (session, writer, lo, hi): a record's `gap`
         self.partials: list = []
         self.closed: list = []
         self.files: list = []
@@ -819,13 +883,19 @@ class IndexBatch:
             getattr(self, name).extend(getattr(other, name))
 
     def empty(self) -> bool:
-        return not (self.objects or self.writers or self.claims or self.partials or self.closed or self.files or self.keyframes
+        return not (self.objects or self.writers or self.claims or self.gaps or self.partials or self.closed or self.files or self.keyframes
                     or self.redactions or self.refused_at)
 
     def add_ref(self, rec: dict) -> None:
         s, w, n, lc = rec["s"], rec["w"], rec["n"], rec["lc"]
         self.writers.append((s, w, n, lc))
-        seen = json.dumps(rec["seen"], sort_keys=True) if rec.get("seen") else "{}"
+        seen = rec.get("seen") or {}
+        if rec.get("cut"):
+            seen = {**seen, CUT_KEY: rec["cut"]}
+        seen = json.dumps(seen, sort_keys=True) if seen else "{}"
+        gap = rec.get("gap")
+        if type(gap) is int and 0 <= gap < n:
+            self.gaps.append((s, w, gap, n))
         at = tip_at(rec)  # only a record attaching HEAD has one, and HEAD is in a record of its own
         for ref, value in rec.get("set", {}).items():
             self.claims.append((s, ref, w, n, lc, value, seen, at if ref == HEAD else None))

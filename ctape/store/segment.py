@@ -90,6 +90,7 @@ class SegmentWriter:
         self.new_set: set[str] = set()
         self.created = False
         self._refstate = None  # the session's refs as this writer knows them (see session.py)
+        self.vouched = False  # whether its next ref record needs no `gap` (Session._put_ref)
         # a run of appends in a batch that moved HEAD's branch, its ref record not built yet
         # (Session._follow_last): (the function that builds it, its arguments)
         self.follow: Optional[tuple] = None
@@ -566,7 +567,7 @@ class SegmentWriter:
         ref share one record (the last position), written when the batch ends."""
         held = self.held_ref
         if held is not None:
-            if coalesce and held["set"].keys() == rec["set"].keys():
+            if coalesce and held["set"].keys() == rec["set"].keys() and "gap" not in held:  # a gap is never dropped
                 self.held_ref = rec  # the ref log replays the records, so the old value follows
                 return
             self.held_ref = None

@@ -65,7 +65,7 @@ from .files import (  # noqa: F401 - TYPE_*, CODEC_*, open_for_reading and zstd 
 )
 from .index import Index, IndexBatch, IndexDegraded, default_cache_root, hash_key, index_file
 from ..model.models import NAME_RE
-from ..model.schema import header_problem, object_record_problem, read_partial_record, read_ref_record
+from ..model.schema import header_gaps, header_problem, object_record_problem, read_partial_record, read_ref_record
 from .segment import RACY_NS, SegmentWriter, forget_holders
 
 TYPE_WITHHELD = ord("W")  # an entry kept without its redacted values (docs/format.md section 17)
@@ -707,21 +707,16 @@ class Store:
             if found < floors.get(path, indexed):
                 self.index.note_lost(path, indexed, found)
         for session, old in before.items():
-            now: dict[str, dict[str, tuple[int, dict]]] = {}
-            for ref, w, n, _lc, _value, seen, _at in self.index.claims(session):
-                now.setdefault(ref, {})[w] = (n, json.loads(seen) if isinstance(seen, str) else seen)
+            gaps = self.index.gaps(session)
+            now = refmod.from_rows(self.index.claims(session), 0, {}, gaps).claims
             dropped = _deleted_refs(old, now)
-            for ref, w, n, *_ in old:
-                if ref in dropped:
-                    continue
-                cs = now.get(ref, {})
-                kept = w in cs and cs[w][0] >= n
-                superseded = any(type(s.get(w)) is int and s[w] >= n for _, s in cs.values())
-                if not kept and not superseded:
-                    for path, indexed in gone.items():
-                        if path.startswith(f"sessions/{session}/"):
-                            self.index.note_lost(path, indexed, 0)
-                    break
+            was = refmod.from_rows(old, 0, {}, gaps).claims
+            # a claim that is still there, or that one there had read (superseded: model/refs.py)
+            if any(not any((o.w, o.n) == (c.w, c.n) or refmod.saw(o, c) for o in now.get(ref, {}).values())
+                   for ref, cs in was.items() if ref not in dropped for c in cs.values()):
+                for path, indexed in gone.items():
+                    if path.startswith(f"sessions/{session}/"):
+                        self.index.note_lost(path, indexed, 0)
 
     def _full_reindex(self) -> bool:
         """Rebuild the index from every file, in one transaction (readers never see it
@@ -810,6 +805,9 @@ class Store:
                 return batch
             if start == 0 and writer is not None and isinstance(first, framing.Record):
                 self._note_repeats(rel, writer, first.body)
+            if start == 0 and is_pack and session is not None and isinstance(first, framing.Record):
+                header = json.loads(first.body)  # checked above
+                batch.gaps += [(session, w, lo, hi) for w, lo, hi in header_gaps(header)]
             for item in framing.scan(data, 0):
                 if isinstance(item, framing.Damage):
                     if item.torn and not is_pack:
@@ -1382,7 +1380,8 @@ def _deleted_refs(old: list[tuple], now: dict) -> set[str]:
     by_ref: dict[str, list[refmod.Claim]] = {}
     for ref, w, n, lc, value, seen, at in old:
         if ref not in now:
-            by_ref.setdefault(ref, []).append(refmod.Claim(ref, w, n, lc, value, json.loads(seen) if isinstance(seen, str) else seen, at))
+            seen_, cut = refmod.split_seen(json.loads(seen) if isinstance(seen, str) else seen)
+            by_ref.setdefault(ref, []).append(refmod.Claim(ref, w.split(" ", 1)[0], n, lc, value, seen_, at, cut))
     out = set()
     for ref, cs in by_ref.items():
         win, others = refmod.shown(ref, refmod.standing_claims(cs))
