@@ -440,6 +440,145 @@ def test_a_new_segment_whose_row_a_rebuild_removes_at_once(tmp_path):
     w.close()
 
 
+def test_a_deletion_a_compaction_drops_before_the_cache_held_it_is_no_loss(tmp_path, monkeypatch):
+    """A compaction (expire=now) drops the deletion of a branch with the claim it deleted,
+    while the shared cache holds the claim but not the deletion: a rebuild committed from a
+    listing taken before the deletion's segment had its name (the writer's own rows were
+    still queued). A reader that found the files gone then judged the claim to have gone
+    unseen: the session was marked as having lost acknowledged records, and the writer's
+    next `branch` was refused (the real-process test below, under load)."""
+    import ctape.ops.compact as compact_mod
+
+    d, cache = str(tmp_path / "t"), str(tmp_path / "shared")
+    w = Tape.init(d, cache_dir=cache)
+    s = w.session("chat")
+    s.append("user", {"content": "hi"})
+    s.branch("side")
+    s.checkout("side")
+    s.append("tool_result", {"call_id": "x", "output": "only on side " * 200})
+    s.checkout("main")
+    stale, comp, reader = (Tape.open(d, cache_dir=cache) for _ in range(3))
+    comp.compact(expire="now", grace="now")  # side's claim is in a pack now
+    listing = stale.store.list_files(None)  # a process lists the files (the pack) ...
+    s.delete_branch("side")  # ... the writer deletes side, in a segment of its own
+    s.append("user", {"content": "on main"})
+    snapshot, fired = compact_mod._snapshot, []
+
+    def a_stale_rebuild_then_the_snapshot(store):
+        # after the compaction's refresh: the process that listed before the segment had
+        # its name gets the cache's write lock, and commits rows that lack the deletion
+        real = stale.store.list_files
+        stale.store.list_files = lambda session=None: dict(listing)
+        try:
+            stale.store._full_reindex()
+        finally:
+            stale.store.list_files = real
+        fired.append([r[4] for r in stale.store.index.claims("chat") if r[0] == "side"])
+        return snapshot(store)
+
+    def the_reader_looks_before_the_rebuild():
+        reader.store.refresh("chat")  # the files are gone, the compaction's rebuild is to come
+        return rebuild()
+
+    monkeypatch.setattr(compact_mod, "_snapshot", a_stale_rebuild_then_the_snapshot)
+    rebuild = comp.store._full_reindex
+    comp.store._full_reindex = the_reader_looks_before_the_rebuild
+    try:
+        assert comp.compact(expire="now", grace="now")["freed_objects"] >= 1
+    finally:
+        comp.store._full_reindex = rebuild
+    assert fired and fired[0] and fired[0][0] is not None, fired  # the cache held side's value, not its deletion
+    assert reader.store.index.lost_rows() == []
+    s.branch("again")  # was: CorruptObject (lost acknowledged records)
+    s.append("user", {"content": "the writer goes on"})
+    assert [e.payload["content"] for e in s.log()] == ["the writer goes on", "on main", "hi"]
+    assert set(s.view().branches) == {"main", "again"}
+    for t in (stale, comp, reader, w):
+        t.close()
+
+
+def test_a_deletion_written_as_a_compaction_starts_is_no_loss(tmp_path, monkeypatch):
+    """As seen under load: the writer timestamps its deletion of a branch, a compaction
+    (expire=now) starts and refreshes the shared cache, the deletion reaches the file (its
+    rows wait in the writer's queue), then the compaction's snapshot holds it and drops it
+    with the claim it deleted. A reader looking between the compaction's removal of the
+    files and its rebuild read rows with the claim and without the deletion."""
+    import time
+
+    import ctape.ops.compact as compact_mod
+
+    d, cache = str(tmp_path / "t"), str(tmp_path / "shared")
+    w = Tape.init(d, cache_dir=cache)
+    s = w.session("chat")
+    s.append("user", {"content": "hi"})
+    s.branch("side")
+    s.checkout("side")
+    s.append("tool_result", {"call_id": "x", "output": "only on side " * 200})
+    s.checkout("main")
+    comp, reader = Tape.open(d, cache_dir=cache), Tape.open(d, cache_dir=cache)
+    reader.store.refresh("chat")
+    snapshot, real_time = compact_mod._snapshot, time.time
+
+    def the_deletion_lands_then_the_snapshot(store):
+        s.delete_branch("side")
+        s.append("user", {"content": "on main"})
+        return snapshot(store)
+
+    def the_reader_looks_before_the_rebuild():
+        reader.store.refresh("chat")
+        return rebuild()
+
+    class Later:  # the compaction's `now` is after the deletion's time (taken before it started)
+        def __getattr__(self, name):
+            return getattr(time, name)
+
+        @staticmethod
+        def time():
+            return real_time() + 60
+
+    monkeypatch.setattr(compact_mod, "_snapshot", the_deletion_lands_then_the_snapshot)
+    monkeypatch.setattr(compact_mod, "time", Later())
+    rebuild = comp.store._full_reindex
+    comp.store._full_reindex = the_reader_looks_before_the_rebuild
+    try:
+        assert comp.compact(expire="now", grace="now")["freed_objects"] >= 1
+    finally:
+        comp.store._full_reindex = rebuild
+    assert reader.store.index.lost_rows() == []
+    s.branch("again")  # was: CorruptObject (lost acknowledged records)
+    assert [e.payload["content"] for e in s.log()] == ["on main", "hi"]
+    for t in (comp, reader, w):
+        t.close()
+
+
+def test_a_claim_made_after_a_deletion_a_compaction_dropped_is_still_lost_with_its_file(tmp_path):
+    """The deletions a compaction dropped supersede only the claims they had read: a branch
+    made again after one, whose segment an `rsync --delete` takes, is lost."""
+    d, cache = str(tmp_path / "t"), str(tmp_path / "shared")
+    w = Tape.init(d, cache_dir=cache)
+    s = w.session("chat")
+    s.append("user", {"content": "hi"})
+    s.branch("side")
+    s.checkout("side")
+    s.append("user", {"content": "on side"})
+    s.checkout("main")
+    s.delete_branch("side")
+    s.append("user", {"content": "on main"})  # the deletion is not the newest record: it goes
+    comp = Tape.open(d, cache_dir=cache)
+    assert comp.compact(expire="now", grace="now")["freed_objects"] >= 1
+    assert [r[0] for r in comp.store.index.expired("chat")] == ["side"]
+    s.branch("side")  # again, after the deletion: a segment of its own
+    reader = Tape.open(d, cache_dir=cache)
+    reader.store.refresh("chat")
+    segs = [p for p in reader.store.list_files("chat") if p.endswith(".seg")]
+    assert len(segs) == 1
+    os.remove(os.path.join(d, segs[0]))  # rsync --delete from a copy that never had it
+    reader.store.refresh("chat")
+    assert [p for p, _, _ in reader.store.index.lost_rows()] == segs
+    for t in (reader, comp, w):
+        t.close()
+
+
 # -- real processes ---------------------------------------------------------------------------------
 
 SLOW = bool(os.environ.get("CTAPE_SLOW"))

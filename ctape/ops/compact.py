@@ -40,7 +40,7 @@ from ..store import framing, packing
 from ..model.canonical import canonical_json
 from ..model.errors import ConflictError, CorruptObject, InvalidInput, StorageError, UnsafePath
 from ..model.models import format_time
-from ..model.refs import HEAD, Claim, RefState, claim_key, conflict_name, cut_off, own_gap, saw, shown, standing_claims, tip_at
+from ..model.refs import CUT_KEY, HEAD, Claim, RefState, claim_key, conflict_name, cut_off, own_gap, saw, shown, standing_claims, tip_at
 from ..model import redaction, schema
 from ..model.schema import decode_entry
 from ..store.files import TYPE_ENTRY, fsync_dir, storage_error, zstd
@@ -180,6 +180,9 @@ def compact(tape, expire="90d", grace="14d", dry_run: bool = False, progress: Op
         except BaseException:  # out of space, interrupted: the tape as it was
             _take_back(store, (p for packs in written.values() for p in packs))
             raise
+        # before any file goes: a look that finds the files gone may judge from rows that
+        # never held the deletions dropped here (model/refs.py saw; Store._note_lost)
+        store.index.note_expired(_expired_deletions(scan.records, kept_ids, written))
         removed = _freeze_and_swap(store, snapshot, written, scan, live, say)
         if red.places:
             _scrub_caches(tape)
@@ -714,6 +717,23 @@ def _write_pack(store, session, files, snapshot, ages, grace_s, live, kept_ids, 
                         done.add(rec.body)
                         pw.add_record(rec.type, rec.body)
         return pw.finish()
+
+
+def _expired_deletions(records: list[Rec], kept_ids: set, written: dict) -> list[tuple]:
+    """The deletions (a ref set to None) that go with the files of the sessions packed:
+    index rows (session, ref, writer, n, lc, seen) for the cache's `expired` table. The
+    claims such a deletion had read go with it: they are superseded, not lost, though a
+    process whose index rows never held the deletion (a writer's queued rows, a rebuild
+    from a listing older than its segment) finds only them gone."""
+    out = []
+    for r in records:
+        if r.s in written and (r.s, r.w, r.n) not in kept_ids:
+            seen = dict(r.seen)
+            if r.cut:
+                seen[CUT_KEY] = {w: list(ns) for w, ns in r.cut}
+            text = json.dumps(seen, sort_keys=True) if seen else "{}"
+            out.extend((r.s, ref, r.w, r.n, r.lc, text) for ref, value in r.set if value is None)
+    return out
 
 
 # -- the swap -----------------------------------------------------------------------------------------

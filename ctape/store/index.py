@@ -29,6 +29,10 @@ Tables:
   repeated segments whose records from `floor` on were written again in a later segment
            (the later one's header says so): a copy of one cut anywhere past `floor` may
            come back by rsync and loses nothing
+  expired  the newest deletion of each writer for each ref of a session that a compaction
+           with this cache dropped (expired, with the claims it deleted): those claims
+           are superseded, not lost, when a look finds them gone with the files (kept
+           across rebuilds, like `lost`)
 
 The ref log itself (`ctape reflog`, SESSION@{N}) is read from the session's files when
 asked: a row per ref record made this cache as large as the tape for sessions written
@@ -48,7 +52,7 @@ from typing import Iterable, Optional
 
 from ..model.refs import CUT_KEY, HEAD, claim_key, cut_off, tip_at
 
-SCHEMA_VERSION = 16  # 15: redactions; 16: gaps (cut-off claims). A bump also names a new file (index_file): versions never share one
+SCHEMA_VERSION = 17  # 15: redactions; 16: gaps (cut-off claims); 17: expired. A bump also names a new file (index_file): versions never share one
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
@@ -76,6 +80,8 @@ CREATE TABLE IF NOT EXISTS redactions(object TEXT NOT NULL, path TEXT NOT NULL, 
 CREATE TABLE IF NOT EXISTS gaps(session TEXT NOT NULL, w TEXT NOT NULL, lo INTEGER NOT NULL, hi INTEGER NOT NULL,
     PRIMARY KEY(session, w, hi)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS vouched(session TEXT PRIMARY KEY, n INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS expired(session TEXT NOT NULL, ref TEXT NOT NULL, w TEXT NOT NULL,
+    n INTEGER NOT NULL, lc INTEGER NOT NULL, seen TEXT NOT NULL, PRIMARY KEY(session, ref, w)) WITHOUT ROWID;
 """
 
 
@@ -95,7 +101,7 @@ def index_file(version: Optional[int] = None) -> str:
 
 
 TABLES = ("meta", "files", "objects", "records", "claims", "partials", "closed", "keyframes", "writers", "lost", "views", "repeated",
-          "gaps", "vouched")
+          "gaps", "vouched", "expired")
 
 
 def connect_cache(path: str) -> sqlite3.Connection:
@@ -787,6 +793,21 @@ class Index:
     def floors(self) -> dict[str, int]:
         """Segment -> the offset from which its records are also in a later segment."""
         return dict(self.db.execute("SELECT path, floor FROM repeated"))
+
+    def note_expired(self, rows: list[tuple]) -> None:
+        """Deletions a compaction drops: (session, ref, writer, n, lc, seen as the claims
+        table has it). The newest of each writer for each ref is kept."""
+        sql = ("INSERT INTO expired VALUES(?,?,?,?,?,?) ON CONFLICT(session, ref, w) DO UPDATE SET "
+               "n=excluded.n, lc=excluded.lc, seen=excluded.seen WHERE excluded.n > expired.n")
+        try:
+            self.db.executemany(sql, rows)
+        except sqlite3.OperationalError as e:
+            self._degrade(e)
+            self.db.executemany(sql, rows)
+
+    def expired(self, session: str) -> list[tuple]:
+        """The session's deletions compactions dropped (note_expired), as claim rows."""
+        return self.db.execute("SELECT ref, w, n, lc, NULL, seen, NULL FROM expired WHERE session=?", (session,)).fetchall()
 
     def lost_rows(self) -> list[tuple[str, int, int]]:
         return self.db.execute("SELECT path, expected, found FROM lost ORDER BY path").fetchall()

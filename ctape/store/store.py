@@ -711,8 +711,12 @@ class Store:
             now = refmod.from_rows(self.index.claims(session), 0, {}, gaps).claims
             dropped = _deleted_refs(old, now)
             was = refmod.from_rows(old, 0, {}, gaps).claims
+            # deletions a compaction with this cache dropped, with what they had read: `old`
+            # may never have held them (a writer's queued rows, a rebuild from an older listing)
+            expired = refmod.from_rows(self.index.expired(session), 0, {}, gaps).claims
             # a claim that is still there, or that one there had read (superseded: model/refs.py)
             if any(not any((o.w, o.n) == (c.w, c.n) or refmod.saw(o, c) for o in now.get(ref, {}).values())
+                   and not any(refmod.saw(o, c) for o in expired.get(ref, {}).values())
                    for ref, cs in was.items() if ref not in dropped for c in cs.values()):
                 for path, indexed in gone.items():
                     if path.startswith(f"sessions/{session}/"):
