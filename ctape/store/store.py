@@ -1126,6 +1126,11 @@ class Store:
     def _read_indexed(self, h: str) -> tuple[int, bytes]:
         loc = self.index.find_object(h)
         if loc is None:
+            # another process's rebuild, from a listing taken before a compaction's pack had
+            # its name, may have committed after ours: its rows lack that pack until a look
+            self.refresh()
+            loc = self.index.find_object(h)
+        if loc is None:
             self._not_found(h)
         return self.read_object_at(h, *loc)
 
