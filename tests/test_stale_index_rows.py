@@ -676,3 +676,28 @@ def test_a_read_after_a_rebuild_looks_again_when_another_rebuild_left_out_a_new_
         t.store._known.clear()
         kind, body = t.store._read_indexed(h)
         assert b"kept" in body
+
+
+def test_a_value_a_compaction_with_another_cache_dropped_is_written_again(tmp_path):
+    """Found while chasing a stress failure: a writer's index still placed a value in a file
+    of another session that a compaction run with another cache (cron with another HOME, a
+    second agent) had removed, having dropped the value (its session was deleted). The
+    writer's look before a write covers its own session and packs/, not the others', so it
+    took the value as stored and wrote an entry referring to nothing: an acknowledged
+    append lost its value (fsck: "refers to missing object"). A row whose file is gone no
+    longer counts."""
+    d = tmp_path / "t"
+    big = "tool output " * 3000
+    t = Tape.init(d, cache_dir=str(tmp_path / "a"))
+    t.session("s2").append("user", {"content": "hi"})
+    t.compact(expire="now", grace="now")  # s2: one pack, left alone by the next compaction
+    t.session("s1").append("tool_result", {"call_id": "c1", "output": big})
+    t.session("s1").set_refs("session-rm", {"main": None, "HEAD": None})
+    t.session("s2").refs()
+    with Tape.open(d, cache_dir=str(tmp_path / "b")) as c:
+        assert c.compact(expire="now", grace="now")["freed_objects"] >= 1
+    e = t.session("s2").append("tool_result", {"call_id": "c2", "output": big})
+    t.close()
+    with Tape.open(d, cache_dir=str(tmp_path / "c")) as f:
+        assert f.read_entry(e.hash).payload["output"] == big
+        assert f.fsck()["ok"]

@@ -547,8 +547,15 @@ class SegmentWriter:
             return h
         # an object still queued by another session's writer is not on disk yet: if that
         # write failed, this one would refer to nothing, so it gets its own copy
-        if h not in st.pending and not new and st.index.find_object(h) is not None:
-            return h
+        if h not in st.pending and not new:
+            loc = st.index.find_object(h)
+            # the row may outlive its file: a compaction by a process with another cache
+            # removed it (this cache's rows of other sessions are not looked at before a
+            # write), and a value it dropped is stored nowhere. Under this session's lock a
+            # file still there stays until this write is done (the swap takes every lock,
+            # and rescues what new entries refer to)
+            if loc is not None and st.file_on_disk(loc[0]):
+                return h
         if len(body) < BLOCK_OBJECT_MAX:
             # small objects go into the write's block, compressed together (as in packs)
             self._to_block(framing.T_OBJECT, (h, type_, body), (h, type_), refs)

@@ -1252,6 +1252,12 @@ class Store:
         self._salvage_losses()
         return self._losses[2]
 
+    def file_on_disk(self, file_id: int) -> bool:
+        """Whether the file an index row points into is still in the tape (not only open in
+        this process: a descriptor keeps a removed file readable here)."""
+        rel = self.index.path_of(file_id)
+        return rel is not None and os.path.lexists(os.path.join(self.root, rel))
+
     def has_object(self, h: str) -> bool:
         """Does the tape hold object h? The index answers; when it says no after another
         process rebuilt the cache (from a listing that may predate a file, whose rows that
