@@ -440,6 +440,20 @@ def test_a_new_segment_whose_row_a_rebuild_removes_at_once(tmp_path):
     w.close()
 
 
+def _a_value_only_on_side(tmp_path):
+    """A tape whose branch `side` alone reaches a value, HEAD back on main; its writer's Tape
+    and session, with the shared cache folder: (folder, cache, tape, session)."""
+    d, cache = str(tmp_path / "t"), str(tmp_path / "shared")
+    w = Tape.init(d, cache_dir=cache)
+    s = w.session("chat")
+    s.append("user", {"content": "hi"})
+    s.branch("side")
+    s.checkout("side")
+    s.append("tool_result", {"call_id": "x", "output": "only on side " * 200})
+    s.checkout("main")
+    return d, cache, w, s
+
+
 def test_a_deletion_a_compaction_drops_before_the_cache_held_it_is_no_loss(tmp_path, monkeypatch):
     """A compaction (expire=now) drops the deletion of a branch with the claim it deleted,
     while the shared cache holds the claim but not the deletion: a rebuild committed from a
@@ -449,14 +463,7 @@ def test_a_deletion_a_compaction_drops_before_the_cache_held_it_is_no_loss(tmp_p
     next `branch` was refused (the real-process test below, under load)."""
     import ctape.ops.compact as compact_mod
 
-    d, cache = str(tmp_path / "t"), str(tmp_path / "shared")
-    w = Tape.init(d, cache_dir=cache)
-    s = w.session("chat")
-    s.append("user", {"content": "hi"})
-    s.branch("side")
-    s.checkout("side")
-    s.append("tool_result", {"call_id": "x", "output": "only on side " * 200})
-    s.checkout("main")
+    d, cache, w, s = _a_value_only_on_side(tmp_path)
     stale, comp, reader = (Tape.open(d, cache_dir=cache) for _ in range(3))
     comp.compact(expire="now", grace="now")  # side's claim is in a pack now
     listing = stale.store.list_files(None)  # a process lists the files (the pack) ...
@@ -507,14 +514,7 @@ def test_a_deletion_written_as_a_compaction_starts_is_no_loss(tmp_path, monkeypa
 
     import ctape.ops.compact as compact_mod
 
-    d, cache = str(tmp_path / "t"), str(tmp_path / "shared")
-    w = Tape.init(d, cache_dir=cache)
-    s = w.session("chat")
-    s.append("user", {"content": "hi"})
-    s.branch("side")
-    s.checkout("side")
-    s.append("tool_result", {"call_id": "x", "output": "only on side " * 200})
-    s.checkout("main")
+    d, cache, w, s = _a_value_only_on_side(tmp_path)
     comp, reader = Tape.open(d, cache_dir=cache), Tape.open(d, cache_dir=cache)
     reader.store.refresh("chat")
     snapshot, real_time = compact_mod._snapshot, time.time
