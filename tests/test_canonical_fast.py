@@ -208,3 +208,24 @@ def test_bodies_held_cost_their_size_with_the_fast_encoder():
         rss[mode] = kb * 1024
     # 100,000 bodies of ~960 bytes: ~100 MB held either way (~800 MB when each kept its room)
     assert rss["fast"] < 1.3 * rss["pure"], rss
+
+
+@pytest.mark.parametrize("change", [
+    (b"\\u001f", b"\\u001F"),  # upper-case hex in an escape
+    ("\u2028".encode(), b"\\u2028"),  # a line separator escaped
+    (b"18446744073709551615", b"1.8446744073709552e19"),  # a 64-bit edge as a float
+])
+def test_an_orjson_that_writes_differently_is_not_used(monkeypatch, change):
+    """A version of orjson that writes any of the probe's values differently from Python's
+    encoder is not used (checked once a process): names must not depend on what is installed."""
+    import types
+
+    import orjson
+
+    old, new = change
+    fake = types.SimpleNamespace(OPT_SORT_KEYS=orjson.OPT_SORT_KEYS, dumps=lambda v, option: orjson.dumps(v, option=option).replace(old, new))
+    assert fake.dumps(canonical._PROBE, option=orjson.OPT_SORT_KEYS) != orjson.dumps(canonical._PROBE, option=orjson.OPT_SORT_KEYS)
+    monkeypatch.setitem(sys.modules, "orjson", fake)
+    assert canonical._fast_encoder() is None
+    monkeypatch.setitem(sys.modules, "orjson", orjson)
+    assert canonical._fast_encoder() is not None

@@ -130,6 +130,8 @@ def _fast_encoder() -> Optional[Callable[[Any], bytes]]:
     except ImportError:
         return None
     dumps, option = orjson.dumps, orjson.OPT_SORT_KEYS
+    if dumps(_PROBE, option=option) != _encode(_PROBE).encode("utf-8"):
+        return None  # another orjson writes these differently: names must not depend on it
 
     def encode(value: Any) -> bytes:
         out = dumps(value, option=option)
@@ -140,6 +142,16 @@ def _fast_encoder() -> Optional[Callable[[Any], bytes]]:
 
     return encode
 
+
+# what a version of orjson must write as Python does before it is used (once a process):
+# escapes (controls, quote, backslash; not DEL, U+2028 or non-ASCII), key order by code
+# point across the planes, the 64-bit edges, the constants
+_PROBE = {
+    "é": [None, True, False, 0, -1, -(2**63), 2**64 - 1, [], {}],
+    "a": "\x00\x01\x08\t\n\x0c\r\x1f \"\\/\x7f\x80\u2028\u2029\ud7ff\ue000\ufeff\uffff\U00010000\U0001f600\U0010ffff",
+    "\U0001f600": {"": "", "Z": "z", "\x7f": 1, "\ufb01": 2},
+    "\x1f": "<>&'",
+}
 
 _fast: Optional[Callable[[Any], bytes]] = None
 _fast_known = False
