@@ -371,14 +371,19 @@ def _replaces_tail(tape, old: str, new: str) -> bool:
 
 
 def safe_refs(tape, session, wanted: dict, head: str = "@main") -> tuple[dict, list[str]]:
-    """The ref changes an import may make: it never removes, rewinds or replaces a ref.
+    """The ref changes an import may make: it never removes or rewinds a ref, and never
+    takes an entry off the refs (but a closing bookkeeping entry, below).
 
     A branch the session does not have is created; one the imported tip extends moves
     forward (a file that grew; a record read whole that grew replaces its closing
     bookkeeping entry, `_replaces_tail`); one ahead of the imported tip stays; one that went
     another way stays too, and the imported tip goes to `BRANCH-imported` (or moves
-    that one forward, or `-imported-2`, ...). A null asks to delete: it is ignored.
-    HEAD is set only when the session has none yet.
+    that one forward, or `-imported-2`, ...), unless the tip the branch would leave is one
+    this import puts on another branch: the file's layout moved on (an OpenHands
+    `output.jsonl` with a run appended: `main` names the last run, and the run it named
+    gets its own branch), so the branch moves as a fresh import would lay it out, and no
+    entry leaves the refs (every tip wanted ends on a branch, or behind one). A null asks
+    to delete: it is ignored. HEAD is set only when the session has none yet.
 
     A stream a dead writer left in the session is recorded first (SPEC 6: no later than the
     next write), so the changes are worked out from the refs that record moved."""
@@ -388,6 +393,7 @@ def safe_refs(tape, session, wanted: dict, head: str = "@main") -> tuple[dict, l
     branches = dict(st.branches) if st else {}
     changes: dict = {}
     notes: list[str] = []
+    named = set(wanted.values())  # a branch may leave a tip that another one takes
     for b, h in wanted.items():
         if h is None:
             if b in branches:
@@ -406,6 +412,11 @@ def safe_refs(tape, session, wanted: dict, head: str = "@main") -> tuple[dict, l
                 break
             if is_ancestor(tape, old, h) or _replaces_tail(tape, old, h):
                 changes[name] = branches[name] = h
+                break
+            if name == b and old in named:  # (wanted[b] is not old: named by another)
+                others = sorted(k for k, v in wanted.items() if v == old and k != b)
+                changes[name] = branches[name] = h
+                notes.append(f"moved branch {b} to the imported one: the entry it named is on branch {others[0]}")
                 break
     if st is None or st.head is None:
         changes[HEAD] = head

@@ -11,11 +11,11 @@ For each source file the pass decides, from its position (see position.py):
   process can continue from): the whole file is imported again into the same session.
   Content addressing makes the repeated part free.
 
-Refs move as `ctape import` moves them (formats/_common.safe_refs): never removed, rewound
-or replaced. A branch the file's tip extends moves forward; one ahead of it (the file got
+Refs move as `ctape import` moves them (formats/_common.safe_refs): never removed or
+rewound. A branch the file's tip extends moves forward; one ahead of it (the file got
 shorter) stays; one that went another way (the file was rewritten, or another file holds
-the same session) stays too, and the file's version goes to `BRANCH-imported`. One line
-says so.
+the same session) stays too, and the file's version goes to `BRANCH-imported`, unless the
+entry it names stays on another branch of the file's. One line says so.
 
 Only complete lines (ending in a newline) are read. A line that is not JSON is left for
 the next pass while nothing valid follows it (a tool may still be writing it); once a
@@ -783,7 +783,7 @@ class Watcher:
         """(ref changes, notes, the branches after them). A file that grew moves the branches
         it set last time and nobody moved since as its layout says, deleting those its
         layout has no more (a thread that became main); every other branch moves as an
-        import moves it (c.safe_refs): never removed, rewound or replaced."""
+        import moves it (c.safe_refs): never removed or rewound."""
         st = session.refs() if session.exists() else None
         current = dict(st.branches) if st else {}
         if grew:
