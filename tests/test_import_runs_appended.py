@@ -84,7 +84,7 @@ def test_main_with_entries_of_its_own_stays(tape_dir, tmp_path):
     assert after["main-imported"] == fresh_layout(tmp_path, path)["main"]
 
 
-@settings(max_examples=examples(12), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(st.lists(st.one_of(st.integers(1, 3), st.just("own")), min_size=1, max_size=6))
 def test_a_growing_output_converges_on_a_fresh_import_and_loses_no_tip(tmp_path_factory, steps):
     """Steps: append 1-3 runs to the file and import it, or append an entry of one's own on
