@@ -709,8 +709,8 @@ class Store:
         for session, old in before.items():
             gaps = self.index.gaps(session)
             now = refmod.from_rows(self.index.claims(session), 0, {}, gaps).claims
-            dropped = _deleted_refs(old, now)
             was = refmod.from_rows(old, 0, {}, gaps).claims
+            dropped = _deleted_refs(was, now)
             # deletions a compaction with this cache dropped, with what they had read: `old`
             # may never have held them (a writer's queued rows, a rebuild from an older listing)
             expired = refmod.from_rows(self.index.expired(session), 0, {}, gaps).claims
@@ -1388,20 +1388,16 @@ class RefsCache(dict):
         super().__setitem__(key, value)
 
 
-def _deleted_refs(old: list[tuple], now: dict) -> set[str]:
-    """The refs of claim rows `old` that every claim left (none in `now`) while their claims
-    showed them deleted: a compaction drops an expired deletion together with the claims it
-    deleted, and the ref reads as it did (absent). No loss."""
-    by_ref: dict[str, list[refmod.Claim]] = {}
-    for ref, w, n, lc, value, seen, at in old:
-        if ref not in now:
-            seen_, cut = refmod.split_seen(json.loads(seen) if isinstance(seen, str) else seen)
-            by_ref.setdefault(ref, []).append(refmod.Claim(ref, w.split(" ", 1)[0], n, lc, value, seen_, at, cut))
+def _deleted_refs(was: dict, now: dict) -> set[str]:
+    """The refs of claims `was` (refmod.from_rows) that every claim left (none in `now`)
+    while their claims showed them deleted: a compaction drops an expired deletion together
+    with the claims it deleted, and the ref reads as it did (absent). No loss."""
     out = set()
-    for ref, cs in by_ref.items():
-        win, others = refmod.shown(ref, refmod.standing_claims(cs))
-        if win.value is None and not others:
-            out.add(ref)
+    for ref, cs in was.items():
+        if ref not in now:
+            win, others = refmod.shown(ref, refmod.standing_claims(list(cs.values())))
+            if win.value is None and not others:
+                out.add(ref)
     return out
 
 
