@@ -237,7 +237,7 @@ def _clip(text: str) -> str:
 
 def canonical_json(value: Any) -> bytes:
     """The one byte form used for hashing and storing JSON values."""
-    fast = _fast if _fast_known else fast_encoder()
+    fast = fast_encoder()
     if fast is not None:
         try:
             plain = not _scan((value,)) & (_ODD | _SLOW)
