@@ -554,14 +554,7 @@ def test_a_deletion_written_as_a_compaction_starts_is_no_loss(tmp_path, monkeypa
 def test_a_claim_made_after_a_deletion_a_compaction_dropped_is_still_lost_with_its_file(tmp_path):
     """The deletions a compaction dropped supersede only the claims they had read: a branch
     made again after one, whose segment an `rsync --delete` takes, is lost."""
-    d, cache = str(tmp_path / "t"), str(tmp_path / "shared")
-    w = Tape.init(d, cache_dir=cache)
-    s = w.session("chat")
-    s.append("user", {"content": "hi"})
-    s.branch("side")
-    s.checkout("side")
-    s.append("user", {"content": "on side"})
-    s.checkout("main")
+    d, cache, w, s = _a_value_only_on_side(tmp_path)
     s.delete_branch("side")
     s.append("user", {"content": "on main"})  # the deletion is not the newest record: it goes
     comp = Tape.open(d, cache_dir=cache)
