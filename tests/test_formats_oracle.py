@@ -24,6 +24,8 @@ import pytest
 from ctape.formats import import_files
 from ctape.ops.context import INTERRUPTED
 
+from test_oracle import expected_items
+
 GEMINI = sorted(p for p in (Path(__file__).parent / "fixtures" / "gemini").iterdir() if p.suffix in (".json", ".jsonl"))
 
 
@@ -57,21 +59,6 @@ def view_items(msgs: list) -> tuple[list, list]:
                 results.append(None)
         else:
             items.append((m["role"], m["content"]))
-    return items, results
-
-
-def expected_items(seq: list) -> tuple[list, list]:
-    items, results, open_calls = [], [], {}
-    for it in seq:
-        if it[0] == "result":
-            stack = open_calls.get(it[1]) or []
-            if stack:
-                results[stack.pop()] = it[2]
-        else:
-            items.append(it)
-            if it[0] == "call":
-                open_calls.setdefault(it[1], []).append(len(results))
-                results.append(INTERRUPTED)
     return items, results
 
 
