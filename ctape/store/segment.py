@@ -81,8 +81,10 @@ class SegmentWriter:
         self.dict: Optional[_Dictionary] = None  # the dictionary in use, in the active segment
         # raw bytes of this writer's last blocks: the material for its dictionaries. Only this
         # session's own text: a dictionary is stored in the session's files, which may be
-        # synced, shared or kept where other sessions are not
+        # synced, shared or kept where other sessions are not. Only text the session's files
+        # still hold: dropped when a file leaves the folder or a redaction arrives (`_forget_recent`)
         self.recent = bytearray()
+        self.recent_epoch = 0  # the index's redaction_epoch when `recent` began
         self.raw_blocks: dict[int, bytes] = {}  # offset -> raw bytes of the Z blocks queued in buf
         self.plain_blocks: tuple[Optional[str], int] = (None, 0)  # small blocks in a segment without one
         self.batch = IndexBatch()
@@ -351,7 +353,10 @@ class SegmentWriter:
         # difference at the next check (listed after, a file added in between would be
         # part of the listing but maybe not of what was read)
         mtime = os.fstat(self.dir_fd).st_ctime_ns
-        self._seen_files = self._listing()
+        listing = self._listing()
+        if self._seen_files.keys() - listing.keys():
+            self.recent.clear()  # a compaction, `rsync --delete`: what it dropped must not come back (_dictionary)
+        self._seen_files = listing
         self._noted = {}
         st.forget_listing(self.session)
         st.refresh(self.session)
@@ -620,6 +625,8 @@ class SegmentWriter:
             self.raw_blocks[offset] = raw  # in case the write must be repeated without dictionaries
         if len(raw) < DICT_BLOCK_MAX:
             recent = self.recent
+            if not recent:
+                self.recent_epoch = self.store.index.redaction_epoch
             recent += raw
             if len(recent) > 2 * DICT_MAX:
                 del recent[:-DICT_MAX]
@@ -647,6 +654,8 @@ class SegmentWriter:
         if not self.store.dictionaries:
             return None
         d = self.dict if self.dict is not None and self.dict.rel == self.rel else None
+        if d is None or d.used >= DICT_REFRESH * len(d.content):
+            self._forget_redacted()
         recent = self.recent
         if d is None:
             rel, plain = self.plain_blocks
@@ -656,6 +665,8 @@ class SegmentWriter:
                 return None
             size = DICT_MIN
         elif d.used >= DICT_REFRESH * len(d.content):
+            if len(recent) < DICT_MIN:
+                return d  # its material was dropped (_forget_redacted): this one is in the file already
             size = min(DICT_MAX, 2 * len(d.content))
         else:
             return d
@@ -663,6 +674,19 @@ class SegmentWriter:
         offset = self._queue(framing.T_DICT, self._plain().compress(content))
         self.dict = _Dictionary(self.rel, offset, content)
         return self.dict
+
+    def _forget_redacted(self) -> None:
+        """Before a new dictionary is made of `recent`: when a redaction arrived since its
+        bytes began, they may hold the redacted text, which a `D` record would
+        write again into a new file after `compact` took it out of the old ones (nothing
+        reads a dictionary for secrets: it is no entry). So they are dropped; the blocks
+        written from then on are material again. Redactions made by other processes are
+        in the index cache they share, or read with their records when the session is
+        reloaded (the redacting writer's segment changes the folder)."""
+        idx = self.store.index
+        idx.redactions()
+        if idx.redaction_epoch != self.recent_epoch:
+            self.recent.clear()
 
     def put_partial(self, rec: dict) -> None:
         body = canonical_json(rec)
