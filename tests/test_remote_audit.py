@@ -703,3 +703,20 @@ def test_a_malformed_ipv6_endpoint_or_url_is_one_line_and_exit_2(tmp_path):
     p = cli(a, "remote", "add", "x.lock", "file:///tmp", check=False)
     assert p.returncode == 2 and b"not ending in .lock" in p.stderr, p.stderr
     assert snapshot(a) == before and not (tmp_path / "c").exists()
+
+
+def test_a_token_in_a_remote_urls_query_or_fragment_is_refused_and_never_repeated(tmp_path):
+    """A remote URL names a bucket and prefix, or a folder: a query or fragment names
+    nothing, and a token there would be saved in remotes.json and printed by `remote list`
+    (found by an audit: `file:///x?token=...` was saved, and an s3 URL's refusal repeated
+    its query). Refused like an endpoint's, showing the URL up to `?...`."""
+    a = tmp_path / "A"
+    Tape.init(a).session("chat").append("user", {"content": "hi"})
+    before = snapshot(a)
+    for url in (f"file://{tmp_path}/remote?token=hunter2pw", "s3://bucket/p?token=hunter2pw",
+                "s3://bucket/p#AKIAIOSFODNN7EXAMPLE", "s3://Bad_Bucket/p?token=hunter2pw", f"file://{tmp_path}/r#hunter2pw"):
+        err = refused_quietly(cli(a, "remote", "add", "r", url, check=False), before, a)
+        assert "?..." in err, err
+        p = run_cli("clone", url, tmp_path / "C")
+        refused_quietly(p, {}, tmp_path / "C")
+    assert b"hunter2pw" not in cli(a, "remote", "list").stdout

@@ -120,13 +120,27 @@ def check_endpoint(endpoint: str, what: str = "endpoint") -> str:
     return endpoint
 
 
+def _without_query(url: str) -> str:
+    """What an error may repeat of a remote URL: up to its query or fragment, if any (a
+    token there must not reach the terminal, nor remotes.json), as `?...`."""
+    cut = min((i for i in (url.find("?"), url.find("#")) if i >= 0), default=-1)
+    return url if cut < 0 else url[:cut] + "?..."
+
+
 def parse_url(url: str) -> tuple[str, str, str]:
     """("s3", bucket, prefix) or ("file", path, "")."""
     refuse_credentials(url)
+    shown = _without_query(url)
     try:
         u = urlparse(url)
     except ValueError:  # a bracketed host that is no IPv6 address, or unclosed
-        raise InvalidInput(f"bad remote URL {url!r}: write s3://BUCKET/PREFIX or file:///ABSOLUTE/PATH") from None
+        raise InvalidInput(f"bad remote URL {shown!r}: write s3://BUCKET/PREFIX or file:///ABSOLUTE/PATH") from None
+    if shown != url and u.scheme in ("file", "s3"):
+        # no part of a remote is named by a query or a fragment (a token there would be
+        # kept in remotes.json and shown by `remote list`): refused, and not repeated
+        raise InvalidInput(f"bad remote URL {shown!r}: a remote URL has no query or fragment; write s3://BUCKET/PREFIX or "
+                           "file:///ABSOLUTE/PATH (credentials go in the AWS variables or a profile)")
+    url = shown
     if u.scheme == "file":
         if u.netloc not in ("", "localhost") or not u.path.startswith("/"):
             raise InvalidInput(f"bad remote URL {url!r}: write file:///ABSOLUTE/PATH")
@@ -137,8 +151,6 @@ def parse_url(url: str) -> tuple[str, str, str]:
         prefix = u.path.strip("/")
         if prefix:
             check_key(prefix)
-        if u.query or u.fragment:
-            raise InvalidInput(f"bad remote URL {url!r}: write s3://BUCKET/PREFIX")
         return "s3", u.netloc, prefix
     raise InvalidInput(f"bad remote URL {url!r}: use s3://BUCKET/PREFIX or file:///PATH")
 
