@@ -161,6 +161,9 @@ class StreamWriter:
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._started = False
+        # the last flush of the ticker failed with this (a full disk): it tries again at
+        # every tick, and the end of the stream (an append) raises if the disk still fails
+        self.flush_error: Optional[BaseException] = None
 
     def __enter__(self) -> "StreamWriter":
         # a stream is a write to the session: one a dead writer left open is recorded first
@@ -209,7 +212,15 @@ class StreamWriter:
 
     def _ticker(self) -> None:
         while not self._stop.wait(self.interval / 2):
-            self.flush(wait=False)
+            try:
+                self.flush(wait=False)
+            except Exception as err:  # noqa: BLE001 - a full disk, an I/O error: tried again at the next tick
+                # a failed flush leaves nothing half written (the writer cuts its file back)
+                # and the text where it was, so the next tick sends it again; the thread
+                # dying here kept every later chunk in memory only, lost to a kill -9
+                self.flush_error = err
+            else:
+                self.flush_error = None
 
     def flush(self, wait: bool = True) -> None:
         """Persist what has arrived since the last flush (one fsync). The Tape's lock is taken
