@@ -743,12 +743,8 @@ def _freeze_and_swap(store: Store, snapshot, written, scan: Scan, live: set[str]
     """With every session locked: carry over what arrived since the snapshot, then remove old files."""
     say("compact: swapping files")
     sessions = sorted(set(store.sessions()) - store.unsafe_sessions)
-    fds = []
+    fds = _lock_sessions(store, sessions)
     try:
-        for s in sessions:
-            fd = os.open(store.session_dir(s), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            fds.append(fd)
         now_files = store.list_files(None)
         doomed = {p for s, packs in written.items() for p in snapshot if p.startswith(f"sessions/{s}/") and p not in packs}
         # 1. what was appended after the snapshot
@@ -807,6 +803,41 @@ def _freeze_and_swap(store: Store, snapshot, written, scan: Scan, live: set[str]
     finally:
         for fd in fds:
             os.close(fd)
+
+
+def _lock_sessions(store: Store, sessions: list[str]) -> list[int]:
+    """Every session's lock, held together (their folders' descriptors), never waiting for
+    one while holding another. A batch takes the locks of the sessions it writes as it
+    comes to them and holds them to its end, in its own order: compaction waiting for s1
+    while holding s0, beside a batch that holds s1 and waits for s0, hung both for good
+    (found by an audit). So a lock that is busy is waited for with nothing else held (the
+    others are let go), and then kept while the rest are tried again without waiting."""
+    fds: dict[str, int] = {}
+    try:
+        for s in sessions:
+            fds[s] = os.open(store.session_dir(s), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        held: set[str] = set()
+        while True:
+            busy = None
+            for s in sessions:
+                if s in held:
+                    continue
+                try:
+                    fcntl.flock(fds[s], fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    busy = s
+                    break
+                held.add(s)
+            if busy is None:
+                return [fds[s] for s in sessions]
+            for s in held:
+                fcntl.flock(fds[s], fcntl.LOCK_UN)
+            fcntl.flock(fds[busy], fcntl.LOCK_EX)  # the only one held while waiting
+            held = {busy}
+    except BaseException:
+        for fd in fds.values():
+            os.close(fd)  # (closing lets go of its lock)
+        raise
 
 
 def _rescue_pack(store: Store, session: str, frames: list[bytes]) -> Optional[str]:

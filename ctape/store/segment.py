@@ -19,7 +19,7 @@ import time
 from typing import TYPE_CHECKING, Optional
 
 from . import framing, packing
-from ..model.errors import CorruptObject, InvalidInput
+from ..model.errors import ConflictError, CorruptObject, InvalidInput
 from ..model.canonical import canonical_json, object_hash
 from .files import TYPE_ENTRY, UNREAD_ATIME_NS, check_not_symlink, dict_decompressor, fsync_dir, pread_all, storage_error, write_all, zstd
 from .index import IndexBatch, hash_key
@@ -38,6 +38,7 @@ DICT_MIN = 16 << 10  # size of a segment's first dictionary
 DICT_MAX = 64 << 10  # size of the largest
 DICT_REFRESH = 8  # a new dictionary once this many times its size has been compressed with it
 DICT_BLOCK_MAX = 256 << 10  # larger blocks compress well alone
+BATCH_LOCK_WAIT = 60.0  # seconds a batch holding other sessions waits for one more (_wait_holding_others)
 KEPT_MAX = 4  # segments a writer keeps its descriptor of after writing to them (see "copies that come back")
 REPEAT_WINDOW_NS = 10 * 10**9  # at close: writes this long before a read are repeated (ibid.)
 
@@ -165,7 +166,10 @@ class SegmentWriter:
                 fcntl.flock(self.dir_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 self._not_held_by_this_thread()
-                fcntl.flock(self.dir_fd, fcntl.LOCK_EX)
+                if any(w is not self for w in self.store.locked_writers.values()):
+                    self._wait_holding_others()
+                else:
+                    fcntl.flock(self.dir_fd, fcntl.LOCK_EX)
             dst = os.fstat(self.dir_fd)
             if dst.st_nlink > 0:
                 break
@@ -191,6 +195,36 @@ class SegmentWriter:
         except BaseException:
             self.unlock()
             raise
+
+    def _wait_holding_others(self) -> None:
+        """Wait for this session's lock while a batch of this Tape holds other sessions'. A
+        batch takes them as it comes to them and keeps them to its end, so two batches that
+        write the same sessions in two orders may each wait for the other for good (flock
+        sees no deadlock). So the wait here has an end: past BATCH_LOCK_WAIT seconds,
+        ConflictError, and the batch writes nothing (the other goes on). The end is drawn
+        between once and twice that, so that two batches waiting for each other do not give
+        up together and meet again the same way when run again at once: one gives up, the
+        other goes on. `compact` never waits while holding a lock (ops/compact.py,
+        _lock_sessions)."""
+        start = time.monotonic()
+        end = start + BATCH_LOCK_WAIT * (1 + secrets.randbelow(1000) / 1000)
+        pause = 0.001
+        while True:
+            time.sleep(pause)
+            try:
+                fcntl.flock(self.dir_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if time.monotonic() >= end:
+                    held = sorted(s for s, w in self.store.locked_writers.items() if w is not self)
+                    err = ConflictError(
+                        f"session {self.session!r} stayed locked for {time.monotonic() - start:.1f} s while this batch holds "
+                        f"{', '.join(repr(s) for s in held[:3])}{' ...' if len(held) > 3 else ''}: another batch may be waiting for "
+                        f"them (batches that write several sessions in different orders wait for each other); a batch that ends "
+                        f"with this error writes nothing: run it again, or write the sessions in one order")
+                    err.contested = self.dir  # the batch waits for it once it let go of the others (Store.batch)
+                    raise err from None
+                pause = min(pause * 2, 0.05)
 
     def _take_up_newer(self) -> None:
         """Go on in the segment this writer made after its active one (`_note_own_file`), as

@@ -15,6 +15,7 @@ lives, which records a session has) is in the local index and can be rebuilt.
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import os
 import re
@@ -36,6 +37,7 @@ from ..model import refs as refmod
 from ..model.canonical import object_hash
 from ..model.errors import (
     NOATIME_WARNING,
+    ConflictError,
     CorruptObject,
     CtapeError,
     CtapeWarning,
@@ -1302,9 +1304,13 @@ class Store:
         with self._lock:
             self._batch_depth += 1
             ok = False
+            contested = None
             try:
                 yield
                 ok = True
+            except ConflictError as e:
+                contested = getattr(e, "contested", None)
+                raise
             finally:
                 self._batch_depth -= 1
                 if self._batch_depth == 0:
@@ -1326,6 +1332,24 @@ class Store:
                             w.unlock()
                         if len(self._writers) > WRITERS_MAX:
                             self._close_idle_writers()  # a batch over many sessions: their descriptors go with it
+                        if contested is not None:
+                            _wait_for_lock(contested)
+
+
+def _wait_for_lock(folder: str) -> None:
+    """A batch gave up waiting for a session's lock while holding others
+    (SegmentWriter._wait_holding_others), and has let go of them: wait for that lock
+    holding nothing, so that the batch it waited for ends before this one is run again.
+    Given back at once, the caller's next try took its first lock again before the other
+    batch, which polls for it, could: the two met the same way at every try."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return  # gone meanwhile: nothing to wait for
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    finally:
+        os.close(fd)
 
 
 def _too_many_files(store: "Store") -> StorageError:
