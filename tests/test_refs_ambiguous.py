@@ -68,3 +68,33 @@ def test_no_warning_without_a_clash(chat):
     for args in (["branch", "feature", other], ["show", "feature"], ["show", target[:8]], ["log", "-n", "1"], ["branch", "beef0000"]):
         rc, _, err = ctape(tape_dir, *args, "-s", "chat")
         assert rc == 0 and "warning" not in err, (args, err)
+
+
+def test_a_session_named_by_its_ref_is_its_head_though_it_has_a_branch_of_its_name(tape_dir):
+    """SPEC 4: a bare name is first a branch only where the command has a session (-s or
+    $CTAPE_SESSION). Without one, `chat` names session chat's HEAD, even when chat has a
+    branch named chat: the session the command reads came from the REF itself (found by
+    an audit: log, show, context, state and diff read the branch). With -s chat the branch
+    comes first, as the SPEC says."""
+    with Tape.open(tape_dir) as t:
+        s = t.session("chat")
+        one = s.append("user", {"content": "one"}).hash
+        s.branch("chat")
+        head = s.append("user", {"content": "two"}).hash
+        t.session("other").append("user", {"content": "x"})  # two sessions: none is the default
+    import json
+
+    env_free = {"CTAPE_SESSION": ""}
+    for args, pick in ((["show", "chat", "--json"], lambda o: json.loads(o)["hash"]),
+                       (["log", "chat", "-n", "1", "--json"], lambda o: json.loads(o.splitlines()[0])["hash"]),
+                       (["context", "chat", "--format", "tape"], lambda o: json.loads(o)[-1]["hash"])):
+        p = run_cli("--dir", tape_dir, *args, env=env_free)
+        assert p.returncode == 0, p.stderr
+        assert pick(p.stdout.decode()) == head, args
+        p = run_cli("--dir", tape_dir, *args, "-s", "chat", env=env_free)
+        assert pick(p.stdout.decode()) == one, ["-s chat", *args]
+    p = run_cli("--dir", tape_dir, "diff", "chat~1", "chat", "--json", env=env_free)
+    d = json.loads(p.stdout)
+    assert d["right_ref"] == head and d["left_ref"] == one
+    p = run_cli("--dir", tape_dir, "show", "chat/chat", "--json", env=env_free)
+    assert json.loads(p.stdout)["hash"] == one

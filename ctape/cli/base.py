@@ -393,7 +393,9 @@ def session_for(ctx: click.Context, ref: str | None, session: str | None, also: 
     tape = open_tape(ctx)
     named = session_in_ref(tape, ref)
     if named is not None:
-        return named
+        from ..model.refspec import SessionOfRef
+
+        return SessionOfRef(named)
     try:
         return need_session(ctx, None)
     except NoDefaultSession as e:

@@ -18,7 +18,7 @@ from ..model.errors import AmbiguousRef, CorruptObject, EntryNotFound, InvalidIn
 from ..model.models import NAME_RE, Entry, check_name, kind_value
 from ..model import refs as refmod
 from ..model.refs import HEAD
-from ..model.refspec import parse_ref
+from ..model.refspec import SessionOfRef, parse_ref
 from ..model.timespec import shown
 from ..model.schema import decode_entry
 from ..model import redaction
@@ -304,7 +304,8 @@ class Tape:
                     return h
                 raise RefNotFound(f"session {s!r} has no branch, tag or anchor {shown(b, REF_SHOWN)}; see `ctape branch -s {s}` and `ctape tag -s {s}`")
             raise RefNotFound(f"unknown ref {shown(base, REF_SHOWN)}; use SESSION/BRANCH with an existing session")
-        if session is not None and (NAME_RE.fullmatch(base) or tags.is_tag_ref(base)) and self._session_exists(session):
+        if (session is not None and (NAME_RE.fullmatch(base) or tags.is_tag_ref(base)) and self._session_exists(session)
+                and not (type(session) is SessionOfRef and base == session)):
             found, h = self._named_in(self._session_class(self, session), base)
             if found:
                 return h

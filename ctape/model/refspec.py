@@ -22,6 +22,15 @@ _SUFFIX = re.compile(r"(~[0-9]*|\^)", re.ASCII)
 MAX_COUNT = 10**12 - 1  # ~N, @{N} and all the ~ and ^ of one ref together
 
 
+class SessionOfRef(str):
+    """A session a command reads because a REF names it by its first part (`chat~2`), not
+    because -s or $CTAPE_SESSION gave it. Only a given session makes a bare name a branch
+    first (SPEC 4): the REF `chat` is then session chat's HEAD, though chat has a branch
+    named chat (write `chat/chat` for that one)."""
+
+    __slots__ = ()
+
+
 @dataclass(frozen=True)
 class RefSpec:
     base: str
