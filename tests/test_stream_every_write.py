@@ -69,6 +69,23 @@ def test_the_next_write_records_a_killed_stream_on_its_branch_first(tape_dir, wr
     assert cli(tape_dir, "recover", "-s", "chat").stdout == b""
     streaming = [json.loads(x) for x in cli(tape_dir, "log", "--all", "-s", "chat", "--json", "--kind", "streaming").stdout.splitlines()]
     assert len(streaming) == 1
+    # a new ref made at HEAD is made at the recorded stream, HEAD after the recording (an
+    # audit found `checkout -b` forking at the entry before it, from a look before the write)
+    made = {"checkout -b": "chat/alt", "branch": "chat/alt", "tag": "chat/v1"}.get(write)
+    if made:
+        assert json.loads(cli(tape_dir, "show", made, "--json").stdout)["hash"] == tip["hash"], write
+
+
+@pytest.mark.parametrize("write", ["checkout -b", "branch", "tag"])
+def test_a_session_holding_only_a_killed_stream_forks_at_it(tape_dir, write):
+    """The stream is the session's first entry: recorded by the write, it is what HEAD
+    names, so `checkout -b` forks there as `branch` does (it said "no entries to fork from")."""
+    p = subprocess.run([sys.executable, "-c", KILLED_STREAM, str(tape_dir)], capture_output=True)
+    assert p.returncode == -signal.SIGKILL, p.stderr.decode()
+    cli(tape_dir, *WRITES[write])
+    made = {"checkout -b": "chat/alt", "branch": "chat/alt", "tag": "chat/v1"}[write]
+    e = json.loads(cli(tape_dir, "show", made, "--json").stdout)
+    assert e["kind"] == "streaming" and e["payload"] == {"content": "half an answer"} and e["parent"] is None
 
 
 def test_a_refused_write_leaves_the_killed_stream_as_it_was(tape_dir):

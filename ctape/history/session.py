@@ -503,18 +503,18 @@ class Session:
         elif ref is None:
             raise InvalidInput("checkout needs a REF (or -b NAME to fork a branch at HEAD)")
         self._must_exist()
-        if ref is None:
-            h = self._head_to_extend(self.refs())
-            if h is None:
-                raise RefNotFound(f"session {self.name!r} has no entries to fork from")
-            ref = h
-        branch = self._branch_of_ref(ref)
-        with self._writing() as w:
+        branch = self._branch_of_ref(ref) if ref is not None else None
+        with self._writing() as w:  # (records a stream a dead writer left first: HEAD is then its entry)
             st = self._writer_refs(w)
             if new_branch is not None:
                 refmod.check_new_name(new_branch, "branch name", st.branches)
                 if new_branch in st.branches and new_branch not in st.conflicts:
                     raise InvalidInput(f"branch {new_branch!r} already exists; pick another name or check it out")
+                if ref is None:  # at HEAD, as the writer sees it
+                    h = self._head_to_extend(st)
+                    if h is None:
+                        raise RefNotFound(f"session {self.name!r} has no entries to fork from")
+                    ref = h
                 h = self.tape.resolve(ref, self.name)
                 if h is None:
                     raise RefNotFound(f"{ref!r} has no entries to fork from")
