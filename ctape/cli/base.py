@@ -187,12 +187,25 @@ def _fail(msg: str, code: int):
 
 
 def _quiet_broken_pipe():
+    """stdout's reader stopped early (`ctape log --json | head -1`): no failure, exit 0,
+    whatever the command was printing. Only the output `click.echo` writes got 0 before
+    (it swallows EPIPE), the JSON, export and search writers 1, so a pipeline under
+    `set -o pipefail` passed or failed by the output's format and length. A broken pipe
+    that is not stdout's (the write end of a pipe whose reader left shows POLLERR) is a
+    failure, exit 1."""
+    import select
+
+    gone = False
     try:
+        fd = sys.stdout.fileno()
+        p = select.poll()
+        p.register(fd, select.POLLOUT)
+        gone = any(ev & select.POLLERR for _, ev in p.poll(0))
         devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except OSError:
+        os.dup2(devnull, fd)
+    except (OSError, ValueError, AttributeError):
         pass
-    sys.exit(EXIT_FAIL)
+    sys.exit(0 if gone else EXIT_FAIL)
 
 
 def _hold_closed_descriptors() -> None:

@@ -1,0 +1,34 @@
+"""A reader that stops early (`ctape log --json | head -1`) is no failure: every command
+exits 0 whatever it was printing, as `git log | head -1` under `set -o pipefail` passes.
+
+Before, the output `click.echo` writes exited 0 (it swallows EPIPE) and the JSON, export
+and search writers 1, once their output passed the pipe's buffer: the same pipeline passed
+or failed by format and history length (found by an audit). Real processes and pipes.
+"""
+
+import subprocess
+import sys
+
+import pytest
+
+from ctape import Tape
+
+
+@pytest.fixture(scope="module")
+def long_tape(tmp_path_factory):
+    d = tmp_path_factory.mktemp("pipe") / "t"
+    t = Tape.init(d)
+    t.session("s").extend([("user", {"content": f"message {i} " + "x" * 200}) for i in range(3000)])
+    t.close()
+    return d
+
+
+@pytest.mark.parametrize("args", [["log", "-s", "s", "--no-pager"], ["log", "-s", "s", "--json"], ["export", "s"],
+                                  ["search", "message", "-n", "0"], ["context", "s"]])
+def test_a_reader_that_stops_early_is_no_failure(long_tape, args):
+    p = subprocess.Popen([sys.executable, "-m", "ctape", "--dir", str(long_tape), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert p.stdout.readline()
+    p.stdout.close()  # as `head -1` does
+    err = p.stderr.read()
+    assert p.wait(timeout=60) == 0, err.decode()
+    assert b"Traceback" not in err and not err.strip(), err.decode()
