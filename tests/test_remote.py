@@ -377,9 +377,11 @@ def test_bad_urls_and_names_are_one_line_errors(tmp_path):
     a = new_tape(tmp_path / "A")
     before = snapshot(a)
     for args in (["remote", "add", "x", "http://bucket/x"], ["remote", "add", "x", "s3://AB/x"], ["remote", "add", "../x", "file:///tmp"],
-                 ["remote", "add", "x", "s3://key:secret@bucket/x"], ["remote", "add", "x", "file://relative"], ["push"], ["pull", "nope"]):
+                 ["remote", "add", "x", "s3://key:secret@bucket/x"], ["remote", "add", "x", "file://relative"], ["push"]):
         p = cli(a, *args, check=False)
         assert p.returncode == 2 and len(p.stderr.splitlines()) == 1 and b"secret" not in p.stderr, (args, p.stderr)
+    p = cli(a, "pull", "nope", check=False)  # a name that is no remote here: not found (SPEC 5), exit 1
+    assert p.returncode == 1 and len(p.stderr.splitlines()) == 1, p.stderr
     assert snapshot(a) == before
 
 
@@ -536,3 +538,15 @@ def test_a_pushed_segment_is_sealed_so_an_older_copy_coming_back_by_rsync_loses_
     subprocess.run(["rsync", "-a", f"{b}/", f"{a}/"], check=True)
     fsck_clean(a)
     assert h in reached_by_refs(a)
+
+
+def test_an_unknown_remote_name_is_not_found_exit_1(tmp_path):
+    """SPEC 5: 1 is "not found", 2 bad usage. An unknown remote NAME is not found, as an
+    unknown session or branch (`session rm`, `branch -d`) is: it exited 2 (an audit)."""
+    a = tmp_path / "A"
+    Tape.init(a).session("chat").append("user", {"content": "hi"})
+    cli(a, "remote", "add", "origin", f"file://{tmp_path}/remote")
+    for args in (("remote", "rm", "nosuch"), ("remote", "show", "nosuch"), ("push", "nosuch"), ("pull", "nosuch")):
+        p = cli(a, *args, check=False)
+        assert p.returncode == 1 and p.stderr.decode().startswith("ctape: error: no remote 'nosuch'"), (args, p.stderr)
+    assert cli(a, "push", "bad/name", check=False).returncode == 2  # a name that cannot be one: usage

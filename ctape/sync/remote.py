@@ -19,7 +19,13 @@ import os
 from contextlib import contextmanager
 from typing import Callable, Iterator, Optional
 
-from ..model.errors import InvalidInput, StorageError
+from ..model.errors import CtapeError, InvalidInput, StorageError
+
+
+class NoSuchRemote(CtapeError):
+    """A remote NAME this copy does not have: not found (exit 1), as an unknown session or
+    branch is. No NAME and no remote to default to stays InvalidInput (exit 2), as no
+    default session is; so does a badly written name."""
 from ..model.models import NAME_RE
 from ..store.localstate import _write, cache_folder, editing
 from .backend import Backend, check_endpoint, open_backend, parse_url
@@ -83,7 +89,7 @@ def remove(store, name: str) -> None:
     with editing(cache_folder(store), CONFIG):
         found = remotes(store)
         if name not in found:
-            raise InvalidInput(f"no remote {name!r}; `ctape remote list` shows them")
+            raise NoSuchRemote(f"no remote {name!r}; `ctape remote list` shows them")
         del found[name]
         _save(store, CONFIG, found)
     with held(store, name):  # after a push or pull under way has saved it, not before
@@ -107,7 +113,7 @@ def resolve(store, name: Optional[str]) -> tuple[str, dict]:
             raise InvalidInput(f"several remotes ({', '.join(found)}); name one")
     check_remote_name(name)
     if name not in found:
-        raise InvalidInput(f"no remote {name!r}; `ctape remote list` shows them")
+        raise NoSuchRemote(f"no remote {name!r}; `ctape remote list` shows them")
     return name, found[name]
 
 
