@@ -84,9 +84,16 @@ def test_scan_clean_tape_exits_0_and_allow_keeps_a_finding(tmp_path):
     t.close()
     p, found = scan_json(d)
     assert p.returncode == 1 and len(found) == 1
-    assert run_cli("--dir", d, "scan", "--allow", found[0]["id"]).returncode == 0
+    real = found[0]["id"]
+    typo = real[:-1] + ("0" if real[-1] != "0" else "1")
+    p = run_cli("--dir", d, "scan", "--allow", typo)  # allowed (another copy may hold it), with a warning
+    assert p.returncode == 0 and f"no finding of this copy has id {typo}" in p.stderr.decode(), p.stderr
+    p = run_cli("--dir", d, "scan", "--allow", real)
+    assert p.returncode == 0 and b"warning" not in p.stderr, p.stderr
     p, found = scan_json(d)
     assert p.returncode == 0 and found == []
+    p = run_cli("--dir", d, "scan", "--allow", real)  # again: it is still this copy's finding (allowed)
+    assert p.returncode == 0 and b"warning" not in p.stderr, p.stderr
 
 
 def test_user_pattern_is_found(tmp_path):

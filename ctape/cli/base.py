@@ -230,6 +230,12 @@ def need_stdin(hint: str) -> None:
 
     if sys.stdin is None:
         raise InvalidInput(f"stdin is closed; {hint}")
+    try:
+        tty = os.isatty(sys.stdin.fileno())
+    except (OSError, ValueError, AttributeError):
+        tty = False
+    if tty:  # typed at a terminal, the input forgotten: say what it waits for, not a silent wait
+        click.echo(f"ctape: reading from the terminal (end with Ctrl-D, stop with Ctrl-C); {hint}", err=True)
 
 
 def need_stdout() -> None:

@@ -39,8 +39,14 @@ def scan(ctx, session, as_json, allow_id, add_pattern, kind):
     tape = open_tape(ctx)
     if allow_id is not None or add_pattern is not None:
         if allow_id is not None:
-            scanmod.allow(tape, allow_id)
+            scanmod.allow(tape, allow_id)  # (checks the id's form first)
             click.echo(f"allowed {allow_id}")
+            # an id may be allowed before its finding reaches this copy (ids are the same on
+            # every copy), but a typo would leave push refusing with no clue: say so
+            res = scanmod.scan(tape, None, include_allowed=True, on_missing=lambda m: None)
+            if not any(f.id == allow_id for f in res["findings"] + res["streams"]):
+                click.echo(f"ctape: warning: no finding of this copy has id {allow_id} now (allowed anyway, for one another copy "
+                           "holds); `ctape scan` lists the findings", err=True)
         if add_pattern is not None:
             scanmod.add_pattern(tape, add_pattern, kind)
             click.echo(f"added pattern {add_pattern!r} ({kind})")

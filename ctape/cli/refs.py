@@ -209,6 +209,9 @@ def reflog(ctx, session_arg, session, limit, as_json, no_pager):
     from ..ops import render
 
     need_stdout()
+    if session_arg is not None and session is not None and session != session_arg and \
+            ctx.get_parameter_source("session") == click.core.ParameterSource.COMMANDLINE:
+        raise click.UsageError(f"two sessions: {session_arg!r} and -s {session!r}; give one")
     tape = open_tape(ctx)
     name = need_session(ctx, session_arg if session_arg is not None else session)
     rows = tape.session(name).reflog()

@@ -1,0 +1,58 @@
+"""Small things a user meets at the terminal (found by an audit, 2026-12-05)."""
+
+import os
+import pty
+import select
+import subprocess
+import sys
+import time
+
+from conftest import run_cli
+from ctape import Tape
+
+
+def test_a_command_reading_stdin_at_a_terminal_says_so_and_reads_it(tmp_path):
+    """`ctape append user -s chat` typed with the payload forgotten waited in silence; now
+    one line on stderr says it reads the terminal, and what is typed there is the payload."""
+    d = tmp_path / "t"
+    Tape.init(d).close()
+    master, slave = pty.openpty()
+    p = subprocess.Popen([sys.executable, "-m", "ctape", "--dir", str(d), "append", "user", "-s", "chat"],
+                         stdin=slave, stdout=subprocess.PIPE, stderr=slave)
+    os.close(slave)
+    seen, end = b"", time.monotonic() + 20
+    while b"reading from the terminal" not in seen and time.monotonic() < end:
+        if select.select([master], [], [], 0.2)[0]:
+            seen += os.read(master, 1024)
+    assert b"reading from the terminal (end with Ctrl-D" in seen, seen
+    os.write(master, b'{"content": "typed"}\n\x04')  # Ctrl-D at the start of a line: end of input
+    out, _ = p.communicate(timeout=30)
+    os.close(master)
+    assert p.returncode == 0 and len(out.strip()) == 64
+    with Tape.open(d) as t:
+        assert t.get("chat").payload == {"content": "typed"}
+
+
+def test_piped_stdin_gets_no_such_line(tmp_path):
+    d = tmp_path / "t"
+    Tape.init(d).close()
+    p = run_cli("--dir", d, "append", "user", "-s", "chat", input=b'{"content": "piped"}')
+    assert p.returncode == 0 and p.stderr == b"", p.stderr
+
+
+def test_reflog_refuses_two_sessions(tmp_path):
+    """`reflog a -s b` printed a's log and ignored -s b; two sessions are a usage error,
+    as other contradicting options are. $CTAPE_SESSION is a default, not a contradiction."""
+    d = tmp_path / "t"
+    with Tape.init(d) as t:
+        t.session("a").append("user", {"content": "x"})
+        t.session("b").append("user", {"content": "y"})
+    p = run_cli("--dir", d, "reflog", "a", "-s", "b")
+    assert p.returncode == 2 and b"two sessions" in p.stderr, p.stderr
+    p = run_cli("--dir", d, "reflog", "a", "-s", "a")
+    assert p.returncode == 0
+    p = run_cli("--dir", d, "reflog", "a", "--json", env={"CTAPE_SESSION": "b"})
+    import json
+
+    rows = [json.loads(x) for x in p.stdout.splitlines()]
+    assert p.returncode == 0 and rows and any(r["ref"] == "a/main" for r in rows) and not any(r["ref"].startswith("b/") for r in rows), p.stderr
