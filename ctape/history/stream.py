@@ -236,9 +236,11 @@ class StreamWriter:
             with self._lock:
                 if self.size == self.flushed:
                     return
-                new = "".join(self.text[self._chunks :])  # only what came since the last flush
                 t = now_rfc3339()
                 with self.session.store.writing(self.session.name) as w:
+                    if self.flushed and self.session.store.index.stream_closed(self.session.name, self.id):
+                        self._go_on_as_new()
+                    new = "".join(self.text[self._chunks :])  # only what came since the last flush
                     for at in range(0, len(new), PIECE):  # a fast stream: several records, one fsync
                         piece = new[at : at + PIECE]
                         w.put_partial({"s": self.session.name, "stream": self.id, "off": self.flushed + at, "text": piece, "base": self.base, "t": t})
@@ -247,6 +249,19 @@ class StreamWriter:
                 self.flushed = self.size
         finally:
             tape_lock.release()
+
+    def _go_on_as_new(self) -> None:
+        """Another copy recorded this stream as interrupted (its writer runs on another
+        machine, whose lock that copy cannot see), and the record came here (rsync, pull):
+        a stream is closed for good once a record names it, so what this writer flushes
+        after would be read by nothing, and lost to a kill. It goes on as a new stream
+        instead, from its first character (the text the other copy recorded was a prefix):
+        a kill then leaves the whole text for `recover`, and a normal end appends it."""
+        old, self.id = self.id, secrets.token_hex(8)
+        _hold(self.session.store, self.id)
+        _let_go(self.session.store, old)
+        self.text = ["".join(self.text)]
+        self._chunks, self.flushed = 0, 0
 
     def content(self) -> str:
         with self._lock:

@@ -710,6 +710,11 @@ class Index:
         rows = self.db.execute("SELECT w, n, lc FROM writers WHERE session=?", (session,)).fetchall()
         return max((lc for _, _, lc in rows), default=0), {w: n for w, n, _ in rows}
 
+    def stream_closed(self, session: str, stream: str) -> bool:
+        """Has a record named this stream (its entry recorded, here or on another copy)?"""
+        self.sync()
+        return self.db.execute("SELECT 1 FROM closed WHERE session=? AND stream=? LIMIT 1", (session, stream)).fetchone() is not None
+
     def open_partials(self, session: str) -> list[dict]:
         self.sync()
         rows = self.db.execute(
