@@ -56,3 +56,37 @@ def test_reflog_refuses_two_sessions(tmp_path):
 
     rows = [json.loads(x) for x in p.stdout.splitlines()]
     assert p.returncode == 0 and rows and any(r["ref"] == "a/main" for r in rows) and not any(r["ref"].startswith("b/") for r in rows), p.stderr
+
+
+def _at_a_terminal(args, env):
+    """stdout of a real `ctape` process whose stdout is a terminal (a pty)."""
+    master, slave = pty.openpty()
+    p = subprocess.Popen([sys.executable, "-m", "ctape", *args], stdout=slave, stderr=subprocess.PIPE,
+                         env={**os.environ, **env})
+    os.close(slave)
+    out = b""
+    while True:
+        try:
+            r = select.select([master], [], [], 10)[0]
+            chunk = os.read(master, 65536) if r else b""
+        except OSError:  # the child closed its side
+            chunk = b""
+        if not chunk:
+            break
+        out += chunk
+    p.wait(timeout=30)
+    os.close(master)
+    return out
+
+
+def test_colours_only_where_a_terminal_shows_them(tmp_path):
+    """Colours at a terminal; none with NO_COLOR, nor where TERM=dumb (which shows the
+    escape codes as text; git leaves them out there too: an audit found them)."""
+    d = tmp_path / "t"
+    with Tape.init(d) as t:
+        t.session("s").extend([("user", {"content": "hi"}), ("tool_call", {"call_id": "c", "name": "ls", "arguments": {}})])
+    args = ["--dir", str(d), "log", "-s", "s", "--no-pager"]
+    base = {"NO_COLOR": "", "TERM": "xterm"}
+    assert b"\x1b[" in _at_a_terminal(args, base)
+    assert b"\x1b[" not in _at_a_terminal(args, {**base, "TERM": "dumb"})
+    assert b"\x1b[" not in _at_a_terminal(args, {**base, "NO_COLOR": "1"})

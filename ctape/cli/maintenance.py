@@ -234,8 +234,11 @@ def cache_gc(dry_run, unknown, as_json):
     Each tape's cache folder (under $CTAPE_CACHE_DIR, else $XDG_CACHE_HOME/ctape,
     else ~/.cache/ctape) names its tape; the folder goes when that tape no longer
     exists there. In the folders kept, temporary files that commands killed while
-    saving a setting left behind (over an hour old) are removed. A cache is only
-    ever a speed-up: nothing on a tape is touched.
+    saving a setting left behind (over an hour old) are removed. Nothing on a tape
+    is touched; what a cache folder holds besides the index is this machine's
+    settings for its tape (remotes, `session use`, `scan --allow` ids and
+    patterns), which go with the folder of a tape that is gone, and which deleting
+    a cache folder by hand forgets.
 
     \b
     Examples:

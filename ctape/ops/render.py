@@ -50,8 +50,8 @@ def fit(text: str, width: Optional[int]) -> str:
 
 
 def _color(text: str, code: str) -> str:
-    if os.environ.get("NO_COLOR") or not sys.stdout.isatty():
-        return text
+    if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb" or not sys.stdout.isatty():
+        return text  # (a dumb terminal shows escape codes as text, as git knows)
     return f"\033[{code}m{text}\033[0m"
 
 
