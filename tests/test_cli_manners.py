@@ -90,3 +90,24 @@ def test_colours_only_where_a_terminal_shows_them(tmp_path):
     assert b"\x1b[" in _at_a_terminal(args, base)
     assert b"\x1b[" not in _at_a_terminal(args, {**base, "TERM": "dumb"})
     assert b"\x1b[" not in _at_a_terminal(args, {**base, "NO_COLOR": "1"})
+
+
+def test_watch_once_says_when_it_found_no_transcript(tmp_path):
+    """A folder with no transcript (a wrong path, the tape itself) said nothing, as a pass
+    with nothing new does; now one line says so. Nothing new stays silent."""
+    d = tmp_path / "t"
+    Tape.init(d).close()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    p = run_cli("--dir", d, "watch", "--once", empty)
+    assert p.returncode == 0 and b"watch: no transcript in" in p.stderr, p.stderr
+    src = tmp_path / "src"
+    src.mkdir()
+    import shutil
+    from pathlib import Path
+
+    fixture = Path(__file__).parent / "fixtures" / "transcripts" / "claude-code"
+    shutil.copy(sorted(fixture.glob("*.jsonl"))[0], src)
+    assert b"imported" in run_cli("--dir", d, "watch", "--once", src).stderr
+    p = run_cli("--dir", d, "watch", "--once", src)
+    assert p.returncode == 0 and p.stderr == b"", p.stderr

@@ -50,6 +50,9 @@ def watch(ctx, paths, once, poll, jobs, quiet):
         if rep.changed and not quiet:
             records = f"{rep.records} record{'s' if rep.records != 1 else ''}"
             click.echo(f"watch: imported {records} from {rep.changed} of {rep.files} file{'s' if rep.files != 1 else ''}", err=True)
+        elif not rep.files and not quiet:  # a wrong folder is not "nothing new"
+            click.echo(f"watch: no transcript in {', '.join(watched(list(paths)))} (Claude Code, Codex and the other "
+                       "formats of `ctape import`); give their folder or file", err=True)
 
     if once:
         rep = watch_once(tape, list(paths), echo=echo, warn=errors, progress=tty, signals=True, jobs=jobs)
