@@ -111,3 +111,23 @@ def test_watch_once_says_when_it_found_no_transcript(tmp_path):
     assert b"imported" in run_cli("--dir", d, "watch", "--once", src).stderr
     p = run_cli("--dir", d, "watch", "--once", src)
     assert p.returncode == 0 and p.stderr == b"", p.stderr
+
+
+def test_since_after_until_is_refused_with_the_way_round(tmp_path):
+    """`log --since 2h --until 3d` printed nothing and said nothing (an audit): the two
+    read the other way round, and no entry can be both."""
+    d = tmp_path / "t"
+    with Tape.init(d) as t:
+        t.session("s").append("user", {"content": "hi"})
+    from conftest import snapshot
+
+    before = snapshot(d)
+    p = run_cli("--dir", d, "log", "-s", "s", "--since", "2h", "--until", "3d")
+    assert p.returncode == 2 and b"is later than --until" in p.stderr and len(p.stderr.splitlines()) == 1, p.stderr
+    assert snapshot(d) == before
+    p = run_cli("--dir", d, "log", "-s", "s", "--since", "3d", "--until", "2000-01-01")
+    assert p.returncode == 2
+    p = run_cli("--dir", d, "log", "-s", "s", "--since", "3d", "--json")
+    assert p.returncode == 0 and b'"hi"' in p.stdout
+    p = run_cli("--dir", d, "search", "hi", "--since", "2h", "--until", "3d")
+    assert p.returncode == 2 and b"is later than --until" in p.stderr, p.stderr

@@ -43,6 +43,9 @@ def search(ctx, query, session, kinds, since, until, limit, hidden, as_json):
       ctape search '"./scripts/build.sh"'
       ctape search session_nav -s chat -n 5 --json
     """
+    from ..history.logview import time_window
+
+    time_window(since, until)  # refused when they read the other way round
     tape = open_tape(ctx)
     name = need_session(ctx, session) if session else None  # without -s: every session
     query = " ".join(query)

@@ -71,7 +71,8 @@ class Filter:
         kinds = [kinds] if isinstance(kinds, str) else kinds  # one kind, not its letters
         if grep is not None and not isinstance(grep, str):
             raise InvalidInput(f"grep is a string to look for, not {grep!r:.40}")
-        return cls({kind_value(k) for k in kinds}, grep.casefold() if grep else None, when(since, "--since"), when(until, "--until"), hidden)
+        after, before = time_window(since, until)
+        return cls({kind_value(k) for k in kinds}, grep.casefold() if grep else None, after, before, hidden)
 
     def match(self, e: Entry) -> bool:
         if self.kinds and e.kind not in self.kinds:
@@ -85,6 +86,17 @@ class Filter:
         if self.grep is not None and self.grep not in payload_text(e.payload).casefold():
             return False
         return True
+
+
+def time_window(since: Any, until: Any) -> tuple[Optional[float], Optional[float]]:
+    """--since and --until in seconds (None where not given); InvalidInput when since is the
+    later one (`--since 2h --until 3d`: the two read the other way round), where nothing
+    could match and the command would print nothing and say nothing."""
+    after, before = when(since, "--since"), when(until, "--until")
+    if after is not None and before is not None and after > before:
+        raise InvalidInput(f"--since {since} is later than --until {until}: no entry can be both; "
+                           "--since takes the earlier time (e.g. --since 3d --until 2h)")
+    return after, before
 
 
 def start_points(tape, session: Optional[str], refs: Iterable[str] = (), every_branch: bool = False) -> list[str]:
