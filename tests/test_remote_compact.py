@@ -283,7 +283,8 @@ def test_killed_at_random_instants_then_rerun(tmp_path, s3env):
 
 def test_bad_uses_are_one_line_errors(tmp_path):
     a = tape_with_a_side_branch(tmp_path / "A")
-    for args, code in ((["compact", "--remote", "nope"], 2), (["compact", "--remote", "origin", "--dry-run"], 2)):
+    # an unknown remote NAME is not found (exit 1, SPEC 5), as an unknown session; --dry-run with --remote is usage (2)
+    for args, code in ((["compact", "--remote", "nope"], 1), (["compact", "--remote", "origin", "--dry-run"], 2)):
         if args[2] == "origin":
             (tmp_path / "R").mkdir()
             cli(a, "remote", "add", "origin", f"file://{tmp_path / 'R'}")
