@@ -157,3 +157,39 @@ def test_no_dictionary_made_after_a_redaction_holds_its_text(tmp_path):
         assert sum(SECRET.encode() in t for t in dictionary_texts(tape)) == before
     finally:
         tape.close()
+
+
+def test_the_text_of_a_failed_write_never_reaches_a_dictionary(tmp_path, monkeypatch):
+    """A write that fails (a full disk) writes nothing, and the caller is told so; its
+    block's text was already dictionary material, and the next `D` record wrote it after
+    all (found by a review). A failed or discarded write now drops the material."""
+    import errno
+
+    import ctape.store.segment as seg
+    from ctape.errors import CtapeError
+
+    d = tmp_path / "t"
+    tape = Tape.init(d)
+    try:
+        s = tape.session("a")
+        chat_before(s)
+        w = tape.store._writers["a"]
+        while w.dict is None or w.dict.used + 4000 < seg.DICT_REFRESH * len(w.dict.content):
+            chat_before(s, 1)
+        n = dictionaries(tape)
+
+        def full_disk(fd, data):
+            raise OSError(errno.ENOSPC, "No space left on device (injected)")
+
+        with monkeypatch.context() as m:
+            m.setattr(seg, "write_all", full_disk)
+            try:
+                s.append("user", {"content": f"my key is {SECRET}"})
+                raise AssertionError("the append did not fail")
+            except CtapeError:
+                pass
+        chat_after(s)
+        assert dictionaries(tape) > n
+    finally:
+        tape.close()
+    assert not holders(SECRET.encode(), d), "the text of the failed write is in a dictionary"

@@ -837,6 +837,10 @@ class SegmentWriter:
                 pass
 
     def _forget_queued(self) -> None:
+        if self.buf or self.block:
+            # the text of blocks that are not written (a discarded batch, a failed write) may
+            # be in the dictionary material already: never put it in a later `D` record
+            self.recent.clear()
         for h in self.new_objects:
             self.store.pending.pop(h, None)
         for listener in self.store.discard_listeners:
