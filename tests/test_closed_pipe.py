@@ -32,3 +32,26 @@ def test_a_reader_that_stops_early_is_no_failure(long_tape, args):
     err = p.stderr.read()
     assert p.wait(timeout=60) == 0, err.decode()
     assert b"Traceback" not in err and not err.strip(), err.decode()
+
+
+def test_a_socket_whose_reader_left_is_no_failure_either(long_tape):
+    """stdout a socket (a service's log pipe, `ssh host ctape ... | head`): its reader gone
+    shows POLLHUP, not POLLERR as a Linux pipe does (found by a review; BSD pipes too)."""
+    import socket
+
+    for _ in range(3):  # (when the close lands is up to the scheduler: a few tries)
+        mine, theirs = socket.socketpair()
+        p = subprocess.Popen([sys.executable, "-m", "ctape", "--dir", str(long_tape), "log", "-s", "s", "--json"],
+                             stdout=theirs, stderr=subprocess.PIPE)
+        theirs.close()
+        assert mine.recv(100)
+        mine.setblocking(False)
+        try:  # take what is there, so the close is a clean one (no reset: POLLHUP, not POLLERR)
+            while mine.recv(1 << 20):
+                pass
+        except BlockingIOError:
+            pass
+        mine.close()
+        err = p.stderr.read()
+        assert p.wait(timeout=60) == 0, err.decode()
+        assert not err.strip(), err.decode()

@@ -191,8 +191,8 @@ def _quiet_broken_pipe():
     whatever the command was printing. Only the output `click.echo` writes got 0 before
     (it swallows EPIPE), the JSON, export and search writers 1, so a pipeline under
     `set -o pipefail` passed or failed by the output's format and length. A broken pipe
-    that is not stdout's (the write end of a pipe whose reader left shows POLLERR) is a
-    failure, exit 1."""
+    that is not stdout's (the write end of a pipe or socket whose reader left shows POLLERR
+    or POLLHUP) is a failure, exit 1."""
     import select
 
     gone = False
@@ -200,7 +200,7 @@ def _quiet_broken_pipe():
         fd = sys.stdout.fileno()
         p = select.poll()
         p.register(fd, select.POLLOUT)
-        gone = any(ev & select.POLLERR for _, ev in p.poll(0))
+        gone = any(ev & (select.POLLERR | select.POLLHUP) for _, ev in p.poll(0))  # (POLLHUP: BSD pipes, sockets)
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, fd)
     except (OSError, ValueError, AttributeError):

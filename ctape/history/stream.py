@@ -213,29 +213,30 @@ class StreamWriter:
     def _ticker(self) -> None:
         while not self._stop.wait(self.interval / 2):
             try:
-                self.flush(wait=False)
+                done = self.flush(wait=False)
             except Exception as err:  # noqa: BLE001 - a full disk, an I/O error: tried again at the next tick
                 # a failed flush leaves nothing half written (the writer cuts its file back)
                 # and the text where it was, so the next tick sends it again; the thread
                 # dying here kept every later chunk in memory only, lost to a kill -9
                 self.flush_error = err
             else:
-                self.flush_error = None
+                if done:  # (not a tick skipped while another thread held the Tape)
+                    self.flush_error = None
 
-    def flush(self, wait: bool = True) -> None:
+    def flush(self, wait: bool = True) -> bool:
         """Persist what has arrived since the last flush (one fsync). The Tape's lock is taken
         before the stream's, as writes take it: `wait=False` (the ticker) skips the flush while
-        another thread holds the Tape, and the next tick tries again. A stream inside
+        another thread holds the Tape (False: skipped), and the next tick tries again. A stream inside
         `tape.batch()` is flushed by nothing but its end then, which is what a batch promises
         (nothing in it is durable before its end); the ticker waiting there, with the stream's
         lock held, hung the writer and the batch for good."""
         tape_lock = self.session.store._lock
         if not tape_lock.acquire(blocking=wait):
-            return
+            return False
         try:
             with self._lock:
                 if self.size == self.flushed:
-                    return
+                    return True
                 t = now_rfc3339()
                 with self.session.store.writing(self.session.name) as w:
                     if self.flushed and self.session.store.index.stream_closed(self.session.name, self.id):
@@ -247,6 +248,7 @@ class StreamWriter:
                 self.text[self._chunks :] = [new]
                 self._chunks = len(self.text)
                 self.flushed = self.size
+                return True
         finally:
             tape_lock.release()
 
