@@ -113,9 +113,9 @@ def _follow(w, n, paths, roots, echo, warn, on_pass, jobs) -> None:
                 for d in folders:  # folders that appeared since (a new project, a new day)
                     if os.path.isdir(d):
                         n.add_tree(d)
-            elif not changed:
+            elif not changed and not w.retry:  # (a batch that gave way to another is tried again at once)
                 continue
-            report = w.run_pass(changed)
+            report = w.run_pass(changed)  # (None: every source; a retry joins the changed ones)
             if on_pass:
                 on_pass(report)
             if time.monotonic() - last_save > SAVE_LAYOUTS_EVERY:

@@ -36,7 +36,7 @@ from typing import Callable, Optional
 
 from blake3 import blake3
 
-from ..errors import CtapeError, InvalidInput
+from ..errors import ConflictError, CtapeError, InvalidInput
 from ..formats import _common as c
 from ..model.refs import HEAD
 from . import sources as src_mod
@@ -197,6 +197,7 @@ class Watcher:
         self._batch_bytes = 0
         self._touched: list[Position] = []
         self._said: list[str] = []  # what the batch imported, said once its fsync is done
+        self.retry: set[str] = set()  # sources of a batch that met another one (ConflictError): in the next pass
         self._layouts: dict[str, Live] = {}  # claude-code layouts to save in the cache
         self._cache_saved = 0.0
 
@@ -212,6 +213,9 @@ class Watcher:
         """One pass over every source (or the keys in `only`, or the `sources` given); with
         `jobs` > 1 a large pass is split over that many processes."""
         rep = PassReport()
+        if only is not None and self.retry:
+            only = set(only) | self.retry
+        self.retry = set()
         todo = sources if sources is not None else [s for s in self.sources() if only is None or s.key in only]
         if only is None and sources is None:
             self._prune({s.key for s in todo})
@@ -221,6 +225,7 @@ class Watcher:
                 return split
         total = self._todo_bytes(todo) if self.progress else 0
         shown = total > PROGRESS_BYTES
+        s = None
         try:
             for s in todo:
                 if self.should_stop():
@@ -236,10 +241,20 @@ class Watcher:
                     self._commit()
             self._commit()
         except BaseException as e:
+            touched = [p.key for p in self._touched]
             if self._stack is not None:  # nothing of this batch is written
                 stack, self._stack, self._touched, self._said = self._stack, None, [], []
-                stack.__exit__(type(e), e, e.__traceback__)
-            raise
+                stack.__exit__(type(e), e, e.__traceback__)  # (after a ConflictError: once the other batch ended)
+            if not isinstance(e, ConflictError):
+                raise
+            # another batch writes the same sessions in another order: this one gave way
+            # (Store.batch). Its files start again from the tape's position, in the next pass
+            for key in touched + ([s.key] if s is not None else []):
+                self._forget(key)
+                self.retry.add(key)
+            msg = f"watch: {e}"
+            rep.errors.append(msg)
+            self.warn(msg)
         finally:
             if shown:
                 sys.stderr.write("\r" + " " * 60 + "\r")
@@ -259,6 +274,8 @@ class Watcher:
             n = f"+{e.records} record{'s' if e.records != 1 else ''}, " if e.records else ""
             self.echo(f"watch: {s.path}: {n}stopped after a batch; the next pass imports the rest")
             return
+        except ConflictError:
+            raise  # the batch gives way to another (run_pass): not this file's problem
         except (CtapeError, OSError, ValueError, RecursionError, _zstd_error()) as e:
             self._forget(s.key)  # its next pass starts from the tape's position
             text = _said(e)
