@@ -131,3 +131,25 @@ def test_since_after_until_is_refused_with_the_way_round(tmp_path):
     assert p.returncode == 0 and b'"hi"' in p.stdout
     p = run_cli("--dir", d, "search", "hi", "--since", "2h", "--until", "3d")
     assert p.returncode == 2 and b"is later than --until" in p.stderr, p.stderr
+
+
+def test_an_error_line_that_cannot_be_written_is_no_traceback(tmp_path):
+    """stderr on a full disk: the one-line error fails to write; the exit code still says
+    what happened, with no traceback written after it (found by an audit; strace fails the
+    write for real)."""
+    import shutil
+
+    import pytest
+
+    strace = shutil.which("strace")
+    if strace is None:
+        pytest.skip("needs strace (.ci/run installs it)")
+    d = tmp_path / "t"
+    Tape.init(d).close()
+    err = tmp_path / "err.txt"
+    for n in (1, 2):
+        with open(err, "wb") as f:
+            p = subprocess.run([strace, "-f", "-qq", "-o", "/dev/null", "-P", str(err), "-e", "trace=write",
+                                "-e", f"inject=write:error=ENOSPC:when={n}", "--",
+                                sys.executable, "-m", "ctape", "--dir", str(d), "show", "deadbeef"], stderr=f, timeout=60)
+        assert p.returncode in (1, 2) and b"Traceback" not in err.read_bytes(), (n, p.returncode, err.read_bytes())

@@ -720,3 +720,31 @@ def test_a_token_in_a_remote_urls_query_or_fragment_is_refused_and_never_repeate
         p = run_cli("clone", url, tmp_path / "C")
         refused_quietly(p, {}, tmp_path / "C")
     assert b"hunter2pw" not in cli(a, "remote", "list").stdout
+
+
+def test_a_push_that_fills_a_folder_remote_leaves_no_temp_file(tmp_path):
+    """A piece that cannot be written whole (the remote's disk full) is taken back with its
+    temp file: only a killed write leaves one (for `compact --remote`). It stayed for good,
+    even after a push that then succeeded (found by an audit). A real full tmpfs."""
+    from conftest import small_tmpfs
+
+    a = tmp_path / "A"
+    t = Tape.init(a)
+    for s in ("c", "d"):
+        for i in range(3):
+            t.session(s).append("tool_result", {"call_id": f"k{i}", "output": os.urandom(60000).hex()})  # no dedupe, no compression
+    t.close()
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    with small_tmpfs(mnt, "size=2m"):
+        (mnt / "remote").mkdir()
+        cli(a, "remote", "add", "r", f"file://{mnt}/remote")
+        st = os.statvfs(mnt)
+        (mnt / "filler").write_bytes(b"\0" * (st.f_bavail * st.f_frsize - 300_000))  # room for less than the push
+        p = cli(a, "push", "r", check=False)
+        assert p.returncode == 1 and len(p.stderr.splitlines()) == 1 and b"no space" in p.stderr, p.stderr
+        left = [str(f) for f in (mnt / "remote").rglob(".tmp-*")]
+        assert not left, left
+        (mnt / "filler").unlink()
+        cli(a, "push", "r")
+        assert not list((mnt / "remote").rglob(".tmp-*"))

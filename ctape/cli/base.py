@@ -182,7 +182,10 @@ def _fail(msg: str, code: int):
     from ..ops.render import clean
 
     msg = clean(" ".join(str(msg).split()))  # escaped here, not only by stderr: click would cut an escape sequence out
-    click.echo(f"ctape: error: {msg}", err=True)
+    try:
+        click.echo(f"ctape: error: {msg}", err=True)
+    except OSError:
+        pass  # stderr itself cannot be written (a full disk under it): the exit code still tells
     sys.exit(code)
 
 

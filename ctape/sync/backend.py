@@ -256,6 +256,14 @@ class FileBackend(Backend):
                 while view:
                     view = view[os.write(fd, view):]
                 os.fsync(fd)
+            except BaseException:
+                # a full disk, an I/O error: the piece is not there, and neither is its temp
+                # file (only a killed write leaves one, for `compact --remote` to remove)
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
+                raise
             finally:
                 os.close(fd)
             try:
