@@ -48,6 +48,17 @@ def dictionary_texts(tape: Tape) -> list[bytes]:
             if isinstance(r, framing.Record) and r.type == framing.T_DICT]
 
 
+def up_to_the_next_dictionary(tape: Tape, s) -> None:
+    """Appends until the writer is a few KB short of making its next (larger) dictionary of
+    its recent blocks: what is appended next is in that dictionary's material."""
+    from ctape.store.segment import DICT_REFRESH
+
+    chat_before(s)
+    w = tape.store._writers[s.name]
+    while w.dict is None or w.dict.used + 4000 < DICT_REFRESH * len(w.dict.content):
+        chat_before(s, 1)
+
+
 def dictionaries(tape: Tape) -> int:
     """The `D` records in the session files: the test must have made the writer write one."""
     return len(dictionary_texts(tape))
@@ -140,14 +151,8 @@ def test_no_dictionary_made_after_a_redaction_holds_its_text(tmp_path):
     d = tmp_path / "t"
     tape = Tape.init(d)
     try:
-        from ctape.store.segment import DICT_REFRESH
-
         s = tape.session("a")
-        chat_before(s)
-        w = tape.store._writers["a"]
-        # the secret goes in just before the writer makes its next (larger) dictionary
-        while w.dict is None or w.dict.used + 4000 < DICT_REFRESH * len(w.dict.content):
-            chat_before(s, 1)
+        up_to_the_next_dictionary(tape, s)  # the secret goes in just before the writer makes its next one
         s.append("user", {"content": f"my key is {SECRET} please keep it"})
         before = sum(SECRET.encode() in t for t in dictionary_texts(tape))
         n = dictionaries(tape)
@@ -172,10 +177,7 @@ def test_the_text_of_a_failed_write_never_reaches_a_dictionary(tmp_path, monkeyp
     tape = Tape.init(d)
     try:
         s = tape.session("a")
-        chat_before(s)
-        w = tape.store._writers["a"]
-        while w.dict is None or w.dict.used + 4000 < seg.DICT_REFRESH * len(w.dict.content):
-            chat_before(s, 1)
+        up_to_the_next_dictionary(tape, s)
         n = dictionaries(tape)
 
         def full_disk(fd, data):
