@@ -153,3 +153,17 @@ def test_an_error_line_that_cannot_be_written_is_no_traceback(tmp_path):
                                 "-e", f"inject=write:error=ENOSPC:when={n}", "--",
                                 sys.executable, "-m", "ctape", "--dir", str(d), "show", "deadbeef"], stderr=f, timeout=60)
         assert p.returncode in (1, 2) and b"Traceback" not in err.read_bytes(), (n, p.returncode, err.read_bytes())
+
+
+def test_a_branch_reflog_ref_is_a_usage_error(tmp_path):
+    """`SESSION/BRANCH@{N}` is a ref ctape does not have (@{N} follows a session or HEAD):
+    bad usage, exit 2, as other malformed @{} refs; it was exit 1, "not found"."""
+    d = tmp_path / "t"
+    with Tape.init(d) as t:
+        s = t.session("chat")
+        s.append("user", {"content": "x"})
+        s.branch("alt")
+    p = run_cli("--dir", d, "show", "chat/alt@{1}")
+    assert p.returncode == 2 and b"not a branch" in p.stderr and b"ctape reflog chat" in p.stderr, p.stderr
+    assert run_cli("--dir", d, "show", "chat/HEAD@{0}").returncode == 0
+    assert run_cli("--dir", d, "show", "chat@{0}").returncode == 0

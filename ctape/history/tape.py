@@ -286,6 +286,11 @@ class Tape:
 
             return self._session_class(self, require(self, name, prefix=False)).head_at(reflog)
         if reflog is not None:
+            if "/" in base:  # (SESSION/HEAD@{N} is above) a branch has no positions of its own here
+                s_ = base.partition("/")[0]
+                hint = f"`ctape reflog {s_}` lists" if NAME_RE.fullmatch(s_) else "`ctape reflog SESSION` lists"
+                raise InvalidInput(f"invalid ref {shown(f'{base}@{{{reflog}}}', REF_SHOWN)}: @{{N}} follows a session or HEAD, "
+                                   f"not a branch; {hint} the moves of every branch")
             name = base if NAME_RE.fullmatch(base) and self._session_exists(base) else session
             if name is None or (base != name and not self._session_exists(base)):
                 raise RefNotFound(f"@{{N}} needs a session: {shown(base, REF_SHOWN)} is not one")
