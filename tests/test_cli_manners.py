@@ -167,3 +167,41 @@ def test_a_branch_reflog_ref_is_a_usage_error(tmp_path):
     assert p.returncode == 2 and b"not a branch" in p.stderr and b"ctape reflog chat" in p.stderr, p.stderr
     assert run_cli("--dir", d, "show", "chat/HEAD@{0}").returncode == 0
     assert run_cli("--dir", d, "show", "chat@{0}").returncode == 0
+
+
+def test_fsck_salvage_of_a_clean_read_only_tape_only_checks_it(tmp_path):
+    """A clean tape needs no salvage, so `fsck --salvage` of a read-only one (a backup, a
+    mount) checks it and exits 0; it refused, exit 1 (an audit). A damaged read-only tape is
+    still refused, with nothing changed. A real read-only bind mount (needs root)."""
+    import shutil
+
+    import pytest
+
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("needs root and mount(8) for a read-only bind mount")
+    d = tmp_path / "t"
+    with Tape.init(d) as t:
+        t.session("s").extend([("user", {"content": f"m{i} " + "x" * 300}) for i in range(20)])
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    if subprocess.run(["mount", "--bind", str(d), str(ro)], capture_output=True).returncode != 0:
+        pytest.skip("cannot bind-mount here")
+    try:
+        if subprocess.run(["mount", "-o", "remount,ro,bind", str(ro)], capture_output=True).returncode != 0:
+            pytest.skip("cannot remount read-only here")
+        env = {"CTAPE_CACHE_DIR": str(tmp_path / "cache")}
+        p = run_cli("--dir", ro, "fsck", "--salvage", env=env)
+        assert p.returncode == 0 and b"nothing to salvage" in p.stdout + p.stderr, p.stderr
+    finally:
+        subprocess.run(["umount", str(ro)], capture_output=True)
+    seg = next((d / "sessions" / "s").glob("*.seg"))
+    data = bytearray(seg.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # damage in the middle
+    seg.write_bytes(bytes(data))
+    subprocess.run(["mount", "--bind", str(d), str(ro)], check=True)
+    try:
+        subprocess.run(["mount", "-o", "remount,ro,bind", str(ro)], check=True)
+        p = run_cli("--dir", ro, "fsck", "--salvage", env={"CTAPE_CACHE_DIR": str(tmp_path / "cache2")})
+        assert p.returncode == 1 and b"read-only" in p.stderr, p.stderr
+    finally:
+        subprocess.run(["umount", str(ro)], capture_output=True)

@@ -47,7 +47,12 @@ def salvage(tape: "Tape") -> dict:
     pending report, which the next run finishes."""
     store = tape.store
     if not os.access(store.root, os.W_OK) or not os.access(os.path.join(store.root, "sessions"), os.W_OK):
-        raise StorageError(f"cannot salvage: {store.root} is read-only; nothing was changed (make it writable, or salvage a writable copy)")
+        # a clean tape needs no salvage: `fsck --salvage` of a read-only one only checks it
+        store.refresh()
+        if (_pending(store) or store.index.lost_rows() or _count_temp_packs(store)
+                or any(rel.startswith("sessions/") and _problems(store, rel) for rel in store.list_files(None))):
+            raise StorageError(f"cannot salvage: {store.root} is read-only; nothing was changed (make it writable, or salvage a writable copy)")
+        return {"salvaged": [], "truncated": [], "refs": {}, "removed_temp_packs": 0}
     with _compaction_lock(store):
         temp = _count_temp_packs(store)
         _remove_stale_temp_packs(store)
