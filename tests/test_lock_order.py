@@ -214,3 +214,60 @@ def test_a_watch_pass_gives_way_whole_to_a_batch_in_the_other_order(tmp_path):
         for s in (first, second):  # every entry the files make is in the tape (beside the start and the holder's)
             want = entry_hashes(theirs, s)
             assert want and want <= entry_hashes(ours, s), s
+
+
+LONG_HOLDER = textwrap.dedent(
+    """
+    import os, sys, time
+    import ctape
+    d, flags = sys.argv[1], sys.argv[2]
+    t = ctape.Tape.open(d)
+    with t.batch():  # a batch kept open for a long time (an agent's whole run in one batch)
+        t.session("s1").append("user", {"content": "held"})
+        open(os.path.join(flags, "held"), "w").close()
+        end = time.monotonic() + 40  # (a bound for the test itself: the code before waited all of it)
+        while not os.path.exists(os.path.join(flags, "done")) and time.monotonic() < end:
+            time.sleep(0.01)
+    t.close()
+    """
+)
+
+
+def test_a_batch_that_gave_way_to_a_long_batch_hears_of_it_in_bounded_time(tmp_path, monkeypatch):
+    """A batch that holds s0 and waits for s1 gives way with ConflictError; before it says
+    so it waits for s1 holding nothing (so that a retry at once goes through). That second
+    wait had no end: beside a batch kept open for hours the caller heard nothing for hours,
+    with the Tape's lock held (its other threads waited too; noted by the last review). It
+    now ends after BATCH_LOCK_WAIT as the first one does."""
+    import ctape.store.segment as seg
+    from ctape import ConflictError
+
+    d = _tape(tmp_path)
+    env = {**os.environ, "CTAPE_CACHE_DIR": str(tmp_path / "cache")}
+    (tmp_path / "h.py").write_text(LONG_HOLDER)
+    holder = subprocess.Popen([sys.executable, str(tmp_path / "h.py"), str(d), str(tmp_path)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "held").exists():
+            assert time.monotonic() < deadline and holder.poll() is None, holder.stderr.read().decode()
+            time.sleep(0.02)
+        monkeypatch.setattr(seg, "BATCH_LOCK_WAIT", 0.3)
+        t = Tape.open(d, cache_dir=tmp_path / "cache")
+        start = time.monotonic()
+        try:
+            with t.batch():
+                t.session("s0").append("user", {"content": "mine"})
+                t.session("s1").append("user", {"content": "mine too"})
+            raise AssertionError("the batch went through while another held s1")
+        except ConflictError:
+            took = time.monotonic() - start
+        # 0.3-0.6 s for the first wait, 0.3 s for the second; the holder holds on 40 s or until told
+        assert took < 20, f"the error came after {took:.1f} s: the wait for the holder's end had no limit"
+        assert holder.poll() is None, "the holder ended first: the test shows nothing"
+        assert [e.payload["content"] for e in t.session("s0").log()] == ["seed"]  # the batch wrote nothing
+        t.close()
+    finally:
+        (tmp_path / "done").touch()
+        holder.communicate(timeout=60)
+    assert holder.returncode == 0

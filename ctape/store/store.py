@@ -32,7 +32,7 @@ from typing import Callable, Iterator, NamedTuple, Optional, TypeVar
 
 from blake3 import blake3
 
-from . import framing, packing
+from . import framing, packing, segment
 from ..model import refs as refmod
 from ..model.canonical import object_hash
 from ..model.errors import (
@@ -1341,13 +1341,26 @@ def _wait_for_lock(folder: str) -> None:
     (SegmentWriter._wait_holding_others), and has let go of them: wait for that lock
     holding nothing, so that the batch it waited for ends before this one is run again.
     Given back at once, the caller's next try took its first lock again before the other
-    batch, which polls for it, could: the two met the same way at every try."""
+    batch, which polls for it, could: the two met the same way at every try. The wait has
+    an end too (BATCH_LOCK_WAIT): the holder may be a batch kept open for hours, and this
+    thread holds the Tape's lock meanwhile (its other threads wait with it); past it the
+    error comes back all the same, and the caller decides."""
     try:
         fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     except OSError:
         return  # gone meanwhile: nothing to wait for
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        end = time.monotonic() + segment.BATCH_LOCK_WAIT
+        pause = 0.001
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if time.monotonic() >= end:
+                    return
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
     finally:
         os.close(fd)
 
