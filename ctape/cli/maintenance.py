@@ -101,6 +101,20 @@ def compact(ctx, expire, grace, dry_run, remote_name, allow_secrets, as_json):
             f"{verb} {report['freed_objects']} objects ({report['freed_bytes']} bytes); "
             f"files {report['files_before']} -> {report['files_after']}"
         )
+    _say_skipped(tape, report)
+
+
+def _say_skipped(tape, report: dict) -> None:
+    """The sessions compaction left as they are (damaged records, or a symlink among their
+    files): a warning each, since what they no longer reach, and bytes redacted in them
+    (`ctape redact` says compact removes those), stay on disk until they are repaired."""
+    unsafe = tape.store.unsafe_sessions
+    for name in report.get("skipped_sessions", []):
+        why, fix = (("holds a symbolic link", "move the link out of its folder") if name in unsafe else
+                    ("has damaged records", "run `ctape fsck --salvage` (or restore its files from another copy)"))
+        left = "would leave" if report.get("dry_run") else "left"
+        click.echo(f"ctape: warning: session {name!r} {why}, so compact {left} its files as they are (what it no longer "
+                   f"reaches and bytes redacted in it stay on disk); {fix}, then compact again", err=True)
 
 
 def _compact_remote(tape, name, expire, grace, dry_run, allow_secrets, progress, as_json) -> None:
@@ -121,6 +135,7 @@ def _compact_remote(tape, name, expire, grace, dry_run, allow_secrets, progress,
     click.echo(f"kept {loc['kept_objects']} objects ({loc['kept_bytes']} bytes), freed {loc['freed_objects']} objects "
                f"({loc['freed_bytes']} bytes); files {loc['files_before']} -> {loc['files_after']}")
     left = f", and {d['leftovers']} file{'' if d['leftovers'] == 1 else 's'} a killed push left" if d.get("leftovers") else ""
+    _say_skipped(tape, loc)
     click.echo(f"remote {name}: pushed {r['pushed']} bytes, deleted {d['files']} file{'' if d['files'] == 1 else 's'} ({d['bytes']} bytes){left} in {r['requests']} requests")
     if r["deferred"]:
         # a damaged session's deletions wait for `fsck --salvage` (the reason says so); the others for another run
