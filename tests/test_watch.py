@@ -201,6 +201,14 @@ def test_missing_path_is_refused_and_changes_nothing(tape_dir, tmp_path):
     p = run_cli("--dir", tape_dir, "watch", "--once", tmp_path / "nope.jsonl")
     assert p.returncode == 2 and b"no file or folder" in p.stderr and b"Traceback" not in p.stderr
     assert snapshot(tape_dir) == before
+    # follow mode refuses it before it says it follows (it said "following" first; an audit)
+    p = run_cli("--dir", tape_dir, "watch", tmp_path / "nope")
+    assert p.returncode == 2 and p.stderr.decode().splitlines() == [f"ctape: error: no file or folder {tmp_path / 'nope'}; "
+                                                                    "give transcript files or folders that exist"]
+    # an empty name is shown as one (the message named nothing)
+    p = run_cli("--dir", tape_dir, "watch", "--once", "")
+    assert p.returncode == 2 and b"no file or folder ''" in p.stderr
+    assert snapshot(tape_dir) == before
 
 
 def test_help_has_examples():

@@ -187,7 +187,7 @@ class _StreamWriter:
 @click.option("--crash/--no-crash", default=True, help="Include a killed stream and its recovery.")
 @click.pass_context
 def demo(ctx, crash):
-    """Record a demo session in a fresh tape, crash it, recover it.
+    """Record a demo session, crash it, recover it.
 
     Uses --dir, $CTAPE_DIR or ./.ctape (created if needed; never inside another
     tape), session `demo`

@@ -212,7 +212,8 @@ def status(ctx, session, hidden, as_json):
 def recover(ctx, session):
     """Record an interrupted stream as a `streaming` entry.
 
-    Prints the new entry's hash; nothing when there was nothing to record.
+    Prints the new entry's hash on stdout; `nothing to recover` on stderr (exit
+    0) when there was nothing to record.
     Every write to the session (append, stream, import, checkout, branch, tag)
     does this first, so the entry follows the HEAD the stream began from.
 

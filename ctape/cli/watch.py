@@ -67,6 +67,9 @@ def watch(ctx, paths, once, poll, jobs, quiet):
             passes.append(rep)
             summary(rep)
 
+    from ..watch.sources import check_paths
+
+    check_paths(list(paths))  # before "following": a path that is not there is refused first, as with --once
     echo(f"watch: following {', '.join(watched(list(paths)))}; Ctrl-C stops")
     follow(tape, list(paths), echo=echo, warn=errors, progress=tty, poll=poll, on_pass=first_summary, jobs=jobs)
 

@@ -128,7 +128,7 @@ def check_paths(paths: list[str]) -> None:
 
     for p in paths:
         if not os.path.exists(p):
-            raise InvalidInput(f"no file or folder {p}; give transcript files or folders that exist")
+            raise InvalidInput(f"no file or folder {p if p.strip() == p and p else repr(p)}; give transcript files or folders that exist")
 
 
 def detect(first_lines: list[bytes], path: Optional[str] = None) -> Optional[str]:
