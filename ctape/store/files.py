@@ -7,10 +7,12 @@ object records agrees on them.
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import signal
 import stat
 import threading
+import time
 from contextlib import contextmanager
 from typing import Iterator, Optional
 
@@ -147,6 +149,22 @@ def check_not_symlink(path: str) -> Optional[os.stat_result]:
     if stat.S_ISLNK(st.st_mode):
         raise UnsafePath(f"refusing symlink inside the tape directory: {path}; replace it with the real file or folder")
     return st
+
+
+def lock_within(fd: int, seconds: float) -> bool:
+    """Take an exclusive flock on `fd` if it comes free within `seconds` (flock itself waits
+    without end): polled, the pause doubling from 1 ms to 50 ms. False when it did not."""
+    end = time.monotonic() + seconds
+    pause = 0.001
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= end:
+                return False
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
 
 
 def write_all(fd: int, data) -> None:

@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from typing import Callable, Iterator, Optional
 
 from ..model.errors import StorageError
+from .files import lock_within
 from .index import default_cache_root
 from ..model.models import NAME_RE
 from .store import FORMAT_FILE, cache_folder_of
@@ -60,15 +61,8 @@ def _wait_then_say(fd: int, busy: Optional[Callable[[], None]]) -> None:
     if busy is None:
         fcntl.flock(fd, fcntl.LOCK_EX)
         return
-    give_up = time.monotonic() + BUSY_AFTER
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            if time.monotonic() >= give_up:
-                break
-            time.sleep(0.02)
+    if lock_within(fd, BUSY_AFTER):
+        return
     busy()
     fcntl.flock(fd, fcntl.LOCK_EX)
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Optional
 from . import framing, packing
 from ..model.errors import ConflictError, CorruptObject, InvalidInput
 from ..model.canonical import canonical_json, object_hash
-from .files import TYPE_ENTRY, UNREAD_ATIME_NS, check_not_symlink, dict_decompressor, fsync_dir, pread_all, storage_error, write_all, zstd
+from .files import TYPE_ENTRY, UNREAD_ATIME_NS, check_not_symlink, dict_decompressor, fsync_dir, lock_within, pread_all, storage_error, write_all, zstd
 from .index import IndexBatch, hash_key
 
 if TYPE_CHECKING:
@@ -207,24 +207,16 @@ class SegmentWriter:
         other goes on. `compact` never waits while holding a lock (ops/compact.py,
         _lock_sessions)."""
         start = time.monotonic()
-        end = start + BATCH_LOCK_WAIT * (1 + secrets.randbelow(1000) / 1000)
-        pause = 0.001
-        while True:
-            time.sleep(pause)
-            try:
-                fcntl.flock(self.dir_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return
-            except BlockingIOError:
-                if time.monotonic() >= end:
-                    held = sorted(s for s, w in self.store.locked_writers.items() if w is not self)
-                    err = ConflictError(
-                        f"session {self.session!r} stayed locked for {time.monotonic() - start:.1f} s while this batch holds "
-                        f"{', '.join(repr(s) for s in held[:3])}{' ...' if len(held) > 3 else ''}: another batch may be waiting for "
-                        f"them (batches that write several sessions in different orders wait for each other); a batch that ends "
-                        f"with this error writes nothing: run it again, or write the sessions in one order")
-                    err.contested = self.dir  # the batch waits for it once it let go of the others (Store.batch)
-                    raise err from None
-                pause = min(pause * 2, 0.05)
+        if lock_within(self.dir_fd, BATCH_LOCK_WAIT * (1 + secrets.randbelow(1000) / 1000)):
+            return
+        held = sorted(s for s, w in self.store.locked_writers.items() if w is not self)
+        err = ConflictError(
+            f"session {self.session!r} stayed locked for {time.monotonic() - start:.1f} s while this batch holds "
+            f"{', '.join(repr(s) for s in held[:3])}{' ...' if len(held) > 3 else ''}: another batch may be waiting for "
+            f"them (batches that write several sessions in different orders wait for each other); a batch that ends "
+            f"with this error writes nothing: run it again, or write the sessions in one order")
+        err.contested = self.dir  # the batch waits for it once it let go of the others (Store.batch)
+        raise err
 
     def _take_up_newer(self) -> None:
         """Go on in the segment this writer made after its active one (`_note_own_file`), as

@@ -15,7 +15,6 @@ lives, which records a session has) is in the local index and can be rebuilt.
 from __future__ import annotations
 
 import errno
-import fcntl
 import json
 import os
 import re
@@ -58,6 +57,7 @@ from .files import (  # noqa: F401 - TYPE_*, CODEC_*, open_for_reading and zstd 
     check_not_symlink,
     dict_decompressor,
     fsync_dir,
+    lock_within,
     open_for_reading,
     pread_all,
     reads_move_atime,
@@ -1350,17 +1350,7 @@ def _wait_for_lock(folder: str) -> None:
     except OSError:
         return  # gone meanwhile: nothing to wait for
     try:
-        end = time.monotonic() + segment.BATCH_LOCK_WAIT
-        pause = 0.001
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return
-            except BlockingIOError:
-                if time.monotonic() >= end:
-                    return
-            time.sleep(pause)
-            pause = min(pause * 2, 0.05)
+        lock_within(fd, segment.BATCH_LOCK_WAIT)
     finally:
         os.close(fd)
 
