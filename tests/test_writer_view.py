@@ -340,3 +340,37 @@ def test_a_reader_thread_never_ends_a_tick_the_writer_set_during_its_look(tmp_pa
     w._racy_until = time.time_ns() - 1
     assert w.view_is_current() and w._racy_until == 0  # with nothing set meanwhile, the look ends its tick
     t.close()
+
+
+def test_a_writer_whose_segment_lost_its_name_in_the_same_tick_writes_a_new_one(tmp_path):
+    """A compaction in another process packs the writer's active segment and removes it. The
+    folder's change time tells the writer, unless the removal shares a clock tick with the
+    change the writer saw last (and that tick's racy window has closed, or the clock stepped
+    back): its view then looked current. The append itself went to a new segment (`_begin`
+    seals a segment whose link count is not 1), but the view was kept without a reload:
+    index rows naming the removed file, the dictionary material of records a compaction may
+    have dropped, and readers of the view (`view_is_current`) told it was current. The
+    segment's link count, from the fstat the look already makes, now says so whatever the
+    clock. Replayed here: the segment goes, and the writer's view is set to the folder as
+    it is after (the same change time)."""
+    d = str(tmp_path / "t")
+    t = Tape.init(d, cache_dir=str(tmp_path / "c"))
+    s = t.session("s")
+    s.append("user", {"content": "m0"})
+    w = t.store._writers["s"]
+    assert w.view_is_current()
+    with Tape.open(d, cache_dir=str(tmp_path / "other")) as other:
+        other.compact(grace="now")  # the segment goes into a pack, and is removed
+    folder = os.path.join(d, "sessions", "s")
+    assert not any(n.endswith(".seg") for n in os.listdir(folder))
+    w._seen_dir = os.stat(folder).st_ctime_ns  # the removal in the tick the writer saw last
+    w._racy_until = 0
+    w._seen_files = {n: os.stat(os.path.join(folder, n)).st_ino for n in os.listdir(folder)}
+    w._others_grow = False
+    assert not w.view_is_current()
+    h = s.append("user", {"content": "m1"}).hash
+    t.close()
+    with Tape.open(d, cache_dir=str(tmp_path / "fresh")) as f:
+        assert [e.payload["content"] for e in f.session("s").log()] == ["m1", "m0"]
+        assert f.get(h).payload["content"] == "m1"
+        assert f.fsck()["ok"]

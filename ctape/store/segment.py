@@ -294,7 +294,12 @@ class SegmentWriter:
                     if self._racy_until == racy:
                         self._racy_until = 0
         if self.fd >= 0:
-            return os.fstat(self.fd).st_size == self.offset
+            # a segment that another process removed (a compaction, which packed it) has no
+            # name left: a write there would be read by nothing. The folder's change time says
+            # so, except within a clock tick it shares with another change; its link count
+            # says so always, from the same fstat
+            fst = os.fstat(self.fd)
+            return fst.st_size == self.offset and fst.st_nlink > 0
         if self.created:
             return False  # a segment whose first write failed: it has no file (the look starts over)
         return self.rel is None or os.stat(os.path.join(self.store.root, self.rel)).st_size == self.offset
