@@ -22,7 +22,6 @@ Short here (the suite must stay short); `CTAPE_SLOW=1` runs the long soak (many 
 `CTAPE_CRASH_SEED` repeats a run, `CTAPE_CRASH_ROUNDS` sets the number of rounds.
 """
 
-import asyncio
 import json
 import os
 import random
@@ -211,7 +210,7 @@ def graph_module():
 
 
 def _cid(config):
-    return config["configurable"]["checkpoint_id"] if config else None
+    return config["configurable"].get("checkpoint_id") if config else None
 
 
 def _is_subsequence(short, long):
@@ -220,11 +219,13 @@ def _is_subsequence(short, long):
 
 
 def check_thread(g, graph, saver, tid, acks, started, why):
-    """One LangGraph thread read by a fresh saver: returns its latest snapshot.
+    """One LangGraph thread read by a fresh saver: returns its newest checkpoint's snapshot
+    (as saved: by id).
 
     - get_state, get_state_history and saver.list agree: the same checkpoints, newest
       first, no duplicate, get_state is the newest, and each one's parent is the next
-      older one (one line: every run went on from the latest checkpoint).
+      older one (one line: every run went on from the latest checkpoint); list's `limit`
+      and `before` take the checkpoints they name.
     - Every acknowledged invoke's checkpoint is there with the values the child read
       right after the invoke returned (no acknowledged checkpoint lost or changed), and a
       few of them read the same by id (get_tuple).
@@ -237,10 +238,13 @@ def check_thread(g, graph, saver, tid, acks, started, why):
     history = list(graph.get_state_history(cfg))
     listed = list(saver.list(cfg))
     ids = [_cid(h.config) for h in history]
-    if not ids:  # only an invoke killed before its first checkpoint (durability "exit") came here
+    if not ids:  # a thread no invoke reached (or only one killed before its first checkpoint)
         assert not acks and not listed and st.values == {}, f"{why}: {tid} lost its checkpoints"
         return None
     assert ids == [_cid(t.config) for t in listed], f"{why}: get_state_history and list disagree on {tid}"
+    mid = len(ids) // 2
+    assert [_cid(t.config) for t in saver.list(cfg, limit=3)] == ids[:3]
+    assert [_cid(t.config) for t in saver.list(cfg, before=history[mid].config)] == ids[mid + 1:]
     assert ids == sorted(set(ids), reverse=True), f"{why}: {tid}'s history is not newest first without duplicates"
     # get_state without an id is LangGraph's live view (the finished tasks' writes applied,
     # `next` what is still to run); by id, and in the history, the checkpoint as saved
@@ -293,7 +297,7 @@ def resume_thread(g, graph, tid, newest, acks, started, tag):
     if midway:
         graph.invoke(None, cfg)
         done = graph.get_state(cfg)
-        assert done.next == () and done.values["count"] >= st.values["count"]
+        assert done.next == () and done.values.get("count", 0) >= st.values.get("count", 0), f"{tag}: {tid} did not finish its run"
         msgs = done.values["messages"]
         assert msgs[-1].type == "ai" and msgs[-1].content.startswith(f"echo {msgs[-2].content} #"), (tid, st.next)
         st = done
@@ -302,7 +306,7 @@ def resume_thread(g, graph, tid, newest, acks, started, tag):
     graph.invoke({"messages": [HumanMessage(human)]}, cfg)
     after = graph.get_state(cfg)
     v, old = after.values, {"count": 0, "messages": [], "log": [], **st.values}
-    assert after.next == () and v["count"] == old["count"] + 1
+    assert after.next == () and v.get("count") == old["count"] + 1, f"{tag}: {tid} did not go on from its latest checkpoint"
     assert [m.content for m in v["messages"][-2:]] == [human, f"echo {human} #{v['count']}"]
     assert v["messages"][:-2] == old["messages"] and v["log"][: len(old["log"])] == old["log"]
     assert _cid(after.config) > (_cid(st.config) or "")
@@ -310,9 +314,9 @@ def resume_thread(g, graph, tid, newest, acks, started, tag):
     return midway
 
 
-def check_langgraph_tape(tape_dir, tids, acks, started, why, resume_tag=None):
-    """check_thread for each thread, then (with resume_tag) resume_thread; returns how
-    many threads had a run killed midway."""
+def check_langgraph_tape(tape_dir, tids, acks, started, why, resume=(), resume_tag=None):
+    """check_thread for each thread, then resume_thread for those in `resume`; returns
+    how many of those had a run killed midway."""
     from ctape.integrations.langgraph import TapeSaver
 
     g = graph_module()
@@ -322,7 +326,7 @@ def check_langgraph_tape(tape_dir, tids, acks, started, why, resume_tag=None):
         graph = g.build(saver)
         for tid in tids:
             newest = check_thread(g, graph, saver, tid, acks.setdefault(tid, []), started, why)
-            if resume_tag is not None:
+            if tid in resume:
                 midway += resume_thread(g, graph, tid, newest, acks[tid], started, resume_tag)
     finally:
         saver.close()
@@ -331,9 +335,12 @@ def check_langgraph_tape(tape_dir, tids, acks, started, why, resume_tag=None):
 
 def langgraph_kill_loop(tape_dir, tmp_path, rounds, seed, monkeypatch):
     """Each round: a child on a few threads (some shared with the rounds before), killed at
-    a random instant; then every thread it touched is checked and resumed by a fresh saver,
-    and fsck. At the end every thread is checked again, also by a saver with an empty index
-    cache (a new machine: everything read from the tape)."""
+    a random instant; fsck on the tape as the kill left it; then every thread it touched
+    is checked by a fresh saver, and half of them resumed (the next round is killed on
+    top of that: threads resumed and threads as a kill left them). At
+    the end, fsck, and every thread checked again by a saver with an empty index cache (a
+    new machine: everything read from the tape, not from the rows the killed processes
+    and the checks left in the cache)."""
     rnd = random.Random(seed)
     acks: dict[str, list] = {}
     started: set[str] = set()
@@ -354,14 +361,17 @@ def langgraph_kill_loop(tape_dir, tmp_path, rounds, seed, monkeypatch):
             else:
                 acks.setdefault(line["tid"], []).append(line)
                 total += 1
+        fsck(tape_dir, why)  # the tape as the kill left it (a damage is not hidden by a read or a write after it)
         touched = sorted(set(pool) | {line["tid"] for line in lines[1:]})
-        midway += check_langgraph_tape(tape_dir, touched, acks, started, why, resume_tag=f"check{r}")
-        fsck(tape_dir, why)
+        # half of them resumed here; the others are left as the kill left them, for the
+        # next child's new input (LangGraph drops a killed run's tasks then)
+        resume = {t for t in touched if rnd.random() < 0.5}
+        midway += check_langgraph_tape(tape_dir, touched, acks, started, why, resume, f"check{r}")
     assert total >= rounds, f"only {total} invokes acknowledged in {rounds} rounds: the kills came too early to test anything"
-    check_langgraph_tape(tape_dir, sorted(acks), acks, started, "at the end")
+    fsck(tape_dir, "at the end")
     monkeypatch.setenv("CTAPE_CACHE_DIR", str(tmp_path / "empty-cache"))
     check_langgraph_tape(tape_dir, sorted(acks), acks, started, "at the end, without the index cache")
-    print(f"{rounds} rounds: {total} invokes acknowledged, {midway} runs killed midway and resumed, {len(acks)} threads,"
+    print(f"{rounds} rounds: {total} invokes acknowledged, {midway} runs killed midway resumed here, {len(acks)} threads,"
           f" {sum(len(a) for a in acks.values())} acknowledged turns checked at the end")
 
 
@@ -446,6 +456,13 @@ def open_saver(kind, where):
     return SqliteSaver(sqlite3.connect(where, check_same_thread=False))
 
 
+def close_saver(saver):
+    if hasattr(saver, "tape"):
+        saver.close()
+    else:
+        saver.conn.close()
+
+
 CFG = {"configurable": {"thread_id": "job"}}
 '''
 
@@ -498,21 +515,20 @@ def pending_scenario(kind, where, durability, kills, tmp_path):
         try:
             look(saver, mod.build(saver), f"after kill {k + 1}")
         finally:
-            if kind == "tape":
-                saver.close()
+            mod.close_saver(saver)
     saver = mod.open_saver(kind, where)
     try:
         graph = mod.build(saver)
         # durability "sync" here: with "async", SqliteSaver's history of a second job shows
-        # `join` among the next tasks of its first steps in some runs and not in others (a
-        # LangGraph race, without any crash: 24 runs in 30 here); TapeSaver's never does
+        # `join` among the next tasks of its first steps in some runs and not in others
+        # (without any crash: 21 runs in 30 here, two plain invokes in a row); TapeSaver's
+        # history is the same every time, the one SqliteSaver gives with "sync"
         graph.invoke(None, mod.CFG, durability="sync")
         look(saver, graph, "resumed")
         graph.invoke({"count": 1}, mod.CFG, durability="sync")  # the next job goes on from the resumed one's end
         look(saver, graph, "next job")
     finally:
-        if kind == "tape":
-            saver.close()
+        mod.close_saver(saver)
         del os.environ["RUNS"]
     runs = _read(tmp_path / f"{kind}.runs").decode().split()
     return seen, {n: runs.count(n) for n in ("prep", "fast", "slow", "join")}
@@ -546,9 +562,10 @@ def pending_writes_case(tape_dir, tmp_path, durability, kills):
 
 
 @needs_langgraph
-@pytest.mark.parametrize("durability", ["sync", "async"])
-def test_langgraph_kill_9_with_pending_writes(tape_dir, tmp_path, durability):
-    pending_writes_case(tape_dir, tmp_path, durability, kills=_rounds(2, 6))
+@pytest.mark.parametrize("durability, kills", [("sync", 2), ("async", 1)])
+def test_langgraph_kill_9_with_pending_writes(tape_dir, tmp_path, durability, kills):
+    """Killed twice (sync) or once (async) here, 6 times with CTAPE_SLOW=1."""
+    pending_writes_case(tape_dir, tmp_path, durability, kills=_rounds(kills, 6))
 
 
 # -- OpenAI Agents SDK ----------------------------------------------------------------------
@@ -677,6 +694,7 @@ def agents_kill_loop(tape_dir, tmp_path, rounds, seed):
         lines = printed(out)
         why = f"round {r} (CTAPE_CRASH_SEED={seed})"
         assert lines[0] == {"ready": True}
+        fsck(tape_dir, why)  # the tape as the kill left it
         in_flight = None
         for line in lines[1:]:
             if "op" in line:
@@ -689,8 +707,10 @@ def agents_kill_loop(tape_dir, tmp_path, rounds, seed):
             model[in_flight["sid"]] = apply_op(items, in_flight)
             acked += 1
             in_flight = None
+        # one session gets an action, the sessions take turns (every 4 rounds): each one is
+        # cleared every 8 rounds, so the long run's sessions stay a size that reads fast
         action = ("none", "pop", "limit", "clear")[r % 4] if r < rounds - 1 else "clear"
-        actions = [(sid, action if sid == ("chat-a", "chat-b")[r % 2] else "none") for sid in sorted(model)]
+        actions = [(sid, action if sid == ("chat-a", "chat-b")[r // 4 % 2] else "none") for sid in sorted(model)]
         for (sid, act), got in zip(actions, agents_check(tape_dir, actions)):
             have = model[sid]
             ok = [have] + ([apply_op(have, in_flight)] if in_flight and in_flight["sid"] == sid else [])
@@ -709,21 +729,21 @@ def agents_kill_loop(tape_dir, tmp_path, rounds, seed):
                 assert got["cleared"] == [] and got["after"] == [{"role": "user", "content": f"after the clear of {sid}"}], why
                 have = got["after"]
             model[sid] = have
-        fsck(tape_dir, why)
+    fsck(tape_dir, "at the end")
     assert acked >= rounds, f"only {acked} calls acknowledged in {rounds} rounds: the kills came too early to test anything"
     print(f"{rounds} rounds: {acked} calls acknowledged, {flight} calls in flight at a kill found whole")
 
 
 @needs_agents
 def test_agents_session_kill_9_loop(tape_dir, tmp_path):
-    """4 rounds here; 200 with CTAPE_SLOW=1 (below)."""
+    """4 rounds here; 150 with CTAPE_SLOW=1 (below)."""
     agents_kill_loop(tape_dir, tmp_path, _rounds(4, 4), _seed())
 
 
 @needs_agents
 @pytest.mark.skipif(not SLOW, reason="long kill -9 loop: set CTAPE_SLOW=1")
 def test_agents_session_kill_9_loop_long(tape_dir, tmp_path):
-    agents_kill_loop(tape_dir, tmp_path, _rounds(200, 200), _seed())
+    agents_kill_loop(tape_dir, tmp_path, _rounds(150, 150), _seed())
 
 
 @needs_agents

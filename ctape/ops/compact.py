@@ -43,13 +43,15 @@ from ..model.models import format_time
 from ..model.refs import CUT_KEY, HEAD, Claim, RefState, claim_key, conflict_name, cut_off, own_gap, saw, shown, standing_claims, tip_at
 from ..model import redaction, schema
 from ..model.schema import decode_entry
-from ..store.files import TYPE_ENTRY, fsync_dir, storage_error, zstd
+from ..store.files import TYPE_ENTRY, fsync_dir, lock_within, storage_error, zstd
 from ..store.store import TYPE_WITHHELD
 from ..model.schema import object_record_problem
 from ..store.store import Store, file_header_problem, record_problem, segment_writer
 
 BLOCK_BYTES = 2 << 20  # uncompressed bytes per pack block: larger compresses better, reads cost more
 BLOCK_LEVEL = 12  # zstd level: 19 saves ~12% more but compresses ~10x slower
+POLITE_SECONDS = 1.0  # _lock_sessions: how long it takes locks only without waiting while holding others
+HOLD_WAIT = 5.0  # then the wait for each lock while holding the ones before: well below a batch's (BATCH_LOCK_WAIT)
 LARGE_OBJECT = 64 << 10  # objects this large stay on their own (read without their neighbours)
 
 
@@ -806,25 +808,40 @@ def _freeze_and_swap(store: Store, snapshot, written, scan: Scan, live: set[str]
 
 
 def _lock_sessions(store: Store, sessions: list[str]) -> list[int]:
-    """Every session's lock, held together (their folders' descriptors), never waiting for
-    one while holding another. A batch takes the locks of the sessions it writes as it
-    comes to them and holds them to its end, in its own order: compaction waiting for s1
-    while holding s0, beside a batch that holds s1 and waits for s0, hung both for good
-    (found by an audit). So a lock that is busy is waited for with nothing else held (the
-    others are let go), and then kept while the rest are tried again without waiting."""
+    """Every session's lock, held together (their folders' descriptors).
+
+    A batch takes the locks of the sessions it writes as it comes to them and holds them
+    to its end, in its own order: compaction waiting for s1 while holding s0, beside a
+    batch that holds s1 and waits for s0, hung both for good (found by an audit). So at
+    first a busy lock is waited for with nothing else held (the others let go), then kept
+    while the rest are tried again without waiting. That alone starves beside writers that
+    keep a few sessions busy at all times: some lock was always taken at the moment of the
+    try (8 processes appending without pause kept compaction from its swap for 50 s). So
+    after POLITE_SECONDS it takes them in order instead, waiting for each while holding
+    the ones before (in the kernel: _lock_blocking_within), but at most HOLD_WAIT each: a
+    batch that holds that one and waits for one held here waits longer (BATCH_LOCK_WAIT),
+    so compaction gives way first (lets go of all, waits for that lock alone, and tries
+    again), and neither hangs."""
     fds: dict[str, int] = {}
     try:
         for s in sessions:
             fds[s] = os.open(store.session_dir(s), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         held: set[str] = set()
+        polite_until = time.monotonic() + POLITE_SECONDS
         while True:
             busy = None
             for s in sessions:
                 if s in held:
                     continue
-                try:
-                    fcntl.flock(fds[s], fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
+                if time.monotonic() >= polite_until:
+                    taken = _lock_blocking_within(fds[s], HOLD_WAIT)  # in order, holding the ones before
+                else:
+                    try:
+                        fcntl.flock(fds[s], fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        taken = True
+                    except BlockingIOError:
+                        taken = False
+                if not taken:
                     busy = s
                     break
                 held.add(s)
@@ -838,6 +855,45 @@ def _lock_sessions(store: Store, sessions: list[str]) -> list[int]:
         for fd in fds.values():
             os.close(fd)  # (closing lets go of its lock)
         raise
+
+
+class _TimedOut(Exception):
+    pass
+
+
+def _lock_blocking_within(fd: int, seconds: float) -> bool:
+    """flock `fd`, waiting in the kernel for at most `seconds` (an interval timer ends the
+    wait). A waiter in the kernel is woken at each release; polling (lock_within) lost to
+    processes that take the lock again at once: 8 of them appending without pause kept
+    compaction from its swap for 50 s, where this takes it in a second. Only on the main
+    thread with SIGALRM unused (the signal is the only way to end an flock wait); else
+    polled. False only when the timer went off: the caller then waits for the lock
+    without a limit anyway (_lock_sessions), so a timer that went off just after the lock
+    was taken costs nothing."""
+    import signal
+    import threading
+
+    if (threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGALRM) is not signal.SIG_DFL
+            or signal.getitimer(signal.ITIMER_REAL)[0]):
+        return lock_within(fd, seconds)
+
+    def expire(signum, frame):
+        raise _TimedOut()
+
+    signal.signal(signal.SIGALRM, expire)
+    try:
+        try:
+            signal.setitimer(signal.ITIMER_REAL, seconds)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            return True
+        except _TimedOut:
+            return False
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+    except _TimedOut:  # went off after the try's end (the timer fires once): the lock is held
+        return True
+    finally:
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
 
 
 def _rescue_pack(store: Store, session: str, frames: list[bytes]) -> Optional[str]:
