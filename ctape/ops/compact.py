@@ -43,7 +43,7 @@ from ..model.models import format_time
 from ..model.refs import CUT_KEY, HEAD, Claim, RefState, claim_key, conflict_name, cut_off, own_gap, saw, shown, standing_claims, tip_at
 from ..model import redaction, schema
 from ..model.schema import decode_entry
-from ..store.files import TYPE_ENTRY, fsync_dir, lock_within, storage_error, zstd
+from ..store.files import TYPE_ENTRY, fsync_dir, lock_waiting, storage_error, zstd
 from ..store.store import TYPE_WITHHELD
 from ..model.schema import object_record_problem
 from ..store.store import Store, file_header_problem, record_problem, segment_writer
@@ -818,7 +818,7 @@ def _lock_sessions(store: Store, sessions: list[str]) -> list[int]:
     keep a few sessions busy at all times: some lock was always taken at the moment of the
     try (8 processes appending without pause kept compaction from its swap for 50 s). So
     after POLITE_SECONDS it takes them in order instead, waiting for each while holding
-    the ones before (in the kernel: _lock_blocking_within), but at most HOLD_WAIT each: a
+    the ones before (in the kernel: files.lock_waiting), but at most HOLD_WAIT each: a
     batch that holds that one and waits for one held here waits longer (BATCH_LOCK_WAIT),
     so compaction gives way first (lets go of all, waits for that lock alone, and tries
     again), and neither hangs."""
@@ -834,7 +834,7 @@ def _lock_sessions(store: Store, sessions: list[str]) -> list[int]:
                 if s in held:
                     continue
                 if time.monotonic() >= polite_until:
-                    taken = _lock_blocking_within(fds[s], HOLD_WAIT)  # in order, holding the ones before
+                    taken = lock_waiting(fds[s], HOLD_WAIT)  # in order, holding the ones before
                 else:
                     try:
                         fcntl.flock(fds[s], fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -855,45 +855,6 @@ def _lock_sessions(store: Store, sessions: list[str]) -> list[int]:
         for fd in fds.values():
             os.close(fd)  # (closing lets go of its lock)
         raise
-
-
-class _TimedOut(Exception):
-    pass
-
-
-def _lock_blocking_within(fd: int, seconds: float) -> bool:
-    """flock `fd`, waiting in the kernel for at most `seconds` (an interval timer ends the
-    wait). A waiter in the kernel is woken at each release; polling (lock_within) lost to
-    processes that take the lock again at once: 8 of them appending without pause kept
-    compaction from its swap for 50 s, where this takes it in a second. Only on the main
-    thread with SIGALRM unused (the signal is the only way to end an flock wait); else
-    polled. False only when the timer went off: the caller then waits for the lock
-    without a limit anyway (_lock_sessions), so a timer that went off just after the lock
-    was taken costs nothing."""
-    import signal
-    import threading
-
-    if (threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGALRM) is not signal.SIG_DFL
-            or signal.getitimer(signal.ITIMER_REAL)[0]):
-        return lock_within(fd, seconds)
-
-    def expire(signum, frame):
-        raise _TimedOut()
-
-    signal.signal(signal.SIGALRM, expire)
-    try:
-        try:
-            signal.setitimer(signal.ITIMER_REAL, seconds)
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            return True
-        except _TimedOut:
-            return False
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-    except _TimedOut:  # went off after the try's end (the timer fires once): the lock is held
-        return True
-    finally:
-        signal.signal(signal.SIGALRM, signal.SIG_DFL)
 
 
 def _rescue_pack(store: Store, session: str, frames: list[bytes]) -> Optional[str]:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Optional
 from . import framing, packing
 from ..model.errors import ConflictError, CorruptObject, InvalidInput
 from ..model.canonical import canonical_json, object_hash
-from .files import TYPE_ENTRY, UNREAD_ATIME_NS, check_not_symlink, dict_decompressor, fsync_dir, lock_within, pread_all, storage_error, write_all, zstd
+from .files import TYPE_ENTRY, UNREAD_ATIME_NS, check_not_symlink, dict_decompressor, fsync_dir, lock_waiting, pread_all, storage_error, write_all, zstd
 from .index import IndexBatch, hash_key
 
 if TYPE_CHECKING:
@@ -207,8 +207,9 @@ class SegmentWriter:
         other goes on. `compact` never waits while holding a lock (ops/compact.py,
         _lock_sessions)."""
         start = time.monotonic()
-        if lock_within(self.dir_fd, BATCH_LOCK_WAIT * (1 + secrets.randbelow(1000) / 1000)):
+        if lock_waiting(self.dir_fd, BATCH_LOCK_WAIT * (1 + secrets.randbelow(1000) / 1000)):
             return
+        fcntl.flock(self.dir_fd, fcntl.LOCK_UN)  # (a timer that went off just as the lock came: not kept)
         held = sorted(s for s, w in self.store.locked_writers.items() if w is not self)
         err = ConflictError(
             f"session {self.session!r} stayed locked for {time.monotonic() - start:.1f} s while this batch holds "

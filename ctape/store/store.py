@@ -57,7 +57,7 @@ from .files import (  # noqa: F401 - TYPE_*, CODEC_*, open_for_reading and zstd 
     check_not_symlink,
     dict_decompressor,
     fsync_dir,
-    lock_within,
+    lock_waiting,
     open_for_reading,
     pread_all,
     reads_move_atime,
@@ -1350,7 +1350,7 @@ def _wait_for_lock(folder: str) -> None:
     except OSError:
         return  # gone meanwhile: nothing to wait for
     try:
-        lock_within(fd, segment.BATCH_LOCK_WAIT)
+        lock_waiting(fd, segment.BATCH_LOCK_WAIT)
     finally:
         os.close(fd)
 
