@@ -310,6 +310,17 @@ def test_a_repeat_that_cannot_be_written_fails_its_write_and_is_made_by_the_next
     f.close()
 
 
+def _writer_with_a_view(tmp_path):
+    """A tape whose session `s` has one entry, and its writer, holding a current view."""
+    d = str(tmp_path / "t")
+    t = Tape.init(d, cache_dir=str(tmp_path / "c"))
+    s = t.session("s")
+    s.append("user", {"content": "m0"})
+    w = t.store._writers["s"]
+    assert w.view_is_current()
+    return d, t, s, w
+
+
 def test_a_reader_thread_never_ends_a_tick_the_writer_set_during_its_look(tmp_path, monkeypatch):
     """A reader thread looks at the writer's view without the session's lock
     (`view_is_current`) and, once its listing proves the view past the racy tick, ends that
@@ -317,12 +328,7 @@ def test_a_reader_thread_never_ends_a_tick_the_writer_set_during_its_look(tmp_pa
     second change could hide in the folder's change time): the reader ended that one too,
     and until the writer next listed, its view trusted the change time alone. Here the
     writer's note lands inside the reader's listing."""
-    d = str(tmp_path / "t")
-    t = Tape.init(d, cache_dir=str(tmp_path / "c"))
-    s = t.session("s")
-    s.append("user", {"content": "m0"})
-    w = t.store._writers["s"]
-    assert w.view_is_current()
+    d, t, s, w = _writer_with_a_view(tmp_path)
     w._racy_until = time.time_ns() - 1  # a tick the writer set before, and that has passed
     later = time.time_ns() + 10**12
     real = w._listing
@@ -353,12 +359,7 @@ def test_a_writer_whose_segment_lost_its_name_in_the_same_tick_writes_a_new_one(
     segment's link count, from the fstat the look already makes, now says so whatever the
     clock. Replayed here: the segment goes, and the writer's view is set to the folder as
     it is after (the same change time)."""
-    d = str(tmp_path / "t")
-    t = Tape.init(d, cache_dir=str(tmp_path / "c"))
-    s = t.session("s")
-    s.append("user", {"content": "m0"})
-    w = t.store._writers["s"]
-    assert w.view_is_current()
+    d, t, s, w = _writer_with_a_view(tmp_path)
     with Tape.open(d, cache_dir=str(tmp_path / "other")) as other:
         other.compact(grace="now")  # the segment goes into a pack, and is removed
     folder = os.path.join(d, "sessions", "s")
