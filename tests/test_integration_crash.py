@@ -736,14 +736,14 @@ def agents_kill_loop(tape_dir, tmp_path, rounds, seed):
 
 @needs_agents
 def test_agents_session_kill_9_loop(tape_dir, tmp_path):
-    """4 rounds here; 150 with CTAPE_SLOW=1 (below)."""
+    """4 rounds here; 80 with CTAPE_SLOW=1 (below)."""
     agents_kill_loop(tape_dir, tmp_path, _rounds(4, 4), _seed())
 
 
 @needs_agents
 @pytest.mark.skipif(not SLOW, reason="long kill -9 loop: set CTAPE_SLOW=1")
 def test_agents_session_kill_9_loop_long(tape_dir, tmp_path):
-    agents_kill_loop(tape_dir, tmp_path, _rounds(150, 150), _seed())
+    agents_kill_loop(tape_dir, tmp_path, _rounds(80, 80), _seed())
 
 
 @needs_agents
