@@ -319,3 +319,44 @@ def test_compact_takes_every_lock_beside_sessions_that_are_always_busy(tmp_path)
             p.communicate()
     with Tape.open(d, cache_dir=tmp_path / "fresh") as f:
         assert f.fsck()["ok"]
+
+
+def test_lock_waiting_is_bounded_and_leaves_the_signal_as_it_was(tmp_path):
+    """files.lock_waiting: the kernel wait for a lock another process holds ends at its
+    limit with False, takes the lock when it comes free within it, and leaves SIGALRM and
+    the interval timer as they were (on the main thread and off it, where it polls)."""
+    import signal
+    import threading
+
+    from ctape.store.files import lock_waiting
+
+    folder = tmp_path / "f"
+    folder.mkdir()
+    hold = textwrap.dedent(
+        """
+        import fcntl, os, sys, time
+        fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        print("held", flush=True)
+        time.sleep(float(sys.argv[2]))
+        """
+    )
+    for seconds, want in ((30, False), (1.0, True)):
+        p = subprocess.Popen([sys.executable, "-c", hold, str(folder), str(seconds)], stdout=subprocess.PIPE)
+        assert p.stdout.readline() == b"held\n"
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            start = time.monotonic()
+            assert lock_waiting(fd, 3.0) is want
+            assert time.monotonic() - start < 10
+            assert signal.getsignal(signal.SIGALRM) is signal.SIG_DFL and signal.getitimer(signal.ITIMER_REAL)[0] == 0
+            if not want:
+                out = []
+                th = threading.Thread(target=lambda: out.append(lock_waiting(fd, 0.5)))
+                th.start()
+                th.join(30)
+                assert out == [False]
+        finally:
+            os.close(fd)
+            p.kill()
+            p.wait()

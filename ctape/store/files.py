@@ -197,8 +197,12 @@ def lock_waiting(fd: int, seconds: float) -> bool:
             return False
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
-    except _TimedOut:  # went off after the try's end (the timer fires once): the lock is held
-        return True
+    except _TimedOut:  # went off after the try's end (it fires once): held, unless the try ended otherwise
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # (held already: passes; free: taken now)
+            return True
+        except BlockingIOError:
+            return False
     finally:
         signal.signal(signal.SIGALRM, signal.SIG_DFL)
 
