@@ -833,15 +833,8 @@ def _lock_sessions(store: Store, sessions: list[str]) -> list[int]:
             for s in sessions:
                 if s in held:
                     continue
-                if time.monotonic() >= polite_until:
-                    taken = lock_waiting(fds[s], HOLD_WAIT)  # in order, holding the ones before
-                else:
-                    try:
-                        fcntl.flock(fds[s], fcntl.LOCK_EX | fcntl.LOCK_NB)
-                        taken = True
-                    except BlockingIOError:
-                        taken = False
-                if not taken:
+                # at first without waiting; then in order, holding the ones before
+                if not lock_waiting(fds[s], HOLD_WAIT if time.monotonic() >= polite_until else 0):
                     busy = s
                     break
                 held.add(s)

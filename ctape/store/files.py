@@ -180,7 +180,7 @@ def lock_waiting(fd: int, seconds: float) -> bool:
     polled. False may also come when the timer went off just after the lock was taken:
     a caller given False lets go of it (segment) or waits for it next with nothing else
     held, which a lock held already passes at once (compact)."""
-    if (threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGALRM) is not signal.SIG_DFL
+    if (seconds <= 0 or threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGALRM) is not signal.SIG_DFL
             or signal.getitimer(signal.ITIMER_REAL)[0]):
         return lock_within(fd, seconds)
 
