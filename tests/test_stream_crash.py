@@ -565,8 +565,34 @@ def test_a_chunk_with_a_lone_surrogate_is_refused_at_write_and_the_stream_goes_o
         w.write("A long answer... ")
         time.sleep(0.2)
         with pytest.raises(ctape.errors.InvalidInput, match="lone surrogate"):
-            w.write("cut emoji \ud83d")
+            w.write("cut \ud83d emoji")
         time.sleep(0.2)
         w.write("and more text")
     assert [(e.kind, e.payload["content"]) for e in s.log()][0] == ("assistant", "A long answer... and more text")
+    tape.close()
+
+
+def test_a_surrogate_pair_split_between_two_chunks_is_joined(tmp_path):
+    """Text cut by UTF-16 code units (JavaScript's strings) can end a chunk with the first
+    half of an emoji; the second half begins the next chunk. The chunk was refused as a lone
+    surrogate, and the character lost. The half is held back and joined: the entry and a flush
+    in between see whole characters only."""
+    import ctape
+
+    tape = ctape.Tape.init(tmp_path / "t")
+    s = tape.session("s")
+    with s.stream(flush_interval=0.05) as w:
+        w.write("smile \ud83d")
+        assert w.content() == "smile "  # the half is not a character yet
+        time.sleep(0.2)  # flushed in between: the partial record holds whole characters
+        w.write("\ude00 and \ud83d\ude00 in one chunk, \U0001F600 as one")
+    assert next(s.log()).payload["content"] == "smile \U0001F600 and \U0001F600 in one chunk, \U0001F600 as one"
+
+    with s.stream() as w:
+        w.write("a \ud83d")
+        with pytest.raises(ctape.errors.InvalidInput, match="first half of a surrogate pair"):
+            w.write("b")  # not the second half: refused, and the half dropped
+        w.write("b")  # so the same chunk written again is taken
+        w.write(" ends cut \ud83d")  # a half left at the end is not a character: dropped
+    assert next(s.log()).payload["content"] == "a b ends cut "
     tape.close()

@@ -156,6 +156,7 @@ class StreamWriter:
         self.flushed = 0  # characters persisted
         self._chunks = 0  # chunks of self.text persisted
         self.size = 0
+        self.half = ""  # the first half of a surrogate pair a chunk ended with (_whole_characters)
         self.entry: Optional[Entry] = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -179,15 +180,9 @@ class StreamWriter:
     def write(self, chunk: str) -> None:
         if not isinstance(chunk, str):
             raise NotText(f"stream chunks are str, not {type(chunk).__name__}; decode bytes first")
-        try:
-            chunk.encode("utf-8")
-        except UnicodeEncodeError:
-            # refused here, where the caller can keep its text: taken, it failed in the flush
-            # thread (which died with a traceback, so nothing after it was kept) and in the end
-            raise InvalidInput("stream chunk is not valid Unicode (a lone surrogate: text cut inside a character?); "
-                               "send whole characters, e.g. decode bytes with an incremental UTF-8 decoder") from None
-        n = _stored_size(chunk)
         with self._lock:
+            chunk = self._whole_characters(chunk)
+            n = _stored_size(chunk)
             if self.bytes + n > self.limit:
                 kept = _prefix_within(chunk, self.limit - self.bytes)
                 self.text.append(kept)
@@ -200,6 +195,32 @@ class StreamWriter:
             self.text.append(chunk)
             self.size += len(chunk)
             self.bytes += n
+
+    def _whole_characters(self, chunk: str) -> str:
+        """The chunk as whole characters: a surrogate pair split between two chunks (text
+        cut by UTF-16 code units, as JavaScript's strings are) is joined, its first half held
+        back until the next chunk. Anything else that is not a character is refused here,
+        where the caller can keep its text: taken, it failed in the flush thread (which died
+        with a traceback, so nothing after it was kept) and at the end. Called under the lock."""
+        half, self.half = self.half, ""  # a refused chunk drops it: the stream goes on
+        if half and not "\udc00" <= chunk[:1] <= "\udfff":
+            raise InvalidInput("the last stream chunk ended with the first half of a surrogate pair and this one does not "
+                               "begin with the second; the half was dropped and this chunk was not taken (write it again)")
+        text = half + chunk
+        if "\ud800" <= text[-1:] <= "\udbff":
+            text, held = text[:-1], text[-1]
+        else:
+            held = ""
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            try:  # pairs as two code units (e.g. the two halves joined above) become their character
+                text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le")
+            except UnicodeDecodeError:
+                raise InvalidInput("stream chunk is not valid Unicode (a lone surrogate: text cut inside a character?); "
+                                   "send whole characters, e.g. decode bytes with an incremental UTF-8 decoder") from None
+        self.half = held
+        return text
 
     def drop_unflushed(self) -> bool:
         """Forget the text received, if none of it is on disk yet (the stream then ends as if
