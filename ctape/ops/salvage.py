@@ -22,11 +22,11 @@ import os
 import fcntl
 from typing import TYPE_CHECKING, Optional
 
-from ..store import framing
+from ..store import framing, packing
 from .compact import PackWriter, _compaction_lock, _remove_stale_temp_packs
 from ..model.canonical import blob_refs, is_hash
 from ..model.errors import CorruptObject, StorageError
-from ..store.files import TYPE_ENTRY, fsync_dir, storage_error
+from ..store.files import TYPE_ENTRY, decompress_prefix, dict_decompressor, fsync_dir, open_for_reading, pread_all, storage_error
 from ..model.refs import HEAD
 from .maintenance import LEFT_IN_PLACE, PENDING, QUARANTINE, REPORT
 from ..model.models import now_rfc3339
@@ -199,8 +199,12 @@ def _salvage_file(store: Store, rel: str, known: set[int]) -> dict:
         except OSError as e:
             raise storage_error(e, f"a pack of session {session}", after="salvage moved nothing") from None
         records_ok = not _header_problem(rel, list(store.scan_file(rel, 0, 4096)))
+        candidates: list[bytes] = []  # objects read from the readable start of damaged blocks
+        others = _referred_by_others(store, session, rel)
         try:
             for item in store.scan_file(rel):
+                if isinstance(item, framing.Damage) and not item.torn:
+                    candidates += _readable_objects(store, rel, item.offset)
                 if not isinstance(item, framing.Record) or item.type in (framing.T_HEADER, framing.T_DICT):
                     continue
                 if item.type == framing.T_OBJECT:
@@ -217,6 +221,8 @@ def _salvage_file(store: Store, rel: str, known: set[int]) -> dict:
                         kept += 1
                         values = rec.get("set", {}).values() if item.type == framing.T_REF else [rec.get("base")]
                         links[f"record {rec.get('w')}#{rec.get('n')}"] = [v for v in values if isinstance(v, str) and is_hash(v)]
+            recovered = _keep_vouched(store, pw, candidates, known, others, links, entries)
+            kept += recovered
             pack = pw.finish()
         except OSError as e:
             pw.abort()
@@ -229,7 +235,7 @@ def _salvage_file(store: Store, rel: str, known: set[int]) -> dict:
         # before this copy's index read it names nothing it held (its block does not decode),
         # and the entries after it (in a segment) refer into it; unnamed, fsck, status and
         # every clone read those as "not arrived yet: run rsync again" (found by an audit)
-        gone |= _referred_by_others(store, session, rel)
+        gone |= others
         missing = sorted(h for h in gone if not store.has_object(h))
         lost = f"{len(reasons)} damaged place(s): " + "; ".join(reasons[:5]) + (" ..." if len(reasons) > 5 else "")
         where = _free_name(store, session, rel.split("/")[2])
@@ -239,11 +245,79 @@ def _salvage_file(store: Store, rel: str, known: set[int]) -> dict:
         named = {hash_key(h) for h in missing}
         missing_keys = sorted(k for k in known if k not in named and not store.index.has_key(k))
         intent = _write_intent(store, rel, {"lost": lost, "kept_at": where, "quarantined": where, "kept_records": kept, "pack": pack,
-                                            "problems": reasons, "missing": missing, "missing_keys": missing_keys, "entries": entries})
+                                            "problems": reasons, "missing": missing, "missing_keys": missing_keys, "entries": entries,
+                                            "recovered": recovered})
         _move(store, intent)
         return intent
     finally:
         os.close(fd)
+
+
+def _readable_objects(store: Store, rel: str, offset: int) -> list[bytes]:
+    """The objects that decode from the start of a damaged block record at `offset` (its
+    header intact, its body not): one flipped byte in a pack's 2 MiB block lost all of it,
+    though zstd gives back the inner blocks before the damage whole. Candidates only:
+    _keep_vouched decides which are kept."""
+    fd = open_for_reading(os.path.join(store.root, rel))
+    try:
+        type_, body, _ = _record_at(fd, offset)
+        dctx = None
+        if type_ == framing.T_DICT_BLOCK:
+            distance, body = packing.split_dict_block(body)
+            dict_type, content, whole = _record_at(fd, offset - distance) if 0 < distance <= offset else (None, b"", False)
+            if dict_type != framing.T_DICT or not whole:
+                return []
+            dctx = dict_decompressor(store.decompress(content, f"dictionary at offset {offset - distance} of {rel}"))
+        elif type_ != framing.T_BLOCK:
+            return []
+    except (OSError, CorruptObject):
+        return []
+    finally:
+        os.close(fd)
+    raw = decompress_prefix(body, store.max_object, dctx)
+    return [rec.body for rec in packing.objects_before_damage(raw)]
+
+
+def _record_at(fd: int, offset: int) -> tuple[Optional[int], bytes, bool]:
+    """(type, body, whether its checksum holds) of the record whose header is at `offset`;
+    (None, b"", False) where no header is."""
+    head = pread_all(fd, framing.HEADER_SIZE, offset)
+    parsed = framing.parse_header(head) if len(head) == framing.HEADER_SIZE else None
+    if parsed is None:
+        return None, b"", False
+    rest = pread_all(fd, parsed[1] + framing.TRAILER_SIZE, offset + framing.HEADER_SIZE)
+    return parsed[0], rest[: parsed[1]], isinstance(next(framing.scan(head + rest), None), framing.Record)
+
+
+def _keep_vouched(store: Store, pw: PackWriter, candidates: list[bytes], keys: set[int], others: set[str],
+                  links: dict, entries: dict) -> int:
+    """Keep the candidates whose names something intact vouches for, and count them. A
+    damaged block's bytes may decode to other bytes without an error, and inside a block
+    names are computed, not stored: an object the damage changed comes out under a name of
+    its own, which nothing intact names. Vouching: the keys this machine's index read in
+    the file while it was whole (`keys`), the hashes the kept records and the session's
+    other files refer to (`others`), and, in turn, the parents and values of each entry
+    kept here. Anything else is left out: a made-up entry would be history never written."""
+    vouched = {h for refs in links.values() for h in refs} | others
+    kept, waiting = 0, candidates
+    while waiting:
+        later = []
+        for body in waiting:
+            h = body[:32].hex()
+            if h not in vouched and hash_key(h) not in keys:
+                later.append(body)
+                continue
+            before = pw.count
+            pw.add_object(body)
+            if pw.count > before:
+                kept += 1
+                keys.discard(hash_key(h))
+                _note_entry(store, body, links, entries)
+                vouched.update(links.get(f"entry {h}", ()))
+        if len(later) == len(waiting):
+            break
+        waiting = later
+    return kept
 
 
 def _referred_by_others(store: Store, session: str, rel: str) -> set[str]:

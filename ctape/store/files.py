@@ -79,6 +79,27 @@ def pread_all(fd: int, size: int, offset: int = 0) -> bytes:
     return bytes(out)
 
 
+def decompress_prefix(frame: bytes, most: int, dctx=None) -> bytes:
+    """What a damaged zstd frame gives before its decoder stops (at most `most` bytes):
+    output comes an inner block of 128 KiB at a time, so bytes before the damage come
+    out whole. Not verified: a damaged inner block may decode to other bytes without an
+    error (the frame's checksum says so only at its end), so the caller checks each record
+    it takes from them."""
+    z = zstd()
+    dobj = (dctx or z.ZstdDecompressor()).decompressobj()
+    out, size = [], 0
+    for at in range(0, len(frame), 1 << 14):
+        try:
+            piece = dobj.decompress(frame[at : at + (1 << 14)])
+        except z.ZstdError:
+            break
+        out.append(piece)
+        size += len(piece)
+        if size >= most:
+            break
+    return b"".join(out)[:most]
+
+
 def dict_decompressor(content: bytes):
     """A zstd decompressor for blocks compressed with `content` as a raw dictionary (a `D` record's)."""
     z = zstd()

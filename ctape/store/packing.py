@@ -27,7 +27,7 @@ and every object is verified against its hash when read.
 from __future__ import annotations
 
 import re
-from typing import Iterable, Optional
+from typing import Iterable, Iterator, Optional
 
 from . import framing
 from ..model.canonical import object_hash
@@ -201,16 +201,15 @@ def _inner(type_: int, body: bytes) -> bytes:
     return bytes((type_,)) + _varint(len(body)) + body
 
 
-def _inner_records(raw: bytes, bad) -> list[tuple[int, int, bytes]]:
-    out, pos, size = [], 0, len(raw)
+def _inner_records(raw: bytes, bad) -> Iterator[tuple[int, int, bytes]]:
+    pos, size = 0, len(raw)
     while pos < size:
         start, type_ = pos, raw[pos]
         n, pos = _read_varint(raw, pos + 1)
         if n < 0 or pos + n > size:
             raise bad("a record inside the block is cut short")
-        out.append((start, type_, raw[pos : pos + n]))
+        yield start, type_, raw[pos : pos + n]
         pos += n
-    return out
 
 
 # -- blocks compressed with a dictionary ------------------------------------------------------
@@ -236,8 +235,27 @@ def decode_block(raw: bytes, where: str, refs: bool = True) -> list[framing.Reco
     """The records of a block as ordinary records: objects with their names, canonical refs
     (left out with `refs=False`: a reader of objects need not rewrite an import's ref
     record of 300,000 branches)."""
-    names: list[str] = []
     out: list[framing.Record] = []
+    _decode_into(out, raw, where, refs)
+    return out
+
+
+def objects_before_damage(raw: bytes) -> list[framing.Record]:
+    """The objects of a damaged block's decompressed bytes, up to the first record that
+    does not decode: salvage's candidates (docs/format.md section 15). Names are computed
+    from the bytes, not stored, so an object the damage changed comes out under a name
+    of its own; the caller keeps only those whose names something intact vouches for."""
+    out: list[framing.Record] = []
+    try:
+        _decode_into(out, raw, "damaged block", refs=False)
+    except CorruptObject:
+        pass
+    return [rec for rec in out if rec.type == framing.T_OBJECT]
+
+
+def _decode_into(out: list, raw: bytes, where: str, refs: bool) -> None:
+    """decode_block's work, each record added to `out` as it is decoded."""
+    names: list[str] = []
 
     def bad(why: str) -> CorruptObject:
         return CorruptObject(f"damaged {where}: {why}; run `ctape fsck`")
@@ -265,4 +283,3 @@ def decode_block(raw: bytes, where: str, refs: bool = True) -> list[framing.Reco
             out.append(framing.Record(offset, type_, body))
         else:
             raise bad(f"unknown record type {type_}")
-    return out
