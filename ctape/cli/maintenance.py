@@ -178,7 +178,8 @@ def fsck(ctx, salvage, as_json):
     if salvage:
         done = tape.salvage()
         for s in done["salvaged"]:
-            click.echo(f"salvaged {s['file']}: kept {s['kept_records']} records, moved the file to {s['quarantined']}", err=True)
+            from_damaged = f" ({s['recovered']} of them read from a damaged block)" if s.get("recovered") else ""
+            click.echo(f"salvaged {s['file']}: kept {s['kept_records']} records{from_damaged}, moved the file to {s['quarantined']}", err=True)
         for session, changes in done["refs"].items():
             for ref, value in changes.items():
                 said = "removed (its tip was lost)" if value is None else f"now {value}" if value.startswith("@") else f"keeps {value[:12]}"

@@ -94,7 +94,7 @@ def salvage(tape: "Tape") -> dict:
             os.rename(path, path[: -len(PENDING)] + REPORT)  # the report is final: salvage is done
             fsync_dir(os.path.dirname(path))
         intents = [i for _, i in pending]
-        salvaged = [{k: i[k] for k in ("file", "kept_records", "pack", "quarantined", "missing")} for i in intents if "quarantined" in i]
+        salvaged = [{k: i.get(k, 0) for k in ("file", "kept_records", "recovered", "pack", "quarantined", "missing")} for i in intents if "quarantined" in i]
         return {"salvaged": salvaged, "truncated": [i["file"] for i in intents if "quarantined" not in i], "refs": refs, "removed_temp_packs": temp}
 
 
