@@ -13,7 +13,6 @@ Real damage (bytes flipped in the real files), commands run as the user runs the
 """
 
 import json
-import os
 import random
 import shutil
 
