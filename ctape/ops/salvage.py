@@ -100,7 +100,9 @@ def salvage(tape: "Tape") -> dict:
 
 def _settle_refs(tape: "Tape", session: str, kept: dict) -> dict:
     """After salvage HEAD stands on intact history (docs/format.md section 15): each tip of
-    entries kept from the damaged files that no ref reaches gets a branch `salvaged-<hash8>`;
+    the session's intact entries that no ref reaches gets a branch `salvaged-<hash8>` (those
+    kept from the damaged files, and those of intact files whose history went on in a lost
+    entry: `main` stops at the loss, and the older side was on no ref, for `compact` to free);
     HEAD, when its claim was lost or names what is gone, attaches to main, else to the
     branch with the deepest tip. A branch whose tip was lost here is left as it is: the
     salvage's ref record travels to every copy, and on one that holds the tip intact (an
@@ -116,8 +118,9 @@ def _settle_refs(tape: "Tape", session: str, kept: dict) -> dict:
         while h and h not in reached and tape.has_entry(h):
             reached.add(h)
             h = tape.read_entry(h).parent
-    parents = set(kept.values())
-    for h in sorted(h for h in kept if h not in parents and h not in reached and tape.has_entry(h)):
+    intact = {**_read_session(tape.store, session)[1], **kept}
+    parents = set(intact.values())
+    for h in sorted(h for h in intact if h not in parents and h not in reached and tape.has_entry(h)):
         branches[f"salvaged-{h[:8]}"] = changes[f"salvaged-{h[:8]}"] = h
     if head is None and branches:
         def depth(b):
@@ -322,16 +325,24 @@ def _keep_vouched(store: Store, pw: PackWriter, candidates: list[bytes], keys: s
 
 def _referred_by_others(store: Store, session: str, rel: str) -> set[str]:
     """The objects that the entries and ref records of the session's other files refer to."""
+    links, _ = _read_session(store, session, skip=rel)
+    return {h for refs in links.values() for h in refs}
+
+
+def _read_session(store: Store, session: str, skip: Optional[str] = None) -> tuple[dict, dict]:
+    """(what each entry and ref record of the session's files refers to, each entry's
+    parent), from every file of the session but `skip`."""
     links: dict[str, list[str]] = {}
+    entries: dict[str, Optional[str]] = {}
     for other in sorted(store.list_files(session)):
-        if other == rel or not other.startswith(f"sessions/{session}/"):
+        if other == skip or not other.startswith(f"sessions/{session}/"):
             continue
         try:
             for item in store.scan_file(other):
                 if not isinstance(item, framing.Record):
                     continue
                 if item.type == framing.T_OBJECT and len(item.body) > 33:
-                    _note_entry(store, item.body, links, {})
+                    _note_entry(store, item.body, links, entries)
                 elif item.type == framing.T_REF:
                     rec = record_problem(item.type, item.body, session, segment_writer(other))
                     if not isinstance(rec, str):
@@ -339,7 +350,7 @@ def _referred_by_others(store: Store, session: str, rel: str) -> set[str]:
                         links[f"record {other}@{item.offset}"] = [v for v in values if isinstance(v, str) and is_hash(v)]
         except (OSError, CorruptObject):
             continue  # damaged or gone too: its own salvage names what it held
-    return {h for refs in links.values() for h in refs}
+    return links, entries
 
 
 def _note_entry(store: Store, body: bytes, links: dict, entries: dict) -> None:
