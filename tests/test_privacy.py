@@ -130,6 +130,21 @@ def test_bad_input_changes_nothing(tmp_path, args):
     assert snapshot(d) == before
 
 
+@pytest.mark.parametrize("args", [
+    ["scan", "--add-pattern", "x{4294967295}"],
+    ["redact", "-s", "alpha", "--pattern", "a{99999999999}"],
+])
+def test_a_repetition_count_too_large_is_a_bad_pattern(tmp_path, args):
+    """re raises OverflowError, not re.error, for it: "internal error" with exit 1 before
+    (found by an audit)."""
+    d = tmp_path / "t"
+    plant(d)
+    before = snapshot(d)
+    p = run_cli("--dir", d, *args)
+    assert p.returncode == 2 and p.stderr.decode().startswith("ctape: error: bad pattern"), p.stderr
+    assert snapshot(d) == before
+
+
 def test_redact_scan_shows_marker_keeps_every_hash(tmp_path):
     d = tmp_path / "t"
     s = plant(d)

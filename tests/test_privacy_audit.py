@@ -5,6 +5,7 @@ printing it, redact takes it out, push refuses until then, and after compact no 
 of the tape or of the remote holds it."""
 
 import json
+import os
 import random
 import string
 
@@ -276,3 +277,29 @@ def test_a_value_under_a_key_redacted_before_is_redacted_and_a_path_never_spells
     assert holders(aws.encode(), d) == [] and holders(b"corp-12345678", d) == []
     fsck = run_cli("--dir", d, "fsck", "--json", check=True).stdout
     assert aws.encode() not in fsck and all(isinstance(r["path"], str) for r in _json.loads(fsck)["redacted"])
+
+
+def test_a_value_redacted_whole_is_not_written_again_by_an_append_or_an_import(tmp_path):
+    """After `redact` and `compact` the tape was clean; then an agent appended the same large
+    value again (it read the same file), or an export taken before the redaction was
+    imported again ("nothing new"): the blob's bytes were written back into a new segment,
+    on disk and in every backup, though every read showed the marker. A value redacted
+    whole is now never written again. (Found by an audit.)"""
+    d, cache = tmp_path / "t", os.environ["CTAPE_CACHE_DIR"]
+    secret = "AKIA" + _key("", 16)
+    big = "line\n" * 300 + f"AWS_ACCESS_KEY_ID={secret}\n"
+    run_cli("init", d, check=True)
+    run_cli("--dir", d, "append", "tool-result", "--text", "-s", "chat", "--meta", "call_id=c1", input=big.encode(), check=True)
+    exported = run_cli("--dir", d, "export", "chat", check=True).stdout
+    (tmp_path / "before.jsonl").write_bytes(exported)
+    run_cli("--dir", d, "redact", "--scan", "-s", "chat", check=True)
+    run_cli("--dir", d, "compact", "--expire", "now", "--grace", "now", check=True)
+    assert not holders(secret.encode(), d, cache)
+
+    again = run_cli("--dir", d, "append", "tool-result", "--text", "-s", "chat", "--meta", "call_id=c2", input=big.encode(), check=True)
+    run_cli("--dir", d, "import", "jsonl", tmp_path / "before.jsonl", check=True)
+    assert not holders(secret.encode(), d, cache)
+    shown = json.loads(run_cli("--dir", d, "show", again.stdout.decode().strip(), "--json", check=True).stdout)
+    assert shown["payload"]["output"] == "[redacted: aws-access-key]"
+    assert run_cli("--dir", d, "fsck").returncode == 0
+    assert _scan(d, "-s", "chat")[0].returncode == 0

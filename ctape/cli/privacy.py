@@ -96,7 +96,7 @@ def redact(ctx, session, as_json, from_scan, pattern, path, kind, entry):
     Examples:
       ctape redact --scan
       ctape redact -s chat --pattern 'hunter2'
-      ctape redact 3f2a9c --path '$.payload.arguments' -s chat
+      ctape redact 3f2a9c --path '$.payload.arguments.cmd' -s chat
     """
     from ..errors import InvalidInput
     from ..ops import redact as red

@@ -639,7 +639,7 @@ def save_settings(tape: "Tape", data: dict) -> None:
 def check_regex(regex: str) -> re.Pattern:
     try:
         rx = re.compile(regex)
-    except re.error as e:
+    except (re.error, OverflowError, RecursionError) as e:  # `a{99999999999}`: OverflowError
         raise InvalidInput(f"bad pattern {regex!r}: {e}") from None
     if rx.search(""):
         raise InvalidInput(f"bad pattern {regex!r}: it matches empty text")

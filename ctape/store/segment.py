@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Optional
 from . import framing, packing
 from ..model.errors import ConflictError, CorruptObject, InvalidInput
 from ..model.canonical import canonical_json, object_hash
-from .files import TYPE_ENTRY, UNREAD_ATIME_NS, check_not_symlink, dict_decompressor, fsync_dir, lock_waiting, pread_all, storage_error, write_all, zstd
+from .files import TYPE_BLOB, TYPE_ENTRY, UNREAD_ATIME_NS, check_not_symlink, dict_decompressor, fsync_dir, lock_waiting, pread_all, storage_error, write_all, zstd
 from .index import IndexBatch, hash_key
 
 if TYPE_CHECKING:
@@ -592,6 +592,11 @@ class SegmentWriter:
             # file still there stays until this write is done (the swap takes every lock,
             # and rescues what new entries refer to)
             if loc is not None and st.file_on_disk(loc[0]):
+                return h
+            if type_ == TYPE_BLOB and any(path == "$" for path, _ in st.index.redactions().get(h, ())):
+                # a value redacted whole stays unwritten (as compaction leaves it), here
+                # when an agent or an import writes the same text again: the entry that
+                # refers to it reads as the marker (docs/format.md section 17)
                 return h
         if len(body) < BLOCK_OBJECT_MAX:
             # small objects go into the write's block, compressed together (as in packs)
