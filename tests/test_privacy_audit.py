@@ -303,3 +303,35 @@ def test_a_value_redacted_whole_is_not_written_again_by_an_append_or_an_import(t
     assert shown["payload"]["output"] == "[redacted: aws-access-key]"
     assert run_cli("--dir", d, "fsck").returncode == 0
     assert _scan(d, "-s", "chat")[0].returncode == 0
+
+
+def test_compact_after_a_redaction_removes_the_caches_of_other_ctape_versions(tmp_path):
+    """Each schema version keeps its own index (and search) file in the cache folder; the
+    file an older ctape left (`index-16.sqlite`) kept its keyframes, with the secret in a
+    state value, after this version redacted and compacted (found by an audit, with the
+    real older code). Here the older file is this version's copied under the older name:
+    the same kind of rows, the same text."""
+    import glob
+    import shutil
+
+    d, cache = tmp_path / "t", os.environ["CTAPE_CACHE_DIR"]
+    secret = "AKIA" + _key("", 16)
+    t = Tape.init(d)
+    s = t.session("chat")
+    with t.batch():
+        s.append("user", {"content": "start"}, delta={"aws_key": secret})
+        for i in range(300):
+            s.append("assistant", {"content": f"step {i}"})
+    assert s.state()["aws_key"] == secret  # a keyframe at seq 256 holds it
+    t.close()
+    (index,) = glob.glob(os.path.join(cache, "*", "index-*.sqlite"))
+    folder = os.path.dirname(index)
+    shutil.copy(index, os.path.join(folder, "index-16.sqlite"))
+    shutil.copy(index, os.path.join(folder, "index.sqlite"))  # versions up to 15
+    assert holders(secret.encode(), folder)
+
+    run_cli("--dir", d, "redact", "--scan", "-s", "chat", check=True)
+    run_cli("--dir", d, "compact", "--expire", "now", "--grace", "now", check=True)
+    assert not holders(secret.encode(), d, cache)
+    assert not [n for n in os.listdir(folder) if n.startswith(("index-16", "index.sqlite"))]
+    assert os.path.exists(index)  # this version's own cache stays

@@ -476,6 +476,33 @@ def _scrub_caches(tape) -> None:
     from .scan import forget_redacted
 
     forget_redacted(tape)
+    if tape.store.index.path != ":memory:":
+        _forget_other_versions(os.path.dirname(tape.store.index.path))
+
+
+_OTHER_VERSION = re.compile(r"(index|search)(-\d+)?\.sqlite(-wal|-shm|-journal)?")
+
+
+def _forget_other_versions(folder: str) -> None:
+    """The index and search caches another ctape version keeps in the same folder (one file
+    per schema version) hold text this version's redactions never reached: removed (a
+    cache: that version builds it again from the tape, and a process of it that has one
+    open keeps reading its own copy until it closes)."""
+    from ..store.index import index_file
+    from .search import search_file
+
+    ours = {index_file(), search_file()}
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        m = _OTHER_VERSION.fullmatch(name)
+        if m is not None and name[: len(name) - len(m.group(3) or "")] not in ours:
+            try:
+                os.unlink(os.path.join(folder, name))
+            except OSError:
+                pass
 
 
 def _plan(store: Store, snapshot, ages, grace_s, live, red: Optional[Redacted] = None) -> dict:
