@@ -335,3 +335,32 @@ def test_compact_after_a_redaction_removes_the_caches_of_other_ctape_versions(tm
     assert not holders(secret.encode(), d, cache)
     assert not [n for n in os.listdir(folder) if n.startswith(("index-16", "index.sqlite"))]
     assert os.path.exists(index)  # this version's own cache stays
+
+
+def test_a_moved_tape_keeps_its_scan_patterns_and_push_still_refuses(tmp_path):
+    """The patterns and allowed ids live in the tape's cache folder, whose key is its path
+    and inode: after `mv`, `scan` found nothing with no word, and `push` uploaded what the
+    pattern had stopped (found by an audit). The settings of another cache folder of the
+    same tape are taken over, with a note on stderr."""
+    d, moved, remote = tmp_path / "t", tmp_path / "moved", tmp_path / "remote"
+    t = Tape.init(d)
+    t.session("chat").append("user", {"content": "the door code is corp-12345678"})
+    ordinary = t.session("chat").append("user", {"content": "an ordinary note, nothing secret: ticket corp-87654321"}).hash
+    t.close()
+    run_cli("--dir", d, "scan", "--add-pattern", r"corp-\d{8}", "--kind", "corp-ticket", check=True)
+    p, found = _scan(d)
+    assert p.returncode == 1 and len(found) == 2
+    ordinary = next(f for f in found if f["hash"] == ordinary)
+    run_cli("--dir", d, "scan", "--allow", ordinary["id"], check=True)
+    os.rename(d, moved)
+    remote.mkdir()
+
+    p, after = _scan(moved)
+    assert p.returncode == 1 and [f["id"] for f in after] == [f["id"] for f in found if f["id"] != ordinary["id"]], p.stderr
+    assert "taken from its cache folder for" in p.stderr.decode() and str(d) in p.stderr.decode()
+    run_cli("--dir", moved, "remote", "add", "origin", f"file://{remote}", check=True)
+    push = run_cli("--dir", moved, "push", "origin")
+    assert push.returncode == 1 and "corp-ticket" in push.stderr.decode()
+    assert not _remote_holds(b"corp-12345678", remote)
+    p, _ = _scan(moved)
+    assert "taken from" not in p.stderr.decode()  # once: the settings are its own now
