@@ -364,3 +364,42 @@ def test_a_moved_tape_keeps_its_scan_patterns_and_push_still_refuses(tmp_path):
     assert not _remote_holds(b"corp-12345678", remote)
     p, _ = _scan(moved)
     assert "taken from" not in p.stderr.decode()  # once: the settings are its own now
+
+
+def test_redact_scan_says_and_fails_when_finds_in_an_interrupted_stream_are_left(tmp_path):
+    """A secret in the text of a stream whose writer was killed is not in an entry yet:
+    `scan` found it (exit 1), `redact --scan` said "0 values redacted" and exited 0, so
+    `redact --scan && push` read as done (found by an audit). It now exits 1 and says to
+    run `recover` first; after that it redacts the text."""
+    import subprocess
+    import sys
+    import time
+
+    d = tmp_path / "t"
+    secret = "AKIA" + _key("", 16)
+    ready = tmp_path / "ready"
+    t = Tape.init(d)
+    t.session("chat").append("user", {"content": "hi"})
+    t.close()
+    child = subprocess.Popen([sys.executable, "-c", f"""
+import time, ctape
+s = ctape.Tape.open({str(d)!r}).session("chat")
+with s.stream(flush_interval=0.05) as w:
+    w.write("the key is {secret} and more text ")
+    time.sleep(0.5)
+    open({str(ready)!r}, "w").write("1")
+    time.sleep(60)
+"""])
+    try:
+        while not ready.exists():
+            assert child.poll() is None
+            time.sleep(0.05)
+    finally:
+        child.kill()
+        child.wait()
+    p = run_cli("--dir", d, "redact", "--scan", "-s", "chat")
+    assert p.returncode == 1 and "ctape recover -s chat" in p.stderr.decode(), p.stderr
+    run_cli("--dir", d, "recover", "-s", "chat", check=True)
+    p = run_cli("--dir", d, "redact", "--scan", "-s", "chat")
+    assert p.returncode == 0 and b"1 value redacted" in p.stderr, p.stderr
+    assert _scan(d, "-s", "chat")[0].returncode == 0

@@ -90,7 +90,8 @@ def redact(ctx, session, as_json, from_scan, pattern, path, kind, entry):
     Reads show `[redacted: KIND]` in its place at once, here and on every copy the
     redaction reaches (it is a record, synced like a branch deletion); each copy's next
     `compact` removes the bytes. Give exactly one of --scan, --pattern REGEX, or
-    ENTRY --path JSONPATH.
+    ENTRY --path JSONPATH. Exit 1 when finds in an interrupted stream are left:
+    `ctape recover` makes its text an entry, which a second run redacts.
 
     \b
     Examples:
@@ -105,11 +106,13 @@ def redact(ctx, session, as_json, from_scan, pattern, path, kind, entry):
     if given != 1 or (entry is None) != (path is None):
         raise InvalidInput("give exactly one of --scan, --pattern REGEX, or ENTRY --path JSONPATH")
     tape = open_tape(ctx)
+    streams: list = []
     if entry is not None:
         results = [red.redact(tape, need_session(ctx, session), [(entry, path, "manual" if kind is None else kind)])]
     else:
         names = _sessions(ctx, session)
-        results = red.redact_scan(tape, names) if from_scan else red.redact_pattern(tape, pattern, names, "pattern" if kind is None else kind)
+        results = (red.redact_scan(tape, names, streams) if from_scan
+                   else red.redact_pattern(tape, pattern, names, "pattern" if kind is None else kind, streams))
     total = 0
     for r in results:
         for item in r["redacted"]:
@@ -120,3 +123,9 @@ def redact(ctx, session, as_json, from_scan, pattern, path, kind, entry):
                 click.echo(clean(f"redacted {r['session']}  {item['object'][:12]}  {item['path']}  ({item['kind']})"))
     if not as_json:
         click.echo(f"{total} value{'s' if total != 1 else ''} redacted" + ("; `ctape compact` removes the bytes from this copy" if total else ""), err=True)
+    if streams:
+        # scan exits 1 for them; a `redact --scan && push` must not read this as done
+        s = streams[0].session
+        click.echo(f"ctape: error: {len(streams)} find(s) in an interrupted stream not redacted: its text is redacted once "
+                   f"`ctape recover -s {s}` made it an entry; then run this again", err=True)
+        ctx.exit(EXIT_FAIL)

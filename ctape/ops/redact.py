@@ -91,15 +91,24 @@ def redact_findings(tape: "Tape", findings: Iterable[Finding]) -> list[dict]:
     return [redact(tape, s, places) for s, places in sorted(by_session.items())]
 
 
-def redact_scan(tape: "Tape", sessions: Optional[list[str]] = None) -> list[dict]:
-    return redact_findings(tape, scan(tape, sessions)["findings"])
+def redact_scan(tape: "Tape", sessions: Optional[list[str]] = None, streams: Optional[list] = None) -> list[dict]:
+    """Redact every finding of `scan`; the finds in interrupted streams, which are not
+    entries yet (`recover` makes them one), are added to `streams` when it is given."""
+    found = scan(tape, sessions)
+    if streams is not None:
+        streams += found["streams"]
+    return redact_findings(tape, found["findings"])
 
 
-def redact_pattern(tape: "Tape", regex: str, sessions: Optional[list[str]] = None, kind: str = "pattern") -> list[dict]:
+def redact_pattern(tape: "Tape", regex: str, sessions: Optional[list[str]] = None, kind: str = "pattern",
+                   streams: Optional[list] = None) -> list[dict]:
     check_regex(regex)
     check_kind(kind)
     det = Detectors([{"kind": kind, "regex": regex}], entropy=False, builtin=False)
-    return redact_findings(tape, scan(tape, sessions, detectors=det, include_allowed=True)["findings"])
+    found = scan(tape, sessions, detectors=det, include_allowed=True)
+    if streams is not None:
+        streams += found["streams"]
+    return redact_findings(tape, found["findings"])
 
 
 def scrub_quarantine(store, red) -> dict:
