@@ -196,3 +196,31 @@ def test_a_report_edited_by_hand_is_no_traceback(tape_dir):
     for cmd in (["fsck"], ["log", "-s", "s"], ["status", "-s", "s"]):
         r = run_cli("--dir", tape_dir, *cmd)
         assert b"Traceback" not in r.stderr and b"internal error" not in r.stderr, (cmd, r.stderr)
+
+
+def test_salvage_branches_what_the_loss_cut_off_not_what_was_left_on_purpose(tape_dir):
+    """The first entries of a segment lost: the older side sits in an intact pack, and
+    nothing reached it any more (salvage orphaned it). It gets a `salvaged-*` branch. An
+    entry an undo left behind (a ref moved back to its parent, as `pop_item` does) and a
+    deleted branch's tip were on no ref before the damage either: they get none."""
+    from ctape import Tape
+
+    t = Tape.init(tape_dir)
+    s = t.session("s")
+    with t.batch():
+        e = [s.append("user", {"content": f"old {i}"}).hash for i in range(50)]
+    s.checkout(e[9], new_branch="idea")
+    idea = [s.append("user", {"content": f"idea {i}"}).hash for i in range(3)]
+    s.checkout("main")
+    s.delete_branch("idea")
+    s.set_refs("pop-item", {"main": e[-2]})  # the last entry undone
+    t.close()
+    run_cli("--dir", tape_dir, "compact", "--grace", "now", check=True)  # one pack holds all of that
+    new = _append(tape_dir, 5)  # a new segment, its first entry the child of e[-2]
+    run_cli("--dir", tape_dir, "log", "-s", "s", "--oneline", check=True)
+    _flip_record(tape_dir, "s", 1)  # the new segment's first entry
+    r = run_cli("--dir", tape_dir, "fsck", "--salvage")
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(line) for line in run_cli("--dir", tape_dir, "branch", "-s", "s", "--json", check=True).stdout.decode().splitlines()]
+    assert {row["name"]: row["hash"] for row in rows} == {"main": new[-1], f"salvaged-{e[-2][:8]}": e[-2]}
+    assert e[-1] not in {row["hash"] for row in rows} and idea[-1] not in {row["hash"] for row in rows}

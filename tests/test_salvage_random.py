@@ -1,7 +1,7 @@
 """Random damage, then `fsck --salvage`: nothing made up, nothing orphaned, every loss named.
 
-A tape of two sessions is built from a seed: batches and durable appends, forks,
-compactions between them (so a session's history spans packs and segments of several
+A tape of two sessions is built from a seed: batches and durable appends, forks, undos
+(a ref moved back, as `pop_item` does), deleted branches, compactions between them (so a session's history spans packs and segments of several
 kinds, blocks of 1-2 MiB and one-entry blocks with dictionaries), values shared by both
 sessions, and values large enough to be records of their own. This machine's index reads
 all of it; then one to three random bits flip anywhere in the session files, and salvage
@@ -11,9 +11,11 @@ runs as the user runs it. Checked against the plain model of what was written:
 - every entry any branch reaches is one that was written, with its text (or the marker
   of a value lost to the damage): salvage keeps objects read from damaged blocks only when
   something intact vouches for their names, and a damaged block can decode to other bytes;
-- every entry the tape still holds is reached by some branch (salvage orphaned the older
-  side of a chain whose next entry was lost when that side sat in an intact file: `main`
-  stopped at the loss and nothing reached the rest, for `compact` to free);
+- every entry that a ref reached before the damage and that the tape still holds is
+  reached by some ref (salvage orphaned the older side of a chain whose next entry was
+  lost when that side sat in an intact file: `main` stopped at the loss and nothing
+  reached the rest, for `compact` to free); entries an undo or a deleted branch left on
+  no ref may stay there;
 - every entry the tape no longer holds is named by a salvage report (`missing`, or
   `missing_keys` by its index key);
 - a `compact --grace now` after salvage keeps all of that.
@@ -76,6 +78,15 @@ def _build(tape_dir, rng: random.Random) -> dict[str, dict[str, str]]:
             append_all()
         if written[name] and rng.random() < 0.3:  # a fork at an earlier entry, continued later
             s.checkout(rng.choice(sorted(written[name])), new_branch=f"fork{count}")
+        st = s.refs()
+        if st.branch is not None and st.head_hash is not None and rng.random() < 0.3:
+            # an undo, as the Agents SDK's pop_item makes it: the entry is left on no ref
+            parent = tape.read_entry(st.head_hash).parent
+            if parent is not None:
+                s.set_refs("pop-item", {st.branch: parent})
+        forks = [b for b in s.refs().branches if b.startswith("fork") and b != s.refs().branch]
+        if forks and rng.random() < 0.3:
+            s.delete_branch(rng.choice(forks))  # a branch given up: its entries on no ref
         if rng.random() < 0.4:
             tape.compact(grace="now")
     tape.close()
@@ -132,7 +143,8 @@ def test_random_damage_then_salvage(tmp_path, seed):
     tape = Tape.open(tape_dir)
     before = {name: _reached(tape, name) for name in written}  # the index reads every file whole
     tape.close()
-    assert all(before[name] == written[name] for name in written)  # (the model holds before damage)
+    # (the model holds before damage; undone entries and given-up branches are on no ref)
+    assert all(written[name].get(h) == text for name in written for h, text in before[name].items())
     flipped = _flip(tape_dir, rng)
 
     r = run_cli("--dir", tape_dir, "fsck", "--salvage")
@@ -151,7 +163,7 @@ def test_random_damage_then_salvage(tmp_path, seed):
                 wrong = [h for h, text in reached.items() if h in entries and text not in (entries[h], LOST)]
                 assert not wrong, (label, flipped, name, wrong[:3])
                 held = {h for h in entries if tape.has_entry(h)}
-                orphaned = held - set(reached)
+                orphaned = (held & set(before[name])) - set(reached)
                 assert not orphaned, (label, flipped, name, sorted(orphaned)[:3])
                 unnamed = [h for h in entries if h not in held and h not in missing and hash_key(h) not in missing_keys]
                 assert not unnamed, (label, flipped, name, unnamed[:3])

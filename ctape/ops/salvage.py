@@ -118,9 +118,8 @@ def _settle_refs(tape: "Tape", session: str, kept: dict) -> dict:
         while h and h not in reached and tape.has_entry(h):
             reached.add(h)
             h = tape.read_entry(h).parent
-    intact = {**_read_session(tape.store, session)[1], **kept}
-    parents = set(intact.values())
-    for h in sorted(h for h in intact if h not in parents and h not in reached and tape.has_entry(h)):
+    moves = [(line["old"], line["new"]) for line in s.reflog()]  # each record's move, from the value before it
+    for h in sorted(_cut_off(tape, {**_read_session(tape.store, session)[1], **kept}, reached, moves, branches)):
         branches[f"salvaged-{h[:8]}"] = changes[f"salvaged-{h[:8]}"] = h
     if head is None and branches:
         def depth(b):
@@ -130,6 +129,76 @@ def _settle_refs(tape: "Tape", session: str, kept: dict) -> dict:
     if changes:
         s.set_refs("salvage", changes)
     return changes
+
+
+def _cut_off(tape: "Tape", intact: dict, reached: set, moves: list, branches: dict) -> set:
+    """The tips of what the loss cut off: the session's intact entries (entry -> parent)
+    that no ref reaches now, less what was on no ref before the damage either. That is
+    peeled from the leaves: a leaf every ref move away from which (in the ref log) deleted
+    the ref, went to an entry that does not descend from it (an undo or a
+    `pop_item`, a reset, HEAD checked out away from a detached entry), or went to a
+    descendant peeled already, was left on purpose, and its parent is judged next once
+    all its children are. A move whose target cannot be walked back past the leaf's depth
+    (the walk meets the loss) may have gone forward through the loss, and a leaf no record
+    moved away from tells nothing: such a leaf is cut off and gets a branch. Salvage then
+    keeps what the damage cut off, not every undo of an agent's life."""
+    unreached = {h for h in intact if h not in reached and tape.has_entry(h)}
+    children: dict[str, int] = {}
+    for h, parent in intact.items():
+        if parent is not None and tape.has_entry(h):
+            children[parent] = children.get(parent, 0) + 1
+    away: dict[str, list] = {}
+    for old, new in moves:
+        if old in unreached:
+            away.setdefault(old, []).append(new)
+    peeled: set[str] = set()
+    cut: set[str] = set()
+    todo = [h for h in unreached if not children.get(h)]
+    while todo:
+        h = todo.pop()
+        if not _left(tape, h, away.get(h, ()), branches, peeled):
+            cut.add(h)
+            continue
+        peeled.add(h)
+        parent = intact.get(h)
+        if parent in unreached:
+            children[parent] -= 1
+            if not children[parent]:
+                todo.append(parent)
+    return cut
+
+
+def _left(tape: "Tape", h: str, news: list, branches: dict, peeled: set) -> bool:
+    """Whether entry h was on no ref before the damage, by the moves away from it."""
+    if not news:
+        return False
+    for new in news:
+        if new is None:
+            continue  # the ref deleted there
+        target = branches.get(new[1:]) if isinstance(new, str) and new.startswith("@") else new
+        if target is None:
+            return False  # HEAD attached to a branch this copy no longer has: no telling
+        if target in peeled:
+            continue  # forward, onto what was left on purpose
+        if _descends(tape, target, h) is not False:
+            return False  # forward (or maybe, through the loss)
+    return True
+
+
+def _descends(tape: "Tape", h: Optional[str], ancestor: str) -> Optional[bool]:
+    """Whether entry `h` has `ancestor` in its history; None when the walk meets an entry
+    this tape does not hold before it can tell."""
+    depth = tape.read_entry(ancestor).seq
+    while isinstance(h, str) and is_hash(h):
+        if h == ancestor:
+            return True
+        if not tape.has_entry(h):
+            return None
+        e = tape.read_entry(h)
+        if e.seq <= depth:
+            return False
+        h = e.parent
+    return None if h is not None else False
 
 
 def _count_temp_packs(store: Store) -> int:
