@@ -520,6 +520,47 @@ def test_push_follow_rides_out_a_server_that_goes_away_and_comes_back(tmp_path):
     finally:
         server.stop()
 
+def test_push_follow_stopped_while_its_pushes_fail_exits_1(tmp_path):
+    """Stopped (SIGTERM, SIGINT) while the server is down and an acknowledged append has
+    not gone up, `push --follow` exited 0, as after everything went up: a supervisor or a
+    CI step could not tell (found by an audit). It now exits 1 with one line that says
+    what to run, as a plain push at that moment does. (`CTAPE_SLOW=1`: both signals, and
+    the server back each time, where a plain push sends the rest.)"""
+    server = Seaweed(str(tmp_path))
+    try:
+        server.start()
+    except RuntimeError as e:
+        pytest.skip(f"SeaweedFS (weed) cannot start here: {e}")
+    try:
+        env = server.env()
+        url = f"s3://{server.bucket('down')}/t"
+        a = new_tape(tmp_path / "A")
+        run_cli("--dir", a, "remote", "add", "origin", url, check=True, env=env)
+        run_cli("--dir", a, "push", check=True, env=env)
+        for sig in (signal.SIGTERM, signal.SIGINT) if SLOW else (random.choice((signal.SIGTERM, signal.SIGINT)),):
+            p = subprocess.Popen([sys.executable, "-m", "ctape", "--dir", str(a), "push", "--follow"], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, env={**os.environ, **env, "CTAPE_REMOTE_TIMEOUT": "2"})
+            time.sleep(1.0)
+            server.stop()
+            h = cli(a, "append", "user", json.dumps({"content": f"while down {sig}"}), "-s", "chat").stdout.decode().strip()
+            time.sleep(2.5)  # a push failed meanwhile
+            p.send_signal(sig)
+            _, err = p.communicate(timeout=120)
+            err = err.decode()
+            assert p.returncode == 1, err
+            assert "Traceback" not in err and err.splitlines()[-1].startswith("ctape: error: stopped while pushing to origin failed"), err
+            assert "run `ctape push origin`" in err
+            assert run_cli("--dir", a, "push", env={**env, "CTAPE_REMOTE_TIMEOUT": "2"}).returncode == 1
+            if SLOW:
+                server.start()
+                run_cli("--dir", a, "push", check=True, env=env)
+                b = tmp_path / f"B{int(sig)}"
+                run_cli("clone", url, b, check=True, env=env)
+                assert h in reached_by_refs(b)
+    finally:
+        server.stop()
+
+
 def test_a_pushed_segment_is_sealed_so_an_older_copy_coming_back_by_rsync_loses_nothing(tmp_path, remote_url):
     """push reads this copy's own segments as a copy does: the writer seals them, so a
     pulled prefix rsynced back over the writer's copy is never an older version of a file

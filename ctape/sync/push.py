@@ -870,6 +870,7 @@ def follow(tape, backend: Backend, name: str, sessions: Iterable[str] = (), allo
     said: frozenset = frozenset()  # why, as last said: said again only when it changes
     seen = None  # the files at the last push
     retry_at = 0.0
+    failing: Optional[Exception] = None  # the last push failed (its error): stopped then, the remote lacks what it did not send
     try:
         while not stopping[0] and not (stop and stop()):
             snap = {}
@@ -883,7 +884,7 @@ def follow(tape, backend: Backend, name: str, sessions: Iterable[str] = (), allo
                     why = frozenset(r["held_back"].values())
                     if r["files"] or snap != seen or why != said:  # a look again every REFUSED_RETRY that changed nothing is not news
                         on_push(r)
-                    last, seen, refused = snap, snap, None
+                    last, seen, refused, failing = snap, snap, None, None
                     if why:
                         # the others went up; a redaction or an allow (looked at again every
                         # REFUSED_RETRY) lets the held-back ones go with a later push
@@ -898,9 +899,10 @@ def follow(tape, backend: Backend, name: str, sessions: Iterable[str] = (), allo
                     # settings the next look reads), and the push after it goes through
                     if frozenset([str(e)]) != said:
                         warn(f"{e}; still following: the push after it is resolved sends everything")
-                    last, refused, retry_at, said = snap, e, time.monotonic() + REFUSED_RETRY, frozenset([str(e)])
+                    last, refused, retry_at, said, failing = snap, e, time.monotonic() + REFUSED_RETRY, frozenset([str(e)]), None
                 except (RemoteError, ConflictError) as e:  # the network, or a compaction of this copy under way
                     warn(f"{e}; trying again")
+                    failing = e
                     nap(1.0)
                 backend.requests = 0
             nap(poll)
@@ -909,3 +911,8 @@ def follow(tape, backend: Backend, name: str, sessions: Iterable[str] = (), allo
             signal.signal(sig, h)
     if refused is not None:
         raise refused  # stopped while refusing: what is on this copy is not all on the remote (exit 1)
+    if failing is not None:
+        # the same for a push that was failing (a server gone, the network): a supervisor
+        # or a CI step must not read "all pushed" from the exit status (found by an audit)
+        raise RemoteError(f"stopped while pushing to {name} failed, so it may lack what this copy holds "
+                          f"({str(failing).rstrip('.')}); run `ctape push {name}` once it can be reached")
