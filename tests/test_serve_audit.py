@@ -347,3 +347,26 @@ def test_bidi_controls_and_c1_are_written_out_in_pages():
     from ctape.web.escape import esc
 
     assert esc("I ran: \u202erm -rf ~\u202c \u2066x\u2069 \x9b31m") == "I ran: \\u202erm -rf ~\\u202c \\u2066x\\u2069 \\x9b31m"
+
+
+def test_markdown_takes_time_linear_in_a_line_of_backticks():
+    """A message that was one run of 8,000 backticks took 7 s to render (the code-span
+    pattern `(`+)(.+?)\\1` is cubic on it) holding the interpreter, so every other request
+    of `serve` waited (found by an audit). 200,000 characters of each shape now take
+    milliseconds; cubic, they took days. Code spans keep CommonMark's rule: a run of n
+    backticks up to the next run of exactly n, binding tighter than emphasis and links."""
+    from ctape.web.markdown import inline
+
+    # in a child process: a regular expression holds the interpreter, so a thread of this
+    # one could not even notice the time passing (the code before hung the test run)
+    shapes = '("`" * 200_000, "".join("`" * k + " " for k in range(1, 600)), "`a` " * 50_000, "``x` " * 40_000)'
+    try:
+        subprocess.run([sys.executable, "-c", f"from ctape.web.markdown import render\nfor t in {shapes}: render(t)"], check=True, timeout=20)
+    except subprocess.TimeoutExpired:
+        pytest.fail("render still running after 20 s: time more than linear in the input?")
+    assert inline("a `<b>` c") == "a <code>&lt;b&gt;</code> c"
+    assert inline("``a ` b`` c") == "<code>a ` b</code> c"
+    assert inline("`unclosed and ``x") == "`unclosed and ``x"
+    assert inline("**`code` in bold**") == "<strong><code>code</code> in bold</strong>"
+    assert inline("see https://a.b/c`x`") == 'see <a href="https://a.b/c" rel="noopener noreferrer nofollow">https://a.b/c</a><code>x</code>'
+    assert inline("\ue000 `a` \ue0001\ue000") == "\ue000 <code>a</code> \ue0001\ue000"  # the placeholder's character in the text
