@@ -187,3 +187,23 @@ def test_bad_price_file(tape_dir, tmp_path):
         p = run_cli("--dir", tape_dir, "usage", "--prices", f)
         assert p.returncode == 2 and b"price table" in p.stderr, (body, p.stderr)
         assert len(p.stderr.splitlines()) == 1 and p.stdout == b"", body
+
+
+def test_a_model_that_is_not_text_counts_without_a_model(tape_dir, tmp_path):
+    """An imported Claude Code record whose `message.model` is an object: `ctape usage`
+    stopped with "internal error: TypeError", and in `serve` the usage thread died at
+    every request, the figures stayed `…`, and /stats said no usage was recorded (found by
+    an audit). Its tokens count, under no model."""
+    src = tmp_path / "cc.jsonl"
+    src.write_text("\n".join(json.dumps(r) for r in [
+        {"parentUuid": None, "type": "user", "uuid": "u1", "sessionId": "s", "cwd": "/p", "timestamp": "2025-07-14T22:59:30.699Z",
+         "message": {"role": "user", "content": "hi"}},
+        {"parentUuid": "u1", "type": "assistant", "uuid": "a1", "sessionId": "s", "cwd": "/p", "timestamp": "2025-07-14T22:59:31.699Z",
+         "message": {"id": "m1", "type": "message", "role": "assistant", "model": {"name": "claude-sonnet-4"},
+                     "content": [{"type": "text", "text": "hello"}], "usage": {"input_tokens": 5, "output_tokens": 7}}},
+    ]) + "\n")
+    run_cli("--dir", tape_dir, "import", "claude-code", src, "-s", "cc", check=True)
+    p = run_cli("--dir", tape_dir, "usage", "--by", "model", "--json")
+    assert p.returncode == 0, p.stderr
+    rows = [json.loads(line) for line in p.stdout.decode().splitlines()]
+    assert [(r["input"], r["output"]) for r in rows if r["model"] == "(unknown)"] == [(5, 7)], rows

@@ -155,7 +155,7 @@ class _Reader:
             msg = cc.get("message")
             if isinstance(msg, dict) and isinstance(msg.get("usage"), dict) and msg.get("model") != "<synthetic>":
                 key = msg.get("id") if isinstance(msg.get("id"), str) else None
-                yield msg.get("model"), normalize(msg["usage"]), key and "cc:" + key
+                yield _model(msg), normalize(msg["usage"]), key and "cc:" + key
             return
         gm = meta.get("gemini")
         if isinstance(gm, dict):
@@ -227,6 +227,7 @@ def _records(tape, name: str) -> list[tuple]:
     by_key: dict[str, int] = {}
     for e in _session_entries(tape, name):
         for model, counts, key in reader.read(e.meta):
+            model = model if isinstance(model, str) else None  # a record's own field: any JSON (an object stopped usage; audit)
             if key is not None and key in by_key:  # a split response: keep its largest counts
                 i = by_key[key]
                 h, t, old_model, old = records[i]

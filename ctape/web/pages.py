@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -274,10 +275,15 @@ class Site:
         try:
             with _open(self.path) as tape:
                 rows = usage(tape, by="session")
-        except CtapeError as e:
-            # a damaged tape: the pages show no figures (not "…" for ever) and /stats says why
+        except Exception as e:  # noqa: BLE001 - a thread of its own: nothing else would catch it
+            # a damaged tape: the pages show no figures (not "…" for ever) and /stats says why;
+            # a bug too (a record field of a type usage did not expect killed this thread at
+            # every request, with a traceback, and /stats said "no token usage recorded")
+            why = " ".join(str(e).split()) if isinstance(e, CtapeError) else f"internal error: {type(e).__name__}: {e}"
             with self._usage_lock:
-                self._usage, self._usage_failed = (heads, {}), " ".join(str(e).split())
+                self._usage, self._usage_failed = (heads, {}), why
+            if not isinstance(e, CtapeError):
+                sys.stderr.write(f"ctape serve: usage cannot be read: {why}; please report it\n")
             return
         figures = {r["session"]: r for r in rows}
         figures["TOTAL"] = total(rows)
