@@ -7,6 +7,7 @@ still gives 500, which needs a fault planted in the server (in-process, real HTT
 """
 
 import errno
+import json
 import http.client
 import re
 import socket
@@ -18,7 +19,7 @@ import pytest
 
 from ctape import Tape
 
-from conftest import snapshot
+from conftest import run_cli, snapshot
 
 KNOWN = re.compile(r"<h1>(Internal error|Error)</h1>")
 
@@ -370,3 +371,34 @@ def test_markdown_takes_time_linear_in_a_line_of_backticks():
     assert inline("**`code` in bold**") == "<strong><code>code</code> in bold</strong>"
     assert inline("see https://a.b/c`x`") == 'see <a href="https://a.b/c" rel="noopener noreferrer nofollow">https://a.b/c</a><code>x</code>'
     assert inline("\ue000 `a` \ue0001\ue000") == "\ue000 <code>a</code> \ue0001\ue000"  # the placeholder's character in the text
+
+
+def test_pages_stay_bounded_with_many_branches_a_huge_tool_name_and_a_huge_cwd(tape_dir, tmp_path, serve):
+    """Found by an audit: a 2-entry session with 10,000 branches and 3,000 tags on one
+    entry was a page of 7.6 MB (a compare link per branch, a label per branch and tag on
+    the entry, one tree node listing every name) and its tree 3 MB; a pending tool call's
+    2 MB name was shown whole; an imported `cwd` of 3.2 MB made every sessions page 8 MB.
+    Each place lists a bounded number of names, each cut to 200 characters (a path to 4,096)."""
+    t = Tape.open(tape_dir)
+    s = t.session("many")
+    first = s.append("user", {"content": "hello"}).hash
+    s.append("tool_call", {"call_id": "c1", "name": "n" * 2_000_000, "arguments": {}})
+    with t.batch():
+        for i in range(2000):
+            s.branch(f"b{i:05d}", first)
+        for i in range(600):
+            s.tag(f"t{i:04d}", first)
+    t.close()
+    src = tmp_path / "cc.jsonl"
+    src.write_text(json.dumps({"parentUuid": None, "type": "user", "uuid": "u1", "sessionId": "x", "cwd": "/" + "d" * 3_000_000,
+                               "timestamp": "2025-07-14T22:59:30.699Z", "message": {"role": "user", "content": "hi"}}) + "\n")
+    run_cli("--dir", tape_dir, "import", "claude-code", src, "-s", "cc", check=True)
+    _, port = serve(tape_dir)
+    for path in ("/", "/s/many", "/s/many/tree", f"/e/{first}?s=many", f"/s/many?at={first}", "/?q=hello"):
+        status, body = get(port, path)
+        assert status == 200 and len(body) < 200_000, (path, status, len(body))
+    status, body = get(port, "/s/many")
+    assert "1 pending tool call(s): " + "n" * 199 + "…" in body
+    assert "and 1,950 more" in body  # the compare line: 50 of 2,000 branches
+    status, tree = get(port, "/s/many/tree")
+    assert "more" in tree and tree.count("b0") < 200

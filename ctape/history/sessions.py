@@ -281,5 +281,7 @@ def source_text(source: Optional[dict]) -> str:
         return ""
     cwd = (source.get("cwd") or "").rstrip("/\\")
     where = os.path.basename(cwd.replace("\\", "/")) if cwd else ""
+    if len(where) > 200:  # a real directory name is at most 255 bytes; an imported one is any text
+        where = where[:199] + "…"
     return f"{source['agent']} {where}".strip()
 

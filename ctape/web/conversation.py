@@ -188,6 +188,16 @@ def _short(value: Any, n: int = 200) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
+NAMES_SHOWN = 20  # names listed in one place (an entry's branches, a badge): the rest counted
+
+
+def some(names: list, limit: int = NAMES_SHOWN) -> tuple[list, int]:
+    """The first `limit` names and how many more there are: a page lists a bounded number
+    of names however many there are (10,000 branches on one entry made a page of 7.6 MB;
+    found by an audit)."""
+    return names[:limit], max(0, len(names) - limit)
+
+
 class Renderer:
     """Renders entries of one session; `link(hash)` is an entry's page, `text_url(hash,
     part)` the whole text of a clipped block (see part_of), `image_url(hash, part)` an
@@ -209,10 +219,11 @@ class Renderer:
         return (lambda part: self.text_url(e.hash, part)), image
 
     def decorations(self, h: str) -> str:
+        shown, more = some(list(self.refs.get(h, ())))
         return "".join(
             f'<span class="ref tag">tag: {esc(name[4:])}</span>' if name.startswith("tag:") else f'<span class="ref branch">{esc(name)}</span>'
-            for name in self.refs.get(h, ())
-        )
+            for name in shown
+        ) + (f'<span class="ref more">and {more:,} more</span>' if more else "")
 
     def _head(self, e: Entry, label: str, extra: str = "") -> str:
         return (

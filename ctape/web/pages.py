@@ -27,7 +27,7 @@ from urllib.parse import quote, urlencode
 from ..errors import CorruptObject, CtapeError, EntryNotFound, InvalidInput, RefNotFound
 from ..model.models import Entry
 from . import queries
-from .conversation import MESSAGE_CHARS, MESSAGE_LINES, Renderer, clipped, image_bytes, part_of
+from .conversation import MESSAGE_CHARS, MESSAGE_LINES, Renderer, _short, clipped, image_bytes, part_of, some
 from .markdown import esc
 from .tree import TAG, Graph, svg
 
@@ -36,6 +36,7 @@ LIVE_TTL = 0.25  # seconds a session's refs are trusted before they are read aga
 PAGE_WALK_BUDGET = 0.05  # of which a session page spends this much (its polls read on)
 WALK_BUDGET = 0.15  # seconds a request may spend reading history for the tree (the rest: next polls)
 DIFF_SIDE = 200  # entries shown per side of a diff
+COMPARE_SHOWN = 50  # branches offered to compare with in a session's header
 IDLE_TAPES = 4  # open Tapes kept for the next requests (more are opened while many run)
 
 
@@ -399,7 +400,7 @@ class Site:
             f'<tr class="session"><td><a href="{esc(s_url(name))}">{esc(name)}</a>{damaged}{title}</td>'
             f'<td>{esc((s["last_time"] or "")[:19].replace("T", " "))}</td><td class="num">{s["entries"]:,}</td>'
             f'<td class="num">{len(sess.branches())}</td><td>{esc(s["branch"] or "(detached)")}</td>'
-            f'<td title="{esc(src.get("cwd") or "")}">{esc(source_text(src) or "ctape")}</td><td>{esc(usage)}</td></tr>'
+            f'<td title="{esc(_short(src.get("cwd") or "", 4096))}">{esc(source_text(src) or "ctape")}</td><td>{esc(usage)}</td></tr>'
         )
 
     def _search(self, q: str) -> str:
@@ -504,17 +505,18 @@ class Site:
             flags.append(f'<span class="badge err">damaged records in {esc(damaged[0])}: showing what is readable; '
                          "run <code>ctape fsck --salvage</code> to keep it and write again</span>")
         if st["pending_tool_calls"]:
-            flags.append(f'<span class="badge warn">{len(st["pending_tool_calls"])} pending tool call(s): {esc(", ".join(str(c["name"]) for c in st["pending_tool_calls"]))}</span>')
+            flags.append(f'<span class="badge warn">{len(st["pending_tool_calls"])} pending tool call(s): '
+                         f'{esc(_listed([_short(c["name"]) for c in st["pending_tool_calls"]]))}</span>')
         if st["interrupted_stream"]:
             flags.append('<span class="badge warn">interrupted stream</span>')
         if st["last_error"]:
             flags.append(f'<a class="badge err" href="{esc(e_url(st["last_error"]["hash"], name))}">last error: {esc(str(st["last_error"]["message"])[:80])}</a>')
         if st["conflicts"]:
-            flags.append(f'<span class="badge warn">conflict branches: {esc(", ".join(st["conflicts"]))}</span>')
+            flags.append(f'<span class="badge warn">conflict branches: {esc(_listed(st["conflicts"]))}</span>')
+        others, more = some([b["name"] for b in branches if b["name"] != current], COMPARE_SHOWN)
         compare = "".join(
-            f'<a href="/diff?{esc(urlencode({"s": name, "a": current or st["head"] or "", "b": b["name"]}))}">{esc(b["name"])}</a>'
-            for b in branches if b["name"] != current
-        )
+            f'<a href="/diff?{esc(urlencode({"s": name, "a": current or st["head"] or "", "b": b}))}">{esc(b)}</a>' for b in others
+        ) + (f'<span class="muted">and {more:,} more (the diff form takes any)</span>' if more else "")
         viewing = f'<p class="viewing">viewing the path to <a class="hash" href="{esc(e_url(tip, name))}">{esc(tip[:10])}</a> · <a href="{esc(s_url(name))}">follow HEAD</a></p>' if at and tip else ""
         header = (
             f'<h1>{esc(name)}</h1><p class="facts">{" · ".join(facts)}</p>'
@@ -661,6 +663,12 @@ class Site:
             f"<h2>Usage</h2>{_usage_table(self.usage(wait=True), self._usage_failed)}"
         )
         return self.layout("stats", main)
+
+
+def _listed(names: list[str]) -> str:
+    """Names joined by commas, at most NAMES_SHOWN of them, then how many more."""
+    shown, more = some(names)
+    return ", ".join(shown) + (f" and {more:,} more" if more else "")
 
 
 def _tag_links(session: str, tags: list[tuple[str, str]], limit: int = 50) -> str:

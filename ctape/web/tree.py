@@ -33,6 +33,7 @@ from .markdown import esc
 
 WALK_LIMIT = 200_000  # entries remembered per session
 MAX_NODES = 400  # nodes drawn; anchors beyond this are left out (newest kept)
+LABELS_LISTED = 50  # branch and tag names a node lists (its title, data-labels, data-tags)
 ROW, LANE, PAD, LEFT = 26, 22, 14, 48
 GAP_CHAR = 7  # px a character of a "+N" gap label takes at most (11px font)
 TAG = "tag:"  # how a tag is labelled: the way a ref names it (`tag:NAME`)
@@ -323,9 +324,11 @@ def _svg(g: Graph, session: str, viewing: Optional[str], link) -> str:
         x, y = xy(i)
         cls = " ".join(["node", *d.classes, *(["on"] if d.h in on_path else []), *(["viewing"] if d.h == viewing else [])])
         label = labels[i]
-        title = f"{d.h[:12]} · seq {d.seq}" + (f" · {', '.join(d.labels)}" if d.labels else "")
-        branches = [lab for lab in d.labels if not lab.startswith(TAG)]
-        tags = [lab[len(TAG):] for lab in d.labels if lab.startswith(TAG)]
+        # at most LABELS_LISTED of each (10,000 branches on one entry made this node 3 MB)
+        title = f"{d.h[:12]} · seq {d.seq}" + (f" · {', '.join(d.labels[:LABELS_LISTED])}" if d.labels else "") + (
+            f" and {len(d.labels) - LABELS_LISTED:,} more" if len(d.labels) > LABELS_LISTED else "")
+        branches = [lab for lab in d.labels if not lab.startswith(TAG)][:LABELS_LISTED]
+        tags = [lab[len(TAG):] for lab in d.labels if lab.startswith(TAG)][:LABELS_LISTED]
         parts.append(
             f'<a class="{cls}" href="{esc(link(d.h))}" data-hash="{d.h}" data-labels="{esc(" ".join(branches))}"'
             + (f' data-tags="{esc(" ".join(tags))}"' if tags else "")
