@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -402,3 +403,75 @@ def test_pages_stay_bounded_with_many_branches_a_huge_tool_name_and_a_huge_cwd(t
     assert "and 1,950 more" in body  # the compare line: 50 of 2,000 branches
     status, tree = get(port, "/s/many/tree")
     assert "more" in tree and tree.count("b0") < 200
+
+
+def test_refused_versions_and_request_lines_get_a_status_line_and_the_headers(tape_dir, serve):
+    """`GET / HTTP/2.0` and a one-word request line were answered with bare text: http.server
+    refuses them before it has read a version, and then writes no status line and no
+    header, so not the security headers either (found by an audit)."""
+    Tape.open(tape_dir).close()
+    p, port = serve(tape_dir)
+    for request, status in ((f"GET / HTTP/2.0\r\nHost: 127.0.0.1:{port}\r\n\r\n", 505), ("garbage\r\n\r\n", 400)):
+        with socket.create_connection(("127.0.0.1", port)) as s:
+            s.sendall(request.encode())
+            head = s.recv(4000).decode("latin-1")
+        assert head.startswith(f"HTTP/1.0 {status}") and "Content-Security-Policy: default-src 'none'" in head, head
+
+
+def test_many_requests_at_once_share_a_bounded_number_of_tapes(tape_dir):
+    """Each request that found every open Tape busy opened another, without bound: 40 at
+    once took the server to 1.9 GB, 400 ran it out of descriptors (500s with tracebacks;
+    found by an audit). At most MAX_TAPES requests read at once; the others wait their turn."""
+    from ctape.web.pages import MAX_TAPES, Site
+
+    t = Tape.open(tape_dir)
+    t.session("chat").append("user", {"content": "hello"})
+    opened, most, lock, go = [0], [0], threading.Lock(), threading.Event()
+
+    class Counted:
+        path = t.path
+
+        def close(self):
+            with lock:
+                opened[0] -= 1
+
+    def opener():
+        with lock:
+            opened[0] += 1
+            most[0] = max(most[0], opened[0])
+        return Counted()
+
+    site = Site(t, opener=opener)
+
+    def request():
+        with site.reading():
+            go.wait(30)
+
+    threads = [threading.Thread(target=request) for _ in range(40)]
+    for th in threads:
+        th.start()
+    time.sleep(0.5)
+    assert most[0] <= MAX_TAPES, most  # the given Tape serves one request, MAX_TAPES - 1 more were opened
+    go.set()
+    for th in threads:
+        th.join(30)
+    assert not any(th.is_alive() for th in threads)
+    site.close()
+    t.close()
+
+
+def test_a_silent_connection_is_closed_and_static_files_need_no_tape(tape_dir, serve, monkeypatch):
+    """A connection that sent half a request stayed open for good, a thread and a descriptor
+    each (300 of them held 303 threads; found by an audit): it is closed after
+    CTAPE_SERVE_IDLE_SECONDS (default 30; 1 here)."""
+    Tape.open(tape_dir).close()
+    monkeypatch.setenv("CTAPE_SERVE_IDLE_SECONDS", "1")
+    p, port = serve(tape_dir)
+    silent = socket.create_connection(("127.0.0.1", port))
+    silent.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # half a request, then nothing
+    silent.settimeout(20)
+    start = time.monotonic()
+    assert silent.recv(100) == b""  # closed by the server, no answer
+    assert time.monotonic() - start < 10
+    silent.close()
+    assert get(port, "/static/app.js")[0] == 200

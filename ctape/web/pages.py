@@ -38,6 +38,7 @@ WALK_BUDGET = 0.15  # seconds a request may spend reading history for the tree (
 DIFF_SIDE = 200  # entries shown per side of a diff
 COMPARE_SHOWN = 50  # branches offered to compare with in a session's header
 IDLE_TAPES = 4  # open Tapes kept for the next requests (more are opened while many run)
+MAX_TAPES = 8  # requests reading the tape at once, each on its own Tape; the others wait their turn
 
 
 # advice for the command line at the end of an error ("; see `ctape sessions` and `ctape log`"):
@@ -127,6 +128,9 @@ class Site:
         self._idle = [tape]  # Tapes no request is using; the caller's is never closed here
         self._given = tape
         self._pool_lock = threading.Lock()
+        # 40 requests at once opened 40 Tapes (1.9 GB), 400 ran out of descriptors (found
+        # by an audit): at most MAX_TAPES read at once, the others wait for a turn
+        self._turns = threading.BoundedSemaphore(MAX_TAPES)
         self._local = threading.local()
         self.graphs: dict[str, Graph] = {}
         self._graphs_lock = threading.Lock()
@@ -156,22 +160,24 @@ class Site:
     @contextmanager
     def reading(self):
         """Lend this thread an open Tape for one request: an idle one, or a new one when
-        every Tape is busy with another request. At most IDLE_TAPES are kept afterwards."""
-        with self._pool_lock:
-            tape = self._idle.pop() if self._idle else None
-        if tape is None:
-            tape = self._opener()
-        self._local.tape = tape
-        try:
-            yield tape
-        finally:
-            self._local.tape = None
+        every Tape is busy with another request, once one of MAX_TAPES turns is free. At
+        most IDLE_TAPES are kept afterwards."""
+        with self._turns:
             with self._pool_lock:
-                keep = len(self._idle) < IDLE_TAPES or tape is self._given
-                if keep:
-                    self._idle.append(tape)
-            if not keep:
-                tape.close()
+                tape = self._idle.pop() if self._idle else None
+            if tape is None:
+                tape = self._opener()
+            self._local.tape = tape
+            try:
+                yield tape
+            finally:
+                self._local.tape = None
+                with self._pool_lock:
+                    keep = len(self._idle) < IDLE_TAPES or tape is self._given
+                    if keep:
+                        self._idle.append(tape)
+                if not keep:
+                    tape.close()
 
     def close(self) -> None:
         """Close the Tapes this site opened (the one it was given stays open)."""
