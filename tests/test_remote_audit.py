@@ -702,6 +702,11 @@ def test_a_malformed_ipv6_endpoint_or_url_is_one_line_and_exit_2(tmp_path):
     assert p.returncode == 2 and p.stderr.decode().startswith("ctape: error: bad remote URL"), p.stderr
     p = cli(a, "remote", "add", "x.lock", "file:///tmp", check=False)
     assert p.returncode == 2 and b"not ending in .lock" in p.stderr, p.stderr
+    for root in ("file:///", "file:///.", "file://localhost//"):  # a push as root wrote into / (an audit)
+        p = cli(a, "remote", "add", "r", root, check=False)
+        assert p.returncode == 2 and b"not the root folder" in p.stderr, p.stderr
+        p = run_cli("clone", root, tmp_path / "c")
+        assert p.returncode == 2 and b"not the root folder" in p.stderr, p.stderr
     assert snapshot(a) == before and not (tmp_path / "c").exists()
 
 

@@ -144,6 +144,10 @@ def parse_url(url: str) -> tuple[str, str, str]:
     if u.scheme == "file":
         if u.netloc not in ("", "localhost") or not u.path.startswith("/"):
             raise InvalidInput(f"bad remote URL {url!r}: write file:///ABSOLUTE/PATH")
+        if not os.path.normpath(u.path).strip("/"):  # (normpath keeps `//`)
+            # a remote lays its folders out at its root: `file:///` put them into / itself
+            # (found by an audit); a folder of its own is what a remote needs
+            raise InvalidInput(f"bad remote URL {url!r}: not the root folder; give a folder of its own, e.g. file:///srv/tapes")
         return "file", os.path.normpath(u.path), ""
     if u.scheme == "s3":
         if not _BUCKET.fullmatch(u.netloc or ""):
