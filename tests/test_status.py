@@ -139,6 +139,20 @@ def test_error_tool_result_is_last_error(tape):
     assert s.status()["last_error"]["hash"] == r.hash, "later non-error entries keep the last error"
 
 
+def test_a_last_error_of_text_parts_is_shown_as_its_text(tape, tape_dir):
+    """A tool result with `is_error` whose output is a list of parts (as Claude Code writes
+    it): `status` and serve's badge showed the Python form of the list (`[{'text': ...`;
+    found by an audit). Their texts, joined."""
+    from conftest import run_cli
+
+    s = tape.session(S)
+    call(s, "c1")
+    s.append("tool_result", {"call_id": "c1", "output": [{"type": "text", "text": "Exit code 1"}, {"type": "text", "text": "no such file"}],
+                             "is_error": True})
+    out = run_cli("--dir", tape_dir, "status", "-s", S, check=True).stdout.decode()
+    assert "last error: Exit code 1 no such file" in out and "{'" not in out, out
+
+
 def test_last_error_is_per_branch(tape):
     s = tape.session(S)
     root = s.append("user", {"content": "hi"})

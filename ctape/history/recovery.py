@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from typing import TYPE_CHECKING, Optional
 
 from ..model.errors import NOATIME_WARNING, CorruptObject, EntryNotFound, LostToDamage
@@ -11,6 +13,18 @@ from .stream import open_streams
 if TYPE_CHECKING:
     from .session import Session
 
+
+
+def error_text(message) -> str:
+    """An error's message as one text to show: a tool result's output may be a list of
+    parts (Claude Code's `tool_result` with `is_error`), whose texts are joined; its Python
+    form was shown before (`[{'text': ...`; found by an audit)."""
+    if isinstance(message, str):
+        return message
+    if isinstance(message, list):
+        texts = [p.get("text") if isinstance(p, dict) else p for p in message]
+        return " ".join(t for t in texts if isinstance(t, str))
+    return "" if message is None else json.dumps(message, ensure_ascii=False, default=str)
 
 def status(session: "Session") -> dict:
     tape = session.tape

@@ -13,6 +13,7 @@ import re
 import sys
 from typing import Any, Iterable, Iterator, Optional
 
+from ..history.recovery import error_text
 from ..model.models import Entry
 
 # C0 controls but tab and newline, DEL, C1 controls, and the bidi embeddings, overrides
@@ -369,7 +370,7 @@ def _status(st: dict) -> list[str]:
         out.append(f"interrupted stream ({len(s['content'] or '')} chars, {how}): {summary_text(s['content'])}")
     if st["last_error"]:
         le = st["last_error"]
-        out.append(f"last error: {summary_text(str(le.get('message')))} (entry {le['hash'][:12]})")
+        out.append(f"last error: {summary_text(error_text(le.get('message')))} (entry {le['hash'][:12]})")
     for w in st.get("warnings", []):
         out.append(f"warning: {w}")
     for c in st.get("conflicts", []):

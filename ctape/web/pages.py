@@ -25,6 +25,7 @@ from typing import Callable, Optional
 from urllib.parse import quote, urlencode
 
 from ..errors import CorruptObject, CtapeError, EntryNotFound, InvalidInput, RefNotFound
+from ..history.recovery import error_text
 from ..model.models import Entry
 from . import queries
 from .conversation import MESSAGE_CHARS, MESSAGE_LINES, Renderer, _short, clipped, image_bytes, part_of, some
@@ -516,7 +517,7 @@ class Site:
         if st["interrupted_stream"]:
             flags.append('<span class="badge warn">interrupted stream</span>')
         if st["last_error"]:
-            flags.append(f'<a class="badge err" href="{esc(e_url(st["last_error"]["hash"], name))}">last error: {esc(str(st["last_error"]["message"])[:80])}</a>')
+            flags.append(f'<a class="badge err" href="{esc(e_url(st["last_error"]["hash"], name))}">last error: {esc(error_text(st["last_error"]["message"])[:80])}</a>')
         if st["conflicts"]:
             flags.append(f'<span class="badge warn">conflict branches: {esc(_listed(st["conflicts"]))}</span>')
         others, more = some([b["name"] for b in branches if b["name"] != current], COMPARE_SHOWN)
