@@ -13,7 +13,6 @@ import re
 import sys
 from typing import Any, Iterable, Iterator, Optional
 
-from ..history.recovery import error_text
 from ..model.models import Entry
 
 # C0 controls but tab and newline, DEL, C1 controls, and the bidi embeddings, overrides
@@ -370,6 +369,8 @@ def _status(st: dict) -> list[str]:
         out.append(f"interrupted stream ({len(s['content'] or '')} chars, {how}): {summary_text(s['content'])}")
     if st["last_error"]:
         le = st["last_error"]
+        from ..history.recovery import error_text  # (lazily: `--help` loads no storage module)
+
         out.append(f"last error: {summary_text(error_text(le.get('message')))} (entry {le['hash'][:12]})")
     for w in st.get("warnings", []):
         out.append(f"warning: {w}")
