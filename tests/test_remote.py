@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 import uuid
+from contextlib import contextmanager
 
 import pytest
 
@@ -482,17 +483,7 @@ def test_push_follow_rides_out_a_server_that_goes_away_and_comes_back(tmp_path):
     each failing push is one line saying it tries again; once the server is back (same
     port, same data), everything appended meanwhile reaches the remote, and the follower
     never stopped. A server of its own, since this test stops it."""
-    server = Seaweed(str(tmp_path))
-    try:
-        server.start()
-    except RuntimeError as e:
-        pytest.skip(f"SeaweedFS (weed) cannot start here: {e}")
-    try:
-        env = server.env()
-        url = f"s3://{server.bucket('outage')}/t"
-        a = new_tape(tmp_path / "A")
-        run_cli("--dir", a, "remote", "add", "origin", url, check=True, env=env)
-        run_cli("--dir", a, "push", check=True, env=env)
+    with _pushed_to_own_server(tmp_path, "outage") as (server, env, url, a):
         b = tmp_path / "B"
         run_cli("clone", url, b, check=True, env=env)
         p = subprocess.Popen([sys.executable, "-m", "ctape", "--dir", str(a), "push", "--follow"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -517,15 +508,12 @@ def test_push_follow_rides_out_a_server_that_goes_away_and_comes_back(tmp_path):
         assert "Traceback" not in err
         lines = [x for x in err.splitlines() if x]
         assert lines and all(x.startswith("ctape: warning: ") and x.endswith("; trying again") for x in lines), lines
-    finally:
-        server.stop()
 
-def test_push_follow_stopped_while_its_pushes_fail_exits_1(tmp_path):
-    """Stopped (SIGTERM, SIGINT) while the server is down and an acknowledged append has
-    not gone up, `push --follow` exited 0, as after everything went up: a supervisor or a
-    CI step could not tell (found by an audit). It now exits 1 with one line that says
-    what to run, as a plain push at that moment does. (`CTAPE_SLOW=1`: both signals, and
-    the server back each time, where a plain push sends the rest.)"""
+
+@contextmanager
+def _pushed_to_own_server(tmp_path, bucket: str):
+    """(server, its env, a remote URL on it, a tape pushed there): a SeaweedFS of the test's
+    own, which it may stop and start; stopped at the end."""
     server = Seaweed(str(tmp_path))
     try:
         server.start()
@@ -533,10 +521,22 @@ def test_push_follow_stopped_while_its_pushes_fail_exits_1(tmp_path):
         pytest.skip(f"SeaweedFS (weed) cannot start here: {e}")
     try:
         env = server.env()
-        url = f"s3://{server.bucket('down')}/t"
+        url = f"s3://{server.bucket(bucket)}/t"
         a = new_tape(tmp_path / "A")
         run_cli("--dir", a, "remote", "add", "origin", url, check=True, env=env)
         run_cli("--dir", a, "push", check=True, env=env)
+        yield server, env, url, a
+    finally:
+        server.stop()
+
+
+def test_push_follow_stopped_while_its_pushes_fail_exits_1(tmp_path):
+    """Stopped (SIGTERM, SIGINT) while the server is down and an acknowledged append has
+    not gone up, `push --follow` exited 0, as after everything went up: a supervisor or a
+    CI step could not tell (found by an audit). It now exits 1 with one line that says
+    what to run, as a plain push at that moment does. (`CTAPE_SLOW=1`: both signals, and
+    the server back each time, where a plain push sends the rest.)"""
+    with _pushed_to_own_server(tmp_path, "down") as (server, env, url, a):
         for sig in (signal.SIGTERM, signal.SIGINT) if SLOW else (random.choice((signal.SIGTERM, signal.SIGINT)),):
             p = subprocess.Popen([sys.executable, "-m", "ctape", "--dir", str(a), "push", "--follow"], stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, env={**os.environ, **env, "CTAPE_REMOTE_TIMEOUT": "2"})
@@ -557,8 +557,6 @@ def test_push_follow_stopped_while_its_pushes_fail_exits_1(tmp_path):
                 b = tmp_path / f"B{int(sig)}"
                 run_cli("clone", url, b, check=True, env=env)
                 assert h in reached_by_refs(b)
-    finally:
-        server.stop()
 
 
 def test_a_pushed_segment_is_sealed_so_an_older_copy_coming_back_by_rsync_loses_nothing(tmp_path, remote_url):
