@@ -22,4 +22,6 @@ class Session(history.Session):
         from .ops.context import build_context
 
         self._not_removed()
-        return build_context(self, ref, list(policies), format, resume, max_tokens)
+        if not isinstance(policies, str) and hasattr(policies, "__iter__"):
+            policies = list(policies)  # (a str is one policy, and anything else is refused there)
+        return build_context(self, ref, policies, format, resume, max_tokens)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Optional
 
 from .errors import InvalidInput
+from .model.models import brief
 from .history import tape as history
 from .session import Session
 
@@ -52,7 +53,7 @@ class Tape(history.Tape):
         from .ops.compact import compact
 
         if progress is not None and not callable(progress):
-            raise InvalidInput(f"progress is a function that takes what compact did so far, not {progress!r:.40}")
+            raise InvalidInput(f"progress is a function that takes what compact did so far, not {brief(progress, 40)}")
         return compact(self, expire=expire, grace=grace, dry_run=dry_run, progress=progress)
 
     # -- finding and comparing (ctape/ops/search.py, diff.py, usage.py) ----------------------------

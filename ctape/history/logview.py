@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Optional
 
 from ..model.errors import CorruptObject, EntryNotFound, InvalidInput
-from ..model.models import HIDDEN, Entry, kind_value, time_seconds
+from ..model.models import brief, Entry, HIDDEN, kind_value, time_seconds
 from ..model.timespec import parse_when
 
 
@@ -70,7 +70,7 @@ class Filter:
             raise InvalidInput("--grep needs some text")
         kinds = [kinds] if isinstance(kinds, str) else kinds  # one kind, not its letters
         if grep is not None and not isinstance(grep, str):
-            raise InvalidInput(f"grep is a string to look for, not {grep!r:.40}")
+            raise InvalidInput(f"grep is a string to look for, not {brief(grep, 40)}")
         after, before = time_window(since, until)
         return cls({kind_value(k) for k in kinds}, grep.casefold() if grep else None, after, before, hidden)
 

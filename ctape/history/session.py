@@ -18,7 +18,7 @@ from ..model import refs as refmod
 from ..store.index import hash_key
 from ..model.canonical import check_keys, entry_body, normal_time, object_hash
 from ..model.errors import BranchCheckedOut, CorruptObject, CtapeError, EntryNotFound, InvalidInput, RefNotFound
-from ..model.models import Entry, check_name, check_payload, now_rfc3339
+from ..model.models import brief, check_name, check_payload, Entry, now_rfc3339
 from ..model.refs import HEAD, RefState
 from ..store.files import TYPE_BLOB, TYPE_ENTRY
 from ..store.segment import SegmentWriter
@@ -497,7 +497,7 @@ class Session:
         """Attach HEAD to a branch, or detach it at an entry; `new_branch` forks a branch there
         (at HEAD when `ref` is None)."""
         if ref is not None and not isinstance(ref, str):
-            raise InvalidInput(f"a REF is a string (a hash, a branch, SESSION/BRANCH, HEAD~2...), not {ref!r:.40}")
+            raise InvalidInput(f"a REF is a string (a hash, a branch, SESSION/BRANCH, HEAD~2...), not {brief(ref, 40)}")
         if new_branch is not None:
             check_name(new_branch, "branch name")
         elif ref is None:
@@ -605,7 +605,7 @@ class Session:
         """Store an entry after `parent` without moving any ref (importers; pair with set_refs)."""
         kind, meta = _checked(kind, payload, meta)
         if parent is not None and (type(parent) is not str or not HASH_RE.fullmatch(parent)):
-            raise InvalidInput(f"parent is a full entry hash (64 hex) or None, not {parent!r:.70}")
+            raise InvalidInput(f"parent is a full entry hash (64 hex) or None, not {brief(parent, 70)}")
         with self.store.writing(self.name) as w:
             e = self._put_entry(w, kind, payload, meta, delta, time, parent)
             self._track_derived(w, e, remember=True)
@@ -631,7 +631,7 @@ class Session:
                 check_name(value[1:], "branch name")
                 continue
             if not (isinstance(value, str) and HASH_RE.fullmatch(value) and self._is_entry(value)):
-                raise InvalidInput(f"{ref}: {value!r} is not an entry of this tape; give a full entry hash" + (" or @BRANCH" if ref == HEAD else ""))
+                raise InvalidInput(f"{ref}: {brief(value, 80)} is not an entry of this tape; give a full entry hash" + (" or @BRANCH" if ref == HEAD else ""))
 
     def _is_entry(self, h: str) -> bool:
         try:
@@ -657,11 +657,11 @@ class Session:
         """Entries newest first from REF (default HEAD), following parents. `all`: from every
         branch and HEAD; `grep`, `since`, `until`, `hidden=False`: as `ctape log` (logview.py)."""
         if limit is not None and (type(limit) is not int or limit < 0):
-            raise InvalidInput(f"limit is a number of entries (0 or more), not {limit!r}")
+            raise InvalidInput(f"limit is a number of entries (0 or more), not {brief(limit)}")
         self._not_removed()
         kinds = [kinds] if isinstance(kinds, str) else kinds  # one kind, not its letters
         if isinstance(kinds, (bytes, dict)) or not hasattr(kinds, "__iter__"):
-            raise InvalidInput(f"kinds is a kind or a list of kinds (user, assistant, ...), not {kinds!r:.40}")
+            raise InvalidInput(f"kinds is a kind or a list of kinds (user, assistant, ...), not {brief(kinds, 40)}")
         if all or grep is not None or since is not None or until is not None or not hidden:
             from .logview import Filter, walk
 
@@ -820,7 +820,7 @@ RECORD_FIELDS = frozenset({"s", "w", "n", "lc", "t", "op", "set", "old", "seen",
 def _check_record_args(op: Any, changes: Any, extra: dict) -> None:
     """What set_refs (and append's op / record_extra) are given, before anything is written."""
     if type(op) is not str or not op:
-        raise InvalidInput(f"a ref record's op must be a non-empty string (e.g. \"import\"), not {op!r:.40}")
+        raise InvalidInput(f"a ref record's op must be a non-empty string (e.g. \"import\"), not {brief(op, 40)}")
     if not isinstance(changes, dict) or not all(type(k) is str for k in changes):
         raise InvalidInput("changes must be a dict from ref names (a branch, HEAD, tag:NAME) to an entry hash, \"@BRANCH\" or None")
     taken = sorted(extra.keys() & RECORD_FIELDS)

@@ -15,7 +15,7 @@ import os
 from typing import TYPE_CHECKING, Any, Optional
 
 from ..model.errors import CorruptObject, EntryNotFound, InvalidInput, NoDefaultSession, RefNotFound, SessionNotFound
-from ..model.models import NAME_RE, Entry, check_name
+from ..model.models import brief, check_name, Entry, NAME_RE
 from ..model.refs import HEAD, TAG, RefState
 from . import derived
 from .stream import _open_streams
@@ -130,7 +130,7 @@ def copy(tape: "Tape", src: str, new: str) -> dict:
     name entries on the history it copies (as git fetches the tags of a branch)."""
     check_name(new, "session name")
     if not isinstance(src, str) or not src:
-        raise InvalidInput(f"copy what? give a session, SESSION/BRANCH or a REF, not {src!r:.40}")
+        raise InvalidInput(f"copy what? give a session, SESSION/BRANCH or a REF, not {brief(src, 40)}")
     if tape._session_exists(new):
         raise InvalidInput(f"session {new!r} already exists; pick another name or remove it first (`ctape session rm {new}`)")
     changes: dict[str, Optional[str]]

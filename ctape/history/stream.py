@@ -25,7 +25,7 @@ import threading
 from typing import TYPE_CHECKING, Optional
 
 from ..model.errors import InvalidInput
-from ..model.models import Entry, now_rfc3339
+from ..model.models import brief, Entry, now_rfc3339
 
 
 if TYPE_CHECKING:
@@ -147,7 +147,7 @@ class StreamWriter:
         self.bytes = 0  # the text so far as a record holds it (UTF-8 JSON, escapes included)
         if isinstance(flush_interval, bool) or not isinstance(flush_interval, (int, float)) or not 0 < flush_interval < 86400:
             # 0, negatives and NaN made the flush thread spin a core; a string or None killed it
-            raise InvalidInput(f"flush_interval must be a number of seconds above 0 (e.g. 0.5), not {flush_interval!r:.40}")
+            raise InvalidInput(f"flush_interval must be a number of seconds above 0 (e.g. 0.5), not {brief(flush_interval, 40)}")
         self.interval = flush_interval
         self.id = secrets.token_hex(8)
         self.base: Optional[str] = None
@@ -180,6 +180,8 @@ class StreamWriter:
     def write(self, chunk: str) -> None:
         if not isinstance(chunk, str):
             raise NotText(f"stream chunks are str, not {type(chunk).__name__}; decode bytes first")
+        if self._stop.is_set():  # its entry is written: text taken now went nowhere, silently (found by an audit)
+            raise InvalidInput("this stream has ended (its entry is written); start another with s.stream()")
         with self._lock:
             chunk = self._whole_characters(chunk)
             n = _stored_size(chunk)

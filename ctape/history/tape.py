@@ -15,7 +15,7 @@ from . import derived, tags
 from .turns import take_turns, takes_own_turn
 from ..model.canonical import BLOB_MIN, internalize, is_hash
 from ..model.errors import AmbiguousRef, CorruptObject, EntryNotFound, InvalidInput, RefNotFound, UnsafePath
-from ..model.models import NAME_RE, Entry, check_name, kind_value
+from ..model.models import brief, check_name, Entry, kind_value, NAME_RE
 from ..model import refs as refmod
 from ..model.refs import HEAD
 from ..model.refspec import SessionOfRef, parse_ref
@@ -153,7 +153,7 @@ class Tape:
             if type(h) is str and len(h) == 64 and not h.strip("0123456789abcdefABCDEF"):
                 h = h.lower()
             else:  # (a bare ValueError or TypeError from deep inside, before)
-                raise InvalidInput(f"read_entry takes an entry's full hash (64 hex digits), not {h!r:.80}; "
+                raise InvalidInput(f"read_entry takes an entry's full hash (64 hex digits), not {brief(h, 80)}; "
                                    "resolve a ref or a prefix with tape.resolve(ref, session) first")
         with self.store._lock:
             return self._read_entry(h)
@@ -462,8 +462,8 @@ def _folder(path: Any) -> str:
     if isinstance(path, bytes):
         path = os.fsdecode(path)
     if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
-        raise InvalidInput(f"a tape is opened by the path of its folder (a str or os.PathLike), not {path!r}")
+        raise InvalidInput(f"a tape is opened by the path of its folder (a str or os.PathLike), not {brief(path, 80)}")
     path = os.fspath(path)
     if "\0" in str(path):
-        raise InvalidInput(f"a path holds no NUL character: {path!r:.80}")
+        raise InvalidInput(f"a path holds no NUL character: {brief(path, 80)}")
     return path

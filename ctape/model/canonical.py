@@ -412,7 +412,9 @@ def check_keys(values: Any) -> None:
     """InvalidInput when an object in `values` has a key that is not a string (_scan)."""
     key = _odd_key(values)
     if key is not _NONE:
-        raise InvalidInput(f"the keys of a JSON object are strings, not {type(key).__name__} ({key!r:.40}); convert them (str(key)) first")
+        from .models import brief  # (models imports this module)
+
+        raise InvalidInput(f"the keys of a JSON object are strings, not {type(key).__name__} ({brief(key, 40)}); convert them (str(key)) first")
 
 
 def _encoded_plain(body: dict, seen: int) -> Optional[bytes]:

@@ -37,7 +37,7 @@ def kind_value(kind: Any) -> str:
     if v is None and isinstance(kind, str):
         v = KINDS.get(str(kind.value) if isinstance(kind, EntryKind) else kind)
     if v is None:
-        raise InvalidInput(f"unknown kind {kind!r:.60}; use one of: {', '.join(k.value for k in EntryKind)}")
+        raise InvalidInput(f"unknown kind {brief(kind, 60)}; use one of: {', '.join(k.value for k in EntryKind)}")
     return v
 
 
@@ -113,13 +113,28 @@ RESERVED_BRANCHES = ("HEAD",)
 _FULL_HASH = re.compile(r"[0-9a-f]{64}")
 
 
+def brief(value: Any, most: int = 40) -> str:
+    """A value as an error message quotes it: its repr, at most about `most` characters,
+    whatever it is. A 3 MB name was quoted whole, and an int of more than 4,300 digits has
+    no text form at all, so quoting one raised ValueError instead of the error meant
+    (found by an audit)."""
+    if isinstance(value, (str, bytes, bytearray)):
+        text = repr(value[: most + 1])
+    else:
+        try:
+            text = repr(value)
+        except (ValueError, RecursionError, MemoryError):
+            kind = type(value).__name__
+            return f"{'an' if kind[:1] in 'aeiou' else 'a'} {kind} too large to show"
+    return text if len(text) <= most else text[: max(1, most - 3)] + "..."
+
+
 def check_name(name: str, what: str = "name") -> str:
     """Validate a session or branch name before it is used anywhere, paths included.
     A "branch name" must also not read as something else in a REF (check_branch_name)."""
     if not isinstance(name, str) or not NAME_RE.fullmatch(name) or name.endswith(".lock"):
-        shown = repr(name) if not isinstance(name, str) or len(name) <= 40 else repr(name[:40]) + "..."
         raise InvalidName(
-            f"invalid {what} {shown}: use 1-128 of A-Z a-z 0-9 . _ -, starting with a letter or digit, not ending in .lock"
+            f"invalid {what} {brief(name, 44)}: use 1-128 of A-Z a-z 0-9 . _ -, starting with a letter or digit, not ending in .lock"
         )
     if what == "branch name":
         if name in RESERVED_BRANCHES:
@@ -164,8 +179,7 @@ def parse_time(text: str) -> str:
     try:
         dt = datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith(("Z", "z")) else text)
     except (ValueError, AttributeError, TypeError):
-        shown = text[:60] if isinstance(text, str) else text
-        raise InvalidInput(f"invalid time {shown!r}; use RFC 3339, e.g. 2026-01-02T03:04:05Z") from None
+        raise InvalidInput(f"invalid time {brief(text, 64)}; use RFC 3339, e.g. 2026-01-02T03:04:05Z") from None
     try:
         return format_time(dt)
     except OverflowError:

@@ -39,7 +39,9 @@ class RefSpec:
 
 
 def parse_ref(text: str) -> RefSpec:
-    if not isinstance(text, str) or not text:
+    if not isinstance(text, str):  # (it said "empty ref" for 5 or b"c": found by an audit)
+        raise InvalidInput(f"a REF is a string (a hash, SESSION, SESSION/BRANCH or a hex prefix), not {shown(text)}")
+    if not text:
         raise InvalidInput("empty ref; give a hash, SESSION, SESSION/BRANCH or a hex prefix")
     # find where the suffixes start: the first ~ or ^, or @{ ... }
     m = re.search(r"[~^]|@\{", text)

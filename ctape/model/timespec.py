@@ -71,5 +71,6 @@ def parse_when(text, what: str = "--since") -> str:
 def shown(text, most: int = 40) -> str:
     """The value as an error message quotes it: one short line (a ref, a time, a duration),
     at most `most` characters."""
-    s = repr(text)
-    return s if len(s) <= most else s[: most - 4] + "...'"
+    from .models import brief
+
+    return brief(text, most)

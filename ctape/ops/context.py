@@ -38,7 +38,7 @@ from blake3 import blake3
 
 from ..model.errors import InvalidInput
 from ..history import derived as derived_mod
-from ..model.models import HIDDEN, Entry
+from ..model.models import brief, Entry, HIDDEN
 
 if TYPE_CHECKING:
     from ..history.session import Session
@@ -74,15 +74,19 @@ def build_context(session: Optional["Session"], ref: Optional[str], policies: li
     """The prompt for the path root -> REF (default: the session's HEAD).
 
     Without a session, REF must name an entry on its own (a hash or prefix)."""
+    if isinstance(policies, str):
+        policies = [policies]  # one policy, as `log(kinds=...)` takes one kind
+    elif not isinstance(policies, (list, tuple)):
+        raise InvalidInput(f"policies is a policy or a list of them ({', '.join(POLICIES)}), not {brief(policies)}")
     for p in policies:
         if p not in POLICIES:
-            raise InvalidInput(f"unknown policy {p!r}; use {', '.join(POLICIES)}")
+            raise InvalidInput(f"unknown policy {brief(p)}; use {', '.join(POLICIES)}")
     if fmt not in FORMATS:
-        raise InvalidInput(f"unknown format {fmt!r}; use {', '.join(FORMATS)}")
+        raise InvalidInput(f"unknown format {brief(fmt)}; use {', '.join(FORMATS)}")
     if resume not in ("prefix", "drop"):
         raise InvalidInput("--resume takes prefix or drop")
     if max_tokens is not None and (type(max_tokens) is not int or max_tokens < 1):
-        raise InvalidInput(f"max_tokens is a number of tokens (1 or more), not {max_tokens!r}")
+        raise InvalidInput(f"max_tokens is a number of tokens (1 or more), not {brief(max_tokens)}")
     tape = session.tape if session is not None else tape
     if ref is None and session is None:
         raise InvalidInput("context needs a REF or a session")

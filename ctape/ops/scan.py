@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Optional
 from blake3 import blake3
 
 from ..model import redaction
+from ..model.models import brief
 from ..model.errors import CorruptObject, EntryNotFound, InvalidInput, StorageError
 from ..model.schema import decode_entry
 from ..store.files import CODEC_RAW, TYPE_ENTRY
@@ -693,7 +694,7 @@ def check_regex(regex: str) -> re.Pattern:
 def check_kind(kind: str) -> str:
     """A finding's or a redaction's kind, as its marker shows it (`[redacted: KIND]`)."""
     if not isinstance(kind, str) or not re.fullmatch(r"[a-z0-9][a-z0-9_-]{0,39}", kind):
-        raise InvalidInput(f"bad kind {kind!r:.50}: 1-40 of a-z, 0-9, _ and -, such as manual or api-key")
+        raise InvalidInput(f"bad kind {brief(kind, 50)}: 1-40 of a-z, 0-9, _ and -, such as manual or api-key")
     return kind
 
 

@@ -59,7 +59,7 @@ from .searchtext import (  # noqa: F401 (parse_query, fts_expression: API)
     snippet,
     text_key,
 )
-from ..model.models import HIDDEN, EntryKind, check_name, format_time, kind_value
+from ..model.models import brief, check_name, EntryKind, format_time, HIDDEN, kind_value
 from ..model.timespec import parse_when
 
 SCHEMA_VERSION = 4  # a bump also names a new file (search_file): versions never share one
@@ -661,7 +661,9 @@ def search(tape, query: str, session: Optional[str] = None, kinds: Iterable[str]
     if session is not None:
         check_name(session, "session name")  # (a session with no entries has no hits: [])
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
-        raise InvalidInput(f"limit is a number of hits (0 or more) or None, not {limit!r:.40}")
+        raise InvalidInput(f"limit is a number of hits (0 or more) or None, not {brief(limit, 40)}")
+    if kinds is None or not isinstance(kinds, (str, list, tuple, set, frozenset)):
+        raise InvalidInput(f"kinds is a kind or a list of kinds (user, assistant, ...), not {brief(kinds)}")
     kinds = [kinds] if isinstance(kinds, str) else list(kinds)
     # the times as `log` and the command line read them (RFC 3339, or 2h / 3d back from now):
     # one that does not parse was taken for 1970

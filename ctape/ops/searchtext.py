@@ -42,6 +42,10 @@ def parse_terms(text: str) -> list[Term]:
     """Words and "quoted phrases" of a query, in order."""
     if not isinstance(text, str):
         raise InvalidInput("the search query must be text")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: no text can hold it, and SQLite's encoder raised
+        raise InvalidInput("the search query is not valid Unicode (a lone surrogate); send UTF-8 text") from None
     text = re.sub(r"[\x00-\x1f\x7f]", " ", text)  # control characters part terms (a NUL ended SQLite's string: an error)
     terms = []
     for m in re.finditer(r'"([^"]*)"?|([^\s"]+)', text):

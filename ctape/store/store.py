@@ -66,7 +66,7 @@ from .files import (  # noqa: F401 - TYPE_*, CODEC_*, open_for_reading and zstd 
     zstd,
 )
 from .index import Index, IndexBatch, IndexDegraded, default_cache_root, hash_key, index_file
-from ..model.models import NAME_RE
+from ..model.models import brief, NAME_RE
 from ..model.schema import header_gaps, header_problem, object_record_problem, read_partial_record, read_ref_record
 from .segment import RACY_NS, SegmentWriter, forget_holders
 
@@ -216,7 +216,8 @@ def cache_folder_of(root: str, tape_id: str, base: Optional[str] = None) -> str:
     """The folder of a tape's index cache and local settings: named by the tape's id, its
     real path and its folder's inode, so an rsync'd copy (a new folder) never shares it."""
     st = os.stat(root)
-    key = blake3(f"{tape_id}|{os.path.realpath(root)}|{st.st_dev}|{st.st_ino}".encode()).hexdigest()[:20]
+    # (a path's undecodable bytes are surrogates in Python: encoded back as they were)
+    key = blake3(f"{tape_id}|{os.path.realpath(root)}|{st.st_dev}|{st.st_ino}".encode("utf-8", "surrogateescape")).hexdigest()[:20]
     return os.path.join(base or default_cache_root(), key)
 
 
@@ -229,7 +230,7 @@ class Store:
         if os.path.lexists(self.root) and not os.path.isdir(self.root):
             raise NotATape(f"{self.root} is a file, not a tape directory; pass the tape's folder")
         if not os.path.isdir(self.root):
-            raise NotATape(f"no tape directory at {self.root}; create one with `ctape init`")
+            raise NotATape(f"no tape directory at {self.root if len(self.root) <= 4096 else brief(self.root, 200)}; create one with `ctape init`")
         if not _cloning:  # (only the clone that makes it opens it meanwhile)
             _refuse_unfinished_clone(self.root)
         check_not_symlink(meta_path)
@@ -261,7 +262,7 @@ class Store:
             check_not_symlink(os.path.join(self.root, sub))
         self.max_object = _max_object(max_object)
         if cache_dir is not None and (not isinstance(cache_dir, (str, os.PathLike)) or "\0" in str(os.fspath(cache_dir))):
-            raise InvalidInput(f"cache_dir is the path of a folder (a str or os.PathLike), not {cache_dir!r:.80}")
+            raise InvalidInput(f"cache_dir is the path of a folder (a str or os.PathLike), not {brief(cache_dir, 80)}")
         self.writer = self._writer_id()
         self.index = Index(self._index_path(cache_dir))
         refused = self.index.refused_at_limit()
@@ -348,7 +349,7 @@ class Store:
             except OSError:
                 continue
         ident = f"{self.tape_id}|{machine}|{socket.gethostname()}|{os.path.realpath(self.root)}|{st.st_dev}|{st.st_ino}"
-        return blake3(ident.encode()).hexdigest()[:12]
+        return blake3(ident.encode("utf-8", "surrogateescape")).hexdigest()[:12]
 
     def _index_path(self, cache_dir: Optional[str]) -> Optional[str]:
         base = cache_dir or default_cache_root()
