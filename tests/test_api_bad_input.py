@@ -91,3 +91,15 @@ def test_text_written_after_a_stream_ended_is_refused(s):
     with pytest.raises(CtapeError, match="this stream has ended"):
         w.write(" late")
     assert s.head.payload["content"] == "answer"
+
+
+def test_no_tape_at_the_root_of_the_file_system():
+    """`Tape.init("/")` as root made / a tape: every path of the machine was then inside a
+    tape, and every other init refused (found by an audit). The check is tested on its own:
+    the code before would have written into / itself."""
+    from ctape.errors import InvalidInput
+    from ctape.store.store import refuse_inside_tape
+
+    for root in ("/", "//", "/."):
+        with pytest.raises(InvalidInput, match="root of the file system"):
+            refuse_inside_tape(root)

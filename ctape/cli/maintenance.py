@@ -16,7 +16,7 @@ from .base import EXIT_FAIL, CtapeGroup, Duration, _is_tape, emit_json, json_opt
 def init(ctx, path):
     """Create a tape directory (PATH, else --dir, else ./.ctape).
 
-    A tape is never made inside another one. Without PATH, --dir or $CTAPE_DIR,
+    A tape is never made inside another one, nor at /. Without PATH, --dir or $CTAPE_DIR,
     init also refuses where commands already find a tape upwards (they would
     use the new one instead): give the path to make one there anyway.
 

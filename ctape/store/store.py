@@ -132,6 +132,11 @@ def refuse_inside_tape(root: str, what: str = "init") -> None:
     """A tape is never made inside another one (`init`, `clone`, `demo`, Tape.init): the
     outer tape holds only its own files, would take the inner one's folder for a session
     (or warn of foreign files in it), and write its appends into the inner tape's root."""
+    top = os.path.abspath(root)
+    if os.path.dirname(top) == top:
+        # every path of the machine would then be inside it, and no tape could be made
+        # anywhere else (an audit's `Tape.init("/")`, as root, did that)
+        raise InvalidInput(f"cannot {what} {top}: a tape at the root of the file system holds every other path; give a folder of its own")
     up = tape_around(root)
     if up is not None:
         raise InvalidInput(f"cannot {what} {os.path.abspath(root)}: it is inside the tape {up}, which holds only ctape's own files; "
