@@ -521,9 +521,9 @@ class Site:
         if st["conflicts"]:
             flags.append(f'<span class="badge warn">conflict branches: {esc(_listed(st["conflicts"]))}</span>')
         others, more = some([b["name"] for b in branches if b["name"] != current], COMPARE_SHOWN)
-        compare = "".join(
+        compare = " ".join(  # (spaces: a long line of links wraps)
             f'<a href="/diff?{esc(urlencode({"s": name, "a": current or st["head"] or "", "b": b}))}">{esc(b)}</a>' for b in others
-        ) + (f'<span class="muted">and {more:,} more (the diff form takes any)</span>' if more else "")
+        ) + (f' <span class="muted">and {more:,} more (the diff form takes any)</span>' if more else "")
         viewing = f'<p class="viewing">viewing the path to <a class="hash" href="{esc(e_url(tip, name))}">{esc(tip[:10])}</a> · <a href="{esc(s_url(name))}">follow HEAD</a></p>' if at and tip else ""
         header = (
             f'<h1>{esc(name)}</h1><p class="facts">{" · ".join(facts)}</p>'
