@@ -14,7 +14,6 @@ if TYPE_CHECKING:
     from .session import Session
 
 
-
 def error_text(message) -> str:
     """An error's message as one text to show: a tool result's output may be a list of
     parts (Claude Code's `tool_result` with `is_error`), whose texts are joined; its Python
@@ -25,6 +24,7 @@ def error_text(message) -> str:
         texts = [p.get("text") if isinstance(p, dict) else p for p in message]
         return " ".join(t for t in texts if isinstance(t, str))
     return "" if message is None else json.dumps(message, ensure_ascii=False, default=str)
+
 
 def status(session: "Session") -> dict:
     tape = session.tape

@@ -94,10 +94,7 @@ def redact_findings(tape: "Tape", findings: Iterable[Finding]) -> list[dict]:
 def redact_scan(tape: "Tape", sessions: Optional[list[str]] = None, streams: Optional[list] = None) -> list[dict]:
     """Redact every finding of `scan`; the finds in interrupted streams, which are not
     entries yet (`recover` makes them one), are added to `streams` when it is given."""
-    found = scan(tape, sessions)
-    if streams is not None:
-        streams += found["streams"]
-    return redact_findings(tape, found["findings"])
+    return _redact_found(tape, scan(tape, sessions), streams)
 
 
 def redact_pattern(tape: "Tape", regex: str, sessions: Optional[list[str]] = None, kind: str = "pattern",
@@ -105,7 +102,11 @@ def redact_pattern(tape: "Tape", regex: str, sessions: Optional[list[str]] = Non
     check_regex(regex)
     check_kind(kind)
     det = Detectors([{"kind": kind, "regex": regex}], entropy=False, builtin=False)
-    found = scan(tape, sessions, detectors=det, include_allowed=True)
+    return _redact_found(tape, scan(tape, sessions, detectors=det, include_allowed=True), streams)
+
+
+def _redact_found(tape: "Tape", found: dict, streams: Optional[list]) -> list[dict]:
+    """Redact a scan's findings; its finds in interrupted streams go to `streams`."""
     if streams is not None:
         streams += found["streams"]
     return redact_findings(tape, found["findings"])

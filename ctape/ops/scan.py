@@ -631,42 +631,14 @@ def load_settings(tape: "Tape") -> dict:
 def _adopt_settings(tape: "Tape", path: str) -> None:
     """A tape moved (or copied: `cp -a`, a restore) gets a new cache folder, and its scan
     settings stayed in the old one: `scan` found nothing of the user's patterns and `push`
-    uploaded what they had stopped, silently (found by an audit). The settings of another
-    cache folder of the same tape (its `tape.json` names the tape's id; the newest, when
-    several) are taken over, and stderr says from where."""
-    from ..store.localstate import MARKER, _write
+    uploaded what they had stopped, silently (found by an audit). They are taken over
+    (localstate.adopt), and stderr says from where."""
+    from ..store.localstate import adopt
 
-    folder = os.path.dirname(path)
-    root = os.path.dirname(folder)
-    best = None
-    try:
-        names = os.listdir(root)
-    except OSError:
-        return
-    for name in names:
-        other = os.path.join(root, name)
-        if other == folder:
-            continue
-        try:
-            with open(os.path.join(other, MARKER), "rb") as f:
-                marker = json.loads(f.read(1 << 16))
-            if not isinstance(marker, dict) or marker.get("tape_id") != tape.store.tape_id:
-                continue
-            with open(os.path.join(other, SETTINGS), "rb") as f:
-                text = f.read(1 << 24)
-            when = os.stat(os.path.join(other, SETTINGS)).st_mtime
-        except (OSError, ValueError):
-            continue
-        if best is None or when > best[0]:
-            best = (when, text, marker.get("tape"))
-    if best is None:
-        return
-    try:
-        _write(path, best[1].decode("utf-8", "replace"))
-    except OSError:
-        return
-    sys.stderr.write(f"ctape: note: this tape's scan patterns and allowed findings were taken from its cache folder for {best[2]} "
-                     f"(the tape was moved or copied); they are kept in {path}\n")
+    came_from = adopt(tape.store, SETTINGS)
+    if came_from is not None:
+        sys.stderr.write(f"ctape: note: this tape's scan patterns and allowed findings were taken from its cache folder for {came_from} "
+                         f"(the tape was moved or copied); they are kept in {path}\n")
 
 
 def save_settings(tape: "Tape", data: dict) -> None:

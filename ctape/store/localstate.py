@@ -88,6 +88,45 @@ def editing(folder: Optional[str], name: str, busy: Optional[Callable[[], None]]
         os.close(fd)
 
 
+def adopt(store, name: str) -> Optional[str]:
+    """Copy `name` from another cache folder of the same tape (its marker names the tape's
+    id; the newest such file) into this one, when this one has none: a tape moved or copied
+    on this machine gets a new folder, and its settings stayed in the old one. Returns the
+    tape path the other folder was for, or None when nothing was copied."""
+    folder = cache_folder(store)
+    if folder is None or os.path.exists(os.path.join(folder, name)):
+        return None
+    root = os.path.dirname(folder)
+    best = None
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return None
+    for key in names:
+        other = os.path.join(root, key)
+        if other == folder or not _KEY.fullmatch(key):
+            continue
+        try:
+            with open(os.path.join(other, MARKER), "rb") as f:
+                marker = json.loads(f.read(1 << 16))
+            if not isinstance(marker, dict) or marker.get("tape_id") != store.tape_id:
+                continue
+            with open(os.path.join(other, name), "rb") as f:
+                text = f.read(1 << 24)
+            when = os.stat(os.path.join(other, name)).st_mtime
+        except (OSError, ValueError):
+            continue
+        if best is None or when > best[0]:
+            best = (when, text, marker.get("tape"))
+    if best is None:
+        return None
+    try:
+        _write(os.path.join(folder, name), best[1].decode("utf-8", "replace"))
+    except OSError:
+        return None
+    return str(best[2])
+
+
 def mark(store) -> None:
     """Name the tape in its cache folder (once), so that `cache gc` can tell when it is gone."""
     d = cache_folder(store)

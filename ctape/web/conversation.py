@@ -198,6 +198,12 @@ def some(names: list, limit: int = NAMES_SHOWN) -> tuple[list, int]:
     return names[:limit], max(0, len(names) - limit)
 
 
+def listed(names: list, limit: int = NAMES_SHOWN) -> str:
+    """Names joined by commas, at most `limit` of them, then how many more."""
+    shown, more = some(names, limit)
+    return ", ".join(shown) + (f" and {more:,} more" if more else "")
+
+
 class Renderer:
     """Renders entries of one session; `link(hash)` is an entry's page, `text_url(hash,
     part)` the whole text of a clipped block (see part_of), `image_url(hash, part)` an

@@ -28,7 +28,7 @@ from ..errors import CorruptObject, CtapeError, EntryNotFound, InvalidInput, Ref
 from ..history.recovery import error_text
 from ..model.models import Entry
 from . import queries
-from .conversation import MESSAGE_CHARS, MESSAGE_LINES, Renderer, _short, clipped, image_bytes, part_of, some
+from .conversation import MESSAGE_CHARS, MESSAGE_LINES, Renderer, _short, clipped, image_bytes, listed, part_of, some
 from .markdown import esc
 from .tree import TAG, Graph, svg
 
@@ -513,13 +513,13 @@ class Site:
                          "run <code>ctape fsck --salvage</code> to keep it and write again</span>")
         if st["pending_tool_calls"]:
             flags.append(f'<span class="badge warn">{len(st["pending_tool_calls"])} pending tool call(s): '
-                         f'{esc(_listed([_short(c["name"]) for c in st["pending_tool_calls"]]))}</span>')
+                         f'{esc(listed([_short(c["name"]) for c in st["pending_tool_calls"]]))}</span>')
         if st["interrupted_stream"]:
             flags.append('<span class="badge warn">interrupted stream</span>')
         if st["last_error"]:
             flags.append(f'<a class="badge err" href="{esc(e_url(st["last_error"]["hash"], name))}">last error: {esc(error_text(st["last_error"]["message"])[:80])}</a>')
         if st["conflicts"]:
-            flags.append(f'<span class="badge warn">conflict branches: {esc(_listed(st["conflicts"]))}</span>')
+            flags.append(f'<span class="badge warn">conflict branches: {esc(listed(st["conflicts"]))}</span>')
         others, more = some([b["name"] for b in branches if b["name"] != current], COMPARE_SHOWN)
         compare = " ".join(  # (spaces: a long line of links wraps)
             f'<a href="/diff?{esc(urlencode({"s": name, "a": current or st["head"] or "", "b": b}))}">{esc(b)}</a>' for b in others
@@ -670,12 +670,6 @@ class Site:
             f"<h2>Usage</h2>{_usage_table(self.usage(wait=True), self._usage_failed)}"
         )
         return self.layout("stats", main)
-
-
-def _listed(names: list[str]) -> str:
-    """Names joined by commas, at most NAMES_SHOWN of them, then how many more."""
-    shown, more = some(names)
-    return ", ".join(shown) + (f" and {more:,} more" if more else "")
 
 
 def _tag_links(session: str, tags: list[tuple[str, str]], limit: int = 50) -> str:

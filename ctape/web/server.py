@@ -232,22 +232,18 @@ class Handler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         params = {k: v[-1] for k, v in parse_qs(url.query).items()}
         path = unquote(url.path)
-        if path.startswith("/static/") or path == "/favicon.ico":  # no Tape: never waits for a turn
-            try:
-                page = self.route(path, params)
-            except CtapeError as e:
-                page = Page(f"not found: {e}\n", 404, "text/plain; charset=utf-8")
-            try:
-                self._send(page, head=head)
-            except (BrokenPipeError, ConnectionResetError):
-                pass
-            return
         try:
-            with self.site.reading():  # a Tape of this request's own: requests run in parallel
+            if path.startswith("/static/") or path == "/favicon.ico":  # no Tape: never waits for a turn
                 try:
                     page = self.route(path, params)
-                except CtapeError as e:  # the one place errors become statuses
-                    page = self.site.trouble(path, params, e, status_of(e))
+                except CtapeError as e:
+                    page = Page(f"not found: {e}\n", 404, "text/plain; charset=utf-8")
+            else:
+                with self.site.reading():  # a Tape of this request's own: requests run in parallel
+                    try:
+                        page = self.route(path, params)
+                    except CtapeError as e:  # the one place errors become statuses
+                        page = self.site.trouble(path, params, e, status_of(e))
         except CtapeError as e:  # the Tape of this request could not be opened
             page = self.site.layout("cannot show this", f"<h1>Cannot show this</h1><p>{esc(e)}</p>")
             page.status = 409

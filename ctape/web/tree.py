@@ -29,6 +29,7 @@ from ..model.models import HIDDEN
 from ..model.schema import decode_entry
 from ..store.files import TYPE_ENTRY
 from ..store.store import TYPE_WITHHELD
+from .conversation import listed
 from .markdown import esc
 
 WALK_LIMIT = 200_000  # entries remembered per session
@@ -325,8 +326,7 @@ def _svg(g: Graph, session: str, viewing: Optional[str], link) -> str:
         cls = " ".join(["node", *d.classes, *(["on"] if d.h in on_path else []), *(["viewing"] if d.h == viewing else [])])
         label = labels[i]
         # at most LABELS_LISTED of each (10,000 branches on one entry made this node 3 MB)
-        title = f"{d.h[:12]} · seq {d.seq}" + (f" · {', '.join(d.labels[:LABELS_LISTED])}" if d.labels else "") + (
-            f" and {len(d.labels) - LABELS_LISTED:,} more" if len(d.labels) > LABELS_LISTED else "")
+        title = f"{d.h[:12]} · seq {d.seq}" + (f" · {listed(d.labels, LABELS_LISTED)}" if d.labels else "")
         branches = [lab for lab in d.labels if not lab.startswith(TAG)][:LABELS_LISTED]
         tags = [lab[len(TAG):] for lab in d.labels if lab.startswith(TAG)][:LABELS_LISTED]
         parts.append(
