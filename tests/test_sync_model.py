@@ -1556,3 +1556,12 @@ def test_delete_seed_20064_keeps_a_writers_records_lost_to_an_rsync_delete(tmp_p
     `rsync --delete`, wrote again, and when another copy brought them back its new record
     replaced them on every copy (tests/test_cut_off.py has it made exact)."""
     _run_many(tmp_path, [20064], cli=None, sync=copy_like_rsync, world=DeleteWorld)
+
+
+def test_delete_seed_28004_salvage_settles_a_removed_session(tmp_path):
+    """Found by the long DeleteWorld run: `session rm` on one copy, `rsync --delete` onto
+    the other, then `fsck --salvage` there. Salvage read the session's ref log with
+    `Session.reflog()` to tell what the loss cut off from what was left on purpose, and
+    that refuses a removed session (SessionNotFound). It replays the records itself now:
+    the removal's record is what says the session's tips were left."""
+    _run_many(tmp_path, [28004], cli=None, sync=rsync if 28004 % 4 == 1 else copy_like_rsync, world=DeleteWorld)

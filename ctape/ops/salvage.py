@@ -118,7 +118,9 @@ def _settle_refs(tape: "Tape", session: str, kept: dict) -> dict:
         while h and h not in reached and tape.has_entry(h):
             reached.add(h)
             h = tape.read_entry(h).parent
-    moves = [(line["old"], line["new"]) for line in s.reflog()]  # each record's move, from the value before it
+    # each record's move, from the value before it; the ref log of a removed session too
+    # (`reflog()` refuses one: its removal's record is what says its tips were left)
+    moves = [(line["old"], line["new"]) for line in s._replay()[0]]
     for h in sorted(_cut_off(tape, {**_read_session(tape.store, session)[1], **kept}, reached, moves, branches)):
         branches[f"salvaged-{h[:8]}"] = changes[f"salvaged-{h[:8]}"] = h
     if head is None and branches:
