@@ -542,3 +542,35 @@ def test_a_file_uploaded_again_after_its_deletion_lets_copies_settle(tmp_path, r
     assert texts == {"a0", "a1", "a2", "b1"}
     for d in (a, b, c):
         fsck_clean(d)
+
+
+def test_a_clone_that_reads_both_listings_of_a_file_before_its_deletion_fetches_it(tmp_path, remote_url, request, monkeypatch):
+    """Copy C lists pack P, a compaction of the remote by Z deletes P, and C uploads P again
+    after it (what C's compaction kept as it was): C's manifests list the same piece twice,
+    before and after the deletion. A clone reads the uploaders in order of name, so when C's
+    id comes before Z's it read both listings first: the second, found equal to the first,
+    was dropped, and Z's deletion then took the piece off. The clone lacked P, which the
+    remote held whole (the concurrent redaction test lost a session's 15 entries this way
+    in CI: its last pack, uploaded again, was the session's only file on the remote)."""
+    a, z, fresh = tmp_path / "C", tmp_path / "Z", tmp_path / "fresh"
+    monkeypatch.setenv("CTAPE_WRITER", "aaaa0000c")  # read first
+    t = Tape.init(a)
+    for i in range(3):
+        t.session("S").append("user", {"content": f"c{i}"})
+    t.close()
+    cli(a, "remote", "add", "origin", remote_url)
+    cli(a, "compact", "--remote", "origin", "--grace", "now")  # the remote: S as one pack P, listed by C
+    (p,) = os.listdir(a / "sessions" / "S")
+    monkeypatch.setenv("CTAPE_WRITER", "zzzz0000z")  # read last
+    run_cli("clone", remote_url, z, check=True)
+    cli(z, "append", "user", "--text", "z1", "-s", "S")
+    cli(z, "compact", "--remote", "origin", "--grace", "now")  # P replaced by P2 and deleted
+    monkeypatch.setenv("CTAPE_WRITER", "aaaa0000c")
+    assert b"compacting this copy first" in cli(a, "push").stderr  # C holds only P: it goes up again
+    assert "f/S/" + p in {k.rsplit("/", 1)[0] for k in data_keys(remote_keys(remote_url, _server(request, remote_url)))}
+    monkeypatch.setenv("CTAPE_WRITER", "mmmm0000f")
+    run_cli("clone", remote_url, fresh, check=True)
+    assert p in os.listdir(fresh / "sessions" / "S"), "the clone lacks a file the remote holds"
+    cli(fresh, "pull")
+    assert b"nothing to pull" in cli(fresh, "pull").stdout
+    fsck_clean(fresh)

@@ -272,8 +272,15 @@ def note_have(state, f: dict, g: int = 0) -> None:
         return  # deleted by a remote compaction (note_gone)
     pieces = state["pieces"].setdefault(k, [])
     row = [f["start"], f["end"], f["blake3"], g]
-    if any(p[:3] == row[:3] for p in pieces):
-        return
+    for p in pieces:
+        if p[:3] == row[:3]:
+            # the same piece listed again: by a copy that uploaded it again after a deletion
+            # (the key is the same, so is what it holds). The latest listing says when it was
+            # last put there: keeping the first made a later manifest's deletion take the
+            # piece off, for a reader that read both listings first (a fresh clone lacked a
+            # session the remote held whole)
+            p[3] = max(p[3], g)
+            return
     pieces.append(row)
     pieces.sort()
     _extend(state, k)

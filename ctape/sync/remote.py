@@ -31,7 +31,7 @@ from ..store.localstate import _write, cache_folder, editing
 from .backend import Backend, check_endpoint, open_backend, parse_url
 
 CONFIG = "remotes.json"
-STATE_VERSION = 3
+STATE_VERSION = 4  # 4: a state of 3 may have dropped a piece listed again after its deletion (layout.note_have): learnt again
 
 
 def _folder(store) -> str:
