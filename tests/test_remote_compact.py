@@ -574,3 +574,112 @@ def test_a_clone_that_reads_both_listings_of_a_file_before_its_deletion_fetches_
     cli(fresh, "pull")
     assert b"nothing to pull" in cli(fresh, "pull").stdout
     fsck_clean(fresh)
+
+
+def _c_holds_p_and_z_deletes_it(tmp_path, remote_url, monkeypatch):
+    """C (read first) pushes session S as one pack P; Z clones, appends, and is about to run
+    `compact --remote --grace now`, which replaces P and deletes it. (C, Z, P)"""
+    a, z = tmp_path / "C", tmp_path / "Z"
+    monkeypatch.setenv("CTAPE_WRITER", "aaaa0000c")
+    t = Tape.init(a)
+    for i in range(3):
+        t.session("S").append("user", {"content": f"c{i}"})
+    t.close()
+    cli(a, "remote", "add", "origin", remote_url)
+    cli(a, "compact", "--remote", "origin", "--grace", "now")
+    (p,) = os.listdir(a / "sessions" / "S")
+    monkeypatch.setenv("CTAPE_WRITER", "zzzz0000z")
+    run_cli("clone", remote_url, z, check=True)
+    cli(z, "append", "user", "--text", "z1", "-s", "S")
+    return a, z, p
+
+
+def _compact_remote_of(z, **kw):
+    from ctape.sync import prune
+    from ctape.sync import remote as remotes
+
+    t = Tape.open(z)
+    try:
+        name, backend = remotes.connect(t.store, "origin")
+        return prune.compact_remote(t, backend, name, grace="now", **kw)
+    finally:
+        t.close()
+
+
+def _clone_has_every_file(remote_url, fresh, p, monkeypatch):
+    monkeypatch.setenv("CTAPE_WRITER", "mmmm0000f")
+    c = run_cli("clone", remote_url, fresh, check=True)
+    assert b"lacks" not in c.stderr, c.stderr
+    assert p in os.listdir(fresh / "sessions" / "S"), "the clone lacks a file the remote lists"
+    pull = cli(fresh, "pull")
+    assert b"nothing to pull" in pull.stdout and not pull.stderr, pull
+    fsck_clean(fresh)
+    texts = {json.loads(x)["payload"]["content"] for x in cli(fresh, "log", "-s", "S", "--json").stdout.splitlines()}
+    assert texts == {"c0", "c1", "c2", "z1"}
+
+
+def test_a_file_put_again_between_its_deletions_announcement_and_its_deletes_stays(tmp_path, remote_url, request, monkeypatch):
+    """Z announces the deletion of P (g/<n>, then its manifest), then deletes. C's push in
+    between learnt the deletion, compacted (P kept as it is) and put P again: the key still
+    held the old P, found equal, listed as put after the deletion; then Z deleted it. Every
+    reader then missed P for good (each pull warned "the remote lacks ..."), and C, sure
+    the remote held it, never sent it again. Now C's piece waits for the old one to go."""
+    import subprocess
+
+    from ctape.sync import prune
+
+    a, z, p = _c_holds_p_and_z_deletes_it(tmp_path, remote_url, monkeypatch)
+    real, pushes = prune._delete_file, []
+
+    def push_of_c_between(*args):
+        if not pushes:  # C's push starts once the deletion is announced and marked carried out
+            env = dict(os.environ, CTAPE_WRITER="aaaa0000c")
+            pushes.append(subprocess.Popen([sys.executable, "-m", "ctape", "--dir", str(a), "push"], env=env,
+                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+            try:
+                pushes[0].wait(5)  # the code before: C's push listed the old P and was done
+            except subprocess.TimeoutExpired:
+                pass  # waiting for the old P to go
+        return real(*args)
+
+    monkeypatch.setattr(prune, "_delete_file", push_of_c_between)
+    r = _compact_remote_of(z)
+    monkeypatch.setattr(prune, "_delete_file", real)
+    assert r["deleted"]["files"] == 1 and pushes, r
+    out, err = pushes[0].communicate(timeout=60)
+    assert pushes[0].returncode == 0 and b"compacting this copy first" in err, err
+    _clone_has_every_file(remote_url, tmp_path / "fresh", p, monkeypatch)
+
+
+def test_a_file_whose_deletion_was_stopped_before_its_deletes_waits_then_goes_up(tmp_path, remote_url, request, monkeypatch):
+    """The same, with Z stopped after it announced the deletion and before it deleted: C's
+    push waits AGAIN_WAIT for the old P to go, then holds the session back (exit 1: a
+    `compact --remote` finishes the deletion); after one, C's push sends P, and a clone
+    has it."""
+    from ctape.sync import prune, push as pushing
+    from ctape.sync import remote as remotes
+
+    a, z, p = _c_holds_p_and_z_deletes_it(tmp_path, remote_url, monkeypatch)
+
+    def stopped(*args):
+        raise KeyboardInterrupt
+
+    real = prune._delete_file
+    monkeypatch.setattr(prune, "_delete_file", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        _compact_remote_of(z)
+    monkeypatch.setattr(prune, "_delete_file", real)
+    monkeypatch.setattr(pushing, "AGAIN_WAIT", 1.0)
+    t = Tape.open(a)
+    try:
+        name, backend = remotes.connect(t.store, "origin")
+        r = pushing.push(t, backend, name)
+        assert list(r["held_back"]) == ["S"] and "compact --remote origin" in r["held_back"]["S"], r
+        monkeypatch.setenv("CTAPE_WRITER", "zzzz0000z")
+        _compact_remote_of(z)  # finishes the deletion Z left
+        monkeypatch.setenv("CTAPE_WRITER", "aaaa0000c")
+        r = pushing.push(t, backend, name)
+        assert not r["held_back"] and r["pieces"] >= 1, r
+    finally:
+        t.close()
+    _clone_has_every_file(remote_url, tmp_path / "fresh", p, monkeypatch)

@@ -283,10 +283,12 @@ def note_have(state, f: dict, g: int = 0) -> None:
             return
     pieces.append(row)
     pieces.sort()
-    _extend(state, k)
+    extend_have(state, k)
 
 
-def _extend(state, k: str) -> None:
+def extend_have(state, k: str) -> None:
+    """state["have"][k]: how far from 0 (or from where a deletion took the file) the
+    pieces known to be there reach without a hole."""
     gone = state.get("gone", {}).get(k)
     end = gone[0] if gone else 0
     for p in state["pieces"].get(k, []):
