@@ -737,6 +737,39 @@ class RemoteWorld(World):
             raise Failure(f"push and pull do not settle: after {self.SETTLE_ROUNDS} more rounds still {moved}")
         self.close_all()
 
+    def check(self, epoch: int, final: bool) -> None:
+        super().check(epoch, final)
+        self.check_clone(epoch)
+
+    def check_clone(self, epoch: int) -> None:
+        """After the mesh, a new clone of the remote shows what every copy shows: the same
+        refs, fsck clean, and no warning (a piece a manifest lists and the remote lacks).
+        CI found a clone without a session the remote held whole: a piece listed again
+        after its deletion was taken for the first listing. The clone's writer id sorts
+        before every copy's, so it reads their manifests in the order that found it."""
+        from ctape.sync.backend import open_backend
+        from ctape.sync.pull import clone
+
+        refs = self.refs(self.tape(0))
+        self.close_all()
+        dest = os.path.join(self.root, f"clone{epoch}")
+        warned: list[str] = []
+        with writer_env("0000clone"):
+            clone(open_backend(self.url), self.url, None, dest, warn=warned.append)
+            t = Tape.open(dest)
+        try:
+            if warned:
+                raise Failure(f"a new clone warned: {warned[:3]}")
+            r = self.refs(t)
+            if r != refs:
+                raise Failure(f"a new clone disagrees with c0: {short(r)} != {short(refs)}")
+            f = t.fsck()
+            if not f["ok"]:
+                raise Failure(f"fsck of a new clone failed: {f['problems'][:3]}")
+        finally:
+            t.close()
+        shutil.rmtree(dest)
+
     def star(self, dirs: list[str], order_rng: random.Random) -> None:
         for i, d in enumerate(dirs):  # copies of the copies: their remotes are not theirs
             with writer_env(self.writers[i]):
