@@ -683,3 +683,47 @@ def test_a_file_whose_deletion_was_stopped_before_its_deletes_waits_then_goes_up
     finally:
         t.close()
     _clone_has_every_file(remote_url, tmp_path / "fresh", p, monkeypatch)
+
+
+def test_a_file_another_copy_put_again_before_its_manifest_is_listed_without_waiting(tmp_path, remote_url, request, monkeypatch):
+    """C and D both hold P; Z's compaction of the remote deleted it. D puts P again, and
+    C's push finds it there before D's manifest lists it: not the old P (that went), but C
+    cannot tell by the key alone. It waits for D's manifest, not for AGAIN_WAIT: the
+    concurrent test's `push --follow` waited 30 s and held its session back, where every
+    copy holds the same packs and puts them again after a deletion."""
+    import subprocess
+
+    from ctape.sync import push as pushing
+    from ctape.sync import remote as remotes
+
+    a, z, p = _c_holds_p_and_z_deletes_it(tmp_path, remote_url, monkeypatch)
+    d = tmp_path / "D"
+    monkeypatch.setenv("CTAPE_WRITER", "dddd0000d")
+    run_cli("clone", remote_url, d, check=True)
+    assert os.listdir(d / "sessions" / "S") == [p]
+    monkeypatch.setenv("CTAPE_WRITER", "zzzz0000z")
+    _compact_remote_of(z)  # P replaced and deleted, wholly
+    real, pushes = pushing.put_manifest, []
+
+    def c_pushes_first(*args, **kw):
+        if not pushes:  # D's P is on the remote, its manifest not yet
+            env = dict(os.environ, CTAPE_WRITER="aaaa0000c")
+            pushes.append((time.monotonic(), subprocess.Popen([sys.executable, "-m", "ctape", "--dir", str(a), "push"], env=env,
+                                                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)))
+            time.sleep(3)
+        return real(*args, **kw)
+
+    monkeypatch.setenv("CTAPE_WRITER", "dddd0000d")
+    monkeypatch.setattr(pushing, "put_manifest", c_pushes_first)
+    t = Tape.open(d)
+    try:
+        name, backend = remotes.connect(t.store, "origin")
+        r = pushing.push(t, backend, name)
+    finally:
+        t.close()
+    assert r["pieces"] == 1 and pushes, r
+    t0, c = pushes[0]
+    out, err = c.communicate(timeout=60)
+    assert c.returncode == 0, err
+    assert time.monotonic() - t0 < pushing.AGAIN_WAIT - 5, "C waited the whole of AGAIN_WAIT"
+    _clone_has_every_file(remote_url, tmp_path / "fresh", p, monkeypatch)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import threading
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
@@ -39,32 +40,62 @@ BATCH_BYTES = 64 << 20  # read ahead at most this much before the uploads catch 
 AGAIN_WAIT = 30.0  # s: how long a piece put again after a deletion waits for that deletion to take the old one off
 
 
-def _upload(backend: Backend, piece, deleted_end: int = 0) -> str:
+class _Relisted:
+    """The pieces other copies' manifests list, from the manifests this copy had not read
+    when the push began on (read as they come, never noted in the state): piece -> the
+    largest `g` it was listed with. Shared by the upload threads."""
+
+    def __init__(self, store, backend: Backend, state: State):
+        self.store, self.backend = store, backend
+        self.cursor = {u: max(int(state["next"].get(u, 0)), int(state["seen"].get(u, 0))) for u in set(state["next"]) | set(state["seen"])}
+        self.rows: dict[tuple, int] = {}
+        self.lock = threading.Lock()
+
+    def after(self, piece: tuple, g: int) -> bool:
+        """Does a manifest list `piece` (session, file, start, end, blake3) as put after deletion g?"""
+        with self.lock:
+            for u in layout.uploaders(self.backend):
+                n = self.cursor.get(u, 0)
+                while (data := self.backend.get(layout.manifest_key(u, n))) is not None:
+                    m, _ = layout.decode_manifest(data, self.store.tape_id, u, n)
+                    for f in (m or {}).get("files", []):
+                        row = (f["session"], f["file"], f["start"], f["end"], f["blake3"])
+                        self.rows[row] = max(self.rows.get(row, -1), m["g"])
+                    n += 1
+                self.cursor[u] = n
+            return self.rows.get(piece, -1) > g
+
+
+def _upload(backend: Backend, piece, again: Optional[list] = None, relisted: Optional[_Relisted] = None) -> str:
     """"new", "there" (the key holds these very bytes: written before), "other", or "stale".
-    `deleted_end`: the piece goes up again after a deletion of the remote took its file off
-    up to there. Found there within that range, it may be the old piece, which the
-    deletion (announced, so this copy learned of it) has not deleted yet: listed now, it
-    would be deleted after the listing that says it came after the deletion, and every
-    reader would then miss it for good (a clone warned at each pull; found by a test that
-    pushes between a deletion's announcement and its deletes). So it waits, up to
-    AGAIN_WAIT, for the key to go, then puts it: "stale" if it never went (its compactor
-    was stopped)."""
+    `again`: [end, g] when the piece goes up again after deletion g took its file off the
+    remote up to end. Found there within that range, it is either the old piece, which the
+    deletion (announced: this copy learned of it) has not deleted yet, or one another copy
+    put there again after the deletion. Listed as the old one, it would be deleted after
+    the listing that says it came after the deletion, and every reader would miss it for
+    good (a clone warned at each pull; found by a test that pushes between a deletion's
+    announcement and its deletes). So it waits, up to AGAIN_WAIT, for the key to go (then
+    puts it) or for another copy's manifest to list it after the deletion; "stale" if
+    neither comes (the compactor was stopped between its announcement and its deletes)."""
     _, _, start, _, chunk = piece
     key = layout.piece_key(*piece[:4])
     if backend.put_if_absent(key, chunk):
         return "new"
     if backend.get(key) != chunk:
         return "other"
-    if start >= deleted_end:
+    if again is None or start >= again[0]:
         return "there"
+    row = (*piece[:4], layout.digest(chunk))
     deadline = time.monotonic() + AGAIN_WAIT
     while time.monotonic() < deadline:
-        time.sleep(0.2)
+        if relisted is not None and relisted.after(row, again[1]):
+            return "there"
         if not any(k == key for k, _, _ in backend.list(key.rsplit("/", 1)[0] + "/")):
             # gone: whatever is there from now on was put after the deletion
             if backend.put_if_absent(key, chunk):
                 return "new"
             return "there" if backend.get(key) == chunk else "other"
+        time.sleep(0.25)
     return "stale"
 
 
@@ -754,6 +785,7 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
     noted: dict[str, tuple] = {}  # file -> what this copy knew the remote held of it before this push
     there: set[tuple] = set()  # pieces the remote held already
     stale: set[str] = set()  # files put again after a deletion whose old pieces are still there
+    relisted = _Relisted(store, backend, state) if again else None
     checked_first = set(held_back)
     with ThreadPoolExecutor(WORKERS) as pool:
         # uploads run WORKERS at a time while the next files are read: at most BATCH_BYTES
@@ -819,7 +851,7 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
                     ranges = [(a, min(end, a + PIECE_MAX)) for a in range(start, end, PIECE_MAX)]
                 for a, b in ranges:
                     piece = (s, file, a, b, data[a - start : b - start])
-                    flying.append((piece, pool.submit(_upload, backend, piece, again.get(f"{s}/{file}", (0,))[0])))
+                    flying.append((piece, pool.submit(_upload, backend, piece, again.get(f"{s}/{file}"), relisted)))
                     flying_bytes += b - a
                     settle(BATCH_BYTES)
             settle(0)
