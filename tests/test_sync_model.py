@@ -101,6 +101,12 @@ class Failure(AssertionError):
     pass
 
 
+def fsck_or_fail(t: Tape, what: str) -> None:
+    f = t.fsck()
+    if not f["ok"]:
+        raise Failure(f"fsck of {what} failed: {f['problems'][:3]}")
+
+
 class World:
     """The copies, the model, and the trace of what was done."""
 
@@ -490,9 +496,7 @@ class World:
             t = self.tape(i)
             r = self.refs(t)
             refs.append(r)
-            f = t.fsck()
-            if not f["ok"]:
-                raise Failure(f"fsck of {os.path.basename(d)} failed: {f['problems'][:3]}")
+            fsck_or_fail(t, os.path.basename(d))
             hidden = {h for h in self.acked - self.dropped - self.reachable(t, r) if not self.knowingly_unreferenced(h, holders)}
             if hidden:
                 raise Failure(
@@ -523,9 +527,7 @@ class World:
             stored = t.stats()["entries"]
             if stored != len(reach):
                 raise Failure(f"compact --expire now --grace now kept {stored} entries, but refs reach only {len(reach)}")
-            f = t.fsck()
-            if not f["ok"]:
-                raise Failure(f"fsck after compact failed: {f['problems'][:3]}")
+            fsck_or_fail(t, "the copy compacted with --expire now")
         finally:
             t.close()
         for a in alt:
@@ -763,9 +765,7 @@ class RemoteWorld(World):
             r = self.refs(t)
             if r != refs:
                 raise Failure(f"a new clone disagrees with c0: {short(r)} != {short(refs)}")
-            f = t.fsck()
-            if not f["ok"]:
-                raise Failure(f"fsck of a new clone failed: {f['problems'][:3]}")
+            fsck_or_fail(t, "a new clone")
         finally:
             t.close()
         shutil.rmtree(dest)
