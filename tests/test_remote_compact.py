@@ -618,12 +618,16 @@ def _clone_has_every_file(remote_url, fresh, p, monkeypatch):
     assert texts == {"c0", "c1", "c2", "z1"}
 
 
+@pytest.mark.xfail(strict=True, reason="known limit (docs/remotes.md, Limits): a push between a deletion's "
+                   "announcement and its deletes lists the old piece as put again; the deletes then take it")
 def test_a_file_put_again_between_its_deletions_announcement_and_its_deletes_stays(tmp_path, remote_url, request, monkeypatch):
     """Z announces the deletion of P (g/<n>, then its manifest), then deletes. C's push in
-    between learnt the deletion, compacted (P kept as it is) and put P again: the key still
-    held the old P, found equal, listed as put after the deletion; then Z deleted it. Every
-    reader then missed P for good (each pull warned "the remote lacks ..."), and C, sure
-    the remote held it, never sent it again. Now C's piece waits for the old one to go."""
+    between learns the deletion, compacts (P kept as it is) and puts P again: the key still
+    holds the old P, found equal, listed as put after the deletion; then Z deletes it. Every
+    reader then misses P for good (each pull warns "the remote lacks ..."), and C, sure the
+    remote holds it, never sends it again. A known limit: a fix that made the push wait for
+    the old piece to go was withdrawn after review (it could hold a copy's pushes back for
+    good when its own unlisted piece sat under the key); strict, so a fix shows here."""
     import subprocess
 
     from ctape.sync import prune
@@ -637,9 +641,9 @@ def test_a_file_put_again_between_its_deletions_announcement_and_its_deletes_sta
             pushes.append(subprocess.Popen([sys.executable, "-m", "ctape", "--dir", str(a), "push"], env=env,
                                            stdout=subprocess.PIPE, stderr=subprocess.PIPE))
             try:
-                pushes[0].wait(5)  # the code before: C's push listed the old P and was done
+                pushes[0].wait(5)  # C's push lists the old P and is done
             except subprocess.TimeoutExpired:
-                pass  # waiting for the old P to go
+                pass  # (a fix might make it wait for the old P to go)
         return real(*args)
 
     monkeypatch.setattr(prune, "_delete_file", push_of_c_between)
@@ -648,82 +652,4 @@ def test_a_file_put_again_between_its_deletions_announcement_and_its_deletes_sta
     assert r["deleted"]["files"] == 1 and pushes, r
     out, err = pushes[0].communicate(timeout=60)
     assert pushes[0].returncode == 0 and b"compacting this copy first" in err, err
-    _clone_has_every_file(remote_url, tmp_path / "fresh", p, monkeypatch)
-
-
-def test_a_file_whose_deletion_was_stopped_before_its_deletes_waits_then_goes_up(tmp_path, remote_url, request, monkeypatch):
-    """The same, with Z stopped after it announced the deletion and before it deleted: C's
-    push waits AGAIN_WAIT for the old P to go, then holds the session back (exit 1: a
-    `compact --remote` finishes the deletion); after one, C's push sends P, and a clone
-    has it."""
-    from ctape.sync import prune, push as pushing
-    from ctape.sync import remote as remotes
-
-    a, z, p = _c_holds_p_and_z_deletes_it(tmp_path, remote_url, monkeypatch)
-
-    def stopped(*args):
-        raise KeyboardInterrupt
-
-    real = prune._delete_file
-    monkeypatch.setattr(prune, "_delete_file", stopped)
-    with pytest.raises(KeyboardInterrupt):
-        _compact_remote_of(z)
-    monkeypatch.setattr(prune, "_delete_file", real)
-    monkeypatch.setattr(pushing, "AGAIN_WAIT", 1.0)
-    t = Tape.open(a)
-    try:
-        name, backend = remotes.connect(t.store, "origin")
-        r = pushing.push(t, backend, name)
-        assert list(r["held_back"]) == ["S"] and "compact --remote origin" in r["held_back"]["S"], r
-        monkeypatch.setenv("CTAPE_WRITER", "zzzz0000z")
-        _compact_remote_of(z)  # finishes the deletion Z left
-        monkeypatch.setenv("CTAPE_WRITER", "aaaa0000c")
-        r = pushing.push(t, backend, name)
-        assert not r["held_back"] and r["pieces"] >= 1, r
-    finally:
-        t.close()
-    _clone_has_every_file(remote_url, tmp_path / "fresh", p, monkeypatch)
-
-
-def test_a_file_another_copy_put_again_before_its_manifest_is_listed_without_waiting(tmp_path, remote_url, request, monkeypatch):
-    """C and D both hold P; Z's compaction of the remote deleted it. D puts P again, and
-    C's push finds it there before D's manifest lists it: not the old P (that went), but C
-    cannot tell by the key alone. It waits for D's manifest, not for AGAIN_WAIT: the
-    concurrent test's `push --follow` waited 30 s and held its session back, where every
-    copy holds the same packs and puts them again after a deletion."""
-    import subprocess
-
-    from ctape.sync import push as pushing
-    from ctape.sync import remote as remotes
-
-    a, z, p = _c_holds_p_and_z_deletes_it(tmp_path, remote_url, monkeypatch)
-    d = tmp_path / "D"
-    monkeypatch.setenv("CTAPE_WRITER", "dddd0000d")
-    run_cli("clone", remote_url, d, check=True)
-    assert os.listdir(d / "sessions" / "S") == [p]
-    monkeypatch.setenv("CTAPE_WRITER", "zzzz0000z")
-    _compact_remote_of(z)  # P replaced and deleted, wholly
-    real, pushes = pushing.put_manifest, []
-
-    def c_pushes_first(*args, **kw):
-        if not pushes:  # D's P is on the remote, its manifest not yet
-            env = dict(os.environ, CTAPE_WRITER="aaaa0000c")
-            pushes.append((time.monotonic(), subprocess.Popen([sys.executable, "-m", "ctape", "--dir", str(a), "push"], env=env,
-                                                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)))
-            time.sleep(3)
-        return real(*args, **kw)
-
-    monkeypatch.setenv("CTAPE_WRITER", "dddd0000d")
-    monkeypatch.setattr(pushing, "put_manifest", c_pushes_first)
-    t = Tape.open(d)
-    try:
-        name, backend = remotes.connect(t.store, "origin")
-        r = pushing.push(t, backend, name)
-    finally:
-        t.close()
-    assert r["pieces"] == 1 and pushes, r
-    t0, c = pushes[0]
-    out, err = c.communicate(timeout=60)
-    assert c.returncode == 0, err
-    assert time.monotonic() - t0 < pushing.AGAIN_WAIT - 5, "C waited the whole of AGAIN_WAIT"
     _clone_has_every_file(remote_url, tmp_path / "fresh", p, monkeypatch)

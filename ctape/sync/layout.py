@@ -283,12 +283,10 @@ def note_have(state, f: dict, g: int = 0) -> None:
             return
     pieces.append(row)
     pieces.sort()
-    extend_have(state, k)
+    _extend(state, k)
 
 
-def extend_have(state, k: str) -> None:
-    """state["have"][k]: how far from 0 (or from where a deletion took the file) the
-    pieces known to be there reach without a hole."""
+def _extend(state, k: str) -> None:
     gone = state.get("gone", {}).get(k)
     end = gone[0] if gone else 0
     for p in state["pieces"].get(k, []):

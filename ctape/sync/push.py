@@ -18,7 +18,6 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import threading
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
@@ -37,66 +36,13 @@ WORKERS = 8  # uploads at once
 BATCH_BYTES = 64 << 20  # read ahead at most this much before the uploads catch up
 
 
-AGAIN_WAIT = 30.0  # s: how long a piece put again after a deletion waits for that deletion to take the old one off
-
-
-class _Relisted:
-    """The pieces other copies' manifests list, from the manifests this copy had not read
-    when the push began on (read as they come, never noted in the state): piece -> the
-    largest `g` it was listed with. Shared by the upload threads."""
-
-    def __init__(self, store, backend: Backend, state: State):
-        self.store, self.backend = store, backend
-        self.cursor = {u: max(int(state["next"].get(u, 0)), int(state["seen"].get(u, 0))) for u in set(state["next"]) | set(state["seen"])}
-        self.rows: dict[tuple, int] = {}
-        self.lock = threading.Lock()
-
-    def after(self, piece: tuple, g: int) -> bool:
-        """Does a manifest list `piece` (session, file, start, end, blake3) as put after deletion g?"""
-        with self.lock:
-            for u in layout.uploaders(self.backend):
-                n = self.cursor.get(u, 0)
-                while (data := self.backend.get(layout.manifest_key(u, n))) is not None:
-                    m, _ = layout.decode_manifest(data, self.store.tape_id, u, n)
-                    for f in (m or {}).get("files", []):
-                        row = (f["session"], f["file"], f["start"], f["end"], f["blake3"])
-                        self.rows[row] = max(self.rows.get(row, -1), m["g"])
-                    n += 1
-                self.cursor[u] = n
-            return self.rows.get(piece, -1) > g
-
-
-def _upload(backend: Backend, piece, again: Optional[list] = None, relisted: Optional[_Relisted] = None) -> str:
-    """"new", "there" (the key holds these very bytes: written before), "other", or "stale".
-    `again`: [end, g] when the piece goes up again after deletion g took its file off the
-    remote up to end. Found there within that range, it is either the old piece, which the
-    deletion (announced: this copy learned of it) has not deleted yet, or one another copy
-    put there again after the deletion. Listed as the old one, it would be deleted after
-    the listing that says it came after the deletion, and every reader would miss it for
-    good (a clone warned at each pull; found by a test that pushes between a deletion's
-    announcement and its deletes). So it waits, up to AGAIN_WAIT, for the key to go (then
-    puts it) or for another copy's manifest to list it after the deletion; "stale" if
-    neither comes (the compactor was stopped between its announcement and its deletes)."""
-    _, _, start, _, chunk = piece
+def _upload(backend: Backend, piece) -> str:
+    """"new", "there" (the key holds these very bytes: written before), or "other"."""
+    _, _, _, _, chunk = piece
     key = layout.piece_key(*piece[:4])
     if backend.put_if_absent(key, chunk):
         return "new"
-    if backend.get(key) != chunk:
-        return "other"
-    if again is None or start >= again[0]:
-        return "there"
-    row = (*piece[:4], layout.digest(chunk))
-    deadline = time.monotonic() + AGAIN_WAIT
-    while time.monotonic() < deadline:
-        if relisted is not None and relisted.after(row, again[1]):
-            return "there"
-        if not any(k == key for k, _, _ in backend.list(key.rsplit("/", 1)[0] + "/")):
-            # gone: whatever is there from now on was put after the deletion
-            if backend.put_if_absent(key, chunk):
-                return "new"
-            return "there" if backend.get(key) == chunk else "other"
-        time.sleep(0.25)
-    return "stale"
+    return "there" if backend.get(key) == chunk else "other"
 
 
 UNLISTED_WAIT = 3600.0  # s: a deletion announced with no manifest after this long was never carried out
@@ -744,7 +690,6 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
             f"still holds them (first: {unpulled[0][:12]}); run `ctape pull {name}` (it brings the redaction) and `ctape compact`, "
             "then push again, or push with --allow-secrets")
     held = _gone_held(store, state)
-    again: dict[str, list] = {}  # file -> [end, deletion] of a deletion it goes up again after
     if held:
         # the compaction changes this copy: a push the check would refuse must not have made
         # it (SPEC section 2: a rejected command leaves the tape as it was). Every file of the
@@ -757,13 +702,9 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
         # to drop, a damaged session) still holds what this copy needs: it goes up again,
         # in a manifest that says it comes after the deletion
         for key in _gone_held(store, state):
-            again[key] = state["gone"].pop(key)
-            # what was listed after the deletion is there (a piece this copy put again in a
-            # push that then waited for another of the file); the rest goes up from there
-            after = [p for p in state["pieces"].get(key, []) if p[3] > again[key][1]]
-            state["pieces"][key] = after
+            del state["gone"][key]
+            state["pieces"].pop(key, None)
             state["have"][key] = 0
-            layout.extend_have(state, key)
     todo = _todo(store, state, chosen)
     asked = wanted if wanted and len(wanted) < len(known) else None  # push -s: some sessions
     if asked:
@@ -784,8 +725,6 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
     went: list[tuple] = []  # (session, file, start, end, own segment): what was read and sent
     noted: dict[str, tuple] = {}  # file -> what this copy knew the remote held of it before this push
     there: set[tuple] = set()  # pieces the remote held already
-    stale: set[str] = set()  # files put again after a deletion whose old pieces are still there
-    relisted = _Relisted(store, backend, state) if again else None
     checked_first = set(held_back)
     with ThreadPoolExecutor(WORKERS) as pool:
         # uploads run WORKERS at a time while the next files are read: at most BATCH_BYTES
@@ -801,9 +740,6 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
                 flying_bytes -= b - a
                 status = fut.result()
                 key = layout.piece_key(s, file, a, b)
-                if status == "stale":
-                    stale.add(f"{s}/{file}")
-                    continue
                 if status == "other":  # refused, and not ours: reported, never overwritten
                     warn(f"the remote's {key} holds other bytes than this copy's; left as it is")
                     refused += 1
@@ -851,7 +787,7 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
                     ranges = [(a, min(end, a + PIECE_MAX)) for a in range(start, end, PIECE_MAX)]
                 for a, b in ranges:
                     piece = (s, file, a, b, data[a - start : b - start])
-                    flying.append((piece, pool.submit(_upload, backend, piece, again.get(f"{s}/{file}"), relisted)))
+                    flying.append((piece, pool.submit(_upload, backend, piece)))
                     flying_bytes += b - a
                     settle(BATCH_BYTES)
             settle(0)
@@ -867,15 +803,6 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
             if checked is not None:
                 checked.update(ends or {})
             total += sum(e - b for _, _, b, e, _ in todo)
-    for k in sorted(stale):
-        # the deletion stays known (the next push compacts and tries again); the session
-        # waits, as one held back does, and `push --follow` looks again
-        s, file = k.split("/", 1)
-        state["gone"][k] = again[k]
-        layout.extend_have(state, k)
-        held_back.setdefault(s, f"not pushing session {shown_name(tape, s)}: the remote still holds {file} as it was before a "
-                                f"compaction of the remote deleted it ({AGAIN_WAIT:.0f} s after; that compaction was stopped?): "
-                                f"`ctape compact --remote {name}` finishes the deletion; then push again")
     if held_back.keys() - checked_first:
         waiting = _unlist_waiting(tape, state, went, held_back, listed, noted)
         sent -= sum(f["end"] - f["start"] for f in listed if f["session"] in waiting)
