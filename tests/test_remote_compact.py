@@ -344,7 +344,7 @@ def test_a_deletion_another_copy_left_half_done_is_finished_by_the_next_compacto
         raise Killed()
 
     with monkeypatch.context() as m:  # B dies right after its record, before any piece goes
-        m.setattr(prune, "_delete_file", killed)
+        m.setattr(prune, "_delete_deleted", killed)
         tb = Tape.open(b)
         try:
             with pytest.raises(Killed):
@@ -618,37 +618,31 @@ def _clone_has_every_file(remote_url, fresh, p, monkeypatch):
     assert texts == {"c0", "c1", "c2", "z1"}
 
 
-@pytest.mark.xfail(strict=True, reason="known limit (docs/remotes.md, Limits): a push between a deletion's "
-                   "announcement and its deletes lists the old piece as put again; the deletes then take it")
 def test_a_file_put_again_between_its_deletions_announcement_and_its_deletes_stays(tmp_path, remote_url, request, monkeypatch):
     """Z announces the deletion of P (g/<n>, then its manifest), then deletes. C's push in
     between learns the deletion, compacts (P kept as it is) and puts P again: the key still
     holds the old P, found equal, listed as put after the deletion; then Z deletes it. Every
-    reader then misses P for good (each pull warns "the remote lacks ..."), and C, sure the
-    remote holds it, never sends it again. A known limit: a fix that made the push wait for
-    the old piece to go was withdrawn after review (it could hold a copy's pushes back for
-    good when its own unlisted piece sat under the key); strict, so a fix shows here."""
+    reader then missed P for good (each pull warned "the remote lacks ..."), and C, sure the
+    remote held it, never sent it again. Now C puts P under a key of the next generation
+    (layout.piece_key), which the deletes leave."""
     import subprocess
 
     from ctape.sync import prune
 
     a, z, p = _c_holds_p_and_z_deletes_it(tmp_path, remote_url, monkeypatch)
-    real, pushes = prune._delete_file, []
+    real, pushes = prune._delete_deleted, []
 
     def push_of_c_between(*args):
         if not pushes:  # C's push starts once the deletion is announced and marked carried out
             env = dict(os.environ, CTAPE_WRITER="aaaa0000c")
             pushes.append(subprocess.Popen([sys.executable, "-m", "ctape", "--dir", str(a), "push"], env=env,
                                            stdout=subprocess.PIPE, stderr=subprocess.PIPE))
-            try:
-                pushes[0].wait(5)  # C's push lists the old P and is done
-            except subprocess.TimeoutExpired:
-                pass  # (a fix might make it wait for the old P to go)
+            pushes[0].wait(60)  # C's push lists P as put again and is done
         return real(*args)
 
-    monkeypatch.setattr(prune, "_delete_file", push_of_c_between)
+    monkeypatch.setattr(prune, "_delete_deleted", push_of_c_between)
     r = _compact_remote_of(z)
-    monkeypatch.setattr(prune, "_delete_file", real)
+    monkeypatch.setattr(prune, "_delete_deleted", real)
     assert r["deleted"]["files"] == 1 and pushes, r
     out, err = pushes[0].communicate(timeout=60)
     assert pushes[0].returncode == 0 and b"compacting this copy first" in err, err

@@ -3,6 +3,7 @@
     ctape.json                               the tape's identity: written once (create-only)
     m/<uploader>/<n:020d>.json               manifest n of one uploading copy (its writer id)
     f/<session>/<file>/<start>-<end>         bytes [start, end) of a data file of the tape
+    f/<session>/<file>/<start>-<end>.<gen>   the same, put again after deletion gen-1 of its file
     d/<compactor>/<n:020d>.json              plan n of one compacting copy: files to delete later
     x/<compactor>/<n:020d>.json              plan n carried out (the compactor's own bookkeeping)
     g/<n:020d>                               the n-th deletion on the remote (one GET tells a pusher)
@@ -54,8 +55,32 @@ def compaction_key(n: int) -> str:
     return f"g/{n:020d}"
 
 
-def piece_key(session: str, file: str, start: int, end: int) -> str:
-    return f"f/{session}/{file}/{start}-{end}"
+def piece_key(session: str, file: str, start: int, end: int, gen: int = 0) -> str:
+    """The key of a piece. `gen`: 0, or one more than the number of the last deletion of
+    its file that its uploader had learned of (a file put again after a deletion goes under
+    keys of its own, which that deletion's deletes never take: see `deletable`)."""
+    return f"f/{session}/{file}/{start}-{end}" + (f".{gen}" if gen else "")
+
+
+PIECE_NAME = re.compile(r"(\d{1,20})-(\d{1,20})(?:\.([1-9]\d{0,18}))?")
+
+
+def deletable(name: str, end: int, n: int) -> bool:
+    """May deletion n of a file, which covered it up to `end`, delete the piece stored
+    under `name` (the last part of its key)? Only a piece within that range put by an
+    uploader that had not learned of deletion n (generation <= n). A piece past the end is
+    new bytes; one of a later generation was put again after the deletion (by a copy that
+    read its announcement, perhaps before its deletes ran, under keys the deletes leave)."""
+    m = PIECE_NAME.fullmatch(name)
+    return bool(m) and int(m.group(2)) <= end and int(m.group(3) or 0) <= n
+
+
+def generation(state, key: str) -> int:
+    """The generation this copy puts a piece of file `key` ("session/file") under: one
+    more than the last deletion of it this copy learned of (state["gens"]; kept after the
+    file is there again, so that a file held again after its deletion goes up under keys
+    that deletion's deletes never take)."""
+    return int(state.get("gens", {}).get(key, 0))
 
 
 def digest(data: bytes) -> str:
@@ -159,7 +184,10 @@ def decode_manifest(data: bytes, tape_id: str, uploader: str, n: int) -> tuple[O
             return None, "a file entry with a bad range or hash"
         if PACK_FILE.fullmatch(f["file"]) and s != 0:
             return None, "a pack in pieces"
-        good.append({"session": f["session"], "file": f["file"], "start": s, "end": e, "blake3": h})
+        gen = f.get("gen", 0)  # absent before generations: 0
+        if type(gen) is not int or not 0 <= gen < 1 << 62:
+            return None, "a file entry with a bad generation"
+        good.append({"session": f["session"], "file": f["file"], "start": s, "end": e, "blake3": h, "gen": gen})
     m["files"] = good
     deleted = m.get("deleted", [])
     if not isinstance(deleted, list) or not all(_deletion_ok(f) for f in deleted):
@@ -261,7 +289,8 @@ def new_manifests(store, backend: Backend, state, warn, cursor: str = "next") ->
 
 
 def note_have(state, f: dict, g: int = 0) -> None:
-    """The remote holds f's piece: remember it (state["pieces"]: [start, end, blake3, g])
+    """The remote holds f's piece: remember it (state["pieces"]: [start, end, blake3, g,
+    gen], gen naming its key: `piece_key`)
     and extend the known prefix of its file (state["have"]) over the pieces that join on
     from 0. `g` is how many deletions (g/<n>) its uploader had learned of: a piece of a
     deleted file listed by an uploader that had not seen the deletion was deleted with
@@ -271,7 +300,7 @@ def note_have(state, f: dict, g: int = 0) -> None:
     if gone and f["end"] <= gone[0] and g <= gone[1]:
         return  # deleted by a remote compaction (note_gone)
     pieces = state["pieces"].setdefault(k, [])
-    row = [f["start"], f["end"], f["blake3"], g]
+    row = [f["start"], f["end"], f["blake3"], g, f.get("gen", 0)]
     for p in pieces:
         if p[:3] == row[:3]:
             # the same piece listed again: by a copy that uploaded it again after a deletion
@@ -280,6 +309,7 @@ def note_have(state, f: dict, g: int = 0) -> None:
             # piece off, for a reader that read both listings first (a fresh clone lacked a
             # session the remote held whole)
             p[3] = max(p[3], g)
+            p[4] = max(p[4], row[4])  # fetched from the latest key: the one a deletion takes last
             return
     pieces.append(row)
     pieces.sort()
@@ -297,7 +327,7 @@ def _extend(state, k: str) -> None:
 
 def known_pieces(state, key: str) -> list[dict]:
     session, file = key.split("/", 1)
-    return [{"session": session, "file": file, "start": p[0], "end": p[1], "blake3": p[2]} for p in state["pieces"].get(key, [])]
+    return [{"session": session, "file": file, "start": p[0], "end": p[1], "blake3": p[2], "gen": p[4]} for p in state["pieces"].get(key, [])]
 
 
 def segment_owner(file: str) -> Optional[str]:
@@ -348,6 +378,8 @@ def note_gone(state, f: dict, n: int) -> None:
     k = f"{f['session']}/{f['file']}"
     old = state["gone"].get(k)
     state["gone"][k] = [max(old[0] if old else 0, f["end"]), max(old[1] if old else 0, n)]
+    gens = state.setdefault("gens", {})
+    gens[k] = max(int(gens.get(k, 0)), n + 1)
     state["pieces"][k] = [p for p in state["pieces"].get(k, []) if p[1] > f["end"] or p[3] > n]
     if not state["pieces"][k]:
         del state["pieces"][k]

@@ -97,15 +97,15 @@ def _others_unfinished(store, backend: Backend, state, warn) -> list[tuple[str, 
 def _finish(backend: Backend, state, record: dict) -> int:
     """Delete the pieces an execution record's deletion left (its run was killed before it
     deleted them all): the deletion was announced before the record was written, so no
-    reader fetches them. A file uploaded again since, by a copy that had learned of the
-    deletion, is left alone; so is one whose deletion this copy has not learned of."""
+    reader fetches them. A file this copy has not learned the deletion of is left alone;
+    of one it has, only what that deletion may take (`_delete_deleted`)."""
     n = 0
     for f in record["files"]:
         key = f"{f['session']}/{f['file']}"
         gone = state["gone"].get(key)
-        if gone is None or gone[0] < f["end"] or any(p[3] > gone[1] for p in state["pieces"].get(key, [])):
+        if gone is None or gone[0] < f["end"]:
             continue
-        n += _delete_file(backend, f["session"], f["file"])
+        n += _delete_deleted(backend, state, f["session"], f["file"], f["end"], gone[1])
     return n
 
 
@@ -114,9 +114,8 @@ def _finish_announced(backend: Backend, state) -> int:
     killed before it wrote its execution record (so `_others_unfinished` does not see it):
     the announcement is what makes the deletion safe (no reader fetches those pieces), and
     a redacted value must not wait on the remote for that copy's next run. One listing per
-    session with a deletion this copy has not seen finished (`finished` in its state); the
-    rules of `_finish` (the caller made sure no copy pushed since this run's pull, whose
-    pieces this copy would not know), and only pieces within the deleted range."""
+    session with a deletion this copy has not seen finished (`finished` in its state); only
+    what the deletion may take (`_delete_deleted`)."""
     n = 0
     by_session: dict[str, list[str]] = {}
     for key, (_, g) in state["gone"].items():
@@ -129,21 +128,21 @@ def _finish_announced(backend: Backend, state) -> int:
             key = f"{s}/{file}"
             end, g = state["gone"][key]
             if file in there:
-                if any(p[3] > g for p in state["pieces"].get(key, [])):
-                    continue  # uploaded again since, by a copy that had learned of the deletion
-                n += _delete_pieces_up_to(backend, s, file, end)
+                n += _delete_deleted(backend, state, s, file, end, g)
             state["finished"][key] = g
     return n
 
 
-def _delete_pieces_up_to(backend: Backend, session: str, file: str, end: int) -> int:
-    """Delete the pieces of one file that lie within what a deletion covered (up to `end`).
-    A piece past it is new bytes a copy uploaded after learning of the deletion (it pushes
-    only what lies past the deleted end), maybe after this run's pull: never deleted here."""
+def _delete_deleted(backend: Backend, state, session: str, file: str, end: int, g: int) -> int:
+    """Delete the pieces of one file that deletion g (which covered it up to `end`) took
+    off the remote: those `layout.deletable` names (within the range, of a generation
+    before it; a piece a copy put again after learning of the deletion is under a key of a
+    later generation, whenever its deletes run), and not one a manifest listed after the
+    deletion (a copy of a version before generations put it again under the old key)."""
+    again = {layout.piece_key(session, file, p[0], p[1], p[4]) for p in state["pieces"].get(f"{session}/{file}", []) if p[3] > g}
     n = 0
     for key, _, is_prefix in backend.list(f"f/{session}/{file}/"):
-        span = key.rsplit("/", 1)[1].split("-")
-        if not is_prefix and len(span) == 2 and span[1].isdigit() and int(span[1]) <= end:
+        if not is_prefix and key not in again and layout.deletable(key.rsplit("/", 1)[1], end, g):
             backend.delete(key)
             n += 1
     return n
@@ -151,16 +150,6 @@ def _delete_pieces_up_to(backend: Backend, session: str, file: str, end: int) ->
 
 def _remote_end(state, key: str) -> int:
     return max([p[1] for p in state["pieces"].get(key, [])] + [int(state["have"].get(key, 0))])
-
-
-def _delete_file(backend: Backend, session: str, file: str) -> int:
-    """Delete every piece of one file (those the manifests list, and any a killed push left)."""
-    n = 0
-    for key, _, is_prefix in backend.list(f"f/{session}/{file}/"):
-        if not is_prefix:
-            backend.delete(key)
-            n += 1
-    return n
 
 
 def compact_remote(tape, backend: Backend, name: str, expire="90d", grace="14d", allow_secrets: bool = False,
@@ -260,10 +249,10 @@ def _carry_out(tape, backend: Backend, name: str, grace_s: float, before: dict, 
             if not backend.put_if_absent(layout.plan_key(me, n, done=True), layout.encode_deletion(store, me, n, ok, done=True)):
                 continue  # carried out by an earlier run (the pieces were deleted above)
             for f in ok:
-                deleted["objects"] += _delete_file(backend, f["session"], f["file"])
+                layout.note_gone(state, f, g)
+                deleted["objects"] += _delete_deleted(backend, state, f["session"], f["file"], f["end"], g)
                 deleted["files"] += 1
                 deleted["bytes"] += f["end"]
-                layout.note_gone(state, f, g)
             state["pruned"].append(n)
             done[n] = {"files": ok}
     if not_up and not deferred:

@@ -38,8 +38,8 @@ BATCH_BYTES = 64 << 20  # read ahead at most this much before the uploads catch 
 
 def _upload(backend: Backend, piece) -> str:
     """"new", "there" (the key holds these very bytes: written before), or "other"."""
-    _, _, _, _, chunk = piece
-    key = layout.piece_key(*piece[:4])
+    chunk = piece[-1]
+    key = layout.piece_key(*piece[:5])
     if backend.put_if_absent(key, chunk):
         return "new"
     return "there" if backend.get(key) == chunk else "other"
@@ -736,10 +736,10 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
             """Wait for the oldest uploads until at most `limit` bytes are in flight."""
             nonlocal sent, skipped, refused, flying_bytes
             while flying and (flying_bytes > limit or len(flying) > (4 * WORKERS if limit else 0)):
-                (s, file, a, b, chunk), fut = flying.popleft()
+                (s, file, a, b, gen, chunk), fut = flying.popleft()
                 flying_bytes -= b - a
                 status = fut.result()
-                key = layout.piece_key(s, file, a, b)
+                key = layout.piece_key(s, file, a, b, gen)
                 if status == "other":  # refused, and not ours: reported, never overwritten
                     warn(f"the remote's {key} holds other bytes than this copy's; left as it is")
                     refused += 1
@@ -751,6 +751,8 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
                 if k not in noted:
                     noted[k] = (state["have"].get(k), [list(p) for p in state["pieces"].get(k, [])])
                 listed.append({"session": s, "file": file, "start": a, "end": b, "blake3": layout.digest(chunk)})
+                if gen:
+                    listed[-1]["gen"] = gen
                 layout.note_have(state, listed[-1], int(state.get("gnext", 0)))
                 sent += b - a
                 files.add((s, file))
@@ -785,8 +787,9 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
                     ranges = [(0, end)]
                 else:
                     ranges = [(a, min(end, a + PIECE_MAX)) for a in range(start, end, PIECE_MAX)]
+                gen = layout.generation(state, f"{s}/{file}")
                 for a, b in ranges:
-                    piece = (s, file, a, b, data[a - start : b - start])
+                    piece = (s, file, a, b, gen, data[a - start : b - start])
                     flying.append((piece, pool.submit(_upload, backend, piece)))
                     flying_bytes += b - a
                     settle(BATCH_BYTES)

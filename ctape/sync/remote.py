@@ -31,7 +31,9 @@ from ..store.localstate import _write, cache_folder, editing
 from .backend import Backend, check_endpoint, open_backend, parse_url
 
 CONFIG = "remotes.json"
-STATE_VERSION = 4  # 4: a state of 3 may have dropped a piece listed again after its deletion (layout.note_have): learnt again
+# 4: a state of 3 may have dropped a piece listed again after its deletion (layout.note_have): learnt again.
+# 5: a piece's row names its key's generation (layout.piece_key), and `gens` says which to put under
+STATE_VERSION = 5
 
 
 def _folder(store) -> str:
@@ -155,6 +157,8 @@ class State(dict):
     `own`: this copy's next manifest number; `checked`: the remote's tape id was checked;
     `redacted`: object -> the deletion whose manifest said its compactor knew it redacted;
     `losses`: the salvage reports the remote holds (layout.loss_digest -> 1);
+    `gens`: "session/file" -> one more than the last deletion of it learnt (layout.generation:
+    a copy puts the file again under keys that deletion's deletes never take);
     `finished`: "session/file" -> the deletion whose pieces a `compact --remote` of this copy
     found gone or deleted (prune._finish_announced lists each one once)."""
 
@@ -166,7 +170,7 @@ class State(dict):
         st.setdefault("version", STATE_VERSION)
         st.setdefault("url", url)
         st.setdefault("tape_id", store.tape_id)
-        for k in ("have", "pieces", "next", "seen", "gone", "redacted", "unlisted", "losses", "finished"):
+        for k in ("have", "pieces", "next", "seen", "gone", "gens", "redacted", "unlisted", "losses", "finished"):
             if not isinstance(st.get(k), dict):
                 st[k] = {}
         if not isinstance(st.get("deletions_read"), list):
@@ -176,7 +180,7 @@ class State(dict):
 
     def forget(self) -> None:
         """The remote no longer holds this tape's identity (emptied, re-created): know nothing."""
-        for k in ("have", "pieces", "next", "seen", "gone", "redacted", "losses", "finished"):
+        for k in ("have", "pieces", "next", "seen", "gone", "gens", "redacted", "losses", "finished"):
             self[k] = {}
         self.pop("own", None)
         self.pop("checked", None)
