@@ -191,6 +191,26 @@ def test_redact_one_path_and_pattern(tmp_path):
     assert s["github"].encode() in run_cli("--dir", d, "export", "alpha").stdout  # not redacted: still there
 
 
+def test_redact_an_entry_named_with_another_session_records_it_where_the_entry_is(tmp_path):
+    """`redact ENTRY --path P -s beta` for an entry of alpha: the output named beta, and the
+    record went in beta's files, so a copy of alpha alone (`push -s alpha`, an rsync of
+    its folder) showed the secret. The record goes where the entry is stored."""
+    import shutil
+
+    d = tmp_path / "t"
+    s = plant(d)
+    first = hashes(d)[0]["alpha"][0]
+    p = run_cli("--dir", d, "redact", "-s", "beta", first[:12], "--path", "$.payload.content", "--json")
+    assert p.returncode == 0, p.stderr
+    (line,) = [json.loads(x) for x in p.stdout.decode().splitlines()]
+    assert line["session"] == "alpha" and line["hash"] == first
+    alone = tmp_path / "alpha-alone"
+    shutil.copytree(d, alone)
+    shutil.rmtree(alone / "sessions" / "beta")
+    shown = run_cli("--dir", alone, "show", first, "-s", "alpha", "--json", check=True).stdout.decode()
+    assert s["aws"] not in shown and "[redacted: manual]" in shown
+
+
 def test_search_cache_built_before_the_redaction_forgets_the_text(tmp_path):
     d = tmp_path / "t"
     s = plant(d)

@@ -108,7 +108,7 @@ def redact(ctx, session, as_json, from_scan, pattern, path, kind, entry):
     tape = open_tape(ctx)
     streams: list = []
     if entry is not None:
-        results = [red.redact(tape, need_session(ctx, session), [(entry, path, "manual" if kind is None else kind)])]
+        results = [red.redact_entry(tape, need_session(ctx, session), entry, path, "manual" if kind is None else kind)]
     else:
         names = _sessions(ctx, session)
         results = (red.redact_scan(tape, names, streams) if from_scan

@@ -83,6 +83,20 @@ def redact(tape: "Tape", session: str, places: Iterable[tuple[str, str, str]]) -
             "blobs": [i["object"] for i in items if i["path"] == "$"]}
 
 
+def redact_entry(tape: "Tape", session: str, ref: str, path: str, kind: str) -> dict:
+    """`ctape redact ENTRY --path P -s SESSION`: ENTRY is resolved in SESSION (a prefix, a
+    branch), and the record goes in the session whose files store the entry: the record
+    travels with the bytes it redacts (a `push -s` of that session alone carries it, and
+    a clone of it shows the marker), and the output names where the value is. An entry
+    another session stores (a fork reached from SESSION, or one given by hash) is
+    recorded there; one the store cannot place (in a pack's shared folder) in SESSION."""
+    h = tape.resolve(ref, session) if not is_hash(ref) else ref
+    if h is None:
+        raise InvalidInput(f"{ref!r} names no entry in session {session!r} yet")
+    home = tape.store.session_of(h)
+    return redact(tape, home if home and home in tape.session_names() else session, [(h, path, kind)])
+
+
 def redact_findings(tape: "Tape", findings: Iterable[Finding]) -> list[dict]:
     """Redact each finding in its own session (one run of records per session)."""
     by_session: dict[str, list] = {}

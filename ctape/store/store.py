@@ -1192,14 +1192,14 @@ class Store:
         except (CorruptObject, EntryNotFound):
             if h in self._salvage_losses() or hash_key(h) in self._salvage_lost_keys():
                 return LOST_VALUE.encode()
-            mine = self._session_of(entry)
+            mine = self.session_of(entry)
             key = hash_key(h)
             held = [p for p in self.damaged_files() if h in self._damaged_names(p) or self._holds(p, h) or key in self.index.lost_keys(p)]
             if held and mine is not None and not any(p.startswith(f"sessions/{mine}/") for p in held):
                 return LOST_VALUE.encode()
             raise
 
-    def _session_of(self, h: Optional[str]) -> Optional[str]:
+    def session_of(self, h: Optional[str]) -> Optional[str]:
         """The session whose file holds object h (None when unknown or in packs/)."""
         loc = self.index.find_object(h) if h else None
         rel = self.index.path_of(loc[0]) if loc else None
