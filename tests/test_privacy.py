@@ -211,6 +211,27 @@ def test_redact_an_entry_named_with_another_session_records_it_where_the_entry_i
     assert s["aws"] not in shown and "[redacted: manual]" in shown
 
 
+def test_redact_scan_of_a_session_that_reuses_anothers_entries_records_it_with_the_bytes(tmp_path):
+    """A transcript imported twice: the second session reuses the first's entries (stored
+    once, in the first's files). `redact --scan -s second` recorded the redaction in
+    second's files; a copy of first alone kept the secret. Now it is recorded in first."""
+    import shutil
+
+    d, src = tmp_path / "t", tmp_path / "t.jsonl"
+    key = "AKIA" + _rand(16, string.ascii_uppercase + string.digits)
+    src.write_text(json.dumps({"role": "user", "content": f"deploy with {key} please"}) + "\n"
+                   + json.dumps({"role": "assistant", "content": "ok"}) + "\n")
+    run_cli("--dir", d, "init", check=True)
+    for name in ("first", "second"):
+        run_cli("--dir", d, "import", src, "-s", name, check=True)
+    p = run_cli("--dir", d, "redact", "--scan", "-s", "second", "--json", check=True)
+    assert {json.loads(x)["session"] for x in p.stdout.decode().splitlines()} == {"first"}
+    alone = tmp_path / "first-alone"
+    shutil.copytree(d, alone)
+    shutil.rmtree(alone / "sessions" / "second")
+    assert key.encode() not in run_cli("--dir", alone, "export", "first", check=True).stdout
+
+
 def test_search_cache_built_before_the_redaction_forgets_the_text(tmp_path):
     d = tmp_path / "t"
     s = plant(d)

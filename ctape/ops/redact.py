@@ -93,15 +93,24 @@ def redact_entry(tape: "Tape", session: str, ref: str, path: str, kind: str) -> 
     h = tape.resolve(ref, session) if not is_hash(ref) else ref
     if h is None:
         raise InvalidInput(f"{ref!r} names no entry in session {session!r} yet")
+    return redact(tape, _home(tape, h, session, set(tape.session_names())), [(h, path, kind)])
+
+
+def _home(tape: "Tape", h: str, session: str, live: set[str]) -> str:
+    """The session a redaction of entry h is recorded in: the one whose files store it,
+    else (the store cannot place it) `session`."""
     home = tape.store.session_of(h)
-    return redact(tape, home if home and home in tape.session_names() else session, [(h, path, kind)])
+    return home if home in live else session
 
 
 def redact_findings(tape: "Tape", findings: Iterable[Finding]) -> list[dict]:
-    """Redact each finding in its own session (one run of records per session)."""
+    """Redact each finding in the session that stores its entry (`_home`; one run of
+    records per session): a fork's finding in an entry of the session it forked from is
+    recorded there, with the bytes."""
     by_session: dict[str, list] = {}
+    live = set(tape.session_names())
     for f in findings:
-        by_session.setdefault(f.session, []).append((f.hash, f.path, f.kind))
+        by_session.setdefault(_home(tape, f.hash, f.session, live), []).append((f.hash, f.path, f.kind))
     return [redact(tape, s, places) for s, places in sorted(by_session.items())]
 
 
