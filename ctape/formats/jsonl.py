@@ -5,14 +5,20 @@
     ...                                   (parents before children)
     {"ctape": "refs", "session": "chat", "branches": {"main": "<hash>"}, "head": "@main", "tags": {"v1": "<hash>"}}
 
-("tags" only when the session has some.) Importing recomputes every hash and refuses a line whose hash does not match,
-so `import jsonl` of an export rebuilds the same entries and the same refs.
+    {"ctape": "redactions", "redact": [{"object": "<hash>", "path": "$.payload.content", "kind": "aws-access-key"}]}
+
+("tags" only when the session has some; "redactions" only when an entry of the file was redacted: its line shows the
+marker, `[redacted: KIND]`, so it no longer hashes to its name.) Importing recomputes every hash and refuses a line
+whose hash does not match, so `import jsonl` of an export rebuilds the same entries and the same refs. A redacted entry
+is the exception: into a tape that holds it, it is that entry (nothing new); into another, its text can no longer give
+its hash, so it and the entries after it are written under new hashes (each of those is still checked against its
+name, with the parent it had), and the refs follow them (docs/import.md, "A redacted session exports and imports").
 """
 
 from __future__ import annotations
 
 import json
-from typing import Iterator, Optional
+from typing import Iterable, Iterator, Optional
 
 import re
 
@@ -22,6 +28,7 @@ from ._common import entries_for_export, imported_names, lines_of, safe_refs
 from .reading import cannot_read, real_path
 from ..model.models import NAME_RE, check_name
 from ..model.refs import TAG
+from ..history.session import entry_hash
 
 HASH_RE = re.compile(r"[0-9a-f]{64}")
 
@@ -57,8 +64,10 @@ def export(tape, ref: str, tally=None) -> Iterator[str]:
         s = tape.session(ref)
         st = s.refs()
         yield dump({"ctape": HEADER, "version": 1, "session": ref})
-        for e in session_entries(tape, ref):
+        entries = session_entries(tape, ref)
+        for e in entries:
             yield dump(e.to_json())
+        yield from _redactions_line(tape, dump, (e.hash for e in entries))
         conflicts = st.conflicts  # a property that walks every branch: once, not per branch
         line = {"ctape": "refs", "session": ref, "branches": {b: h for b, h in st.branches.items() if b not in conflicts}, "head": st.head}
         if st.tags:
@@ -69,6 +78,16 @@ def export(tape, ref: str, tally=None) -> Iterator[str]:
     yield dump({"ctape": HEADER, "version": 1, "ref": ref})
     for e in path:
         yield dump(e.to_json())
+    yield from _redactions_line(tape, dump, (e.hash for e in path))
+
+
+def _redactions_line(tape, dump, hashes: Iterable[str]) -> Iterator[str]:
+    """The places redacted in the exported entries, when there are any: their lines show
+    the marker, and an import must know why they do not hash to their names."""
+    red = tape.redactions()
+    places = [{"object": h, "path": p, "kind": k} for h in hashes for p, k in red.get(h, ())]
+    if places:
+        yield dump({"ctape": "redactions", "redact": places})
 
 
 def import_files(tape, files: list[str], session: Optional[str], progress: bool = False) -> list[str]:
@@ -79,7 +98,7 @@ def import_files(tape, files: list[str], session: Optional[str], progress: bool 
 
 
 def import_file(tape, path: str, session: Optional[str]) -> str:
-    header, entries, refs = _read(path)
+    header, entries, refs, redacted = _read(path)
     written = tape.store.entries_written
     name = session or header.get("session") or (refs or {}).get("session")
     if not name:
@@ -92,13 +111,32 @@ def import_file(tape, path: str, session: Optional[str]) -> str:
     tags = _wanted_tags(tape, path, refs, by_hash)
     done: set[str] = set()
     notes: list[str] = []
+    renamed: dict[str, str] = {}  # a redacted entry written under a new hash, and those after it
     with tape.batch():
         for e in ordered:
-            got = s.put_entry(e["kind"], e["payload"], e.get("meta") or {}, e.get("delta"), e["time"], e["parent"])
-            if got.hash != e["hash"]:
+            parent = renamed.get(e["parent"], e["parent"])
+            if e["hash"] in redacted and _is_entry(tape, e["hash"]):
+                continue  # the tape holds the entry itself (perhaps as its text before the redaction)
+            if parent != e["parent"] and e["hash"] not in redacted and entry_hash(
+                    e["kind"], e["payload"], e.get("meta") or {}, e.get("delta"), e["time"], e["parent"], e["seq"]) != e["hash"]:
                 raise InvalidInput(f"{path}: entry {e['hash'][:12]} does not hash to its name (edited?); nothing was imported")
+            got = s.put_entry(e["kind"], e["payload"], e.get("meta") or {}, e.get("delta"), e["time"], parent)
+            if got.hash != e["hash"]:
+                if e["hash"] not in redacted and parent == e["parent"]:
+                    raise InvalidInput(f"{path}: entry {e['hash'][:12]} does not hash to its name (edited?"
+                                       f"{' or redacted before an export by an older ctape' if _marked(e) else ''}); nothing was imported")
+                renamed[e["hash"]] = got.hash
             done.add(got.hash)
-        changes, notes = safe_refs(tape, s, wanted, head) if wanted else ({}, [])
+        if renamed:
+            wanted = {b: renamed.get(h, h) for b, h in wanted.items()}
+            head = renamed.get(head, head)
+            tags = {t: renamed.get(h, h) for t, h in tags.items()}
+            first = sum(1 for h in renamed if h in redacted)
+            notes.append(f"{first} entr{'y' if first == 1 else 'ies'} redacted before the export "
+                         f"{'has' if len(renamed) == 1 else f'and the {len(renamed) - first} after them have'} new hashes here "
+                         "(a redacted text no longer gives its entry's hash)")
+        more_changes, more_notes = safe_refs(tape, s, wanted, head) if wanted else ({}, [])
+        changes, notes = more_changes, notes + more_notes
         tag_changes, tag_notes = _safe_tags(s, tags)
         changes.update(tag_changes)
         notes += tag_notes
@@ -188,10 +226,24 @@ def _is_entry(tape, h: str) -> bool:
         return False
 
 
+def _marked(e: dict) -> bool:
+    """Does an entry line show a redaction marker (an export taken before exports said
+    which entries were redacted)?"""
+    return "[redacted: " in json.dumps([e.get("payload"), e.get("meta"), e.get("delta")], ensure_ascii=False)
+
+
+def _redacted_objects(path: str, lineno: int, obj: dict) -> set[str]:
+    places = obj.get("redact")
+    if not isinstance(places, list) or not all(isinstance(x, dict) and isinstance(x.get("object"), str) and HASH_RE.fullmatch(x["object"]) for x in places):
+        raise InvalidInput(f"{path}:{lineno}: the redactions line must list places, each with an entry hash as its object (edited?); nothing was imported")
+    return {x["object"] for x in places}
+
+
 def _read(path: str):
     header: dict = {}
     entries: list[dict] = []
     refs = None
+    redacted: set[str] = set()
     try:
         f = open(real_path(path), "rb")
     except OSError as e:
@@ -215,6 +267,8 @@ def _read(path: str):
                 header = obj
             elif tag == "refs":
                 refs = obj
+            elif tag == "redactions":
+                redacted |= _redacted_objects(path, lineno, obj)
             elif {"hash", "kind", "payload", "time"} <= obj.keys():
                 obj.setdefault("parent", None)
                 _check_links(path, lineno, obj)
@@ -224,7 +278,7 @@ def _read(path: str):
                 raise InvalidInput(f"{path}:{lineno}: not a ctape entry line")
     if not entries and not refs:
         raise InvalidInput(f"{path}: no entries found; is this a ctape export (`ctape export SESSION`)?")
-    return header, entries, refs
+    return header, entries, refs, redacted
 
 
 def _check_links(path: str, lineno: int, obj: dict) -> None:

@@ -832,6 +832,13 @@ def _check_record_args(op: Any, changes: Any, extra: dict) -> None:
         extra["time"] = normal_time(extra["time"])
 
 
+def entry_hash(kind: str, payload: Any, meta: Optional[dict], delta: Any, time: str, parent: Optional[str], seq: int) -> str:
+    """The hash `put_entry` gives this entry after `parent` at `seq`, with nothing written:
+    an importer checks a line it will write after a parent of another name (formats/jsonl.py)."""
+    kind, meta = _checked(kind, payload, meta)
+    return object_hash(b"entry", entry_body(kind, payload, meta, delta, parent, seq, normal_time(time), lambda b: object_hash(b"blob", b)))
+
+
 def _checked(kind: Any, payload: Any, meta: Any) -> tuple[str, dict]:
     """An entry's kind (as stored) and meta ({} for none), once kind, payload and meta are
     valid. (A delta is any JSON value: a merge patch, RFC 7386, replaces the state with a
