@@ -681,6 +681,72 @@ def test_a_store_that_never_answers_is_said_and_given_up_on(tmp_path):
         srv.close()
 
 
+def test_push_follow_against_a_store_that_hangs_stops_at_a_second_signal(tmp_path):
+    """SIGTERM to `push --follow` finishes the push under way first; against an endpoint
+    that never answers that took every try's wait (30 s each, 4 tries), past a
+    supervisor's patience, and a second SIGTERM changed nothing. Now the first says so in
+    one line, and a second stops at once, as a kill would: the copy is as it was."""
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(16)
+    port = srv.getsockname()[1]
+    held: list = []
+    stop = threading.Event()
+
+    def accept():
+        srv.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(srv.accept()[0])  # read nothing, answer nothing
+            except OSError:
+                pass
+
+    th = threading.Thread(target=accept, daemon=True)
+    th.start()
+    try:
+        a = tmp_path / "A"
+        Tape.init(a).session("chat").append("user", {"content": "hi"})
+        cli(a, "remote", "add", "origin", "s3://tapes/team", "--endpoint", f"http://127.0.0.1:{port}")
+        before = snapshot(a)
+        env = dict(os.environ, AWS_ACCESS_KEY_ID="k", AWS_SECRET_ACCESS_KEY="s", CTAPE_REMOTE_TIMEOUT="60")
+        p = subprocess.Popen([sys.executable, "-m", "ctape", "--dir", str(a), "push", "--follow"], env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and not held:
+                time.sleep(0.1)
+            assert held, "the push never reached the endpoint"
+            time.sleep(0.5)
+            p.send_signal(signal.SIGTERM)
+            time.sleep(2.0)
+            assert p.poll() is None  # the push under way is given its chance
+            t0 = time.monotonic()
+            p.send_signal(signal.SIGTERM)
+            p.wait(10)
+            took = time.monotonic() - t0
+        finally:
+            if p.poll() is None:
+                p.kill()
+            err = p.stderr.read().decode()
+        assert p.returncode == -signal.SIGTERM and took < 5, (p.returncode, took, err)
+        assert "stopping once the push under way ends (signal again to stop at once)" in err and "Traceback" not in err, err
+        assert snapshot(a) == before
+        assert cli(a, "fsck").returncode == 0
+    finally:
+        stop.set()
+        th.join()
+        for c in held:
+            c.close()
+        srv.close()
+
+
 def test_a_malformed_ipv6_endpoint_or_url_is_one_line_and_exit_2(tmp_path):
     """`--endpoint 'http://[::1'` (unclosed) or a bracketed host that is no address made
     urlparse raise: "internal error: ValueError", exit 1, in remote add, push, pull and

@@ -176,7 +176,8 @@ def remote_show(ctx, name, as_json):
 @main.command()
 @click.argument("name", required=False)
 @click.option("-s", "--session", "sessions", multiple=True, help="Only this session (repeat for more).")
-@click.option("--follow", is_flag=True, help="Keep pushing as writers append (an acknowledged append is on the remote within 2 s) until interrupted.")
+@click.option("--follow", is_flag=True, help="Keep pushing as writers append (an acknowledged append is on the remote within 2 s) until interrupted "
+              "(a push under way is finished first; interrupt again to stop at once).")
 @click.option("--allow-secrets", is_flag=True, help="Push even sessions with unresolved secret findings (see `ctape scan`).")
 @json_option
 @click.pass_context

@@ -219,8 +219,8 @@ def _check_names(tape, sessions: list[str], recorded: dict[str, set[str]]) -> No
         found = det.pattern_spans(s)
         if found:
             shown = preview(s, found, found[0])
-            how = (f"copy it under another name (`ctape session cp OLD NEW`) and remove it (`ctape session rm OLD`), "
-                   f"or push with --allow-secrets") if s in live_sessions else gone
+            how = ("copy it under another name (`ctape session cp OLD NEW`) and remove it (`ctape session rm OLD`), "
+                   "or push with --allow-secrets") if s in live_sessions else gone
             raise SecretsFound(f"not pushing: the name of session {shown!r} looks like a secret ({found[0][2]}); {how}")
         st = tape.session(s).refs() if s in live_sessions else None
         live = {**{b: "branch" for b in (st.branches if st else ())}, **{"tag:" + t: "tag" for t in (st.tags if st else ())}}
@@ -844,7 +844,8 @@ def follow(tape, backend: Backend, name: str, sessions: Iterable[str] = (), allo
            poll: float = 0.25, stop: Optional[Callable[[], bool]] = None) -> None:
     """Push whenever a data file changed (looked at every `poll` seconds), until SIGINT or
     SIGTERM (or `stop()`): an acknowledged append is on the remote within about
-    poll + one push. A push cut short by the signal is finished first; a failing push
+    poll + one push. A push under way when the signal comes is finished first (one line
+    says so); a second signal stops at once, as a kill would; a failing push
     (network, server, or another process compacting this copy when the push had to
     compact it first) is reported and tried again."""
     import signal
@@ -860,8 +861,21 @@ def follow(tape, backend: Backend, name: str, sessions: Iterable[str] = (), allo
         while not stopping[0] and time.monotonic() < end:
             time.sleep(min(0.05, max(0.0, end - time.monotonic())))
 
-    def on_signal(*_) -> None:
+    busy = [False]  # a push is under way
+
+    def on_signal(sig, _frame) -> None:
+        if stopping[0] or not busy[0]:
+            if stopping[0]:
+                # the second signal: stop now, as a kill would (a push cut anywhere leaves the
+                # remote valid and this copy as it was: create-only keys, the manifest last).
+                # Waiting for the push under way could take the request timeout times its
+                # tries against a server that hangs, past a supervisor's patience
+                signal.signal(sig, signal.SIG_DFL)
+                os.kill(os.getpid(), sig)
+            stopping[0] = True
+            return
         stopping[0] = True
+        warn("stopping once the push under way ends (signal again to stop at once)")
 
     old = {}
     if threading.current_thread() is threading.main_thread():
@@ -882,6 +896,7 @@ def follow(tape, backend: Backend, name: str, sessions: Iterable[str] = (), allo
             if refused is not None and time.monotonic() >= retry_at:
                 last = None  # an allow changes settings, not files: look again now and then
             if snap != last:
+                busy[0] = True
                 try:
                     r = push(tape, backend, name, wanted, allow_secrets, warn=warn)
                     why = frozenset(r["held_back"].values())
@@ -907,6 +922,8 @@ def follow(tape, backend: Backend, name: str, sessions: Iterable[str] = (), allo
                     warn(f"{e}; trying again")
                     failing = e
                     nap(1.0)
+                finally:
+                    busy[0] = False
                 backend.requests = 0
             nap(poll)
     finally:
