@@ -187,7 +187,9 @@ def decode_manifest(data: bytes, tape_id: str, uploader: str, n: int) -> tuple[O
         gen = f.get("gen", 0)  # absent before generations: 0
         if type(gen) is not int or not 0 <= gen < 1 << 62:
             return None, "a file entry with a bad generation"
-        good.append({"session": f["session"], "file": f["file"], "start": s, "end": e, "blake3": h, "gen": gen})
+        good.append({"session": f["session"], "file": f["file"], "start": s, "end": e, "blake3": h})
+        if gen:
+            good[-1]["gen"] = gen
     m["files"] = good
     deleted = m.get("deleted", [])
     if not isinstance(deleted, list) or not all(_deletion_ok(f) for f in deleted):
