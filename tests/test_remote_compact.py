@@ -647,3 +647,103 @@ def test_a_file_put_again_between_its_deletions_announcement_and_its_deletes_sta
     out, err = pushes[0].communicate(timeout=60)
     assert pushes[0].returncode == 0 and b"compacting this copy first" in err, err
     _clone_has_every_file(remote_url, tmp_path / "fresh", p, monkeypatch)
+
+
+def test_pieces_a_killed_push_left_unlisted_leave_with_compact_remote(tmp_path, remote_url, request, monkeypatch):
+    """A push killed after its pieces and before its manifest leaves pieces nobody lists.
+    Its rerun lists them only while this copy's files are as they were; after a `compact`
+    they never are, and such a piece stayed on the remote for good, with a value redacted
+    since in it: one past the listed end of a segment (a deletion takes a file only up to
+    the end the remote listed), one of a segment no manifest ever named. `compact --remote`
+    now deletes the pieces no manifest lists once they are older than the grace period."""
+    from ctape.sync import push as pushing
+    from ctape.sync import remote as remotes
+
+    server = _server(request, remote_url)
+    a = tmp_path / "A"
+    t = Tape.init(a)
+    t.session("chat").append("user", {"content": "deploy it"})
+    t.close()
+    cli(a, "remote", "add", "origin", remote_url)
+    cli(a, "push")
+    secrets = ["sk-ant-api03-" + uuid.uuid4().hex + uuid.uuid4().hex for _ in range(2)]
+    t = Tape.open(a)
+    t.session("chat").append("tool_result", {"call_id": "c1", "output": f"ANTHROPIC_API_KEY={secrets[0]}"})
+    t.session("other").append("tool_result", {"call_id": "c2", "output": f"ANTHROPIC_API_KEY={secrets[1]}"})
+
+    class Killed(Exception):
+        pass
+
+    def killed(*args, **kw):
+        raise Killed()
+
+    with monkeypatch.context() as m:
+        m.setattr(pushing, "put_manifest", killed)
+        name, backend = remotes.connect(t.store, "origin")
+        with pytest.raises(Killed):
+            pushing.push(t, backend, name, allow_secrets=True)
+    t.close()
+    before = remote_keys(remote_url, server)
+    for secret in secrets:
+        assert holders(secret.encode(), remote_as_tape(before, a, tmp_path / f"killed-{secret[-6:]}"))
+    cli(a, "compact", "--grace", "now")  # the segments are packed: no rerun lists those pieces
+    cli(a, "redact", "--scan")
+    (young,) = cli_json(a, "compact", "--remote", "origin")  # default grace: young pieces stay
+    assert young["deleted"]["unlisted"] == 0, young
+    assert data_keys(before) <= data_keys(remote_keys(remote_url, server))
+    out = cli(a, "compact", "--remote", "origin", "--grace", "now")
+    assert b"no manifest lists" in out.stdout, out.stdout
+    keys = remote_keys(remote_url, server)
+    for secret in secrets:
+        assert not holders(secret.encode(), remote_as_tape(keys, a, tmp_path / f"after-{secret[-6:]}"))
+        assert not any(secret[:24].encode() in v for v in keys.values())
+    c = tmp_path / "C"
+    p = run_cli("clone", remote_url, c, check=True)
+    assert b"lacks" not in p.stderr, p.stderr
+    fsck_clean(c)
+    assert refs_of(c) == refs_of(a)
+
+
+def test_a_manifest_this_version_cannot_read_keeps_the_unlisted_pieces(tmp_path, remote_url, request, monkeypatch):
+    """A manifest of another version (or junk) is ignored with a warning; the pieces it
+    lists would look unlisted, so `compact --remote` deletes no unlisted piece then, and
+    says so."""
+    server = _server(request, remote_url)
+    a = tmp_path / "A"
+    t = Tape.init(a)
+    t.session("chat").append("user", {"content": "deploy it"})
+    t.close()
+    cli(a, "remote", "add", "origin", remote_url)
+    cli(a, "push")
+    from ctape.sync import layout
+    from ctape.sync.backend import open_backend
+
+    backend = open_backend(remote_url)
+    newer = json.dumps({"format": "ctape-remote-manifest", "version": 2, "uploader": "zzzz9999", "n": 0}).encode()
+    assert backend.put_if_absent(layout.manifest_key("zzzz9999", 0), newer)
+    assert backend.put_if_absent("f/chat/zzzz9999-00000000000000000001.seg/0-10", b"0123456789")
+    out = cli(a, "compact", "--remote", "origin", "--grace", "now")
+    assert b"pieces no manifest lists are kept" in out.stderr, out.stderr
+    assert "f/chat/zzzz9999-00000000000000000001.seg/0-10" in remote_keys(remote_url, server)
+
+
+def test_a_file_put_again_while_an_earlier_announcement_waits_for_its_manifest_is_read(tmp_path, remote_url, request, monkeypatch):
+    """A compactor killed between its announcement (g/0) and its manifest leaves g/0 with
+    no manifest; a push stays at g/0 for an hour (docs/remotes.md). Z then deletes P
+    (deletion 1), and C, which learned deletion 1 from its manifest, puts P again under the
+    generation-2 key but lists it with g=0, its count of deletions that waits for g/0.
+    Readers judged by g alone and took P for deleted: a clone lacked P, and C, sure the
+    remote held it, never sent it again. They now judge by the key's generation too.
+    (Found by a review, helper-84.)"""
+    from ctape.sync import layout
+    from ctape.sync.backend import open_backend
+
+    a, z, p = _c_holds_p_and_z_deletes_it(tmp_path, remote_url, monkeypatch)
+    backend = open_backend(remote_url)
+    assert backend.put_if_absent(layout.compaction_key(0), json.dumps({"compactor": "kkkk0000k", "plan": 0, "time": time.time()}).encode())
+    monkeypatch.setenv("CTAPE_WRITER", "zzzz0000z")
+    cli(z, "compact", "--remote", "origin", "--grace", "now")  # deletion 1: P replaced and deleted
+    monkeypatch.setenv("CTAPE_WRITER", "aaaa0000c")
+    assert b"compacting this copy first" in cli(a, "push").stderr  # C puts P again
+    assert any(k.startswith(f"f/S/{p}/") and k.endswith(".2") for k, _, pre in backend.list("f/") if not pre)
+    _clone_has_every_file(remote_url, tmp_path / "fresh", p, monkeypatch)

@@ -134,7 +134,8 @@ def _compact_remote(tape, name, expire, grace, dry_run, allow_secrets, progress,
     loc, d = r["local"], r["deleted"]
     click.echo(f"kept {loc['kept_objects']} objects ({loc['kept_bytes']} bytes), freed {loc['freed_objects']} objects "
                f"({loc['freed_bytes']} bytes); files {loc['files_before']} -> {loc['files_after']}")
-    left = f", and {d['leftovers']} file{'' if d['leftovers'] == 1 else 's'} a killed push left" if d.get("leftovers") else ""
+    killed = d.get("leftovers", 0) + d.get("unlisted", 0)
+    left = f", and {killed} object{'' if killed == 1 else 's'} no manifest lists (left by killed pushes)" if killed else ""
     _say_skipped(tape, loc)
     click.echo(f"remote {name}: pushed {r['pushed']} bytes, deleted {d['files']} file{'' if d['files'] == 1 else 's'} ({d['bytes']} bytes){left} in {r['requests']} requests")
     if r["deferred"]:

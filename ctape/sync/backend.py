@@ -71,6 +71,10 @@ class Backend:
         """(key or common prefix, size, is_prefix), in key order."""
         raise NotImplementedError
 
+    def aged(self, prefix: str) -> Iterator[tuple[str, float]]:
+        """(key, seconds since it was written) for every key under prefix, in key order."""
+        raise NotImplementedError
+
     def delete(self, key: str) -> None:
         raise NotImplementedError
 
@@ -289,9 +293,19 @@ class FileBackend(Backend):
         return True
 
     def list(self, prefix: str, delimiter: Optional[str] = None) -> Iterator[tuple[str, int, bool]]:
+        yield from sorted((k, st.st_size if st else 0, st is None) for k, st in self._walk(prefix, delimiter))
+
+    def aged(self, prefix: str) -> Iterator[tuple[str, float]]:
+        import time
+
+        now = time.time()
+        yield from sorted((k, now - max(st.st_mtime, st.st_ctime)) for k, st in self._walk(prefix, None) if st)
+
+    def _walk(self, prefix: str, delimiter: Optional[str]) -> Iterator[tuple[str, Optional[os.stat_result]]]:
+        """(key, its lstat) under prefix; (common prefix, None) with a delimiter. Temp files
+        of writes under way (or killed) are no keys."""
         self._tick()
         base = prefix.rsplit("/", 1)[0] + "/" if "/" in prefix else ""
-        rows = []
         start = os.path.join(self.root, *[p for p in base.split("/") if p])
         for folder, dirs, files in os.walk(start):
             rel = os.path.relpath(folder, self.root)
@@ -299,14 +313,16 @@ class FileBackend(Backend):
             for d in dirs:
                 k = rel + d + "/"
                 if delimiter == "/" and k.startswith(prefix):
-                    rows.append((k, 0, True))
+                    yield k, None
             for f in files:
                 k = rel + f
                 if not f.startswith(".tmp-") and k.startswith(prefix):
-                    rows.append((k, os.lstat(os.path.join(folder, f)).st_size, False))
+                    try:
+                        yield k, os.lstat(os.path.join(folder, f))
+                    except FileNotFoundError:
+                        continue  # deleted meanwhile
             if delimiter == "/":
                 dirs[:] = []
-        yield from sorted(rows)
 
     def delete(self, key: str) -> None:
         self._tick()
@@ -466,17 +482,31 @@ class S3Backend(Backend):
         return True
 
     def list(self, prefix: str, delimiter: Optional[str] = None) -> Iterator[tuple[str, int, bool]]:
-        full = self._key(prefix.rstrip("/")) + "/" if prefix else (self.prefix + "/" if self.prefix else "")
         cut = len(self.prefix) + 1 if self.prefix else 0
+        for page in self._pages(prefix, delimiter):
+            rows = [(c["Prefix"][cut:], 0, True) for c in page.get("CommonPrefixes", [])]
+            rows += [(o["Key"][cut:], int(o.get("Size", 0)), False) for o in page.get("Contents", [])]
+            yield from sorted(rows)
+
+    def aged(self, prefix: str) -> Iterator[tuple[str, float]]:
+        """Ages by the store's clock against this machine's: a skew of minutes matters
+        against a grace period of days; under `--grace now` a key the skew makes young stays."""
+        import time
+
+        cut = len(self.prefix) + 1 if self.prefix else 0
+        for page in self._pages(prefix, None):
+            now = time.time()
+            yield from sorted((o["Key"][cut:], now - o["LastModified"].timestamp()) for o in page.get("Contents", []) if o.get("LastModified"))
+
+    def _pages(self, prefix: str, delimiter: Optional[str]) -> Iterator[dict]:
+        full = self._key(prefix.rstrip("/")) + "/" if prefix else (self.prefix + "/" if self.prefix else "")
         kw = {"Bucket": self.bucket, "Prefix": full}
         if delimiter:
             kw["Delimiter"] = delimiter
         try:
             while True:
                 page = self.client.list_objects_v2(**kw)
-                rows = [(c["Prefix"][cut:], 0, True) for c in page.get("CommonPrefixes", [])]
-                rows += [(o["Key"][cut:], int(o.get("Size", 0)), False) for o in page.get("Contents", [])]
-                yield from sorted(rows)
+                yield page
                 if not page.get("IsTruncated"):
                     return
                 kw["ContinuationToken"] = page["NextContinuationToken"]

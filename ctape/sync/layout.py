@@ -284,6 +284,8 @@ def new_manifests(store, backend: Backend, state, warn, cursor: str = "next") ->
             m, why = decode_manifest(data, store.tape_id, u, n)
             if m is None:
                 warn(f"ignored {manifest_key(u, n)} on the remote: {why}")
+                # its pieces would look unlisted: compact --remote deletes none of those
+                state.setdefault("ignored", {})[manifest_key(u, n)] = why
             else:
                 yield u, n, m
             n += 1
@@ -299,8 +301,12 @@ def note_have(state, f: dict, g: int = 0) -> None:
     it; one listed after it (a copy that uploaded the file again) is there."""
     k = f"{f['session']}/{f['file']}"
     gone = state.get("gone", {}).get(k)
-    if gone and f["end"] <= gone[0] and g <= gone[1]:
-        return  # deleted by a remote compaction (note_gone)
+    if gone and f["end"] <= gone[0] and g <= gone[1] and f.get("gen", 0) <= gone[1]:
+        # deleted by a remote compaction (note_gone): listed by an uploader that had not
+        # learned of it (`g`), under a key its deletes take (`gen`; an uploader can learn
+        # a deletion of a file, and put it again under the next generation, while its count
+        # of deletions still waits for an earlier announcement's manifest)
+        return
     pieces = state["pieces"].setdefault(k, [])
     row = [f["start"], f["end"], f["blake3"], g, f.get("gen", 0)]
     for p in pieces:
@@ -382,7 +388,7 @@ def note_gone(state, f: dict, n: int) -> None:
     state["gone"][k] = [max(old[0] if old else 0, f["end"]), max(old[1] if old else 0, n)]
     gens = state.setdefault("gens", {})
     gens[k] = max(int(gens.get(k, 0)), n + 1)
-    state["pieces"][k] = [p for p in state["pieces"].get(k, []) if p[1] > f["end"] or p[3] > n]
+    state["pieces"][k] = [p for p in state["pieces"].get(k, []) if p[1] > f["end"] or p[3] > n or p[4] > n]
     if not state["pieces"][k]:
         del state["pieces"][k]
     state["have"][k] = max(int(state["have"].get(k, 0)), f["end"])

@@ -12,7 +12,9 @@ One run:
    then delete the pieces; and finish any copy's execution record whose pieces a killed
    run left (announced, so no reader fetches them);
 5. write a new plan `d/<me>/<n>` naming the remote's files this run's compaction replaced
-   and no plan names yet. They are deleted by a later run, after the grace period.
+   and no plan names yet. They are deleted by a later run, after the grace period;
+6. delete the pieces no manifest lists, once older than the grace period (what killed
+   pushes left: `_sweep_unlisted`).
 
 Readers learn a deletion from the compactor's manifest that announces it ("deleted"), which
 is written before anything is deleted: they stop fetching the deleted pieces. A push that
@@ -139,7 +141,7 @@ def _delete_deleted(backend: Backend, state, session: str, file: str, end: int, 
     before it; a piece a copy put again after learning of the deletion is under a key of a
     later generation, whenever its deletes run), and not one a manifest listed after the
     deletion (a copy of a version before generations put it again under the old key)."""
-    again = {layout.piece_key(session, file, p[0], p[1], p[4]) for p in state["pieces"].get(f"{session}/{file}", []) if p[3] > g}
+    again = {layout.piece_key(session, file, p[0], p[1], p[4]) for p in state["pieces"].get(f"{session}/{file}", []) if p[3] > g or p[4] > g}
     n = 0
     for key, _, is_prefix in backend.list(f"f/{session}/{file}/"):
         if not is_prefix and key not in again and layout.deletable(key.rsplit("/", 1)[1], end, g):
@@ -199,7 +201,7 @@ def _carry_out(tape, backend: Backend, name: str, grace_s: float, before: dict, 
     plans, done = _own_plans(store, backend, warn)
     me = store.writer
     now = time.time()
-    deleted = {"files": 0, "bytes": 0, "objects": 0}
+    deleted = {"files": 0, "bytes": 0, "objects": 0, "unlisted": 0}
     deferred = ""
     # what killed writes left that no key names (a folder's temp files): removed once older
     # than the grace period, like a plan, so that no live push is still writing one
@@ -255,6 +257,8 @@ def _carry_out(tape, backend: Backend, name: str, grace_s: float, before: dict, 
                 deleted["bytes"] += f["end"]
             state["pruned"].append(n)
             done[n] = {"files": ok}
+    if not deferred and not _changed_since(store, backend, state, warn):
+        deleted["unlisted"] = _sweep_unlisted(backend, state, grace_s, warn)
     if not_up and not deferred:
         # said even when none of its files was due: its files stay on the remote until it is
         # pushed whole (a damaged session: `fsck --salvage`, then this again)
@@ -265,6 +269,31 @@ def _carry_out(tape, backend: Backend, name: str, grace_s: float, before: dict, 
     pending = [{"n": n, "files": len(plans[n]["files"]), "bytes": sum(f["end"] for f in plans[n]["files"]),
                 "due_in_seconds": max(0, round(plans[n]["time"] + grace_s - now))} for n in sorted(plans) if n not in done]
     return {"deleted": deleted, "planned": len(fresh), "pending": pending, "deferred": deferred}
+
+
+def _sweep_unlisted(backend: Backend, state, grace_s: float, warn) -> int:
+    """Delete the pieces that no manifest lists as on the remote, once older than the grace
+    period: what a push killed before its manifest left (its rerun, after this copy's files
+    changed, never lists them; perhaps a value redacted since), and what a deletion left
+    past its range. The caller made sure no copy pushed since this run's pull, and a live
+    push lists its pieces within seconds of putting them. Not when a manifest could not be
+    read (another version's, junk): the pieces it lists would look unlisted."""
+    if state.get("ignored"):
+        first = sorted(state["ignored"])[0]
+        warn(f"pieces no manifest lists are kept: {first} on the remote could not be read ({state['ignored'][first]})")
+        return 0
+    live = set()
+    for k, rows in state["pieces"].items():
+        s, file = k.split("/", 1)
+        live.update(layout.piece_key(s, file, p[0], p[1], p[4]) for p in rows)
+    n = 0
+    for key, age in backend.aged("f/"):
+        parts = key.split("/")
+        if (len(parts) == 4 and key not in live and age >= grace_s and layout.file_ok(parts[1], parts[2])
+                and layout.PIECE_NAME.fullmatch(parts[3])):
+            backend.delete(key)
+            n += 1
+    return n
 
 
 def _changed_since(store, backend: Backend, state, warn) -> bool:

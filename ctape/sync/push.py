@@ -617,7 +617,7 @@ def _gone_held(store, state: State) -> list[str]:
 def _there_again(state: State, key: str, end: int, g: int) -> bool:
     """Do pieces of `key` listed after deletion g cover its bytes [0, end) again?"""
     cur = 0
-    for p in sorted(p for p in state["pieces"].get(key, []) if p[3] > g):
+    for p in sorted(p for p in state["pieces"].get(key, []) if p[3] > g or p[4] > g):
         if p[0] <= cur < p[1]:
             cur = p[1]
     return cur >= end
