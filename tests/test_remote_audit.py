@@ -3,6 +3,7 @@ the code before its fix. Real folder remotes, and SeaweedFS where the remote tes
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 
@@ -631,19 +632,16 @@ def test_push_follow_goes_on_after_a_refusal_and_sends_once_it_is_resolved(tmp_p
     assert clean in {json.loads(x)["hash"] for x in cli(c, "log", "-s", "chat", "--json").stdout.splitlines()}
 
 
-def test_a_store_that_never_answers_is_said_and_given_up_on(tmp_path):
-    """An endpoint that takes the connection and never answers held `pull` and `push` 120 s
-    a try, 4 tries, 8 minutes in all, saying nothing. Now each try waits CTAPE_REMOTE_TIMEOUT
-    (30 s unless set), the first retry is said once, and the end is one line that names the
-    setting. A real listening socket that reads and never writes."""
+@contextlib.contextmanager
+def _silent_endpoint():
+    """(port, the connections taken): a real listening socket on loopback that takes
+    every connection, reads nothing and answers nothing, until the block ends."""
     import socket
     import threading
-    import time
 
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
     srv.listen(16)
-    port = srv.getsockname()[1]
     held: list = []
     stop = threading.Event()
 
@@ -651,13 +649,30 @@ def test_a_store_that_never_answers_is_said_and_given_up_on(tmp_path):
         srv.settimeout(0.2)
         while not stop.is_set():
             try:
-                held.append(srv.accept()[0])  # read nothing, answer nothing
+                held.append(srv.accept()[0])
             except OSError:
                 pass
 
     th = threading.Thread(target=accept, daemon=True)
     th.start()
     try:
+        yield srv.getsockname()[1], held
+    finally:
+        stop.set()
+        th.join()
+        for c in held:
+            c.close()
+        srv.close()
+
+
+def test_a_store_that_never_answers_is_said_and_given_up_on(tmp_path):
+    """An endpoint that takes the connection and never answers held `pull` and `push` 120 s
+    a try, 4 tries, 8 minutes in all, saying nothing. Now each try waits CTAPE_REMOTE_TIMEOUT
+    (30 s unless set), the first retry is said once, and the end is one line that names the
+    setting. A real listening socket that reads and never writes."""
+    import time
+
+    with _silent_endpoint() as (port, held):
         a = tmp_path / "A"
         Tape.init(a).session("chat").append("user", {"content": "hi"})
         env = {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s", "CTAPE_REMOTE_TIMEOUT": "1"}
@@ -675,12 +690,6 @@ def test_a_store_that_never_answers_is_said_and_given_up_on(tmp_path):
         assert snapshot(a) == before
         p = cli(a, "push", check=False, env={**env, "CTAPE_REMOTE_TIMEOUT": "soon"})
         assert p.returncode == 2 and b"CTAPE_REMOTE_TIMEOUT" in p.stderr and len(p.stderr.splitlines()) == 1, p.stderr
-    finally:
-        stop.set()
-        th.join()
-        for c in held:
-            c.close()
-        srv.close()
 
 
 def test_push_follow_against_a_store_that_hangs_stops_at_a_second_signal(tmp_path):
@@ -689,30 +698,11 @@ def test_push_follow_against_a_store_that_hangs_stops_at_a_second_signal(tmp_pat
     supervisor's patience, and a second SIGTERM changed nothing. Now the first says so in
     one line, and a second stops at once, as a kill would: the copy is as it was."""
     import signal
-    import socket
     import subprocess
     import sys
-    import threading
     import time
 
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen(16)
-    port = srv.getsockname()[1]
-    held: list = []
-    stop = threading.Event()
-
-    def accept():
-        srv.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                held.append(srv.accept()[0])  # read nothing, answer nothing
-            except OSError:
-                pass
-
-    th = threading.Thread(target=accept, daemon=True)
-    th.start()
-    try:
+    with _silent_endpoint() as (port, held):
         a = tmp_path / "A"
         Tape.init(a).session("chat").append("user", {"content": "hi"})
         cli(a, "remote", "add", "origin", "s3://tapes/team", "--endpoint", f"http://127.0.0.1:{port}")
@@ -741,12 +731,6 @@ def test_push_follow_against_a_store_that_hangs_stops_at_a_second_signal(tmp_pat
         assert "stopping once the push under way ends (signal again to stop at once)" in err and "Traceback" not in err, err
         assert snapshot(a) == before
         assert cli(a, "fsck").returncode == 0
-    finally:
-        stop.set()
-        th.join()
-        for c in held:
-            c.close()
-        srv.close()
 
 
 def test_a_malformed_ipv6_endpoint_or_url_is_one_line_and_exit_2(tmp_path):

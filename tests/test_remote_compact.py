@@ -649,6 +649,16 @@ def test_a_file_put_again_between_its_deletions_announcement_and_its_deletes_sta
     _clone_has_every_file(remote_url, tmp_path / "fresh", p, monkeypatch)
 
 
+def _pushed_once(a, remote_url):
+    """A tape at `a` with one entry in session chat, pushed to the remote `origin`."""
+    t = Tape.init(a)
+    t.session("chat").append("user", {"content": "deploy it"})
+    t.close()
+    cli(a, "remote", "add", "origin", remote_url)
+    cli(a, "push")
+    return a
+
+
 def test_pieces_a_killed_push_left_unlisted_leave_with_compact_remote(tmp_path, remote_url, request, monkeypatch):
     """A push killed after its pieces and before its manifest leaves pieces nobody lists.
     Its rerun lists them only while this copy's files are as they were; after a `compact`
@@ -660,12 +670,7 @@ def test_pieces_a_killed_push_left_unlisted_leave_with_compact_remote(tmp_path, 
     from ctape.sync import remote as remotes
 
     server = _server(request, remote_url)
-    a = tmp_path / "A"
-    t = Tape.init(a)
-    t.session("chat").append("user", {"content": "deploy it"})
-    t.close()
-    cli(a, "remote", "add", "origin", remote_url)
-    cli(a, "push")
+    a = _pushed_once(tmp_path / "A", remote_url)
     secrets = ["sk-ant-api03-" + uuid.uuid4().hex + uuid.uuid4().hex for _ in range(2)]
     t = Tape.open(a)
     t.session("chat").append("tool_result", {"call_id": "c1", "output": f"ANTHROPIC_API_KEY={secrets[0]}"})
@@ -709,12 +714,7 @@ def test_a_manifest_this_version_cannot_read_keeps_the_unlisted_pieces(tmp_path,
     lists would look unlisted, so `compact --remote` deletes no unlisted piece then, and
     says so."""
     server = _server(request, remote_url)
-    a = tmp_path / "A"
-    t = Tape.init(a)
-    t.session("chat").append("user", {"content": "deploy it"})
-    t.close()
-    cli(a, "remote", "add", "origin", remote_url)
-    cli(a, "push")
+    a = _pushed_once(tmp_path / "A", remote_url)
     from ctape.sync import layout
     from ctape.sync.backend import open_backend
 
