@@ -702,8 +702,11 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
         # to drop, a damaged session) still holds what this copy needs: it goes up again,
         # in a manifest that says it comes after the deletion
         for key in _gone_held(store, state):
+            # its pieces listed past the deleted range, or put again, stay known: readers
+            # count them as on the remote (and compact --remote sweeps only what no
+            # manifest lists); what is left of the file goes up from 0, under the next
+            # generation (layout.generation: `gens` outlives `gone`)
             del state["gone"][key]
-            state["pieces"].pop(key, None)
             state["have"][key] = 0
     todo = _todo(store, state, chosen)
     asked = wanted if wanted and len(wanted) < len(known) else None  # push -s: some sessions
