@@ -135,7 +135,7 @@ def _compact_remote(tape, name, expire, grace, dry_run, allow_secrets, progress,
     click.echo(f"kept {loc['kept_objects']} objects ({loc['kept_bytes']} bytes), freed {loc['freed_objects']} objects "
                f"({loc['freed_bytes']} bytes); files {loc['files_before']} -> {loc['files_after']}")
     killed = d.get("leftovers", 0) + d.get("unlisted", 0)
-    left = f", and {killed} object{'' if killed == 1 else 's'} no manifest lists (left by killed pushes)" if killed else ""
+    left = f", and {killed} object{'' if killed == 1 else 's'} no manifest lists (a killed push's, or junk)" if killed else ""
     _say_skipped(tape, loc)
     click.echo(f"remote {name}: pushed {r['pushed']} bytes, deleted {d['files']} file{'' if d['files'] == 1 else 's'} ({d['bytes']} bytes){left} in {r['requests']} requests")
     if r["deferred"]:

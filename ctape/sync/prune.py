@@ -257,8 +257,7 @@ def _carry_out(tape, backend: Backend, name: str, grace_s: float, before: dict, 
                 deleted["bytes"] += f["end"]
             state["pruned"].append(n)
             done[n] = {"files": ok}
-    if not deferred and not _changed_since(store, backend, state, warn):
-        deleted["unlisted"] = _sweep_unlisted(backend, state, grace_s, warn)
+    deleted["unlisted"] = _sweep_unlisted(store, backend, state, grace_s, warn)
     if not_up and not deferred:
         # said even when none of its files was due: its files stay on the remote until it is
         # pushed whole (a damaged session: `fsck --salvage`, then this again)
@@ -271,38 +270,72 @@ def _carry_out(tape, backend: Backend, name: str, grace_s: float, before: dict, 
     return {"deleted": deleted, "planned": len(fresh), "pending": pending, "deferred": deferred}
 
 
-def _sweep_unlisted(backend: Backend, state, grace_s: float, warn) -> int:
+def _sweep_unlisted(store, backend: Backend, state, grace_s: float, warn) -> int:
     """Delete the pieces that no manifest lists as on the remote, once older than the grace
     period: what a push killed before its manifest left (its rerun, after this copy's files
-    changed, never lists them; perhaps a value redacted since), and what a deletion left
-    past its range. The caller made sure no copy pushed since this run's pull, and a live
-    push lists its pieces within seconds of putting them. Not when a manifest could not be
-    read (another version's, junk): the pieces it lists would look unlisted."""
-    if state.get("ignored"):
-        first = sorted(state["ignored"])[0]
-        warn(f"pieces no manifest lists are kept: {first} on the remote could not be read ({state['ignored'][first]})")
+    changed, never lists them; perhaps a value redacted since), junk at a piece's key, and
+    the old pieces of a deletion whose deletes were killed. A live push lists its pieces
+    within seconds of putting them; a rerun that finds an old unlisted piece there lists it
+    too, so the manifests that appeared since this run's pull are read after the listing,
+    and what they list stays (a push checks such a piece again after its manifest:
+    push._put_back). Not while a manifest cannot be read (another version's, junk): the
+    pieces it lists would look unlisted."""
+    if _unreadable(backend, state, warn):
         return 0
     live = set()
     for k, rows in state["pieces"].items():
         s, file = k.split("/", 1)
         live.update(layout.piece_key(s, file, p[0], p[1], p[4]) for p in rows)
-    n = 0
+    old = []
     for key, age in backend.aged("f/"):
         parts = key.split("/")
         if (len(parts) == 4 and key not in live and age >= grace_s and layout.file_ok(parts[1], parts[2])
                 and layout.PIECE_NAME.fullmatch(parts[3])):
+            old.append(key)
+    if not old:
+        return 0
+    new, unreadable = _new_since(store, backend, state, warn)
+    if unreadable:
+        warn("pieces no manifest lists are kept: a manifest written since this run's pull could not be read")
+        return 0
+    for _, m in new:
+        live.update(layout.piece_key(f["session"], f["file"], f["start"], f["end"], f.get("gen", 0)) for f in m["files"])
+    n = 0
+    for key in old:
+        if key not in live:
             backend.delete(key)
             n += 1
     return n
 
 
-def _changed_since(store, backend: Backend, state, warn) -> bool:
-    """A manifest of another copy appeared since this run's pull: its claims were not weighed."""
+def _unreadable(backend: Backend, state, warn) -> bool:
+    """Is a manifest this copy could not read still on the remote? (Those gone, removed by
+    hand as junk, are forgotten.) Said in one line with the way out."""
+    ignored = state.get("ignored", {})
+    for key in sorted(ignored):
+        if backend.get(key) is None:
+            del ignored[key]
+    if not ignored:
+        return False
+    first = sorted(ignored)[0]
+    warn(f"pieces no manifest lists are kept: {first} on the remote could not be read ({ignored[first]}); "
+         "if another ctape version wrote it, upgrade; if it is junk, delete it from the remote")
+    return True
+
+
+def _new_since(store, backend: Backend, state, warn) -> tuple[list[tuple[str, dict]], bool]:
+    """The manifests that appeared since this run's pull, (uploader, manifest), and whether
+    one of them could not be read (its claims and pieces are unknown)."""
     probe = {"next": dict(state["next"])}
-    for u, _, _ in layout.new_manifests(store, backend, probe, warn):
-        if u != store.writer:
-            return True
-    return False
+    new = [(u, m) for u, _, m in layout.new_manifests(store, backend, probe, warn)]
+    return new, bool(probe.get("ignored"))
+
+
+def _changed_since(store, backend: Backend, state, warn) -> bool:
+    """A manifest of another copy appeared since this run's pull, or one that cannot be
+    read: its claims were not weighed."""
+    new, unreadable = _new_since(store, backend, state, warn)
+    return unreadable or any(u != store.writer for u, _ in new)
 
 
 def _announce(store, backend: Backend, state, plan: int) -> int:

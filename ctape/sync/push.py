@@ -623,6 +623,32 @@ def _there_again(state: State, key: str, end: int, g: int) -> bool:
     return cur >= end
 
 
+def _put_back(store, backend: Backend, reused: list[tuple], warn) -> None:
+    """A piece this push found on the remote with no manifest listing it (a killed push
+    put it) may have been deleted by another copy's `compact --remote`, which sweeps such
+    pieces once old, between this push's put and its manifest. Once the manifest lists
+    it, it is looked for again (one listing per file) and put back when gone; a sweep
+    reads the manifests written since its pull before it deletes, so the window left is
+    between that read and its delete (docs/remotes.md, "Pieces no manifest lists")."""
+    by_file: dict[tuple[str, str], list[tuple]] = {}
+    for r in reused:
+        by_file.setdefault((r[0], r[1]), []).append(r)
+    for (s, file), pieces in sorted(by_file.items()):
+        there = {k for k, _, is_prefix in backend.list(f"f/{s}/{file}/") if not is_prefix}
+        for _, _, a, b, gen, digest in pieces:
+            key = layout.piece_key(s, file, a, b, gen)
+            if key in there:
+                continue
+            try:
+                data = _read_range(os.path.join(store.root, "sessions", s, file), a, b, layout.segment_owner(file) == store.writer)
+            except FileNotFoundError:
+                data = b""
+            if layout.digest(data) == digest and (backend.put_if_absent(key, data) or backend.get(key) == data):
+                continue
+            warn(f"the remote lost {key}, which this push lists (swept by a compaction of the remote as unlisted), and this "
+                 "copy no longer holds those bytes: pulls of other copies will say the remote lacks it")
+
+
 def put_manifest(store, backend: Backend, state: State, listed: list[dict], deleted: Optional[list[dict]] = None,
                  deleted_g: int = 0, warn: Callable[[str], None] = lambda s: None, redacted: Iterable[str] = (),
                  lost: list[dict] = ()) -> int:
@@ -728,6 +754,7 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
     went: list[tuple] = []  # (session, file, start, end, own segment): what was read and sent
     noted: dict[str, tuple] = {}  # file -> what this copy knew the remote held of it before this push
     there: set[tuple] = set()  # pieces the remote held already
+    reused: list[tuple] = []  # of those, the ones no manifest this copy read lists
     checked_first = set(held_back)
     with ThreadPoolExecutor(WORKERS) as pool:
         # uploads run WORKERS at a time while the next files are read: at most BATCH_BYTES
@@ -753,6 +780,8 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
                 k = f"{s}/{file}"
                 if k not in noted:
                     noted[k] = (state["have"].get(k), [list(p) for p in state["pieces"].get(k, [])])
+                if status == "there" and not any(p[0] == a and p[1] == b and p[4] == gen for p in noted[k][1]):
+                    reused.append((s, file, a, b, gen, layout.digest(chunk)))  # a killed push's, unlisted: _put_back
                 listed.append({"session": s, "file": file, "start": a, "end": b, "blake3": layout.digest(chunk)})
                 if gen:
                     listed[-1]["gen"] = gen
@@ -822,6 +851,8 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
     if listed or lost:
         put_manifest(store, backend, state, listed, warn=warn, lost=lost)
         losses.sent(state, lost)
+        went_up = {f["session"] for f in listed}
+        _put_back(store, backend, [r for r in reused if r[0] in went_up], warn)
     state.save(store)
     done = time.monotonic()
     return {"remote": name, "files": len(files), "pieces": len(listed), "bytes": sent, "requests": backend.requests, "already_there": skipped, "refused": refused,

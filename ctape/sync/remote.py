@@ -148,7 +148,7 @@ def held(store, name: str, warn: Callable[[str], None] = lambda s: None) -> Iter
 class State(dict):
     """What this copy knows about one remote. `have`: "session/file" -> the bytes from 0
     that the remote is known to hold; `pieces`: "session/file" -> every piece of it the
-    manifests list, [start, end, blake3, g]; `next`: uploader -> its next manifest number to read;
+    manifests list, [start, end, blake3, g, gen] (layout.note_have); `next`: uploader -> its next manifest number to read;
     `gone`: "session/file" -> [the end up to which a remote compaction deleted it, the
     deletion's number]; `gnext`:
     the next deletion announcement (g/<n>) to look for (one whose manifest has not been
@@ -157,6 +157,8 @@ class State(dict):
     `own`: this copy's next manifest number; `checked`: the remote's tape id was checked;
     `redacted`: object -> the deletion whose manifest said its compactor knew it redacted;
     `losses`: the salvage reports the remote holds (layout.loss_digest -> 1);
+    `ignored`: manifest key -> why this copy could not read it (compact --remote sweeps no
+    unlisted piece while one is on the remote);
     `gens`: "session/file" -> one more than the last deletion of it learnt (layout.generation:
     a copy puts the file again under keys that deletion's deletes never take);
     `finished`: "session/file" -> the deletion whose pieces a `compact --remote` of this copy
@@ -182,6 +184,7 @@ class State(dict):
         """The remote no longer holds this tape's identity (emptied, re-created): know nothing."""
         for k in ("have", "pieces", "next", "seen", "gone", "gens", "redacted", "losses", "finished"):
             self[k] = {}
+        self.pop("ignored", None)
         self.pop("own", None)
         self.pop("checked", None)
         for k in ("gnext", "deletions_read", "unlisted"):
