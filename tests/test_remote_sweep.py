@@ -45,12 +45,9 @@ def _two_copies(tmp_path, monkeypatch):
     return remote, a, b
 
 
-def test_a_rerun_that_finds_an_old_unlisted_piece_equal_loses_it_to_a_sweep_under_way(tmp_path, monkeypatch):
-    """B's push is killed before its manifest: piece K stays unlisted. Weeks later (older
-    than --grace) A runs `compact --remote`; its sweep lists f/ (K unlisted, old); B's rerun
-    puts K again (refused: equal, "there") and lists it in a manifest; the sweep deletes K.
-    The remote's manifests now list a key that is gone: every reader warns, and B, sure the
-    remote holds it, never sends it again."""
+def _b_killed_before_its_manifest(tmp_path, monkeypatch):
+    """Two copies A and B; B appends and its push is killed after its pieces, before its
+    manifest: (remote, A's path, B's open Tape)."""
     remote, a, b = _two_copies(tmp_path, monkeypatch)
     tb = Tape.open(b)
     tb.session("chat").append("user", {"content": "from B, only here"})
@@ -58,6 +55,16 @@ def test_a_rerun_that_finds_an_old_unlisted_piece_equal_loses_it_to_a_sweep_unde
         m.setattr(pushing, "put_manifest", lambda *a, **k: (_ for _ in ()).throw(Killed()))
         with pytest.raises(Killed):
             pushing.push(tb, _fb(remote), "origin")
+    return remote, a, tb
+
+
+def test_a_rerun_that_finds_an_old_unlisted_piece_equal_loses_it_to_a_sweep_under_way(tmp_path, monkeypatch):
+    """B's push is killed before its manifest: piece K stays unlisted. Weeks later (older
+    than --grace) A runs `compact --remote`; its sweep lists f/ (K unlisted, old); B's rerun
+    puts K again (refused: equal, "there") and lists it in a manifest; the sweep deletes K.
+    The remote's manifests now list a key that is gone: every reader warns, and B, sure the
+    remote holds it, never sends it again."""
+    remote, a, tb = _b_killed_before_its_manifest(tmp_path, monkeypatch)
 
     class Later(FileBackend):
         """The same folder, read 20 days later; B's rerun lands between the listing and the deletes."""
@@ -129,13 +136,7 @@ def test_a_reused_piece_that_went_between_the_put_and_the_manifest_is_put_back(t
     """The window the sweep's second read of the manifests leaves: B's rerun finds its old
     unlisted piece there, and a sweep deletes it before B's manifest lists it. B looks for
     it again once the manifest is written, and puts it back."""
-    remote, a, b = _two_copies(tmp_path, monkeypatch)
-    tb = Tape.open(b)
-    tb.session("chat").append("user", {"content": "from B, only here"})
-    with monkeypatch.context() as m:
-        m.setattr(pushing, "put_manifest", lambda *a, **k: (_ for _ in ()).throw(Killed()))
-        with pytest.raises(Killed):
-            pushing.push(tb, _fb(remote), "origin")
+    remote, a, tb = _b_killed_before_its_manifest(tmp_path, monkeypatch)
     fb = _fb(remote)
     listed = {k for k, _, p in fb.list("f/") if not p}
     real = pushing.put_manifest

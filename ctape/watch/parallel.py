@@ -12,6 +12,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+from typing import Optional
 
 from .engine import PassReport, Watcher
 from .sources import Source
