@@ -91,35 +91,10 @@ def _entry_line(tape, e, dump, redacted: list[dict]) -> str:
     markers to `redacted`: an import must know why its hash does not check out."""
     line = dump(e.to_json())
     if "[redacted: " in line:
-        found = markers(e.payload, e.meta, e.delta)
+        found = redaction.markers(e.payload, e.meta, e.delta)
         if found and entry_hash(e.kind, e.payload, e.meta, e.delta, e.time, e.parent, e.seq) != e.hash:
             redacted += [{"object": e.hash, "path": p, "kind": k} for p, k in found]
     return line
-
-
-_MARKER = re.compile(r"\[redacted: ([a-z0-9_-]{1,40})(?: [0-9a-f]{8})?\]")
-
-
-def markers(payload, meta, delta) -> list[tuple[str, str]]:
-    """(JSON path, kind) of every redaction marker in an entry's values: a value that is
-    one, or a key renamed to one (its path names the key as it now reads)."""
-    out: list[tuple[str, str]] = []
-    stack: list[tuple[list, object]] = [(["payload"], payload), (["meta"], meta), (["delta"], delta)]
-    while stack:
-        steps, v = stack.pop()
-        if type(v) is str:
-            m = _MARKER.fullmatch(v)
-            if m:
-                out.append((redaction.format_path(steps), m.group(1)))
-        elif isinstance(v, dict):
-            for k, x in v.items():
-                m = _MARKER.fullmatch(k)
-                if m:
-                    out.append((redaction.format_path(steps + [k]), m.group(1)))
-                stack.append((steps + [k], x))
-        elif isinstance(v, list):
-            stack.extend((steps + [i], x) for i, x in enumerate(v))
-    return sorted(out)
 
 
 def import_files(tape, files: list[str], session: Optional[str], progress: bool = False) -> list[str]:
@@ -144,7 +119,7 @@ def import_file(tape, path: str, session: Optional[str]) -> str:
     done: set[str] = set()
     notes: list[str] = []
     for e in ordered:
-        if e["hash"] in redacted and not markers(e["payload"], e.get("meta"), e.get("delta")):
+        if e["hash"] in redacted and not redaction.markers(e["payload"], e.get("meta"), e.get("delta")):
             # a line's text cannot be checked once redacted: taken on the file's word only
             # where it shows what a redaction leaves
             raise InvalidInput(f"{path}:{e[LINE]}: entry {e['hash'][:12]} is named as redacted but shows no redaction marker (edited?); nothing was imported")
@@ -153,10 +128,10 @@ def import_file(tape, path: str, session: Optional[str]) -> str:
     with tape.batch():
         for e in ordered:
             parent = renamed.get(e["parent"], e["parent"])
-            if e["hash"] in redacted and _is_entry(tape, e["hash"]):
+            mine = _entry(tape, e["hash"]) if e["hash"] in redacted else None
+            if mine is not None:
                 # the tape holds the entry itself: perhaps as its text before the redaction
-                mine = tape.read_entry(e["hash"])
-                unredacted += not markers(mine.payload, mine.meta, mine.delta)
+                unredacted += not redaction.markers(mine.payload, mine.meta, mine.delta)
                 continue
             if parent != e["parent"] and e["hash"] not in redacted and entry_hash(
                     e["kind"], e["payload"], e.get("meta") or {}, e.get("delta"), e["time"], e["parent"], e["seq"]) != e["hash"]:
@@ -164,7 +139,7 @@ def import_file(tape, path: str, session: Optional[str]) -> str:
             got = s.put_entry(e["kind"], e["payload"], e.get("meta") or {}, e.get("delta"), e["time"], parent)
             if got.hash != e["hash"]:
                 if e["hash"] not in redacted and parent == e["parent"]:
-                    old = " or redacted before an export by an older ctape" if markers(e["payload"], e.get("meta"), e.get("delta")) else ""
+                    old = " or redacted before an export by an older ctape" if redaction.markers(e["payload"], e.get("meta"), e.get("delta")) else ""
                     raise InvalidInput(f"{path}: entry {e['hash'][:12]} does not hash to its name (edited?{old}); nothing was imported")
                 renamed[e["hash"]] = got.hash
             done.add(got.hash)
@@ -264,11 +239,15 @@ def _safe_tags(session, tags: dict[str, str]) -> tuple[dict, list[str]]:
 
 
 def _is_entry(tape, h: str) -> bool:
+    return _entry(tape, h) is not None
+
+
+def _entry(tape, h: str):
+    """The tape's entry h, or None when it holds none by that name."""
     try:
-        tape.read_entry(h)
-        return True
+        return tape.read_entry(h)
     except CtapeError:
-        return False
+        return None
 
 
 def _redacted_objects(path: str, lineno: int, obj: dict) -> set[str]:

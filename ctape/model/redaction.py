@@ -82,6 +82,31 @@ def is_marker(value: Any) -> bool:
     return type(value) is str and value.startswith("[redacted: ") and value.endswith("]")
 
 
+_MARKER = re.compile(r"\[redacted: ([a-z0-9_-]{1,40})(?: [0-9a-f]{8})?\]")  # marker() or key_marker()
+
+
+def markers(payload: Any, meta: Any, delta: Any) -> list[tuple[str, str]]:
+    """(JSON path, kind) of every marker in an entry's values, as reads show them: a value
+    that is one, or a key renamed to one (its path names the key as it now reads)."""
+    out: list[tuple[str, str]] = []
+    stack: list[tuple[list, Any]] = [(["payload"], payload), (["meta"], meta), (["delta"], delta)]
+    while stack:
+        steps, v = stack.pop()
+        if type(v) is str:
+            m = _MARKER.fullmatch(v)
+            if m:
+                out.append((format_path(steps), m.group(1)))
+        elif isinstance(v, dict):
+            for k, x in v.items():
+                m = _MARKER.fullmatch(k)
+                if m:
+                    out.append((format_path(steps + [k]), m.group(1)))
+                stack.append((steps + [k], x))
+        elif isinstance(v, list):
+            stack.extend((steps + [i], x) for i, x in enumerate(v))
+    return sorted(out)
+
+
 def parse_path(text: str) -> list:
     """`$.payload.args[0]["a b"]` -> ["payload", "args", 0, "a b"]; InvalidInput otherwise."""
     if not isinstance(text, str) or not text.startswith("$"):

@@ -62,6 +62,17 @@ def piece_key(session: str, file: str, start: int, end: int, gen: int = 0) -> st
     return f"f/{session}/{file}/{start}-{end}" + (f".{gen}" if gen else "")
 
 
+def listed_key(f: dict) -> str:
+    """The key of a piece as a manifest lists it (session, file, start, end, gen)."""
+    return piece_key(f["session"], f["file"], f["start"], f["end"], f.get("gen", 0))
+
+
+def row_key(key: str, row: list) -> str:
+    """The key of a piece this copy knows, from its row (note_have) of file `key`."""
+    session, file = key.split("/", 1)
+    return piece_key(session, file, row[0], row[1], row[4])
+
+
 PIECE_NAME = re.compile(r"(\d{1,20})-(\d{1,20})(?:\.([1-9]\d{0,18}))?")
 
 

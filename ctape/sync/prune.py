@@ -141,7 +141,8 @@ def _delete_deleted(backend: Backend, state, session: str, file: str, end: int, 
     before it; a piece a copy put again after learning of the deletion is under a key of a
     later generation, whenever its deletes run), and not one a manifest listed after the
     deletion (a copy of a version before generations put it again under the old key)."""
-    again = {layout.piece_key(session, file, p[0], p[1], p[4]) for p in state["pieces"].get(f"{session}/{file}", []) if p[3] > g or p[4] > g}
+    k = f"{session}/{file}"
+    again = {layout.row_key(k, p) for p in state["pieces"].get(k, []) if p[3] > g or p[4] > g}
     n = 0
     for key, _, is_prefix in backend.list(f"f/{session}/{file}/"):
         if not is_prefix and key not in again and layout.deletable(key.rsplit("/", 1)[1], end, g):
@@ -282,10 +283,7 @@ def _sweep_unlisted(store, backend: Backend, state, grace_s: float, warn) -> int
     pieces it lists would look unlisted."""
     if _unreadable(backend, state, warn):
         return 0
-    live = set()
-    for k, rows in state["pieces"].items():
-        s, file = k.split("/", 1)
-        live.update(layout.piece_key(s, file, p[0], p[1], p[4]) for p in rows)
+    live = {layout.row_key(k, p) for k, rows in state["pieces"].items() for p in rows}
     old = []
     for key, age in backend.aged("f/"):
         parts = key.split("/")
@@ -299,7 +297,7 @@ def _sweep_unlisted(store, backend: Backend, state, grace_s: float, warn) -> int
         warn("pieces no manifest lists are kept: a manifest written since this run's pull could not be read")
         return 0
     for _, m in new:
-        live.update(layout.piece_key(f["session"], f["file"], f["start"], f["end"], f.get("gen", 0)) for f in m["files"])
+        live.update(layout.listed_key(f) for f in m["files"])
     n = 0
     for key in old:
         if key not in live:

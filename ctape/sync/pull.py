@@ -85,7 +85,7 @@ def _append(folder: str, name: str, at: int, data: bytes) -> bool:
 def _get_piece(backend: Backend, f: dict, warn) -> tuple[Optional[bytes], Optional[str]]:
     """A piece's bytes, checked against its manifest; or None and why ("missing",
     "damaged") when the remote lacks it or holds other bytes."""
-    key = layout.piece_key(f["session"], f["file"], f["start"], f["end"], f.get("gen", 0))
+    key = layout.listed_key(f)
     data = backend.get(key)
     if data is None:  # deleted by a compaction of the remote since its manifest was read, say
         warn(f"the remote lacks {key}, which a manifest lists; skipped")
