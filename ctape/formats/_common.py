@@ -259,15 +259,35 @@ def undated_time(tape, session, path: str) -> Optional[str]:
     """The time for the records of a file that has none (SPEC 10: the file's time, never
     1970): the time its session's first imported entry got when the session already holds
     one (so a file imported again, or grown, gives the same entries), else the file's."""
-    if session is not None and session.exists():
-        h = session.refs().branches.get("main")
-        root = None
-        while h is not None:
-            root = tape.read_entry(h)
-            h = root.parent
-        if root is not None and isinstance(root.meta, dict) and isinstance(root.meta.get(LINE), int):
-            return root.time
-    return file_time(path)
+    root = _imported_root(tape, session)
+    return root.time if root is not None else file_time(path)
+
+
+def prelude_time(tape, session, fmt: str, first: Any) -> Optional[str]:
+    """The time for the untimed records a file starts with (Claude Code's summary lines),
+    when an import of the file before it held a timed record gave them one (the file's
+    time) and is the session's root: so the grown file's import gives them the same
+    entries, and goes on from them (before, they took the first record's time, and the
+    whole file went on a new thread). None when the session's root is not this file's
+    first record."""
+    root = _imported_root(tape, session)
+    if root is not None and root.meta.get(LINE) == 1 and root.meta.get(fmt) == first:
+        return root.time
+    return None
+
+
+def _imported_root(tape, session):
+    """The root of `main` in a session that exists, when an import wrote it; else None."""
+    if session is None or not session.exists():
+        return None
+    h = session.refs().branches.get("main")
+    root = None
+    while h is not None:
+        root = tape.read_entry(h)
+        h = root.parent
+    if root is not None and isinstance(root.meta, dict) and isinstance(root.meta.get(LINE), int):
+        return root
+    return None
 
 
 def valid_time(value: Any) -> Optional[str]:

@@ -433,6 +433,11 @@ class _Stream:
         if first is None:
             self.undated = True
             first = c.undated_time(self.tape, s, self.path)
+        elif self.infos and self.infos[0].line.ok:
+            v = self.infos[0].line.value
+            v = c.read_at(self.again, self.infos[0].line) if v is None else v
+            if isinstance(v, dict) and c.valid_time(v.get("timestamp")) is None:
+                first = c.prelude_time(self.tape, s, FMT, v) or first
         self.builder = Builder(s, self.again, self.infos, first, self.bar)
 
     def _lay_out(self, upto: int) -> None:

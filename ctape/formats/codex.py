@@ -132,7 +132,7 @@ def map_item(item: dict, call_id: Any = None) -> tuple[str, dict, bool]:
 
 def map_record(v: Any, spoken: bool = False) -> tuple[str, dict, bool]:
     """One line as (kind, payload, hidden); `spoken`: an event_msg user_message or
-    agent_message that is the only record of its message (see `voiced_events`)."""
+    agent_message that is the only record of its message (see `Voices`)."""
     if not isinstance(v, dict):
         return _hidden("codex record")
     rtype, p = v.get("type"), v.get("payload")
@@ -248,18 +248,10 @@ def classify(v: Any) -> Optional[tuple[str, tuple[int, ...]]]:
     return None
 
 
-def voiced_events(classes: list) -> set[int]:
-    """Line numbers of the events that are the only record of their message."""
-    voices = Voices()
-    for number, cls in classes:
-        voices.add(number, cls)
-    voices.end()
-    return voices.voiced
-
-
 class Voices:
-    """voiced_events a line at a time: an event is answered once its run closes (at the
-    next record of the other side, or at the end of the file)."""
+    """Which events are the only record of their message, a line at a time: an event is
+    answered once its run closes (at the next record of the other side, or at a turn's
+    end), or, at the end of what a file holds, as `end_unfinished` decides."""
 
     SIDES = (("U", "EU", ("A", "EA", "X")), ("A", "EA", ("U", "EU", "X")))
 
@@ -281,9 +273,16 @@ class Voices:
                 run.events.append((number, cls[1][0]))
                 self.open.add(number)
 
-    def end(self) -> None:
-        for run in self.runs:
-            self._close(run)
+    def end_unfinished(self) -> None:
+        """The end of what a file holds now, its last turn perhaps not over (no turn end
+        closed the runs): the open events are decided as a reader that cannot wait decides
+        them (voiced_so_far), so that an import of the file now and of the file grown give
+        its lines the same entries. Closing the runs here voiced an agent event whose echo
+        was yet to be written, and the grown file's import, finding the echo, made it hidden: a new
+        entry, and every later one on a new thread."""
+        self.voiced |= self.voiced_so_far()
+        self.open.clear()
+        self.runs = (_Run(), _Run())
 
     def _close(self, run: "_Run") -> None:
         for number, _ in run.events:
@@ -420,7 +419,7 @@ class _Stream:
         self.truncated = c.unfinished_note(queue)
         if not self.valid:
             raise InvalidInput(f"{self.path}: no Codex rollout record found (expected JSON lines like {{\"timestamp\", \"type\", \"payload\"}}); is this a Codex session file?")
-        voices.end()
+        voices.end_unfinished()  # a finished turn's runs were closed by its end (TURN_ENDS)
         if self.s is None:
             self._start()
         self._put_ready(reading=False)
@@ -571,7 +570,7 @@ def put_line(s, number: int, value: Any, ok: bool, parent: Optional[str], clock:
     """One line as its entries after `parent`, exactly as import_file makes them (`ctape
     watch` imports the lines appended since its last pass with this); `value` is the
     record, or the line's text when it is not JSON; `spoken`: an event that is the only
-    record of its message (`voiced_events`); `instructions`: the entry that holds Codex's
+    record of its message (`Voices`); `instructions`: the entry that holds Codex's
     instructions before this line (None: there is none; UNKNOWN: looked for by walking
     back, at a `compacted` line only). Returns the last entry's hash, and the instructions
     entry after the line (to give with the next one)."""
