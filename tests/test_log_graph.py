@@ -38,7 +38,7 @@ def build(tape_dir, spec, branches, head):
 
 def drawing(tape_dir, names, *args) -> list[str]:
     """`log --graph --oneline` with each entry shown by its name and branch labels."""
-    out = cli(tape_dir, "log", "--graph", "--no-pager", "-s", "x", *args, check=True).stdout.decode().splitlines()
+    out = cli(tape_dir, "log", "--graph", "--all", "--no-pager", "-s", "x", *args, check=True).stdout.decode().splitlines()
     pat = re.compile(r"([0-9a-f]{12})( \((?P<deco>[^)]*)\))? +user +\S+$")
 
     def name(line):
@@ -118,7 +118,7 @@ def test_imported_transcripts_with_several_roots(tape_dir):
                 h = t.read_entry(h).parent
             roots[b] = line
     assert len({line[-1] for line in roots.values()}) >= 2  # unrelated runs
-    lines = cli(tape_dir, "log", "--graph", "--no-pager", "--hidden", "-s", "x", check=True).stdout.decode().splitlines()
+    lines = cli(tape_dir, "log", "--graph", "--all", "--no-pager", "--hidden", "-s", "x", check=True).stdout.decode().splitlines()
     drawn = [line[2:14] for line in lines]
     assert all(line.startswith("* ") for line in lines)  # one lane: nothing drawn side by side
     assert len(drawn) == len(set(drawn)) == len({h for line in roots.values() for h in line})
@@ -147,3 +147,24 @@ def test_lanes_stay_few_with_many_branches(tape_dir):
     rows = [line for line in lines if "*" in line]
     assert len(rows) == 900
     assert max(line.index("*") for line in rows) <= 4
+
+
+def test_graph_without_all_draws_what_head_reaches_as_log_lists_it(tape_dir):
+    """SPEC 5: `log` lists from REF, default HEAD, and every branch only with --all;
+    --graph changes the drawing, not the entries (as `git log --graph`). A black-box audit
+    found --graph showing every branch, and --graph --json listing first an entry HEAD
+    does not reach."""
+    import json
+
+    cli(tape_dir, "append", "user", "--text", "one", "-s", "c", check=True)
+    cli(tape_dir, "append", "user", "--text", "two", "-s", "c", check=True)
+    cli(tape_dir, "checkout", "-b", "alt", "c~1", "-s", "c", check=True)
+    cli(tape_dir, "append", "user", "--text", "only on alt", "-s", "c", check=True)
+    cli(tape_dir, "checkout", "main", "-s", "c", check=True)
+    plain = [json.loads(x)["hash"] for x in cli(tape_dir, "log", "-s", "c", "--json", check=True).stdout.splitlines()]
+    graph = [json.loads(x)["hash"] for x in cli(tape_dir, "log", "-s", "c", "--graph", "--json", check=True).stdout.splitlines()]
+    assert graph == plain and len(plain) == 2
+    drawn = cli(tape_dir, "log", "-s", "c", "--graph", "--no-pager", check=True).stdout.decode()
+    assert "only on alt" not in drawn and "two" in drawn
+    every = cli(tape_dir, "log", "-s", "c", "--graph", "--all", "--no-pager", check=True).stdout.decode()
+    assert "only on alt" in every and "two" in every

@@ -52,7 +52,7 @@ def run_demo(path: str, crash: bool, echo, prog: str = "ctape") -> int:
             tape.close()
     shell_path = shlex.quote(path)
     status = 0
-    for args in (["log", "-s", name, "--graph", "--no-pager"], ["status", "-s", name], ["branch", "-s", name], ["stats"]):
+    for args in (["log", "-s", name, "--graph", "--all", "--no-pager"], ["status", "-s", name], ["branch", "-s", name], ["stats"]):
         echo(f"\n$ {prog} --dir {shell_path} {' '.join(shlex.quote(a) for a in args)}", err=True)
         status = max(status, _run_cli(["--dir", path, *args]))
         sys.stdout.flush()  # each command's output before the next one's header, also in a pipe

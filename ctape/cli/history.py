@@ -176,7 +176,7 @@ def stream(ctx, session, interval):
 @click.option("--all", "all_", is_flag=True, help="From every branch of the session (conflict branches too) and HEAD.")
 @click.option("--hidden", is_flag=True, help="Include hidden bookkeeping entries (import records, snapshots).")
 @click.option("--oneline", is_flag=True, help="One line per entry.")
-@click.option("--graph", is_flag=True, help="Draw the history as a graph, each line of history together (as git): HEAD's first, then every branch.")
+@click.option("--graph", is_flag=True, help="Draw the history as a graph, each line of history together (as git); with --all, every branch, HEAD's first.")
 @json_option
 @pager_option
 @click.pass_context
@@ -207,7 +207,7 @@ def log(ctx, refs, session, limit, kinds, grep, since, until, reverse, all_, hid
         warn_ambiguous(tape, r, name)
     if all_ and name is None:
         raise click.UsageError("--all needs a session: pass -s NAME")
-    tips = start_points(tape, name, refs, every_branch=all_ or (graph and not refs))
+    tips = start_points(tape, name, refs, every_branch=all_)
     if graph and not as_json:
         if reverse:
             raise click.UsageError("--graph and --reverse cannot be combined")
