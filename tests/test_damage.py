@@ -64,9 +64,10 @@ def test_damage_in_one_session_does_not_stop_the_others(two):
         assert r.returncode == 0, (cmd, r.stderr)
         assert b"warning" not in r.stderr
     assert run_cli("--dir", tape_dir, "append", "user", '{"content": "b goes on"}', "-s", "b").returncode == 0
-    # the damaged session shows what reads back, with a warning
+    # the damaged session shows what reads back, with a warning, and exits 1 (SPEC 5: corrupt
+    # data is a failure; a script reading `log --json` must not take it for the whole history)
     r = run_cli("--dir", tape_dir, "log", "-s", "a", "--oneline")
-    assert r.returncode == 0 and b"damaged" in r.stderr and b"--salvage" in r.stderr
+    assert r.returncode == 1 and b"damaged" in r.stderr and b"--salvage" in r.stderr
     assert 0 < len(r.stdout.splitlines()) < 30
     # once a read has met the damage, this machine knows it
     r = run_cli("--dir", tape_dir, "sessions", "--json")

@@ -320,24 +320,35 @@ def _note_new_prefix(tape, name: str) -> None:
                    f"start{'s' if len(found) == 1 else ''} with it: -s {found[0]} writes there)", err=True)
 
 
-def readable(entries):
+class readable:
     """Entries until one cannot be read (damaged, or not synced yet): then one warning line
-    and the walk stops there. When not even the first reads back, that is the error."""
-    from ..errors import CorruptObject, EntryNotFound
+    and the walk stops there. `damaged`: it stopped at damage not salvaged yet, and the
+    caller exits 1 once it has printed what it could, as SPEC 5 asks of corrupt data (an
+    entry a salvage recorded as lost, or one an rsync has yet to bring, is a known gap:
+    fsck passes, and so does the listing). When not even the first reads back, that is
+    the error."""
 
-    it, shown = iter(entries), False
-    while True:
-        try:
-            e = next(it)
-        except StopIteration:
-            return
-        except (CorruptObject, EntryNotFound) as err:
-            if not shown:
-                raise
-            click.echo(f"ctape: warning: history stops here: {str(err).split(';')[0]} (older entries cannot be reached from this one); see `ctape fsck`", err=True)
-            return
-        shown = True
-        yield e
+    def __init__(self, entries):
+        self.entries = entries
+        self.damaged = False
+
+    def __iter__(self):
+        from ..errors import CorruptObject, EntryNotFound
+
+        it, shown = iter(self.entries), False
+        while True:
+            try:
+                e = next(it)
+            except StopIteration:
+                return
+            except (CorruptObject, EntryNotFound) as err:
+                if not shown:
+                    raise
+                click.echo(f"ctape: warning: history stops here: {str(err).split(';')[0]} (older entries cannot be reached from this one); see `ctape fsck`", err=True)
+                self.damaged = isinstance(err, CorruptObject)
+                return
+            shown = True
+            yield e
 
 
 def warn_damage(tape, session) -> None:

@@ -211,10 +211,11 @@ def log(ctx, refs, session, limit, kinds, grep, since, until, reverse, all_, hid
     if graph and not as_json:
         if reverse:
             raise click.UsageError("--graph and --reverse cannot be combined")
-        echo_lines(readable(render.graph(tape, name, tips, limit, flt)), not no_pager)
+        shown = readable(render.graph(tape, name, tips, limit, flt))
+        echo_lines(shown, not no_pager)
     else:
         above: dict = {}  # labels on hidden entries left out are shown on the next entry below
-        entries = readable(walk(tape, tips, flt, limit, above))
+        shown = entries = readable(walk(tape, tips, flt, limit, above))
         if reverse or (limit is not None and limit <= FEW):
             entries = list(entries)
         if reverse:
@@ -226,9 +227,11 @@ def log(ctx, refs, session, limit, kinds, grep, since, until, reverse, all_, hid
             # a few entries: only the refs at them are looked up (a session may have 300,000 branches)
             few = [e.hash for e in entries] + [h for over in above.values() for h, _ in over] if isinstance(entries, list) and len(entries) <= FEW else None
             deco = render.decorations(tape, name, few) if name else {}
-            shown = render.carry_labels(entries, deco, above)
-            echo_lines((render.oneline(e, deco) if oneline else render.full(e, deco) for e in shown), not no_pager)
+            labelled = render.carry_labels(entries, deco, above)
+            echo_lines((render.oneline(e, deco) if oneline else render.full(e, deco) for e in labelled), not no_pager)
     warn_damage(tape, name)  # after the listing: reading it may be what found the damage
+    if shown.damaged:
+        ctx.exit(1)  # what reads back is printed; a script must not take it for the whole history
 
 
 @main.command()
