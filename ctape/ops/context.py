@@ -20,8 +20,10 @@ The tape keeps everything; a view picks. Steps, in order:
    assistant message (prefill);
 5. a format: openai (Chat Completions), anthropic ({"system", "messages"}), tape.
    Both API formats give a reused call id the same suffix (`t`, `t_2`: ids are unique in
-   a request), and keep images as image parts where the API takes them (user messages;
-   Anthropic tool results); from elsewhere (tool messages, assistant and system content)
+   a request), and an id the API refuses a valid one made from it (anthropic: outside
+   `^[a-zA-Z0-9_-]+$`, `functions.ls:0` -> `functions_ls_0`; openai: an empty one), the
+   same in the call and its result; they keep images as image parts where the API
+   takes them (user messages; Anthropic tool results); from elsewhere (tool messages, assistant and system content)
    an image moves to a user message (after the turn's results; the anthropic view puts
    the system prompt's first), and a note in the text says where it went.
 
@@ -31,6 +33,7 @@ Every step is a pure function of the entries, so the output is deterministic.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -437,7 +440,7 @@ def _carried(label: str, images: list[dict]) -> list[dict]:
 
 def to_openai(msgs: list[Msg]) -> list[dict]:
     out = []
-    ids = _unique_ids(msgs, across_turns=False)
+    ids = _unique_ids(msgs, across_turns=False, valid=_openai_id_ok)
     seen: list[dict] = []  # images moved out of the messages just written (tool results take
     # text only, system and assistant content too): they follow as one user message, once
     # the results of that turn are all written (nothing may come between a call and its result)
@@ -530,13 +533,17 @@ def _anthropic_blocks(c: Any) -> list[dict]:
     return [{"type": "text", "text": _as_text(c)}] if c is not None else []
 
 
-def _unique_ids(msgs: list[Msg], across_turns: bool = True) -> dict[str, str]:
+def _unique_ids(msgs: list[Msg], across_turns: bool = True, valid=None) -> dict[str, str]:
     """Call entry hash -> the id it has in the request, so that no result names two calls:
     a reused id gets a suffix (`t`, `t_2`, ...). The Messages API refuses a request in which
     two tool_use blocks share an id anywhere (`across_turns`). A Chat Completions tool
     message names its call by id alone, but an id may come back once its call is answered
     (agents do: the SWE-agent trajectories were sent so), so there only an id that is
-    still open, or twice in one message, gets one; the request keeps the agent's ids."""
+    still open, or twice in one message, gets one; the request keeps the agent's ids.
+
+    An id the API would refuse (`valid`: the view's rule) becomes a valid one made from it
+    (`_valid_id`), suffixed the same way: never one that another call of the tape holds or
+    that the request already gives. The tool result uses the same id as its call."""
     taken = {c.id for m in msgs for c in m.calls}
     seen: set[str] = set()  # ids that a new call may not take: every one, or the open ones
     out: dict[str, str] = {}
@@ -544,12 +551,34 @@ def _unique_ids(msgs: list[Msg], across_turns: bool = True) -> dict[str, str]:
         if not across_turns and m.role == "tool" and m.answers in out:
             seen.discard(out[m.answers])
         for c in m.calls:
-            new, n = c.id, 2
+            base = c.id if valid is None or valid(c.id) else _valid_id(c.id)
+            new, n = base, 2
             while new in seen or (new != c.id and new in taken):
-                new, n = f"{c.id}_{n}", n + 1
+                new, n = f"{base}_{n}", n + 1
             seen.add(new)
             out[c.hash] = new
     return out
+
+
+ANTHROPIC_ID = re.compile(r"[a-zA-Z0-9_-]+")  # what the Messages API takes as a tool_use id
+NO_ID = "call"  # the id a call without one gets (suffixed when taken)
+
+
+def _anthropic_id_ok(cid: str) -> bool:
+    return ANTHROPIC_ID.fullmatch(cid) is not None
+
+
+def _openai_id_ok(cid: str) -> bool:
+    """Chat Completions takes any string as a call id; only an empty (or white-space) one,
+    which names no call, is replaced."""
+    return bool(cid.strip())
+
+
+def _valid_id(cid: str) -> str:
+    """A tool_use id the Messages API takes, made from CID: each other character becomes
+    `_` (Kimi's `functions.ls:0` -> `functions_ls_0`); an empty id becomes NO_ID."""
+    new = re.sub(r"[^a-zA-Z0-9_-]", "_", cid.strip())
+    return new if new.strip("_") else NO_ID
 
 
 def _anthropic_moved(label: str, images: list[dict]) -> list[dict]:
@@ -562,7 +591,7 @@ SYSTEM_IMAGES = "at the start of the first user message"  # where the anthropic 
 def to_anthropic(msgs: list[Msg]) -> dict:
     system = "\n\n".join(_with_note(_assistant_text(m.content), _moved_images(m.content), SYSTEM_IMAGES) for m in msgs if m.role == "system")
     turns: list[dict] = []
-    ids = _unique_ids(msgs)
+    ids = _unique_ids(msgs, valid=_anthropic_id_ok)
     first: list[dict] = []  # the images of the system prompt (it takes text blocks only)
     seen: list[dict] = []  # the images of the assistant message just written (the API refuses
     # an image block in an assistant turn): they follow in the next user turn, after the results
@@ -599,7 +628,7 @@ def to_anthropic(msgs: list[Msg]) -> dict:
             # a result with images keeps them as image blocks (the Messages API takes text
             # and image blocks in a tool_result), never as base64 inside JSON text
             content = _anthropic_blocks(m.content) if _images_of(m.content) else _as_text(_same_output(ids[m.same_as]) if m.same_as in ids else m.content)
-            block = {"type": "tool_result", "tool_use_id": ids.get(m.answers, m.call_id), "content": content}
+            block = {"type": "tool_result", "tool_use_id": ids.get(m.answers) or _valid_id(m.call_id), "content": content}
             if m.is_error:
                 block["is_error"] = True
             add("user", [block])
