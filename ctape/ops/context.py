@@ -25,7 +25,11 @@ The tape keeps everything; a view picks. Steps, in order:
    same in the call and its result; they keep images as image parts where the API
    takes them (user messages; Anthropic tool results); from elsewhere (tool messages, assistant and system content)
    an image moves to a user message (after the turn's results; the anthropic view puts
-   the system prompt's first), and a note in the text says where it went.
+   the system prompt's first), and a note in the text says where it went. Neither
+   writes a message or text part that is empty or only white space (both APIs refuse
+   some): such messages are left out, as if not on the tape (last-turn does not start at
+   one); an anthropic tool result without text says NO_OUTPUT, and a final assistant
+   turn (a prefill) loses its trailing white space.
 
 Every step is a pure function of the entries, so the output is deterministic.
 """
@@ -156,8 +160,8 @@ def _window(tape, head: Optional[str], last_turn: bool, max_tokens: Optional[int
             return out, e
         if e.kind != "system":
             used += estimate(e.payload)
-        if last_turn and e.kind in ("anchor", "user") and not _hidden(e):
-            break
+        if last_turn and not _hidden(e) and (e.kind == "anchor" or e.kind == "user" and not _blank(_content(e))):
+            break  # a user message the views leave out (empty) starts no turn
         if budget is not None and used > budget:
             break
         h = e.parent
@@ -182,6 +186,30 @@ def newest_compaction(tape, dv: dict) -> Optional[Entry]:
 
 def _hidden(e: Entry) -> bool:
     return isinstance(e.meta, dict) and bool(e.meta.get(HIDDEN))
+
+
+def _content(e: Entry) -> Any:
+    return e.payload.get("content") if isinstance(e.payload, dict) else e.payload
+
+
+def _blank(c: Any) -> bool:
+    """True when a content shows nothing in some view: None, empty or white-space text, or a
+    list of such text parts and structure the views leave out (thinking, tool_use...).
+    The Messages API refuses a text block without non-white-space text, and Chat
+    Completions an empty content array, so the views leave such messages and parts out."""
+    if c is None or isinstance(c, str):
+        return not (c or "").strip()
+    if isinstance(c, list):
+        return all(_blank_part(p) for p in c)
+    return False
+
+
+def _blank_part(p: Any) -> bool:
+    if not isinstance(p, dict):
+        return isinstance(p, str) and not p.strip()
+    if p.get("type") in TEXT_PARTS and isinstance(p.get("text"), str):
+        return not p["text"].strip()
+    return p.get("type") in STRUCTURE_PARTS
 
 
 def estimate(value: Any) -> int:
@@ -319,7 +347,7 @@ def answer_pending(msgs: list[Msg]) -> list[Msg]:
 def last_turn(msgs: list[Msg], window: list[Entry]) -> list[Msg]:
     start = None
     for i in range(len(msgs) - 1, -1, -1):
-        if msgs[i].role == "user" and not msgs[i].error:
+        if msgs[i].role == "user" and not msgs[i].error and not _blank(msgs[i].content):
             start = i
             break
     anchors = [e.hash for e in window if e.kind == "anchor"]
@@ -382,6 +410,7 @@ def _image_url(p: dict) -> Optional[str]:
 
 IMAGE_PARTS = ("image_url", "input_image", "image")
 NO_IMAGE = "[image: the transcript keeps no data for it]"
+NO_OUTPUT = "[no output]"  # the anthropic view's text for a tool result that has none
 
 
 def _anthropic_image(url: str) -> dict:
@@ -398,11 +427,12 @@ def _openai_content(c: Any) -> Any:
         parts = []
         for p in c:
             if isinstance(p, dict) and p.get("type") in TEXT_PARTS and isinstance(p.get("text"), str):
-                parts.append({"type": "text", "text": p["text"]})
+                if p["text"].strip():  # an empty or white-space part says nothing
+                    parts.append({"type": "text", "text": p["text"]})
             elif isinstance(p, dict) and p.get("type") in IMAGE_PARTS:
                 url = _image_url(p)  # an image stays an image part; one without a URL says so
                 parts.append({"type": "image_url", "image_url": {"url": url}} if url else {"type": "text", "text": NO_IMAGE})
-            else:
+            elif _as_text(p).strip():
                 parts.append({"type": "text", "text": _as_text(p)})
         return parts
     return _as_text(c)
@@ -462,8 +492,10 @@ def to_openai(msgs: list[Msg]) -> list[dict]:
         elif m.role == "assistant":
             images = _moved_images(m.content)
             text = _with_note(_assistant_text(m.content) if m.content else "", images)
-            if not m.calls and isinstance(m.content, list) and not text:
-                continue  # only structure the Chat Completions API has no place for (thinking)
+            if not text.strip():
+                text = ""
+                if not m.calls:
+                    continue  # empty, or only structure Chat Completions has no place for (thinking)
             d: dict = {"role": "assistant", "content": text if (text or not m.calls) else None}
             if m.calls:
                 d["tool_calls"] = [
@@ -475,11 +507,17 @@ def to_openai(msgs: list[Msg]) -> list[dict]:
                 seen += _carried("the assistant message above", images)
         elif m.role == "system":
             images = _moved_images(m.content)
-            out.append({"role": "system", "content": _with_note(_assistant_text(m.content), images)})
+            text = _with_note(_assistant_text(m.content), images)
+            if text.strip():
+                out.append({"role": "system", "content": text})
             if images:
                 seen += _carried("the system message above", images)
         else:
-            out.append({"role": m.role, "content": _openai_content(m.content)})
+            content = _openai_content(m.content)
+            # Chat Completions refuses an empty content array; an empty message (imports
+            # carry some) is left out, as the anthropic view leaves it out
+            if content and (not isinstance(content, str) or content.strip()):
+                out.append({"role": m.role, "content": content})
     if seen:
         out.append({"role": "user", "content": seen})
     return out
@@ -514,20 +552,21 @@ def _tool_text(c: Any) -> str:
 
 
 def _anthropic_blocks(c: Any) -> list[dict]:
+    # the Messages API refuses a text block without non-white-space text: such text is left out
     if isinstance(c, str):
-        return [{"type": "text", "text": c}] if c else []
+        return [{"type": "text", "text": c}] if c.strip() else []
     if isinstance(c, list):
         out = []
         for p in c:
             if isinstance(p, dict) and p.get("type") in TEXT_PARTS and isinstance(p.get("text"), str):
-                if p["text"]:
+                if p["text"].strip():
                     out.append({"type": "text", "text": p["text"]})
             elif isinstance(p, dict) and p.get("type") in IMAGE_PARTS:
                 url = _image_url(p)
                 out.append(_anthropic_image(url) if url else {"type": "text", "text": NO_IMAGE})
             elif isinstance(p, dict) and p.get("type") in ("thinking", "redacted_thinking", "tool_use", "tool_result"):
                 continue  # structure that the tape holds as entries of its own
-            else:
+            elif _as_text(p).strip():
                 out.append({"type": "text", "text": _as_text(p)})
         return out
     return [{"type": "text", "text": _as_text(c)}] if c is not None else []
@@ -589,7 +628,8 @@ SYSTEM_IMAGES = "at the start of the first user message"  # where the anthropic 
 
 
 def to_anthropic(msgs: list[Msg]) -> dict:
-    system = "\n\n".join(_with_note(_assistant_text(m.content), _moved_images(m.content), SYSTEM_IMAGES) for m in msgs if m.role == "system")
+    texts = [_with_note(_assistant_text(m.content), _moved_images(m.content), SYSTEM_IMAGES) for m in msgs if m.role == "system"]
+    system = "\n\n".join(t for t in texts if t.strip())
     turns: list[dict] = []
     ids = _unique_ids(msgs, valid=_anthropic_id_ok)
     first: list[dict] = []  # the images of the system prompt (it takes text blocks only)
@@ -628,6 +668,8 @@ def to_anthropic(msgs: list[Msg]) -> dict:
             # a result with images keeps them as image blocks (the Messages API takes text
             # and image blocks in a tool_result), never as base64 inside JSON text
             content = _anthropic_blocks(m.content) if _images_of(m.content) else _as_text(_same_output(ids[m.same_as]) if m.same_as in ids else m.content)
+            if not content or (isinstance(content, str) and not content.strip()):
+                content = NO_OUTPUT  # refused when empty with is_error, or only white space
             block = {"type": "tool_result", "tool_use_id": ids.get(m.answers) or _valid_id(m.call_id), "content": content}
             if m.is_error:
                 block["is_error"] = True
@@ -641,10 +683,20 @@ def to_anthropic(msgs: list[Msg]) -> dict:
             turns.insert(0, {"role": "user", "content": first})
     if turns and turns[0]["role"] != "user":
         turns.insert(0, {"role": "user", "content": [{"type": "text", "text": "(conversation start)"}]})
+    if turns and turns[-1]["role"] == "assistant":
+        _strip_prefill(turns)
     out: dict = {"messages": turns}
     if system:
         out["system"] = system
     return out
+
+
+def _strip_prefill(turns: list[dict]) -> None:
+    """A final assistant turn is a prefill, and the Messages API refuses one whose text ends
+    in white space: its last text block loses it (the block was not blank: _anthropic_blocks)."""
+    blocks = turns[-1]["content"]
+    if blocks[-1]["type"] == "text":
+        blocks[-1] = {**blocks[-1], "text": blocks[-1]["text"].rstrip()}
 
 
 def _tool_input(args: Any) -> dict:
