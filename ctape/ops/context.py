@@ -11,7 +11,8 @@ The tape keeps everything; a view picks. Steps, in order:
 2. neutral messages: system / user / assistant (+ tool calls) / tool results;
    entries marked hidden (ctape.hidden) and anchors are left out;
 3. policies: exclude-errors, dedupe-tools, then a fixed "interrupted" result for
-   every pending tool call, then last-turn and --max-tokens;
+   every pending tool call, then last-turn and --max-tokens (the newest message that
+   shows something stays, past the budget if need be: no API takes a prompt without one);
    results pair with calls by position: a result answers the latest open call of
    its call_id before it (ids are unique only among the calls open at one time:
    pydantic-ai's TestModel and others reuse them), so steps 3-5 name a call by
@@ -151,6 +152,7 @@ def _window(tape, head: Optional[str], last_turn: bool, max_tokens: Optional[int
     out: list[Entry] = []
     budget = None if max_tokens is None else max_tokens * 2 + 64
     used = 0
+    said = False  # the window holds a message with text: the budget never stops it before one
     h = head
     while h is not None:
         e = tape.read_entry(h)
@@ -158,11 +160,14 @@ def _window(tape, head: Optional[str], last_turn: bool, max_tokens: Optional[int
         if compactions and is_compaction(e):
             out.reverse()
             return out, e
-        if e.kind != "system":
+        # what no view shows takes no room: an anchor, bookkeeping, the interrupted stream
+        # at REF (--resume prefix adds it after the budget, --resume drop leaves it out)
+        if e.kind not in ("system", "anchor") and not _hidden(e) and not (e.kind == "streaming" and h == head):
             used += estimate(e.payload)
+            said = said or (e.kind in ("user", "assistant", "streaming") and not _blank(_content(e)))
         if last_turn and not _hidden(e) and (e.kind == "anchor" or e.kind == "user" and not _blank(_content(e))):
             break  # a user message the views leave out (empty) starts no turn
-        if budget is not None and used > budget:
+        if budget is not None and used > budget and said:
             break
         h = e.parent
     out.reverse()
@@ -364,7 +369,11 @@ def last_turn(msgs: list[Msg], window: list[Entry]) -> list[Msg]:
 
 
 def fit_tokens(msgs: list[Msg], max_tokens: int) -> list[Msg]:
-    """Drop the oldest non-system turns (an assistant message goes with its tool results)."""
+    """Drop the oldest non-system turns (an assistant message goes with its tool results).
+
+    The newest turn that shows something (text, an image or a tool call) stays, and what
+    follows it, even past the budget: a prompt of system messages alone (or an anthropic
+    `{"messages": []}`) is one no API takes."""
     groups: list[list[Msg]] = []
     for m in msgs:
         if m.role == "tool" and groups and groups[-1][0].role == "assistant":
@@ -372,12 +381,14 @@ def fit_tokens(msgs: list[Msg], max_tokens: int) -> list[Msg]:
         else:
             groups.append([m])
     cost = lambda g: sum(estimate(m.content) + sum(estimate(c.arguments) for c in m.calls) for m in g)  # noqa: E731
+    shows = [i for i, g in enumerate(groups) if g[0].role != "system" and (g[0].calls or not _blank(g[0].content))]
+    last = shows[-1] if shows else len(groups) - 1
     total = sum(cost(g) for g in groups)
     keep = [True] * len(groups)
     for i, g in enumerate(groups):
         if total <= max_tokens:
             break
-        if g[0].role != "system" and i < len(groups) - 1:
+        if g[0].role != "system" and i < last:
             keep[i] = False
             total -= cost(g)
     return [m for g, k in zip(groups, keep) if k for m in g]
