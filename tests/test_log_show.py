@@ -99,7 +99,7 @@ def test_graph_draws_heads_line_first(hist):
     d, e, x = hist
     # put HEAD on alt, whose tip is older and shorter than main's
     cli(d, "checkout", "alt", check=True)
-    lines = cli(d, "log", "--graph", check=True).stdout.decode().splitlines()
+    lines = cli(d, "log", "--graph", "--all", check=True).stdout.decode().splitlines()
     assert lines[0].startswith("* " + x[:12]) and "HEAD -> alt" in lines[0]
     # HEAD's line stays in the first column all the way down
     for h in (x, e[1], e[0]):

@@ -66,7 +66,7 @@ def test_both_sides_append_then_rsync_both_ways(pair):
     assert branches == {x["name"]: x["hash"] for x in cli_json(b, "branch", "-s", "chat")}
     assert {branches["main"], branches[sa["conflicts"][0]]} == {a_new[-1], b_new[-1]}
     # the conflict shows in the graph and in the human status
-    graph = run_cli("--dir", a, "log", "-s", "chat", "--graph", check=True).stdout.decode()
+    graph = run_cli("--dir", a, "log", "-s", "chat", "--graph", "--all", check=True).stdout.decode()
     assert sa["conflicts"][0] in graph and "main" in graph
     assert "conflict" in run_cli("--dir", a, "status", "-s", "chat", check=True).stdout.decode()
 
@@ -364,7 +364,7 @@ def test_every_round_of_conflicts_keeps_its_own_branch(pair):
     st = cli_json(a, "status", "-s", "chat")[0]
     assert st == cli_json(b, "status", "-s", "chat")[0]
     assert len(st["conflicts"]) >= 2 and all(c.startswith("main.conflict-") for c in st["conflicts"])
-    graph = run_cli("--dir", a, "log", "-s", "chat", "--graph", "--oneline", check=True).stdout.decode()
+    graph = run_cli("--dir", a, "log", "-s", "chat", "--graph", "--all", "--oneline", check=True).stdout.decode()
     human = run_cli("--dir", a, "status", "-s", "chat", check=True).stdout.decode()
     for c in st["conflicts"]:
         assert c in graph and c in human

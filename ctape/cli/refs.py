@@ -198,7 +198,8 @@ def reflog(ctx, session_arg, session, limit, as_json, no_pager):
     """Every move of the session's HEAD and branches, newest first.
 
     HEAD positions are numbered for SESSION@{N}, or HEAD@{N} in the current
-    session.
+    session (the first column; --json: "index"); a line that did not move
+    HEAD, such as a branch made elsewhere, has no number.
 
     \b
     Examples:

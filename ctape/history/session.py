@@ -761,9 +761,10 @@ class Session:
         lines.reverse()
         total = len(positions)
         for i, line in enumerate(lines):
-            line["index"] = i
+            # numbered for @{N} (SPEC 5): a line that did not move HEAD has no N
             pos = line.pop("_pos")
-            line["at"] = None if pos is None else total - 1 - pos
+            line["index"] = line["at"] = None if pos is None else total - 1 - pos
+            line["line"] = i
         return lines, positions[::-1]
 
     def head_at(self, n: int) -> Optional[str]:

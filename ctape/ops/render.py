@@ -389,4 +389,5 @@ def reflog_line(r: dict, session: str) -> str:
     new = (r["new"] or "(deleted)")[:12]
     at = f"{session}@{{{r['at']}}}" if r["at"] is not None else ""
     gone = f"  ({' and '.join(r['gone'])} not on this tape)" if r.get("gone") else ""
-    return clean(f"{r['index']:>4} {at:<14} {r['ref']:<24} {str(r['op']):<9} {old:>12} -> {new:<12} {r['time']}{gone}")
+    n = "" if r["index"] is None else r["index"]
+    return clean(f"{n:>4} {at:<14} {r['ref']:<24} {str(r['op']):<9} {old:>12} -> {new:<12} {r['time']}{gone}")
