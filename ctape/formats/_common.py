@@ -27,7 +27,7 @@ from ..errors import CtapeError, InvalidInput, RefNotFound
 from ..model.models import HIDDEN, NAME_RE, RESERVED_BRANCHES, check_name  # noqa: F401 - NAME_RE is read from here too
 from ..model.redaction import is_marker
 from ..model.refs import HEAD
-from .reading import cannot_read, display_stem, real_path, too_long  # noqa: F401 - too_long is read from here too
+from .reading import cannot_read, display_stem, is_stdin, real_path, too_long  # noqa: F401 - too_long is read from here too
 
 LINE = "ctape.line"  # 1-based line of the source file the record came from
 PART = "ctape.part"  # 1, 2, ... for the extra entries made from one record
@@ -303,7 +303,9 @@ def valid_time(value: Any) -> Optional[str]:
 
 
 def session_name(candidate: Any, path: str) -> str:
-    """A valid session name from a record's id, else from the file name."""
+    """A valid session name from a record's id, else from the file name (stdin has none)."""
+    if not (isinstance(candidate, str) and candidate) and is_stdin(path):
+        raise InvalidInput(f"{path}: its records name no session; name one with -s NAME (nothing was imported)")
     for text in (candidate, display_stem(path)):
         if isinstance(text, str) and text:
             name = re.sub(r"[^A-Za-z0-9._-]+", "-", text).lstrip("._-")[:128].rstrip(".")

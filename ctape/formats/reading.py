@@ -59,6 +59,12 @@ class SourceName(str):
         return self
 
 
+def is_stdin(path: str) -> bool:
+    """True for the name spooled gives stdin (`-`, `/dev/stdin`): it names no file, so no
+    session can be named after it (a file called `stdin` is a plain str, not this)."""
+    return isinstance(path, SourceName) and str(path) in ("stdin", "/dev/stdin")
+
+
 def real_path(path: str) -> str:
     """The file to open for a name: its temporary copy when it has one."""
     return getattr(path, "real", path)
