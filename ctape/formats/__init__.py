@@ -65,10 +65,12 @@ def export_notes(tape, ref: str, fmt: str, tally: Optional[dict] = None) -> list
     notes = getattr(mod, "notes", None)
     out = notes(tape, ref) if notes else []
     demotes = getattr(mod, "DEMOTES", {})
-    counted = sorted((tally or {}).items(), key=lambda kv: _order(kv[0][0]))  # (kind, written) -> entries
+    tally = dict(tally or {})
+    keeps = "export --format jsonl keeps every entry as it is"
+    out += _answers_and_streams(fmt, getattr(mod, "ANSWERS", None), tally, keeps)
+    counted = sorted(tally.items(), key=lambda kv: _order(kv[0][0]))  # (kind, written) -> entries
     dropped = {kind: n for (kind, written), n in counted if not written}
     demoted = {kind: n for (kind, written), n in counted if written and kind in demotes}
-    keeps = "export --format jsonl keeps every entry as it is"
     if demoted:
         ways: dict[str, list[str]] = {}
         for kind, n in demoted.items():
@@ -79,6 +81,32 @@ def export_notes(tape, ref: str, fmt: str, tally: Optional[dict] = None) -> list
     if dropped:
         out.append(f"{fmt} has no record for {' or '.join(_plural(k) for k in dropped)}: "
                    f"{' and '.join(_count(n, k) for k, n in dropped.items())} left out ({keeps})")
+    return out
+
+
+def _answers_and_streams(fmt: str, answers: Optional[tuple[str, str]], tally: dict, keeps: str) -> list[str]:
+    """The notes for what _common.tallied wrote otherwise than by its kind (it takes their
+    counts out of `tally`): errors that answer a tool call, written as the format's failed
+    tool result (`answers`: how they went out, what an import reads back), and interrupted
+    streams."""
+    from ._common import ANSWER
+
+    out = []
+    n = tally.pop((ANSWER, True), 0)
+    if n:
+        went, back = answers or ("a tool result", "a tool_result entry")
+        out.append(f"{fmt} has no record for an error that answers a tool call: {_count(n, 'error')} went out as "
+                   f"{'a failed tool result' if n == 1 else 'failed tool results'} ({went}), which an import reads back as "
+                   f"{back}: the call stays answered ({keeps})")
+    left, went = tally.pop(("streaming", False), 0), tally.pop(("streaming", True), 0)
+    if left or went:
+        how = []
+        if left:
+            how.append(f"{_count(left, 'streaming')} at the end of a branch left out, as context leaves it out by default")
+        if went:
+            how.append(f"{_count(went, 'streaming')} the agent went on from went out as "
+                       f"{'an assistant message' if went == 1 else 'assistant messages'}, as context shows it, which an import reads back as finished")
+        out.append(f"{fmt} has no record for interrupted streams: {'; '.join(how)} ({keeps})")
     return out
 
 

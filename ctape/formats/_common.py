@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional
 
 from ..model.canonical import MAX_DEPTH, MAX_RECORD, max_record, nesting_problem, normal_time, parse_json, parse_record  # noqa: F401 - MAX_RECORD is read from here too
 from ..errors import CtapeError, InvalidInput, RefNotFound
-from ..model.models import HIDDEN, NAME_RE, RESERVED_BRANCHES, check_name  # noqa: F401 - NAME_RE is read from here too
+from ..model.models import HIDDEN, NAME_RE, Entry, RESERVED_BRANCHES, check_name  # noqa: F401 - NAME_RE is read from here too
 from ..model.redaction import is_marker
 from ..model.refs import HEAD
 from .reading import cannot_read, display_stem, is_stdin, real_path, too_long  # noqa: F401 - too_long is read from here too
@@ -547,21 +547,66 @@ def source_format(meta: dict) -> Optional[str]:
     return next((k for k in FORMATS if k in meta), None)
 
 
-def tallied(synthesize: Callable, tally: Optional[dict]) -> Callable:
+ANSWER = "error answering a call"  # tally kind of an error written as its call's failed result
+
+
+def tallied(synthesize: Callable, tally: Optional[dict], tape=None, entries: Optional[list] = None) -> Callable:
     """`synthesize` (an exporter's: a record for an entry of another origin, or None),
     counting what it made of each visible entry in `tally`: (kind, written) -> entries.
-    formats.export_notes tells the user what the format could not carry from it."""
-    if tally is None:
-        return synthesize
+    formats.export_notes tells the user what the format could not carry from it.
+
+    Given the `tape` and the `entries` exported, two kinds no agent format has a record for
+    are written so that an import gives back what `status` and `context` saw (SPEC 3, 6):
+    an `error` that answers a tool call on its path is written as a failed `tool_result`
+    (tallied as ANSWER), so the call is not pending after an import and the error's text
+    is its result; an interrupted stream that nothing exported follows (the end of a
+    branch) is left out, as `context` leaves it out by default. A stream the agent went on
+    from is an assistant message in `context`, and is written as one."""
+    ends = _childless(entries) if entries is not None else set()
 
     def counted(e, *args):
-        rec = synthesize(e, *args)
-        if not (isinstance(e.meta, dict) and e.meta.get(HIDDEN)):  # bookkeeping: not the user's
-            key = (e.kind, rec is not None)
+        kind = e.kind
+        if tape is not None and e.kind == "error" and answers_call(tape, e):
+            kind = ANSWER
+            p = e.payload
+            e = Entry(e.hash, e.parent, e.seq, "tool_result", e.time, {"call_id": p["call_id"], "output": p.get("message"), "is_error": True}, e.meta, e.delta)
+        rec = None if e.kind == "streaming" and e.hash in ends else synthesize(e, *args)
+        if tally is not None and not (isinstance(e.meta, dict) and e.meta.get(HIDDEN)):  # bookkeeping: not the user's
+            key = (kind, rec is not None)
             tally[key] = tally.get(key, 0) + 1
         return rec
 
     return counted
+
+
+def _childless(entries: list) -> set[str]:
+    """The entries no other entry of the list names as its parent."""
+    parents = {e.parent for e in entries}
+    return {e.hash for e in entries if e.hash not in parents}
+
+
+def answers_call(tape, e) -> bool:
+    """True when `e`, an error with a call_id, answers a tool call: a call of that id is
+    still open before it on its path (results pair with the latest open call of their id,
+    docs/import.md "Tool calls pair by position"). Walking back, each later result of the
+    id answers one call first; the first call left over is the one `e` answers."""
+    cid = e.payload.get("call_id") if isinstance(e.payload, dict) else None
+    if not isinstance(cid, str) or (isinstance(e.meta, dict) and e.meta.get(HIDDEN)):
+        return False
+    later = 0
+    h = e.parent
+    while h is not None:
+        a = tape.read_entry(h)
+        p = a.payload if isinstance(a.payload, dict) else {}
+        if p.get("call_id") == cid and not (isinstance(a.meta, dict) and a.meta.get(HIDDEN)):
+            if a.kind == "tool_call":
+                if later == 0:
+                    return True
+                later -= 1
+            elif a.kind in ("tool_result", "error"):
+                later += 1
+        h = a.parent
+    return False
 
 
 def export_records(tape, ref: str, fmt: str, synthesize: Callable[[Any], Optional[Any]], order: Optional[Callable] = None,
@@ -573,8 +618,8 @@ def export_records(tape, ref: str, fmt: str, synthesize: Callable[[Any], Optiona
     appends, messages imported from another format) is converted by `synthesize`
     (counted in `tally`, see tallied).
     """
-    synthesize = tallied(synthesize, tally)
     entries = entries_for_export(tape, ref)
+    synthesize = tallied(synthesize, tally, tape, entries)
     for e in order(tape, ref, entries) if order else entries:
         m = e.meta if isinstance(e.meta, dict) else {}
         src = source_format(m)

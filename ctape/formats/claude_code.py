@@ -463,6 +463,9 @@ class _Stream:
 # a milestone (formats.export_notes tells the user)
 DEMOTES = {"system": "system notice lines", "anchor": "system notice lines"}
 
+# an error that answers a tool call: how it is written, what an import reads back (c.tallied)
+ANSWERS = ("a tool_result block with is_error: true", "a tool_result entry with is_error")
+
 
 def export(tape, ref: str, tally: Optional[dict] = None) -> Iterator[str]:
     links = _Links(tape)

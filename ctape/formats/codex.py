@@ -453,6 +453,9 @@ class _Stream:
 # what a native entry of these kinds becomes (formats.export_notes tells the user)
 DEMOTES = {"anchor": "background events"}
 
+# an error that answers a tool call: how it is written, what an import reads back (c.tallied)
+ANSWERS = ("a function_call_output", "a tool_result entry without is_error (a Codex output has no such flag)")
+
 
 def export(tape, ref: str, tally: Optional[dict] = None) -> Iterator[str]:
     return c.export_records(tape, ref, FMT, synthesize, tally=tally)

@@ -595,12 +595,15 @@ def _continue_from(tape, s, doc: dict) -> tuple[Optional[str], Optional[list], O
 # milestone (formats.export_notes tells the user)
 DEMOTES = {"system": "info lines", "anchor": "info lines"}
 
+# an error that answers a tool call: how it is written, what an import reads back (c.tallied)
+ANSWERS = ("a functionResponse holding an error", "a tool_result entry with is_error")
+
 
 def export(tape, ref: str, tally: Optional[dict] = None) -> Iterator[str]:
     """The records back: a JSON document when the history came from one (the path to the
     session's HEAD, or to REF), else JSON lines in source order."""
     entries = c.entries_for_export(tape, ref)
-    write = c.tallied(synthesize, tally)
+    write = c.tallied(synthesize, tally, tape, entries)
     if any(CONTAINER in (e.meta or {}) for e in entries if isinstance(e.meta, dict)):
         yield from _export_document(tape, ref)
         return

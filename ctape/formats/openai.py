@@ -377,12 +377,16 @@ class _Writer:
 
 # -- export ---------------------------------------------------------------------------
 
+# an error that answers a tool call: how it is written, what an import reads back (c.tallied)
+ANSWERS = ("a tool message", "a tool_result entry without is_error (a tool message has no such flag)")
+
 
 def export(tape, ref: str, tally: Optional[dict] = None) -> Iterator[str]:
     """Records back as JSON lines; a container with its items put back in its list."""
-    write = c.tallied(synthesize, tally)
+    entries = c.entries_for_export(tape, ref)
+    write = c.tallied(synthesize, tally, tape, entries)
     group: Optional[tuple[dict, str, list]] = None
-    for e in c.entries_for_export(tape, ref):
+    for e in entries:
         m = e.meta if isinstance(e.meta, dict) else {}
         src = c.source_format(m)
         if src == FMT and c.PART in m:
@@ -420,7 +424,7 @@ def synthesize(e) -> Optional[dict]:
     p = e.payload if isinstance(e.payload, dict) else {}
     if e.kind in ("system", "user", "assistant"):
         return {"role": e.kind, "content": p.get("content")}
-    if e.kind == "streaming":
+    if e.kind == "streaming":  # one the agent went on from (c.tallied leaves out the others)
         return {"role": "assistant", "content": p.get("content")}
     if e.kind == "tool_call":
         args = p.get("arguments")
@@ -429,6 +433,4 @@ def synthesize(e) -> Optional[dict]:
     if e.kind == "tool_result":
         out = p.get("output")
         return {"role": "tool", "tool_call_id": p.get("call_id"), "content": out if isinstance(out, str) else json.dumps(out, ensure_ascii=False)}
-    if e.kind == "error" and p.get("call_id"):
-        return {"role": "tool", "tool_call_id": p.get("call_id"), "content": p.get("message")}
-    return None
+    return None  # an error: one that answers a call comes here as a tool_result (c.tallied)
