@@ -208,18 +208,37 @@ _CONTENT = {"system": (str, list), "user": (str, list), "assistant": (str, list)
 
 def check_payload(kind: str, payload: Any) -> None:
     """The payload conventions of SPEC section 3: an object, with the fields its kind needs
-    (a message's "content" a string or a list of parts; extra fields are kept)."""
+    (a message's "content" a string or a list of parts; extra fields are kept).
+
+    A field that is there must have its type (an audit found each of these accepted): a
+    tool_result's "is_error" a boolean, an error's "call_id" a string (null too is refused:
+    no importer or integration writes it), an anchor's "name" not blank. A tool_call with
+    no "arguments" and a tool_result with no "output" are kept, read as null, as they
+    always were: tapes hold such entries, and their exports must import again
+    (docs/python-api.md)."""
     if not isinstance(payload, dict):
         raise InvalidInput(f"{_a(kind)} payload must be a JSON object, e.g. {{\"content\": \"...\"}}")
     for key in _REQUIRED.get(kind, ()):
         if not isinstance(payload.get(key), str):
             raise InvalidInput(f"{_a(kind)} payload needs a string {key!r}")
     types = _CONTENT.get(kind)
-    if types is not None and not isinstance(payload.get("content"), types):
-        what = "a string" if types == (str,) else "a string or a list of parts"
-        got = "no \"content\"" if "content" not in payload else f"\"content\" of type {_json_type(payload['content'])}"
-        raise InvalidInput(f"{_a(kind)} payload needs \"content\": {what} (got {got}), e.g. {{\"content\": \"...\"}} "
-                           "(or --text for plain text)")
+    if types is not None:
+        content = payload.get("content")
+        if not isinstance(content, types):
+            what = "a string" if types == (str,) else "a string or a list of parts"
+            got = "no \"content\"" if "content" not in payload else f"\"content\" of type {_json_type(content)}"
+            raise InvalidInput(f"{_a(kind)} payload needs \"content\": {what} (got {got}), e.g. {{\"content\": \"...\"}} "
+                               "(or --text for plain text)")
+    elif kind == "tool_result":
+        if "is_error" in payload and type(payload["is_error"]) is not bool:
+            raise InvalidInput(f"a tool_result's \"is_error\" must be true or false (got {_json_type(payload['is_error'])}); "
+                               "leave it out when the call succeeded")
+    elif kind == "error":
+        if "call_id" in payload and not isinstance(payload["call_id"], str):
+            raise InvalidInput(f"an error's \"call_id\" must be a string, the tool call's id (got {_json_type(payload['call_id'])}); "
+                               "leave it out for an error of no call")
+    elif kind == "anchor" and not payload["name"].strip():
+        raise InvalidInput("an anchor payload needs a non-empty \"name\", e.g. {\"name\": \"tests-green\"}")
 
 
 def _a(kind: str) -> str:
@@ -227,4 +246,5 @@ def _a(kind: str) -> str:
 
 
 def _json_type(value: Any) -> str:
-    return {bool: "boolean", int: "number", float: "number", dict: "object", type(None): "null"}.get(type(value), type(value).__name__)
+    return {bool: "boolean", int: "number", float: "number", str: "string", list: "array", dict: "object",
+            type(None): "null"}.get(type(value), type(value).__name__)
