@@ -55,7 +55,7 @@ def parse_when(text, what: str = "--since") -> str:
     if not isinstance(text, str) or not text.strip():
         raise InvalidInput(f"invalid {what}: give an RFC 3339 time or a duration like 2h or 3d")
     text = text.strip()
-    if _AGO.fullmatch(text):
+    if text == "now" or _AGO.fullmatch(text):  # `now` is the DUR 0 (the over-long message offers it)
         ago = parse_duration(text, what)
         return format_time(datetime.fromtimestamp(time.time() - ago, timezone.utc))
     try:
