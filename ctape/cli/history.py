@@ -56,11 +56,39 @@ def _parse_json(text: str, what: str, hint: str = "use --text for plain text"):
         raise InvalidInput(f"{what} cannot be stored: {e}") from None
 
 
+def _meta_option(metas) -> dict:
+    """append's --meta K=V options as meta: values are strings, except the one key of ctape's
+    own (`ctape.`) a user may give, ctape.hidden, whose only value is true (JSON true, the
+    marker importers write): "false" was a non-empty string, so it hid the entry it meant
+    to show (an audit found it)."""
+    from ..errors import InvalidInput
+    from ..model.models import HIDDEN
+
+    meta: dict = {}
+    for m in metas:
+        k, sep, v = m.partition("=")
+        if not sep or not k:
+            raise InvalidInput(f"--meta takes KEY=VALUE, got {m!r}")
+        if k in meta:
+            raise InvalidInput(f"--meta {k} is given twice; give each key once")
+        if k == HIDDEN:
+            if v != "true":
+                raise InvalidInput(f"--meta {HIDDEN} takes only true (it hides the entry from log and context); "
+                                   "leave it out to keep the entry shown")
+            meta[k] = True
+        elif k.startswith("ctape."):
+            raise InvalidInput(f"--meta {k[:60]}: keys starting with ctape. are ctape's own, set by its importers; "
+                               f"give another key name, or {HIDDEN}=true to hide the entry")
+        else:
+            meta[k] = v
+    return meta
+
+
 @main.command()
 @click.argument("kind")
 @click.argument("payload", required=False)
 @session_option
-@click.option("--meta", "metas", multiple=True, metavar="K=V", help="Add a meta field (string value); repeatable.")
+@click.option("--meta", "metas", multiple=True, metavar="K=V", help="Add a meta field (string value); repeatable. Keys starting with ctape. are ctape's own: only ctape.hidden=true is taken (it hides the entry as bookkeeping).")
 @click.option("--delta", metavar="JSON", help="State change as a JSON merge patch.")
 @click.option("--text", "as_text", is_flag=True, help="Take PAYLOAD (or stdin) as raw text: {\"content\": TEXT} (a tool_result's output with --meta call_id=ID; an error's message).")
 @click.option("--time", "time_", metavar="RFC3339", help="Entry time (default: now).")
@@ -79,19 +107,11 @@ def append(ctx, kind, payload, session, metas, delta, as_text, time_):
       pytest 2>&1 | ctape append tool-result --text -s chat --meta call_id=c1
       ctape append user --text 'hello' -s chat --delta '{"cwd": "/repo"}'
     """
-    from ..errors import InvalidInput
     from ..model.models import EntryKind
 
     name = need_session(ctx, session, exists=False)
     kind_value = EntryKind.parse(kind).value
-    meta = {}
-    for m in metas:
-        k, sep, v = m.partition("=")
-        if not sep or not k:
-            raise InvalidInput(f"--meta takes KEY=VALUE, got {m!r}")
-        if k in meta:
-            raise InvalidInput(f"--meta {k} is given twice; give each key once")
-        meta[k] = v
+    meta = _meta_option(metas)
     if payload in (None, "-"):
         need_stdin("give PAYLOAD as an argument, or pipe it in")
     text = _read_stdin_text() if payload in (None, "-") else payload
