@@ -219,10 +219,10 @@ def check_payload(kind: str, payload: Any) -> None:
 
     A field that is there must have its type (an audit found each of these accepted): a
     tool_result's "is_error" a boolean, an error's "call_id" a string (null too is refused:
-    no importer or integration writes it), an anchor's "name" not blank, a message's
-    parts objects or strings. A tool_call with no "arguments" and a tool_result with no
-    "output" are kept, read as null, as they always were: tapes hold such entries, and
-    their exports must import again (docs/python-api.md)."""
+    no importer or integration writes it), an anchor's "name" not blank. A tool_call with
+    no "arguments" and a tool_result with no "output" are kept, read as null, as they
+    always were: tapes hold such entries, and their exports must import again
+    (docs/python-api.md)."""
     if not isinstance(payload, dict):
         raise InvalidInput(f"{_a(kind)} payload must be a JSON object, e.g. {{\"content\": \"...\"}}")
     for key in _REQUIRED.get(kind, ()):
@@ -236,11 +236,6 @@ def check_payload(kind: str, payload: Any) -> None:
             got = "no \"content\"" if "content" not in payload else f"\"content\" of type {_json_type(content)}"
             raise InvalidInput(f"{_a(kind)} payload needs \"content\": {what} (got {got}), e.g. {{\"content\": \"...\"}} "
                                "(or --text for plain text)")
-        if type(content) is list:
-            for i, part in enumerate(content):
-                if not isinstance(part, (dict, str)):
-                    raise InvalidInput(f"{_a(kind)} payload's \"content\" parts must be objects or strings (part {i} is "
-                                       f"{_json_type(part)}), e.g. [{{\"type\": \"text\", \"text\": \"...\"}}]")
     elif kind == "tool_result":
         if "is_error" in payload and type(payload["is_error"]) is not bool:
             raise InvalidInput(f"a tool_result's \"is_error\" must be true or false (got {_json_type(payload['is_error'])}); "
