@@ -115,10 +115,10 @@ def test_labels_on_hidden_entries_show_on_the_next_entry_shown(tmp_path):
         build(d, seed)
         want, want_all = short(expected(d, False)), short(expected(d, True))
         carried += sum(n > 0 for v in want_all.values() for _, n in v)
-        for args in (["log", "--oneline"], ["log", "--oneline", "-n", "1000"], ["log", "--oneline", "--reverse"]):
+        for args in (["log", "--oneline"], ["log", "--oneline", "-n", "1000"], ["log", "--oneline", "--reverse"], ["log", "--graph"]):
             got = {h: sorted(v) for h, v in shown(cli(d, *args)).items()}
             assert got == want, (seed, args)
-        for args in (["log", "--oneline", "--all"], ["log", "--graph"], ["log", "--oneline", "--all", "-n", "1000"]):
+        for args in (["log", "--oneline", "--all"], ["log", "--graph", "--all"], ["log", "--oneline", "--all", "-n", "1000"]):
             got = {h: sorted(v) for h, v in shown(cli(d, *args)).items()}
             assert got == want_all, (seed, args)
     assert carried > 40  # the histories do put labels on hidden entries
