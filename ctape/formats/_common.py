@@ -587,26 +587,18 @@ def _childless(entries: list) -> set[str]:
 
 def answers_call(tape, e) -> bool:
     """True when `e`, an error with a call_id, answers a tool call: a call of that id is
-    still open before it on its path (results pair with the latest open call of their id,
-    docs/import.md "Tool calls pair by position"). Walking back, each later result of the
-    id answers one call first; the first call left over is the one `e` answers."""
+    pending at its parent, as `status` counts pending calls (SPEC 3; the derived values,
+    read from the nearest keyframe: bounded work per error, where a walk to the root made
+    an export of many errors quadratic)."""
     cid = e.payload.get("call_id") if isinstance(e.payload, dict) else None
-    if not isinstance(cid, str) or (isinstance(e.meta, dict) and e.meta.get(HIDDEN)):
+    if not isinstance(cid, str) or e.parent is None or (isinstance(e.meta, dict) and e.meta.get(HIDDEN)):
         return False
-    later = 0
-    h = e.parent
-    while h is not None:
-        a = tape.read_entry(h)
-        p = a.payload if isinstance(a.payload, dict) else {}
-        if p.get("call_id") == cid and not (isinstance(a.meta, dict) and a.meta.get(HIDDEN)):
-            if a.kind == "tool_call":
-                if later == 0:
-                    return True
-                later -= 1
-            elif a.kind in ("tool_result", "error"):
-                later += 1
-        h = a.parent
-    return False
+    try:
+        d = tape.derived(e.parent)
+    except CtapeError:
+        return False  # a hole in the path: nothing known to answer
+    tape._remember_derived(e.parent, d)  # the next error of the path walks back to here, not to a keyframe
+    return any(p["call_id"] == cid for p in d["pending"])
 
 
 def export_records(tape, ref: str, fmt: str, synthesize: Callable[[Any], Optional[Any]], order: Optional[Callable] = None,
