@@ -125,6 +125,23 @@ def test_meta_ctape_hidden_other_than_true_is_refused(chat, value):
     assert snapshot(chat) == before
 
 
+@pytest.mark.parametrize("value", ["false", "0", 1, None, {"x": 1}])
+def test_meta_ctape_hidden_other_than_a_boolean_is_refused_by_the_python_api(chat, value):
+    """The readers take any value but false and empty ones for the marker: from Python,
+    meta={"ctape.hidden": "false"} hid the entry as the command line's did. Only true and
+    false are taken, in append and extend alike, and nothing is written."""
+    before = snapshot(chat)
+    with Tape.open(chat) as t:
+        s = t.session("chat")
+        for call in (lambda: s.append("user", {"content": "x"}, meta={"ctape.hidden": value}),
+                     lambda: s.extend([("user", {"content": "x"}, {"ctape.hidden": value})])):
+            with pytest.raises(InvalidInput, match="ctape.hidden"):
+                call()
+        s.append("user", {"content": "shown"}, meta={"ctape.hidden": False})
+        assert [m["content"] for m in s.context()][-1] == "shown"
+    assert snapshot(chat) != before  # the last append only
+
+
 def test_meta_ctape_hidden_true_is_the_json_true_marker(chat):
     h = run_cli("--dir", chat, "append", "user", "--text", "bookkeeping", "-s", "chat",
                 "--meta", "ctape.hidden=true", "--meta", "note=false", check=True).stdout.decode().strip()

@@ -18,7 +18,7 @@ from ..model import refs as refmod
 from ..store.index import hash_key
 from ..model.canonical import check_keys, entry_body, normal_time, object_hash
 from ..model.errors import BranchCheckedOut, CorruptObject, CtapeError, EntryNotFound, InvalidInput, RefNotFound
-from ..model.models import brief, check_name, check_payload, Entry, now_rfc3339
+from ..model.models import HIDDEN, brief, check_name, check_payload, Entry, now_rfc3339
 from ..model.refs import HEAD, RefState
 from ..store.files import TYPE_BLOB, TYPE_ENTRY
 from ..store.segment import SegmentWriter
@@ -850,4 +850,8 @@ def _checked(kind: Any, payload: Any, meta: Any) -> tuple[str, dict]:
         meta = {}
     if not isinstance(meta, dict):
         raise InvalidInput("meta must be a JSON object")
+    if not isinstance(meta.get(HIDDEN, False), bool):
+        # every reader takes any value but false and empty ones for the marker: "false" hid
+        raise InvalidInput(f'meta "{HIDDEN}" takes true (the entry is bookkeeping, left out of context) or false, '
+                           f"not {json.dumps(meta[HIDDEN])}")
     return kind, meta

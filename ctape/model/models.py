@@ -105,12 +105,6 @@ Entry.__init__ = _entry_init()  # type: ignore[method-assign]
 HIDDEN = "ctape.hidden"
 
 
-def is_hidden(meta: Any) -> bool:
-    """Does meta mark its entry hidden? Only JSON true does, as importers and integrations
-    write it: a string ("false", "0") is not the marker, though it is not empty."""
-    return isinstance(meta, dict) and meta.get(HIDDEN) is True
-
-
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
