@@ -1398,14 +1398,39 @@ class TapeSaver(BaseCheckpointSaver[str]):
                     if call["call_id"] in waiting:
                         continue
                     waiting.add(call["call_id"])
-                    meta = {HIDDEN: True, KEY: {"type": "interrupt", "checkpoint_ns": ns, "checkpoint_id": cid, "segment": segment, **(extra or {})}}
+                    meta = {HIDDEN: True, KEY: {"type": "interrupt", "checkpoint_ns": ns, "checkpoint_id": cid, "segment": segment,
+                                                "task_id": payload["task_id"], **(extra or {})}}
                     e = s.put_entry("tool_call", call, meta, None, None, tip)
                     written.append(e)
                     tip = e.hash
             elif ch == _RESUME and payload["task_id"] == _NULL_TASK:
                 tip = self._answer_interrupts(s, th, ns, cid, tip, self.codec.dec(enc), written, None, segment, extra)
+            elif ch == _RESUME:
+                tip = self._answer_task_resume(s, ns, cid, tip, payload["task_id"], self.codec.dec(enc), written, segment, extra)
         for e in written:
             th.add(e)
+        return tip
+
+    def _answer_task_resume(self, s, ns: str, cid: str, tip: str, task_id: str, values: Any, written: list, segment: str,
+                            extra: Optional[dict]) -> str:
+        """A task's own `__resume__` write: the resume values its interrupt() calls took, in
+        order, written when one takes a value. `Command(resume={interrupt_id: value})`
+        answers only this way (no write of the null task), so the interrupt the task waits
+        on (a task stops at its first unanswered one) is answered by the list's last value.
+        One answered already (by a plain Command(resume=...), whose write comes first) is
+        not pending any more: nothing is written twice."""
+        if type(values) is not list or not values:
+            return tip
+        for c in self.tape.derived(tip)["pending"]:
+            if c.get("name") != WAITING:
+                continue
+            m = self.tape.read_entry(c["hash"]).meta
+            if isinstance(m, dict) and isinstance(m.get(KEY), dict) and m[KEY].get("task_id") == task_id:
+                p = {"call_id": c["call_id"], "output": _readable(values[-1])}
+                meta = {HIDDEN: True, KEY: {"type": "resume", "checkpoint_ns": ns, "checkpoint_id": cid, "segment": segment or cid, **(extra or {})}}
+                e = s.put_entry("tool_result", p, meta, None, None, tip)
+                written.append(e)
+                return e.hash
         return tip
 
     def _answer_interrupts(self, s, th: _Thread, ns: str, cid: str, tip: str, value: Any, written: list, note: Optional[str], segment: Optional[str] = None, extra: Optional[dict] = None) -> str:

@@ -1,0 +1,94 @@
+"""LangGraph's `Command(resume={interrupt_id: value})` answers those interrupts on the tape
+(docs/integrations.md, "Interrupts"). LangGraph writes no resume of the null task for a
+map: each interrupted task writes its own `__resume__` when it takes its value. A
+black-box audit found the saver reading only the null task's: an interrupt resumed by id
+stayed pending in `ctape status` after the graph had finished, was closed later with a
+false "[no answer ...]", and of two parallel interrupts the one answered "A" by id was
+recorded as answered by the later plain resume "B". Real LangGraph, real TapeSaver."""
+
+import operator
+from typing import Annotated, TypedDict
+
+import pytest
+
+langgraph = pytest.importorskip("langgraph")
+
+from langgraph.graph import END, START, StateGraph  # noqa: E402
+from langgraph.types import Command, Send, interrupt  # noqa: E402
+
+from ctape import Tape  # noqa: E402
+from ctape.integrations.langgraph import TapeSaver  # noqa: E402
+
+
+def answers(tape_dir, session) -> dict:
+    """call_id -> output of the hidden resume results on the session's path, and the
+    pending calls status lists."""
+    with Tape.open(tape_dir) as t:
+        s = t.session(session)
+        out = {e.payload["call_id"]: e.payload["output"] for e in s.log(hidden=True) if e.kind == "tool_result"}
+        return out, [c["call_id"] for c in s.status()["pending_tool_calls"]]
+
+
+class One(TypedDict):
+    answer: str
+
+
+def test_a_single_interrupt_resumed_by_its_id_is_answered(tape_dir):
+    def ask(state):
+        return {"answer": interrupt("send the mail?")}
+
+    b = StateGraph(One)
+    b.add_node("ask", ask)
+    b.add_edge(START, "ask")
+    b.add_edge("ask", END)
+    g = b.compile(checkpointer=TapeSaver(tape_dir))
+    c = {"configurable": {"thread_id": "one"}}
+    g.invoke({"answer": ""}, c)
+    [i] = g.get_state(c).interrupts
+    assert answers(tape_dir, "lg-one")[1] == [i.id]
+    g.invoke(Command(resume={i.id: "yes"}), c)
+    assert g.get_state(c).values == {"answer": "yes"} and g.get_state(c).interrupts == ()
+    got, pending = answers(tape_dir, "lg-one")
+    assert got == {i.id: "yes"} and pending == []
+
+
+class Many(TypedDict):
+    log: Annotated[list, operator.add]
+
+
+def _workers(tape_dir, sub: bool):
+    def worker(state):
+        return {"log": [f"worker {state['w']} -> {interrupt({'worker': state['w']})}"]}
+
+    if sub:  # each worker's interrupt inside a subgraph
+        inner = StateGraph(dict)
+        inner.add_node("ask", lambda st: {"log": [f"worker {st['w']} -> {interrupt({'worker': st['w']})}"]})
+        inner.add_edge(START, "ask")
+        inner.add_edge("ask", END)
+        sg = inner.compile()
+
+        def worker(state):  # noqa: F811
+            return {"log": sg.invoke({"w": state["w"]})["log"]}
+
+    b = StateGraph(Many)
+    b.add_node("worker", worker)
+    b.add_conditional_edges(START, lambda s: [Send("worker", {"w": i}) for i in range(2)], ["worker"])
+    b.add_edge("worker", END)
+    return b.compile(checkpointer=TapeSaver(tape_dir))
+
+
+@pytest.mark.parametrize("sub", [False, True], ids=["nodes", "subgraphs"])
+def test_parallel_interrupts_keep_the_answer_each_was_given(tape_dir, sub):
+    g = _workers(tape_dir, sub)
+    c = {"configurable": {"thread_id": "p"}}
+    g.invoke({"log": []}, c)
+    ints = g.get_state(c).interrupts
+    assert len(ints) == 2
+    g.invoke(Command(resume={ints[0].id: "A"}), c)
+    left = [i.id for i in g.get_state(c).interrupts]
+    got, pending = answers(tape_dir, "lg-p")
+    assert got == {ints[0].id: "A"} and pending == left == [ints[1].id]
+    g.invoke(Command(resume="B"), c)
+    assert sorted(g.get_state(c).values["log"]) == sorted([f"worker {ints[0].value['worker']} -> A", f"worker {ints[1].value['worker']} -> B"])
+    got, pending = answers(tape_dir, "lg-p")
+    assert got == {ints[0].id: "A", ints[1].id: "B"} and pending == []
