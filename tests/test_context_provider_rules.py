@@ -339,6 +339,18 @@ def test_a_session_of_empty_messages_gives_no_message_in_either_view(tape):
     assert check(s, "anthropic") == {"system": "sys", "messages": []}
 
 
+def test_a_user_message_of_thinking_alone_is_left_out_in_both_views(tape):
+    """The random sessions found a user message holding only a `thinking` part: the
+    anthropic view left it out, the openai view sent the part's JSON as text (and the
+    window of --max-tokens then disagreed with the view about what shows)."""
+    s = tape.session(S)
+    s.append("user", {"content": [{"type": "thinking", "thinking": "hmm"}]})
+    s.append("user", {"content": [{"type": "thinking", "thinking": "hmm"}, {"type": "text", "text": "q"}]})
+    assert check(s, "openai") == [{"role": "user", "content": [{"type": "text", "text": "q"}]}]
+    assert check(s, "openai", max_tokens=1) == check(s, "openai")
+    assert check(s, "anthropic")["messages"] == [{"role": "user", "content": [{"type": "text", "text": "q"}]}]
+
+
 def test_max_tokens_never_leaves_only_system_messages(tape):
     """An anchor's summary, bookkeeping and an interrupted stream at REF are bigger than the
     budget: the newest message stays (past the budget), as with a message that big."""

@@ -629,6 +629,8 @@ def _openai_content(c: Any) -> Any:
                     parts.append({"type": "text", "text": p["text"]})
             elif (media := _media(p)) is not None:
                 parts.append(_openai_media(media))  # an image stays an image part; one without a URL says so
+            elif isinstance(p, dict) and p.get("type") in STRUCTURE_PARTS:
+                continue  # thinking and the like: no text, as in the other views (_blank agrees)
             elif _as_text(p).strip():
                 parts.append({"type": "text", "text": _as_text(p)})
         return parts
