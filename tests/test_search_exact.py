@@ -121,3 +121,20 @@ def test_grades(query, text, grade):
     from ctape.ops.searchtext import Matcher, parse_terms
 
     assert Matcher(parse_terms(query)).grade(text) == grade
+
+
+def test_an_exact_match_past_the_kept_head_ranks_first_and_says_exact(tape):
+    """A black-box audit: a text was graded by its kept head (4 KB), so an exact match
+    further in (a long tool output: where `make_release` or `./scripts/build.sh` is
+    searched for) was said "words" and ranked after the other-case and other-punctuation
+    matches of short texts; a quoted phrase there ranked after everything, so `-n 1`
+    gave the other-case hit. Such texts are now read whole to be graded."""
+    a = tape.session("a").append("user", {"content": "filler " * 1000 + "run make_release now"}).hash
+    b = tape.session("b").append("user", {"content": "run make release now"}).hash
+    c = tape.session("c").append("user", {"content": "run MAKE_RELEASE now"}).hash
+    got = tape.search("make_release")
+    assert [(h.hash, h.match) for h in got] == [(a, "exact"), (c, "literal"), (b, "words")]
+    assert "make_release" in got[0].snippet
+    d = tape.session("d").append("tool_result", {"call_id": "x", "output": "filler " * 100000 + "run make_release now"}).hash
+    got = tape.search('"run make_release now"', limit=2)
+    assert {h.hash for h in got} == {a, d} and all(h.match == "exact" for h in got)

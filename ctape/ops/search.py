@@ -47,6 +47,7 @@ from ..store.files import CODEC_RAW, TYPE_ENTRY, zstd
 from ..store.store import REBUILD_TRIES, TYPE_WITHHELD
 from ..store.index import connect_cache, ensure_schema, hash_key, versioned_file
 from .searchtext import (  # noqa: F401 (parse_query, fts_expression: API)
+    EXACT,
     MATCH_NAMES,
     Matcher,
     entry_text,
@@ -89,6 +90,12 @@ KINDS = [k.value for k in EntryKind]
 BATCH = 2000  # entries per write transaction while indexing
 HEAD_BYTES = 4096  # of each text kept (compressed) for snippets: a match further in reads the entry
 RANK_WINDOW = 4000  # matching texts ranked at a time, newest first (see SearchIndex.query)
+# texts longer than their kept head whose head shows no exact match: each is read whole to
+# be graded (an exact match past the head ranked after other-case ones and said "words"),
+# at most REGRADE_MAX of a window; those beyond are graded by their heads. Whole texts up to
+# REGRADE_KEEP characters are kept for the snippet.
+REGRADE_MAX = 256
+REGRADE_KEEP = 64 << 10
 UNSEEN = 3  # a grade below searchtext's: a quoted phrase that may lie past a text's kept head
 
 
@@ -395,8 +402,18 @@ class SearchIndex:
                 texts.clear()
                 texts.update(self._heads([tid for tid, _ in window]))
                 graded = []
+                regraded = 0
                 for tid, rank in window:
-                    grade = self._grade(texts.get(tid, ""), matcher)
+                    head = texts.get(tid, "")
+                    grade = self._grade(head, matcher)
+                    if grade != EXACT and regraded < REGRADE_MAX and len(head.encode("utf-8")) > HEAD_BYTES - 4:
+                        # the head of a longer text: the match may be better further in
+                        regraded += 1
+                        whole = self._whole_text(tid)
+                        if whole is not None:
+                            grade = matcher.grade(whole)
+                            if len(whole) <= REGRADE_KEEP:
+                                texts[tid] = whole  # for the snippet: not read again
                     if grade is not None:  # None: a quoted phrase that is not there literally
                         graded.append((grade, rank, -tid, tid))
                 graded.sort()
@@ -460,6 +477,17 @@ class SearchIndex:
             count += 1
             if limit is not None and count >= limit:
                 return
+
+    def _whole_text(self, tid: int) -> Optional[str]:
+        """The whole text of a text id, read from an entry that holds it (None when none
+        reads back: it is graded by its head, as before)."""
+        row = self.db.execute("SELECT hash FROM entries WHERE text = ? LIMIT 1", (tid,)).fetchone()
+        if row is None:
+            return None
+        try:
+            return payload_text(self.tape.read_entry(row[0].hex()).payload)
+        except CtapeError:
+            return None
 
     def _heads(self, tids: list[int]) -> dict[int, str]:
         """The kept heads of some texts (the first HEAD_BYTES of each)."""
