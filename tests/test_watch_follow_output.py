@@ -56,3 +56,30 @@ def test_follow_says_what_it_follows_and_one_line_per_change(tape_dir, tmp_path)
         reader.join(timeout=10)
     later = err[len(first):]
     assert later == [f"watch: +1 record from {path} into session 0197a0b0-0000-7000-8000-000000000001\n"], err
+
+
+def test_a_history_folder_made_after_the_follower_started_is_watched_at_once(tape_dir, tmp_path):
+    """A black-box audit: with ~/.codex/sessions not there yet when `watch` started (the
+    service started before Codex was first run), the first rollout waited for the minute's
+    rescan. The nearest folder that exists is watched for the next folder on the way, and
+    the root once it is made: the rollout is imported within a pass (real inotify)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {**os.environ, "HOME": str(home)}
+    for k in ("CODEX_HOME", "CLAUDE_CONFIG_DIR", "GEMINI_CLI_HOME"):
+        env.pop(k, None)
+    p = subprocess.Popen([sys.executable, "-m", "ctape", "--dir", str(tape_dir), "watch"], stderr=subprocess.PIPE, env=env)
+    try:
+        time.sleep(3)  # started, its first pass found nothing
+        day = home / ".codex" / "sessions" / "2026" / "03" / "01"
+        day.mkdir(parents=True)
+        path = day / "rollout-2026-03-01T00-00-00-0197a0b0-0000-7000-8000-000000000001.jsonl"
+        path.write_bytes((json.dumps(LINE) + "\n").encode() + line(1) + line(2))
+        started = time.monotonic()
+        # well before the minute's rescan (60 s after the start), however loaded the machine
+        while entries(tape_dir) < 3 and time.monotonic() - started < 40:
+            time.sleep(0.2)
+    finally:
+        p.send_signal(signal.SIGINT)
+        out = p.communicate(timeout=30)[1].decode()
+    assert entries(tape_dir) == 3, f"not imported within 40 s of the folder's creation: {out}"

@@ -93,13 +93,15 @@ def _follow(w, n, paths, roots, echo, warn, on_pass, jobs) -> None:
         if not paths:
             folders = [root for root, _ in (roots or sources.default_roots())]
         for d in folders:
-            if os.path.isdir(d):
-                try:
+            try:
+                if os.path.isdir(d):
                     n.add_tree(d)
-                except OSError as e:  # out of inotify watches: poll instead
-                    (warn or echo)(f"watch: {e}; polling instead")
-                    n.close()
-                    n = Polling()
+                else:
+                    n.expect(d)  # a root made later (the agent's first run) is watched at once
+            except OSError as e:  # out of inotify watches: poll instead
+                (warn or echo)(f"watch: {e}; polling instead")
+                n.close()
+                n = Polling()
         report = w.run_pass(jobs=jobs)  # the first pass may be large: split it
         if on_pass:
             on_pass(report)

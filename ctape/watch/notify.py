@@ -45,6 +45,9 @@ class Polling:
     def add_tree(self, folder: str) -> None:
         pass
 
+    def expect(self, folder: str) -> None:
+        pass  # every pass looks at every root
+
     def wait(self, timeout: float) -> Optional[set]:
         time.sleep(min(timeout, self.interval))
         return None
@@ -68,10 +71,44 @@ class Inotify:
         self.fd = fd
         self.dirs: dict[int, str] = {}
         self.watched: set[str] = set()
+        self.expected: set[str] = set()  # roots that do not exist yet
+        self.on_the_way: set[str] = set()  # folders watched for the next step to one
+        self.trees: set[str] = set()  # folders watched for what they hold (add_tree)
 
     def add_tree(self, folder: str) -> None:
         for root, dirs, _ in os.walk(folder):
             self._watch(root)
+            self.trees.add(root)
+
+    def expect(self, folder: str) -> bool:
+        """A root that does not exist yet (the agent was never run here): its nearest
+        folder that does is watched, for the creation of the next folder on the way only
+        (not its whole tree), and so on down, so the root is watched within a pass of its
+        creation rather than at the minute's rescan. True when the root is there now."""
+        folder = os.path.abspath(folder)
+        self.expected.add(folder)
+        step = folder
+        while not os.path.isdir(step):
+            parent = os.path.dirname(step)
+            if parent == step:
+                return False
+            step = parent
+        if step == folder:
+            self.expected.discard(folder)
+            self.add_tree(folder)
+            return True
+        self.on_the_way.add(step)
+        self._watch(step)
+        return False
+
+    def _arrived(self, path: str) -> bool:
+        """A folder created in one watched on the way to expected roots: go on down (True
+        when a root is now there and watched)."""
+        found = False
+        for root in sorted(self.expected):
+            if root == path or root.startswith(path + os.sep):
+                found |= self.expect(root)
+        return found
 
     def _watch(self, folder: str) -> None:
         if folder in self.watched:
@@ -110,10 +147,15 @@ class Inotify:
                     self.dirs.pop(wd, None)
                     if folder:
                         self.watched.discard(folder)
+                        self.trees.discard(folder)
                     continue
                 if folder is None or not name:
                     continue
                 path = os.path.join(folder, os.fsdecode(name))
+                if folder in self.on_the_way and mask & IN_ISDIR and mask & (IN_CREATE | IN_MOVED_TO) and self._arrived(path):
+                    rescan = True
+                if folder not in self.trees:
+                    continue  # watched only on the way to a root: nothing else here counts
                 if mask & IN_ISDIR:
                     if mask & (IN_CREATE | IN_MOVED_TO):
                         self.add_tree(path)
