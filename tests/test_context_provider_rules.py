@@ -476,3 +476,25 @@ def test_last_turn_starts_at_the_newest_user_message_that_says_something(tape):
     s.append("user", {"content": [" "]})
     assert check(s, "openai", policies=["last-turn"]) == [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
     assert [m["role"] for m in check(s, "anthropic", policies=["last-turn"])["messages"]] == ["user", "assistant"]
+
+
+def test_a_refusal_is_its_text_and_a_tool_output_list_its_text_in_both_views(tape):
+    """A black-box audit of the Agents SDK session: a refusal part (`{"type": "refusal",
+    "refusal": ...}`) went out as JSON text and `log` showed an empty line; a tool output
+    given as a list of text parts was its text in the openai view but JSON text in the
+    anthropic tool_result."""
+    s = tape.session(S)
+    s.append("user", {"content": "hi"})
+    s.append("assistant", {"content": [{"type": "refusal", "refusal": "no way"}]})
+    s.append("user", {"content": "tool?"})
+    s.append("tool_call", {"call_id": "c", "name": "f", "arguments": {}})
+    s.append("tool_result", {"call_id": "c", "output": [{"type": "input_text", "text": "list output"}]})
+    oa = check(s, "openai")
+    assert oa[1] == {"role": "assistant", "content": "no way"} and oa[-1]["content"] == "list output"
+    an = check(s, "anthropic")["messages"]
+    assert an[1]["content"] == [{"type": "text", "text": "no way"}]
+    assert an[-1]["content"][0]["content"] == "list output"
+    from ctape.ops import render
+
+    refusal = [e for e in s.log() if e.kind == "assistant"][0]
+    assert "no way" in render.summary(refusal)

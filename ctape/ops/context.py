@@ -232,7 +232,15 @@ def estimate(value: Any) -> int:
 
 
 def _text(c: Any) -> Any:
-    return c if c is not None else ""
+    """A message's content for the views: a refusal part (the Responses API's `{"type":
+    "refusal", "refusal": text}`, which the Agents SDK keeps) is the text it says; the
+    views sent it as JSON text (a black-box audit)."""
+    if c is None:
+        return ""
+    if isinstance(c, list) and any(isinstance(p, dict) and p.get("type") == "refusal" and isinstance(p.get("refusal"), str) for p in c):
+        return [{"type": "text", "text": p["refusal"]} if isinstance(p, dict) and p.get("type") == "refusal" and isinstance(p.get("refusal"), str) else p
+                for p in c]
+    return c
 
 
 def to_messages(entries: list[Entry]) -> list[Msg]:
@@ -894,7 +902,7 @@ def to_anthropic(msgs: list[Msg]) -> dict:
             if _images_of(output):
                 content = _anthropic_blocks(_parts(output), user=False)
             else:
-                content = _tool_text(output) if _has_media(output) else _as_text(output)
+                content = _tool_text(output)  # a list of text parts as its text, as the openai view gives it
             if not content or (isinstance(content, str) and not content.strip()):
                 content = NO_OUTPUT  # refused when empty with is_error, or only white space
             block = {"type": "tool_result", "tool_use_id": ids.get(m.answers) or _valid_id(m.call_id), "content": content}

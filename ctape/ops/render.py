@@ -71,8 +71,8 @@ def summary(e: Entry, width: int = 72) -> str:
         text = str(p.get("message"))
     else:
         c = p.get("content")
-        if isinstance(c, list):
-            c = " ".join(str(part.get("text", "")) if isinstance(part, dict) else str(part) for part in c)
+        if isinstance(c, list):  # text parts, and a refusal's text (the Responses API's part)
+            c = " ".join(str(part.get("text", part.get("refusal", ""))) if isinstance(part, dict) else str(part) for part in c)
         text = c if isinstance(c, str) else json.dumps(e.payload, ensure_ascii=False)
     text = clean(_squeezed(str(text), width))
     return text if len(text) <= width else text[: width - 1] + "…"
