@@ -475,3 +475,33 @@ def test_a_silent_connection_is_closed_and_static_files_need_no_tape(tape_dir, s
     assert time.monotonic() - start < 10
     silent.close()
     assert get(port, "/static/app.js")[0] == 200
+
+
+def test_the_tree_of_a_session_with_thousands_of_branches_is_bounded(tape_dir, serve):
+    """A black-box audit: MAX_NODES bounded anchors only, so 2,000 branch tips gave a tree
+    of 2,001 nodes (an 834 KB SVG, 44,126 px wide) for a session whose HEAD holds one
+    entry. The newest MAX_LANES tips are drawn (HEAD's branch always), and a line says how
+    many there are."""
+    from ctape.web.tree import MAX_LANES, MAX_NODES
+
+    with Tape.open(tape_dir) as t:
+        s = t.session("fan")
+        root = s.append("user", {"content": "fan root"}).hash
+        with t.batch():
+            for i in range(1500):
+                s.checkout(root)
+                e = s.append("assistant", {"content": f"fan {i}"})
+                s.branch(f"f{i:04d}", e.hash)
+            s.checkout("main")
+    _, port = serve(tape_dir)
+    for _ in range(100):  # the tree is read in the background: until the page has it
+        status, body = get(port, "/s/fan")
+        if "reading the history" not in body:
+            break
+        time.sleep(0.2)
+    assert status == 200
+    nodes = body.count('class="node')
+    assert 0 < nodes <= MAX_NODES, nodes
+    assert len(body) < 250_000, len(body)
+    assert f"the {MAX_LANES} newest branch and tag tips are drawn, of 1,501" in body
+    assert 'data-labels="main"' in body  # HEAD's branch is always drawn

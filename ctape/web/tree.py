@@ -34,6 +34,7 @@ from .markdown import esc
 
 WALK_LIMIT = 200_000  # entries remembered per session
 MAX_NODES = 400  # nodes drawn; anchors beyond this are left out (newest kept)
+MAX_LANES = 100  # branches and tags drawn, each with its line; past it, the newest tips
 LABELS_LISTED = 50  # branch and tag names a node lists (its title, data-labels, data-tags)
 ROW, LANE, PAD, LEFT = 26, 22, 14, 48
 GAP_CHAR = 7  # px a character of a "+N" gap label takes at most (11px font)
@@ -192,9 +193,15 @@ def layout(g: Graph) -> list[Drawn]:
     tagged: dict[str, list[str]] = {}
     for name, h in sorted(g.tags.items()):
         tagged.setdefault(h, []).append(TAG + name)
-    # lanes: the current branch first, then the others by name, then tags off every branch
+    # lanes: the current branch first, then the others by name, then tags off every branch;
+    # past MAX_LANES, the newest tips (docs/serve.md: the drawing is bounded however many
+    # branches a session has: 2,000 made an SVG of 2,001 nodes, 834 KB and 44,126 px wide)
     order = sorted(g.tips.items(), key=lambda kv: (kv[0] != g.current, kv[0]))
     order += [(labels[0], h) for h, labels in tagged.items()]
+    if len(order) > MAX_LANES:
+        newest = sorted(order, key=lambda kv: (kv[0] != g.current, -(g.nodes[kv[1]].seq if kv[1] in g.nodes else 0), kv[0]))
+        kept = set(newest[:MAX_LANES])
+        order = [kv for kv in order if kv in kept]
     lane_of: dict[str, int] = {}
     keep: dict[str, list[str]] = {}
     anchors: list[str] = []
@@ -342,6 +349,9 @@ def _svg(g: Graph, session: str, viewing: Optional[str], link) -> str:
         note += f'<p class="muted loading">reading the history: {len(g.nodes):,} entries so far…</p>'
     if g.truncated:
         note += f'<p class="muted">only the newest {WALK_LIMIT:,} entries are drawn</p>'
+    lines = len(g.tips) + len({h for h in g.tags.values()})
+    if lines > MAX_LANES:
+        note += f'<p class="muted">the {MAX_LANES} newest branch and tag tips are drawn, of {len(g.tips) + len(g.tags):,}</p>'
     if g.missing:
         note += '<p class="muted">some entries have not arrived yet (a sync under way?)</p>'
     if g.damaged:
