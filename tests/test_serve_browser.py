@@ -287,3 +287,38 @@ def test_show_more_fetches_a_huge_message_a_slice_at_a_time(browser, server, tap
     assert clicks == 3
     rest = browser.execute_script("return arguments[0].querySelector('pre.rest').textContent;", body)
     assert rest == ("**a long paste**\n" + text)[first_part:]  # every character once, in order
+
+
+def test_a_live_page_keeps_its_header_and_labels_as_a_reload_shows_them(browser, server, tape_dir):
+    """A black-box audit: on an open page, new entries came but the header kept the old
+    HEAD, entry count and branches, a branch was named on its old tip and its new one, and
+    a checkout or a tag changed nothing. The header and the labels now follow the tape."""
+    d, env = tape_dir
+
+    def cli(*args):
+        return run_cli("--dir", d, *args, "-s", "live", env=env, check=True).stdout.decode().strip()
+
+    cli("append", "user", "--text", "live one")
+    browser.get(server + "/s/live")
+    browser.execute_script("window.ctapeMarker = 7")
+
+    def header():
+        return browser.find_element(By.ID, "session-header").text
+
+    def labels(name):  # the entries shown with a branch or tag label of this name
+        return [e.get_attribute("data-hash") for e in browser.find_elements(By.CSS_SELECTOR, "#entries [data-hash]")
+                if any(r.text == name for r in e.find_elements(By.CSS_SELECTOR, ":scope > .meta .ref"))]
+
+    cli("append", "assistant", "--text", "live two")
+    tip = cli("append", "user", "--text", "live three")
+    wait_for(browser, lambda b: tip[:10] in header(), timeout=15)
+    assert "3 entries on HEAD" in header()
+    wait_for(browser, lambda b: labels("main") == [tip], timeout=15)  # on the new tip only
+    cli("checkout", "-b", "side", "live~1")
+    side = cli("append", "user", "--text", "on side")
+    wait_for(browser, lambda b: "HEAD: side" in header() and side[:10] in header(), timeout=15)
+    assert "2 branches" in header()
+    wait_for(browser, lambda b: labels("side") == [side], timeout=15)
+    cli("tag", "t-live")  # moves no HEAD: the refs alone changed
+    wait_for(browser, lambda b: labels("tag: t-live") == [side] and "1 tag" in header(), timeout=15)
+    assert browser.execute_script("return window.ctapeMarker") == 7  # the same page: no reload

@@ -38,6 +38,7 @@ PAGE_WALK_BUDGET = 0.05  # of which a session page spends this much (its polls r
 WALK_BUDGET = 0.15  # seconds a request may spend reading history for the tree (the rest: next polls)
 DIFF_SIDE = 200  # entries shown per side of a diff
 COMPARE_SHOWN = 50  # branches offered to compare with in a session's header
+LABELLED_SENT = 500  # entries whose branch and tag labels a live page is sent (after_json)
 IDLE_TAPES = 4  # open Tapes kept for the next requests (more are opened while many run)
 MAX_TAPES = 8  # requests reading the tape at once, each on its own Tape; the others wait their turn
 
@@ -475,13 +476,11 @@ class Site:
             tail = f'<div class="msg assistant interrupted"><div class="meta"><span class="role">assistant</span><span class="badge warn">interrupted stream, not recorded yet</span></div><div class="body"><pre class="out">{shown}</pre></div></div>'
         return f'{older}<div id="entries">{html}</div>{tail}{newer}'
 
-    def session_page(self, name: str, at: Optional[str], before: Optional[str]) -> Page:
+    def session_header(self, name: str, st: dict, at: Optional[str], tip: Optional[str]) -> str:
+        """The facts above a session's conversation (HEAD, branches, tags, flags, compare
+        links), as `ctape status` gives them; the live page fetches it again when the refs
+        move (after_json)."""
         sess = self.session(name)
-        follow = not at
-        tip = self.tape.resolve(at, name) if at else sess.refs().head_hash
-        if before:
-            before = self.tape.resolve(before, name)  # a ref, checked, like `at`
-        st = sess.status()
         branches = sess.branches()
         current = st["branch"]
         facts = [
@@ -532,11 +531,21 @@ class Site:
             + (f'<p class="tags">tags: {_tag_links(name, tags)}</p>' if tags else "")
             + viewing
         )
+        return header
+
+    def session_page(self, name: str, at: Optional[str], before: Optional[str]) -> Page:
+        sess = self.session(name)
+        follow = not at
+        tip = self.tape.resolve(at, name) if at else sess.refs().head_hash
+        if before:
+            before = self.tape.resolve(before, name)  # a ref, checked, like `at`
+        st = sess.status()
+        header = self.session_header(name, st, at, tip)
         conv = self.conversation(name, tip, before, at, st if follow and not before else None)
         # after the conversation: the entries it read are cached, so the tree's walk starts fast
         g = self.graph(name, budget=PAGE_WALK_BUDGET)
         tree = self.tree_html(name, tip, g)
-        main = f'{header}<div class="split"><section id="conversation" class="conversation">{conv}</section><aside id="tree" class="tree-pane"><h2>Branches</h2><div id="tree-svg">{tree}</div></aside></div>'
+        main = f'<div id="session-header">{header}</div><div class="split"><section id="conversation" class="conversation">{conv}</section><aside id="tree" class="tree-pane"><h2>Branches</h2><div id="tree-svg">{tree}</div></aside></div>'
         attrs = {"data-session": name, "data-head": tip or "", "data-sig": g.sig, "data-follow": "1" if follow and not before else "0", "data-at": at or ""}
         return self.layout(name, main, attrs)
 
@@ -553,28 +562,49 @@ class Site:
         head = self.session(name).refs().head_hash
         return Page(json.dumps({"head": head, "sig": g.sig}), ctype="application/json")
 
+    def _near_head(self, head: Optional[str], refs: dict) -> list[str]:
+        """The labelled entries a live page may show: those on the 2 x PAGE entries up to
+        HEAD first (the page follows HEAD), then the others, LABELLED_SENT at most."""
+        near: list[str] = []
+        h, n = head, 0
+        while h is not None and n < 2 * PAGE and self.tape.has_entry(h):
+            if h in refs:
+                near.append(h)
+            h, n = self.tape.read_entry(h).parent, n + 1
+        seen = set(near)
+        rest = [x for x in refs if x not in seen]
+        return (near + rest)[:LABELLED_SENT]
+
     def after_json(self, name: str, after: str) -> Page:
         """Entries appended after `after` on the way to HEAD, as HTML (or the whole newest page)."""
         sess = self.session(name)
         self.graph(name)
         head = sess.refs().head_hash
+        st = sess.status()
+        refs = self._refs_by_entry(name)
+        renderer = self._renderer(name, [c["call_id"] for c in st["pending_tool_calls"]], refs)
+        # the header and the branch and tag labels as a reload would show them: refs move
+        # without an append too (checkout, branch, tag), and an append moves its branch's
+        # label off the entry before it (a black-box audit found the live page keeping
+        # the old HEAD in its header and a branch named on two entries)
+        labelled = self._near_head(head, refs)
+        fresh = {"head": head, "header": self.session_header(name, st, None, head),
+                 "decorations": {h: renderer.decorations(h) for h in labelled}}
         if head == after:
-            return Page(json.dumps({"head": head, "html": "", "reset": False}), ctype="application/json")
+            return Page(json.dumps({**fresh, "html": "", "reset": False}), ctype="application/json")
         new: list[Entry] = []
         h = head
         while h is not None and h != after and len(new) < PAGE:
             e = self.tape.read_entry(h)
             new.append(e)
             h = e.parent
-        st = sess.status()
-        pending = [c["call_id"] for c in st["pending_tool_calls"]]
         if h == after and after:
-            html = self._renderer(name, pending, self._refs_by_entry(name)).entries(new[::-1])
+            html = renderer.entries(new[::-1])
             reset = False
         else:
             html = self.conversation(name, head, None, None, st)
             reset = True
-        return Page(json.dumps({"head": head, "html": html, "reset": reset}), ctype="application/json")
+        return Page(json.dumps({**fresh, "html": html, "reset": reset}), ctype="application/json")
 
     # -- entry, diff, stats ------------------------------------------------------------------
 

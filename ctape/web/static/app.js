@@ -85,6 +85,20 @@
     });
   }
 
+  function relabel(decorations) {
+    // every entry shown loses its branch and tag labels, then gets those it has now
+    document.querySelectorAll("#entries [data-hash] > .meta").forEach((meta) => {
+      meta.querySelectorAll(".ref").forEach((r) => r.remove());
+      const html = decorations[meta.parentElement.dataset.hash];
+      if (html) {
+        const time = meta.querySelector("time");
+        const tmp = document.createElement("span");
+        tmp.innerHTML = html;
+        Array.from(tmp.childNodes).forEach((n) => meta.insertBefore(n, time));
+      }
+    });
+  }
+
   function live() {
     const body = document.body;
     const session = body.dataset.session;
@@ -99,7 +113,8 @@
         const r = await fetch(base + "/head", { cache: "no-store" });
         if (!r.ok) return;
         const info = await r.json();
-        if (info.sig !== body.dataset.sig) {
+        const moved = info.sig !== body.dataset.sig;  // the refs or the entries changed
+        if (moved) {
           const at = body.dataset.at;
           const t = await fetch(base + "/tree" + (at ? "?at=" + encodeURIComponent(at) : ""), { cache: "no-store" });
           if (t.ok) {
@@ -107,10 +122,14 @@
             body.dataset.sig = info.sig;
           }
         }
-        if (body.dataset.follow === "1" && info.head && info.head !== body.dataset.head) {
+        if (body.dataset.follow === "1" && (moved || (info.head && info.head !== body.dataset.head))) {
           const a = await fetch(base + "/after?after=" + encodeURIComponent(body.dataset.head || ""), { cache: "no-store" });
           if (!a.ok) return;
           const got = await a.json();
+          // the header and the labels as a reload would show them (a checkout, a new branch
+          // or tag, a branch's label moving to the entry just appended)
+          const header = document.getElementById("session-header");
+          if (header && got.header !== undefined) header.innerHTML = got.header;
           if (got.reset) {
             document.getElementById("conversation").innerHTML = got.html;
           } else if (got.html) {
@@ -124,6 +143,7 @@
               added[added.length - 1].scrollIntoView({ block: "end" });
             }
           }
+          relabel(got.decorations || {});
           body.dataset.head = got.head || "";
         }
       } catch (e) {
