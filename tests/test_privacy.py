@@ -73,6 +73,31 @@ def test_scan_finds_every_planted_secret_and_never_prints_one(tmp_path):
     assert b"please deploy" in out  # the preview shows what is around it
 
 
+def test_no_byte_of_a_private_key_block_is_printed(tmp_path):
+    """A black-box audit: detect-secrets finds a PEM's BEGIN line only, and the entropy rule
+    masks only long random lines, so a key's short last line (and a first line of ASN.1
+    zeros) came out in the previews beside the finds. The find is now the whole block."""
+    import base64
+
+    d = tmp_path / "t"
+    run_cli("--dir", d, "init", check=True)
+    bodies = []
+    for i in range(3):
+        raw = base64.b64encode(b"\0" * 18 + secrets.token_bytes(1200)).decode()
+        lines = [raw[j:j + 64] for j in range(0, len(raw), 64)]
+        lines.append("k7bdcQctI7ZEXGyWEK4m7J0v"[: 20 + i])  # short, below the entropy rule
+        bodies.append(lines)
+        pem = "-----BEGIN PRIVATE KEY-----\n" + "\n".join(lines) + "\n-----END PRIVATE KEY-----\n"
+        run_cli("--dir", d, "append", "tool-result", json.dumps({"call_id": f"c{i}", "output": "key:\n" + pem + "done"}), "-s", "k", check=True)
+    p, found = scan_json(d)
+    out = (p.stdout + p.stderr + run_cli("--dir", d, "scan").stdout).decode()
+    assert p.returncode == 1 and {f["kind"] for f in found} == {"private-key"} and len(found) == 3
+    for lines in bodies:
+        for line in lines:
+            assert line[:12] not in out, line
+    assert "done" in out  # what follows the block is shown
+
+
 def test_scan_clean_tape_exits_0_and_allow_keeps_a_finding(tmp_path):
     d = tmp_path / "t"
     t = Tape.init(d)

@@ -569,8 +569,19 @@ def _finds(kind: str, rx: re.Pattern, text: str, out: list) -> None:
         # match is the secret, never only its prefix
         groups = [i for i in range(1, (rx.groups or 0) + 1) if m.group(i) and len(m.group(i)) >= MIN_GROUP]
         start, end = m.span(groups[-1]) if groups else m.span()
+        if kind == PRIVATE_KEY:
+            # detect-secrets' pattern finds the BEGIN line only: the find is the whole
+            # block, to its END line (or the text's end), so that no preview shows a byte
+            # of the key (a black-box audit found a PEM's short last lines, below the
+            # entropy rule, printed beside the finds)
+            last = _PEM_END.search(text, end)
+            end = last.end() if last else len(text)
         if end > start:
             out.append((start, end, kind))
+
+
+PRIVATE_KEY = "private-key"  # detect-secrets' "Private Key", as _slug names it
+_PEM_END = re.compile(r"-----END[ A-Z0-9]*-----")
 
 
 def _merge(out: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
