@@ -323,3 +323,19 @@ def test_damage_is_not_reported_as_a_sync_under_way(tape_dir):
             out = said("search", "hello")
             assert "damaged records in sessions/chat/" in out, out
             run_cli("--dir", tape_dir, "fsck", "--salvage")
+
+
+def test_the_first_log_after_damage_at_head_shows_what_reads_back_as_the_next_does(tape_dir):
+    """A black-box audit: the index cache still named as HEAD an entry whose record a flip
+    had damaged, so the first `log` failed (exit 1, one line) and the second, the damage
+    learnt, showed the readable history. The first one now reads the refs again."""
+    for i in range(3):
+        run_cli("--dir", tape_dir, "append", "user", json.dumps({"content": f"m{i}"}), "-s", "d", check=True)
+    (seg,) = _segments(tape_dir, "d")
+    data = bytearray(seg.read_bytes())
+    data[len(data) - 20] ^= 1  # in the last write: the third entry and the record that moved HEAD there
+    seg.write_bytes(bytes(data))
+    first = run_cli("--dir", tape_dir, "log", "-s", "d", "--oneline", "--no-pager")
+    second = run_cli("--dir", tape_dir, "log", "-s", "d", "--oneline", "--no-pager")
+    assert (first.returncode, first.stdout) == (second.returncode, second.stdout) == (0, second.stdout)
+    assert len(first.stdout.splitlines()) == 2 and b"showing what is readable" in first.stderr
