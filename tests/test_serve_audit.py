@@ -505,3 +505,30 @@ def test_the_tree_of_a_session_with_thousands_of_branches_is_bounded(tape_dir, s
     assert len(body) < 250_000, len(body)
     assert f"the {MAX_LANES} newest branch and tag tips are drawn, of 1,501" in body
     assert 'data-labels="main"' in body  # HEAD's branch is always drawn
+
+
+def test_a_session_page_opened_by_a_prefix_links_with_the_sessions_name(tape_dir, serve):
+    """A black-box audit: /s/na served session `nat` (a unique prefix, as `-s` takes), but
+    titled it "na" and its compare links (/diff?s=na...) answered 404."""
+    run_cli("--dir", tape_dir, "append", "user", "--text", "one", "-s", "nat", check=True)
+    run_cli("--dir", tape_dir, "checkout", "-b", "alt", "-s", "nat", check=True)
+    run_cli("--dir", tape_dir, "append", "user", "--text", "two", "-s", "nat", check=True)
+    _, port = serve(tape_dir)
+    status, body = get(port, "/s/na")
+    assert status == 200 and "<h1>nat</h1>" in body and 'data-session="nat"' in body
+    links = re.findall(r'href="(/diff\?[^"]+)"', body)
+    assert links and all("s=nat" in x for x in links)
+    for link in links:
+        assert get(port, link.replace("&amp;", "&"))[0] == 200
+
+
+def test_not_found_pages_name_no_command_to_type(tape_dir, serve):
+    """docs/serve.md, "Not found": the page names no command to type. A black-box audit
+    found two forms of the command-line advice kept ("; `ctape log` shows the entries
+    (...)" and "(see `ctape sessions`)")."""
+    for name in ("nat", "xss", "swe"):
+        run_cli("--dir", tape_dir, "append", "user", "--text", "one", "-s", name, check=True)
+    _, port = serve(tape_dir)
+    for path in ("/e/abcd1234?s=nat", "/e/abcd1234", "/s/zzz", "/s/nat?at=nope"):
+        status, body = get(port, path)
+        assert status == 404 and "`ctape" not in body and "ctape log" not in body and "ctape sessions" not in body, (path, body[-600:])

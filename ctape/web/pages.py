@@ -45,7 +45,8 @@ MAX_TAPES = 8  # requests reading the tape at once, each on its own Tape; the ot
 
 # advice for the command line at the end of an error ("; see `ctape sessions` and `ctape log`"):
 # a web page gives links instead
-_CLI_HINT = re.compile(r"[;,]?\s*(?:see|run|use|try)\s+`ctape[^`]*`(?:\s*(?:and|or)\s+`ctape[^`]*`)*\s*$")
+_CLI_HINT = re.compile(r"[;,]?\s*\(?(?:see|run|use|try)\s+`ctape[^`]*`(?:\s*(?:and|or)\s+`ctape[^`]*`)*\)?\s*$"
+                       r"|[;,]\s*`ctape[^`]*`[^;]*$")  # "; `ctape log` shows the entries (...)"
 
 
 def _without_cli_hint(text: str, at_most: int = 2000) -> str:
@@ -535,6 +536,7 @@ class Site:
 
     def session_page(self, name: str, at: Optional[str], before: Optional[str]) -> Page:
         sess = self.session(name)
+        name = sess.name  # a unique prefix names the session, as `-s` takes one: links use its name
         follow = not at
         tip = self.tape.resolve(at, name) if at else sess.refs().head_hash
         if before:
