@@ -28,7 +28,7 @@ The tape keeps everything; a view picks. Steps, in order:
    an image moves to a user message (after the turn's results; the anthropic view puts
    the system prompt's first), and a note in the text says where it went. Images,
    documents and audio are read in every shape the integrations write (pydantic-ai's
-   parts, LangChain's standard blocks, the APIs' own: `_media`); a user message's
+   parts, LangChain's standard blocks, the APIs' own: `media_of`); a user message's
    document or audio becomes the API's part for it where there is one, and anywhere
    else a short note saying what was left out, never its base64 as text. Neither
    writes a message or text part that is empty or only white space (both APIs refuse
@@ -41,7 +41,6 @@ Every step is a pure function of the entries, so the output is deterministic.
 
 from __future__ import annotations
 
-import base64
 import json
 import re
 from dataclasses import dataclass, field
@@ -52,6 +51,7 @@ from blake3 import blake3
 from ..model.errors import InvalidInput
 from ..history import derived as derived_mod
 from ..model.models import brief, Entry, HIDDEN
+from .media import anthropic_part, image_url, image_url_of, is_image, left_out, media_of, openai_part
 
 if TYPE_CHECKING:
     from ..history.session import Session
@@ -414,216 +414,7 @@ def _as_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
-# Media parts: an image, a document (PDF, plain text...), audio or video, in any of the
-# shapes the transcripts and integrations write: Chat Completions (`image_url`,
-# `input_audio`, `file`), Responses (`input_image`, `input_file`), Anthropic (`image` and
-# `document` with a source), LangChain's standard blocks (`image` / `audio` / `video` /
-# `file` / `text-plain`, v0 with `source_type` and v1 with `url` / `base64` / `file_id`),
-# pydantic-ai's serialized parts (`image-url`, `document-url`, `audio-url`, `video-url`,
-# `binary`, `uploaded-file`). Each view gives one the part its API has for it, and the
-# `_left_out` note where it has none: never the part's JSON, never base64 as text.
-
-
-@dataclass
-class Media:
-    kind: str  # image | document | audio | video
-    media_type: Optional[str] = None
-    url: Optional[str] = None  # where the file is (never a data: URL: that is `data`)
-    data: Optional[str] = None  # the file, base64
-    text: Optional[str] = None  # a plain-text document's text
-    file_id: Optional[str] = None  # a file kept by a provider (its Files API)
-    name: Optional[str] = None
-
-
-PAI_URL_KINDS = {"image-url": "image", "document-url": "document", "audio-url": "audio", "video-url": "video"}
-LC_KINDS = ("image", "audio", "video", "file", "text-plain")
-
-
-def _str(d: dict, key: str) -> Optional[str]:
-    v = d.get(key)
-    return v if isinstance(v, str) and v else None
-
-
-def _kind_of(media_type: Optional[str], default: str = "document") -> str:
-    top = (media_type or "").split("/", 1)[0]
-    return top if top in ("image", "audio", "video") else default
-
-
-def _located(kind: str, url: str, media_type: Optional[str] = None, name: Optional[str] = None) -> Media:
-    """A Media at URL; a data: URL is its base64 data."""
-    if url.startswith("data:") and ";base64," in url:
-        mt, data = url[5:].split(";base64,", 1)
-        return Media(kind, mt or media_type, data=data, name=name)
-    return Media(kind, media_type, url=url, name=name)
-
-
-def _media(p: Any) -> Optional[Media]:
-    """The media part P describes, None when it is no media part. An image part that holds
-    neither data, a URL nor a file id is a Media with none of them (the NO_IMAGE note)."""
-    if not isinstance(p, dict):
-        return None
-    t = p.get("type")
-    if t is None and isinstance(p.get("kind"), str):  # pydantic-ai (its parts have a `kind`, no `type`)
-        k, mt = p["kind"], _str(p, "media_type")
-        if k in PAI_URL_KINDS and _str(p, "url"):
-            return _located(PAI_URL_KINDS[k], p["url"], mt)
-        if k == "binary" and isinstance(p.get("data"), str):
-            return Media(_kind_of(mt), mt, data=p["data"])
-        if k == "uploaded-file" and _str(p, "file_id"):
-            return Media(_kind_of(mt), mt, file_id=p["file_id"])
-        return None
-    if t in ("image_url", "input_image"):  # Chat Completions, Responses
-        u = p.get("image_url")
-        u = u.get("url") if isinstance(u, dict) else u
-        if isinstance(u, str) and u:
-            return _located("image", u)
-        return Media("image", file_id=_str(p, "file_id"))
-    if t in ("image", "document") and isinstance(p.get("source"), dict):  # Anthropic
-        src, name = p["source"], _str(p, "title")
-        st, mt = src.get("type"), _str(src, "media_type")
-        if st == "base64" and isinstance(src.get("data"), str):
-            return Media(t, mt, data=src["data"], name=name)
-        if st == "url" and _str(src, "url"):
-            return _located(t, src["url"], mt, name)
-        if st == "text" and isinstance(src.get("data"), str):
-            return Media("document", mt or "text/plain", text=src["data"], name=name)
-        return Media(t, mt, file_id=_str(src, "file_id"), name=name)
-    if t == "file" and isinstance(p.get("file"), dict):  # Chat Completions
-        f = p["file"]
-        name = _str(f, "filename")
-        if _str(f, "file_data"):
-            m = _located("document", f["file_data"], name=name)
-            return Media(_kind_of(m.media_type), m.media_type, data=m.data, url=m.url, name=name)
-        return Media("document", file_id=_str(f, "file_id"), name=name)
-    if t == "input_file":  # Responses
-        name = _str(p, "filename")
-        if _str(p, "file_data"):
-            fd = p["file_data"]
-            m = _located("document", fd, name=name) if fd.startswith("data:") else Media("document", data=fd, name=name)
-            return Media(_kind_of(m.media_type), m.media_type, data=m.data, url=m.url, name=name)
-        if _str(p, "file_url"):
-            return _located("document", p["file_url"], name=name)
-        return Media("document", file_id=_str(p, "file_id"), name=name)
-    if t == "input_audio" and isinstance(p.get("input_audio"), dict):  # Chat Completions
-        a = p["input_audio"]
-        fmt = _str(a, "format")
-        return Media("audio", f"audio/{fmt}" if fmt else None, data=_str(a, "data"))
-    if t in LC_KINDS:  # LangChain's standard blocks: v0 (`source_type`) and v1
-        mt = _str(p, "mime_type")
-        kind = t if t in ("image", "audio", "video") else _kind_of(mt)
-        extras = [d for d in (p.get("extras"), p.get("metadata")) if isinstance(d, dict)]
-        name = _str(p, "filename") or _str(p, "title") or next((_str(d, "filename") for d in extras if _str(d, "filename")), None)
-        st = p.get("source_type")
-        if t == "text-plain" and isinstance(p.get("text"), str):
-            return Media("document", mt or "text/plain", text=p["text"], name=name)
-        if st == "text" and isinstance(p.get("url"), str):  # v0: the text is under `url`
-            return Media("document", mt or "text/plain", text=p["url"], name=name)
-        if st in ("url", None) and _str(p, "url"):
-            return _located(kind, p["url"], mt, name)
-        data = _str(p, "data") if st == "base64" else _str(p, "base64") if st is None else None
-        if data:
-            return Media(kind, mt, data=data, name=name)
-        file_id = _str(p, "id") if st == "id" else _str(p, "file_id") if st is None else None
-        if file_id or t == "image":
-            return Media(kind, mt, file_id=file_id, name=name)
-    return None
-
-
-def _is_image(p: Any) -> bool:
-    m = _media(p)
-    return m is not None and m.kind == "image"
-
-
-def _image_url(p: Any) -> Optional[str]:
-    """The URL of an image part (a data: URL for inline data), None when P is no image part
-    or holds neither data nor a URL."""
-    m = _media(p)
-    return _image_url_of(m) if m is not None else None
-
-
-def _image_url_of(m: Media) -> Optional[str]:
-    if m.kind != "image":
-        return None
-    return m.url or (f"data:{m.media_type or 'image/png'};base64,{m.data}" if m.data else None)
-
-
-def _plain_text(m: Media) -> Optional[str]:
-    """A text document's text (base64 data of a text/* type decoded), None for any other."""
-    if m.text is not None:
-        return m.text
-    if m.data and (m.media_type or "").startswith("text/"):
-        try:
-            return base64.b64decode(m.data, validate=True).decode("utf-8")
-        except (ValueError, UnicodeDecodeError):
-            return None
-    return None
-
-
-OPENAI_AUDIO = {"audio/wav": "wav", "audio/x-wav": "wav", "audio/wave": "wav", "audio/mpeg": "mp3", "audio/mp3": "mp3"}
-
-
-def _openai_media(m: Media) -> dict:
-    """The Chat Completions part for a media part of a user message, or the note that
-    stands for it (an image URL it cannot fetch is still sent: the API says so)."""
-    url = _image_url_of(m)
-    if url:
-        return {"type": "image_url", "image_url": {"url": url}}
-    text = _plain_text(m) if m.kind == "document" else None
-    if text is not None:
-        return {"type": "text", "text": f"[document {m.name}]\n{text}" if m.name else text}
-    if m.kind == "document" and m.data and m.media_type == "application/pdf":
-        return {"type": "file", "file": {"filename": m.name or "document.pdf", "file_data": f"data:application/pdf;base64,{m.data}"}}
-    if m.kind == "audio" and m.data and m.media_type in OPENAI_AUDIO:
-        return {"type": "input_audio", "input_audio": {"data": m.data, "format": OPENAI_AUDIO[m.media_type]}}
-    return {"type": "text", "text": _left_out(m, "Chat Completions")}
-
-
-def _anthropic_media(m: Media, user: bool = True) -> dict:
-    """The Messages API block for a media part: an image block (a user message or a tool
-    result), a document block (a user message), else the note that stands for it."""
-    url = _image_url_of(m)
-    if url:
-        return _anthropic_image(url)
-    text = _plain_text(m) if m.kind == "document" and user else None
-    if text is not None:
-        block: dict = {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": text}}
-    elif m.kind == "document" and user and m.media_type == "application/pdf" and m.data:
-        block = {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": m.data}}
-    elif m.kind == "document" and user and m.url and (m.media_type == "application/pdf" or m.url.lower().split("?")[0].endswith(".pdf")):
-        block = {"type": "document", "source": {"type": "url", "url": m.url}}
-    else:
-        return {"type": "text", "text": _left_out(m, "the Messages API" if user else None)}
-    if m.name:
-        block["title"] = m.name
-    return block
-
-
-def _left_out(m: Media, api: Optional[str] = None) -> str:
-    """The short note a view writes for a media part it does not send: what it was (kind,
-    name, type, size, URL or file id), never its data. API: the API that takes no such
-    part in a user message; None: the part is outside one, where the API takes text."""
-    if m.kind == "image" and not (m.url or m.data or m.file_id):
-        return NO_IMAGE
-    about = ", ".join(x for x in (m.name, m.media_type, f"{len(m.data) * 3 // 4 - m.data[-2:].count('='):,} bytes" if m.data else None) if x)
-    desc = m.kind + (f" ({about})" if about else "") + (f" at {m.url}" if m.url else "") + (f", file id {m.file_id}" if m.file_id else "")
-    if m.file_id and not (m.url or m.data or m.text is not None):
-        why = "a file id names a file at the provider that stored it"
-    elif api is None:
-        why = "only a user message takes it"
-    else:
-        why = f"{api} takes no such {m.kind}"
-    return f"[{desc}: left out, {why}]"
-
-
-NO_IMAGE = "[image: the transcript keeps no data for it]"
 NO_OUTPUT = "[no output]"  # the anthropic view's text for a tool result that has none
-
-
-def _anthropic_image(url: str) -> dict:
-    if url.startswith("data:") and ";base64," in url:
-        media, data = url[5:].split(";base64,", 1)
-        return {"type": "image", "source": {"type": "base64", "media_type": media, "data": data}}
-    return {"type": "image", "source": {"type": "url", "url": url}}
 
 
 def _openai_content(c: Any) -> Any:
@@ -635,8 +426,8 @@ def _openai_content(c: Any) -> Any:
             if isinstance(p, dict) and p.get("type") in TEXT_PARTS and isinstance(p.get("text"), str):
                 if p["text"].strip():  # an empty or white-space part says nothing
                     parts.append({"type": "text", "text": p["text"]})
-            elif (media := _media(p)) is not None:
-                parts.append(_openai_media(media))  # an image stays an image part; one without a URL says so
+            elif (media := media_of(p)) is not None:
+                parts.append(openai_part(media))  # an image stays an image part; one without a URL says so
             elif isinstance(p, dict) and p.get("type") in STRUCTURE_PARTS:
                 continue  # thinking and the like: no text, as in the other views (_blank agrees)
             elif _as_text(p).strip():
@@ -647,13 +438,13 @@ def _openai_content(c: Any) -> Any:
 
 def _images_of(c: Any) -> list[dict]:
     """The image parts of a tool result's output (a list of parts, or one part), if any."""
-    return [p for p in _parts(c) if _is_image(p)] if isinstance(c, (list, dict)) else []
+    return [p for p in _parts(c) if is_image(p)] if isinstance(c, (list, dict)) else []
 
 
 def _parts(c: Any) -> Any:
     """A tool output as a list of parts when it is one media part (pydantic-ai stores a
     tool's returned image or file so); any other output as it is."""
-    return [c] if isinstance(c, dict) and _media(c) is not None else c
+    return [c] if isinstance(c, dict) and media_of(c) is not None else c
 
 
 def _moved_images(c: Any) -> list[dict]:
@@ -661,7 +452,7 @@ def _moved_images(c: Any) -> list[dict]:
     neither API takes an image there (Chat Completions system and assistant content are
     text; the Messages API's system is text and it refuses an image block in an assistant
     turn). An image without a URL stays where it is, as the NO_IMAGE text."""
-    return [p for p in c if _image_url(p)] if isinstance(c, list) else []
+    return [p for p in c if image_url(p)] if isinstance(c, list) else []
 
 
 def _images_note(n: int, where: str = "in the next user message") -> str:
@@ -748,9 +539,9 @@ def _assistant_text(c: Any) -> str:
         for p in c:
             if isinstance(p, dict) and p.get("type") in TEXT_PARTS and isinstance(p.get("text"), str):
                 out.append(p["text"])
-            elif (media := _media(p)) is not None:
-                if not _image_url_of(media):  # an image with a URL is moved (_moved_images), never text
-                    out.append(_left_out(media))
+            elif (media := media_of(p)) is not None:
+                if not image_url_of(media):  # an image with a URL is moved (_moved_images), never text
+                    out.append(left_out(media))
             elif not (isinstance(p, dict) and p.get("type") in STRUCTURE_PARTS):
                 out.append(_as_text(p))
         return "".join(out)
@@ -770,14 +561,14 @@ def _tool_text(c: Any) -> str:
 
 def _has_media(c: Any) -> bool:
     c = _parts(c)
-    return isinstance(c, list) and any(_media(p) is not None for p in c)
+    return isinstance(c, list) and any(media_of(p) is not None for p in c)
 
 
 def _part_text(p: Any) -> str:
     if isinstance(p, dict) and p.get("type") in TEXT_PARTS and isinstance(p.get("text"), str):
         return p["text"]
-    media = _media(p)
-    return _left_out(media) if media is not None else _as_text(p)
+    media = media_of(p)
+    return left_out(media) if media is not None else _as_text(p)
 
 
 def _anthropic_blocks(c: Any, user: bool = True) -> list[dict]:
@@ -792,8 +583,8 @@ def _anthropic_blocks(c: Any, user: bool = True) -> list[dict]:
             if isinstance(p, dict) and p.get("type") in TEXT_PARTS and isinstance(p.get("text"), str):
                 if p["text"].strip():
                     out.append({"type": "text", "text": p["text"]})
-            elif (media := _media(p)) is not None:
-                out.append(_anthropic_media(media, user))
+            elif (media := media_of(p)) is not None:
+                out.append(anthropic_part(media, user))
             elif isinstance(p, dict) and p.get("type") in ("thinking", "redacted_thinking", "tool_use", "tool_result"):
                 continue  # structure that the tape holds as entries of its own
             elif _as_text(p).strip():
