@@ -532,3 +532,18 @@ def test_not_found_pages_name_no_command_to_type(tape_dir, serve):
     for path in ("/e/abcd1234?s=nat", "/e/abcd1234", "/s/zzz", "/s/nat?at=nope"):
         status, body = get(port, path)
         assert status == 404 and "`ctape" not in body and "ctape log" not in body and "ctape sessions" not in body, (path, body[-600:])
+
+
+def test_heads_branch_is_named_first_on_an_entry_with_many_labels(tape_dir, serve):
+    """A black-box audit: on an entry with 42 branches, HEAD's (`main`) was in "and 41
+    more"; it is named first, as `git log --decorate` puts `HEAD -> main` first."""
+    run_cli("--dir", tape_dir, "append", "user", "--text", "one", "-s", "m", check=True)
+    with Tape.open(tape_dir) as t:
+        s = t.session("m")
+        for i in range(41):
+            s.branch(f"a{i:02d}")
+    _, port = serve(tape_dir)
+    status, body = get(port, "/s/m")
+    assert status == 200
+    first = re.search(r'<span class="ref branch">([^<]*)</span>', body)
+    assert first and first.group(1) == "main"

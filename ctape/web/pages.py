@@ -453,7 +453,8 @@ class Site:
             return {}
         st = self.session(name).refs()
         out: dict[str, list[str]] = {}
-        for b, h in sorted(st.branches.items()):
+        # HEAD's branch first, as `git log --decorate` puts it: never lost in "and N more"
+        for b, h in sorted(st.branches.items(), key=lambda kv: (kv[0] != st.branch, kv[0])):
             out.setdefault(h, []).append(b)
         for t, h in sorted(st.tags.items()):
             out.setdefault(h, []).append(TAG + t)
