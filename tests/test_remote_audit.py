@@ -805,3 +805,25 @@ def test_a_push_that_fills_a_folder_remote_leaves_no_temp_file(tmp_path):
         (mnt / "filler").unlink()
         cli(a, "push", "r")
         assert not list((mnt / "remote").rglob(".tmp-*"))
+
+
+def test_a_percent_encoded_file_url_names_the_folder_it_encodes(tmp_path):
+    """A black-box audit: `file:///tmp/e/my%20tapes` (the form Path.as_uri() writes) was
+    taken literally, so push said the folder did not exist and offered `mkdir -p
+    .../my%20tapes`, a second folder of the wrong name. A file URL's path is
+    percent-encoded (RFC 8089)."""
+    from ctape.sync.backend import parse_url
+
+    folder = tmp_path / "my tapes"
+    folder.mkdir()
+    assert parse_url(folder.as_uri()) == ("file", str(folder), "")
+    a = tmp_path / "a"
+    run_cli("--dir", a, "init", check=True)
+    run_cli("--dir", a, "append", "user", "--text", "hi", "-s", "s", check=True)
+    run_cli("--dir", a, "remote", "add", "origin", folder.as_uri(), check=True)
+    run_cli("--dir", a, "push", "origin", check=True)
+    assert any(folder.iterdir()) and not (tmp_path / "my%20tapes").exists()
+    run_cli("clone", folder.as_uri(), tmp_path / "c", check=True)
+    assert run_cli("--dir", tmp_path / "c", "log", "-s", "s", "--oneline", check=True).stdout.strip().endswith(b"hi")
+    p = run_cli("--dir", a, "remote", "add", "nul", "file:///tmp/a%00b")
+    assert p.returncode == 2 and b"bad remote URL" in p.stderr

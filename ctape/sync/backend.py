@@ -19,7 +19,7 @@ import secrets
 import stat
 import threading
 from typing import Callable, Iterator, Optional
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 from ..model.errors import CtapeError, InvalidInput
 
@@ -146,13 +146,16 @@ def parse_url(url: str) -> tuple[str, str, str]:
                            "file:///ABSOLUTE/PATH (credentials go in the AWS variables or a profile)")
     url = shown
     if u.scheme == "file":
-        if u.netloc not in ("", "localhost") or not u.path.startswith("/"):
+        # a file URL's path is percent-encoded (RFC 8089; Path.as_uri() writes a space as
+        # %20): `file:///tmp/my%20tapes` named a folder called `my%20tapes` (an audit)
+        path = unquote(u.path)
+        if u.netloc not in ("", "localhost") or not path.startswith("/") or "\0" in path:
             raise InvalidInput(f"bad remote URL {url!r}: write file:///ABSOLUTE/PATH")
-        if not os.path.normpath(u.path).strip("/"):  # (normpath keeps `//`)
+        if not os.path.normpath(path).strip("/"):  # (normpath keeps `//`)
             # a remote lays its folders out at its root: `file:///` put them into / itself
             # (found by an audit); a folder of its own is what a remote needs
             raise InvalidInput(f"bad remote URL {url!r}: not the root folder; give a folder of its own, e.g. file:///srv/tapes")
-        return "file", os.path.normpath(u.path), ""
+        return "file", os.path.normpath(path), ""
     if u.scheme == "s3":
         if not _BUCKET.fullmatch(u.netloc or ""):
             raise InvalidInput(f"bad remote URL {url!r}: the bucket must be 3-63 characters of a-z, 0-9, '.' and '-'")
