@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 import pytest
 
@@ -322,3 +323,17 @@ def test_a_live_page_keeps_its_header_and_labels_as_a_reload_shows_them(browser,
     cli("tag", "t-live")  # moves no HEAD: the refs alone changed
     wait_for(browser, lambda b: labels("tag: t-live") == [side] and "1 tag" in header(), timeout=15)
     assert browser.execute_script("return window.ctapeMarker") == 7  # the same page: no reload
+
+
+def test_an_open_page_of_a_removed_session_says_so_and_stops_asking(browser, server, tape_dir):
+    """A black-box audit: after `ctape session rm`, an open page asked /head every 0.5 s
+    for ever (a 404 each time) and said nothing."""
+    d, env = tape_dir
+    run_cli("--dir", d, "append", "user", "--text", "soon gone", "-s", "gone", env=env, check=True)
+    browser.get(server + "/s/gone")
+    run_cli("--dir", d, "session", "rm", "gone", env=env, check=True)
+    wait_for(browser, lambda b: b.find_elements(By.CSS_SELECTOR, "#session-header .gone"), timeout=15)
+    assert "soon gone" in browser.find_element(By.ID, "conversation").text  # what it held stays shown
+    seen = browser.execute_script("return performance.getEntriesByType('resource').filter(e => e.name.endsWith('/s/gone/head')).length")
+    time.sleep(2)
+    assert browser.execute_script("return performance.getEntriesByType('resource').filter(e => e.name.endsWith('/s/gone/head')).length") == seen

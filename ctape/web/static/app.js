@@ -111,6 +111,16 @@
       busy = true;
       try {
         const r = await fetch(base + "/head", { cache: "no-store" });
+        if (r.status === 404) {
+          // the session is gone (`ctape session rm`): say so once, and stop asking
+          clearInterval(timer);
+          const note = document.createElement("p");
+          note.className = "badge err gone";
+          note.textContent = "this session was removed from the tape; what the page shows is what it held";
+          const header = document.getElementById("session-header");
+          if (header) header.appendChild(note);
+          return;
+        }
         if (!r.ok) return;
         const info = await r.json();
         const moved = info.sig !== body.dataset.sig;  // the refs or the entries changed
@@ -152,7 +162,7 @@
         busy = false;
       }
     }
-    setInterval(tick, POLL_MS);
+    const timer = setInterval(tick, POLL_MS);
   }
 
   document.addEventListener("DOMContentLoaded", () => {
