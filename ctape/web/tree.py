@@ -34,7 +34,7 @@ from .markdown import esc
 
 WALK_LIMIT = 200_000  # entries remembered per session
 MAX_NODES = 400  # nodes drawn; anchors beyond this are left out (newest kept)
-MAX_LANES = 100  # branches and tags drawn, each with its line; past it, the newest tips
+MAX_LANES = 32  # branches and tags drawn, each with its line; past it, the newest tips (wider is no tree)
 LABELS_LISTED = 50  # branch and tag names a node lists (its title, data-labels, data-tags)
 ROW, LANE, PAD, LEFT = 26, 22, 14, 48
 GAP_CHAR = 7  # px a character of a "+N" gap label takes at most (11px font)
