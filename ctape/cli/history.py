@@ -228,8 +228,6 @@ def log(ctx, refs, session, limit, kinds, grep, since, until, reverse, all_, hid
     if all_ and name is None:
         raise click.UsageError("--all needs a session: pass -s NAME")
     tips = start_points(tape, name, refs, every_branch=all_)
-    if name is not None and not refs:
-        tips = _past_damage(tape, name, tips, lambda: start_points(tape, name, refs, every_branch=all_))
     if graph and not as_json:
         if reverse:
             raise click.UsageError("--graph and --reverse cannot be combined")
@@ -254,23 +252,6 @@ def log(ctx, refs, session, limit, kinds, grep, since, until, reverse, all_, hid
     warn_damage(tape, name)  # after the listing: reading it may be what found the damage
     if shown.damaged:
         ctx.exit(1)  # what reads back is printed; a script must not take it for the whole history
-
-
-def _past_damage(tape, name: str, tips: list, again) -> list:
-    """The tips to list from, once reading them has taught this copy of damage it did not
-    know (the index cache named as HEAD an entry whose record is damaged): the refs read
-    again without the damaged records, so the first `log` after the damage shows what
-    reads back, as the second did (a black-box audit: the first one failed, exit 1)."""
-    from ..errors import CorruptObject
-
-    for h in tips:
-        try:
-            tape.read_entry(h)
-        except CorruptObject:
-            if tape.session(name).damage():
-                return again()
-            break
-    return tips
 
 
 @main.command()

@@ -99,14 +99,25 @@ def time_window(since: Any, until: Any) -> tuple[Optional[float], Optional[float
     return after, before
 
 
-def start_points(tape, session: Optional[str], refs: Iterable[str] = (), every_branch: bool = False) -> list[str]:
+def start_points(tape, session: Optional[str], refs: Iterable[str] = (), every_branch: bool = False, full: bool = False) -> list[str]:
     """The entries a log starts from: each REF (default: the session's HEAD), and with
-    `every_branch` also HEAD and every branch of the session; each once, HEAD's first."""
+    `every_branch` also HEAD and every branch of the session; each once, HEAD's first.
+    HEAD's entry is read here: when it is gone or damaged and HEAD has moved, the refs are
+    read again (Session.from_head), so the log shows the session as it is now."""
     refs = list(refs)
     tips = [tape.resolve(r, session) for r in refs]
-    st = (tape.session(session).refs() if every_branch else tape.session(session).view()) if session else None
-    if st is not None and (not refs or every_branch):
-        tips += [st.head_hash, *(st.branches.values() if every_branch else ())]
+    if session and (not refs or every_branch):
+
+        def read(st) -> list:
+            if st.head_hash:
+                tape.read_entry(st.head_hash)
+            return [st.head_hash, *(st.branches.values() if every_branch else ())]
+
+        try:
+            tips += tape.session(session).from_head(read, full=full or every_branch)
+        except (EntryNotFound, CorruptObject):  # HEAD stayed there: the walk shows what reads back
+            st = tape.session(session).refs() if full or every_branch else tape.session(session).view()
+            tips += [st.head_hash, *(st.branches.values() if every_branch else ())]
     return list(dict.fromkeys(h for h in tips if h))
 
 

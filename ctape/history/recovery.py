@@ -26,9 +26,24 @@ def error_text(message) -> str:
     return "" if message is None else json.dumps(message, ensure_ascii=False, default=str)
 
 
+def _refs_to_read(session: "Session"):
+    """The session's view, read again while HEAD's entry is gone or damaged and HEAD moved
+    meanwhile (Session.from_head); as it is when HEAD stayed (the history is incomplete)."""
+
+    def readable(st):
+        if st.head_hash and not st.head_missing:
+            session.tape.read_entry(st.head_hash)
+        return st
+
+    try:
+        return session.from_head(readable)
+    except (EntryNotFound, CorruptObject):
+        return session.view()
+
+
 def status(session: "Session") -> dict:
     tape = session.tape
-    refs = session.view()  # HEAD, its branch, conflict branches: not every branch
+    refs = _refs_to_read(session)  # HEAD, its branch, conflict branches: not every branch
     h = refs.head_hash
     incomplete = (bool(h) and not tape.has_entry(h)) or refs.head_missing
     why: Optional[str] = None  # why part of the history is missing: "damaged", "lost" (to damage) or None (not arrived)

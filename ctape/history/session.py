@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Optional, TypeVar
 
 import copy
 import json
@@ -17,7 +17,7 @@ from ..model import schema
 from ..model import refs as refmod
 from ..store.index import hash_key
 from ..model.canonical import check_keys, entry_body, normal_time, object_hash
-from ..model.errors import BranchCheckedOut, CorruptObject, CtapeError, EntryNotFound, InvalidInput, RefNotFound
+from ..model.errors import BranchCheckedOut, CorruptObject, CtapeError, EntryNotFound, InvalidInput, ObjectTooLarge, RefNotFound
 from ..model.models import HIDDEN, brief, check_name, check_payload, Entry, now_rfc3339
 from ..model.refs import HEAD, RefState
 from ..store.files import TYPE_BLOB, TYPE_ENTRY
@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 
 
 HASH_RE = re.compile(r"[0-9a-f]{64}")
+HEAD_TRIES = 8  # Session.from_head: starts again at most this often (each time HEAD moved under a compaction)
+T = TypeVar("T")
 
 
 @take_turns
@@ -69,6 +71,30 @@ class Session:
         if w is not None and w.refstate is not None and (w.locked or w.view_is_current()):
             return w.refstate
         return self.store.settled(self.name, lambda: self._view_from_index(refs, values))
+
+    def from_head(self, read: Callable[[RefState], T], full: bool = False) -> T:
+        """read(refs) for a reader that starts at HEAD (refs() when `full`, else view()). When
+        the read fails at an entry that is gone or damaged, and the refs read again put HEAD
+        elsewhere, it starts again from there: what it began at was not the session's any
+        more. Two ways this happens:
+        - HEAD moved meanwhile and a compaction removed the entry it named a moment earlier
+          (`compact --grace now` beside a writer, SPEC 8; git's readers fail there);
+        - the index cache named as HEAD an entry whose record is damaged: reading it taught
+          this copy of the damage, and the refs read again leave that record out.
+        Anything else (HEAD stayed where it was; a record above this process's size limit,
+        which says nothing of the tape) is raised as it is."""
+        st = self.refs() if full else self.view()
+        for n in range(HEAD_TRIES):
+            try:
+                return read(st)
+            except ObjectTooLarge:
+                raise
+            except (EntryNotFound, CorruptObject):
+                again = self.refs() if full else self.view()
+                if n == HEAD_TRIES - 1 or again.head_hash == st.head_hash:
+                    raise
+                st = again
+        raise AssertionError("unreachable")
 
     def _view_from_index(self, refs: Iterable[str], values: Iterable[str]) -> RefState:
         idx = self.store.index
@@ -135,8 +161,7 @@ class Session:
 
     @property
     def head(self) -> Optional[Entry]:
-        h = self.view().head_hash
-        return self.tape.read_entry(h) if h else None
+        return self.from_head(lambda st: self.tape.read_entry(st.head_hash) if st.head_hash else None)
 
     @property
     def branch_name(self) -> Optional[str]:
@@ -663,19 +688,23 @@ class Session:
         if isinstance(kinds, (bytes, dict)) or not hasattr(kinds, "__iter__"):
             raise InvalidInput(f"kinds is a kind or a list of kinds (user, assistant, ...), not {brief(kinds, 40)}")
         if all or grep is not None or since is not None or until is not None or not hidden:
-            from .logview import Filter, walk
+            from .logview import Filter, start_points, walk
 
-            st = self.refs()
-            tips = [st.head_hash, *st.branches.values()] if all else [self.tape.resolve(ref, self.name) if ref else st.head_hash]
+            tips = [self.tape.resolve(ref, self.name)] if ref and not all else start_points(self.tape, self.name, every_branch=all, full=True)
             return walk(self.tape, tips, Filter.make(kinds, grep, since, until, hidden), limit)
         return self._log_chain(ref, limit, kinds)
 
     def _log_chain(self, ref: Optional[str], limit: Optional[int], kinds: Iterable[str]) -> Iterator[Entry]:
-        h = self.tape.resolve(ref, self.name) if ref else self.refs().head_hash
         want = {check_kind(k) for k in kinds}
+        if ref:
+            h, e = self.tape.resolve(ref, self.name), None
+        else:  # read before the first yield: a HEAD that moved under a compaction is followed
+            e = self.from_head(lambda st: self.tape._read_entry(st.head_hash) if st.head_hash else None, full=True)
+            h = e.hash if e else None
         count = 0
         while h is not None and (limit is None or count < limit):
-            e = self.tape._read_entry(h)  # each step under the lock (turns.py)
+            if e is None or e.hash != h:
+                e = self.tape._read_entry(h)  # each step under the lock (turns.py)
             if not want or e.kind in want:
                 yield e
                 count += 1
@@ -783,9 +812,10 @@ class Session:
 
     def state(self, ref: Optional[str] = None) -> Any:
         self._not_removed()
-        h = self.tape.resolve(ref, self.name) if ref else self.view().head_hash
-        return copy.deepcopy(self.tape.derived(h)["state"])  # the caller's to change: derived values are shared
-
+        # a copy: the caller's to change, and derived values are shared
+        if ref:
+            return copy.deepcopy(self.tape.derived(self.tape.resolve(ref, self.name))["state"])
+        return self.from_head(lambda st: copy.deepcopy(self.tape.derived(st.head_hash)["state"]))
 
     def stream(self, flush_interval: float = 0.5):
         from .stream import StreamWriter

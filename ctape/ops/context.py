@@ -103,7 +103,10 @@ def build_context(session: Optional["Session"], ref: Optional[str], policies: li
     tape = session.tape if session is not None else tape
     if ref is None and session is None:
         raise InvalidInput("context needs a REF or a session")
-    head = tape.resolve(ref, session.name if session else None) if ref else session.refs().head_hash
+    if ref:
+        head = tape.resolve(ref, session.name if session else None)
+    else:  # HEAD's entry read first: one that moved under a compaction is followed (Session.from_head)
+        head = session.from_head(lambda st: st.head_hash and tape.read_entry(st.head_hash).hash, full=True)
     whole = "whole-tape" in policies
     window, compaction = _window(tape, head, "last-turn" in policies, max_tokens, not whole)
     in_window = {e.hash for e in window}
