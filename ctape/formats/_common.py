@@ -594,10 +594,9 @@ def answers_call(tape, e) -> bool:
     if not isinstance(cid, str) or e.parent is None or (isinstance(e.meta, dict) and e.meta.get(HIDDEN)):
         return False
     try:
-        d = tape.derived(e.parent)
+        d = tape.derived(e.parent, remember=True)  # the next error of the path walks back to here
     except CtapeError:
         return False  # a hole in the path: nothing known to answer
-    tape._remember_derived(e.parent, d)  # the next error of the path walks back to here, not to a keyframe
     return any(p["call_id"] == cid for p in d["pending"])
 
 

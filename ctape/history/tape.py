@@ -240,12 +240,17 @@ class Tape:
     def has_entry(self, h: str) -> bool:
         return self.store.has_object(h)
 
-    def derived(self, h: Optional[str]) -> dict:
+    def derived(self, h: Optional[str], remember: bool = False) -> dict:
         """State, pending calls, last error... at entry h (history/derived.py); read only:
-        its parts may be shared with values kept for other entries."""
+        its parts may be shared with values kept for other entries. `remember`: keep them
+        among the recent ones, for a reader that goes on down the same path (an export:
+        the next look walks back to here, not to a keyframe)."""
         self._redactions()  # first: values kept from before a redaction are dropped
         idx = self.store.index
-        return derived.derive(h, self._read_entry, idx.keyframe, idx.put_keyframe, self._derived_at.get)
+        d = derived.derive(h, self._read_entry, idx.keyframe, idx.put_keyframe, self._derived_at.get)
+        if remember and h is not None:
+            self._remember_derived(h, d)
+        return d
 
     def _remember_derived(self, h: str, d: dict) -> None:
         """Keep the derived values at entry h (an importer's latest entries: the tips of the
