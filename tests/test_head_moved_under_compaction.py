@@ -58,6 +58,7 @@ READS = {
     "state": lambda s: [s.state()],
     "status": lambda s: [s.status()["incomplete"] is False],
     "context": lambda s: [m["content"] for m in s.context(format="openai")],
+    "Tape.get": lambda s: [s.tape.get("chat").payload["content"]],
 }
 
 
@@ -71,6 +72,7 @@ def test_a_reader_follows_head_when_its_entry_went_under_a_compaction(tmp_path, 
     expected = {
         "log": ["on main", "be brief"], "log --grep": ["on main"], "log --all": ["on main", "be brief"],
         "head": ["on main"], "state": [None], "status": [True], "context": ["be brief", "on main"],
+        "Tape.get": ["on main"],
     }[what]
     assert got == expected
     with pytest.raises(EntryNotFound):
@@ -107,10 +109,8 @@ def test_a_reader_whose_head_stayed_still_says_the_entry_is_missing(tmp_path):
     r.close()
 
 
-def test_ctape_log_beside_a_compaction_that_removed_heads_entry(tmp_path, monkeypatch):
-    """The command line starts where the Python API does (logview.start_points)."""
-    d = str(tmp_path / "t")
-    w, s, doomed = _writer_on_a_doomed_branch(d)
+def _every_tape_reads_late(monkeypatch, d, s, doomed):
+    """As _reader_whose_first_read_comes_late, for the Tape a command opens."""
     from ctape.history import tape as tape_mod
 
     read, fired = tape_mod.Tape._read_entry, []
@@ -125,8 +125,27 @@ def test_ctape_log_beside_a_compaction_that_removed_heads_entry(tmp_path, monkey
         return read(self, h, *a, **kw)
 
     monkeypatch.setattr(tape_mod.Tape, "_read_entry", late)
+    return fired
+
+
+def test_ctape_log_beside_a_compaction_that_removed_heads_entry(tmp_path, monkeypatch):
+    """The command line starts where the Python API does (logview.start_points)."""
+    d = str(tmp_path / "t")
+    w, s, doomed = _writer_on_a_doomed_branch(d)
+    fired = _every_tape_reads_late(monkeypatch, d, s, doomed)
     out = CliRunner().invoke(main, ["--dir", d, "log", "-s", "chat", "--json"])
     assert out.exit_code == 0, out.output
     assert fired == [doomed]
     assert [json.loads(line)["payload"]["content"] for line in out.output.splitlines()] == ["on main", "be brief"]
+    w.close()
+
+
+def test_ctape_show_beside_a_compaction_that_removed_heads_entry(tmp_path, monkeypatch):
+    d = str(tmp_path / "t")
+    w, s, doomed = _writer_on_a_doomed_branch(d)
+    fired = _every_tape_reads_late(monkeypatch, d, s, doomed)
+    out = CliRunner().invoke(main, ["--dir", d, "show", "chat", "--json"])
+    assert out.exit_code == 0, out.output
+    assert fired == [doomed]
+    assert json.loads(out.output)["payload"]["content"] == "on main"
     w.close()

@@ -19,7 +19,7 @@ from ..store.index import hash_key
 from ..model.canonical import check_keys, entry_body, normal_time, object_hash
 from ..model.errors import BranchCheckedOut, CorruptObject, CtapeError, EntryNotFound, InvalidInput, ObjectTooLarge, RefNotFound
 from ..model.models import HIDDEN, brief, check_name, check_payload, Entry, now_rfc3339
-from ..model.refs import HEAD, RefState
+from ..model.refs import HEAD, MOVED_TRIES, RefState
 from ..store.files import TYPE_BLOB, TYPE_ENTRY
 from ..store.segment import SegmentWriter
 from ..model.models import kind_value as check_kind
@@ -29,7 +29,6 @@ if TYPE_CHECKING:
 
 
 HASH_RE = re.compile(r"[0-9a-f]{64}")
-HEAD_TRIES = 8  # Session.from_head: starts again at most this often (each time HEAD moved under a compaction)
 T = TypeVar("T")
 
 
@@ -84,14 +83,14 @@ class Session:
         Anything else (HEAD stayed where it was; a record above this process's size limit,
         which says nothing of the tape) is raised as it is."""
         st = self.refs() if full else self.view()
-        for n in range(HEAD_TRIES):
+        for n in range(MOVED_TRIES):
             try:
                 return read(st)
             except ObjectTooLarge:
                 raise
             except (EntryNotFound, CorruptObject):
                 again = self.refs() if full else self.view()
-                if n == HEAD_TRIES - 1 or again.head_hash == st.head_hash:
+                if n == MOVED_TRIES - 1 or again.head_hash == st.head_hash:
                     raise
                 st = again
         raise AssertionError("unreachable")

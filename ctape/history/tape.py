@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any, Iterator, Optional
 from . import derived, tags
 from .turns import take_turns, takes_own_turn
 from ..model.canonical import BLOB_MIN, internalize, is_hash
-from ..model.errors import AmbiguousRef, CorruptObject, EntryNotFound, InvalidInput, RefNotFound, UnsafePath
+from ..model.errors import AmbiguousRef, CorruptObject, EntryNotFound, InvalidInput, ObjectTooLarge, RefNotFound, UnsafePath
 from ..model.models import brief, check_name, Entry, kind_value, NAME_RE
 from ..model import refs as refmod
-from ..model.refs import HEAD
+from ..model.refs import HEAD, MOVED_TRIES
 from ..model.refspec import SessionOfRef, parse_ref
 from ..model.timespec import shown
 from ..model.schema import decode_entry
@@ -263,10 +263,23 @@ class Tape:
     # -- refs ------------------------------------------------------------------------
 
     def get(self, ref: str, session: Optional[str] = None) -> Entry:
+        """The entry REF names. When it is gone or damaged and REF, resolved again, names
+        another entry (a HEAD or branch that moved while a compaction removed where it was:
+        Session.from_head), that one."""
         h = self.resolve(ref, session)
-        if h is None:
-            raise RefNotFound(f"{shown(ref, REF_SHOWN)} has no entries yet")
-        return self.read_entry(h)
+        for n in range(MOVED_TRIES):
+            if h is None:
+                raise RefNotFound(f"{shown(ref, REF_SHOWN)} has no entries yet")
+            try:
+                return self.read_entry(h)
+            except ObjectTooLarge:
+                raise
+            except (EntryNotFound, CorruptObject):
+                again = self.resolve(ref, session)
+                if again == h or n == MOVED_TRIES - 1:
+                    raise
+                h = again
+        raise AssertionError("unreachable")
 
     def resolve(self, ref: str, session: Optional[str] = None) -> Optional[str]:
         """The entry hash a REF names (None for a session or branch with no entry yet)."""

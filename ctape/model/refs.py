@@ -33,6 +33,7 @@ from typing import Container, Optional
 from .errors import InvalidName
 
 HEAD = "HEAD"
+MOVED_TRIES = 8  # a reader of a ref that moved while a compaction removed where it was starts again at most this often
 CONFLICT = ".conflict-"
 # tags are refs named TAG + NAME: never a valid branch name, so listings keep them apart
 TAG = "tag:"
