@@ -235,15 +235,45 @@ def estimate(value: Any) -> int:
 
 
 def _text(c: Any) -> Any:
-    """A message's content for the views: a refusal part (the Responses API's `{"type":
-    "refusal", "refusal": text}`, which the Agents SDK keeps) is the text it says; the
-    views sent it as JSON text (a black-box audit)."""
-    if c is None:
-        return ""
-    if isinstance(c, list) and any(isinstance(p, dict) and p.get("type") == "refusal" and isinstance(p.get("refusal"), str) for p in c):
-        return [{"type": "text", "text": p["refusal"]} if isinstance(p, dict) and p.get("type") == "refusal" and isinstance(p.get("refusal"), str) else p
-                for p in c]
-    return c
+    """A message's content for the views: "" for none, and a list of parts as _neutral makes it."""
+    return "" if c is None else _neutral(c)
+
+
+def _neutral(c: Any) -> Any:
+    """A list of parts in the form the views read, for parts that other writers keep in
+    forms of their own:
+    - a refusal part (the Responses API's `{"type": "refusal", "refusal": text}`, which
+      the Agents SDK keeps) is the text it says; the views sent it as JSON text (a
+      black-box audit);
+    - pydantic-ai's `{"kind": "text-content", "content": text}` (a file's text handed to
+      the model) is a text part, and its `{"kind": "cache-point"}` (where a provider's
+      prompt cache may end: no content) is left out; both went out as JSON text.
+    Anything else is as it is."""
+    if not isinstance(c, list) or not any(_own_form(p) for p in c):
+        return c
+    out = []
+    for p in c:
+        kind = _own_form(p)
+        if kind == "refusal":
+            out.append({"type": "text", "text": p["refusal"]})
+        elif kind == "text-content":
+            out.append({"type": "text", "text": p["content"]})
+        elif kind is None:
+            out.append(p)
+    return out
+
+
+def _own_form(p: Any) -> Optional[str]:
+    """Which of _neutral's forms the part `p` is in, if any."""
+    if not isinstance(p, dict):
+        return None
+    if p.get("type") == "refusal" and isinstance(p.get("refusal"), str):
+        return "refusal"
+    if "type" not in p and p.get("kind") == "text-content" and isinstance(p.get("content"), str):
+        return "text-content"
+    if "type" not in p and p.get("kind") == "cache-point":
+        return "cache-point"
+    return None
 
 
 def to_messages(entries: list[Entry]) -> list[Msg]:
@@ -273,7 +303,7 @@ def to_messages(entries: list[Entry]) -> list[Msg]:
                 msgs.append(Msg("assistant", None, calls=[call], hashes=[e.hash]))
         elif e.kind == "tool_result":
             cid = str(p.get("call_id"))
-            msgs.append(Msg("tool", p.get("output"), call_id=cid, answers=answer(cid), is_error=p.get("is_error") is True, hashes=[e.hash]))
+            msgs.append(Msg("tool", _neutral(p.get("output")), call_id=cid, answers=answer(cid), is_error=p.get("is_error") is True, hashes=[e.hash]))
         elif e.kind == "error":
             if isinstance(p.get("call_id"), str):
                 cid = p["call_id"]
