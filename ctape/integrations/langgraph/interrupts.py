@@ -1,0 +1,108 @@
+"""Interrupts on the tape: ``_Interrupts``, the part of ``TapeSaver`` that writes an
+``interrupt(value)`` as a hidden ``tool_call`` named ``WAITING`` (``ctape status`` shows
+the thread waiting for input) and its resume value, or a note, as the hidden
+``tool_result`` that answers it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from ...model.models import HIDDEN
+from .codec import _is_json
+from .index import KEY, _Thread
+
+WAITING = "waiting_for_input"  # the name of the (hidden) tool call an interrupt() makes
+_INTERRUPT, _RESUME = "__interrupt__", "__resume__"
+_NULL_TASK = "00000000-0000-0000-0000-000000000000"  # the task id of Command(resume=...) writes
+
+
+class _Interrupts:
+    """Interrupts, a part of ``TapeSaver`` (saver.py): it uses the saver's tape and codec;
+    ``_Writing`` calls it when it stores a checkpoint or pending writes."""
+
+    def _interrupt_entries(self, s, th: _Thread, ns: str, cid: str, segment: str, payload: dict, tip: str, extra: Optional[dict] = None) -> str:
+        """An interrupt() is a hidden tool call named WAITING, its value as JSON where it can
+        be: `ctape status` lists it as pending until Command(resume=...) answers it."""
+        written: list = []
+        for _, ch, enc in payload["writes"]:
+            if ch == _INTERRUPT:
+                # an interrupt inside a subgraph is written by the subgraph and by each
+                # caller, with one id: one call waits
+                waiting = {c["call_id"] for c in self.tape.derived(tip)["pending"] if c.get("name") == WAITING}
+                for intr in self.codec.dec(enc) or ():
+                    value = getattr(intr, "value", intr)
+                    call = {"call_id": str(getattr(intr, "id", "") or cid), "name": WAITING, "arguments": _readable(value)}
+                    if call["call_id"] in waiting:
+                        continue
+                    waiting.add(call["call_id"])
+                    meta = {HIDDEN: True, KEY: {"type": "interrupt", "checkpoint_ns": ns, "checkpoint_id": cid, "segment": segment,
+                                                "task_id": payload["task_id"], **(extra or {})}}
+                    e = s.put_entry("tool_call", call, meta, None, None, tip)
+                    written.append(e)
+                    tip = e.hash
+            elif ch == _RESUME and payload["task_id"] == _NULL_TASK:
+                tip = self._answer_interrupts(s, th, ns, cid, tip, self.codec.dec(enc), written, None, segment, extra)
+            elif ch == _RESUME:
+                tip = self._answer_task_resume(s, ns, cid, tip, payload["task_id"], self.codec.dec(enc), written, segment, extra)
+        for e in written:
+            th.add(e)
+        return tip
+
+    def _answer_task_resume(self, s, ns: str, cid: str, tip: str, task_id: str, values: Any, written: list, segment: str,
+                            extra: Optional[dict]) -> str:
+        """A task's own `__resume__` write: the resume values its interrupt() calls took, in
+        order, written when one takes a value. `Command(resume={interrupt_id: value})`
+        answers only this way (no write of the null task), so the interrupt the task waits
+        on (a task stops at its first unanswered one) is answered by the list's last value.
+        One answered already (by a plain Command(resume=...), whose write comes first) is
+        not pending any more: nothing is written twice."""
+        if type(values) is not list or not values:
+            return tip
+        for c in self.tape.derived(tip)["pending"]:
+            if c.get("name") != WAITING:
+                continue
+            m = self.tape.read_entry(c["hash"]).meta
+            if isinstance(m, dict) and isinstance(m.get(KEY), dict) and m[KEY].get("task_id") == task_id:
+                p = {"call_id": c["call_id"], "output": _readable(values[-1])}
+                meta = {HIDDEN: True, KEY: {"type": "resume", "checkpoint_ns": ns, "checkpoint_id": cid, "segment": segment or cid, **(extra or {})}}
+                e = s.put_entry("tool_result", p, meta, None, None, tip)
+                written.append(e)
+                return e.hash
+        return tip
+
+    def _answer_interrupts(self, s, th: _Thread, ns: str, cid: str, tip: str, value: Any, written: list, note: Optional[str], segment: Optional[str] = None, extra: Optional[dict] = None) -> str:
+        """Hidden tool results for the interrupts pending at tip: the resume value, or a note."""
+        pending = [c for c in self.tape.derived(tip)["pending"] if c.get("name") == WAITING]
+        if not pending:
+            return tip
+        by_id = isinstance(value, dict) and value and all(k in {c["call_id"] for c in pending} for k in value)
+        for c in pending:
+            if by_id and c["call_id"] not in value:
+                continue
+            answer = value[c["call_id"]] if by_id else value
+            p = {"call_id": c["call_id"], "output": _readable(answer) if note is None else note}
+            meta = {HIDDEN: True, KEY: {"type": "resume", "checkpoint_ns": ns, "checkpoint_id": cid, "segment": segment or cid, **(extra or {})}}
+            e = s.put_entry("tool_result", p, meta, None, None, tip)
+            written.append(e)
+            tip = e.hash
+        return tip
+
+
+def _readable(v: Any) -> Any:
+    """A value as JSON for people: itself when it is JSON, a pydantic model's or a
+    dataclass's JSON form, else its repr."""
+    if _is_json(v):
+        return v
+    try:
+        if hasattr(v, "model_dump"):
+            d = v.model_dump(mode="json")
+        else:
+            import dataclasses
+
+            d = dataclasses.asdict(v) if dataclasses.is_dataclass(v) and not isinstance(v, type) else None
+        if d is not None and _is_json(d):
+            return d
+    except Exception:  # noqa: BLE001 - anything odd is shown as its repr
+        pass
+    return repr(v)
