@@ -9,7 +9,10 @@
         follow(tape)                                  # until SIGINT/SIGTERM
 
 Modules: sources (finding and reading files), position (where each file is imported
-up to, in the tape and in a cache), engine (one pass), notify (waiting for changes).
+up to, in the tape and in a cache), engine (one pass: the Watcher, its batches and what
+to read of each source), with its parts state (what it keeps of each source), reading
+(complete lines, and the checks of the bytes before a position), codex, claude and whole
+(each format's import); parallel (a pass over processes), notify (waiting for changes).
 docs/watch.md is the user's guide.
 """
 
