@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from ctape import Tape
 from ctape.history.session import Session
+from ctape.history import reflog
 
 S = "s"
 OTHER = "w2w2w2w2"
@@ -87,7 +88,7 @@ def play(root: str, steps, shortcut: bool, monkeypatch) -> tuple:
         else:
             outcomes.append(_do(sa if what == "a" else sb, ops, k))
             k += 1
-    records = sa._ref_records()
+    records = reflog.records(sa)
     # n is a hybrid logical clock: never less than the time it was written, in µs
     assert all(r["n"] >= t0 for r in records), "a record's clock fell behind the time"
     refs = sa.refs()
@@ -156,7 +157,7 @@ def test_the_shortcut_is_taken_and_keeps_the_last_time(tape):
     # the session's first append wrote two records (main, then HEAD on it): the next append
     # builds its own; from there on each one follows the last
     assert calls == [False] + [True] * 19
-    last = s._ref_records()[-1]
+    last = reflog.records(s)[-1]
     assert last["set"] == {"main": es[-1].hash} and last["t"] == es[-1].time
     assert last["n"] >= t_last, "the clock of the moved record is the time of the last append, at least"
     Session._follow_last = counted
@@ -165,6 +166,6 @@ def test_the_shortcut_is_taken_and_keeps_the_last_time(tape):
     finally:
         Session._follow_last = real
     assert calls[20:] == [True] * 3
-    recs = s._ref_records()[-3:]
+    recs = reflog.records(s)[-3:]
     assert [r["set"] for r in recs] == [{"main": e.hash} for e in more]
     assert os.environ.get("CTAPE_WRITER") is None

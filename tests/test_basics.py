@@ -8,6 +8,7 @@ import pytest
 
 from ctape import CtapeError, Tape
 from ctape.cli import main
+from ctape.history import reflog
 
 
 def test_append_log_status_roundtrip(tape):
@@ -107,14 +108,14 @@ def test_appends_in_a_batch_share_one_ref_record(tape):
     imports and a slower batch."""
     s = tape.session("b")
     s.append("user", {"content": "first"})
-    before = len(s._ref_records())
+    before = len(reflog.records(s))
     with tape.batch():
         hs = [s.append("user", {"content": f"m{i}"}).hash for i in range(50)]
-    assert len(s._ref_records()) - before == 1
+    assert len(reflog.records(s)) - before == 1
     assert s.refs().head_hash == hs[-1]
     assert [e.hash for e in s.log(limit=50)] == hs[::-1]
     # a record with extras (a stream id, an import's source) stays one of its own
     with tape.batch():
         s.append("user", {"content": "x"}, record_extra={"source": "a"})
         s.append("user", {"content": "y"}, record_extra={"source": "a"})
-    assert len(s._ref_records()) - before == 3
+    assert len(reflog.records(s)) - before == 3

@@ -26,6 +26,7 @@ from ctape import Tape
 from ctape.model.refs import HEAD, RefState
 from ctape.ops.compact import Rec, _claims, _resolve
 from ctape.store.index import Index, IndexBatch
+from ctape.history import reflog
 
 from conftest import examples, run_cli
 
@@ -54,7 +55,7 @@ def reached(d) -> set[str]:
 
 def records(d) -> list[dict]:
     with Tape.open(d) as t:
-        return t.session("chat")._ref_records()
+        return reflog.records(t.session("chat"))
 
 
 def fsck_ok(d) -> None:

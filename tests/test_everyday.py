@@ -10,6 +10,7 @@ import pytest
 
 from conftest import run_cli, snapshot
 from ctape import Tape
+from ctape.history import reflog
 
 
 def cli(d, *args, **kw):
@@ -260,7 +261,7 @@ def test_session_rm(two):
     assert json.loads(out(cli(d, "show", hs[0], "--json", check=True)))["payload"] == {"content": "m0"}
     # the record is a ref record with op session-rm that nulls every ref
     with Tape.open(d) as t:
-        recs = t.session("chat")._ref_records()
+        recs = reflog.records(t.session("chat"))
         assert recs[-1]["op"] == "session-rm" and set(recs[-1]["set"].values()) == {None}
     # with one session left, it is the default
     assert json.loads(out(cli(d, "status", "--json", check=True)))["session"] == "other"

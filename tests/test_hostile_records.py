@@ -18,6 +18,7 @@ from ctape.model import schema
 from ctape.model.canonical import MAX_DEPTH, canonical_json, object_hash
 from ctape.errors import CorruptObject
 from ctape.store.files import TYPE_ENTRY
+from ctape.history import reflog
 
 H = "94d347d2cf21c02e5e94b22aa7a7e0f4ee4924be725b7ef30afb69f4ab17d58b"
 H2 = "f72df75d0e59ed3da1ac4cba34cbe6dff066a604ea35a7c518bfcf65d1055060"
@@ -330,7 +331,7 @@ def test_object_record_problem():
 
 
 def test_reflog_leaves_out_a_ref_record_of_the_wrong_shape(tape_dir):
-    """Session._read_ref_records decodes through schema.read_ref_record: a record whose set
+    """reflog._read_records decodes through schema.read_ref_record: a record whose set
     value is an object, or of another session, is left out of the ref log. (The index
     does the same: see test_hand_made_ref_record_is_damage_not_a_crash above.)"""
     (h,) = plant(tape_dir, "chat", [canonical_json(ENTRY)], 0)
@@ -340,7 +341,7 @@ def test_reflog_leaves_out_a_ref_record_of_the_wrong_shape(tape_dir):
             f.write(framing.frame(framing.T_REF, body))
     t = Tape.open(tape_dir)
     try:
-        recs = t.session("chat")._read_ref_records([rel])
+        recs = reflog._read_records(t.session("chat"), [rel])
     finally:
         t.close()
     assert [(r["w"], r["n"]) for r in recs] == [("handmade0001", 1), ("handmade0002", 3)]

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from ctape import Tape
+from ctape.history import reflog
 
 from conftest import run_cli, snapshot
 
@@ -519,7 +520,7 @@ def test_a_claim_superseded_before_a_compaction_stays_superseded_when_an_old_cop
         s = ta.session("chat")
         s.append("assistant", {"content": "A, having read B"})  # supersedes B's claim on main
         ta.compact(grace="now", expire="now")  # B's record goes: nothing reaches it any more
-        assert not any(r["w"] == "wbbbbbbb" and "main" in r.get("set", {}) for r in s._ref_records())
+        assert not any(r["w"] == "wbbbbbbb" and "main" in r.get("set", {}) for r in reflog.records(s))
         tip = s.append("assistant", {"content": "A again"}).hash
     rsync(b, a)  # B's old segment comes back
     rsync(a, b)

@@ -12,7 +12,6 @@ import time
 
 from . import derived
 from .turns import take_turns, takes_own_turn
-from ..store import framing
 from ..model import schema
 from ..model import refs as refmod
 from ..store.index import hash_key
@@ -710,90 +709,17 @@ class Session:
             h = e.parent
 
     def reflog(self) -> list[dict]:
-        """Every ref move, newest first. Lines that moved HEAD carry `at`: N of SESSION@{N}.
-        `gone` marks the values ("old", "new") whose entry this tape does not hold: a
-        record kept for a ref's current value may name an entry `compact` removed since
-        (invariant 7: never left pointing at a removed object unmarked), or one not synced yet."""
+        """Every ref move, newest first (history/reflog.py)."""
+        from . import reflog
+
         self._not_removed()
-        lines, _ = self._replay()
-        named = {line[k] for line in lines for k in ("old", "new") if isinstance(line[k], str) and not line[k].startswith("@")}
-        gone = {h for h in self.store.index.missing(named) if not self.tape.has_entry(h)}  # has_entry: the index brought up to date first
-        for line in lines:
-            line["gone"] = [k for k in ("old", "new") if line[k] in gone]
-        return lines
+        return reflog.lines(self)
 
     def head_positions(self) -> list[str]:
         """Entry hashes HEAD has pointed at, newest first (for SESSION@{N})."""
-        _, positions = self._replay()
-        return positions
+        from . import reflog
 
-    def _ref_records(self) -> list[dict]:
-        """Every ref record of the session, oldest first (Lamport clock, writer, n), read
-        from its files: the index keeps no copy (it would be as large as the tape for
-        sessions written one append at a time), and this is read only for the ref log."""
-        tries = 3
-        while True:
-            tries -= 1
-            files = self.store.list_files(self.name)
-            try:
-                records = self._read_ref_records(files)
-            except FileNotFoundError:
-                if not tries:
-                    raise
-                continue  # a compaction replaced files while we read them: their records are in its pack
-            # the folder changed while we read (a listing taken during a compaction's rename
-            # may hold neither the old files nor the new pack): read again
-            if not tries or set(self.store.list_files(self.name)) == set(files):
-                return records
-
-    def _read_ref_records(self, files: Iterable[str]) -> list[dict]:
-        found: dict[tuple, dict] = {}
-        for rel in files:
-            for item in self.store.scan_file(rel):
-                if isinstance(item, framing.Record) and item.type == framing.T_REF:
-                    rec, why = schema.read_ref_record(item.body, self.name)
-                    if why is None:  # fsck reports the others
-                        found.setdefault((rec["w"], rec["n"]), rec)  # a write repeated after a copy
-        return sorted(found.values(), key=lambda r: (r["lc"], r["w"], r["n"]))
-
-    def _replay(self) -> tuple[list[dict], list[str]]:
-        self.store.refresh(self.name)  # so that the index knows every entry the ref log names
-        branches: dict[str, Optional[str]] = {}
-        head: Optional[str] = None
-        positions: list[str] = []
-        lines: list[dict] = []
-        for rec in self._ref_records():
-            before = {ref: (head if ref == HEAD else branches.get(ref)) for ref in rec.get("set", {})}
-            for ref, value in rec.get("set", {}).items():
-                if ref == HEAD:
-                    head = value
-                else:
-                    branches[ref] = value
-            at = branches.get(head[1:]) if head and head.startswith("@") else head
-            moved = bool(at) and (not positions or positions[-1] != at)
-            if moved:
-                positions.append(at)
-            for ref, new in sorted(rec.get("set", {}).items()):
-                lines.append(
-                    {
-                        "ref": ref if ref == HEAD else f"{self.name}/{ref}",
-                        "old": (rec["old"] or {}).get(ref) if "old" in rec else before.get(ref),
-                        "new": new,
-                        "op": rec.get("op"),
-                        "time": rec.get("t"),
-                        "writer": rec.get("w"),
-                        "head": at,
-                        "_pos": len(positions) - 1 if moved else None,
-                    }
-                )
-        lines.reverse()
-        total = len(positions)
-        for i, line in enumerate(lines):
-            # numbered for @{N} (SPEC 5): a line that did not move HEAD has no N
-            pos = line.pop("_pos")
-            line["index"] = line["at"] = None if pos is None else total - 1 - pos
-            line["line"] = i
-        return lines, positions[::-1]
+        return reflog.replay(self)[1]
 
     def head_at(self, n: int) -> Optional[str]:
         if n == 0:

@@ -22,6 +22,7 @@ import os
 import fcntl
 from typing import TYPE_CHECKING, Optional
 
+from ..history import reflog
 from ..store import framing, packing
 from .compact import PackWriter, _compaction_lock, _remove_stale_temp_packs
 from ..model.canonical import blob_refs, is_hash
@@ -120,7 +121,7 @@ def _settle_refs(tape: "Tape", session: str, kept: dict) -> dict:
             h = tape.read_entry(h).parent
     # each record's move, from the value before it; the ref log of a removed session too
     # (`reflog()` refuses one: its removal's record is what says its tips were left)
-    moves = [(line["old"], line["new"]) for line in s._replay()[0]]
+    moves = [(line["old"], line["new"]) for line in reflog.replay(s)[0]]
     for h in sorted(_cut_off(tape, {**_read_session(tape.store, session)[1], **kept}, reached, moves, branches)):
         branches[f"salvaged-{h[:8]}"] = changes[f"salvaged-{h[:8]}"] = h
     if head is None and branches:

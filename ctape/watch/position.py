@@ -27,6 +27,7 @@ from typing import Optional
 
 from blake3 import blake3
 
+from ..history import reflog
 from ..store.files import open_private
 
 RECORD_FIELDS = ("key", "path", "fmt", "off", "line", "dev", "ino", "idn", "idh", "th", "ph", "time", "tip", "branches", "refs")
@@ -91,7 +92,7 @@ def latest_in_tape(session, key: str) -> Optional[Position]:
     if not session.exists():
         return None
     found = None
-    for rec in session._ref_records():  # oldest first: the last one wins
+    for rec in reflog.records(session):  # oldest first: the last one wins
         w = rec.get("watch")
         if isinstance(w, dict) and w.get("key") == key:
             p = Position.from_record(rec, session.name)
