@@ -1,5 +1,5 @@
 """scan runs its patterns over many strings at once and skips the strings a pattern cannot
-match in (ctape/ops/scan.py, Gate); its findings must be exactly those of the plain scan
+match in (ctape/ops/detectors.py, Gate); its findings must be exactly those of the plain scan
 it replaces: every pattern and the entropy check run on every string alone. These tests
 hold the two side by side on tapes with secrets of every kind planted at string edges,
 next to other strings, in large values, in meta and delta, under id-like keys, in text
