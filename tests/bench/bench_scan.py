@@ -67,17 +67,44 @@ def build(path: str, mb: int, seed: int = 3) -> tuple[Tape, int]:
     return t, n
 
 
+SIBLINGS = ("detectors", "scan_settings")  # split out of scan.py (78e35a7): loaded from REV too when it has them
+
+
 def load_at(rev: str):
-    """ctape/ops/scan.py as it was at git revision `rev`, as a module beside this one."""
-    src = subprocess.run(["git", "show", f"{rev}:ctape/ops/scan.py"], cwd=os.path.dirname(os.path.dirname(HERE)), capture_output=True, check=True).stdout
-    path = os.path.join(tempfile.mkdtemp(prefix="ctape-scan-old-"), "scan_old.py")
-    with open(path, "wb") as f:
-        f.write(src)
-    spec = importlib.util.spec_from_file_location("ctape.ops._scan_at_" + rev.replace("~", "_").replace("^", "_"), path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    """ctape/ops/scan.py as it was at git revision `rev`, as a module beside this one; the
+    modules it imports from its own folder that were split out of it (SIBLINGS) are taken
+    from `rev` as well, so that a comparison never times today's detectors twice."""
+    tag = rev.replace("~", "_").replace("^", "_")
+    folder = tempfile.mkdtemp(prefix="ctape-scan-old-")
+
+    def load(name: str):
+        r = subprocess.run(["git", "show", f"{rev}:ctape/ops/{name}.py"], cwd=os.path.dirname(os.path.dirname(HERE)), capture_output=True)
+        if r.returncode != 0:
+            return None  # not at that revision: the code was still in scan.py
+        path = os.path.join(folder, f"{name}_old.py")
+        with open(path, "wb") as f:
+            f.write(r.stdout)
+        spec = importlib.util.spec_from_file_location(f"ctape.ops._{name}_at_{tag}", path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = mod
+        spec.loader.exec_module(mod)
+        return mod
+
+    old = {n: m for n in SIBLINGS if (m := load(n)) is not None}
+    today = {n: sys.modules.get(f"ctape.ops.{n}") for n in old}
+    try:
+        for n, m in old.items():  # what `from .detectors import ...` finds while the old scan.py loads
+            sys.modules[f"ctape.ops.{n}"] = m
+        mod = load("scan")
+        if mod is None:
+            raise SystemExit(f"{rev} has no ctape/ops/scan.py")
+        return mod
+    finally:
+        for n, m in today.items():
+            if m is None:
+                sys.modules.pop(f"ctape.ops.{n}", None)
+            else:
+                sys.modules[f"ctape.ops.{n}"] = m
 
 
 def first_scans(t: Tape, mod, repeat: int) -> tuple[float, int, list]:
