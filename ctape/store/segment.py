@@ -5,6 +5,9 @@ one fdatasync. The writer keeps its view of the session (refs, active segment,
 where it left off) between appends and checks cheaply, under the session lock,
 whether anyone else wrote meanwhile. It seals its segment once a copy of it may
 exist (see "copies taken while we append" below).
+
+SegmentWriter inherits that check and the reload of its view (writer_view.py), and
+the repeats of what a copy of a segment may lack (repeats.py).
 """
 
 from __future__ import annotations
@@ -19,10 +22,12 @@ import time
 from typing import TYPE_CHECKING, Optional
 
 from . import framing, packing
-from ..model.errors import ConflictError, CorruptObject, InvalidInput
+from ..model.errors import ConflictError, InvalidInput
 from ..model.canonical import canonical_json, object_hash
-from .files import TYPE_BLOB, TYPE_ENTRY, UNREAD_ATIME_NS, check_not_symlink, dict_decompressor, fsync_dir, lock_waiting, pread_all, storage_error, write_all, zstd
+from .files import TYPE_BLOB, TYPE_ENTRY, UNREAD_ATIME_NS, check_not_symlink, fsync_dir, lock_waiting, storage_error, write_all, zstd
 from .index import IndexBatch, hash_key
+from .repeats import Repeats
+from .writer_view import RACY_NS, WriterView  # noqa: F401 - RACY_NS is read from here too
 
 if TYPE_CHECKING:
     from .store import Store
@@ -30,7 +35,6 @@ if TYPE_CHECKING:
 SEGMENT_LIMIT = 64 << 20  # roll to a new segment past this size
 BLOCK_BYTES = 1 << 20  # in a batch: uncompressed bytes of records per block
 BLOCK_OBJECT_MAX = 64 << 10  # larger objects stay on their own, so reading one needs no neighbours
-RACY_NS = 50_000_000  # a folder ctime this recent may hide a second change in the same tick
 # Small blocks (a durable append is one) are compressed with a dictionary of the session's
 # recent raw block bytes, written to the segment as a `D` record (see packing.py):
 DICT_AFTER = 4  # small blocks in a segment before it gets a dictionary
@@ -39,14 +43,7 @@ DICT_MAX = 64 << 10  # size of the largest
 DICT_REFRESH = 8  # a new dictionary once this many times its size has been compressed with it
 DICT_BLOCK_MAX = 256 << 10  # larger blocks compress well alone
 BATCH_LOCK_WAIT = 60.0  # seconds a batch holding other sessions waits for one more (_wait_holding_others)
-KEPT_MAX = 4  # segments a writer keeps its descriptor of after writing to them (see "copies that come back")
-REPEAT_WINDOW_NS = 10 * 10**9  # at close: writes this long before a read are repeated (ibid.)
-
-
-def _files_row(file_id: int, indexed: int) -> IndexBatch:
-    b = IndexBatch()
-    b.files.append((file_id, indexed, 0, 0))
-    return b
+KEPT_MAX = 4  # segments a writer keeps its descriptor of after writing to them (see "copies that come back", repeats.py)
 
 
 # the writer of this process holding each session folder's lock, by the folder's (st_dev,
@@ -59,7 +56,7 @@ def forget_holders() -> None:
     _HOLDERS.clear()
 
 
-class SegmentWriter:
+class SegmentWriter(WriterView, Repeats):
     """The lock and the active segment of one session, for this writer."""
 
     def __init__(self, store: Store, session: str):
@@ -219,24 +216,6 @@ class SegmentWriter:
         err.contested = self.dir  # the batch waits for it once it let go of the others (Store.batch)
         raise err
 
-    def _take_up_newer(self) -> None:
-        """Go on in the segment this writer made after its active one (`_note_own_file`), as
-        a reload would. Another writer of this id may have taken it up and appended to it
-        in place, which leaves the folder's change time as it was: unless it is as made,
-        reload."""
-        seen, self._seen_dir = self._seen_dir, None  # until it is done: a failure here reloads next time
-        rel, size, ino = self._newer_segment
-        try:
-            fst = os.stat(os.path.join(self.store.root, rel), follow_symlinks=False)
-        except FileNotFoundError:
-            fst = None
-        if fst is None or (fst.st_size, fst.st_ino) != (size, ino):
-            self._reload()
-            return
-        self._close_segment()
-        self._open_segment()
-        self._seen_dir, self._newer_segment = seen, None
-
     def unlock(self) -> None:
         if self.locked:
             if _HOLDERS.get(self._held) is self:
@@ -253,158 +232,6 @@ class SegmentWriter:
         if holder is not None and holder.store is not self.store and holder._thread == threading.get_ident():
             raise InvalidInput(f"session {self.session!r} is locked by another Tape this thread uses (inside its batch): "
                                f"write through that Tape, or end its batch first")
-
-    def view_is_current(self) -> bool:
-        """Without the lock: may this writer's view still be used for reading? (No when
-        another thread closed the writer meanwhile: store._close_idle_writers.)"""
-        try:
-            return self.dir_fd >= 0 and not self.buf and self._newer_segment is None and self._view_is_current()
-        except OSError:
-            return False
-
-    def _view_is_current(self, dst: Optional[os.stat_result] = None) -> bool:
-        """Did anyone change the session since this writer last looked?
-
-        Writers on this machine append to the same segment (same writer id), so
-        its size tells; new files (another writer, an rsync, compaction) change
-        the folder's change time (ctime; its mtime cannot be trusted: `rsync -a`
-        sets it back to the sender's). A ctime too close to when it was read could
-        hide a second change in the same clock tick, so until that tick has passed
-        the folder is listed and compared file by file.
-        """
-        if self._seen_dir is None or self._refstate is None:
-            return False
-        if (dst or os.fstat(self.dir_fd)).st_ctime_ns != self._seen_dir:
-            return False
-        racy = self._racy_until
-        if self._others_grow or racy:
-            # segments of other writer ids (CTAPE_WRITER, another path to this folder) grow
-            # without changing the folder, and a second change of the folder in the clock
-            # tick of the first leaves its ctime as it was: compare the files instead.
-            # Once the tick has passed, a match proves the view, and ctime suffices again.
-            now = time.time_ns()
-            listing = self._listing()
-            if listing != self._seen_files and not self._only_inodes_differ(listing):
-                return False
-            self._noted.clear()
-            if racy and now >= racy:
-                # a reader thread (`view_is_current`, no session lock) looks while the writer
-                # may note a file of its own: only the tick this look has proved ends, never
-                # one the writer set since this look began
-                with self._racy_lock:
-                    if self._racy_until == racy:
-                        self._racy_until = 0
-        if self.fd >= 0:
-            # a segment that another process removed (a compaction, which packed it) has no
-            # name left: a write there would be read by nothing. The folder's change time says
-            # so, except within a clock tick it shares with another change; its link count
-            # says so always, from the same fstat
-            fst = os.fstat(self.fd)
-            return fst.st_size == self.offset and fst.st_nlink > 0
-        if self.created:
-            return False  # a segment whose first write failed: it has no file (the look starts over)
-        return self.rel is None or os.stat(os.path.join(self.store.root, self.rel)).st_size == self.offset
-
-    def _listing(self) -> dict[str, object]:
-        """Every data file of the session: name -> inode, or (size, inode). A file replaced
-        by a rename keeps its name, and maybe its size: its inode tells (from the listing
-        itself, no `stat`). Only segments of other writer ids grow in place (their writers
-        append while this one waits for the lock): only theirs are sized. This writer's
-        active segment is checked apart (`_view_is_current`), and its sealed segments and the
-        packs never change, so a session of thousands of files costs one listing, not a
-        `stat` a file."""
-        mine = f"{self.store.writer}-"
-        out: dict[str, object] = {}
-        with os.scandir(self.dir) as it:
-            for e in it:
-                n = e.name
-                if n[-4:] == ".seg" and n.startswith(mine) or n[-5:] == ".pack":
-                    out[n] = e.inode()
-                elif n[-4:] == ".seg":
-                    st = e.stat(follow_symlinks=False)
-                    out[n] = (st.st_size, st.st_ino)
-        return out
-
-    def _only_inodes_differ(self, listing: dict[str, object]) -> bool:
-        """Do the listing and the view differ only in the inodes of files this writer made
-        since it last listed, each still the file it made? A listing's inode is the folder
-        entry's, `_note_own_file` has `stat`'s, and some file systems (overlayfs without
-        xino, as in containers) give two numbers for one file. Then the listing's become the
-        view's; otherwise every file of its own would cost a reload."""
-        if listing.keys() != self._seen_files.keys():
-            return False
-        for name, v in listing.items():
-            if v == self._seen_files[name]:
-                continue
-            if name not in self._noted or type(v) is not int:
-                return False
-            try:
-                if os.stat(os.path.join(self.dir, name), follow_symlinks=False).st_ino != self._noted[name]:
-                    return False
-            except FileNotFoundError:
-                return False
-        self._seen_files = listing
-        return True
-
-    def _note_own_file(self, name: str, ino: int) -> None:
-        """This writer gave a new file its name in the session's folder (a segment, a
-        repeat). Its view holds on, with that file in it: a reload reads the index rows of
-        every file again and asks the damage, the refs and the streams left by dead writers
-        anew, and a session of thousands of segments, as `push --follow` makes, then cost
-        ~170 ms an append. The folder's change time is now that of this file, and another
-        change may have come in between (an rsync does not take the lock) or come in the
-        same tick: so the next look lists the folder and compares it with the view plus this
-        file (the racy rule of `_view_is_current`), whatever the time then."""
-        held = self._seen_dir is not None and self._refstate is not None and self.locked
-        self._seen_dir = None  # until the view holds the file; whatever fails below, the next look reloads
-        if not held:
-            return
-        newer = None
-        try:
-            if self.rel is None or name != os.path.basename(self.rel):
-                # a repeat, named after the active segment: the writers of this id append to
-                # their newest segment (another process's view checks that one's size), so the
-                # next write goes on there, as after a reload (`lock`); indexed now, as a reload would
-                rel = f"sessions/{self.session}/{name}"
-                self.store._index_file(rel, 0)
-                newer = (rel, os.stat(os.path.join(self.store.root, rel), follow_symlinks=False).st_size, ino)
-            ctime = os.fstat(self.dir_fd).st_ctime_ns
-        except Exception:  # noqa: BLE001 - the file is written and named; the view is only a shortcut
-            return
-        self._seen_files[name] = ino
-        self._noted[name] = ino
-        with self._racy_lock:
-            self._seen_dir, self._racy_until = ctime, ctime + RACY_NS
-        if newer is not None:
-            self._newer_segment = newer
-
-    def _reload(self) -> None:
-        st = self.store
-        self._seen_dir = None  # until it is done: a reload that fails is done again at the next look
-        # look at the folder before reading it: whatever changes after this shows as a
-        # difference at the next check (listed after, a file added in between would be
-        # part of the listing but maybe not of what was read)
-        mtime = os.fstat(self.dir_fd).st_ctime_ns
-        listing = self._listing()
-        if self._seen_files.keys() - listing.keys():
-            self.recent.clear()  # a compaction, `rsync --delete`: what it dropped must not come back (_dictionary)
-        self._seen_files = listing
-        self._noted = {}
-        st.forget_listing(self.session)
-        st.refresh(self.session)
-        st.verify_headers(self.session)
-        self.refstate = None
-        self.last_ref = None
-        self.partials_checked = False
-        self.fresh = set()  # someone else wrote: a child of one of them may be on the tape now
-        self._close_segment()
-        self._open_segment()
-        self._newer_segment = None
-        with self._racy_lock:
-            self._seen_dir = mtime
-            self._racy_until = mtime + RACY_NS if time.time_ns() - mtime < RACY_NS else 0
-        mine = f"{self.store.writer}-"
-        self._others_grow = any(n.endswith(".seg") and not n.startswith(mine) for n in self._seen_files)
 
     def _open_dir(self) -> None:
         st = self.store
@@ -782,43 +609,6 @@ class SegmentWriter:
             records = self._without_dictionaries(bytes(written), start, raw_blocks)
             self._repeat_in_new_segment(records, durable, start)
 
-    def _without_dictionaries(self, records: bytes, base: int, raw_blocks: dict[int, bytes]) -> bytes:
-        """The records of a write (written at offset `base`), its `Z` blocks turned into plain
-        `K` blocks of the same content (kept in `raw_blocks` by offset): a `Z` block points
-        back at a dictionary that may not be part of the write."""
-        out = bytearray()
-        for item in framing.scan(records):
-            if item.type == framing.T_DICT:
-                continue
-            if item.type == framing.T_DICT_BLOCK:
-                out += framing.frame(framing.T_BLOCK, self._plain().compress(raw_blocks[base + item.offset]))
-            else:
-                out += framing.frame(item.type, item.body)
-        return bytes(out)
-
-    def _repeat_in_new_segment(self, records: bytes, durable: bool, start: int) -> None:
-        """The segment was read while we wrote, so the reader's copy may lack this write.
-        Write the same records again to a new segment (a record does not depend on where
-        it sits; blocks that need a dictionary are written without one): the write then
-        survives whatever later happens to the copied file. Index rows still point at the
-        first copy, which this machine keeps. The new segment's header names the old one
-        and `start` (`repeats`): when the shorter copy comes back by rsync, no copy that
-        has the new segment takes it for lost data (store._note_lost)."""
-        old = os.path.basename(self.rel)
-        self.store.index.note_repeated(self.rel, start)
-        self._close_segment()
-        try:
-            self._create_segment({"file": old, "from": start})
-            self.buf += records
-            self._write_buf(durable)
-        except OSError as e:
-            self._undo_write()
-            raise storage_error(e, f"session {self.session}") from None
-        self.offset = len(self.buf)
-        self.buf = bytearray()
-        self.created = False
-        self.store.index.add(_files_row(self.file_id, self.offset))
-
     def discard(self) -> None:
         """Drop what was queued and not written; forget the view it was built on.
 
@@ -944,119 +734,6 @@ class SegmentWriter:
                 os.close(fd)
             except OSError:
                 pass
-
-    # -- copies that come back ---------------------------------------------------------------
-    #
-    # A copy's size is taken before its data is read: rsync's sender opens a file, takes
-    # its size (fstat), and reads that many bytes, maybe much later (it may wait on the
-    # pipe to its receiver). A write that lands in between passes the access-time check
-    # after it (nothing was read yet), and the copy lacks it. When that copy comes back
-    # (`rsync -a B/ A/` renames it over the longer file) the write is gone from A, unless
-    # its records are somewhere else. So a writer keeps the descriptors of the segments it
-    # wrote to (KEPT_MAX), which still reach the longer file after a rename over its name,
-    # and looks at them whenever the session's folder changed (before it reloads its view)
-    # and when it closes:
-    # - a segment whose name now holds a shorter file: the records past that length are
-    #   written again, from the descriptor, to a new segment that says it repeats them
-    #   (`repeats`), so the shorter file is not loss (store._note_repeats);
-    # - a segment that was read and is still there, as soon as the writer sees the read (the
-    #   next write finds it read and seals it, the folder changed, or the writer closes):
-    #   the copy that read it may be short of any write made a little before the read, and
-    #   may come back, or reach a third copy that already has the longer file (which would
-    #   then refuse to write, having lost what it read); the writes synced within
-    #   REPEAT_WINDOW_NS before the read are repeated the same way, once.
-    # Left open: a copy whose size was taken before a write and whose first read came only
-    # after this process closed (nothing sees that read), if it comes back (docs/sync.md,
-    # "Writers appending while rsync runs").
-
-    def _note_written(self, start: int) -> None:
-        k = self.kept.get(self.rel)
-        if k is None:
-            k = self.kept[self.rel] = [self.fd, []]
-        elif k[0] != self.fd:  # the same file opened again (a reload found its name unchanged)
-            os.close(k[0])
-            k[0] = self.fd
-        writes = k[1]
-        writes.append((start, time.time_ns()))
-        if len(writes) > 4096:
-            del writes[:2048]
-
-    def _drop_kept(self, rel: str) -> None:
-        fd = self.kept.pop(rel)[0]
-        if fd != self.fd:
-            os.close(fd)
-
-    def check_kept(self, closing: bool) -> None:
-        """Repeat what copies may lack of the segments this writer wrote to (see above).
-        A name that holds a shorter file is repeated at once (the view is read again next);
-        the writes before a read, at close, or else with the next write (flush): a write
-        discarded leaves the tape as it was."""
-        for rel, (fd, writes) in list(self.kept.items()):
-            try:
-                fst = os.fstat(fd)
-                now = os.stat(os.path.join(self.store.root, rel), follow_symlinks=False)
-            except FileNotFoundError:
-                # packed by compaction, or an rsync --delete: not for us to put back
-                self._drop_kept(rel)
-                continue
-            if (now.st_ino, now.st_dev) != (fst.st_ino, fst.st_dev):
-                if stat.S_ISREG(now.st_mode) and now.st_size < fst.st_size:
-                    self._repeat_safely(rel, fd, fst.st_size, cut=now.st_size)
-                self._drop_kept(rel)  # once: the name holds another file now
-            elif fst.st_atime_ns != UNREAD_ATIME_NS and writes:
-                if closing:
-                    self._repeat_before_read(rel, fd, fst, writes)
-                else:
-                    self.repeats_due.setdefault(rel, (fd, fst))
-
-    def _repeat_before_read(self, rel: str, fd: int, fst: os.stat_result, writes: list) -> None:
-        """The segment was read: repeat the writes synced within REPEAT_WINDOW_NS before
-        that read, which the copy that read it may lack (see above). Once a read: a read
-        segment takes no more writes."""
-        since = fst.st_atime_ns - REPEAT_WINDOW_NS
-        starts = [start for start, synced in writes if synced >= since]
-        if starts:
-            self._repeat_safely(rel, fd, fst.st_size, start=min(starts))
-        writes.clear()
-
-    def _repeat_safely(self, rel: str, fd: int, size: int, **where) -> None:
-        try:
-            self._repeat_from(rel, fd, size, **where)
-        except CorruptObject:
-            pass  # the file behind the descriptor is damaged itself: fsck reports it
-
-    def _repeat_from(self, rel: str, fd: int, size: int, cut: Optional[int] = None, start: Optional[int] = None) -> None:
-        """Write the records of the file behind `fd` from `start` (or from the last record
-        boundary at or before `cut`) to its end into a new segment whose header names `rel`
-        and that offset. `Z` blocks become plain `K` blocks: their dictionaries may lie
-        before the offset."""
-        data = pread_all(fd, size)
-        items = [item for item in framing.scan(data) if isinstance(item, framing.Record)]
-        if start is None:
-            start = max((item.offset for item in items if item.offset <= cut), default=0)
-        bodies = {item.offset: item for item in items}
-        dicts: dict[int, object] = {}
-        out = bytearray()
-        for item in items:
-            if item.offset < start or item.type in (framing.T_HEADER, framing.T_DICT):
-                continue
-            if item.type == framing.T_DICT_BLOCK:
-                where = f"block at offset {item.offset} of {rel}"
-                distance, frame = packing.split_dict_block(item.body)
-                at = bodies.get(item.offset - distance)
-                if at is None or at.type != framing.T_DICT:
-                    raise CorruptObject(f"damaged {where}: no dictionary record where it points")
-                if at.offset not in dicts:
-                    dicts[at.offset] = dict_decompressor(self.store.decompress(at.body, where))
-                raw = self.store.decompress(frame, where, dicts[at.offset])
-                out += framing.frame(framing.T_BLOCK, self._plain().compress(raw))
-            else:
-                out += framing.frame(item.type, item.body)
-        if not out:
-            return
-        self.store.index.note_repeated(rel, start)
-        header = self._header_frame({"file": os.path.basename(rel), "from": start})
-        os.close(self._publish_file(self._new_segment_name(), header + out))
 
 
 class _Dictionary:
