@@ -1,0 +1,303 @@
+"""What may not go up: the check of the files a push would upload, before anything leaves.
+
+Likely secrets neither redacted nor allowed (SPEC section 18), in entries, in the text of
+interrupted streams and in the names of sessions and refs; redacted values whose bytes are
+still in this copy's files; records that fail their checks (they cannot be checked, and
+would reach every clone). What it finds holds back the session it is in (HeldBack,
+SecretsFound); push (ctape/sync/push.py) decides what goes up around that.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from ..model.errors import CtapeError
+from ..store import framing
+from .remote import State
+
+
+class HeldBack(CtapeError):
+    """`push` of sessions that cannot go up as they are: every one with something to send
+    was held back (damage, or SecretsFound), or some were and the rest went up."""
+
+
+class SecretsFound(HeldBack):
+    """`push` of sessions with likely secrets that were neither redacted nor allowed."""
+
+
+def _redacted_bytes_left(tape, sessions: list[str]) -> list[str]:
+    """Redacted objects whose original bytes still sit in a file that this push would
+    upload (a session's own files, or packs/): the redaction hides them from reads at once,
+    but only the next `compact` removes them from the files (docs/privacy.md)."""
+    from ..store.store import TYPE_WITHHELD
+
+    store = tape.store
+    prefixes = tuple(f"sessions/{s}/" for s in sessions) + ("packs/",)
+    left = []
+    for h in tape.redactions():
+        loc = store.index.find_object(h)  # one file per object: check_secrets also reads the files
+        if loc is None or not (store.index.path_of(loc[0]) or "").startswith(prefixes):
+            continue  # gone (a value dropped whole), or in a file this push does not send
+        try:
+            type_, _ = store.get_object(h)
+        except CtapeError:
+            continue
+        if type_ != TYPE_WITHHELD:
+            left.append(h)
+    return left
+
+
+def _redactions_not_pulled(tape, state: State) -> list[str]:
+    """Objects a compaction of the remote removed as redacted (its manifest says so) that
+    this copy holds without their redaction: it was made on another copy and not pulled
+    here. Uploaded, they would put the secret back on the remote (a copy that holds a
+    deleted file compacts and pushes its pack). Held anywhere in this copy, whichever
+    sessions are pushed: the index names one file per object, and two copies that wrote
+    the same value in two sessions each hold it in both sessions' files after a sync."""
+    if not state["redacted"]:
+        return []
+    store = tape.store
+    known = tape.redactions()
+    return sorted(h for h in state["redacted"] if h not in known and store.has_object(h))
+
+
+def _bytes_left_error(left: list[str]) -> SecretsFound:
+    return SecretsFound(
+        f"not pushing: {len(left)} redacted value(s) still have their bytes in this copy's files "
+        f"(first: {left[0][:12]}); run `ctape compact` first (it drops them), or push with --allow-secrets")
+
+
+def check_secrets(tape, sessions: list[str], allow_secrets: bool, files: Optional[list[tuple[str, str]]] = None) -> Optional[dict[str, int]]:
+    """Refuse to upload likely secrets that were neither redacted nor allowed (SPEC section
+    18), or redacted values whose bytes are still in the files to upload, with one line
+    that names them and says how to go on, unless `allow_secrets`. What is checked is
+    every entry of the files this push uploads (`files`: (session, file name); None: every
+    file of the sessions): an entry the remote already holds was checked, or allowed, when
+    it went up, so a push after one append reads one small file, not the whole history
+    (the scan cache answers for entries seen before). Returns, per file, the end of the
+    last whole record read: the push uploads no byte past it (an append to this copy's own
+    segment that lands after the check is checked when push reads the file, under its
+    lock; see push); None with `allow_secrets`."""
+    if allow_secrets:
+        return None
+    left = _redacted_bytes_left(tape, sessions)
+    if left:
+        raise _bytes_left_error(left)
+    from ..ops.scan import scan_entries
+    from ..store.files import TYPE_BLOB, TYPE_ENTRY
+    from ..store.store import TYPE_WITHHELD
+
+    store = tape.store
+    if files is None:
+        files = [(s, rel.rsplit("/", 1)[1]) for s in sessions for rel in store.list_files(s) if rel.startswith(f"sessions/{s}/")]
+    ends: dict[str, int] = {}
+    blobs: dict[str, bytes] = {}  # large values read on the way, for the entries after them
+    streams: dict[tuple[str, str], list[tuple[int, str]]] = {}  # partial records: the text of streams
+    recorded: dict[tuple[str, str], set[str]] = {}  # stream -> the entries the ref record that ended it set
+    # a redacted object in its original form in a file to upload, wherever the index places
+    # it: two copies that wrote the same value in two sessions each hold it in both
+    # sessions' files after a sync, and a file rsync brought may hold what this copy's
+    # compaction already withheld elsewhere (the index then names the withheld form)
+    redacted = tape.redactions()
+    left: set[str] = set()
+    names: dict[str, set[str]] = {}  # session -> the ref names the records to upload hold
+    damaged: dict[str, str] = {}  # session -> a file to upload with a record that fails its checks
+
+    def items():
+        # each entry with its record as the file holds it: the check reads every file once
+        seen: set[str] = set()
+        for s, file in files:
+            try:
+                for rec in store.scan_file(f"sessions/{s}/{file}", ends=ends):
+                    if not isinstance(rec, framing.Record):
+                        if not rec.torn:  # what it held cannot be checked (a torn tail is not sent)
+                            damaged.setdefault(s, f"sessions/{s}/{file}")
+                        continue
+                    if rec.type == framing.T_OBJECT and len(rec.body) > 33:
+                        h = rec.body[:32].hex()
+                        if h in redacted and rec.body[32] != TYPE_WITHHELD:
+                            left.add(h)
+                        if rec.body[32] == TYPE_BLOB:
+                            blobs[h] = rec.body
+                        elif rec.body[32] in (TYPE_ENTRY, TYPE_WITHHELD) and h not in seen:
+                            seen.add(h)
+                            yield s, h, rec.body
+                    elif rec.type in (framing.T_PARTIAL, framing.T_REF):
+                        _note_stream(s, rec, streams, recorded, names.setdefault(s, set()))
+            except (OSError, CtapeError):
+                continue  # a file gone or damaged meanwhile: what it holds is not read here either
+
+    found = scan_entries(tape, items(), blobs)
+    if damaged:
+        s, path = next(iter(damaged.items()))
+        raise HeldBack(_damaged_line(tape, s, path))
+    if left:
+        raise _bytes_left_error(sorted(left))
+    _check_names(tape, sorted({s for s, _ in files}), names)
+    _check_streams(tape, streams, recorded)
+    if found:
+        bad = sorted({f.session for f in found})
+        first = found[0]
+        raise SecretsFound(
+            f"not pushing: {len(found)} likely secret(s) in session(s) {', '.join(bad[:5])}{' ...' if len(bad) > 5 else ''} "
+            f"(first: {first.kind} in {first.hash[:12]} at {first.path}); {_way_out(tape, first)}")
+    return ends
+
+
+def _way_out(tape, first) -> str:
+    """What resolves a finding: `scan` and `redact --scan` see the entries a session's refs
+    reach, but push checks the files, which also hold entries of a removed session or of a
+    deleted branch until `compact` drops them (after their ref records expire)."""
+    from ..ops.scan import scan
+
+    drop = ("`ctape compact --expire now --grace now` drops it from this copy's files, "
+            "or push with --allow-secrets")
+    if first.session not in tape.session_names():
+        return f"session {first.session} was removed, but its entries stay in the files until compact: {drop}"
+    if first.id not in {f.id for f in scan(tape, [first.session])["findings"]}:
+        return f"the entry is on no branch of {first.session} (deleted?) and stays in the files until compact: {drop}"
+    return (f"see `ctape scan -s {first.session}`, then `ctape redact --scan -s {first.session}` or `ctape scan --allow ID`, "
+            "or push with --allow-secrets")
+
+
+def shown_name(tape, name: str) -> str:
+    """A session name as a message shows it: masked when it looks like a secret (the push
+    holds such a session back: _check_names), so that no line or key repeats it."""
+    from ..ops.scan import Detectors, load_settings, preview
+
+    found = Detectors(load_settings(tape)["patterns"], entropy=False).pattern_spans(name)
+    return preview(name, found, found[0]) if found else name
+
+
+def _check_names(tape, sessions: list[str], recorded: dict[str, set[str]]) -> None:
+    """Refuse names that look like a secret: a session's name is part of its objects' keys
+    on the remote (bucket listings, access logs), and the names of its branches and tags
+    are in the ref records that go up (`recorded`: the names in those to upload). Matched
+    with the patterns only (no entropy rule: names with a hash in them are common). Scan
+    does not look at names and no redaction takes one out: a live name can be replaced by
+    another; a removed session's or a deleted ref's name stays in the record of its removal,
+    which is what syncs the removal (docs/privacy.md)."""
+    from ..ops.scan import Detectors, load_settings, preview
+
+    det = Detectors(load_settings(tape)["patterns"], entropy=False)
+    live_sessions = set(tape.session_names())
+    gone = ("its name stays in the record of its removal, which syncs the removal: treat the secret as "
+            "leaked to every copy this one reached and rotate it, then push with --allow-secrets")
+    for s in sessions:
+        found = det.pattern_spans(s)
+        if found:
+            shown = preview(s, found, found[0])
+            how = ("copy it under another name (`ctape session cp OLD NEW`) and remove it (`ctape session rm OLD`), "
+                   "or push with --allow-secrets") if s in live_sessions else gone
+            raise SecretsFound(f"not pushing: the name of session {shown!r} looks like a secret ({found[0][2]}); {how}")
+        st = tape.session(s).refs() if s in live_sessions else None
+        live = {**{b: "branch" for b in (st.branches if st else ())}, **{"tag:" + t: "tag" for t in (st.tags if st else ())}}
+        for name in sorted(set(live) | recorded.get(s, set())):
+            found = det.pattern_spans(name)
+            if found:
+                what = live.get(name)
+                shown = preview(name, found, found[0])
+                how = (f"make a {what} of another name at it (`ctape {what} NEW REF -s {s}`) and delete this one, "
+                       f"or push with --allow-secrets") if what else f"it was deleted, but {gone}"
+                raise SecretsFound(f"not pushing: a ref of session {s} is named like a secret ({found[0][2]}): {shown!r}; {how}")
+
+
+def _note_stream(session: str, rec, streams: dict, recorded: dict, names: Optional[set] = None) -> None:
+    """Keep a partial record's text (an interrupted stream's, in no entry yet), or, from a
+    ref record that ended a stream (`recover`, or the stream's own end), the entries it set;
+    and in `names`, the ref names a ref record holds (in set and old)."""
+    import json
+
+    try:
+        r = json.loads(rec.body)
+    except ValueError:
+        return
+    if names is not None and rec.type == framing.T_REF and isinstance(r, dict):
+        for field in ("set", "old"):
+            v = r.get(field)
+            if isinstance(v, dict):
+                names.update(k for k in v if isinstance(k, str))
+    if not isinstance(r, dict) or not isinstance(r.get("stream"), str):
+        return
+    key = (session, r["stream"])
+    if rec.type == framing.T_PARTIAL:
+        if isinstance(r.get("text"), str) and type(r.get("off")) is int:
+            streams.setdefault(key, []).append((r["off"], r["text"]))
+    elif isinstance(r.get("set"), dict):
+        recorded.setdefault(key, set()).update(v for v in r["set"].values() if isinstance(v, str) and len(v) == 64)
+
+
+def _check_streams(tape, streams: dict, recorded: dict) -> None:
+    """The text of interrupted streams in the bytes to upload (partial records: the text
+    that arrived before a crash) is checked like an entry. A stream still open is checked
+    whole (every record of it the index knows, so a secret cut by a flush is seen); one that
+    ended (recorded as an entry) is left to its entry, unless that entry was redacted: then
+    its partial records still hold the text, and only `compact` drops them."""
+    from ..ops.scan import Detectors, load_settings, open_stream_pieces, scan_streams
+
+    if not streams:
+        return
+    red = tape.redactions()
+    settings = load_settings(tape)
+    allowed = set(settings["allowed"])
+    todo: dict[tuple[str, str], list[tuple[int, str]]] = {}
+    open_ = {}
+    for s in sorted({s for s, _ in streams}):
+        open_.update(open_stream_pieces(tape, s))
+    for key, pieces in streams.items():
+        entries = recorded.get(key, set())
+        if key in open_:
+            todo[key] = pieces + open_[key]
+        elif any(h in red for h in entries):
+            raise SecretsFound(
+                f"not pushing: the interrupted stream {key[1][:8]} of session {key[0]} was recorded as entry "
+                f"{sorted(entries)[0][:12]}, since redacted, and its partial records still hold the text; "
+                "run `ctape compact` first (it drops them), or push with --allow-secrets")
+        elif not entries:
+            todo[key] = pieces  # ended by a record this push does not read: judged by its text
+    found = [f for f in scan_streams(todo, Detectors(settings["patterns"])) if f.id not in allowed]
+    if found:
+        f = found[0]
+        raise SecretsFound(
+            f"not pushing: {len(found)} likely secret(s) in the text of an interrupted stream (first: {f.kind} in "
+            f"stream {f.hash[:8]} of session {f.session}, finding {f.id}); `ctape recover -s {f.session}` records it "
+            f"as an entry, then `ctape redact --scan -s {f.session}` and `ctape compact`; or `ctape scan --allow ID`, "
+            "or push with --allow-secrets")
+
+
+def _damaged_uploads(tape, todo: list[tuple], read: bool) -> dict[str, str]:
+    """Sessions with damaged records in a file this push would upload: those the index knows
+    (fsck's damage: a record that fails its checks, or acknowledged bytes lost; a torn tail
+    is not: the push sends whole records only), and with `read`, those a reading of the
+    files finds (damage that came after they were indexed; without `read`, the secrets
+    check reads them and finds it)."""
+    store = tape.store
+    out: dict[str, str] = {}
+    for s in sorted({p[0] for p in todo}):
+        files = {f"sessions/{s}/{p[1]}": p[2] for p in todo if p[0] == s}
+        bad = [path for path, _ in store.damage(s) if path in files]
+        if not bad and read:
+            bad = [path for path, start in files.items() if _unreadable(store, path, start)]
+        if bad:
+            out[s] = _damaged_line(tape, s, bad[0])
+    return out
+
+
+def _unreadable(store, path: str, start: int) -> bool:
+    """Damage in what a push would send of a file (from `start`: before it is on the remote)."""
+    try:
+        return any(isinstance(r, framing.Damage) and not r.torn for r in store.scan_file(path, start))
+    except FileNotFoundError:
+        return False  # compacted since it was listed: the push sends what replaced it
+
+
+def _damaged_line(tape, session: str, path: str) -> str:
+    name = shown_name(tape, session)
+    cut = any(p == path for p, _, _ in tape.store.index.lost_rows())
+    path = f"sessions/{name}/{path.rsplit('/', 1)[1]}"
+    if cut:  # fsck's "lost acknowledged data": what is left is intact, but the session's history may have lost a claim
+        return (f"not pushing session {name}: {path} lost acknowledged records (it is shorter than this copy had read it; "
+                "see `ctape fsck`); bring the file back whole from a copy that has it (rsync), or run `ctape fsck --salvage` "
+                "to go on without them, then push again")
+    return (f"not pushing session {name}: {path} holds damaged records (they cannot be checked for secrets, and would "
+            "reach every clone); run `ctape fsck`, and `ctape fsck --salvage` to keep what is intact, then push again")
