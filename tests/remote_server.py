@@ -15,20 +15,40 @@ ACCESS_KEY = "ctapetestkey"
 SECRET_KEY = "ctapetestsecret1234567890"
 
 
-def _free_port(lo: int = 20000, hi: int = 40000) -> int:
-    """A port free itself and at +10000 (weed puts each service's gRPC there)."""
+def _ephemeral_low() -> int:
+    """The lowest port the kernel hands out as a connection's own (local) port."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
+def _bindable(p: int, reuse: bool = False) -> bool:
+    """Can a socket bind 127.0.0.1:p now? `reuse`: as weed binds (Go sets SO_REUSEADDR),
+    which a closed connection's TIME_WAIT on the port does not stop."""
+    with socket.socket() as s:
+        if reuse:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", p))
+            return True
+        except OSError:
+            return False
+
+
+def _free_port(lo: int = 10000) -> int:
+    """A port free itself and at +10000 (weed puts each service's gRPC there), both below
+    the kernel's range for connections' own ports: a port in that range, free when chosen,
+    can be taken by any outgoing connection on the machine before weed binds it, or while
+    a test has the server stopped to start it again on the same ports (a CI run: weed
+    exited 255 on such a restart)."""
     import random
 
+    hi = _ephemeral_low() - 10001
     for _ in range(200):
         p = random.randint(lo, hi)
-        ok = True
-        for q in (p, p + 10000):
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", q))
-                except OSError:
-                    ok = False
-        if ok:
+        if _bindable(p) and _bindable(p + 10000):
             return p
     raise RuntimeError("no free port")
 
@@ -60,14 +80,18 @@ class Seaweed:
             self.port = _free_port()
             self.ports = [_free_port() for _ in range(3)]
         ports = self.ports
+        restart = self.proc is not None
         args = [weed, "server", f"-dir={data}", "-s3", f"-s3.port={self.port}", f"-s3.config={conf}", f"-master.port={ports[0]}", f"-volume.port={ports[1]}",
                 "-filer", f"-filer.port={ports[2]}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-master.volumeSizeLimitMB=64", "-volume.max=0", "-s3.port.iceberg=0", "-s3.port.lance=0"]
-        self.log = open(os.path.join(self.folder, "weed.log"), "wb")
-        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.log = open(os.path.join(self.folder, "weed.log"), "ab")
         deadline = time.monotonic() + timeout
+        if restart:  # the same ports: wait until the stopped server's sockets are gone
+            while time.monotonic() < deadline and not all(_bindable(q, reuse=True) for p in (self.port, *ports) for q in (p, p + 10000)):
+                time.sleep(0.2)
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"weed exited ({self.proc.returncode}); see {self.log.name}")
+                raise RuntimeError(f"weed exited ({self.proc.returncode}): {self._log_tail()}")
             try:
                 self.client().list_buckets()
                 return
@@ -75,6 +99,14 @@ class Seaweed:
                 time.sleep(0.3)
         self.stop()
         raise RuntimeError(f"weed did not answer on {self.endpoint} within {timeout} s")
+
+    def _log_tail(self, n: int = 600) -> str:
+        """The end of weed's log, for the failure message (the test's folder goes with it)."""
+        self.log.flush()
+        with open(self.log.name, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - n))
+            return " | ".join(f.read().decode("utf-8", "replace").splitlines()[-6:])
 
     def client(self):
         import boto3
