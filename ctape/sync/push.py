@@ -11,6 +11,10 @@ ranges) and the tape is untouched.
 This copy's own segments are read the way a copy reads them (atime moves) and under the
 session's lock: the writer then seals the segment, exactly as after `rsync`, so no pulled
 prefix can ever be an older version of a file that later grew (docs/format.md 1a).
+
+Before anything leaves, push_check.py looks at what would go up (secrets, damage, bytes
+of redacted values), and push_files.py chooses the files and the sessions that go up
+together; this module uploads, writes the manifest and follows (`push --follow`).
 """
 
 from __future__ import annotations
