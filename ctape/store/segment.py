@@ -201,7 +201,7 @@ class SegmentWriter(WriterView, Repeats):
         ConflictError, and the batch writes nothing (the other goes on). The end is drawn
         between once and twice that, so that two batches waiting for each other do not give
         up together and meet again the same way when run again at once: one gives up, the
-        other goes on. `compact` never waits while holding a lock (ops/compact.py,
+        other goes on. `compact` never waits while holding a lock (ops/compact_locks.py,
         _lock_sessions)."""
         start = time.monotonic()
         if lock_waiting(self.dir_fd, BATCH_LOCK_WAIT * (1 + secrets.randbelow(1000) / 1000)):
