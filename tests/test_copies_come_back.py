@@ -3,7 +3,7 @@ sender opens a file, takes its size, and reads that many bytes, maybe much later
 the write, and the writer's check after the write saw no read yet. When that copy comes
 back (`rsync -a B/ A/` renames it over the longer file), the write must not be lost:
 the writer keeps the descriptors of the segments it wrote to and repeats what the shorter
-file lacks (store/segment.py, "copies that come back"). Found by tests/test_live_rsync.py
+file lacks (store/repeats.py, "copies that come back"). Found by tests/test_live_rsync.py
 under load (seed 1: 403,997 bytes lost) and reproduced by the live model once its copies
 read only the size they took at open (tests/test_sync_model.py, `opened`)."""
 

@@ -247,7 +247,7 @@ def test_many_rounds_of_plain_rsync_lose_no_acknowledged_append(tmp_path):
         rsync(a, b)
         rsync(b, a)
     # closing repeats, in a new segment, the writes made just before a copy read their
-    # segment (segment.py, "copies that come back"): one more round carries that file over
+    # segment (store/repeats.py, "copies that come back"): one more round carries that file over
     live_a.close()
     rsync(a, b)
     rsync(b, a)
@@ -280,7 +280,7 @@ def test_a_copy_seals_the_segment(tape_dir, tmp_path):
     rsync(tape_dir, tmp_path / "copy")
     t.session("chat").append("user", {"content": "two"})
     # a new segment for "two"; beside it, "one" repeated in one of its own: the copy read
-    # the segment just after "one" was written (store/segment.py, "copies that come back")
+    # the segment just after "one" was written (store/repeats.py, "copies that come back")
     files = os.listdir(tape_dir / "sessions" / "chat")
     repeats = [f for f in files if b'"repeats"' in (tape_dir / "sessions" / "chat" / f).read_bytes()[:200]]
     assert len(files) == 3 and len(repeats) == 1, files
@@ -302,7 +302,7 @@ def test_a_copy_taken_during_a_batch_seals_the_segment_before_the_batch_writes(t
     (seg,) = os.listdir(copied)
     assert (folder / seg).stat().st_size == (copied / seg).stat().st_size  # the copied segment never grew
     # the batch wrote to a new segment; beside it, the writes made just before the copy read
-    # the segment are repeated in one of their own (store/segment.py, "copies that come back")
+    # the segment are repeated in one of their own (store/repeats.py, "copies that come back")
     others = sorted(set(os.listdir(folder)) - {seg})
     repeats = [f for f in others if b'"repeats"' in (folder / f).read_bytes()[:200]]
     assert len(others) == 2 and len(repeats) == 1, others

@@ -1548,7 +1548,7 @@ def test_live_seeds_40_70_72_a_copy_sized_before_a_write_comes_back(tmp_path):
     lacked the write, the writer's check after it had seen no read yet, and the copy came
     back over the longer file (72: fsck "lost acknowledged data: 262 bytes shorter"; 40,
     70: acknowledged entries on no ref). Writers now keep the descriptors of segments they
-    wrote to and repeat what a shorter file behind the name lacks (segment.py, "copies
+    wrote to and repeat what a shorter file behind the name lacks (store/repeats.py, "copies
     that come back"); tests/test_copies_come_back.py has the three orders alone."""
     _run_live(tmp_path, [40, 70, 72])
 

@@ -1,7 +1,7 @@
 """A writer keeps its view of a session across the segments it makes itself (a session that
 `push --follow` leaves with a file per push), and still sees what anyone else adds.
 
-The view (segment.py, `_view_is_current`) is what lets an append skip re-reading the index
+The view (store/writer_view.py, `_view_is_current`) is what lets an append skip re-reading the index
 rows of every file of the session. A writer that made a new segment used to forget it, so a
 session of thousands of segments cost a reload (a listing and a `stat` of every file, three
 times, and the refs read again) at every append: ~170 ms at 4,500 files. These tests count

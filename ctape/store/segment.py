@@ -590,7 +590,7 @@ class SegmentWriter(WriterView, Repeats):
         except OSError as e:
             self._undo_write()
             raise storage_error(e, f"session {self.session}") from None
-        written, start, created = self.buf, self.offset, self.created
+        written, start = self.buf, self.offset
         raw_blocks, self.raw_blocks = self.raw_blocks, {}
         if not read_meanwhile:
             self._note_written(start)
