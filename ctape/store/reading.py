@@ -230,12 +230,7 @@ class Reading:
         p = self.pending.get(h)
         if p is not None:
             return p
-        loc = self.index.find_object(h)
-        if loc is None:
-            self.refresh()
-            loc = self.index.find_object(h)
-            if loc is None:
-                self._not_found(h)
+        loc = self._located(h)
         try:
             return self.read_object_at(h, *loc)
         except (CorruptObject, EntryNotFound):
@@ -243,15 +238,20 @@ class Reading:
             return self.reread(lambda: self._read_indexed(h))
 
     def _read_indexed(self, h: str) -> tuple[int, bytes]:
+        return self.read_object_at(h, *self._located(h))
+
+    def _located(self, h: str) -> tuple[int, int]:
+        """(file id, offset) of object h by the index, looked up again after a refresh when
+        the index lacks it: the object may be new, or another process's rebuild, from a
+        listing taken before a compaction's pack had its name, may have committed after
+        ours, and its rows lack that pack until a look. Not found: _not_found raises."""
         loc = self.index.find_object(h)
         if loc is None:
-            # another process's rebuild, from a listing taken before a compaction's pack had
-            # its name, may have committed after ours: its rows lack that pack until a look
             self.refresh()
             loc = self.index.find_object(h)
         if loc is None:
             self._not_found(h)
-        return self.read_object_at(h, *loc)
+        return loc
 
     def reread(self, read: Callable[[], T]) -> T:
         """After a read through the index failed: rebuild the index and `read()` again; again
