@@ -111,7 +111,14 @@ def test_salvage_keeps_every_readable_entry_and_the_session_works_again(two):
     r = run_cli("--dir", tape_dir, "fsck", "--salvage")
     assert r.returncode == 0, r.stderr
     assert b"salvaged sessions/a/" in r.stderr and b"warning" in r.stderr
-    assert _readable(tape_dir, a) == readable
+    # every entry that read back still does; salvage may keep one more: where the flipped
+    # bytes cover the end of the block before the damaged one (its checksum, not its body),
+    # reads refuse that block, and salvage keeps the entry in it, verified by its hash (a
+    # CI run hit this: the layout moves by a byte with each run's timestamps;
+    # test_salvage_keeps_an_entry_whose_block_lost_only_its_checksum pins it down)
+    kept = _readable(tape_dir, a)
+    assert set(readable) <= set(kept) and len(kept) - len(readable) <= 1
+    readable = kept
     (q,) = [p for p in (tape_dir / "quarantine" / "a").glob(f"{seg.name}.*") if not p.name.endswith(".json")]
     assert q.exists() and not seg.exists()
     r = run_cli("--dir", tape_dir, "fsck", "--json")
@@ -133,6 +140,32 @@ def test_salvage_keeps_every_readable_entry_and_the_session_works_again(two):
     r = run_cli("--dir", tape_dir, "fsck", "--salvage")
     assert r.returncode == 0 and b"nothing to salvage" in r.stderr
     assert snapshot(tape_dir) == before
+
+
+def test_salvage_keeps_an_entry_whose_block_lost_only_its_checksum(two):
+    """Eight bytes flipped across the end of one block (its checksum) and the header of the
+    next: reads refuse both blocks, but the first one's body is whole, and salvage keeps its
+    entry (checked against its hash) and leaves the salvaged branch at it."""
+    tape_dir, a, b = two
+    (seg,) = _segments(tape_dir, "a")
+    from ctape.store import framing
+    records = [r for r in framing.scan(seg.read_bytes()) if isinstance(r, framing.Record)]
+    data = bytearray(seg.read_bytes())
+    start = records[15].end - 3  # records[0] is the file's header: records[15] holds a[14]
+    for i in range(start, start + 8):
+        data[i] ^= 0xFF
+    seg.write_bytes(bytes(data))
+    readable = _readable(tape_dir, a)
+    assert readable == a[:14] + a[16:]
+    r = run_cli("--dir", tape_dir, "fsck", "--salvage")
+    assert r.returncode == 0, r.stderr
+    assert b"1 of them read from a damaged block" in r.stderr
+    assert _readable(tape_dir, a) == a[:15] + a[16:]
+    r = run_cli("--dir", tape_dir, "branch", "-s", "a", "--json")
+    tips = [json.loads(line)["hash"] for line in r.stdout.decode().splitlines() if json.loads(line)["name"].startswith("salvaged-")]
+    assert tips == [a[14]]
+    r = run_cli("--dir", tape_dir, "log", "-s", "a", "--oneline")
+    assert r.returncode == 0 and len(r.stdout.splitlines()) == 14 and b"history stops here" in r.stderr
 
 
 def test_salvage_of_a_healthy_tape_changes_nothing(two):
