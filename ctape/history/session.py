@@ -12,11 +12,12 @@ import time
 
 from . import derived
 from .turns import take_turns, takes_own_turn
+from .branching import Branching
 from ..model import schema
 from ..model import refs as refmod
 from ..store.index import hash_key
 from ..model.canonical import check_keys, entry_body, normal_time, object_hash
-from ..model.errors import BranchCheckedOut, CorruptObject, CtapeError, EntryNotFound, InvalidInput, ObjectTooLarge, RefNotFound
+from ..model.errors import CorruptObject, CtapeError, EntryNotFound, InvalidInput, ObjectTooLarge, RefNotFound
 from ..model.models import HIDDEN, brief, check_name, check_payload, Entry, now_rfc3339
 from ..model.refs import HEAD, MOVED_TRIES, RefState
 from ..store.files import TYPE_BLOB, TYPE_ENTRY
@@ -32,7 +33,7 @@ T = TypeVar("T")
 
 
 @take_turns
-class Session:
+class Session(Branching):
     """One conversation of a Tape; threads sharing the Tape take turns (turns.py)."""
 
     def __init_subclass__(cls, **kw):
@@ -515,114 +516,6 @@ class Session:
 
         if is_removed(self.view()):
             raise unknown(self.tape, self.name)
-
-    def checkout(self, ref: Optional[str], new_branch: Optional[str] = None) -> RefState:
-        """Attach HEAD to a branch, or detach it at an entry; `new_branch` forks a branch there
-        (at HEAD when `ref` is None)."""
-        if ref is not None and not isinstance(ref, str):
-            raise InvalidInput(f"a REF is a string (a hash, a branch, SESSION/BRANCH, HEAD~2...), not {brief(ref, 40)}")
-        if new_branch is not None:
-            check_name(new_branch, "branch name")
-        elif ref is None:
-            raise InvalidInput("checkout needs a REF (or -b NAME to fork a branch at HEAD)")
-        self._must_exist()
-        branch = self._branch_of_ref(ref) if ref is not None else None
-        with self._writing() as w:  # (records a stream a dead writer left first: HEAD is then its entry)
-            st = self._writer_refs(w)
-            if new_branch is not None:
-                refmod.check_new_name(new_branch, "branch name", st.branches)
-                if new_branch in st.branches and new_branch not in st.conflicts:
-                    raise InvalidInput(f"branch {new_branch!r} already exists; pick another name or check it out")
-                if ref is None:  # at HEAD, as the writer sees it
-                    h = self._head_to_extend(st)
-                    if h is None:
-                        raise RefNotFound(f"session {self.name!r} has no entries to fork from")
-                    ref = h
-                h = self.tape.resolve(ref, self.name)
-                if h is None:
-                    raise RefNotFound(f"{ref!r} has no entries to fork from")
-                self._write_ref(w, "checkout", {new_branch: h, HEAD: "@" + new_branch}, ref=ref)
-            elif branch is not None:
-                self._write_ref(w, "checkout", {HEAD: "@" + branch}, ref=ref)
-            else:
-                h = self.tape.resolve(ref, self.name)
-                if h is None:
-                    raise RefNotFound(f"{ref!r} has no entries yet")
-                self._write_ref(w, "checkout", {HEAD: h}, ref=ref)
-            return w.refstate
-
-    def _branch_of_ref(self, ref: str) -> Optional[str]:
-        """The branch of this session a REF names exactly, for attaching HEAD."""
-        if "~" in ref or "^" in ref or "@{" in ref:
-            return None
-        s, slash, b = ref.partition("/")
-        if slash and s != self.name:
-            if self.tape._session_exists(s):
-                raise InvalidInput(f"{ref!r} is a branch of another session; check it out with -s {s}")
-            return None
-        name = b if slash else ref
-        return name if name in self.refs().branches else None
-
-    def branch(self, name: str, ref: Optional[str] = None) -> str:
-        """Create branch `name` at REF (default: HEAD); returns its entry hash."""
-        check_name(name, "branch name")
-        self._must_exist()
-        with self._writing() as w:
-            st = self._writer_refs(w)
-            refmod.check_new_name(name, "branch name", st.branches)
-            if name in st.branches and name not in st.conflicts:
-                raise InvalidInput(f"branch {name!r} already exists; delete it first or pick another name")
-            h = self.tape.resolve(ref, self.name) if ref is not None else self._head_to_extend(st)
-            if h is None:
-                raise RefNotFound(f"nothing to branch from: session {self.name!r} has no entries yet")
-            self._write_ref(w, "branch", {name: h})
-            return h
-
-    def delete_branch(self, name: str, force: bool = True) -> str:
-        """Delete a branch (its entries stay). The branch HEAD is on is refused unless
-        `force`, which detaches HEAD at its tip."""
-        check_name(name, "branch name")
-        self._must_exist()
-        with self._writing() as w:
-            st = self._writer_refs(w)
-            if name not in st.branches:
-                raise RefNotFound(f"session {self.name!r} has no branch {name!r}; see `ctape branch -s {self.name}`")
-            if st.branch == name and not force:
-                raise BranchCheckedOut(f"branch {name!r} is checked out in session {self.name!r}; check out another ref first, or delete it with -D (HEAD stays at its tip)")
-            tip = st.branches[name]
-            changes: dict[str, Optional[str]] = {name: None}
-            if st.branch == name:
-                changes[HEAD] = tip  # detach at its tip: nothing is lost
-            self._write_ref(w, "delete", changes)
-            return tip
-
-    def branches(self) -> list[dict]:
-        self._not_removed()
-        st = self.refs()
-        conflicts, current = st.conflicts, st.branch  # each worked out once (300,000 branches: once, not per branch)
-        return [
-            {"name": b, "hash": h, "current": current == b, **({"conflict_of": conflicts[b]} if b in conflicts else {})}
-            for b, h in sorted(st.branches.items())
-        ]
-
-    # -- tags (ctape/history/tags.py) ------------------------------------------------------------------
-
-    def tag(self, name: str, ref: Optional[str] = None, force: bool = False) -> dict:
-        """Tag REF (default HEAD) as NAME; an existing tag moves only with force=True."""
-        from . import tags
-
-        return tags.create(self, name, ref, force)
-
-    def delete_tag(self, name: str) -> str:
-        from . import tags
-
-        return tags.delete(self, name)
-
-    def tags(self) -> list[dict]:
-        from . import tags
-
-        return tags.listing(self)
-
 
     def put_entry(self, kind: str, payload: Any, meta: Optional[dict] = None, delta: Any = None, time: Optional[str] = None, parent: Optional[str] = None) -> Entry:
         """Store an entry after `parent` without moving any ref (importers; pair with set_refs)."""
