@@ -4,6 +4,8 @@ it, so an older turn saved again, a history whose first message was edited, and
 concurrent runs on a new session stored messages twice."""
 
 import asyncio
+import json
+import warnings
 from collections import Counter
 
 import pytest
@@ -137,6 +139,22 @@ def test_what_is_not_a_message_is_refused_and_the_session_stays_readable(tmp_pat
     s = Tape.init(tmp_path / "t").session("chat")
     history = Agent(TestModel()).run_sync("hi").all_messages()
     save_messages(s, history)
-    with pytest.raises(InvalidInput, match="not pydantic-ai messages"):
-        save_messages(s, list(history) + [{"kind": "request"}])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # one error, not pydantic's serializer warnings before it
+        with pytest.raises(InvalidInput, match="not pydantic-ai messages"):
+            save_messages(s, list(history) + [{"kind": "request"}])
     assert load_messages(s) == TA.validate_json(TA.dump_json(history))
+
+
+def test_messages_given_as_json_dicts_are_the_same_messages_and_warn_nothing(tmp_path):
+    """Messages read back from a file as JSON (`ModelMessagesTypeAdapter.dump_json`, then
+    `json.loads`) are the stored messages: nothing new, and no warning from pydantic."""
+    s = Tape.init(tmp_path / "t").session("chat")
+    history = Agent(TestModel()).run_sync("hi").all_messages()
+    save_messages(s, history)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert save_messages(s, json.loads(TA.dump_json(history))) == []
+        more = json.loads(TA.dump_json(history)) + [{"kind": "request", "parts": [{"part_kind": "user-prompt", "content": "and?"}]}]
+        assert [e.kind for e in save_messages(s, more)] == ["user"]
+    assert load_messages(s)[-1].parts[0].content == "and?"

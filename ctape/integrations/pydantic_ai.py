@@ -155,7 +155,9 @@ def save_messages(session: Session, messages: Sequence[Any], *, whole: bool = Fa
     not new messages. Without it, a list whose first message starts a conversation (a
     system prompt) or whose second message is the stored second one is taken as whole.
     Returns the entries written."""
-    dumped = _adapter().dump_python(list(messages), mode="json")
+    # messages given as JSON dicts (read back from a file) dump as they are; anything else
+    # is refused below by validation, with one error rather than pydantic's warnings too
+    dumped = _adapter().dump_python(list(messages), mode="json", warnings=False)
     for _ in range(20):
         try:
             return _save(session, dumped, whole)
