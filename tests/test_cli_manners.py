@@ -205,3 +205,19 @@ def test_fsck_salvage_of_a_clean_read_only_tape_only_checks_it(tmp_path):
         assert p.returncode == 1 and b"read-only" in p.stderr, p.stderr
     finally:
         subprocess.run(["umount", str(ro)], capture_output=True)
+
+
+def test_a_ref_past_the_root_says_how_many_entries_there_are_in_words(tape_dir):
+    """`~N` past the root names what is before the base, counted in plain English (it said
+    "only 1 entries" and "only 0 entries")."""
+    with Tape.open(tape_dir) as t:
+        s = t.session("s")
+        first = s.append("user", {"content": "one"}).hash
+        second = s.append("user", {"content": "two"}).hash
+        s.append("user", {"content": "three"})
+    cases = {"HEAD~5": "HEAD has only 2 entries before it", f"{second[:12]}~2": f"{second[:12]} has only 1 entry before it",
+             f"{first[:12]}~1": f"{first[:12]} has no entry before it"}
+    for ref, said in cases.items():
+        r = run_cli("--dir", tape_dir, "log", "-s", "s", ref)
+        err = r.stderr.decode()
+        assert r.returncode == 1 and err.count("\n") == 1 and f"goes past the root: {said}" in err, (ref, err)

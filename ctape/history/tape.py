@@ -292,7 +292,8 @@ class Tape:
         up = derived.ancestor(h, spec.back, self._read_entry, self.store.index.keyframe)
         if up is None:
             seq = self.read_entry(h).seq
-            raise RefNotFound(f"{shown(ref, REF_SHOWN)} goes past the root: {spec.base} has only {seq - 1} entries before it")
+            before = "no entry" if seq == 1 else "only 1 entry" if seq == 2 else f"only {seq - 1} entries"
+            raise RefNotFound(f"{shown(ref, REF_SHOWN)} goes past the root: {spec.base} has {before} before it")
         return up
 
     def _resolve_base(self, base: str, session: Optional[str], reflog: Optional[int]) -> Optional[str]:
