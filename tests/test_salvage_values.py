@@ -239,5 +239,5 @@ def test_a_pack_damaged_before_this_copys_index_read_it_is_salvaged_as_lost(tmp_
     assert r.returncode == 0, (r.stdout, r.stderr)
     r = run_cli("--dir", x, "fsck")
     out = (r.stdout + r.stderr).decode()
-    assert r.returncode == 0 and "not arrived yet" not in out and "gone: 1 entries or values" in out, out
+    assert r.returncode == 0 and "not arrived yet" not in out and "gone: 1 entry or value" in out, out
     assert "after the pack" in run_cli("--dir", x, "log", "-s", "chat", "-n", "1", check=True).stdout.decode()

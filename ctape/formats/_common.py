@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional
 
 from ..model.canonical import MAX_DEPTH, MAX_RECORD, max_record, nesting_problem, normal_time, parse_json, parse_record  # noqa: F401 - MAX_RECORD is read from here too
 from ..errors import CtapeError, InvalidInput, RefNotFound
-from ..model.models import HIDDEN, NAME_RE, Entry, RESERVED_BRANCHES, check_name  # noqa: F401 - NAME_RE is read from here too
+from ..model.models import HIDDEN, NAME_RE, Entry, RESERVED_BRANCHES, check_name, plural  # noqa: F401 - NAME_RE is read from here too
 from ..model.redaction import is_marker
 from ..model.refs import HEAD
 from .reading import cannot_read, display_stem, is_stdin, real_path, too_long  # noqa: F401 - too_long is read from here too
@@ -467,10 +467,6 @@ class Progress:
         if self.on and self.shown >= 0:
             sys.stderr.write("\r" + " " * 60 + "\r")
             sys.stderr.flush()
-
-
-def plural(n: int, one: str, many: str) -> str:
-    return one if n == 1 else many
 
 
 NOTHING_NEW = "nothing new in "  # how summary_line begins when an import changed nothing (watch keeps quiet then)

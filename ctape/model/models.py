@@ -152,6 +152,11 @@ def check_branch_name(name: str) -> str:
 _second: tuple[int, str] = (-1, "")  # the last whole second formatted, and its text
 
 
+def plural(n: int, one: str, many: str) -> str:
+    """`one` when n is 1, else `many`: "1 entry", "2 entries"."""
+    return one if n == 1 else many
+
+
 def now_rfc3339() -> str:
     global _second
     sec, rem = divmod(_time.time_ns(), 1_000_000_000)

@@ -40,7 +40,7 @@ from typing import Callable, Optional
 
 from ..store import framing
 from ..model.errors import CorruptObject, InvalidInput
-from ..model.models import format_time
+from ..model.models import format_time, plural
 from ..model.refs import CUT_KEY
 from ..store.files import zstd
 from ..store.store import Store
@@ -75,7 +75,7 @@ def compact(tape, expire="90d", grace="14d", dry_run: bool = False, progress: Op
         store.refresh()
         snapshot = _snapshot(store)
         ages = {p: now - _mtime(store, p) for p in snapshot}
-        say(f"compact: reading {len(snapshot)} files")
+        say(f"compact: reading {len(snapshot)} {plural(len(snapshot), 'file', 'files')}")
         scan = _scan(store, snapshot, say)
         # compaction removes the files it replaces: never one with damaged records in it,
         # whose bytes may still be recovered by hand or from another copy of the tape. A

@@ -12,7 +12,7 @@ from ..store import framing
 from ..model.canonical import blob_refs
 from ..model.errors import NOATIME_WARNING, CorruptObject, ObjectTooLarge, UnsafePath
 from ..store.files import TYPE_ENTRY
-from ..model.models import NAME_RE
+from ..model.models import NAME_RE, plural
 from ..model.schema import decode_entry
 from ..store.index import hash_key
 from ..store.store import LOST_VALUE, PENDING, QUARANTINE, REPORT, REPORT_MAX, TYPE_WITHHELD, damaged_object_names, file_header_problem, record_problem, retried, segment_writer
@@ -208,7 +208,7 @@ def _fsck(tape: "Tape") -> dict:
     for report in reports:
         lost = report["missing"]
         count = len({hash_key(h) for h in lost} | set(report["missing_keys"]))
-        gone = f"; gone: {count} entries or values" + (f" ({', '.join(h[:12] for h in lost[:3])}{' ...' if len(lost) > 3 else ''})" if lost else "") if count else ""
+        gone = f"; gone: {count} {plural(count, 'entry or value', 'entries or values')}" + (f" ({', '.join(h[:12] for h in lost[:3])}{' ...' if len(lost) > 3 else ''})" if lost else "") if count else ""
         where = report["kept_at"]
         kept = "the file was left in place (what remains is intact)" if where == LEFT_IN_PLACE else f"the damaged file is kept in {where}"
         if "pulled_from" in report and where != LEFT_IN_PLACE:
@@ -216,7 +216,7 @@ def _fsck(tape: "Tape") -> dict:
         warnings.append({"what": report["file"], "problem": f"salvaged on {report['time']}: {report['lost']}{gone}; {kept}"})
     dangling = _dangling(entry_refs, reachable_roots, objects)
     if dangling:
-        warnings.append({"what": f"{len(dangling)} entries", "problem": "dangling: no branch, HEAD or ref-log record reaches them (compact removes them)"})
+        warnings.append({"what": f"{len(dangling)} {plural(len(dangling), 'entry', 'entries')}", "problem": "dangling: no branch, HEAD or ref-log record reaches them (compact removes them)"})
     redacted = [{"object": o, "path": p, "kind": k, "bytes": "withheld" if o in withheld else "dropped" if o not in objects else "pending compact"}
                 for o, places in sorted(red.items()) for p, k in places]
     return {
