@@ -221,3 +221,10 @@ def test_a_ref_past_the_root_says_how_many_entries_there_are_in_words(tape_dir):
         r = run_cli("--dir", tape_dir, "log", "-s", "s", ref)
         err = r.stderr.decode()
         assert r.returncode == 1 and err.count("\n") == 1 and f"goes past the root: {said}" in err, (ref, err)
+
+
+def test_an_unknown_session_on_a_tape_of_one_names_it(tape_dir):
+    with Tape.open(tape_dir) as t:
+        t.session("solo").append("user", {"content": "hi"})
+    r = run_cli("--dir", tape_dir, "log", "-s", "zzzzzz")
+    assert r.returncode == 1 and "its only session is solo" in r.stderr.decode(), r.stderr

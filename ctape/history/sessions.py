@@ -48,7 +48,9 @@ def closest(tape: "Tape", name: str) -> str:
     if near:
         hint = f"did you mean {' or '.join(near)}?"
     elif names:  # none alike: still the nearest few, as the spec asks
-        if len(names) <= 3:
+        if len(names) == 1:
+            hint = f"its only session is {next(iter(names))}"
+        elif len(names) <= 3:
             hint = f"its sessions are {', '.join(sorted(names))}"
         else:
             nearest = difflib.get_close_matches(name, names, n=3, cutoff=0) or sorted(names)[:3]
