@@ -15,7 +15,7 @@ from . import derived, tags
 from .turns import take_turns, takes_own_turn
 from ..model.canonical import BLOB_MIN, internalize, is_hash
 from ..model.errors import AmbiguousRef, CorruptObject, EntryNotFound, InvalidInput, ObjectTooLarge, RefNotFound, UnsafePath
-from ..model.models import brief, check_name, Entry, kind_value, NAME_RE
+from ..model.models import brief, check_name, Entry, NAME_RE, plural
 from ..model import refs as refmod
 from ..model.refs import HEAD, MOVED_TRIES
 from ..model.refspec import SessionOfRef, parse_ref
@@ -292,7 +292,7 @@ class Tape:
         up = derived.ancestor(h, spec.back, self._read_entry, self.store.index.keyframe)
         if up is None:
             seq = self.read_entry(h).seq
-            before = "no entry" if seq == 1 else "only 1 entry" if seq == 2 else f"only {seq - 1} entries"
+            before = f"only {seq - 1} {plural(seq - 1, 'entry', 'entries')}" if seq > 1 else "no entry"
             raise RefNotFound(f"{shown(ref, REF_SHOWN)} goes past the root: {spec.base} has {before} before it")
         return up
 

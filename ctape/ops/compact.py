@@ -22,8 +22,8 @@ grace an object that a concurrent writer deduplicated against is young enough,
 or is rescued.
 
 This module runs the steps and counts what they keep and free (the report, `--dry-run`);
-the steps are in modules of their own, whose names are read from here too:
-compact_scan.py (pass 1: the records of every file), compact_reach.py (the ref records
+the steps are in modules of their own (code imports from them; tests read a few names
+from here): compact_scan.py (pass 1: the records of every file), compact_reach.py (the ref records
 kept and the objects they reach), compact_redacted.py (redactions as compaction applies
 them), compact_packs.py (writing a pack), compact_locks.py (the compaction lock, the
 session locks, the snapshot, temporary packs) and compact_swap.py (the swap: what arrived
@@ -45,10 +45,10 @@ from ..model.refs import CUT_KEY
 from ..store.files import zstd
 from ..store.store import Store
 from .compact_locks import _compaction_lock, _remove_stale_temp_packs, _snapshot
-from .compact_packs import PackWriter, _take_back, _write_pack  # noqa: F401 - PackWriter is read from here too (salvage)
+from .compact_packs import _take_back, _write_pack
 from .compact_reach import _claims, _kept_records, _mark, _resolve, _roots  # noqa: F401 - _claims and _resolve are read from here too (tests)
 from .compact_redacted import Redacted, _scrub_caches
-from .compact_scan import LINKS, Rec, _entries_of, _records, _scan  # noqa: F401 - LINKS is read from here too (sync)
+from .compact_scan import Rec, _entries_of, _records, _scan
 from .compact_swap import _freeze_and_swap
 
 

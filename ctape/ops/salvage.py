@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Optional
 
 from ..history import reflog
 from ..store import framing, packing
-from .compact import PackWriter, _compaction_lock, _remove_stale_temp_packs
+from .compact_locks import _compaction_lock, _remove_stale_temp_packs
+from .compact_packs import PackWriter
 from ..model.canonical import blob_refs, is_hash
 from ..model.errors import CorruptObject, StorageError
 from ..store.files import TYPE_ENTRY, decompress_prefix, dict_decompressor, fsync_dir, open_for_reading, pread_all, storage_error

@@ -41,7 +41,7 @@ def _with_what_they_need(tape, state: State, chosen: list[str], todo: list[tuple
     and `session cp` refers to its source's entries, so an entry of a chosen session may
     refer to an object in another session's file; without that file a clone could not read
     it ("has not arrived yet"). Closed under what the added files refer to in turn."""
-    from ..ops.compact import LINKS
+    from ..ops.compact_scan import LINKS
     from ..store.files import TYPE_ENTRY
     from ..store.store import TYPE_WITHHELD
 
