@@ -228,3 +228,24 @@ def test_an_unknown_session_on_a_tape_of_one_names_it(tape_dir):
         t.session("solo").append("user", {"content": "hi"})
     r = run_cli("--dir", tape_dir, "log", "-s", "zzzzzz")
     assert r.returncode == 1 and "its only session is solo" in r.stderr.decode(), r.stderr
+
+
+def test_counts_of_one_are_said_in_the_singular(tape_dir, tmp_path):
+    """fsck, compact, `@{N}` past the ref log and an import that kept a line not JSON say
+    "1 object", "1 file", "1 HEAD position", "1 line" (they said "1 objects", "1 files",
+    "1 HEAD position(s)", "1 lines")."""
+    with Tape.open(tape_dir) as t:
+        t.session("a").append("user", {"content": "hi"})
+    said = run_cli("--dir", tape_dir, "fsck").stderr.decode()
+    assert "checked 1 object, 2 ref records in 1 file" in said, said
+    said = run_cli("--dir", tape_dir, "compact", "--grace", "now").stdout.decode()
+    assert said.startswith("kept 1 object ("), said
+    r = run_cli("--dir", tape_dir, "log", "-s", "a", "HEAD@{5}")
+    assert r.returncode == 1 and "the ref log has only 1 HEAD position\n" in r.stderr.decode(), r.stderr
+    src = tmp_path / "t.jsonl"
+    src.write_text('not json\n{"type":"user","message":{"role":"user","content":"x"},"uuid":"u1",'
+                   '"timestamp":"2026-01-01T00:00:00Z","sessionId":"q"}\n')
+    said = run_cli("--dir", tape_dir, "import", "claude-code", str(src), "-s", "q").stderr.decode()
+    assert "kept 1 line that is not JSON as it is" in said, said
+    for text in (said,):
+        assert "(s)" not in text and " 1 lines" not in text

@@ -59,7 +59,7 @@ def test_complete_last_line_ctape_cannot_store_is_kept_verbatim(tape_dir, tmp_pa
     line = UNSTORABLE[bad](base)
     head = "".join(json.dumps(r) + "\n" for r in good)
     said = import_text(tape_dir, tmp_path, fmt, head + line + "\n")
-    assert "incomplete" not in said and "kept 1 lines that are not JSON" in said
+    assert "incomplete" not in said and "kept 1 line that is not JSON as it is" in said
     out = exported(tape_dir, "s", fmt)
     assert len(out) == len(good) + 1
     assert out[-1] == line  # verbatim

@@ -465,7 +465,7 @@ def test_a_piece_refused_by_junk_at_its_key_fails_the_push_until_compact_moves_i
         p = cli(a, "push", check=False)
         err = p.stderr.decode().strip().splitlines()
         assert p.returncode == 1 and "Traceback" not in p.stderr.decode(), p.stderr
-        assert "holds other bytes" in err[0] and err[-1].startswith("ctape: error: 1 piece(s) not pushed") and "ctape compact" in err[-1], err
+        assert "holds other bytes" in err[0] and err[-1].startswith("ctape: error: 1 piece not pushed") and "ctape compact" in err[-1], err
     assert json.loads(cli(a, "push", "--json", check=False).stdout)["refused"] == 1
     cli(a, "compact")
     cli(a, "push")
@@ -516,7 +516,7 @@ def test_push_of_some_sessions_takes_the_files_their_entries_need(tmp_path):
         t.session("other").append("user", {"content": "not pushed"})
     cli(a, "session", "cp", "second", "copy")
     p = cli(a, "push", "-s", "copy")
-    assert "also pushing the files of session(s) second, first" in p.stderr.decode() or "also pushing the files of session(s) first, second" in p.stderr.decode(), p.stderr
+    assert "also pushing the files of sessions second, first" in p.stderr.decode() or "also pushing the files of sessions first, second" in p.stderr.decode(), p.stderr
     c = tmp_path / "C"
     cli(tmp_path, "clone", f"file://{remote}", str(c))
     assert run_cli("--dir", c, "fsck").returncode == 0

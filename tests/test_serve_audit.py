@@ -399,7 +399,7 @@ def test_pages_stay_bounded_with_many_branches_a_huge_tool_name_and_a_huge_cwd(t
         status, body = get(port, path)
         assert status == 200 and len(body) < 200_000, (path, status, len(body))
     status, body = get(port, "/s/many")
-    assert "1 pending tool call(s): " + "n" * 199 + "…" in body
+    assert "1 pending tool call: " + "n" * 199 + "…" in body
     assert "and 1,950 more" in body  # the compare line: 50 of 2,000 branches
     status, tree = get(port, "/s/many/tree")
     assert "more" in tree and tree.count("b0") < 200

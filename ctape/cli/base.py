@@ -15,6 +15,8 @@ from contextlib import contextmanager
 
 import click
 
+from ..model.models import plural
+
 EXIT_FAIL, EXIT_USAGE = 1, 2
 SUMMARY_LIMIT = 200  # a command's one-line summary in `ctape --help` is never cut shorter
 
@@ -377,7 +379,7 @@ def warn_tape_damage(tape, session=None) -> None:
         return
     bad = tape.store.damaged_files()
     if bad:
-        more = f" and {len(bad) - 1} more file(s)" if len(bad) > 1 else ""
+        more = f" and {len(bad) - 1} more {plural(len(bad) - 1, 'file', 'files')}" if len(bad) > 1 else ""
         click.echo(f"ctape: warning: damaged records in {bad[0]}{more}: what they held is left out; see `ctape fsck`", err=True)
 
 

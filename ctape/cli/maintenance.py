@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from ..model.models import plural
 from .base import EXIT_FAIL, CtapeGroup, Duration, _is_tape, emit_json, json_option, main, open_tape, warn_tape_damage
 
 
@@ -97,8 +98,8 @@ def compact(ctx, expire, grace, dry_run, remote_name, allow_secrets, as_json):
     else:
         verb = "would free" if dry_run else "freed"
         click.echo(
-            f"kept {report['kept_objects']} objects ({report['kept_bytes']} bytes), "
-            f"{verb} {report['freed_objects']} objects ({report['freed_bytes']} bytes); "
+            f"kept {report['kept_objects']} {plural(report['kept_objects'], 'object', 'objects')} ({report['kept_bytes']} bytes), "
+            f"{verb} {report['freed_objects']} {plural(report['freed_objects'], 'object', 'objects')} ({report['freed_bytes']} bytes); "
             f"files {report['files_before']} -> {report['files_after']}"
         )
     _say_skipped(tape, report)
@@ -132,12 +133,13 @@ def _compact_remote(tape, name, expire, grace, dry_run, allow_secrets, progress,
         emit_json(r)
         return
     loc, d = r["local"], r["deleted"]
-    click.echo(f"kept {loc['kept_objects']} objects ({loc['kept_bytes']} bytes), freed {loc['freed_objects']} objects "
+    click.echo(f"kept {loc['kept_objects']} {plural(loc['kept_objects'], 'object', 'objects')} ({loc['kept_bytes']} bytes), "
+               f"freed {loc['freed_objects']} {plural(loc['freed_objects'], 'object', 'objects')} "
                f"({loc['freed_bytes']} bytes); files {loc['files_before']} -> {loc['files_after']}")
     killed = d.get("leftovers", 0) + d.get("unlisted", 0)
     left = f", and {killed} object{'' if killed == 1 else 's'} no manifest lists (a killed push's, or junk)" if killed else ""
     _say_skipped(tape, loc)
-    click.echo(f"remote {name}: pushed {r['pushed']} bytes, deleted {d['files']} file{'' if d['files'] == 1 else 's'} ({d['bytes']} bytes){left} in {r['requests']} requests")
+    click.echo(f"remote {name}: pushed {r['pushed']} bytes, deleted {d['files']} file{'' if d['files'] == 1 else 's'} ({d['bytes']} bytes){left} in {r['requests']} {plural(r['requests'], 'request', 'requests')}")
     if r["deferred"]:
         # a damaged session's deletions wait for `fsck --salvage` (the reason says so); the others for another run
         again = "" if "fsck" in r["deferred"] else "; run it again"
@@ -180,7 +182,7 @@ def fsck(ctx, salvage, as_json):
         done = tape.salvage()
         for s in done["salvaged"]:
             from_damaged = f" ({s['recovered']} of them read from a damaged block)" if s.get("recovered") else ""
-            click.echo(f"salvaged {s['file']}: kept {s['kept_records']} records{from_damaged}, moved the file to {s['quarantined']}", err=True)
+            click.echo(f"salvaged {s['file']}: kept {s['kept_records']} {plural(s['kept_records'], 'record', 'records')}{from_damaged}, moved the file to {s['quarantined']}", err=True)
         for session, changes in done["refs"].items():
             for ref, value in changes.items():
                 said = "removed (its tip was lost)" if value is None else f"now {value}" if value.startswith("@") else f"keeps {value[:12]}"
@@ -188,7 +190,7 @@ def fsck(ctx, salvage, as_json):
         for rel in done["truncated"]:
             click.echo(f"noted the loss in {rel} (cut shorter than it was)", err=True)
         if done["removed_temp_packs"]:
-            click.echo(f"removed {done['removed_temp_packs']} unfinished pack(s) of a killed compaction", err=True)
+            click.echo(f"removed {done['removed_temp_packs']} unfinished {plural(done['removed_temp_packs'], 'pack', 'packs')} of a killed compaction", err=True)
         if not (done["salvaged"] or done["truncated"] or done["removed_temp_packs"]):
             click.echo("nothing to salvage: no damaged files", err=True)
     report = tape.fsck()
@@ -206,7 +208,8 @@ def fsck(ctx, salvage, as_json):
             click.echo(clean(f"redacted: {r['object'][:12]} {r['path']} ({r['kind']}; bytes {r['bytes']})"))
         if len(redacted) > REDACTED_SHOWN:
             click.echo(f"redacted: ... and {len(redacted) - REDACTED_SHOWN} more places (fsck --json lists them all)")
-        click.echo(f"{'ok' if report['ok'] else 'FAILED'}: checked {report['objects']} objects, {report['records']} ref records in {report['files']} files", err=True)
+        click.echo(f"{'ok' if report['ok'] else 'FAILED'}: checked {report['objects']} {plural(report['objects'], 'object', 'objects')}, "
+                   f"{report['records']} ref {plural(report['records'], 'record', 'records')} in {report['files']} {plural(report['files'], 'file', 'files')}", err=True)
     if not report["ok"]:
         sys.exit(EXIT_FAIL)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from ..model.models import plural
 from ..ops.render import clean
 from .base import EXIT_FAIL, emit_json, json_option, main, need_session, open_tape, session_option
 
@@ -126,6 +127,6 @@ def redact(ctx, session, as_json, from_scan, pattern, path, kind, entry):
     if streams:
         # scan exits 1 for them; a `redact --scan && push` must not read this as done
         s = streams[0].session
-        click.echo(f"ctape: error: {len(streams)} find(s) in an interrupted stream not redacted: its text is redacted once "
+        click.echo(f"ctape: error: {len(streams)} {plural(len(streams), 'find', 'finds')} in an interrupted stream not redacted: its text is redacted once "
                    f"`ctape recover -s {s}` made it an entry; then run this again", err=True)
         ctx.exit(EXIT_FAIL)

@@ -10,6 +10,7 @@ import time
 
 import click
 
+from ..model.models import plural
 from .base import emit_json, json_option, main, open_tape
 
 
@@ -224,7 +225,7 @@ def push(ctx, name, sessions, follow, allow_secrets, as_json):
         from ..errors import CtapeError
 
         # what is written here has not reached the remote: a script must not take it for done
-        raise CtapeError(f"{r['refused']} piece(s) not pushed: {name} holds other bytes at their keys (see the warnings); "
+        raise CtapeError(f"{r['refused']} {plural(r['refused'], 'piece', 'pieces')} not pushed: {name} holds other bytes at their keys (see the warnings); "
                          "run `ctape compact`, which moves them into a pack under a new name, then push again")
 
 

@@ -354,7 +354,7 @@ def import_file(tape, path: str, session: Optional[str], progress: bool, exact: 
         bar.done()
     if not st.undated:
         seen.remember(tape, path, FMT, options, read, session=name, refs=refs, records=len(infos), sid=sid, agent=agent)
-    notes = [f"subagent {agent}" if agent else "", f"kept {b.raw_lines} lines that are not JSON as they are" if b.raw_lines else "", st.truncated, *ref_notes]
+    notes = [f"subagent {agent}" if agent else "", f"kept {b.raw_lines} " + c.plural(b.raw_lines, "line that is not JSON as it is", "lines that are not JSON as they are") if b.raw_lines else "", st.truncated, *ref_notes]
     return c.summary_line(path, name, len(infos), b.entries, len(refs), notes, bool(changes), tape.store.entries_written - written), sid, name, agent
 
 

@@ -356,7 +356,7 @@ def import_file(tape, path: str, session: Optional[str], progress: bool = False)
         bar.done()
     if st.first_time and st.parent is not None:  # a file with no time takes its session's: not kept
         seen.remember(tape, path, FMT, {"session": session}, read, session=st.s.name, refs={"main": st.parent}, records=st.records)
-    notes = [f"kept {st.kept_raw} lines that are not JSON as they are" if st.kept_raw else "", st.truncated, *ref_notes]
+    notes = [f"kept {st.kept_raw} " + c.plural(st.kept_raw, "line that is not JSON as it is", "lines that are not JSON as they are") if st.kept_raw else "", st.truncated, *ref_notes]
     return c.summary_line(path, st.s.name, st.records, st.entries, 1, notes, bool(changes), tape.store.entries_written - written)
 
 

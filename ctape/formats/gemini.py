@@ -538,7 +538,7 @@ def layout(tape, path: str, session: Optional[str], progress: bool = False, afte
             end = data[-1].offset + data[-1].length if data else 0
             line = data[-1].number if data else 0
         bar.done()
-    notes = [f"kept {raw} lines that are not JSON as they are" if raw else "", note]
+    notes = [f"kept {raw} " + c.plural(raw, "line that is not JSON as it is", "lines that are not JSON as they are") if raw else "", note]
     return Layout(name, b.refs(), records, b.entries, end, line, notes, new_records)
 
 

@@ -272,7 +272,7 @@ def import_file(tape, path: str, session: Optional[str], progress: bool = False)
             if changes:
                 s.set_refs("import", changes, source=FMT)
         bar.done()
-    notes = [f"kept {w.raw} lines that are not JSON as they are" if w.raw else "", note, *ref_notes]
+    notes = [f"kept {w.raw} " + c.plural(w.raw, "line that is not JSON as it is", "lines that are not JSON as they are") if w.raw else "", note, *ref_notes]
     return c.summary_line(path, name, len(records), w.entries, len(w.runs) or 1, notes, bool(changes), tape.store.entries_written - written)
 
 

@@ -18,7 +18,7 @@ from ..model import refs as refmod
 from ..store.index import hash_key
 from ..model.canonical import check_keys, entry_body, normal_time, object_hash
 from ..model.errors import CorruptObject, CtapeError, EntryNotFound, InvalidInput, ObjectTooLarge, RefNotFound
-from ..model.models import HIDDEN, brief, check_name, check_payload, Entry, now_rfc3339
+from ..model.models import HIDDEN, brief, check_name, check_payload, Entry, now_rfc3339, plural
 from ..model.refs import HEAD, MOVED_TRIES, RefState
 from ..store.files import TYPE_BLOB, TYPE_ENTRY
 from ..store.segment import SegmentWriter
@@ -619,7 +619,7 @@ class Session(Branching):
             return self.refs().head_hash
         pos = self.head_positions()
         if n >= len(pos):
-            raise RefNotFound(f"{self.name}@{{{n}}}: the ref log has only {len(pos)} HEAD position(s)")
+            raise RefNotFound(f"{self.name}@{{{n}}}: the ref log has only {len(pos)} HEAD {plural(len(pos), 'position', 'positions')}")
         return pos[n]
 
     def status(self) -> dict:

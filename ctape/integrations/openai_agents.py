@@ -45,7 +45,7 @@ from typing import Any, Optional, Union
 
 from ..errors import CtapeError, InvalidInput
 from ..model.canonical import entry_body
-from ..model.models import HIDDEN, check_name
+from ..model.models import HIDDEN, check_name, plural
 from ..model.redaction import is_marker
 from ..model.refs import check_new_name
 from ..tape import Tape
@@ -551,7 +551,7 @@ class TapeSession:
             rec["branch"] = self._current()  # the branch it counts for (AdvancedSQLiteSession's branch_id)
             cached = (rec["input_tokens_details"] or {}).get("cached_tokens", 0)
             generic = {"input_tokens": rec["input_tokens"], "output_tokens": rec["output_tokens"], "cached_tokens": cached or 0, "requests": rec["requests"]}
-            text = f"usage of turn {turns}: {rec['requests']} request(s), {rec['input_tokens']} in, {rec['output_tokens']} out"
+            text = f"usage of turn {turns}: {rec['requests']} {plural(rec['requests'], 'request', 'requests')}, {rec['input_tokens']} in, {rec['output_tokens']} out"
             old = self._head()
             e = self.session.append("system", {"content": text}, meta={HIDDEN: True, USAGE: rec, "usage": generic})
             self._path.extend(self.tape, [_row(e)], old)

@@ -48,7 +48,7 @@ from collections import OrderedDict
 from typing import Any, Optional, Sequence
 
 from ..errors import InvalidInput
-from ..model.models import HIDDEN, Entry
+from ..model.models import HIDDEN, Entry, plural
 from ..model.redaction import is_marker
 from ..session import Session
 
@@ -321,7 +321,7 @@ def _mark_deferred(session: Session, output: Any) -> None:
         return
     head = session.refs().head_hash
     msgs, ends = _history(session, head)
-    e = session.append("system", {"content": f"{len(ids)} deferred tool call(s) wait for their results"}, meta={HIDDEN: True, DEFERRED: ids})
+    e = session.append("system", {"content": f"{len(ids)} deferred tool {plural(len(ids), 'call waits for its result', 'calls wait for their results')}"}, meta={HIDDEN: True, DEFERRED: ids})
     if e.parent == head:
         _remember(session, e.hash, msgs, ends)
 

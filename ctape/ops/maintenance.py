@@ -243,7 +243,7 @@ def _pack_hash_ok(store, rel: str) -> bool:
     return pack_name_matches(rel, data)
 
 
-_COUNTED = re.compile(r"\d+ damaged place\(s\)")
+_COUNTED = re.compile(r"\d+ damaged (?:place\(s\)|places?)")  # "place(s)": reports written before 2026-12-07
 _CUT = re.compile(r"\d+ bytes of acknowledged records lost \(the file (is gone|was cut from \d+ to \d+ bytes)\)")
 
 

@@ -31,7 +31,7 @@ from ..model.errors import CorruptObject, StorageError
 from ..store.files import TYPE_ENTRY, decompress_prefix, dict_decompressor, fsync_dir, open_for_reading, pread_all, storage_error
 from ..model.refs import HEAD
 from .maintenance import LEFT_IN_PLACE, PENDING, QUARANTINE, REPORT
-from ..model.models import now_rfc3339
+from ..model.models import now_rfc3339, plural
 from ..store.index import hash_key
 from ..store.store import Store, damaged_object_names, file_header_problem, pack_name_matches, record_problem, segment_writer
 
@@ -313,7 +313,7 @@ def _salvage_file(store: Store, rel: str, known: set[int]) -> dict:
         # every clone read those as "not arrived yet: run rsync again" (found by an audit)
         gone |= others
         missing = sorted(h for h in gone if not store.has_object(h))
-        lost = f"{len(reasons)} damaged place(s): " + "; ".join(reasons[:5]) + (" ..." if len(reasons) > 5 else "")
+        lost = f"{len(reasons)} damaged {plural(len(reasons), 'place', 'places')}: " + "; ".join(reasons[:5]) + (" ..." if len(reasons) > 5 else "")
         where = _free_name(store, session, rel.split("/")[2])
         # objects the damaged records held whose names they no longer say (a block that
         # does not decode), by the index's keys: reads take a value of one as lost, in

@@ -27,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterable, Optional
 
 from ..model.errors import ConflictError, CtapeError, InvalidInput
+from ..model.models import plural
 from ..store.files import open_for_reading, pread_all
 from ..store.store import REBUILD_TRIES
 from . import layout, losses
@@ -312,7 +313,7 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
     unpulled = [] if allow_secrets else _redactions_not_pulled(tape, state)
     if unpulled:
         raise SecretsFound(
-            f"not pushing: a compaction of the remote removed {len(unpulled)} value(s) as redacted on another copy, and this copy "
+            f"not pushing: a compaction of the remote removed {len(unpulled)} {plural(len(unpulled), 'value', 'values')} as redacted on another copy, and this copy "
             f"still holds them (first: {unpulled[0][:12]}); run `ctape pull {name}` (it brings the redaction) and `ctape compact`, "
             "then push again, or push with --allow-secrets")
     held = _gone_held(store, state)
@@ -322,7 +323,7 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
         # chosen sessions is checked first (the scan cache answers for entries seen before);
         # the files the push then uploads are checked again below
         check_secrets(tape, chosen, allow_secrets)
-        warn(f"the remote's compaction deleted {len(held)} file(s) this copy still holds; compacting this copy first, so that what it needs goes up in its packs")
+        warn(f"the remote's compaction deleted {len(held)} {plural(len(held), 'file', 'files')} this copy still holds; compacting this copy first, so that what it needs goes up in its packs")
         tape.compact()
         # what the compaction kept as it was (a session already in one pack with nothing
         # to drop, a damaged session) still holds what this copy needs: it goes up again,
@@ -344,7 +345,7 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
     chosen = [s for s in chosen if s not in held_back and (asked is None or s in asked or s in sending)]
     more = [s for s in chosen if s not in wanted] if wanted else []
     if more:  # said once the push is sure to go (a refused one says only why)
-        warn(f"also pushing the files of session(s) {', '.join(more[:5])}{' ...' if len(more) > 5 else ''}: "
+        warn(f"also pushing the files of {plural(len(more), 'session', 'sessions')} {', '.join(more[:5])}{' ...' if len(more) > 5 else ''}: "
              f"the chosen ones refer to values or entries stored there")
     t_sent = time.monotonic()
     if fresh:
@@ -429,7 +430,7 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
             if not gone:
                 break
             if round_ == REBUILD_TRIES - 1:
-                warn(f"{gone} file(s) went while pushing (a compaction in another process); push again to send what replaced them")
+                warn(f"{gone} {plural(gone, 'file', 'files')} went while pushing (a compaction in another process); push again to send what replaced them")
                 break
             # the files that replaced them (what went up is noted in the state): checked, then sent
             chosen = [s for s in chosen if s not in held_back]

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Optional
 
 from ..model.errors import CtapeError
+from ..model.models import plural
 from ..store import framing
 from .remote import State
 
@@ -63,7 +64,7 @@ def _redactions_not_pulled(tape, state: State) -> list[str]:
 
 def _bytes_left_error(left: list[str]) -> SecretsFound:
     return SecretsFound(
-        f"not pushing: {len(left)} redacted value(s) still have their bytes in this copy's files "
+        f"not pushing: {len(left)} redacted {plural(len(left), 'value still has its', 'values still have their')} bytes in this copy's files "
         f"(first: {left[0][:12]}); run `ctape compact` first (it drops them), or push with --allow-secrets")
 
 
@@ -139,7 +140,7 @@ def check_secrets(tape, sessions: list[str], allow_secrets: bool, files: Optiona
         bad = sorted({f.session for f in found})
         first = found[0]
         raise SecretsFound(
-            f"not pushing: {len(found)} likely secret(s) in session(s) {', '.join(bad[:5])}{' ...' if len(bad) > 5 else ''} "
+            f"not pushing: {len(found)} likely {plural(len(found), 'secret', 'secrets')} in {plural(len(bad), 'session', 'sessions')} {', '.join(bad[:5])}{' ...' if len(bad) > 5 else ''} "
             f"(first: {first.kind} in {first.hash[:12]} at {first.path}); {_way_out(tape, first)}")
     return ends
 
@@ -259,7 +260,7 @@ def _check_streams(tape, streams: dict, recorded: dict) -> None:
     if found:
         f = found[0]
         raise SecretsFound(
-            f"not pushing: {len(found)} likely secret(s) in the text of an interrupted stream (first: {f.kind} in "
+            f"not pushing: {len(found)} likely {plural(len(found), 'secret', 'secrets')} in the text of an interrupted stream (first: {f.kind} in "
             f"stream {f.hash[:8]} of session {f.session}, finding {f.id}); `ctape recover -s {f.session}` records it "
             f"as an entry, then `ctape redact --scan -s {f.session}` and `ctape compact`; or `ctape scan --allow ID`, "
             "or push with --allow-secrets")

@@ -26,7 +26,7 @@ from urllib.parse import quote, urlencode
 
 from ..errors import CorruptObject, CtapeError, EntryNotFound, InvalidInput, RefNotFound
 from ..history.recovery import error_text
-from ..model.models import Entry
+from ..model.models import Entry, plural
 from . import queries
 from .conversation import MESSAGE_CHARS, MESSAGE_LINES, Renderer, _short, clipped, image_bytes, listed, part_of, some
 from .markdown import esc
@@ -513,7 +513,7 @@ class Site:
             flags.append(f'<span class="badge err">damaged records in {esc(damaged[0])}: showing what is readable; '
                          "run <code>ctape fsck --salvage</code> to keep it and write again</span>")
         if st["pending_tool_calls"]:
-            flags.append(f'<span class="badge warn">{len(st["pending_tool_calls"])} pending tool call(s): '
+            flags.append(f'<span class="badge warn">{len(st["pending_tool_calls"])} pending tool {plural(len(st["pending_tool_calls"]), "call", "calls")}: '
                          f'{esc(listed([_short(c["name"]) for c in st["pending_tool_calls"]]))}</span>')
         if st["interrupted_stream"]:
             flags.append('<span class="badge warn">interrupted stream</span>')

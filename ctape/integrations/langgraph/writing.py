@@ -17,7 +17,7 @@ from typing import Any, Optional
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import WRITES_IDX_MAP, ChannelVersions, Checkpoint, CheckpointMetadata, get_checkpoint_metadata
 
-from ...model.models import HIDDEN, parse_time
+from ...model.models import HIDDEN, parse_time, plural
 from .codec import _is_message, _message_entries, _shown
 from .index import KEY, TOMBSTONES, _Cp, _main_branch, _parent_ns, _Thread
 from .values import _MISSING, _isolated
@@ -259,7 +259,7 @@ class _Writing:
         line.reverse()
         fork = line[0].parent if line else tip
         removed = sum(len(rewritten[ch]) - starts[ch] for ch in rewritten)
-        note = f"rewrite for checkpoint {cid}: {removed} message(s) replaced or removed"
+        note = f"rewrite for checkpoint {cid}: {removed} {plural(removed, 'message', 'messages')} replaced or removed"
         marker = s.put_entry("system", {"content": note, "was": tip}, {HIDDEN: True, KEY: {"type": "rewrite", "checkpoint_ns": ns, "checkpoint_id": cid}}, None, time, fork)
         written.append(marker)
         mapping: dict[str, str] = {}
