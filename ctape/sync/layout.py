@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 import time
 from typing import Iterable, Iterator, Optional
 
@@ -103,7 +104,11 @@ def file_ok(session, file) -> bool:
 
 
 def identity(store) -> bytes:
-    return (json.dumps({"format": IDENTITY_FORMAT, "version": 1, "tape_id": store.tape_id, "tape_version": 2 if store.dictionaries else 1}, sort_keys=True) + "\n").encode()
+    """`made`: a new random value each time a copy creates the remote, so that a remote
+    emptied and pushed to again by another copy is told from the one this copy knew
+    (remote.State.follow)."""
+    return (json.dumps({"format": IDENTITY_FORMAT, "version": 1, "tape_id": store.tape_id, "tape_version": 2 if store.dictionaries else 1,
+                        "made": secrets.token_hex(16)}, sort_keys=True) + "\n").encode()
 
 
 def read_identity(backend: Backend) -> Optional[dict]:
@@ -120,20 +125,20 @@ def read_identity(backend: Backend) -> Optional[dict]:
     return meta
 
 
-def check_identity(store, backend: Backend, create: bool) -> bool:
-    """The remote holds this tape (True), or nothing yet (False; with `create`, it gets
-    this tape's identity, create-only). Another tape's remote is refused."""
+def check_identity(store, backend: Backend, create: bool) -> Optional[dict]:
+    """The remote's identity when it holds this tape, None when it holds nothing yet (with
+    `create`, it gets this tape's identity, create-only). Another tape's remote is refused."""
     meta = read_identity(backend)
     if meta is None and create:
-        if not backend.put_if_absent(IDENTITY, identity(store)):
-            meta = read_identity(backend)  # another copy wrote it meanwhile
-        else:
-            return True
+        mine = identity(store)
+        if backend.put_if_absent(IDENTITY, mine):
+            return json.loads(mine)
+        meta = read_identity(backend)  # another copy wrote it meanwhile
     if meta is None:
-        return False
+        return None
     if meta["tape_id"] != store.tape_id:
         raise RemoteError(f"{backend.url} holds another tape (id {meta['tape_id'][:12]}, this one is {store.tape_id[:12]}); use another prefix, or `ctape clone` it")
-    return True
+    return meta
 
 
 def encode_manifest(store, uploader: str, n: int, files: list[dict], deleted: Optional[list[dict]] = None, g: int = 0,

@@ -114,10 +114,12 @@ def _pull(tape, backend: Backend, name: str, sessions: Iterable[str], warn: Call
     state = State.load(store, name, backend.url)
     if not state.get("checked"):
         backend.check()
-    if not layout.check_identity(store, backend, create=False):
+    meta = layout.check_identity(store, backend, create=False)
+    if meta is None:
         state.forget()
         state.save(store)
         return {"remote": name, "files": 0, "bytes": 0, "requests": backend.requests, "empty": True}
+    state.follow(meta)  # emptied and pushed to again since this copy last read it: read from the start
     state["checked"] = True
     d = os.path.dirname(store.index.path) if store.index.path != ":memory:" else None
     with _Held(os.path.join(d, _LOCK)) if d else _Nothing():

@@ -290,11 +290,15 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
     state = State.load(store, name, backend.url)
     if not state.get("checked"):
         backend.check()
-    # one GET a push: a remote emptied or re-created since (its identity gone) is pushed
-    # to in full again, never taken to hold what this copy once uploaded
-    fresh = not layout.check_identity(store, backend, create=False)
+    # one GET a push: a remote emptied (its identity gone), or emptied and pushed to by
+    # another copy since (a new identity), is pushed to in full again, never taken to hold
+    # what this copy once uploaded
+    meta = layout.check_identity(store, backend, create=False)
+    fresh = meta is None
     if fresh:
         state.forget()  # its identity is written once the secrets check has passed
+    else:
+        state.follow(meta)
     if not state.get("checked"):
         learn(store, backend, state, warn)  # first push from this copy: learn what is there
         state["checked"] = True
@@ -349,7 +353,7 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
              f"the chosen ones refer to values or entries stored there")
     t_sent = time.monotonic()
     if fresh:
-        layout.check_identity(store, backend, create=True)
+        state.follow(layout.check_identity(store, backend, create=True))
     total = sum(e - b for _, _, b, e, _ in todo)
     sent, files, listed, skipped, refused = 0, set(), [], 0, 0
     went: list[tuple] = []  # (session, file, start, end, own segment): what was read and sent

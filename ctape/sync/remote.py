@@ -33,7 +33,8 @@ from .backend import Backend, check_endpoint, open_backend, parse_url
 CONFIG = "remotes.json"
 # 4: a state of 3 may have dropped a piece listed again after its deletion (layout.note_have): learnt again.
 # 5: a piece's row names its key's generation (layout.piece_key), and `gens` says which to put under
-STATE_VERSION = 5
+# 6: `made` notes which creation of the remote the state is about (State.follow)
+STATE_VERSION = 6
 
 
 def _folder(store) -> str:
@@ -162,7 +163,8 @@ class State(dict):
     `gens`: "session/file" -> one more than the last deletion of it learnt (layout.generation:
     a copy puts the file again under keys that deletion's deletes never take);
     `finished`: "session/file" -> the deletion whose pieces a `compact --remote` of this copy
-    found gone or deleted (prune._finish_announced lists each one once)."""
+    found gone or deleted (prune._finish_announced lists each one once); `made`: the remote's
+    identity's `made` when this copy last read it (layout.identity)."""
 
     @classmethod
     def load(cls, store, name: str, url: str) -> "State":
@@ -184,11 +186,18 @@ class State(dict):
         """The remote no longer holds this tape's identity (emptied, re-created): know nothing."""
         for k in ("have", "pieces", "next", "seen", "gone", "gens", "redacted", "losses", "finished"):
             self[k] = {}
-        self.pop("ignored", None)
-        self.pop("own", None)
-        self.pop("checked", None)
-        for k in ("gnext", "deletions_read", "unlisted"):
+        for k in ("ignored", "own", "made", "checked", "gnext", "deletions_read", "unlisted"):
             self.pop(k, None)
+
+    def follow(self, meta: dict) -> None:
+        """Read the remote's identity `meta`: when it was created again since this copy last
+        read it (emptied, then pushed to by another copy first), what this copy knew is of
+        the remote before: forgotten (`checked` too), and learnt again from the manifests it
+        holds now (pushed to in full, pulled from the first manifest of each uploader)."""
+        made = meta.get("made")
+        if "made" in self and self["made"] != made:
+            self.forget()
+        self["made"] = made
 
     def save(self, store) -> None:
         if cache_folder(store) is not None:
