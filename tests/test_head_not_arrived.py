@@ -102,3 +102,29 @@ def test_a_new_session_and_a_removed_one_still_start_on_main(tmp_path):
         s.set_refs("session-rm", {**{b: None for b in st.branches}, "HEAD": None})
         again = s.append("user", {"content": "again"})
         assert again.parent is None and s.refs().branches == {"main": again.hash}
+
+
+def test_readers_refuse_where_head_has_not_arrived_rather_than_answer_empty(tmp_path):
+    """`log`, `context`, `state`, `show HEAD` and a session's name as a ref used to answer
+    as if the session had no entries (an empty log, an empty prompt `[]`, exit 0): an agent
+    resuming from such a copy got a valid-looking empty conversation. They refuse with the
+    same one line as an append; `log --all` and a named branch still read what arrived, and
+    `status` still says what is missing (audit, 2026-12-06)."""
+    _, c1, hashes = _cut_off_copy(tmp_path)
+    before = snapshot(c1)
+    for args in (["log", "-s", "s"], ["context", "-s", "s"], ["state", "-s", "s"], ["show", "HEAD", "-s", "s"], ["show", "s"],
+                 ["log", "-s", "s", "HEAD~1"]):
+        p = run_cli("--dir", c1, *args)
+        err = p.stderr.decode()
+        assert p.returncode == 1 and p.stdout == b"" and err.count("\n") == 1, (args, p.stdout, err)
+        assert "HEAD's record has not arrived" in err and "ctape checkout main -s s" in err, (args, err)
+    with Tape.open(c1) as t:
+        s = t.session("s")
+        for read in (lambda: s.head, s.state, lambda: list(s.log(limit=5))):
+            with pytest.raises(RefNotFound, match="HEAD's record has not arrived"):
+                read()
+    for args in (["log", "--oneline", "-s", "s", "main"], ["log", "--oneline", "--all", "-s", "s"]):
+        out = run_cli("--dir", c1, *args).stdout.decode()
+        assert hashes[2][:12] in out and hashes[1][:12] in out, (args, out)
+    assert "HEAD's record has not arrived" in run_cli("--dir", c1, "status", "-s", "s", check=True).stdout.decode()
+    assert snapshot(c1) == before

@@ -442,6 +442,37 @@ def session_for(ctx: click.Context, ref: str | None, session: str | None, also: 
         return None
 
 
+def ref_in_session(ctx: click.Context, ref: str, session: str | None) -> tuple[str, str | None]:
+    """REF for a command that takes a SESSION or a REF in one argument (`export`, `session
+    cp`): as it is when it names a session or an entry by itself (a session, SESSION/BRANCH,
+    SESSION~N, a hash) and is no name within the session chosen with -s; else (HEAD,
+    HEAD~1, a branch, tag or anchor) the entry it names in the command's session (-s,
+    $CTAPE_SESSION, `session use`, the tape's only one), as `show` reads it, by its full
+    hash (SPEC 4 and 5). With the session REF was read in (None when it named itself)."""
+    from ..errors import RefNotFound
+    from ..model.models import NAME_RE
+
+    tape = open_tape(ctx)
+    if session is None:
+        try:
+            tape.resolve(ref)
+            return ref, None
+        except RefNotFound:
+            session = session_for(ctx, ref, None)
+            if session is None:
+                raise
+    elif ref == session:
+        return ref, None
+    else:
+        session = need_session(ctx, session)  # an unknown one is said as such (with the closest names)
+        if ref == session or (NAME_RE.fullmatch(ref) and tape._session_exists(ref) and not tape._named_in(tape.session(session), ref)[0]):
+            return ref, None
+    h = tape.resolve(ref, session)
+    if h is None:
+        raise RefNotFound(f"{ref!r} names no entry: session {session} has none yet")
+    return h, str(session)
+
+
 def _needs_session(tape, ref: str) -> bool:
     """True when REF can only be read in a session: its base is no session, no
     SESSION/BRANCH and no hex digits that may be an entry's hash or prefix (so HEAD, a

@@ -8,7 +8,7 @@ from typing import Optional
 
 import click
 
-from .base import main, need_stdin, need_stdout, open_tape, session_in_ref, session_option, warn_damage, writing_output
+from .base import main, need_stdin, need_stdout, open_tape, ref_in_session, session_in_ref, session_option, warn_damage, writing_output
 
 
 FORMATS = ("jsonl", "claude-code", "codex", "openai", "gemini")
@@ -94,14 +94,19 @@ def _check_format(path: str, fmt: Optional[str]) -> None:
 @main.command()
 @click.argument("ref")
 @click.option("--format", "fmt", type=click.Choice(["jsonl", "openai", "claude-code", "codex", "gemini"]), default="jsonl", show_default=True)
+@session_option
 @click.pass_context
-def export(ctx, ref, fmt):
+def export(ctx, ref, fmt, session):
     """Write history to stdout: a whole SESSION, or the path root -> REF.
+
+    REF is read as `show` reads it: HEAD~3, a branch or a tag name in the
+    session (-s, else the default one); a session's name exports all of it.
 
     \b
     Examples:
       ctape export chat > chat.jsonl
       ctape export chat/alt --format openai
+      ctape export HEAD~3 -s chat > before.jsonl
     """
     from ..formats import export_notes, export_ref
 
@@ -110,6 +115,7 @@ def export(ctx, ref, fmt):
     # and goes out as the bytes it was (docs/import.md)
     out = sys.stdout.buffer
     tape = open_tape(ctx)
+    ref, session = ref_in_session(ctx, ref, session)
     tally: dict = {}
     with writing_output():
         for line in export_ref(tape, ref, fmt, tally):
@@ -117,4 +123,4 @@ def export(ctx, ref, fmt):
         out.flush()
     for note in export_notes(tape, ref, fmt, tally):
         click.echo(f"note: {note}", err=True)
-    warn_damage(tape, session_in_ref(tape, ref))
+    warn_damage(tape, session or session_in_ref(tape, ref))

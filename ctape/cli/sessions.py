@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from .base import CtapeGroup, emit_json, json_option, main, need_session, need_stdout, open_tape, session_option, warn_damage
+from .base import CtapeGroup, emit_json, json_option, main, need_session, need_stdout, open_tape, ref_in_session, session_option, warn_damage
 
 
 @main.command()
@@ -145,8 +145,10 @@ def session_cp(ctx, src, new):
     """Make session NEW with SRC's history, by reference: nothing is copied.
 
     SRC is a session (every branch, tag and HEAD), SESSION/BRANCH (that branch),
-    or any other ref to an entry (a branch main there); a partial copy takes the
-    tags that name entries of the history it copies.
+    or any other ref to an entry (a branch main there): HEAD~2, a branch or tag
+    name is read in the default session ($CTAPE_SESSION, else `ctape session
+    use`, else the only one). A partial copy takes the tags that name entries of
+    the history it copies.
 
     \b
     Examples:
@@ -154,7 +156,7 @@ def session_cp(ctx, src, new):
       ctape session cp chat/alt alt-only
       ctape session cp chat~4 from-earlier
     """
-    r = open_tape(ctx).copy_session(src, new)
+    r = open_tape(ctx).copy_session(ref_in_session(ctx, src, None)[0], new)
     tags = len(r.get("tags", ()))
     also = f", {tags} tag{'' if tags == 1 else 's'}" if tags else ""
     click.echo(f"Created session {new} from {src} ({_branches(len(r['branches']))}{also})", err=True)

@@ -114,7 +114,7 @@ def start_points(tape, session: Optional[str], refs: Iterable[str] = (), every_b
             return [st.head_hash, *(st.branches.values() if every_branch else ())]
 
         try:
-            tips += tape.session(session).from_head(read, full=full or every_branch)
+            tips += tape.session(session).from_head(read, full=full or every_branch, missing_ok=every_branch)
         except (EntryNotFound, CorruptObject):  # HEAD stayed there: the walk shows what reads back
             st = tape.session(session).refs() if full or every_branch else tape.session(session).view()
             tips += [st.head_hash, *(st.branches.values() if every_branch else ())]

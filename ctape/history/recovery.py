@@ -36,7 +36,7 @@ def _refs_to_read(session: "Session"):
         return st
 
     try:
-        return session.from_head(readable)
+        return session.from_head(readable, missing_ok=True)
     except (EntryNotFound, CorruptObject):
         return session.view()
 

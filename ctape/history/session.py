@@ -71,8 +71,12 @@ class Session(Branching):
             return w.refstate
         return self.store.settled(self.name, lambda: self._view_from_index(refs, values))
 
-    def from_head(self, read: Callable[[RefState], T], full: bool = False) -> T:
-        """read(refs) for a reader that starts at HEAD (refs() when `full`, else view()). When
+    def from_head(self, read: Callable[[RefState], T], full: bool = False, missing_ok: bool = False) -> T:
+        """read(refs) for a reader that starts at HEAD (refs() when `full`, else view()).
+        Refused (RefNotFound) where this copy has not received HEAD's record though it has
+        the branches' (RefState.head_missing): HEAD is unknown there, not "no entries yet",
+        and a reader must not answer as if it were (an empty log, an empty prompt); unless
+        `missing_ok` (status says so, `log --all` shows the branches). When
         the read fails at an entry that is gone or damaged, and the refs read again put HEAD
         elsewhere, it starts again from there: what it began at was not the session's any
         more. Two ways this happens:
@@ -83,6 +87,8 @@ class Session(Branching):
         Anything else (HEAD stayed where it was; a record above this process's size limit,
         which says nothing of the tape) is raised as it is."""
         st = self.refs() if full else self.view()
+        if st.head_missing and not missing_ok:
+            raise self.head_not_arrived(st)
         for n in range(MOVED_TRIES):
             try:
                 return read(st)
@@ -420,12 +426,16 @@ class Session(Branching):
         an append would start a new root and move the branch off the entries it holds, and
         "no entries yet" would be wrong."""
         if st.head_missing:
-            b = "main" if "main" in st.branches else sorted(st.branches)[0]
-            raise RefNotFound(
-                f"session {self.name!r}: HEAD's record has not arrived on this copy, though its branches have "
-                f"(a copy cut off between files?); run rsync again, or check out a branch (ctape checkout {b} -s {self.name})"
-            )
+            raise self.head_not_arrived(st)
         return st.head_hash
+
+    def head_not_arrived(self, st: RefState) -> RefNotFound:
+        """The refusal where HEAD's record has not arrived on this copy (RefState.head_missing)."""
+        b = "main" if "main" in st.branches else sorted(st.branches)[0]
+        return RefNotFound(
+            f"session {self.name!r}: HEAD's record has not arrived on this copy, though its branches have "
+            f"(a copy cut off between files?); run rsync again, or check out a branch (ctape checkout {b} -s {self.name})"
+        )
 
     @staticmethod
     def _advance(st: RefState, h: str) -> dict[str, Optional[str]]:

@@ -334,7 +334,11 @@ class Tape:
             if found:
                 return h
         if NAME_RE.fullmatch(base) and self._session_exists(base):
-            return self._session_class(self, base).view().head_hash
+            sess = self._session_class(self, base)
+            st = sess.view()
+            if st.head_missing:
+                raise sess.head_not_arrived(st)
+            return st.head_hash
         if len(base) >= 4 and all(c in "0123456789abcdef" for c in base.lower()):
             return self._resolve_prefix(base.lower())
         hint = "see `ctape sessions` and `ctape log`"
@@ -351,6 +355,8 @@ class Tape:
         it is none of them; HEAD of a session with no entry yet is (True, None)."""
         st = sess.view([name] if tags.is_tag_ref(name) else [name, refmod.TAG + name])
         if name == HEAD:
+            if st.head_missing:
+                raise sess.head_not_arrived(st)
             return True, st.head_hash
         if name in st.branches:
             return True, st.branches[name]
