@@ -99,3 +99,20 @@ def test_a_refused_write_leaves_the_killed_stream_as_it_was(tape_dir):
         assert snapshot(tape_dir) == before, args
     st = json.loads(cli(tape_dir, "status", "-s", "chat", "--json").stdout)
     assert st["interrupted_stream"]["content"] == "half an answer" and not st["interrupted_stream"].get("recorded")
+
+
+@pytest.mark.parametrize("write", ["checkout HEAD", "tag", "append"])
+def test_a_write_that_records_a_killed_stream_first_says_so(tape_dir, write):
+    """The stream moves HEAD before the command reads it, where `log` had shown HEAD at the
+    entry before: `checkout HEAD~1` then lands on that entry, and `tag v1` on the stream.
+    Nothing said so (audit, 2026-12-06); a note on stderr now does, once the write is done.
+    A write with no stream to record says nothing of it."""
+    killed_stream(tape_dir)
+    args = {"checkout HEAD": ["checkout", "HEAD~1", "-s", "chat"], "tag": ["tag", "v1", "-s", "chat"],
+            "append": ["append", "user", "--text", "again", "-s", "chat"]}[write]
+    err = cli(tape_dir, *args).stderr.decode()
+    streaming = json.loads(cli(tape_dir, "show", "chat/main~1" if write == "append" else "chat/main", "--json").stdout)
+    assert streaming["kind"] == "streaming"
+    assert f"recorded the interrupted stream of session chat (its writer had died) as entry {streaming['hash'][:12]}" in err, err
+    again = cli(tape_dir, *(args if write == "append" else ["tag", "v2", "-s", "chat"])).stderr.decode()
+    assert "interrupted stream" not in again, again

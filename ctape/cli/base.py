@@ -597,3 +597,16 @@ def main(ctx, dir_):
         raise InvalidInput("--dir is empty; give the tape directory, or leave --dir out to use $CTAPE_DIR or the nearest .ctape/")
     ctx.ensure_object(dict)
     ctx.obj["dir"] = dir_
+
+
+@main.result_callback()
+@click.pass_context
+def _said_after(ctx, *_args, **_kw) -> None:
+    """After a command that succeeded: a stream a killed writer left, which its write
+    recorded first (SPEC 6: no later than the next write), is said, since it moved HEAD
+    before the command read it (`tag v1` then names it; `checkout HEAD~1`, the entry
+    `log` showed as HEAD)."""
+    tape = (ctx.obj or {}).get("tape")
+    for session, h in getattr(tape, "recorded_streams", ()):
+        click.echo(f"note: this write first recorded the interrupted stream of session {session} (its writer had died) "
+                   f"as entry {h[:12]}, where HEAD was; see `ctape log -s {session}`", err=True)

@@ -167,8 +167,9 @@ def stream(ctx, session, interval):
     At EOF the message is appended as `assistant` and its hash printed. If the
     process is killed, the text received up to the last flush survives and
     `ctape recover` (or the next write to the session: an append, an import, a
-    checkout, a branch or a tag) records it as one `streaming` entry.
-    Input that is not UTF-8 is refused (exit 2) and records nothing, unless a
+    checkout, a branch or a tag) records it as one `streaming` entry where
+    HEAD was, first: a write that does says so in a note (HEAD~1 and a tag
+    at HEAD then count from that entry). Input that is not UTF-8 is refused (exit 2) and records nothing, unless a
     flush had already put part of the message on disk: then the text before
     the bad byte is kept as a `streaming` entry, as after a kill.
 

@@ -501,7 +501,7 @@ class Session(Branching):
         w.partials_checked = True
         from .stream import record_partials
 
-        record_partials(self, w, skip=skip)
+        self.tape.recorded_streams += [(self.name, e.hash) for e in record_partials(self, w, skip=skip)]
 
     @contextmanager
     def _writing(self) -> Iterator[SegmentWriter]:

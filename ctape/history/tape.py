@@ -62,6 +62,9 @@ class Tape:
         self._losses_seen: Optional[dict] = None  # the salvage losses _texts were read under
         self._redacted_seen: Optional[dict] = None
         self._derived_at: dict[str, dict] = {}  # _remember_derived
+        # (session, entry hash) of each stream a dead writer left that a write of this Tape
+        # recorded first (Session._record_partials): the command line says so
+        self.recorded_streams: list[tuple[str, str]] = []
         store.discard_listeners.append(self._forget)
         from ..store.localstate import mark
 
