@@ -6,16 +6,22 @@ import click
 
 from ..model.models import plural
 from ..ops.render import clean
-from .base import EXIT_FAIL, emit_json, json_option, main, need_session, open_tape, session_option
+from .base import EXIT_FAIL, _no_empty_session, emit_json, json_option, main, need_session, open_tape, session_option
 
 
 def _sessions(ctx, session):
+    """The sessions `scan` and `redact --scan/--pattern` look at: the one given with -s, else
+    every session, as `push` sends them all. $CTAPE_SESSION and `session use` do not narrow
+    it: an agent's own session checked clean said nothing of the others a push then held back."""
     tape = open_tape(ctx)
-    return [need_session(ctx, session)] if session is not None else tape.session_names()
+    if session is None or ctx.get_parameter_source("session") is click.core.ParameterSource.ENVIRONMENT:
+        return tape.session_names()
+    return [need_session(ctx, session)]
 
 
 @main.command()
-@session_option
+@click.option("-s", "--session", callback=_no_empty_session,
+              help="Only this session (default: every session, as `push` sends them all; $CTAPE_SESSION does not narrow it).")
 @json_option
 @click.option("--allow", "allow_id", metavar="ID", help="Mark finding ID as not a secret (kept on this machine).")
 @click.option("--add-pattern", metavar="REGEX", help="Also look for REGEX from now on (kept on this machine).")
@@ -91,8 +97,10 @@ def redact(ctx, session, as_json, from_scan, pattern, path, kind, entry):
     Reads show `[redacted: KIND]` in its place at once, here and on every copy the
     redaction reaches (it is a record, synced like a branch deletion); each copy's next
     `compact` removes the bytes. Give exactly one of --scan, --pattern REGEX, or
-    ENTRY --path JSONPATH. Exit 1 when finds in an interrupted stream are left:
-    `ctape recover` makes its text an entry, which a second run redacts.
+    ENTRY --path JSONPATH. --scan and --pattern look at every session unless -s
+    names one ($CTAPE_SESSION does not narrow them, as for `scan`). Exit 1 when
+    finds in an interrupted stream are left: `ctape recover` makes its text an
+    entry, which a second run redacts.
 
     \b
     Examples:

@@ -128,6 +128,15 @@ def cache_folder_of(root: str, tape_id: str, base: Optional[str] = None) -> str:
     return os.path.join(base or default_cache_root(), key)
 
 
+
+def writer_from_env() -> Optional[str]:
+    """CTAPE_WRITER, the writer id this process writes under (docs/format.md), when set."""
+    env = os.environ.get("CTAPE_WRITER")
+    if env and not re.fullmatch(r"[a-z0-9]{4,32}", env):
+        why = f"it is {len(env)} characters long" if not 4 <= len(env) <= 32 else "it holds other characters"
+        raise InvalidInput(f"CTAPE_WRITER must be 4-32 characters of a-z and 0-9 ({why}); set it to a name like laptop1, or unset it")
+    return env or None
+
 class Store(Freshness, Reading):
     """One open tape directory."""
 
@@ -241,10 +250,8 @@ class Store(Freshness, Reading):
     # -- identity ---------------------------------------------------------------
 
     def _writer_id(self) -> str:
-        env = os.environ.get("CTAPE_WRITER")
+        env = writer_from_env()
         if env:
-            if not re.fullmatch(r"[a-z0-9]{4,32}", env):
-                raise InvalidInput("CTAPE_WRITER must be 4-32 characters of a-z and 0-9")
             return env
         st = os.stat(self.root)
         machine = ""
@@ -277,6 +284,7 @@ class Store(Freshness, Reading):
         remote's); False when one is there already. A failure takes back what it made."""
         root = os.path.abspath(root)
         meta_path = os.path.join(root, FORMAT_FILE)
+        writer_from_env()  # a bad one is refused now, not by every command after an init that said it worked
         refuse_inside_tape(root, "clone into" if _cloning else "init")
         if os.path.lexists(root) and not os.path.isdir(root):
             raise InvalidInput(f"cannot init: {root} exists and is not a directory; choose another path")

@@ -439,7 +439,7 @@ class S3Backend(Backend):
             code = str(e.response.get("Error", {}).get("Code", ""))
             status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
             if code == "NoSuchBucket":
-                return RemoteError(f"bucket {self.bucket!r} does not exist ({self.where}); create it first")
+                return RemoteError(self._no_bucket())
             if code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "InvalidToken", "ExpiredToken") or status == 403:
                 return RemoteError(f"access denied by {self.where} ({code or status}) while trying to {what}; check the AWS credentials")
             return RemoteError(f"{self.where} refused to {what}: {code or status}")
@@ -447,13 +447,23 @@ class S3Backend(Backend):
             return RemoteError(f"{self.where}: cannot {what} ({type(e).__name__})")
         return RemoteError(f"{self.where}: cannot {what} ({type(e).__name__})")
 
+    def _no_bucket(self) -> str:
+        """The server says there is no such bucket. With an endpoint that has a path, the
+        path may be the reason (the requests go to ENDPOINT/PATH/BUCKET/...): say so."""
+        path = urlparse(self.endpoint).path.rstrip("/") if self.endpoint else ""
+        if path:
+            return (f"bucket {self.bucket!r} does not exist at {self.endpoint} ({self.where}); the endpoint's path {path!r} comes "
+                    f"before the bucket in every request: if the server is at the endpoint's root, leave the path out "
+                    f"(`ctape remote rm`, then `ctape remote add` with --endpoint without it); else create the bucket first")
+        return f"bucket {self.bucket!r} does not exist ({self.where}); create it first"
+
     def check(self) -> None:
         try:
             self.client.head_bucket(Bucket=self.bucket)
         except self.bx.ClientError as e:
             status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
             if status == 404:
-                raise RemoteError(f"bucket {self.bucket!r} does not exist ({self.where}); create it first") from None
+                raise RemoteError(self._no_bucket()) from None
             raise self._fail(e, "read the bucket") from None
         except Exception as e:  # noqa: BLE001 - mapped to one line
             raise self._fail(e, "read the bucket") from None

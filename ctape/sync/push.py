@@ -285,7 +285,9 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
     known = store.sessions()
     for s in wanted:
         if s not in known:
-            raise InvalidInput(f"no session {s!r} in this tape")
+            from ..history.sessions import unknown
+
+            raise unknown(tape, s)  # exit 1, with the closest names (SPEC 5), as `log -s` says it
     chosen = wanted or known
     state = State.load(store, name, backend.url)
     if not state.get("checked"):

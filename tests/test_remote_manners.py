@@ -1,0 +1,67 @@
+"""Small manners of the remote and privacy commands an audit found (2026-12-06): `scan`
+checks every session whatever $CTAPE_SESSION says (push sends them all), `push -s` of an
+unknown session says so as other commands do, a bucket "missing" behind an endpoint with a
+path names the path, and a bad CTAPE_WRITER is refused by `init` and `clone` themselves."""
+import os
+import uuid
+
+from conftest import run_cli, snapshot
+from test_remote import s3env, seaweed  # noqa: F401 - fixtures
+
+KEY = "AKIAZ7Q3VXN2LJ4PW6TR"
+
+
+def _two_sessions(tmp_path):
+    d = tmp_path / "t"
+    run_cli("init", d, check=True)
+    run_cli("--dir", d, "append", "user", "--text", "hello", "-s", "s1", check=True)
+    run_cli("--dir", d, "append", "user", "--text", f"the key is {KEY}", "-s", "sec", check=True)
+    return d
+
+
+def test_scan_and_redact_check_every_session_whatever_ctape_session_says(tmp_path):
+    d = _two_sessions(tmp_path)
+    p = run_cli("--dir", d, "scan", env={"CTAPE_SESSION": "s1"})
+    assert p.returncode == 1 and "aws-access-key" in p.stdout.decode() and " sec " in p.stdout.decode(), (p.stdout, p.stderr)
+    p = run_cli("--dir", d, "scan", "-s", "s1")  # -s still narrows it
+    assert p.returncode == 0 and "0 findings in 1 session" in p.stderr.decode(), p.stderr
+    p = run_cli("--dir", d, "redact", "--scan", env={"CTAPE_SESSION": "s1"})
+    assert p.returncode == 0 and "redacted sec" in p.stdout.decode(), (p.stdout, p.stderr)
+    assert run_cli("--dir", d, "scan").returncode == 0
+
+
+def test_push_of_an_unknown_session_says_the_closest_names(tmp_path):
+    d = _two_sessions(tmp_path)
+    (tmp_path / "remote").mkdir()
+    run_cli("--dir", d, "remote", "add", "origin", f"file://{tmp_path / 'remote'}", check=True)
+    before = snapshot(d)
+    p = run_cli("--dir", d, "push", "-s", "s2", "--allow-secrets")
+    err = p.stderr.decode()
+    assert p.returncode == 1 and err.count("\n") == 1 and "no session 's2'" in err and "did you mean s1?" in err, err
+    assert snapshot(d) == before and os.listdir(tmp_path / "remote") == []
+
+
+def test_a_missing_bucket_behind_an_endpoint_with_a_path_names_the_path(tmp_path, s3env):
+    d = _two_sessions(tmp_path)
+    bucket = s3env.bucket("ct-" + uuid.uuid4().hex[:12])  # it exists: the path is what is wrong
+    run_cli("--dir", d, "remote", "add", "p", f"s3://{bucket}/x", "--endpoint", s3env.endpoint + "/some/path", check=True)
+    p = run_cli("--dir", d, "push", "p", "--allow-secrets")
+    err = p.stderr.decode()
+    assert p.returncode != 0 and err.count("\n") == 1 and "'/some/path'" in err and "leave the path out" in err, err
+    run_cli("--dir", d, "remote", "add", "q", f"s3://{bucket}/x", "--endpoint", s3env.endpoint, check=True)
+    assert run_cli("--dir", d, "push", "q", "--allow-secrets").returncode == 0
+
+
+def test_a_bad_ctape_writer_is_refused_by_init_and_clone_before_anything_is_made(tmp_path):
+    for bad in ("ci", "Laptop1", "x" * 33):
+        p = run_cli("init", tmp_path / "new", env={"CTAPE_WRITER": bad})
+        err = p.stderr.decode()
+        assert p.returncode == 2 and err.count("\n") == 1 and "CTAPE_WRITER must be 4-32 characters" in err, err
+        assert not (tmp_path / "new").exists()
+    d = _two_sessions(tmp_path)
+    (tmp_path / "remote").mkdir()
+    run_cli("--dir", d, "remote", "add", "origin", f"file://{tmp_path / 'remote'}", check=True)
+    run_cli("--dir", d, "push", "--allow-secrets", check=True)
+    p = run_cli("clone", f"file://{tmp_path / 'remote'}", tmp_path / "c", env={"CTAPE_WRITER": "ci"})
+    assert p.returncode == 2 and "CTAPE_WRITER must be" in p.stderr.decode(), p.stderr
+    assert not (tmp_path / "c").exists()
