@@ -65,3 +65,32 @@ def test_a_bad_ctape_writer_is_refused_by_init_and_clone_before_anything_is_made
     p = run_cli("clone", f"file://{tmp_path / 'remote'}", tmp_path / "c", env={"CTAPE_WRITER": "ci"})
     assert p.returncode == 2 and "CTAPE_WRITER must be" in p.stderr.decode(), p.stderr
     assert not (tmp_path / "c").exists()
+
+
+def test_a_pull_that_makes_a_conflict_branch_says_so(tmp_path):
+    """Both copies appended to `main` offline; the pull that brings the other side makes a
+    conflict branch, and HEAD may now be on the other copy's work. It said only "pulled 1
+    file"; a note now names the branch (stderr; `--json` has `conflicts`). A pull with
+    nothing new, or a new session, says nothing of conflicts."""
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    a, b = tmp_path / "a", tmp_path / "b"
+    run_cli("init", a, env={"CTAPE_WRITER": "laptop"}, check=True)
+    run_cli("--dir", a, "append", "user", "--text", "start", "-s", "s1", env={"CTAPE_WRITER": "laptop"}, check=True)
+    run_cli("--dir", a, "remote", "add", "origin", f"file://{remote}", check=True)
+    run_cli("--dir", a, "push", env={"CTAPE_WRITER": "laptop"}, check=True)
+    run_cli("clone", f"file://{remote}", b, env={"CTAPE_WRITER": "cibox"}, check=True)
+    run_cli("--dir", a, "append", "user", "--text", "from A", "-s", "s1", env={"CTAPE_WRITER": "laptop"}, check=True)
+    run_cli("--dir", b, "append", "user", "--text", "from B", "-s", "s1", env={"CTAPE_WRITER": "cibox"}, check=True)
+    run_cli("--dir", b, "append", "user", "--text", "new session", "-s", "s2", env={"CTAPE_WRITER": "cibox"}, check=True)
+    run_cli("--dir", b, "push", env={"CTAPE_WRITER": "cibox"}, check=True)
+    p = run_cli("--dir", a, "pull", env={"CTAPE_WRITER": "laptop"}, check=True)
+    err = p.stderr.decode()
+    notes = [line for line in err.splitlines() if line.startswith("note:")]
+    assert len(notes) == 1 and "note: session s1: main moved on this copy and on origin's" in notes[0], err
+    branch = notes[0].split("is kept as ")[1].split(" ")[0]
+    assert branch.startswith("main.conflict-")
+    listed = run_cli("--dir", a, "branch", "-s", "s1", check=True).stdout.decode()
+    assert branch in listed, listed
+    p = run_cli("--dir", a, "pull", "--json", env={"CTAPE_WRITER": "laptop"}, check=True)
+    assert '"conflicts": {}' in p.stdout.decode() and "note:" not in p.stderr.decode()

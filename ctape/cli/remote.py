@@ -263,7 +263,22 @@ def pull(ctx, name, sessions, as_json):
                    f"{_n(sum(r['skipped'].values()), 'piece')} skipped (see the warnings)")
     else:
         click.echo(_summary("pulled", r))
+    if not as_json:
+        _say_conflicts(r.get("conflicts", {}), name)
     _fail_on_damage(r, name)
+
+
+def _say_conflicts(conflicts: dict, name: str) -> None:
+    """A branch that this copy and another both moved is now two (docs/sync.md, "Conflicts"):
+    said, since HEAD may now be on the other copy's side, and an agent appending on would
+    not know."""
+    from ..model.refs import CONFLICT
+
+    for session, branches in conflicts.items():
+        for b in branches:
+            of = b[: b.rindex(CONFLICT)]
+            click.echo(f"note: session {session}: {of} moved on this copy and on {name}'s: one side is {of} now, the other "
+                       f"is kept as {b} (see `ctape branch -s {session}` and `ctape log {b} -s {session}`)", err=True)
 
 
 def _fail_on_damage(r: dict, name: str) -> None:

@@ -29,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterable, Optional
 
 from ..model.errors import InvalidInput
+from ..model.refs import CONFLICT
 from ..store.files import check_not_symlink, fsync_dir, make_folder, storage_error, uninterrupted, write_all
 from ..store.segment import new_file_whole as _new_file
 from ..store.store import Store
@@ -163,6 +164,8 @@ def _pull(tape, backend: Backend, name: str, sessions: Iterable[str], warn: Call
             if chain:
                 jobs.append((s, file, chain))
         total = sum(f["end"] - f["start"] for _, _, chain in jobs for f in chain)
+        # the branches of each session that gets bytes, to say which conflicts the pull made
+        branches_before = {s: set(tape.session(s).refs().branches) for s in {s for s, _, _ in jobs}}
         got, files, done = 0, 0, 0
         skipped = {"missing": 0, "damaged": 0}  # pieces not pulled (warned about one by one)
         with ThreadPoolExecutor(WORKERS) as pool:
@@ -201,8 +204,13 @@ def _pull(tape, backend: Backend, name: str, sessions: Iterable[str], warn: Call
         state.save(store)
     moved = time.monotonic() - t0
     tape.store.refresh()  # what the next command would do anyway: the index reads the new bytes
+    conflicts = {}  # session -> the conflict branches this pull made (both copies moved a branch)
+    for s, before in sorted(branches_before.items()):
+        made = sorted(b for b in set(tape.session(s).refs().branches) - before if CONFLICT in b)
+        if made:
+            conflicts[s] = made
     return {"remote": name, "files": files, "bytes": got, "requests": backend.requests, "skipped": skipped, "salvage_reports": reports,
-            "transfer_seconds": round(moved, 3), "index_seconds": round(time.monotonic() - t0 - moved, 3)}
+            "conflicts": conflicts, "transfer_seconds": round(moved, 3), "index_seconds": round(time.monotonic() - t0 - moved, 3)}
 
 
 def _apply(store, session: str, file: str, pieces: list) -> int:
