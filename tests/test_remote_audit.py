@@ -227,9 +227,11 @@ def test_a_damaged_session_defers_only_its_own_remote_deletions(tmp_path, remote
     other_before = {k for k in remote_blobs(remote_url) if k.startswith("f/other/")}
 
     cli(a, "redact", "-s", "chat", "--pattern", secret)
-    p = cli(a, "compact", "--remote", "origin", "--grace", "now", "--json")
+    p = cli(a, "compact", "--remote", "origin", "--grace", "now", "--json", check=False)
     out = json.loads(p.stdout)
     assert out["deleted"]["files"] >= 1 and "other" in out["deferred"], out
+    # the damaged session was held back by the push: exit 1, as `push` (2026-12-06)
+    assert p.returncode == 1 and out["held_back"] == ["other"] and "the push held back other" in p.stderr.decode(), p.stderr
     after = remote_blobs(remote_url)
     assert holds(after, secret) == []  # the healthy session's old files went
     assert other_before <= set(after)  # the damaged session's stay, every piece

@@ -94,3 +94,26 @@ def test_a_pull_that_makes_a_conflict_branch_says_so(tmp_path):
     assert branch in listed, listed
     p = run_cli("--dir", a, "pull", "--json", env={"CTAPE_WRITER": "laptop"}, check=True)
     assert '"conflicts": {}' in p.stdout.decode() and "note:" not in p.stderr.decode()
+
+
+def test_a_remote_compaction_that_held_sessions_back_exits_1(tmp_path):
+    """`push` exits 1 when it holds a session back (a likely secret); `compact --remote`, which
+    pushes first, exited 0, so a script that runs it to take a redacted secret off the
+    remote took it for done. It exits 1 now, naming the session, and the others' work is
+    done as before."""
+    d = _two_sessions(tmp_path)
+    (tmp_path / "remote").mkdir()
+    run_cli("--dir", d, "remote", "add", "origin", f"file://{tmp_path / 'remote'}", check=True)
+    p = run_cli("--dir", d, "compact", "--remote", "origin", "--grace", "now")
+    err = p.stderr.decode()
+    assert p.returncode == 1 and ("ctape: error: the push held back sec (see" in err or "held back every session it had to send" in err), err
+    assert err.count("ctape: error") == 1 and "Traceback" not in err
+    for args in ([], ["--json"]):  # one held back, the other sent
+        run_cli("--dir", d, "append", "user", "--text", "more", "-s", "s1", check=True)
+        p = run_cli("--dir", d, "compact", "--remote", "origin", "--grace", "now", *args)
+        err = p.stderr.decode()
+        assert p.returncode == 1 and "ctape: error: the push held back sec (see" in err, err
+        assert err.count("ctape: error") == 1 and "Traceback" not in err
+    run_cli("--dir", d, "redact", "--scan", check=True)
+    p = run_cli("--dir", d, "compact", "--remote", "origin", "--grace", "now")
+    assert p.returncode == 0, p.stderr

@@ -131,6 +131,7 @@ def _compact_remote(tape, name, expire, grace, dry_run, allow_secrets, progress,
         click.echo("", err=True)
     if as_json:
         emit_json(r)
+        _fail_if_held_back(r, name)
         return
     loc, d = r["local"], r["deleted"]
     click.echo(f"kept {loc['kept_objects']} {plural(loc['kept_objects'], 'object', 'objects')} ({loc['kept_bytes']} bytes), "
@@ -147,6 +148,19 @@ def _compact_remote(tape, name, expire, grace, dry_run, allow_secrets, progress,
     for p in r["pending"]:
         when = "now" if p["due_in_seconds"] == 0 else f"in {_duration(p['due_in_seconds'])}"
         click.echo(f"remote {name}: plan {p['n']}: {p['files']} file{'' if p['files'] == 1 else 's'} ({p['bytes']} bytes) to delete, due {when}", err=True)
+    _fail_if_held_back(r, name)
+
+
+def _fail_if_held_back(r: dict, name: str) -> None:
+    """Exit 1 when the push of a remote compaction held sessions back, as `push` does: what
+    they hold is not on the remote, and a redaction meant to leave it is not done there."""
+    held = r.get("held_back") or []
+    if held:
+        from ..sync.push_check import HeldBack
+
+        shown = "every session it had to send" if held == ["*"] else ", ".join(held[:5]) + (" ..." if len(held) > 5 else "")
+        raise HeldBack(f"the push held back {shown} (see the warnings above): not on {name}, and the deletions there wait; "
+                       "deal with what the warnings say, then run `ctape compact --remote` again")
 
 
 def _duration(seconds: int) -> str:

@@ -166,18 +166,22 @@ def compact_remote(tape, backend: Backend, name: str, expire="90d", grace="14d",
     local = tape.compact(expire=expire, grace=grace, progress=progress)
     after = _local_files(store)
     redacted = set(tape.redactions())  # their records go up with this push: a deletion names them
+    held_back = []  # sessions the push held back (secrets, damage): their deletions wait, and the run fails
     try:
         pushed = push(tape, backend, name, allow_secrets=allow_secrets, warn=warn)
     except HeldBack as e:  # nothing to send but what is held back: the other sessions' deletions go on
         warn(f"{e} (its remote deletions wait)")
         pushed = {"bytes": 0, "held_back": {}}
-    for why in pushed["held_back"].values():
+        held_back = ["*"]  # every session it had to send
+    for s, why in pushed["held_back"].items():
         warn(f"{why} (its remote deletions wait)")
+        held_back.append(s)
     # this copy's turn on the remote's state (remote.held), for the deletions only: a `push
     # --follow` beside this run waits while it deletes, not while it compacts
     with held(store, name, warn):
         out = _carry_out(tape, backend, name, grace_s, before, after, redacted, warn)
-    return {"remote": name, "local": local, "pulled": pulled["bytes"], "pushed": pushed["bytes"], **out, "requests": backend.requests}
+    return {"remote": name, "local": local, "pulled": pulled["bytes"], "pushed": pushed["bytes"], **out, "held_back": held_back,
+            "requests": backend.requests}
 
 
 def _carry_out(tape, backend: Backend, name: str, grace_s: float, before: dict, after: dict, redacted: set, warn) -> dict:
