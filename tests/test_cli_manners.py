@@ -249,3 +249,25 @@ def test_counts_of_one_are_said_in_the_singular(tape_dir, tmp_path):
     assert "kept 1 line that is not JSON as it is" in said, said
     for text in (said,):
         assert "(s)" not in text and " 1 lines" not in text
+
+
+def test_git_ranges_and_exclusions_say_what_to_use_instead(tape_dir):
+    """`log main..alt` and `log ^alt main` are git's ranges; ctape reads no range as a ref.
+    They said "unknown ref" with a generic hint and "nothing before '^a'"; they now point
+    at `diff` (audit, 2026-12-06)."""
+    with Tape.open(tape_dir) as t:
+        s = t.session("chat")
+        s.append("user", {"content": "one"})
+        s.branch("alt")
+    r = run_cli("--dir", tape_dir, "log", "main..alt", "-s", "chat")
+    err = r.stderr.decode()
+    assert r.returncode == 1 and err.count("\n") == 1 and "A..B ranges are not read here: `ctape diff A B`" in err, err
+    r = run_cli("--dir", tape_dir, "log", "^alt", "main", "-s", "chat")
+    err = r.stderr.decode()
+    assert r.returncode == 2 and "nothing before '^';" in err and "`ctape diff A B`" in err, err
+
+
+def test_a_mistyped_command_reads_as_one_sentence(tape_dir):
+    r = run_cli("--dir", tape_dir, "lgo")
+    err = r.stderr.decode()
+    assert r.returncode == 2 and "Did you mean 'log'? (see `" in err and "?;" not in err, err

@@ -46,9 +46,13 @@ class CtapeGroup(click.Group):
             if _no_args_is_help(e) and ctx is not None:
                 click.echo(ctx.get_help())  # bare `ctape` (or `ctape session`): the help, not an error
                 sys.exit(0)
+            message = e.format_message()
             if isinstance(e, click.UsageError) and ctx is not None:
-                hint = f"; see `{ctx.command_path} --help`"
-            _fail(e.format_message().rstrip(". ") + hint if hint else e.format_message(), e.exit_code)
+                if message.endswith("?"):  # "No such command 'lgo'. Did you mean 'log'?"
+                    message += f" (see `{ctx.command_path} --help`)"
+                else:
+                    message = message.rstrip(". ") + f"; see `{ctx.command_path} --help`"
+            _fail(message, e.exit_code)
         except click.exceptions.Exit as e:
             sys.exit(e.exit_code)
 

@@ -345,7 +345,9 @@ class Tape:
         if len(base) >= 4 and all(c in "0123456789abcdef" for c in base.lower()):
             return self._resolve_prefix(base.lower())
         hint = "see `ctape sessions` and `ctape log`"
-        if NAME_RE.fullmatch(base) and session is None:  # a session's name, most likely (SPEC 5: the closest ones)
+        if ".." in base:  # git's A..B (what B has that A has not): no range is a ref here
+            hint = "A..B ranges are not read here: `ctape diff A B` compares two refs, `ctape log B` shows B's history"
+        elif NAME_RE.fullmatch(base) and session is None:  # a session's name, most likely (SPEC 5: the closest ones)
             from .sessions import closest
 
             hint = closest(self, base)

@@ -48,7 +48,9 @@ def parse_ref(text: str) -> RefSpec:
     base = text if m is None else text[: m.start()]
     rest = "" if m is None else text[m.start() :]
     if not base:
-        raise InvalidInput(f"invalid ref {shown(text)}: nothing before {rest[:2]!r}")
+        what = "@{" if rest.startswith("@{") else rest[0]
+        also = "; ^REF (git's \"not REF\") is not read here: `ctape diff A B` compares two refs" if what == "^" else ""
+        raise InvalidInput(f"invalid ref {shown(text)}: nothing before {what!r}{also}")
     reflog = None
     if rest.startswith("@{"):
         close = rest.find("}")
