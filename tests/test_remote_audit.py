@@ -829,3 +829,51 @@ def test_a_percent_encoded_file_url_names_the_folder_it_encodes(tmp_path):
     assert run_cli("--dir", tmp_path / "c", "log", "-s", "s", "--oneline", check=True).stdout.strip().endswith(b"hi")
     p = run_cli("--dir", a, "remote", "add", "nul", "file:///tmp/a%00b")
     assert p.returncode == 2 and b"bad remote URL" in p.stderr
+
+
+def test_a_store_that_hangs_up_before_answering_is_said_with_what_to_do(tmp_path):
+    """An endpoint (or a proxy) that takes each request and closes the connection without
+    an answer ended a push with "cannot read the bucket (ConnectionClosedError)": the
+    exception's name. It now says what happened and what to check (audit, 2026-12-06). A
+    real listening socket that reads a request and hangs up."""
+    import socket
+    import threading
+
+    srv = socket.socket()
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(16)
+    stop = threading.Event()
+
+    def serve():
+        srv.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                c, _ = srv.accept()
+            except OSError:
+                continue
+            try:
+                c.settimeout(2)
+                c.recv(65536)
+            except OSError:
+                pass
+            c.close()
+
+    th = threading.Thread(target=serve, daemon=True)
+    th.start()
+    try:
+        a = tmp_path / "A"
+        Tape.init(a).session("chat").append("user", {"content": "hi"})
+        env = {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s", "CTAPE_REMOTE_TIMEOUT": "1"}
+        cli(a, "remote", "add", "origin", "s3://tapes/team", "--endpoint", f"http://127.0.0.1:{srv.getsockname()[1]}")
+        before = snapshot(a)
+        for verb in ("push", "pull"):
+            p = cli(a, verb, check=False, env=env)
+            err = p.stderr.decode()
+            assert p.returncode == 1 and "Traceback" not in err and err.count("ctape: error") == 1, err
+            assert "closed the connection before answering" in err and "CTAPE_REMOTE_TIMEOUT" in err and "(ConnectionClosedError)" not in err, err
+        assert snapshot(a) == before
+    finally:
+        stop.set()
+        th.join(5)
+        srv.close()

@@ -315,7 +315,8 @@ class Tape:
                                    f"not a branch; {hint} the moves of every branch")
             name = base if NAME_RE.fullmatch(base) and self._session_exists(base) else session
             if name is None or (base != name and not self._session_exists(base)):
-                raise RefNotFound(f"@{{N}} needs a session: {shown(base, REF_SHOWN)} is not one")
+                raise RefNotFound(f"@{{N}} needs a session: {shown(base, REF_SHOWN)} is not one (it counts HEAD's positions in a "
+                                  f"session's ref log: SESSION@{{N}}, or HEAD@{{N}} -s SESSION; `ctape reflog` lists every branch's moves)")
             return self._session_class(self, name).head_at(reflog)
         if is_hash(base):
             if not self.store.has_object(base):

@@ -433,6 +433,9 @@ class S3Backend(Backend):
         if isinstance(e, bx.ReadTimeoutError):
             return RemoteError(f"no answer from {self.where} at {self.endpoint or 'AWS'} in {self.wait:g} s ({TRIES} tries) while trying to {what}; "
                                "check --endpoint / AWS_ENDPOINT_URL and the network, or give it longer (CTAPE_REMOTE_TIMEOUT=SECONDS)")
+        if isinstance(e, bx.ConnectionClosedError):  # the server (or a proxy) hung up before answering
+            return RemoteError(f"{self.where} at {self.endpoint or 'AWS'} closed the connection before answering while trying to {what}; "
+                               "check the server and the network, or give it longer (CTAPE_REMOTE_TIMEOUT=SECONDS)")
         if isinstance(e, (bx.EndpointConnectionError, bx.ConnectTimeoutError)):
             return RemoteError(f"cannot reach {self.where} at {self.endpoint or 'AWS'}: check --endpoint / AWS_ENDPOINT_URL and the network")
         if isinstance(e, bx.ClientError):
