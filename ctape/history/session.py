@@ -151,7 +151,7 @@ class Session(Branching):
         if damaged and damaged[0] in lost:
             raise CorruptObject(
                 f"session {self.name!r} lost acknowledged records: {damaged[0]} is shorter than this machine had read it, or gone "
-                "(an rsync --delete or --inplace?); its branches and HEAD may be wrong, so nothing is written to it; "
+                "(an rsync --delete or --inplace, or the folder replaced by another copy of the tape?); its branches and HEAD may be wrong, so nothing is written to it; "
                 "sync it back from a copy that has it, or run `ctape fsck --salvage` to go on without it")
         if damaged:
             raise CorruptObject(
