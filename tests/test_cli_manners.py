@@ -271,3 +271,19 @@ def test_a_mistyped_command_reads_as_one_sentence(tape_dir):
     r = run_cli("--dir", tape_dir, "lgo")
     err = r.stderr.decode()
     assert r.returncode == 2 and "Did you mean 'log'? (see `" in err and "?;" not in err, err
+
+
+def test_a_write_to_a_session_chosen_by_prefix_names_it(tape_dir):
+    """`-s` takes a unique prefix (SPEC 13). A read shows what it read; `branch -D main -s
+    chat` deleted a branch of `chat-long` and said nothing of whose (audit, 2026-12-06).
+    Writes that move refs now say which session the prefix named; a whole name, or a read,
+    says nothing more."""
+    with Tape.open(tape_dir) as t:
+        t.session("chat-long").append("user", {"content": "one"})
+    for args in (["branch", "b1", "-s", "chat"], ["tag", "t1", "-s", "chat"], ["checkout", "b1", "-s", "chat"],
+                 ["branch", "-D", "main", "-s", "chat"]):
+        r = run_cli("--dir", tape_dir, *args)
+        assert r.returncode == 0 and "note: -s chat is session chat-long" in r.stderr.decode(), (args, r.stderr)
+    for args in (["branch", "b2", "-s", "chat-long"], ["log", "-s", "chat"], ["status", "-s", "chat"]):
+        r = run_cli("--dir", tape_dir, *args)
+        assert r.returncode == 0 and "note:" not in r.stderr.decode(), (args, r.stderr)

@@ -296,6 +296,9 @@ def open_tape(ctx: click.Context):
     return obj["tape"]
 
 
+_MOVES_REFS = {"checkout", "branch", "tag", "recover"}  # commands that change an existing session's refs
+
+
 def need_session(ctx: click.Context, session: str | None, exists: bool = True) -> str:
     """The session a command works on: -s / $CTAPE_SESSION, else this machine's choice
     (`session use`), else the tape's only session. With `exists`, it must exist."""
@@ -305,7 +308,11 @@ def need_session(ctx: click.Context, session: str | None, exists: bool = True) -
     if session is not None:  # an empty -s is a bad name, not "no session given"
         check_name(session, "session name")
         if exists:
-            return require(open_tape(ctx), session)
+            found = require(open_tape(ctx), session)
+            if found != session and ctx.info_name in _MOVES_REFS:
+                # a read by a prefix shows what it read; a write that moves refs says whose
+                click.echo(f"note: -s {session} is session {found} (the one whose name starts so)", err=True)
+            return found
         _note_new_prefix(open_tape(ctx), session)
         return session
     return default(open_tape(ctx))

@@ -22,7 +22,8 @@ def sessions(ctx, as_json):
     of nothing else is not one); the source, for an imported session, the agent
     and the folder it ran in. In a terminal, long
     names and titles are cut to its width (a unique prefix of a name is enough
-    for -s of a command that reads; a write to a name no session has creates it).
+    for -s of a command that reads, and of checkout, branch and tag, which say
+    which session it named; an append to a name no session has creates it).
 
     \b
     Examples:
