@@ -287,3 +287,13 @@ def test_a_write_to_a_session_chosen_by_prefix_names_it(tape_dir):
     for args in (["branch", "b2", "-s", "chat-long"], ["log", "-s", "chat"], ["status", "-s", "chat"]):
         r = run_cli("--dir", tape_dir, *args)
         assert r.returncode == 0 and "note:" not in r.stderr.decode(), (args, r.stderr)
+
+
+def test_branch_lists_a_detached_head_first_as_git_does(tape_dir):
+    with Tape.open(tape_dir) as t:
+        s = t.session("s")
+        first = s.append("user", {"content": "one"}).hash
+        s.append("user", {"content": "two"})
+        s.checkout(first)
+    lines = run_cli("--dir", tape_dir, "branch", "-s", "s", check=True).stdout.decode().splitlines()
+    assert lines[0] == f"* (HEAD detached at {first[:12]})" and lines[1].startswith("  main "), lines

@@ -178,13 +178,13 @@ def branch(ctx, name, ref, delete, force_delete, session, as_json):
             emit_json(b)
         return
     width = max([24, *(len(b["name"]) for b in rows)])
+    st = s.refs()
+    if st.branch is None and st.head_hash:  # first, as git lists it
+        click.echo(f"* (HEAD detached at {st.head_hash[:12]})")
     for b in rows:
         mark = "*" if b["current"] else " "
         note = f"  (conflict: the other tip of {b['conflict_of']})" if "conflict_of" in b else ""
         click.echo(clean(f"{mark} {b['name']:<{width}} {b['hash'][:12]}{note}"))
-    st = s.refs()
-    if st.branch is None and st.head_hash:
-        click.echo(f"* (HEAD detached at {st.head_hash[:12]})")
 
 
 @main.command()
