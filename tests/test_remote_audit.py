@@ -635,9 +635,10 @@ def test_push_follow_goes_on_after_a_refusal_and_sends_once_it_is_resolved(tmp_p
 
 
 @contextlib.contextmanager
-def _silent_endpoint():
+def _silent_endpoint(hang_up: bool = False):
     """(port, the connections taken): a real listening socket on loopback that takes
-    every connection, reads nothing and answers nothing, until the block ends."""
+    every connection, reads nothing and answers nothing, until the block ends; with
+    `hang_up`, it reads each request and closes the connection without an answer."""
     import socket
     import threading
 
@@ -651,9 +652,18 @@ def _silent_endpoint():
         srv.settimeout(0.2)
         while not stop.is_set():
             try:
-                held.append(srv.accept()[0])
+                c = srv.accept()[0]
+            except OSError:
+                continue
+            if not hang_up:
+                held.append(c)
+                continue
+            try:
+                c.settimeout(2)
+                c.recv(65536)
             except OSError:
                 pass
+            c.close()
 
     th = threading.Thread(target=accept, daemon=True)
     th.start()
@@ -667,6 +677,15 @@ def _silent_endpoint():
         srv.close()
 
 
+def _copy_with_remote_at(tmp_path, port: int):
+    """(a new copy with one entry and a remote `origin` at 127.0.0.1:PORT, the environment
+    to run it with: made-up credentials, a 1 s wait for each answer)."""
+    a = tmp_path / "A"
+    Tape.init(a).session("chat").append("user", {"content": "hi"})
+    cli(a, "remote", "add", "origin", "s3://tapes/team", "--endpoint", f"http://127.0.0.1:{port}")
+    return a, {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s", "CTAPE_REMOTE_TIMEOUT": "1"}
+
+
 def test_a_store_that_never_answers_is_said_and_given_up_on(tmp_path):
     """An endpoint that takes the connection and never answers held `pull` and `push` 120 s
     a try, 4 tries, 8 minutes in all, saying nothing. Now each try waits CTAPE_REMOTE_TIMEOUT
@@ -675,10 +694,7 @@ def test_a_store_that_never_answers_is_said_and_given_up_on(tmp_path):
     import time
 
     with _silent_endpoint() as (port, held):
-        a = tmp_path / "A"
-        Tape.init(a).session("chat").append("user", {"content": "hi"})
-        env = {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s", "CTAPE_REMOTE_TIMEOUT": "1"}
-        cli(a, "remote", "add", "origin", "s3://tapes/team", "--endpoint", f"http://127.0.0.1:{port}")
+        a, env = _copy_with_remote_at(tmp_path, port)
         before = snapshot(a)
         for verb in ("push", "pull"):
             t0 = time.monotonic()
@@ -836,36 +852,8 @@ def test_a_store_that_hangs_up_before_answering_is_said_with_what_to_do(tmp_path
     an answer ended a push with "cannot read the bucket (ConnectionClosedError)": the
     exception's name. It now says what happened and what to check (audit, 2026-12-06). A
     real listening socket that reads a request and hangs up."""
-    import socket
-    import threading
-
-    srv = socket.socket()
-    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    srv.bind(("127.0.0.1", 0))
-    srv.listen(16)
-    stop = threading.Event()
-
-    def serve():
-        srv.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                c, _ = srv.accept()
-            except OSError:
-                continue
-            try:
-                c.settimeout(2)
-                c.recv(65536)
-            except OSError:
-                pass
-            c.close()
-
-    th = threading.Thread(target=serve, daemon=True)
-    th.start()
-    try:
-        a = tmp_path / "A"
-        Tape.init(a).session("chat").append("user", {"content": "hi"})
-        env = {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s", "CTAPE_REMOTE_TIMEOUT": "1"}
-        cli(a, "remote", "add", "origin", "s3://tapes/team", "--endpoint", f"http://127.0.0.1:{srv.getsockname()[1]}")
+    with _silent_endpoint(hang_up=True) as (port, _):
+        a, env = _copy_with_remote_at(tmp_path, port)
         before = snapshot(a)
         for verb in ("push", "pull"):
             p = cli(a, verb, check=False, env=env)
@@ -873,7 +861,3 @@ def test_a_store_that_hangs_up_before_answering_is_said_with_what_to_do(tmp_path
             assert p.returncode == 1 and "Traceback" not in err and err.count("ctape: error") == 1, err
             assert "closed the connection before answering" in err and "CTAPE_REMOTE_TIMEOUT" in err and "(ConnectionClosedError)" not in err, err
         assert snapshot(a) == before
-    finally:
-        stop.set()
-        th.join(5)
-        srv.close()

@@ -6,7 +6,6 @@ after it was created again, so only a copy that found it missing knew)."""
 import os
 import shutil
 import uuid
-from urllib.parse import urlparse
 
 import pytest
 
