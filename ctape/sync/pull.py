@@ -164,8 +164,9 @@ def _pull(tape, backend: Backend, name: str, sessions: Iterable[str], warn: Call
             if chain:
                 jobs.append((s, file, chain))
         total = sum(f["end"] - f["start"] for _, _, chain in jobs for f in chain)
-        # the branches of each session that gets bytes, to say which conflicts the pull made
-        branches_before = {s: set(tape.session(s).refs().branches) for s in {s for s, _, _ in jobs}}
+        # the branches of each session here that gets bytes, to say which conflicts the pull
+        # made (a session new to this copy has none: a clone reads no refs here)
+        branches_before = {s: set(tape.session(s).refs().branches) for s in {s for s, _, _ in jobs} if tape._session_exists(s)}
         got, files, done = 0, 0, 0
         skipped = {"missing": 0, "damaged": 0}  # pieces not pulled (warned about one by one)
         with ThreadPoolExecutor(WORKERS) as pool:
