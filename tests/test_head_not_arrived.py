@@ -128,3 +128,26 @@ def test_readers_refuse_where_head_has_not_arrived_rather_than_answer_empty(tmp_
         assert hashes[2][:12] in out and hashes[1][:12] in out, (args, out)
     assert "HEAD's record has not arrived" in run_cli("--dir", c1, "status", "-s", "s", check=True).stdout.decode()
     assert snapshot(c1) == before
+
+
+def test_the_web_view_says_what_is_missing_not_no_entries(tmp_path):
+    """`ctape serve`'s session page said "no entries yet · 0 entries on HEAD" on such a copy,
+    where `status` says HEAD's record has not arrived; it says that now (audit follow-up)."""
+    import threading
+
+    from ctape.web import make_server
+    from test_serve import get
+
+    _, c1, hashes = _cut_off_copy(tmp_path)
+    t = Tape.open(c1)
+    httpd = make_server(t, "127.0.0.1", 0)
+    th = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    th.start()
+    try:
+        code, _, body = get(httpd.server_address[1], "/s/s")
+        assert code == 200
+        assert "record has not arrived yet" in body and "no entries yet" not in body and "0 entries on HEAD" not in body, body[:3000]
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        t.close()

@@ -485,9 +485,15 @@ class Site:
         sess = self.session(name)
         branches = sess.branches()
         current = st["branch"]
+        if st["head"]:
+            at_head = f'<span>HEAD: <b>{esc(current or "detached")}</b> <a class="hash" href="{esc(e_url(st["head"], name))}">{esc((st["head"] or "")[:10])}</a></span>'
+        elif st.get("incomplete"):  # as `ctape status` says it: HEAD unknown here, not unborn
+            at_head = '<span class="badge warn">HEAD\'s record has not arrived yet, though branches have (a sync under way?)</span>'
+        else:
+            at_head = "<span>no entries yet</span>"
         facts = [
-            f'<span>HEAD: <b>{esc(current or "detached")}</b> <a class="hash" href="{esc(e_url(st["head"], name))}">{esc((st["head"] or "")[:10])}</a></span>' if st["head"] else "<span>no entries yet</span>",
-            f'<span>{st["seq"]:,} entries on HEAD</span>',
+            at_head,
+            *([f'<span>{st["seq"]:,} entries on HEAD</span>'] if st["head"] or not st.get("incomplete") else []),
             f"<span>{len(branches)} branch{'es' if len(branches) != 1 else ''}</span>",
         ]
         tags = sorted(sess.refs().tags.items())
