@@ -297,3 +297,34 @@ def test_branch_lists_a_detached_head_first_as_git_does(tape_dir):
         s.checkout(first)
     lines = run_cli("--dir", tape_dir, "branch", "-s", "s", check=True).stdout.decode().splitlines()
     assert lines[0] == f"* (HEAD detached at {first[:12]})" and lines[1].startswith("  main "), lines
+
+
+def test_ctrl_c_is_one_line_in_a_log_and_starts_a_line_at_a_terminal(tmp_path):
+    """Ctrl-C during a command that waits (`import -` on an open pipe) printed a blank line
+    first (click's own), so a script's log had an empty line before `ctape: error:
+    interrupted`. Now the line comes alone, and at a terminal it starts after the `^C`
+    the terminal echoed rather than beside it."""
+    import signal
+
+    d = tmp_path / "t"
+    Tape.init(d).close()
+    cmd = [sys.executable, "-m", "ctape", "--dir", str(d), "import", "-", "-s", "x"]
+    keep_sigint = lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)  # noqa: E731 - as from a terminal
+    p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=keep_sigint)
+    time.sleep(1.5)  # started, waiting for its input
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=30)
+    assert p.returncode == 130 and err == b"ctape: error: interrupted\n", err
+
+    master, slave = pty.openpty()
+    p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=slave, preexec_fn=keep_sigint)
+    os.close(slave)
+    time.sleep(1.5)
+    p.send_signal(signal.SIGINT)
+    p.communicate(timeout=30)
+    seen, end = b"", time.monotonic() + 10
+    while b"interrupted" not in seen and time.monotonic() < end:
+        if select.select([master], [], [], 0.2)[0]:
+            seen += os.read(master, 1024)
+    os.close(master)
+    assert p.returncode == 130 and seen.replace(b"\r", b"") == b"\nctape: error: interrupted\n", seen

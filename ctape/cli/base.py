@@ -76,6 +76,8 @@ class CtapeGroup(click.Group):
             raise
         except BrokenPipeError:
             _quiet_broken_pipe()
+        except KeyboardInterrupt:  # here, before click's own handling prints a blank line first
+            _interrupted()
         except Exception as e:  # noqa: BLE001 - the one place errors become exit codes
             from ..errors import CtapeError
 
@@ -177,11 +179,22 @@ def _show_warning(message, category, *_args, **_kwargs):
 
 def _interrupted():
     """Exit 130 with one line; a further Ctrl-C meanwhile (often there are two: a second
-    press, or `timeout` signalling the process and then its group) is not a traceback."""
+    press, or `timeout` signalling the process and then its group) is not a traceback.
+    On a terminal the line starts after the `^C` the terminal echoed; in a log, no blank
+    line comes before it."""
     from ..store.files import uninterrupted
 
     with uninterrupted(reraise=False):
+        if _stderr_is_terminal():
+            click.echo("", err=True)
         _fail("interrupted", 130)
+
+
+def _stderr_is_terminal() -> bool:
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):  # replaced, or closed
+        return False
 
 
 def _fail(msg: str, code: int):
