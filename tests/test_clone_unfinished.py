@@ -86,13 +86,18 @@ def test_a_clone_run_again_after_it_finished_pulls(remote, tmp_path):
     run_cli("--dir", src, "push", check=True)
     p = run_cli("clone", url, target)
     assert p.returncode == 0, p.stderr.decode()
-    assert b"is a clone of " + url.encode() + b" already; pulled" in p.stdout, p.stdout
+    assert b"already has " + url.encode() + b" as origin (an earlier clone, or the copy that pushed there); pulled" in p.stdout, p.stdout
     with Tape.open(target) as t:
         assert t.session("chat").head.hash == more
     # a folder that is another tape, or not a clone of this remote, is still refused
     run_cli("--dir", tmp_path / "mine", "init", check=True)
     p = run_cli("clone", url, tmp_path / "mine")
     assert p.returncode == 2 and b"not empty" in p.stderr
+
+    # the copy that pushed there is not called a clone: it has the remote as origin
+    p = run_cli("clone", url, src)
+    assert p.returncode == 0 and b"is a clone of" not in p.stdout, p.stdout
+    assert p.stdout.startswith(str(src).encode() + b" already has " + url.encode() + b" as origin"), p.stdout
 
 
 def test_a_clone_under_way_is_not_taken_over(remote, tmp_path):

@@ -323,7 +323,7 @@ def clone(url, directory, endpoint, as_json):
     if as_json:
         emit_json(r)
     elif r.get("already"):  # an earlier run of this clone finished (its end was not seen): brought up to date
-        click.echo(f"{clean(r['dir'])} is a clone of {clean(url)} already; pulled {_n(r['files'], 'file')} ({_human(r['bytes'])}) in {_n(r['requests'], 'request')}")
+        click.echo(f"{clean(r['dir'])} already has {clean(url)} as origin (an earlier clone, or the copy that pushed there); pulled {_n(r['files'], 'file')} ({_human(r['bytes'])}) in {_n(r['requests'], 'request')}")
     else:
         click.echo(f"cloned {_n(r['sessions'], 'session')}, {_n(r['files'], 'file')} ({_human(r['bytes'])}) into {clean(r['dir'])} in {_n(r['requests'], 'request')}")
     _fail_on_damage(r, "origin")
