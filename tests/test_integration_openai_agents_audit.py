@@ -183,3 +183,46 @@ def test_items_sqlite_session_takes_with_content_no_message_has_are_kept(tmp_pat
     for cmd in (["log", "-s", "s"], ["context", "-s", "s"], ["fsck"]):
         p = subprocess.run([sys.executable, "-m", "ctape", "--dir", str(tmp_path / "tape"), *cmd], capture_output=True, text=True)
         assert p.returncode == 0 and "Traceback" not in p.stderr, (cmd, p.stderr)
+
+
+_TWO_PROCESSES = r"""
+import asyncio, json, sys
+from ctape.integrations.openai_agents import TapeSession
+path, role, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+async def main():
+    s, popped = TapeSession("shared", path), []
+    for i in range(n):
+        if role == "adder":
+            await s.add_items([{"role": "user", "content": f"item-{i}"}])
+        else:
+            p = await s.pop_item()
+            if p is not None:
+                popped.append(p["content"])
+            await s.add_items([{"role": "user", "content": f"p-{i}"}])
+    print(json.dumps(popped))
+asyncio.run(main())
+"""
+
+
+def test_pop_item_in_one_process_keeps_what_another_adds_meanwhile(tmp_path):
+    """(audit, 2026-12-06) pop_item() read HEAD before it took the session's lock, then
+    moved the branch back to that HEAD's parent: items another process added in between
+    fell off the branch (58 and 64 of 260 in the audit's runs), and two pops could return
+    one item. SQLiteSession's pop is one DELETE and loses none. Now every item is either
+    in the session or returned by exactly one pop."""
+    import subprocess
+    import sys
+
+    path = str(tmp_path / "tape")
+    seeds = [{"role": "user", "content": f"seed-{i}"} for i in range(20)]
+    asyncio.run(TapeSession("shared", path).add_items(seeds))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(os.path.dirname(os.path.abspath(__file__))), os.environ.get("PYTHONPATH", "")]))
+    procs = [subprocess.Popen([sys.executable, "-c", _TWO_PROCESSES, path, role, str(n)], stdout=subprocess.PIPE, text=True, env=env)
+             for role, n in (("adder", 80), ("popper", 50))]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    popped = [x for out in outs for x in json.loads(out)]
+    left = [i["content"] for i in asyncio.run(TapeSession("shared", path).get_items())]
+    added = [s["content"] for s in seeds] + [f"item-{i}" for i in range(80)] + [f"p-{i}" for i in range(50)]
+    assert len(popped) == len(set(popped)) == 50  # each pop returned an item of its own
+    assert sorted(left + popped) == sorted(added), sorted(set(added) - set(left) - set(popped))

@@ -395,16 +395,21 @@ class TapeSession:
         with self._locked():
             if not self.session.exists():
                 return None
-            st = self.session.refs()
-            h = st.head_hash
-            usage = []  # usage records after the popped item (newest first)
-            while h is not None:
-                e = self.tape.read_entry(h)
-                item = _item_of(e)
-                if item is not None:
-                    ref = st.branch if st.branch is not None else "HEAD"
-                    to = e.parent
-                    with self.tape.batch():
+            with self.tape.batch():
+                # the session's lock first, held to the batch's end: HEAD is read under it, so
+                # an item another process adds meanwhile is never moved off the branch (or
+                # popped twice), as SQLiteSession's one DELETE
+                with self.tape.store.writing(self.session.name):
+                    pass
+                st = self.session.refs()
+                h = st.head_hash
+                usage = []  # usage records after the popped item (newest first)
+                while h is not None:
+                    e = self.tape.read_entry(h)
+                    item = _item_of(e)
+                    if item is not None:
+                        ref = st.branch if st.branch is not None else "HEAD"
+                        to = e.parent
                         if usage and to is not None and not _is_user(item):
                             # the turn keeps its other items, so it keeps its usage, as
                             # AdvancedSQLiteSession keeps the turn's row: the records go on
@@ -413,11 +418,11 @@ class TapeSession:
                                 to = self.session.put_entry(u.kind, u.payload, u.meta, None, u.time, to).hash
                         changes = {ref: to} if to or ref == "HEAD" else {ref: None, "HEAD": "@" + ref}
                         self.session.set_refs("pop-item", changes, popped=e.hash)
-                    return json.loads(json.dumps(item))
-                if isinstance(e.meta, dict) and USAGE in e.meta:
-                    usage.append(e)
-                h = e.parent
-            return None
+                        return json.loads(json.dumps(item))
+                    if isinstance(e.meta, dict) and USAGE in e.meta:
+                        usage.append(e)
+                    h = e.parent
+                return None
 
     def _clear(self) -> None:
         with self._locked():
