@@ -158,3 +158,26 @@ def test_messages_given_as_json_dicts_are_the_same_messages_and_warn_nothing(tmp
         more = json.loads(TA.dump_json(history)) + [{"kind": "request", "parts": [{"part_kind": "user-prompt", "content": "and?"}]}]
         assert [e.kind for e in save_messages(s, more)] == ["user"]
     assert load_messages(s)[-1].parts[0].content == "and?"
+
+
+def test_a_loaded_message_changed_in_place_changes_only_the_callers_copy(tape):
+    """(audit, 2026-12-06) load_messages handed out the nested values of the process's
+    history cache and of the entries themselves: a caller that changed a loaded tool call's
+    args in place (a history processor trimming it) changed what every later load in the
+    process returned, even after the Tape was reopened, and the next save of the unchanged
+    history plus one message was taken for a rewrite (4 entries and a `main.was-` branch)."""
+    from pydantic_ai.messages import ModelRequest, ModelResponse, SystemPromptPart, TextPart, ToolCallPart, ToolReturnPart, UserPromptPart
+
+    s = tape.session("p")
+    msgs = [ModelRequest(parts=[SystemPromptPart("sys"), UserPromptPart("hi")]),
+            ModelResponse(parts=[ToolCallPart("f", {"a": {"b": 1}}, tool_call_id="c1")]),
+            ModelRequest(parts=[ToolReturnPart("f", {"rows": [1, 2]}, tool_call_id="c1")]),
+            ModelResponse(parts=[TextPart("done")])]
+    save_messages(s, msgs)
+    loaded = load_messages(s)
+    loaded[1].parts[0].args["a"]["b"] = 999
+    loaded[2].parts[0].content["rows"].append(3)
+    again = load_messages(s)
+    assert again[1].parts[0].args == {"a": {"b": 1}} and again[2].parts[0].content == {"rows": [1, 2]}
+    written = save_messages(s, msgs + [ModelRequest(parts=[UserPromptPart("next")])])
+    assert len(written) == 1 and [b["name"] for b in s.branches()] == ["main"]

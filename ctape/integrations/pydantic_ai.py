@@ -48,7 +48,7 @@ from collections import OrderedDict
 from typing import Any, Optional, Sequence
 
 from ..errors import InvalidInput
-from ..model.models import HIDDEN, Entry, plural
+from ..model.models import HIDDEN, Entry, copy_json, plural
 from ..model.redaction import is_marker
 from ..session import Session
 
@@ -305,7 +305,10 @@ def load_messages(session: Session, ref: Optional[str] = None) -> list[Any]:
         return []
     head = session.tape.resolve(ref, session.name) if ref else session.refs().head_hash
     msgs, _ = _history(session, head)
-    return _adapter().validate_python(msgs)
+    # copies: pydantic keeps the nested values it is given (a tool call's args), and these are
+    # the history cache's and the entries' own; a caller that changes a loaded message in
+    # place (a history processor that trims a tool's output) changes only its copy
+    return _adapter().validate_python(copy_json(msgs))
 
 
 def _mark_deferred(session: Session, output: Any) -> None:

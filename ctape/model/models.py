@@ -114,6 +114,17 @@ RESERVED_BRANCHES = ("HEAD",)
 _FULL_HASH = re.compile(r"[0-9a-f]{64}")
 
 
+def copy_json(v: Any) -> Any:
+    """A JSON value with new dicts and lists at every level (the strings and numbers, which
+    cannot change, shared): what an integration hands out is the caller's to change, while
+    an entry's values are the tape's, kept by the process's cache of entries."""
+    if type(v) is dict:
+        return {k: copy_json(x) for k, x in v.items()}
+    if type(v) is list:
+        return [copy_json(x) for x in v]
+    return v
+
+
 def brief(value: Any, most: int = 40) -> str:
     """A value as an error message quotes it: its repr, at most about `most` characters,
     whatever it is. A 3 MB name was quoted whole, and an int of more than 4,300 digits has

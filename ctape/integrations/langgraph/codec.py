@@ -15,6 +15,7 @@ from typing import Any
 from langchain_core.messages import BaseMessage, message_to_dict, messages_from_dict
 from langgraph.checkpoint.base import SerializerProtocol
 
+from ...model.models import copy_json as _copy_json
 from ...model.redaction import is_marker
 
 
@@ -91,14 +92,6 @@ def _scrubbed(v: Any, depth: int = 0) -> Any:
     if depth < 64 and t is dict and all(type(k) is str for k in v):
         return {_text(k): _scrubbed(x, depth + 1) for k, x in v.items()}
     return _text(v)  # a string with a lone surrogate, or a value that is no JSON
-
-
-def _copy_json(v: Any) -> Any:
-    if type(v) is dict:
-        return {k: _copy_json(x) for k, x in v.items()}
-    if type(v) is list:
-        return [_copy_json(x) for x in v]
-    return v
 
 
 def _is_message(v: Any) -> bool:
