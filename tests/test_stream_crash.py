@@ -512,6 +512,38 @@ def test_a_live_stream_is_left_alone_by_another_tapes_write(tmp_path):
     tape.close()
 
 
+def test_closing_the_tape_cuts_its_stream_as_a_death_would(tmp_path):
+    """(audit, 2026-12-06) Tape.close() with a stream under way kept the stream's lock until
+    the process ended (every other Tape saw it live, so `recover()` did nothing), took
+    later writes silently and lost them. Now close() flushes what arrived and lets go of
+    the lock: another Tape sees an interrupted stream and records it; the writer's later
+    write and its end raise InvalidInput."""
+    import ctape
+
+    tape = ctape.Tape.init(tmp_path / "t")
+    s = tape.session("s")
+    s.append("user", {"content": "question"})
+    w = s.stream(flush_interval=60)  # no flush of its own before the close
+    w.__enter__()
+    w.write("received before the close")
+    tape.close()
+    with pytest.raises(ctape.InvalidInput, match="Tape was closed"):
+        w.write(" and after it")
+    with pytest.raises(ctape.InvalidInput, match="Tape was closed"):
+        w.__exit__(None, None, None)
+    with ctape.Tape.open(tmp_path / "t") as other:
+        st = other.session("s").status()["interrupted_stream"]
+        assert st["live"] is False and st["content"] == "received before the close", st
+        assert [e.payload["content"] for e in other.session("s").recover()] == ["received before the close"]
+    # a block that fails on its own after the close ends with its own exception
+    with ctape.Tape.open(tmp_path / "t") as t2:
+        with pytest.raises(KeyError):
+            with t2.session("s").stream() as w2:
+                w2.write("x")
+                t2.close()
+                raise KeyError("the block's own")
+
+
 def test_a_stream_killed_after_another_process_wrote_keeps_everything_it_flushed(tmp_path):
     """The other process's write recorded the live stream at its text so far and closed
     it; what the stream flushed after that was never read back once its writer was killed

@@ -162,6 +162,7 @@ class StreamWriter:
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._started = False
+        self._cut = False  # the Tape was closed while it ran (cut_by_close)
         # the last flush of the ticker failed with this (a full disk): it tries again at
         # every tick, and the end of the stream (an append) raises if the disk still fails
         self.flush_error: Optional[BaseException] = None
@@ -173,13 +174,31 @@ class StreamWriter:
         refs = self.session.refs()
         self.base, self.branch = refs.head_hash, refs.branch
         _hold(self.session.store, self.id)  # live until __exit__ (or this process's death)
+        self.session.tape._streams.add(self)
         self._thread = threading.Thread(target=self._ticker, name="ctape-stream-flush", daemon=True)
         self._thread.start()
         return self
 
+    def cut_by_close(self) -> None:
+        """The Tape is closing while this stream runs: flush what arrived and let go of the
+        lock, as a writer's death would (the text then waits for `recover` or the next
+        write); later writes and the end raise. It held the lock until the process ended,
+        so no other Tape could record the stream, and text written after was dropped
+        silently (found by an audit)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        try:
+            self.flush()
+        finally:
+            self._cut = True
+            _let_go(self.session.store, self.id)
+
     def write(self, chunk: str) -> None:
         if not isinstance(chunk, str):
             raise NotText(f"stream chunks are str, not {type(chunk).__name__}; decode bytes first")
+        if self._cut:
+            raise InvalidInput(_CUT)
         if self._stop.is_set():  # its entry is written: text taken now went nowhere, silently (found by an audit)
             raise InvalidInput("this stream has ended (its entry is written); start another with s.stream()")
         with self._lock:
@@ -296,6 +315,11 @@ class StreamWriter:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
+        self.session.tape._streams.discard(self)
+        if self._cut:
+            if exc_type is None:
+                raise InvalidInput(_CUT)
+            return  # the block's own exception says more
         try:
             if exc_type is None:
                 text = self.content()
@@ -309,6 +333,10 @@ class StreamWriter:
                 recover(self.session)
         finally:
             _let_go(self.session.store, self.id)
+
+
+_CUT = ("this stream's Tape was closed before the stream ended: the text it had received was kept as an interrupted "
+        "stream (open the tape again: `recover()` or the next write records it); start another stream there")
 
 
 def _stored_size(text: str) -> int:

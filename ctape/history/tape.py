@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
+import weakref
 from collections import OrderedDict
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Iterator, Optional
@@ -65,6 +66,7 @@ class Tape:
         # (session, entry hash) of each stream a dead writer left that a write of this Tape
         # recorded first (Session._record_partials): the command line says so
         self.recorded_streams: list[tuple[str, str]] = []
+        self._streams: "weakref.WeakSet" = weakref.WeakSet()  # stream writers under way (close ends them)
         store.discard_listeners.append(self._forget)
         from ..store.localstate import mark
 
@@ -108,7 +110,20 @@ class Tape:
         return self.store.root
 
     def close(self) -> None:
+        """Release locks and descriptors. A stream still under way is cut here, as a dead
+        writer's would be: what it received is flushed and its lock let go, so `status`
+        shows it interrupted and the next write (or `recover`) records it; its later
+        writes and its end raise InvalidInput."""
+        failed: Optional[BaseException] = None
+        if self.store.is_open():
+            for w in list(self._streams):
+                try:
+                    w.cut_by_close()
+                except Exception as e:  # noqa: BLE001 - a flush that failed (a full disk): the others are cut, the store closed, then it is raised
+                    failed = failed or e
         self.store.close()
+        if failed is not None:
+            raise failed
 
     def __enter__(self) -> "Tape":
         return self

@@ -491,6 +491,9 @@ class Store(Freshness, Reading):
                 os.close(fd)
             self._fds.clear()
 
+    def is_open(self) -> bool:
+        return not isinstance(self.index, _ClosedIndex)
+
     def close(self) -> None:
         if isinstance(self.index, _ClosedIndex):
             return
