@@ -193,11 +193,30 @@ class _Path:
         tape.store.index.put_views(VIEW, _view_rows(rows))
         if old_head != self.head:
             return
+        if self.places is None and self.head is None:
+            # a path begun here: its texts are current, not to be read again at the first sync
+            self.places = tape.redacted_places()
         for h, _, text in rows:
             self.pos[h] = len(self.hashes)
             self.hashes.append(h)
             self.items.append(text)
             self.head = h
+
+    def text_of(self, h: str) -> Optional[str]:
+        """The item JSON of entry h on this path, as it was given (None: not on it, or no item)."""
+        i = self.pos.get(h)
+        return self.items[i] if i is not None else None
+
+    def keep_tip(self, tape: Tape, h: Optional[str]) -> None:
+        """A row of the index cache that ends at h, an entry of this path, so that a path
+        from h's later children (after a pop) reads its items as given, in any process: the
+        rows written so far end at the tips they were appended at."""
+        i = self.pos.get(h) if h is not None else None
+        if i is None:
+            return
+        lo = max(0, i + 1 - RUN)
+        rows = [(self.hashes[j], self.hashes[j - 1] if j else None, self.items[j]) for j in range(lo, i + 1)]
+        tape.store.index.put_views(VIEW, [(h, rows[0][1], "\n".join(x + (t or "") for x, _, t in rows))])
 
     def item_list(self, limit: Optional[int]) -> list[dict]:
         texts = [t for t in self.items if t is not None]
@@ -403,11 +422,13 @@ class TapeSession:
                     pass
                 st = self.session.refs()
                 h = st.head_hash
+                self._path.sync(self.tape, h)  # the items as given (their keys' order), where known
                 usage = []  # usage records after the popped item (newest first)
                 while h is not None:
                     e = self.tape.read_entry(h)
                     item = _item_of(e)
                     if item is not None:
+                        text = self._path.text_of(e.hash)
                         ref = st.branch if st.branch is not None else "HEAD"
                         to = e.parent
                         if usage and to is not None and not _is_user(item):
@@ -418,7 +439,8 @@ class TapeSession:
                                 to = self.session.put_entry(u.kind, u.payload, u.meta, None, u.time, to).hash
                         changes = {ref: to} if to or ref == "HEAD" else {ref: None, "HEAD": "@" + ref}
                         self.session.set_refs("pop-item", changes, popped=e.hash)
-                        return json.loads(json.dumps(item))
+                        self._path.keep_tip(self.tape, e.parent)
+                        return json.loads(text) if text is not None else json.loads(json.dumps(item))
                     if isinstance(e.meta, dict) and USAGE in e.meta:
                         usage.append(e)
                     h = e.parent
