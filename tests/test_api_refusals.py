@@ -355,3 +355,36 @@ print(sum(1 for s in t.store.sessions() if t.session(s).refs().branches))  # (a 
         assert [e.payload["content"] for e in t2.session("chat").log()] == ["after", "hello"]
         assert not any(s.startswith("s") and t2.session(s).refs().branches for s in t2.store.sessions())
     fsck_ok(path)
+
+
+def test_arguments_an_audit_found_unchecked_are_refused_in_one_line(chat):
+    """(audit, 2026-12-06) A dict item of extend() with a misspelt key ("metadata") was
+    stored without it; from_head(5) and save_messages(s, None) raised bare TypeErrors;
+    log(hidden="no") read as true; search's limit was named by the CLI's -n only; and a
+    closed Tape still gave sessions and batches."""
+    t, path, first = chat
+    s = t.session("chat")
+    before = snapshot(path)
+    with pytest.raises(InvalidInput, match="key 'metadata'; its keys are kind, payload, meta, delta and time"):
+        s.extend([{"kind": "user", "payload": {"content": "x"}, "metadata": {"tokens": 3}}])
+    with pytest.raises(InvalidInput, match="from_head takes a function"):
+        s.from_head(5)
+    with pytest.raises(InvalidInput, match="hidden is True or False"):
+        list(s.log(hidden="no"))
+    with pytest.raises(InvalidInput, match=r"limit \(-n\) is a number of hits"):
+        t.search("hello", limit=-1)
+    try:
+        from ctape.integrations.pydantic_ai import save_messages
+    except ImportError:
+        pass
+    else:
+        for bad in (None, 5, "text"):
+            with pytest.raises(InvalidInput, match="save_messages takes a list of pydantic-ai messages"):
+                save_messages(s, bad)
+    assert snapshot(path) == before
+    t.close()
+    with pytest.raises(InvalidInput, match="this Tape is closed"):
+        t.session("chat")
+    with pytest.raises(InvalidInput, match="this Tape is closed"):
+        with t.batch():
+            pass

@@ -86,6 +86,8 @@ class Session(Branching):
           this copy of the damage, and the refs read again leave that record out.
         Anything else (HEAD stayed where it was; a record above this process's size limit,
         which says nothing of the tape) is raised as it is."""
+        if not callable(read):
+            raise InvalidInput(f"from_head takes a function of the session's refs (a RefState), not {brief(read, 40)}")
         st = self.refs() if full else self.view()
         if st.head_missing and not missing_ok:
             raise self.head_not_arrived(st)
@@ -364,6 +366,10 @@ class Session(Branching):
             raise InvalidInput("extend takes a list of items: (kind, payload[, meta[, delta]]) or dicts with kind and payload")
         for it in items:
             if isinstance(it, dict):
+                odd = it.keys() - _ITEM_KEYS
+                if odd:  # a misspelt "metadata" was dropped without a word (found by an audit)
+                    raise InvalidInput(f"an item of extend has the key {brief(sorted(map(str, odd))[0], 40)}; its keys are "
+                                       "kind, payload, meta, delta and time")
                 kind, payload, meta, delta, t = it.get("kind"), it.get("payload"), it.get("meta"), it.get("delta"), it.get("time")
             elif isinstance(it, (tuple, list)) and 2 <= len(it) <= 4:
                 kind, payload, meta, delta, t = (*it, None, None, None)[:4] + (None,)
@@ -584,6 +590,9 @@ class Session(Branching):
         branch and HEAD; `grep`, `since`, `until`, `hidden=False`: as `ctape log` (logview.py)."""
         if limit is not None and (type(limit) is not int or limit < 0):
             raise InvalidInput(f"limit is a number of entries (0 or more), not {brief(limit)}")
+        for name, flag in (("hidden", hidden), ("all", all)):
+            if type(flag) is not bool:  # hidden="no" read as true
+                raise InvalidInput(f"{name} is True or False, not {brief(flag)}")
         self._not_removed()
         kinds = [kinds] if isinstance(kinds, str) else kinds  # one kind, not its letters
         if isinstance(kinds, (bytes, dict)) or not hasattr(kinds, "__iter__"):
@@ -654,6 +663,9 @@ class Session(Branching):
         from .stream import recover
 
         return recover(self)
+
+
+_ITEM_KEYS = frozenset(("kind", "payload", "meta", "delta", "time"))
 
 
 def _follow_record(w: SegmentWriter, st: RefState, b: str, prev: dict, h: str, t: str, time_given: bool) -> None:

@@ -133,6 +133,10 @@ class Tape:
 
     @takes_own_turn
     def session(self, name: str) -> "Session":
+        if not self.store.is_open():
+            from ..store.store import _closed
+
+            _closed()
         return self._session_class(self, name)
 
     @contextmanager

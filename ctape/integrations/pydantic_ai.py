@@ -48,7 +48,7 @@ from collections import OrderedDict
 from typing import Any, Optional, Sequence
 
 from ..errors import InvalidInput
-from ..model.models import HIDDEN, Entry, copy_json, plural
+from ..model.models import HIDDEN, Entry, brief, copy_json, plural
 from ..model.redaction import is_marker
 from ..session import Session
 
@@ -157,6 +157,8 @@ def save_messages(session: Session, messages: Sequence[Any], *, whole: bool = Fa
     Returns the entries written."""
     # messages given as JSON dicts (read back from a file) dump as they are; anything else
     # is refused below by validation, with one error rather than pydantic's warnings too
+    if isinstance(messages, (str, bytes, dict)) or not hasattr(messages, "__iter__"):
+        raise InvalidInput(f"save_messages takes a list of pydantic-ai messages (ModelRequest / ModelResponse), not {brief(messages, 40)}")
     dumped = _adapter().dump_python(list(messages), mode="json", warnings=False)
     for _ in range(20):
         try:

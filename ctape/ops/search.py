@@ -699,6 +699,6 @@ def search(tape, query: str, session: Optional[str] = None, kinds: Iterable[str]
     until = None if until is None else parse_when(until, "until")
     for k in kinds:
         kind_value(k)
-    if limit is not None and limit < 0:
-        raise InvalidInput("-n must be 0 or more")
+    if limit is not None and (type(limit) is not int or limit < 0):
+        raise InvalidInput(f"limit (-n) is a number of hits, 0 or more, not {brief(limit)}")
     return tape._search_index().answer(query, session, kinds, since, until, limit, hidden, progress)

@@ -562,6 +562,8 @@ class Store(Freshness, Reading):
     @contextmanager
     def batch(self) -> Iterator[None]:
         """Writes inside share one fsync per file at the end; an exception discards them all."""
+        if isinstance(self.index, _ClosedIndex):
+            _closed()
         with self._lock:
             self._batch_depth += 1
             ok = False
