@@ -107,6 +107,39 @@ def test_push_refuses_a_secret_in_an_interrupted_stream_until_recovered_redacted
     assert cli(a, "scan", check=False).returncode == 0
 
 
+def test_a_stream_still_being_written_is_not_called_interrupted_nor_sent_to_recover(tmp_path):
+    """(audit, 2026-12-06) While a stream's writer still ran, `status` called its text an
+    interrupted stream ("run `ctape recover`"), and scan, redact and push said to run
+    `ctape recover`, which answers "nothing to recover" for a live stream: the advice led
+    nowhere. They now say the stream is being written and becomes an entry when its
+    writer ends."""
+    a, remote = tape_with_remote(tmp_path)
+    key = "AKIASTREAMSTILLLIVE1"
+    t = Tape.open(a)
+    w = StreamWriter(t.session("chat"), flush_interval=3600)
+    w.__enter__()  # this process is the writer: its lock is held while the commands run
+    try:
+        w.write(f"here is the key {key} and more")
+        w.flush()
+        st = cli(a, "status", "-s", "chat").stdout.decode()
+        assert "stream being written" in st and "its writer still runs" in st and "recover" not in st, st
+        p = cli(a, "scan", check=False)
+        assert p.returncode == 1 and b"(stream being written)" in p.stdout
+        assert b"still being written" in p.stderr and b"recover" not in p.stderr, p.stderr
+        p = cli(a, "redact", "-s", "chat", "--pattern", "AKIA[A-Z0-9]{16}", check=False)
+        assert p.returncode == 1 and b"still being written: its text becomes an entry when its writer ends; then run this again" in p.stderr
+        assert b"recover" not in p.stderr, p.stderr
+        p = cli(a, "push", check=False)
+        assert p.returncode == 1 and b"a stream still being written" in p.stderr and b"recover" not in p.stderr, p.stderr
+        assert snapshot(remote) == {}
+    finally:
+        w.__exit__(None, None, None)
+        t.close()
+    # ended: its text is an entry, which redact reaches; nothing of a stream is left to name
+    p = cli(a, "redact", "-s", "chat", "--pattern", "AKIA[A-Z0-9]{16}", check=False)
+    assert p.returncode == 0 and b"1 value redacted" in p.stderr, p.stderr
+
+
 def test_a_secret_cut_by_a_flush_is_found_whole(tmp_path):
     """The text of a stream is checked as one string, not record by record."""
     a, remote = tmp_path / "A", tmp_path / "remote"

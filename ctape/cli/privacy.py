@@ -41,6 +41,7 @@ def scan(ctx, session, as_json, allow_id, add_pattern, kind):
       ctape scan --allow 5f00c873eaf013f0
       ctape scan --add-pattern 'corp-[0-9]{8}' --kind corp-ticket
     """
+    from ..history.stream import is_live
     from ..ops import scan as scanmod
 
     tape = open_tape(ctx)
@@ -65,7 +66,8 @@ def scan(ctx, session, as_json, allow_id, add_pattern, kind):
         if as_json:
             emit_json(f.to_json())
         elif f.stream:
-            click.echo(clean(f"{f.id}  {f.session}  stream {f.hash[:8]}  (interrupted stream)  {f.kind}  {f.preview}"))
+            what = "stream being written" if is_live(tape.store, f.hash) else "interrupted stream"
+            click.echo(clean(f"{f.id}  {f.session}  stream {f.hash[:8]}  ({what})  {f.kind}  {f.preview}"))
         else:
             click.echo(clean(f"{f.id}  {f.session}  {f.hash[:12]}  {f.path}  {f.kind}  {f.preview}"))  # a preview of any text: no control character reaches the terminal
     if not as_json:
@@ -73,8 +75,7 @@ def scan(ctx, session, as_json, allow_id, add_pattern, kind):
         allowed = f", {result['allowed']} allowed" if result["allowed"] else ""
         hint = "; `ctape redact --scan` takes them out, `ctape scan --allow ID` keeps one" if n else ""
         if result["streams"]:
-            s = result["streams"][0].session
-            hint += f"; an interrupted stream's text is redacted once `ctape recover -s {s}` made it an entry"
+            hint += f"; {scanmod.stream_advice(tape, result['streams'])}, then `ctape redact` reaches it"
         held = len({f.session for f in found})
         where = f"{held} of {len(names)}" if n and held != len(names) else f"{len(names)}"  # sessions with findings, of those scanned
         click.echo(f"{n} finding{'s' if n != 1 else ''} in {where} session{'s' if len(names) != 1 else ''}{allowed}{hint}", err=True)
@@ -99,8 +100,9 @@ def redact(ctx, session, as_json, from_scan, pattern, path, kind, entry):
     `compact` removes the bytes. Give exactly one of --scan, --pattern REGEX, or
     ENTRY --path JSONPATH. --scan and --pattern look at every session unless -s
     names one ($CTAPE_SESSION does not narrow them, as for `scan`). Exit 1 when
-    finds in an interrupted stream are left: `ctape recover` makes its text an
-    entry, which a second run redacts.
+    finds in a stream's text are left: `ctape recover` makes an interrupted
+    stream's text an entry (a stream still being written becomes one when its
+    writer ends), which a second run redacts.
 
     \b
     Examples:
@@ -134,7 +136,8 @@ def redact(ctx, session, as_json, from_scan, pattern, path, kind, entry):
         click.echo(f"{total} value{'s' if total != 1 else ''} redacted" + ("; `ctape compact` removes the bytes from this copy" if total else ""), err=True)
     if streams:
         # scan exits 1 for them; a `redact --scan && push` must not read this as done
-        s = streams[0].session
-        click.echo(f"ctape: error: {len(streams)} {plural(len(streams), 'find', 'finds')} in an interrupted stream not redacted: its text is redacted once "
-                   f"`ctape recover -s {s}` made it an entry; then run this again", err=True)
+        from ..ops.scan import stream_advice
+
+        click.echo(f"ctape: error: {len(streams)} {plural(len(streams), 'find', 'finds')} in the text of a stream not redacted: "
+                   f"{stream_advice(tape, streams)}; then run this again", err=True)
         ctx.exit(EXIT_FAIL)

@@ -365,8 +365,11 @@ def _status(st: dict) -> list[str]:
             out.append(f"  {c['call_id']}  {c['name']}  (entry {c['hash'][:12]})")
     if st["interrupted_stream"]:
         s = st["interrupted_stream"]
-        how = "recorded as a streaming entry" if s.get("recorded") else "not yet recorded: run `ctape recover`"
-        out.append(f"interrupted stream ({len(s['content'] or '')} chars, {how}): {summary_text(s['content'])}")
+        if s.get("live"):  # its writer still runs on this machine: not interrupted, and nothing to recover
+            out.append(f"stream being written ({len(s['content'] or '')} chars so far; its writer still runs): {summary_text(s['content'])}")
+        else:
+            how = "recorded as a streaming entry" if s.get("recorded") else "not yet recorded: run `ctape recover`"
+            out.append(f"interrupted stream ({len(s['content'] or '')} chars, {how}): {summary_text(s['content'])}")
     if st["last_error"]:
         le = st["last_error"]
         from ..history.recovery import error_text  # (lazily: `--help` loads no storage module)

@@ -112,6 +112,18 @@ def scan_streams(streams: dict[tuple[str, str], list[tuple[int, str]]], detector
             for (session, sid, kind), finds in found.items() for run, span, text, sp in finds]
 
 
+def stream_advice(tape: "Tape", streams: list[Finding]) -> str:
+    """What makes the text of these streams' finds an entry that `redact` reaches: `recover`
+    for a dead writer's stream; for one whose writer still runs on this machine (`recover`
+    leaves it alone), its end."""
+    from ..history.stream import is_live
+
+    s = streams[0].session
+    if all(is_live(tape.store, f.hash) for f in streams):
+        return f"the stream of session {s} is still being written: its text becomes an entry when its writer ends"
+    return f"an interrupted stream's text becomes an entry once `ctape recover -s {s}` records it"
+
+
 def open_stream_pieces(tape: "Tape", session: str) -> dict[tuple[str, str], list[tuple[int, str]]]:
     """The partial records of the session's interrupted streams (not recorded as an entry
     yet: `ctape recover` does that), as the index holds them: {(session, id): [(off, text)]}."""

@@ -259,11 +259,15 @@ def _check_streams(tape, streams: dict, recorded: dict) -> None:
     found = [f for f in scan_streams(todo, Detectors(settings["patterns"])) if f.id not in allowed]
     if found:
         f = found[0]
+        from ..history.stream import is_live
+
+        live = is_live(tape.store, f.hash)
+        what = "a stream still being written" if live else "an interrupted stream"
+        first = "once its writer ends (its text is then an entry), run" if live else f"`ctape recover -s {f.session}` records it as an entry, then"
         raise SecretsFound(
-            f"not pushing: {len(found)} likely {plural(len(found), 'secret', 'secrets')} in the text of an interrupted stream (first: {f.kind} in "
-            f"stream {f.hash[:8]} of session {f.session}, finding {f.id}); `ctape recover -s {f.session}` records it "
-            f"as an entry, then `ctape redact --scan -s {f.session}` and `ctape compact`; or `ctape scan --allow ID`, "
-            "or push with --allow-secrets")
+            f"not pushing: {len(found)} likely {plural(len(found), 'secret', 'secrets')} in the text of {what} (first: {f.kind} in "
+            f"stream {f.hash[:8]} of session {f.session}, finding {f.id}); {first} `ctape redact --scan -s {f.session}` and "
+            "`ctape compact`; or `ctape scan --allow ID`, or push with --allow-secrets")
 
 
 def _damaged_uploads(tape, todo: list[tuple], read: bool) -> dict[str, str]:
