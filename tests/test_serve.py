@@ -581,3 +581,28 @@ def test_not_found_pages_link_back_instead_of_naming_commands(tape_dir, served):
         for link in links:
             assert link in main, (path, link, main)
         check_page(body)
+
+
+def test_a_stream_still_being_written_is_shown_as_such_and_a_dead_ones_as_interrupted(tape_dir, served):
+    """(audit, 2026-12-06) A stream whose writer still ran was labelled "interrupted stream,
+    not recorded yet", as status labelled it; its writer holds its lock, so it is being
+    written. Once its writer has died, the same text is an interrupted stream."""
+    from ctape.history.stream import StreamWriter, _let_go
+
+    t = Tape.open(tape_dir)
+    s = t.session("chat")
+    s.append("user", {"content": "question"})
+    w = StreamWriter(s, flush_interval=3600)
+    w.__enter__()
+    w.write("the answer so far")
+    w.flush()
+    port = served()
+    _, _, page = get(port, "/s/chat")
+    assert "the answer so far" in page and "a stream is being written" in page and "being written</span>" in page
+    assert "interrupted stream" not in page and "1 entry on HEAD" in page  # (it said "1 entries")
+    w._stop.set()  # the writer dies: no end, and the kernel lets go of its lock
+    w._thread.join()
+    _let_go(s.store, w.id)
+    _, _, page = get(port, "/s/chat")
+    assert "the answer so far" in page and "interrupted stream, not recorded yet" in page and "being written" not in page
+    t.close()

@@ -475,7 +475,9 @@ class Site:
             text = status["interrupted_stream"].get("content") or ""
             text = text if isinstance(text, str) else json.dumps(text, ensure_ascii=False)
             shown = esc(text[:MESSAGE_CHARS]) + (f"\n… and {len(text) - MESSAGE_CHARS:,} more characters" if len(text) > MESSAGE_CHARS else "")
-            tail = f'<div class="msg assistant interrupted"><div class="meta"><span class="role">assistant</span><span class="badge warn">interrupted stream, not recorded yet</span></div><div class="body"><pre class="out">{shown}</pre></div></div>'
+            live = status["interrupted_stream"].get("live")  # its writer still runs: the text so far
+            badge = '<span class="badge ok">being written</span>' if live else '<span class="badge warn">interrupted stream, not recorded yet</span>'
+            tail = f'<div class="msg assistant {"live" if live else "interrupted"}"><div class="meta"><span class="role">assistant</span>{badge}</div><div class="body"><pre class="out">{shown}</pre></div></div>'
         return f'{older}<div id="entries">{html}</div>{tail}{newer}'
 
     def session_header(self, name: str, st: dict, at: Optional[str], tip: Optional[str]) -> str:
@@ -493,7 +495,7 @@ class Site:
             at_head = "<span>no entries yet</span>"
         facts = [
             at_head,
-            *([f'<span>{st["seq"]:,} entries on HEAD</span>'] if st["head"] or not st.get("incomplete") else []),
+            *([f'<span>{st["seq"]:,} {plural(st["seq"], "entry", "entries")} on HEAD</span>'] if st["head"] or not st.get("incomplete") else []),
             f"<span>{len(branches)} branch{'es' if len(branches) != 1 else ''}</span>",
         ]
         tags = sorted(sess.refs().tags.items())
@@ -522,7 +524,8 @@ class Site:
             flags.append(f'<span class="badge warn">{len(st["pending_tool_calls"])} pending tool {plural(len(st["pending_tool_calls"]), "call", "calls")}: '
                          f'{esc(listed([_short(c["name"]) for c in st["pending_tool_calls"]]))}</span>')
         if st["interrupted_stream"]:
-            flags.append('<span class="badge warn">interrupted stream</span>')
+            live = st["interrupted_stream"].get("live")
+            flags.append('<span class="badge ok">a stream is being written</span>' if live else '<span class="badge warn">interrupted stream</span>')
         if st["last_error"]:
             flags.append(f'<a class="badge err" href="{esc(e_url(st["last_error"]["hash"], name))}">last error: {esc(error_text(st["last_error"]["message"])[:80])}</a>')
         if st["conflicts"]:
