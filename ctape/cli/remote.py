@@ -168,7 +168,7 @@ def remote_show(ctx, name, as_json):
     if rep["writers"]:
         click.echo(f"  writers: {', '.join(rep['writers'])}")
     if rep["deleted_files"]:
-        click.echo(f"  deleted by compact --remote: {rep['deleted_files']} files")
+        click.echo(f"  deleted by compact --remote: {_n(rep['deleted_files'], 'file')}")
     for p in rep["planned_deletions"]:
         when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(p["time"]))
         click.echo(f"  planned by {p['compactor']} at {when}: delete {_n(p['files'], 'file')} ({_human(p['bytes'])}) after the grace period")

@@ -20,7 +20,7 @@ import re
 from typing import Any, Callable, Iterable, Optional, Union
 
 from ..errors import EntryNotFound
-from ..model.models import Entry
+from ..model.models import Entry, plural
 from ..ops.context import is_compaction
 from .markdown import esc, render
 from .queries import is_hidden
@@ -62,7 +62,7 @@ def more(full_url: str, shown: int, total: int, lines: Optional[int] = None) -> 
     characters at a time from character `shown` on (static/app.js); without script, a
     plain link to the whole text."""
     if total - shown <= CHUNK:
-        label = f"show all ({total:,} chars" + (f", {lines:,} lines)" if lines is not None else ")")
+        label = f"show all ({total:,} chars" + (f", {lines:,} {plural(lines, 'line', 'lines')})" if lines is not None else ")")
     else:
         label = f"show more ({shown:,} of {total:,} chars shown)"
     return f'<a class="show-all" href="{esc(full_url)}" data-src="{esc(full_url)}" data-shown="{shown}" data-total="{total}">{label}</a>'
