@@ -285,8 +285,9 @@ class Detectors:
         # joined, so a match could run on from one string into the next): caches made
         # before are scanned again once
         # "keys": object keys are matched too (before, only values were); "places": a finding
-        # per find, where it is (Finding.at), not one per value and kind
-        parts = [ds, str(self.entropy), str(ENTROPY_LIMIT), str(MIN_GROUP), str(PREVIEW_CONTEXT), _TOKEN.pattern, "strings-alone", "keys", "places", "raw-b64"]
+        # per find, where it is (Finding.at), not one per value and kind; "decoded-text": values
+        # kept escaped, as base64 or as msgpack are matched as the text they stand for
+        parts = [ds, str(self.entropy), str(ENTROPY_LIMIT), str(MIN_GROUP), str(PREVIEW_CONTEXT), _TOKEN.pattern, "strings-alone", "keys", "places", "raw-b64", "decoded-text"]
         parts += [f"{k}\0{rx.pattern}\0{rx.flags}" for k, rx in self.patterns]
         return blake3("\n".join(parts).encode()).hexdigest()
 

@@ -176,6 +176,10 @@ def _strings(value, steps: list, key: Optional[str]) -> Iterator[tuple[list, Opt
 
 
 RAW_B64 = "ctape.raw.b64"  # an imported line that is neither JSON nor UTF-8, as base64 (formats/_common.py)
+RAW = "ctape.raw"  # an imported line kept verbatim: JSON text, its strings escaped (formats/_common.py)
+ITEM_JSON = "openai_agents.item_json"  # an Agents SDK item kept as its JSON text (ASCII-escaped)
+_MSGPACK = "\0msgpack"  # (key contexts of _collect) a LangGraph value its serde wrote: msgpack bytes as Latin-1
+_BASE64_TEXT = "\0base64-text"  # base64 of a file whose media type says it is text
 
 
 def _b64_text(value: str) -> str:
@@ -184,6 +188,79 @@ def _b64_text(value: str) -> str:
         return base64.b64decode(value, validate=True).decode("utf-8", "replace")
     except (binascii.Error, ValueError):
         return value
+
+
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+
+
+def _json_text(value: str) -> str:
+    """JSON text with each string written as the text it stands for: a pattern with
+    letters outside ASCII (written \\u00e4 there) or a line break (\\n) matches as it
+    does in the value itself. Structure and anything that is no JSON string stay."""
+    if "\\" not in value:
+        return value  # no escape: the text is what it says
+
+    def one(m: re.Match) -> str:
+        try:
+            return '"' + json.loads(m.group()) + '"'
+        except ValueError:
+            return m.group()
+
+    return _JSON_STRING.sub(one, value).encode("utf-8", "replace").decode("utf-8")  # (a lone surrogate: ?)
+
+
+def _msgpack_text(value: str) -> str:
+    """The strings inside msgpack bytes kept as Latin-1 characters, as UTF-8 text (the
+    bytes of the framing between them become U+FFFD)."""
+    try:
+        return value.encode("latin-1").decode("utf-8", "replace")
+    except UnicodeEncodeError:
+        return value
+
+
+TEXT_MEDIA = ("text/", "application/json", "application/xml", "application/yaml", "application/x-yaml",
+              "application/toml", "application/javascript", "application/x-sh", "application/x-www-form-urlencoded")
+
+
+def _textual(media_type: object) -> bool:
+    return isinstance(media_type, str) and media_type.lower().startswith(TEXT_MEDIA)
+
+
+def _data_url_text(value: str) -> str:
+    """A `data:` URL of a text file (base64), as that text; any other value as it is."""
+    head, sep, data = value.partition(",")
+    if not sep or not head.endswith(";base64"):
+        return value
+    media_type = head[5:].split(";")[0]
+    return _b64_text(data) if _textual(media_type or "text/plain") else value
+
+
+_DECODERS: dict[str, Callable[[str], str]] = {RAW_B64: _b64_text, RAW: _json_text, ITEM_JSON: _json_text,
+                                             _MSGPACK: _msgpack_text, _BASE64_TEXT: _b64_text}
+
+
+def _decoded(key: Optional[str], text: str) -> str:
+    """The text a value stands for, where the tape keeps it in another form that a pattern
+    would not match as written (found by an audit: a secret was scanned as its escapes,
+    its base64 or its msgpack bytes, missed, and pushed): what scan matches. A finding
+    still names the value, which a redaction takes whole."""
+    dec = _DECODERS.get(key)  # type: ignore[arg-type]
+    if dec is not None:
+        return dec(text)
+    if text[:5] == "data:":
+        return _data_url_text(text)
+    return text
+
+
+def _contexts(value: dict) -> Optional[dict]:
+    """Key contexts for the children of a dict that keeps text in another form: a media
+    part whose media type is text (pydantic-ai's BinaryContent, Anthropic's base64 source,
+    LangChain's blocks: its `data` / `base64`), or LangGraph's {"b": [type, msgpack as Latin-1]}."""
+    if "b" in value and len(value) == 1:
+        return {"b": _MSGPACK}
+    if _textual(value.get("media_type")) or _textual(value.get("mime_type")):
+        return {"data": _BASE64_TEXT, "base64": _BASE64_TEXT}
+    return None
 
 
 KEY_CONTEXT = "id"  # object keys are matched with the patterns only, as ids are (no entropy rule)
@@ -197,14 +274,15 @@ def _collect(value, where, key: Optional[str], out: list, clean_keys: frozenset 
     `clean_keys` (matched before with nothing found: keys repeat from entry to entry) are
     left out."""
     if type(value) is dict:
+        ctx = _contexts(value) if "b" in value or "media_type" in value or "mime_type" in value else None
         for k, v in value.items():
             if k not in clean_keys:
                 out.append(((where, (k,)), KEY_CONTEXT, k))
             t = type(v)
             if t is str:
-                out.append(((where, k), k, v))
+                out.append(((where, k), ctx.get(k, k) if ctx else k, v))
             elif t is dict or t is list:
-                _collect(v, (where, k), k, out, clean_keys)
+                _collect(v, (where, k), ctx.get(k, k) if ctx else k, out, clean_keys)
     elif type(value) is list:
         for i, v in enumerate(value):
             t = type(v)
@@ -259,7 +337,7 @@ class Scanner:
         self.tape = tape
         self.detectors = detectors
         self.red = tape.redactions() if red is None else red
-        self._blob_spans: dict[tuple[str, bool], tuple[str, list]] = {}
+        self._blob_spans: dict[tuple[str, bool, Optional[str]], tuple[str, list]] = {}
         self.bytes = 0
         self.records: dict[str, bytes] = {}  # object records of large values a caller read already
         self._clean_keys: set[str] = set()  # object keys matched with nothing found (_collect)
@@ -305,27 +383,31 @@ class Scanner:
                     b = s[2:]
                     if b in red:
                         continue
-                    got = self._blob_spans.get((b, flag))
+                    how = key if key in _DECODERS else None  # (a data: URL is told by the text)
+                    got = self._blob_spans.get((b, flag, how))
                     if got is not None:
                         blobs.append((steps, got, b))
                         continue
-                    i = new_blobs.get((b, flag))
+                    i = new_blobs.get((b, flag, how))
                     if i is None:
                         rec = self.records.get(b)
                         store = self.tape.store
                         # a value lost to damage and salvaged reads as the marker, as everywhere
                         raw_b = store.decode_object(b, rec)[1] if rec is not None else store.read_value(b, h)
-                        text = raw_b.decode("utf-8", "replace")
+                        text = _decoded(how, raw_b.decode("utf-8", "replace"))
                         self.bytes += len(text)
                         chars += len(text)
-                        i = new_blobs[(b, flag)] = len(texts)
+                        i = new_blobs[(b, flag, how)] = len(texts)
                         texts.append(text)
                         entropy.append(flag)
                     blobs.append((steps, i, b))
                 else:
                     t = s[1:] if s and s[0] == "\0" else s
-                    if key == RAW_B64:
-                        t = _b64_text(t)
+                    dec = _DECODERS.get(key)  # (_decoded, inline: this runs for every string)
+                    if dec is not None:
+                        t = dec(t)
+                    elif t.startswith("data:"):
+                        t = _data_url_text(t)
                     known = seen_e if flag else seen_n
                     i = known.get(t)
                     if i is None:
@@ -352,8 +434,8 @@ class Scanner:
         if len(clean) > 100_000:
             clean.clear()
         clean.update(texts[i] for i in keys if not spans[i])
-        for (b, flag), i in new_blobs.items():
-            self._blob_spans[(b, flag)] = (texts[i], spans[i]) if spans[i] else ("", [])  # keep no text that holds nothing
+        for blob_key, i in new_blobs.items():
+            self._blob_spans[blob_key] = (texts[i], spans[i]) if spans[i] else ("", [])  # keep no text that holds nothing
         out = []
         for session, h, inline, blobs in plans:
             work = [(steps, texts[i], spans[i], None) for steps, i in inline if spans[i]]
