@@ -36,3 +36,23 @@ def test_every_numbered_line_is_the_position_its_number_names(tape_dir):
     # the human listing shows the same numbers
     human = cli(tape_dir, "reflog", "s").splitlines()
     assert [h.split()[0] for h in human if h[:4].strip()] == [str(ln["index"]) for ln in numbered]
+
+
+def test_head_back_where_it_was_after_a_session_rm_is_a_position_of_its_own(tape_dir):
+    """(audit, 2026-12-06) `session rm` and the same import again put HEAD back on the entry
+    it had before the rm: the new lines got no @{N}, and `s@{0}` named the first import's
+    line. Every move to an entry, from nowhere too, is a position, as git counts every
+    checkout; and checking out an unborn branch and back is two moves."""
+    import os
+
+    src = os.path.join(os.path.dirname(__file__), "fixtures", "transcripts", "claude-code")
+    f = os.path.join(src, sorted(x for x in os.listdir(src) if x.endswith(".jsonl"))[0])
+    cli(tape_dir, "import", "claude-code", f, "-s", "s")
+    cli(tape_dir, "session", "rm", "s")
+    cli(tape_dir, "import", "claude-code", f, "-s", "s")
+    lines = [json.loads(x) for x in cli(tape_dir, "reflog", "s", "--json").splitlines()]
+    assert lines[0]["ref"] == "HEAD" and lines[0]["op"] == "import" and lines[0]["index"] == 0, lines[0]
+    assert [ln["index"] for ln in lines if ln["index"] is not None] == [0, 1]
+    assert lines[0]["time"] > [ln for ln in lines if ln["index"] == 1][0]["time"]
+    head = json.loads(cli(tape_dir, "show", "s@{0}", "--json"))["hash"]
+    assert json.loads(cli(tape_dir, "show", "s@{1}", "--json"))["hash"] == head  # the same entry, two positions

@@ -71,6 +71,7 @@ def replay(session: "Session") -> tuple[list[dict], list[str]]:
     branches: dict[str, Optional[str]] = {}
     head: Optional[str] = None
     positions: list[str] = []
+    last_at: Optional[str] = None  # where HEAD was after the record before (None: nowhere)
     out: list[dict] = []
     for rec in records(session):
         before = {ref: (head if ref == HEAD else branches.get(ref)) for ref in rec.get("set", {})}
@@ -80,7 +81,11 @@ def replay(session: "Session") -> tuple[list[dict], list[str]]:
             else:
                 branches[ref] = value
         at = branches.get(head[1:]) if head and head.startswith("@") else head
-        moved = bool(at) and (not positions or positions[-1] != at)
+        # a move to an entry, from another one or from nowhere: back at the entry HEAD had
+        # before a `session rm` (or an unborn branch) is a position of its own, as git
+        # counts every checkout (that re-import's lines had no @{N}, found by an audit)
+        moved = bool(at) and at != last_at
+        last_at = at
         if moved:
             positions.append(at)
         for ref, new in sorted(rec.get("set", {}).items()):
