@@ -257,3 +257,15 @@ def test_items_keep_their_keys_order_after_a_pop_in_this_process_and_the_next(tm
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(os.path.dirname(os.path.abspath(__file__))), os.environ.get("PYTHONPATH", "")]))
     out = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True, env=env, check=True).stdout
     assert out.strip() == json.dumps([a, c])
+
+
+def test_an_int_session_id_is_taken_as_sqlite_session_takes_it(tmp_path):
+    """SQLiteSession(5, path) works (its TEXT column stores '5'); TapeSession(5, path)
+    raised a bare ValueError, so swapping one for the other broke apps with numeric ids."""
+    path = str(tmp_path / "tape")
+
+    async def main():
+        await TapeSession(5, path).add_items([{"role": "user", "content": "five"}])
+        return await TapeSession("5", path).get_items()
+
+    assert asyncio.run(main()) == [{"role": "user", "content": "five"}]

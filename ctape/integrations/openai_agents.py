@@ -360,7 +360,8 @@ class TapeSession:
                 session_settings = coerce_session_settings(session_settings)
         self.session_settings = session_settings
         self.tape, self._owns = open_tape(tape)
-        self.name = session_name(prefix, session_id)
+        # an int id as SQLiteSession keeps it (its TEXT column stores 5 as '5'): the same session as "5"
+        self.name = session_name(prefix, str(session_id) if type(session_id) is int else session_id)
         self.session = self.tape.session(self.name)
         self._path = _shared_path(self.tape, self.name)
 
