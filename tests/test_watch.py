@@ -131,6 +131,29 @@ def test_once_gives_the_same_entries_as_import(tape, tmp_path, home):
     assert rep.records == 0 and snapshot(tape.path) == before
 
 
+def test_a_compressed_transcript_without_a_last_line_end_is_read_whole(tape, tmp_path, home):
+    """(audit, 2026-12-06) A `.jsonl.zst` whose last line is complete JSON without a line
+    end: `watch` waited for the end of that line on every pass, as it waits for a writer
+    mid-line in a `.jsonl`, so the record never came (import reads it). No one appends to a
+    compressed file: its last line is complete, and `watch` gives what `import` gives."""
+    import zstandard
+
+    src = tmp_path / "src"
+    src.mkdir()
+    for p in (CODEX, CLAUDE):
+        (src / (p.name + ".zst")).write_bytes(zstandard.ZstdCompressor().compress(p.read_bytes().rstrip(b"\n")))
+    for _ in range(2):
+        rep = watch_once(tape, [str(src)])
+        assert not rep.errors
+    other = Tape.init(tmp_path / "imported")
+    import_files(other, "codex", [str(src / (CODEX.name + ".zst"))], None)
+    import_files(other, "claude-code", [str(src / (CLAUDE.name + ".zst"))], None)
+    for p, fmt in ((CODEX, "codex"), (CLAUDE, "claude-code")):
+        name = session_of(p, fmt)
+        assert entry_hashes(tape, name) == entry_hashes(other, name), name
+        assert exported(tape, name, fmt) == expected(p.read_bytes()), name
+
+
 def test_a_large_pass_split_over_two_processes(tape, tmp_path, home, monkeypatch):
     from ctape.watch import parallel
 

@@ -81,7 +81,7 @@ class _Claude:
 
         scan = _Scan(blake3())
         with (src_mod.open_stream(s.path) if data is None else nullcontext(data)) as f:
-            for chunk in complete_lines(f, 0, 0):
+            for chunk in complete_lines(f, 0, 0, final=s.zst):
                 scan.add(chunk)
         infos = scan.infos()
         if not any(i.message for i in infos):

@@ -90,7 +90,7 @@ class _Codex:
                     ln = queue.popleft()
                     put(ln, ln.number in voices.voiced or ln.number in so_far)
 
-            for chunk in complete_lines(f, pos.off, pos.line):
+            for chunk in complete_lines(f, pos.off, pos.line, final=s.zst):
                 if session is None:
                     if full:
                         pos.session = self._codex_session(s, chunk)
@@ -154,7 +154,7 @@ class _Codex:
         off, line = pos.quiet or (0, 0)
         with src_mod.open_stream(s.path) as f:
             src_mod.skip(f, off)
-            lines = (ln for chunk in complete_lines(f, off, line) for ln in chunk)
+            lines = (ln for chunk in complete_lines(f, off, line, final=s.zst) for ln in chunk)
             for ln in lines:
                 if ln.end > pos.off:
                     break
@@ -170,7 +170,7 @@ class _Codex:
 
         if chunk is None:
             with src_mod.open_stream(s.path) as f:
-                chunk = next(complete_lines(f, 0, 0, 1 << 20), [])
+                chunk = next(complete_lines(f, 0, 0, 1 << 20, final=s.zst), [])
         if not any(ln.ok and codex.is_record(ln.value) for ln in chunk):
             return None
         sid = next((codex.session_id(ln.value) for ln in chunk if ln.ok and codex.session_id(ln.value)), None)

@@ -39,11 +39,13 @@ class _Line:
         return self.offset + len(self.raw)
 
 
-def complete_lines(stream, offset: int, line: int, limit: int = src_mod.CHUNK):
+def complete_lines(stream, offset: int, line: int, limit: int = src_mod.CHUNK, final: bool = False):
     """Lists of the non-blank complete lines after `offset`, about `limit` bytes at a time;
     blank lines are counted but not returned. A line still without its end after
     c.max_record() bytes is refused (InvalidInput): the buffer never holds more than that
-    and one read."""
+    and one read. `final`: the stream is a whole file that no one appends to (a `.zst`
+    rollout, compressed once it ended), so a last line without its end is complete, as
+    `import` reads it; otherwise it waits for its end (a writer mid-line)."""
     most = c.max_record()
     buf = bytearray()
     base, n = offset, line
@@ -51,6 +53,8 @@ def complete_lines(stream, offset: int, line: int, limit: int = src_mod.CHUNK):
     while True:
         chunk = stream.read(limit)
         if not chunk:
+            if final and bytes(buf).strip():
+                yield [_Line(n + 1, base, bytes(buf), pre)]
             return
         buf += chunk
         out, start = [], 0
