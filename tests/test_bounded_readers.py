@@ -167,6 +167,26 @@ def test_watch_refuses_a_long_line_that_ends(tape_dir, tmp_path):
     assert rc == 1 and "long.jsonl: line 2 is longer than 65,536 bytes" in err and len(err.splitlines()) == 1, err
 
 
+@pytest.mark.parametrize("ends", [True, False])
+def test_watch_reports_a_first_line_over_the_limit_in_a_folder(tape_dir, tmp_path, ends):
+    """(audit, 2026-12-06) A first line over the limit and longer than what watch reads to
+    tell a file's format (1 MiB) was "not a transcript ctape knows" for a file named on
+    the command line, and passed over in silence in a folder (exit 0, never imported).
+    It is the limit's error line, as for any later line, complete or still being written."""
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    (folder / "good.jsonl").write_bytes(claude_line(1, "hello"))
+    big = folder / "big.jsonl"
+    line = claude_line(1001, "x" * (2 << 20))
+    big.write_bytes(line + claude_line(1002, "after") if ends else line[:-100])
+    rc, err, _ = watch_bounded(tape_dir, folder, {"CTAPE_MAX_RECORD": str(LIMIT)})
+    assert rc == 1 and [ln for ln in err.splitlines() if "big.jsonl" in ln] == [
+        f"watch: {big}: line 1 is longer than 65,536 bytes, the limit for one record (docs/import.md); "
+        "the file is skipped (set CTAPE_MAX_RECORD to allow longer records)"], err
+    rc, err, _ = run_bounded(["--dir", tape_dir, "watch", "--once", big], env={"CTAPE_MAX_RECORD": str(LIMIT)})
+    assert rc == 1 and "line 1 is longer than" in err and "not a transcript" not in err, err
+
+
 def test_watch_bounds_what_a_zst_decompresses_to(tape_dir, tmp_path):
     """`_claude_full` read a whole `.jsonl.zst` into memory (z.read()): a small file that
     decompresses to gigabytes (a zstd bomb) filled it. Now it is decompressed as a stream

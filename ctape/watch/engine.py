@@ -40,11 +40,12 @@ from typing import Callable, Optional
 from blake3 import blake3
 
 from ..errors import ConflictError, CtapeError, InvalidInput
+from ..formats import _common as c
 from . import sources as src_mod
 from .claude import _Claude
 from .codex import _Codex
 from .position import Cache, Position, save_layout
-from .reading import _At, _ends_match, _Line
+from .reading import _At, _ends_match, _Line, too_long
 from .sources import Source
 from .state import Live, _Positions
 from .whole import _Whole
@@ -70,6 +71,8 @@ class PassReport:
     bytes: int = 0  # source bytes read
     errors: list = field(default_factory=list)
 
+
+HEAD_BYTES = 1 << 20  # read to tell a source's format: its first lines
 
 def _zstd_error() -> type:
     from ..store.files import zstd
@@ -351,7 +354,15 @@ class Watcher(_Codex, _Claude, _Whole, _Positions):
         in a folder that is no transcript is passed over in silence (a folder holds other
         files too); one named on the command line is refused (NotATranscript), as `ctape
         import` refuses it, once its lines tell (sources.judged)."""
-        lines = src_mod.head_of(s.path, 1 << 20).split(b"\n")
+        head = src_mod.head_of(s.path, HEAD_BYTES)
+        lines = head.split(b"\n")
+        if len(lines) == 1 and len(head) == HEAD_BYTES and s.path.endswith((".jsonl", ".jsonl" + src_mod.ZST)):
+            # a first line with no end in the head: one over the record limit is an error
+            # line, as any later line over it is (it said "not a transcript", or nothing for
+            # a file found in a folder, which was then never imported; found by an audit)
+            most = c.max_record()
+            if src_mod.first_line_longer_than(s.path, most):
+                raise too_long(1, most)
         if len(lines) > 1 or not lines[0].lstrip()[:1] in (b"{", b"["):
             lines.pop()  # the line being written: its format waits for its newline
         # (a file of one line with no newline may be a whole JSON document, as

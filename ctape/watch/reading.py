@@ -65,7 +65,7 @@ def complete_lines(stream, offset: int, line: int, limit: int = src_mod.CHUNK, f
             n += 1
             raw = bytes(buf[start : i + 1])
             if len(raw) - 1 > most:
-                raise _too_long(n, most)
+                raise too_long(n, most)
             if raw.strip():
                 out.append(_Line(n, base + start, raw, pre))
                 pre = b""
@@ -75,12 +75,12 @@ def complete_lines(stream, offset: int, line: int, limit: int = src_mod.CHUNK, f
         del buf[:start]
         base += start
         if len(buf) > most:
-            raise _too_long(n + 1, most)
+            raise too_long(n + 1, most)
         if out:
             yield out
 
 
-def _too_long(number: int, most: int) -> InvalidInput:
+def too_long(number: int, most: int) -> InvalidInput:
     return InvalidInput(
         f"line {number} is longer than {most:,} bytes, the limit for one record (docs/import.md); "
         "the file is skipped (set CTAPE_MAX_RECORD to allow longer records)"

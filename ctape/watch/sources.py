@@ -251,6 +251,21 @@ def digest(data: bytes) -> str:
     return blake3(data).hexdigest()[:32]
 
 
+def first_line_longer_than(path: str, most: int) -> bool:
+    """Whether the (decompressed) file holds more than `most` bytes before its first line end."""
+    seen = 0
+    with open_stream(path) as s:
+        while seen <= most:
+            b = s.read(min(CHUNK, most + 1 - seen))
+            if not b:
+                return False
+            i = b.find(b"\n")
+            if i >= 0:
+                return seen + i > most
+            seen += len(b)
+    return True
+
+
 def head_of(path: str, n: int) -> bytes:
     with open_stream(path) as s:
         out = bytearray()
