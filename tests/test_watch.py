@@ -154,6 +154,27 @@ def test_a_compressed_transcript_without_a_last_line_end_is_read_whole(tape, tmp
         assert exported(tape, name, fmt) == expected(p.read_bytes()), name
 
 
+def test_a_rewritten_rollout_whose_first_line_is_damaged_stays_in_its_session(tape, tmp_path, home):
+    """(audit, 2026-12-06) A watched rollout rewritten with its first line (session_meta,
+    which names the session) damaged was imported again into a new session named after
+    the file, and its new records were found only there. docs/watch.md: a rewritten file
+    "is imported again into the same session"; the session it went to before is kept."""
+    src = tmp_path / "src"
+    src.mkdir()
+    lines = CODEX_BIG.read_bytes().splitlines(True)
+    f = src / CODEX_BIG.name
+    f.write_bytes(b"".join(lines[: len(lines) // 2]))
+    assert not watch_once(tape, [str(src)]).errors
+    (name,) = tape.store.sessions()
+    damaged = bytearray(b"".join(lines))
+    damaged[0:8] = b"XXXXXXXX"
+    f.write_bytes(bytes(damaged))
+    assert not watch_once(tape, [str(src)]).errors
+    assert tape.store.sessions() == [name]
+    branches = refs_of(tape, name)
+    assert "main-imported" in branches, branches  # the rewrite's line, beside the one imported before
+
+
 def test_a_large_pass_split_over_two_processes(tape, tmp_path, home, monkeypatch):
     from ctape.watch import parallel
 

@@ -42,6 +42,7 @@ class _Codex:
             at.f.close()
             at = None
         full = at is None
+        known = pos.session if pos is not None else None  # the session this file went to before
         if full:
             f, h, verified = src_mod.open_stream(s.path), blake3(), True
             pos = Position(key=s.key, path=s.path, fmt="codex", dev=st.st_dev, ino=st.st_ino)
@@ -93,7 +94,7 @@ class _Codex:
             for chunk in complete_lines(f, pos.off, pos.line, final=s.zst):
                 if session is None:
                     if full:
-                        pos.session = self._codex_session(s, chunk)
+                        pos.session = self._codex_session(s, chunk, known)
                         if pos.session is None:
                             return 0, 0  # no Codex record yet
                         first = next((t for t in (codex.record_time(ln.value) for ln in chunk if ln.ok) if t), None)
@@ -164,8 +165,10 @@ class _Codex:
         voices.open.clear()  # imported already: only the runs matter from here
         return voices
 
-    def _codex_session(self, s: Source, chunk: Optional[list] = None) -> Optional[str]:
-        """The session a rollout goes to: its session_meta id (else the file name), as import names it."""
+    def _codex_session(self, s: Source, chunk: Optional[list] = None, known: Optional[str] = None) -> Optional[str]:
+        """The session a rollout goes to: its session_meta id (else the file name), as import
+        names it; a file rewritten without an id it can read (its first line damaged) goes
+        on in the session it went to before (`known`), not in a new one named after it."""
         from ..formats import codex
 
         if chunk is None:
@@ -174,4 +177,6 @@ class _Codex:
         if not any(ln.ok and codex.is_record(ln.value) for ln in chunk):
             return None
         sid = next((codex.session_id(ln.value) for ln in chunk if ln.ok and codex.session_id(ln.value)), None)
+        if sid is None and known:
+            return known
         return c.check_target(c.session_name(sid, s.key))
