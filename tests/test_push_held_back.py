@@ -63,6 +63,11 @@ def test_damage_in_one_session_holds_back_only_that_session(tmp_path, remote_url
     # with nothing else to send, the push is refused as one, in one line
     p = cli(a, "push", check=False)
     assert p.returncode == 1 and len(p.stderr.splitlines()) == 1 and b"not pushing session hurt" in p.stderr, p.stderr
+    # and --json still prints the push's object (it printed nothing: a script got no JSON)
+    p = cli(a, "push", "--json", check=False)
+    out = json.loads(p.stdout)
+    assert p.returncode == 1 and out["files"] == 0 and list(out["held_back"]) == ["hurt"], out
+    assert "not pushing session hurt" in out["held_back"]["hurt"] and out["error"] == out["held_back"]["hurt"], out
 
     # salvaged, the session goes up (the secrets check reads its lost value as lost, as
     # every read does); a clone holds what was intact

@@ -169,7 +169,9 @@ def _checked(tape, state: State, chosen: list[str], todo: list[tuple], allow_sec
     if refusal is not None and not rest and whole:
         raise refusal  # nothing else to send: refused as one, with the check's own line
     if held and not rest and whole:
-        raise HeldBack(next(iter(held.values())) if len(held) == 1 else f"{len(held)} sessions held back; first: {next(iter(held.values()))}")
+        err = HeldBack(next(iter(held.values())) if len(held) == 1 else f"{len(held)} sessions held back; first: {next(iter(held.values()))}")
+        err.held = {shown_name(tape, s): why for s, why in held.items()}  # (push --json prints them)
+        raise err
     return ends, held, rest
 
 
