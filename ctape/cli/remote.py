@@ -197,6 +197,7 @@ def push(ctx, name, sessions, follow, allow_secrets, as_json):
     from ..sync import remote as remotes
     from ..sync.push import follow as follow_loop
     from ..sync.push import push as do_push
+    from ..sync.push import report as push_report
     from ..sync.push_check import HeldBack
 
     tape = open_tape(ctx)
@@ -221,9 +222,7 @@ def push(ctx, name, sessions, follow, allow_secrets, as_json):
         if as_json:
             # refused as a whole (nothing else to send): a script reading --json still gets
             # the push's object, with what was held back and why (it got nothing before)
-            emit_json({"remote": name, "files": 0, "pieces": 0, "bytes": 0, "requests": backend.requests, "already_there": 0,
-                       "refused": 0, "salvage_reports": 0, "held_back": getattr(e, "held", {}), "error": str(e),
-                       "seconds": round(time.monotonic() - t0, 3)})
+            emit_json(push_report(name, backend, e.held, time.monotonic() - t0, error=str(e)))
         raise
     bar.end()
     for why in r["held_back"].values():

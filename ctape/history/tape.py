@@ -133,10 +133,7 @@ class Tape:
 
     @takes_own_turn
     def session(self, name: str) -> "Session":
-        if not self.store.is_open():
-            from ..store.store import _closed
-
-            _closed()
+        self.store.check_open()
         return self._session_class(self, name)
 
     @contextmanager

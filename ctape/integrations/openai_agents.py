@@ -216,7 +216,7 @@ class _Path:
             return
         lo = max(0, i + 1 - RUN)
         rows = [(self.hashes[j], self.hashes[j - 1] if j else None, self.items[j]) for j in range(lo, i + 1)]
-        tape.store.index.put_views(VIEW, [(h, rows[0][1], "\n".join(x + (t or "") for x, _, t in rows))])
+        tape.store.index.put_views(VIEW, _view_rows(rows))  # one run of at most RUN: one row, ending at h
 
     def item_list(self, limit: Optional[int]) -> list[dict]:
         texts = [t for t in self.items if t is not None]

@@ -402,12 +402,7 @@ class Scanner:
                         entropy.append(flag)
                     blobs.append((steps, i, b))
                 else:
-                    t = s[1:] if s and s[0] == "\0" else s
-                    dec = _DECODERS.get(key)  # (_decoded, inline: this runs for every string)
-                    if dec is not None:
-                        t = dec(t)
-                    elif t.startswith("data:"):
-                        t = _data_url_text(t)
+                    t = _decoded(key, s[1:] if s and s[0] == "\0" else s)
                     known = seen_e if flag else seen_n
                     i = known.get(t)
                     if i is None:

@@ -494,6 +494,11 @@ class Store(Freshness, Reading):
     def is_open(self) -> bool:
         return not isinstance(self.index, _ClosedIndex)
 
+    def check_open(self) -> None:
+        """InvalidInput ("this Tape is closed") once closed."""
+        if isinstance(self.index, _ClosedIndex):
+            _closed()
+
     def close(self) -> None:
         if isinstance(self.index, _ClosedIndex):
             return
@@ -562,8 +567,7 @@ class Store(Freshness, Reading):
     @contextmanager
     def batch(self) -> Iterator[None]:
         """Writes inside share one fsync per file at the end; an exception discards them all."""
-        if isinstance(self.index, _ClosedIndex):
-            _closed()
+        self.check_open()
         with self._lock:
             self._batch_depth += 1
             ok = False

@@ -169,9 +169,8 @@ def _checked(tape, state: State, chosen: list[str], todo: list[tuple], allow_sec
     if refusal is not None and not rest and whole:
         raise refusal  # nothing else to send: refused as one, with the check's own line
     if held and not rest and whole:
-        err = HeldBack(next(iter(held.values())) if len(held) == 1 else f"{len(held)} sessions held back; first: {next(iter(held.values()))}")
-        err.held = {shown_name(tape, s): why for s, why in held.items()}  # (push --json prints them)
-        raise err
+        raise HeldBack(next(iter(held.values())) if len(held) == 1 else f"{len(held)} sessions held back; first: {next(iter(held.values()))}",
+                       {shown_name(tape, s): why for s, why in held.items()})
     return ends, held, rest
 
 
@@ -464,9 +463,18 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
         _put_back(store, backend, [r for r in reused if r[0] in went_up], warn)
     state.save(store)
     done = time.monotonic()
-    return {"remote": name, "files": len(files), "pieces": len(listed), "bytes": sent, "requests": backend.requests, "already_there": skipped, "refused": refused,
-            "salvage_reports": len(lost),
-            "held_back": {shown_name(tape, s): why for s, why in held_back.items()}, "seconds": round(done - t0, 3), "check_seconds": round(t_sent - t_check, 3), "transfer_seconds": round(done - t_sent, 3)}
+    return report(name, backend, {shown_name(tape, s): why for s, why in held_back.items()}, done - t0, files=len(files), pieces=len(listed),
+                  bytes=sent, already_there=skipped, refused=refused, salvage_reports=len(lost),
+                  check_seconds=round(t_sent - t_check, 3), transfer_seconds=round(done - t_sent, 3))
+
+
+def report(name: str, backend: Backend, held_back: dict, seconds: float, **counts) -> dict:
+    """What a push reports (`--json`): the counts not given are 0; one refused as a whole
+    (HeldBack) has no files, its held-back sessions and its `error`."""
+    out = {"remote": name, "files": 0, "pieces": 0, "bytes": 0, "requests": backend.requests, "already_there": 0, "refused": 0,
+           "salvage_reports": 0, "held_back": held_back, "seconds": round(seconds, 3)}
+    out.update(counts)
+    return out
 
 
 REFUSED_RETRY = 5.0  # seconds between looks while a push --follow is refused

@@ -19,7 +19,12 @@ from .remote import State
 
 class HeldBack(CtapeError):
     """`push` of sessions that cannot go up as they are: every one with something to send
-    was held back (damage, or SecretsFound), or some were and the rest went up."""
+    was held back (damage, or SecretsFound), or some were and the rest went up. `held`:
+    session -> why, when the refusal names them (push --json prints them)."""
+
+    def __init__(self, message: str = "", held: Optional[dict] = None):
+        super().__init__(message)
+        self.held = held or {}
 
 
 class SecretsFound(HeldBack):

@@ -74,6 +74,7 @@ class PassReport:
 
 HEAD_BYTES = 1 << 20  # read to tell a source's format: its first lines
 
+
 def _zstd_error() -> type:
     from ..store.files import zstd
 
