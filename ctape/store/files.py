@@ -235,6 +235,28 @@ def write_all(fd: int, data) -> None:
         view = view[n:]
 
 
+def copy_bytes(src: int, dst: int, n: int) -> None:
+    """Copy the first n bytes of file src to dst (at its position): in the kernel where it
+    can (copy_file_range, a shared extent on file systems that have them), else by reads."""
+    done = 0
+    if hasattr(os, "copy_file_range"):
+        try:
+            while done < n:
+                got = os.copy_file_range(src, dst, n - done, done)
+                if got == 0:
+                    break
+                done += got
+        except OSError as e:
+            if e.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EPERM):
+                raise
+    while done < n:
+        b = os.pread(src, min(n - done, 1 << 20), done)
+        if not b:
+            raise OSError(errno.EIO, f"file ended at {done} of {n} bytes while copied")
+        write_all(dst, b)
+        done += len(b)
+
+
 @contextmanager
 def uninterrupted(reraise: bool = True) -> Iterator[None]:
     """SIGINT held off while a clean-up runs (the demo's, a failed clone's): a second

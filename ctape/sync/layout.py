@@ -253,8 +253,12 @@ def _deletion_ok(f) -> bool:
 
 def note_manifest(state, m: dict) -> None:
     """What one manifest says the remote holds, and what a remote compaction deleted."""
+    ends: dict[tuple, int] = {}  # where the push that wrote this manifest ended each file
     for f in m["files"]:
-        note_have(state, f, m["g"])
+        k = (f["session"], f["file"])
+        ends[k] = max(ends.get(k, 0), f["end"])
+    for f in m["files"]:
+        note_have(state, f, m["g"], push_end=f["end"] == ends[(f["session"], f["file"])])
     for f in m["deleted"]:
         note_gone(state, f, m["deleted_g"])
     if m["deleted"]:  # deletion deleted_g is learnt (push looks at its g/<n> until then)
@@ -308,9 +312,11 @@ def new_manifests(store, backend: Backend, state, warn, cursor: str = "next") ->
             state[cursor][u] = n
 
 
-def note_have(state, f: dict, g: int = 0) -> None:
+def note_have(state, f: dict, g: int = 0, push_end: bool = True) -> None:
     """The remote holds f's piece: remember it (state["pieces"]: [start, end, blake3, g,
-    gen], gen naming its key: `piece_key`)
+    gen, push_end], gen naming its key: `piece_key`; push_end 1 when a push ended the file
+    there, 0 for a piece a longer one of the same push follows: a pull stops only at
+    such an end, pull._apply; rows of an older state have no push_end and count as ends)
     and extend the known prefix of its file (state["have"]) over the pieces that join on
     from 0. `g` is how many deletions (g/<n>) its uploader had learned of: a piece of a
     deleted file listed by an uploader that had not seen the deletion was deleted with
@@ -324,9 +330,11 @@ def note_have(state, f: dict, g: int = 0) -> None:
         # of deletions still waits for an earlier announcement's manifest)
         return
     pieces = state["pieces"].setdefault(k, [])
-    row = [f["start"], f["end"], f["blake3"], g, f.get("gen", 0)]
+    row = [f["start"], f["end"], f["blake3"], g, f.get("gen", 0), int(push_end)]
     for p in pieces:
         if p[:3] == row[:3]:
+            if len(p) > 5:
+                p[5] = max(p[5], row[5])
             # the same piece listed again: by a copy that uploaded it again after a deletion
             # (the key is the same, so is what it holds). The latest listing says when it was
             # last put there: keeping the first made a later manifest's deletion take the
@@ -351,7 +359,8 @@ def _extend(state, k: str) -> None:
 
 def known_pieces(state, key: str) -> list[dict]:
     session, file = key.split("/", 1)
-    return [{"session": session, "file": file, "start": p[0], "end": p[1], "blake3": p[2], "gen": p[4]} for p in state["pieces"].get(key, [])]
+    return [{"session": session, "file": file, "start": p[0], "end": p[1], "blake3": p[2], "gen": p[4], "push_end": p[5] if len(p) > 5 else 1}
+            for p in state["pieces"].get(key, [])]
 
 
 def segment_owner(file: str) -> Optional[str]:

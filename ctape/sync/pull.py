@@ -2,11 +2,16 @@
 
 The manifests not read yet name pieces of data files. For each file:
 - a pack that is not here is downloaded, checked against its name, and appears whole;
-- a segment of another writer grows by the next bytes in order: a piece that starts at or
-  before the local file's end and reaches past it is appended (under the session's lock,
-  to the file the name still refers to, fsync'd); a segment not here yet appears whole
-  (a file with no name, linked in); so the local file is always a prefix of its writer's
-  file, exactly what rsync would have copied at some instant;
+- a segment of another writer grows by the pieces that join on at its end, all of this
+  pull's at once: a segment not here yet appears whole (a file with no name, linked in),
+  and one that is here is replaced whole by a file of its bytes and the new ones (under
+  the session's lock, synced, renamed over it), as rsync replaces a file. So the local
+  file is always a prefix of its writer's file at a length a push read it at, which its
+  writer saw (push seals the segment: docs/remotes.md), exactly what rsync could have
+  copied; never a length cut inside a piece by a kill, or between two pieces of one push,
+  which a plain `rsync -a` of this copy back to the writer's would have put over the
+  writer's longer file (found by an audit: the acknowledged appends after the cut were
+  gone there);
 - this copy's own segments are never touched (its own are always at least as long here);
 - like rsync without --delete, a file this copy lacks comes (back) even when this copy
   had it and compacted it away: its records may be needed again (a claim that a local
@@ -14,9 +19,9 @@ The manifests not read yet name pieces of data files. For each file:
 Then the store's normal index refresh reads the new bytes, and the sync rules of
 docs/format.md section 12 decide the refs: nothing here merges anything.
 
-Killed at any instant, the tape holds whole prefixes (an append cut short is a torn tail,
-which the next pull continues past: it appends from the file's real end, re-reading the
-piece) and the manifest cursor is not moved, so a rerun completes it.
+Killed at any instant, the tape holds each file as it was or as this pull made it, and the
+manifest cursor is not moved, so a rerun completes it (a temporary `.tmp-seg-*` file may be
+left, which fsck names).
 """
 
 from __future__ import annotations
@@ -24,13 +29,14 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import secrets
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterable, Optional
 
 from ..model.errors import InvalidInput
 from ..model.refs import CONFLICT
-from ..store.files import check_not_symlink, fsync_dir, make_folder, storage_error, uninterrupted, write_all
+from ..store.files import check_not_symlink, copy_bytes, fsync_dir, make_folder, storage_error, uninterrupted, write_all
 from ..store.segment import new_file_whole as _new_file
 from ..store.store import Store
 from . import layout, losses
@@ -60,26 +66,41 @@ def _session_folder(store, session: str) -> str:
     return make_folder(os.path.join(store.root, "sessions", session))
 
 
-def _append(folder: str, name: str, at: int, data: bytes) -> bool:
-    """Append `data` to folder/name if it is exactly `at` bytes long, under the session's
-    lock (so compaction's freeze sees it whole); False when it is not."""
+def _extend_whole(folder: str, name: str, at: int, data: bytes) -> bool:
+    """Replace folder/name, if it is exactly `at` bytes long, by a file of its bytes and then
+    `data`, whole (a new file synced, then renamed over it; the folder synced), under the
+    session's lock (so compaction's freeze sees the one or the other); False when it is
+    not that long (or gone). Killed at any instant, the name holds the old file or the new
+    one, never a part of `data`."""
     path = os.path.join(folder, name)
     with _Held(folder, folder=True):
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
+            src = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
         except FileNotFoundError:
             return False
+        tmp = None
         try:
-            if os.fstat(fd).st_size != at:
+            st = os.fstat(src)
+            if st.st_size != at:
                 return False
+            tmp = os.path.join(folder, f".tmp-seg-{secrets.token_hex(6)}")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, st.st_mode & 0o777)
             try:
+                copy_bytes(src, fd, at)
                 write_all(fd, data)
                 os.fsync(fd)
-            except OSError:
-                os.ftruncate(fd, at)  # a piece lands whole or not at all (out of space, say)
-                raise
+            finally:
+                os.close(fd)
+            os.rename(tmp, path)
+            tmp = None
         finally:
-            os.close(fd)
+            os.close(src)
+            if tmp is not None:
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
+    fsync_dir(folder)
     return True
 
 
@@ -215,26 +236,36 @@ def _pull(tape, backend: Backend, name: str, sessions: Iterable[str], warn: Call
 
 
 def _apply(store, session: str, file: str, pieces: list) -> int:
-    """Write the fetched pieces of one file in order; the bytes added."""
+    """Write the fetched pieces of one file; the bytes added. A segment takes the pieces
+    that join on at its end, up to the last one that ends where a push ended (a piece
+    missing, or damaged, leaves the rest for a later pull), all at once (see the top)."""
     folder = _session_folder(store, session)
     path = os.path.join(folder, file)
     check_not_symlink(path)
-    added = 0
+    if file.endswith(".pack"):
+        f, data = pieces[0]
+        return len(data) if data is not None and layout.pack_ok(file, data) and _new_file(folder, file, data) else 0
+    try:
+        size = os.stat(path).st_size
+        exists = True
+    except FileNotFoundError:
+        size, exists = 0, False
+    parts: list[bytes] = []
+    end, keep = size, 0
     for f, data in pieces:
         if data is None:
             break
-        if file.endswith(".pack"):
-            if layout.pack_ok(file, data) and _new_file(folder, file, data):
-                added += len(data)
-            break
-        exists = os.path.exists(path)
-        size = os.stat(path).st_size if exists else 0
-        if not (f["start"] <= size < f["end"]):
+        if not (f["start"] <= end < f["end"]):
             continue
-        part = data[size - f["start"]:]
-        if _append(folder, file, size, part) if exists else _new_file(folder, file, part):
-            added += len(part)
-    return added
+        parts.append(data[end - f["start"]:])
+        end = f["end"]
+        if f.get("push_end", True):
+            keep = len(parts)
+    if not keep:
+        return 0
+    data = b"".join(parts[:keep])
+    done = _extend_whole(folder, file, size, data) if exists else _new_file(folder, file, data)
+    return len(data) if done else 0
 
 
 class _Nothing:

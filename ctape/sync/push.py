@@ -374,7 +374,7 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
             """Wait for the oldest uploads until at most `limit` bytes are in flight."""
             nonlocal sent, skipped, refused, flying_bytes
             while flying and (flying_bytes > limit or len(flying) > (4 * WORKERS if limit else 0)):
-                (s, file, a, b, gen, chunk), fut = flying.popleft()
+                (s, file, a, b, gen, last, chunk), fut = flying.popleft()
                 flying_bytes -= b - a
                 status = fut.result()
                 key = layout.piece_key(s, file, a, b, gen)
@@ -393,7 +393,7 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
                 listed.append({"session": s, "file": file, "start": a, "end": b, "blake3": layout.digest(chunk)})
                 if gen:
                     listed[-1]["gen"] = gen
-                layout.note_have(state, listed[-1], int(state.get("gnext", 0)))
+                layout.note_have(state, listed[-1], int(state.get("gnext", 0)), push_end=last)
                 sent += b - a
                 files.add((s, file))
                 if progress:
@@ -429,7 +429,7 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
                     ranges = [(a, min(end, a + PIECE_MAX)) for a in range(start, end, PIECE_MAX)]
                 gen = layout.generation(state, f"{s}/{file}")
                 for a, b in ranges:
-                    piece = (s, file, a, b, gen, data[a - start : b - start])
+                    piece = (s, file, a, b, gen, b == end, data[a - start : b - start])
                     flying.append((piece, pool.submit(_upload, backend, piece)))
                     flying_bytes += b - a
                     settle(BATCH_BYTES)
