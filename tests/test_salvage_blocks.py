@@ -167,3 +167,25 @@ def test_a_block_whose_checksum_alone_was_hit_is_kept_whole(tape_dir, where):
     after = _entries_after_salvage(tape_dir)
     assert set(after) == written  # nothing lost, nothing made up
     assert not [h for h in report["missing"] if h in written]
+
+
+@pytest.mark.parametrize("tail", [b"\0", b"junk after the last record " * 40], ids=["one-byte", "text"])
+def test_a_pack_with_bytes_after_its_records_is_salvaged_as_itself(tape_dir, tail):
+    """Every record of the pack reads back, so salvage writes the very pack its name says;
+    the damaged file goes to quarantine and the session keeps every entry (found by an
+    audit: the move took the new pack to quarantine, and the session had no entries)."""
+    hashes = [run_cli("--dir", tape_dir, "append", "user", json.dumps({"content": f"message {i}"}), "-s", "s", check=True).stdout.decode().strip()
+              for i in range(3)]
+    run_cli("--dir", tape_dir, "compact", "--grace", "now", check=True)
+    (pack,) = (tape_dir / "sessions" / "s").glob("*.pack")
+    whole = pack.read_bytes()
+    pack.write_bytes(whole + tail)
+    assert run_cli("--dir", tape_dir, "fsck").returncode == 1
+    r = run_cli("--dir", tape_dir, "fsck", "--salvage")
+    assert r.returncode == 0, r.stderr.decode()
+    assert pack.read_bytes() == whole
+    (kept,) = [q for q in (tape_dir / "quarantine" / "s").iterdir() if not q.name.endswith(".json")]  # not the report
+    assert kept.read_bytes() == whole + tail
+    assert run_cli("--dir", tape_dir, "fsck").returncode == 0
+    log = run_cli("--dir", tape_dir, "log", "-s", "s", "--json", check=True).stdout.decode().splitlines()
+    assert [json.loads(line)["hash"] for line in log] == hashes[::-1]

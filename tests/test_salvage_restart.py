@@ -26,7 +26,7 @@ from conftest import run_cli
 STRACE = shutil.which("strace") or ("/usr/bin/strace" if os.path.exists("/usr/bin/strace") else None)
 pytestmark = pytest.mark.skipif(STRACE is None, reason="needs strace (.ci/run installs it with apt-get)")
 
-QUICK = ("rename", "renameat", "renameat2", "mkdir", "mkdirat", "fsync", "fdatasync")
+QUICK = ("rename", "renameat", "renameat2", "link", "linkat", "mkdir", "mkdirat", "fsync", "fdatasync")
 SLOW = QUICK + ("write", "unlink", "unlinkat", "ftruncate", "openat")
 
 
@@ -65,7 +65,7 @@ def _counted(log, names):
     return counts
 
 
-def _check(tape, readable):
+def _check(tape, readable, kind=".seg"):
     t = Tape.open(tape)
     try:
         refs = t.session("s").refs()
@@ -78,13 +78,29 @@ def _check(tape, readable):
         # the damaged file (its name and the copy's writer id) and its final report: nothing
         # temporary or pending
         names = os.listdir(tape / "quarantine" / "s")
-        assert not [n for n in names if n.startswith(".") or n.endswith(".salvage.pending") or ".seg" not in n], names
+        assert not [n for n in names if n.startswith(".") or n.endswith(".salvage.pending") or kind not in n], names
     finally:
         t.close()
 
 
-def test_salvage_killed_at_every_point_is_finished_by_a_rerun(damaged, tmp_path):
-    template, readable = damaged
+@pytest.fixture
+def damaged_pack(tape_dir):
+    """Session `s` compacted into one pack with a byte added after its records: salvage
+    writes the same pack again, under the damaged file's own name (linked to quarantine
+    first). Returns (template, readable hashes): all of them."""
+    hashes = [run_cli("--dir", tape_dir, "append", "user", json.dumps({"content": f"m {i}"}), "-s", "s", check=True).stdout.decode().strip()
+              for i in range(10)]
+    run_cli("--dir", tape_dir, "append", "user", '{"content": "other"}', "-s", "b", check=True)
+    run_cli("--dir", tape_dir, "compact", "--grace", "now", check=True)
+    (pack,) = (tape_dir / "sessions" / "s").glob("*.pack")
+    pack.write_bytes(pack.read_bytes() + b"\0")
+    return tape_dir, hashes
+
+
+@pytest.mark.parametrize("which", ["segment", "pack"])
+def test_salvage_killed_at_every_point_is_finished_by_a_rerun(which, tmp_path, request):
+    template, readable = request.getfixturevalue("damaged" if which == "segment" else "damaged_pack")
+    kind = ".seg" if which == "segment" else ".pack"
     names = SLOW if os.environ.get("CTAPE_SLOW") == "1" else QUICK
     counts = _calls(shutil.copytree(template, tmp_path / "count"), tmp_path / "count-cache", tmp_path / "strace.log", names)
     assert counts["rename"] + counts["renameat"] + counts["renameat2"] >= 2, counts  # at least the pack and the move
@@ -106,7 +122,7 @@ def test_salvage_killed_at_every_point_is_finished_by_a_rerun(damaged, tmp_path)
             beyond.append((name, n, made))
         r = _salvage(tape, cache)
         assert r.returncode == 0, (name, n, r.stdout.decode(), r.stderr.decode())
-        _check(tape, readable)
+        _check(tape, readable, kind)
         shutil.rmtree(tape)
         shutil.rmtree(cache, ignore_errors=True)
     # not vacuous: most points are kills, and every name's first call is reached and killed

@@ -107,8 +107,10 @@ class PackWriter:
             self._write(framing.frame(framing.T_BLOCK, self.cctx.compress(raw)))
             self.block, self.block_size = [], 0
 
-    def finish(self) -> Optional[str]:
-        """fsync, rename to pack-<hash>.pack, fsync the folder; returns the relative path."""
+    def finish(self, before_rename: Optional[Callable[[str], None]] = None) -> Optional[str]:
+        """fsync, rename to pack-<hash>.pack, fsync the folder; returns the relative path.
+        `before_rename(rel)` runs just before the rename puts the pack at rel (salvage keeps
+        the damaged file of that very name first)."""
         self._flush_block()
         os.fsync(self.fd)
         os.close(self.fd)
@@ -117,6 +119,8 @@ class PackWriter:
             return None
         name = f"pack-{self.hasher.hexdigest()[:32]}.pack"
         final = os.path.join(self.dir, name)
+        if before_rename is not None:
+            before_rename(f"sessions/{self.session}/{name}")
         os.rename(self.tmp, final)
         fsync_dir(self.dir)
         return f"sessions/{self.session}/{name}"

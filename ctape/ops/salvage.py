@@ -299,7 +299,8 @@ def _salvage_file(store: Store, rel: str, known: set[int]) -> dict:
                         links[f"record {rec.get('w')}#{rec.get('n')}"] = [v for v in values if isinstance(v, str) and is_hash(v)]
             recovered = _keep_vouched(store, pw, candidates, known, others, links, entries)
             kept += recovered
-            pack = pw.finish()
+            where = _free_name(store, session, rel.split("/")[2])
+            pack = pw.finish(before_rename=lambda new: _keep_before_replaced(store, rel, new, where))
         except OSError as e:
             pw.abort()
             raise storage_error(e, f"a pack of session {session}", after="salvage moved nothing") from None
@@ -314,7 +315,6 @@ def _salvage_file(store: Store, rel: str, known: set[int]) -> dict:
         gone |= others
         missing = sorted(h for h in gone if not store.has_object(h))
         lost = f"{len(reasons)} damaged {plural(len(reasons), 'place', 'places')}: " + "; ".join(reasons[:5]) + (" ..." if len(reasons) > 5 else "")
-        where = _free_name(store, session, rel.split("/")[2])
         # objects the damaged records held whose names they no longer say (a block that
         # does not decode), by the index's keys: reads take a value of one as lost, in
         # every session that refers to it (a value is stored once per tape)
@@ -327,6 +327,25 @@ def _salvage_file(store: Store, rel: str, known: set[int]) -> dict:
         return intent
     finally:
         os.close(fd)
+
+
+def _keep_before_replaced(store: Store, rel: str, new: str, where: str) -> None:
+    """The salvaged pack is about to take the damaged file's own name: a pack whose records
+    all read back, with bytes added after them or changed outside them, is written again
+    as the very pack its name says. The damaged file then goes to quarantine first, by a
+    second name (a hard link), so at no instant is the name empty and the damaged bytes
+    are kept; the move that follows finds it there (found by an audit: the move took the
+    new pack to quarantine, and the session was left with no entries)."""
+    if new != rel:
+        return
+    src, dst = os.path.join(store.root, rel), os.path.join(store.root, where)
+    try:
+        os.link(src, dst)
+    except FileExistsError:
+        return
+    except OSError as e:
+        raise storage_error(e, "quarantine", after="salvage moved nothing") from None
+    fsync_dir(os.path.dirname(dst))
 
 
 def _readable_objects(store: Store, rel: str, offset: int) -> list[bytes]:
