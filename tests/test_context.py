@@ -384,6 +384,21 @@ def test_last_turn_starts_after_newest_anchor(tape):
     assert [m["content"] for m in s.context(policies=["last-turn"])] == ["sys", "and now?"]
 
 
+def test_hidden_anchors_and_streams_are_left_out_of_the_views(tape):
+    """Bookkeeping (meta ctape.hidden) is left out of context: a hidden anchor starts no
+    turn, and a hidden `streaming` entry at HEAD is no answer cut short (audit)."""
+    s = tape.session(S)
+    s.append("system", {"content": "sys"})
+    s.append("user", {"content": "question"})
+    s.append("assistant", {"content": "part 1"})
+    s.append("anchor", {"name": "checkpoint"}, meta={"ctape.hidden": True})
+    s.append("assistant", {"content": "part 2"})
+    assert [m["content"] for m in s.context(policies=["last-turn"])] == ["sys", "question", "part 1", "part 2"]
+    s.append("streaming", {"content": "bookkeeping text"}, meta={"ctape.hidden": True})
+    assert [m["content"] for m in s.context(resume="prefix")] == ["sys", "question", "part 1", "part 2"]
+    assert s.status()["interrupted_stream"] is None
+
+
 def test_last_turn_keeps_system_messages_from_the_whole_path(tape):
     s = tape.session(S)
     s.append("system", {"content": "first system"})
@@ -605,10 +620,17 @@ def test_resume_with_unrecorded_partial_stream(tape_dir):
         validate_anthropic(s.context(resume="prefix", format="anthropic"))
     finally:
         t.close()
-    # the same through the CLI, which must not record anything by reading
-    for resume, last in (("prefix", "Once upon a time"), ("drop", "Tell me a story.")):
-        p = run_cli("--dir", tape_dir, "context", "-s", S, "--resume", resume, check=True)
-        assert json.loads(p.stdout)[-1]["content"] == last
+    # the same through the CLI, which must not record anything by reading, whichever way
+    # REF names HEAD (they left the partial out: found by an audit)
+    for how in (["-s", S], [S], [f"{S}/main"], ["HEAD", "-s", S], ["main", "-s", S]):
+        for resume, last in (("prefix", "Once upon a time"), ("drop", "Tell me a story.")):
+            p = run_cli("--dir", tape_dir, "context", *how, "--resume", resume, check=True)
+            assert json.loads(p.stdout)[-1]["content"] == last, how
+    t = Tape.open(tape_dir)
+    try:
+        assert t.session(S).context(ref=S, resume="prefix")[-1]["content"] == "Once upon a time"
+    finally:
+        t.close()
     assert run_cli("--dir", tape_dir, "recover", "-s", S, check=True).stdout.strip()
 
 

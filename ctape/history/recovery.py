@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Optional
 
 from ..model.errors import NOATIME_WARNING, CorruptObject, EntryNotFound, LostToDamage
 from ..store.store import QUARANTINE
+from .logview import is_hidden
 from .stream import open_streams
 
 if TYPE_CHECKING:
@@ -66,7 +67,7 @@ def status(session: "Session") -> dict:
         s = streams[-1]
         interrupted = {"content": s["content"], "stream": s["stream"], "base": s["base"], "time": s["time"], "recorded": False,
                        "live": s["live"]}
-    elif head is not None and head.kind == "streaming":
+    elif head is not None and head.kind == "streaming" and not is_hidden(head):  # bookkeeping is no answer cut short
         c = head.payload.get("content") if isinstance(head.payload, dict) else None
         interrupted = {"content": c, "hash": head.hash, "time": head.time, "recorded": True}
     last_error = None

@@ -121,10 +121,12 @@ def build_context(session: Optional["Session"], ref: Optional[str], policies: li
     systems = [tape.read_entry(h) for h in before if h not in in_window]
     entries = systems + window
     partial = None
-    if window and window[-1].kind == "streaming":
+    if window and window[-1].kind == "streaming" and not _hidden(window[-1]):
         partial = _text(window[-1].payload.get("content") if isinstance(window[-1].payload, dict) else "")
         entries = entries[:-1]
-    elif ref is None and session is not None:
+    elif session is not None:
+        # a stream not recorded yet, begun at the entry the prompt ends at: HEAD's, however
+        # REF names it (the session, SESSION/BRANCH, HEAD, a hash), as before `recover`
         from ..history.stream import open_streams
 
         streams = open_streams(session) if session.exists() else []
@@ -401,7 +403,7 @@ def last_turn(msgs: list[Msg], window: list[Entry]) -> list[Msg]:
         if msgs[i].role == "user" and not msgs[i].error and not _blank(msgs[i].content):
             start = i
             break
-    anchors = [e.hash for e in window if e.kind == "anchor"]
+    anchors = [e.hash for e in window if e.kind == "anchor" and not _hidden(e)]  # bookkeeping starts no turn
     if anchors:
         # the newest anchor wins when it is newer than the newest user message
         pos = {h: i for i, e in enumerate(window) for h in [e.hash]}
