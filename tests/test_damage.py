@@ -92,6 +92,32 @@ def test_damage_in_one_session_does_not_stop_the_others(two):
     assert run_cli("--dir", tape_dir, "fsck").returncode == 1
 
 
+def test_a_session_whose_refs_are_all_damaged_fails_its_reads_instead_of_reading_empty(two):
+    """Session `a` compacted into one pack, one block holding its entries and every ref
+    record; a flipped byte in it leaves no HEAD that reads back. Reads said "no entries
+    yet", printed an empty log, an empty prompt and an empty export, exit 0 (audit): now
+    each fails in one line naming the file and fsck --salvage (exit 1); `status` says
+    HEAD is unknown; the other session reads as before; salvage brings `a` back."""
+    tape_dir, a, b = two
+    run_cli("--dir", tape_dir, "compact", "--grace", "now", check=True)
+    (pack,) = (tape_dir / "sessions" / "a").glob("*.pack")
+    _flip_middle(pack, 1)
+    run_cli("--dir", tape_dir, "sessions")  # reading learns of the damage, as a user's first command would
+    for args in (["log", "-s", "a"], ["log", "-s", "a", "--all"], ["context", "-s", "a"], ["export", "a"], ["export", "a", "--format", "openai"],
+                 ["show", "a"], ["state", "-s", "a"], ["diff", "a", "b"]):
+        r = run_cli("--dir", tape_dir, *args)
+        err = r.stderr.decode()
+        assert r.returncode == 1 and r.stdout == b"", (args, r.returncode, r.stdout[:200], err)
+        assert "no HEAD that reads back" in err and pack.name in err and "fsck --salvage" in err and "Traceback" not in err, (args, err)
+        assert len(err.strip().splitlines()) == 1, (args, err)
+    st = run_cli("--dir", tape_dir, "status", "-s", "a").stdout.decode()
+    assert "HEAD unknown" in st and "no entries yet" not in st
+    assert json.loads(run_cli("--dir", tape_dir, "status", "-s", "a", "--json").stdout)["incomplete_because"] == "damaged"
+    assert run_cli("--dir", tape_dir, "log", "-s", "b", "--json", check=True).stdout.decode().count("\n") == len(b)
+    assert run_cli("--dir", tape_dir, "fsck", "--salvage").returncode == 0
+    assert run_cli("--dir", tape_dir, "log", "-s", "a").returncode == 0
+
+
 def test_no_write_to_a_damaged_session_until_salvaged(two):
     tape_dir, a, b = two
     (seg,) = _segments(tape_dir, "a")

@@ -501,7 +501,9 @@ def entries_for_export(tape, ref: str) -> list:
     """For a SESSION: every entry reachable from its branches and HEAD, in source order
     (imported entries by line, then the others by depth); for any other REF: root -> REF."""
     if NAME_RE.fullmatch(ref) and tape._session_exists(ref):
-        st = tape.session(ref).refs()
+        sess = tape.session(ref)
+        st = sess.refs()
+        sess.check_refs_read_back(st)  # damaged, not a session of no entries
         tips = [h for h in list(st.branches.values()) + [st.head_hash] if h]
         seen: dict[str, Any] = {}
         stack = list(tips)

@@ -40,6 +40,7 @@ LINE = "ctape.line"  # kept on an entry line's dict while it is read: its line n
 def session_entries(tape, name: str) -> list:
     """Every entry the session has ever pointed at (branches, HEAD, ref log), parents first."""
     s = tape.session(name)
+    s.check_refs_read_back(s.refs())  # not a session of no entries
     roots = set()
     for line in s.reflog():
         for v in (line["new"], line["old"]):
@@ -64,6 +65,7 @@ def export(tape, ref: str, tally=None) -> Iterator[str]:
     if NAME_RE.fullmatch(ref) and tape._session_exists(ref):
         s = tape.session(ref)
         st = s.refs()
+        s.check_refs_read_back(st)  # before any line: not an export of no entries
         yield dump({"ctape": HEADER, "version": 1, "session": ref})
         redacted: list[dict] = []
         for e in session_entries(tape, ref):

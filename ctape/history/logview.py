@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Optional
 
-from ..model.errors import CorruptObject, EntryNotFound, InvalidInput
+from ..model.errors import CorruptObject, EntryNotFound, InvalidInput, RefsDamaged
 from ..model.models import brief, Entry, HIDDEN, kind_value, time_seconds
 from ..model.timespec import parse_when
 
@@ -113,11 +113,16 @@ def start_points(tape, session: Optional[str], refs: Iterable[str] = (), every_b
                 tape.read_entry(st.head_hash)
             return [st.head_hash, *(st.branches.values() if every_branch else ())]
 
+        sess = tape.session(session)
         try:
-            tips += tape.session(session).from_head(read, full=full or every_branch, missing_ok=every_branch)
+            tips += sess.from_head(read, full=full or every_branch, missing_ok=every_branch)
+        except RefsDamaged:
+            raise
         except (EntryNotFound, CorruptObject):  # HEAD stayed there: the walk shows what reads back
-            st = tape.session(session).refs() if full or every_branch else tape.session(session).view()
+            st = sess.refs() if full or every_branch else sess.view()
             tips += [st.head_hash, *(st.branches.values() if every_branch else ())]
+        if every_branch and not any(tips):
+            sess.check_refs_read_back(sess.refs())
     return list(dict.fromkeys(h for h in tips if h))
 
 

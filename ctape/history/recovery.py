@@ -48,6 +48,8 @@ def status(session: "Session") -> dict:
     h = refs.head_hash
     incomplete = (bool(h) and not tape.has_entry(h)) or refs.head_missing
     why: Optional[str] = None  # why part of the history is missing: "damaged", "lost" (to damage) or None (not arrived)
+    if not h and session.refs_lost_to_damage(refs):
+        incomplete, why = True, "damaged"  # its ref records are in a damaged block: not "no entries yet"
     if incomplete and h and not refs.head_missing:
         where = tape.store.lost_to_damage(h)
         why = None if where is None else "lost" if where.startswith(QUARANTINE) else "damaged"

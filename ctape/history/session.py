@@ -17,7 +17,7 @@ from ..model import schema
 from ..model import refs as refmod
 from ..store.index import hash_key
 from ..model.canonical import check_keys, entry_body, normal_time, object_hash
-from ..model.errors import CorruptObject, CtapeError, EntryNotFound, InvalidInput, ObjectTooLarge, RefNotFound
+from ..model.errors import CorruptObject, CtapeError, EntryNotFound, InvalidInput, ObjectTooLarge, RefNotFound, RefsDamaged
 from ..model.models import HIDDEN, brief, check_name, check_payload, Entry, now_rfc3339, plural
 from ..model.refs import HEAD, MOVED_TRIES, RefState
 from ..store.files import TYPE_BLOB, TYPE_ENTRY
@@ -91,6 +91,8 @@ class Session(Branching):
         st = self.refs() if full else self.view()
         if st.head_missing and not missing_ok:
             raise self.head_not_arrived(st)
+        if not missing_ok:
+            self.check_refs_read_back(st)
         for n in range(MOVED_TRIES):
             try:
                 return read(st)
@@ -139,6 +141,24 @@ class Session(Branching):
         st = self._load_refs()
         self.store.refs_cache[self.name] = (key, st)
         return st
+
+    def refs_lost_to_damage(self, st: RefState) -> Optional[str]:
+        """The damaged file that holds the session's refs when none read back (no HEAD, and
+        a file of the session with damage beyond a single object: a block that does not
+        decode, say, which held the ref records); None otherwise."""
+        if st.head is not None:
+            return None
+        damaged = [path for path, level in self.store.damage(self.name) if level >= 2]
+        return damaged[0] if damaged else None
+
+    def check_refs_read_back(self, st: RefState) -> None:
+        """RefsDamaged where no HEAD reads back because the session's ref records are in
+        damaged records (refs_lost_to_damage): a reader must fail there, not answer "no
+        entries yet" (an empty log, prompt or export: found by an audit)."""
+        where = self.refs_lost_to_damage(st)
+        if where is not None:
+            raise RefsDamaged(f"session {self.name!r} has no HEAD that reads back: its ref records are in damaged "
+                              f"records of {where}; run `ctape fsck --salvage` to keep what is intact")
 
     def damage(self) -> list[str]:
         """Files of this session known to hold damage (a record that fails its checks, or

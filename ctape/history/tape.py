@@ -281,6 +281,15 @@ class Tape:
 
     # -- refs ------------------------------------------------------------------------
 
+    def no_entries(self, ref: str, session: Optional[str], what: str = "") -> RefNotFound:
+        """The error for a REF that names no entry (a session, or its HEAD, with none yet);
+        RefsDamaged is raised instead where the session's refs are in damaged records."""
+        name = ref if NAME_RE.fullmatch(ref) and self._session_exists(ref) else session if ref == HEAD else None
+        if name is not None:
+            s = self.session(name)
+            s.check_refs_read_back(s.view())  # damaged, not empty
+        return RefNotFound(f"{shown(ref, REF_SHOWN)} has no entries yet{what}")
+
     def get(self, ref: str, session: Optional[str] = None) -> Entry:
         """The entry REF names. When it is gone or damaged and REF, resolved again, names
         another entry (a HEAD or branch that moved while a compaction removed where it was:
@@ -288,7 +297,7 @@ class Tape:
         h = self.resolve(ref, session)
         for n in range(MOVED_TRIES):
             if h is None:
-                raise RefNotFound(f"{shown(ref, REF_SHOWN)} has no entries yet")
+                raise self.no_entries(ref, session)
             try:
                 return self.read_entry(h)
             except ObjectTooLarge:

@@ -46,6 +46,10 @@ class CorruptObject(CtapeError):
     """Stored bytes that do not hash to their name, or a damaged record."""
 
 
+class RefsDamaged(CorruptObject):
+    """A session whose ref records are all in damaged records: no HEAD reads back."""
+
+
 class ObjectTooLarge(CorruptObject):
     """A compressed frame that claims more than the configured limit."""
 

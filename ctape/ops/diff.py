@@ -208,7 +208,7 @@ def _stat(nodes: _Nodes, hashes: list[str]) -> dict:
 def _resolve(tape, ref: str, session: Optional[str]) -> str:
     h = tape.resolve(ref, session)
     if h is None:
-        raise RefNotFound(f"{ref!r} has no entries yet: nothing to compare")
+        raise tape.no_entries(ref, session, ": nothing to compare")
     return h
 
 

@@ -340,7 +340,10 @@ def status(st: dict) -> list[str]:
 
 def _status(st: dict) -> list[str]:
     out = [f"session {st['session']}"]
-    if st["head"] is None and st.get("incomplete"):
+    if st["head"] is None and st.get("incomplete") and st.get("incomplete_because") == "damaged":
+        where = st["damaged"][0] if st.get("damaged") else "a file of the session"
+        out.append(f"HEAD unknown: the session's ref records are in damaged records of {where}; run `ctape fsck --salvage` to keep what is intact")
+    elif st["head"] is None and st.get("incomplete"):
         out.append("HEAD's record has not arrived yet, though branches have (sync in progress?): run rsync again, or check out a branch")
     elif st["head"] is None:
         out.append("no entries yet")
