@@ -1,5 +1,6 @@
 """Importers and exporters for Claude Code, Codex and OpenAI-style transcripts (issue 5)."""
 
+import collections
 import json
 import os
 import shutil
@@ -301,3 +302,30 @@ def test_a_line_with_a_lone_surrogate_is_kept_verbatim(tmp_path, tape_dir):
     assert r.returncode == 0, r.stderr
     out = run_cli("--dir", tape_dir, "export", "sur", "--format", "claude-code", check=True).stdout.decode().splitlines()
     assert [json.loads(out[0]), out[1], json.loads(out[2])] == [good, bad, after]
+
+
+@pytest.mark.parametrize("to", ["claude-code", "codex", "openai", "gemini"])
+@pytest.mark.parametrize("fmt,path", CASES, ids=[p.name[:40] for _, p in CASES])
+def test_every_fixture_exported_to_every_format_keeps_its_user_messages(tape, tmp_path, fmt, path, to):
+    """Exported to another agent's format and imported back, a real transcript keeps every
+    user message with text (a SWE-agent .traj went to gemini as an empty
+    document: the openai importer marks its containers with the key gemini took for its own;
+    found by an audit)."""
+    import_files(tape, fmt, [str(path)], "src")
+
+    def said(session):
+        """The texts of the user messages on every branch (an agent's compaction, which the
+        prompt starts at, and which branch is HEAD, are what some formats cannot carry)."""
+        out = collections.Counter()
+        for e in tape.session(session).log(all=True, hidden=False):
+            content = e.payload.get("content") if e.kind == "user" and isinstance(e.payload, dict) else None
+            if isinstance(content, str) and content.strip():
+                out[content] += 1
+        return out
+
+    want = said("src")
+    assert want, "the fixture has user messages"
+    out = tmp_path / f"out.{to}"
+    out.write_text("\n".join(export_ref(tape, "src", to)) + "\n", encoding="utf-8")
+    import_files(tape, to, [str(out)], "back")
+    assert said("back") == want

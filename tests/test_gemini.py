@@ -199,3 +199,32 @@ def test_import_cli_and_stdin(tape_dir):
     assert p.returncode == 0 and "imported 30 records from stdin into session g" in p.stderr.decode(), p.stderr
     p = run_cli("--dir", tape_dir, "export", "g", "--format", "gemini", check=True)
     assert records(p.stdout.decode()) == records(path.read_text())
+
+
+PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+
+
+@pytest.mark.parametrize("image", [
+    {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}},  # Claude
+    {"type": "input_image", "image_url": f"data:image/png;base64,{PNG}"},  # Codex, Responses
+    {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}"}},  # Chat Completions
+], ids=["claude", "codex", "openai"])
+def test_images_and_thinking_of_other_agents_export_as_gemini_parts(tape, tmp_path, image):
+    """An image from any agent goes out as inlineData, a Claude thinking block as a thought
+    part: never as the JSON of the part, or base64 in a text part, that the model would
+    then be sent as text after a re-import (found by an audit)."""
+    s = tape.session("src")
+    s.append("user", {"content": [{"type": "text", "text": "what is in this picture?"}, image]})
+    s.append("assistant", {"content": [{"type": "thinking", "thinking": "a tiny png", "signature": "c2ln"}, {"type": "text", "text": "a dot"}]})
+    lines = [json.loads(x) for x in export_ref(tape, "src", "gemini")]
+    parts = [p for rec in lines if isinstance(rec.get("content"), list) for p in rec["content"]]
+    assert {"inlineData": {"mimeType": "image/png", "data": PNG}} in parts
+    assert {"text": "a tiny png", "thought": True} in parts
+    assert not [p for p in parts if PNG in p.get("text", "") or "signature" in p.get("text", "")]
+    out = tmp_path / "back.jsonl"
+    out.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    import_files(tape, "gemini", [str(out)], "back")
+    ctx = tape.session("back").context()
+    user = [m for m in ctx if m["role"] == "user"][0]
+    assert {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}"}} in user["content"]
+    assert [m["content"] for m in ctx if m["role"] == "assistant"] == ["a dot"]

@@ -604,7 +604,9 @@ def export(tape, ref: str, tally: Optional[dict] = None) -> Iterator[str]:
     session's HEAD, or to REF), else JSON lines in source order."""
     entries = c.entries_for_export(tape, ref)
     write = c.tallied(synthesize, tally, tape, entries)
-    if any(CONTAINER in (e.meta or {}) for e in entries if isinstance(e.meta, dict)):
+    # a Gemini document's: the openai importer marks its containers with the same key (a
+    # SWE-agent .traj), and such a session exported as an empty document (found by an audit)
+    if any(CONTAINER in e.meta and c.source_format(e.meta) == FMT for e in entries if isinstance(e.meta, dict)):
         yield from _export_document(tape, ref)
         return
     has_meta = any(is_metadata((e.meta or {}).get(FMT)) for e in entries if isinstance(e.meta, dict) and c.source_format(e.meta) == FMT)
@@ -708,21 +710,41 @@ def synthesize(e, names: dict) -> Optional[dict]:
 
 
 def _gemini_parts(content: Any) -> list:
+    """Gemini parts for a message's content in any agent's shape: text, a thinking block as
+    a thought part (read back as reasoning, not as the answer), and media as `inlineData` or
+    `fileData` (never their JSON or base64 as text: found by an audit); any other part as
+    its JSON text."""
+    from ..ops.media import left_out, media_of
+
     if isinstance(content, str):
         return [{"text": content}]
     out = []
     for part in content if isinstance(content, list) else []:
-        if isinstance(part, dict) and isinstance(part.get("text"), str):
+        if isinstance(part, str):
+            out.append({"text": part})
+            continue
+        if not isinstance(part, dict):
+            continue
+        if part.get("type") == "thinking" and isinstance(part.get("thinking"), str):
+            if part["thinking"]:
+                out.append({"text": part["thinking"], "thought": True})
+            continue
+        if part.get("type") == "redacted_thinking":
+            continue  # encrypted: nothing Gemini could read
+        if isinstance(part.get("text"), str):
             out.append({"text": part["text"]})
-        elif isinstance(part, dict) and part.get("type") == "image_url":
-            url = (part.get("image_url") or {}).get("url") or ""
-            if url.startswith("data:") and ";base64," in url:
-                mime, data = url[5:].split(";base64,", 1)
-                out.append({"inlineData": {"mimeType": mime, "data": data}})
-            else:
-                out.append({"fileData": {"fileUri": url}})
-        elif part is not None:
-            out.append({"text": json.dumps(part, ensure_ascii=False)} if not isinstance(part, str) else {"text": part})
+            continue
+        m = media_of(part)
+        if m is not None and m.data:
+            out.append({"inlineData": {"mimeType": m.media_type or "application/octet-stream", "data": m.data}})
+        elif m is not None and m.url:
+            out.append({"fileData": {"fileUri": m.url, **({"mimeType": m.media_type} if m.media_type else {})}})
+        elif m is not None and m.text is not None:
+            out.append({"text": m.text})
+        elif m is not None:
+            out.append({"text": left_out(m, "Gemini")})
+        else:
+            out.append({"text": json.dumps(part, ensure_ascii=False)})
     return out
 
 
