@@ -329,3 +329,34 @@ def test_every_fixture_exported_to_every_format_keeps_its_user_messages(tape, tm
     out.write_text("\n".join(export_ref(tape, "src", to)) + "\n", encoding="utf-8")
     import_files(tape, to, [str(out)], "back")
     assert said("back") == want
+
+
+@pytest.mark.parametrize("to", ["claude-code", "codex", "openai", "gemini"])
+@pytest.mark.parametrize("fmt,path", CASES, ids=[p.name[:40] for _, p in CASES])
+def test_every_fixture_exported_to_every_format_keeps_its_tool_results_text(tape, tmp_path, fmt, path, to):
+    """The text of each tool result (by call id) survives an export to another format and a
+    re-import: a Claude Code result that is a list of text blocks went to openai and codex
+    as the JSON of the blocks, which the model then read as text (audit). Text parts count
+    as their text joined by lines, as the model reads them; results with media are left
+    to the tests of images."""
+    import_files(tape, fmt, [str(path)], "src")
+
+    def text(out):
+        if isinstance(out, list) and all(isinstance(p, dict) and isinstance(p.get("text"), str) for p in out):
+            return "\n".join(p["text"] for p in out)
+        return out if isinstance(out, str) else None
+
+    def results(session):
+        out = collections.Counter()
+        for e in tape.session(session).log(all=True, hidden=False):
+            if e.kind == "tool_result" and text(e.payload.get("output")) is not None:
+                out[(e.payload.get("call_id"), text(e.payload["output"]))] += 1
+        return out
+
+    want = results("src")
+    if not want:
+        pytest.skip("no tool results in this fixture")
+    out = tmp_path / f"out.{to}"
+    out.write_text("\n".join(export_ref(tape, "src", to)) + "\n", encoding="utf-8")
+    import_files(tape, to, [str(out)], "back")
+    assert results("back") == want

@@ -633,6 +633,22 @@ def anchor_label(payload: dict) -> str:
     return f"{label}: {summary}" if isinstance(summary, str) and summary else label
 
 
+TEXT_PART_TYPES = ("text", "input_text", "output_text")
+
+
+def tool_output(out: Any) -> Any:
+    """A tool result's output for a format whose tool output is text: a string as it is, and
+    a list of text parts (a Claude Code subagent's answer, a newer Codex output) as their
+    text joined by lines, as `context` gives it to the model; anything else as None (the
+    caller writes it its own way). It went out as the JSON of the parts, which the model
+    read as text after a re-import (found by an audit)."""
+    if isinstance(out, str):
+        return out
+    if isinstance(out, list) and out and all(isinstance(p, dict) and p.get("type") in TEXT_PART_TYPES and isinstance(p.get("text"), str) for p in out):
+        return "\n".join(p["text"] for p in out)
+    return None
+
+
 def text_of(content: Any) -> str:
     """The plain text of a content value (a string, or a list of parts with text)."""
     if isinstance(content, str):

@@ -477,7 +477,8 @@ def synthesize(e) -> Optional[dict]:
         item = {"type": "function_call", "name": p.get("name"), "arguments": args if isinstance(args, str) else json.dumps(args), "call_id": p.get("call_id")}
     elif e.kind == "tool_result":
         out = p.get("output")
-        item = {"type": "function_call_output", "call_id": p.get("call_id"), "output": out if isinstance(out, str) else json.dumps(out)}
+        text = c.tool_output(out)
+        item = {"type": "function_call_output", "call_id": p.get("call_id"), "output": text if text is not None else json.dumps(out)}
     elif e.kind == "anchor" and p.get("compaction") is True:  # where an agent replaced its history
         return {"timestamp": e.time, "type": "compacted", "payload": {"message": p.get("summary") or p.get("name"), "replacement_history": []}}
     elif e.kind == "anchor":  # a milestone: an event Codex shows and never sends to the model

@@ -263,11 +263,23 @@ def _label(v: Any) -> tuple[str, dict, bool]:
 
 
 class _Msg:
-    __slots__ = ("id", "record", "parts", "base", "results")
+    __slots__ = ("id", "record", "parts", "base", "results", "calls")
 
     def __init__(self, mid: str, record: dict, parts: list, base: Optional[str]):
         self.id, self.record, self.parts, self.base = mid, record, parts, base
         self.results = {p["call_id"] for k, p, _ in parts if k == "tool_result"}
+        self.calls = {p["call_id"] for k, p, _ in parts if k == "tool_call"}
+
+
+def _answered(msgs: list) -> set:
+    """The call ids whose latest call has its result on the thread of these messages: a
+    call that uses an id again (an agent that numbers its calls per turn, a SWE-agent
+    trajectory exported to Gemini) is open until its own result comes; its result was
+    taken for a repeat of the first call's and dropped (found by an audit)."""
+    out: set = set()
+    for m in msgs:
+        out = (out - m.calls) | m.results
+    return out
 
 
 class Builder:
@@ -283,10 +295,7 @@ class Builder:
         self.entries = 0
 
     def _answered(self, upto: int) -> set:
-        out: set = set()
-        for m in self.msgs[:upto]:
-            out |= m.results
-        return out
+        return _answered(self.msgs[:upto])
 
     def _put(self, parts: list, first_meta: dict, time: Optional[str], line: int, item: Optional[int] = None, copy: bool = False) -> None:
         t = self.clock.take(time)
@@ -436,7 +445,7 @@ def thread_of(tape, tip: Optional[str]) -> Optional[tuple[list[_Msg], dict]]:
             continue
         if is_message(rec):
             at = next((i for i, x in enumerate(msgs) if x.id == rec["id"]), None)
-            answered: set = set().union(*(x.results for x in msgs[: len(msgs) if at is None else at]))
+            answered = _answered(msgs[: len(msgs) if at is None else at])
             parts = map_message(rec, answered)
             if at is None:
                 msgs.append(_Msg(rec["id"], rec, parts, e.parent))

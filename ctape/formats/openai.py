@@ -432,5 +432,6 @@ def synthesize(e) -> Optional[dict]:
         return {"role": "assistant", "content": None, "tool_calls": [{"id": p.get("call_id"), "type": "function", "function": fn}]}
     if e.kind == "tool_result":
         out = p.get("output")
-        return {"role": "tool", "tool_call_id": p.get("call_id"), "content": out if isinstance(out, str) else json.dumps(out, ensure_ascii=False)}
+        text = c.tool_output(out)
+        return {"role": "tool", "tool_call_id": p.get("call_id"), "content": text if text is not None else json.dumps(out, ensure_ascii=False)}
     return None  # an error: one that answers a call comes here as a tool_result (c.tallied)
