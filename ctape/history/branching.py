@@ -61,7 +61,9 @@ class Branching:
             return None
         s, slash, b = ref.partition("/")
         if slash and s != self.name:
-            if self.tape._session_exists(s):
+            # another session's branch (not its HEAD, a tag or an anchor, which detach HEAD
+            # here at their entry as any other REF does; a name it lacks is an unknown ref)
+            if self.tape._session_exists(s) and b != HEAD and b in self.tape.session(s).refs().branches:
                 raise InvalidInput(f"{ref!r} is a branch of another session; check it out with -s {s}")
             return None
         name = b if slash else ref

@@ -143,12 +143,11 @@ def copy(tape: "Tape", src: str, new: str) -> dict:
         changes = dict(st.branches)
         changes.update({TAG + t: h for t, h in st.tags.items()})
         changes[HEAD] = st.head
-    elif "/" in src and not any(c in src for c in "~^@"):
+    elif "/" in src and not any(c in src for c in "~^@") and _is_branch(tape, *src.split("/", 1)):
         s, _, b = src.partition("/")
-        require(tape, s)
         h = tape.resolve(src)
         changes = {b: h, HEAD: "@" + b}
-    else:
+    else:  # an entry (SESSION/HEAD, a tag, an anchor, a hash, REF~N...): a branch `main` there
         try:
             h = tape.resolve(src)
         except RefNotFound:
@@ -173,6 +172,15 @@ def copy(tape: "Tape", src: str, new: str) -> dict:
     return {"session": new, "source": src, "head": changes[HEAD],
             "branches": {k: v for k, v in changes.items() if k != HEAD and not k.startswith(TAG)},
             "tags": {k[len(TAG):]: v for k, v in changes.items() if k.startswith(TAG)}}
+
+
+def _is_branch(tape: "Tape", session: str, name: str) -> bool:
+    """Is NAME a branch of SESSION (the one copied as such by SESSION/BRANCH)? An unknown
+    session is an error here; anything else SESSION/X names (its HEAD, a tag, an anchor) is
+    an entry, copied as a branch `main` (it became a branch named after the tag, or failed:
+    found by an audit)."""
+    require(tape, session)
+    return name != HEAD and name in tape.session(session).refs().branches
 
 
 def _tags_on_path(tape: "Tape", session: str, tip: str) -> dict[str, str]:

@@ -111,7 +111,7 @@ NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 # names a branch may not have: `HEAD` is the key of HEAD itself in every ref record (a
 # branch of that name would be taken for HEAD), and a full hash is read as an entry
 RESERVED_BRANCHES = ("HEAD",)
-_FULL_HASH = re.compile(r"[0-9a-f]{64}")
+_FULL_HASH = re.compile(r"[0-9a-fA-F]{64}")  # any case: a REF matches hash prefixes whatever their case
 
 
 def copy_json(v: Any) -> Any:
@@ -153,6 +153,19 @@ def check_name(name: str, what: str = "name") -> str:
             raise InvalidName(f"invalid branch name {name!r}: HEAD names the session's HEAD itself; pick another name")
         if _FULL_HASH.fullmatch(name):
             raise InvalidName(f"invalid branch name {name[:12]}...: a 64-hex name reads as an entry hash; pick another name")
+    return name
+
+
+def check_new_session_name(name: str) -> str:
+    """A session about to be made: its name must also not read as something else in a REF,
+    where a session's name stands for its HEAD (`ctape show NAME`): HEAD itself, or a
+    64-hex name, which reads as an entry hash (such a session could not be exported or
+    shown; found by an audit). Sessions that exist keep their names."""
+    check_name(name, "session name")
+    if name in RESERVED_BRANCHES:
+        raise InvalidName(f"invalid session name {name!r}: HEAD names a session's HEAD; pick another name")
+    if _FULL_HASH.fullmatch(name):
+        raise InvalidName(f"invalid session name {name[:12]}...: a 64-hex name reads as an entry hash; pick another name")
     return name
 
 

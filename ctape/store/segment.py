@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Optional
 from . import framing, packing
 from ..model.errors import ConflictError, InvalidInput
 from ..model.canonical import canonical_json, object_hash
+from ..model.models import check_new_session_name
 from .files import TYPE_BLOB, TYPE_ENTRY, UNREAD_ATIME_NS, check_not_symlink, fsync_dir, lock_waiting, storage_error, write_all, zstd
 from .index import IndexBatch, hash_key
 from .repeats import Repeats
@@ -239,6 +240,7 @@ class SegmentWriter(WriterView, Repeats):
         check_not_symlink(self.dir)
         try:
             if not os.path.isdir(self.dir):
+                check_new_session_name(self.session)  # a new session: its name must read as one
                 os.makedirs(sessions, mode=0o700, exist_ok=True)
                 os.mkdir(self.dir, 0o700)
                 fsync_dir(sessions)
