@@ -168,3 +168,17 @@ def test_graph_without_all_draws_what_head_reaches_as_log_lists_it(tape_dir):
     assert "only on alt" not in drawn and "two" in drawn
     every = cli(tape_dir, "log", "-s", "c", "--graph", "--all", "--no-pager", check=True).stdout.decode()
     assert "only on alt" in every and "two" in every
+
+
+def test_a_filter_draws_no_line_of_which_nothing_is_shown(tape_dir):
+    """With --grep or --kind, a line none of whose entries is shown drew bars and a `|/` of
+    its own, and a join below the last shown entry dangled (audit); a join between shown
+    lines is still drawn, before the next shown entry."""
+    spec = [("r", None), ("m1", "r"), ("s1", "r"), ("s2", "s1")]
+    names = build(tape_dir, spec, {"main": "m1", "side": "s2"}, "side")
+    assert drawing(tape_dir, names) == ["* s2 (HEAD -> side)", "* s1", "| * m1 (main)", "|/", "* r"]
+    assert drawing(tape_dir, names, "--grep", "s") == ["* s2 (HEAD -> side)", "* s1"]
+    assert drawing(tape_dir, names, "--grep", "2") == ["* s2 (HEAD -> side)"]
+    assert drawing(tape_dir, names, "--grep", "r") == ["* r"]
+    assert drawing(tape_dir, names, "--grep", "1") == ["* s1", "| * m1 (main)"]
+    assert drawing(tape_dir, names, "--grep", "m1") == ["  * m1 (main)"]

@@ -278,6 +278,11 @@ def graph(tape, session: Optional[str], tips: list[str], limit: Optional[int], f
     deco = decorations(tape, session)
     lanes: list[Optional[str]] = []  # lane -> the entry it leads down to (None: free)
     lane_of: dict[str, int] = {}
+    # with a filter (--kind, --grep...), a lane is drawn from its first shown entry on, and
+    # a join waits for the next shown row: a line none of whose entries is shown drew bars
+    # and a `|/` of its own, and a join below the last shown entry dangled (audit)
+    visible: set[int] = set()
+    joins: list[str] = []
     drawn: set[str] = set()
     over: dict[str, list] = {}  # entry -> labels of hidden entries left out above it, with their seqs
     shown = 0
@@ -290,11 +295,15 @@ def graph(tape, session: Optional[str], tips: list[str], limit: Optional[int], f
         if col is None:  # a line of its own starts here: a lane right of the others
             lanes.append(e.hash)
             col = len(lanes) - 1
+            visible.discard(col)
         carried = over.pop(e.hash, [])
         if flt is None or flt.match(e):
-            row = "".join("* " if i == col else ("| " if x is not None else "  ") for i, x in enumerate(lanes))
+            visible.add(col)
+            yield from joins
+            joins.clear()
+            row = "".join("* " if i == col else ("| " if x is not None and i in visible else "  ") for i, x in enumerate(lanes))
             labels = [f"{label} +{seq - e.seq} hidden" for label, seq in carried] + deco.get(e.hash, [])
-            yield f"{row}{oneline(e, {e.hash: labels})}"
+            yield f"{row.rstrip()} {oneline(e, {e.hash: labels})}"  # (no blank lanes before the text)
             shown += 1
         elif flt is not None and not flt.hidden and is_hidden(e) and e.parent is not None:
             over.setdefault(e.parent, []).extend(carried + [(label, e.seq) for label in deco.get(e.hash, ())])
@@ -302,10 +311,14 @@ def graph(tape, session: Optional[str], tips: list[str], limit: Optional[int], f
         p = e.parent
         if p is None or p in drawn:
             lanes[col] = None
+            visible.discard(col)
         elif p in lane_of:  # another lane leads to p: the two become one, on the left
             left, right = sorted((lane_of[p], col))
-            yield _join(lanes, left, right)
+            if right in visible:
+                joins.append(_join(lanes, left, right, visible))
+                visible.add(left)
             lanes[left], lanes[right] = p, None
+            visible.discard(right)
             lane_of[p] = left
         else:
             lanes[col] = p
@@ -314,11 +327,11 @@ def graph(tape, session: Optional[str], tips: list[str], limit: Optional[int], f
             lanes.pop()
 
 
-def _join(lanes: list[Optional[str]], left: int, right: int) -> str:
+def _join(lanes: list[Optional[str]], left: int, right: int, visible: set) -> str:
     """The row where lane `right` bends into lane `left`: `|/`, or `|_|/` across lanes."""
     row = [" "] * (2 * len(lanes))
     for i, x in enumerate(lanes):
-        if x is not None and i != right:
+        if x is not None and i != right and (i in visible or i == left):
             row[2 * i] = "|"
     row[2 * right - 1] = "/"
     for i in range(2 * left + 1, 2 * right - 1):
