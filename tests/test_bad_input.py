@@ -412,6 +412,23 @@ def test_a_ctape_json_whose_version_is_not_a_number(chat, version):
     assert snapshot(tape_dir) == before
 
 
+@pytest.mark.parametrize("change", [('"version"', '"tersion"'), ('"tape_id"', '"Tape_id"'), ('"tape_id": "', '"tape_id": "x')],
+                         ids=["version-renamed", "tape_id-renamed", "tape_id-not-hex"])
+def test_a_ctape_json_missing_its_version_or_tape_id_is_damaged(chat, change):
+    """One flipped bit that renames a key read as a tape of version 0 with no id, and fsck
+    passed (audit): every ctape.json ever written has both."""
+    tape_dir, _ = chat
+    path = tape_dir / "ctape.json"
+    meta = path.read_text().replace(*change)
+    assert meta != path.read_text()
+    path.write_text(meta)
+    before = snapshot(tape_dir)
+    for args in (["sessions"], ["fsck"]):
+        err = check_rejected(run_cli("--dir", tape_dir, *args), 1)
+        assert "ctape.json is damaged" in err and "restore it from a copy" in err
+    assert snapshot(tape_dir) == before
+
+
 def test_init_over_an_existing_tape_changes_nothing(chat):
     tape_dir, _ = chat
     before = snapshot(tape_dir)

@@ -92,6 +92,7 @@ from .records import (  # noqa: F401 - read from here too
 )
 from .segment import RACY_NS, SegmentWriter, forget_holders
 
+_TAPE_ID = re.compile(r"[0-9a-f]{32}")  # ctape.json's tape_id, as init writes it (secrets.token_hex(16))
 DEFAULT_MAX_OBJECT = 1 << 30  # refuse frames that claim more than this when decompressed
 # Descriptors a process keeps open, so that one that reads or writes thousands of sessions
 # stays below the usual limits of `ulimit -n` (1,024 on Linux, 256 on macOS): files it reads
@@ -168,6 +169,10 @@ class Store(Freshness, Reading):
             raise NotATape(f"{self.root} is not a ctape tape directory")
         if not isinstance(meta.get("version", 0), int) or isinstance(meta.get("version"), bool) or meta.get("version", 0) < 0:
             raise NotATape(f"{meta_path} is damaged (its version is not a number); restore it from a copy of the tape")
+        if "version" not in meta or not (isinstance(meta.get("tape_id"), str) and _TAPE_ID.fullmatch(meta["tape_id"])):
+            # every ctape.json ever written has both: a key renamed by a flipped bit read as a
+            # tape of version 0 with no id, and fsck said nothing (found by an audit)
+            raise NotATape(f"{meta_path} is damaged (its version or tape_id is missing or not as init writes it); restore it from a copy of the tape")
         if meta.get("version", 0) > FORMAT_VERSION:
             raise NotATape(f"{self.root} uses format version {meta['version']}; upgrade ctape to read it")
         self.tape_id = str(meta.get("tape_id", ""))
