@@ -61,6 +61,39 @@ def test_a_whole_segment_deleted_from_outside_is_reported_as_loss(tmp_path, monk
     assert p.returncode == 0 and b"gone" in p.stdout + p.stderr
 
 
+@pytest.mark.parametrize("first", ["context", "fsck"])
+def test_a_pack_deleted_from_outside_is_loss_and_the_value_it_shared_reads_as_lost(tmp_path, first):
+    """Sessions a and b share a large tool output, stored once, in a's pack. The pack is
+    deleted from outside. It was reported as "not synced yet" when the first command to
+    meet it read b (a rebuild forgot the file without judging it), salvage found nothing
+    to do, and b's context and fsck failed for good (audit). Now the file is lost data
+    whichever command meets it first, salvage reports it with the values it held that no
+    file holds, b reads the output as lost, and fsck passes with a warning."""
+    a = str(tmp_path / "A")
+    t = Tape.init(a)
+    big = "line of tool output\n" * 300
+    for s in ("a", "b"):
+        sess = t.session(s)
+        sess.append("user", {"content": "run it"})
+        sess.append("tool_call", {"call_id": "c1", "name": "bash", "arguments": {}})
+        sess.append("tool_result", {"call_id": "c1", "output": big})
+    t.close()
+    run_cli("--dir", a, "compact", "--grace", "now", check=True)
+    assert run_cli("--dir", a, "fsck").returncode == 0  # this machine reads it
+    os.unlink(glob.glob(f"{a}/sessions/a/*.pack")[0])
+    if first == "context":
+        run_cli("--dir", a, "context", "-s", "b")
+    p = run_cli("--dir", a, "fsck")
+    assert p.returncode == 1 and b"the file is gone" in p.stdout, p.stdout
+    p = run_cli("--dir", a, "fsck", "--salvage")
+    assert p.returncode == 0 and b"the file is gone" in p.stderr, p.stderr
+    p = run_cli("--dir", a, "context", "-s", "b")
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)[-1] == {"role": "tool", "tool_call_id": "c1", "content": "[lost: damaged]"}
+    p = run_cli("--dir", a, "fsck")
+    assert p.returncode == 0 and b"gone" in p.stdout + p.stderr
+
+
 def test_a_segment_gone_because_another_copy_compacted_it_is_not_loss(tmp_path, monkeypatch):
     """compact on A, then the one recipe that uses --delete (docs/sync.md): B's old segments
     go, and every entry in them is in A's pack. Nothing was lost."""

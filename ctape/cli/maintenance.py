@@ -202,7 +202,8 @@ def fsck(ctx, salvage, as_json):
                 said = "removed (its tip was lost)" if value is None else f"now {value}" if value.startswith("@") else f"keeps {value[:12]}"
                 click.echo(f"{session}: {ref} {said}", err=True)
         for rel in done["truncated"]:
-            click.echo(f"noted the loss in {rel} (cut shorter than it was)", err=True)
+            how = "cut shorter than it was" if os.path.lexists(os.path.join(tape.store.root, rel)) else "the file is gone"
+            click.echo(f"noted the loss in {rel} ({how})", err=True)
         if done["removed_temp_packs"]:
             click.echo(f"removed {done['removed_temp_packs']} unfinished {plural(done['removed_temp_packs'], 'pack', 'packs')} of a killed compaction", err=True)
         if not (done["salvaged"] or done["truncated"] or done["removed_temp_packs"]):

@@ -76,8 +76,11 @@ def salvage(tape: "Tape") -> dict:
             if rel not in noted:
                 gone = not os.path.lexists(os.path.join(store.root, rel))
                 how = "the file is gone" if gone else f"the file was cut from {expected} to {found} bytes"
+                # the values it held that no file holds now (noted with the loss), named by key:
+                # entries of other sessions that refer to one read it as lost
+                keys = sorted(k for k in store.index.lost_keys(rel) if not store.index.has_key(k))
                 _write_intent(store, rel, {"lost": f"{expected - found} bytes of acknowledged records lost ({how})",
-                                           "kept_at": LEFT_IN_PLACE, "missing": []})
+                                           "kept_at": LEFT_IN_PLACE, "missing": [], "missing_keys": keys})
             store.index.clear_lost(rel)
         pending = _pending(store)
         if not pending:

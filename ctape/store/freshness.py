@@ -83,8 +83,11 @@ class Freshness:
         if shrunk or gone:
             sessions = {p.split("/")[1] for p in gone if p.startswith("sessions/")}
             before = {s: self.index.claims(s) for s in sessions}
+            # the objects they held past what is left, for those judged lost (_note_lost)
+            held = {p: self.index.object_keys_in(p) for p in gone}
+            held.update((p, self.index.object_keys_from(p, found)) for p, _, found in shrunk)
             settled = self._full_reindex()
-            self._note_lost(shrunk, gone if settled else {}, before)
+            self._note_lost(shrunk, gone if settled else {}, before, held)
             return True
         floors = self.index.floors()
         for path, expected, _ in self.index.lost_rows():
@@ -118,18 +121,25 @@ class Freshness:
         except FileNotFoundError:
             return None
 
-    def _note_lost(self, shrunk: list[tuple[str, int, int]], gone: dict[str, int], before: dict[str, list[tuple]]) -> None:
+    def _note_lost(self, shrunk: list[tuple[str, int, int]], gone: dict[str, int], before: dict[str, list[tuple]],
+                   held: Optional[dict[str, set]] = None) -> None:
         """After a rebuild: which of the files found shorter than this machine had read them,
         or gone, lost acknowledged records. A file is only ever appended to, so a shorter
         one lost what it held past its length, unless a later segment repeats it from there
         (`repeated`: a copy taken during a write came back). Files that go are fine while
         every claim on a ref this machine had read still stands or was superseded (another
         copy compacted them, and `rsync --delete` brought its pack); a claim that vanished
-        unseen took the entries it held with it: the session's files that went are lost."""
+        unseen took the entries it held with it: the session's files that went are lost.
+        `held`: the objects each file held (past what is left of it), of which those no file
+        holds now are noted with the loss: a value stored once per tape may be referred to by
+        other sessions, which read it as lost once salvage has reported it (found by an
+        audit: they failed as "not synced yet" for good)."""
         floors = self.index.floors()
+        held = held or {}
         for path, indexed, found in shrunk:
             if found < floors.get(path, indexed):
                 self.index.note_lost(path, indexed, found)
+                self.index.note_lost_keys(path, held.get(path, ()))
         for session, old in before.items():
             gaps = self.index.gaps(session)
             now = refmod.from_rows(self.index.claims(session), 0, {}, gaps).claims
@@ -145,6 +155,7 @@ class Freshness:
                 for path, indexed in gone.items():
                     if path.startswith(f"sessions/{session}/"):
                         self.index.note_lost(path, indexed, 0)
+                        self.index.note_lost_keys(path, held.get(path, ()))
 
     def _full_reindex(self) -> bool:
         """Rebuild the index from every file, in one transaction (readers never see it

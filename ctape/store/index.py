@@ -367,6 +367,21 @@ class Index(Applying):
         out = {k for (k,) in self.db.execute("SELECT key FROM objects WHERE file=?", (row[0],))} if row else set()
         return out | self.lost_keys(path)
 
+    def object_keys_from(self, path: str, offset: int) -> set[int]:
+        """The keys of the objects this index places in file `path` at `offset` or after."""
+        row = self.db.execute("SELECT id FROM files WHERE path=?", (path,)).fetchone()
+        return {k for (k,) in self.db.execute("SELECT key FROM objects WHERE file=? AND offset>=?", (row[0], offset))} if row else set()
+
+    def note_lost_keys(self, path: str, keys: Iterable[int]) -> None:
+        """Objects file `path` held that no file holds now (it went, or was cut): salvage
+        names them by key, so reads take them for lost wherever they are referred to."""
+        rows = [(path, k) for k in keys if not self.has_key(k)]
+        try:
+            self.db.executemany("INSERT OR IGNORE INTO lost_keys VALUES(?,?)", rows)
+        except sqlite3.OperationalError as e:
+            self._degrade(e)
+            self.db.executemany("INSERT OR IGNORE INTO lost_keys VALUES(?,?)", rows)
+
     def lost_keys(self, path: str) -> set[int]:
         """The keys of the objects a rebuild found file `path` no longer yields (a damaged
         block hides their names; see rebuilding)."""

@@ -257,7 +257,15 @@ class Reading:
         """After a read through the index failed: rebuild the index and `read()` again; again
         while the rows it reads name a file gone meanwhile (StaleRow: a compaction in another
         process, whose cache is not this one), at most REBUILD_TRIES times."""
-        return retried(read, StaleRow, before=self._full_reindex)
+        return retried(read, StaleRow, before=self._reindex_judging)
+
+    def _reindex_judging(self) -> None:
+        """_full_reindex, after a refresh that judges the files gone since the index read
+        them (Freshness._note_lost): a rebuild alone forgot a file deleted from outside
+        without a word, so a value it held read as "not synced yet" for good, and salvage
+        found nothing to do (found by an audit)."""
+        self.refresh()
+        self._full_reindex()
 
     def _not_found(self, h: str):
         """An object the index cannot find: damaged if the tape has damaged records, lost if
