@@ -360,3 +360,31 @@ def test_every_fixture_exported_to_every_format_keeps_its_tool_results_text(tape
     out.write_text("\n".join(export_ref(tape, "src", to)) + "\n", encoding="utf-8")
     import_files(tape, to, [str(out)], "back")
     assert results("back") == want
+
+
+PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+IMAGES = {  # an image part as each agent writes it
+    "claude-code": {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}},
+    "codex": {"type": "input_image", "image_url": f"data:image/png;base64,{PNG}"},
+    "openai": {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}"}},
+}
+FOREIGN = {"openai": ('"input_image"', '"source"'), "codex": ('"image_url": {', '"source"'), "claude-code": ('"input_image"', '"image_url"')}
+
+
+@pytest.mark.parametrize("to", ["claude-code", "codex", "openai"])
+@pytest.mark.parametrize("shape", sorted(IMAGES))
+def test_an_image_of_any_agent_goes_out_in_the_formats_own_shape(tape, tmp_path, shape, to):
+    """Claude's image blocks went into Chat Completions and Codex exports as they were, and
+    Codex's input_image into Claude Code lines (audit): ctape read them back, other agents
+    would not. Each goes out as the format's own image part, and comes back an image."""
+    s = tape.session("src")
+    s.append("user", {"content": [{"type": "input_text" if shape == "codex" else "text", "text": "what is this?"}, IMAGES[shape]]})
+    s.append("assistant", {"content": "a dot"})
+    text = "\n".join(export_ref(tape, "src", to)) + "\n"
+    assert not any(f in text for f in FOREIGN[to]), text
+    out = tmp_path / f"out.{to}"
+    out.write_text(text, encoding="utf-8")
+    import_files(tape, to, [str(out)], "back")
+    user = [m for m in tape.session("back").context() if m["role"] == "user"][0]
+    assert {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}"}} in user["content"]
+    assert {"type": "text", "text": "what is this?"} in user["content"]

@@ -649,6 +649,49 @@ def tool_output(out: Any) -> Any:
     return None
 
 
+# the content parts each format has: a part of one of these types is written as it is
+NATIVE_PARTS = {
+    "openai": {"text", "image_url", "input_audio", "file", "refusal"},
+    "codex": {"input_text", "output_text", "input_image", "input_file", "refusal"},
+    "claude-code": {"text", "image", "document", "thinking", "redacted_thinking", "tool_use", "tool_result", "server_tool_use",
+                    "web_search_tool_result", "search_result"},
+}
+
+
+def parts_for(content: Any, fmt: str, role: str = "user") -> Any:
+    """A message's content with each part in `fmt`'s shape (an export to another agent's
+    format): a text part of any agent as the format's text part, an image or document of
+    any shape (ops/media.py) as the format's media part, or the note that stands for it;
+    parts the format has, and parts ctape does not know, as they are. A string as it is.
+    Claude's image blocks went into Chat Completions and Codex messages as they were, and
+    Codex's `input_image` into Claude Code lines (found by an audit): ctape read them
+    back, but those agents would not."""
+    if not isinstance(content, list):
+        return content
+    from ..ops import media as media_mod
+
+    native = NATIVE_PARTS[fmt]
+    out = []
+    for part in content:
+        t = part.get("type") if isinstance(part, dict) else None
+        if t in native or not isinstance(part, dict):
+            out.append(part)
+        elif t in TEXT_PART_TYPES and isinstance(part.get("text"), str):
+            kind = ("output_text" if role == "assistant" else "input_text") if fmt == "codex" else "text"
+            out.append({"type": kind, "text": part["text"]})
+        elif (m := media_mod.media_of(part)) is not None:
+            if fmt == "openai":
+                out.append(media_mod.openai_part(m))
+            elif fmt == "claude-code":
+                out.append(media_mod.anthropic_part(m, user=role == "user"))
+            else:
+                url = media_mod.image_url_of(m)
+                out.append({"type": "input_image", "image_url": url} if url else {"type": "input_text", "text": media_mod.left_out(m, "Codex")})
+        else:
+            out.append(part)
+    return out
+
+
 def text_of(content: Any) -> str:
     """The plain text of a content value (a string, or a list of parts with text)."""
     if isinstance(content, str):

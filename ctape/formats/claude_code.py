@@ -580,10 +580,10 @@ def synthesize(e, links: Optional[_Links] = None) -> Optional[dict]:
         return {**base, "type": "user", "message": {"role": "user", "content": [block]}}
     if e.kind in ("assistant", "streaming"):
         content = p.get("content")
-        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else c.parts_for(content, FMT, "assistant")
         return {**base, "type": "assistant", "message": {"role": "assistant", "content": blocks}}
     if e.kind == "user":
-        return {**base, "type": "user", "message": {"role": "user", "content": p.get("content")}}
+        return {**base, "type": "user", "message": {"role": "user", "content": c.parts_for(p.get("content"), FMT, "user")}}
     if e.kind == "anchor" and p.get("compaction") is True:  # where an agent replaced its history
         return {**base, "type": "system", "subtype": "compact_boundary", "content": p.get("summary") or p.get("name")}
     if e.kind == "anchor":  # a milestone: a status line, which changes nothing in what the agent sends

@@ -470,7 +470,7 @@ def synthesize(e) -> Optional[dict]:
         role = {"system": "developer"}.get(e.kind, e.kind)
         ptype = "output_text" if e.kind == "assistant" else "input_text"
         content = p.get("content")
-        parts = [{"type": ptype, "text": content}] if isinstance(content, str) else content
+        parts = [{"type": ptype, "text": content}] if isinstance(content, str) else c.parts_for(content, FMT, e.kind)
         item = {"type": "message", "role": role, "content": parts}
     elif e.kind == "tool_call":
         args = p.get("arguments")

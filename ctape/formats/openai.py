@@ -423,9 +423,9 @@ def synthesize(e) -> Optional[dict]:
         return None
     p = e.payload if isinstance(e.payload, dict) else {}
     if e.kind in ("system", "user", "assistant"):
-        return {"role": e.kind, "content": p.get("content")}
+        return {"role": e.kind, "content": c.parts_for(p.get("content"), FMT, e.kind)}
     if e.kind == "streaming":  # one the agent went on from (c.tallied leaves out the others)
-        return {"role": "assistant", "content": p.get("content")}
+        return {"role": "assistant", "content": c.parts_for(p.get("content"), FMT, "assistant")}
     if e.kind == "tool_call":
         args = p.get("arguments")
         fn = {"name": p.get("name"), "arguments": args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)}
