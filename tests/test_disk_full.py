@@ -214,14 +214,16 @@ def test_writes_that_run_out_of_space_part_way(disk, env, tmp_path):
 
 
 def test_a_piece_appended_by_pull_lands_whole_or_not_at_all(disk):
-    """pull appends a piece to a file it holds a start of (a remote file pushed in pieces);
-    the disk filling up in the middle of that write leaves the file as it was."""
-    from ctape.sync.pull import _append
+    """pull grows a file it holds a start of (a remote file pushed in pieces) by a new file
+    renamed over it; the disk filling up in the middle of that write leaves the file as it
+    was, and no temporary file behind."""
+    from ctape.sync.pull import _extend_whole
 
     folder = disk / "s"
     folder.mkdir()
     (folder / "f.seg").write_bytes(b"x" * 1000)
     fill(disk, 64)
     with pytest.raises(OSError):
-        _append(str(folder), "f.seg", 1000, os.urandom(256 * 1024))
+        _extend_whole(str(folder), "f.seg", 1000, os.urandom(256 * 1024))
     assert (folder / "f.seg").read_bytes() == b"x" * 1000
+    assert os.listdir(folder) == ["f.seg"]
