@@ -94,6 +94,32 @@ def test_a_pack_deleted_from_outside_is_loss_and_the_value_it_shared_reads_as_lo
     assert p.returncode == 0 and b"gone" in p.stdout + p.stderr
 
 
+def test_a_pack_deleted_whose_claims_later_records_superseded_is_still_loss(tmp_path):
+    """The pack's own ref claims were superseded by appends written after the compaction,
+    but the entries those appends grew from were in it: judged by claims alone, the file's
+    going was no loss, and fsck said "not arrived yet" for good (audit). A record left in
+    the session that names an object only the gone file held makes it lost data."""
+    a = str(tmp_path / "A")
+    t = Tape.init(a)
+    s = t.session("c")
+    early = [s.append("user", {"content": f"early {i}"}).hash for i in range(3)]
+    t.close()
+    run_cli("--dir", a, "compact", "--grace", "now", check=True)
+    t = Tape.open(a)
+    t.session("c").checkout("main")  # HEAD claimed again, after the pack's claim
+    late = t.session("c").append("user", {"content": "late"}).hash
+    t.close()
+    assert run_cli("--dir", a, "fsck").returncode == 0  # this machine reads it
+    os.unlink(glob.glob(f"{a}/sessions/c/*.pack")[0])
+    p = run_cli("--dir", a, "fsck")
+    assert p.returncode == 1 and b"the file is gone" in p.stdout, p.stdout
+    assert run_cli("--dir", a, "fsck", "--salvage").returncode == 0
+    assert run_cli("--dir", a, "fsck").returncode == 0
+    p = run_cli("--dir", a, "log", "-s", "c", "--json")
+    assert p.returncode == 0 and [json.loads(x)["hash"] for x in p.stdout.decode().splitlines()] == [late]
+    assert b"history stops here" in p.stderr and early[-1].encode() in p.stderr
+
+
 def test_a_segment_gone_because_another_copy_compacted_it_is_not_loss(tmp_path, monkeypatch):
     """compact on A, then the one recipe that uses --delete (docs/sync.md): B's old segments
     go, and every entry in them is in A's pack. Nothing was lost."""

@@ -13,6 +13,7 @@ from typing import Callable, Optional, TypeVar
 
 from . import framing
 from ..model import refs as refmod
+from ..model.canonical import blob_refs, is_hash
 from ..model.errors import CorruptObject, ObjectTooLarge, StorageError, UnsafePath
 from .files import TYPE_ENTRY, open_for_reading, pread_all
 from .index import IndexBatch, IndexDegraded, hash_key
@@ -149,13 +150,41 @@ class Freshness:
             # may never have held them (a writer's queued rows, a rebuild from an older listing)
             expired = refmod.from_rows(self.index.expired(session), 0, {}, gaps).claims
             # a claim that is still there, or that one there had read (superseded: model/refs.py)
-            if any(not any((o.w, o.n) == (c.w, c.n) or refmod.saw(o, c) for o in now.get(ref, {}).values())
-                   and not any(refmod.saw(o, c) for o in expired.get(ref, {}).values())
-                   for ref, cs in was.items() if ref not in dropped for c in cs.values()):
-                for path, indexed in gone.items():
-                    if path.startswith(f"sessions/{session}/"):
-                        self.index.note_lost(path, indexed, 0)
-                        self.index.note_lost_keys(path, held.get(path, ()))
+            vanished = any(not any((o.w, o.n) == (c.w, c.n) or refmod.saw(o, c) for o in now.get(ref, {}).values())
+                           and not any(refmod.saw(o, c) for o in expired.get(ref, {}).values())
+                           for ref, cs in was.items() if ref not in dropped for c in cs.values())
+            # a claim that stands and names an entry only a gone file held: its claims were
+            # superseded, but what a later record points at went with it (found by an audit:
+            # "not arrived yet" for good, and salvage found nothing to do)
+            mine = {path: indexed for path, indexed in gone.items() if path.startswith(f"sessions/{session}/")}
+            missing = {k for path in mine for k in held.get(path, ()) if not self.index.has_key(k)}
+            if vanished or (missing and self._refers_to(session, missing)):
+                for path, indexed in mine.items():
+                    self.index.note_lost(path, indexed, 0)
+                    self.index.note_lost_keys(path, held.get(path, ()))
+
+    def _refers_to(self, session: str, keys: set) -> bool:
+        """Does a record left in the session's files name an object of `keys` (a ref's
+        value, an entry's parent, a value an entry refers to)? A file whose claims later
+        records superseded can still hold the entries they point at, or their ancestors:
+        gone, those are lost data, not "not arrived yet" for good (found by an audit)."""
+        for rel in self.list_files(session):
+            try:
+                for item in self.scan_file(rel):
+                    if not isinstance(item, framing.Record):
+                        continue
+                    if item.type == framing.T_OBJECT and len(item.body) > 32 and item.body[32] == TYPE_ENTRY:
+                        raw = json.loads(self.decode_object(item.body[:32].hex(), item.body)[1])
+                        names = blob_refs([raw.get("payload"), raw.get("meta"), raw.get("delta")], [raw.get("parent")])
+                    elif item.type == framing.T_REF:
+                        names = list((json.loads(item.body).get("set") or {}).values())
+                    else:
+                        continue
+                    if any(isinstance(h, str) and is_hash(h) and hash_key(h) in keys for h in names):
+                        return True
+            except (OSError, CorruptObject, ValueError, AttributeError):
+                continue  # damaged or gone too: its own loss is judged apart
+        return False
 
     def _full_reindex(self) -> bool:
         """Rebuild the index from every file, in one transaction (readers never see it
