@@ -353,9 +353,7 @@ def test_every_fixture_exported_to_every_format_keeps_its_tool_results_text(tape
                 out[(e.payload.get("call_id"), text(e.payload["output"]))] += 1
         return out
 
-    want = results("src")
-    if not want:
-        pytest.skip("no tool results in this fixture")
+    want = results("src")  # (empty for a fixture without tool results: none may appear)
     out = tmp_path / f"out.{to}"
     out.write_text("\n".join(export_ref(tape, "src", to)) + "\n", encoding="utf-8")
     import_files(tape, to, [str(out)], "back")
