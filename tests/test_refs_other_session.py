@@ -78,3 +78,10 @@ def test_an_upper_case_64_hex_branch_name_is_refused(tape_dir):
     r = cli(tape_dir, "branch", "ABCDEF0123" * 6 + "ABCD", "-s", "chat")
     assert r.returncode == 2 and b"reads as an entry hash" in r.stderr
     assert snapshot(tape_dir) == before
+
+
+def test_a_hash_prefix_of_fewer_than_4_digits_is_said_to_be_too_short(tape_dir):
+    h = cli(tape_dir, "append", "user", '{"content": "c"}', "-s", "chat").stdout.decode().strip()
+    r = cli(tape_dir, "show", h[:3], "-s", "chat")
+    assert r.returncode == 1 and b"at least 4 hex digits" in r.stderr and len(r.stderr.splitlines()) == 1
+    assert cli(tape_dir, "show", h[:4], "-s", "chat").returncode == 0

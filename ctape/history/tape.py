@@ -377,6 +377,9 @@ class Tape:
             from .sessions import closest
 
             hint = closest(self, base)
+        if 0 < len(base) < 4 and all(c in "0123456789abcdef" for c in base.lower()):
+            # perhaps a short hash (git takes 4 or more digits too): say so (audit)
+            hint += "; an entry hash prefix needs at least 4 hex digits (`ctape log --oneline` shows 12)"
         raise RefNotFound(f"unknown ref {shown(base, REF_SHOWN)}: not a session, branch, tag, anchor or entry hash; {hint}")
 
     @staticmethod
