@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional
 
 from ..model.canonical import MAX_DEPTH, MAX_RECORD, max_record, nesting_problem, normal_time, parse_json, parse_record  # noqa: F401 - MAX_RECORD is read from here too
 from ..errors import CtapeError, InvalidInput, RefNotFound
+from ..ops.media import TEXT_PARTS
 from ..model.models import HIDDEN, NAME_RE, Entry, RESERVED_BRANCHES, check_name, plural  # noqa: F401 - NAME_RE is read from here too
 from ..model.redaction import is_marker
 from ..model.refs import HEAD
@@ -633,9 +634,6 @@ def anchor_label(payload: dict) -> str:
     return f"{label}: {summary}" if isinstance(summary, str) and summary else label
 
 
-TEXT_PART_TYPES = ("text", "input_text", "output_text")
-
-
 def tool_output(out: Any) -> Any:
     """A tool result's output for a format whose tool output is text: a string as it is, and
     a list of text parts (a Claude Code subagent's answer, a newer Codex output) as their
@@ -644,7 +642,7 @@ def tool_output(out: Any) -> Any:
     read as text after a re-import (found by an audit)."""
     if isinstance(out, str):
         return out
-    if isinstance(out, list) and out and all(isinstance(p, dict) and p.get("type") in TEXT_PART_TYPES and isinstance(p.get("text"), str) for p in out):
+    if isinstance(out, list) and out and all(isinstance(p, dict) and p.get("type") in TEXT_PARTS and isinstance(p.get("text"), str) for p in out):
         return "\n".join(p["text"] for p in out)
     return None
 
@@ -676,7 +674,7 @@ def parts_for(content: Any, fmt: str, role: str = "user") -> Any:
         t = part.get("type") if isinstance(part, dict) else None
         if t in native or not isinstance(part, dict):
             out.append(part)
-        elif t in TEXT_PART_TYPES and isinstance(part.get("text"), str):
+        elif t in TEXT_PARTS and isinstance(part.get("text"), str):
             kind = ("output_text" if role == "assistant" else "input_text") if fmt == "codex" else "text"
             out.append({"type": kind, "text": part["text"]})
         elif (m := media_mod.media_of(part)) is not None:

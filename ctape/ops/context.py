@@ -51,7 +51,7 @@ from blake3 import blake3
 from ..model.errors import InvalidInput
 from ..history import derived as derived_mod
 from ..model.models import brief, Entry, HIDDEN
-from .media import anthropic_part, image_url, image_url_of, is_image, left_out, media_of, openai_part
+from .media import TEXT_PARTS, anthropic_part, image_url, image_url_of, is_image, left_out, media_of, openai_part
 
 if TYPE_CHECKING:
     from ..history.session import Session
@@ -562,7 +562,6 @@ def to_openai(msgs: list[Msg]) -> list[dict]:
     return out
 
 
-TEXT_PARTS = ("text", "input_text", "output_text")
 STRUCTURE_PARTS = ("thinking", "redacted_thinking", "reasoning", "tool_use", "tool_result")
 
 

@@ -29,6 +29,7 @@ class Media:
     name: Optional[str] = None
 
 
+TEXT_PARTS = ("text", "input_text", "output_text")  # a text part's types: Chat Completions and Anthropic, Responses in and out
 PAI_URL_KINDS = {"image-url": "image", "document-url": "document", "audio-url": "audio", "video-url": "video"}
 LC_KINDS = ("image", "audio", "video", "file", "text-plain")
 

@@ -363,9 +363,7 @@ class Index(Applying):
         """The keys (hash_key) of the objects this index places in file `path`, and those a
         rebuild found the file no longer yields: what salvage names as lost when the file's
         records no longer say (a block that does not decode)."""
-        row = self.db.execute("SELECT id FROM files WHERE path=?", (path,)).fetchone()
-        out = {k for (k,) in self.db.execute("SELECT key FROM objects WHERE file=?", (row[0],))} if row else set()
-        return out | self.lost_keys(path)
+        return self.object_keys_from(path, 0) | self.lost_keys(path)
 
     def object_keys_from(self, path: str, offset: int) -> set[int]:
         """The keys of the objects this index places in file `path` at `offset` or after."""

@@ -263,9 +263,11 @@ class Reading:
         """_full_reindex, after a refresh that judges the files gone since the index read
         them (Freshness._note_lost): a rebuild alone forgot a file deleted from outside
         without a word, so a value it held read as "not synced yet" for good, and salvage
-        found nothing to do (found by an audit)."""
+        found nothing to do (found by an audit). One rebuild: the refresh's, when it made one."""
+        before = self.index.rebuilds()
         self.refresh()
-        self._full_reindex()
+        if self.index.rebuilds() == before:
+            self._full_reindex()
 
     def _not_found(self, h: str):
         """An object the index cannot find: damaged if the tape has damaged records, lost if
