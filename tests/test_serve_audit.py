@@ -374,6 +374,30 @@ def test_markdown_takes_time_linear_in_a_line_of_backticks():
     assert inline("\ue000 `a` \ue0001\ue000") == "\ue000 <code>a</code> \ue0001\ue000"  # the placeholder's character in the text
 
 
+
+@pytest.mark.parametrize("shape", ['"```" + "a" * 3_000_000', '"~~~" + "+" * 3_000_000', '"[" * 3_000_000', '"[a](" * 750_000'])
+def test_markdown_takes_time_linear_in_unclosed_fences_and_runs_of_brackets(shape):
+    """An unclosed fence with a long info string and a line of `[` (found by an audit: 70 ms
+    a message of 8,000 characters, seconds a page, every other request waiting) made the
+    fence and link patterns backtrack: quadratic in the line for the fence, 500-2,000 steps
+    a character for the links. 3,000,000 characters of each now take well under a second;
+    the patterns before took 15 s or more (the fence: hours)."""
+    try:
+        subprocess.run([sys.executable, "-c", f"from ctape.web.markdown import render\nrender({shape})"], check=True, timeout=5)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"render({shape[:12]}...) still running after 5 s: time more than linear in the input?")
+
+
+def test_links_keep_their_meaning_with_the_linear_patterns():
+    from ctape.web.markdown import inline, render
+
+    link = '<a href="https://a.b/c" rel="noopener noreferrer nofollow">'
+    assert inline("see [the docs](https://a.b/c) now") == f"see {link}the docs</a> now"
+    assert inline("[[x] y](https://a.b/c)") == f"[[x] y]({link}https://a.b/c</a>)"  # nested brackets: text, then an autolink
+    assert inline("[a](" * 3) == "[a]([a]([a]("
+    assert render("```python  extra words\nx = 1\n```") .startswith('<pre class="code"><code class="lang-python">')
+    assert render("```" + "a" * 50) == "<p>```" + "a" * 50 + "</p>"
+
 def test_pages_stay_bounded_with_many_branches_a_huge_tool_name_and_a_huge_cwd(tape_dir, tmp_path, serve):
     """Found by an audit: a 2-entry session with 10,000 branches and 3,000 tags on one
     entry was a page of 7.6 MB (a compare link per branch, a label per branch and tag on

@@ -25,10 +25,15 @@ def safe_url(url: str) -> str | None:
     return u if u.lower().startswith(_SAFE_SCHEMES) and not any(c in u for c in "\"'<>\x00 \t\n") else None
 
 
-_FENCE = re.compile(r"^(```|~~~)[ \t]*([\w+#.-]*)[^\n]*\n(.*?)(?:^\1[ \t]*$|\Z)", re.M | re.S)
+# Possessive quantifiers (*+, {m,n}+) where giving characters back can never help: an
+# unclosed fence with a long info string, or a line of 8,000 `[`, made the plain forms
+# backtrack in time quadratic in the line (70 ms a message, seconds a page, with every
+# other request of `serve` waiting: found by an audit). A link's text holds no `[` and its
+# URL no `]` (as an autolink's), so a run of them fails at once instead of scanning on.
+_FENCE = re.compile(r"^(```|~~~)[ \t]*+([\w+#.-]*+)[^\n]*+\n(.*?)(?:^\1[ \t]*$|\Z)", re.M | re.S)
 _TICKS = re.compile(r"`+")
 _INLINE = re.compile(
-    r"\[(?P<ltext>[^\]\n]{1,500})\]\((?P<url>[^)\s\ue000]{1,2000})\)"
+    r"\[(?P<ltext>[^\[\]\n]{1,500}+)\]\((?P<url>[^)\]\s\ue000]{1,2000}+)\)"
     r"|\*\*(?P<strong>[^*\n]+?)\*\*"
     r"|(?<![\w*])\*(?P<em>[^*\s][^*\n]*?)\*(?![\w*])"
     r"|(?<!\w)_(?P<em2>[^_\s][^_\n]*?)_(?!\w)"
