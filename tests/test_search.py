@@ -114,6 +114,28 @@ def test_bad_options_are_one_line_errors(tape_dir):
     assert snapshot(tape_dir) == before
 
 
+
+def test_long_queries_are_bounded(tape_dir):
+    """FTS5 takes time quadratic in the terms it ANDs: the same word 30,000 times (a 60 KB
+    URL of serve's search box) took 112 s, and 4,000 different words 1.6 s (found by an
+    audit). A repeated term is searched once; more than 64 different terms, or a query
+    longer than 16,384 characters, is refused in one line with what to do."""
+    from ctape.ops.searchtext import MAX_QUERY_CHARS, MAX_TERMS
+
+    t = Tape.open(tape_dir)
+    t.session("s").append("user", {"content": "the build passed"})
+    assert parse_query("the " * 4_000 + '"the build" the "the build"') == ["the", "the build"]
+    assert [h.session for h in t.search("the " * 4_000)] == ["s"]
+    assert len(parse_query(" ".join(f"w{i}" for i in range(MAX_TERMS)))) == MAX_TERMS
+    t.close()
+    before = snapshot(tape_dir)
+    for query, says in ((" ".join(f"w{i}" for i in range(MAX_TERMS + 1)), "65 different words and phrases; at most 64"),
+                        ('"' + "a" * MAX_QUERY_CHARS + '"', "16,386 characters long; at most 16,384")):
+        p = run_cli("--dir", tape_dir, "search", query)
+        err = p.stderr.decode()
+        assert p.returncode == 2 and err.count("\n") == 1 and says in err, err
+    assert snapshot(tape_dir) == before
+
 def test_cli_json_lines_and_human_form(tape_dir):
     with Tape.open(tape_dir) as t:
         _fill(t)

@@ -34,7 +34,8 @@ def search(ctx, query, session, kinds, since, until, limit, hidden, as_json):
     then the same words with other punctuation (--json says which: "match"). Tool
     outputs and large values are searched too. Without -s, every session and branch is
     searched. The search cache is brought up to date first (the first search of a large
-    tape reads it all once).
+    tape reads it all once). A query holds at most 64 different words and phrases (a
+    repeat counts once) and 16,384 characters.
 
     \b
     Examples:

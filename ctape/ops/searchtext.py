@@ -38,23 +38,34 @@ class Term(NamedTuple):
     quoted: bool  # "a phrase": it must occur literally, identifier punctuation included
 
 
+# FTS5 takes time quadratic in the terms it ANDs (a query of the same word 30,000 times, a
+# 60 KB URL of `serve`, took 112 s holding a turn of the server: found by an audit); a
+# phrase costs time about linear in its words. Real queries are far below both limits.
+MAX_TERMS = 64
+MAX_QUERY_CHARS = 16_384
+
+
 def parse_terms(text: str) -> list[Term]:
-    """Words and "quoted phrases" of a query, in order."""
+    """Words and "quoted phrases" of a query, in order, each once (they are ANDed)."""
     if not isinstance(text, str):
         raise InvalidInput("the search query must be text")
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:  # a lone surrogate: no text can hold it, and SQLite's encoder raised
         raise InvalidInput("the search query is not valid Unicode (a lone surrogate); send UTF-8 text") from None
+    if len(text) > MAX_QUERY_CHARS:
+        raise InvalidInput(f"the search query is {len(text):,} characters long; at most {MAX_QUERY_CHARS:,} are searched: quote a shorter, telling part of it")
     text = re.sub(r"[\x00-\x1f\x7f]", " ", text)  # control characters part terms (a NUL ended SQLite's string: an error)
-    terms = []
+    terms: list[Term] = []
     for m in re.finditer(r'"([^"]*)"?|([^\s"]+)', text):
         quoted = m.group(1) is not None
-        term = " ".join((m.group(1) if quoted else m.group(2)).split())
-        if re.search(r"\w", term):  # a term with no letter or digit has no token to match
-            terms.append(Term(term, quoted))
+        term = Term(" ".join((m.group(1) if quoted else m.group(2)).split()), quoted)
+        if re.search(r"\w", term.text) and term not in terms:  # no letter or digit: no token to match; a repeat: ANDed already
+            terms.append(term)
     if not terms:
         raise InvalidInput('empty search query: give one or more words, or "a phrase" in quotes')
+    if len(terms) > MAX_TERMS:
+        raise InvalidInput(f'the search query has {len(terms):,} different words and phrases; at most {MAX_TERMS} are searched: put a passage in quotes to search it as "one phrase"')
     return terms
 
 
