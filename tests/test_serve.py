@@ -530,6 +530,13 @@ def test_a_large_image_is_served_on_its_own(tape_dir, served):
     status, headers, _ = get(port, f"/e/{e.hash}/image?part=1")
     assert status == 200 and headers["Content-Type"] == "image/png" and int(headers["Content-Length"]) == len(raw)
     assert get(port, f"/e/{e.hash}/image?part=0")[0] == 404  # a text part is no image
+    # a part of 4,301 digits or more: int() refuses it (sys.int_max_str_digits), which was a 500
+    # and a traceback on the server's stderr (found by an audit); so is a Host port of as many
+    many = "1" * 4_301
+    for path in (f"/e/{e.hash}/image?part={many}", f"/e/{e.hash}/text?part={many}", f"/e/{e.hash}/text?part=-{many}"):
+        status, _, body = get(port, path)
+        assert status == 404 and len(body) < 5_000, (path[:40], status)
+    assert get(port, "/", host=f"127.0.0.1:{many}")[0] == 403
 
 
 # -- tags, 404 (issue 24, item 9) ------------------------------------------------------------------

@@ -179,7 +179,7 @@ def part_of(e: Entry, part: Part) -> Any:
     if isinstance(part, int) and isinstance(value, list) and 0 <= part < len(value):
         x = value[part]
         return x["text"] if isinstance(x, dict) and isinstance(x.get("text"), str) else x
-    raise EntryNotFound(f"entry {e.hash[:12]} has no part {part!r}")
+    raise EntryNotFound(f"entry {e.hash[:12]} has no part {part!r:.40}")
 
 
 def _short(value: Any, n: int = 200) -> str:

@@ -82,7 +82,7 @@ def split_host(header: Optional[str]) -> Optional[tuple[str, int]]:
             return None
     else:
         name, port = h, ""
-    if not name or (port and not (port.isascii() and port.isdigit())):  # (str.isdigit takes '¹', which int() refuses)
+    if not name or (port and not (port.isascii() and port.isdigit() and len(port) <= 5)):  # (str.isdigit takes '¹', which int() refuses; so are 4,301 digits)
         return None
     return _norm(name), int(port) if port else 80
 
