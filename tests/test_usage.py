@@ -207,3 +207,20 @@ def test_a_model_that_is_not_text_counts_without_a_model(tape_dir, tmp_path):
     assert p.returncode == 0, p.stderr
     rows = [json.loads(line) for line in p.stdout.decode().splitlines()]
     assert [(r["input"], r["output"]) for r in rows if r["model"] == "(unknown)"] == [(5, 7)], rows
+
+
+def test_an_absurd_count_counts_zero_and_stops_nothing(tape_dir):
+    """A record whose input_tokens was 10**309 made `ctape usage` stop with "internal error:
+    OverflowError", and `serve` showed no usage for any session of the tape (found by an
+    audit). A count that is not a positive integer up to 10**15 counts 0; the rest adds up."""
+    t = Tape.open(tape_dir)
+    s = t.session("odd")
+    s.append("assistant", {"content": "a"}, meta={"model": "gpt-4o", "usage": {"prompt_tokens": 10**309, "completion_tokens": 10}})
+    s.append("assistant", {"content": "b"}, meta={"model": "gpt-4o", "usage": {"prompt_tokens": 10**15 + 1, "completion_tokens": -3}})
+    t.session("plain").append("assistant", {"content": "c"}, meta={"model": "gpt-4o", "usage": {"prompt_tokens": 100, "completion_tokens": 10**15}})
+    t.close()
+    p = run_cli("--dir", tape_dir, "usage", "--json")
+    assert p.returncode == 0, p.stderr
+    rows = {r["session"]: r for r in map(json.loads, p.stdout.decode().splitlines())}
+    assert (rows["odd"]["input"], rows["odd"]["output"]) == (0, 10)
+    assert (rows["plain"]["input"], rows["plain"]["output"]) == (100, 10**15)

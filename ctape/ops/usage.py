@@ -109,8 +109,12 @@ def cost_of(counts: dict, price: dict) -> float:
 # -- reading usage from meta -------------------------------------------------------------------
 
 
+MAX_COUNT = 10**15  # tokens in one record: far above any real one (10**309 made the whole tape's usage an OverflowError)
+
+
 def _int(v: Any) -> int:
-    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else 0
+    """A recorded token count; anything but a positive integer up to MAX_COUNT counts 0."""
+    return v if isinstance(v, int) and not isinstance(v, bool) and 0 < v <= MAX_COUNT else 0
 
 
 def normalize(u: dict) -> dict:
