@@ -61,6 +61,28 @@ def test_a_whole_segment_deleted_from_outside_is_reported_as_loss(tmp_path, monk
     assert p.returncode == 0 and b"gone" in p.stdout + p.stderr
 
 
+@pytest.mark.parametrize("kind", ["seg", "pack"])
+def test_a_data_file_replaced_by_a_folder_is_loss_and_stays_so_after_compact(tmp_path, monkeypatch, kind):
+    """A segment (or pack) this machine had read, replaced by a folder of the same name: its
+    size (4,096) read as a file that had lost nothing, fsck passed, and a compact then forgot
+    the loss for good: the folder removed, fsck still passed and the session had no entries
+    (found by an audit). A folder under a data file's name is the file gone."""
+    a = str(tmp_path / "A")
+    make(a, "waaaa", ["one", "two"], monkeypatch=monkeypatch)
+    if kind == "pack":
+        run_cli("--dir", a, "compact", "--grace", "now", check=True)
+    assert run_cli("--dir", a, "fsck").returncode == 0  # this machine reads it
+    (path,) = glob.glob(f"{a}/sessions/c/*.{kind}")
+    os.unlink(path)
+    os.mkdir(path)
+    p = run_cli("--dir", a, "fsck")
+    assert p.returncode == 1 and b"lost acknowledged data" in p.stdout, p.stdout
+    run_cli("--dir", a, "compact", check=True)
+    os.rmdir(path)
+    p = run_cli("--dir", a, "fsck")
+    assert p.returncode == 1 and b"the file is gone" in p.stdout, p.stdout
+    assert run_cli("--dir", a, "log", "-s", "c").returncode == 1
+
 @pytest.mark.parametrize("first", ["context", "fsck"])
 def test_a_pack_deleted_from_outside_is_loss_and_the_value_it_shared_reads_as_lost(tmp_path, first):
     """Sessions a and b share a large tool output, stored once, in a's pack. The pack is

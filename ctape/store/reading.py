@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import zlib
 from typing import Callable, Iterator, Optional, TypeVar
 
@@ -385,7 +386,10 @@ class Reading:
         """Whether the file an index row points into is still in the tape (not only open in
         this process: a descriptor keeps a removed file readable here)."""
         rel = self.index.path_of(file_id)
-        return rel is not None and os.path.lexists(os.path.join(self.root, rel))
+        try:
+            return rel is not None and stat.S_ISREG(os.stat(os.path.join(self.root, rel), follow_symlinks=False).st_mode)
+        except (FileNotFoundError, NotADirectoryError):
+            return False
 
     def has_object(self, h: str) -> bool:
         """Does the tape hold object h? The index answers; when it says no after another
