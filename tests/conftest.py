@@ -99,6 +99,36 @@ def small_tmpfs(mnt, options: str):
 
 
 @contextmanager
+def exfat_disk(folder):
+    """A real exFAT file system (FUSE, on a loop device) mounted under `folder`: no hard links
+    (link() fails with EPERM), names case-insensitive, chmod ignored, as on a USB stick. Skips
+    where this machine cannot make one (needs root, losetup, mkfs.exfat and mount.exfat-fuse:
+    .ci/run installs exfatprogs and exfat-fuse)."""
+    tools = ("losetup", "mkfs.exfat", "mount.exfat-fuse")
+    if os.geteuid() != 0 or not all(shutil.which(t) for t in tools):
+        pytest.skip("needs root, losetup, mkfs.exfat and mount.exfat-fuse for an exFAT disk")
+    img, mnt = os.path.join(folder, "exfat.img"), os.path.join(folder, "exfat")
+    os.makedirs(mnt)
+    with open(img, "wb") as f:
+        f.truncate(64 << 20)
+    subprocess.run(["mkfs.exfat", img], capture_output=True, check=True)
+    loop = subprocess.run(["losetup", "-f", "--show", img], capture_output=True, text=True)
+    if loop.returncode != 0:
+        pytest.skip(f"cannot attach a loop device here: {loop.stderr.strip()}")
+    dev = loop.stdout.strip()
+    try:
+        r = subprocess.run(["mount.exfat-fuse", dev, mnt], capture_output=True)
+        if r.returncode != 0:
+            pytest.skip(f"cannot mount exFAT here: {r.stderr.decode().strip()}")
+        try:
+            yield mnt
+        finally:
+            subprocess.run(["umount", mnt], capture_output=True)
+    finally:
+        subprocess.run(["losetup", "-d", dev], capture_output=True)
+
+
+@contextmanager
 def following(tape_dir, *paths):
     """A real `ctape watch` following `paths` into tape_dir; yields the list its output lines
     go into (read as they come). Stopped with SIGINT at the end (killed if it hangs)."""

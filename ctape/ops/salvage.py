@@ -28,7 +28,7 @@ from .compact_locks import _compaction_lock, _remove_stale_temp_packs
 from .compact_packs import PackWriter
 from ..model.canonical import blob_refs, is_hash
 from ..model.errors import CorruptObject, StorageError
-from ..store.files import TYPE_ENTRY, decompress_prefix, dict_decompressor, fsync_dir, open_for_reading, pread_all, storage_error
+from ..store.files import TYPE_ENTRY, decompress_prefix, dict_decompressor, fsync_dir, open_for_reading, pread_all, second_name, storage_error
 from ..model.refs import HEAD
 from .maintenance import LEFT_IN_PLACE, PENDING, QUARANTINE, REPORT
 from ..model.models import now_rfc3339, plural
@@ -343,9 +343,8 @@ def _keep_before_replaced(store: Store, rel: str, new: str, where: str) -> None:
         return
     src, dst = os.path.join(store.root, rel), os.path.join(store.root, where)
     try:
-        os.link(src, dst)
-    except FileExistsError:
-        return
+        if not second_name(src, dst):  # a copy where the file system has no hard links
+            return
     except OSError as e:
         raise storage_error(e, "quarantine", after="salvage moved nothing") from None
     fsync_dir(os.path.dirname(dst))

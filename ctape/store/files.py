@@ -257,6 +257,64 @@ def copy_bytes(src: int, dst: int, n: int) -> None:
         done += len(b)
 
 
+# what link() says on a file system without hard links (exFAT, vfat, many FUSE and SMB
+# mounts): EPERM on Linux's exFAT and vfat, ENOTSUP/EOPNOTSUPP or ENOSYS elsewhere
+NO_HARD_LINKS = (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS)
+
+
+def place_new(tmp: str, path: str) -> bool:
+    """A whole file `tmp` (written and synced) takes the name `path` unless a file has it:
+    False then, and `tmp` stays for the caller to remove. A hard link does this at once,
+    where link() exists; without hard links (init on an exFAT stick said "the tape
+    directory is read-only": found by an audit) `tmp` is renamed to `path` after a look
+    that it is not there: still whole, but two processes making the same name in the same
+    instant could both succeed, the later one's bytes kept (every caller writes the same
+    bytes under a name, or a ctape.json two inits race for). `tmp` is gone when True."""
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        return False
+    except OSError as e:
+        if e.errno not in NO_HARD_LINKS or os.path.lexists(path):
+            if os.path.lexists(path):
+                return False
+            raise
+        os.rename(tmp, path)
+        return True
+    os.unlink(tmp)
+    return True
+
+
+def second_name(src: str, dst: str) -> bool:
+    """`dst` becomes a copy of the file `src` that stays when `src` is replaced: a hard link,
+    or where the file system has none, a copy of its bytes (synced, renamed in whole).
+    False when `dst` is there already."""
+    try:
+        os.link(src, dst)
+        return True
+    except FileExistsError:
+        return False
+    except OSError as e:
+        if e.errno not in NO_HARD_LINKS:
+            raise
+    tmp = f"{dst}.tmp-{os.getpid()}"
+    fd_in = os.open(src, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        try:
+            copy_bytes(fd_in, fd, os.fstat(fd_in).st_size)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    finally:
+        os.close(fd_in)
+    try:
+        return place_new(tmp, dst)
+    finally:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+
+
 @contextmanager
 def uninterrupted(reraise: bool = True) -> Iterator[None]:
     """SIGINT held off while a clean-up runs (the demo's, a failed clone's): a second

@@ -25,7 +25,7 @@ from . import framing, packing
 from ..model.errors import ConflictError, InvalidInput
 from ..model.canonical import canonical_json, object_hash
 from ..model.models import check_new_session_name
-from .files import TYPE_BLOB, TYPE_ENTRY, UNREAD_ATIME_NS, check_not_symlink, fsync_dir, lock_waiting, storage_error, write_all, zstd
+from .files import TYPE_BLOB, TYPE_ENTRY, UNREAD_ATIME_NS, check_not_symlink, fsync_dir, lock_waiting, place_new, storage_error, write_all, zstd
 from .index import IndexBatch, hash_key
 from .repeats import Repeats
 from .writer_view import RACY_NS, WriterView  # noqa: F401 - RACY_NS is read from here too
@@ -777,13 +777,13 @@ def new_file_whole(folder: str, name: str, data: bytes) -> bool:
                     os.link(f"/proc/self/fd/{fd}", name, dst_dir_fd=dfd, follow_symlinks=True)
                 finally:
                     os.close(dfd)
-            else:
-                os.link(tmp, os.path.join(folder, name))
+            elif not place_new(tmp, os.path.join(folder, name)):
+                return False
         except FileExistsError:
             return False
     finally:
         os.close(fd)
-        if tmp is not None:
+        if tmp is not None and os.path.lexists(tmp):
             os.unlink(tmp)
     fsync_dir(folder)
     return True

@@ -54,6 +54,7 @@ from .files import (  # noqa: F401 - TYPE_*, CODEC_*, open_for_reading and zstd 
     UNREAD_ATIME_NS,
     check_not_symlink,
     fsync_dir,
+    place_new,
     lock_waiting,
     open_for_reading,
     reads_move_atime,
@@ -320,11 +321,11 @@ class Store(Freshness, Reading):
             finally:
                 os.close(fd)
             try:
-                os.link(tmp, meta_path)  # never replaces a ctape.json written meanwhile
-            except FileExistsError:
-                return False
+                if not place_new(tmp, meta_path):  # never replaces a ctape.json written meanwhile
+                    return False
             finally:
-                os.unlink(tmp)
+                if os.path.lexists(tmp):
+                    os.unlink(tmp)
             for d in (root, os.path.dirname(root)):
                 fsync_dir(d)
         except OSError as e:

@@ -22,6 +22,7 @@ from typing import Callable, Iterator, Optional
 from urllib.parse import unquote, urlparse
 
 from ..model.errors import CtapeError, InvalidInput
+from ..store.files import place_new
 
 _KEY = re.compile(r"[A-Za-z0-9._\-/]{1,900}")
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]")
@@ -278,11 +279,11 @@ class FileBackend(Backend):
             finally:
                 os.close(fd)
             try:
-                os.link(tmp, path)
-            except FileExistsError:
-                return False
+                if not place_new(tmp, path):
+                    return False
             finally:
-                os.unlink(tmp)
+                if os.path.lexists(tmp):
+                    os.unlink(tmp)
             dfd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
             try:
                 os.fsync(dfd)
