@@ -206,3 +206,36 @@ def test_dry_run_predicts_the_files_a_run_leaves(tmp_path):
         assert dry["files_after"] < dry["files_before"], dry  # not a copy of files_before
         on_disk = [p for p in d.rglob("*") if p.suffix in (".seg", ".pack")]
         assert len(on_disk) == real["files_after"]
+
+
+def test_compact_of_more_sessions_than_the_soft_limit_of_open_files(tmp_path):
+    """The swap holds every session's lock at once, a descriptor each. A tape of 1,100
+    sessions under the usual soft limit of 1,024 failed there ("Too many open files ...
+    check the path and permissions"), after a pack was written beside every session's
+    files, and again at every run (found by an audit). The soft limit is raised toward the
+    hard one; where the hard one is too low, compact stops before it writes anything."""
+    import resource
+
+    d = str(tmp_path / "t")
+    t = Tape.init(d)
+    with t.batch():
+        for i in range(300):
+            t.session(f"s{i}").append("user", {"content": f"s{i}"})
+    t.close()
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+
+    def compact(soft, hard):
+        return subprocess.run([sys.executable, "-m", "ctape", "--dir", d, "compact", "--grace", "now"], capture_output=True,
+                              preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard)))
+
+    before = snapshot(d)
+    p = compact(200, 200)
+    err = p.stderr.decode()
+    assert p.returncode == 1 and err.count("\n") == 1 and "300 sessions" in err and "ulimit -n" in err, err
+    assert snapshot(d) == before
+    if hard != resource.RLIM_INFINITY and hard < 600:
+        pytest.skip(f"the hard limit of open files here is {hard}")
+    p = compact(200, hard)
+    assert p.returncode == 0, p.stderr
+    assert run_cli("--dir", d, "fsck").returncode == 0
+    assert len([f for _, _, fs in os.walk(d) for f in fs if f.endswith(".pack")]) == 300

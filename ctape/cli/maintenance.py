@@ -73,7 +73,9 @@ def compact(ctx, expire, grace, dry_run, remote_name, allow_secrets, as_json):
 
     DUR is like now, 30m, 12h, 14d, 2w. `--grace now` is only for tapes nobody
     is writing to. With --remote, files on the remote are deleted in two runs:
-    one plans them, a run after --grace deletes them (docs/remotes.md).
+    one plans them, a run after --grace deletes them (docs/remotes.md). At its end it
+    holds every session's lock at once, an open file each: it raises its soft limit of
+    open files where the hard one allows, else stops before it writes anything.
 
     \b
     Examples:

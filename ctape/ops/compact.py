@@ -39,10 +39,10 @@ from datetime import datetime, timezone
 from typing import Callable, Optional
 
 from ..store import framing
-from ..model.errors import CorruptObject, InvalidInput
+from ..model.errors import CorruptObject, InvalidInput, StorageError
 from ..model.models import format_time, plural
 from ..model.refs import CUT_KEY
-from ..store.files import zstd
+from ..store.files import room_for_open_files, zstd
 from ..store.store import Store
 from .compact_locks import _compaction_lock, _remove_stale_temp_packs, _snapshot
 from .compact_packs import _take_back, _write_pack
@@ -60,6 +60,23 @@ def parse_duration(text, what: str = "duration") -> float:
     return parse(text, what)
 
 
+FILES_BESIDE_LOCKS = 256  # descriptors compaction holds besides one per session (files read, packs written, the index)
+
+
+def _check_open_files(store: Store) -> None:
+    """The swap holds every session's lock at once, a descriptor each: a tape of more
+    sessions than the limit of open files failed there, after a pack was written beside
+    every session's files, and again at every run (found by an audit). The soft limit is
+    raised where the hard one allows; else compaction stops before it writes anything."""
+    n = len(store.sessions())
+    ok, limit = room_for_open_files(n + FILES_BESIDE_LOCKS)
+    if not ok:
+        raise StorageError(
+            f"compact holds every session's lock at once: {n} sessions need about {n + FILES_BESIDE_LOCKS} open files, "
+            f"and this process may open {limit}; raise the limit (`ulimit -n {n + FILES_BESIDE_LOCKS}`) and run it again "
+            "(nothing was changed)")
+
+
 def compact(tape, expire="90d", grace="14d", dry_run: bool = False, progress: Optional[Callable[[str], None]] = None) -> dict:
     store: Store = tape.store
     expire_s = parse_duration(expire, "--expire")
@@ -73,6 +90,7 @@ def compact(tape, expire="90d", grace="14d", dry_run: bool = False, progress: Op
         _remove_stale_temp_packs(store)
         store.index.sync()
         store.refresh()
+        _check_open_files(store)
         snapshot = _snapshot(store)
         ages = {p: now - _mtime(store, p) for p in snapshot}
         say(f"compact: reading {len(snapshot)} {plural(len(snapshot), 'file', 'files')}")

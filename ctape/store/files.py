@@ -257,6 +257,25 @@ def copy_bytes(src: int, dst: int, n: int) -> None:
         done += len(b)
 
 
+def room_for_open_files(need: int) -> tuple[bool, int]:
+    """Whether this process may hold `need` descriptors at once, raising its soft limit
+    toward the hard one when that is what stands in the way (a desktop's soft limit is often
+    1,024 or 256 with a hard one far above, as Go's runtime raises it for every program);
+    (yes or no, the limit now)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        return True, soft
+    if hard != resource.RLIM_INFINITY and hard < need:
+        return False, hard
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+    except (ValueError, OSError):
+        return False, soft
+    return True, need
+
+
 # what link() says on a file system without hard links (exFAT, vfat, many FUSE and SMB
 # mounts): EPERM on Linux's exFAT and vfat, ENOTSUP/EOPNOTSUPP or ENOSYS elsewhere
 NO_HARD_LINKS = (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS)
