@@ -103,6 +103,8 @@ def index_file(version: Optional[int] = None) -> str:
     return versioned_file("index", SCHEMA_VERSION if version is None else version, 15)
 
 
+SQLITE_CORRUPT, SQLITE_NOTADB = 11, 26  # SQLite's primary result codes for a damaged file
+
 TABLES = ("meta", "files", "objects", "records", "claims", "partials", "closed", "keyframes", "writers", "lost", "views", "repeated",
           "gaps", "vouched", "expired")
 
@@ -230,7 +232,8 @@ class Index(Applying):
         except sqlite3.Error as e:
             if self.path == ":memory:":
                 raise
-            self._degrade(e)
+            if not self._made_again(e):
+                self._degrade(e)
         try:
             self.redactions()  # known before anything is derived: later news is news
         except sqlite3.Error:
@@ -238,12 +241,51 @@ class Index(Applying):
 
     # -- a cache that cannot be written ----------------------------------------------
 
+    def _made_again(self, err: Exception) -> bool:
+        """A cache file SQLite finds damaged ("database disk image is malformed", "file is
+        not a database": it is never fsync'd, so a power cut can leave it so) is removed and
+        made again, empty: the store rebuilds it from the tape. Kept, every later command
+        warned and read without a cache for good, and a cut the cache would have caught as
+        lost acknowledged data read as a torn tail (found by an audit). False when err is
+        not damage, or the new file cannot be made either."""
+        code = getattr(err, "sqlite_errorcode", None)
+        if self.path == ":memory:" or code is None or code & 0xFF not in (SQLITE_CORRUPT, SQLITE_NOTADB):
+            return False
+        sys.stderr.write(f"ctape: warning: the index cache {self.path} is damaged ({err}); made it again from the tape\n")
+        old = getattr(self, "db", None)
+        if old is not None:
+            try:
+                old.close()
+            except sqlite3.Error:
+                pass
+        for name in (self.path, self.path + "-wal", self.path + "-shm"):
+            try:
+                os.unlink(name)
+            except FileNotFoundError:
+                pass
+            except OSError:
+                return False
+        try:
+            self.db = self._connect(self.path)
+        except sqlite3.Error:
+            return False
+        self.generation = getattr(self, "generation", 0) + 1
+        self.pending = IndexBatch()
+        self.pending_objects.clear()
+        self.pending_keyframes.clear()
+        self._paths.clear()
+        self.stale = True
+        return True
+
     def _degrade(self, err: Exception) -> None:
         """The cache file cannot be written (its disk is full, it went read-only, I/O
         errors): say so once, and go on with an index in memory that the store rebuilds
-        from the tape. The tape itself is not touched by this."""
+        from the tape. The tape itself is not touched by this. A damaged file is made
+        again instead (_made_again)."""
         if self.path == ":memory:" or _busy(err):
             raise err
+        if self._made_again(err):
+            return
         sys.stderr.write(f"ctape: warning: the index cache {self.path} cannot be written ({err}); reading the tape without it (slower)\n")
         old = getattr(self, "db", None)
         self.generation = getattr(self, "generation", 0) + 1
