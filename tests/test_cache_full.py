@@ -54,6 +54,27 @@ def test_reads_answer_when_the_cache_disk_is_full(tape_dir, full_cache):
     t.close()
 
 
+
+def test_remotes_stay_this_copys_while_the_cache_disk_is_full(tape_dir, full_cache, tmp_path):
+    """Remotes are kept beside the index cache. With the cache's disk full, `remote list`
+    printed nothing, `push` said "this copy has no remote; add one" and `remote add` "no
+    writable index cache folder", while remotes.json was intact (found by an audit): they
+    are listed, and what cannot be written says so."""
+    env = {"CTAPE_CACHE_DIR": str(full_cache)}
+    run_cli("--dir", tape_dir, "append", "user", "--text", "a", "-s", "chat", env=env, check=True)
+    (tmp_path / "remote").mkdir()
+    run_cli("--dir", tape_dir, "remote", "add", "o", f"file://{tmp_path / 'remote'}", env=env, check=True)
+    _fill(full_cache)
+    t = Tape.open(tape_dir, cache_dir=str(full_cache.parent / "other"))  # bytes this cache must index, and cannot
+    for i in range(40):
+        t.session("chat").append("tool_result", {"call_id": f"c{i}", "output": f"output {i} " * 400})
+    t.close()
+    p = run_cli("--dir", tape_dir, "remote", "list", env=env)
+    assert p.returncode == 0 and p.stdout.startswith(b"o\tfile://"), (p.stdout, p.stderr)
+    p = run_cli("--dir", tape_dir, "push", env=env)
+    err = p.stderr.decode()
+    assert p.returncode == 1 and "no space left" in err.lower() and "no remote" not in err, err
+
 @pytest.mark.parametrize("damage", ["truncated", "not a database"])
 def test_a_damaged_cache_is_made_again_and_loss_is_still_caught(tmp_path, damage):
     """The cache is never fsync'd, so a power cut can leave it damaged. SQLite's "database

@@ -213,6 +213,7 @@ class Index(Applying):
 
     def __init__(self, path: Optional[str]):
         self.path = path or ":memory:"
+        self.home = path  # the cache file's place, kept when the rows go to memory (localstate.cache_folder)
         self.pending = IndexBatch()
         self.pending_objects: dict[int, tuple[int, int]] = {}
         self.pending_keyframes: dict[int, str] = {}

@@ -32,9 +32,15 @@ _KEY = re.compile(r"[0-9a-f]{20}")
 
 
 def cache_folder(store) -> Optional[str]:
-    """The tape's cache folder, or None when the index lives in memory (no writable cache)."""
-    path = store.index.path
-    return None if path == ":memory:" else os.path.dirname(path)
+    """The tape's cache folder, or None when there is none (the index in memory from the
+    start: no cache folder could be made). A cache whose writes fail later (its disk full)
+    keeps its folder: the remotes and settings there are still this copy's, where they
+    read as none at all (found by an audit: "this copy has no remote; add one")."""
+    path = getattr(store.index, "home", None) or store.index.path
+    if path == ":memory:":
+        return None
+    folder = os.path.dirname(path)
+    return folder if os.path.isdir(folder) else None
 
 
 def _write(path: str, text: str) -> None:
