@@ -136,11 +136,11 @@ class Tape:
         self.store.check_open()
         return self._session_class(self, name)
 
-    @contextmanager
-    def batch(self) -> Iterator[None]:
-        """Many appends, one fsync at the end. Session locks are held until then."""
-        with self.store.batch():
-            yield
+    def batch(self):
+        """Many appends, one fsync at the end. Session locks are held until then. (The
+        store's context manager itself: a generator here could be left suspended with the
+        batch open by a KeyboardInterrupt, store._Batch.)"""
+        return self.store.batch()
 
     # -- entries ------------------------------------------------------------------
 

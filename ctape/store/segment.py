@@ -22,7 +22,7 @@ import time
 from typing import TYPE_CHECKING, Optional
 
 from . import framing, packing
-from ..model.errors import ConflictError, InvalidInput
+from ..model.errors import ConflictError, CtapeError, InvalidInput
 from ..model.canonical import canonical_json, object_hash
 from ..model.models import check_new_session_name
 from .files import TYPE_BLOB, TYPE_ENTRY, UNREAD_ATIME_NS, check_not_symlink, fsync_dir, lock_waiting, place_new, storage_error, write_all, zstd
@@ -433,11 +433,14 @@ class SegmentWriter(WriterView, Repeats):
         else:
             offset = self._frame(framing.T_OBJECT, st.encode_object(type_, body, h))
             self.batch.objects.append((hash_key(h), self.file_id, offset, 1 if type_ == TYPE_ENTRY else 0))
+        # named among this write's objects before it is pending: an exception between the
+        # two (a KeyboardInterrupt lands anywhere) must never leave it pending for good, where
+        # other writes would refer to it and nothing writes it
+        self.new_objects.append(h)
+        self.new_set.add(h)
         st.pending[h] = (type_, body)
         if type_ == TYPE_ENTRY:
             st.entries_written += 1
-        self.new_objects.append(h)
-        self.new_set.add(h)
         return h
 
     def put_ref(self, rec: dict, coalesce: bool = False) -> None:
@@ -562,6 +565,21 @@ class SegmentWriter(WriterView, Repeats):
     # -- writing --------------------------------------------------------------------------
 
     def flush(self, durable: bool, with_queued: bool = True) -> None:
+        """Write what is queued (durably: synced before it returns). Any exception leaves
+        the file and this writer as they were before the write: an error of the disk is
+        undone in _flush; anything else (a KeyboardInterrupt from a signal handler lands at
+        any line) is undone here, where it left the queued records half framed or half
+        written and the next write built on them, or on an entry never written (found by
+        an audit: damaged blocks, and appends whose parent was nowhere)."""
+        try:
+            self._flush(durable, with_queued)
+        except CtapeError:
+            raise  # a failed write: _flush undid it
+        except BaseException:
+            self._undo_write()
+            raise
+
+    def _flush(self, durable: bool, with_queued: bool) -> None:
         if with_queued:
             self.end_follow()
             if self.held_ref is not None:

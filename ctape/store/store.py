@@ -570,43 +570,78 @@ class Store(Freshness, Reading):
                 # session's; the next write to this one starts afresh and meets the problem
                 pass
 
-    @contextmanager
-    def batch(self) -> Iterator[None]:
+    def batch(self) -> "_Batch":
         """Writes inside share one fsync per file at the end; an exception discards them all."""
-        self.check_open()
-        with self._lock:
-            self._batch_depth += 1
-            ok = False
-            contested = None
+        return _Batch(self)
+
+
+class _Batch:
+    """Store.batch: `with store.batch():`. A class, not a generator: a KeyboardInterrupt
+    that lands as a generator's `__enter__` returns (a signal handler raises at any call)
+    left the generator suspended with the batch open, so the process's later appends were
+    queued in a batch nobody would end, and returned hashes that were never written (found
+    by an audit)."""
+
+    __slots__ = ("store", "open")
+
+    def __init__(self, store: Store):
+        self.store = store
+        self.open = False
+
+    def __enter__(self) -> None:
+        st = self.store
+        st.check_open()
+        st._lock.acquire()
+        try:
+            st._batch_depth += 1
+            self.open = True
+        except BaseException:
+            st._lock.release()
+            raise
+
+    def __del__(self) -> None:
+        # an interrupt at the very entry of __exit__ (a signal lands at any call) skipped it:
+        # the batch ends here, its writes dropped, when the with statement lets go of it
+        if getattr(self, "open", False):  # (not set: __init__ itself was interrupted)
             try:
-                yield
-                ok = True
-            except ConflictError as e:
-                contested = getattr(e, "contested", None)
-                raise
-            finally:
-                self._batch_depth -= 1
-                if self._batch_depth == 0:
-                    writers = list(self.locked_writers.values())
-                    done = 0
-                    try:
-                        if ok:
-                            for w in writers:
-                                w.flush(durable=True)
-                                done += 1
-                    except OSError as e:
-                        if e.errno in (errno.EMFILE, errno.ENFILE):
-                            raise _too_many_files(self) from None
-                        raise
-                    finally:
-                        for w in writers[done:]:
-                            w.discard()  # not written: drop, so no later append writes them
+                self.__exit__(KeyboardInterrupt, None, None)
+            except Exception:  # noqa: BLE001 - collected in another thread (its lock is not ours to give back)
+                pass
+
+    def __exit__(self, kind, value, tb) -> bool:
+        if not self.open:
+            return False
+        self.open = False
+        st = self.store
+        st._batch_depth -= 1  # (no call since the entry: nothing lands between)
+        contested = None
+        try:
+            if isinstance(value, ConflictError):
+                contested = getattr(value, "contested", None)
+            if st._batch_depth == 0:
+                writers = list(st.locked_writers.values())
+                done = 0
+                try:
+                    if kind is None:
                         for w in writers:
-                            w.unlock()
-                        if len(self._writers) > WRITERS_MAX:
-                            self._close_idle_writers()  # a batch over many sessions: their descriptors go with it
-                        if contested is not None:
-                            _wait_for_lock(contested)
+                            w.flush(durable=True)
+                            done += 1
+                except OSError as e:
+                    if e.errno in (errno.EMFILE, errno.ENFILE):
+                        raise _too_many_files(st) from None
+                    raise
+                finally:
+                    for w in writers[done:]:
+                        w.discard()  # not written: drop, so no later append writes them
+                    for w in writers:
+                        w.unlock()
+                    if len(st._writers) > WRITERS_MAX:
+                        st._close_idle_writers()  # a batch over many sessions: their descriptors go with it
+                    if contested is not None:
+                        _wait_for_lock(contested)
+        finally:
+            st._lock.release()
+        return False
 
 
 def _wait_for_lock(folder: str) -> None:
