@@ -7,7 +7,9 @@ import subprocess
 import sys
 import time
 
-from conftest import run_cli
+import pytest
+
+from conftest import run_cli, snapshot
 from ctape import Tape
 
 
@@ -328,3 +330,32 @@ def test_ctrl_c_is_one_line_in_a_log_and_starts_a_line_at_a_terminal(tmp_path):
             seen += os.read(master, 1024)
     os.close(master)
     assert p.returncode == 130 and seen.replace(b"\r", b"") == b"\nctape: error: interrupted\n", seen
+
+
+def test_out_of_memory_is_one_line_that_says_so(tmp_path):
+    """A transcript with one record of 60 MB imported under a memory limit said "internal
+    error: MemoryError: ; ... report it" (found by an audit). It is one line naming the
+    memory and what to do, exit 1, and the tape is as it was."""
+    import json
+    import resource
+    import subprocess
+    import sys
+
+    limit = 200 << 20
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "ctape", *map(str, args)], capture_output=True,
+                              preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)))
+
+    if run("--help").returncode != 0:
+        pytest.skip("ctape does not start under a 200 MB address space here")
+    src = tmp_path / "big.jsonl"
+    src.write_text(json.dumps({"parentUuid": None, "type": "user", "uuid": "u1", "sessionId": "s", "cwd": "/p",
+                               "timestamp": "2025-07-14T22:59:30.699Z", "message": {"role": "user", "content": "x" * 60_000_000}}) + "\n")
+    d = tmp_path / "t"
+    run_cli("init", d, check=True)
+    before = snapshot(str(d))
+    p = run("--dir", d, "import", "claude-code", src, "-s", "big")
+    err = p.stderr.decode()
+    assert p.returncode == 1 and err.count("\n") == 1 and "out of memory" in err and "ulimit -v" in err, err
+    assert snapshot(str(d)) == before

@@ -99,6 +99,9 @@ class CtapeGroup(click.Group):
                 if e.errno == errno.EROFS:
                     _fail(f"read-only file system{where}; use a writable copy", EXIT_FAIL)
                 _fail(f"{e.strerror or e}: {getattr(e, 'filename', '') or ''}; check the path and permissions".replace(": ;", ";"), EXIT_FAIL)
+            if isinstance(e, MemoryError):
+                _fail("out of memory (a record or value too large for what this process may use?); free memory, or raise "
+                      "the limit (`ulimit -v`), and retry", EXIT_FAIL)
             _fail(f"internal error: {type(e).__name__}: {e}; rerun with CTAPE_DEBUG=1 and report it", EXIT_FAIL)
 
 
