@@ -124,8 +124,10 @@ def test_closed_stdin_is_one_line_and_writes_nothing(tape_dir, args):
 @pytest.mark.parametrize(
     "args",
     [["log", "-s", "s"], ["show", "s"], ["export", "s"], ["state", "-s", "s"], ["context", "-s", "s"], ["status", "-s", "s"],
-     ["sessions"], ["reflog", "s"], ["branch", "-s", "s"], ["tag", "-s", "s"]],
-    ids=lambda a: a[0],
+     ["sessions"], ["reflog", "s"], ["branch", "-s", "s"], ["tag", "-s", "s"],
+     # these exited 0 with their output gone (found by an audit); an append's hash too
+     ["search", "hello"], ["stats"], ["usage"], ["diff", "s", "s"], ["remote", "list"], ["append", "user", "--text", "x", "-s", "s"]],
+    ids=lambda a: " ".join(a[:2]),
 )
 def test_closed_stdout_is_one_line(tape_dir, args):
     add(tape_dir, "s", "hello")

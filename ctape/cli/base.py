@@ -622,6 +622,10 @@ def main(ctx, dir_):
         from ..errors import InvalidInput
 
         raise InvalidInput("--dir is empty; give the tape directory, or leave --dir out to use $CTAPE_DIR or the nearest .ctape/")
+    if ctx.invoked_subcommand is not None:
+        # every command writes to stdout (a listing, a hash, a URL): `search`, `stats`,
+        # `usage`, `diff` and `remote list` exited 0 with their output gone (found by an audit)
+        need_stdout()
     ctx.ensure_object(dict)
     ctx.obj["dir"] = dir_
 
