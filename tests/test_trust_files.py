@@ -218,3 +218,24 @@ def test_an_import_with_head_on_a_branch_it_lacks_is_refused(tmp_path):
     p = run_cli("--dir", a, "import", f, "-s", "d")
     assert p.returncode == 2 and b"nope" in p.stderr and len(p.stderr.splitlines()) == 1
     assert snapshot(a) == before
+
+
+def test_a_damaged_file_in_the_top_level_packs_folder_gets_advice_that_works(tmp_path, monkeypatch):
+    """A damaged `pack-*.pack` in packs/ (read, never written by ctape): fsck, appends and
+    reads said "run `ctape fsck --salvage`", and salvage said "nothing to salvage" and the
+    same again (found by an audit). The advice is to restore it or move it out, which works."""
+    a = str(tmp_path / "A")
+    make(a, "waaaa", ["one"], monkeypatch=monkeypatch)
+    bad = os.path.join(a, "packs", "pack-" + "0" * 32 + ".pack")
+    with open(bad, "w") as f:
+        f.write("garbage\n")
+    p = run_cli("--dir", a, "fsck")
+    out = p.stdout.decode()
+    assert p.returncode == 1 and "move it out of the tape directory" in out and "fsck --salvage" not in out, out
+    p = run_cli("--dir", a, "append", "user", "--text", "two", "-s", "c")
+    assert p.returncode == 1 and b"move it out of the tape directory" in p.stderr and b"salvage`" not in p.stderr, p.stderr
+    p = run_cli("--dir", a, "log", "-s", "c")
+    assert b"move it out of the tape directory" in p.stderr, p.stderr
+    shutil.move(bad, str(tmp_path / "moved.pack"))
+    run_cli("--dir", a, "append", "user", "--text", "two", "-s", "c", check=True)
+    assert run_cli("--dir", a, "fsck").returncode == 0

@@ -276,6 +276,11 @@ def room_for_open_files(need: int) -> tuple[bool, int]:
     return True, need
 
 
+# the advice for a damaged file in the tape's top-level packs/ (fsck, a refused append, a read's warning)
+PACKS_ADVICE = ("ctape writes nothing to packs/ and salvage leaves it: restore the file from another copy of the tape, "
+                "or move it out of the tape directory")
+
+
 # what link() says on a file system without hard links (exFAT, vfat, many FUSE and SMB
 # mounts): EPERM on Linux's exFAT and vfat, ENOTSUP/EOPNOTSUPP or ENOSYS elsewhere
 NO_HARD_LINKS = (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS)
