@@ -86,3 +86,21 @@ def test_salvage_of_a_pack_that_keeps_its_name_without_hard_links(disk, tmp_path
     p = run_cli("--dir", tape, "append", "user", "--text", "after", "-s", "chat")
     assert p.returncode == 0, p.stderr
     assert run_cli("--dir", tape, "fsck").returncode == 0
+
+
+def test_a_session_whose_name_differs_only_in_case_is_refused_where_case_is_ignored(disk):
+    """exFAT (as macOS and Windows by default) ignores case: `append -s Chat` beside session
+    `chat` wrote into chat's folder, and both read as damage; salvage then folded one into
+    the other (found by an audit). Refused in one line, the tape as it was."""
+    from conftest import snapshot
+
+    tape = os.path.join(disk, "tape")
+    run_cli("init", tape, check=True)
+    run_cli("--dir", tape, "append", "user", "--text", "lower", "-s", "chat", check=True)
+    before = snapshot(tape)
+    p = run_cli("--dir", tape, "append", "user", "--text", "upper", "-s", "Chat")
+    err = p.stderr.decode()
+    assert p.returncode == 2 and err.count("\n") == 1 and "ignores case" in err and "'chat'" in err, err
+    assert snapshot(tape) == before
+    run_cli("--dir", tape, "append", "user", "--text", "lower again", "-s", "chat", check=True)
+    assert run_cli("--dir", tape, "fsck").returncode == 0 and len(hashes(tape)) == 2

@@ -22,7 +22,7 @@ import time
 from typing import TYPE_CHECKING, Optional
 
 from . import framing, packing
-from ..model.errors import ConflictError, CtapeError, InvalidInput
+from ..model.errors import ConflictError, CtapeError, InvalidInput, InvalidName
 from ..model.canonical import canonical_json, object_hash
 from ..model.models import check_new_session_name
 from .files import TYPE_BLOB, TYPE_ENTRY, UNREAD_ATIME_NS, check_not_symlink, fsync_dir, lock_waiting, place_new, storage_error, write_all, zstd
@@ -249,6 +249,8 @@ class SegmentWriter(WriterView, Repeats):
             pass
         except OSError as e:
             raise storage_error(e, f"session {self.session}") from None
+        if not self.made_dir:
+            _check_case_twin(sessions, self.session)
         self.dir_fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
 
     def _open_segment(self) -> None:
@@ -779,6 +781,20 @@ def _unnamed_file(folder: str) -> tuple[int, Optional[str]]:
                 raise
     tmp = os.path.join(folder, f".tmp-seg-{secrets.token_hex(6)}")
     return os.open(tmp, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600), tmp
+
+
+def _check_case_twin(sessions: str, name: str) -> None:
+    """On a file system that ignores case (macOS by default, Windows, exFAT and vfat) the
+    sessions `chat` and `Chat` share one folder: each read the other's files as damage,
+    and salvage folded one into the other (found by an audit). Where the folder answers to
+    another case of the name, its real name must be this one."""
+    other = name.swapcase()
+    if other == name or not os.path.isdir(os.path.join(sessions, other)):
+        return  # a name without letters, or a file system that keeps case apart: one stat
+    if name not in os.listdir(sessions):
+        twin = next((n for n in os.listdir(sessions) if n.casefold() == name.casefold()), other)
+        raise InvalidName(f"session {name!r} cannot be kept here: this file system ignores case, and session {twin!r} "
+                          "has its folder; pick a name that differs in more than case")
 
 
 def new_file_whole(folder: str, name: str, data: bytes) -> bool:
