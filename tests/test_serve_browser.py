@@ -337,3 +337,17 @@ def test_an_open_page_of_a_removed_session_says_so_and_stops_asking(browser, ser
     seen = browser.execute_script("return performance.getEntriesByType('resource').filter(e => e.name.endsWith('/s/gone/head')).length")
     time.sleep(2)
     assert browser.execute_script("return performance.getEntriesByType('resource').filter(e => e.name.endsWith('/s/gone/head')).length") == seen
+
+
+def test_an_anchor_shows_its_name_as_stored_and_long_words_wrap(browser, server, tape_dir):
+    """An anchor named `Fix-PROD-Bug-...` showed as `fix-prod-bug-...` (the label was
+    lower-cased by the style sheet), and a name or summary without spaces made the page
+    20,574 px wide in a 1,280 px window (found by an audit)."""
+    d, env = tape_dir
+    name = "Fix-PROD-Bug-" + "M" * 300
+    run_cli("--dir", d, "append", "anchor", '{"name": "' + name + '", "summary": "' + "Z" * 3000 + '"}', "-s", "anchors", env=env, check=True)
+    browser.get(server + "/s/anchors")
+    label = wait_for(browser, lambda b: b.find_elements(By.CSS_SELECTOR, ".msg.anchor .role"))[0]
+    assert "Fix-PROD-Bug-MMM" in label.text
+    wide, window = browser.execute_script("return [document.documentElement.scrollWidth, document.documentElement.clientWidth]")
+    assert wide <= window, (wide, window)
