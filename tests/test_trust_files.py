@@ -239,3 +239,18 @@ def test_a_damaged_file_in_the_top_level_packs_folder_gets_advice_that_works(tmp
     shutil.move(bad, str(tmp_path / "moved.pack"))
     run_cli("--dir", a, "append", "user", "--text", "two", "-s", "c", check=True)
     assert run_cli("--dir", a, "fsck").returncode == 0
+
+
+def test_a_dir_with_dot_dot_after_a_symlink_is_the_tape_the_system_means(tmp_path):
+    """`--dir B/L/../tape`, with `B/L` a symlink to `A/inner`, is `A/tape` for open(2),
+    rsync and realpath; ctape took `B/tape` and appended there (found by an audit)."""
+    a, b = tmp_path / "A", tmp_path / "B"
+    (a / "inner").mkdir(parents=True)
+    b.mkdir()
+    os.symlink(a / "inner", b / "L")
+    run_cli("init", a / "tape", check=True)
+    run_cli("init", b / "tape", check=True)
+    via = f"{b}/L/../tape"
+    run_cli("--dir", via, "append", "user", "--text", "meant for A", "-s", "c", check=True)
+    assert heads(str(a / "tape"))
+    assert run_cli("--dir", b / "tape", "sessions").stdout == b""

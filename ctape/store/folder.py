@@ -51,11 +51,26 @@ def is_tape(path: str) -> bool:
     return isinstance(meta, dict) and meta.get("format") == FORMAT_NAME
 
 
+def absolute(path: str) -> str:
+    """A tape's path made absolute as the system reads it: `B/L/../tape` with `B/L` a
+    symlink is the `tape` beside the link's target, which open(2), rsync and realpath mean,
+    where a lexical normalization took `B/tape` (found by an audit). Without a `..` the
+    path is only made absolute (a symlinked tape folder keeps the name it was given)."""
+    path = os.fspath(path)
+    if ".." not in path.split(os.sep):
+        return os.path.abspath(path)
+    full = os.path.join(os.getcwd(), path).rstrip(os.sep)
+    head, tail = os.path.split(full)
+    if tail in ("", ".", ".."):
+        return os.path.realpath(full)
+    return os.path.join(os.path.realpath(head), tail)
+
+
 def refuse_inside_tape(root: str, what: str = "init") -> None:
     """A tape is never made inside another one (`init`, `clone`, `demo`, Tape.init): the
     outer tape holds only its own files, would take the inner one's folder for a session
     (or warn of foreign files in it), and write its appends into the inner tape's root."""
-    top = os.path.abspath(root)
+    top = absolute(root)
     if os.path.dirname(top) == top:
         # every path of the machine would then be inside it, and no tape could be made
         # anywhere else (an audit's `Tape.init("/")`, as root, did that)

@@ -64,6 +64,7 @@ from .files import (  # noqa: F401 - TYPE_*, CODEC_*, open_for_reading and zstd 
 )
 from .folder import (  # noqa: F401 - CLONING, is_tape, unfinished_clone are read from here too
     _LOST_IDENTITY,
+    absolute,
     CLONING,
     FORMAT_FILE,
     FORMAT_NAME,
@@ -143,7 +144,7 @@ class Store(Freshness, Reading):
     """One open tape directory."""
 
     def __init__(self, root: str, *, cache_dir: Optional[str] = None, max_object: Optional[int] = None, _cloning: bool = False):
-        self.root = os.path.abspath(root)
+        self.root = absolute(root)
         meta_path = os.path.join(self.root, FORMAT_FILE)
         if os.path.lexists(self.root) and not os.path.isdir(self.root):
             raise NotATape(f"{self.root} is a file, not a tape directory; pass the tape's folder")
@@ -288,7 +289,7 @@ class Store(Freshness, Reading):
     def init(root: str, tape_id: Optional[str] = None, version: int = FORMAT_VERSION, _cloning: bool = False) -> bool:
         """Create a tape directory (with this id and format version: a clone's are its
         remote's); False when one is there already. A failure takes back what it made."""
-        root = os.path.abspath(root)
+        root = absolute(root)
         meta_path = os.path.join(root, FORMAT_FILE)
         writer_from_env()  # a bad one is refused now, not by every command after an init that said it worked
         refuse_inside_tape(root, "clone into" if _cloning else "init")
