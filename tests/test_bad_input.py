@@ -756,3 +756,5 @@ def test_a_full_disk_under_the_output_is_the_outputs(chat):
         p = subprocess.run([sys.executable, "-m", "ctape", "--dir", str(tape_dir), "export", "chat"], stdout=full, stderr=subprocess.PIPE)
     err = p.stderr.decode()
     assert p.returncode == 1 and err.startswith("ctape: error: cannot write the output: no space left on the device"), err
+    # a command that only reads says nothing changed (it told you to look with `ctape log`: audit)
+    assert "nothing in the tape changed" in err and "ctape log" not in err, err

@@ -90,6 +90,8 @@ class CtapeGroup(click.Group):
             if isinstance(e, OSError) and _writing_output(e):
                 # the tape's own writes fail as StorageError; this is the printing of a result
                 why = "no space left on the device" if e.errno in (errno.ENOSPC, errno.EDQUOT) else (e.strerror or str(e))
+                if ctx.invoked_subcommand in READING_COMMANDS:  # (it pointed a `log` at itself: found by an audit)
+                    _fail(f"cannot write the output: {why}; nothing in the tape changed", EXIT_FAIL)
                 _fail(f"cannot write the output: {why}; a command that changes the tape made its change before "
                       "printing, so look (`ctape log`) before running it again", EXIT_FAIL)
             if isinstance(e, OSError):
@@ -178,6 +180,11 @@ def _show_warning(message, category, *_args, **_kwargs):
         from ..ops.render import clean
 
         click.echo(f"ctape: warning: {clean(' '.join(str(message).split()))}", err=True)
+
+
+# commands that only read the tape (their printing failing leaves nothing to look at)
+READING_COMMANDS = frozenset({"log", "show", "status", "sessions", "export", "context", "state", "diff", "search", "stats",
+                              "usage", "reflog", "scan", "cat", "graph"})
 
 
 def _interrupted():
