@@ -323,6 +323,26 @@ def test_cli_prints_the_url_first_and_changes_nothing(tape_dir):
     assert snapshot(tape_dir) == before
 
 
+
+@pytest.mark.parametrize("host, warned", [("127.0.0.1", False), ("0.0.0.0", True)])
+def test_a_bind_beyond_this_machine_is_warned_of(tape_dir, host, warned):
+    """`--host 0.0.0.0` said nothing of the network (found by an audit): every session is
+    readable by anyone who reaches the port, and there is no password."""
+    p = subprocess.Popen([sys.executable, "-m", "ctape", "--dir", str(tape_dir), "serve", "--host", host, "--port", "0"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().startswith("http://")
+        note = p.stderr.readline()
+        assert note.startswith("ctape serve: read-only view")
+        if warned:
+            warning = p.stderr.readline()
+            assert "warning: listening on 0.0.0.0" in warning and "no password" in warning, warning
+    finally:
+        p.terminate()
+        _, rest = p.communicate(timeout=10)
+    if not warned:
+        assert "warning" not in rest, rest
+
 def test_cli_refuses_a_missing_tape_and_a_busy_port(tmp_path, tape_dir):
     p = subprocess.run([sys.executable, "-m", "ctape.web", "--dir", str(tmp_path / "nope")], capture_output=True, text=True, timeout=30)
     assert p.returncode != 0 and "Traceback" not in p.stderr and p.stdout == ""
