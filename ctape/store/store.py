@@ -583,7 +583,7 @@ class _Batch:
     queued in a batch nobody would end, and returned hashes that were never written (found
     by an audit)."""
 
-    __slots__ = ("store", "open")
+    __slots__ = ("store", "open", "lock")
 
     def __init__(self, store: Store):
         self.store = store
@@ -592,12 +592,15 @@ class _Batch:
     def __enter__(self) -> None:
         st = self.store
         st.check_open()
-        st._lock.acquire()
+        # the lock taken is the one given back: a child forked inside the batch has a new
+        # one (Store._after_fork), and leaves the batch holding this copy of the parent's
+        self.lock = st._lock
+        self.lock.acquire()
         try:
             st._batch_depth += 1
             self.open = True
         except BaseException:
-            st._lock.release()
+            self.lock.release()
             raise
 
     def __del__(self) -> None:
@@ -641,7 +644,7 @@ class _Batch:
                     if contested is not None:
                         _wait_for_lock(contested)
         finally:
-            st._lock.release()
+            self.lock.release()
         return False
 
 
