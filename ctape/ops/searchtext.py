@@ -56,17 +56,17 @@ def parse_terms(text: str) -> list[Term]:
     if len(text) > MAX_QUERY_CHARS:
         raise InvalidInput(f"the search query is {len(text):,} characters long; at most {MAX_QUERY_CHARS:,} are searched: quote a shorter, telling part of it")
     text = re.sub(r"[\x00-\x1f\x7f]", " ", text)  # control characters part terms (a NUL ended SQLite's string: an error)
-    terms: list[Term] = []
+    terms = {}  # (a dict: in order, each once)
     for m in re.finditer(r'"([^"]*)"?|([^\s"]+)', text):
         quoted = m.group(1) is not None
         term = Term(" ".join((m.group(1) if quoted else m.group(2)).split()), quoted)
-        if re.search(r"\w", term.text) and term not in terms:  # no letter or digit: no token to match; a repeat: ANDed already
-            terms.append(term)
+        if re.search(r"\w", term.text):  # no letter or digit: no token to match; a repeat: ANDed already
+            terms[term] = None
     if not terms:
         raise InvalidInput('empty search query: give one or more words, or "a phrase" in quotes')
     if len(terms) > MAX_TERMS:
         raise InvalidInput(f'the search query has {len(terms):,} different words and phrases; at most {MAX_TERMS} are searched: put a passage in quotes to search it as "one phrase"')
-    return terms
+    return list(terms)
 
 
 def parse_query(text: str) -> list[str]:

@@ -299,9 +299,9 @@ def place_new(tmp: str, path: str) -> bool:
     except FileExistsError:
         return False
     except OSError as e:
-        if e.errno not in NO_HARD_LINKS or os.path.lexists(path):
-            if os.path.lexists(path):
-                return False
+        if os.path.lexists(path):
+            return False
+        if e.errno not in NO_HARD_LINKS:
             raise
         os.rename(tmp, path)
         return True

@@ -270,12 +270,7 @@ class Index(Applying):
             self.db = self._connect(self.path)
         except sqlite3.Error:
             return False
-        self.generation = getattr(self, "generation", 0) + 1
-        self.pending = IndexBatch()
-        self.pending_objects.clear()
-        self.pending_keyframes.clear()
-        self._paths.clear()
-        self.stale = True
+        self._rows_gone()
         return True
 
     def _degrade(self, err: Exception) -> None:
@@ -289,7 +284,6 @@ class Index(Applying):
             return
         sys.stderr.write(f"ctape: warning: the index cache {self.path} cannot be written ({err}); reading the tape without it (slower)\n")
         old = getattr(self, "db", None)
-        self.generation = getattr(self, "generation", 0) + 1
         self.path = ":memory:"
         self.db = self._connect(":memory:")
         if old is not None:
@@ -297,6 +291,12 @@ class Index(Applying):
                 old.close()
             except sqlite3.Error:
                 pass
+        self._rows_gone()
+
+    def _rows_gone(self) -> None:
+        """The rows are in a new, empty database (in memory, or a damaged file made again):
+        what this process had queued for the old one goes, and the store rebuilds."""
+        self.generation = getattr(self, "generation", 0) + 1
         self.pending = IndexBatch()
         self.pending_objects.clear()
         self.pending_keyframes.clear()

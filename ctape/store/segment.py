@@ -791,8 +791,9 @@ def _check_case_twin(sessions: str, name: str) -> None:
     other = name.swapcase()
     if other == name or not os.path.isdir(os.path.join(sessions, other)):
         return  # a name without letters, or a file system that keeps case apart: one stat
-    if name not in os.listdir(sessions):
-        twin = next((n for n in os.listdir(sessions) if n.casefold() == name.casefold()), other)
+    names = os.listdir(sessions)
+    if name not in names:
+        twin = next((n for n in names if n.casefold() == name.casefold()), other)
         raise InvalidName(f"session {name!r} cannot be kept here: this file system ignores case, and session {twin!r} "
                           "has its folder; pick a name that differs in more than case")
 
