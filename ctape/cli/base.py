@@ -75,7 +75,7 @@ class CtapeGroup(click.Group):
         except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
             raise
         except BrokenPipeError:
-            _quiet_broken_pipe()
+            _quiet_broken_pipe(ctx.meta.get(OUTCOME, 0))
         except KeyboardInterrupt:  # here, before click's own handling prints a blank line first
             _interrupted()
         except Exception as e:  # noqa: BLE001 - the one place errors become exit codes
@@ -218,9 +218,20 @@ def _fail(msg: str, code: int):
     sys.exit(code)
 
 
-def _quiet_broken_pipe():
-    """stdout's reader stopped early (`ctape log --json | head -1`): no failure, exit 0,
-    whatever the command was printing. Only the output `click.echo` writes got 0 before
+def decided(code: int) -> None:
+    """The exit status a command knows before it prints its result (scan found secrets,
+    fsck found damage). A reader that leaves early (`ctape scan | head -1`) then keeps it:
+    a broken pipe exits 0 otherwise, and `set -o pipefail; ctape scan | head` would read
+    as "no secrets" (found by an audit)."""
+    click.get_current_context().find_root().meta[OUTCOME] = code
+
+
+OUTCOME = "ctape.outcome"
+
+
+def _quiet_broken_pipe(outcome: int = 0):
+    """stdout's reader stopped early (`ctape log --json | head -1`): no failure, exit 0
+    (or the status the command had `decided`), whatever the command was printing. Only the output `click.echo` writes got 0 before
     (it swallows EPIPE), the JSON, export and search writers 1, so a pipeline under
     `set -o pipefail` passed or failed by the output's format and length. A broken pipe
     that is not stdout's (the write end of a pipe or socket whose reader left shows POLLERR
@@ -237,7 +248,7 @@ def _quiet_broken_pipe():
         os.dup2(devnull, fd)
     except (OSError, ValueError, AttributeError):
         pass
-    sys.exit(0 if gone else EXIT_FAIL)
+    sys.exit(outcome if gone else EXIT_FAIL)
 
 
 def _hold_closed_descriptors() -> None:

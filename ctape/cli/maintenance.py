@@ -8,7 +8,7 @@ import sys
 import click
 
 from ..model.models import plural
-from .base import EXIT_FAIL, CtapeGroup, Duration, _is_tape, emit_json, json_option, main, open_tape, warn_tape_damage
+from .base import EXIT_FAIL, CtapeGroup, Duration, _is_tape, decided, emit_json, json_option, main, open_tape, warn_tape_damage
 
 
 @main.command()
@@ -211,6 +211,8 @@ def fsck(ctx, salvage, as_json):
         if not (done["salvaged"] or done["truncated"] or done["removed_temp_packs"]):
             click.echo("nothing to salvage: no damaged files", err=True)
     report = tape.fsck()
+    if not report["ok"]:
+        decided(EXIT_FAIL)
     if as_json:
         emit_json(report)
     else:

@@ -6,7 +6,7 @@ import click
 
 from ..model.models import plural
 from ..ops.render import clean
-from .base import EXIT_FAIL, _no_empty_session, emit_json, json_option, main, need_session, open_tape, session_option
+from .base import EXIT_FAIL, _no_empty_session, decided, emit_json, json_option, main, need_session, open_tape, session_option
 
 
 def _sessions(ctx, session):
@@ -62,6 +62,8 @@ def scan(ctx, session, as_json, allow_id, add_pattern, kind):
     names = _sessions(ctx, session)
     result = scanmod.scan(tape, names, on_missing=lambda m: click.echo(f"ctape: warning: {m}", err=True))
     found = result["findings"] + result["streams"]
+    if found:
+        decided(EXIT_FAIL)
     for f in found:
         if as_json:
             emit_json(f.to_json())
