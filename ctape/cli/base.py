@@ -89,7 +89,9 @@ class CtapeGroup(click.Group):
                 _fail("interrupted", 130)
             if isinstance(e, OSError) and _writing_output(e):
                 # the tape's own writes fail as StorageError; this is the printing of a result
-                why = "no space left on the device" if e.errno in (errno.ENOSPC, errno.EDQUOT) else (e.strerror or str(e))
+                why = ("no space left on the device" if e.errno in (errno.ENOSPC, errno.EDQUOT)
+                       else "the output file passed this process's file size limit (`ulimit -f`)" if e.errno == errno.EFBIG
+                       else (e.strerror or str(e)))
                 if ctx.invoked_subcommand in READING_COMMANDS:  # (it pointed a `log` at itself: found by an audit)
                     _fail(f"cannot write the output: {why}; nothing in the tape changed", EXIT_FAIL)
                 _fail(f"cannot write the output: {why}; a command that changes the tape made its change before "
@@ -98,6 +100,10 @@ class CtapeGroup(click.Group):
                 where = f" ({e.filename})" if getattr(e, "filename", None) else ""
                 if e.errno in (errno.ENOSPC, errno.EDQUOT):
                     _fail(f"no space left on the device{where}; free space and retry", EXIT_FAIL)
+                if e.errno == errno.EFBIG:
+                    from ..store.files import TOO_LARGE
+
+                    _fail(f"cannot write {e.filename or 'a file'}: {TOO_LARGE}", EXIT_FAIL)
                 if e.errno == errno.EROFS:
                     _fail(f"read-only file system{where}; use a writable copy", EXIT_FAIL)
                 _fail(f"{e.strerror or e}: {getattr(e, 'filename', '') or ''}; check the path and permissions".replace(": ;", ";"), EXIT_FAIL)

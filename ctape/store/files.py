@@ -58,6 +58,10 @@ def make_folder(path: str, parents: int = 0) -> str:
     return path
 
 
+TOO_LARGE = ("the file would pass this process's file size limit or the file system's largest file; raise the "
+             "limit (`ulimit -f unlimited`) or use another file system (FAT32 stops at 4 GiB), and retry")
+
+
 def storage_error(e: OSError, what: str, after: str = "nothing acknowledged was lost") -> StorageError:
     """A failed write as one line that says what to do; `after`: what the failure left as
     it was (said in parentheses when space ran out)."""
@@ -65,6 +69,8 @@ def storage_error(e: OSError, what: str, after: str = "nothing acknowledged was 
         return StorageError(f"cannot write {what}: the tape directory is read-only ({e.strerror}); use a writable copy")
     if e.errno in (errno.ENOSPC, errno.EDQUOT):
         return StorageError(f"cannot write {what}: no space left on the device; free space and retry" + (f" ({after})" if after else ""))
+    if e.errno == errno.EFBIG:
+        return StorageError(f"cannot write {what}: {TOO_LARGE}" + (f" ({after})" if after else ""))
     return StorageError(f"cannot write {what}: {e.strerror}")
 
 
