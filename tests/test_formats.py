@@ -386,3 +386,39 @@ def test_an_image_of_any_agent_goes_out_in_the_formats_own_shape(tape, tmp_path,
     user = [m for m in tape.session("back").context() if m["role"] == "user"][0]
     assert {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}"}} in user["content"]
     assert {"type": "text", "text": "what is this?"} in user["content"]
+
+
+THINKING = [p for _, p in CASES if _ == "claude-code" and '"thinking"' in p.read_text(encoding="utf-8")]
+
+
+@pytest.mark.parametrize("to", ["openai", "codex"])
+@pytest.mark.parametrize("path", THINKING, ids=[p.name[:40] for p in THINKING])
+def test_thinking_blocks_are_left_out_where_the_format_has_no_part_and_counted(tape, tmp_path, path, to):
+    """Chat Completions and Codex messages have no part for a Claude thinking block: they
+    went out as they were, and those APIs refuse such a message. They are left out, a
+    message of nothing else with them, and the export's note counts them; the assistant's
+    text stays (real Claude Code transcripts that hold thinking blocks)."""
+    from ctape.formats import export_notes
+    from ctape.formats._common import NATIVE_PARTS
+
+    import_files(tape, "claude-code", [str(path)], "src")
+    blocks = sum(1 for e in tape.session("src").log(all=True, hidden=False) if isinstance(e.payload, dict)
+                 and isinstance(e.payload.get("content"), list)
+                 for part in e.payload["content"] if isinstance(part, dict) and part.get("type") in ("thinking", "redacted_thinking"))
+    assert blocks, "the fixture has thinking blocks on a branch"
+    tally: dict = {}
+    lines = list(export_ref(tape, "src", to, tally=tally))
+    parts = []
+    for line in lines:
+        rec = json.loads(line)
+        msg = rec if to == "openai" else rec.get("payload", {})
+        if isinstance(msg.get("content"), list):
+            assert msg["content"], line  # no message written empty
+            parts += [p.get("type") for p in msg["content"] if isinstance(p, dict)]
+    assert set(parts) <= NATIVE_PARTS[to]
+    assert not any('"type":"thinking"' in line.replace(" ", "") or '"type":"redacted_thinking"' in line.replace(" ", "") for line in lines)
+    notes = export_notes(tape, "src", to, tally)
+    assert any(f"{blocks} thinking blocks left out" in n for n in notes), notes
+    said = [rec for rec in map(json.loads, lines) if (rec if to == "openai" else rec.get("payload", {})).get("role") == "assistant"
+            and (rec if to == "openai" else rec.get("payload", {})).get("content")]
+    assert said, "the assistant's text went out"

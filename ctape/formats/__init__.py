@@ -110,7 +110,8 @@ def _answers_and_streams(fmt: str, answers: Optional[tuple[str, str]], tally: di
     return out
 
 
-_NOUNS = {"system": "system message", "streaming": "interrupted stream", "anchor": "anchor", "error": "error"}
+_NOUNS = {"system": "system message", "streaming": "interrupted stream", "anchor": "anchor", "error": "error",
+          "thinking": "thinking block"}
 
 
 def _order(kind: str) -> tuple:

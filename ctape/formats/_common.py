@@ -549,7 +549,8 @@ def source_format(meta: dict) -> Optional[str]:
 ANSWER = "error answering a call"  # tally kind of an error written as its call's failed result
 
 
-def tallied(synthesize: Callable, tally: Optional[dict], tape=None, entries: Optional[list] = None) -> Callable:
+def tallied(synthesize: Callable, tally: Optional[dict], tape=None, entries: Optional[list] = None,
+            fmt: Optional[str] = None) -> Callable:
     """`synthesize` (an exporter's: a record for an entry of another origin, or None),
     counting what it made of each visible entry in `tally`: (kind, written) -> entries.
     formats.export_notes tells the user what the format could not carry from it.
@@ -560,7 +561,10 @@ def tallied(synthesize: Callable, tally: Optional[dict], tape=None, entries: Opt
     (tallied as ANSWER), so the call is not pending after an import and the error's text
     is its result; an interrupted stream that nothing exported follows (the end of a
     branch) is left out, as `context` leaves it out by default. A stream the agent went on
-    from is an assistant message in `context`, and is written as one."""
+    from is an assistant message in `context`, and is written as one.
+
+    Claude's thinking blocks, which `fmt` may have no part for (parts_for leaves them out),
+    are counted as THOUGHT; a message of nothing else is counted as its blocks alone."""
     ends = _childless(entries) if entries is not None else set()
 
     def counted(e, *args):
@@ -571,8 +575,12 @@ def tallied(synthesize: Callable, tally: Optional[dict], tape=None, entries: Opt
             e = Entry(e.hash, e.parent, e.seq, "tool_result", e.time, {"call_id": p["call_id"], "output": p.get("message"), "is_error": True}, e.meta, e.delta)
         rec = None if e.kind == "streaming" and e.hash in ends else synthesize(e, *args)
         if tally is not None and not (isinstance(e.meta, dict) and e.meta.get(HIDDEN)):  # bookkeeping: not the user's
-            key = (kind, rec is not None)
-            tally[key] = tally.get(key, 0) + 1
+            left = thoughts(e) if fmt in NO_THOUGHTS else 0
+            if left:
+                tally[(THOUGHT, False)] = tally.get((THOUGHT, False), 0) + left
+            if not (left and rec is None):
+                key = (kind, rec is not None)
+                tally[key] = tally.get(key, 0) + 1
         return rec
 
     return counted
@@ -609,7 +617,7 @@ def export_records(tape, ref: str, fmt: str, synthesize: Callable[[Any], Optiona
     (counted in `tally`, see tallied).
     """
     entries = entries_for_export(tape, ref)
-    synthesize = tallied(synthesize, tally, tape, entries)
+    synthesize = tallied(synthesize, tally, tape, entries, fmt)
     for e in order(tape, ref, entries) if order else entries:
         m = e.meta if isinstance(e.meta, dict) else {}
         src = source_format(m)
@@ -647,6 +655,28 @@ def tool_output(out: Any) -> Any:
     return None
 
 
+# Claude's thinking blocks: Chat Completions and Codex messages have no part for them (an
+# API refuses the message), and Codex's reasoning items carry the model's own encrypted
+# state, which a block cannot give: left out there, and counted in the export's note
+THOUGHT_PARTS = ("thinking", "redacted_thinking")
+THOUGHT = "thinking"  # the tally's kind for them (formats.export_notes)
+NO_THOUGHTS = ("openai", "codex")
+
+
+def thoughts(e) -> int:
+    """How many thinking blocks an entry's content holds."""
+    content = e.payload.get("content") if isinstance(e.payload, dict) else None
+    if not isinstance(content, list):
+        return 0
+    return sum(1 for part in content if isinstance(part, dict) and part.get("type") in THOUGHT_PARTS)
+
+
+def only_thoughts(content: Any, parts: Any) -> bool:
+    """True when parts_for left nothing of a message's content list but thinking blocks:
+    the message is then left out, not written empty."""
+    return isinstance(content, list) and bool(content) and parts == []
+
+
 # the content parts each format has: a part of one of these types is written as it is
 NATIVE_PARTS = {
     "openai": {"text", "image_url", "input_audio", "file", "refusal"},
@@ -660,7 +690,8 @@ def parts_for(content: Any, fmt: str, role: str = "user") -> Any:
     """A message's content with each part in `fmt`'s shape (an export to another agent's
     format): a text part of any agent as the format's text part, an image or document of
     any shape (ops/media.py) as the format's media part, or the note that stands for it;
-    parts the format has, and parts ctape does not know, as they are. A string as it is.
+    a thinking block left out where the format has no part for it (NO_THOUGHTS); parts the
+    format has, and parts ctape does not know, as they are. A string as it is.
     Claude's image blocks went into Chat Completions and Codex messages as they were, and
     Codex's `input_image` into Claude Code lines (found by an audit): ctape read them
     back, but those agents would not."""
@@ -672,6 +703,8 @@ def parts_for(content: Any, fmt: str, role: str = "user") -> Any:
     out = []
     for part in content:
         t = part.get("type") if isinstance(part, dict) else None
+        if t in THOUGHT_PARTS and fmt in NO_THOUGHTS:
+            continue
         if t in native or not isinstance(part, dict):
             out.append(part)
         elif t in TEXT_PARTS and isinstance(part.get("text"), str):

@@ -471,6 +471,8 @@ def synthesize(e) -> Optional[dict]:
         ptype = "output_text" if e.kind == "assistant" else "input_text"
         content = p.get("content")
         parts = [{"type": ptype, "text": content}] if isinstance(content, str) else c.parts_for(content, FMT, e.kind)
+        if c.only_thoughts(content, parts):
+            return None
         item = {"type": "message", "role": role, "content": parts}
     elif e.kind == "tool_call":
         args = p.get("arguments")

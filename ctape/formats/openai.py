@@ -384,7 +384,7 @@ ANSWERS = ("a tool message", "a tool_result entry without is_error (a tool messa
 def export(tape, ref: str, tally: Optional[dict] = None) -> Iterator[str]:
     """Records back as JSON lines; a container with its items put back in its list."""
     entries = c.entries_for_export(tape, ref)
-    write = c.tallied(synthesize, tally, tape, entries)
+    write = c.tallied(synthesize, tally, tape, entries, FMT)
     group: Optional[tuple[dict, str, list]] = None
     for e in entries:
         m = e.meta if isinstance(e.meta, dict) else {}
@@ -422,10 +422,10 @@ def synthesize(e) -> Optional[dict]:
     if isinstance(e.meta, dict) and e.meta.get(HIDDEN):
         return None
     p = e.payload if isinstance(e.payload, dict) else {}
-    if e.kind in ("system", "user", "assistant"):
-        return {"role": e.kind, "content": c.parts_for(p.get("content"), FMT, e.kind)}
-    if e.kind == "streaming":  # one the agent went on from (c.tallied leaves out the others)
-        return {"role": "assistant", "content": c.parts_for(p.get("content"), FMT, "assistant")}
+    if e.kind in ("system", "user", "assistant", "streaming"):  # a stream: one the agent went on from (c.tallied leaves out the others)
+        role = "assistant" if e.kind == "streaming" else e.kind
+        content = c.parts_for(p.get("content"), FMT, role)
+        return None if c.only_thoughts(p.get("content"), content) else {"role": role, "content": content}
     if e.kind == "tool_call":
         args = p.get("arguments")
         fn = {"name": p.get("name"), "arguments": args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)}
