@@ -236,6 +236,33 @@ def test_branch_d_of_another_branch(one):
     assert [json.loads(x)["name"] for x in out(cli(d, "branch", "--json")).splitlines()] == ["main"]
 
 
+def test_branch_f_takes_back_appends_and_moves_back(one):
+    """Taking back a wrong append, as `git branch -f` / `git reset` do: an existing branch
+    moves only with -f (found by an audit: no doc showed a way, and three commands were
+    needed); the old tip stays in the ref log, and the message says how to move it back."""
+    d, hs = one
+    line = rejected(d, "branch", "main", "HEAD~1", code=2)
+    assert "branch -f main REF" in line
+    p = cli(d, "branch", "-f", "main", "main~1", "--json", check=True)
+    assert json.loads(out(p)) == {"name": "main", "hash": hs[1], "old": hs[2]}
+    assert f"Moved branch main from {hs[2][:12]} to {hs[1][:12]}; HEAD is on it" in err(p)
+    assert f"branch -f main {hs[2][:12]}` moves it back" in err(p)
+    new = out(cli(d, "append", "user", '{"content": "right"}', check=True)).strip()
+    assert [json.loads(x)["hash"] for x in out(cli(d, "log", "--json")).splitlines()] == [new, hs[1], hs[0]]
+    assert json.loads(out(cli(d, "show", "HEAD@{2}", "--json", check=True)))["hash"] == hs[2]  # the ref log keeps it
+    cli(d, "branch", "-f", "main", hs[2][:12], check=True)
+    assert json.loads(out(cli(d, "status", "--json")))["head"] == hs[2]
+    before = snapshot(d)
+    p = cli(d, "branch", "-f", "main", hs[2], check=True)  # already there: nothing written
+    assert "nothing moved" in err(p) and snapshot(d) == before
+    rejected(d, "branch", "-f", code=2)
+    rejected(d, "branch", "-f", "-d", "main", code=2)
+    with Tape.open(d) as t:
+        with pytest.raises(Exception, match="already exists"):
+            t.session("chat").branch("main", hs[0])
+        assert t.session("chat").branch("main", hs[0], force=True) == hs[0]
+
+
 def test_python_delete_branch_force(one):
     d, hs = one
     with Tape.open(d) as t:

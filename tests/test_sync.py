@@ -108,7 +108,9 @@ def test_a_new_name_that_reads_as_a_conflict_is_refused(pair):
     rsync(a, b), rsync(b, a)
     conflict = cli_json(a, "status", "-s", "chat")[0]["conflicts"][0]
     run_cli("--dir", a, "checkout", "-b", "kept", conflict, "-s", "chat", check=True)
-    run_cli("--dir", a, "branch", conflict, "main", "-s", "chat", check=True)  # moved: it exists
+    refused = run_cli("--dir", a, "branch", conflict, "main", "-s", "chat")  # it exists: moved only with -f, as any branch
+    assert refused.returncode == 2 and "branch -f" in refused.stderr.decode(), refused.stderr.decode()
+    run_cli("--dir", a, "branch", "-f", conflict, "main", "-s", "chat", check=True)
     assert {x["name"]: x["hash"] for x in cli_json(a, "branch", "-s", "chat")}[conflict] == cli_json(a, "log", "chat/main", "-n", "1")[0]["hash"]
     run_cli("--dir", a, "checkout", conflict, "-s", "chat", check=True)
     run_cli("--dir", a, "checkout", "kept", "-s", "chat", check=True)

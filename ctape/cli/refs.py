@@ -130,19 +130,24 @@ def checkout(ctx, ref, new_branch, session):
 @click.argument("ref", required=False)
 @click.option("-d", "--delete", "delete", metavar="NAME", help="Delete branch NAME (its entries stay); refuses the checked-out branch.")
 @click.option("-D", "force_delete", metavar="NAME", help="Delete branch NAME even if checked out: HEAD stays, detached, at its tip.")
+@click.option("-f", "--force", is_flag=True, help="Move NAME to REF if it exists (the branch HEAD is on too: this takes appends back).")
 @session_option
 @json_option
 @click.pass_context
-def branch(ctx, name, ref, delete, force_delete, session, as_json):
+def branch(ctx, name, ref, delete, force_delete, force, session, as_json):
     """List branches, create NAME at REF (default HEAD), or delete one.
 
-    -d and -D take one NAME: a command deletes one branch, or none when it is
-    refused (unlike `git branch -d a b`, more names are a usage error, exit 2).
+    An existing NAME moves only with -f, as in git; on the branch HEAD is on, that
+    takes back appends (`branch -f main main~1`); nothing is lost: the old tip stays
+    in the ref log (`ctape reflog`, `HEAD@{1}`) until `compact` expires it. -d and -D take one NAME:
+    a command deletes one branch, or none when it is refused (unlike `git branch -d a
+    b`, more names are a usage error, exit 2).
 
     \b
     Examples:
       ctape branch -s chat
       ctape branch experiment chat~2 -s chat
+      ctape branch -f main main~1 -s chat    # take back the last append
       ctape branch -d experiment -s chat
       ctape branch -D main -s chat    # HEAD is detached at main's tip
     """
@@ -151,6 +156,8 @@ def branch(ctx, name, ref, delete, force_delete, session, as_json):
     if delete is not None and force_delete is not None:
         raise click.UsageError("give -d or -D, not both")
     gone = delete if delete is not None else force_delete
+    if force and (gone is not None or name is None):
+        raise click.UsageError("-f moves a branch: ctape branch -f NAME REF")
     if gone is not None and name is not None:
         flag = "-d" if delete is not None else "-D"
         raise click.UsageError(f"{flag} takes one branch name: ctape branch {flag} NAME (one command for each branch)")
@@ -166,11 +173,19 @@ def branch(ctx, name, ref, delete, force_delete, session, as_json):
         return
     if name is not None:
         warn_ambiguous(tape, ref, s.name)
-        h = s.branch(name, ref)
+        before = s.refs()
+        old = before.branches.get(name) if force else None
+        h = s.branch(name, ref, force=force)
         warn_new_name(tape, name)
-        click.echo(f"Created branch {name} at {h[:12]}", err=True)
+        if old is None:
+            click.echo(f"Created branch {name} at {h[:12]}", err=True)
+        elif old == h:
+            click.echo(f"Branch {name} is already at {h[:12]}; nothing moved", err=True)
+        else:
+            on = "; HEAD is on it" if before.branch == name else ""
+            click.echo(f"Moved branch {name} from {old[:12]} to {h[:12]}{on} (`ctape branch -f {name} {old[:12]}` moves it back)", err=True)
         if as_json:
-            emit_json({"name": name, "hash": h, "old": None})
+            emit_json({"name": name, "hash": h, "old": old})
         return
     rows = s.branches()
     if as_json:

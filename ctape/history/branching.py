@@ -69,18 +69,24 @@ class Branching:
         name = b if slash else ref
         return name if name in self.refs().branches else None
 
-    def branch(self, name: str, ref: Optional[str] = None) -> str:
-        """Create branch `name` at REF (default: HEAD); returns its entry hash."""
+    def branch(self, name: str, ref: Optional[str] = None, force: bool = False) -> str:
+        """Create branch `name` at REF (default: HEAD); returns its entry hash. An existing
+        branch (a sync's conflict branch too) moves only with force=True, as `git branch
+        -f`: the branch HEAD is on too, which takes appends back (`ctape branch -f main
+        main~1`; nothing is lost: the ref log keeps the old tip, `HEAD@{1}` when HEAD is on
+        the branch)."""
         check_name(name, "branch name")
         self._must_exist()
         with self._writing() as w:
             st = self._writer_refs(w)
             refmod.check_new_name(name, "branch name", st.branches)
-            if name in st.branches and name not in st.conflicts:
-                raise InvalidInput(f"branch {name!r} already exists; delete it first or pick another name")
+            if name in st.branches and not force:
+                raise InvalidInput(f"branch {name!r} already exists; move it with `ctape branch -f {name} REF`, or pick another name")
             h = self.tape.resolve(ref, self.name) if ref is not None else self._head_to_extend(st)
             if h is None:
                 raise RefNotFound(f"nothing to branch from: session {self.name!r} has no entries yet")
+            if st.branches.get(name) == h:
+                return h  # already there: no record
             self._write_ref(w, "branch", {name: h})
             return h
 
