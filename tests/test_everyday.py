@@ -263,6 +263,22 @@ def test_branch_f_takes_back_appends_and_moves_back(one):
         assert t.session("chat").branch("main", hs[0], force=True) == hs[0]
 
 
+def test_a_hex_prefix_of_a_session_id_as_a_ref_names_the_session(tape_dir):
+    """Claude Code and Codex name sessions by hex ids, which `sessions` shows cut short: as
+    a REF such a prefix is read as an entry hash's, and the error sent the user to `ctape
+    log` (found by an audit). It now names the session; `-s` takes the prefix."""
+    sid = "cb2e607c-c758-415a-8b45-c49e4631906a"
+    with Tape.open(tape_dir) as t:
+        t.session(sid).append("user", {"content": "hi"})
+        t.session("cb2e607d-0000").append("user", {"content": "other"})
+    line = rejected(tape_dir, "export", "cb2e607c", code=1)
+    assert f"session {sid} starts with it" in line and "whole name" in line
+    line = rejected(tape_dir, "show", "cb2e607", code=1)
+    assert "sessions cb2e607c-c758-415a-8b45-c49e4631906a, cb2e607d-0000 start with it" in line
+    assert "`ctape log` shows the entries" in rejected(tape_dir, "show", "abcd", code=1)
+    assert json.loads(out(cli(tape_dir, "log", "-s", "cb2e607c", "--json", check=True)))["payload"] == {"content": "hi"}
+
+
 def test_python_delete_branch_force(one):
     d, hs = one
     with Tape.open(d) as t:

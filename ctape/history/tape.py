@@ -404,10 +404,23 @@ class Tape:
         except StaleRow:  # a compaction in another process removed a file its rows name
             found = self.store.reread(lambda: self._entries_with_prefix(prefix))
         if not found:
-            raise RefNotFound(f"no entry starts with {shown(prefix, REF_SHOWN)} on this tape; `ctape log` shows the entries (`log --all` every branch)")
+            raise RefNotFound(f"no entry starts with {shown(prefix, REF_SHOWN)} on this tape; {self._prefix_hint(prefix)}")
         if len(found) > 1:
             raise AmbiguousRef(f"{shown(prefix, REF_SHOWN)} is ambiguous: {', '.join(sorted(found)[:10])}; give more digits")
         return found[0]
+
+    def _prefix_hint(self, prefix: str) -> str:
+        """What a hex prefix that starts no entry may have meant: an imported session's id
+        (Claude Code and Codex name sessions by hex UUIDs, and `sessions` shows them cut
+        short), which a REF takes whole and `-s` by a prefix (found by an audit)."""
+        from .sessions import live_names
+
+        named = sorted(n for n in live_names(self) if n.lower().startswith(prefix))
+        if len(named) == 1:
+            return f"session {named[0]} starts with it: a REF takes a session's whole name (only `-s` takes a prefix)"
+        if named:
+            return f"sessions {', '.join(named[:3])}{' ...' if len(named) > 3 else ''} start with it: a REF takes a session's whole name"
+        return "`ctape log` shows the entries (`log --all` every branch)"
 
     def _entries_with_prefix(self, prefix: str) -> list[str]:
         """The hashes of the entries the index holds that start with `prefix` (64 at most)."""
