@@ -359,3 +359,23 @@ def test_out_of_memory_is_one_line_that_says_so(tmp_path):
     err = p.stderr.decode()
     assert p.returncode == 1 and err.count("\n") == 1 and "out of memory" in err and "ulimit -v" in err, err
     assert snapshot(str(d)) == before
+
+
+def test_errors_that_left_a_new_user_stuck_say_what_to_do(tmp_path):
+    """Found by an audit of the docs: `append tool-result --text` without a call id said the
+    payload needs a 'call_id', with no payload to put it in; `usage --since 7d` on a tape
+    whose usage is all older said "no token usage recorded", as if there were none."""
+    d = tmp_path / "t"
+    t = Tape.init(d)
+    t.session("chat").append("assistant", {"content": "hi"}, meta={"usage": {"input_tokens": 10, "output_tokens": 5}},
+                              time="2020-01-01T00:00:00Z")
+    t.close()
+    before = snapshot(d)
+    p = subprocess.run([sys.executable, "-m", "ctape", "--dir", str(d), "append", "tool-result", "--text", "-s", "chat"],
+                       input=b"out", capture_output=True)
+    assert p.returncode == 2 and "--meta call_id=ID" in p.stderr.decode(), p.stderr.decode()
+    assert snapshot(d) == before
+    p = run_cli("--dir", d, "usage", "--since", "7d")
+    assert p.returncode == 0 and "no token usage recorded since " in p.stderr.decode(), p.stderr.decode()
+    assert "without --since" in p.stderr.decode()
+    assert "10" in run_cli("--dir", d, "usage", check=True).stdout.decode()

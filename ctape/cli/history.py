@@ -119,7 +119,12 @@ def append(ctx, kind, payload, session, metas, delta, as_text, time_):
         # {"content": TEXT} (SPEC 5); for the kinds whose text lives elsewhere, the field
         # their payload convention gives it (SPEC 3), which {"content"} would leave out
         value = {"content": text}
-        if kind_value == "tool_result" and "call_id" in meta:
+        if kind_value == "tool_result" and "call_id" not in meta:
+            from ..errors import InvalidInput
+
+            raise InvalidInput("a tool_result answers a call: give its id with --meta call_id=ID "
+                               "(`ctape status` lists the pending calls)")
+        if kind_value == "tool_result":
             value = {"call_id": meta["call_id"], "output": text}
         elif kind_value == "error":
             value = {"message": text, **({"call_id": meta["call_id"]} if "call_id" in meta else {})}

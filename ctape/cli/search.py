@@ -192,7 +192,8 @@ def usage(ctx, by, since, prices, as_json):
             emit_json(r)
         return
     if not rows:
-        click.echo("no token usage recorded", err=True)
+        click.echo("no token usage recorded" + (f" since {since} (`ctape usage` without --since shows all of it)"
+                                                if since is not None and tape.usage(by=by, prices=prices) else ""), err=True)
         return
     from ..ops.usage import cost_text, total
 
