@@ -113,6 +113,18 @@ def test_watch_once_says_when_it_found_no_transcript(tmp_path):
     assert b"imported" in run_cli("--dir", d, "watch", "--once", src).stderr
     p = run_cli("--dir", d, "watch", "--once", src)
     assert p.returncode == 0 and p.stderr == b"", p.stderr
+    # a folder of other files (no transcript among them) is a wrong folder too: it was silent
+    # because it had files (found by an audit of the docs)
+    wrong = tmp_path / "wrong"
+    wrong.mkdir()
+    (wrong / "notes.jsonl").write_text('{"a": 1}\n')
+    (wrong / "log.jsonl").write_text("plain text\n")
+    p = run_cli("--dir", d, "watch", "--once", wrong)
+    assert p.returncode == 0 and b"watch: no transcript in" in p.stderr and b"its 2 files are none ctape knows" in p.stderr, p.stderr
+    shutil.copy(sorted(fixture.glob("*.jsonl"))[1], wrong)  # (another than src's: that one is on the tape)
+    assert b"imported" in run_cli("--dir", d, "watch", "--once", wrong).stderr
+    p = run_cli("--dir", d, "watch", "--once", wrong)  # a transcript there, nothing new: silent
+    assert p.returncode == 0 and p.stderr == b"", p.stderr
 
 
 def test_since_after_until_is_refused_with_the_way_round(tmp_path):

@@ -198,9 +198,11 @@ def test_a_named_file_that_is_no_transcript_is_one_line_and_exit_1(tape_dir, tmp
     assert p.returncode == 1
     assert len(err) == 1 and err[0].startswith(f"watch: {path}: not a transcript ctape knows ("), err
     assert err[0].count(str(path)) == 1 and "ctape import" not in err[0]
-    # found by scanning a folder, it is passed over in silence
+    # found by scanning a folder, it is passed over (not named, no error); a folder of no
+    # transcript at all gets the one line that says so (a wrong folder: found by an audit)
     p = watch(tape_dir, path.parent)
-    assert p.returncode == 0 and p.stderr == b""
+    assert p.returncode == 0 and str(path).encode() not in p.stderr, p.stderr
+    assert p.stderr.startswith(b"watch: no transcript in ") and p.stderr.count(b"\n") == 1, p.stderr
 
 
 def test_an_empty_named_file_waits_in_silence(tape_dir, tmp_path):

@@ -50,8 +50,10 @@ def watch(ctx, paths, once, poll, jobs, quiet):
         if rep.changed and not quiet:
             records = f"{rep.records} record{'s' if rep.records != 1 else ''}"
             click.echo(f"watch: imported {records} from {rep.changed} of {rep.files} file{'s' if rep.files != 1 else ''}", err=True)
-        elif not rep.files and not quiet:  # a wrong folder is not "nothing new"
-            click.echo(f"watch: no transcript in {', '.join(watched(list(paths)))} (Claude Code, Codex and the other "
+        elif not rep.transcripts and not rep.errors and not quiet and (not rep.files or not any(os.path.isfile(p) for p in paths)):
+            # a wrong folder is not "nothing new" (a named file that is empty so far waits in silence)
+            others = f": its {rep.files} file{'s are' if rep.files != 1 else ' is'} none ctape knows, or empty" if rep.files else ""
+            click.echo(f"watch: no transcript in {', '.join(watched(list(paths)))}{others} (Claude Code, Codex and the other "
                        "formats of `ctape import`); give their folder or file", err=True)
 
     if once:

@@ -66,6 +66,7 @@ PROGRESS_BYTES = 64 << 20  # a progress line when a pass has more than this to r
 @dataclass
 class PassReport:
     files: int = 0  # sources looked at
+    transcripts: int = 0  # of them, files read as a transcript (the others: no transcript, or empty so far)
     changed: int = 0  # sources with something imported
     records: int = 0  # records imported that the tape did not hold
     bytes: int = 0  # source bytes read
@@ -218,6 +219,7 @@ class Watcher(_Codex, _Claude, _Whole, _Positions):
         rep.changed += n > 0
         rep.bytes += read
         p = self._known(s.key)
+        rep.transcripts += n > 0 or p is not None
         if n and p is not None and p.fmt in LINE_FORMATS:  # (a whole file's import says its own line)
             where = f" into session {p.session}" if p.session else ""
             self._said.append(f"watch: +{n} record{'s' if n != 1 else ''} from {s.path}{where}")

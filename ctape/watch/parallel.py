@@ -84,6 +84,7 @@ def run(w: Watcher, todo: list[Source], jobs: int) -> Optional[PassReport]:
             for d in positions:
                 w.cache.put(Position(**d))
             total.files += rep.files
+            total.transcripts += rep.transcripts
             total.changed += rep.changed
             total.records += rep.records
             total.bytes += rep.bytes
