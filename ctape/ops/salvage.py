@@ -27,13 +27,13 @@ from ..store import framing, packing
 from .compact_locks import _compaction_lock, _remove_stale_temp_packs
 from .compact_packs import PackWriter
 from ..model.canonical import blob_refs, is_hash
-from ..model.errors import CorruptObject, StorageError
+from ..model.errors import CorruptObject, InvalidInput, StorageError
 from ..store.files import TYPE_ENTRY, decompress_prefix, dict_decompressor, fsync_dir, open_for_reading, pread_all, second_name, storage_error
 from ..model.refs import HEAD
 from .maintenance import LEFT_IN_PLACE, PENDING, QUARANTINE, REPORT
 from ..model.models import now_rfc3339, plural
 from ..store.index import hash_key
-from ..store.store import Store, damaged_object_names, file_header_problem, pack_name_matches, record_problem, segment_writer
+from ..store.store import DEFAULT_MAX_OBJECT, Store, damaged_object_names, file_header_problem, pack_name_matches, record_problem, segment_writer
 
 if TYPE_CHECKING:
     from ..history.tape import Tape
@@ -55,6 +55,13 @@ def salvage(tape: "Tape") -> dict:
                 or any(rel.startswith("sessions/") and _problems(store, rel) for rel in store.list_files(None))):
             raise StorageError(f"cannot salvage: {store.root} is read-only; nothing was changed (make it writable, or salvage a writable copy)")
         return {"salvaged": [], "truncated": [], "refs": {}, "removed_temp_packs": 0}
+    if store.max_object < DEFAULT_MAX_OBJECT:
+        # salvage takes what it cannot read for lost: under a limit below the default, intact
+        # records that claim more than it would go to quarantine with the file (an audit
+        # found a `CTAPE_MAX_OBJECT=100`, meant as KiB, do that to a whole session)
+        raise InvalidInput(f"cannot salvage under this limit: CTAPE_MAX_OBJECT ({store.max_object} bytes) is below the default "
+                           f"({DEFAULT_MAX_OBJECT}), so intact records that claim more would be taken for damage; run it "
+                           "without CTAPE_MAX_OBJECT (or with a higher one); nothing was changed")
     with _compaction_lock(store):
         temp = _count_temp_packs(store)
         _remove_stale_temp_packs(store)

@@ -687,6 +687,19 @@ class RefsCache(dict):
         super().__setitem__(key, value)
 
 
+def limit_advice(store) -> Optional[str]:
+    """What to say instead of "damaged" when this process refused records only because its
+    own decompression limit is below the default (a CTAPE_MAX_OBJECT=100 meant as KiB): they
+    may be intact, and `fsck --salvage` under that limit would move intact files out of
+    reach (found by an audit). None when the limit is the default or higher, or refused
+    nothing."""
+    if store.max_object >= DEFAULT_MAX_OBJECT or store.index.refused_at_limit() != store.max_object:
+        return None
+    return (f"records there claim more than this process's CTAPE_MAX_OBJECT ({store.max_object} bytes, below the default "
+            f"{DEFAULT_MAX_OBJECT}) and may be intact: read them without CTAPE_MAX_OBJECT, or with a higher one, "
+            "before any `ctape fsck --salvage`")
+
+
 def _max_object(given: Optional[int]) -> int:
     """The decompression limit: `max_object`, else $CTAPE_MAX_OBJECT, else DEFAULT_MAX_OBJECT;
     a number of bytes, at least 1."""
