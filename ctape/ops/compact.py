@@ -46,7 +46,7 @@ from ..store.files import room_for_open_files, zstd
 from ..store.store import Store
 from .compact_locks import _compaction_lock, _remove_stale_temp_packs, _snapshot
 from .compact_packs import _take_back, _write_pack
-from .compact_reach import _claims, _kept_records, _mark, _resolve, _roots  # noqa: F401 - _claims and _resolve are read from here too (tests)
+from .compact_reach import Cutoff, _claims, _kept_records, _mark, _resolve, _roots  # noqa: F401 - _claims and _resolve are read from here too (tests)
 from .compact_redacted import Redacted, _scrub_caches
 from .compact_scan import Rec, _entries_of, _records, _scan
 from .compact_swap import _freeze_and_swap
@@ -83,7 +83,7 @@ def compact(tape, expire="90d", grace="14d", dry_run: bool = False, progress: Op
     grace_s = parse_duration(grace, "--grace")
     say = progress or (lambda msg: None)
     now = time.time()
-    cutoff = format_time(datetime.fromtimestamp(now - expire_s, timezone.utc))
+    cutoff = Cutoff(format_time(datetime.fromtimestamp(now - expire_s, timezone.utc)), int((now - expire_s) * 1e6), int(now * 1e6))
     if store._batch_depth:
         raise InvalidInput("compact cannot run inside a batch (it waits for every session's lock, and the batch holds some); run it after the batch")
     with _compaction_lock(store):

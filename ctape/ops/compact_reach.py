@@ -6,11 +6,31 @@ values are the roots, and `_mark` walks the entry graph from them.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from ..model.refs import HEAD, Claim, RefState, claim_key, conflict_name, cut_off, own_gap, saw, shown, standing_claims
 from .compact_scan import Rec, Scan
 
+SKEW_US = 86_400 * 10**6  # a record's clock value this far past now is a clock that ran ahead: not trusted
 
-def _kept_records(records: list[Rec], cutoff: str, scan: Scan) -> tuple[list[Rec], set[bytes]]:
+
+class Cutoff(NamedTuple):
+    """--expire's bound. A record is young when its time is at or after `t` (RFC 3339), or
+    its clock value (`lc`: microseconds since the epoch when it was made at the latest, and
+    past every record its writer had read) is at or after `lc`, unless that value is more
+    than a day past `now_lc` (a clock that ran ahead would keep every later record young).
+    The clock value covers a record made under a clock behind: a branch deleted a minute
+    ago on a machine whose clock said 1970 had expired at once (found by an audit)."""
+
+    t: str
+    lc: int
+    now_lc: int
+
+    def young(self, r: Rec) -> bool:
+        return r.t >= self.t or self.lc <= r.lc <= self.now_lc + SKEW_US
+
+
+def _kept_records(records: list[Rec], cutoff: Cutoff, scan: Scan) -> tuple[list[Rec], set[bytes]]:
     """Records younger than the cutoff, plus those the refs still follow from.
 
     A claim that another writer's claim had seen (a move or a deletion made after
@@ -35,7 +55,7 @@ def _kept_records(records: list[Rec], cutoff: str, scan: Scan) -> tuple[list[Rec
     return out, roots
 
 
-def _session_kept(recs: list[Rec], cutoff: str, gaps: dict[str, list]) -> tuple[set[tuple], set[bytes]]:
+def _session_kept(recs: list[Rec], cutoff: Cutoff, gaps: dict[str, list]) -> tuple[set[tuple], set[bytes]]:
     """Start from the young records, the holders of the claims the refs show (the winner
     when it sets a value or is HEAD's, each tip a conflict branch holds) and the records with the session's largest Lamport clock
     (a writer takes its next n from the clock, so n never repeats); then, while some ref
@@ -46,7 +66,7 @@ def _session_kept(recs: list[Rec], cutoff: str, gaps: dict[str, list]) -> tuple[
     whole = _resolve(full)
     want = {ref: _outcome(cs) for ref, cs in full.items()}
     top = max(r.lc for r in recs)
-    kept = {(r.s, r.w, r.n) for r in recs if r.t >= cutoff or r.lc == top}
+    kept = {(r.s, r.w, r.n) for r in recs if cutoff.young(r) or r.lc == top}
     for ref, cs in full.items():
         pairs = standing_pairs(cs)
         win, others = shown(ref, [c for c, _ in pairs])
@@ -133,12 +153,12 @@ def _hash_values(values) -> set[bytes]:
     return {bytes.fromhex(v) for v in values if isinstance(v, str) and len(v) == 64 and not v.startswith("@")}
 
 
-def _roots(scan: Scan, kept: list[Rec], cutoff: str) -> set[bytes]:
+def _roots(scan: Scan, kept: list[Rec], cutoff: Cutoff) -> set[bytes]:
     """Every kept record's new values; the old values too while the record has not expired."""
     roots: set[bytes] = set()
     for r in kept:
         roots |= _hash_values(v for _, v in r.set)
-        if r.t >= cutoff:
+        if cutoff.young(r):
             roots |= _hash_values(r.old)
     roots |= _hash_values(base for key, base in scan.partial_streams.items() if key not in scan.closed)
     return roots

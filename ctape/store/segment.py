@@ -283,12 +283,27 @@ class SegmentWriter(WriterView, Repeats):
 
     def _new_segment_name(self) -> str:
         """Names carry the creation time, so a name is never used twice, even after
-        compaction removed the file and an rsync without --delete brought an old copy back."""
+        compaction removed the file and an rsync without --delete brought an old copy back.
+
+        The time is past the writer's newest segment's here, and never below 0. A clock
+        behind (stepped back, or before 1970) named a new segment that sorts before the
+        newest, which stayed the writer's "last": when that one was sealed (read by a
+        backup), every append started another file; and a time before 1970 put a minus sign
+        in the name, which sync does not take for a segment, so the file was never pushed
+        and push said "up to date" (found by an audit)."""
         st = self.store
+        prefix = f"sessions/{self.session}/{st.writer}-"
+        n = max(time.time_ns(), 0)
+        last = st.index.last_segment(prefix)
+        if last is not None:
+            digits = last[0][len(prefix) : -len(".seg")]
+            if digits.isdigit():
+                n = max(n, int(digits) + 1)
         while True:
-            rel = f"sessions/{self.session}/{st.writer}-{time.time_ns():020d}.seg"
+            rel = f"{prefix}{n:020d}.seg"
             if not os.path.lexists(os.path.join(st.root, rel)):
                 return rel
+            n += 1
 
     def _publish(self) -> None:
         """The queued bytes of a new segment become its file, whole (`_publish_file`)."""
