@@ -279,6 +279,24 @@ def test_a_hex_prefix_of_a_session_id_as_a_ref_names_the_session(tape_dir):
     assert json.loads(out(cli(tape_dir, "log", "-s", "cb2e607c", "--json", check=True)))["payload"] == {"content": "hi"}
 
 
+def test_log_since_finds_entries_below_one_whose_time_went_back(tape_dir):
+    """`log --since` stopped at the first entry older than the bound, taking times along a
+    history to grow; a clock stepped back, `--time`, an imported record stamped 1970 or a
+    rollout whose times decrease broke that, and entries in range went missing (found by
+    an audit: a Codex rollout showed none of its 10). `search --since` was right."""
+    with Tape.open(tape_dir) as t:
+        s = t.session("c")
+        a = s.append("user", {"content": "in range, below"}, time="2026-06-01T09:00:00Z").hash
+        s.append("user", {"content": "the clock went back"}, time="1970-01-01T00:00:00Z")
+        b = s.append("user", {"content": "in range, top"}, time="2026-06-01T10:00:00Z").hash
+        d = t.session("d")  # times that only decrease
+        down = [d.append("user", {"content": f"d{i}"}, time=f"2026-06-{20 - i:02d}T00:00:00Z").hash for i in range(10)]
+    shown = [json.loads(x)["hash"] for x in out(cli(tape_dir, "log", "-s", "c", "--since", "2026-05-01T00:00:00Z", "--json", check=True)).splitlines()]
+    assert shown == [b, a]
+    shown = [json.loads(x)["hash"] for x in out(cli(tape_dir, "log", "-s", "d", "--since", "2026-05-01T00:00:00Z", "--json", check=True)).splitlines()]
+    assert sorted(shown) == sorted(down)
+
+
 def test_python_delete_branch_force(one):
     d, hs = one
     with Tape.open(d) as t:

@@ -4,8 +4,8 @@ Filters: kinds, a case-insensitive substring of the payload's text (--grep), a t
 window (--since / --until: RFC 3339, or a duration back from now such as 2h or 3d),
 and hidden entries (bookkeeping marked by importers and integrations) left out unless
 asked for. Several tips are walked together, newest first by (time, seq), each entry
-once. Like git, the walk stops once every line left is older than --since (times
-along a line of history only grow, so what lies below is older still).
+once. Like git, the walk stops once every line left is older than --since, after SLOP
+entries in a row older than it (times along a line of history mostly grow; see SLOP).
 
 `graph_order` is the order `log --graph` draws in: git's --topo-order (below).
 """
@@ -127,6 +127,12 @@ def start_points(tape, session: Optional[str], refs: Iterable[str] = (), every_b
 
 
 ABOVE = 1024  # hidden entries passed over on the way down to a shown one, kept for its labels
+# --since: the walk goes on this many entries in a row older than the bound before it stops.
+# Times along a history mostly grow, but not always: a clock stepped back, `append --time`,
+# an imported transcript with an odd record or decreasing times (it stopped at the first
+# older entry, and `log --since` of such a Codex rollout showed none of its 10 entries in
+# range: found by an audit). git's walk has the same kind of slop (5 commits).
+SLOP = 1000
 
 
 def walk(tape, tips: Iterable[Optional[str]], flt: Optional[Filter] = None, limit: Optional[int] = None, above: Optional[dict] = None) -> Iterator[Entry]:
@@ -152,6 +158,7 @@ def walk(tape, tips: Iterable[Optional[str]], flt: Optional[Filter] = None, limi
     for h in tips:
         push(h)
     shown = 0
+    older = 0  # entries in a row older than --since
     parent: Optional[str] = None
     while True:
         if limit is not None and shown >= limit:
@@ -160,8 +167,12 @@ def walk(tape, tips: Iterable[Optional[str]], flt: Optional[Filter] = None, limi
         if not heap:
             return
         neg_t, _, _, e = heapq.heappop(heap)
-        if flt.since is not None and -neg_t < flt.since and (not heap or -heap[0][0] < flt.since):
-            return  # this line and every other one are older than --since from here on
+        if flt.since is not None and -neg_t < flt.since:
+            older += 1
+            if older > SLOP and (not heap or -heap[0][0] < flt.since):
+                return  # SLOP entries in a row older than --since, and every line left too
+        else:
+            older = 0
         over = passed.pop(e.hash, None) if carry else None
         if flt.match(e):
             if over:
