@@ -391,3 +391,23 @@ def test_errors_that_left_a_new_user_stuck_say_what_to_do(tmp_path):
     assert p.returncode == 0 and "no token usage recorded since " in p.stderr.decode(), p.stderr.decode()
     assert "without --since" in p.stderr.decode()
     assert "10" in run_cli("--dir", d, "usage", check=True).stdout.decode()
+
+
+@pytest.mark.parametrize("env", [{"PYTHONIOENCODING": "latin-1"}, {"PYTHONIOENCODING": "ascii"},
+                                 {"LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}], ids=["latin-1", "ascii", "C"])
+def test_output_is_utf8_whatever_the_locale(tmp_path, env):
+    """Under a latin-1 locale every command whose output held a "…" failed with an internal
+    UnicodeEncodeError, and --json came out in latin-1 (found by an audit)."""
+    d = tmp_path / "t"
+    with Tape.init(d) as t:
+        t.session("fr").append("user", {"content": "café " + "long enough that the one-line view has to shorten it " * 3})
+    run_env = {**os.environ, **env}
+    for args in (["log", "-s", "fr", "--oneline"], ["sessions"], ["status", "-s", "fr"], ["log", "-s", "fr", "--json"]):
+        p = subprocess.run([sys.executable, "-m", "ctape", "--dir", str(d), *args], capture_output=True, env=run_env, timeout=60)
+        assert p.returncode == 0 and b"Traceback" not in p.stderr and not p.stderr, (args, p.stderr)
+        text = p.stdout.decode("utf-8")  # UTF-8, or this raises
+        assert "café" in text, (args, text)
+        if "--json" in args:
+            import json
+
+            assert json.loads(text)["payload"]["content"].startswith("café ")

@@ -25,6 +25,7 @@ class CtapeGroup(click.Group):
     def main(self, *args, **kwargs):
         """Usage errors as one line on stderr (exit 2), like every other error."""
         kwargs["standalone_mode"] = False
+        utf8_output()
         escape_stderr()
         warnings.showwarning = _show_warning
         sys.unraisablehook = _unraisable
@@ -144,6 +145,22 @@ def _unraisable(u) -> None:
     if isinstance(u.exc_value, KeyboardInterrupt) and not os.environ.get("CTAPE_DEBUG"):
         return
     sys.__unraisablehook__(u)
+
+
+def utf8_output() -> None:
+    """Output is UTF-8 whatever the locale, as git writes and as `export` writes bytes: under
+    a latin-1 locale (or PYTHONIOENCODING=latin-1) every command whose output held a "…"
+    failed with an internal UnicodeEncodeError, and `--json` came out in latin-1, which no
+    JSON reader takes (found by an audit). stderr, for people, keeps the locale's encoding,
+    with what it cannot show written as escapes."""
+    for stream, utf8 in ((sys.stdout, True), (sys.stderr, False)):
+        encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "").replace("_", "")
+        if encoding == "utf8" or not hasattr(stream, "reconfigure"):
+            continue
+        try:
+            stream.reconfigure(**({"encoding": "utf-8"} if utf8 else {}), errors="backslashreplace")
+        except (ValueError, OSError, LookupError):
+            pass  # (a stream already written to, or a wrapper without it: left as it is)
 
 
 def escape_stderr() -> None:
