@@ -411,3 +411,20 @@ def test_output_is_utf8_whatever_the_locale(tmp_path, env):
             import json
 
             assert json.loads(text)["payload"]["content"].startswith("café ")
+
+
+def test_a_file_dated_1970_gives_its_untimed_records_the_time_they_are_read(tmp_path):
+    """SPEC 10: records without a time get the file's time, never 1970. A file whose time is
+    0 or 1 (the Nix store, reproducible archives) stamped them 1970 (found by an audit);
+    a re-import gives the same entries."""
+    d = tmp_path / "t"
+    Tape.init(d).close()
+    src = tmp_path / "run.json"
+    src.write_text('[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]')
+    os.utime(src, (1, 1))
+    run_cli("--dir", d, "import", src, "-s", "r", check=True)
+    with Tape.open(d) as t:
+        times = [e.time for e in t.session("r").log()]
+    assert times and all(x >= "2026" for x in times), times
+    again = run_cli("--dir", d, "import", src, "-s", "r", check=True)
+    assert b"nothing new" in again.stderr

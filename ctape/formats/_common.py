@@ -18,6 +18,7 @@ import base64
 import itertools
 import json
 import os
+import time
 import re
 import sys
 from typing import Any, Callable, Iterable, Iterator, Optional
@@ -240,9 +241,14 @@ class Clock:
         return self.last
 
 
+FILE_TIME_FLOOR = 315_532_800  # 1980-01-01: a modification time before it is no time (see file_time)
+
+
 def file_time(path: str) -> Optional[str]:
     """The file's modification time (RFC 3339 UTC): the time of records that carry none
-    (SPEC 10: never 1970); None for stdin and pipes read now."""
+    (SPEC 10: never 1970); None for stdin and pipes read now. A file whose time is before
+    1980 gets the time it is read: the Nix store, reproducible archives and some unpackers
+    set 0 or 1, which stamped every entry 1970 (found by an audit)."""
     import datetime
 
     from ..model.models import format_time
@@ -252,7 +258,8 @@ def file_time(path: str) -> Optional[str]:
             st = os.stat(p)
         except OSError:
             continue
-        return format_time(datetime.datetime.fromtimestamp(st.st_mtime, datetime.timezone.utc))
+        when = st.st_mtime if st.st_mtime >= FILE_TIME_FLOOR else time.time()
+        return format_time(datetime.datetime.fromtimestamp(when, datetime.timezone.utc))
     return None
 
 
