@@ -428,3 +428,40 @@ def test_a_file_dated_1970_gives_its_untimed_records_the_time_they_are_read(tmp_
     assert times and all(x >= "2026" for x in times), times
     again = run_cli("--dir", d, "import", src, "-s", "r", check=True)
     assert b"nothing new" in again.stderr
+
+
+def test_the_cache_folder_from_odd_home_and_xdg_values(tmp_path):
+    """A relative $XDG_CACHE_HOME is ignored (its spec says so: it made a cache per working
+    folder); an empty $HOME is read from the user database (it put the cache at /.cache);
+    a $HOME that does not exist is never made (a cache under /nonexistent appeared; the
+    index goes to memory). Found by an audit."""
+    import pwd
+
+    from ctape.store.index import default_cache_root
+
+    real_home = pwd.getpwuid(os.getuid()).pw_dir
+    env = {k: v for k, v in os.environ.items() if k not in ("CTAPE_CACHE_DIR", "XDG_CACHE_HOME", "HOME")}
+    probe = [sys.executable, "-c", "from ctape.store.index import default_cache_root; print(default_cache_root())"]
+    for extra, want in (({"HOME": "", "XDG_CACHE_HOME": "relcache"}, os.path.join(real_home, ".cache", "ctape")),
+                        ({"HOME": str(tmp_path), "XDG_CACHE_HOME": "relcache"}, os.path.join(str(tmp_path), ".cache", "ctape")),
+                        ({"HOME": str(tmp_path), "XDG_CACHE_HOME": str(tmp_path / "x")}, str(tmp_path / "x" / "ctape"))):
+        got = subprocess.run(probe, env={**env, **extra}, capture_output=True, check=True, cwd=tmp_path).stdout.decode().strip()
+        assert got == want, (extra, got)
+    d = tmp_path / "t"
+    with Tape.init(d, cache_dir=str(tmp_path / "c")) as t:
+        t.session("s").append("user", {"content": "hi"})
+    nohome = tmp_path / "nohome"
+    p = subprocess.run([sys.executable, "-m", "ctape", "--dir", str(d), "log", "-s", "s", "--oneline"],
+                       env={**env, "HOME": str(nohome)}, capture_output=True, timeout=60)
+    assert p.returncode == 0 and b"hi" in p.stdout, p.stderr
+    assert not nohome.exists()
+    assert default_cache_root()  # (this process's own environment is left alone)
+
+
+def test_a_removed_working_folder_is_named_as_the_cause(tmp_path):
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    p = subprocess.run(["bash", "-c", f"cd {gone} && rmdir {gone} && exec {sys.executable} -m ctape log"],
+                       capture_output=True, timeout=60, env={k: v for k, v in os.environ.items() if k != "CTAPE_DIR"})
+    err = p.stderr.decode()
+    assert p.returncode == 1 and err.count("\n") == 1 and "current folder" in err and "no longer exists" in err, err

@@ -97,6 +97,9 @@ class CtapeGroup(click.Group):
                     _fail(f"cannot write the output: {why}; nothing in the tape changed", EXIT_FAIL)
                 _fail(f"cannot write the output: {why}; a command that changes the tape made its change before "
                       "printing, so look (`ctape log`) before running it again", EXIT_FAIL)
+            if isinstance(e, OSError) and e.errno == errno.ENOENT and not getattr(e, "filename", None) and _cwd_gone():
+                _fail("the current folder no longer exists (it was removed or moved); cd to one that exists, or give --dir an "
+                      "absolute path", EXIT_FAIL)
             if isinstance(e, OSError):
                 where = f" ({e.filename})" if getattr(e, "filename", None) else ""
                 if e.errno in (errno.ENOSPC, errno.EDQUOT):
@@ -125,6 +128,14 @@ def writing_output():
     except OSError as e:
         e.ctape_output = True  # type: ignore[attr-defined]
         raise
+
+
+def _cwd_gone() -> bool:
+    try:
+        os.getcwd()
+        return False
+    except FileNotFoundError:
+        return True
 
 
 def _writing_output(e: OSError) -> bool:

@@ -745,8 +745,25 @@ def _busy(err: Exception) -> bool:
 
 
 def default_cache_root() -> str:
+    """$CTAPE_CACHE_DIR, else $XDG_CACHE_HOME/ctape, else ~/.cache/ctape. A relative
+    $XDG_CACHE_HOME is ignored, as its spec says (it made a cache per working folder), and
+    an empty or relative $HOME is read from the user database (an empty one put the cache
+    at /.cache); found by an audit."""
     env = os.environ.get("CTAPE_CACHE_DIR")
     if env:
         return env
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = xdg if xdg and os.path.isabs(xdg) else os.path.join(_home(), ".cache")
     return os.path.join(base, "ctape")
+
+
+def _home() -> str:
+    home = os.environ.get("HOME")
+    if home and os.path.isabs(home):
+        return home
+    try:
+        import pwd
+
+        return pwd.getpwuid(os.getuid()).pw_dir
+    except (ImportError, KeyError):
+        return os.path.expanduser("~")

@@ -127,7 +127,9 @@ def cache_folder_of(root: str, tape_id: str, base: Optional[str] = None) -> str:
     real path and its folder's inode, so an rsync'd copy (a new folder) never shares it."""
     st = os.stat(root)
     # (a path's undecodable bytes are surrogates in Python: encoded back as they were)
-    key = blake3(f"{tape_id}|{os.path.realpath(root)}|{st.st_dev}|{st.st_ino}".encode("utf-8", "surrogateescape")).hexdigest()[:20]
+    # (and as bytes whatever the locale: a latin-1 one decodes a UTF-8 name to other
+    # characters, which re-encoded gave another key: a second cache, the session choice lost)
+    key = blake3(f"{tape_id}|".encode() + os.fsencode(os.path.realpath(root)) + f"|{st.st_dev}|{st.st_ino}".encode()).hexdigest()[:20]
     return os.path.join(base or default_cache_root(), key)
 
 
@@ -269,13 +271,16 @@ class Store(Freshness, Reading):
                 break
             except OSError:
                 continue
-        ident = f"{self.tape_id}|{machine}|{socket.gethostname()}|{os.path.realpath(self.root)}|{st.st_dev}|{st.st_ino}"
-        return blake3(ident.encode("utf-8", "surrogateescape")).hexdigest()[:12]
+        ident = (f"{self.tape_id}|{machine}|{socket.gethostname()}|".encode("utf-8", "surrogateescape")
+                 + os.fsencode(os.path.realpath(self.root)) + f"|{st.st_dev}|{st.st_ino}".encode())  # (the path's bytes: cache_folder_of)
+        return blake3(ident).hexdigest()[:12]
 
     def _index_path(self, cache_dir: Optional[str]) -> Optional[str]:
         base = cache_dir or default_cache_root()
         d = cache_folder_of(self.root, self.tape_id, base)
         try:
+            if cache_dir is None and not os.environ.get("CTAPE_CACHE_DIR") and not os.path.isdir(os.path.dirname(os.path.dirname(base))):
+                return None  # the home the default names does not exist (HOME=/nonexistent): never made, as git never makes it
             os.makedirs(base, mode=0o700, exist_ok=True)  # the cache root too: 0700, not the umask's
             os.makedirs(d, mode=0o700, exist_ok=True)
             path = os.path.join(d, index_file())
