@@ -571,3 +571,29 @@ def test_heads_branch_is_named_first_on_an_entry_with_many_labels(tape_dir, serv
     assert status == 200
     first = re.search(r'<span class="ref branch">([^<]*)</span>', body)
     assert first and first.group(1) == "main"
+
+
+def test_the_session_list_reads_every_sessions_refs_once_a_page_not_once_a_row(tape_dir):
+    """Each row of `/` asked for the usage figures, which read the refs of every session to
+    see whether a HEAD moved: the page was quadratic (300 sessions 38.7 s, 2,000 no answer in
+    10 minutes; found by an audit of scale). Counted, not timed: the refs reads of one page
+    grow with the sessions, not with their square."""
+    from ctape.web.pages import Site
+
+    def reads(n: int) -> int:
+        d = tape_dir.parent / f"many{n}"
+        with Tape.init(d) as t:
+            with t.batch():
+                for i in range(n):
+                    t.session(f"s{i:04d}").append("user", {"content": f"hello {i}"})
+        with Tape.open(d) as t:
+            site = Site(t)
+            counted = []
+            heads = site._heads
+            site._heads = lambda: counted.append(1) or heads()
+            with site.reading():
+                site.sessions_page()
+                site.sessions_page()
+            return len(counted)
+
+    assert reads(40) == reads(10) <= 4

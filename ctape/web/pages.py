@@ -353,11 +353,12 @@ class Site:
 
     def sessions_page(self, q: str = "") -> Page:
         rows = []
+        figures = self.usage()  # once a page: it reads every session's refs (once a row made the page quadratic: audit)
         for s in self._sessions():
             try:
                 if "error" in s:
                     raise s["error"]
-                rows.append(self._session_row(s))
+                rows.append(self._session_row(s, figures))
             except CtapeError as e:  # a damaged session does not hide the others
                 rows.append(f'<tr class="session damaged"><td><a href="{esc(s_url(s["session"]))}">{esc(s["session"])}</a></td><td colspan="6" class="err">{esc(e)}</td></tr>')
         table = (
@@ -395,12 +396,11 @@ class Site:
         out.sort(key=lambda s: s.get("last_time") or "", reverse=True)
         return out
 
-    def _session_row(self, s: dict) -> str:
+    def _session_row(self, s: dict, figures: Optional[dict]) -> str:
         from ..history.sessions import source_text
 
         name = s["session"]
         sess = self.tape.session(name)
-        figures = self.usage()
         usage = "…" if figures is None else _usage_text(figures.get(name))  # …: not read yet
         damaged = ' <span class="badge err">damaged</span>' if s.get("damaged") else ""
         title = f'<div class="title">{esc(s["title"])}</div>' if s.get("title") else ""
