@@ -65,10 +65,13 @@ def watch_once(tape, paths: Optional[list[str]] = None, *, echo: Callable[[str],
     check_paths(paths)
     w = Watcher(tape, paths, roots=roots, echo=echo, progress=progress, warn=warn, keep=False)
     w.split = parallel.run
-    if not signals:
-        return w.run_pass(jobs=jobs)
-    with stop_on_signals(w):
-        return w.run_pass(jobs=jobs)
+    try:
+        if not signals:
+            return w.run_pass(jobs=jobs)
+        with stop_on_signals(w):
+            return w.run_pass(jobs=jobs)
+    finally:
+        w.save_cache()
 
 
 def follow(tape, paths: Optional[list[str]] = None, *, echo: Callable[[str], None] = lambda s: None, progress: bool = False, poll: bool = False, roots=None, warn=None, on_pass: Optional[Callable] = None, jobs: int = 1) -> None:

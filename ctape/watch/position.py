@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Optional
 
 from blake3 import blake3
@@ -137,7 +137,8 @@ class Cache:
         tmp = f"{self.path}.{os.getpid()}.tmp"
         try:
             with open_private(tmp) as f:
-                json.dump({"version": CACHE_VERSION, "sources": {k: asdict(p) for k, p in self.positions.items()}}, f)
+                # (vars, not asdict: asdict deep-copies every field, 3 M calls for 2,000 files)
+                json.dump({"version": CACHE_VERSION, "sources": {k: vars(p) for k, p in self.positions.items()}}, f)
             os.replace(tmp, self.path)
             self.dirty = False
         except OSError:
