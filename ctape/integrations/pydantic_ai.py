@@ -367,7 +367,10 @@ def _time(d: dict) -> Optional[str]:
 
 
 def _capability_base():
-    from pydantic_ai.capabilities import AbstractCapability
+    try:
+        from pydantic_ai.capabilities import AbstractCapability
+    except ImportError as e:  # pydantic-ai 1.x, which the extra allowed until 2026-12-06 (an audit met it)
+        raise ImportError("TapeHistory needs pydantic-ai 2.0 or later (capabilities): pip install -U 'ctape[pydantic-ai]'") from e
 
     return AbstractCapability
 
