@@ -111,3 +111,17 @@ def test_no_pager_and_the_pager_settings(term, tape_dir):
     term.type("clear")
     term.type(f"CTAPE_PAGER=cat PAGER=false {CTAPE} log --oneline; echo E-$((1+5))")
     assert "E-6" in term.wait_for("E-6")
+
+
+def test_a_pager_that_is_not_there_prints_the_output_without_it(term, tmp_path):
+    """As git does ("cannot run PAGER"): the output was lost, the shell said "not found",
+    exit 0 (found by an audit)."""
+    term.type(f"PAGER=nosuchpager-xyz {CTAPE} log --oneline | cat; {CTAPE} log --oneline >/dev/null; echo F-$((1+6))")
+    term.wait_for("F-7")
+    term.type("clear")
+    err = tmp_path / "err"
+    term.type(f"PAGER=nosuchpager-xyz {CTAPE} log --oneline 2>{err}; echo G-$((1+7))")
+    s = term.wait_for("G-8")
+    assert "message number 0" in s, s  # the whole log, printed (its last line is the oldest)
+    said = err.read_text()
+    assert "cannot run the pager 'nosuchpager-xyz' (not found)" in said and "sh: 1" not in said, said

@@ -4,7 +4,8 @@ The pager is $CTAPE_PAGER, else $PAGER, else `less` (an empty value or `cat`: no
 It runs only when stdout is a terminal and `--no-pager` was not given. Output that fits
 on the screen is printed directly. `less` gets LESS=FRX unless the user set LESS (quit
 when the text fits one screen, pass colours through, and no alternate screen, so what was
-read stays on the screen after `q`), and LV=-c as git sets it.
+read stays on the screen after `q`), and LV=-c as git sets it. A pager whose program is
+not found is skipped with one warning line, as git's "cannot run" (the output is printed).
 """
 
 from __future__ import annotations
@@ -26,12 +27,31 @@ def pager_command() -> str | None:
     return "less"
 
 
+def _runnable(cmd: str) -> bool:
+    """Whether the pager command's program can be found (the shell runs the whole line)."""
+    import shlex
+
+    try:
+        words = shlex.split(cmd)
+    except ValueError:
+        return True  # a line the shell may read otherwise: let it try
+    while words and "=" in words[0] and not words[0].startswith("="):  # VAR=value before the program
+        words = words[1:]
+    return not words or shutil.which(words[0]) is not None or words[0] in ("exec", "command", "env")
+
+
 def page(text: str) -> None:
     """Write `text` (lines, with a final newline) to stdout, through the pager when it is
     long and stdout is a terminal."""
     cmd = pager_command()
     rows = shutil.get_terminal_size().lines
     if cmd is None or not sys.stdout.isatty() or text.count("\n") < rows:
+        click.echo(text, nl=False)
+        return
+    if not _runnable(cmd):
+        # as git does ("cannot run PAGER"): the output is printed without it, not lost (the
+        # shell said "not found" and the text went nowhere, exit 0: found by an audit)
+        click.echo(f"ctape: warning: cannot run the pager {cmd!r} (not found); printing without it", err=True)
         click.echo(text, nl=False)
         return
     env = dict(os.environ)
