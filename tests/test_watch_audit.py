@@ -301,3 +301,25 @@ def test_a_pass_over_many_small_files_writes_its_position_file_a_bounded_number_
         assert rep.changed == 160
         assert sum(writes) <= 3, writes  # 10 batches: it was 10 writes, and grew with the files
         assert watch_once(t, [str(src)]).records == 0
+
+
+def test_a_transcript_whose_file_name_is_not_utf8_is_followed(tape_dir, tmp_path):
+    """A ref record holds text only: the position of `notes-\\xff.jsonl` could not be
+    written, and every pass failed ("text is not valid Unicode") though its records were
+    (found by an audit). The record holds the name's bytes escaped; the file is followed."""
+    import shutil
+
+    folder = tmp_path / "p1"
+    folder.mkdir()
+    name = os.path.join(os.fsencode(str(folder)), b"notes-\xff.jsonl")
+    src = sorted((FIXTURES / "transcripts" / "claude-code").glob("*.jsonl"))[0]
+    shutil.copyfile(src, name)
+    p = watch(tape_dir, folder)
+    assert p.returncode == 0 and b"imported" in p.stderr, p.stderr
+    with open(name, "ab") as f:
+        f.write(b'{"type":"user","uuid":"zz1","parentUuid":null,"sessionId":"x","timestamp":"2026-01-01T00:00:00Z",'
+                b'"message":{"role":"user","content":"more"}}\n')
+    p = watch(tape_dir, folder)
+    assert p.returncode == 0 and b"+1 record" in p.stderr, p.stderr
+    p = watch(tape_dir, folder)
+    assert p.returncode == 0 and p.stderr == b"", p.stderr

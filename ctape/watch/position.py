@@ -60,6 +60,7 @@ class Position:
 
     def record(self) -> dict:
         rec = {k: getattr(self, k) for k in RECORD_FIELDS}
+        rec["key"], rec["path"] = as_text(rec["key"]), as_text(rec["path"])
         for k in OPTIONAL_FIELDS:
             if getattr(self, k) is not None:
                 rec[k] = getattr(self, k)
@@ -87,6 +88,18 @@ class Position:
         return (self.dev, self.ino, self.size, self.mtime) == (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
+def as_text(path: str) -> str:
+    """A path as a ref record may hold it: a file name that is not UTF-8 (its bytes are
+    surrogates in Python) has them written as \\xNN. A record holds text only, and such a
+    name failed every pass of `watch` ("text is not valid Unicode") though its records were
+    written (found by an audit); the cache beside the index keeps the path itself."""
+    try:
+        path.encode("utf-8")
+        return path
+    except UnicodeEncodeError:
+        return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
 def latest_in_tape(session, key: str) -> Optional[Position]:
     """The newest position of source `key` in the session's ref records (None if none)."""
     if not session.exists():
@@ -94,7 +107,7 @@ def latest_in_tape(session, key: str) -> Optional[Position]:
     found = None
     for rec in reflog.records(session):  # oldest first: the last one wins
         w = rec.get("watch")
-        if isinstance(w, dict) and w.get("key") == key:
+        if isinstance(w, dict) and w.get("key") in (key, as_text(key)):
             p = Position.from_record(rec, session.name)
             if p is not None:
                 found = p
@@ -177,7 +190,7 @@ class _Unpickler(pickle.Unpickler):
 def _layout_path(cache: "Cache", key: str) -> Optional[str]:
     if not cache.path:
         return None
-    return os.path.join(os.path.dirname(cache.path), "watch-layouts", blake3(key.encode()).hexdigest()[:24])
+    return os.path.join(os.path.dirname(cache.path), "watch-layouts", blake3(os.fsencode(key)).hexdigest()[:24])
 
 
 def save_layout(cache: "Cache", pos: Position, builder, orphans: set, agent) -> None:
