@@ -465,3 +465,20 @@ def test_a_removed_working_folder_is_named_as_the_cause(tmp_path):
                        capture_output=True, timeout=60, env={k: v for k, v in os.environ.items() if k != "CTAPE_DIR"})
     err = p.stderr.decode()
     assert p.returncode == 1 and err.count("\n") == 1 and "current folder" in err and "no longer exists" in err, err
+
+
+def test_stats_names_the_tape_the_commands_here_use(tmp_path):
+    """No command said which tape it used (the nearest .ctape/ upwards, $CTAPE_DIR or
+    --dir): a user in a sub-folder of another project could not tell (found by an audit).
+    `stats` names it first, as `git rev-parse --show-toplevel` names a repository."""
+    import json
+
+    Tape.init(tmp_path / ".ctape").close()
+    sub = tmp_path / "src" / "deep"
+    sub.mkdir(parents=True)
+    env = {k: v for k, v in os.environ.items() if k != "CTAPE_DIR"}
+    p = subprocess.run([sys.executable, "-m", "ctape", "stats"], cwd=sub, env=env, capture_output=True, check=True)
+    first = p.stdout.decode().splitlines()[0]
+    assert first.split(None, 1) == ["tape", str((tmp_path / ".ctape").resolve())], first
+    p = subprocess.run([sys.executable, "-m", "ctape", "stats", "--json"], cwd=sub, env=env, capture_output=True, check=True)
+    assert json.loads(p.stdout)["tape"] == str((tmp_path / ".ctape").resolve())

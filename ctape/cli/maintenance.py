@@ -237,19 +237,25 @@ def fsck(ctx, salvage, as_json):
 @json_option
 @click.pass_context
 def stats(ctx, as_json):
-    """Objects, logical bytes, stored bytes, dedupe saving.
+    """The tape's folder, objects, logical bytes, stored bytes, dedupe saving.
+
+    The first line names the tape the commands here use (--dir, else $CTAPE_DIR, else
+    the nearest .ctape/ upwards), as `git rev-parse --show-toplevel` names a repository.
 
     \b
     Examples:
+      ctape stats
       ctape stats --json
     """
+    from ..ops.render import clean
+
     tape = open_tape(ctx)
-    st = tape.stats()
+    st = {"tape": tape.store.root, **tape.stats()}
     if as_json:
         emit_json(st)
     else:
         for k, v in st.items():
-            click.echo(f"{k:<20} {v}")
+            click.echo(clean(f"{k:<20} {v}"))  # (a folder's name may hold anything)
     warn_tape_damage(tape)
 
 
