@@ -446,17 +446,12 @@ def warn_damage(tape, session) -> None:
             pass  # what cannot be read is the damage found, or the command's own error
         damaged = s.damage()
         if damaged:
+            from ..store.files import damage_advice
             from ..store.store import limit_advice
 
-            if limit_advice(tape.store):
-                what = limit_advice(tape.store)
-            elif damaged[0].startswith("packs/"):
-                from ..store.files import PACKS_ADVICE
-
-                what = PACKS_ADVICE
-            else:
-                what = "run `ctape fsck --salvage` to keep it and write again"
-            has = "records this process cannot read under its limit" if limit_advice(tape.store) else "damaged records"
+            limit = limit_advice(tape.store)
+            what = limit or damage_advice(damaged[0], "run `ctape fsck --salvage` to keep it and write again")
+            has = "records this process cannot read under its limit" if limit else "damaged records"
             click.echo(f"ctape: warning: session {session!r} has {has} in {damaged[0]}: showing what is readable; {what}", err=True)
 
 

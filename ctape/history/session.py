@@ -176,11 +176,9 @@ class Session(Branching):
                 "(an rsync --delete or --inplace, or the folder replaced by another copy of the tape?); its branches and HEAD may be wrong, so nothing is written to it; "
                 "sync it back from a copy that has it, or run `ctape fsck --salvage` to go on without it")
         if damaged:
-            what = "run `ctape fsck --salvage` to keep what is intact, then retry"
-            if damaged[0].startswith("packs/"):
-                from ..store.files import PACKS_ADVICE
+            from ..store.files import damage_advice
 
-                what = PACKS_ADVICE
+            what = damage_advice(damaged[0], "run `ctape fsck --salvage` to keep what is intact, then retry")
             raise CorruptObject(
                 f"session {self.name!r} has a damaged record in {damaged[0]}: its branches and HEAD may be wrong, "
                 f"so nothing is written to it; {what}"

@@ -184,8 +184,8 @@ def entry_text(parts: list[str], get_blob: Callable[[str], bytes]) -> str:
         s = get_blob(p[2:])[: 4 * (MAX_TEXT - size)].decode("utf-8", "replace") if _is_blob_ref(p) else p
         s = clean(s[: MAX_TEXT - size])
         if s:
-            out.append(s[: MAX_TEXT - size])
-            size += len(out[-1])
+            out.append(s)
+            size += len(s)
             if size >= MAX_TEXT:
                 break
     return "\n".join(out)

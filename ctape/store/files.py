@@ -287,6 +287,12 @@ PACKS_ADVICE = ("ctape writes nothing to packs/ and salvage leaves it: restore t
                 "or move it out of the tape directory")
 
 
+def damage_advice(rel: str, salvage: str) -> str:
+    """What to do about damage in the data file `rel`: `salvage` (the caller's wording of
+    "run `ctape fsck --salvage`"), or PACKS_ADVICE for a file in packs/, which salvage leaves."""
+    return PACKS_ADVICE if rel.startswith("packs/") else salvage
+
+
 # what link() says on a file system without hard links (exFAT, vfat, many FUSE and SMB
 # mounts): EPERM on Linux's exFAT and vfat, ENOTSUP/EOPNOTSUPP or ENOSYS elsewhere
 NO_HARD_LINKS = (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS)

@@ -105,9 +105,10 @@ def latest_in_tape(session, key: str) -> Optional[Position]:
     if not session.exists():
         return None
     found = None
+    keys = (key, as_text(key))
     for rec in reflog.records(session):  # oldest first: the last one wins
         w = rec.get("watch")
-        if isinstance(w, dict) and w.get("key") in (key, as_text(key)):
+        if isinstance(w, dict) and w.get("key") in keys:
             p = Position.from_record(rec, session.name)
             if p is not None:
                 found = p
