@@ -133,3 +133,48 @@ def test_watch_first_pass_over_hundreds_of_transcripts(tmp_path):
     tape = Tape.open(tape_dir, cache_dir=cache)
     assert len(tape.sessions()) == N
     tape.close()
+
+
+def test_a_listing_reads_the_tape_once_and_no_entry_twice(tmp_path):
+    """`sessions` (and the web's list) cost 0.4-1 ms a session: each session's refs were read
+    after its own refresh (two folder listings and a dozen index queries), and its HEAD entry
+    was read back for its seq and time every time (found by an audit of scale). Now the
+    whole tape is refreshed once, and a HEAD's seq and time are kept in the index cache.
+    Counted, not timed: folder listings and entry reads in a listing of 40 sessions."""
+    cache = str(tmp_path / "cache")
+    tape = Tape.init(str(tmp_path / "t"), cache_dir=cache)
+    with tape.batch():
+        for i in range(40):
+            tape.session(f"s{i:02d}").extend([("user", {"content": f"hello {i}"}), ("assistant", {"content": "hi"})])
+    tape.session("s07").append("user", {"content": "one more"})
+    first = {r["session"]: (r["entries"], r["last_time"]) for r in tape.sessions()}
+    tape.close()
+
+    calls = {"list_dir": 0, "read_entry": 0}
+    real_list, real_read = store_mod.Store._list_dir, Tape._read_entry
+
+    def list_dir(self, d):
+        calls["list_dir"] += 1
+        return real_list(self, d)
+
+    def read_entry(self, h):
+        calls["read_entry"] += 1
+        return real_read(self, h)
+
+    store_mod.Store._list_dir, Tape._read_entry = list_dir, read_entry
+    try:
+        with Tape.open(str(tmp_path / "t"), cache_dir=cache) as again:
+            rows = again.sessions()
+    finally:
+        store_mod.Store._list_dir, Tape._read_entry = real_list, real_read
+    assert len(rows) == 40
+    assert {r["session"]: (r["entries"], r["last_time"]) for r in rows} == first
+    assert first["s07"][0] == 3 and first["s00"][0] == 2
+    assert calls["read_entry"] == 0, calls  # each HEAD's seq and time came from the cache
+    assert calls["list_dir"] <= 40 + 2, calls  # each session's folder once, and packs/
+
+    # a HEAD that moved is read once, and shows its own seq and time
+    with Tape.open(str(tmp_path / "t"), cache_dir=cache) as again:
+        e = again.session("s03").append("user", {"content": "later"})
+        row = next(r for r in again.sessions() if r["session"] == "s03")
+    assert (row["head"], row["entries"], row["last_time"]) == (e.hash, 3, e.time)

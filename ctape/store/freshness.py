@@ -56,6 +56,20 @@ class Freshness:
         raise StorageError(f"session {session!r}: the index cache was rebuilt by another process at each of {SETTLE_TRIES} reads; "
                            "retry when the compactions beside this command are done")
 
+    def settled_all(self, read: Callable[[], T]) -> T:
+        """settled() for a reader of every session at once (`sessions`, the web's list):
+        one refresh of the whole tape instead of one a session, and the same check that no
+        rebuild came between it and the rows `read()` took. Each session is as it was at
+        the refresh, as each was at its own refresh before."""
+        for _ in range(SETTLE_TRIES):
+            before = self.index.rebuilds()
+            self.refresh()
+            out = read()
+            if self.index.rebuilds() == before:
+                return out
+        raise StorageError(f"the index cache was rebuilt by another process at each of {SETTLE_TRIES} reads; "
+                           "retry when the compactions beside this command are done")
+
     def _refresh(self, session: Optional[str]) -> bool:
         if session is None:
             whole_at = self.index.rebuilds()  # before the listing: a rebuild after it is news
