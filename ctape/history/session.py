@@ -71,13 +71,6 @@ class Session(Branching):
             return w.refstate
         return self.store.settled(self.name, lambda: self._view_from_index(refs, values))
 
-    def _view_refreshed(self) -> RefState:
-        """view(), for a reader inside Store.settled_all (the whole tape refreshed just before)."""
-        w = self.store._writers.get(self.name)
-        if w is not None and w.refstate is not None and (w.locked or w.view_is_current()):
-            return w.refstate
-        return self._view_from_index((), ())
-
     def from_head(self, read: Callable[[RefState], T], full: bool = False, missing_ok: bool = False) -> T:
         """read(refs) for a reader that starts at HEAD (refs() when `full`, else view()).
         Refused (RefNotFound) where this copy has not received HEAD's record though it has

@@ -34,7 +34,8 @@ SHOWN_WIDTH = 60  # ... and the characters they take at most (names may be 128 l
 
 
 def live_names(tape: "Tape") -> list[str]:
-    return [n for n in tape.store.sessions() if NAME_RE.fullmatch(n) and tape._session_exists(n)]
+    """The sessions not removed, after one refresh of the whole tape (Store.settled_all)."""
+    return tape.store.settled_all(lambda: [n for n in tape.store.sessions() if NAME_RE.fullmatch(n) and tape._session_exists(n)])
 
 
 def unknown(tape: "Tape", name: str) -> SessionNotFound:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Optional
 from . import derived, tags
 from .turns import take_turns, takes_own_turn
 from ..model.canonical import BLOB_MIN, internalize, is_hash
-from ..model.errors import AmbiguousRef, CorruptObject, EntryNotFound, InvalidInput, ObjectTooLarge, RefNotFound, UnsafePath
+from ..model.errors import AmbiguousRef, CorruptObject, EntryNotFound, InvalidInput, ObjectTooLarge, RefNotFound
 from ..model.models import brief, check_name, Entry, NAME_RE, plural
 from ..model import refs as refmod
 from ..model.refs import HEAD, MOVED_TRIES
@@ -470,7 +470,7 @@ class Tape:
             return {"session": name, "head": None, "branch": None, "entries": 0, "last_time": None, "damaged": True,
                     "current": name == chosen}
         st = self._session_class(self, name)
-        refs = st._view_refreshed()
+        refs = st.view()
         if is_removed(refs):
             return None
         damaged = bool(st.damage())

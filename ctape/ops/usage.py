@@ -259,6 +259,22 @@ def _records(tape, name: str) -> list[tuple]:
     return records
 
 
+def _every_session(tape) -> dict[str, list[tuple]]:
+    """_records of every session, read after one refresh of the whole tape (Store.settled_all)."""
+    per_session = {}
+    for n in tape.store.sessions():
+        try:
+            if n in tape.store.unsafe_sessions:
+                tape.store.list_files(n)  # UnsafePath, which names the symlink
+            if not tape._session_exists(n):
+                continue
+            per_session[n] = _records(tape, n)
+        except (UnsafePath, CorruptObject) as e:
+            # damage in one session never stops the others (SPEC 14): left out, and said
+            warnings.warn(f"session {n!r} left out of usage: {str(e).split(';')[0]}; see `ctape fsck`", CtapeWarning, stacklevel=3)
+    return per_session
+
+
 def usage(tape, by: str = "session", since: Optional[str] = None, prices: Optional[str] = None) -> list[dict]:
     """One row per group, largest cost first (then most tokens): {by: key, "input",
     "output", "cached", "cache_write", "total", "cost", "unpriced_tokens", "models"}."""
@@ -266,15 +282,7 @@ def usage(tape, by: str = "session", since: Optional[str] = None, prices: Option
         raise InvalidInput(f"cannot group usage by {by!r}; use one of: {', '.join(GROUPS)}")
     cutoff = time_seconds(parse_when(since)) if since else None
     table = load_prices(prices)
-    per_session = {}
-    for n in tape.store.sessions():
-        if not tape._session_exists(n):
-            continue
-        try:
-            per_session[n] = _records(tape, n)
-        except (UnsafePath, CorruptObject) as e:
-            # damage in one session never stops the others (SPEC 14): left out, and said
-            warnings.warn(f"session {n!r} left out of usage: {str(e).split(';')[0]}; see `ctape fsck`", CtapeWarning, stacklevel=2)
+    per_session = tape.store.settled_all(lambda: _every_session(tape))
     names = list(per_session)
     reached: dict[str, list[str]] = {}  # entry -> sessions whose records hold it
     for n in names:

@@ -28,6 +28,8 @@ T = TypeVar("T")
 class Freshness:
     """The Store's index kept up to date with its files (a part of Store)."""
 
+    _all_settled = False  # inside settled_all: the whole tape was refreshed just before
+
     def refresh(self, session: Optional[str] = None) -> bool:
         """Bring the index up to date with the files; True when anything changed."""
         if self.index.stale:  # the cache could not be written: the index is in memory now
@@ -46,7 +48,10 @@ class Freshness:
         refresh the index lacks that file's claims, and refs read then are older than the
         files (a writer building on them would give its next append an older parent). A
         rebuild counts itself in the cache (index.rebuilds), so one meanwhile is seen and the
-        refresh done again; rebuilds follow compactions, so this ends."""
+        refresh done again; rebuilds follow compactions, so this ends. Inside settled_all,
+        `read()` alone: the whole tape was refreshed, and settled_all checks the rebuilds."""
+        if self._all_settled:
+            return read()
         for _ in range(SETTLE_TRIES):
             before = self.index.rebuilds()
             self.refresh(session)
@@ -57,14 +62,22 @@ class Freshness:
                            "retry when the compactions beside this command are done")
 
     def settled_all(self, read: Callable[[], T]) -> T:
-        """settled() for a reader of every session at once (`sessions`, the web's list):
-        one refresh of the whole tape instead of one a session, and the same check that no
-        rebuild came between it and the rows `read()` took. Each session is as it was at
-        the refresh, as each was at its own refresh before."""
+        """settled() for a reader of every session at once (`sessions`, `usage`, the web's
+        list): one refresh of the whole tape instead of one a session, and the same check
+        that no rebuild came between it and the rows `read()` took; the settled() calls
+        inside `read()` only read. Each session is as it was at the refresh, as each was at
+        its own refresh before. For readers only, within one turn of the Tape (turns.py):
+        a writer reloads its session's files before it builds on them."""
+        if self._all_settled:
+            return read()
         for _ in range(SETTLE_TRIES):
             before = self.index.rebuilds()
             self.refresh()
-            out = read()
+            self._all_settled = True
+            try:
+                out = read()
+            finally:
+                self._all_settled = False
             if self.index.rebuilds() == before:
                 return out
         raise StorageError(f"the index cache was rebuilt by another process at each of {SETTLE_TRIES} reads; "
