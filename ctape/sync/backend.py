@@ -68,8 +68,9 @@ class Backend:
     def put_if_absent(self, key: str, data: bytes) -> bool:
         raise NotImplementedError
 
-    def list(self, prefix: str, delimiter: Optional[str] = None) -> Iterator[tuple[str, int, bool]]:
-        """(key or common prefix, size, is_prefix), in key order."""
+    def list(self, prefix: str, delimiter: Optional[str] = None, start_after: Optional[str] = None) -> Iterator[tuple[str, int, bool]]:
+        """(key or common prefix, size, is_prefix), in key order; with `start_after`, only
+        those after that key."""
         raise NotImplementedError
 
     def aged(self, prefix: str) -> Iterator[tuple[str, float]]:
@@ -296,8 +297,8 @@ class FileBackend(Backend):
         self._tick(0, up=len(data))
         return True
 
-    def list(self, prefix: str, delimiter: Optional[str] = None) -> Iterator[tuple[str, int, bool]]:
-        yield from sorted((k, st.st_size if st else 0, st is None) for k, st in self._walk(prefix, delimiter))
+    def list(self, prefix: str, delimiter: Optional[str] = None, start_after: Optional[str] = None) -> Iterator[tuple[str, int, bool]]:
+        yield from sorted((k, st.st_size if st else 0, st is None) for k, st in self._walk(prefix, delimiter) if start_after is None or k > start_after)
 
     def aged(self, prefix: str) -> Iterator[tuple[str, float]]:
         import time
@@ -498,9 +499,9 @@ class S3Backend(Backend):
         self._tick(0, up=len(data))
         return True
 
-    def list(self, prefix: str, delimiter: Optional[str] = None) -> Iterator[tuple[str, int, bool]]:
+    def list(self, prefix: str, delimiter: Optional[str] = None, start_after: Optional[str] = None) -> Iterator[tuple[str, int, bool]]:
         cut = len(self.prefix) + 1 if self.prefix else 0
-        for page in self._pages(prefix, delimiter):
+        for page in self._pages(prefix, delimiter, start_after):
             rows = [(c["Prefix"][cut:], 0, True) for c in page.get("CommonPrefixes", [])]
             rows += [(o["Key"][cut:], int(o.get("Size", 0)), False) for o in page.get("Contents", [])]
             yield from sorted(rows)
@@ -515,11 +516,13 @@ class S3Backend(Backend):
             now = time.time()
             yield from sorted((o["Key"][cut:], now - o["LastModified"].timestamp()) for o in page.get("Contents", []) if o.get("LastModified"))
 
-    def _pages(self, prefix: str, delimiter: Optional[str]) -> Iterator[dict]:
+    def _pages(self, prefix: str, delimiter: Optional[str], start_after: Optional[str] = None) -> Iterator[dict]:
         full = self._key(prefix.rstrip("/")) + "/" if prefix else (self.prefix + "/" if self.prefix else "")
         kw = {"Bucket": self.bucket, "Prefix": full}
         if delimiter:
             kw["Delimiter"] = delimiter
+        if start_after:
+            kw["StartAfter"] = self._key(start_after)
         try:
             while True:
                 page = self.client.list_objects_v2(**kw)

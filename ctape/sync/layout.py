@@ -291,25 +291,63 @@ def uploaders(backend: Backend) -> list[str]:
     return out
 
 
+def own_number(store, state) -> Optional[int]:
+    """The number of this copy's next manifest, as its state says: None when unknown, or
+    noted under another writer id (CTAPE_WRITER set for some runs and not others)."""
+    own = state.get("own")
+    return own if isinstance(own, int) and state.get("own_writer", store.writer) == store.writer else None
+
+
 def new_manifests(store, backend: Backend, state, warn, cursor: str = "next") -> Iterator[tuple[str, int, dict]]:
     """Every manifest not read yet, uploader by uploader, in order: (uploader, n, manifest).
     Moves state[cursor] on as it goes (the caller saves the state when it is done): "next"
-    for pull (whose files it brought in), "seen" for push (what it learned is there)."""
-    for u in uploaders(backend):
+    for pull (whose files it brought in), "seen" for push (what it learned is there).
+
+    One listing of each uploader's manifests from the first not read (a pull with nothing
+    new costs that listing, as it cost one GET that missed before), then a GET of each. A
+    number the listing skips, that a GET does not find either, is a manifest the remote
+    lost (deleted from the bucket, or a backup restored over it): said once, noted in
+    state["gaps"] (compact --remote then deletes no piece that no manifest lists: the lost
+    one may list it), and read past. Before, reading stopped there for good: every later
+    push of that copy was invisible to every copy that had not read it, and a sweep
+    deleted its pieces (found by an audit). This copy's own manifests are listed from the
+    last it wrote: when that one is gone too, state["own_lost"] tells push to put back
+    what the remote lost (push.py)."""
+    own = own_number(store, state) or 0
+    names = uploaders(backend)
+    if own and store.writer not in names:
+        names.append(store.writer)  # every manifest of this copy gone: it must look at its own
+    gaps = state.setdefault("gaps", {})
+    for u in names:
         n = int(state[cursor].get(u, 0))
-        while True:
-            data = backend.get(manifest_key(u, n))
+        first = min(n, own - 1) if u == store.writer and own else n
+        listed = []
+        for key, _, is_prefix in backend.list(f"m/{u}/", start_after=manifest_key(u, first - 1) if first > 0 else None):
+            name = key.rsplit("/", 1)[-1]
+            if not is_prefix and name.endswith(".json") and name[:-5].isdigit() and key == manifest_key(u, int(name[:-5])):
+                listed.append(int(name[:-5]))
+        if u == store.writer and own and own - 1 not in listed and own - 1 >= first and backend.get(manifest_key(u, own - 1)) is None:
+            state["own_lost"] = True
+        top = max([k for k in listed if k >= n], default=n - 1)
+        if u == store.writer and own:
+            top = max(top, own - 1)  # this copy's own numbers past the listing went too
+        for k in range(n, top + 1):
+            data = backend.get(manifest_key(u, k))  # (one the listing skipped: looked for again)
             if data is None:
-                break
-            m, why = decode_manifest(data, store.tape_id, u, n)
-            if m is None:
-                warn(f"ignored {manifest_key(u, n)} on the remote: {why}")
-                # its pieces would look unlisted: compact --remote deletes none of those
-                state.setdefault("ignored", {})[manifest_key(u, n)] = why
+                if manifest_key(u, k) not in gaps:
+                    warn(f"the remote lacks {manifest_key(u, k)} (deleted from the bucket, or a backup restored over it): what it listed "
+                         f"may be missing here; `ctape push` on the copy that wrote it (writer {u}) puts it back")
+                gaps[manifest_key(u, k)] = 1
             else:
-                yield u, n, m
-            n += 1
-            state[cursor][u] = n
+                gaps.pop(manifest_key(u, k), None)
+                m, why = decode_manifest(data, store.tape_id, u, k)
+                if m is None:
+                    warn(f"ignored {manifest_key(u, k)} on the remote: {why}")
+                    # its pieces would look unlisted: compact --remote deletes none of those
+                    state.setdefault("ignored", {})[manifest_key(u, k)] = why
+                else:
+                    yield u, k, m
+            state[cursor][u] = k + 1
 
 
 def note_have(state, f: dict, g: int = 0, push_end: bool = True) -> None:

@@ -283,8 +283,9 @@ def _sweep_unlisted(store, backend: Backend, state, grace_s: float, warn) -> int
     within seconds of putting them; a rerun that finds an old unlisted piece there lists it
     too, so the manifests that appeared since this run's pull are read after the listing,
     and what they list stays (a push checks such a piece again after its manifest:
-    push._put_back). Not while a manifest cannot be read (another version's, junk): the
-    pieces it lists would look unlisted."""
+    push._put_back). Not while a manifest cannot be read (another version's, junk), or is
+    missing where later ones of its uploader are (layout.new_manifests): the pieces it
+    lists would look unlisted."""
     if _unreadable(backend, state, warn):
         return 0
     live = {layout.row_key(k, p) for k, rows in state["pieces"].items() for p in rows}
@@ -313,6 +314,15 @@ def _sweep_unlisted(store, backend: Backend, state, grace_s: float, warn) -> int
 def _unreadable(backend: Backend, state, warn) -> bool:
     """Is a manifest this copy could not read still on the remote? (Those gone, removed by
     hand as junk, are forgotten.) Said in one line with the way out."""
+    gaps = state.get("gaps", {})
+    for key in sorted(gaps):
+        if backend.get(key) is not None:
+            del gaps[key]  # written since (its pusher put back what it lost)
+    if gaps:
+        first = sorted(gaps)[0]
+        warn(f"pieces no manifest lists are kept: the remote lacks {first} (deleted from the bucket, or a backup restored over it), "
+             f"which may list them; `ctape push` on the copy that wrote it puts it back")
+        return True
     ignored = state.get("ignored", {})
     for key in sorted(ignored):
         if backend.get(key) is None:
@@ -330,7 +340,7 @@ def _new_since(store, backend: Backend, state, warn) -> tuple[list[tuple[str, di
     one of them could not be read (its claims and pieces are unknown)."""
     probe = {"next": dict(state["next"])}
     new = [(u, m) for u, _, m in layout.new_manifests(store, backend, probe, warn)]
-    return new, bool(probe.get("ignored"))
+    return new, bool(probe.get("ignored") or probe.get("gaps"))
 
 
 def _changed_since(store, backend: Backend, state, warn) -> bool:

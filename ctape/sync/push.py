@@ -94,8 +94,9 @@ def learn(store, backend: Backend, state: State, warn) -> int:
 
 
 def _next_own(store, backend: Backend, state: State) -> int:
-    if isinstance(state.get("own"), int):
-        return state["own"]
+    own = layout.own_number(store, state)
+    if own is not None:
+        return own
     n = -1
     for key, _, is_prefix in backend.list(f"m/{store.writer}/"):
         name = key.rsplit("/", 1)[-1]
@@ -251,6 +252,46 @@ def _put_back(store, backend: Backend, reused: list[tuple], warn) -> None:
                  "copy no longer holds those bytes: pulls of other copies will say the remote lacks it")
 
 
+OWN_CHECK_EVERY = 3600.0  # s: how often a push lists its own manifests, to find those the remote lost
+
+
+def _own_lost(store, backend: Backend, state: State) -> bool:
+    """Did the remote lose manifests this copy wrote? A pull found its newest gone
+    (layout.new_manifests notes it, at no cost), or a listing of them all lacks one, made
+    once every OWN_CHECK_EVERY: a push costs the requests it did (an incremental one 4), and
+    a copy that pushes finds a loss within the hour (a listing per 1,000 manifests)."""
+    if state.pop("own_lost", None):
+        return True
+    own = layout.own_number(store, state)
+    now = time.time()
+    last = state.get("own_checked")
+    if not isinstance(own, int) or own <= 0 or (isinstance(last, (int, float)) and 0 <= now - last < OWN_CHECK_EVERY):
+        return False
+    state["own_checked"] = now
+    listed = set()
+    for key, _, is_prefix in backend.list(f"m/{store.writer}/"):
+        name = key.rsplit("/", 1)[-1]
+        if not is_prefix and name.endswith(".json") and name[:-5].isdigit():
+            listed.add(int(name[:-5]))
+    # (one the listing lacks is looked for: a store whose listings lag behind its writes)
+    return any(backend.get(layout.manifest_key(store.writer, n)) is None for n in range(own) if n not in listed)
+
+
+def _refill(store, backend: Backend, state: State) -> None:
+    """Write an empty manifest at each of this copy's numbers the remote lost, once what
+    they listed is listed again (by this push's manifest, after its relearning; killed
+    before, the next push finds its newest manifest lost again and relearns): readers that
+    had not read them find no gap to warn of, and compact --remote sweeps again. Copies
+    that had read them hold what they listed already."""
+    prefix = f"m/{store.writer}/"
+    gaps = state.get("gaps", {})
+    for key in sorted(k for k in gaps if k.startswith(prefix)):
+        n = int(key[len(prefix):-5])
+        if n < (layout.own_number(store, state) or 0):
+            backend.put_if_absent(key, layout.encode_manifest(store, store.writer, n, [], g=int(state.get("gnext", 0))))
+            del gaps[key]
+
+
 def put_manifest(store, backend: Backend, state: State, listed: list[dict], deleted: Optional[list[dict]] = None,
                  deleted_g: int = 0, warn: Callable[[str], None] = lambda s: None, redacted: Iterable[str] = (),
                  lost: list[dict] = ()) -> int:
@@ -268,7 +309,7 @@ def put_manifest(store, backend: Backend, state: State, listed: list[dict], dele
     for cursor in ("next", "seen"):  # nothing to bring in from our own manifest
         if int(state[cursor].get(store.writer, 0)) == own:
             state[cursor][store.writer] = own + 1
-    state["own"] = own + 1
+    state["own"], state["own_writer"] = own + 1, store.writer
     return own
 
 
@@ -305,6 +346,21 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
     if not state.get("checked"):
         learn(store, backend, state, warn)  # first push from this copy: learn what is there
         state["checked"] = True
+        state["own_checked"] = time.time()  # (it read every manifest there is: _own_lost)
+    elif _own_lost(store, backend, state):
+        # the remote lost manifests this copy wrote (a backup restored over the bucket, a
+        # manifest deleted by hand), and with them, perhaps, the pieces they listed: what
+        # this copy knew the remote held is void. Learnt again from what its manifests list
+        # now, as a copy's first push does, and what they lack goes up again; the next
+        # number stays past every one written before (other copies read from there)
+        warn(f"the remote lost manifests this copy wrote (a backup restored over it, or deleted from the bucket); "
+             f"pushing again what they listed")
+        own_n, made = state.get("own"), state.get("made")
+        state.forget()
+        state["own"], state["made"], state["own_writer"] = own_n, made, store.writer
+        learn(store, backend, state, warn)
+        state["checked"] = True
+        state["own_checked"] = time.time()
     own = _next_own(store, backend, state)
 
     # a compaction of the remote deleted files (announced by g/<n>, one GET): a copy that
@@ -452,7 +508,7 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
         skipped -= sum(1 for p in there if p[0] in waiting)
         listed = [f for f in listed if f["session"] not in waiting]
         files = {f for f in files if f[0] not in waiting}
-    state["own"] = own
+    state["own"], state["own_writer"] = own, store.writer
     # the salvage reports of the sessions that went (or were there): so that every copy reads
     # what a salvage here found lost as lost, never as missing (ctape/sync/losses.py)
     lost = losses.to_send(store, state, [s for s in chosen if s not in held_back])
@@ -461,6 +517,7 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
         losses.sent(state, lost)
         went_up = {f["session"] for f in listed}
         _put_back(store, backend, [r for r in reused if r[0] in went_up], warn)
+    _refill(store, backend, state)  # after what the lost ones listed is listed again
     state.save(store)
     done = time.monotonic()
     return report(name, backend, {shown_name(tape, s): why for s, why in held_back.items()}, done - t0, files=len(files), pieces=len(listed),

@@ -1,0 +1,132 @@
+"""Manifests the remote lost (docs/remotes.md, "A remote that lost manifests"). Readers went
+through an uploader's manifests in order and stopped at the first one missing: one manifest
+deleted from the bucket, or a backup of the bucket restored over it, hid every later push of
+that copy from every copy that had not read it, with exit 0 everywhere; a fresh copy's
+`compact --remote` then deleted the hidden pieces as listed by no manifest, and the pusher,
+which took the remote to hold them, never sent them again (found by an audit, on SeaweedFS).
+
+Now readers read past a missing manifest and say so, the sweep keeps what no manifest lists
+while one is missing, and the copy that wrote it finds out (at its next pull, or within the
+hour at a push), pushes again what the remote lacks and writes an empty manifest in the gap."""
+import os
+import uuid
+
+import pytest
+
+import ctape.sync.push as push_mod
+from ctape import Tape
+from ctape.sync.backend import open_backend
+from conftest import run_cli
+from test_remote import s3env, seaweed  # noqa: F401 - fixtures
+from test_remote_recreated import append, hashes, on
+
+
+@pytest.fixture(params=["file", "s3"])
+def remote(request, tmp_path):
+    """(url, keys, delete): a fresh remote, the keys it holds, and a way to delete some."""
+    if request.param == "file":
+        d = tmp_path / "remote"
+        d.mkdir()
+
+        def keys():
+            return {os.path.relpath(os.path.join(r, f), d) for r, _, fs in os.walk(d) for f in fs if not f.startswith(".tmp-")}
+
+        def delete(key):
+            os.remove(d / key)
+
+        return f"file://{d}", keys, delete
+    request.getfixturevalue("s3env")
+    server = request.getfixturevalue("seaweed")
+    bucket = server.bucket("ct-" + uuid.uuid4().hex[:12])
+
+    def keys():
+        return {o["Key"][len("team/"):] for o in server.client().list_objects_v2(Bucket=bucket, Prefix="team/").get("Contents", [])}
+
+    def delete(key):
+        server.client().delete_object(Bucket=bucket, Key="team/" + key)
+
+    return f"s3://{bucket}/team", keys, delete
+
+
+def test_a_manifest_deleted_from_the_bucket_is_read_past_kept_from_the_sweep_and_put_back(remote, tmp_path, monkeypatch):
+    url, keys, delete = remote
+    a_dir, c_dir, d_dir = tmp_path / "a", tmp_path / "c", tmp_path / "d"
+    a = on(a_dir, "laptop")
+    a("init")
+    a("remote", "add", "origin", url)
+    first = {}
+    for s in ("s1", "s2", "s3"):  # manifests 0, 1 and 2 of laptop, one session each
+        first[s] = append(a, s, f"the first entry of {s}")
+        a("push")
+    delete("m/laptop/00000000000000000000.json")
+    unlisted = {k for k in keys() if k.startswith("f/s1/")}  # listed only by the lost manifest
+    assert unlisted
+
+    # a new copy reads manifests 1 and 2, and says what it lacks
+    p = run_cli("clone", url, c_dir, env={"CTAPE_WRITER": "third"})
+    said = p.stderr.decode()
+    assert p.returncode == 0, said
+    assert "the remote lacks m/laptop/00000000000000000000.json" in said, said
+    got = hashes(c_dir)
+    assert {first["s2"], first["s3"]} <= got and first["s1"] not in got
+    # its sweep deletes nothing that no manifest lists: the lost one may list it
+    c = on(c_dir, "third")
+    said = c("compact", "--remote", "origin", "--grace", "now").stderr.decode()
+    assert "pieces no manifest lists are kept: the remote lacks m/laptop/00000000000000000000.json" in said, said
+    assert unlisted <= keys()  # (its own compaction replaced s2's and s3's segments by packs)
+
+    # the copy that wrote it finds out at a push (within the hour: here at once), pushes
+    # again what the lost one listed, and fills the gap
+    monkeypatch.setattr(push_mod, "OWN_CHECK_EVERY", 0.0)
+    warned: list[str] = []
+    monkeypatch.setenv("CTAPE_WRITER", "laptop")
+    with Tape.open(str(a_dir)) as ta:
+        push_mod.push(ta, open_backend(url), "origin", warn=warned.append)
+    assert any("the remote lost manifests this copy wrote" in w for w in warned), warned
+    assert "m/laptop/00000000000000000000.json" in keys(), (warned, sorted(keys()))
+    p = run_cli("clone", url, d_dir, env={"CTAPE_WRITER": "fourth"})
+    assert p.returncode == 0 and "lacks" not in p.stderr.decode(), p.stderr.decode()
+    assert set(first.values()) <= hashes(d_dir)
+    assert run_cli("--dir", d_dir, "fsck").returncode == 0
+    c("pull")
+    assert set(first.values()) <= hashes(c_dir)
+    said = c("compact", "--remote", "origin", "--grace", "now").stderr.decode()
+    assert "are kept" not in said, said  # the gap is filled: the sweep goes on again
+
+
+def test_a_backup_restored_over_the_remote_loses_nothing_once_the_pusher_pulls(remote, tmp_path):
+    """The bucket rolled back to a snapshot taken after the first push: the pusher's later
+    manifests and pieces are gone, and it took the remote to hold them ("nothing to push").
+    Its next pull finds its newest manifest gone, and its next push sends again all the
+    remote lacks, past the numbers other copies have read."""
+    url, keys, delete = remote
+    a_dir, b_dir, d_dir = tmp_path / "a", tmp_path / "b", tmp_path / "d"
+    a = on(a_dir, "laptop")
+    a("init")
+    a("remote", "add", "origin", url)
+    made = [append(a, "chat", "before the snapshot")]
+    a("push")
+    snapshot = keys()
+    run_cli("clone", url, b_dir, env={"CTAPE_WRITER": "cibox"}, check=True)
+    b = on(b_dir, "cibox")
+    for i in range(2):
+        made.append(append(a, "chat", f"after the snapshot {i}"))
+        made.append(append(a, "notes", f"a new session {i}"))
+        a("push")
+    b("pull")  # B read manifests 1 and 2 before the restore
+    for k in keys() - snapshot:
+        delete(k)  # the backup restored: what was written after it is gone
+    assert not (keys() - snapshot)
+
+    said = a("pull").stderr.decode()
+    made.append(append(a, "chat", "after the restore"))
+    said += a("push").stderr.decode()
+    assert "the remote lost manifests this copy wrote" in said, said
+    assert "nothing to push" not in said, said
+    p = run_cli("clone", url, d_dir, env={"CTAPE_WRITER": "fourth"})
+    assert p.returncode == 0 and "lacks" not in p.stderr.decode(), p.stderr.decode()
+    assert set(made) <= hashes(d_dir)
+    assert run_cli("--dir", d_dir, "fsck").returncode == 0
+    # B, which had read past the lost numbers, gets the entry made after the restore
+    b("pull")
+    assert set(made) <= hashes(b_dir)
