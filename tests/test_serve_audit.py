@@ -590,10 +590,53 @@ def test_the_session_list_reads_every_sessions_refs_once_a_page_not_once_a_row(t
             site = Site(t)
             counted = []
             heads = site._heads
-            site._heads = lambda: counted.append(1) or heads()
+            site._heads = lambda *a: counted.append(1) or heads(*a)
             with site.reading():
                 site.sessions_page()
                 site.sessions_page()
+            if site._usage_job is not None:
+                site._usage_job.join()
             return len(counted)
 
     assert reads(40) == reads(10) <= 4
+
+
+def test_a_session_page_reads_no_other_sessions_refs(tape_dir):
+    """Each session page asked whether any session's HEAD had moved, for its usage figures,
+    reading the refs of every session of the tape: a page of a 2-entry session took 7-14 s on
+    a tape of 20,000 sessions (found by an audit of long-lived servers). That is asked in the
+    usage reader's thread now, at most once a USAGE_RECHECK. Counted, not timed."""
+    import ctape.web.pages as pages_mod
+    from ctape.web.pages import Site
+
+    d = tape_dir.parent / "many"
+    with Tape.init(d) as t:
+        with t.batch():
+            for i in range(30):
+                t.session(f"s{i:04d}").append("user", {"content": f"hello {i}"})
+    with Tape.open(d) as t:
+        site = Site(t)
+        on_page, elsewhere = [], []
+        heads = site._heads
+        me = threading.current_thread()
+        site._heads = lambda *a: (on_page if threading.current_thread() is me else elsewhere).append(1) or heads(*a)
+        with site.reading():
+            for _ in range(20):
+                site.session_page("s0007", None, None)
+        if site._usage_job is not None:
+            site._usage_job.join()
+        assert on_page == []
+        assert 1 <= len(elsewhere) <= 2  # a reading when the first page came, and at most one more a second later
+        pages_mod.USAGE_RECHECK, recheck = 0.0, pages_mod.USAGE_RECHECK
+        try:
+            t.session("s0003").append("user", {"content": "moved"})
+            for _ in range(200):  # the figures follow a HEAD that moved, within a recheck
+                with site.reading():
+                    site.session_page("s0003", None, None)
+                if site._usage is not None and f"'s0003'" in site._usage[0] and t.session("s0003").head.hash in site._usage[0]:
+                    break
+                time.sleep(0.02)
+            else:
+                raise AssertionError("the usage figures never saw the HEAD that moved")
+        finally:
+            pages_mod.USAGE_RECHECK = recheck

@@ -34,6 +34,7 @@ from .tree import TAG, Graph, svg
 
 PAGE = 100  # entries per page of a conversation; older ones are a link away
 LIVE_TTL = 0.25  # seconds a session's refs are trusted before they are read again
+USAGE_RECHECK = 1.0  # seconds between two looks (in a thread) at whether a HEAD moved, for the usage figures
 PAGE_WALK_BUDGET = 0.05  # of which a session page spends this much (its polls read on)
 WALK_BUDGET = 0.15  # seconds a request may spend reading history for the tree (the rest: next polls)
 DIFF_SIDE = 200  # entries shown per side of a diff
@@ -140,6 +141,7 @@ class Site:
         self.base = _template()
         self._usage: Optional[tuple[str, dict]] = None  # (heads it was read at, rows by session + TOTAL)
         self._usage_job: Optional[threading.Thread] = None
+        self._usage_asked = -USAGE_RECHECK  # (time.monotonic) when a reading last began
         self._usage_lock = threading.Lock()
         self._usage_failed: Optional[str] = None  # why the last reading of usage failed
         self._about: dict[str, dict] = {}  # head -> sessions.summary of the history up to it
@@ -210,18 +212,33 @@ class Site:
     def usage(self, wait: bool = False) -> Optional[dict]:
         """The figures of `ctape usage` (ops.usage, the one code path) by session, plus
         "TOTAL". Read in a thread on a Tape of its own, again whenever a session's HEAD has
-        moved; until the first reading is done None (pages show …), later the previous one."""
-        heads = repr(self._heads())
-        with self._usage_lock:
-            if self._usage is not None and self._usage[0] == heads:
-                return self._usage[1]
-            if self._usage_job is None or not self._usage_job.is_alive():
-                self._usage_job = threading.Thread(target=self._read_usage, args=(heads,), daemon=True)
-                self._usage_job.start()
-            job = self._usage_job
+        moved; until the first reading is done None (pages show …), later the previous one.
+        Whether a HEAD moved is asked in that thread too, at most every USAGE_RECHECK
+        seconds: it reads every session's refs, and a page of a 2-entry session took 7-14 s
+        on a tape of 20,000 sessions when each page asked (found by an audit). `wait` (the
+        stats page, which is about the whole tape anyway): asked now, and the reading
+        waited for."""
         if wait:
+            heads = repr(self._heads(self.tape))
+            with self._usage_lock:
+                if self._usage is not None and self._usage[0] == heads:
+                    return self._usage[1]
+                job = self._start_usage(heads)
             job.join()
-        return self._usage[1] if self._usage is not None else None
+            return self._usage[1] if self._usage is not None else None
+        with self._usage_lock:
+            if time.monotonic() - self._usage_asked >= USAGE_RECHECK:
+                self._start_usage(None)
+            return self._usage[1] if self._usage is not None else None
+
+    def _start_usage(self, heads: Optional[str]) -> threading.Thread:
+        """The reading under way, else a new one (heads None: it asks them first). The
+        caller holds _usage_lock."""
+        if self._usage_job is None or not self._usage_job.is_alive():
+            self._usage_asked = time.monotonic()
+            self._usage_job = threading.Thread(target=self._read_usage, args=(heads,), daemon=True)
+            self._usage_job.start()
+        return self._usage_job
 
     def about(self, head: str) -> Optional[dict]:
         """{"title", "source"} of the history up to head (history.sessions.summary, which
@@ -267,23 +284,32 @@ class Site:
                 self.graphs.clear()
             self._places = places
 
-    def _heads(self) -> list[tuple[str, Optional[str]]]:
+    @staticmethod
+    def _heads(tape) -> list[tuple[str, Optional[str]]]:
         """Every session's HEAD, from the refs alone (no entry is read: a head can be 100 MB)."""
         from ..history.sessions import live_names
 
-        out = []
-        for name in live_names(self.tape):
-            try:
-                out.append((name, self.tape.session(name).refs().head_hash))
-            except CtapeError:
-                out.append((name, None))  # damaged refs: its page says so
-        return out
+        def read() -> list[tuple[str, Optional[str]]]:
+            out = []
+            for name in live_names(tape):
+                try:
+                    out.append((name, tape.session(name).refs().head_hash))
+                except CtapeError:
+                    out.append((name, None))  # damaged refs: its page says so
+            return out
 
-    def _read_usage(self, heads: str) -> None:
+        return tape.store.settled_all(read)
+
+    def _read_usage(self, heads: Optional[str]) -> None:
         from ..ops.usage import total, usage
 
         try:
             with _open(self.path) as tape:
+                if heads is None:
+                    heads = repr(self._heads(tape))
+                    with self._usage_lock:
+                        if self._usage is not None and self._usage[0] == heads:
+                            return  # no HEAD moved
                 rows = usage(tape, by="session")
         except Exception as e:  # noqa: BLE001 - a thread of its own: nothing else would catch it
             # a damaged tape: the pages show no figures (not "…" for ever) and /stats says why;
