@@ -338,3 +338,28 @@ def test_tape_is_a_plain_tape(saver):
     assert t.fsck()["ok"]
     assert [x["session"] for x in t.sessions()] == [saver.session_for("plain")]
     t.close()
+
+
+def test_a_long_lived_saver_keeps_a_bounded_number_of_threads_in_memory(tmp_path, monkeypatch):
+    """A server's saver kept every thread it had seen indexed in memory, and every entry's
+    brief (1,000 threads: 182 MB and growing, against SqliteSaver's flat 76 MB; found by an
+    audit of long-lived processes). It keeps the THREADS_KEPT used last; a thread dropped
+    is read again from the index cache, whole and right. Counted, not timed."""
+    import ctape.integrations.langgraph.index as lg_index
+
+    monkeypatch.setattr(lg_index, "THREADS_KEPT", 8, raising=False)
+    ns: dict = {}
+    exec(GRAPH, ns)
+    with TapeSaver(str(tmp_path / "t")) as saver:
+        graph = ns["build"](saver)
+        for i in range(40):
+            cfg = {"configurable": {"thread_id": f"user-{i}"}}
+            graph.invoke({"messages": [HumanMessage(f"hello {i}")]}, cfg)
+            graph.invoke({"messages": [HumanMessage(f"again {i}")]}, cfg)
+            assert len(saver._threads) <= 8
+        kept = {h for th in saver._threads.values() for h in th.seen}
+        assert set(saver._briefs) <= kept  # the briefs of dropped threads went with them
+        for i in (0, 17, 39):  # dropped long ago, or kept: the same state either way
+            msgs = graph.get_state({"configurable": {"thread_id": f"user-{i}"}}).values["messages"]
+            assert [m.content for m in msgs] == [f"hello {i}", f"echo: hello {i}", f"again {i}", f"echo: again {i}"]
+        assert len(list(saver.list({"configurable": {"thread_id": "user-3"}}))) == 6  # two invokes, 3 checkpoints each

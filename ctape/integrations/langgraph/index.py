@@ -27,6 +27,7 @@ CHUNKS = "langgraph.chunks.json"
 # split and joined every line again, ~1/5 of a new process's first read of a 300-step thread.
 OLD_CHUNKS = "langgraph.chunks"
 CHUNK = 64
+THREADS_KEPT = 128  # threads a saver keeps indexed in memory, the least recently used dropped first
 _BIG = 2048  # a channel value stored whole ("v"/"append") longer than this stays on the tape only
 TOMBSTONES = "tombstones"
 
@@ -211,6 +212,7 @@ class _Index:
         branches = dict(s.refs().branches)  # none for a session not there or removed (`session rm` sets every ref to null)
         th = self._threads.get(name)
         if th is not None and th.tips == branches:
+            self._threads.move_to_end(name)
             return th
         if th is None or any(b not in branches for b in th.tips):
             th = _Thread(name, briefs=self._briefs)  # first look, or someone deleted a branch: walk it all
@@ -218,6 +220,15 @@ class _Index:
             self._walk(th, [h for b, h in sorted(branches.items()) if th.tips.get(b) != h])
         th.tips = branches
         self._threads[name] = th
+        self._threads.move_to_end(name)
+        while len(self._threads) > THREADS_KEPT:
+            # the least recently used thread goes, and what the saver kept of its entries:
+            # a server that saw 1,000 threads held them all (182 MB, and growing; found by
+            # an audit of long-lived processes). Its next look reads its rows again (a few
+            # queries for 1,000 steps); an entry another thread shares is read again if need be
+            _, old = self._threads.popitem(last=False)
+            for h in old.seen:
+                self._briefs.pop(h, None)
         self._save(th)
         return th
 

@@ -93,7 +93,7 @@ class TapeSaver(_Reading, _Writing, _Interrupts, _Values, _Index, BaseCheckpoint
         # together, so a thread in a `tape.batch()` that runs a graph and one that reads a
         # checkpoint never hold one lock each and wait for the other
         self._lock = self.tape.store._lock
-        self._threads: dict[str, _Thread] = {}
+        self._threads: OrderedDict[str, _Thread] = OrderedDict()  # the THREADS_KEPT used last (index.py)
         self._briefs: dict[str, _Brief] = {}  # entry hash -> what the saver needs of it
         self._values: OrderedDict[tuple[str, str], Any] = OrderedDict()  # (entry, channel) -> value
         self._cache_size = cache_size
