@@ -43,6 +43,7 @@ deferred on purpose (``DeferredToolRequests``) are named by a hidden entry and l
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
 from collections import OrderedDict
 from typing import Any, Optional, Sequence
@@ -104,6 +105,15 @@ def part_entry(part: dict) -> tuple[str, dict, bool]:
 # arrives (the places move); it saves re-reading the history at every save.
 _HISTORIES: OrderedDict[str, tuple[list[dict], list[str], int]] = OrderedDict()
 _HISTORIES_LOCK = threading.Lock()
+
+
+def _new_lock_in_child() -> None:
+    """A forked child gets a new lock: one a parent thread held at the fork stays held."""
+    global _HISTORIES_LOCK
+    _HISTORIES_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_lock_in_child)
 
 
 def _history(session: Session, head: Optional[str]) -> tuple[list[dict], list[str]]:

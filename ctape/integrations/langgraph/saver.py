@@ -89,16 +89,22 @@ class TapeSaver(_Reading, _Writing, _Interrupts, _Values, _Index, BaseCheckpoint
         self.tape, self._owns = open_tape(tape)
         self.prefix = prefix
         self.codec = _Codec(self.serde)
-        # the Tape's own lock (history/turns.py): the saver's state and the Tape's are guarded
-        # together, so a thread in a `tape.batch()` that runs a graph and one that reads a
-        # checkpoint never hold one lock each and wait for the other
-        self._lock = self.tape.store._lock
         self._threads: OrderedDict[str, _Thread] = OrderedDict()  # the THREADS_KEPT used last (index.py)
         self._briefs: dict[str, _Brief] = {}  # entry hash -> what the saver needs of it
         self._values: OrderedDict[tuple[str, str], Any] = OrderedDict()  # (entry, channel) -> value
         self._cache_size = cache_size
         self._parked: dict[tuple[str, str, str], list[dict]] = {}  # writes that came before their checkpoint
         self._places: Optional[int] = None  # the tape's redacted places when the above were read
+
+    @property
+    def _lock(self):
+        """The Tape's own lock (history/turns.py): the saver's state and the Tape's are
+        guarded together, so a thread in a `tape.batch()` that runs a graph and one that
+        reads a checkpoint never hold one lock each and wait for the other. Asked of the
+        Tape each time, not kept: a forked child gets a new one (Store._after_fork), and a
+        saver that kept the parent's hung in 18 of 20 children forked while a parent thread
+        was inside it (found by an audit)."""
+        return self.tape.store._lock
 
     def close(self) -> None:
         if self._owns:
