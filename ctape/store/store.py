@@ -734,19 +734,28 @@ class _ClosedIndex:
 
 
 class _Writing:
-    """Store.writing: `with store.writing(session) as w`."""
+    """Store.writing: `with store.writing(session) as w`. Hardened as _Batch is against a
+    KeyboardInterrupt that lands at any call (a signal handler, Jupyter's "interrupt"): one
+    right after the lock was taken, or at the very entry of __exit__, left the Tape's lock
+    held for good, and every other thread of the process on that Tape (LangGraph's writer
+    threads, the Agents SDK's, a stream's flush) waited for ever (found by an audit)."""
 
-    __slots__ = ("store", "session", "w")
+    __slots__ = ("store", "session", "w", "lock", "open")
 
     def __init__(self, store: Store, session: str):
         self.store, self.session = store, session
+        self.open = False
 
     def __enter__(self) -> SegmentWriter:
         st = self.store
         if isinstance(st.index, _ClosedIndex):
             _closed()
-        st._lock.acquire()
+        # the lock taken is the one given back (a forked child has a new one), and given
+        # back only when this call took it: an interrupt may land as acquire() returns
+        self.lock = lock = st._lock
+        before = lock._recursion_count()
         try:
+            lock.acquire()
             w = st._writers.get(self.session)
             if w is None:
                 if len(st._writers) >= WRITERS_MAX:
@@ -758,17 +767,32 @@ class _Writing:
             if not w.locked:
                 w.lock()
         except OSError as e:
-            st._lock.release()
+            if lock._recursion_count() > before:
+                lock.release()
             if e.errno in (errno.EMFILE, errno.ENFILE):
                 raise _too_many_files(st) from None
             raise
         except BaseException:
-            st._lock.release()
+            if lock._recursion_count() > before:
+                lock.release()
             raise
         self.w = w
+        self.open = True
         return w
 
+    def __del__(self) -> None:
+        # an interrupt at the very entry of __exit__ skipped it: the write ends here, dropped,
+        # when the with statement lets go of this object (in the thread that holds the lock)
+        if getattr(self, "open", False):
+            try:
+                self.__exit__(KeyboardInterrupt, None, None)
+            except Exception:  # noqa: BLE001 - collected in another thread (its lock is not ours to give back)
+                pass
+
     def __exit__(self, kind, value, tb) -> bool:
+        if not self.open:
+            return False
+        self.open = False
         st = self.store
         try:
             if st._batch_depth == 0:
@@ -781,5 +805,5 @@ class _Writing:
                 finally:
                     w.unlock()
         finally:
-            st._lock.release()
+            self.lock.release()
         return False
