@@ -130,3 +130,90 @@ def test_a_backup_restored_over_the_remote_loses_nothing_once_the_pusher_pulls(r
     # B, which had read past the lost numbers, gets the entry made after the restore
     b("pull")
     assert set(made) <= hashes(b_dir)
+
+
+class _CuttingProxy:
+    """A TCP proxy in front of the S3 server that cuts the body of the first answer to a
+    GET of a piece (`/f/` in its path) after its headers and 50 bytes, then drops that
+    connection: a flaky network, or a proxy that gave up mid-answer."""
+
+    def __init__(self, port: int):
+        import socket
+        import threading
+
+        self.upstream, self.cuts = port, 0
+        self.armed = True
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        import socket
+        import threading
+
+        while True:
+            try:
+                client, _ = self.sock.accept()
+            except OSError:
+                return
+            up = socket.create_connection(("127.0.0.1", self.upstream))
+            state = {"cut": False}
+            threading.Thread(target=self._requests, args=(client, up, state), daemon=True).start()
+            threading.Thread(target=self._answers, args=(client, up, state), daemon=True).start()
+
+    def _requests(self, client, up, state):
+        import re
+
+        try:
+            while data := client.recv(65536):
+                if self.armed and re.search(rb"(?m)^GET [^ ]*/f/", data):
+                    self.armed, state["cut"] = False, True
+                up.sendall(data)
+        except OSError:
+            pass
+
+    def _answers(self, client, up, state):
+        try:
+            while data := up.recv(65536):
+                if state["cut"]:
+                    head = data.find(b"\r\n\r\n")
+                    client.sendall(data[: head + 4 + 50])
+                    self.cuts += 1
+                    break
+                client.sendall(data)
+        except OSError:
+            pass
+        import socket
+
+        for s in (client, up):
+            try:
+                s.shutdown(socket.SHUT_RDWR)  # at once, though the other thread is in recv()
+                s.close()
+            except OSError:
+                pass
+
+    def close(self):
+        self.sock.close()
+
+
+def test_a_download_cut_off_mid_answer_is_asked_again(s3env, seaweed, tmp_path, monkeypatch):
+    """A clone whose download of one piece was cut after its headers failed whole ("cannot
+    read f/... (ResponseStreamingError)", exit 1, everything removed): botocore's retries end
+    with the headers (found by an audit). The piece is asked again, TRIES in all."""
+    bucket = seaweed.bucket("ct-" + uuid.uuid4().hex[:12])
+    url = f"s3://{bucket}/team"
+    a = on(tmp_path / "a", "laptop")
+    a("init")
+    a("remote", "add", "origin", url)
+    made = {append(a, "chat", "x" * 400 + " one"), append(a, "notes", "y" * 400 + " two")}
+    a("push")
+    proxy = _CuttingProxy(seaweed.port)
+    try:
+        p = run_cli("clone", url, tmp_path / "b", env={"CTAPE_WRITER": "cibox", "AWS_ENDPOINT_URL": f"http://127.0.0.1:{proxy.port}"})
+    finally:
+        proxy.close()
+    assert proxy.cuts == 1
+    assert p.returncode == 0, p.stderr.decode()
+    assert made <= hashes(tmp_path / "b")

@@ -474,15 +474,29 @@ class S3Backend(Backend):
             raise self._fail(e, "read the bucket") from None
 
     def get(self, key: str) -> Optional[bytes]:
-        try:
-            body = self.client.get_object(Bucket=self.bucket, Key=self._key(key))["Body"]
-            data = body.read()
-        except self.bx.ClientError as e:
-            if e.response.get("Error", {}).get("Code") in ("NoSuchKey", "404") or e.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 404 and e.response.get("Error", {}).get("Code") != "NoSuchBucket":
-                return None
-            raise self._fail(e, f"read {key}") from None
-        except Exception as e:  # noqa: BLE001
-            raise self._fail(e, f"read {key}") from None
+        bx = self.bx
+        dropped = (bx.ResponseStreamingError, bx.IncompleteReadError, bx.ReadTimeoutError, bx.ConnectionClosedError)
+        for attempt in range(1, TRIES + 1):
+            try:
+                body = self.client.get_object(Bucket=self.bucket, Key=self._key(key))["Body"]
+            except bx.ClientError as e:
+                if e.response.get("Error", {}).get("Code") in ("NoSuchKey", "404") or e.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 404 and e.response.get("Error", {}).get("Code") != "NoSuchBucket":
+                    return None
+                raise self._fail(e, f"read {key}") from None
+            except Exception as e:  # noqa: BLE001
+                raise self._fail(e, f"read {key}") from None
+            try:
+                data = body.read()
+                break
+            except dropped as e:
+                # the answer began and was cut (a connection dropped mid-body, a proxy that
+                # gave up): botocore's retries end with the headers, so one flaky moment
+                # failed a whole clone or pull (found by an audit). Asked again, TRIES in all
+                if attempt == TRIES:
+                    raise RemoteError(f"{self.where}: the download of {key} was cut off {TRIES} times ({type(e).__name__}); "
+                                      "check the server and the network, and run the command again") from None
+            except Exception as e:  # noqa: BLE001
+                raise self._fail(e, f"read {key}") from None
         self._tick(0, down=len(data))
         return data
 
