@@ -47,7 +47,7 @@ from ..store.store import Store
 from .compact_locks import _compaction_lock, _remove_stale_temp_packs, _snapshot
 from .compact_packs import _take_back, _write_pack
 from .compact_reach import Cutoff, _claims, _kept_records, _mark, _resolve, _roots  # noqa: F401 - _claims and _resolve are read from here too (tests)
-from .compact_redacted import Redacted, _scrub_caches
+from .compact_redacted import Redacted, _forget_freed_in_search, _scrub_caches
 from .compact_scan import Rec, _entries_of, _records, _scan
 from .compact_swap import _freeze_and_swap
 
@@ -149,6 +149,8 @@ def compact(tape, expire="90d", grace="14d", dry_run: bool = False, progress: Op
         # never held the deletions dropped here (model/refs.py saw; Store._note_lost)
         store.index.note_expired(_expired_deletions(scan.records, kept_ids, written))
         removed = _freeze_and_swap(store, snapshot, written, scan, live, say)
+        if report["freed_objects"]:
+            _forget_freed_in_search(tape)
         if red.places:
             _scrub_caches(tape)
             from .redact import scrub_quarantine

@@ -66,6 +66,17 @@ def _scrub_caches(tape) -> None:
         _forget_other_versions(os.path.dirname(tape.store.index.path))
 
 
+def _forget_freed_in_search(tape) -> None:
+    """The search cache keeps no entry the compaction freed (SearchIndex.forget_freed)."""
+    from .search import SearchIndex
+
+    si = SearchIndex(tape)
+    try:
+        si.forget_freed()
+    finally:
+        si.close()
+
+
 _OTHER_VERSION = re.compile(r"(index|search)(-\d+)?\.sqlite(-wal|-shm|-journal)?")
 
 

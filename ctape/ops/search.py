@@ -198,6 +198,26 @@ class SearchIndex:
         """Empty the cache when it was built with other redactions (compact's caches)."""
         self._redactions_changed(self._fingerprint(), self._state())
 
+    def forget_freed(self) -> bool:
+        """After a compaction that freed entries: when the cache holds one that the tape no
+        longer does, forget it all (tables dropped, file vacuumed), as for a redaction; the
+        next search reads the tape again. A contentless full-text table cannot take rows out
+        without the text they were made from, and the text of a session removed and
+        compacted away stayed in the cache for good (found by an audit: a rolling window of
+        sessions grew the cache without bound, and docs/privacy.md says compact cleans it)."""
+        store = self.store
+        for (h,) in self.db.execute("SELECT hash FROM entries"):
+            if not store.has_object(bytes(h).hex()):
+                break
+        else:
+            return False
+        self.rebuild(self._state()[1])
+        try:
+            self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        except sqlite3.OperationalError:
+            pass
+        return True
+
     def _redactions_changed(self, fp: str, state: tuple[str, str]) -> bool:
         """When the tape's redactions (fingerprint `fp`) are not those this cache was built
         with, forget it all (tables dropped, file vacuumed: no page keeps the text) and
