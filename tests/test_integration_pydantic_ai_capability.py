@@ -111,3 +111,45 @@ def test_the_capability_with_an_explicit_history_does_not_store_it_twice(tape):
     assert users(s) == ["one", "two"]
     assert load_messages(s) == r2.all_messages()
     assert r1
+
+
+def test_a_run_reads_and_saves_off_the_event_loop(tape, monkeypatch):
+    """TapeHistory read and saved on the event loop: each save an fsync, and a wait for any
+    other thread's batch or another process's lock on the session, held every other task of
+    the loop (a 3 s stall beside another process's 3 s batch; found by an audit). Its reads
+    and saves run in worker threads now, as the other integrations' do. Counted by thread,
+    not timed."""
+    import asyncio
+    import threading
+
+    from ctape.integrations.pydantic_ai import TapeHistory
+
+    s = tape.session("loop")
+    on_loop, off_loop = [], []
+    loop_thread: list = []
+    real_save, real_load = pai.save_messages, pai.load_messages
+
+    def where():
+        return on_loop if threading.current_thread() is loop_thread[0] else off_loop
+
+    def save(*a, **k):
+        where().append("save")
+        return real_save(*a, **k)
+
+    def load(*a, **k):
+        where().append("load")
+        return real_load(*a, **k)
+
+    monkeypatch.setattr(pai, "save_messages", save)
+    monkeypatch.setattr(pai, "load_messages", load)
+    agent = Agent(TestModel(custom_output_text="ok"), capabilities=[TapeHistory(s)])
+
+    async def main():
+        loop_thread.append(threading.current_thread())
+        await agent.run("first")
+        await agent.run("second")
+
+    asyncio.run(main())
+    assert on_loop == []
+    assert "save" in off_loop and "load" in off_loop
+    assert users(s) == ["first", "second"]

@@ -42,6 +42,7 @@ deferred on purpose (``DeferredToolRequests``) are named by a hidden entry and l
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import os
 import threading
@@ -368,6 +369,18 @@ def _close_crashed_calls(session: Session, history: list[Any]) -> list[Any]:
     return history + repair_messages([last])[1:]
 
 
+def _loaded(session: Session, prompt: bool) -> list[Any]:
+    """The history a run starts from (TapeHistory.before_run): a run with a new prompt has
+    calls a dead process left unanswered closed (_close_crashed_calls)."""
+    history = load_messages(session)
+    return _close_crashed_calls(session, history) if prompt else history
+
+
+def _after_run(session: Session, messages: list[Any], output: Any) -> None:
+    save_messages(session, messages, whole=True)
+    _mark_deferred(session, output)
+
+
 def _time(d: dict) -> Optional[str]:
     t = d.get("timestamp")
     return t if isinstance(t, str) else None
@@ -415,27 +428,29 @@ def _make_capability():
         async def for_run(self, ctx):
             return dataclasses.replace(self)  # per-run state: where the run's messages start
 
+        # The reads and saves run in a worker thread (asyncio.to_thread), as the other
+        # integrations' do: each save is an fsync, and may wait for another thread's batch or
+        # another process's lock on the session; run on the event loop, they held every other
+        # task of the loop (a 3 s stall beside another process's batch; found by an audit).
+
         async def before_run(self, ctx) -> None:
             if self.load and not ctx.messages:
-                history = load_messages(self.session)
-                if getattr(ctx, "prompt", None) is not None:
-                    history = _close_crashed_calls(self.session, history)
-                ctx.messages[:0] = history
+                prompt = getattr(ctx, "prompt", None) is not None
+                ctx.messages[:0] = await asyncio.to_thread(_loaded, self.session, prompt)
             self._start = len(ctx.messages)
-            if ctx.messages:
-                save_messages(self.session, list(ctx.messages), whole=True)  # a given history that is not on the tape yet
+            if ctx.messages:  # a given history that is not on the tape yet
+                await asyncio.to_thread(save_messages, self.session, list(ctx.messages), whole=True)
 
         async def after_node_run(self, ctx, *, node, result):
             done = list(ctx.messages)
             if done and getattr(done[-1], "kind", None) != "response":
                 done = done[:-1]  # a request may still be completed (instructions, parts) by the next node
             if len(done) > self._start:
-                save_messages(self.session, done, whole=True)
+                await asyncio.to_thread(save_messages, self.session, done, whole=True)
             return result
 
         async def after_run(self, ctx, *, result):
-            save_messages(self.session, result.all_messages(), whole=True)
-            _mark_deferred(self.session, getattr(result, "output", None))
+            await asyncio.to_thread(_after_run, self.session, result.all_messages(), getattr(result, "output", None))
             return result
 
     TapeHistory.__module__ = __name__
