@@ -217,3 +217,39 @@ def test_a_download_cut_off_mid_answer_is_asked_again(s3env, seaweed, tmp_path, 
     assert proxy.cuts == 1
     assert p.returncode == 0, p.stderr.decode()
     assert made <= hashes(tmp_path / "b")
+
+
+def test_an_https_endpoint_to_a_plain_http_server_and_a_busy_server_say_what_to_do(s3env, seaweed, tmp_path):
+    """Two one-line errors an audit found unhelpful: https to a plain-HTTP server said only
+    "(SSLError)", and a 503 with no body said "refused to read the bucket: 503", which reads
+    like a permission problem."""
+    import http.server
+    import threading
+
+    bucket = seaweed.bucket("ct-" + uuid.uuid4().hex[:12])
+    p = run_cli("clone", f"s3://{bucket}/team", tmp_path / "b", env={"AWS_ENDPOINT_URL": f"https://127.0.0.1:{seaweed.port}"})
+    said = p.stderr.decode()
+    assert p.returncode == 1 and len(said.splitlines()) == 1, said
+    assert "TLS handshake" in said and "http://" in said, said
+
+    class Busy(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(503)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        do_HEAD = do_PUT = do_GET
+
+        def log_message(self, *a):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Busy)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        p = run_cli("clone", f"s3://{bucket}/team", tmp_path / "c", env={"AWS_ENDPOINT_URL": f"http://127.0.0.1:{server.server_address[1]}"})
+    finally:
+        server.shutdown()
+        server.server_close()
+    said = p.stderr.decode()
+    assert p.returncode == 1 and len(said.splitlines()) == 1, said
+    assert "refused" not in said and "503" in said and "try again later" in said, said

@@ -438,6 +438,9 @@ class S3Backend(Backend):
         if isinstance(e, bx.ConnectionClosedError):  # the server (or a proxy) hung up before answering
             return RemoteError(f"{self.where} at {self.endpoint or 'AWS'} closed the connection before answering while trying to {what}; "
                                "check the server and the network, or give it longer (CTAPE_REMOTE_TIMEOUT=SECONDS)")
+        if isinstance(e, bx.SSLError):  # (before EndpointConnectionError: it is one)
+            return RemoteError(f"the TLS handshake with {self.where} at {self.endpoint or 'AWS'} failed while trying to {what}: if the server "
+                               "speaks plain HTTP, give an http:// endpoint (--endpoint / AWS_ENDPOINT_URL); else check its certificate")
         if isinstance(e, (bx.EndpointConnectionError, bx.ConnectTimeoutError)):
             return RemoteError(f"cannot reach {self.where} at {self.endpoint or 'AWS'}: check --endpoint / AWS_ENDPOINT_URL and the network")
         if isinstance(e, bx.ClientError):
@@ -447,6 +450,10 @@ class S3Backend(Backend):
                 return RemoteError(self._no_bucket())
             if code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "InvalidToken", "ExpiredToken") or status == 403:
                 return RemoteError(f"access denied by {self.where} ({code or status}) while trying to {what}; check the AWS credentials")
+            if isinstance(status, int) and status >= 500 or code in ("SlowDown", "InternalError", "ServiceUnavailable"):
+                # (a 503 with no body reads as code "503": "refused" read like a permission)
+                return RemoteError(f"{self.where} could not {what}: it answered {code or status} (a server error, or too many requests) "
+                                   f"to each of {TRIES} tries; try again later")
             return RemoteError(f"{self.where} refused to {what}: {code or status}")
         if isinstance(e, bx.BotoCoreError):
             return RemoteError(f"{self.where}: cannot {what} ({type(e).__name__})")
