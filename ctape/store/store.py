@@ -78,7 +78,7 @@ from .folder import (  # noqa: F401 - CLONING, is_tape, unfinished_clone are rea
     unfinished_clone,
 )
 from .freshness import Freshness
-from .index import Index, default_cache_root, index_file
+from .index import Index, Kept, default_cache_root, index_file
 from ..model.models import brief, NAME_RE
 from .reading import LOST_VALUE, PENDING, QUARANTINE, REPORT, REPORT_MAX, Reading  # noqa: F401 - the constants are read from here too
 from .records import (  # noqa: F401 - read from here too
@@ -95,6 +95,7 @@ from .records import (  # noqa: F401 - read from here too
 from .segment import RACY_NS, SegmentWriter, forget_holders
 
 _TAPE_ID = re.compile(r"[0-9a-f]{32}")  # ctape.json's tape_id, as init writes it (secrets.token_hex(16))
+KEPT_SESSIONS = 1024  # sessions (and folders) whose last look a Store keeps, to skip the next one
 DEFAULT_MAX_OBJECT = 1 << 30  # refuse frames that claim more than this when decompressed
 # Descriptors a process keeps open, so that one that reads or writes thousands of sessions
 # stays below the usual limits of `ulimit -n` (1,024 on Linux, 256 on macOS): files it reads
@@ -199,8 +200,8 @@ class Store(Freshness, Reading):
         self._fds: dict[int, int] = {}  # file id -> descriptor read through, oldest first (READ_FDS_MAX)
         self._fd_lock = threading.Lock()  # a descriptor is closed only while no thread reads through it
         self._uses = 0  # counts writes: which writer was used longest ago (WRITERS_MAX)
-        self._known: dict[str, tuple] = {}  # session -> ({file name: size}, the cache's rebuilds) as last seen
-        self._listings: dict[str, tuple] = {}  # folder -> (its inode and times, listed at (wall, monotonic), sizes, growing files): _list_dir
+        self._known: dict[str, tuple] = Kept(KEPT_SESSIONS)  # session -> ({file name: size}, the cache's rebuilds) as last seen
+        self._listings: dict[str, tuple] = Kept(KEPT_SESSIONS)  # folder -> (its inode and times, listed at (wall, monotonic), sizes, growing files): _list_dir
         self._whole_at: Optional[int] = None  # the cache's rebuilds when this process last refreshed every file
         self.refs_cache = RefsCache()  # session -> (index version, its RefState): Session.refs
         self._writers: dict[str, "SegmentWriter"] = {}
@@ -252,8 +253,8 @@ class Store(Freshness, Reading):
         if old.path == ":memory:":
             self.index.stale = True
         self.refs_cache = RefsCache()
-        self._known = {}
-        self._listings = {}
+        self._known = Kept(KEPT_SESSIONS)
+        self._listings = Kept(KEPT_SESSIONS)
         self._whole_at = None
 
     # -- identity ---------------------------------------------------------------
@@ -681,15 +682,13 @@ def _too_many_files(store: "Store") -> StorageError:
         f"(a batch that ends with this error writes nothing)")
 
 
-class RefsCache(dict):
+class RefsCache(Kept):
     """The refs of the sessions read last, each with the index version it was read at."""
 
     LIMIT = 256
 
-    def __setitem__(self, key, value) -> None:
-        if key not in self and len(self) >= self.LIMIT:
-            del self[next(iter(self))]
-        super().__setitem__(key, value)
+    def __init__(self):
+        super().__init__(self.LIMIT)
 
 
 def limit_advice(store) -> Optional[str]:
