@@ -88,3 +88,4 @@ def test_a_child_forked_while_a_thread_was_inside_add_items_goes_on(tmp_path):
         assert fork_while_held(lock, in_child) == 0
         got = asyncio.run(session.get_items())
         assert [i["content"] for i in got] == ["before the fork", "in the child"]
+

@@ -174,9 +174,12 @@ class StreamWriter:
         refs = self.session.refs()
         self.base, self.branch = refs.head_hash, refs.branch
         _hold(self.session.store, self.id)  # live until __exit__ (or this process's death)
-        self.session.tape._streams.add(self)
         self._thread = threading.Thread(target=self._ticker, name="ctape-stream-flush", daemon=True)
         self._thread.start()
+        # known to the Tape once its ticker runs: a close() in another thread in between
+        # found a thread it could not join ("cannot join thread before it is started", a
+        # RuntimeError out of close(); found by an audit)
+        self.session.tape._streams.add(self)
         return self
 
     def cut_by_close(self) -> None:
@@ -186,7 +189,7 @@ class StreamWriter:
         so no other Tape could record the stream, and text written after was dropped
         silently (found by an audit)."""
         self._stop.set()
-        if self._thread is not None:
+        if self._thread is not None and self._thread.ident is not None:
             self._thread.join()
         try:
             self.flush()
