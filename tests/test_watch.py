@@ -583,3 +583,23 @@ def test_rsync_of_the_tape_keeps_the_position(tape_dir, tmp_path, home, monkeypa
         rep = watch_once(t, [str(path)])
         assert rep.bytes == len(data) - half  # continued from the position in the copied tape
         assert exported(t, session_of(CODEX_BIG, "codex"), "codex") == expected(data)
+
+
+def test_a_transcript_deleted_takes_its_layout_with_its_position(tape, tmp_path, home):
+    """watch kept the Claude Code layout of every transcript it had ever seen under
+    watch-layouts/, after the transcript was gone and its position forgotten (600 for 60
+    live transcripts after 200 passes; found by an audit of long-lived processes)."""
+    folder = tmp_path / "projects"
+    folder.mkdir()
+    data = CLAUDE.read_bytes()
+    for i in range(3):
+        (folder / f"t{i}-{CLAUDE.name}").write_bytes(data)
+    watch_once(tape, [str(folder)])
+
+    def layouts():
+        return list(Path(os.environ["CTAPE_CACHE_DIR"]).rglob("watch-layouts/*"))
+
+    assert len(layouts()) == 3
+    (folder / f"t1-{CLAUDE.name}").unlink()
+    watch_once(tape, [str(folder)])
+    assert len(layouts()) == 2

@@ -142,8 +142,17 @@ class Cache:
         self.dirty = True
 
     def drop(self, key: str) -> None:
+        """Forget a source's position, and its Claude Code layout: one file per transcript
+        ever seen piled up under watch-layouts/ (600 for 60 live transcripts after 200
+        passes, each ~8% of its transcript's size; found by an audit)."""
         if self.positions.pop(key, None) is not None:
             self.dirty = True
+        path = _layout_path(self, key)
+        if path is not None:
+            try:
+                os.remove(path)
+            except OSError:
+                pass
 
     def save(self) -> None:
         if not self.path or not self.dirty:
