@@ -253,3 +253,22 @@ def test_an_https_endpoint_to_a_plain_http_server_and_a_busy_server_say_what_to_
     said = p.stderr.decode()
     assert p.returncode == 1 and len(said.splitlines()) == 1, said
     assert "refused" not in said and "503" in said and "try again later" in said, said
+
+
+def test_a_remote_that_held_the_tape_and_holds_none_now_is_said_to_have_changed(remote, tmp_path):
+    """A pull from a remote this copy had read the tape from, which holds none now (emptied,
+    or an endpoint typo that reaches another server), said only "origin holds no tape yet;
+    nothing to pull" (found by an audit)."""
+    url, keys, delete = remote
+    a = on(tmp_path / "a", "laptop")
+    a("init")
+    a("remote", "add", "origin", url)
+    append(a, "chat", "hello")
+    a("push")
+    run_cli("clone", url, tmp_path / "b", env={"CTAPE_WRITER": "cibox"}, check=True)
+    for k in keys():
+        delete(k)
+    p = on(tmp_path / "b", "cibox")("pull")
+    said = p.stderr.decode() + p.stdout.decode()
+    assert "held this tape when this copy last pulled or pushed, and holds none now" in said, said
+    assert "holds no tape yet" in said

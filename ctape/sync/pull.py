@@ -138,6 +138,11 @@ def _pull(tape, backend: Backend, name: str, sessions: Iterable[str], warn: Call
         backend.check()
     meta = layout.check_identity(store, backend, create=False)
     if meta is None:
+        if state.get("made") or state["next"]:
+            # this copy read a tape there before: emptied since, or another place than meant
+            # (a typo in the endpoint that reaches another server said only "no tape yet")
+            warn(f"{name} held this tape when this copy last pulled or pushed, and holds none now: it was emptied, or its "
+                 f"URL or endpoint now names another place (see `ctape remote show {name}`)")
         state.forget()
         state.save(store)
         return {"remote": name, "files": 0, "bytes": 0, "requests": backend.requests, "empty": True}
