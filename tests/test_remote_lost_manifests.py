@@ -82,7 +82,7 @@ def test_a_manifest_deleted_from_the_bucket_is_read_past_kept_from_the_sweep_and
     monkeypatch.setenv("CTAPE_WRITER", "laptop")
     with Tape.open(str(a_dir)) as ta:
         push_mod.push(ta, open_backend(url), "origin", warn=warned.append)
-    assert any("the remote lost manifests this copy wrote" in w for w in warned), warned
+    assert any("the remote lost manifests (a backup restored over it" in w for w in warned), warned
     assert "m/laptop/00000000000000000000.json" in keys(), (warned, sorted(keys()))
     p = run_cli("clone", url, d_dir, env={"CTAPE_WRITER": "fourth"})
     assert p.returncode == 0 and "lacks" not in p.stderr.decode(), p.stderr.decode()
@@ -121,7 +121,7 @@ def test_a_backup_restored_over_the_remote_loses_nothing_once_the_pusher_pulls(r
     said = a("pull").stderr.decode()
     made.append(append(a, "chat", "after the restore"))
     said += a("push").stderr.decode()
-    assert "the remote lost manifests this copy wrote" in said, said
+    assert "the remote lost manifests (a backup restored over it" in said, said
     assert "nothing to push" not in said, said
     p = run_cli("clone", url, d_dir, env={"CTAPE_WRITER": "fourth"})
     assert p.returncode == 0 and "lacks" not in p.stderr.decode(), p.stderr.decode()

@@ -428,7 +428,7 @@ class World:
         self.run_op(name, i)
 
     def run_op(self, name: str, i: int) -> None:
-        own = name not in ("sync", "compact", "kill", "live_sync", "delete_sync", "push", "pull", "cut_push", "cut_pull", "compact_remote", "cut_compact_remote")  # these move refs only by merging, or not at all
+        own = name not in ("sync", "compact", "kill", "live_sync", "delete_sync", "push", "pull", "cut_push", "cut_pull", "compact_remote", "cut_compact_remote", "lose_manifest")  # these move refs only by merging, or not at all
         before = self.ref_reach(self.tape(i)) if own else {}
         getattr(self, "op_" + name)(i)
         if own:
@@ -638,7 +638,14 @@ class RemoteWorld(World):
             backend = _Interleaving(backend, *hook)
         with writer_env(self.writers[i]):
             if verb == "push":
-                return push(t, backend, "origin", sessions)
+                import ctape.sync.push as push_mod
+
+                every = getattr(push_mod, "OWN_CHECK_EVERY", None)
+                push_mod.OWN_CHECK_EVERY = 0.0  # each push looks for its own lost manifests (hourly otherwise)
+                try:
+                    return push(t, backend, "origin", sessions)
+                finally:
+                    push_mod.OWN_CHECK_EVERY = every
             elif verb == "compact_remote":
                 return compact_remote(t, backend, "origin", expire=expire, grace=grace)
             else:
@@ -780,6 +787,28 @@ class RemoteWorld(World):
             finally:
                 t.close()
         super().star(dirs, order_rng)
+
+
+class LostManifestWorld(RemoteWorld):
+    """RemoteWorld with one more operation: a manifest deleted from the remote by another
+    tool, or lost to a backup restored over it. Readers read past it, and the copies that
+    hold what it listed push that again (docs/remotes.md, "A remote that lost manifests"):
+    after the mesh every copy and a new clone agree, and the clone warns of nothing (the
+    copy that wrote the lost manifest filled its number). A subclass, so that the named
+    seeds of RemoteWorld keep their sequences."""
+
+    OPS = RemoteWorld.OPS + [("lose_manifest", 2)]
+
+    def op_lose_manifest(self, i: int) -> None:
+        """Delete one of the remote's manifests (`i` and the sequence's randomness pick it)."""
+        found = sorted(os.path.relpath(os.path.join(r, f), self.remote) for r, _, fs in os.walk(os.path.join(self.remote, "m"))
+                       for f in fs if f.endswith(".json"))
+        if not found:
+            return
+        key = found[i * 7919 % len(found)] if self.rng.random() < 0.5 else self.rng.choice(found)
+        self.note(f"lose {key} from the remote")
+        os.remove(os.path.join(self.remote, key))
+
 
 
 class RedactWorld(World):
@@ -1417,6 +1446,21 @@ def test_many_sequences_with_writers_during_rsync(tmp_path):
 def test_push_and_pull_beside_rsync_keep_every_entry(tmp_path, block):
     """A short run of RemoteWorld: push and pull (some cut off) mixed with rsync."""
     _run_many(tmp_path, range(500 + block * 4, 504 + block * 4), cli=False, world=RemoteWorld)
+
+
+@pytest.mark.parametrize("block", range(2))
+def test_manifests_lost_from_the_remote_lose_nothing(tmp_path, block):
+    """A short run of LostManifestWorld."""
+    _run_many(tmp_path, range(700 + block * 4, 704 + block * 4), cli=False, world=LostManifestWorld)
+
+
+@pytest.mark.skipif(not SLOW, reason="long run: CTAPE_SLOW=1")
+def test_many_sequences_with_lost_manifests(tmp_path):
+    seeds = long_seeds()
+    start = time.monotonic()
+    for seed in seeds:
+        _run_many(tmp_path, [seed], cli=False, sync=rsync if seed % 4 == 1 else copy_like_rsync, world=LostManifestWorld)
+    print(f"{len(seeds)} sequences with lost manifests in {time.monotonic() - start:.0f} s")
 
 
 @pytest.mark.skipif(not SLOW, reason="long run: CTAPE_SLOW=1")

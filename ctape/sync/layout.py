@@ -311,8 +311,9 @@ def new_manifests(store, backend: Backend, state, warn, cursor: str = "next") ->
     one may list it), and read past. Before, reading stopped there for good: every later
     push of that copy was invisible to every copy that had not read it, and a sweep
     deleted its pieces (found by an audit). This copy's own manifests are listed from the
-    last it wrote: when that one is gone too, state["own_lost"] tells push to put back
-    what the remote lost (push.py)."""
+    last it wrote, to see that one gone too. Either way state["relearn"] tells this copy's
+    next push to learn the remote again and put back what it holds that the manifests there
+    do not list (push.py): what a lost manifest listed may be held by any copy."""
     own = own_number(store, state) or 0
     names = uploaders(backend)
     if own and store.writer not in names:
@@ -327,7 +328,7 @@ def new_manifests(store, backend: Backend, state, warn, cursor: str = "next") ->
             if not is_prefix and name.endswith(".json") and name[:-5].isdigit() and key == manifest_key(u, int(name[:-5])):
                 listed.append(int(name[:-5]))
         if u == store.writer and own and own - 1 not in listed and own - 1 >= first and backend.get(manifest_key(u, own - 1)) is None:
-            state["own_lost"] = True
+            state["relearn"] = True
         top = max([k for k in listed if k >= n], default=n - 1)
         if u == store.writer and own:
             top = max(top, own - 1)  # this copy's own numbers past the listing went too
@@ -335,8 +336,9 @@ def new_manifests(store, backend: Backend, state, warn, cursor: str = "next") ->
             data = backend.get(manifest_key(u, k))  # (one the listing skipped: looked for again)
             if data is None:
                 if manifest_key(u, k) not in gaps:
+                    state["relearn"] = True
                     warn(f"the remote lacks {manifest_key(u, k)} (deleted from the bucket, or a backup restored over it): what it listed "
-                         f"may be missing here; `ctape push` on the copy that wrote it (writer {u}) puts it back")
+                         f"may be missing here; the next push of each copy that holds it puts it back")
                 gaps[manifest_key(u, k)] = 1
             else:
                 gaps.pop(manifest_key(u, k), None)

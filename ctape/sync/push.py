@@ -255,17 +255,18 @@ def _put_back(store, backend: Backend, reused: list[tuple], warn) -> None:
 OWN_CHECK_EVERY = 3600.0  # s: how often a push lists its own manifests, to find those the remote lost
 
 
-def _own_lost(store, backend: Backend, state: State) -> bool:
-    """Did the remote lose manifests this copy wrote? A pull found its newest gone
-    (layout.new_manifests notes it, at no cost), or a listing of them all lacks one, made
-    once every OWN_CHECK_EVERY: a push costs the requests it did (an incremental one 4), and
-    a copy that pushes finds a loss within the hour (a listing per 1,000 manifests)."""
-    if state.pop("own_lost", None):
+def _relearn_due(store, backend: Backend, state: State) -> bool:
+    """Did the remote lose manifests? A pull or an earlier learning found one missing, or
+    this copy's newest gone (layout.new_manifests notes either, at no cost); or a listing of
+    this copy's own manifests lacks one, made once every OWN_CHECK_EVERY: a push costs the
+    requests it did (an incremental one 4), and a copy that pushes finds a loss of its own
+    within the hour (a listing per 1,000 manifests)."""
+    if state.pop("relearn", None):
         return True
     own = layout.own_number(store, state)
     now = time.time()
     last = state.get("own_checked")
-    if not isinstance(own, int) or own <= 0 or (isinstance(last, (int, float)) and 0 <= now - last < OWN_CHECK_EVERY):
+    if not own or (isinstance(last, (int, float)) and 0 <= now - last < OWN_CHECK_EVERY):
         return False
     state["own_checked"] = now
     listed = set()
@@ -346,19 +347,22 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
     if not state.get("checked"):
         learn(store, backend, state, warn)  # first push from this copy: learn what is there
         state["checked"] = True
-        state["own_checked"] = time.time()  # (it read every manifest there is: _own_lost)
-    elif _own_lost(store, backend, state):
-        # the remote lost manifests this copy wrote (a backup restored over the bucket, a
-        # manifest deleted by hand), and with them, perhaps, the pieces they listed: what
-        # this copy knew the remote held is void. Learnt again from what its manifests list
-        # now, as a copy's first push does, and what they lack goes up again; the next
-        # number stays past every one written before (other copies read from there)
-        warn(f"the remote lost manifests this copy wrote (a backup restored over it, or deleted from the bucket); "
-             f"pushing again what they listed")
+        state["own_checked"] = time.time()  # (it read every manifest there is: _relearn_due)
+        state.pop("relearn", None)
+    elif _relearn_due(store, backend, state):
+        # the remote lost manifests (a backup restored over the bucket, a manifest deleted
+        # by hand), and with them, perhaps, the pieces they listed: what this copy knew the
+        # remote held is void. Learnt again from what the manifests there list now, as a
+        # copy's first push does, and what they lack goes up again (this copy's own lost
+        # ones, or another copy's whose files this copy holds); the next number stays past
+        # every one written before (other copies read from there)
+        warn("the remote lost manifests (a backup restored over it, or deleted from the bucket); "
+             "pushing again what this copy holds that the manifests there do not list")
         own_n, made = state.get("own"), state.get("made")
         state.forget()
         state["own"], state["made"], state["own_writer"] = own_n, made, store.writer
         learn(store, backend, state, warn)
+        state.pop("relearn", None)
         state["checked"] = True
         state["own_checked"] = time.time()
     own = _next_own(store, backend, state)
