@@ -272,3 +272,68 @@ def test_a_remote_that_held_the_tape_and_holds_none_now_is_said_to_have_changed(
     said = p.stderr.decode() + p.stdout.decode()
     assert "held this tape when this copy last pulled or pushed, and holds none now" in said, said
     assert "holds no tape yet" in said
+
+
+def test_a_lost_manifest_restored_from_a_backup_is_read_and_its_pieces_stay(remote, tmp_path):
+    """A copy had read past a missing manifest; an admin then restores it from a backup. It
+    was dropped from the copy's gaps without being read, and that copy's `compact --remote`
+    swept the pieces it lists (found by a review). It is read at the next look now."""
+    url, keys, delete = remote
+    a = on(tmp_path / "a", "laptop")
+    a("init")
+    a("remote", "add", "origin", url)
+    made = {}
+    for s in ("s1", "s2", "s3"):
+        made[s] = append(a, s, f"x {s}")
+        a("push")
+    lost = "m/laptop/00000000000000000001.json"
+    saved = tmp_path / "saved.json"  # the backup of the one manifest
+    if url.startswith("file://"):
+        saved.write_bytes((tmp_path / "remote" / lost).read_bytes())
+        restore = lambda: (tmp_path / "remote" / lost).write_bytes(saved.read_bytes())  # noqa: E731
+    else:
+        import boto3
+
+        bucket, prefix = url[len("s3://"):].split("/", 1)
+        c = boto3.client("s3")
+        saved.write_bytes(c.get_object(Bucket=bucket, Key=f"{prefix}/{lost}")["Body"].read())
+        restore = lambda: c.put_object(Bucket=bucket, Key=f"{prefix}/{lost}", Body=saved.read_bytes())  # noqa: E731
+    delete(lost)
+    p = run_cli("clone", url, tmp_path / "c", env={"CTAPE_WRITER": "third"})
+    assert p.returncode == 0 and "the remote lacks " + lost in p.stderr.decode()
+    restore()
+    c_cli = on(tmp_path / "c", "third")
+    c_cli("compact", "--remote", "origin", "--grace", "now")
+    assert any(k.startswith("f/s2/") for k in keys()), sorted(keys())  # what the restored manifest lists stays
+    c_cli("pull")
+    assert set(made.values()) <= hashes(tmp_path / "c")
+    p = run_cli("clone", url, tmp_path / "d", env={"CTAPE_WRITER": "fourth"})
+    assert p.returncode == 0 and "lacks" not in p.stderr.decode(), p.stderr.decode()
+    assert set(made.values()) <= hashes(tmp_path / "d")
+
+
+def test_a_push_of_some_sessions_after_a_loss_leaves_the_gap_for_a_whole_push(remote, tmp_path, monkeypatch):
+    """After a backup restored over the remote, `push -s s2` filled the gap of a lost
+    manifest that had listed s1, which it had not pushed again: readers stopped warning and a
+    clone lacked s1 for good (found by a review). A gap is filled by a push of every session."""
+    url, keys, delete = remote
+    a = on(tmp_path / "a", "laptop")
+    a("init")
+    a("remote", "add", "origin", url)
+    made = {"s0": append(a, "s0", "before the snapshot")}
+    a("push")
+    snapshot = keys()
+    made["s1"] = append(a, "s1", "after the snapshot")
+    a("push")
+    for k in keys() - snapshot:
+        delete(k)
+    a("pull")  # finds its newest manifest gone
+    made["s2"] = append(a, "s2", "after the restore")
+    a("push", "-s", "s2")
+    p = run_cli("clone", url, tmp_path / "c", env={"CTAPE_WRITER": "third"})
+    assert p.returncode == 0
+    assert made["s1"] not in hashes(tmp_path / "c") and "lacks" in p.stderr.decode()  # still said: not filled
+    a("push")  # every session: s1 goes up again, then the gap is filled
+    p = run_cli("clone", url, tmp_path / "d", env={"CTAPE_WRITER": "fourth"})
+    assert p.returncode == 0 and "lacks" not in p.stderr.decode(), p.stderr.decode()
+    assert set(made.values()) <= hashes(tmp_path / "d")

@@ -149,13 +149,13 @@ def compact(tape, expire="90d", grace="14d", dry_run: bool = False, progress: Op
         # never held the deletions dropped here (model/refs.py saw; Store._note_lost)
         store.index.note_expired(_expired_deletions(scan.records, kept_ids, written))
         removed = _freeze_and_swap(store, snapshot, written, scan, live, say)
-        if report["freed_objects"]:
-            _forget_freed_in_search(tape)
         if red.places:
             _scrub_caches(tape)
             from .redact import scrub_quarantine
 
             report["scrubbed_quarantine"] = scrub_quarantine(store, red)
+        if report["freed_objects"]:
+            _forget_freed_in_search(tape)
         report["files_after"] = len(store.list_files(None))
         report["removed_files"] = removed
         return report

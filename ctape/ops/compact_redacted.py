@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import sqlite3
 from typing import Optional
 
 from ..model.errors import CorruptObject
@@ -70,11 +71,16 @@ def _forget_freed_in_search(tape) -> None:
     """The search cache keeps no entry the compaction freed (SearchIndex.forget_freed)."""
     from .search import SearchIndex
 
-    si = SearchIndex(tape)
     try:
-        si.forget_freed()
-    finally:
-        si.close()
+        si = SearchIndex(tape)
+        try:
+            si.forget_freed()
+        finally:
+            si.close()
+    except sqlite3.Error:
+        # a cache another process holds locked past its wait, or a full disk: the compaction
+        # is done; the next compaction that frees entries empties it
+        pass
 
 
 _OTHER_VERSION = re.compile(r"(index|search)(-\d+)?\.sqlite(-wal|-shm|-journal)?")

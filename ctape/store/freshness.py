@@ -68,18 +68,19 @@ class Freshness:
         inside `read()` only read. Each session is as it was at the refresh, as each was at
         its own refresh before. For readers only, within one turn of the Tape (turns.py):
         a writer reloads its session's files before it builds on them."""
-        if self._all_settled:
-            return read()
-        for _ in range(SETTLE_TRIES):
-            before = self.index.rebuilds()
-            self.refresh()
-            self._all_settled = True
-            try:
-                out = read()
-            finally:
-                self._all_settled = False
-            if self.index.rebuilds() == before:
-                return out
+        with self._lock:  # (the flag is the Store's: no other thread reads meanwhile)
+            if self._all_settled:
+                return read()
+            for _ in range(SETTLE_TRIES):
+                before = self.index.rebuilds()
+                self.refresh()
+                self._all_settled = True
+                try:
+                    out = read()
+                finally:
+                    self._all_settled = False
+                if self.index.rebuilds() == before:
+                    return out
         raise StorageError(f"the index cache was rebuilt by another process at each of {SETTLE_TRIES} reads; "
                            "retry when the compactions beside this command are done")
 

@@ -765,23 +765,27 @@ class _Writing:
             w.used = st._uses
             if not w.locked:
                 w.lock()
+            self.w = w
+            self.open = True
         except OSError as e:
+            self.open = False
             if lock._recursion_count() > before:
                 lock.release()
             if e.errno in (errno.EMFILE, errno.ENFILE):
                 raise _too_many_files(st) from None
             raise
         except BaseException:
+            self.open = False
             if lock._recursion_count() > before:
                 lock.release()
             raise
-        self.w = w
-        self.open = True
         return w
 
     def __del__(self) -> None:
         # an interrupt at the very entry of __exit__ skipped it: the write ends here, dropped,
-        # when the with statement lets go of this object (in the thread that holds the lock)
+        # when the with statement lets go of this object (in the thread that holds the lock).
+        # Not before: a traceback kept (IPython's sys.last_traceback) keeps the object, and
+        # the lock, until it is replaced (docs/python-api.md)
         if getattr(self, "open", False):
             try:
                 self.__exit__(KeyboardInterrupt, None, None)

@@ -293,9 +293,10 @@ def uploaders(backend: Backend) -> list[str]:
 
 def own_number(store, state) -> Optional[int]:
     """The number of this copy's next manifest, as its state says: None when unknown, or
-    noted under another writer id (CTAPE_WRITER set for some runs and not others)."""
+    noted under another writer id (CTAPE_WRITER set for some runs and not others), or by a
+    version before writer ids were noted with it (push then lists its manifests once)."""
     own = state.get("own")
-    return own if isinstance(own, int) and state.get("own_writer", store.writer) == store.writer else None
+    return own if isinstance(own, int) and state.get("own_writer") == store.writer else None
 
 
 def new_manifests(store, backend: Backend, state, warn, cursor: str = "next") -> Iterator[tuple[str, int, dict]]:
@@ -321,6 +322,20 @@ def new_manifests(store, backend: Backend, state, warn, cursor: str = "next") ->
     gaps = state.setdefault("gaps", {})
     for u in names:
         n = int(state[cursor].get(u, 0))
+        # a lost manifest that came back (restored by hand; filled, empty, by its writer) is
+        # read now: its number is behind the cursor, and what it lists was never noted
+        # (the sweep keeps unlisted pieces until then: prune._unreadable)
+        for key in sorted(k for k in gaps if k.startswith(f"m/{u}/")):
+            k = int(key[len(f"m/{u}/"):-5])
+            data = backend.get(key) if k < n else None
+            if data is not None:
+                del gaps[key]
+                m, why = decode_manifest(data, store.tape_id, u, k)
+                if m is None:
+                    warn(f"ignored {key} on the remote: {why}")
+                    state.setdefault("ignored", {})[key] = why
+                else:
+                    yield u, k, m
         first = min(n, own - 1) if u == store.writer and own else n
         listed = []
         for key, _, is_prefix in backend.list(f"m/{u}/", start_after=manifest_key(u, first - 1) if first > 0 else None):

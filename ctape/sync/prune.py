@@ -314,10 +314,7 @@ def _sweep_unlisted(store, backend: Backend, state, grace_s: float, warn) -> int
 def _unreadable(backend: Backend, state, warn) -> bool:
     """Is a manifest this copy could not read still on the remote? (Those gone, removed by
     hand as junk, are forgotten.) Said in one line with the way out."""
-    gaps = state.get("gaps", {})
-    for key in sorted(gaps):
-        if backend.get(key) is not None:
-            del gaps[key]  # written since (its pusher put back what it lost)
+    gaps = state.get("gaps", {})  # (one written since is read, and dropped, by the next pull)
     if gaps:
         first = sorted(gaps)[0]
         warn(f"pieces no manifest lists are kept: the remote lacks {first} (deleted from the bucket, or a backup restored over it), "

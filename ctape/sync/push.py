@@ -280,8 +280,9 @@ def _relearn_due(store, backend: Backend, state: State) -> bool:
 
 def _refill(store, backend: Backend, state: State) -> None:
     """Write an empty manifest at each of this copy's numbers the remote lost, once what
-    they listed is listed again (by this push's manifest, after its relearning; killed
-    before, the next push finds its newest manifest lost again and relearns): readers that
+    they listed is listed again: by a push of every session with none held back, after a
+    relearning (killed before, the next push finds its newest manifest lost again and
+    relearns; a `push -s` leaves the gaps for a whole push): readers that
     had not read them find no gap to warn of, and compact --remote sweeps again. Copies
     that had read them hold what they listed already."""
     prefix = f"m/{store.writer}/"
@@ -349,6 +350,7 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
         state["checked"] = True
         state["own_checked"] = time.time()  # (it read every manifest there is: _relearn_due)
         state.pop("relearn", None)
+        state["refill"] = True  # (the gaps of this copy's own numbers it found: _refill)
     elif _relearn_due(store, backend, state):
         # the remote lost manifests (a backup restored over the bucket, a manifest deleted
         # by hand), and with them, perhaps, the pieces they listed: what this copy knew the
@@ -358,13 +360,15 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
         # every one written before (other copies read from there)
         warn("the remote lost manifests (a backup restored over it, or deleted from the bucket); "
              "pushing again what this copy holds that the manifests there do not list")
-        own_n, made = state.get("own"), state.get("made")
+        kept = {k: state[k] for k in ("own", "made", "gaps", "next") if k in state}  # (`next`: what this copy brought in)
         state.forget()
-        state["own"], state["made"], state["own_writer"] = own_n, made, store.writer
+        state.update(kept)
+        state["own_writer"] = store.writer
         learn(store, backend, state, warn)
         state.pop("relearn", None)
         state["checked"] = True
         state["own_checked"] = time.time()
+        state["refill"] = True  # once a push has sent all it holds (_refill)
     own = _next_own(store, backend, state)
 
     # a compaction of the remote deleted files (announced by g/<n>, one GET): a copy that
@@ -521,7 +525,9 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
         losses.sent(state, lost)
         went_up = {f["session"] for f in listed}
         _put_back(store, backend, [r for r in reused if r[0] in went_up], warn)
-    _refill(store, backend, state)  # after what the lost ones listed is listed again
+    if state.get("refill") and not wanted and not held_back:
+        _refill(store, backend, state)  # after what the lost ones listed is listed again
+        state.pop("refill", None)
     state.save(store)
     done = time.monotonic()
     return report(name, backend, {shown_name(tape, s): why for s, why in held_back.items()}, done - t0, files=len(files), pieces=len(listed),

@@ -186,7 +186,7 @@ class State(dict):
         """The remote no longer holds this tape's identity (emptied, re-created): know nothing."""
         for k in ("have", "pieces", "next", "seen", "gone", "gens", "redacted", "losses", "finished"):
             self[k] = {}
-        for k in ("ignored", "own", "own_writer", "made", "checked", "gnext", "deletions_read", "unlisted"):
+        for k in ("ignored", "own", "own_writer", "made", "checked", "gnext", "deletions_read", "unlisted", "gaps", "relearn", "refill"):
             self.pop(k, None)
 
     def follow(self, meta: dict) -> None:
