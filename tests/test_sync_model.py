@@ -1454,22 +1454,23 @@ def test_manifests_lost_from_the_remote_lose_nothing(tmp_path, block):
     _run_many(tmp_path, range(700 + block * 4, 704 + block * 4), cli=False, world=LostManifestWorld)
 
 
-@pytest.mark.skipif(not SLOW, reason="long run: CTAPE_SLOW=1")
-def test_many_sequences_with_lost_manifests(tmp_path):
+def _long_run(tmp_path, world, what: str) -> None:
+    """A long run of `world`: the real rsync in one sequence of four."""
     seeds = long_seeds()
     start = time.monotonic()
     for seed in seeds:
-        _run_many(tmp_path, [seed], cli=False, sync=rsync if seed % 4 == 1 else copy_like_rsync, world=LostManifestWorld)
-    print(f"{len(seeds)} sequences with lost manifests in {time.monotonic() - start:.0f} s")
+        _run_many(tmp_path, [seed], cli=False, sync=rsync if seed % 4 == 1 else copy_like_rsync, world=world)
+    print(f"{len(seeds)} sequences {what} in {time.monotonic() - start:.0f} s")
+
+
+@pytest.mark.skipif(not SLOW, reason="long run: CTAPE_SLOW=1")
+def test_many_sequences_with_lost_manifests(tmp_path):
+    _long_run(tmp_path, LostManifestWorld, "with lost manifests")
 
 
 @pytest.mark.skipif(not SLOW, reason="long run: CTAPE_SLOW=1")
 def test_many_sequences_with_remotes(tmp_path):
-    seeds = long_seeds()
-    start = time.monotonic()
-    for seed in seeds:
-        _run_many(tmp_path, [seed], cli=False, sync=rsync if seed % 4 == 1 else copy_like_rsync, world=RemoteWorld)
-    print(f"{len(seeds)} sequences with remotes in {time.monotonic() - start:.0f} s")
+    _long_run(tmp_path, RemoteWorld, "with remotes")
 
 
 @pytest.mark.parametrize("block", range(2))

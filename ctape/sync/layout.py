@@ -291,6 +291,17 @@ def uploaders(backend: Backend) -> list[str]:
     return out
 
 
+def manifest_numbers(backend: Backend, uploader: str, first: int = 0) -> list[int]:
+    """The numbers of an uploader's manifests on the remote from `first` on, in order (one
+    listing; keys that are not a manifest's are left out)."""
+    out = []
+    for key, _, is_prefix in backend.list(f"m/{uploader}/", start_after=manifest_key(uploader, first - 1) if first > 0 else None):
+        name = key.rsplit("/", 1)[-1]
+        if not is_prefix and name.endswith(".json") and name[:-5].isdigit() and key == manifest_key(uploader, int(name[:-5])):
+            out.append(int(name[:-5]))
+    return out
+
+
 def own_number(store, state) -> Optional[int]:
     """The number of this copy's next manifest, as its state says: None when unknown, or
     noted under another writer id (CTAPE_WRITER set for some runs and not others), or by a
@@ -337,11 +348,7 @@ def new_manifests(store, backend: Backend, state, warn, cursor: str = "next") ->
                 else:
                     yield u, k, m
         first = min(n, own - 1) if u == store.writer and own else n
-        listed = []
-        for key, _, is_prefix in backend.list(f"m/{u}/", start_after=manifest_key(u, first - 1) if first > 0 else None):
-            name = key.rsplit("/", 1)[-1]
-            if not is_prefix and name.endswith(".json") and name[:-5].isdigit() and key == manifest_key(u, int(name[:-5])):
-                listed.append(int(name[:-5]))
+        listed = manifest_numbers(backend, u, first)
         if u == store.writer and own and own - 1 not in listed and own - 1 >= first and backend.get(manifest_key(u, own - 1)) is None:
             state["relearn"] = True
         top = max([k for k in listed if k >= n], default=n - 1)

@@ -269,11 +269,7 @@ def _relearn_due(store, backend: Backend, state: State) -> bool:
     if not own or (isinstance(last, (int, float)) and 0 <= now - last < OWN_CHECK_EVERY):
         return False
     state["own_checked"] = now
-    listed = set()
-    for key, _, is_prefix in backend.list(f"m/{store.writer}/"):
-        name = key.rsplit("/", 1)[-1]
-        if not is_prefix and name.endswith(".json") and name[:-5].isdigit():
-            listed.add(int(name[:-5]))
+    listed = set(layout.manifest_numbers(backend, store.writer))
     # (one the listing lacks is looked for: a store whose listings lag behind its writes)
     return any(backend.get(layout.manifest_key(store.writer, n)) is None for n in range(own) if n not in listed)
 
