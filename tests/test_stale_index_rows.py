@@ -572,6 +572,43 @@ def test_a_claim_made_after_a_deletion_a_compaction_dropped_is_still_lost_with_i
         t.close()
 
 
+def test_a_value_written_again_after_a_look_that_found_it_gone_is_no_loss(tmp_path):
+    """Found by the real-process test below (about 1 run in 6): a reader found the file of a
+    value a compaction had dropped gone, and rebuilt the index from a listing. The writer then
+    wrote the value again, with a new entry on main that refers to it, in a file the listing
+    had not seen. The reader's look for records that refer to what went read the files as
+    they are now: it found the new entry, but judged the value by the index of the older
+    listing, which lacks it. The session was marked as having lost acknowledged records,
+    and the writer refused every later append. Nothing was lost."""
+    d, cache, w, s = _a_value_only_on_side(tmp_path)
+    value = "only on side " * 200
+    s.delete_branch("side")
+    reader = Tape.open(d, cache_dir=cache)
+    reader.store.refresh("chat")  # its rows hold the file with the value
+    with Tape.open(d, cache_dir=str(tmp_path / "other")) as comp:  # cron, with another cache
+        assert comp.compact(expire="now", grace="now")["freed_objects"] >= 1
+    rebuild = reader.store._full_reindex
+    acked = []
+
+    def the_writer_goes_on_after_the_rebuild():
+        out = rebuild()
+        acked.append(s.append("tool_result", {"call_id": "again", "output": value}).hash)
+        return out
+
+    reader.store._full_reindex = the_writer_goes_on_after_the_rebuild
+    try:
+        reader.store.refresh("chat")
+    finally:
+        reader.store._full_reindex = rebuild
+    assert reader.store.index.lost_rows() == []
+    s.append("user", {"content": "goes on"})  # was: CorruptObject (lost acknowledged records)
+    with Tape.open(d, cache_dir=str(tmp_path / "fresh")) as f:
+        assert f.get(acked[0]).payload["output"] == value
+        assert f.fsck()["ok"]
+    for t in (reader, w):
+        t.close()
+
+
 # -- real processes ---------------------------------------------------------------------------------
 
 SLOW = bool(os.environ.get("CTAPE_SLOW"))

@@ -198,9 +198,15 @@ class Freshness:
 
     def _refers_to(self, session: str, keys: set) -> bool:
         """Does a record left in the session's files name an object of `keys` (a ref's
-        value, an entry's parent, a value an entry refers to)? A file whose claims later
-        records superseded can still hold the entries they point at, or their ancestors:
-        gone, those are lost data, not "not arrived yet" for good (found by an audit)."""
+        value, an entry's parent, a value an entry refers to) that no file holds? A file
+        whose claims later records superseded can still hold the entries they point at, or
+        their ancestors: gone, those are lost data, not "not arrived yet" for good (found by
+        an audit). `keys` were judged missing by the index the rebuild made from its listing,
+        and the files are read later: a writer may have written a value again since, with an
+        entry that refers to it, in a file that listing lacked (found by a real-process race:
+        a false loss, and the writer refused every append). So the objects named are looked
+        for again once the files are read, after the index takes in what they gained."""
+        named = set()
         for rel in self.list_files(session):
             try:
                 for item in self.scan_file(rel):
@@ -213,11 +219,13 @@ class Freshness:
                         names = list((json.loads(item.body).get("set") or {}).values())
                     else:
                         continue
-                    if any(isinstance(h, str) and is_hash(h) and hash_key(h) in keys for h in names):
-                        return True
+                    named.update(k for k in (hash_key(h) for h in names if isinstance(h, str) and is_hash(h)) if k in keys)
             except (OSError, CorruptObject, ValueError, AttributeError):
                 continue  # damaged or gone too: its own loss is judged apart
-        return False
+        if not named:
+            return False
+        self._index_grown(self.list_files(None), self.index.file_rows())
+        return any(not self.index.has_key(k) for k in named)
 
     def _full_reindex(self) -> bool:
         """Rebuild the index from every file, in one transaction (readers never see it
