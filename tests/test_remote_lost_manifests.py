@@ -337,3 +337,52 @@ def test_a_push_of_some_sessions_after_a_loss_leaves_the_gap_for_a_whole_push(re
     p = run_cli("clone", url, tmp_path / "d", env={"CTAPE_WRITER": "fourth"})
     assert p.returncode == 0 and "lacks" not in p.stderr.decode(), p.stderr.decode()
     assert set(made.values()) <= hashes(tmp_path / "d")
+
+
+def _announcing(url: str, keys) -> str:
+    """The key of the manifest in which a `compact --remote` announced its deletion."""
+    import json
+
+    backend = open_backend(url)
+    found = [k for k in sorted(keys()) if k.startswith("m/") and json.loads(backend.get(k)).get("deleted")]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def test_a_lost_manifest_that_announced_a_deletion_is_learnt_from_its_execution_record(remote, tmp_path):
+    """The lost manifest was the one in which a `compact --remote` announced its deletion.
+    Readers never learnt that the deletion took a segment's pieces: a new clone warned `the
+    remote lacks f/...` (the sync model's long run, seed 3056), and a copy that held the
+    segment, and had made a claim on an entry only that segment held (a branch deleted on
+    the compacting copy, made again here), did not compact before its push: the remote
+    lacked the entry for good, and a new clone lacked it. Readers that find a manifest
+    missing now learn the deletions they never read from their execution records."""
+    url, keys, delete = remote
+    a, b = on(tmp_path / "a", "laptop"), on(tmp_path / "b", "cibox")
+    a("init")
+    a("remote", "add", "origin", url)
+    start = append(a, "s1", "start")
+    a("branch", "side", "-s", "s1")
+    a("checkout", "side", "-s", "s1")
+    side = append(a, "s1", "only on side")
+    a("checkout", "main", "-s", "s1")
+    a("push")
+    run_cli("clone", url, tmp_path / "b", env={"CTAPE_WRITER": "cibox"}, check=True)
+    a("branch", "-d", "side", "-s", "s1")
+    a("compact", "--remote", "origin", "--expire", "now", "--grace", "now")  # deletes the segment's pieces
+    later = append(a, "s2", "later")
+    a("push")  # a manifest after the announcing one: readers see the gap
+    delete(_announcing(url, keys))
+
+    p = run_cli("clone", url, tmp_path / "c", env={"CTAPE_WRITER": "third"})
+    said = p.stderr.decode()
+    assert p.returncode == 0, said
+    assert "the remote lacks m/laptop/" in said and "the remote lacks f/" not in said, said
+    assert {start, later} <= hashes(tmp_path / "c")
+
+    b("branch", "again", side, "-s", "s1")  # made without having seen the deletion
+    b("push")
+    p = run_cli("clone", url, tmp_path / "d", env={"CTAPE_WRITER": "fourth"})
+    assert p.returncode == 0 and "the remote lacks f/" not in p.stderr.decode(), p.stderr.decode()
+    assert {start, side, later} <= hashes(tmp_path / "d")
+    assert run_cli("--dir", tmp_path / "d", "fsck").returncode == 0

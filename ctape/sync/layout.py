@@ -374,6 +374,48 @@ def new_manifests(store, backend: Backend, state, warn, cursor: str = "next") ->
             state[cursor][u] = k + 1
 
 
+def lost_announcements(store, backend: Backend, state, warn) -> int:
+    """The deletions of a remote compaction learnt from their execution records (x/), for
+    those whose announcing manifest this copy never read; how many. Called while a
+    manifest is missing (state["gaps"]): the lost one may have announced a deletion, and
+    a reader that never learns it fetches the pieces that deletion took (a new clone
+    warned `the remote lacks f/...`, found by the sync model's long run, seed 3056), and a
+    pusher that holds such a file does not compact it first. One listing of g/; then, for
+    each deletion neither read nor passed by this copy (state["gnext"]), its announcement
+    (g/<n>: the compactor and its plan) and the plan's execution record. A deletion with
+    no execution record yet deleted nothing (its run writes that before any delete): it is
+    looked at again next time."""
+    if not state.get("gaps"):
+        return 0
+    read = set(state.get("deletions_read", []))
+    floor = int(state.get("gnext", 0))
+    learnt = 0
+    for key, _, is_prefix in backend.list("g/"):
+        name = key[2:]
+        if is_prefix or not name.isdigit() or key != compaction_key(int(name)) or int(name) in read or int(name) < floor:
+            continue
+        g = int(name)
+        try:
+            a = json.loads(backend.get(key) or b"")
+            compactor, plan = a["compactor"], a["plan"]
+        except (ValueError, TypeError, KeyError):
+            continue  # not one ctape wrote: no deletion to learn
+        if not (isinstance(compactor, str) and UPLOADER.fullmatch(compactor) and type(plan) is int and plan >= 0):
+            continue
+        data = backend.get(plan_key(compactor, plan, done=True))
+        if data is None:
+            continue
+        x, why = decode_deletion(data, store.tape_id, compactor, plan, True)
+        if x is None:
+            warn(f"ignored {plan_key(compactor, plan, done=True)} on the remote: {why}")
+            continue
+        for f in x["files"]:
+            note_gone(state, f, g)
+        state.setdefault("deletions_read", []).append(g)
+        learnt += 1
+    return learnt
+
+
 def note_have(state, f: dict, g: int = 0, push_end: bool = True) -> None:
     """The remote holds f's piece: remember it (state["pieces"]: [start, end, blake3, g,
     gen, push_end], gen naming its key: `piece_key`; push_end 1 when a push ended the file

@@ -90,6 +90,7 @@ def learn(store, backend: Backend, state: State, warn) -> int:
     for _, _, m in layout.new_manifests(store, backend, state, warn, cursor="seen"):
         layout.note_manifest(state, m)
         found += len(m["files"])
+    layout.lost_announcements(store, backend, state, warn)
     return found
 
 
