@@ -609,6 +609,52 @@ def test_a_value_written_again_after_a_look_that_found_it_gone_is_no_loss(tmp_pa
         t.close()
 
 
+def test_a_loss_is_noted_though_a_file_made_meanwhile_cannot_be_read(tmp_path, monkeypatch):
+    """Found in review of the fix above: the look again reads the files the rebuild's listing
+    lacked, and one that could not be read (EIO, too many open files) failed the refresh.
+    The rebuild had already dropped the gone file's rows, so the loss was never noted, then
+    or later. A file that cannot be read now leaves the rebuild's verdict."""
+    import ctape.store.freshness as fr
+    from ctape.model.errors import StorageError
+
+    d, cache = str(tmp_path / "t"), str(tmp_path / "shared")
+    with Tape.init(d, cache_dir=cache) as w:
+        for i in range(3):
+            w.session("chat").append("user", {"content": f"m{i}"})
+        w.compact(expire="now", grace="now")
+    with Tape.open(d, cache_dir=cache) as w:
+        w.session("chat").checkout("main")  # a claim of its own: the pack's claims are superseded
+        w.session("chat").append("user", {"content": "after the pack"})  # its parent is only in the pack
+    reader = Tape.open(d, cache_dir=cache)
+    reader.store.refresh("chat")
+    (pack,) = [p for p in reader.store.list_files("chat") if p.endswith(".pack")]
+    os.remove(os.path.join(d, pack))  # by hand: a real loss
+    rebuild, real_open, unreadable = reader.store._full_reindex, fr.open_for_reading, []
+
+    def a_file_comes_after_the_rebuild():
+        out = rebuild()
+        with Tape.open(d, cache_dir=str(tmp_path / "elsewhere")) as t2:
+            t2.session("third").append("user", {"content": "new"})
+        unreadable.extend(reader.store.list_files("third"))
+        return out
+
+    def failing_open(path, *a, **kw):
+        if any(path.endswith(p) for p in unreadable):
+            raise StorageError("cannot read (EIO)")
+        return real_open(path, *a, **kw)
+
+    monkeypatch.setattr(reader.store, "_full_reindex", a_file_comes_after_the_rebuild)
+    monkeypatch.setattr(fr, "open_for_reading", failing_open)
+    try:
+        reader.store.refresh("chat")
+    except StorageError:
+        pass
+    monkeypatch.undo()
+    reader.store.refresh()
+    assert [p for p, _, _ in reader.store.index.lost_rows()] == [pack]
+    reader.close()
+
+
 # -- real processes ---------------------------------------------------------------------------------
 
 SLOW = bool(os.environ.get("CTAPE_SLOW"))

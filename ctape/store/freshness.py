@@ -224,7 +224,12 @@ class Freshness:
                 continue  # damaged or gone too: its own loss is judged apart
         if not named:
             return False
-        self._index_grown(self.list_files(None), self.index.file_rows())
+        try:
+            self._index_grown(self.list_files(None), self.index.file_rows())
+        except (OSError, StorageError, CorruptObject):
+            # a file that cannot be read now: judged by the rebuild's rows, as before. The
+            # loss must be noted now or never (the gone file's rows are gone with the rebuild)
+            pass
         return any(not self.index.has_key(k) for k in named)
 
     def _full_reindex(self) -> bool:
