@@ -470,7 +470,8 @@ def test_a_push_between_a_deletions_announcement_and_its_manifest_learns_it_late
     found g/<n>, read the manifests (not that one yet) and moved past g/<n> for good: it
     never learnt the deletion nor the redaction, and after a `compact` its next push put
     the text back on the cleaned remote. g/<n> now stays B's next look until its manifest
-    has been read."""
+    has been read; and since 2026-12-07 the announcement carries what the manifest lists,
+    so B learns the redaction from it and refuses already."""
     from ctape.sync import prune
     from ctape.sync import remote as remotes
 
@@ -483,7 +484,8 @@ def test_a_push_between_a_deletions_announcement_and_its_manifest_learns_it_late
 
     def push_of_b_first(*args, **kw):
         if kw.get("deleted"):
-            between.append(cli(b, "push", check=False).returncode)  # g/<n> is there, its manifest not yet
+            p = cli(b, "push", check=False)  # g/<n> is there, its manifest not yet
+            between.append((p.returncode, p.stderr.decode()))
         return real(*args, **kw)
 
     monkeypatch.setattr(prune, "put_manifest", push_of_b_first)
@@ -494,7 +496,10 @@ def test_a_push_between_a_deletions_announcement_and_its_manifest_learns_it_late
     finally:
         ta.close()
     monkeypatch.setattr(prune, "put_manifest", real)
-    assert between == [0] and r["deleted"]["files"] >= 1, (between, r)
+    # the announcement itself says what goes and what was redacted (before, it named only
+    # the plan, and this push went through unaware): B refuses at once, as after the manifest
+    assert [code for code, _ in between] == [1] and "ctape pull origin" in between[0][1], between
+    assert r["deleted"]["files"] >= 1, r
     assert not holders(secret.encode(), remote_as_tape(remote_keys(remote_url, server), a, tmp_path / "after-a"))
 
     t = Tape.open(b)

@@ -358,17 +358,7 @@ def test_a_lost_manifest_that_announced_a_deletion_is_learnt_from_its_execution_
     lacked the entry for good, and a new clone lacked it. Readers that find a manifest
     missing now learn the deletions they never read from their execution records."""
     url, keys, delete = remote
-    a, b = on(tmp_path / "a", "laptop"), on(tmp_path / "b", "cibox")
-    a("init")
-    a("remote", "add", "origin", url)
-    start = append(a, "s1", "start")
-    a("branch", "side", "-s", "s1")
-    a("checkout", "side", "-s", "s1")
-    side = append(a, "s1", "only on side")
-    a("checkout", "main", "-s", "s1")
-    a("push")
-    run_cli("clone", url, tmp_path / "b", env={"CTAPE_WRITER": "cibox"}, check=True)
-    a("branch", "-d", "side", "-s", "s1")
+    a, b, start, side = _side_only_on_a_cloned_segment(url, tmp_path)
     a("compact", "--remote", "origin", "--expire", "now", "--grace", "now")  # deletes the segment's pieces
     later = append(a, "s2", "later")
     a("push")  # a manifest after the announcing one: readers see the gap
@@ -386,3 +376,142 @@ def test_a_lost_manifest_that_announced_a_deletion_is_learnt_from_its_execution_
     assert p.returncode == 0 and "the remote lacks f/" not in p.stderr.decode(), p.stderr.decode()
     assert {start, side, later} <= hashes(tmp_path / "d")
     assert run_cli("--dir", tmp_path / "d", "fsck").returncode == 0
+
+
+def _pushed_and_compacted_away(url, tmp_path):
+    """laptop pushes s1, then `compact --remote` deletes its segment there: (laptop, the entry)."""
+    a = on(tmp_path / "a", "laptop")
+    a("init")
+    a("remote", "add", "origin", url)
+    start = append(a, "s1", "start")
+    a("push")
+    a("compact", "--remote", "origin", "--expire", "now", "--grace", "now")
+    return a, start
+
+
+def test_a_lost_announcement_whose_number_its_compactor_filled_is_learnt(remote, tmp_path, monkeypatch):
+    """As above, but the compacting copy pushes after the loss: it puts back what it holds and
+    fills the lost number with an empty manifest, so readers see no gap (the sync model's
+    seed 3073). The later manifests' count of the deletions their uploader had learned of
+    tells readers that one was announced that they never read."""
+    url, keys, delete = remote
+    a, start = _pushed_and_compacted_away(url, tmp_path)
+    lost = _announcing(url, keys)
+    delete(lost)
+    later = append(a, "s2", "later")
+    monkeypatch.setattr(push_mod, "OWN_CHECK_EVERY", 0.0)
+    monkeypatch.setenv("CTAPE_WRITER", "laptop")
+    with Tape.open(str(tmp_path / "a")) as ta:
+        push_mod.push(ta, open_backend(url), "origin", warn=lambda s: None)
+    assert lost in keys()  # filled
+    p = run_cli("clone", url, tmp_path / "c", env={"CTAPE_WRITER": "third"})
+    assert p.returncode == 0 and "lacks" not in p.stderr.decode(), p.stderr.decode()
+    assert {start, later} <= hashes(tmp_path / "c")
+    assert run_cli("--dir", tmp_path / "c", "fsck").returncode == 0
+
+
+def test_a_lost_announcement_of_an_older_version_is_learnt_from_its_execution_record(tmp_path):
+    """A deletion announced by a version before announcements said what they delete (g/<n>
+    names only the compactor and its plan), whose manifest was lost: readers learn it from
+    the plan's execution record (x/), written before any piece was deleted."""
+    import json
+
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    url = f"file://{remote}"
+    a, start = _pushed_and_compacted_away(url, tmp_path)
+    later = append(a, "s2", "later")
+    a("push")
+    keys = lambda: {os.path.relpath(os.path.join(r, f), remote) for r, _, fs in os.walk(remote) for f in fs}  # noqa: E731
+    os.remove(remote / _announcing(url, keys))
+    (g,) = [k for k in keys() if k.startswith("g/")]
+    body = json.loads((remote / g).read_text())
+    (remote / g).write_text(json.dumps({k: body[k] for k in ("compactor", "plan", "time")}))  # as an older version wrote it
+    p = run_cli("clone", url, tmp_path / "c", env={"CTAPE_WRITER": "third"})
+    assert p.returncode == 0 and "the remote lacks f/" not in p.stderr.decode(), p.stderr.decode()
+    assert {start, later} <= hashes(tmp_path / "c")
+
+
+def _side_only_on_a_cloned_segment(url, tmp_path):
+    """laptop pushes s1 with a branch `side` that alone reaches an entry, cibox clones, then
+    laptop deletes `side`: (laptop, cibox, start, side)."""
+    a, b = on(tmp_path / "a", "laptop"), on(tmp_path / "b", "cibox")
+    a("init")
+    a("remote", "add", "origin", url)
+    start = append(a, "s1", "start")
+    a("branch", "side", "-s", "s1")
+    a("checkout", "side", "-s", "s1")
+    side = append(a, "s1", "only on side")
+    a("checkout", "main", "-s", "s1")
+    a("push")
+    run_cli("clone", url, tmp_path / "b", env={"CTAPE_WRITER": "cibox"}, check=True)
+    a("branch", "-d", "side", "-s", "s1")
+    return a, b, start, side
+
+
+def test_a_pusher_that_looked_before_the_loss_showed_learns_the_deletion(remote, tmp_path, monkeypatch):
+    """Found in review: the announcing manifest, the compactor's newest, was lost, so no copy
+    saw a gap; a push of another copy an hour later took the announcement for one whose
+    compactor died (no manifest came) and moved past it, and when the gap showed later it
+    never looked again: that copy, which held the deleted segment, did not compact before
+    its push, and the remote lacked an entry its new branch reached. The announcement now
+    says what it deletes, so the first look learns it."""
+    from ctape.sync import layout
+
+    url, keys, delete = remote
+    a, b, start, side = _side_only_on_a_cloned_segment(url, tmp_path)
+    a("compact", "--remote", "origin", "--expire", "now", "--grace", "now")
+    delete(_announcing(url, keys))
+    monkeypatch.setattr(layout, "UNLISTED_WAIT", 0.0)  # an hour went by
+    monkeypatch.setenv("CTAPE_WRITER", "cibox")
+    append(b, "s3", "b works")
+    with Tape.open(str(tmp_path / "b")) as tb:
+        push_mod.push(tb, open_backend(url), "origin")
+    later = append(a, "s2", "later")
+    a("push", "-s", "s2")  # a later manifest of laptop: the gap shows (push -s fills none)
+    b("branch", "again", side, "-s", "s1")
+    with Tape.open(str(tmp_path / "b")) as tb:
+        push_mod.push(tb, open_backend(url), "origin")
+    p = run_cli("clone", url, tmp_path / "d", env={"CTAPE_WRITER": "fourth"})
+    assert "the remote lacks f/" not in p.stderr.decode(), p.stderr.decode()
+    assert {start, side, later} <= hashes(tmp_path / "d")
+
+
+def test_a_lost_announcement_whose_run_was_killed_and_run_again_is_learnt(remote, tmp_path, monkeypatch):
+    """Found in review: a `compact --remote` killed between its announcing manifest and its
+    execution record; the rerun's record lists no file (its pull had learnt the deletion,
+    so nothing was left to replace), and it deleted the pieces as announced. With that
+    manifest lost, a reader learning from the execution record learnt nothing and warned
+    of the pieces. The announcement itself says what goes."""
+    import json
+
+    url, keys, delete = remote
+    a, b, start, side = _side_only_on_a_cloned_segment(url, tmp_path)
+    real = open_backend(url)
+    put = type(real).put_if_absent
+
+    def killed_at_the_execution_record(self, key, data):
+        if key.startswith("x/"):
+            raise KeyboardInterrupt("killed")
+        return put(self, key, data)
+
+    monkeypatch.setenv("CTAPE_WRITER", "laptop")
+    monkeypatch.setattr(type(real), "put_if_absent", killed_at_the_execution_record)
+    with pytest.raises(KeyboardInterrupt), Tape.open(str(tmp_path / "a")) as ta:
+        prune_compact(ta, open_backend(url))
+    monkeypatch.setattr(type(real), "put_if_absent", put)
+    a("compact", "--remote", "origin", "--expire", "now", "--grace", "now")  # the rerun
+    assert [json.loads(real.get(k))["files"] for k in keys() if k.startswith("x/")] == [[]]
+    later = append(a, "s2", "later")
+    a("push", "-s", "s2")
+    delete(_announcing(url, keys))
+    p = run_cli("clone", url, tmp_path / "c", env={"CTAPE_WRITER": "third"})
+    said = p.stderr.decode()
+    assert "the remote lacks m/laptop/" in said and "the remote lacks f/" not in said, said
+    assert {start, later} <= hashes(tmp_path / "c")
+
+
+def prune_compact(tape, backend):
+    from ctape.sync import prune
+
+    return prune.compact_remote(tape, backend, "origin", expire="now", grace="now")

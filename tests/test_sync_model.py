@@ -1579,6 +1579,15 @@ def test_remote_seed_11525_a_deletion_announced_by_a_killed_run_is_finished_by_a
     _run_many(tmp_path, [11525], cli=False, sync=rsync, world=RemoteRedactWorld)
 
 
+def test_lost_manifest_seed_3073_a_lost_announcement_whose_number_was_filled_is_learnt(tmp_path):
+    """Found by the long run (2026-12-07): the manifest in which a `compact --remote`
+    announced its deletion was lost, and its writer filled the number with an empty one at
+    its next push, so readers saw no gap and never learnt the deletion: a new clone warned
+    that the remote lacked the pieces it took. Readers now learn a deletion that a
+    manifest's count says was announced from its execution record."""
+    _run_many(tmp_path, [3073], cli=False, sync=copy_like_rsync, world=LostManifestWorld)
+
+
 def test_live_seed_80_keeps_an_append_to_a_segment_copied_empty(tmp_path):
     """Found by the first LiveWorld run, on the code before segments were created whole
     (issue 20 item 1): a writer stopped right after creating its new segment, an rsync

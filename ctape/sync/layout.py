@@ -6,10 +6,11 @@
     f/<session>/<file>/<start>-<end>.<gen>   the same, put again after deletion gen-1 of its file
     d/<compactor>/<n:020d>.json              plan n of one compacting copy: files to delete later
     x/<compactor>/<n:020d>.json              plan n carried out (the compactor's own bookkeeping)
-    g/<n:020d>                               the n-th deletion on the remote (one GET tells a pusher)
+    g/<n:020d>                               the n-th deletion on the remote and what it deletes (one GET tells a pusher)
 
-A compactor announces a deletion in its next manifest ("deleted": the files, each with the
-end the remote held) before it deletes anything, so readers learn it at no extra cost.
+A compactor announces a deletion at g/<n> and in its next manifest ("deleted": the files,
+each with the end the remote held) before it deletes anything, so readers learn it at no
+extra cost; from g/<n> when that manifest is lost (lost_announcements).
 
 A key is written once and never overwritten. A data file's bytes for a range are the same
 in every copy (a segment only grows, by its one writer; a pack never changes), so two
@@ -259,18 +260,26 @@ def note_manifest(state, m: dict) -> None:
         ends[k] = max(ends.get(k, 0), f["end"])
     for f in m["files"]:
         note_have(state, f, m["g"], push_end=f["end"] == ends[(f["session"], f["file"])])
-    for f in m["deleted"]:
-        note_gone(state, f, m["deleted_g"])
+    # how many deletions the remote announced, as far as this manifest tells: one this copy
+    # never reads the manifest of is learnt from its announcement (lost_announcements)
+    state["g_seen"] = max(int(state.get("g_seen", 0)), m["g"], m["deleted_g"] + 1 if m["deleted"] else 0)
     if m["deleted"]:  # deletion deleted_g is learnt (push looks at its g/<n> until then)
-        read = state.setdefault("deletions_read", [])
-        if m["deleted_g"] not in read:
-            read.append(m["deleted_g"])
+        note_deletion(state, m["deleted_g"], m["deleted"], m["redacted"])
     for x in m["lost"]:  # a salvage report the remote holds: never sent again
         state.setdefault("losses", {})[loss_digest(x)] = 1
-    if m["redacted"]:
-        redacted = state.setdefault("redacted", {})  # `remote show` keeps no such table
-        for h in m["redacted"]:
-            redacted[h] = m["deleted_g"]
+
+
+def note_deletion(state, g: int, files: list[dict], redacted: Iterable[str]) -> None:
+    """Deletion g (g/<g>) took `files` off the remote, each up to its end; its compactor
+    knew `redacted` redacted. From its manifest or from its announcement."""
+    for f in files:
+        note_gone(state, f, g)
+    read = state.setdefault("deletions_read", [])
+    if g not in read:
+        read.append(g)
+    table = state.setdefault("redacted", {})  # `remote show` keeps no such table
+    for h in redacted:
+        table[h] = g
 
 
 def loss_digest(x: dict) -> str:
@@ -374,46 +383,73 @@ def new_manifests(store, backend: Backend, state, warn, cursor: str = "next") ->
             state[cursor][u] = k + 1
 
 
+UNLISTED_WAIT = 3600.0  # s: a deletion announced with no manifest after this long was never carried out
+
+
 def lost_announcements(store, backend: Backend, state, warn) -> int:
-    """The deletions of a remote compaction learnt from their execution records (x/), for
-    those whose announcing manifest this copy never read; how many. Called while a
-    manifest is missing (state["gaps"]): the lost one may have announced a deletion, and
-    a reader that never learns it fetches the pieces that deletion took (a new clone
-    warned `the remote lacks f/...`, found by the sync model's long run, seed 3056), and a
-    pusher that holds such a file does not compact it first. One listing of g/; then, for
-    each deletion neither read nor passed by this copy (state["gnext"]), its announcement
-    (g/<n>: the compactor and its plan) and the plan's execution record. A deletion with
-    no execution record yet deleted nothing (its run writes that before any delete): it is
-    looked at again next time."""
-    if not state.get("gaps"):
-        return 0
+    """The deletions of a remote compaction this copy never read the manifest of (lost:
+    deleted from the bucket, or a backup restored over it; its writer may have filled its
+    number with an empty one since), learnt from their announcements; how many. A reader
+    that never learns such a deletion fetches the pieces it took (a new clone warned `the
+    remote lacks f/...`: the sync model's long run, seeds 3056 and 3073), and a pusher
+    that holds such a file does not compact it first, so an entry only that file held,
+    which a claim of that copy reached, never reached the remote.
+
+    Which: those below `g_seen` (the count of deletions some manifest's uploader had
+    learned of, or a push found announced) that this copy neither read nor passed
+    (`gnext`); and, while a manifest is missing (`gaps`), any a listing of g/ from there
+    shows (the lost one may be the last that could count it). None on the usual path."""
     read = set(state.get("deletions_read", []))
     floor = int(state.get("gnext", 0))
+    numbers = {g for g in range(floor, int(state.get("g_seen", 0))) if g not in read}
+    if state.get("gaps"):
+        for key, _, is_prefix in backend.list("g/", start_after=compaction_key(floor - 1) if floor else None):
+            name = key[2:]
+            if not is_prefix and name.isdigit() and key == compaction_key(int(name)) and int(name) not in read:
+                numbers.add(int(name))
     learnt = 0
-    for key, _, is_prefix in backend.list("g/"):
-        name = key[2:]
-        if is_prefix or not name.isdigit() or key != compaction_key(int(name)) or int(name) in read or int(name) < floor:
-            continue
-        g = int(name)
-        try:
-            a = json.loads(backend.get(key) or b"")
-            compactor, plan = a["compactor"], a["plan"]
-        except (ValueError, TypeError, KeyError):
-            continue  # not one ctape wrote: no deletion to learn
-        if not (isinstance(compactor, str) and UPLOADER.fullmatch(compactor) and type(plan) is int and plan >= 0):
-            continue
-        data = backend.get(plan_key(compactor, plan, done=True))
-        if data is None:
-            continue
-        x, why = decode_deletion(data, store.tape_id, compactor, plan, True)
-        if x is None:
-            warn(f"ignored {plan_key(compactor, plan, done=True)} on the remote: {why}")
-            continue
-        for f in x["files"]:
-            note_gone(state, f, g)
-        state.setdefault("deletions_read", []).append(g)
-        learnt += 1
+    for g in sorted(numbers):
+        if learn_announcement(store, backend, state, g, backend.get(compaction_key(g)), warn):
+            learnt += 1
     return learnt
+
+
+def learn_announcement(store, backend: Backend, state, g: int, data: Optional[bytes], warn, fallback: bool = True) -> bool:
+    """Learn deletion g from its announcement `data` (g/<g>): the files it deletes and the
+    objects its compactor knew redacted. An announcement written before it carried them
+    names the plan: its execution record (x/), written before any piece is deleted, gives
+    the files (with `fallback`; a push that has the manifests to read yet does not look);
+    none yet, nothing is deleted yet, and after UNLISTED_WAIT its compactor is taken to
+    have died before it deleted anything (as a push judges: `unlisted`). True when the
+    deletion is learnt."""
+    try:
+        a = json.loads(data or b"")
+        compactor, plan = a["compactor"], a["plan"]
+    except (ValueError, TypeError, KeyError):
+        return False  # not one ctape wrote: no deletion to learn
+    if not (isinstance(compactor, str) and UPLOADER.fullmatch(compactor) and type(plan) is int and plan >= 0):
+        return False
+    files, redacted = a.get("files"), a.get("redacted", [])
+    if files is None:
+        if not fallback:
+            return False
+        x = backend.get(plan_key(compactor, plan, done=True))
+        if x is None:
+            waiting = state.setdefault("unlisted", {})
+            if time.time() - waiting.setdefault(str(g), time.time()) >= UNLISTED_WAIT:
+                state.setdefault("deletions_read", []).append(g)  # never carried out: nothing to learn
+            return False
+        done, why = decode_deletion(x, store.tape_id, compactor, plan, True)
+        if done is None:
+            warn(f"ignored {plan_key(compactor, plan, done=True)} on the remote: {why}")
+            return False
+        files, redacted = done["files"], []
+    if not (isinstance(files, list) and all(_deletion_ok(f) for f in files)
+            and isinstance(redacted, list) and all(isinstance(h, str) and HASH.fullmatch(h) for h in redacted)):
+        warn(f"ignored {compaction_key(g)} on the remote: not a deletion ctape wrote")
+        return False
+    note_deletion(state, g, files, redacted)
+    return True
 
 
 def note_have(state, f: dict, g: int = 0, push_end: bool = True) -> None:

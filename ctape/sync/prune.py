@@ -251,7 +251,7 @@ def _carry_out(tape, backend: Backend, name: str, grace_s: float, before: dict, 
                 n_new += 1
             g = None
             if ok:
-                g = _announce(store, backend, state, n)
+                g = _announce(store, backend, state, n, ok, redacted)
                 put_manifest(store, backend, state, [], deleted=ok, deleted_g=g, warn=warn, redacted=redacted)
             if not backend.put_if_absent(layout.plan_key(me, n, done=True), layout.encode_deletion(store, me, n, ok, done=True)):
                 continue  # carried out by an earlier run (the pieces were deleted above)
@@ -347,12 +347,17 @@ def _changed_since(store, backend: Backend, state, warn) -> bool:
     return unreadable or any(u != store.writer for u, _ in new)
 
 
-def _announce(store, backend: Backend, state, plan: int) -> int:
-    """g/<next>: one more deletion on the remote. Every push that has something to upload
-    looks for the next number (one GET), learns the deletions from the manifests, and
-    compacts its copy first if it still holds a deleted file."""
+def _announce(store, backend: Backend, state, plan: int, files: list[dict], redacted: set) -> int:
+    """g/<next>: one more deletion on the remote, and what it deletes (the files, each with
+    the end the remote held, and the objects this copy knew redacted: what the manifest
+    written next lists as `deleted` and `redacted`). Every push that has something to
+    upload looks for the next number (one GET) and learns the deletion from it; readers
+    learn it from the manifest, or from here when that manifest is lost (a copy that holds
+    a deleted file compacts it before its push: layout.lost_announcements)."""
     n = int(state.get("gnext", 0))
-    body = json.dumps({"compactor": store.writer, "plan": plan, "time": time.time()}, sort_keys=True).encode()
+    body = json.dumps({"compactor": store.writer, "plan": plan, "time": time.time(),
+                       "files": [{"session": f["session"], "file": f["file"], "end": f["end"]} for f in files],
+                       "redacted": sorted(redacted)}, sort_keys=True).encode()
     while not backend.put_if_absent(layout.compaction_key(n), body):
         n += 1
     state["gnext"] = n + 1

@@ -57,9 +57,6 @@ def _upload(backend: Backend, piece) -> str:
     return "there" if backend.get(key) == chunk else "other"
 
 
-UNLISTED_WAIT = 3600.0  # s: a deletion announced with no manifest after this long was never carried out
-
-
 def _read_range(path: str, start: int, end: int, own: bool) -> bytes:
     # own segments: a plain open, so the read moves the access time like any copy's
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW) if own else open_for_reading(path)
@@ -179,23 +176,29 @@ def _checked(tape, state: State, chosen: list[str], todo: list[tuple], allow_sec
 def _new_deletions(store, backend: Backend, state: State, warn) -> bool:
     """Learn the deletions of the remote announced since this copy last looked (g/<n>: one
     GET each, and a miss); True when there were any. `compact --remote` announces a
-    deletion, then writes the manifest that lists what it deletes (and the objects it knew
-    redacted), then deletes: a push that comes between the first two has nothing of it to
-    learn yet. So g/<n> stays the next one to look at until its manifest has been read; or,
-    when none comes for UNLISTED_WAIT by this copy's clock, its compactor died before it
-    deleted anything. Until then this copy's manifests say it has not seen deletion n."""
+    deletion with what it deletes (and the objects it knew redacted), then writes the
+    manifest that lists the same, then deletes: the announcement alone tells this copy
+    (layout.learn_announcement), so a manifest lost later hides nothing. One written by a
+    version before announcements carried that names only its plan: g/<n> stays the next one
+    to look at until its manifest has been read (or its execution record: a lost manifest,
+    layout.lost_announcements); or, when neither comes for layout.UNLISTED_WAIT by this copy's
+    clock, its compactor died before it deleted anything. Until then this copy's manifests
+    say it has not seen deletion n."""
     n = start = int(state.get("gnext", 0))
-    while backend.get(layout.compaction_key(n)) is not None:
+    while (data := backend.get(layout.compaction_key(n))) is not None:
+        if n not in state.get("deletions_read", []):
+            layout.learn_announcement(store, backend, state, n, data, warn, fallback=False)  # what it deletes, if it says
         n += 1
     if n == start:
         return False
+    state["g_seen"] = max(int(state.get("g_seen", 0)), n)
     learn(store, backend, state, warn)
     read = set(state.get("deletions_read", []))
     waiting = state.get("unlisted", {})
     now = time.time()
     nxt = n
     for g in range(start, n):
-        if g not in read and now - waiting.setdefault(str(g), now) < UNLISTED_WAIT:
+        if g not in read and now - waiting.setdefault(str(g), now) < layout.UNLISTED_WAIT:
             nxt = g
             break
     state["gnext"] = nxt

@@ -154,7 +154,8 @@ class State(dict):
     deletion's number]; `gnext`:
     the next deletion announcement (g/<n>) to look for (one whose manifest has not been
     read yet: `deletions_read` lists those read at or past it, `unlisted` when this copy
-    first saw an announcement with no manifest);
+    first saw an announcement with no manifest); `g_seen`: how many deletions the remote
+    announced, as far as the manifests read and g/ tell (layout.lost_announcements);
     `own`: this copy's next manifest number; `checked`: the remote's tape id was checked;
     `redacted`: object -> the deletion whose manifest said its compactor knew it redacted;
     `losses`: the salvage reports the remote holds (layout.loss_digest -> 1);
@@ -186,7 +187,7 @@ class State(dict):
         """The remote no longer holds this tape's identity (emptied, re-created): know nothing."""
         for k in ("have", "pieces", "next", "seen", "gone", "gens", "redacted", "losses", "finished"):
             self[k] = {}
-        for k in ("ignored", "own", "own_writer", "made", "checked", "gnext", "deletions_read", "unlisted", "gaps", "relearn", "refill"):
+        for k in ("ignored", "own", "own_writer", "made", "checked", "gnext", "g_seen", "deletions_read", "unlisted", "gaps", "relearn", "refill"):
             self.pop(k, None)
 
     def follow(self, meta: dict) -> None:
