@@ -515,3 +515,29 @@ def prune_compact(tape, backend):
     from ctape.sync import prune
 
     return prune.compact_remote(tape, backend, "origin", expire="now", grace="now")
+
+
+def test_junk_at_a_deletions_number_is_looked_at_once(tmp_path, monkeypatch):
+    """A key under g/ that no ctape wrote (another tool's, a half-written one) is no deletion:
+    a reader that looks for lost announcements (here: a manifest is missing) reads it once,
+    not at every pull."""
+    from ctape.sync.pull import pull
+
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    url = f"file://{remote}"
+    a, start = _pushed_and_compacted_away(url, tmp_path)
+    (remote / "g" / f"{1:020d}").write_text("not a deletion")
+    for text in ("later", "and later"):
+        append(a, "s2", text)
+        a("push", "-s", "s2")
+    os.remove(remote / "m" / "laptop" / f"{3:020d}.json")  # a gap: readers list g/
+    run_cli("clone", url, tmp_path / "c", env={"CTAPE_WRITER": "third"}, check=True)
+    backend = open_backend(url)
+    got, asked = backend.get, []
+    monkeypatch.setattr(backend, "get", lambda key: asked.append(key) or got(key))
+    monkeypatch.setenv("CTAPE_WRITER", "third")
+    with Tape.open(str(tmp_path / "c")) as t:
+        for _ in range(3):
+            pull(t, backend, "origin")
+    assert asked.count(f"g/{1:020d}") == 0, asked  # read once, by the clone

@@ -422,13 +422,16 @@ def learn_announcement(store, backend: Backend, state, g: int, data: Optional[by
     none yet, nothing is deleted yet, and after UNLISTED_WAIT its compactor is taken to
     have died before it deleted anything (as a push judges: `unlisted`). True when the
     deletion is learnt."""
+    junk = lambda: state.setdefault("deletions_read", []).append(g) or False  # noqa: E731 - not looked at again
+    if data is None:
+        return False
     try:
-        a = json.loads(data or b"")
+        a = json.loads(data)
         compactor, plan = a["compactor"], a["plan"]
     except (ValueError, TypeError, KeyError):
-        return False  # not one ctape wrote: no deletion to learn
+        return junk()  # not one ctape wrote: no deletion to learn
     if not (isinstance(compactor, str) and UPLOADER.fullmatch(compactor) and type(plan) is int and plan >= 0):
-        return False
+        return junk()
     files, redacted = a.get("files"), a.get("redacted", [])
     if files is None:
         if not fallback:
@@ -447,7 +450,7 @@ def learn_announcement(store, backend: Backend, state, g: int, data: Optional[by
     if not (isinstance(files, list) and all(_deletion_ok(f) for f in files)
             and isinstance(redacted, list) and all(isinstance(h, str) and HASH.fullmatch(h) for h in redacted)):
         warn(f"ignored {compaction_key(g)} on the remote: not a deletion ctape wrote")
-        return False
+        return junk()
     note_deletion(state, g, files, redacted)
     return True
 
