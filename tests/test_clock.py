@@ -2,6 +2,7 @@
 libfaketime (`faketime`, which .ci/run installs); skipped where it is missing. Found by an
 audit of time and environment (2026-12-06)."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -105,3 +106,48 @@ def test_a_branch_deleted_under_a_clock_behind_is_kept_for_expire_not_freed_at_o
     with Tape.open(d) as t:
         with pytest.raises(Exception):
             t.read_entry(tip)
+
+
+def test_a_remote_compaction_on_a_clock_ahead_keeps_a_push_under_way(tmp_path, monkeypatch):
+    """Found by an audit: `compact --remote` judged the age of the pieces no manifest lists
+    by this machine's clock against the store's time stamps. On a machine 15 days ahead, the
+    default grace (14 days) took the pieces another copy had just put, before its manifest:
+    that push then listed pieces the remote no longer held, and every clone lacked them.
+    Ages are now taken by the store's clock."""
+    from test_remote_sweep import _b_killed_before_its_manifest
+
+    remote, a, tb = _b_killed_before_its_manifest(tmp_path, monkeypatch)
+    tb.close()
+    unlisted = {os.path.relpath(os.path.join(r, f), remote) for r, _, fs in os.walk(remote / "f") for f in fs}
+    p = subprocess.run(["faketime", "-f", "+15d", sys.executable, "-m", "ctape", "--dir", str(a), "compact", "--remote", "origin"],
+                       capture_output=True, timeout=120, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert p.returncode == 0, p.stderr.decode()
+    left = {os.path.relpath(os.path.join(r, f), remote) for r, _, fs in os.walk(remote / "f") for f in fs}
+    assert unlisted <= left, (sorted(unlisted - left), p.stderr.decode())
+
+
+def test_a_remote_compaction_plan_written_by_a_clock_ahead_waits_no_longer_than_its_grace(tmp_path):
+    """Found by an audit: a plan written while the clock ran 30 days ahead was due only 30
+    days after the clock was put right, whatever --grace said, and the deletions it held
+    (of a redacted text too) waited with it. Such a plan's age is taken by the store's
+    clock, since its key was written."""
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+
+    def ctape(*args, ahead=None):
+        pre = ["faketime", "-f", ahead] if ahead else []
+        p = subprocess.run([*pre, sys.executable, "-m", "ctape", "--dir", str(tmp_path / "a"), *args], capture_output=True, timeout=120, env=env)
+        assert p.returncode == 0, p.stderr.decode()
+        return p
+
+    ctape("init")
+    ctape("remote", "add", "origin", f"file://{remote}")
+    ctape("append", "user", "--text", "hello", "-s", "chat")
+    ctape("push")
+    segment = [k for k in os.listdir(remote / "f" / "chat") if k.endswith(".seg")]
+    ctape("compact", "--remote", "origin", ahead="+30d")  # plans the segment's deletion, dated 30 days ahead
+    assert os.listdir(remote / "d")
+    out = json.loads(ctape("compact", "--remote", "origin", "--grace", "now", "--json").stdout)
+    assert not out["pending"], out
+    assert not [f for seg in segment for _, _, fs in os.walk(remote / "f" / "chat" / seg) for f in fs]  # its pieces went

@@ -17,6 +17,7 @@ import os
 import re
 import secrets
 import stat
+import tempfile
 import threading
 from typing import Callable, Iterator, Optional
 from urllib.parse import unquote, urlparse
@@ -74,7 +75,12 @@ class Backend:
         raise NotImplementedError
 
     def aged(self, prefix: str) -> Iterator[tuple[str, float]]:
-        """(key, seconds since it was written) for every key under prefix, in key order."""
+        """(key, seconds since it was written) for every key under prefix, in key order: by
+        the store's own clock, never this machine's. `compact --remote` deletes what is
+        older than its grace period, and a machine whose clock ran ahead of the store's by
+        about that much took another copy's piece, put a moment before, for old: the push
+        under way listed it, and it was gone (found by an audit, under a clock 15 days
+        ahead with the default grace)."""
         raise NotImplementedError
 
     def delete(self, key: str) -> None:
@@ -301,10 +307,19 @@ class FileBackend(Backend):
         yield from sorted((k, st.st_size if st else 0, st is None) for k, st in self._walk(prefix, delimiter) if start_after is None or k > start_after)
 
     def aged(self, prefix: str) -> Iterator[tuple[str, float]]:
-        import time
-
-        now = time.time()
+        now = self._now()
         yield from sorted((k, now - max(st.st_mtime, st.st_ctime)) for k, st in self._walk(prefix, None) if st)
+
+    def _now(self) -> float:
+        """The time by the clock that stamps the folder's files (a network file system's
+        server's): the times of a file made and removed for the purpose."""
+        fd, path = tempfile.mkstemp(prefix=".tmp-clock-", dir=self.root)
+        try:
+            st = os.fstat(fd)
+            return max(st.st_mtime, st.st_ctime)
+        finally:
+            os.close(fd)
+            os.unlink(path)
 
     def _walk(self, prefix: str, delimiter: Optional[str]) -> Iterator[tuple[str, Optional[os.stat_result]]]:
         """(key, its lstat) under prefix; (common prefix, None) with a delimiter. Temp files
@@ -341,10 +356,8 @@ class FileBackend(Backend):
         bytes: maybe a value redacted since), which no listing shows. One whose age (the
         later of mtime and ctime, as compact judges) passes `older_than` is no live write's:
         a write links its temp file within seconds of creating it."""
-        import time
-
         self._tick()
-        now, n = time.time(), 0
+        now, n = self._now(), 0
         for folder, _, files in os.walk(self.root):
             for f in files:
                 if not f.startswith(".tmp-"):
@@ -528,13 +541,18 @@ class S3Backend(Backend):
             yield from sorted(rows)
 
     def aged(self, prefix: str) -> Iterator[tuple[str, float]]:
-        """Ages by the store's clock against this machine's: a skew of minutes matters
-        against a grace period of days; under `--grace now` a key the skew makes young stays."""
+        """Ages by the store's clock: the time its answer to each listing is dated (HTTP
+        `Date`, to the second; this machine's clock when it has none). Under `--grace now`
+        a key written in the same second stays."""
         import time
+        from email.utils import parsedate_to_datetime
 
         cut = len(self.prefix) + 1 if self.prefix else 0
         for page in self._pages(prefix, None):
-            now = time.time()
+            try:
+                now = parsedate_to_datetime(page["ResponseMetadata"]["HTTPHeaders"]["date"]).timestamp()
+            except (KeyError, TypeError, ValueError):
+                now = time.time()
             yield from sorted((o["Key"][cut:], now - o["LastModified"].timestamp()) for o in page.get("Contents", []) if o.get("LastModified"))
 
     def _pages(self, prefix: str, delimiter: Optional[str], start_after: Optional[str] = None) -> Iterator[dict]:

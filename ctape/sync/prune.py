@@ -223,7 +223,7 @@ def _carry_out(tape, backend: Backend, name: str, grace_s: float, before: dict, 
         state["pruned"].append(f"{who}/{n}")
     if any(state["finished"].get(k) != g for k, (_, g) in state["gone"].items()) and not _changed_since(store, backend, state, warn):
         deleted["objects"] += _finish_announced(backend, state)
-    due = [n for n in sorted(plans) if n not in done and now - plans[n]["time"] >= grace_s]
+    due = [n for n in sorted(plans) if n not in done and _age(backend, me, plans[n], now) >= grace_s]
     planned_now = {(f["session"], f["file"]) for n in plans if n not in done for f in plans[n]["files"]}
     fresh = [{"session": s, "file": file, "end": end} for (s, file), end in sorted(replaced.items()) if (s, file) not in planned_now]
     n_new = max(list(plans) + list(done) + [-1]) + 1
@@ -273,6 +273,21 @@ def _carry_out(tape, backend: Backend, name: str, grace_s: float, before: dict, 
     pending = [{"n": n, "files": len(plans[n]["files"]), "bytes": sum(f["end"] for f in plans[n]["files"]),
                 "due_in_seconds": max(0, round(plans[n]["time"] + grace_s - now))} for n in sorted(plans) if n not in done]
     return {"deleted": deleted, "planned": len(fresh), "pending": pending, "deferred": deferred}
+
+
+FUTURE_SLACK = 300.0  # s: a plan dated further ahead than this was written by a clock that ran ahead
+
+
+def _age(backend: Backend, me: str, plan: dict, now: float) -> float:
+    """A plan's age: by its time, unless that is in the future (written while this machine's
+    clock ran ahead, since put right): then by the store's clock, since its key was
+    written. Before, such a plan waited as long as the clock had been ahead, and the
+    deletions it held back (of redacted texts too) with it, whatever --grace said (found
+    by an audit: 30 days ahead)."""
+    if plan["time"] <= now + FUTURE_SLACK:
+        return now - plan["time"]
+    key = layout.plan_key(me, plan["n"])
+    return next((age for k, age in backend.aged(key) if k == key), 0.0)
 
 
 def _sweep_unlisted(store, backend: Backend, state, grace_s: float, warn) -> int:
