@@ -151,3 +151,29 @@ def test_a_remote_compaction_plan_written_by_a_clock_ahead_waits_no_longer_than_
     out = json.loads(ctape("compact", "--remote", "origin", "--grace", "now", "--json").stdout)
     assert not out["pending"], out
     assert not [f for seg in segment for _, _, fs in os.walk(remote / "f" / "chat" / seg) for f in fs]  # its pieces went
+
+
+def test_a_branch_deleted_in_a_session_made_wholly_under_1970_is_kept_for_expire(tmp_path):
+    """Found by an audit: the test above covers a session whose records had read one from a
+    right clock (their clock value carries it on); a session made wholly under a clock at
+    1970 (a dead RTC battery) has record times and clock values of 1970, and its deleted
+    branch was freed at the next compaction. Such a record's age is unknown: kept, but by
+    `--expire now`."""
+    d = tmp_path / "t"
+    _at("1970-01-02 00:00:00", d, "init")
+    _at("1970-01-02 00:00:01", d, "append", "user", '{"content": "base"}', "-s", "s")
+    _at("1970-01-02 00:00:02", d, "checkout", "-b", "alt", "-s", "s")
+    tip = _at("1970-01-02 00:00:03", d, "append", "user", '{"content": "on alt"}', "-s", "s").stdout.decode().strip()
+    _at("1970-01-02 00:00:04", d, "checkout", "main", "-s", "s")
+    _at("1970-01-02 00:00:05", d, "branch", "-D", "alt", "-s", "s")
+
+    def compact(*args):
+        subprocess.run([sys.executable, "-m", "ctape", "--dir", str(d), "compact", "--grace", "now", *args], check=True, capture_output=True)
+
+    compact()
+    with Tape.open(d) as t:
+        assert t.read_entry(tip).payload == {"content": "on alt"}
+    compact("--expire", "now")
+    with Tape.open(d) as t:
+        with pytest.raises(Exception):
+            t.read_entry(tip)

@@ -11,6 +11,7 @@ from typing import NamedTuple
 from ..model.refs import HEAD, Claim, RefState, claim_key, conflict_name, cut_off, own_gap, saw, shown, standing_claims
 from .compact_scan import Rec, Scan
 
+TIME_FLOOR, TIME_FLOOR_US = "1980", 315_532_800 * 10**6  # record times before 1980 are no times (formats/_common.FILE_TIME_FLOOR)
 SKEW_US = 86_400 * 10**6  # a record's clock value this far past now is a clock that ran ahead: not trusted
 
 
@@ -27,6 +28,11 @@ class Cutoff(NamedTuple):
     now_lc: int
 
     def young(self, r: Rec) -> bool:
+        if r.t < TIME_FLOOR and r.lc < TIME_FLOOR_US and self.lc < self.now_lc:
+            # made under a clock at 1970 (a dead RTC battery), with nothing read from a right
+            # one: its age is unknown, and it is kept but by `--expire now` (a branch deleted
+            # there was freed at the next compaction: found by an audit)
+            return True
         return r.t >= self.t or self.lc <= r.lc <= self.now_lc + SKEW_US
 
 
