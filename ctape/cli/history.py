@@ -196,7 +196,9 @@ def stream(ctx, session, interval):
 @click.option("-n", "limit", type=click.IntRange(min=0), help="Show at most N entries.")
 @click.option("--kind", "kinds", multiple=True, help="Only entries of this kind; repeatable.")
 @click.option("--grep", metavar="TEXT", help="Only entries whose payload text holds TEXT (any case).")
-@click.option("--since", type=When(), metavar="T", help="Only entries at or after T: RFC 3339, or a duration back from now (2h, 3d).")
+@click.option("--since", type=When(), metavar="T", help="Only entries at or after T: RFC 3339, or a duration back from now (2h, 3d). "
+              "As git's, the walk stops after 1,000 entries in a row older than T (entries from a machine whose clock was "
+              "behind may hide newer ones below them; `ctape search --since` reads every entry).")
 @click.option("--until", type=When(), metavar="T", help="Only entries at or before T (as --since).")
 @click.option("--reverse", is_flag=True, help="Oldest first (of the entries -n selects).")
 @click.option("--all", "all_", is_flag=True, help="From every branch of the session (conflict branches too) and HEAD.")
