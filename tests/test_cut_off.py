@@ -323,3 +323,40 @@ def test_every_record_a_writer_lost_stays_on_a_ref_or_was_seen():
         for r in gap_first(old + new, rng):
             st_.apply(copy.deepcopy(r))
         assert TIPS[3] in st_.branches.values(), st_.branches
+
+
+def test_a_machine_restored_from_a_snapshot_keeps_what_it_wrote_after_it(tmp_path, monkeypatch):
+    """Found by an audit of clocks: a VM restored from a disk snapshot (the tape and its index
+    cache, which agree with each other) appended again before it synced. Its cache vouched
+    for its own history, so its new record replaced the ones it had written after the
+    snapshot: once a sync brought those back, no branch reached them, and fsck said
+    nothing. A cache vouches within one boot now: the restored machine, started again,
+    declares a gap, and what it wrote after the snapshot stands on a conflict branch."""
+    import shutil
+
+    import ctape.store.index_batch as index_batch
+
+    boot = ["first"]
+    monkeypatch.setattr(index_batch, "boot_id", lambda: boot[0])
+    monkeypatch.setenv("CTAPE_WRITER", "vmbox")
+    vm, cache, server = tmp_path / "vm", tmp_path / "vm-cache", tmp_path / "server"
+    with Tape.init(vm, cache_dir=str(cache)) as t:
+        t.session("chat").append("user", {"content": "one"})
+    shutil.copytree(vm, tmp_path / "snap-tape", symlinks=True)
+    shutil.copytree(cache, tmp_path / "snap-cache")
+    with Tape.open(vm, cache_dir=str(cache)) as t:
+        for text in ("two", "three"):
+            t.session("chat").append("user", {"content": text})
+    server.mkdir()
+    rsync(vm, server)
+    # the snapshot restored in place, as a disk restore does: the folders keep their inodes
+    # (the cache's folder is named by the tape folder's), every file its bytes of then
+    rsync(tmp_path / "snap-tape", vm, "--delete", "--ignore-times")
+    rsync(tmp_path / "snap-cache", cache, "--delete", "--ignore-times")
+    boot[0] = "after the restore"
+    with Tape.open(vm, cache_dir=str(cache)) as t:
+        t.session("chat").append("user", {"content": "four"})
+    rsync(vm, server)
+    rsync(server, vm)
+    for d in (vm, server):
+        assert reached(d) == {"one", "two", "three", "four"}, d
