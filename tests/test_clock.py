@@ -83,6 +83,20 @@ def test_a_clock_stepped_back_after_a_sealed_segment_starts_one_file_not_one_per
         assert t.fsck()["ok"]
 
 
+def _kept_by_compact_until_expire_now(d, tip: str, payload: dict) -> None:
+    """`compact` (with the right clock) keeps the entry `tip`; `compact --expire now` frees it."""
+    def compact(*args):
+        subprocess.run([sys.executable, "-m", "ctape", "--dir", str(d), "compact", "--grace", "now", *args], check=True, capture_output=True)
+
+    compact()
+    with Tape.open(d) as t:
+        assert t.read_entry(tip).payload == payload
+    compact("--expire", "now")
+    with Tape.open(d) as t:
+        with pytest.raises(Exception):
+            t.read_entry(tip)
+
+
 def test_a_branch_deleted_under_a_clock_behind_is_kept_for_expire_not_freed_at_once(tmp_path):
     """Ref records expire by --expire (90 days): their time was the wall clock of the move,
     so a branch deleted a minute ago on a machine whose clock said 1970 was freed by the
@@ -95,17 +109,7 @@ def test_a_branch_deleted_under_a_clock_behind_is_kept_for_expire_not_freed_at_o
     tip = _at("1970-01-02 00:00:01", d, "append", "user", '{"content": "an hour of work on alt"}', "-s", "s").stdout.decode().strip()
     _at("1970-01-02 00:00:02", d, "checkout", "main", "-s", "s")
     _at("1970-01-02 00:00:03", d, "branch", "-D", "alt", "-s", "s")
-
-    def compact(*args):
-        subprocess.run([sys.executable, "-m", "ctape", "--dir", str(d), "compact", "--grace", "now", *args], check=True, capture_output=True)
-
-    compact()
-    with Tape.open(d) as t:
-        assert t.read_entry(tip).payload == {"content": "an hour of work on alt"}
-    compact("--expire", "now")
-    with Tape.open(d) as t:
-        with pytest.raises(Exception):
-            t.read_entry(tip)
+    _kept_by_compact_until_expire_now(d, tip, {"content": "an hour of work on alt"})
 
 
 def test_a_remote_compaction_on_a_clock_ahead_keeps_a_push_under_way(tmp_path, monkeypatch):
@@ -166,14 +170,4 @@ def test_a_branch_deleted_in_a_session_made_wholly_under_1970_is_kept_for_expire
     tip = _at("1970-01-02 00:00:03", d, "append", "user", '{"content": "on alt"}', "-s", "s").stdout.decode().strip()
     _at("1970-01-02 00:00:04", d, "checkout", "main", "-s", "s")
     _at("1970-01-02 00:00:05", d, "branch", "-D", "alt", "-s", "s")
-
-    def compact(*args):
-        subprocess.run([sys.executable, "-m", "ctape", "--dir", str(d), "compact", "--grace", "now", *args], check=True, capture_output=True)
-
-    compact()
-    with Tape.open(d) as t:
-        assert t.read_entry(tip).payload == {"content": "on alt"}
-    compact("--expire", "now")
-    with Tape.open(d) as t:
-        with pytest.raises(Exception):
-            t.read_entry(tip)
+    _kept_by_compact_until_expire_now(d, tip, {"content": "on alt"})
