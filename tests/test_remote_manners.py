@@ -117,3 +117,26 @@ def test_a_remote_compaction_that_held_sessions_back_exits_1(tmp_path):
     run_cli("--dir", d, "redact", "--scan", check=True)
     p = run_cli("--dir", d, "compact", "--remote", "origin", "--grace", "now")
     assert p.returncode == 0, p.stderr
+
+
+def test_a_folder_url_kept_by_an_older_version_that_names_another_folder_now_says_so(tmp_path):
+    """Found by an audit of mixed versions: `file:///srv/my%20tapes`, added and pushed to by a
+    ctape before 2026-12-06 (which took `%20` as it is), names `my tapes` now. The push said
+    the folder did not exist and to create it; done, each copy pushed to its own folder and
+    pulled "up to date" for ever. It now says which folder the URL named, and how to keep it."""
+    old = tmp_path / "my%20tapes"
+    old.mkdir()
+    url = f"file://{old}"
+    d = tmp_path / "t"
+    run_cli("--dir", d, "init", check=True)
+    run_cli("--dir", d, "remote", "add", "origin", url, check=True)
+    run_cli("--dir", d, "append", "user", "--text", "hi", "-s", "chat", check=True)
+    p = run_cli("--dir", d, "push")
+    said = p.stderr.decode()
+    assert p.returncode != 0 and f"and {old} does" in said and "ctape remote rm origin && ctape remote add origin file://" in said, said
+    assert "mkdir" not in said and not (tmp_path / "my tapes").exists()
+    fixed = said.rsplit("ctape remote add origin ", 1)[1].split()[0]
+    run_cli("--dir", d, "remote", "rm", "origin", check=True)
+    run_cli("--dir", d, "remote", "add", "origin", fixed, check=True)
+    run_cli("--dir", d, "push", check=True)
+    assert os.listdir(old)  # the folder it pushed to before

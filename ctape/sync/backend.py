@@ -194,7 +194,7 @@ def open_backend(url: str, endpoint: Optional[str] = None, name: str = "") -> Ba
     if endpoint is not None:
         check_endpoint(endpoint)
     if kind == "file":
-        return FileBackend(where, url)
+        return FileBackend(where, url, name)
     return S3Backend(where, prefix, endpoint, url, name)
 
 
@@ -209,10 +209,11 @@ class FileBackend(Backend):
     read and write, folders also search). Others get nothing, whatever the remote's
     folder grants them."""
 
-    def __init__(self, root: str, url: str = ""):
+    def __init__(self, root: str, url: str = "", name: str = ""):
         super().__init__()
         self.root = root
         self.url = url or f"file://{root}"
+        self.name = name
         self._modes: Optional[tuple[int, int]] = None
 
     def modes(self) -> tuple[int, int]:
@@ -244,6 +245,16 @@ class FileBackend(Backend):
     def check(self) -> None:
         if os.path.lexists(self.root) and not os.path.isdir(self.root):
             raise RemoteError(f"remote folder {self.root} is a file, not a folder; give a folder's path (file:///PATH)")
+        literal = os.path.normpath(urlparse(self.url).path) if self.url.startswith("file:") else self.root
+        if not os.path.isdir(self.root) and literal != self.root and os.path.isdir(literal):
+            # a URL kept by a version before 2026-12-06, which read its `%20` as is: going on
+            # here split the remote in two, each copy "up to date" (found by an audit)
+            import pathlib
+
+            name = self.name or "NAME"
+            raise RemoteError(f"remote folder {self.root} does not exist, and {literal} does: ctape reads %XX in a file:// URL as an "
+                              f"escape since 2026-12-06, and {self.url} named {literal} before; to go on with that folder: "
+                              f"ctape remote rm {name} && ctape remote add {name} {pathlib.PurePosixPath(literal).as_uri()}")
         if not os.path.isdir(self.root):
             # a clone or pull names a remote that is there; a push to a new one makes it first
             raise RemoteError(f"remote folder {self.root} does not exist; check the URL (to push to a new folder remote, create it first: mkdir -p {self.root})")
