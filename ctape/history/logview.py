@@ -149,11 +149,24 @@ def walk(tape, tips: Iterable[Optional[str]], flt: Optional[Filter] = None, limi
     passed: dict[str, list] = {}  # entry -> the hidden entries left out above it (only with `above`)
     carry = above is not None and not flt.hidden
 
+    stopped: list[Exception] = []  # the first line that ended at an entry that cannot be read
+
     def push(h: Optional[str]) -> None:
         if h is not None and h not in queued:
             queued.add(h)
-            e = tape.read_entry(h)
+            try:
+                e = tape.read_entry(h)
+            except (CorruptObject, EntryNotFound) as err:
+                # that line ends here; the others go on (`log --all` beside a gap a salvage
+                # left showed nothing of the other branches: found by an audit), and the
+                # walk ends with it, where the caller says where history stops
+                stopped.append(err)
+                return
             heapq.heappush(heap, (-time_seconds(e.time), -e.seq, h, e))
+
+    def end() -> None:
+        if stopped:
+            raise stopped[0]
 
     for h in tips:
         push(h)
@@ -162,15 +175,15 @@ def walk(tape, tips: Iterable[Optional[str]], flt: Optional[Filter] = None, limi
     parent: Optional[str] = None
     while True:
         if limit is not None and shown >= limit:
-            return  # before reading the next parent, which may not have arrived yet (rsync)
+            return end()  # before reading the next parent, which may not have arrived yet (rsync)
         push(parent)
         if not heap:
-            return
+            return end()
         neg_t, _, _, e = heapq.heappop(heap)
         if flt.since is not None and -neg_t < flt.since:
             older += 1
             if older > SLOP and (not heap or -heap[0][0] < flt.since):
-                return  # SLOP entries in a row older than --since, and every line left too
+                return end()  # SLOP entries in a row older than --since, and every line left too
         else:
             older = 0
         over = passed.pop(e.hash, None) if carry else None
