@@ -628,3 +628,26 @@ def test_a_surrogate_pair_split_between_two_chunks_is_joined(tmp_path):
         w.write(" ends cut \ud83d")  # a half left at the end is not a character: dropped
     assert next(s.log()).payload["content"] == "a b ends cut "
     tape.close()
+
+
+def test_a_live_stream_is_left_alone_by_a_process_with_another_cache_folder(tmp_path):
+    """Found by an audit: the lock that shows a stream live was in the cache folder, so a
+    process with another one (CTAPE_CACHE_DIR, an agent's `cache_dir=`) took the stream for
+    a dead writer's, recorded it as interrupted, and its text came twice. The lock is in a
+    folder of the user's now, whatever the cache."""
+    import ctape
+
+    tape = ctape.Tape.init(tmp_path / "t", cache_dir=str(tmp_path / "agent-cache"))
+    s = tape.session("s")
+    s.append("user", {"content": "question"})
+    with s.stream() as w:
+        w.write("Hello ")
+        w.flush()
+        p = subprocess.run([sys.executable, "-m", "ctape", "--dir", str(tmp_path / "t"), "append", "tool_result",
+                            '{"call_id": "x", "output": "log line"}', "-s", "s"],
+                           capture_output=True, env={**os.environ, "CTAPE_CACHE_DIR": str(tmp_path / "cli-cache")})
+        assert p.returncode == 0 and b"interrupted stream" not in p.stderr, p.stderr.decode()
+        w.write("world")
+    got = [(e.kind, e.payload.get("content", e.payload.get("output"))) for e in reversed(list(s.log()))]
+    assert got == [("user", "question"), ("tool_result", "log line"), ("assistant", "Hello world")], got
+    tape.close()

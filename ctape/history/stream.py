@@ -21,6 +21,7 @@ import fcntl
 import json
 import os
 import secrets
+import stat
 import threading
 from typing import TYPE_CHECKING, Optional
 
@@ -49,23 +50,57 @@ class StreamTooLong(InvalidInput):
 # -- which streams are live --------------------------------------------------------------
 #
 # A stream's partial records say nothing of whether its writer still runs. A writer holds an
-# flock on `<cache folder>/streams/<stream id>.lock` from its start to its end; the kernel
+# flock on `<lock folder>/<tape id>-<stream id>.lock` from its start to its end; the kernel
 # lets go of it when the writer's process dies (kill -9 too). So a stream whose lock another
 # open file can take is one a dead writer left: recorded as interrupted (a `streaming`
 # entry), and one whose lock is held is live and left alone, whichever Tape or process of
 # this machine writes to the session meanwhile. (Before, any write of another Tape or
 # process recorded a live stream as interrupted: its text came twice, and what it sent
-# after that point was never read back after a kill.) A stream written on another machine,
-# or by a process with another cache folder, has no lock here: taken for dead, as before.
+# after that point was never read back after a kill.) The lock folder is the user's, not
+# the cache's ($XDG_RUNTIME_DIR/ctape-streams, else a private folder in the temp folder):
+# a process with another cache folder (CTAPE_CACHE_DIR, an agent's `cache_dir=`) took the
+# stream for dead when it was in the cache (found by an audit of mixed versions). A stream
+# written on another machine, by another user, or by a ctape before 2026-12-05 has no lock
+# here: taken for dead, as before.
 
 _held: dict[str, int] = {}  # stream id -> the descriptor holding its lock, in this process
 
 
 def _lock_path(store, stream: str) -> Optional[str]:
-    from ..store.localstate import cache_folder
+    folder = _lock_folder()
+    if folder is None:  # no private folder of this user's: the cache's, as before
+        from ..store.localstate import cache_folder
 
-    folder = cache_folder(store)
-    return os.path.join(folder, "streams", f"{stream}.lock") if folder else None
+        folder = cache_folder(store)
+        return os.path.join(folder, "streams", f"{stream}.lock") if folder else None
+    return os.path.join(folder, f"{store.tape_id}-{stream}.lock")
+
+
+def _lock_folder() -> Optional[str]:
+    """A folder of this user's on this machine, the same whatever the cache folder:
+    $XDG_RUNTIME_DIR/ctape-streams, else `ctape-streams-UID` in the temp folder, made
+    private; None when what stands there is not a private folder of this user's (another
+    user made it first: taken over, it could fake a live stream)."""
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime and os.path.isabs(runtime) and os.path.isdir(runtime):
+        path = os.path.join(runtime, "ctape-streams")
+    else:
+        import tempfile
+
+        path = os.path.join(tempfile.gettempdir(), f"ctape-streams-{os.getuid()}")
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except OSError:
+        return None
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        return None
+    return path
 
 
 def _hold(store, stream: str) -> None:
