@@ -651,3 +651,22 @@ def test_a_live_stream_is_left_alone_by_a_process_with_another_cache_folder(tmp_
     got = [(e.kind, e.payload.get("content", e.payload.get("output"))) for e in reversed(list(s.log()))]
     assert got == [("user", "question"), ("tool_result", "log line"), ("assistant", "Hello world")], got
     tape.close()
+
+
+def test_a_stream_locked_where_older_versions_kept_the_lock_is_live(tmp_path):
+    """A ctape before 2026-12-07 streaming on this machine holds its lock in the cache folder:
+    still live for this version; once let go, a dead writer's."""
+    import fcntl
+
+    import ctape
+    from ctape.history import stream as streaming
+    from ctape.store.localstate import cache_folder
+
+    with ctape.Tape.init(tmp_path / "t") as tape:
+        path = os.path.join(cache_folder(tape.store), "streams", "s0123456789.lock")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        assert streaming.is_live(tape.store, "s0123456789")
+        os.close(fd)
+        assert not streaming.is_live(tape.store, "s0123456789")

@@ -130,12 +130,21 @@ def _let_go(store, stream: str) -> None:
 
 
 def is_live(store, stream: str) -> bool:
-    """Does a writer of this machine still write this stream (its lock is held)?"""
+    """Does a writer of this machine still write this stream (its lock is held)? Looked for
+    where this version keeps it, and in the cache folder, where versions before 2026-12-07
+    did (one of those may still be streaming on this machine)."""
     if stream in _held:
         return True
-    path = _lock_path(store, stream)
-    if path is None:
-        return False
+    from ..store.localstate import cache_folder
+
+    folder = cache_folder(store)
+    older = os.path.join(folder, "streams", f"{stream}.lock") if folder else None
+    return any(_held_elsewhere(p) for p in dict.fromkeys((_lock_path(store, stream), older)) if p)
+
+
+def _held_elsewhere(path: str) -> bool:
+    """Is the lock at `path` held (by another process, or another descriptor)? A free one is
+    a dead writer's, and removed."""
     try:
         fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
     except OSError:
