@@ -324,13 +324,19 @@ class FileBackend(Backend):
     def _now(self) -> float:
         """The time by the clock that stamps the folder's files (a network file system's
         server's): the times of a file made and removed for the purpose."""
-        fd, path = tempfile.mkstemp(prefix=".tmp-clock-", dir=self.root)
+        try:
+            fd, path = tempfile.mkstemp(prefix=".tmp-clock-", dir=self.root)
+        except OSError as e:
+            raise RemoteError(f"cannot write in {self.url}: {e.strerror}") from None
         try:
             st = os.fstat(fd)
             return max(st.st_mtime, st.st_ctime)
         finally:
             os.close(fd)
-            os.unlink(path)
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass  # taken by another run's removal of leftovers (`--grace now`)
 
     def _walk(self, prefix: str, delimiter: Optional[str]) -> Iterator[tuple[str, Optional[os.stat_result]]]:
         """(key, its lstat) under prefix; (common prefix, None) with a delimiter. Temp files
