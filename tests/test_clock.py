@@ -152,6 +152,8 @@ def test_a_remote_compaction_plan_written_by_a_clock_ahead_waits_no_longer_than_
     segment = [k for k in os.listdir(remote / "f" / "chat") if k.endswith(".seg")]
     ctape("compact", "--remote", "origin", ahead="+30d")  # plans the segment's deletion, dated 30 days ahead
     assert os.listdir(remote / "d")
+    out = json.loads(ctape("compact", "--remote", "origin", "--json").stdout)  # the default grace, 14 days
+    assert [p["due_in_seconds"] <= 14 * 86400 for p in out["pending"]] == [True], out["pending"]  # not 44 days
     out = json.loads(ctape("compact", "--remote", "origin", "--grace", "now", "--json").stdout)
     assert not out["pending"], out
     assert not [f for seg in segment for _, _, fs in os.walk(remote / "f" / "chat" / seg) for f in fs]  # its pieces went

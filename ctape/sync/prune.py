@@ -223,7 +223,8 @@ def _carry_out(tape, backend: Backend, name: str, grace_s: float, before: dict, 
         state["pruned"].append(f"{who}/{n}")
     if any(state["finished"].get(k) != g for k, (_, g) in state["gone"].items()) and not _changed_since(store, backend, state, warn):
         deleted["objects"] += _finish_announced(backend, state)
-    due = [n for n in sorted(plans) if n not in done and _age(backend, me, plans[n], now) >= grace_s]
+    ages = {n: _age(backend, me, plans[n], now) for n in plans if n not in done}
+    due = [n for n in sorted(ages) if ages[n] >= grace_s]
     planned_now = {(f["session"], f["file"]) for n in plans if n not in done for f in plans[n]["files"]}
     fresh = [{"session": s, "file": file, "end": end} for (s, file), end in sorted(replaced.items()) if (s, file) not in planned_now]
     n_new = max(list(plans) + list(done) + [-1]) + 1
@@ -231,6 +232,7 @@ def _carry_out(tape, backend: Backend, name: str, grace_s: float, before: dict, 
         while not backend.put_if_absent(layout.plan_key(me, n_new), layout.encode_deletion(store, me, n_new, fresh, done=False)):
             n_new += 1  # a killed run wrote it: never overwritten, the next number
         plans[n_new] = {"n": n_new, "time": now, "files": fresh}
+        ages[n_new] = 0.0
         if grace_s <= 0:
             due.append(n_new)
         n_new += 1
@@ -245,9 +247,11 @@ def _carry_out(tape, backend: Backend, name: str, grace_s: float, before: dict, 
                 if not ok:
                     continue  # the plan waits whole, for a run that pushes those sessions
                 # the rest goes now; these wait in a plan of their own, as old as this one
-                while not backend.put_if_absent(layout.plan_key(me, n_new), layout.encode_deletion(store, me, n_new, wait, done=False, t=plans[n]["time"])):
+                t = now - ages[n]  # as old as this one (by the store's clock, if this one was dated ahead: _age)
+                while not backend.put_if_absent(layout.plan_key(me, n_new), layout.encode_deletion(store, me, n_new, wait, done=False, t=t)):
                     n_new += 1
-                plans[n_new] = {"n": n_new, "time": plans[n]["time"], "files": wait}
+                plans[n_new] = {"n": n_new, "time": t, "files": wait}
+                ages[n_new] = ages[n]
                 n_new += 1
             g = None
             if ok:
@@ -271,7 +275,7 @@ def _carry_out(tape, backend: Backend, name: str, grace_s: float, before: dict, 
                     "see its warnings; or damaged: see `ctape fsck`): deletions of its files wait; the other sessions' went ahead")
     state.save(store)
     pending = [{"n": n, "files": len(plans[n]["files"]), "bytes": sum(f["end"] for f in plans[n]["files"]),
-                "due_in_seconds": max(0, round(plans[n]["time"] + grace_s - now))} for n in sorted(plans) if n not in done]
+                "due_in_seconds": max(0, round(grace_s - ages.get(n, 0.0)))} for n in sorted(plans) if n not in done]
     return {"deleted": deleted, "planned": len(fresh), "pending": pending, "deferred": deferred}
 
 
