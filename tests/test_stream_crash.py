@@ -670,3 +670,42 @@ def test_a_stream_locked_where_older_versions_kept_the_lock_is_live(tmp_path):
         assert streaming.is_live(tape.store, "s0123456789")
         os.close(fd)
         assert not streaming.is_live(tape.store, "s0123456789")
+
+
+HOLDER = r"""
+import sys, ctape
+t = ctape.Tape.open(sys.argv[1])
+s = t.session("s")
+w = s.stream()
+w.__enter__()
+w.write("Hello ")
+w.flush()
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_live_stream_is_seen_whatever_the_writers_environment(tmp_path):
+    """Found in review: the lock folder came from XDG_RUNTIME_DIR or TMPDIR, which differ
+    between a desktop session, cron, ssh and a systemd service: a checker in another one
+    looked elsewhere and took the stream for dead. The folders are fixed paths now, and a
+    checker looks in each."""
+    import ctape
+
+    d = tmp_path / "t"
+    with ctape.Tape.init(d) as t:
+        t.session("s").append("user", {"content": "question"})
+    (tmp_path / "run").mkdir(mode=0o700)
+    (tmp_path / "tmp").mkdir(mode=0o700)
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(tmp_path / "run"), "TMPDIR": str(tmp_path / "tmp"),
+           "CTAPE_CACHE_DIR": str(tmp_path / "other-cache")}
+    p = subprocess.Popen([sys.executable, "-c", HOLDER, str(d)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+    try:
+        assert p.stdout.readline() == b"ready\n"
+        with ctape.Tape.open(d) as t:
+            assert t.session("s").status()["interrupted_stream"]["live"] is True
+    finally:
+        p.kill()
+        p.wait()
+    with ctape.Tape.open(d) as t:
+        assert t.session("s").status()["interrupted_stream"]["live"] is False

@@ -57,9 +57,9 @@ class StreamTooLong(InvalidInput):
 # this machine writes to the session meanwhile. (Before, any write of another Tape or
 # process recorded a live stream as interrupted: its text came twice, and what it sent
 # after that point was never read back after a kill.) The lock folder is the user's, not
-# the cache's ($XDG_RUNTIME_DIR/ctape-streams, else a private folder in the temp folder):
-# a process with another cache folder (CTAPE_CACHE_DIR, an agent's `cache_dir=`) took the
-# stream for dead when it was in the cache (found by an audit of mixed versions). A stream
+# the cache's (/run/user/UID/ctape-streams, else /tmp/ctape-streams-UID; `is_live` looks in
+# both): a process with another cache folder (CTAPE_CACHE_DIR, an agent's `cache_dir=`)
+# took the stream for dead when it was in the cache (found by an audit of mixed versions). A stream
 # written on another machine, by another user, or by a ctape before 2026-12-05 has no lock
 # here: taken for dead, as before.
 
@@ -67,40 +67,46 @@ _held: dict[str, int] = {}  # stream id -> the descriptor holding its lock, in t
 
 
 def _lock_path(store, stream: str) -> Optional[str]:
-    folder = _lock_folder()
-    if folder is None:  # no private folder of this user's: the cache's, as before
-        from ..store.localstate import cache_folder
+    """Where this process holds a stream's lock: the first private lock folder of the user's
+    (`_lock_folders`), else the cache folder (as before 2026-12-07)."""
+    folders = _lock_folders(make=True)
+    if not folders:
+        return _cache_lock(store, stream)
+    return os.path.join(folders[0], f"{store.tape_id}-{stream}.lock")
 
-        folder = cache_folder(store)
-        return os.path.join(folder, "streams", f"{stream}.lock") if folder else None
-    return os.path.join(folder, f"{store.tape_id}-{stream}.lock")
+
+def _cache_lock(store, stream: str) -> Optional[str]:
+    from ..store.localstate import cache_folder
+
+    folder = cache_folder(store)
+    return os.path.join(folder, "streams", f"{stream}.lock") if folder else None
 
 
-def _lock_folder() -> Optional[str]:
-    """A folder of this user's on this machine, the same whatever the cache folder:
-    $XDG_RUNTIME_DIR/ctape-streams, else `ctape-streams-UID` in the temp folder, made
-    private; None when what stands there is not a private folder of this user's (another
-    user made it first: taken over, it could fake a live stream)."""
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    if runtime and os.path.isabs(runtime) and os.path.isdir(runtime):
-        path = os.path.join(runtime, "ctape-streams")
-    else:
-        import tempfile
-
-        path = os.path.join(tempfile.gettempdir(), f"ctape-streams-{os.getuid()}")
-    try:
-        os.mkdir(path, 0o700)
-    except FileExistsError:
-        pass
-    except OSError:
-        return None
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return None
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
-        return None
-    return path
+def _lock_folders(make: bool) -> list[str]:
+    """The user's private lock folders on this machine, in the order a writer picks one:
+    `/run/user/UID/ctape-streams`, then `/tmp/ctape-streams-UID`. Fixed paths, never from
+    the environment: a process with another XDG_RUNTIME_DIR or TMPDIR (cron, ssh, a
+    systemd service) looked elsewhere, and took a live stream for dead (found in review).
+    A folder another user made, or anything else standing there, is not one (taken over,
+    it could fake a live stream); with `make`, the folders are made where missing."""
+    uid = os.getuid()
+    out = []
+    for base, name in ((f"/run/user/{uid}", "ctape-streams"), ("/tmp", f"ctape-streams-{uid}")):
+        path = os.path.join(base, name)
+        if make:
+            try:
+                os.mkdir(path, 0o700)
+            except FileExistsError:
+                pass
+            except OSError:
+                continue  # no such base (no login session: no /run/user/UID), or not writable
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == uid and not st.st_mode & 0o077:
+            out.append(path)
+    return out
 
 
 def _hold(store, stream: str) -> None:
@@ -131,15 +137,13 @@ def _let_go(store, stream: str) -> None:
 
 def is_live(store, stream: str) -> bool:
     """Does a writer of this machine still write this stream (its lock is held)? Looked for
-    where this version keeps it, and in the cache folder, where versions before 2026-12-07
-    did (one of those may still be streaming on this machine)."""
+    in every lock folder of the user's (a writer without /run/user/UID holds it in /tmp),
+    and in the cache folder, where versions before 2026-12-07 did (one of those may still be
+    streaming on this machine)."""
     if stream in _held:
         return True
-    from ..store.localstate import cache_folder
-
-    folder = cache_folder(store)
-    older = os.path.join(folder, "streams", f"{stream}.lock") if folder else None
-    return any(_held_elsewhere(p) for p in dict.fromkeys((_lock_path(store, stream), older)) if p)
+    places = [os.path.join(f, f"{store.tape_id}-{stream}.lock") for f in _lock_folders(make=False)] + [_cache_lock(store, stream)]
+    return any(_held_elsewhere(p) for p in places if p)
 
 
 def _held_elsewhere(path: str) -> bool:
