@@ -24,7 +24,7 @@ def test_log_all_shows_the_branches_beside_a_gap(tmp_path):
     (salvaged,) = [w for w in branches.split() if w.startswith("salvaged-")]
     alone = run_cli("--dir", d, "log", "--oneline", salvaged, "-s", "chat", check=True).stdout.decode()
     assert "line 1" in alone
-    for args in (["--all"], ["main", salvaged]):
+    for args in (["--all"], ["main", salvaged], ["--all", "--graph"]):
         p = run_cli("--dir", d, "log", "--oneline", *args, "-s", "chat")
         out, err = p.stdout.decode(), p.stderr.decode()
         assert p.returncode == 0, err

@@ -280,6 +280,7 @@ def graph_order(tape, tips: Iterable[Optional[str]]) -> Iterator[Entry]:
             h = kids[0][1]
 
     blocked: list[str] = []  # entries where a line stopped to wait for another, newest last
+    stopped: list[Exception] = []  # the first line that ended at an entry that cannot be read
     next_tip = 0
     cur: Optional[str] = None
     while True:
@@ -301,8 +302,18 @@ def graph_order(tape, tips: Iterable[Optional[str]]) -> Iterator[Entry]:
                 explore(-1)
                 cur = next((h for h in depth if h not in shown), None)
                 if cur is None:
+                    if stopped:
+                        raise stopped[0]  # where the caller says history stops
                     return
-        e = kept.pop(cur, None) or tape.read_entry(cur)
+        try:
+            e = kept.pop(cur, None) or tape.read_entry(cur)
+        except (EntryNotFound, CorruptObject) as err:
+            # that line ends here, the others are drawn on (as `walk` does)
+            stopped.append(err)
+            shown.add(cur)
+            ended.add(cur)
+            cur = None
+            continue
         shown.add(cur)
         yield e
         cur, p = None, e.parent
