@@ -211,7 +211,7 @@ class Session(Branching):
             w.refstate = self.store.settled(self.name, read).copy()  # the writer's own: it applies its records
             # this cache vouches for the writer's own records here once it wrote a record
             # with `gap` that is on the tape (a write killed before its fsync left none)
-            v = self.store.index.vouched(self.name)
+            v = self.store.index.vouched(self.name, self.store.writer)
             w.vouched = v is not None and w.refstate.seen.get(self.store.writer, 0) >= v
         return w.refstate
 

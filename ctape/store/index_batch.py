@@ -252,21 +252,23 @@ class Applying:
             out.setdefault(w, []).append((lo, hi))
         return out
 
-    def vouched(self, session: str) -> Optional[int]:
+    def vouched(self, session: str, writer: str = "") -> Optional[int]:
         """The n of the record with `gap` that this cache's writer wrote in the session, or None.
         A cache vouches within one boot of the machine: a machine restored from a snapshot
         (a VM's disk, with the tape and this cache) has lost what it wrote after it, and
         its files and cache agree with each other, so nothing else tells. After a restart,
         each session's first record declares an empty gap again; after a restore, what the
         writer wrote past the snapshot, brought back by a sync, is then cut off and kept on
-        a conflict branch, not replaced (docs/sync.md; found by an audit of clocks)."""
+        a conflict branch, not replaced (docs/sync.md; found by an audit of clocks). The
+        boot is kept per writer: machines that share a cache (a home folder on NFS) would
+        otherwise each take the other's boot for a restart at every write (found in review)."""
         if not self._boot_checked:
             self._boot_checked = True
-            boot = boot_id()
-            row = self.db.execute("SELECT value FROM meta WHERE key='vouched-boot'").fetchone()
+            boot, key = boot_id(), f"vouched-boot:{writer}"
+            row = self.db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
             if boot is not None and (row is None or row[0] != boot):
                 self._write("DELETE FROM vouched", ())
-                self._write("INSERT OR REPLACE INTO meta VALUES('vouched-boot', ?)", (boot,))
+                self._write("INSERT OR REPLACE INTO meta VALUES(?, ?)", (key, boot))
         row = self.db.execute("SELECT n FROM vouched WHERE session=?", (session,)).fetchone()
         return row[0] if row else None
 
