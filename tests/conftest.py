@@ -35,21 +35,6 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 os.environ["PYTHONPATH"] = os.pathsep.join([_ROOT, *filter(None, [os.environ.get("PYTHONPATH")])])
 
 
-# The longest tests start first. `pytest -n 4` hands tests out in collection order, and
-# the slowest ones (a minute or two each) sat late in the alphabet: the run ended with one
-# worker busy on them while the others idled. Longest first keeps the workers busy to the
-# end. The files whose tests took longest in a fresh-clone CI run (--durations); a file
-# not named keeps its place after them.
-HEAVY_FIRST = ("test_tutorial.py", "test_import_runs_appended.py", "test_corruption.py", "test_remote_concurrent.py",
-               "test_integration_bench.py", "test_crash_points.py", "test_compact_race.py", "test_remote.py",
-               "test_remote_compact.py", "test_sync_model.py")
-
-
-def pytest_collection_modifyitems(config, items):
-    rank = {name: i for i, name in enumerate(HEAVY_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(HEAVY_FIRST)))  # (stable: the rest keep their order)
-
-
 def pytest_unconfigure(config):
     forkserver.stop()
     shutil.rmtree(_RUN_CACHE, ignore_errors=True)
