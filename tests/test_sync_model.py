@@ -1454,12 +1454,14 @@ def test_manifests_lost_from_the_remote_lose_nothing(tmp_path, block):
     _run_many(tmp_path, range(700 + block * 4, 704 + block * 4), cli=False, world=LostManifestWorld)
 
 
-def _long_run(tmp_path, world, what: str) -> None:
-    """A long run of `world`: the real rsync in one sequence of four."""
+def _long_run(tmp_path, world, what: str, real_rsync: bool = True) -> None:
+    """A long run of `world` over long_seeds(), through the library: the real rsync in one
+    sequence of four (with `real_rsync`), copying like rsync in the others."""
     seeds = long_seeds()
     start = time.monotonic()
     for seed in seeds:
-        _run_many(tmp_path, [seed], cli=False, sync=rsync if seed % 4 == 1 else copy_like_rsync, world=world)
+        sync = rsync if real_rsync and seed % 4 == 1 else copy_like_rsync
+        _run_many(tmp_path, [seed], cli=False, sync=sync, world=world)
     print(f"{len(seeds)} sequences {what} in {time.monotonic() - start:.0f} s")
 
 
@@ -1501,23 +1503,14 @@ def test_a_file_rsync_brings_back_is_never_pushed_with_a_redacted_text(tmp_path)
     _run_many(tmp_path, [100179, 100675, *range(960, 964)], cli=False, sync=copy_like_rsync, world=RsyncedRedactionWorld)
 
 
-def _long_run_of(tmp_path, world, label: str) -> None:
-    """The long run of one world over long_seeds(), through the library, copying like rsync."""
-    seeds = long_seeds()
-    start = time.monotonic()
-    for seed in seeds:
-        _run_many(tmp_path, [seed], cli=False, sync=copy_like_rsync, world=world)
-    print(f"{len(seeds)} sequences of {label} in {time.monotonic() - start:.0f} s")
-
-
 @pytest.mark.skipif(not SLOW, reason="long run: CTAPE_SLOW=1")
 def test_many_sequences_of_rsynced_redactions(tmp_path):
-    _long_run_of(tmp_path, RsyncedRedactionWorld, "rsynced redactions")
+    _long_run(tmp_path, RsyncedRedactionWorld, "of rsynced redactions", real_rsync=False)
 
 
 @pytest.mark.skipif(not SLOW, reason="long run: CTAPE_SLOW=1")
 def test_many_sequences_of_cleaned_remotes(tmp_path):
-    _long_run_of(tmp_path, CleanedRemoteWorld, "cleaned remotes")
+    _long_run(tmp_path, CleanedRemoteWorld, "of cleaned remotes", real_rsync=False)
 
 
 @pytest.mark.skipif(not SLOW, reason="long run: CTAPE_SLOW=1")

@@ -142,6 +142,12 @@ def check_identity(store, backend: Backend, create: bool) -> Optional[dict]:
     return meta
 
 
+def deletion_files(files: Iterable[dict]) -> list[dict]:
+    """The files of a deletion as manifests, plans and announcements hold them: session,
+    file, and the end up to which it goes."""
+    return [{"session": f["session"], "file": f["file"], "end": f["end"]} for f in files]
+
+
 def encode_manifest(store, uploader: str, n: int, files: list[dict], deleted: Optional[list[dict]] = None, g: int = 0,
                     deleted_g: int = 0, redacted: Iterable[str] = (), lost: Iterable[dict] = ()) -> bytes:
     t = time.time()
@@ -157,7 +163,7 @@ def encode_manifest(store, uploader: str, n: int, files: list[dict], deleted: Op
     if g:
         body["g"] = g  # deletions (g/<n>) the uploader had learned of: its pieces come after them
     if deleted:
-        body["deleted"] = [{"session": f["session"], "file": f["file"], "end": f["end"]} for f in deleted]
+        body["deleted"] = deletion_files(deleted)
         body["deleted_g"] = deleted_g
         # the objects the compactor knew redacted: a copy that holds one and has not pulled
         # its redaction would upload its bytes again (push refuses; docs/remotes.md)
@@ -211,7 +217,7 @@ def decode_manifest(data: bytes, tape_id: str, uploader: str, n: int) -> tuple[O
     deleted = m.get("deleted", [])
     if not isinstance(deleted, list) or not all(_deletion_ok(f) for f in deleted):
         return None, "a deleted entry with a bad name or end"
-    m["deleted"] = [{"session": f["session"], "file": f["file"], "end": f["end"]} for f in deleted]
+    m["deleted"] = deletion_files(deleted)
     redacted = m.get("redacted", [])  # absent in manifests of versions before it
     if not isinstance(redacted, list) or not all(isinstance(h, str) and HASH.fullmatch(h) for h in redacted):
         return None, "a bad list of redacted objects"
@@ -422,7 +428,10 @@ def learn_announcement(store, backend: Backend, state, g: int, data: Optional[by
     none yet, nothing is deleted yet, and after UNLISTED_WAIT its compactor is taken to
     have died before it deleted anything (as a push judges: `unlisted`). True when the
     deletion is learnt."""
-    junk = lambda: state.setdefault("deletions_read", []).append(g) or False  # noqa: E731 - not looked at again
+    def junk() -> bool:  # not a deletion: noted as read, so it is not looked at again
+        state.setdefault("deletions_read", []).append(g)
+        return False
+
     if data is None:
         return False
     try:
@@ -527,7 +536,7 @@ def encode_deletion(store, compactor: str, n: int, files: list[dict], done: bool
         "n": n,
         "done": done,
         "time": t,
-        "files": [{"session": f["session"], "file": f["file"], "end": f["end"]} for f in files],
+        "files": deletion_files(files),
     }
     return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
 

@@ -375,7 +375,7 @@ def _announce(store, backend: Backend, state, plan: int, files: list[dict], reda
     a deleted file compacts it before its push: layout.lost_announcements)."""
     n = int(state.get("gnext", 0))
     body = json.dumps({"compactor": store.writer, "plan": plan, "time": time.time(),
-                       "files": [{"session": f["session"], "file": f["file"], "end": f["end"]} for f in files],
+                       "files": layout.deletion_files(files),
                        "redacted": sorted(redacted)}, sort_keys=True).encode()
     while not backend.put_if_absent(layout.compaction_key(n), body):
         n += 1
