@@ -173,3 +173,18 @@ def test_a_branch_deleted_in_a_session_made_wholly_under_1970_is_kept_for_expire
     _at("1970-01-02 00:00:04", d, "checkout", "main", "-s", "s")
     _at("1970-01-02 00:00:05", d, "branch", "-D", "alt", "-s", "s")
     _kept_by_compact_until_expire_now(d, tip, {"content": "on alt"})
+
+
+def test_a_clock_past_2262_is_named_not_an_internal_error(tmp_path):
+    """Past 2262-04-11 CPython's clock overflows (time.time() raises): every command that
+    reads the clock failed with "internal error: OverflowError". Now one line that names
+    the clock, exit 1, and the tape as it was."""
+    d = tmp_path / "t"
+    Tape.init(d).close()
+    for args in (["append", "user", '{"content": "hi"}', "-s", "s"], ["log", "-s", "s"]):
+        p = _at("2300-01-01 00:00:00", d, *args, check=False)
+        err = p.stderr.decode()
+        assert p.returncode == 1, err
+        assert "clock" in err and "2262" in err and "internal error" not in err and "Traceback" not in err, err
+        assert err.count("\n") == 1, err
+    assert not (d / "sessions" / "s").exists() or not _segments(d)

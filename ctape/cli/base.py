@@ -111,10 +111,25 @@ class CtapeGroup(click.Group):
                 if e.errno == errno.EROFS:
                     _fail(f"read-only file system{where}; use a writable copy", EXIT_FAIL)
                 _fail(f"{e.strerror or e}: {getattr(e, 'filename', '') or ''}; check the path and permissions".replace(": ;", ";"), EXIT_FAIL)
+            if isinstance(e, OverflowError) and _clock_past_range():
+                _fail("this machine's clock reads a time after the year 2262, past what Python's clock can hold; set the "
+                      "clock right (`date`) and retry", EXIT_FAIL)
             if isinstance(e, MemoryError):
                 _fail("out of memory (a record or value too large for what this process may use?); free memory, or raise "
                       "the limit (`ulimit -v`), and retry", EXIT_FAIL)
             _fail(f"internal error: {type(e).__name__}: {e}; rerun with CTAPE_DEBUG=1 and report it", EXIT_FAIL)
+
+
+def _clock_past_range() -> bool:
+    """Whether the system clock is past 2262-04-11, where CPython's clock (nanoseconds in 64
+    bits) overflows: every time.time() raises OverflowError then (found by a clock audit)."""
+    import time
+
+    try:
+        time.time_ns()
+    except OverflowError:
+        return True
+    return False
 
 
 @contextmanager
