@@ -512,6 +512,25 @@ def test_a_live_stream_is_left_alone_by_another_tapes_write(tmp_path):
     tape.close()
 
 
+def test_a_stream_held_by_one_tape_is_not_live_on_another_tape_of_the_process(tmp_path):
+    """The process's own locks were kept by stream id alone: a stream of another tape with
+    the same id (a tape written with an id given, or a copy's record of it) was taken for
+    live here, and its partial text never recorded. They are kept by tape and stream."""
+    import ctape
+    from ctape.history import stream
+
+    a, b = ctape.Tape.init(tmp_path / "a"), ctape.Tape.init(tmp_path / "b")
+    s = a.session("s")
+    s.append("user", {"content": "question"})
+    with s.stream() as w:
+        w.write("Hello ")
+        w.flush()
+        assert stream.is_live(a.store, w.id)
+        assert not stream.is_live(b.store, w.id)
+    a.close()
+    b.close()
+
+
 def test_closing_the_tape_cuts_its_stream_as_a_death_would(tmp_path):
     """(audit, 2026-12-06) Tape.close() with a stream under way kept the stream's lock until
     the process ended (every other Tape saw it live, so `recover()` did nothing), took

@@ -63,7 +63,7 @@ class StreamTooLong(InvalidInput):
 # written on another machine, by another user, or by a ctape before 2026-12-05 has no lock
 # here: taken for dead, as before.
 
-_held: dict[str, int] = {}  # stream id -> the descriptor holding its lock, in this process
+_held: dict[tuple[str, str], int] = {}  # (tape id, stream id) -> the descriptor holding its lock, in this process
 
 
 def _lock_path(store, stream: str) -> Optional[str]:
@@ -119,11 +119,11 @@ def _hold(store, stream: str) -> None:
     except OSError:
         return  # no cache to write: others take the stream for a dead writer's, as before
     fcntl.flock(fd, fcntl.LOCK_EX)
-    _held[stream] = fd
+    _held[store.tape_id, stream] = fd
 
 
 def _let_go(store, stream: str) -> None:
-    fd = _held.pop(stream, None)
+    fd = _held.pop((store.tape_id, stream), None)
     if fd is None:
         return
     path = _lock_path(store, stream)
@@ -140,7 +140,7 @@ def is_live(store, stream: str) -> bool:
     in every lock folder of the user's (a writer without /run/user/UID holds it in /tmp),
     and in the cache folder, where versions before 2026-12-07 did (one of those may still be
     streaming on this machine)."""
-    if stream in _held:
+    if (store.tape_id, stream) in _held:
         return True
     places = [os.path.join(f, f"{store.tape_id}-{stream}.lock") for f in _lock_folders(make=False)] + [_cache_lock(store, stream)]
     return any(_held_elsewhere(p) for p in places if p)
