@@ -16,21 +16,38 @@ def test_init_refuses_inside_a_tape(tmp_path):
         err = p.stderr.decode()
         assert p.returncode == 2 and f"inside the tape {tape}" in err, (args, err)
         assert err.count("\n") == 1 and "Traceback" not in err
-    # below a folder whose tape commands here would use: refused unless the path is given
-    p = run_cli("init", cwd=proj / "src")
-    assert p.returncode == 2 and f"commands here already use the tape {tape}" in p.stderr.decode()
-    assert b"ctape init .ctape" in p.stderr
-    assert snapshot(tmp_path) == before
     # a folder holding a tape in .ctape/ names that tape, as --dir does: nothing changes
     for args in (["--dir", proj, "init"], ["init", proj]):
         p = run_cli(*args, cwd=tmp_path, check=True)
         assert f"{tape} is already a tape; nothing changed" in p.stderr.decode()
     assert snapshot(tmp_path) == before
-    # asked for by path: made, and commands in src/ now use it
-    p = run_cli("init", ".ctape", cwd=proj / "src", check=True)
-    assert b"Initialized empty tape" in p.stderr
+    # below a folder whose tape commands here used: ./.ctape is made (SPEC 5), as git nests a
+    # repository, and init says which tape commands here stop using (never silently: issue 24)
+    p = run_cli("init", cwd=proj / "src", check=True)
+    err = p.stderr.decode()
+    assert f"Initialized empty tape in {proj / 'src' / '.ctape'}" in err, err
+    assert f"now use this tape, not {tape}" in err and err.count("\n") == 2, err
     p = run_cli("sessions", cwd=proj / "src", check=True)
     assert p.stdout == b""
+    p = run_cli("sessions", cwd=proj, check=True)
+    assert b"chat" in p.stdout, p.stdout
+    # again: nothing changes, nothing to note
+    p = run_cli("init", cwd=proj / "src", check=True)
+    assert p.stderr.decode().count("\n") == 1 and b"nothing changed" in p.stderr
+
+
+def test_init_below_a_home_tape_makes_the_projects_own(tmp_path):
+    """A user who keeps ~/.ctape could not `ctape init` in any project under home (refused:
+    "commands here already use the tape ~/.ctape"), where SPEC 5 says init makes ./.ctape.
+    Found by a contract audit."""
+    home = tmp_path / "home"
+    (home / "code" / "proj").mkdir(parents=True)
+    run_cli("init", cwd=home, check=True)
+    p = run_cli("init", cwd=home / "code" / "proj")
+    assert p.returncode == 0, p.stderr
+    assert (home / "code" / "proj" / ".ctape" / "sessions").is_dir() or (home / "code" / "proj" / ".ctape").is_dir()
+    run_cli("append", "user", "--text", "hi", "-s", "p", cwd=home / "code" / "proj", check=True)
+    assert run_cli("sessions", cwd=home, check=True).stdout == b""
 
 
 def test_no_command_makes_a_tape_inside_another(tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Optional
 
 import click
 
@@ -17,47 +18,47 @@ from .base import EXIT_FAIL, CtapeGroup, Duration, _is_tape, decided, emit_json,
 def init(ctx, path):
     """Create a tape directory (PATH, else --dir, else ./.ctape).
 
-    A tape is never made inside another one, nor at /. Without PATH, --dir or $CTAPE_DIR,
-    init also refuses where commands already find a tape upwards (they would
-    use the new one instead): give the path to make one there anyway.
+    A tape is never made inside another one's folder, nor at /. Made below a
+    folder whose tape commands used until now (a ~/.ctape), ./.ctape is the one
+    commands here use from then on, as git's nested repositories are; init
+    says so.
 
     \b
     Examples:
       ctape init
       ctape --dir /data/tapes init
-      ctape init .ctape      # here, even below another tape's folder
     """
-    from ..store.store import Store
+    from ..store.store import Store, refuse_inside_tape
 
     explicit = path or ctx.find_root().obj.get("dir") or os.environ.get("CTAPE_DIR")
     target = explicit or ".ctape"
-    _check_not_nested(os.path.abspath(target), explicit is not None)
+    refuse_inside_tape(os.path.abspath(target))
+    outer = None if explicit else _tape_used_here(os.path.abspath(target))
     inner = os.path.join(target, ".ctape")
     if not _is_tape(target) and _is_tape(inner):
         target = inner  # a folder holding a tape in .ctape/ names that tape, as --dir does
     if Store.init(target):
         click.echo(f"Initialized empty tape in {os.path.abspath(target)}", err=True)
+        if outer is not None:
+            click.echo(f"note: commands in this folder and below now use this tape, not {outer}", err=True)
     else:
         click.echo(f"{os.path.abspath(target)} is already a tape; nothing changed", err=True)
 
 
-def _check_not_nested(target: str, explicit: bool) -> None:
-    """Refuse a tape inside another tape's directory; and, for the implicit ./.ctape, one
-    below a folder whose tape commands here already find (it would hide that one)."""
-    from ..errors import CtapeError, InvalidInput
-    from ..store.store import refuse_inside_tape
+def _tape_used_here(target: str) -> Optional[str]:
+    """The tape commands here used until now (found upwards), when it is not `target`:
+    the implicit ./.ctape made below it takes its place here, and init says so (issue 24
+    asked that init never nest a tape silently; SPEC 5 that it make ./.ctape)."""
+    from ..errors import CtapeError
     from .base import find_tape_dir
 
-    refuse_inside_tape(target)
-    if explicit or _is_tape(target):
-        return
+    if _is_tape(target):
+        return None
     try:
         found = os.path.abspath(find_tape_dir(None))
     except CtapeError:
-        return
-    if found != target:
-        raise InvalidInput(f"commands here already use the tape {found}; to make another one in this folder anyway, "
-                           "run `ctape init .ctape` (or give --dir)")
+        return None
+    return found if found != target else None
 
 
 @main.command()
