@@ -110,7 +110,9 @@ def session_rm(ctx, name):
     """Remove session NAME: it leaves `sessions` and reading it fails.
 
     The removal is one ref record setting every branch and HEAD to null; it
-    syncs like any append. The next `compact` frees what only NAME reached.
+    syncs like any append. `compact` frees what only NAME reached once its
+    ref-log records expire (--expire, 90 days by default, as git keeps a
+    deleted branch's commits in HEAD's reflog): `compact --expire now` at once.
     Appending to NAME again starts a new session of that name.
 
     \b
