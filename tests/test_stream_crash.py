@@ -428,9 +428,15 @@ def test_stream_into_new_session_then_kill(tape_dir, tmp_path):
     finally:
         reap(stream, writer)
     content = check_interrupted(tape_dir, logpath, t_kill)
-    assert cli_json(tape_dir, "status", "-s", S)["head"] is None
+    st = cli_json(tape_dir, "status", "-s", S)
+    # on branch main, as git's unborn branch: the recorded stream starts it there (it said
+    # "branch": null with "detached": false; found by a contract audit)
+    assert st["head"] is None and st["branch"] == "main" and st["detached"] is False, st
+    listed = [json.loads(line) for line in run_cli("--dir", tape_dir, "sessions", "--json", check=True).stdout.splitlines()]
+    assert [(r["session"], r["head"], r["branch"]) for r in listed] == [(S, None, "main")], listed
     e = check_recover(tape_dir, None, content)
     assert e["seq"] == 1
+    assert cli_json(tape_dir, "status", "-s", S)["branch"] == "main"
 
 
 def test_python_stream_normal_exit(tape_dir, tmp_path):

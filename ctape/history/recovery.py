@@ -87,7 +87,7 @@ def status(session: "Session") -> dict:
     return {
         "session": session.name,
         "head": h,
-        "branch": refs.branch,
+        "branch": refs.shown_branch,
         "detached": refs.head is not None and refs.branch is None,
         "seq": head.seq if head else 0,
         "last_entry": {"hash": head.hash, "kind": head.kind, "time": head.time} if head else None,

@@ -481,7 +481,7 @@ class Tape:
         return {
             "session": name,
             "head": h,
-            "branch": refs.branch,
+            "branch": refs.shown_branch,
             "entries": facts[0] if facts else 0,
             "last_time": facts[1] if facts else None,
             "damaged": damaged,

@@ -180,6 +180,15 @@ class RefState:
         return self.head[1:] if self.head and self.head.startswith("@") else None
 
     @property
+    def shown_branch(self) -> Optional[str]:
+        """The branch status and listings show: HEAD's, and `main` in a session no ref record
+        started yet (one that holds only a stream cut off): its first record starts it there,
+        as git shows an unborn branch. None when detached, or HEAD's record has not arrived."""
+        if self.head is None and not self.branches:
+            return "main"
+        return self.branch
+
+    @property
     def head_hash(self) -> Optional[str]:
         if self.head is None:
             return None
