@@ -284,3 +284,29 @@ def test_scan_counts_the_sessions_that_hold_findings(tape_dir):
     p = cli(tape_dir, "scan")
     assert p.returncode == 1 and p.stderr.decode().startswith("2 findings in 1 of 2 sessions;"), p.stderr
     assert cli(tape_dir, "scan", "-s", "ok").stderr.decode() == "0 findings in 1 session\n"
+
+
+def test_checkout_session_branch_needs_no_session_option(tmp_path):
+    """SPEC 4: checkout attaches HEAD for a branch ref SESSION/BRANCH. With several sessions
+    and none chosen it asked for -s, though the ref says which session (found by a contract
+    audit). The ref's session is moved; -s or $CTAPE_SESSION naming another still refuses."""
+    d = tmp_path / "t"
+    run_cli("--dir", d, "init", check=True)
+    h = run_cli("--dir", d, "append", "user", '{"content": "x"}', "-s", "chat", check=True).stdout.decode().strip()
+    run_cli("--dir", d, "branch", "alt", "-s", "chat", check=True)
+    run_cli("--dir", d, "append", "user", '{"content": "y"}', "-s", "other", check=True)
+    p = run_cli("--dir", d, "checkout", "chat/alt", check=True)
+    assert "HEAD of session chat is now on branch alt" in p.stderr.decode()
+    st = json.loads(run_cli("--dir", d, "status", "-s", "chat", "--json", check=True).stdout)
+    assert (st["branch"], st["head"]) == ("alt", h)
+    p = run_cli("--dir", d, "checkout", "chat/main~0", check=True)  # an entry of chat's: detached there
+    st = json.loads(run_cli("--dir", d, "status", "-s", "chat", "--json", check=True).stdout)
+    assert (st["branch"], st["head"]) == (None, h)
+    before = snapshot(d)
+    p = run_cli("--dir", d, "checkout", "chat/alt", env={"CTAPE_SESSION": "other"})
+    assert p.returncode == 2 and "-s chat" in p.stderr.decode()
+    p = run_cli("--dir", d, "checkout", "nosuch/alt")
+    assert p.returncode != 0 and p.stderr.decode().count("\n") == 1
+    assert snapshot(d) == before
+    other = json.loads(run_cli("--dir", d, "status", "-s", "other", "--json", check=True).stdout)
+    assert other["branch"] == "main"

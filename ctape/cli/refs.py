@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import warnings
 
 import click
@@ -98,11 +99,13 @@ def _prefix_of(tape, name: str):
 def checkout(ctx, ref, new_branch, session):
     """Move HEAD to REF: attach it to a branch, or detach it at an entry.
 
-    Later appends continue from there; nothing is lost or copied.
+    Later appends continue from there; nothing is lost or copied. A REF
+    SESSION/BRANCH moves that session's HEAD: -s is not needed.
 
     \b
     Examples:
       ctape checkout alt -s chat             # attach to chat/alt
+      ctape checkout chat/alt                # the same
       ctape checkout chat~3 -s chat          # detached at an older entry
       ctape checkout -b retry chat~3 -s chat # fork a branch there
       ctape checkout -b idea                 # fork a branch at HEAD
@@ -114,15 +117,34 @@ def checkout(ctx, ref, new_branch, session):
 
         parse_ref(ref)  # the empty ref's own error, before the session's
     tape = open_tape(ctx)
-    name = need_session(ctx, session)
+    owner = _named_session(tape, ref) if session is None and not os.environ.get("CTAPE_SESSION") else None
+    name = owner or need_session(ctx, session)
     warn_ambiguous(tape, ref, name)
     st = tape.session(name).checkout(ref, new_branch)
     warn_new_name(tape, new_branch)
     h = st.head_hash
+    whose = f"HEAD of session {name}" if owner else "HEAD"
     if st.branch:
-        click.echo(f"HEAD is now on branch {st.branch} at {h[:12] if h else '(no entries)'}", err=True)
+        click.echo(f"{whose} is now on branch {st.branch} at {h[:12] if h else '(no entries)'}", err=True)
     else:
-        click.echo(f"HEAD is now detached at {h[:12] if h else '?'}", err=True)
+        click.echo(f"{whose} is now detached at {h[:12] if h else '?'}", err=True)
+
+
+def _named_session(tape, ref) -> str | None:
+    """The session a SESSION/BRANCH ref names (with ~N, ^ or not), when it exists: checkout
+    moves that session's HEAD without -s (it asked for -s once the tape had several
+    sessions, though the ref says which; found by a contract audit). None otherwise."""
+    from ..errors import CtapeError
+    from ..model.refspec import parse_ref
+
+    if not ref or "/" not in ref:
+        return None
+    try:
+        base = parse_ref(ref).base
+    except CtapeError:
+        return None
+    owner = base.split("/", 1)[0]
+    return owner if tape._session_exists(owner) else None
 
 
 @main.command()
