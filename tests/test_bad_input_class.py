@@ -343,3 +343,28 @@ def test_python_api_numbers_still_work(tmp_path):
         assert t.compact(expire=0, grace=0.0, dry_run=True) is not None
     finally:
         t.close()
+
+
+def test_python_api_takes_timedelta_and_datetime(tmp_path):
+    """`tape.compact(expire=timedelta(days=1))` was refused as "invalid --expire
+    datetime.timedelta(days=1)" (found by a contract audit); a Python caller's own types
+    for a duration and a time are taken: timedelta for compact's durations and for log's
+    since/until (that long ago), datetime for since/until."""
+    from datetime import datetime, timedelta, timezone
+
+    from ctape.errors import InvalidInput
+
+    t = Tape.init(tmp_path / "t")
+    try:
+        s = t.session("chat")
+        e = s.append("user", {"content": "one"})
+        assert t.compact(expire=timedelta(days=1), grace=timedelta(hours=2), dry_run=True)["dry_run"] is True
+        assert t.compact(expire=timedelta(0), grace=timedelta(0))["kept_objects"] >= 1
+        assert [x.hash for x in s.log(since=timedelta(hours=1))] == [e.hash]
+        assert list(s.log(until=timedelta(hours=1))) == []
+        assert [x.hash for x in s.log(since=datetime.now(timezone.utc) - timedelta(minutes=5))] == [e.hash]
+        assert list(s.log(since=datetime.now() + timedelta(days=1))) == []  # naive: UTC, as ctape's times
+        with pytest.raises(InvalidInput):
+            t.compact(expire=timedelta(days=-1))
+    finally:
+        t.close()

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import time
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 from .errors import InvalidInput
 from .models import format_time, parse_time
@@ -27,7 +27,10 @@ _SAY_DUR = "use now, 30m, 12h, 14d or 2w (up to 365000d)"
 
 
 def parse_duration(text, what: str = "duration") -> float:
-    """Seconds in DUR; a number (the Python API) is taken as seconds, 0 to MAX_DURATION."""
+    """Seconds in DUR; a number (the Python API) is taken as seconds, 0 to MAX_DURATION, and
+    a datetime.timedelta as what it says (it was refused as an "invalid --expire")."""
+    if isinstance(text, timedelta):
+        text = text.total_seconds()
     if isinstance(text, (int, float)) and not isinstance(text, bool):
         if not 0 <= text <= MAX_DURATION:  # also refuses nan
             raise InvalidInput(f"invalid {what} {shown(text)}: give 0 to {MAX_DURATION} seconds, or {_SAY_DUR}")
@@ -45,8 +48,17 @@ def parse_duration(text, what: str = "duration") -> float:
 
 
 def parse_when(text, what: str = "--since") -> str:
-    """The time T names, as ctape writes times (RFC 3339 UTC with microseconds); a number
-    (the Python API) is seconds since the epoch."""
+    """The time T names, as ctape writes times (RFC 3339 UTC with microseconds); from the
+    Python API also a number (seconds since the epoch), a datetime (naive ones are UTC, as
+    ctape's times) or a timedelta (that long ago)."""
+    if isinstance(text, timedelta):
+        ago = parse_duration(text, what)
+        return format_time(datetime.fromtimestamp(time.time() - ago, timezone.utc))
+    if isinstance(text, datetime):
+        try:
+            return format_time(text)
+        except (OverflowError, ValueError):  # outside years 0001-9999 once in UTC
+            raise InvalidInput(f"invalid {what} {shown(text)}: not a time ctape can write (years 0001-9999)") from None
     if isinstance(text, (int, float)) and not isinstance(text, bool):
         try:
             return format_time(datetime.fromtimestamp(text, timezone.utc))
