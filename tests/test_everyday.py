@@ -458,6 +458,9 @@ def test_bare_ctape_prints_the_help():
     assert err(p) == ""
     p = run_cli("session")
     assert p.returncode == 0 and "use" in out(p)
+    # with only options before the command: the help too (it was "Missing command", exit 2)
+    p = run_cli("--dir", "/nonexistent/tape")
+    assert p.returncode == 0 and "Commands:" in out(p) and err(p) == "", err(p)
 
 
 @pytest.mark.parametrize("args", [["bogus"], ["log", "--bogus"], ["log", "-n", "x"]])

@@ -44,7 +44,7 @@ class CtapeGroup(click.Group):
         except click.ClickException as e:
             hint = ""
             ctx = getattr(e, "ctx", None)
-            if _no_args_is_help(e) and ctx is not None:
+            if ctx is not None and (_no_args_is_help(e) or _only_options(e, ctx)):
                 click.echo(ctx.get_help())  # bare `ctape` (or `ctape session`): the help, not an error
                 sys.exit(0)
             message = e.format_message()
@@ -214,6 +214,12 @@ class _EscapingText:
 
     def __getattr__(self, name: str):
         return getattr(self._inner, name)
+
+
+def _only_options(e: click.ClickException, ctx: click.Context) -> bool:
+    """`ctape --dir D` with no command: the help, as bare `ctape` gives (it was "Missing
+    command", exit 2; found by a contract audit)."""
+    return isinstance(e, click.UsageError) and isinstance(ctx.command, click.Group) and e.message.startswith("Missing command")
 
 
 def _no_args_is_help(e: click.ClickException) -> bool:
