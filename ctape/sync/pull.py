@@ -156,6 +156,7 @@ def _pull(tape, backend: Backend, name: str, sessions: Iterable[str], warn: Call
             layout.note_manifest(state, m)
             lost += m["lost"]
         layout.lost_announcements(store, backend, state, warn)
+        layout.pass_read_deletions(state)
         for s in sorted(wanted - {key.split("/", 1)[0] for key in state["pieces"]}):
             # a typo would look like an up-to-date copy; a session another machine has yet to
             # push is no mistake, so a script that pulls it in a loop goes on (exit 0)

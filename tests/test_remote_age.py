@@ -1,0 +1,50 @@
+"""What a remote's age costs (SPEC 17: "an incremental push after one append costs a few
+requests"; docs/remotes.md). A remote compacted every night for months holds hundreds of
+deletion announcements, plans and execution records; what a copy pays for a push or a
+compaction must not grow with them. Found by an audit that simulated 200 days of a team's
+tape (writers coming and going, `compact --remote` every night)."""
+
+from __future__ import annotations
+
+import json
+
+from test_remote import cli, cli_json
+
+
+NIGHTS = 12
+
+
+def _nights(a, remote, nights=NIGHTS):
+    """`nights` rounds of: append to a session, push, remove yesterday's session, compact
+    the remote (each compaction that deletes announces g/<n>)."""
+    cli(a, "init")
+    cli(a, "remote", "add", "origin", f"file://{remote}")
+    for night in range(nights):
+        cli(a, "append", "user", json.dumps({"content": f"night {night}"}), "-s", f"s{night}")
+        cli(a, "append", "user", json.dumps({"content": "keep"}), "-s", "keep")
+        cli(a, "push")
+        if night:
+            cli(a, "session", "rm", f"s{night - 1}")
+        cli(a, "compact", "--remote", "origin", "--grace", "now", "--expire", "now")
+
+
+def test_a_new_clones_first_push_does_not_read_every_announcement(tmp_path):
+    """A new clone's first push GOT every deletion announcement g/<n> the remote ever had
+    (pull and clone read the manifests that carry them, but left push's starting point at
+    0): 21 GETs after 20 nightly compactions, 201 after 200."""
+    a, remote = tmp_path / "a", tmp_path / "remote"
+    remote.mkdir()
+    _nights(a, remote)
+    announced = sorted(int(p.name) for p in (remote / "g").iterdir() if p.name.isdigit())
+    assert len(announced) >= NIGHTS - 2, announced  # the test needs a remote with a history
+    b = tmp_path / "b"
+    cli(tmp_path, "clone", f"file://{remote}", b)
+    cli(b, "append", "user", json.dumps({"content": "from b"}), "-s", "keep")
+    r = cli_json(b, "push")[0]
+    assert r["files"] == 1 and r["requests"] <= 6, r
+    # and a later push after one append costs what the docs say
+    cli(b, "append", "user", json.dumps({"content": "again"}), "-s", "keep")
+    r = cli_json(b, "push")[0]
+    assert r["requests"] <= 5, r
+    cli(a, "pull")
+    assert cli(a, "log", "-s", "keep", "-n", "1", "--oneline").stdout.decode().split()[-1] == "again"
