@@ -14,18 +14,34 @@ from test_remote import cli, cli_json
 NIGHTS = 12
 
 
-def _nights(a, remote, nights=NIGHTS):
+def _nights(a, remote, nights=NIGHTS) -> list[int]:
     """`nights` rounds of: append to a session, push, remove yesterday's session, compact
-    the remote (each compaction that deletes announces g/<n>)."""
+    the remote (each compaction that deletes announces g/<n>); the requests of each
+    compaction."""
     cli(a, "init")
     cli(a, "remote", "add", "origin", f"file://{remote}")
+    requests = []
     for night in range(nights):
         cli(a, "append", "user", json.dumps({"content": f"night {night}"}), "-s", f"s{night}")
         cli(a, "append", "user", json.dumps({"content": "keep"}), "-s", "keep")
         cli(a, "push")
         if night:
             cli(a, "session", "rm", f"s{night - 1}")
-        cli(a, "compact", "--remote", "origin", "--grace", "now", "--expire", "now")
+        r = cli_json(a, "compact", "--remote", "origin", "--grace", "now", "--expire", "now")[0]
+        assert r["deleted"]["files"] >= (1 if night else 0), r
+        requests.append(r["requests"])
+    return requests
+
+
+def test_a_nightly_compaction_costs_the_same_on_the_hundredth_night(tmp_path):
+    """`compact --remote` GOT every plan (d/) and execution record (x/) its copy had ever
+    written, two more requests every night (398 on the 200th). A record this copy finished
+    and the plan of a deletion carried out are known by their keys: the listing is enough."""
+    a, remote = tmp_path / "a", tmp_path / "remote"
+    remote.mkdir()
+    requests = _nights(a, remote)
+    assert len(list((remote / "x").rglob("*.json"))) >= NIGHTS - 2  # the history is there
+    assert max(requests[3:]) - min(requests[3:]) <= 2, requests  # flat (it grew 2 a night)
 
 
 def test_a_new_clones_first_push_does_not_read_every_announcement(tmp_path):
