@@ -214,9 +214,18 @@ def _gone_held(store, state: State) -> list[str]:
     deleted, the file is there, and holding it asks for nothing (pull brings it back to a
     copy that lacks it, as rsync would; compacting for it again went round for good)."""
     out = []
+    folders: dict[str, frozenset] = {}  # one listing per session, not a stat per file the remote
+    # ever deleted (a row each, kept for good: 4,000 after 4,000 pushes of `push --follow`, 42
+    # ms of every push; found by an audit of what grows with a tape's age)
     for key, (end, g) in state["gone"].items():
         s, file = key.split("/", 1)
-        if os.path.exists(os.path.join(store.root, "sessions", s, file)) and not _there_again(state, key, end, g):
+        here = folders.get(s)
+        if here is None:
+            try:
+                here = folders[s] = frozenset(os.listdir(os.path.join(store.root, "sessions", s)))
+            except OSError:
+                here = folders[s] = frozenset()
+        if file in here and not _there_again(state, key, end, g):
             out.append(key)
     return out
 
