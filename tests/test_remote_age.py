@@ -64,3 +64,21 @@ def test_a_new_clones_first_push_does_not_read_every_announcement(tmp_path):
     assert r["requests"] <= 5, r
     cli(a, "pull")
     assert cli(a, "log", "-s", "keep", "-n", "1", "--oneline").stdout.decode().split()[-1] == "again"
+
+
+def test_manifests_are_read_ahead_in_order(tmp_path):
+    """A clone reads every manifest the remote ever had, GETs under way together
+    (layout.gets_in_order); what it yields is what reading one after the other gives, in
+    order, a missing key as None, at every length around the number in flight."""
+    from ctape.sync.backend import FileBackend
+    from ctape.sync.layout import GETS_IN_FLIGHT, gets_in_order
+
+    root = tmp_path / "r"
+    root.mkdir()
+    b = FileBackend(str(root))
+    for i in range(3 * GETS_IN_FLIGHT):
+        if i % 5 != 2:
+            b.put_if_absent(f"k/{i:04d}", str(i).encode())
+    for n in (0, 1, 2, 3, GETS_IN_FLIGHT - 1, GETS_IN_FLIGHT, GETS_IN_FLIGHT + 1, 3 * GETS_IN_FLIGHT):
+        keys = [f"k/{i:04d}" for i in range(n)]
+        assert list(gets_in_order(b, keys)) == [b.get(k) for k in keys], n
