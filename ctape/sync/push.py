@@ -402,7 +402,7 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
         # it (SPEC section 2: a rejected command leaves the tape as it was). Every file of the
         # chosen sessions is checked first (the scan cache answers for entries seen before);
         # the files the push then uploads are checked again below
-        check_secrets(tape, chosen, allow_secrets)
+        check_secrets(tape, chosen, allow_secrets, compacting_first=True)
         warn(f"the remote's compaction deleted {len(held)} {plural(len(held), 'file', 'files')} this copy still holds; compacting this copy first, so that what it needs goes up in its packs")
         tape.compact()
         # what the compaction kept as it was (a session already in one pack with nothing
