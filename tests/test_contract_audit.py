@@ -310,3 +310,11 @@ def test_checkout_session_branch_needs_no_session_option(tmp_path):
     assert snapshot(d) == before
     other = json.loads(run_cli("--dir", d, "status", "-s", "other", "--json", check=True).stdout)
     assert other["branch"] == "main"
+    # a session chosen with `session use` is the command's session, as -s is (found in
+    # review): a ref of another session detaches the chosen one there, and -b forks in it
+    run_cli("--dir", d, "session", "use", "other", check=True)
+    run_cli("--dir", d, "checkout", "-b", "idea", "chat/main~0", check=True)
+    other = json.loads(run_cli("--dir", d, "status", "-s", "other", "--json", check=True).stdout)
+    assert (other["branch"], other["head"]) == ("idea", h), other
+    st = json.loads(run_cli("--dir", d, "status", "-s", "chat", "--json", check=True).stdout)
+    assert (st["branch"], st["head"]) == (None, h)  # chat as it was

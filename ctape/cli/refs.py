@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import warnings
 
 import click
@@ -99,8 +98,9 @@ def _prefix_of(tape, name: str):
 def checkout(ctx, ref, new_branch, session):
     """Move HEAD to REF: attach it to a branch, or detach it at an entry.
 
-    Later appends continue from there; nothing is lost or copied. A REF
-    SESSION/BRANCH moves that session's HEAD: -s is not needed.
+    Later appends continue from there; nothing is lost or copied. With several
+    sessions and none chosen (-s, $CTAPE_SESSION, `session use`), a REF
+    SESSION/BRANCH moves that session's HEAD.
 
     \b
     Examples:
@@ -116,9 +116,19 @@ def checkout(ctx, ref, new_branch, session):
         from ..model.refspec import parse_ref
 
         parse_ref(ref)  # the empty ref's own error, before the session's
+    from ..errors import NoDefaultSession
+
     tape = open_tape(ctx)
-    owner = _named_session(tape, ref) if session is None and not os.environ.get("CTAPE_SESSION") else None
-    name = owner or need_session(ctx, session)
+    owner = None
+    try:
+        name = need_session(ctx, session)
+    except NoDefaultSession:
+        # several sessions and none chosen (-s, $CTAPE_SESSION, `session use`): a ref
+        # SESSION/BRANCH says which (it asked for -s; found by a contract audit)
+        owner = _named_session(tape, ref)
+        if owner is None:
+            raise
+        name = owner
     warn_ambiguous(tape, ref, name)
     st = tape.session(name).checkout(ref, new_branch)
     warn_new_name(tape, new_branch)
@@ -132,8 +142,7 @@ def checkout(ctx, ref, new_branch, session):
 
 def _named_session(tape, ref) -> str | None:
     """The session a SESSION/BRANCH ref names (with ~N, ^ or not), when it exists: checkout
-    moves that session's HEAD without -s (it asked for -s once the tape had several
-    sessions, though the ref says which; found by a contract audit). None otherwise."""
+    moves that session's HEAD when no session is chosen otherwise. None otherwise."""
     from ..errors import CtapeError
     from ..model.refspec import parse_ref
 
