@@ -82,3 +82,21 @@ def test_manifests_are_read_ahead_in_order(tmp_path):
     for n in (0, 1, 2, 3, GETS_IN_FLIGHT - 1, GETS_IN_FLIGHT, GETS_IN_FLIGHT + 1, 3 * GETS_IN_FLIGHT):
         keys = [f"k/{i:04d}" for i in range(n)]
         assert list(gets_in_order(b, keys)) == [b.get(k) for k in keys], n
+
+
+def test_a_folder_remote_keeps_no_empty_folder_for_what_compaction_deleted(tmp_path):
+    """A folder remote kept a folder for every file a compaction ever deleted (`f/S/FILE/`,
+    empty): 3,104 after 200 days, and every listing of f/ walked them. Deleting a piece
+    removes the folders it leaves empty; a push beside it makes them again as it needs."""
+    from ctape.sync.backend import FileBackend
+
+    a, remote = tmp_path / "a", tmp_path / "remote"
+    remote.mkdir()
+    _nights(a, remote, nights=4)
+    empty = [str(p) for p in (remote / "f").rglob("*") if p.is_dir() and not any(p.iterdir())]
+    assert empty == [], empty
+    b = FileBackend(str(remote))
+    assert b.put_if_absent("f/x/y/0-1", b"1") and b.get("f/x/y/0-1") == b"1"
+    b.delete("f/x/y/0-1")
+    assert not (remote / "f" / "x").exists() and (remote / "f").is_dir()
+    assert b.put_if_absent("f/x/y/0-1", b"2") and b.get("f/x/y/0-1") == b"2"
