@@ -174,7 +174,7 @@ def compact_remote(tape, backend: Backend, name: str, expire="90d", grace="14d",
     from ..ops.compact import parse_duration
 
     store = tape.store
-    grace_s = parse_duration(grace, "grace") if isinstance(grace, str) else float(grace)
+    grace_s = parse_duration(grace, "grace")  # (a number of seconds or a timedelta too)
     pulled = pull(tape, backend, name, warn=warn)
     before = _local_files(store)
     local = tape.compact(expire=expire, grace=grace, progress=progress)
