@@ -100,3 +100,37 @@ def test_a_folder_remote_keeps_no_empty_folder_for_what_compaction_deleted(tmp_p
     b.delete("f/x/y/0-1")
     assert not (remote / "f" / "x").exists() and (remote / "f").is_dir()
     assert b.put_if_absent("f/x/y/0-1", b"2") and b.get("f/x/y/0-1") == b"2"
+
+
+def test_an_announcement_skipped_for_another_compactors_is_read_later(tmp_path):
+    """A compactor whose announcement number was taken by another compactor meanwhile took
+    the next one and moved its starting point past both, never reading the other: had
+    that one's manifest been lost, nothing would have told this copy of its deletion."""
+    from ctape import Tape
+    from ctape.sync import layout, prune
+    from ctape.sync.backend import FileBackend
+    from ctape.sync.push import _new_deletions
+
+    a, remote = tmp_path / "a", tmp_path / "remote"
+    remote.mkdir()
+    cli(a, "init")
+    cli(a, "append", "user", json.dumps({"content": "x"}), "-s", "s")
+    tape = Tape.open(a)
+    try:
+        b = FileBackend(str(remote))
+        other = {"session": "s", "file": "0000deadbeef-00000000000000000001.seg", "end": 10}
+        assert b.put_if_absent(layout.compaction_key(0), json.dumps(
+            {"compactor": "0000deadbeef", "plan": 0, "time": 0, "files": layout.deletion_files([other]),
+             "redacted": []}, sort_keys=True).encode())
+        state = {"gnext": 0}
+        n = prune._announce(tape.store, b, state, 0, [], set())
+        assert n == 1 and state["gnext"] == 0 and 1 in state["deletions_read"], state
+        # the next push's look reads g/0 (and passes g/1, its own)
+        from ctape.sync.remote import State
+        st = State.load(tape.store, "origin", f"file://{remote}")
+        st.update(state)
+        st.setdefault("gone", {})
+        _new_deletions(tape.store, b, st, lambda s: None)
+        assert "s/" + other["file"] in st["gone"] and st["gnext"] == 2, dict(st)
+    finally:
+        tape.close()
