@@ -541,3 +541,68 @@ def test_junk_at_a_deletions_number_is_looked_at_once(tmp_path, monkeypatch):
         for _ in range(3):
             pull(t, backend, "origin")
     assert asked.count(f"g/{1:020d}") == 0, asked  # read once, by the clone
+
+
+def test_a_copy_that_compacted_away_what_its_lost_manifest_listed_lists_it_again(tmp_path, monkeypatch, remote):
+    """The sync model's LostManifestWorld, seed 6071, shrunk. A's manifest that listed its
+    branch deletion is lost; A compacts (the deletion and the record it superseded expire
+    into a pack without either), relearns at its push and fills the lost number with an
+    empty manifest. The deletion's segment stayed on the remote and on B, but no manifest
+    listed it any more: A's next pull brought back A's older segment (another manifest
+    lists it), and with it the branch A had deleted, which B did not show. At a relearning
+    a copy now lists again the pieces it knew the remote held, that the remote still holds
+    and no manifest lists, of files it no longer holds."""
+    from ctape.history import reflog
+    from ctape.sync import remote as remotes
+    from ctape.sync.pull import pull
+
+    url, _, delete = remote
+    monkeypatch.setattr(push_mod, "OWN_CHECK_EVERY", 0.0)  # each push lists its own manifests, as the model does
+    a, b = tmp_path / "A", tmp_path / "B"
+
+    def opened(d, w):
+        monkeypatch.setenv("CTAPE_WRITER", w)
+        t = Tape.open(d)
+        if "origin" not in remotes.remotes(t.store):
+            remotes.add(t.store, "origin", url)
+        return t
+
+    monkeypatch.setenv("CTAPE_WRITER", "wroota")
+    t = Tape.init(a)
+    x = t.session("s1").append("user", {"content": "start"}).hash
+    t.close()
+    import shutil
+
+    shutil.copytree(a, b)  # as rsync -a would
+    tb = opened(b, "wrootb")
+    push_mod.push(tb, open_backend(url), "origin")  # B's manifest lists A's first segment
+    tb.close()
+    ta = opened(a, "wroota")
+    ta.session("s1").checkout(x)
+    ta.session("s1").delete_branch("main")
+    push_mod.push(ta, open_backend(url), "origin")  # A's manifest 0 lists the deletion's segment
+    ta.close()
+    tb = opened(b, "wrootb")
+    pull(tb, open_backend(url), "origin")
+    tb.close()
+    delete("m/wroota/00000000000000000000.json")  # the remote loses it
+    ta = opened(a, "wroota")
+    ta.session("s1").append("user", {"content": "later"})
+    ta.compact(expire="now", grace="now")
+    push_mod.push(ta, open_backend(url), "origin")  # relearns, fills the lost number
+    pull(ta, open_backend(url), "origin")
+    ra, recs_a = dict(ta.session("s1").refs().branches), {(r["w"], r["n"]) for r in reflog.records(ta.session("s1"))}
+    ta.close()
+    tb = opened(b, "wrootb")
+    pull(tb, open_backend(url), "origin")
+    rb, recs_b = dict(tb.session("s1").refs().branches), {(r["w"], r["n"]) for r in reflog.records(tb.session("s1"))}
+    tb.close()
+    assert "main" not in ra and ra == rb, (ra, rb)
+    assert recs_a == recs_b
+    c = tmp_path / "C"
+    run_cli("clone", url, c, check=True)
+    tc = Tape.open(c)
+    try:
+        assert dict(tc.session("s1").refs().branches) == rb
+    finally:
+        tc.close()

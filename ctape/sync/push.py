@@ -287,13 +287,59 @@ def _relearn_due(store, backend: Backend, state: State) -> bool:
     return any(backend.get(layout.manifest_key(store.writer, n)) is None for n in range(own) if n not in listed)
 
 
+def _still_there(store, backend: Backend, state: State, known: dict) -> list[dict]:
+    """At a relearning: the pieces this copy knew the remote held (`known`, its state's
+    pieces before) that no manifest there lists now and that the remote still holds, of
+    files this copy no longer holds (those it holds go up again anyway): the entries of
+    its next manifest that list them again. A lost manifest's pieces stay on the remote;
+    a copy that compacted such a file away (its records in a pack of its own now) would
+    else never pull it again, nor would a new clone, while the copies that had read the
+    manifest before it was lost hold it and never push it again (they find no gap): an
+    older record of the file's that comes back without the newer one that superseded it
+    (a branch deleted on this copy, its deletion expired here) shows on this copy and not
+    on those (the sync model's LostManifestWorld, seed 6071). One listing per session
+    with such a piece, and only at a relearning."""
+    listed_now = {layout.row_key(k, p) for k, rows in state["pieces"].items() for p in rows}
+    local = _local_files_here(store)
+    wanted: dict[str, list[tuple[str, list]]] = {}
+    for k, rows in known.items():
+        s, file = k.split("/", 1)
+        if (s, file) in local:
+            continue
+        gone = state["gone"].get(k)
+        for p in rows:
+            if layout.row_key(k, p) in listed_now or (gone and p[1] <= gone[0] and p[4] <= gone[1]):
+                continue
+            wanted.setdefault(s, []).append((k, p))
+    out = []
+    for s, rows in sorted(wanted.items()):
+        there = {key for key, _, is_prefix in backend.list(f"f/{s}/") if not is_prefix}
+        for k, p in rows:
+            if layout.row_key(k, p) in there:
+                f = {"session": s, "file": k.split("/", 1)[1], "start": p[0], "end": p[1], "blake3": p[2]}
+                if p[4]:
+                    f["gen"] = p[4]
+                out.append(f)
+    return out
+
+
+def _local_files_here(store) -> set[tuple[str, str]]:
+    out = set()
+    for rel in store.list_files(None):
+        parts = rel.split("/")
+        if len(parts) == 3 and parts[0] == "sessions":
+            out.add((parts[1], parts[2]))
+    return out
+
+
 def _refill(store, backend: Backend, state: State) -> None:
     """Write an empty manifest at each of this copy's numbers the remote lost, once what
     they listed is listed again: by a push of every session with none held back, after a
     relearning (killed before, the next push finds its newest manifest lost again and
     relearns; a `push -s` leaves the gaps for a whole push): readers that
     had not read them find no gap to warn of, and compact --remote sweeps again. Copies
-    that had read them hold what they listed already."""
+    that had read them hold what they listed already; what the remote still holds of it
+    that this copy compacted away, the relearning listed again (_still_there)."""
     prefix = f"m/{store.writer}/"
     gaps = state.get("gaps", {})
     for key in sorted(k for k in gaps if k.startswith(prefix)):
@@ -354,6 +400,7 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
         state.forget()  # its identity is written once the secrets check has passed
     else:
         state.follow(meta)
+    relist: list[dict] = []  # pieces listed again after a relearning (_still_there)
     if not state.get("checked"):
         learn(store, backend, state, warn)  # first push from this copy: learn what is there
         state["checked"] = True
@@ -370,10 +417,12 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
         warn("the remote lost manifests (a backup restored over it, or deleted from the bucket); "
              "pushing again what this copy holds that the manifests there do not list")
         kept = {k: state[k] for k in ("own", "made", "gaps", "next") if k in state}  # (`next`: what this copy brought in)
+        known = {k: [list(p) for p in rows] for k, rows in state["pieces"].items()}
         state.forget()
         state.update(kept)
         state["own_writer"] = store.writer
         learn(store, backend, state, warn)
+        relist = _still_there(store, backend, state, known)
         state.pop("relearn", None)
         state["checked"] = True
         state["own_checked"] = time.time()
@@ -529,6 +578,9 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
     # the salvage reports of the sessions that went (or were there): so that every copy reads
     # what a salvage here found lost as lost, never as missing (ctape/sync/losses.py)
     lost = losses.to_send(store, state, [s for s in chosen if s not in held_back])
+    for f in relist:  # listed again, not sent: the remote holds them (_still_there)
+        layout.note_have(state, f, int(state.get("gnext", 0)))
+    listed = relist + listed
     if listed or lost:
         put_manifest(store, backend, state, listed, warn=warn, lost=lost)
         losses.sent(state, lost)
