@@ -425,6 +425,16 @@ def gets_in_order(backend: Backend, keys: list[str]) -> Iterator[Optional[bytes]
 UNLISTED_WAIT = 3600.0  # s: a deletion announced with no manifest after this long was never carried out
 
 
+def local_files(store) -> dict[tuple[str, str], int]:
+    """This copy's session files: (session, file name) -> size."""
+    out = {}
+    for rel, size in store.list_files(None).items():
+        parts = rel.split("/")
+        if len(parts) == 3 and parts[0] == "sessions":
+            out[(parts[1], parts[2])] = size
+    return out
+
+
 def pass_read_deletions(state) -> None:
     """Move `gnext` past the deletions this copy has read (their manifests, or their
     announcements), so a push looks only at the announcements after them: a new clone's

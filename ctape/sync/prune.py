@@ -44,15 +44,6 @@ from .push import HeldBack, push, put_manifest, shown_name
 from .remote import State, held
 
 
-def _local_files(store) -> dict[tuple[str, str], int]:
-    out = {}
-    for rel, size in store.list_files(None).items():
-        parts = rel.split("/")
-        if len(parts) == 3 and parts[0] == "sessions":
-            out[(parts[1], parts[2])] = size
-    return out
-
-
 def _own_plans(store, backend: Backend, state, warn) -> tuple[dict[int, dict], dict[int, dict]]:
     """This copy's plans (d/<me>/) and execution records (x/<me>/), by number. Only what the
     run uses is read: an execution record this copy finished before (state["pruned"]), and
@@ -176,9 +167,9 @@ def compact_remote(tape, backend: Backend, name: str, expire="90d", grace="14d",
     store = tape.store
     grace_s = parse_duration(grace, "grace")  # (a number of seconds or a timedelta too)
     pulled = pull(tape, backend, name, warn=warn)
-    before = _local_files(store)
+    before = layout.local_files(store)
     local = tape.compact(expire=expire, grace=grace, progress=progress)
-    after = _local_files(store)
+    after = layout.local_files(store)
     redacted = set(tape.redactions())  # their records go up with this push: a deletion names them
     held_back = []  # sessions the push held back (secrets, damage): their deletions wait, and the run fails
     try:

@@ -300,7 +300,7 @@ def _still_there(store, backend: Backend, state: State, known: dict) -> list[dic
     on those (the sync model's LostManifestWorld, seed 6071). One listing per session
     with such a piece, and only at a relearning."""
     listed_now = {layout.row_key(k, p) for k, rows in state["pieces"].items() for p in rows}
-    local = _local_files_here(store)
+    local = layout.local_files(store)
     wanted: dict[str, list[tuple[str, list]]] = {}
     for k, rows in known.items():
         s, file = k.split("/", 1)
@@ -320,15 +320,6 @@ def _still_there(store, backend: Backend, state: State, known: dict) -> list[dic
                 if p[4]:
                     f["gen"] = p[4]
                 out.append(f)
-    return out
-
-
-def _local_files_here(store) -> set[tuple[str, str]]:
-    out = set()
-    for rel in store.list_files(None):
-        parts = rel.split("/")
-        if len(parts) == 3 and parts[0] == "sessions":
-            out.add((parts[1], parts[2]))
     return out
 
 
