@@ -134,3 +134,29 @@ def test_an_announcement_skipped_for_another_compactors_is_read_later(tmp_path):
         assert "s/" + other["file"] in st["gone"] and st["gnext"] == 2, dict(st)
     finally:
         tape.close()
+
+
+def test_a_reader_that_stops_does_not_wait_for_the_reads_ahead(tmp_path):
+    """A reader of manifests that stops (an error, a Ctrl-C) waited for every GET under way
+    before it could go on: against a server that hangs, the client's timeouts. The reads
+    ahead are left to finish on their own (found in review)."""
+    import threading
+    import time
+
+    from ctape.sync.layout import gets_in_order
+
+    release = threading.Event()
+
+    class Hung:
+        def get(self, key):
+            if key != "k/0":
+                release.wait(20)  # a server that does not answer
+            return key.encode()
+
+    gen = gets_in_order(Hung(), [f"k/{i}" for i in range(10)])
+    assert next(gen) == b"k/0"
+    t = time.monotonic()
+    gen.close()
+    took = time.monotonic() - t
+    release.set()
+    assert took < 10, took  # (wait=False: microseconds; before, the 20 s of the hung reads)

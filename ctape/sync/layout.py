@@ -407,19 +407,21 @@ def gets_in_order(backend: Backend, keys: list[str]) -> Iterator[Optional[bytes]
     from concurrent.futures import ThreadPoolExecutor
     from itertools import islice
 
-    with ThreadPoolExecutor(min(GETS_IN_FLIGHT, len(keys))) as pool:
+    pool = ThreadPoolExecutor(min(GETS_IN_FLIGHT, len(keys)))
+    try:
         ahead = iter(keys)
         under_way = deque(pool.submit(backend.get, key) for key in islice(ahead, GETS_IN_FLIGHT))
-        try:
-            while under_way:
-                data = under_way.popleft().result()
-                key = next(ahead, None)
-                if key is not None:
-                    under_way.append(pool.submit(backend.get, key))
-                yield data
-        finally:
-            for f in under_way:  # the reader stopped (an error): what was not started never is
-                f.cancel()
+        while under_way:
+            data = under_way.popleft().result()
+            key = next(ahead, None)
+            if key is not None:
+                under_way.append(pool.submit(backend.get, key))
+            yield data
+    finally:
+        # the reader stopped (an error, an interrupt): what was not started never is, and
+        # the GETs under way are not waited for here (a hung server held a Ctrl-C for the
+        # client's timeouts; found in review). Read to the end, none is under way
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 UNLISTED_WAIT = 3600.0  # s: a deletion announced with no manifest after this long was never carried out
