@@ -69,7 +69,10 @@ def browser():
 
 
 def wait_for(browser, cond, timeout=10):
-    return WebDriverWait(browser, timeout, poll_frequency=0.1).until(lambda d: cond(d))
+    """Poll `cond` until it holds. An element the page replaced while the condition read it
+    (a live page re-renders its entries) is a poll to repeat, not a failure: one CI run
+    failed on a StaleElementReferenceException in the middle of such a read."""
+    return WebDriverWait(browser, timeout, poll_frequency=0.1, ignored_exceptions=(StaleElementReferenceException,)).until(lambda d: cond(d))
 
 
 def test_sessions_page_lists_sessions(browser, server):
