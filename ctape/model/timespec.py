@@ -52,8 +52,7 @@ def parse_when(text, what: str = "--since") -> str:
     Python API also a number (seconds since the epoch), a datetime (naive ones are UTC, as
     ctape's times) or a timedelta (that long ago)."""
     if isinstance(text, timedelta):
-        ago = parse_duration(text, what)
-        return format_time(datetime.fromtimestamp(time.time() - ago, timezone.utc))
+        return _ago(parse_duration(text, what))
     if isinstance(text, datetime):
         try:
             return format_time(text)
@@ -68,8 +67,7 @@ def parse_when(text, what: str = "--since") -> str:
         raise InvalidInput(f"invalid {what}: give an RFC 3339 time or a duration like 2h or 3d")
     text = text.strip()
     if text == "now" or _AGO.fullmatch(text):  # `now` is the DUR 0 (the over-long message offers it)
-        ago = parse_duration(text, what)
-        return format_time(datetime.fromtimestamp(time.time() - ago, timezone.utc))
+        return _ago(parse_duration(text, what))
     try:
         datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith(("Z", "z")) else text)
     except ValueError:
@@ -78,6 +76,11 @@ def parse_when(text, what: str = "--since") -> str:
         return parse_time(text[:-1] + "Z" if text.endswith("z") else text)
     except InvalidInput as e:  # outside years 0001-9999 once in UTC
         raise InvalidInput(f"invalid {what}: {e}") from None
+
+
+def _ago(seconds: float) -> str:
+    """The time `seconds` before now, as ctape writes times."""
+    return format_time(datetime.fromtimestamp(time.time() - seconds, timezone.utc))
 
 
 def shown(text, most: int = 40) -> str:

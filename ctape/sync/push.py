@@ -308,8 +308,9 @@ def _still_there(store, backend: Backend, state: State, known: dict) -> list[dic
             continue
         gone = state["gone"].get(k)
         for p in rows:
-            if layout.row_key(k, p) in listed_now or (gone and p[1] <= gone[0] and p[4] <= gone[1]):
-                continue
+            at = layout.row_key(k, p)
+            if at in listed_now or (gone and layout.deletable(at.rsplit("/", 1)[1], *gone)):
+                continue  # listed, or taken by a deletion this copy learned of
             wanted.setdefault(s, []).append((k, p))
     out = []
     for s, rows in sorted(wanted.items()):
