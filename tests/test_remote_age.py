@@ -160,3 +160,45 @@ def test_a_reader_that_stops_does_not_wait_for_the_reads_ahead(tmp_path):
     took = time.monotonic() - t
     release.set()
     assert took < 10, took  # (wait=False: microseconds; before, the 20 s of the hung reads)
+
+
+def test_a_copy_that_only_pushes_stops_putting_a_removed_sessions_pack_up_again(tmp_path):
+    """A copy that only pushes (CI, `push --follow`) and a copy that compacts the remote
+    every night. A session the push-only copy wrote was removed on the other: each night's
+    `compact --remote` deleted the pack the push-only copy had made of it (the removal was
+    not in it), and each push of that copy, holding a deleted file, compacted it into the
+    same pack and put it up again under the next generation, for good. A push that
+    compacts for a deletion brings in first what replaced the files (pull.missing): its
+    pack then holds what the compactor's held, the copies settle, and the removed
+    session's keys stop changing."""
+    a, b, remote = tmp_path / "a", tmp_path / "b", tmp_path / "remote"
+    remote.mkdir()
+    cli(a, "init")
+    cli(a, "remote", "add", "origin", f"file://{remote}")
+    for i in range(10):
+        cli(a, "append", "user", json.dumps({"content": f"old {i}"}), "-s", "gone")
+    cli(a, "append", "user", json.dumps({"content": "keep"}), "-s", "keep")
+    cli(a, "push")
+    cli(tmp_path, "clone", f"file://{remote}", b)
+    cli(b, "session", "rm", "gone")
+
+    def keys(session):
+        return sorted(str(p.relative_to(remote / "f")) for p in (remote / "f" / session).rglob("*") if p.is_file())
+
+    seen = []
+    for night in range(5):
+        cli(a, "append", "user", json.dumps({"content": f"night {night}"}), "-s", "keep")
+        cli(a, "push")  # (a pushes; it never pulls)
+        seen.append(keys("gone"))
+        cli(b, "compact", "--remote", "origin", "--grace", "now")
+        seen.append(keys("gone"))
+    # settled: the same one pack after every push and every compaction (a pack of a's was
+    # put up by each push and deleted by each compaction)
+    assert len({tuple(k) for k in seen[4:]}) == 1 and len(seen[-1]) == 1, seen
+    # and every copy agrees: the session is removed on both and on a new clone
+    c = tmp_path / "c"
+    cli(tmp_path, "clone", f"file://{remote}", c)
+    cli(a, "pull")
+    for d in (a, b, c):
+        names = [line.split()[0] for line in cli(d, "sessions").stdout.decode().splitlines() if line.strip()]
+        assert names == ["keep"], (d, names)

@@ -148,8 +148,7 @@ def _pull(tape, backend: Backend, name: str, sessions: Iterable[str], warn: Call
         return {"remote": name, "files": 0, "bytes": 0, "requests": backend.requests, "empty": True}
     state.follow(meta)  # emptied and pushed to again since this copy last read it: read from the start
     state["checked"] = True
-    d = os.path.dirname(store.index.path) if store.index.path != ":memory:" else None
-    with _Held(os.path.join(d, _LOCK)) if d else _Nothing():
+    with pull_turn(store):
         start_next = dict(state["next"])
         lost = []
         for _, _, m in layout.new_manifests(store, backend, state, warn):
@@ -161,66 +160,11 @@ def _pull(tape, backend: Backend, name: str, sessions: Iterable[str], warn: Call
             # a typo would look like an up-to-date copy; a session another machine has yet to
             # push is no mistake, so a script that pulls it in a loop goes on (exit 0)
             warn(f"{name} holds no session {s!r} (yet); see `ctape remote show {name}` for the sessions it holds")
-        # every file the remote holds, not only those new manifests name: as rsync without
-        # --delete, a file this copy lacks (compacted away since, or never here) comes
-        # (back), so a claim that revives an entry finds its objects
-        todo = []
-        for key in sorted(state["pieces"]):
-            s, file = key.split("/", 1)
-            if wanted and s not in wanted:
-                continue
-            path = os.path.join(store.root, "sessions", s, file)
-            try:
-                size = os.lstat(path).st_size
-            except FileNotFoundError:
-                size = -1
-            if size >= 0 and (file.endswith(".pack") or layout.segment_owner(file) == store.writer):
-                continue  # a pack never changes; this copy's own segments are never touched
-            if size < int(state["have"].get(key, 0)) or size < max(p[1] for p in state["pieces"][key]):
-                todo.append((s, file, max(size, 0)))
-        jobs = []  # (session, file, the pieces to fetch in order)
-        for s, file, size in todo:
-            fs = layout.known_pieces(state, f"{s}/{file}")
-            if file.endswith(".pack"):
-                jobs.append((s, file, fs[:1]))
-                continue
-            chain, cur = [], size
-            for f in fs:
-                if f["start"] <= cur < f["end"]:
-                    chain.append(f)
-                    cur = f["end"]
-            if chain:
-                jobs.append((s, file, chain))
-        total = sum(f["end"] - f["start"] for _, _, chain in jobs for f in chain)
+        jobs = missing(store, state, wanted)
         # the branches of each session here that gets bytes, to say which conflicts the pull
         # made (a session new to this copy has none: a clone reads no refs here)
         branches_before = {s: set(tape.session(s).refs().branches) for s in {s for s, _, _ in jobs} if tape._session_exists(s)}
-        got, files, done = 0, 0, 0
-        skipped = {"missing": 0, "damaged": 0}  # pieces not pulled (warned about one by one)
-        with ThreadPoolExecutor(WORKERS) as pool:
-            i = 0
-            while i < len(jobs):
-                batch, size = [], 0
-                while i < len(jobs) and (not batch or size < BATCH_BYTES):
-                    batch.append(jobs[i])
-                    size += sum(f["end"] - f["start"] for f in jobs[i][2])
-                    i += 1
-                pieces = [f for _, _, chain in batch for f in chain]
-                fetched = {}
-                for f, (data, why) in zip(pieces, pool.map(lambda f: _get_piece(backend, f, warn), pieces)):
-                    fetched[id(f)] = data
-                    if why:
-                        skipped[why] += 1
-                for s, file, chain in batch:
-                    try:
-                        n = _apply(store, s, file, [(f, fetched[id(f)]) for f in chain])
-                    except OSError as e:
-                        raise storage_error(e, f"session {s}", after=after) from None
-                    got += n
-                    files += n > 0
-                    done += sum(f["end"] - f["start"] for f in chain)
-                    if progress:
-                        progress(done, total)
+        got, files, skipped = fetch(store, backend, jobs, warn, progress, after)
         try:  # what salvages on other copies found lost: read as lost here too
             reports = losses.write_pulled(store, lost, name, wanted)
         except OSError as e:
@@ -240,6 +184,85 @@ def _pull(tape, backend: Backend, name: str, sessions: Iterable[str], warn: Call
             conflicts[s] = made
     return {"remote": name, "files": files, "bytes": got, "requests": backend.requests, "skipped": skipped, "salvage_reports": reports,
             "conflicts": conflicts, "transfer_seconds": round(moved, 3), "index_seconds": round(time.monotonic() - t0 - moved, 3)}
+
+
+def missing(store, state: State, wanted: set[str]) -> list[tuple[str, str, list[dict]]]:
+    """What to fetch: (session, file, its pieces in order) for every file the remote holds
+    (of the `wanted` sessions; every session when empty) that this copy lacks or holds
+    shorter, not only those new manifests name: as rsync without --delete, a file this
+    copy lacks (compacted away since, or never here) comes (back), so a claim that
+    revives an entry finds its objects. A pack never changes and this copy's own segments
+    are never touched."""
+    todo = []
+    for key in sorted(state["pieces"]):
+        s, file = key.split("/", 1)
+        if wanted and s not in wanted:
+            continue
+        path = os.path.join(store.root, "sessions", s, file)
+        try:
+            size = os.lstat(path).st_size
+        except FileNotFoundError:
+            size = -1
+        if size >= 0 and (file.endswith(".pack") or layout.segment_owner(file) == store.writer):
+            continue
+        if size < int(state["have"].get(key, 0)) or size < max(p[1] for p in state["pieces"][key]):
+            todo.append((s, file, max(size, 0)))
+    jobs = []
+    for s, file, size in todo:
+        fs = layout.known_pieces(state, f"{s}/{file}")
+        if file.endswith(".pack"):
+            jobs.append((s, file, fs[:1]))
+            continue
+        chain, cur = [], size
+        for f in fs:
+            if f["start"] <= cur < f["end"]:
+                chain.append(f)
+                cur = f["end"]
+        if chain:
+            jobs.append((s, file, chain))
+    return jobs
+
+
+def fetch(store, backend: Backend, jobs: list, warn: Callable[[str], None], progress: Optional[Callable[[int, int], None]],
+          after: str = PULL_AGAIN) -> tuple[int, int, dict[str, int]]:
+    """Download and write what `missing` found, WORKERS pieces at a time and at most about
+    BATCH_BYTES ahead of the writes; (bytes added, files that grew or came, the pieces not
+    pulled by why: "missing", "damaged", each warned about). The caller holds this copy's
+    turn on the remote (remote.held) and pull_turn."""
+    total = sum(f["end"] - f["start"] for _, _, chain in jobs for f in chain)
+    got, files, done = 0, 0, 0
+    skipped = {"missing": 0, "damaged": 0}
+    with ThreadPoolExecutor(WORKERS) as pool:
+        i = 0
+        while i < len(jobs):
+            batch, size = [], 0
+            while i < len(jobs) and (not batch or size < BATCH_BYTES):
+                batch.append(jobs[i])
+                size += sum(f["end"] - f["start"] for f in jobs[i][2])
+                i += 1
+            pieces = [f for _, _, chain in batch for f in chain]
+            fetched = {}
+            for f, (data, why) in zip(pieces, pool.map(lambda f: _get_piece(backend, f, warn), pieces)):
+                fetched[id(f)] = data
+                if why:
+                    skipped[why] += 1
+            for s, file, chain in batch:
+                try:
+                    n = _apply(store, s, file, [(f, fetched[id(f)]) for f in chain])
+                except OSError as e:
+                    raise storage_error(e, f"session {s}", after=after) from None
+                got += n
+                files += n > 0
+                done += sum(f["end"] - f["start"] for f in chain)
+                if progress:
+                    progress(done, total)
+    return got, files, skipped
+
+
+def pull_turn(store):
+    """The lock that lets one process of this copy at a time bring files in (of any remote)."""
+    d = os.path.dirname(store.index.path) if store.index.path != ":memory:" else None
+    return _Held(os.path.join(d, _LOCK)) if d else _Nothing()
 
 
 def _apply(store, session: str, file: str, pieces: list) -> int:

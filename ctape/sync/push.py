@@ -230,6 +230,19 @@ def _gone_held(store, state: State) -> list[str]:
     return out
 
 
+def _bring_in(tape, backend: Backend, state: State, sessions: list[str], warn) -> None:
+    """Bring in the files of `sessions` that the remote holds and this copy lacks, as a pull
+    of them would (pull.missing, pull.fetch), from the manifests this push has read."""
+    from .pull import fetch, missing, pull_turn
+
+    with pull_turn(tape.store):
+        jobs = missing(tape.store, state, set(sessions))
+        if jobs:
+            fetch(tape.store, backend, jobs, warn, None, after="what arrived is kept, whole; nothing was pushed: push again")
+    if jobs:
+        tape.store.refresh()
+
+
 def _there_again(state: State, key: str, end: int, g: int) -> bool:
     """Do pieces of `key` listed after deletion g cover its bytes [0, end) again?"""
     cur = 0
@@ -445,6 +458,14 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
         # the files the push then uploads are checked again below
         check_secrets(tape, chosen, allow_secrets, compacting_first=True)
         warn(f"the remote's compaction deleted {len(held)} {plural(len(held), 'file', 'files')} this copy still holds; compacting this copy first, so that what it needs goes up in its packs")
+        # what replaced them comes first (the compactor's packs, other copies' files of those
+        # sessions), as a pull of those sessions would bring it: this copy's compaction then
+        # holds all the remote's did, and a pack equal to the remote's is already there.
+        # Before, a copy that only pushes packed what it alone held, which differed from the
+        # compactor's pack (a session removed elsewhere, others' appends): every later
+        # `compact --remote` deleted that pack and every push put it up again, for good
+        # (found by an audit of a remote's age)
+        _bring_in(tape, backend, state, sorted({key.split("/", 1)[0] for key in held}), warn)
         tape.compact()
         # what the compaction kept as it was (a session already in one pack with nothing
         # to drop, a damaged session) still holds what this copy needs: it goes up again,
