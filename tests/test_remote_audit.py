@@ -894,3 +894,112 @@ def test_a_store_that_hangs_up_before_answering_is_said_with_what_to_do(tmp_path
             assert p.returncode == 1 and "Traceback" not in err and err.count("ctape: error") == 1, err
             assert "closed the connection before answering" in err and "CTAPE_REMOTE_TIMEOUT" in err and "(ConnectionClosedError)" not in err, err
         assert snapshot(a) == before
+
+
+@contextlib.contextmanager
+def _proxy_that_hangs(endpoint: str, hangs):
+    """(port, an Event set once a request hung): a real TCP proxy on loopback to `endpoint`
+    that passes every request on, but holds for good (reads on, never answers) a request
+    whose first line `hangs(line)` is true: a server that hangs on some requests only."""
+    import socket
+    import threading
+
+    host, port = endpoint.split("//", 1)[1].rsplit(":", 1)
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(64)
+    hung, stop, socks = threading.Event(), threading.Event(), []
+
+    def pipe(src, dst, watch):
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                if watch and hangs(data.split(b"\r\n", 1)[0]):
+                    hung.set()
+                    stop.wait()
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+
+    def accept():
+        srv.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                c = srv.accept()[0]
+            except OSError:
+                continue
+            u = socket.create_connection((host, int(port)))
+            socks.extend((c, u))
+            threading.Thread(target=pipe, args=(c, u, True), daemon=True).start()
+            threading.Thread(target=pipe, args=(u, c, False), daemon=True).start()
+
+    th = threading.Thread(target=accept, daemon=True)
+    th.start()
+    try:
+        yield srv.getsockname()[1], hung
+    finally:
+        stop.set()
+        th.join()
+        for s in socks:
+            s.close()
+        srv.close()
+
+
+def test_a_ctrl_c_of_a_transfer_against_a_server_that_hangs_exits_at_once(tmp_path, seaweed):
+    """A Ctrl-C of a clone, pull or push whose transfers hang (the server took the requests
+    and never answers) exited only once every transfer queued had had its tries and waits:
+    82 s with a 20 s wait (CTAPE_REMOTE_TIMEOUT), minutes at the default, with a warning
+    about trying again printed meanwhile. It exits at once now: the pool's queued
+    transfers are cancelled, and the process does not wait for those under way. The clone
+    removes its folder; a pull or push leaves the copy as it was."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    import uuid
+
+    env = dict(os.environ, **seaweed.env(), CTAPE_REMOTE_TIMEOUT="20")
+    url = f"s3://{seaweed.bucket('ct-' + uuid.uuid4().hex[:12])}/team"
+    a, b = tmp_path / "A", tmp_path / "B"
+    t = Tape.init(a)
+    for s in range(4):
+        for i in range(30):
+            t.session(f"s{s}").append("user", {"content": f"{s} {i} " + os.urandom(1500).hex()})
+    t.close()
+    cli(a, "remote", "add", "origin", url)
+    assert cli(a, "push", env=env).returncode == 0
+
+    def interrupted(args, hangs, where):
+        with _proxy_that_hangs(seaweed.endpoint, hangs) as (port, hung):
+            p = subprocess.Popen([sys.executable, "-m", "ctape", *args], env={**env, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"},
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            try:
+                assert hung.wait(60), f"the {where} never reached a request that hangs"
+                time.sleep(0.5)
+                t0 = time.monotonic()
+                p.send_signal(signal.SIGINT)
+                _, err = p.communicate(timeout=60)
+                took = time.monotonic() - t0
+            finally:
+                if p.poll() is None:
+                    p.kill()
+        err = err.decode()
+        assert p.returncode == 130 and took < 10, (where, p.returncode, took, err)
+        assert err.splitlines()[-1] == "ctape: error: interrupted" and "Traceback" not in err, err
+
+    interrupted(["clone", url, str(b)], lambda line: line.startswith(b"GET ") and b"/f/" in line, "clone")
+    assert not b.exists()
+    cli(tmp_path, "clone", url, str(b), env=env)
+    for s in range(4):  # new files on A for B to pull, and on B for B to push
+        Tape.open(a).session(f"s{s}").append("user", {"content": "more " + os.urandom(1500).hex()})
+        Tape.open(b).session(f"s{s}").append("user", {"content": "more " + os.urandom(1500).hex()})
+    cli(a, "push", env=env)
+    before = snapshot(b)
+    interrupted(["--dir", str(b), "pull"], lambda line: line.startswith(b"GET ") and b"/f/" in line, "pull")
+    assert snapshot(b) == before
+    interrupted(["--dir", str(b), "push"], lambda line: line.startswith(b"PUT ") and b"/f/" in line, "push")
+    assert snapshot(b) == before and cli(b, "fsck").returncode == 0
+    assert cli(b, "pull", env=env).returncode == 0 and cli(b, "push", env=env).returncode == 0

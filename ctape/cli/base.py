@@ -31,9 +31,13 @@ class CtapeGroup(click.Group):
         sys.unraisablehook = _unraisable
         _hold_closed_descriptors()
         try:
-            rv = self._main_once(*args, **kwargs)
-        except KeyboardInterrupt:  # a second Ctrl-C, while the first one was being handled
-            _interrupted()
+            try:
+                rv = self._main_once(*args, **kwargs)
+            except KeyboardInterrupt:  # a second Ctrl-C, while the first one was being handled
+                _interrupted()
+        except SystemExit as e:
+            _leave_lingering_threads(e.code)
+            raise
         sys.exit(rv if isinstance(rv, int) else 0)
 
     def _main_once(self, *args, **kwargs):
@@ -260,6 +264,25 @@ def _stderr_is_terminal() -> bool:
         return sys.stderr.isatty()
     except (AttributeError, ValueError):  # replaced, or closed
         return False
+
+
+def _leave_lingering_threads(code) -> None:
+    """A command that failed or was interrupted exits now, not once the transfers it left
+    under way end: Python waits for every thread of a pool at exit, and against a server
+    that hangs that was each request's tries and waits (a Ctrl-C of a clone exited after 82
+    s, and warned meanwhile; found by a look at what an audit left). Left as a kill -9
+    leaves it, which every write of a tape and of a remote is made for; what was printed is
+    flushed first. A command that succeeded has no transfer left."""
+    import threading
+
+    if code in (0, None) or not any(t is not threading.main_thread() and not t.daemon and t.is_alive() for t in threading.enumerate()):
+        return
+    for f in (sys.stdout, sys.stderr):
+        try:
+            f.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code if isinstance(code, int) else EXIT_FAIL)
 
 
 def _fail(msg: str, code: int):

@@ -31,7 +31,7 @@ from typing import Iterable, Iterator, Optional
 from blake3 import blake3
 
 from ..model.models import NAME_RE
-from .backend import Backend, RemoteError
+from .backend import Backend, RemoteError, transfer_pool
 
 IDENTITY = "ctape.json"
 IDENTITY_FORMAT = "ctape-remote"
@@ -404,11 +404,12 @@ def gets_in_order(backend: Backend, keys: list[str]) -> Iterator[Optional[bytes]
             yield backend.get(key)
         return
     from collections import deque
-    from concurrent.futures import ThreadPoolExecutor
     from itertools import islice
 
-    pool = ThreadPoolExecutor(min(GETS_IN_FLIGHT, len(keys)))
-    try:
+    # the reader that stops (an error, an interrupt, a generator closed) does not wait for
+    # the GETs under way (a hung server held a Ctrl-C for the client's timeouts; found in
+    # review). Read to the end, none is under way
+    with transfer_pool(min(GETS_IN_FLIGHT, len(keys))) as pool:
         ahead = iter(keys)
         under_way = deque(pool.submit(backend.get, key) for key in islice(ahead, GETS_IN_FLIGHT))
         while under_way:
@@ -417,11 +418,6 @@ def gets_in_order(backend: Backend, keys: list[str]) -> Iterator[Optional[bytes]
             if key is not None:
                 under_way.append(pool.submit(backend.get, key))
             yield data
-    finally:
-        # the reader stopped (an error, an interrupt): what was not started never is, and
-        # the GETs under way are not waited for here (a hung server held a Ctrl-C for the
-        # client's timeouts; found in review). Read to the end, none is under way
-        pool.shutdown(wait=False, cancel_futures=True)
 
 
 UNLISTED_WAIT = 3600.0  # s: a deletion announced with no manifest after this long was never carried out

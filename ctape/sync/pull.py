@@ -31,7 +31,6 @@ import json
 import os
 import secrets
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterable, Optional
 
 from ..model.errors import InvalidInput
@@ -40,7 +39,7 @@ from ..store.files import check_not_symlink, copy_bytes, fsync_dir, make_folder,
 from ..store.segment import new_file_whole as _new_file
 from ..store.store import Store
 from . import layout, losses
-from .backend import Backend, RemoteError
+from .backend import Backend, RemoteError, transfer_pool
 from .remote import State, held
 
 _LOCK = "remote-pull.lock"
@@ -232,7 +231,7 @@ def fetch(store, backend: Backend, jobs: list, warn: Callable[[str], None], prog
     total = sum(f["end"] - f["start"] for _, _, chain in jobs for f in chain)
     got, files, done = 0, 0, 0
     skipped = {"missing": 0, "damaged": 0}
-    with ThreadPoolExecutor(WORKERS) as pool:
+    with transfer_pool(WORKERS) as pool:
         i = 0
         while i < len(jobs):
             batch, size = [], 0

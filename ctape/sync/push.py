@@ -23,7 +23,6 @@ import fcntl
 import os
 import time
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterable, Optional
 
 from ..model.errors import ConflictError, CtapeError, InvalidInput
@@ -31,7 +30,7 @@ from ..model.models import plural
 from ..store.files import open_for_reading, pread_all
 from ..store.store import REBUILD_TRIES
 from . import layout, losses
-from .backend import Backend, RemoteError
+from .backend import Backend, RemoteError, transfer_pool
 from .push_check import (
     HeldBack,
     SecretsFound,
@@ -499,7 +498,7 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
     there: set[tuple] = set()  # pieces the remote held already
     reused: list[tuple] = []  # of those, the ones no manifest this copy read lists
     checked_first = set(held_back)
-    with ThreadPoolExecutor(WORKERS) as pool:
+    with transfer_pool(WORKERS) as pool:
         # uploads run WORKERS at a time while the next files are read: at most BATCH_BYTES
         # (or 4 * WORKERS pieces) in flight; each is noted in the order it was read
         flying: deque = deque()
