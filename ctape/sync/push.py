@@ -229,17 +229,21 @@ def _gone_held(store, state: State) -> list[str]:
     return out
 
 
-def _bring_in(tape, backend: Backend, state: State, sessions: list[str], warn) -> None:
+def _bring_in(tape, backend: Backend, name: str, state: State, sessions: list[str], warn) -> None:
     """Bring in the files of `sessions` that the remote holds and this copy lacks, as a pull
     of them would (pull.missing, pull.fetch), from the manifests this push has read."""
     from .pull import fetch, missing, pull_turn
 
     with pull_turn(tape.store):
         jobs = missing(tape.store, state, set(sessions))
-        if jobs:
-            fetch(tape.store, backend, jobs, warn, None, after="what arrived is kept, whole; nothing was pushed: push again")
-    if jobs:
-        tape.store.refresh()
+        if not jobs:
+            return
+        _, files, _ = fetch(tape.store, backend, jobs, warn, None, after="what arrived is kept, whole; nothing was pushed: push again")
+    tape.store.refresh()
+    if files:
+        took = sorted({s for s, _, _ in jobs})
+        warn(f"brought in from {name} first the {files} {plural(files, 'file', 'files')} that replaced them there "
+             f"({plural(len(took), 'session', 'sessions')} {', '.join(took[:5])}{' ...' if len(took) > 5 else ''})")
 
 
 def _there_again(state: State, key: str, end: int, g: int) -> bool:
@@ -464,7 +468,7 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
         # compactor's pack (a session removed elsewhere, others' appends): every later
         # `compact --remote` deleted that pack and every push put it up again, for good
         # (found by an audit of a remote's age)
-        _bring_in(tape, backend, state, sorted({key.split("/", 1)[0] for key in held}), warn)
+        _bring_in(tape, backend, name, state, sorted({key.split("/", 1)[0] for key in held}), warn)
         tape.compact()
         # what the compaction kept as it was (a session already in one pack with nothing
         # to drop, a damaged session) still holds what this copy needs: it goes up again,
