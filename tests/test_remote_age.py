@@ -204,3 +204,72 @@ def test_a_copy_that_only_pushes_stops_putting_a_removed_sessions_pack_up_again(
     for d in (a, b, c):
         names = [line.split()[0] for line in cli(d, "sessions").stdout.decode().splitlines() if line.strip()]
         assert names == ["keep"], (d, names)
+
+
+def _a_and_its_clone_b(tmp_path):
+    """a (with session S, pushed to a folder remote) and b, a clone of it."""
+    a, b, remote = tmp_path / "a", tmp_path / "b", tmp_path / "remote"
+    remote.mkdir()
+    cli(a, "init")
+    cli(a, "remote", "add", "origin", f"file://{remote}")
+    cli(a, "append", "user", "--text", "a1", "-s", "S")
+    cli(a, "push")
+    cli(tmp_path, "clone", f"file://{remote}", b)
+    return a, b
+
+
+def test_what_a_push_brings_in_is_not_held_against_it_as_a_secret(tmp_path):
+    """b pushed a likely secret knowingly (--allow-secrets) and compacted the remote. a's
+    push brings in b's pack before compacting: the entries it brought are on the remote
+    already, and a's own push goes (it was held back, at every push, for b's secret: found
+    in review)."""
+    a, b = _a_and_its_clone_b(tmp_path)
+    cli(b, "append", "user", "--text", "my token ghp_aB3dE5gH7jK9mN1pQ3sT5vX7zA9cE1gI3kM5", "-s", "S")
+    cli(b, "push", "--allow-secrets")
+    cli(b, "compact", "--remote", "origin", "--grace", "now", "--allow-secrets")
+    cli(a, "append", "user", "--text", "a2", "-s", "S")
+    p = cli(a, "push", check=False)
+    assert p.returncode == 0 and b"brought in from origin" in p.stderr, p.stderr
+    # a's own secret is still refused
+    cli(a, "append", "user", "--text", "mine ghp_zZ3dE5gH7jK9mN1pQ3sT5vX7zA9cE1gI3kQ7", "-s", "S")
+    p = cli(a, "push", check=False)
+    assert p.returncode == 1 and b"likely secret" in p.stderr, p.stderr
+
+
+def test_a_push_that_brings_in_says_the_conflicts_the_sync_made(tmp_path):
+    """a and b both moved S's main; b compacted the remote. a's push brings in b's pack, and
+    the sync rules make a conflict branch (main may now be b's side): said, as a pull says
+    it (it was silent: found in review)."""
+    a, b = _a_and_its_clone_b(tmp_path)
+    cli(a, "append", "user", "--text", "a2", "-s", "S")
+    cli(b, "append", "user", "--text", "b2", "-s", "S")
+    cli(b, "push")
+    cli(b, "compact", "--remote", "origin", "--grace", "now")
+    p = cli(a, "push")
+    assert b"session S: main moved on this copy and on origin's" in p.stderr and b"main.conflict-" in p.stderr, p.stderr
+
+
+def test_a_push_that_brings_in_a_salvaged_sessions_pack_brings_its_salvage_report(tmp_path):
+    """x salvaged a damaged segment of S (a value lost), pushed its report, and compacted
+    the remote. p, which only pushes, brought in x's pack without the report: its fsck then
+    named the lost value as missing (exit 1; found in review)."""
+    import os
+
+    from ctape import Tape
+    from test_push_held_back import damage_first_large_record
+
+    p, x = _a_and_its_clone_b(tmp_path)
+    t = Tape.open(x)
+    t.session("S").append("tool_result", {"call_id": "c1", "output": os.urandom(150_000).hex()})
+    t.session("S").append("user", {"content": "after the large value"})
+    t.close()
+    damage_first_large_record(str(x / "sessions" / "S"))
+    assert b"salvaged" in cli(x, "fsck", "--salvage", check=False).stderr
+    assert b"1 salvage report" in cli(x, "push").stdout
+    cli(x, "compact", "--remote", "origin", "--grace", "now")
+    cli(p, "append", "user", "--text", "p2", "-s", "S")
+    out = cli(p, "push")
+    assert b"brought in from origin" in out.stderr, out.stderr
+    f = cli(p, "fsck", check=False)
+    assert f.returncode == 0, (f.stdout, f.stderr)
+    assert b"salvaged" in f.stdout + f.stderr

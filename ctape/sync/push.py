@@ -27,7 +27,8 @@ from typing import Callable, Iterable, Optional
 
 from ..model.errors import ConflictError, CtapeError, InvalidInput
 from ..model.models import plural
-from ..store.files import open_for_reading, pread_all
+from ..store import framing
+from ..store.files import TYPE_ENTRY, open_for_reading, pread_all
 from ..store.store import REBUILD_TRIES
 from . import layout, losses
 from .backend import Backend, RemoteError, transfer_pool
@@ -86,6 +87,8 @@ def learn(store, backend: Backend, state: State, warn) -> int:
     for _, _, m in layout.new_manifests(store, backend, state, warn, cursor="seen"):
         layout.note_manifest(state, m)
         found += len(m["files"])
+        for x in m["lost"]:  # salvage reports, for what _bring_in brings (a pull writes them all)
+            state.setdefault("lost_read", {})[layout.loss_digest(x)] = x
     layout.lost_announcements(store, backend, state, warn)
     return found
 
@@ -129,7 +132,8 @@ def _files(todo: Iterable[tuple]) -> list[tuple[str, str]]:
 
 
 def _checked(tape, state: State, chosen: list[str], todo: list[tuple], allow_secrets: bool,
-             whole: bool = True, asked: Optional[list[str]] = None) -> tuple[Optional[dict[str, int]], dict[str, str], list[tuple]]:
+             whole: bool = True, asked: Optional[list[str]] = None,
+             on_remote: frozenset = frozenset()) -> tuple[Optional[dict[str, int]], dict[str, str], list[tuple]]:
     """The secrets check of what this push would upload (check_secrets' ends), the sessions
     held back (session -> the line that says why) and what goes up. Damage or a finding in
     one session holds back only that session (SPEC section 14), and the others go up: a
@@ -143,13 +147,13 @@ def _checked(tape, state: State, chosen: list[str], todo: list[tuple], allow_sec
     held = _damaged_uploads(tape, todo, read=allow_secrets)
     rest = [p for p in todo if p[0] not in held]
     try:
-        ends = check_secrets(tape, [s for s in chosen if s not in held], allow_secrets, _files(rest))
+        ends = check_secrets(tape, [s for s in chosen if s not in held], allow_secrets, _files(rest), on_remote=on_remote)
         refusal: Optional[CtapeError] = None
     except CtapeError as e:  # a likely secret, or a value a damaged record lost (read through the index)
         refusal, ends = e, {}
         for s in sorted({p[0] for p in rest}):
             try:
-                ends.update(check_secrets(tape, [s], False, _files(p for p in rest if p[0] == s)) or {})
+                ends.update(check_secrets(tape, [s], False, _files(p for p in rest if p[0] == s), on_remote=on_remote) or {})
             except HeldBack as e1:
                 held[s] = str(e1)
             except CtapeError as e1:  # a value a damaged record lost, read through the index
@@ -229,21 +233,50 @@ def _gone_held(store, state: State) -> list[str]:
     return out
 
 
-def _bring_in(tape, backend: Backend, name: str, state: State, sessions: list[str], warn) -> None:
+def _bring_in(tape, backend: Backend, name: str, state: State, sessions: list[str], warn) -> frozenset:
     """Bring in the files of `sessions` that the remote holds and this copy lacks, as a pull
-    of them would (pull.missing, pull.fetch), from the manifests this push has read."""
+    of them would (pull.missing, pull.fetch), from the manifests this push has read: with
+    the salvage reports of those sessions, and saying the conflicts the sync rules made
+    (a branch this copy and another both moved). The entries of the files brought in (on
+    the remote: the secrets check after the compaction does not hold them against this
+    push). A remote that refuses the reads (credentials that may only write, say) leaves
+    the compaction to what this copy holds, as before."""
+    from ..model.refs import CONFLICT
     from .pull import fetch, missing, pull_turn
 
-    with pull_turn(tape.store):
-        jobs = missing(tape.store, state, set(sessions))
+    store = tape.store
+    with pull_turn(store):
+        jobs = missing(store, state, set(sessions))
         if not jobs:
-            return
-        _, files, _ = fetch(tape.store, backend, jobs, warn, None, after="what arrived is kept, whole; nothing was pushed: push again")
-    tape.store.refresh()
-    if files:
+            return frozenset()
         took = sorted({s for s, _, _ in jobs})
-        warn(f"brought in from {name} first the {files} {plural(files, 'file', 'files')} that replaced them there "
-             f"({plural(len(took), 'session', 'sessions')} {', '.join(took[:5])}{' ...' if len(took) > 5 else ''})")
+        before = {s: set(tape.session(s).refs().branches) for s in took if tape._session_exists(s)}
+        try:
+            _, files, _ = fetch(store, backend, jobs, warn, None, after="what arrived is kept, whole; nothing was pushed: push again")
+        except RemoteError as e:
+            warn(f"could not bring in what replaced them from {name} ({e}); compacting with what this copy holds")
+            files = 0
+        losses.write_pulled(store, list(state.get("lost_read", {}).values()), name, set(took))
+    store.refresh()
+    if not files:
+        return frozenset()
+    warn(f"brought in from {name} first the {files} {plural(files, 'file', 'files')} that replaced them there "
+         f"({plural(len(took), 'session', 'sessions')} {', '.join(took[:5])}{' ...' if len(took) > 5 else ''})")
+    for s, had in sorted(before.items()):
+        for b in sorted(set(tape.session(s).refs().branches) - had):
+            if CONFLICT in b:
+                of = b[: b.rindex(CONFLICT)]
+                warn(f"session {s}: {of} moved on this copy and on {name}'s: one side is {of} now, the other is kept as {b} "
+                     f"(see `ctape branch -s {s}` and `ctape log {b} -s {s}`)")
+    entries = set()
+    for s, file, _ in jobs:
+        try:
+            for rec in store.scan_file(f"sessions/{s}/{file}"):
+                if isinstance(rec, framing.Record) and rec.type == framing.T_OBJECT and len(rec.body) > 33 and rec.body[32] == TYPE_ENTRY:
+                    entries.add(rec.body[:32].hex())
+        except (OSError, CtapeError):
+            continue  # not here, or damaged: its entries are checked as any
+    return frozenset(entries)
 
 
 def _there_again(state: State, key: str, end: int, g: int) -> bool:
@@ -454,6 +487,7 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
             f"still holds them (first: {unpulled[0][:12]}); run `ctape pull {name}` (it brings the redaction) and `ctape compact`, "
             "then push again, or push with --allow-secrets")
     held = _gone_held(store, state)
+    on_remote: frozenset = frozenset()
     if held:
         # the compaction changes this copy: a push the check would refuse must not have made
         # it (SPEC section 2: a rejected command leaves the tape as it was). Every file of the
@@ -468,7 +502,7 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
         # compactor's pack (a session removed elsewhere, others' appends): every later
         # `compact --remote` deleted that pack and every push put it up again, for good
         # (found by an audit of a remote's age)
-        _bring_in(tape, backend, name, state, sorted({key.split("/", 1)[0] for key in held}), warn)
+        on_remote = _bring_in(tape, backend, name, state, sorted({key.split("/", 1)[0] for key in held}), warn)
         tape.compact()
         # what the compaction kept as it was (a session already in one pack with nothing
         # to drop, a damaged session) still holds what this copy needs: it goes up again,
@@ -485,7 +519,7 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
     if asked:
         chosen, todo = _with_what_they_need(tape, state, chosen, todo)
     t_check = time.monotonic()
-    checked, held_back, todo = _checked(tape, state, chosen, todo, allow_secrets, asked=asked)  # before anything leaves (SPEC section 18)
+    checked, held_back, todo = _checked(tape, state, chosen, todo, allow_secrets, asked=asked, on_remote=on_remote)  # before anything leaves (SPEC section 18)
     sending = {p[0] for p in todo}
     chosen = [s for s in chosen if s not in held_back and (asked is None or s in asked or s in sending)]
     more = [s for s in chosen if s not in wanted] if wanted else []
@@ -579,7 +613,7 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
                 break
             # the files that replaced them (what went up is noted in the state): checked, then sent
             chosen = [s for s in chosen if s not in held_back]
-            ends, newly, todo = _checked(tape, state, chosen, _todo(store, state, chosen), allow_secrets, whole=False)
+            ends, newly, todo = _checked(tape, state, chosen, _todo(store, state, chosen), allow_secrets, whole=False, on_remote=on_remote)
             held_back.update(newly)
             if checked is not None:
                 checked.update(ends or {})

@@ -74,7 +74,7 @@ def _bytes_left_error(left: list[str]) -> SecretsFound:
 
 
 def check_secrets(tape, sessions: list[str], allow_secrets: bool, files: Optional[list[tuple[str, str]]] = None,
-                  compacting_first: bool = False) -> Optional[dict[str, int]]:
+                  compacting_first: bool = False, on_remote: frozenset = frozenset()) -> Optional[dict[str, int]]:
     """Refuse to upload likely secrets that were neither redacted nor allowed (SPEC section
     18), or redacted values whose bytes are still in the files to upload, with one line
     that names them and says how to go on, unless `allow_secrets`. What is checked is
@@ -87,7 +87,10 @@ def check_secrets(tape, sessions: list[str], allow_secrets: bool, files: Optiona
     lock; see push); None with `allow_secrets`. `compacting_first`: the push compacts this
     copy before it uploads, which takes out the bytes of redacted values, so those are not
     refused here (they were, with "run `ctape compact` first": a step the push was about to
-    take; found by an audit) and the check after the compaction looks for them again."""
+    take; found by an audit) and the check after the compaction looks for them again.
+    `on_remote`: entries the push brought in from the remote just before (push._bring_in),
+    in a file the remote holds: uploading them again in a pack sends nothing new, so
+    another copy's entry that it pushed with --allow-secrets does not hold back this one's."""
     if allow_secrets:
         return None
     left = [] if compacting_first else _redacted_bytes_left(tape, sessions)
@@ -129,7 +132,7 @@ def check_secrets(tape, sessions: list[str], allow_secrets: bool, files: Optiona
                             left.add(h)
                         if rec.body[32] == TYPE_BLOB:
                             blobs[h] = rec.body
-                        elif rec.body[32] in (TYPE_ENTRY, TYPE_WITHHELD) and h not in seen:
+                        elif rec.body[32] in (TYPE_ENTRY, TYPE_WITHHELD) and h not in seen and h not in on_remote:
                             seen.add(h)
                             yield s, h, rec.body
                     elif rec.type in (framing.T_PARTIAL, framing.T_REF):
