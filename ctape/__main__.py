@@ -11,6 +11,9 @@ def run() -> None:
 
         sys.stderr.write("ctape: error: interrupted\n")
         raise SystemExit(130) from None
+    from .cli import base
+
+    base.OWN_PROCESS = True  # (a failed command need not wait for its transfers: base._leave_lingering_threads)
     main()
 
 

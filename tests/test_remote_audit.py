@@ -1003,3 +1003,26 @@ def test_a_ctrl_c_of_a_transfer_against_a_server_that_hangs_exits_at_once(tmp_pa
     interrupted(["--dir", str(b), "push"], lambda line: line.startswith(b"PUT ") and b"/f/" in line, "push")
     assert snapshot(b) == before and cli(b, "fsck").returncode == 0
     assert cli(b, "pull", env=env).returncode == 0 and cli(b, "push", env=env).returncode == 0
+
+
+def test_a_failed_command_run_inside_another_program_does_not_end_that_program(tmp_path):
+    """The exit that does not wait for hung transfers (cli.base._leave_lingering_threads)
+    first looked for any thread of the process: a program that runs the command line in its
+    own process (click's CliRunner, a test, `demo`) with a thread of its own was ended by
+    any command that failed (found in review). It is the `ctape` command's own process
+    only, and ctape's transfer threads only."""
+    import subprocess
+    import sys
+
+    host = tmp_path / "host.py"
+    host.write_text(
+        "import threading, sys\n"
+        "from click.testing import CliRunner\n"
+        "from ctape.cli import main\n"
+        "stop = threading.Event()\n"
+        "threading.Thread(target=stop.wait).start()  # the host's own, not a daemon\n"
+        f"r = CliRunner().invoke(main, ['--dir', {str(tmp_path / 'T')!r}, 'log', '-s', 'nosuch'])\n"
+        "print('host goes on', r.exit_code, flush=True)\n"
+        "stop.set()\n")
+    p = subprocess.run([sys.executable, str(host)], capture_output=True, timeout=120)
+    assert p.returncode == 0 and p.stdout.decode().strip() == "host goes on 1", (p.returncode, p.stdout, p.stderr)

@@ -266,21 +266,30 @@ def _stderr_is_terminal() -> bool:
         return False
 
 
+OWN_PROCESS = False  # set by the `ctape` command (ctape.__main__.run): the process is ctape's alone
+
+
 def _leave_lingering_threads(code) -> None:
     """A command that failed or was interrupted exits now, not once the transfers it left
     under way end: Python waits for every thread of a pool at exit, and against a server
     that hangs that was each request's tries and waits (a Ctrl-C of a clone exited after 82
     s, and warned meanwhile; found by a look at what an audit left). Left as a kill -9
     leaves it, which every write of a tape and of a remote is made for; what was printed is
-    flushed first. A command that succeeded has no transfer left."""
+    flushed first. A command that succeeded has no transfer left. Only in the `ctape`
+    command's own process, and only for ctape's transfer threads (backend.TRANSFER_THREADS):
+    a program that runs the command line in its process (click's CliRunner) goes on."""
     import threading
 
-    if code in (0, None) or not any(t is not threading.main_thread() and not t.daemon and t.is_alive() for t in threading.enumerate()):
+    from ..sync.backend import TRANSFER_THREADS
+
+    if code in (0, None) or not OWN_PROCESS:
+        return
+    if not any(t.name.startswith(TRANSFER_THREADS) and t.is_alive() for t in threading.enumerate()):
         return
     for f in (sys.stdout, sys.stderr):
         try:
             f.flush()
-        except (OSError, ValueError):
+        except Exception:  # noqa: BLE001 - closed, replaced or None: nothing more to flush
             pass
     os._exit(code if isinstance(code, int) else EXIT_FAIL)
 

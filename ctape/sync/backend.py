@@ -46,6 +46,8 @@ def check_key(key: str) -> str:
     return key
 
 
+TRANSFER_THREADS = "ctape-transfer"  # the name of transfer_pool's threads (cli.base._leave_lingering_threads)
+
 
 @contextmanager
 def transfer_pool(workers: int):
@@ -56,13 +58,14 @@ def transfer_pool(workers: int):
     normally, it waits for them as before."""
     from concurrent.futures import ThreadPoolExecutor
 
-    pool = ThreadPoolExecutor(workers)
+    pool = ThreadPoolExecutor(workers, thread_name_prefix=TRANSFER_THREADS)
     try:
         yield pool
     except BaseException:
         pool.shutdown(wait=False, cancel_futures=True)
         raise
     pool.shutdown(wait=True)
+
 
 class Backend:
     """The interface (and a request counter)."""
