@@ -273,3 +273,28 @@ def test_a_push_that_brings_in_a_salvaged_sessions_pack_brings_its_salvage_repor
     f = cli(p, "fsck", check=False)
     assert f.returncode == 0, (f.stdout, f.stderr)
     assert b"salvaged" in f.stdout + f.stderr
+
+
+def test_a_push_that_cannot_read_what_replaced_the_files_compacts_what_it_holds(tmp_path):
+    """A remote that refuses the reads of pieces (credentials that may only write, here a
+    piece that cannot be opened) does not fail the push that brings them in first: it
+    says so and compacts what this copy holds, as before."""
+    import os
+
+    a, b = _a_and_its_clone_b(tmp_path)
+    cli(b, "append", "user", "--text", "b2", "-s", "S")
+    cli(b, "push")
+    cli(b, "compact", "--remote", "origin", "--grace", "now")
+    (piece,) = [p for p in (tmp_path / "remote" / "f" / "S").rglob("*") if p.is_file()]
+    data = piece.read_bytes()
+    piece.unlink()
+    os.symlink(piece.name, piece)  # (a loop: every open fails, as a refused read does)
+    cli(a, "append", "user", "--text", "a2", "-s", "S")
+    p = cli(a, "push", check=False)
+    assert p.returncode == 0 and b"could not bring in what replaced them from origin" in p.stderr, p.stderr
+    piece.unlink()
+    piece.write_bytes(data)
+    c = tmp_path / "c"
+    cli(tmp_path, "clone", f"file://{tmp_path / 'remote'}", c)
+    texts = {line.split()[-1] for line in cli(c, "log", "-s", "S", "--all", "--oneline").stdout.decode().splitlines()}
+    assert {"a1", "a2", "b2"} <= texts, texts
