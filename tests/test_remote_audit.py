@@ -668,17 +668,16 @@ def test_push_follow_goes_on_after_a_refusal_and_sends_once_it_is_resolved(tmp_p
 
 
 @contextlib.contextmanager
-def _silent_endpoint(hang_up: bool = False):
-    """(port, the connections taken): a real listening socket on loopback that takes
-    every connection, reads nothing and answers nothing, until the block ends; with
-    `hang_up`, it reads each request and closes the connection without an answer."""
+def _listening(on_connection):
+    """(port, the sockets to close at the end): a real listening socket on loopback whose
+    connections `on_connection(conn, sockets, stop)` takes, in a thread, until the block ends."""
     import socket
     import threading
 
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
-    srv.listen(16)
-    held: list = []
+    srv.listen(64)
+    sockets: list = []
     stop = threading.Event()
 
     def accept():
@@ -688,26 +687,39 @@ def _silent_endpoint(hang_up: bool = False):
                 c = srv.accept()[0]
             except OSError:
                 continue
-            if not hang_up:
-                held.append(c)
-                continue
-            try:
-                c.settimeout(2)
-                c.recv(65536)
-            except OSError:
-                pass
-            c.close()
+            on_connection(c, sockets, stop)
 
     th = threading.Thread(target=accept, daemon=True)
     th.start()
     try:
-        yield srv.getsockname()[1], held
+        yield srv.getsockname()[1], sockets
     finally:
         stop.set()
         th.join()
-        for c in held:
+        for c in sockets:
             c.close()
         srv.close()
+
+
+@contextlib.contextmanager
+def _silent_endpoint(hang_up: bool = False):
+    """(port, the connections taken): a real listening socket on loopback that takes
+    every connection, reads nothing and answers nothing, until the block ends; with
+    `hang_up`, it reads each request and closes the connection without an answer."""
+
+    def take(c, held, stop):
+        if not hang_up:
+            held.append(c)
+            return
+        try:
+            c.settimeout(2)
+            c.recv(65536)
+        except OSError:
+            pass
+        c.close()
+
+    with _listening(take) as (port, held):
+        yield port, held
 
 
 def _copy_with_remote_at(tmp_path, port: int):
@@ -905,12 +917,9 @@ def _proxy_that_hangs(endpoint: str, hangs):
     import threading
 
     host, port = endpoint.split("//", 1)[1].rsplit(":", 1)
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen(64)
-    hung, stop, socks = threading.Event(), threading.Event(), []
+    hung = threading.Event()
 
-    def pipe(src, dst, watch):
+    def pipe(src, dst, watch, stop):
         try:
             while True:
                 data = src.recv(65536)
@@ -924,28 +933,14 @@ def _proxy_that_hangs(endpoint: str, hangs):
         except OSError:
             pass
 
-    def accept():
-        srv.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                c = srv.accept()[0]
-            except OSError:
-                continue
-            u = socket.create_connection((host, int(port)))
-            socks.extend((c, u))
-            threading.Thread(target=pipe, args=(c, u, True), daemon=True).start()
-            threading.Thread(target=pipe, args=(u, c, False), daemon=True).start()
+    def take(c, sockets, stop):
+        u = socket.create_connection((host, int(port)))
+        sockets.extend((c, u))
+        threading.Thread(target=pipe, args=(c, u, True, stop), daemon=True).start()
+        threading.Thread(target=pipe, args=(u, c, False, stop), daemon=True).start()
 
-    th = threading.Thread(target=accept, daemon=True)
-    th.start()
-    try:
-        yield srv.getsockname()[1], hung
-    finally:
-        stop.set()
-        th.join()
-        for s in socks:
-            s.close()
-        srv.close()
+    with _listening(take) as (port_here, _):
+        yield port_here, hung
 
 
 def test_a_ctrl_c_of_a_transfer_against_a_server_that_hangs_exits_at_once(tmp_path, seaweed):
