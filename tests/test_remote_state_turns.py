@@ -120,3 +120,25 @@ def test_remote_rm_beside_a_push_leaves_no_state_behind(tmp_path):
     _paused_after_load(lambda: push(ta, open_backend(url), "origin"), lambda warn: remote.remove(tb.store, "origin"))
     assert remote.remotes(ta.store) == {}
     assert not os.path.exists(os.path.join(remote.cache_folder(ta.store), "remote-origin.json"))
+
+
+def test_a_pull_that_waits_for_another_pull_of_the_same_copy_says_so(tmp_path):
+    """Pulls of a copy bring files in one at a time (pull.pull_turn, of any remote; a push
+    that brings files in before compacting takes it too): the one that waits said nothing
+    (found in review)."""
+    import fcntl
+    import os
+
+    from ctape.sync.pull import _LOCK
+
+    ta, tb, url = _copy_with_remote(tmp_path)
+    fd = os.open(os.path.join(os.path.dirname(ta.store.index.path), _LOCK), os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # another pull of this copy, under way
+    warned: list[str] = []
+    th = threading.Thread(target=lambda: pull(tb, open_backend(url), "origin", warn=warned.append))
+    th.start()
+    time.sleep(1.0)
+    assert th.is_alive() and warned == ["waiting for another pull on this copy (it brings files in)"], warned
+    os.close(fd)
+    th.join(30)
+    assert not th.is_alive()

@@ -48,13 +48,20 @@ BATCH_BYTES = 64 << 20  # fetched ahead of the writes at most (about)
 
 
 class _Held:
-    """flock on a file or folder fd, released on exit."""
+    """flock on a file or folder fd, released on exit; `busy` is called once when another
+    holds it (before this one waits)."""
 
-    def __init__(self, path: str, folder: bool = False):
+    def __init__(self, path: str, folder: bool = False, busy: Optional[Callable[[], None]] = None):
         self.fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY) if folder else os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        self.busy = busy
 
     def __enter__(self):
-        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if self.busy is not None:
+                self.busy()
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
         return self
 
     def __exit__(self, *exc):
@@ -147,7 +154,7 @@ def _pull(tape, backend: Backend, name: str, sessions: Iterable[str], warn: Call
         return {"remote": name, "files": 0, "bytes": 0, "requests": backend.requests, "empty": True}
     state.follow(meta)  # emptied and pushed to again since this copy last read it: read from the start
     state["checked"] = True
-    with pull_turn(store):
+    with pull_turn(store, warn):
         start_next = dict(state["next"])
         lost = []
         for _, _, m in layout.new_manifests(store, backend, state, warn):
@@ -260,10 +267,13 @@ def fetch(store, backend: Backend, jobs: list, warn: Callable[[str], None], prog
     return got, files, skipped
 
 
-def pull_turn(store):
-    """The lock that lets one process of this copy at a time bring files in (of any remote)."""
+def pull_turn(store, warn: Callable[[str], None]):
+    """The lock that lets one process of this copy at a time bring files in (of any remote);
+    waiting for it is said (a long pull of another remote held a push that brings files in
+    first, silently: found in review)."""
     d = os.path.dirname(store.index.path) if store.index.path != ":memory:" else None
-    return _Held(os.path.join(d, _LOCK)) if d else _Nothing()
+    busy = lambda: warn("waiting for another pull on this copy (it brings files in)")  # noqa: E731
+    return _Held(os.path.join(d, _LOCK), busy=busy) if d else _Nothing()
 
 
 def _apply(store, session: str, file: str, pieces: list) -> int:

@@ -245,7 +245,7 @@ def _bring_in(tape, backend: Backend, name: str, state: State, sessions: list[st
     from .pull import fetch, missing, pull_turn
 
     store = tape.store
-    with pull_turn(store):
+    with pull_turn(store, warn):
         jobs = missing(store, state, set(sessions))
         if not jobs:
             return frozenset()

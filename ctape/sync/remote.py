@@ -165,7 +165,9 @@ class State(dict):
     a copy puts the file again under keys that deletion's deletes never take);
     `finished`: "session/file" -> the deletion whose pieces a `compact --remote` of this copy
     found gone or deleted (prune._finish_announced lists each one once); `made`: the remote's
-    identity's `made` when this copy last read it (layout.identity)."""
+    identity's `made` when this copy last read it (layout.identity); `lost_read`: the salvage
+    reports the manifests a push read carried (layout.loss_digest -> report), written with
+    the files a push brings in (push._bring_in), dropped at a full pull, which writes them."""
 
     @classmethod
     def load(cls, store, name: str, url: str) -> "State":
