@@ -298,3 +298,83 @@ def test_a_push_that_cannot_read_what_replaced_the_files_compacts_what_it_holds(
     cli(tmp_path, "clone", f"file://{tmp_path / 'remote'}", c)
     texts = {line.split()[-1] for line in cli(c, "log", "-s", "S", "--all", "--oneline").stdout.decode().splitlines()}
     assert {"a1", "a2", "b2"} <= texts, texts
+
+
+def _b_pushed_a_secret_knowingly_and_compacted_the_remote(a, b):
+    cli(b, "append", "user", "--text", "my token ghp_aB3dE5gH7jK9mN1pQ3sT5vX7zA9cE1gI3kM5", "-s", "S")
+    cli(b, "push", "--allow-secrets")
+    cli(b, "compact", "--remote", "origin", "--grace", "now", "--allow-secrets")
+    cli(a, "append", "user", "--text", "a2", "-s", "S")
+
+
+def test_what_a_push_brought_in_stays_its_own_after_the_push_failed(tmp_path):
+    """The entries a push brought in were let through only by the check of that very push:
+    one that failed after it (the network down while uploading, or stopped while
+    compacting) left every later push refused for the other copy's secret, also after a
+    local `compact` (found in review). What the check would find in them is kept in the
+    copy's state for the remote (`brought`), saved as soon as they are in."""
+    import os
+    import subprocess
+    import sys
+
+    a, b = _a_and_its_clone_b(tmp_path)
+    _b_pushed_a_secret_knowingly_and_compacted_the_remote(a, b)
+    code = ("import sys\nfrom ctape.sync import push as P\nfrom ctape.sync.backend import RemoteError\n"
+            "def up(backend, piece):\n    raise RemoteError('the network is down')\n"
+            "P._upload = up\nfrom ctape.__main__ import run\n"
+            f"sys.argv = ['ctape', '--dir', {str(a)!r}, 'push']\nrun()\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, env=os.environ)
+    assert p.returncode == 1 and b"brought in from origin" in p.stderr and b"the network is down" in p.stderr, p.stderr
+    cli(a, "compact")
+    p = cli(a, "push", check=False)
+    assert p.returncode == 0, p.stderr
+
+
+def test_an_interrupted_streams_text_a_push_brought_in_is_not_held_against_it(tmp_path):
+    """b's interrupted stream holds a likely secret, pushed knowingly; a's push brought in
+    b's pack and was refused for that stream's text, at every push (found in review)."""
+    from test_remote_audit import interrupted_stream
+
+    a, b = _a_and_its_clone_b(tmp_path)
+    interrupted_stream(b, "S", ["the key is ", "AKIASTREAMPARTIAL123", " ok"])
+    cli(b, "push", "--allow-secrets")
+    cli(b, "compact", "--remote", "origin", "--grace", "now", "--allow-secrets")
+    cli(a, "append", "user", "--text", "a2", "-s", "S")
+    p = cli(a, "push", check=False)
+    assert p.returncode == 0 and b"brought in from origin" in p.stderr, p.stderr
+
+
+def test_a_copy_whose_state_predates_the_reports_it_keeps_reads_them_once(tmp_path):
+    """A copy upgraded with a state written before pushes kept the salvage reports they read
+    (`lost_read`) brought a salvaged session's pack in without its report (fsck then named
+    the lost value missing; found in review): such a state reads every manifest's reports
+    once, when a push first brings files in."""
+    import glob
+    import os
+
+    from ctape import Tape
+    from test_push_held_back import damage_first_large_record
+
+    p, x = _a_and_its_clone_b(tmp_path)
+    t = Tape.open(x)
+    t.session("S").append("tool_result", {"call_id": "c1", "output": os.urandom(150_000).hex()})
+    t.session("S").append("user", {"content": "after the large value"})
+    t.close()
+    damage_first_large_record(str(x / "sessions" / "S"))
+    cli(x, "fsck", "--salvage", check=False)
+    assert b"1 salvage report" in cli(x, "push").stdout
+    t = Tape.open(x)
+    xw = t.store.writer
+    t.close()
+    # p's push read x's manifest, with its report, as a version before `lost_read` did
+    (f,) = [f for f in glob.glob(os.environ["CTAPE_CACHE_DIR"] + "/**/remote-origin.json", recursive=True)
+            if xw not in json.load(open(f)).get("next", {})]  # (x's own state has pulled its manifests)
+    d = json.load(open(f))
+    d.pop("lost_read", None)
+    d["seen"][xw] = 1
+    json.dump(d, open(f, "w"))
+    cli(x, "compact", "--remote", "origin", "--grace", "now")
+    cli(p, "append", "user", "--text", "p2", "-s", "S")
+    assert b"brought in from origin" in cli(p, "push").stderr
+    f = cli(p, "fsck", check=False)
+    assert f.returncode == 0, (f.stdout, f.stderr)

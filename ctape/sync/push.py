@@ -27,8 +27,7 @@ from typing import Callable, Iterable, Optional
 
 from ..model.errors import ConflictError, CtapeError, InvalidInput
 from ..model.models import plural
-from ..store import framing
-from ..store.files import TYPE_ENTRY, open_for_reading, pread_all
+from ..store.files import open_for_reading, pread_all, storage_error
 from ..store.store import REBUILD_TRIES
 from . import layout, losses
 from .backend import Backend, RemoteError, transfer_pool
@@ -38,6 +37,7 @@ from .push_check import (
     _damaged_uploads,
     _redactions_not_pulled,
     check_secrets,
+    findings_brought,
     shown_name,
 )
 from .push_files import _todo, _unlist_waiting, _waiting_on, _with_what_they_need
@@ -84,11 +84,14 @@ class _SessionLock:
 def learn(store, backend: Backend, state: State, warn) -> int:
     """Read every manifest not read yet and note what the remote holds; how many were read."""
     found = 0
+    if not state.get("seen"):  # from the first manifest: every salvage report is read here
+        state.setdefault("lost_read", {})
     for _, _, m in layout.new_manifests(store, backend, state, warn, cursor="seen"):
         layout.note_manifest(state, m)
         found += len(m["files"])
         for x in m["lost"]:  # salvage reports, for what _bring_in brings (a pull writes them all)
-            state.setdefault("lost_read", {})[layout.loss_digest(x)] = x
+            if "lost_read" in state:  # (else those read before are not: _bring_in reads them all)
+                state["lost_read"][layout.loss_digest(x)] = x
     layout.lost_announcements(store, backend, state, warn)
     return found
 
@@ -233,14 +236,15 @@ def _gone_held(store, state: State) -> list[str]:
     return out
 
 
-def _bring_in(tape, backend: Backend, name: str, state: State, sessions: list[str], warn) -> frozenset:
+def _bring_in(tape, backend: Backend, name: str, state: State, sessions: list[str], warn) -> None:
     """Bring in the files of `sessions` that the remote holds and this copy lacks, as a pull
     of them would (pull.missing, pull.fetch), from the manifests this push has read: with
     the salvage reports of those sessions, and saying the conflicts the sync rules made
-    (a branch this copy and another both moved). The entries of the files brought in (on
-    the remote: the secrets check after the compaction does not hold them against this
-    push). A remote that refuses the reads (credentials that may only write, say) leaves
-    the compaction to what this copy holds, as before."""
+    (a branch this copy and another both moved). What the secrets check would find in
+    them is on the remote already: noted (`brought`, saved at once, so that a push that
+    fails later, or a local compaction, keeps it), and never held against a push. A remote
+    that refuses the reads (credentials that may only write, say) leaves the compaction to
+    what this copy holds, as before."""
     from ..model.refs import CONFLICT
     from .pull import fetch, missing, pull_turn
 
@@ -248,7 +252,7 @@ def _bring_in(tape, backend: Backend, name: str, state: State, sessions: list[st
     with pull_turn(store, warn):
         jobs = missing(store, state, set(sessions))
         if not jobs:
-            return frozenset()
+            return
         took = sorted({s for s, _, _ in jobs})
         before = {s: set(tape.session(s).refs().branches) for s in took if tape._session_exists(s)}
         try:
@@ -256,10 +260,17 @@ def _bring_in(tape, backend: Backend, name: str, state: State, sessions: list[st
         except RemoteError as e:
             warn(f"could not bring in what replaced them from {name} ({e}); compacting with what this copy holds")
             files = 0
-        losses.write_pulled(store, list(state.get("lost_read", {}).values()), name, set(took))
+        if "lost_read" not in state:  # a state of a version that did not keep them: every manifest's, once
+            state["lost_read"] = _all_reports(store, backend, state)
+        try:
+            losses.write_pulled(store, list(state["lost_read"].values()), name, set(took))
+        except OSError as e:
+            raise storage_error(e, "quarantine/", after="nothing was pushed: push again") from None
     store.refresh()
+    state["brought"] = sorted(set(state.get("brought", [])) | set(findings_brought(tape, [(s, f) for s, f, _ in jobs])))
+    state.save(store)
     if not files:
-        return frozenset()
+        return
     warn(f"brought in from {name} first the {files} {plural(files, 'file', 'files')} that replaced them there "
          f"({plural(len(took), 'session', 'sessions')} {', '.join(took[:5])}{' ...' if len(took) > 5 else ''})")
     for s, had in sorted(before.items()):
@@ -268,15 +279,20 @@ def _bring_in(tape, backend: Backend, name: str, state: State, sessions: list[st
                 of = b[: b.rindex(CONFLICT)]
                 warn(f"session {s}: {of} moved on this copy and on {name}'s: one side is {of} now, the other is kept as {b} "
                      f"(see `ctape branch -s {s}` and `ctape log {b} -s {s}`)")
-    entries = set()
-    for s, file, _ in jobs:
-        try:
-            for rec in store.scan_file(f"sessions/{s}/{file}"):
-                if isinstance(rec, framing.Record) and rec.type == framing.T_OBJECT and len(rec.body) > 33 and rec.body[32] == TYPE_ENTRY:
-                    entries.add(rec.body[:32].hex())
-        except (OSError, CtapeError):
-            continue  # not here, or damaged: its entries are checked as any
-    return frozenset(entries)
+
+
+def _all_reports(store, backend: Backend, state: State) -> dict:
+    """The salvage reports of every manifest on the remote (layout.loss_digest -> report),
+    read with a throwaway copy of the state (its cursors from the start)."""
+    import copy
+
+    tmp = State(copy.deepcopy(dict(state)))
+    tmp["seen"], tmp["gaps"] = {}, {}
+    out = {}
+    for _, _, m in layout.new_manifests(store, backend, tmp, lambda s: None, cursor="seen"):
+        for x in m["lost"]:
+            out[layout.loss_digest(x)] = x
+    return out
 
 
 def _there_again(state: State, key: str, end: int, g: int) -> bool:
@@ -457,7 +473,7 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
         # every one written before (other copies read from there)
         warn("the remote lost manifests (a backup restored over it, or deleted from the bucket); "
              "pushing again what this copy holds that the manifests there do not list")
-        kept = {k: state[k] for k in ("own", "made", "gaps", "next") if k in state}  # (`next`: what this copy brought in)
+        kept = {k: state[k] for k in ("own", "made", "gaps", "next", "lost_read", "brought") if k in state}  # (`next`: what this copy brought in)
         known = {k: [list(p) for p in rows] for k, rows in state["pieces"].items()}
         state.forget()
         state.update(kept)
@@ -487,13 +503,12 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
             f"still holds them (first: {unpulled[0][:12]}); run `ctape pull {name}` (it brings the redaction) and `ctape compact`, "
             "then push again, or push with --allow-secrets")
     held = _gone_held(store, state)
-    on_remote: frozenset = frozenset()
     if held:
         # the compaction changes this copy: a push the check would refuse must not have made
         # it (SPEC section 2: a rejected command leaves the tape as it was). Every file of the
         # chosen sessions is checked first (the scan cache answers for entries seen before);
         # the files the push then uploads are checked again below
-        check_secrets(tape, chosen, allow_secrets, compacting_first=True)
+        check_secrets(tape, chosen, allow_secrets, compacting_first=True, on_remote=frozenset(state.get("brought", ())))
         warn(f"the remote's compaction deleted {len(held)} {plural(len(held), 'file', 'files')} this copy still holds; compacting this copy first, so that what it needs goes up in its packs")
         # what replaced them comes first (the compactor's packs, other copies' files of those
         # sessions), as a pull of those sessions would bring it: this copy's compaction then
@@ -502,7 +517,7 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
         # compactor's pack (a session removed elsewhere, others' appends): every later
         # `compact --remote` deleted that pack and every push put it up again, for good
         # (found by an audit of a remote's age)
-        on_remote = _bring_in(tape, backend, name, state, sorted({key.split("/", 1)[0] for key in held}), warn)
+        _bring_in(tape, backend, name, state, sorted({key.split("/", 1)[0] for key in held}), warn)
         tape.compact()
         # what the compaction kept as it was (a session already in one pack with nothing
         # to drop, a damaged session) still holds what this copy needs: it goes up again,
@@ -514,6 +529,7 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
             # generation (layout.generation: `gens` outlives `gone`)
             del state["gone"][key]
             state["have"][key] = 0
+    on_remote = frozenset(state.get("brought", ()))  # (_bring_in)
     todo = _todo(store, state, chosen)
     asked = wanted if wanted and len(wanted) < len(known) else None  # push -s: some sessions
     if asked:
