@@ -974,6 +974,14 @@ def test_a_ctrl_c_of_a_transfer_against_a_server_that_hangs_exits_at_once(tmp_pa
             try:
                 assert hung.wait(60), f"the {where} never reached a request that hangs"
                 time.sleep(0.5)
+                # a Ctrl-C goes to the main thread: every other thread blocks it (a signal
+                # the kernel gave a transfer thread went unseen for a minute in one CI run)
+                others = [t for t in os.listdir(f"/proc/{p.pid}/task") if int(t) != p.pid]
+                assert others, "no transfer thread"
+                for t in others:
+                    with open(f"/proc/{p.pid}/task/{t}/status") as f:
+                        blocked = int(next(x for x in f if x.startswith("SigBlk:")).split()[1], 16)
+                    assert blocked >> (signal.SIGINT - 1) & 1, (where, t, hex(blocked))
                 t0 = time.monotonic()
                 p.send_signal(signal.SIGINT)
                 _, err = p.communicate(timeout=60)

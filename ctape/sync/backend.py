@@ -49,6 +49,16 @@ def check_key(key: str) -> str:
 TRANSFER_THREADS = "ctape-transfer"  # the name of transfer_pool's threads (cli.base._leave_lingering_threads)
 
 
+def _signals_to_the_main_thread() -> None:
+    """A transfer thread takes no Ctrl-C or SIGTERM: the kernel gives a signal sent to the
+    process to any thread that does not block it, and one that went to a transfer thread
+    left the main thread waiting on that thread's hung request, unaware (a Ctrl-C of a
+    clone was not seen for a minute, in one CI run of the Ctrl-C test of 2026-12-07)."""
+    import signal
+
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
+
+
 @contextmanager
 def transfer_pool(workers: int):
     """A ThreadPoolExecutor for transfers. Left by an error or an interrupt, the transfers
@@ -58,7 +68,7 @@ def transfer_pool(workers: int):
     normally, it waits for them as before."""
     from concurrent.futures import ThreadPoolExecutor
 
-    pool = ThreadPoolExecutor(workers, thread_name_prefix=TRANSFER_THREADS)
+    pool = ThreadPoolExecutor(workers, thread_name_prefix=TRANSFER_THREADS, initializer=_signals_to_the_main_thread)
     try:
         yield pool
     except BaseException:
