@@ -177,7 +177,7 @@ def _pull(tape, backend: Backend, name: str, sessions: Iterable[str], warn: Call
             raise storage_error(e, "quarantine/", after=after) from None
         if wanted:  # a partial pull: the next full pull reads these manifests again
             state["next"] = start_next
-        elif "lost_read" in state:  # every report is written: those push kept for what it brings in (push._bring_in) can go
+        else:  # every report is written: those push kept for what it brings in (push._bring_in) can go
             state["lost_read"] = {}
         for u, n in state["next"].items():
             if int(state["seen"].get(u, 0)) < n:

@@ -37,7 +37,6 @@ from .push_check import (
     _damaged_uploads,
     _redactions_not_pulled,
     check_secrets,
-    findings_brought,
     shown_name,
 )
 from .push_files import _todo, _unlist_waiting, _waiting_on, _with_what_they_need
@@ -135,8 +134,7 @@ def _files(todo: Iterable[tuple]) -> list[tuple[str, str]]:
 
 
 def _checked(tape, state: State, chosen: list[str], todo: list[tuple], allow_secrets: bool,
-             whole: bool = True, asked: Optional[list[str]] = None,
-             on_remote: frozenset = frozenset()) -> tuple[Optional[dict[str, int]], dict[str, str], list[tuple]]:
+             whole: bool = True, asked: Optional[list[str]] = None) -> tuple[Optional[dict[str, int]], dict[str, str], list[tuple]]:
     """The secrets check of what this push would upload (check_secrets' ends), the sessions
     held back (session -> the line that says why) and what goes up. Damage or a finding in
     one session holds back only that session (SPEC section 14), and the others go up: a
@@ -150,13 +148,13 @@ def _checked(tape, state: State, chosen: list[str], todo: list[tuple], allow_sec
     held = _damaged_uploads(tape, todo, read=allow_secrets)
     rest = [p for p in todo if p[0] not in held]
     try:
-        ends = check_secrets(tape, [s for s in chosen if s not in held], allow_secrets, _files(rest), on_remote=on_remote)
+        ends = check_secrets(tape, [s for s in chosen if s not in held], allow_secrets, _files(rest))
         refusal: Optional[CtapeError] = None
     except CtapeError as e:  # a likely secret, or a value a damaged record lost (read through the index)
         refusal, ends = e, {}
         for s in sorted({p[0] for p in rest}):
             try:
-                ends.update(check_secrets(tape, [s], False, _files(p for p in rest if p[0] == s), on_remote=on_remote) or {})
+                ends.update(check_secrets(tape, [s], False, _files(p for p in rest if p[0] == s)) or {})
             except HeldBack as e1:
                 held[s] = str(e1)
             except CtapeError as e1:  # a value a damaged record lost, read through the index
@@ -240,11 +238,9 @@ def _bring_in(tape, backend: Backend, name: str, state: State, sessions: list[st
     """Bring in the files of `sessions` that the remote holds and this copy lacks, as a pull
     of them would (pull.missing, pull.fetch), from the manifests this push has read: with
     the salvage reports of those sessions, and saying the conflicts the sync rules made
-    (a branch this copy and another both moved). What the secrets check would find in
-    them is on the remote already: noted (`brought`, saved at once, so that a push that
-    fails later, or a local compaction, keeps it), and never held against a push. A remote
-    that refuses the reads (credentials that may only write, say) leaves the compaction to
-    what this copy holds, as before."""
+    (a branch this copy and another both moved). A remote that refuses the reads
+    (credentials that may only write, say) leaves the compaction to what this copy holds,
+    as before."""
     from ..model.refs import CONFLICT
     from .pull import fetch, missing, pull_turn
 
@@ -257,18 +253,16 @@ def _bring_in(tape, backend: Backend, name: str, state: State, sessions: list[st
         before = {s: set(tape.session(s).refs().branches) for s in took if tape._session_exists(s)}
         try:
             _, files, _ = fetch(store, backend, jobs, warn, None, after="what arrived is kept, whole; nothing was pushed: push again")
+            if "lost_read" not in state:  # a state of a version that did not keep them: every manifest's, once
+                state["lost_read"] = _all_reports(store, backend, state)
         except RemoteError as e:
             warn(f"could not bring in what replaced them from {name} ({e}); compacting with what this copy holds")
             files = 0
-        if "lost_read" not in state:  # a state of a version that did not keep them: every manifest's, once
-            state["lost_read"] = _all_reports(store, backend, state)
         try:
-            losses.write_pulled(store, list(state["lost_read"].values()), name, set(took))
+            losses.write_pulled(store, list(state.get("lost_read", {}).values()), name, set(took))
         except OSError as e:
             raise storage_error(e, "quarantine/", after="nothing was pushed: push again") from None
     store.refresh()
-    state["brought"] = sorted(set(state.get("brought", [])) | set(findings_brought(tape, [(s, f) for s, f, _ in jobs])))
-    state.save(store)
     if not files:
         return
     warn(f"brought in from {name} first the {files} {plural(files, 'file', 'files')} that replaced them there "
@@ -473,7 +467,7 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
         # every one written before (other copies read from there)
         warn("the remote lost manifests (a backup restored over it, or deleted from the bucket); "
              "pushing again what this copy holds that the manifests there do not list")
-        kept = {k: state[k] for k in ("own", "made", "gaps", "next", "lost_read", "brought") if k in state}  # (`next`: what this copy brought in)
+        kept = {k: state[k] for k in ("own", "made", "gaps", "next", "lost_read") if k in state}  # (`next`: what this copy brought in)
         known = {k: [list(p) for p in rows] for k, rows in state["pieces"].items()}
         state.forget()
         state.update(kept)
@@ -504,11 +498,6 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
             "then push again, or push with --allow-secrets")
     held = _gone_held(store, state)
     if held:
-        # the compaction changes this copy: a push the check would refuse must not have made
-        # it (SPEC section 2: a rejected command leaves the tape as it was). Every file of the
-        # chosen sessions is checked first (the scan cache answers for entries seen before);
-        # the files the push then uploads are checked again below
-        check_secrets(tape, chosen, allow_secrets, compacting_first=True, on_remote=frozenset(state.get("brought", ())))
         warn(f"the remote's compaction deleted {len(held)} {plural(len(held), 'file', 'files')} this copy still holds; compacting this copy first, so that what it needs goes up in its packs")
         # what replaced them comes first (the compactor's packs, other copies' files of those
         # sessions), as a pull of those sessions would bring it: this copy's compaction then
@@ -518,6 +507,12 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
         # `compact --remote` deleted that pack and every push put it up again, for good
         # (found by an audit of a remote's age)
         _bring_in(tape, backend, name, state, sorted({key.split("/", 1)[0] for key in held}), warn)
+        # the compaction changes this copy: a push the check would refuse must not have made
+        # it (SPEC section 2). Every file of the chosen sessions, those brought in among them,
+        # is checked first (the scan cache answers for entries seen before); the files the
+        # push then uploads are checked again below. A refusal leaves what was brought in, as
+        # a pull would have, and nothing compacted
+        check_secrets(tape, chosen, allow_secrets, compacting_first=True)
         tape.compact()
         # what the compaction kept as it was (a session already in one pack with nothing
         # to drop, a damaged session) still holds what this copy needs: it goes up again,
@@ -529,13 +524,12 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
             # generation (layout.generation: `gens` outlives `gone`)
             del state["gone"][key]
             state["have"][key] = 0
-    on_remote = frozenset(state.get("brought", ()))  # (_bring_in)
     todo = _todo(store, state, chosen)
     asked = wanted if wanted and len(wanted) < len(known) else None  # push -s: some sessions
     if asked:
         chosen, todo = _with_what_they_need(tape, state, chosen, todo)
     t_check = time.monotonic()
-    checked, held_back, todo = _checked(tape, state, chosen, todo, allow_secrets, asked=asked, on_remote=on_remote)  # before anything leaves (SPEC section 18)
+    checked, held_back, todo = _checked(tape, state, chosen, todo, allow_secrets, asked=asked)  # before anything leaves (SPEC section 18)
     sending = {p[0] for p in todo}
     chosen = [s for s in chosen if s not in held_back and (asked is None or s in asked or s in sending)]
     more = [s for s in chosen if s not in wanted] if wanted else []
@@ -629,7 +623,7 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
                 break
             # the files that replaced them (what went up is noted in the state): checked, then sent
             chosen = [s for s in chosen if s not in held_back]
-            ends, newly, todo = _checked(tape, state, chosen, _todo(store, state, chosen), allow_secrets, whole=False, on_remote=on_remote)
+            ends, newly, todo = _checked(tape, state, chosen, _todo(store, state, chosen), allow_secrets, whole=False)
             held_back.update(newly)
             if checked is not None:
                 checked.update(ends or {})

@@ -74,7 +74,7 @@ def _bytes_left_error(left: list[str]) -> SecretsFound:
 
 
 def check_secrets(tape, sessions: list[str], allow_secrets: bool, files: Optional[list[tuple[str, str]]] = None,
-                  compacting_first: bool = False, on_remote: frozenset = frozenset()) -> Optional[dict[str, int]]:
+                  compacting_first: bool = False) -> Optional[dict[str, int]]:
     """Refuse to upload likely secrets that were neither redacted nor allowed (SPEC section
     18), or redacted values whose bytes are still in the files to upload, with one line
     that names them and says how to go on, unless `allow_secrets`. What is checked is
@@ -87,11 +87,7 @@ def check_secrets(tape, sessions: list[str], allow_secrets: bool, files: Optiona
     lock; see push); None with `allow_secrets`. `compacting_first`: the push compacts this
     copy before it uploads, which takes out the bytes of redacted values, so those are not
     refused here (they were, with "run `ctape compact` first": a step the push was about to
-    take; found by an audit) and the check after the compaction looks for them again.
-    `on_remote`: entries and interrupted streams a push brought in from the remote
-    (push._bring_in, findings_brought): uploading them again in a pack sends nothing new,
-    so another copy's entry that it pushed with --allow-secrets does not hold back this
-    copy's push."""
+    take; found by an audit) and the check after the compaction looks for them again."""
     if allow_secrets:
         return None
     left = [] if compacting_first else _redacted_bytes_left(tape, sessions)
@@ -133,7 +129,7 @@ def check_secrets(tape, sessions: list[str], allow_secrets: bool, files: Optiona
                             left.add(h)
                         if rec.body[32] == TYPE_BLOB:
                             blobs[h] = rec.body
-                        elif rec.body[32] in (TYPE_ENTRY, TYPE_WITHHELD) and h not in seen and h not in on_remote:
+                        elif rec.body[32] in (TYPE_ENTRY, TYPE_WITHHELD) and h not in seen:
                             seen.add(h)
                             yield s, h, rec.body
                     elif rec.type in (framing.T_PARTIAL, framing.T_REF):
@@ -148,7 +144,7 @@ def check_secrets(tape, sessions: list[str], allow_secrets: bool, files: Optiona
     if left and not compacting_first:
         raise _bytes_left_error(sorted(left))
     _check_names(tape, sorted({s for s, _ in files}), names)
-    _check_streams(tape, {k: v for k, v in streams.items() if k[1] not in on_remote}, recorded)
+    _check_streams(tape, streams, recorded)
     if found:
         bad = sorted({f.session for f in found})
         first = found[0]
@@ -156,41 +152,6 @@ def check_secrets(tape, sessions: list[str], allow_secrets: bool, files: Optiona
             f"not pushing: {len(found)} likely {plural(len(found), 'secret', 'secrets')} in {plural(len(bad), 'session', 'sessions')} {', '.join(bad[:5])}{' ...' if len(bad) > 5 else ''} "
             f"(first: {first.kind} in {first.hash[:12]} at {first.path}); {_way_out(tape, first)}")
     return ends
-
-
-def findings_brought(tape, files: list[tuple[str, str]]) -> list[str]:
-    """What the secrets check would hold against these files (session, file name), which a
-    push brought in from the remote: the entries with unresolved findings, and every
-    interrupted stream whose partial records they hold (its text is judged with the rest
-    of its stream: push._bring_in keeps them all)."""
-    import json
-
-    from ..ops.scan import scan_entries
-    from ..store.files import TYPE_ENTRY
-
-    store = tape.store
-    streams: set[str] = set()
-
-    def items():
-        for s, file in files:
-            try:
-                for rec in store.scan_file(f"sessions/{s}/{file}"):
-                    if not isinstance(rec, framing.Record):
-                        continue
-                    if rec.type == framing.T_OBJECT and len(rec.body) > 33 and rec.body[32] == TYPE_ENTRY:
-                        yield s, rec.body[:32].hex(), rec.body
-                    elif rec.type == framing.T_PARTIAL:
-                        try:
-                            r = json.loads(rec.body)
-                        except ValueError:
-                            continue
-                        if isinstance(r, dict) and isinstance(r.get("stream"), str):
-                            streams.add(r["stream"])
-            except (OSError, CtapeError):
-                continue  # gone, or damaged: what it holds is checked as any
-
-    found = scan_entries(tape, items())
-    return sorted({f.hash for f in found} | streams)
 
 
 def _way_out(tape, first) -> str:

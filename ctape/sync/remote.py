@@ -167,10 +167,7 @@ class State(dict):
     found gone or deleted (prune._finish_announced lists each one once); `made`: the remote's
     identity's `made` when this copy last read it (layout.identity); `lost_read`: the salvage
     reports the manifests a push read carried (layout.loss_digest -> report), written with
-    the files a push brings in (push._bring_in), dropped at a full pull, which writes them;
-    `brought`: the entries with likely secrets, and the interrupted streams, of the files a
-    push brought in from the remote (push._bring_in): on the remote already, so the secrets
-    check of a later push does not hold them against it (push_check.findings_brought)."""
+    the files a push brings in (push._bring_in), emptied at a full pull, which writes them."""
 
     @classmethod
     def load(cls, store, name: str, url: str) -> "State":
@@ -193,7 +190,7 @@ class State(dict):
         for k in ("have", "pieces", "next", "seen", "gone", "gens", "redacted", "losses", "finished"):
             self[k] = {}
         for k in ("ignored", "own", "own_writer", "made", "checked", "gnext", "g_seen", "deletions_read", "unlisted", "gaps", "relearn", "refill",
-                  "lost_read", "brought"):
+                  "lost_read"):
             self.pop(k, None)
 
     def follow(self, meta: dict) -> None:
