@@ -190,7 +190,7 @@ def test_a_copy_that_only_pushes_stops_putting_a_removed_sessions_pack_up_again(
         cli(a, "append", "user", json.dumps({"content": f"night {night}"}), "-s", "keep")
         err = cli(a, "push").stderr.decode()  # (a pushes; it never pulls)
         if night == 1:  # what a's push brought in, and said so
-            assert "brought in from origin first the 2 files that replaced them there (sessions gone, keep)" in err, err
+            assert "brought in from origin the 2 files that replaced files this copy holds, which a compaction there deleted (sessions gone, keep)" in err, err
         seen.append(keys("gone"))
         cli(b, "compact", "--remote", "origin", "--grace", "now")
         seen.append(keys("gone"))

@@ -59,6 +59,20 @@ def _signals_to_the_main_thread() -> None:
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
 
 
+def result_of(future):
+    """future.result(), waited for in short turns: a wait with no end can miss a Ctrl-C.
+    Under load the main thread was seen asleep in the lock of such a wait for a minute with
+    a SIGINT delivered to it (a CI run; faulthandler's dump showed it there); CPython looks
+    at the signals it got between turns of a wait with a timeout."""
+    from concurrent.futures import TimeoutError as NotYet
+
+    while True:
+        try:
+            return future.result(timeout=0.25)
+        except NotYet:
+            continue
+
+
 @contextmanager
 def transfer_pool(workers: int):
     """A ThreadPoolExecutor for transfers. Left by an error or an interrupt, the transfers

@@ -31,7 +31,7 @@ from typing import Iterable, Iterator, Optional
 from blake3 import blake3
 
 from ..model.models import NAME_RE
-from .backend import Backend, RemoteError, transfer_pool
+from .backend import Backend, RemoteError, result_of, transfer_pool
 
 IDENTITY = "ctape.json"
 IDENTITY_FORMAT = "ctape-remote"
@@ -413,7 +413,7 @@ def gets_in_order(backend: Backend, keys: list[str]) -> Iterator[Optional[bytes]
         ahead = iter(keys)
         under_way = deque(pool.submit(backend.get, key) for key in islice(ahead, GETS_IN_FLIGHT))
         while under_way:
-            data = under_way.popleft().result()
+            data = result_of(under_way.popleft())
             key = next(ahead, None)
             if key is not None:
                 under_way.append(pool.submit(backend.get, key))

@@ -39,7 +39,7 @@ from ..store.files import check_not_symlink, copy_bytes, fsync_dir, make_folder,
 from ..store.segment import new_file_whole as _new_file
 from ..store.store import Store
 from . import layout, losses
-from .backend import Backend, RemoteError, transfer_pool
+from .backend import Backend, RemoteError, result_of, transfer_pool
 from .remote import State, held
 
 _LOCK = "remote-pull.lock"
@@ -250,7 +250,8 @@ def fetch(store, backend: Backend, jobs: list, warn: Callable[[str], None], prog
                 i += 1
             pieces = [f for _, _, chain in batch for f in chain]
             fetched = {}
-            for f, (data, why) in zip(pieces, pool.map(lambda f: _get_piece(backend, f, warn), pieces)):
+            under_way = [pool.submit(_get_piece, backend, f, warn) for f in pieces]
+            for f, (data, why) in zip(pieces, map(result_of, under_way)):
                 fetched[id(f)] = data
                 if why:
                     skipped[why] += 1

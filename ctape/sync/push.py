@@ -30,7 +30,7 @@ from ..model.models import plural
 from ..store.files import open_for_reading, pread_all, storage_error
 from ..store.store import REBUILD_TRIES
 from . import layout, losses
-from .backend import Backend, RemoteError, transfer_pool
+from .backend import Backend, RemoteError, result_of, transfer_pool
 from .push_check import (
     HeldBack,
     SecretsFound,
@@ -234,13 +234,13 @@ def _gone_held(store, state: State) -> list[str]:
     return out
 
 
-def _bring_in(tape, backend: Backend, name: str, state: State, sessions: list[str], warn) -> None:
+def _bring_in(tape, backend: Backend, name: str, state: State, sessions: list[str], warn) -> int:
     """Bring in the files of `sessions` that the remote holds and this copy lacks, as a pull
     of them would (pull.missing, pull.fetch), from the manifests this push has read: with
     the salvage reports of those sessions, and saying the conflicts the sync rules made
-    (a branch this copy and another both moved). A remote that refuses the reads
-    (credentials that may only write, say) leaves the compaction to what this copy holds,
-    as before."""
+    (a branch this copy and another both moved); how many files came. A remote that refuses
+    the reads (credentials that may only write, say) leaves the compaction to what this
+    copy holds, as before."""
     from ..model.refs import CONFLICT
     from .pull import fetch, missing, pull_turn
 
@@ -248,7 +248,7 @@ def _bring_in(tape, backend: Backend, name: str, state: State, sessions: list[st
     with pull_turn(store, warn):
         jobs = missing(store, state, set(sessions))
         if not jobs:
-            return
+            return 0
         took = sorted({s for s, _, _ in jobs})
         before = {s: set(tape.session(s).refs().branches) for s in took if tape._session_exists(s)}
         try:
@@ -264,15 +264,16 @@ def _bring_in(tape, backend: Backend, name: str, state: State, sessions: list[st
             raise storage_error(e, "quarantine/", after="nothing was pushed: push again") from None
     store.refresh()
     if not files:
-        return
-    warn(f"brought in from {name} first the {files} {plural(files, 'file', 'files')} that replaced them there "
-         f"({plural(len(took), 'session', 'sessions')} {', '.join(took[:5])}{' ...' if len(took) > 5 else ''})")
+        return 0
+    warn(f"brought in from {name} the {files} {plural(files, 'file', 'files')} that replaced files this copy holds, which a "
+         f"compaction there deleted ({plural(len(took), 'session', 'sessions')} {', '.join(took[:5])}{' ...' if len(took) > 5 else ''})")
     for s, had in sorted(before.items()):
         for b in sorted(set(tape.session(s).refs().branches) - had):
             if CONFLICT in b:
                 of = b[: b.rindex(CONFLICT)]
                 warn(f"session {s}: {of} moved on this copy and on {name}'s: one side is {of} now, the other is kept as {b} "
                      f"(see `ctape branch -s {s}` and `ctape log {b} -s {s}`)")
+    return files
 
 
 def _all_reports(store, backend: Backend, state: State) -> dict:
@@ -498,21 +499,22 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
             "then push again, or push with --allow-secrets")
     held = _gone_held(store, state)
     if held:
-        warn(f"the remote's compaction deleted {len(held)} {plural(len(held), 'file', 'files')} this copy still holds; compacting this copy first, so that what it needs goes up in its packs")
+        # the compaction changes this copy: a push the check would refuse must not have made
+        # it (SPEC section 2: a rejected command leaves the tape as it was). Every file of the
+        # chosen sessions is checked first (the scan cache answers for entries seen before);
+        # the files the push then uploads are checked again below
+        check_secrets(tape, chosen, allow_secrets, compacting_first=True)
         # what replaced them comes first (the compactor's packs, other copies' files of those
         # sessions), as a pull of those sessions would bring it: this copy's compaction then
         # holds all the remote's did, and a pack equal to the remote's is already there.
         # Before, a copy that only pushes packed what it alone held, which differed from the
         # compactor's pack (a session removed elsewhere, others' appends): every later
         # `compact --remote` deleted that pack and every push put it up again, for good
-        # (found by an audit of a remote's age)
-        _bring_in(tape, backend, name, state, sorted({key.split("/", 1)[0] for key in held}), warn)
-        # the compaction changes this copy: a push the check would refuse must not have made
-        # it (SPEC section 2). Every file of the chosen sessions, those brought in among them,
-        # is checked first (the scan cache answers for entries seen before); the files the
-        # push then uploads are checked again below. A refusal leaves what was brought in, as
-        # a pull would have, and nothing compacted
-        check_secrets(tape, chosen, allow_secrets, compacting_first=True)
+        # (found by an audit of a remote's age). What came is checked before the compaction
+        # too: a refusal then leaves it, as a pull would have, and nothing compacted
+        if _bring_in(tape, backend, name, state, sorted({key.split("/", 1)[0] for key in held}), warn):
+            check_secrets(tape, chosen, allow_secrets, compacting_first=True)
+        warn(f"the remote's compaction deleted {len(held)} {plural(len(held), 'file', 'files')} this copy still holds; compacting this copy first, so that what it needs goes up in its packs")
         tape.compact()
         # what the compaction kept as it was (a session already in one pack with nothing
         # to drop, a damaged session) still holds what this copy needs: it goes up again,
@@ -558,7 +560,7 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
             while flying and (flying_bytes > limit or len(flying) > (4 * WORKERS if limit else 0)):
                 (s, file, a, b, gen, last, chunk), fut = flying.popleft()
                 flying_bytes -= b - a
-                status = fut.result()
+                status = result_of(fut)
                 key = layout.piece_key(s, file, a, b, gen)
                 if status == "other":  # refused, and not ours: reported, never overwritten
                     warn(f"the remote's {key} holds other bytes than this copy's; left as it is")
