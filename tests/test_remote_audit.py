@@ -956,7 +956,7 @@ def test_a_ctrl_c_of_a_transfer_against_a_server_that_hangs_exits_at_once(tmp_pa
     import time
     import uuid
 
-    env = dict(os.environ, **seaweed.env(), CTAPE_REMOTE_TIMEOUT="20")
+    env = dict(os.environ, **seaweed.env(), CTAPE_REMOTE_TIMEOUT="20", PYTHONFAULTHANDLER="1")
     url = f"s3://{seaweed.bucket('ct-' + uuid.uuid4().hex[:12])}/team"
     a, b = tmp_path / "A", tmp_path / "B"
     t = Tape.init(a)
@@ -984,7 +984,11 @@ def test_a_ctrl_c_of_a_transfer_against_a_server_that_hangs_exits_at_once(tmp_pa
                     assert blocked >> (signal.SIGINT - 1) & 1, (where, t, hex(blocked))
                 t0 = time.monotonic()
                 p.send_signal(signal.SIGINT)
-                _, err = p.communicate(timeout=60)
+                try:
+                    _, err = p.communicate(timeout=60)
+                except subprocess.TimeoutExpired:  # where every thread is (PYTHONFAULTHANDLER), for the failure
+                    p.send_signal(signal.SIGABRT)
+                    raise AssertionError(f"the {where} went on after a Ctrl-C: {p.communicate(timeout=30)[1].decode()[-6000:]}") from None
                 took = time.monotonic() - t0
             finally:
                 if p.poll() is None:
