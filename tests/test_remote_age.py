@@ -252,10 +252,9 @@ def test_a_push_that_brings_in_says_the_conflicts_the_sync_made(tmp_path):
     assert b"session S: main moved on this copy and on origin's" in p.stderr and b"main.conflict-" in p.stderr, p.stderr
 
 
-def test_a_push_that_brings_in_a_salvaged_sessions_pack_brings_its_salvage_report(tmp_path):
-    """x salvaged a damaged segment of S (a value lost), pushed its report, and compacted
-    the remote. p, which only pushes, brought in x's pack without the report: its fsck then
-    named the lost value as missing (exit 1; found in review)."""
+def _x_salvaged_s_and_pushed_its_report(tmp_path):
+    """(p, x): x, a clone of p, lost a large value of S to damage, salvaged it, and pushed
+    the salvage report."""
     import os
 
     from ctape import Tape
@@ -269,6 +268,14 @@ def test_a_push_that_brings_in_a_salvaged_sessions_pack_brings_its_salvage_repor
     damage_first_large_record(str(x / "sessions" / "S"))
     assert b"salvaged" in cli(x, "fsck", "--salvage", check=False).stderr
     assert b"1 salvage report" in cli(x, "push").stdout
+    return p, x
+
+
+def test_a_push_that_brings_in_a_salvaged_sessions_pack_brings_its_salvage_report(tmp_path):
+    """x salvaged a damaged segment of S (a value lost), pushed its report, and compacted
+    the remote. p, which only pushes, brought in x's pack without the report: its fsck then
+    named the lost value as missing (exit 1; found in review)."""
+    p, x = _x_salvaged_s_and_pushed_its_report(tmp_path)
     cli(x, "compact", "--remote", "origin", "--grace", "now")
     cli(p, "append", "user", "--text", "p2", "-s", "S")
     out = cli(p, "push")
@@ -312,16 +319,8 @@ def test_a_copy_whose_state_predates_the_reports_it_keeps_reads_them_once(tmp_pa
     import os
 
     from ctape import Tape
-    from test_push_held_back import damage_first_large_record
 
-    p, x = _a_and_its_clone_b(tmp_path)
-    t = Tape.open(x)
-    t.session("S").append("tool_result", {"call_id": "c1", "output": os.urandom(150_000).hex()})
-    t.session("S").append("user", {"content": "after the large value"})
-    t.close()
-    damage_first_large_record(str(x / "sessions" / "S"))
-    cli(x, "fsck", "--salvage", check=False)
-    assert b"1 salvage report" in cli(x, "push").stdout
+    p, x = _x_salvaged_s_and_pushed_its_report(tmp_path)
     t = Tape.open(x)
     xw = t.store.writer
     t.close()
