@@ -969,19 +969,14 @@ def test_a_ctrl_c_of_a_transfer_against_a_server_that_hangs_exits_at_once(tmp_pa
 
     def interrupted(args, hangs, where):
         with _proxy_that_hangs(seaweed.endpoint, hangs) as (port, hung):
+            # (as from a terminal: a shell starts a background job with SIGINT ignored, and
+            # a test run in one passed that on, and the clone rightly ignored the Ctrl-C)
             p = subprocess.Popen([sys.executable, "-m", "ctape", *args], env={**env, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"},
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
             try:
                 assert hung.wait(60), f"the {where} never reached a request that hangs"
                 time.sleep(0.5)
-                # a Ctrl-C goes to the main thread: every other thread blocks it (a signal
-                # the kernel gave a transfer thread went unseen for a minute in one CI run)
-                others = [t for t in os.listdir(f"/proc/{p.pid}/task") if int(t) != p.pid]
-                assert others, "no transfer thread"
-                for t in others:
-                    with open(f"/proc/{p.pid}/task/{t}/status") as f:
-                        blocked = int(next(x for x in f if x.startswith("SigBlk:")).split()[1], 16)
-                    assert blocked >> (signal.SIGINT - 1) & 1, (where, t, hex(blocked))
                 t0 = time.monotonic()
                 p.send_signal(signal.SIGINT)
                 try:

@@ -49,21 +49,11 @@ def check_key(key: str) -> str:
 TRANSFER_THREADS = "ctape-transfer"  # the name of transfer_pool's threads (cli.base._leave_lingering_threads)
 
 
-def _signals_to_the_main_thread() -> None:
-    """A transfer thread takes no Ctrl-C or SIGTERM: the kernel gives a signal sent to the
-    process to any thread that does not block it, and one that went to a transfer thread
-    left the main thread waiting on that thread's hung request, unaware (a Ctrl-C of a
-    clone was not seen for a minute, in one CI run of the Ctrl-C test of 2026-12-07)."""
-    import signal
-
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
-
-
 def result_of(future):
-    """future.result(), waited for in short turns: a wait with no end can miss a Ctrl-C.
-    Under load the main thread was seen asleep in the lock of such a wait for a minute with
-    a SIGINT delivered to it (a CI run; faulthandler's dump showed it there); CPython looks
-    at the signals it got between turns of a wait with a timeout."""
+    """future.result(), waited for in short turns: a signal sent to the process may be
+    taken by a transfer thread (asleep in a request), and a main thread asleep in a lock
+    with no timeout would not look at it until the transfer ends (the tries and waits of
+    a store that hangs); between turns it does."""
     from concurrent.futures import TimeoutError as NotYet
 
     while True:
@@ -82,7 +72,7 @@ def transfer_pool(workers: int):
     normally, it waits for them as before."""
     from concurrent.futures import ThreadPoolExecutor
 
-    pool = ThreadPoolExecutor(workers, thread_name_prefix=TRANSFER_THREADS, initializer=_signals_to_the_main_thread)
+    pool = ThreadPoolExecutor(workers, thread_name_prefix=TRANSFER_THREADS)
     try:
         yield pool
     except BaseException:
