@@ -283,13 +283,10 @@ def _say_conflicts(conflicts: dict, name: str) -> None:
     """A branch that this copy and another both moved is now two (docs/sync.md, "Conflicts"):
     said, since HEAD may now be on the other copy's side, and an agent appending on would
     not know."""
-    from ..model.refs import CONFLICT
+    from ..sync.pull import conflict_lines
 
-    for session, branches in conflicts.items():
-        for b in branches:
-            of = b[: b.rindex(CONFLICT)]
-            click.echo(f"note: session {session}: {of} moved on this copy and on {name}'s: one side is {of} now, the other "
-                       f"is kept as {b} (see `ctape branch -s {session}` and `ctape log {b} -s {session}`)", err=True)
+    for line in conflict_lines(conflicts, name):
+        click.echo(f"note: {line}", err=True)
 
 
 def _fail_on_damage(r: dict, name: str) -> None:

@@ -169,7 +169,7 @@ def _pull(tape, backend: Backend, name: str, sessions: Iterable[str], warn: Call
         jobs = missing(store, state, wanted)
         # the branches of each session here that gets bytes, to say which conflicts the pull
         # made (a session new to this copy has none: a clone reads no refs here)
-        branches_before = {s: set(tape.session(s).refs().branches) for s in {s for s, _, _ in jobs} if tape._session_exists(s)}
+        branches_before = branches_of(tape, {s for s, _, _ in jobs})
         got, files, skipped = fetch(store, backend, jobs, warn, progress, after)
         try:  # what salvages on other copies found lost: read as lost here too
             reports = losses.write_pulled(store, lost, name, wanted)
@@ -185,13 +185,38 @@ def _pull(tape, backend: Backend, name: str, sessions: Iterable[str], warn: Call
         state.save(store)
     moved = time.monotonic() - t0
     tape.store.refresh()  # what the next command would do anyway: the index reads the new bytes
-    conflicts = {}  # session -> the conflict branches this pull made (both copies moved a branch)
-    for s, before in sorted(branches_before.items()):
-        made = sorted(b for b in set(tape.session(s).refs().branches) - before if CONFLICT in b)
-        if made:
-            conflicts[s] = made
+    conflicts = conflicts_made(tape, branches_before)
     return {"remote": name, "files": files, "bytes": got, "requests": backend.requests, "skipped": skipped, "salvage_reports": reports,
             "conflicts": conflicts, "transfer_seconds": round(moved, 3), "index_seconds": round(time.monotonic() - t0 - moved, 3)}
+
+
+def branches_of(tape, sessions) -> dict[str, set[str]]:
+    """The branches of each of `sessions` this copy holds (a session new to it has none), to
+    tell afterwards which conflicts bringing files in made (conflicts_made)."""
+    return {s: set(tape.session(s).refs().branches) for s in sessions if tape._session_exists(s)}
+
+
+def conflicts_made(tape, before: dict[str, set[str]]) -> dict[str, list[str]]:
+    """session -> the conflict branches made since `before` (branches_of): a branch both
+    this copy and another moved is now two (docs/sync.md, "Conflicts")."""
+    out = {}
+    for s, had in sorted(before.items()):
+        made = sorted(b for b in set(tape.session(s).refs().branches) - had if CONFLICT in b)
+        if made:
+            out[s] = made
+    return out
+
+
+def conflict_lines(conflicts: dict[str, list[str]], name: str) -> list[str]:
+    """What to say of `conflicts` (conflicts_made), which remote NAME brought: HEAD may now be
+    on the other copy's side, and an agent appending on would not know."""
+    out = []
+    for session, branches in conflicts.items():
+        for b in branches:
+            of = b[: b.rindex(CONFLICT)]
+            out.append(f"session {session}: {of} moved on this copy and on {name}'s: one side is {of} now, the other "
+                       f"is kept as {b} (see `ctape branch -s {session}` and `ctape log {b} -s {session}`)")
+    return out
 
 
 def missing(store, state: State, wanted: set[str]) -> list[tuple[str, str, list[dict]]]:

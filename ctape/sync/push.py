@@ -241,8 +241,7 @@ def _bring_in(tape, backend: Backend, name: str, state: State, sessions: list[st
     (a branch this copy and another both moved); how many files came. A remote that refuses
     the reads (credentials that may only write, say) leaves the compaction to what this
     copy holds, as before."""
-    from ..model.refs import CONFLICT
-    from .pull import fetch, missing, pull_turn
+    from .pull import branches_of, conflict_lines, conflicts_made, fetch, missing, pull_turn
 
     store = tape.store
     with pull_turn(store, warn):
@@ -250,7 +249,7 @@ def _bring_in(tape, backend: Backend, name: str, state: State, sessions: list[st
         if not jobs:
             return 0
         took = sorted({s for s, _, _ in jobs})
-        before = {s: set(tape.session(s).refs().branches) for s in took if tape._session_exists(s)}
+        before = branches_of(tape, took)
         try:
             _, files, _ = fetch(store, backend, jobs, warn, None, after="what arrived is kept, whole; nothing was pushed: push again")
             if "lost_read" not in state:  # a state of a version that did not keep them: every manifest's, once
@@ -267,12 +266,8 @@ def _bring_in(tape, backend: Backend, name: str, state: State, sessions: list[st
         return 0
     warn(f"brought in from {name} the {files} {plural(files, 'file', 'files')} that replaced files this copy holds, which a "
          f"compaction there deleted ({plural(len(took), 'session', 'sessions')} {', '.join(took[:5])}{' ...' if len(took) > 5 else ''})")
-    for s, had in sorted(before.items()):
-        for b in sorted(set(tape.session(s).refs().branches) - had):
-            if CONFLICT in b:
-                of = b[: b.rindex(CONFLICT)]
-                warn(f"session {s}: {of} moved on this copy and on {name}'s: one side is {of} now, the other is kept as {b} "
-                     f"(see `ctape branch -s {s}` and `ctape log {b} -s {s}`)")
+    for line in conflict_lines(conflicts_made(tape, before), name):
+        warn(line)
     return files
 
 
