@@ -22,11 +22,13 @@ from blake3 import blake3
 
 
 ENTROPY_LIMIT = 4.5  # bits per character, detect-secrets' default for base64 strings
-# a run of 24-100 base64 characters that is not part of a longer token: nothing of the
+# a run of 24-4,096 base64 characters that is not part of a longer token: nothing of the
 # alphabet, "." or "=" right before it, except the "=" of NAME=VALUE (an env dump, a .env
 # file); nothing of it right after, nor a "." that goes on (a dotted name), but the "." that
-# ends a sentence
-_TOKEN = re.compile(r"(?<![A-Za-z0-9+/_.-])(?<![^A-Za-z0-9_]=)(?<!^=)[A-Za-z0-9+/_-]{24,100}={0,2}(?![A-Za-z0-9+/=_-])(?!\.[A-Za-z0-9+/_-])")
+# ends a sentence. Up to 100 before: an AWS session token (400-1,000 characters) was no
+# finding, and pushed (found by an audit); detect-secrets' entropy plugin sets no length
+# limit. Base64 data is skipped by its key (NO_ENTROPY_KEYS) and after "base64,"
+_TOKEN = re.compile(r"(?<![A-Za-z0-9+/_.-])(?<![^A-Za-z0-9_]=)(?<!^=)(?<!base64,)[A-Za-z0-9+/_-]{24,4096}={0,2}(?![A-Za-z0-9+/=_-])(?!\.[A-Za-z0-9+/_-])")
 _HEX = re.compile(r"[0-9a-fA-F]+")
 OWN = (("anthropic-key", r"sk-ant-[A-Za-z0-9_-]{32,}"),)
 # detect-secrets plugins left out: provider key=value forms that cost about a second per
@@ -287,7 +289,7 @@ class Detectors:
         # "keys": object keys are matched too (before, only values were); "places": a finding
         # per find, where it is (Finding.at), not one per value and kind; "decoded-text": values
         # kept escaped, as base64 or as msgpack are matched as the text they stand for
-        parts = [ds, str(self.entropy), str(ENTROPY_LIMIT), str(MIN_GROUP), str(PREVIEW_CONTEXT), _TOKEN.pattern, "strings-alone", "keys", "places", "raw-b64", "decoded-text"]
+        parts = [ds, str(self.entropy), str(ENTROPY_LIMIT), str(MIN_GROUP), str(PREVIEW_CONTEXT), _TOKEN.pattern, "strings-alone", "keys", "places", "raw-b64", "decoded-text", "whole-tokens"]
         parts += [f"{k}\0{rx.pattern}\0{rx.flags}" for k, rx in self.patterns]
         return blake3("\n".join(parts).encode()).hexdigest()
 
@@ -473,8 +475,34 @@ def _finds(kind: str, rx: re.Pattern, text: str, out: list) -> None:
             # entropy rule, printed beside the finds)
             last = _PEM_END.search(text, end)
             end = last.end() if last else len(text)
+        elif end > start:
+            start, end = _whole_token(text, start, end)
         if end > start:
             out.append((start, end, kind))
+
+
+_TAIL_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-+/")
+
+
+def _whole_token(text: str, start: int, end: int) -> tuple[int, int]:
+    """A find widened to the end of the token it cuts: a pattern that takes a fixed number
+    of characters (Stripe's 24 after `sk_live_`), or ends lazily (detect-secrets' JSON web
+    token stops before the signature), matched a part of a longer secret, and the preview
+    printed the rest beside the mask (found by an audit). The token goes on through base64
+    and the dots between its parts (`header.payload.signature`) to its padding. Not to the
+    left: a match starts where its pattern's prefix does (`ghp_`, `key=`), and what comes
+    before it (`deploy-` of a tag, `KEY=`) stays readable."""
+    n = len(text)
+    if text[end - 1] in _TAIL_CHARS or text[end - 1] in ".=":  # (the JWT pattern may end at a dot)
+        while end < n:
+            c = text[end]
+            if c in _TAIL_CHARS or (c == "." and end + 1 < n and text[end + 1] in _TAIL_CHARS):
+                end += 1
+            else:
+                break
+        while end < n and text[end] == "=":
+            end += 1
+    return start, end
 
 
 PRIVATE_KEY = "private-key"  # detect-secrets' "Private Key", as _slug names it
