@@ -258,10 +258,22 @@ def _contexts(value: dict) -> Optional[dict]:
     LangChain's blocks: its `data` / `base64`), or LangGraph's {"b": [type, msgpack as Latin-1]}."""
     if "b" in value and len(value) == 1:
         return {"b": _MSGPACK}
-    if _textual(value.get("media_type")) or _textual(value.get("mime_type")):
+    if any(_textual(value.get(k)) for k in MEDIA_TYPE_KEYS):
         return {"data": _BASE64_TEXT, "base64": _BASE64_TEXT}
     return None
 
+
+# the keys that name a media part's type: snake case (Anthropic, pydantic-ai, LangChain) and
+# camel case (Gemini's inlineData, kept as it came in the entry's meta: a text file's base64
+# there was left unscanned, and pushed, after its copy in the payload was redacted; an audit)
+MEDIA_TYPE_KEYS = ("media_type", "mime_type", "mimeType", "mediaType")
+
+
+# bytes of an entry's JSON that may hold text kept in another form (_decoded, _contexts):
+# the byte prefilter judges strings as they are written, so `https:\\/\\/user:pw@` in a
+# line kept verbatim passed it unmatched, and was pushed (found by an audit). Such entries
+# are always decoded and matched. (A false alarm costs a decode, never a finding.)
+_DECODED_MARKS = tuple(f'"{k}":'.encode() for k in (RAW, RAW_B64, ITEM_JSON, "b", *MEDIA_TYPE_KEYS)) + (b'"data:',)
 
 KEY_CONTEXT = "id"  # object keys are matched with the patterns only, as ids are (no entropy rule)
 
@@ -274,7 +286,7 @@ def _collect(value, where, key: Optional[str], out: list, clean_keys: frozenset 
     `clean_keys` (matched before with nothing found: keys repeat from entry to entry) are
     left out."""
     if type(value) is dict:
-        ctx = _contexts(value) if "b" in value or "media_type" in value or "mime_type" in value else None
+        ctx = _contexts(value) if "b" in value or any(k in value for k in MEDIA_TYPE_KEYS) else None
         for k, v in value.items():
             if k not in clean_keys:
                 out.append(((where, (k,)), KEY_CONTEXT, k))
@@ -600,6 +612,8 @@ def scan_entries(tape: "Tape", items: Iterable[tuple], records: Optional[dict[st
             rec = it[2] if len(it) > 2 else None
             if rec is None or it[1] in red or len(rec) < 34 or rec[32] != TYPE_ENTRY or rec[33] != CODEC_RAW:
                 continue
+            if any(m in rec for m in _DECODED_MARKS):
+                continue  # text kept in another form (_decoded): only its decoded form can be judged
             first = len(bodies)
             body, refs = _mask_json(rec[34:])
             bodies.append(body)
