@@ -227,20 +227,46 @@ def _values_of(store, rec_body: bytes, places) -> set[bytes]:
 
 
 def _frames_holding(data: bytes, needles: set[bytes], z) -> list[tuple[int, int]]:
-    """The byte ranges of the zstd frames in `data` that decompress to text holding a needle."""
+    """The byte ranges of the zstd frames in `data` that decompress to text holding a
+    needle: alone, or with a dictionary of the file (a `Z` block's, which is a `D` record's
+    content: any frame's text is tried). Before, a `Z` block whose record check failed kept
+    a redacted text that `zstd -d -D` recovered from the quarantined file (an audit)."""
     if not needles:
         return []
-    out = []
+    out, needing, texts = [], [], []
     magic = b"\x28\xb5\x2f\xfd"
     i = data.find(magic)
     while i >= 0:
-        try:
-            d = z.ZstdDecompressor().decompressobj()
-            text = d.decompress(data[i:i + (256 << 20)])
-            used = min(len(data) - i, 256 << 20) - len(d.unused_data)
+        text, used = _decompressed_at(z, data, i)
+        if text is None:
+            needing.append(i)  # compressed with a dictionary, or damaged
+        else:
             if any(n in text for n in needles):
                 out.append((i, i + used))
-        except z.ZstdError:
-            pass
+            if len(text) <= DICTIONARY_MAX:
+                texts.append(text)
         i = data.find(magic, i + 1)
+    for i in needing:
+        for d in texts:  # a wrong one fails: every block is written with its checksum
+            text, used = _decompressed_at(z, data, i, d)
+            if text is not None:
+                if any(n in text for n in needles):
+                    out.append((i, i + used))
+                break
     return out
+
+
+DICTIONARY_MAX = 1 << 20  # a `D` record's content is 64 KiB (store/segment.py): larger texts are no dictionary
+
+
+def _decompressed_at(z, data: bytes, i: int, dictionary: Optional[bytes] = None) -> tuple[Optional[bytes], int]:
+    """The text of the zstd frame at data[i:] and its length in data, or (None, 0)."""
+    try:
+        if dictionary is None:
+            d = z.ZstdDecompressor().decompressobj()
+        else:
+            d = z.ZstdDecompressor(dict_data=z.ZstdCompressionDict(dictionary, dict_type=z.DICT_TYPE_RAWCONTENT)).decompressobj()
+        text = d.decompress(data[i:i + (256 << 20)])
+        return text, min(len(data) - i, 256 << 20) - len(d.unused_data)
+    except z.ZstdError:
+        return None, 0
