@@ -165,7 +165,11 @@ def _way_out(tape, first) -> str:
     if first.session not in tape.session_names():
         return f"session {first.session} was removed, but its entries stay in the files until compact: {drop}"
     if first.id not in {f.id for f in scan(tape, [first.session])["findings"]}:
-        return f"the entry is on no branch of {first.session} (deleted?) and stays in the files until compact: {drop}"
+        # a redaction of that one value keeps the ref log, which compact --expire now drops
+        # whole (found by an audit: `branch -f main main~1` took back an append with a key)
+        path = first.path.replace("'", "'\\''")
+        return (f"the entry is on no branch of {first.session} (a deleted branch, or one moved back?) and stays in the files "
+                f"until compact: `ctape redact {first.hash[:12]} --path '{path}' -s {first.session}` takes the value out, or {drop}")
     return (f"see `ctape scan -s {first.session}`, then `ctape redact --scan -s {first.session}` or `ctape scan --allow ID`, "
             "or push with --allow-secrets")
 
