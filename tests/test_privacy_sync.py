@@ -27,14 +27,29 @@ ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
 def _unzstd(data: bytes):
     """The decompressed content of every zstd frame found anywhere in the bytes (caches
-    keep compressed text: a plain grep would miss it)."""
+    keep compressed text: a plain grep would miss it), a frame made with a dictionary too:
+    each other frame's text of up to 1 MiB is tried as one (a data file's `Z` blocks use
+    its `D` record's content, which `zstd -d -D` recovers from a file that no reader of
+    ctape's would read: one in quarantine/ with a damaged record)."""
+    texts, needing = [], []
     i = data.find(ZSTD_MAGIC)
     while i >= 0:
         try:
-            yield zstandard.ZstdDecompressor().decompressobj().decompress(data[i:i + (64 << 20)])
+            text = zstandard.ZstdDecompressor().decompressobj().decompress(data[i:i + (64 << 20)])
         except zstandard.ZstdError:
-            pass
+            needing.append(i)
+        else:
+            texts.append(text)
+            yield text
         i = data.find(ZSTD_MAGIC, i + 1)
+    dictionaries = [zstandard.ZstdCompressionDict(t, dict_type=zstandard.DICT_TYPE_RAWCONTENT) for t in texts if 8 <= len(t) <= 1 << 20]
+    for i in needing:
+        for d in dictionaries:
+            try:
+                yield zstandard.ZstdDecompressor(dict_data=d).decompressobj().decompress(data[i:i + (64 << 20)])
+                break
+            except zstandard.ZstdError:
+                continue
 
 
 def _tape_records(d):
