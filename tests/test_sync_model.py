@@ -604,6 +604,20 @@ class _Interleaving(_Cutting):
             setattr(self.backend, name, value)
 
 
+@contextmanager
+def summaries(every: int, worth: int):
+    """Summaries of the manifests written at every compact --remote with `every`, read by a
+    reader with `worth` manifests to read (ctape/sync/summary.py)."""
+    from ctape.sync import summary
+
+    old = summary.SUMMARY_EVERY, summary.SUMMARY_WORTH
+    summary.SUMMARY_EVERY, summary.SUMMARY_WORTH = every, worth
+    try:
+        yield
+    finally:
+        summary.SUMMARY_EVERY, summary.SUMMARY_WORTH = old
+
+
 class RemoteWorld(World):
     """The model with a remote (SPEC section 17) beside rsync: push and pull are transports
     like rsync, mixed with it freely. Operations add push and pull of a copy (all its
@@ -640,7 +654,7 @@ class RemoteWorld(World):
             backend = _Cutting(backend, cut)
         if hook is not None:
             backend = _Interleaving(backend, *hook)
-        with writer_env(self.writers[i]):
+        with writer_env(self.writers[i]), summaries(every=1, worth=1):  # (written at each compact --remote, read by every reader)
             if verb == "push":
                 import ctape.sync.push as push_mod
 
@@ -763,23 +777,33 @@ class RemoteWorld(World):
         from ctape.sync.backend import open_backend
         from ctape.sync.pull import clone
 
+        from ctape.sync.remote import State
+
         refs = self.refs(self.tape(0))
         self.close_all()
-        dest = os.path.join(self.root, f"clone{epoch}")
-        warned: list[str] = []
-        with writer_env("0000clone"):
-            clone(open_backend(self.url), self.url, None, dest, warn=warned.append)
-            t = Tape.open(dest)
-        try:
-            if warned:
-                raise Failure(f"a new clone warned: {warned[:3]}")
-            r = self.refs(t)
-            if r != refs:
-                raise Failure(f"a new clone disagrees with c0: {short(r)} != {short(refs)}")
-            fsck_or_fail(t, "a new clone")
-        finally:
-            t.close()
-        shutil.rmtree(dest)
+        learnt = []
+        # a clone reading every manifest from its key, and one reading what the newest
+        # summary holds from it (summary.py): they must learn the same
+        for worth in (10**9, 1):
+            dest = os.path.join(self.root, f"clone{epoch}")
+            warned: list[str] = []
+            with writer_env("0000clone"), summaries(every=1, worth=worth):
+                clone(open_backend(self.url), self.url, None, dest, warn=warned.append)
+                t = Tape.open(dest)
+            try:
+                if warned:
+                    raise Failure(f"a new clone warned{' (through a summary)' if worth == 1 else ''}: {warned[:3]}")
+                r = self.refs(t)
+                if r != refs:
+                    raise Failure(f"a new clone disagrees with c0: {short(r)} != {short(refs)}")
+                fsck_or_fail(t, "a new clone")
+                learnt.append({k: v for k, v in State.load(t.store, "origin", self.url).items() if k not in ("checked", "made")})
+            finally:
+                t.close()
+            shutil.rmtree(dest)
+        if learnt[0] != learnt[1]:
+            diff = sorted(k for k in set(learnt[0]) | set(learnt[1]) if learnt[0].get(k) != learnt[1].get(k))
+            raise Failure(f"a clone through the summary learnt other than one reading every manifest: {diff}")
 
     def star(self, dirs: list[str], order_rng: random.Random) -> None:
         for i, d in enumerate(dirs):  # copies of the copies: their remotes are not theirs

@@ -144,6 +144,8 @@ def _compact_remote(tape, name, expire, grace, dry_run, allow_secrets, progress,
     left = f", and {killed} object{'' if killed == 1 else 's'} no manifest lists (a killed push's, or junk)" if killed else ""
     _say_skipped(tape, loc)
     click.echo(f"remote {name}: pushed {r['pushed']} bytes, deleted {d['files']} file{'' if d['files'] == 1 else 's'} ({d['bytes']} bytes){left} in {r['requests']} {plural(r['requests'], 'request', 'requests')}")
+    if r.get("summarized"):
+        click.echo(f"remote {name}: wrote a summary of its {r['summarized']} manifests (a clone reads them in one request)")
     if r["deferred"]:
         # a damaged session's deletions wait for `fsck --salvage` (the reason says so); the others for another run
         again = "" if "fsck" in r["deferred"] else "; run it again"

@@ -7,6 +7,7 @@
     d/<compactor>/<n:020d>.json              plan n of one compacting copy: files to delete later
     x/<compactor>/<n:020d>.json              plan n carried out (the compactor's own bookkeeping)
     g/<n:020d>                               the n-th deletion on the remote and what it deletes (one GET tells a pusher)
+    s/<compactor>/<n:020d>.json.zst          a summary: every uploader's manifests from 0, byte for byte (summary.py)
 
 A compactor announces a deletion at g/<n> and in its next manifest ("deleted": the files,
 each with the end the remote held) before it deletes anything, so readers learn it at no
@@ -309,11 +310,16 @@ def uploaders(backend: Backend) -> list[str]:
 def manifest_numbers(backend: Backend, uploader: str, first: int = 0) -> list[int]:
     """The numbers of an uploader's manifests on the remote from `first` on, in order (one
     listing; keys that are not a manifest's are left out)."""
-    out = []
-    for key, _, is_prefix in backend.list(f"m/{uploader}/", start_after=manifest_key(uploader, first - 1) if first > 0 else None):
+    return sorted(manifest_sizes(backend, uploader, first))
+
+
+def manifest_sizes(backend: Backend, uploader: str, first: int = 0) -> dict[int, int]:
+    """manifest_numbers, each with the size of its key (what a summary's copy is checked by)."""
+    out = {}
+    for key, size, is_prefix in backend.list(f"m/{uploader}/", start_after=manifest_key(uploader, first - 1) if first > 0 else None):
         name = key.rsplit("/", 1)[-1]
         if not is_prefix and name.endswith(".json") and name[:-5].isdigit() and key == manifest_key(uploader, int(name[:-5])):
-            out.append(int(name[:-5]))
+            out[int(name[:-5])] = size
     return out
 
 
@@ -340,9 +346,16 @@ def new_manifests(store, backend: Backend, state, warn, cursor: str = "next") ->
     deleted its pieces (found by an audit). This copy's own manifests are listed from the
     last it wrote, to see that one gone too. Either way state["relearn"] tells this copy's
     next push to learn the remote again and put back what it holds that the manifests there
-    do not list (push.py): what a lost manifest listed may be held by any copy."""
+    do not list (push.py): what a lost manifest listed may be held by any copy.
+
+    An uploader with SUMMARY_WORTH manifests or more to read (a clone, a copy away for
+    long, `remote show`) has those the newest summary holds as their keys do read from
+    it: one GET for them all (summary.py). This copy's own are always read from the keys."""
+    from . import summary
+
     own = own_number(store, state) or 0
     names = uploaders(backend)
+    found: list = []  # the newest summary, read once, when some uploader has many manifests to read
     if own and store.writer not in names:
         names.append(store.writer)  # every manifest of this copy gone: it must look at its own
     gaps = state.setdefault("gaps", {})
@@ -363,12 +376,23 @@ def new_manifests(store, backend: Backend, state, warn, cursor: str = "next") ->
                 else:
                     yield u, k, m
         first = min(n, own - 1) if u == store.writer and own else n
-        listed = manifest_numbers(backend, u, first)
+        listed = manifest_sizes(backend, u, first)
         if u == store.writer and own and own - 1 not in listed and own - 1 >= first and backend.get(manifest_key(u, own - 1)) is None:
             state["relearn"] = True
         top = max([k for k in listed if k >= n], default=n - 1)
         if u == store.writer and own:
             top = max(top, own - 1)  # this copy's own numbers past the listing went too
+        elif top + 1 - n >= summary.SUMMARY_WORTH:
+            # many to read (a clone, a copy away for long): those a summary holds as their
+            # keys do are read from it, in one GET (summary.py)
+            if not found:
+                found.append(summary.newest(store, backend, warn))
+            if found[0] is not None:
+                end = min(found[0].usable(u, n, listed), top + 1)
+                for k in range(n, end):
+                    yield u, k, found[0].manifests[u][k]
+                    state[cursor][u] = k + 1
+                n = max(n, end)
         for k, data in zip(range(n, top + 1), gets_in_order(backend, [manifest_key(u, k) for k in range(n, top + 1)])):
             # (one the listing skipped: looked for again)
             if data is None:

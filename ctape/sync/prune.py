@@ -37,8 +37,8 @@ import json
 import time
 from typing import Callable, Collection, Optional
 
-from . import layout
-from .backend import Backend
+from . import layout, summary
+from .backend import Backend, RemoteError
 from .pull import pull
 from .push import HeldBack, push, put_manifest, shown_name
 from .remote import State, held
@@ -185,6 +185,11 @@ def compact_remote(tape, backend: Backend, name: str, expire="90d", grace="14d",
     # --follow` beside this run waits while it deletes, not while it compacts
     with held(store, name, warn):
         out = _carry_out(tape, backend, name, grace_s, before, after, redacted, warn)
+    try:  # the manifests summarized for readers far behind, now and then (summary.py)
+        out["summarized"] = summary.write(store, backend, warn)
+    except RemoteError as e:  # the compaction is done: a summary only saves readers requests
+        warn(f"no summary of the manifests written ({str(e).rstrip('.')}); the next `compact --remote` writes it")
+        out["summarized"] = 0
     return {"remote": name, "local": local, "pulled": pulled["bytes"], "pushed": pushed["bytes"], **out, "held_back": held_back,
             "requests": backend.requests}
 
