@@ -40,6 +40,12 @@ class RemoteError(CtapeError):
     exit_code = 1
 
 
+class LastingRemoteError(RemoteError):
+    """A RemoteError that trying again does not mend: the remote holds another tape or
+    something else, the bucket does not exist, the credentials are missing or refused.
+    `push --follow` stops on it (it tried again every second, for ever; an audit)."""
+
+
 def check_key(key: str) -> str:
     if not _KEY.fullmatch(key) or any(p in ("", ".", "..") for p in key.split("/")):
         raise InvalidInput(f"bad remote key {key[:80]!r}")
@@ -518,7 +524,7 @@ class S3Backend(Backend):
         """One line, never botocore's own text (it may echo request details)."""
         bx = self.bx
         if isinstance(e, bx.NoCredentialsError):
-            return RemoteError(f"no AWS credentials for {self.where}: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE")
+            return LastingRemoteError(f"no AWS credentials for {self.where}: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE")
         if isinstance(e, bx.ReadTimeoutError):
             return RemoteError(f"no answer from {self.where} at {self.endpoint or 'AWS'} in {self.wait:g} s ({TRIES} tries) while trying to {what}; "
                                "check --endpoint / AWS_ENDPOINT_URL and the network, or give it longer (CTAPE_REMOTE_TIMEOUT=SECONDS)")
@@ -534,9 +540,9 @@ class S3Backend(Backend):
             code = str(e.response.get("Error", {}).get("Code", ""))
             status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
             if code == "NoSuchBucket":
-                return RemoteError(self._no_bucket())
+                return LastingRemoteError(self._no_bucket())
             if code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "InvalidToken", "ExpiredToken") or status == 403:
-                return RemoteError(f"access denied by {self.where} ({code or status}) while trying to {what}; check the AWS credentials")
+                return LastingRemoteError(f"access denied by {self.where} ({code or status}) while trying to {what}; check the AWS credentials")
             if isinstance(status, int) and status >= 500 or code in ("SlowDown", "InternalError", "ServiceUnavailable"):
                 # (a 503 with no body reads as code "503": "refused" read like a permission)
                 return RemoteError(f"{self.where} could not {what}: it answered {code or status} (a server error, or too many requests) "

@@ -32,7 +32,7 @@ from typing import Iterable, Iterator, Optional
 from blake3 import blake3
 
 from ..model.models import NAME_RE
-from .backend import Backend, RemoteError, result_of, transfer_pool
+from .backend import Backend, LastingRemoteError, RemoteError, result_of, transfer_pool
 
 IDENTITY = "ctape.json"
 IDENTITY_FORMAT = "ctape-remote"
@@ -123,7 +123,7 @@ def read_identity(backend: Backend) -> Optional[dict]:
     except ValueError:
         meta = None
     if not isinstance(meta, dict) or meta.get("format") != IDENTITY_FORMAT or not isinstance(meta.get("tape_id"), str) or not re.fullmatch(r"[0-9a-f]{1,64}", meta["tape_id"]):
-        raise RemoteError(f"{backend.url} holds something that is not a ctape remote ({IDENTITY} is not ctape's); use another prefix")
+        raise LastingRemoteError(f"{backend.url} holds something that is not a ctape remote ({IDENTITY} is not ctape's); use another prefix")
     return meta
 
 
@@ -139,7 +139,7 @@ def check_identity(store, backend: Backend, create: bool) -> Optional[dict]:
     if meta is None:
         return None
     if meta["tape_id"] != store.tape_id:
-        raise RemoteError(f"{backend.url} holds another tape (id {meta['tape_id'][:12]}, this one is {store.tape_id[:12]}); use another prefix, or `ctape clone` it")
+        raise LastingRemoteError(f"{backend.url} holds another tape (id {meta['tape_id'][:12]}, this one is {store.tape_id[:12]}); use another prefix, or `ctape clone` it")
     return meta
 
 

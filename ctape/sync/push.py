@@ -30,7 +30,7 @@ from ..model.models import plural
 from ..store.files import open_for_reading, pread_all, storage_error
 from ..store.store import REBUILD_TRIES
 from . import layout, losses
-from .backend import Backend, RemoteError, result_of, transfer_pool
+from .backend import Backend, LastingRemoteError, RemoteError, result_of, transfer_pool
 from .push_check import (
     HeldBack,
     SecretsFound,
@@ -175,6 +175,31 @@ def _checked(tape, state: State, chosen: list[str], todo: list[tuple], allow_sec
         raise HeldBack(next(iter(held.values())) if len(held) == 1 else f"{len(held)} sessions held back; first: {next(iter(held.values()))}",
                        {shown_name(tape, s): why for s, why in held.items()})
     return ends, held, rest
+
+
+def _refused_first(tape, chosen: list[str], allow_secrets: bool) -> dict[str, str]:
+    """The check before a push compacts this copy (check_secrets, compacting_first): the
+    sessions it refuses, each with why, which the push holds back while the others go up,
+    as the check after the compaction holds them back (SPEC section 14). Before, one
+    finding refused the whole push, and a `push --follow` sent no append of any session
+    once a remote compaction had run (found by an audit). When it refuses them all, or
+    no one session is to blame, its own refusal stands: nothing is compacted."""
+    try:
+        check_secrets(tape, chosen, allow_secrets, compacting_first=True)
+        return {}
+    except CtapeError as e:
+        refusal = e
+    out = {}
+    for s in chosen:
+        try:
+            check_secrets(tape, [s], False, compacting_first=True)
+        except HeldBack as e:
+            out[s] = str(e)
+        except CtapeError as e:
+            out[s] = f"not pushing session {shown_name(tape, s)}: {e}"
+    if not out or len(out) == len(chosen):
+        raise refusal
+    return out
 
 
 def _new_deletions(store, backend: Backend, state: State, warn) -> bool:
@@ -493,12 +518,14 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
             f"still holds them (first: {unpulled[0][:12]}); run `ctape pull {name}` (it brings the redaction) and `ctape compact`, "
             "then push again, or push with --allow-secrets")
     held = _gone_held(store, state)
+    early: dict[str, str] = {}  # sessions the check before the compaction held back: session -> why
     if held:
         # the compaction changes this copy: a push the check would refuse must not have made
         # it (SPEC section 2: a rejected command leaves the tape as it was). Every file of the
         # chosen sessions is checked first (the scan cache answers for entries seen before);
         # the files the push then uploads are checked again below
-        check_secrets(tape, chosen, allow_secrets, compacting_first=True)
+        early = _refused_first(tape, chosen, allow_secrets)
+        chosen = [s for s in chosen if s not in early]
         # what replaced them comes first (the compactor's packs, other copies' files of those
         # sessions), as a pull of those sessions would bring it: this copy's compaction then
         # holds all the remote's did, and a pack equal to the remote's is already there.
@@ -508,7 +535,8 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
         # (found by an audit of a remote's age). What came is checked before the compaction
         # too: a refusal then leaves it, as a pull would have, and nothing compacted
         if _bring_in(tape, backend, name, state, sorted({key.split("/", 1)[0] for key in held}), warn):
-            check_secrets(tape, chosen, allow_secrets, compacting_first=True)
+            early.update(_refused_first(tape, chosen, allow_secrets))
+            chosen = [s for s in chosen if s not in early]
         warn(f"the remote's compaction deleted {len(held)} {plural(len(held), 'file', 'files')} this copy still holds; compacting this copy first, so that what it needs goes up in its packs")
         tape.compact()
         # what the compaction kept as it was (a session already in one pack with nothing
@@ -527,6 +555,7 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
         chosen, todo = _with_what_they_need(tape, state, chosen, todo)
     t_check = time.monotonic()
     checked, held_back, todo = _checked(tape, state, chosen, todo, allow_secrets, asked=asked)  # before anything leaves (SPEC section 18)
+    held_back.update(early)
     sending = {p[0] for p in todo}
     chosen = [s for s in chosen if s not in held_back and (asked is None or s in asked or s in sending)]
     more = [s for s in chosen if s not in wanted] if wanted else []
@@ -724,8 +753,18 @@ def follow(tape, backend: Backend, name: str, sessions: Iterable[str] = (), allo
     seen = None  # the files at the last push
     retry_at = 0.0
     failing: Optional[Exception] = None  # the last push failed (its error): stopped then, the remote lacks what it did not send
+    from .remote import remotes
+
+    settings = remotes(tape.store).get(name)  # (None: a backend given in process, no remote of that name)
     try:
         while not stopping[0] and not (stop and stop()):
+            if settings is not None and remotes(tape.store).get(name) != settings:
+                # `remote rm` (a bucket chosen by mistake) or a new URL for the name: the
+                # follower went on pushing there, and wrote back the state `remote rm`
+                # removed (found by an audit)
+                now = remotes(tape.store).get(name)
+                again = f" (`ctape push --follow {name}` follows it as it is now)" if now is not None else ""
+                raise RemoteError(f"remote {name} was {'removed' if now is None else 'changed'} while following it; stopped{again}")
             snap = {}
             for s in wanted or [None]:
                 snap.update(tape.store.list_files(s))
@@ -754,6 +793,8 @@ def follow(tape, backend: Backend, name: str, sessions: Iterable[str] = (), allo
                     if frozenset([str(e)]) != said:
                         warn(f"{e}; still following: the push after it is resolved sends everything")
                     last, refused, retry_at, said, failing = snap, e, time.monotonic() + REFUSED_RETRY, frozenset([str(e)]), None
+                except LastingRemoteError:
+                    raise  # another tape there, no bucket, credentials refused: no retry mends it
                 except (RemoteError, ConflictError) as e:  # the network, or a compaction of this copy under way
                     warn(f"{e}; trying again")
                     failing = e

@@ -1,0 +1,138 @@
+"""What an audit of remotes under messy use found (2026-12-07): a secret in one session
+held back every session of a push that compacted first (and a `push --follow` sent no
+append again), a `push --follow` went on pushing to a remote removed (or changed) under
+it, and one that tried again for ever on errors that no retry mends. Each test fails on
+the code before."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from ctape import Tape
+
+from conftest import run_cli
+from test_remote import cli
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+AWS = "key AKIAIOSFODNN7EXAMPLE secret wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+
+
+def _follow(d, *args):
+    # SIGINT at its default, as a terminal starts it (a background job of a shell ignores it)
+    return subprocess.Popen([sys.executable, "-m", "ctape", "--dir", str(d), "push", "--follow", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ, PYTHONPATH=ROOT),
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+
+def _stop(p, timeout=30):
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=timeout)
+    return p.returncode, err.decode()
+
+
+def _on_remote(tmp_path, remote, entry: str, session: str, name: str) -> bool:
+    run_cli("clone", f"file://{remote}", tmp_path / name, check=True)
+    return run_cli("--dir", tmp_path / name, "show", entry, "-s", session).returncode == 0
+
+
+def test_a_secret_in_one_session_holds_back_only_it_when_the_push_compacts_first(tmp_path):
+    a, b, remote = tmp_path / "a", tmp_path / "b", tmp_path / "r"
+    remote.mkdir()
+    cli(tmp_path, "init", a)
+    for i in range(3):
+        cli(a, "append", "user", "--text", f"a{i}", "-s", "chat")
+    cli(a, "remote", "add", "origin", f"file://{remote}")
+    cli(a, "push")
+    cli(tmp_path, "clone", f"file://{remote}", b)
+    cli(b, "append", "user", "--text", AWS, "-s", "other")
+    cli(b, "append", "user", "--text", "b1", "-s", "chat")
+    assert cli(b, "push", check=False).returncode == 1  # other held back, chat sent
+    cli(a, "pull")
+    cli(a, "append", "user", "--text", "a4", "-s", "chat")
+    cli(a, "compact", "--remote", "origin", "--grace", "now")  # deletes files b holds: b's next push compacts first
+    h = cli(b, "append", "user", "--text", "b2, acknowledged", "-s", "chat").stdout.decode().split()[0]
+    p = cli(b, "push", "--json", check=False)
+    r = json.loads(p.stdout.decode().splitlines()[0])
+    assert p.returncode == 1 and list(r["held_back"]) == ["other"], (p.stdout, p.stderr)
+    assert _on_remote(tmp_path, remote, h, "chat", "c1")
+    # and a push --follow on that copy goes on sending the healthy session's appends
+    cli(a, "pull")
+    cli(a, "append", "user", "--text", "a5", "-s", "chat")
+    cli(a, "compact", "--remote", "origin", "--grace", "now")
+    f = _follow(b)
+    time.sleep(2)
+    h = cli(b, "append", "user", "--text", "b3, acknowledged", "-s", "chat").stdout.decode().split()[0]
+    deadline, n = time.monotonic() + 20, 0
+    while not _on_remote(tmp_path, remote, h, "chat", f"c2-{n}"):
+        n += 1
+        if time.monotonic() > deadline:
+            _stop(f)
+            raise AssertionError("the append to the healthy session never reached the remote")
+        time.sleep(0.5)
+    code, err = _stop(f)
+    assert code == 1 and "other" in err, err  # stopped while holding a session back
+
+
+def test_a_follower_stops_when_its_remote_is_removed_or_changed(tmp_path):
+    """`remote rm` (a bucket chosen by mistake) while `push --follow` runs: the follower
+    went on uploading appends there, and wrote back the state `remote rm` removed."""
+    a, remote = tmp_path / "a", tmp_path / "r"
+    remote.mkdir()
+    with Tape.init(a) as t:
+        t.session("chat").append("user", {"content": "first"})
+    cli(a, "remote", "add", "origin", f"file://{remote}")
+    f = _follow(a)
+    time.sleep(2)
+    cli(a, "remote", "rm", "origin")
+    h = cli(a, "append", "user", "--text", "written after the remote was removed", "-s", "chat").stdout.decode().split()[0]
+    try:
+        f.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        _stop(f)
+        raise AssertionError("the follower went on after remote rm") from None
+    err = f.stderr.read().decode()
+    assert f.returncode == 1 and "origin" in err and "removed" in err and len(err.strip().splitlines()) <= 3, err
+    assert not _on_remote(tmp_path, remote, h, "chat", "c1")
+    # a remote of that name at another URL: the follower does not push there under the old one
+    other = tmp_path / "r2"
+    other.mkdir()
+    cli(a, "remote", "add", "origin", f"file://{remote}")
+    f = _follow(a)
+    time.sleep(2)
+    cli(a, "remote", "rm", "origin")
+    cli(a, "remote", "add", "origin", f"file://{other}")
+    try:
+        f.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        _stop(f)
+        raise AssertionError("the follower went on after its remote changed") from None
+    assert f.returncode == 1 and "changed" in f.stderr.read().decode()
+
+
+def test_a_follower_stops_on_an_error_no_retry_mends(tmp_path):
+    """A remote that holds another tape: a plain push says so and exits 1, and `push
+    --follow` printed it with "trying again" every second, for ever."""
+    a, b, remote = tmp_path / "a", tmp_path / "b", tmp_path / "r"
+    remote.mkdir()
+    with Tape.init(b) as t:
+        t.session("chat").append("user", {"content": "b's"})
+    cli(b, "remote", "add", "origin", f"file://{remote}")
+    cli(b, "push")
+    with Tape.init(a) as t:
+        t.session("chat").append("user", {"content": "a's"})
+    cli(a, "remote", "add", "origin", f"file://{remote}")
+    assert cli(a, "push", check=False).returncode == 1
+    f = _follow(a)
+    try:
+        f.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        _stop(f)
+        raise AssertionError("the follower tries again for ever on another tape's remote") from None
+    err = f.stderr.read().decode()
+    assert f.returncode == 1 and "another tape" in err and "trying again" not in err, err
