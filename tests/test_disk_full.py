@@ -65,9 +65,11 @@ def free(mnt) -> None:
 
 
 def snapshot(d) -> dict[str, str]:
-    """Every file of the tape and its content (lock files aside: they hold nothing)."""
+    """Every file of the tape and its content (lock files aside: they hold nothing), and
+    every folder (a failed first write to a new session left its folder: an audit)."""
     out = {}
-    for root, _, files in os.walk(d):
+    for root, dirs, files in os.walk(d):
+        out.update({os.path.relpath(os.path.join(root, x), d) + "/": "folder" for x in dirs})
         for name in files:
             if not name.endswith(".lock"):
                 p = os.path.join(root, name)
@@ -115,6 +117,7 @@ def test_every_writing_command_on_a_full_disk(disk, env, tmp_path):
     fill(disk)
     commands = [
         ["append", "user", "--text", "more", "-s", "c"],
+        ["append", "user", "--text", "more", "-s", "new"],
         ["anchor", "milestone", "-s", "c"],
         ["branch", "b2", "-s", "c"],
         ["tag", "v1", "-s", "c"],
@@ -139,6 +142,7 @@ def test_every_writing_command_on_a_full_disk(disk, env, tmp_path):
     fsck_ok(env, t)
 
     free(disk)
+    assert ctape(env, "--dir", t, "session", "cp", "c", "new").returncode == 0  # (it was "already exists")
     for args in (["append", "user", "--text", "more", "-s", "c"], ["compact", "--grace", "now"], ["pull"], ["import", CC, "-s", "cc"]):
         p = ctape(env, "--dir", t, *args)
         assert p.returncode == 0, (args, p.stderr)

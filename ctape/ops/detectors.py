@@ -291,7 +291,7 @@ class Detectors:
         # kept escaped, as base64 or as msgpack are matched as the text they stand for
         parts = [ds, str(self.entropy), str(ENTROPY_LIMIT), str(MIN_GROUP), str(PREVIEW_CONTEXT), _TOKEN.pattern, "strings-alone", "keys", "places", "raw-b64", "decoded-text", "whole-tokens"]
         parts += [f"{k}\0{rx.pattern}\0{rx.flags}" for k, rx in self.patterns]
-        return blake3("\n".join(parts).encode()).hexdigest()
+        return blake3("\n".join(parts).encode("utf-8", "surrogatepass")).hexdigest()  # (a pattern kept by a version that took any)
 
     def can_prefilter(self) -> bool:
         """Whether clean_many can judge bytes: every pattern needs a literal that JSON

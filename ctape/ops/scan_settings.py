@@ -71,6 +71,12 @@ def save_settings(tape: "Tape", data: dict) -> None:
 
 def check_regex(regex: str) -> re.Pattern:
     try:
+        regex.encode("utf-8")
+    except UnicodeEncodeError:
+        # a byte of the argument that is not UTF-8: kept, it made every later scan, redact
+        # and push fail with an internal error (found by an audit)
+        raise InvalidInput(f"bad pattern {regex!r}: it is not valid Unicode (a byte of the argument is not UTF-8)") from None
+    try:
         rx = re.compile(regex)
     except (re.error, OverflowError, RecursionError) as e:  # `a{99999999999}`: OverflowError
         raise InvalidInput(f"bad pattern {regex!r}: {e}") from None

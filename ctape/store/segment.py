@@ -655,6 +655,10 @@ class SegmentWriter(WriterView, Repeats):
         if self.created and self.fd < 0:
             self._close_segment()
             self.created = False
+        self._remove_made_dir()
+
+    def _remove_made_dir(self) -> None:
+        """The session folder this writer created, when nothing was written in it."""
         if self.made_dir:
             try:
                 os.rmdir(self.dir)  # only succeeds when empty
@@ -712,6 +716,9 @@ class SegmentWriter(WriterView, Repeats):
                 if named:
                     os.unlink(path)
                     fsync_dir(self.dir)
+                # a new session's folder goes too: left, it blocked `session cp` to that
+                # name ("already exists") while no command listed the session (an audit)
+                self._remove_made_dir()
                 return
             if self.fd >= 0:
                 os.ftruncate(self.fd, self.offset)
