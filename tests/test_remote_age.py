@@ -249,7 +249,7 @@ def test_a_push_that_brings_in_says_the_conflicts_the_sync_made(tmp_path):
     cli(b, "push")
     cli(b, "compact", "--remote", "origin", "--grace", "now")
     p = cli(a, "push")
-    assert b"session S: main moved on this copy and on origin's" in p.stderr and b"main.conflict-" in p.stderr, p.stderr
+    assert b"session S: main moved on two copies at once (as origin brought it)" in p.stderr and b"main.conflict-" in p.stderr, p.stderr
 
 
 def _x_salvaged_s_and_pushed_its_report(tmp_path):

@@ -1,8 +1,8 @@
 """What an audit of remotes under messy use found (2026-12-07): a secret in one session
 held back every session of a push that compacted first (and a `push --follow` sent no
 append again), a `push --follow` went on pushing to a remote removed (or changed) under
-it, and one that tried again for ever on errors that no retry mends. Each test fails on
-the code before."""
+it, and one that tried again for ever on errors that no retry mends; and a `pull -s` of a
+copied session that could not be read. Each test fails on the code before."""
 
 from __future__ import annotations
 
@@ -136,3 +136,28 @@ def test_a_follower_stops_on_an_error_no_retry_mends(tmp_path):
         raise AssertionError("the follower tries again for ever on another tape's remote") from None
     err = f.stderr.read().decode()
     assert f.returncode == 1 and "another tape" in err and "trying again" not in err, err
+
+
+def test_pull_s_of_a_copied_session_brings_what_it_refers_to(tmp_path):
+    """`push -s dup` of a session made by `session cp` sends the source's files with it;
+    `pull -s dup` brought dup's alone, said "pulled 1 file", and dup could not be read
+    (fsck: "has not arrived yet")."""
+    a, b, remote = tmp_path / "a", tmp_path / "b", tmp_path / "r"
+    remote.mkdir()
+    cli(tmp_path, "init", a)
+    cli(a, "append", "user", "--text", "a0", "-s", "chat")
+    cli(a, "remote", "add", "origin", f"file://{remote}")
+    cli(a, "push")
+    cli(tmp_path, "clone", f"file://{remote}", b)
+    cli(a, "append", "user", "--text", "a1 new in chat", "-s", "chat")
+    cli(a, "append", "user", "--text", "x" * 3000, "-s", "chat")
+    cli(a, "session", "cp", "chat", "dup")
+    cli(a, "append", "user", "--text", "elsewhere", "-s", "other")
+    cli(a, "push", "-s", "dup")
+    cli(a, "push")
+    p = cli(b, "pull", "-s", "dup")
+    assert "also pulling the files of session chat" in p.stderr.decode(), p.stderr
+    p = cli(b, "log", "-s", "dup", "--oneline")
+    assert p.stdout.decode().count("\n") == 3 and "a1 new in chat" in p.stdout.decode()
+    assert cli(b, "fsck").returncode == 0
+    assert cli(b, "log", "-s", "other", check=False).returncode != 0  # what the push sent apart stays there

@@ -87,7 +87,7 @@ def test_a_pull_that_makes_a_conflict_branch_says_so(tmp_path):
     p = run_cli("--dir", a, "pull", env={"CTAPE_WRITER": "laptop"}, check=True)
     err = p.stderr.decode()
     notes = [line for line in err.splitlines() if line.startswith("note:")]
-    assert len(notes) == 1 and "note: session s1: main moved on this copy and on origin's" in notes[0], err
+    assert len(notes) == 1 and "note: session s1: main moved on two copies at once (as origin brought it)" in notes[0], err
     branch = notes[0].split("is kept as ")[1].split(" ")[0]
     assert branch.startswith("main.conflict-")
     listed = run_cli("--dir", a, "branch", "-s", "s1", check=True).stdout.decode()

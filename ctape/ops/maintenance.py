@@ -191,7 +191,7 @@ def _fsck(tape: "Tape") -> dict:
         name = os.path.basename(rel)
         writer = name.split("-")[0] if name.endswith(".seg") else None
         if writer and writer != me:
-            problem(what, f"refers to {h}, which has not arrived yet (written on another machine): run rsync again", "not-synced")
+            problem(what, f"refers to {h}, which has not arrived yet (written on another machine): run rsync or `ctape pull` again", "not-synced")
         else:
             problem(what, f"refers to missing object {h}", "missing")
 

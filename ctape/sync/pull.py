@@ -33,7 +33,7 @@ import secrets
 import time
 from typing import Callable, Iterable, Optional
 
-from ..model.errors import InvalidInput
+from ..model.errors import CtapeError, InvalidInput
 from ..model.refs import CONFLICT
 from ..store.files import check_not_symlink, copy_bytes, fsync_dir, make_folder, storage_error, uninterrupted, write_all
 from ..store.segment import new_file_whole as _new_file
@@ -157,9 +157,13 @@ def _pull(tape, backend: Backend, name: str, sessions: Iterable[str], warn: Call
     with pull_turn(store, warn):
         start_next = dict(state["next"])
         lost = []
+        together: dict[str, set[str]] = {}  # (pull -s) session -> the others a push sent with it
         for _, _, m in layout.new_manifests(store, backend, state, warn):
             layout.note_manifest(state, m)
             lost += m["lost"]
+            names = {f["session"] for f in m["files"]}
+            for s in names & wanted:
+                together.setdefault(s, set()).update(names - wanted)
         layout.lost_announcements(store, backend, state, warn)
         layout.pass_read_deletions(state)
         for s in sorted(wanted - {key.split("/", 1)[0] for key in state["pieces"]}):
@@ -171,6 +175,18 @@ def _pull(tape, backend: Backend, name: str, sessions: Iterable[str], warn: Call
         # made (a session new to this copy has none: a clone reads no refs here)
         branches_before = branches_of(tape, {s for s, _, _ in jobs})
         got, files, skipped = fetch(store, backend, jobs, warn, progress, after)
+        if wanted and together:
+            extra = _needed_too(tape, wanted, together)
+            if extra:
+                # `push -s` sends the files of the sessions that hold what the chosen ones
+                # refer to (a session made by `session cp`, a value stored once per tape)
+                # with them; `pull -s` brought the chosen ones only, which then could not be
+                # read (found by an audit)
+                warn(f"also pulling the files of session{'s' if len(extra) > 1 else ''} {', '.join(extra[:5])}{' ...' if len(extra) > 5 else ''}: "
+                     "the chosen sessions refer to what they hold")
+                wanted |= set(extra)
+                more = fetch(store, backend, missing(store, state, set(extra)), warn, progress, after)
+                got, files, skipped = got + more[0], files + more[1], {k: n + more[2][k] for k, n in skipped.items()}
         try:  # what salvages on other copies found lost: read as lost here too
             reports = losses.write_pulled(store, lost, name, wanted)
         except OSError as e:
@@ -188,6 +204,22 @@ def _pull(tape, backend: Backend, name: str, sessions: Iterable[str], warn: Call
     conflicts = conflicts_made(tape, branches_before)
     return {"remote": name, "files": files, "bytes": got, "requests": backend.requests, "skipped": skipped, "salvage_reports": reports,
             "conflicts": conflicts, "transfer_seconds": round(moved, 3), "index_seconds": round(time.monotonic() - t0 - moved, 3)}
+
+
+def _needed_too(tape, wanted: set[str], together: dict[str, set[str]]) -> list[str]:
+    """The sessions a push sent with the chosen ones that lack an entry their refs name."""
+    tape.store.refresh()
+    out: set[str] = set()
+    for s in sorted(wanted & set(together)):
+        try:
+            st = tape.session(s).refs()
+        except CtapeError:
+            out |= together[s]  # (its refs cannot be read yet: what came with it is needed)
+            continue
+        tips = [*st.branches.values(), *st.tags.values(), st.head_hash]
+        if any(h is not None and not tape.has_entry(h) for h in tips):
+            out |= together[s]
+    return sorted(out - wanted)
 
 
 def branches_of(tape, sessions) -> dict[str, set[str]]:
@@ -209,12 +241,14 @@ def conflicts_made(tape, before: dict[str, set[str]]) -> dict[str, list[str]]:
 
 def conflict_lines(conflicts: dict[str, list[str]], name: str) -> list[str]:
     """What to say of `conflicts` (conflicts_made), which remote NAME brought: HEAD may now be
-    on the other copy's side, and an agent appending on would not know."""
+    on the other copy's side, and an agent appending on would not know. Which copies moved
+    it is not said: a copy that only pulls gets the conflict two others made (it read "on
+    this copy and on NAME's", which blamed it; found by an audit)."""
     out = []
     for session, branches in conflicts.items():
         for b in branches:
             of = b[: b.rindex(CONFLICT)]
-            out.append(f"session {session}: {of} moved on this copy and on {name}'s: one side is {of} now, the other "
+            out.append(f"session {session}: {of} moved on two copies at once (as {name} brought it): one side is {of} now, the other "
                        f"is kept as {b} (see `ctape branch -s {session}` and `ctape log {b} -s {session}`)")
     return out
 
