@@ -21,3 +21,43 @@ def test_a_pattern_that_is_not_unicode_is_refused_and_breaks_nothing(tmp_path):
     assert snapshot(d) == before
     p = run_cli("--dir", d, "scan")
     assert p.returncode == 0 and b"internal error" not in p.stderr, p.stderr
+
+
+def test_import_from_a_terminal_ends_at_one_ctrl_d(tape_dir):
+    """`import -` at a terminal says "end with Ctrl-D"; it took three: each read after the
+    end of input waited for another."""
+    import os
+    import shlex
+    import shutil
+    import sys
+    import time
+
+    import pytest
+
+    if not shutil.which("tmux"):
+        pytest.skip("needs tmux")
+    from test_pager import Terminal
+
+    env = {k: v for k, v in os.environ.items() if k != "TMUX"}
+    env["CTAPE_DIR"] = str(tape_dir)
+    term = Terminal(env)
+    try:
+        ctape = f"{shlex.quote(sys.executable)} -m ctape"
+        term.type(f"{ctape} import - -s x; echo DONE-rc=$?")
+        term.wait_for("Ctrl-D")
+        time.sleep(0.5)
+        term.key("C-d")
+        s = term.wait_for("DONE-rc=2", timeout=10)  # (the line typed holds "DONE-rc=$?")
+        assert "DONE-rc=2" in s and "cannot tell its format" in s and "Traceback" not in s, s[-400:]
+        term.type("clear")
+        line = '{"role": "user", "content": "hello from a terminal"}'
+        term.type(f"{ctape} import openai - -s y; echo DONE-rc=$?")
+        term.wait_for("Ctrl-D")
+        time.sleep(0.5)
+        term.type(line)
+        time.sleep(0.3)
+        term.key("C-d")
+        s = term.wait_for("DONE-rc=0", timeout=10)
+        assert "DONE-rc=0" in s, s[-400:]
+    finally:
+        term.close()

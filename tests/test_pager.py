@@ -125,3 +125,29 @@ def test_a_pager_that_is_not_there_prints_the_output_without_it(term, tmp_path):
     assert "message number 0" in s, s  # the whole log, printed (its last line is the oldest)
     said = err.read_text()
     assert "cannot run the pager 'nosuchpager-xyz' (not found)" in said and "sh: 1" not in said, said
+
+
+def test_ctrl_c_while_the_pager_shows_a_long_output_waits_for_the_pager(tape_dir):
+    """A log longer than a pipe holds (64 KiB): ctape's write waits while less shows the
+    first page. A Ctrl-C there made ctape exit 130 with less still running in the
+    foreground, sharing the terminal with the shell; it belongs to the pager, as in git."""
+    with Tape.open(tape_dir) as t:
+        s = t.session("chat")
+        with t.batch():
+            for i in range(3000):
+                s.append("user", {"content": f"message number {i} " + "x" * 40})
+    env = {k: v for k, v in os.environ.items() if k not in ("PAGER", "CTAPE_PAGER", "LESS", "TMUX")}
+    env["CTAPE_DIR"] = str(tape_dir)
+    term = Terminal(env)
+    try:
+        term.type(f"{CTAPE} log; echo AFTER-rc=$?; ps -C less -o stat= | wc -l | sed 's/^/LESS-/'")
+        term.wait_for("message number 2999")
+        time.sleep(0.5)
+        term.key("C-c")
+        time.sleep(1.0)
+        assert "AFTER-rc" not in term.screen(), term.screen()  # still the pager's
+        term.key("q")
+        s = term.wait_for("LESS-")
+        assert "AFTER-rc=0" in s and "LESS-0" in s, s
+    finally:
+        term.close()

@@ -64,7 +64,14 @@ def page(text: str) -> None:
         click.echo(text, nl=False)  # a pager that cannot start: print as if there were none
         return
     try:
-        proc.stdin.write(text.encode("utf-8", "replace"))
+        try:
+            proc.stdin.write(text.encode("utf-8", "replace"))
+        except KeyboardInterrupt:
+            # Ctrl-C while the pager shows the first pages (a pipe holds 64 KiB: the write
+            # waits for it) belongs to the pager too: the rest is not written, and ctape
+            # waits for the pager as below. It went on to exit 130 with `less` still
+            # running in the foreground, sharing the terminal with the shell (an audit)
+            pass
         proc.stdin.close()
     except BrokenPipeError:
         pass  # the reader quit early (q in less): that is not an error

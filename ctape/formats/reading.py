@@ -105,22 +105,32 @@ def _zstd_reader(source):
 def _sniffed(raw, f) -> "_Closing":
     """`raw` read front to back, decompressed if it starts with zstd's magic number."""
     head = raw.read(len(ZSTD_MAGIC))
-    source = _Prefixed(head, raw)
+    source = _Prefixed(head, raw, ended=len(head) < len(ZSTD_MAGIC))
     return _Closing(_zstd_reader(source) if head == ZSTD_MAGIC else source, f)
 
 
 class _Prefixed:
-    """The bytes already read from a stream, then the rest of it."""
+    """The bytes already read from a stream, then the rest of it, up to its first end: a
+    terminal gives an end for each Ctrl-D, and a read after one waits for another (`import
+    -` took three Ctrl-D where its prompt says one; found by an audit)."""
 
-    def __init__(self, head: bytes, rest):
-        self.head, self.rest = head, rest
+    def __init__(self, head: bytes, rest, ended: bool = False):
+        self.head, self.rest, self.ended = head, rest, ended
+        try:
+            self.tty = rest.isatty()  # (its reads end at a line, or at a Ctrl-D: one read each)
+        except (AttributeError, ValueError, OSError):
+            self.tty = False
 
     def read(self, n: int = -1) -> bytes:
         if self.head:
             out = self.head if n < 0 or n >= len(self.head) else self.head[:n]
             self.head = self.head[len(out):]
             return out
-        return self.rest.read(n)
+        if self.ended or n == 0:
+            return b""
+        out = self.rest.read1(n if n > 0 else CHUNK) if self.tty else self.rest.read(n)
+        self.ended = not out
+        return out
 
     def close(self) -> None:
         pass  # the file under it is closed by its owner (_Closing)
