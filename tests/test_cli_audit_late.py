@@ -61,3 +61,32 @@ def test_import_from_a_terminal_ends_at_one_ctrl_d(tape_dir):
         assert "DONE-rc=0" in s, s[-400:]
     finally:
         term.close()
+
+
+def test_long_output_is_written_as_it_is_made(monkeypatch):
+    """`log` of 200,000 entries showed nothing for 10-15 s (`log | head -1` waited for all
+    of it) and held all its text at once: the lines were joined before the first write."""
+    import click
+    import pytest
+
+    from ctape.cli import base
+
+    made = []
+
+    def lines():
+        for i in range(10**6):
+            made.append(i)
+            yield f"entry {i:064x} (HEAD -> main)"
+
+    class Enough(Exception):
+        pass
+
+    def first_write(text, *a, **kw):
+        raise Enough(len(made))
+
+    monkeypatch.setattr(click, "echo", first_write)
+    for use_pager in (False, True):  # (stdout is no terminal here: no pager either way)
+        made.clear()
+        with pytest.raises(Enough) as e:
+            base.echo_lines(lines(), use_pager)
+        assert e.value.args[0] < 5000, e.value.args  # the first lines, not the million

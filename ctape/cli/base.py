@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import errno
+import itertools
 import os
 import sys
 import warnings
@@ -525,16 +526,22 @@ def emit_json(value) -> None:
 
 
 def echo_lines(lines, use_pager: bool) -> None:
-    """Lines to stdout, through the pager (pager.py) when `use_pager` and they are many."""
-    text = "\n".join(lines)
-    if not text:
-        return
-    if use_pager:
-        from .pager import page
+    """Lines to stdout as they come, through the pager (pager.py) when `use_pager` and they
+    are many. Nothing at all for no lines, or a single empty one."""
+    from .pager import chunks, page, _write
 
-        page(text + "\n")
+    lines = iter(lines)
+    first = next(lines, None)
+    if first is None:
+        return
+    second = next(lines, None)
+    if second is None and not first:
+        return
+    lines = itertools.chain([first] if second is None else [first, second], lines)
+    if use_pager:
+        page(lines)
     else:
-        click.echo(text)
+        _write(chunks(lines))
 
 
 def session_in_ref(tape, ref: str) -> str | None:

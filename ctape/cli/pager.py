@@ -6,16 +6,25 @@ on the screen is printed directly. `less` gets LESS=FRX unless the user set LESS
 when the text fits one screen, pass colours through, and no alternate screen, so what was
 read stays on the screen after `q`), and LV=-c as git sets it. A pager whose program is
 not found is skipped with one warning line, as git's "cannot run" (the output is printed).
+Output streams as it is made, into the pager or to stdout: only the first screen's worth
+is read before the first write. A Ctrl-C while the pager runs is the pager's, as in git.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import subprocess
 import sys
+from typing import Iterator
 
 import click
+
+
+def _write(pieces: Iterator[str]) -> None:
+    for piece in pieces:
+        click.echo(piece, nl=False)
 
 
 def pager_command() -> str | None:
@@ -40,19 +49,50 @@ def _runnable(cmd: str) -> bool:
     return not words or shutil.which(words[0]) is not None or words[0] in ("exec", "command", "env")
 
 
-def page(text: str) -> None:
-    """Write `text` (lines, with a final newline) to stdout, through the pager when it is
-    long and stdout is a terminal."""
+CHUNK_LINES = 1 << 16  # characters written at a time: output streams as it is made
+
+
+def chunks(lines: Iterator[str]) -> Iterator[str]:
+    """The lines joined into pieces of about CHUNK_LINES characters, each ending in a newline."""
+    buf: list[str] = []
+    size = 0
+    for line in lines:
+        buf.append(line)
+        size += len(line) + 1
+        if size >= CHUNK_LINES:
+            yield "\n".join(buf) + "\n"
+            buf, size = [], 0
+    if buf:
+        yield "\n".join(buf) + "\n"
+
+
+def page(lines: Iterator[str]) -> None:
+    """Write the lines to stdout as they come, through the pager when they are more than
+    the screen holds and stdout is a terminal. Only the first screen's worth is read
+    before anything is written: a `log` of 200,000 entries showed nothing for 10-15 s,
+    and held all its text at once (found by an audit)."""
     cmd = pager_command()
-    rows = shutil.get_terminal_size().lines
-    if cmd is None or not sys.stdout.isatty() or text.count("\n") < rows:
-        click.echo(text, nl=False)
+    lines = iter(lines)
+    if cmd is None or not sys.stdout.isatty():
+        _write(chunks(lines))
         return
+    rows = shutil.get_terminal_size().lines
+    head: list[str] = []
+    shown = 0
+    for line in lines:
+        head.append(line)
+        shown += line.count("\n") + 1
+        if shown >= rows:
+            break
+    if shown < rows:
+        _write(chunks(iter(head)))
+        return
+    rest = chunks(itertools.chain(head, lines))
     if not _runnable(cmd):
         # as git does ("cannot run PAGER"): the output is printed without it, not lost (the
         # shell said "not found" and the text went nowhere, exit 0: found by an audit)
         click.echo(f"ctape: warning: cannot run the pager {cmd!r} (not found); printing without it", err=True)
-        click.echo(text, nl=False)
+        _write(rest)
         return
     env = dict(os.environ)
     env.setdefault("LESS", "FRX")
@@ -61,11 +101,12 @@ def page(text: str) -> None:
     try:
         proc = subprocess.Popen(cmd, shell=True, stdin=subprocess.PIPE, env=env)
     except OSError:
-        click.echo(text, nl=False)  # a pager that cannot start: print as if there were none
+        _write(rest)  # a pager that cannot start: print as if there were none
         return
     try:
         try:
-            proc.stdin.write(text.encode("utf-8", "replace"))
+            for piece in rest:
+                proc.stdin.write(piece.encode("utf-8", "replace"))
         except KeyboardInterrupt:
             # Ctrl-C while the pager shows the first pages (a pipe holds 64 KiB: the write
             # waits for it) belongs to the pager too: the rest is not written, and ctape
