@@ -90,3 +90,21 @@ def test_long_output_is_written_as_it_is_made(monkeypatch):
         with pytest.raises(Enough) as e:
             base.echo_lines(lines(), use_pager)
         assert e.value.args[0] < 5000, e.value.args  # the first lines, not the million
+
+
+def test_an_option_that_takes_one_name_refuses_a_second(tmp_path):
+    """`branch -d nosuch -d retry` deleted retry alone and exited 0 (click keeps the last
+    value of an option given twice)."""
+    d = tmp_path / "t"
+    with Tape.init(d) as t:
+        s = t.session("s")
+        s.append("user", {"content": "hi"})
+        s.branch("retry")
+        t.session("s").tag("v1")
+    before = snapshot(d)
+    for args in (("branch", "-d", "nosuch", "-d", "retry"), ("branch", "-D", "a", "-D", "retry"), ("tag", "-d", "x", "-d", "v1"),
+                 ("checkout", "-b", "x", "-b", "y")):
+        p = run_cli("--dir", d, *args, "-s", "s")
+        err = p.stderr.decode()
+        assert p.returncode == 2 and "given 2 times" in err and len(err.strip().splitlines()) == 1, (args, err)
+    assert snapshot(d) == before

@@ -715,6 +715,15 @@ def _print_version(ctx, _param, value) -> None:
     ctx.exit()
 
 
+def once(ctx, param, values):
+    """The callback of an option that takes one NAME (given with multiple=True, so that a
+    second is seen): click kept the last of `branch -d a -d b` and deleted b alone, exit
+    0, where more names are a usage error (found by an audit)."""
+    if len(values) > 1:
+        raise click.UsageError(f"{param.opts[0]} is given {len(values)} times; it takes one NAME (one command for each)")
+    return values[0] if values else None
+
+
 session_option = click.option("-s", "--session", envvar="CTAPE_SESSION", callback=_no_empty_session,
                               help="Session name (default: $CTAPE_SESSION, else `ctape session use`, else the only one).")
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output (JSON Lines for listings).")

@@ -6,7 +6,7 @@ import warnings
 
 import click
 
-from .base import echo_lines, emit_json, json_option, main, need_session, need_stdout, open_tape, pager_option, session_option
+from .base import echo_lines, emit_json, json_option, main, need_session, need_stdout, once, open_tape, pager_option, session_option
 from .search import _safe, summary_of
 
 
@@ -92,7 +92,7 @@ def _prefix_of(tape, name: str):
 
 @main.command()
 @click.argument("ref", required=False)
-@click.option("-b", "new_branch", metavar="NAME", help="Create branch NAME at REF (default: HEAD) and attach HEAD to it.")
+@click.option("-b", "new_branch", metavar="NAME", multiple=True, callback=once, help="Create branch NAME at REF (default: HEAD) and attach HEAD to it.")
 @session_option
 @click.pass_context
 def checkout(ctx, ref, new_branch, session):
@@ -159,8 +159,10 @@ def _named_session(tape, ref) -> str | None:
 @main.command()
 @click.argument("name", required=False)
 @click.argument("ref", required=False)
-@click.option("-d", "--delete", "delete", metavar="NAME", help="Delete branch NAME (its entries stay); refuses the checked-out branch.")
-@click.option("-D", "force_delete", metavar="NAME", help="Delete branch NAME even if checked out: HEAD stays, detached, at its tip.")
+@click.option("-d", "--delete", "delete", metavar="NAME", multiple=True, callback=once,
+              help="Delete branch NAME (its entries stay); refuses the checked-out branch.")
+@click.option("-D", "force_delete", metavar="NAME", multiple=True, callback=once,
+              help="Delete branch NAME even if checked out: HEAD stays, detached, at its tip.")
 @click.option("-f", "--force", is_flag=True, help="Move NAME to REF if it exists (the branch HEAD is on too: this takes appends back).")
 @session_option
 @json_option
@@ -274,7 +276,7 @@ def reflog(ctx, session_arg, session, limit, as_json, no_pager):
 @main.command()
 @click.argument("name", required=False)
 @click.argument("ref", required=False)
-@click.option("-d", "--delete", "delete", metavar="NAME", help="Delete tag NAME (the entry stays on the tape).")
+@click.option("-d", "--delete", "delete", metavar="NAME", multiple=True, callback=once, help="Delete tag NAME (the entry stays on the tape).")
 @click.option("-f", "--force", is_flag=True, help="Move an existing tag NAME to REF.")
 @session_option
 @json_option
