@@ -108,3 +108,17 @@ def test_an_option_that_takes_one_name_refuses_a_second(tmp_path):
         err = p.stderr.decode()
         assert p.returncode == 2 and "given 2 times" in err and len(err.strip().splitlines()) == 1, (args, err)
     assert snapshot(d) == before
+
+
+def test_init_in_a_folder_that_holds_other_files_says_so(tmp_path):
+    """`ctape init .` in a project made the project folder the tape without a word."""
+    proj = tmp_path / "proj"
+    (proj / "src").mkdir(parents=True)
+    (proj / "README").write_text("hi")
+    p = run_cli("init", ".", cwd=proj)
+    err = p.stderr.decode()
+    assert p.returncode == 0 and "warning" in err and "README, src" in err and "./.ctape" in err, err
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    p = run_cli("init", empty)
+    assert p.returncode == 0 and "warning" not in p.stderr.decode(), p.stderr

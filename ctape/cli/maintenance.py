@@ -37,8 +37,19 @@ def init(ctx, path):
     inner = os.path.join(target, ".ctape")
     if not _is_tape(target) and _is_tape(inner):
         target = inner  # a folder holding a tape in .ctape/ names that tape, as --dir does
+    try:
+        others = sorted(os.listdir(target)) if not _is_tape(target) else []
+    except OSError:
+        others = []
     if Store.init(target):
         click.echo(f"Initialized empty tape in {os.path.abspath(target)}", err=True)
+        if others:
+            # `ctape init .` in a project made the project folder the tape, its files among
+            # the tape's (fsck then listed each as "not part of a tape"; an audit): git's
+            # `init .` makes ./.git. Said, not refused: init PATH makes the tape at PATH
+            shown = ", ".join(others[:3]) + (" ..." if len(others) > 3 else "")
+            click.echo(f"ctape: warning: {os.path.abspath(target)} already held other files ({shown}): the tape's files "
+                       "are among them now; `ctape init` with no PATH makes ./.ctape instead", err=True)
         if outer is not None:
             click.echo(f"note: commands in this folder and below now use this tape, not {outer}", err=True)
     else:
