@@ -122,3 +122,15 @@ def test_init_in_a_folder_that_holds_other_files_says_so(tmp_path):
     empty.mkdir()
     p = run_cli("init", empty)
     assert p.returncode == 0 and "warning" not in p.stderr.decode(), p.stderr
+
+
+def test_an_option_in_the_wrong_place_says_where_it_goes(tmp_path):
+    d = tmp_path / "t"
+    with Tape.init(d) as t:
+        t.session("s").append("user", {"content": "hi"})
+    p = run_cli("--dir", d, "-s", "s", "log")
+    assert p.returncode == 2 and "-s goes after it" in p.stderr.decode(), p.stderr
+    p = run_cli("log", "--dir", d)
+    assert p.returncode == 2 and "--dir goes before the command (ctape --dir DIR log" in p.stderr.decode(), p.stderr
+    p = run_cli("--dir", d, "show", "@{1}", "-s", "s")
+    assert p.returncode == 2 and "did you mean HEAD@{1}?" in p.stderr.decode(), p.stderr

@@ -53,6 +53,9 @@ class CtapeGroup(click.Group):
                 click.echo(ctx.get_help())  # bare `ctape` (or `ctape session`): the help, not an error
                 sys.exit(0)
             message = e.format_message()
+            if isinstance(e, click.NoSuchOption) and ctx is not None:
+                hint = _misplaced_option(e.option_name, ctx)
+                message = message.rstrip(".") + hint if hint else message
             if isinstance(e, click.UsageError) and ctx is not None:
                 if message.endswith("?"):  # "No such command 'lgo'. Did you mean 'log'?"
                     message += f" (see `{ctx.command_path} --help`)"
@@ -268,6 +271,16 @@ def _stderr_is_terminal() -> bool:
 
 
 OWN_PROCESS = False  # set by the `ctape` command (ctape.__main__.run): the process is ctape's alone
+
+
+def _misplaced_option(name: str, ctx) -> str:
+    """Where an option given in the wrong place goes: `--dir` before the command (it is the
+    main command's), `-s` after it (each command's); click said only "No such option"."""
+    if name == "--dir" and ctx.parent is not None:
+        return f" here: --dir goes before the command (ctape --dir DIR {ctx.info_name} ...)"
+    if name in ("-s", "--session") and ctx.parent is None:
+        return " before the command: -s goes after it (ctape COMMAND -s SESSION)"
+    return ""
 
 
 def _leave_lingering_threads(code) -> None:

@@ -49,7 +49,8 @@ def parse_ref(text: str) -> RefSpec:
     rest = "" if m is None else text[m.start() :]
     if not base:
         what = "@{" if rest.startswith("@{") else rest[0]
-        also = "; ^REF (git's \"not REF\") is not read here: `ctape diff A B` compares two refs" if what == "^" else ""
+        also = ("; ^REF (git's \"not REF\") is not read here: `ctape diff A B` compares two refs" if what == "^" else
+                f"; did you mean HEAD{rest}?" if what == "@{" else "")
         raise InvalidInput(f"invalid ref {shown(text)}: nothing before {what!r}{also}")
     reflog = None
     if rest.startswith("@{"):
