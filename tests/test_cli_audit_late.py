@@ -134,3 +134,14 @@ def test_an_option_in_the_wrong_place_says_where_it_goes(tmp_path):
     assert p.returncode == 2 and "--dir goes before the command (ctape --dir DIR log" in p.stderr.decode(), p.stderr
     p = run_cli("--dir", d, "show", "@{1}", "-s", "s")
     assert p.returncode == 2 and "did you mean HEAD@{1}?" in p.stderr.decode(), p.stderr
+
+
+def test_append_with_no_payload_says_so(tmp_path):
+    d = tmp_path / "t"
+    with Tape.init(d) as t:
+        t.session("s").append("user", {"content": "hi"})
+    before = snapshot(d)
+    for args, stdin in ((("append", "user", "-s", "s"), b""), (("append", "user", "", "-s", "s"), None)):
+        p = run_cli("--dir", d, *args, input=stdin)
+        assert p.returncode == 2 and "no payload given" in p.stderr.decode(), p.stderr
+    assert snapshot(d) == before

@@ -128,6 +128,11 @@ def append(ctx, kind, payload, session, metas, delta, as_text, time_):
             value = {"call_id": meta["call_id"], "output": text}
         elif kind_value == "error":
             value = {"message": text, **({"call_id": meta["call_id"]} if "call_id" in meta else {})}
+    elif not text.strip():
+        from ..errors import InvalidInput
+
+        # (it said "payload is not valid JSON (Expecting value at line 1 column 1)": an audit)
+        raise InvalidInput("no payload given: give it as an argument (JSON) or on stdin, or plain text with --text")
     else:
         value = _parse_json(text, "payload")
     # --text is about the payload: the state change is always JSON (a merge patch)
