@@ -44,7 +44,7 @@ def _clone(tmp_path, url, remote, name, worth):
     """A clone, reading a summary for uploaders with `worth` manifests or more to read:
     (its refs, its state of the remote, its warnings, its requests)."""
     warned: list[str] = []
-    backend = FileBackend(str(remote))
+    backend = open_backend(url)
     old = summary.SUMMARY_WORTH
     summary.SUMMARY_WORTH = worth
     try:
@@ -143,17 +143,6 @@ def test_on_seaweedfs_a_clone_through_a_summary_learns_what_the_keys_teach(tmp_p
         summary.SUMMARY_EVERY = old
     assert r["summarized"] >= 40, r  # (and the compaction's own push)
     a.close()
-    out = []
-    for name, worth in (("by-keys", 10**9), ("by-summary", 8)):
-        backend, warned = open_backend(remote_url), []
-        old = summary.SUMMARY_WORTH
-        summary.SUMMARY_WORTH = worth
-        try:
-            clone(backend, remote_url, None, str(tmp_path / name), warn=warned.append)
-        finally:
-            summary.SUMMARY_WORTH = old
-        with Tape.open(tmp_path / name) as t:
-            st = {k: v for k, v in remotes.State.load(t.store, "origin", remote_url).items() if k not in VOLATILE}
-        out.append((refs_of(tmp_path / name), st, warned, backend.requests))
+    out = [_clone(tmp_path, remote_url, None, name, worth) for name, worth in (("by-keys", 10**9), ("by-summary", 8))]
     assert out[0][:3] == out[1][:3] and not out[0][2]
     assert out[1][3] <= out[0][3] - 30, (out[0][3], out[1][3])

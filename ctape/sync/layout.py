@@ -175,10 +175,10 @@ def encode_manifest(store, uploader: str, n: int, files: list[dict], deleted: Op
     return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
 
 
-def _load(data: bytes, fmt: str) -> tuple[Optional[dict], str]:
+def _load(data: bytes, fmt: str, limit: int = MAX_MANIFEST) -> tuple[Optional[dict], str]:
     """A remote's JSON document of format `fmt`, version 1: (it, "") or (None, why not;
     "" when it is JSON but not that format)."""
-    if len(data) > MAX_MANIFEST:
+    if len(data) > limit:
         return None, "too large"
     try:
         m = json.loads(data)

@@ -77,18 +77,15 @@ def decode(data: bytes, tape_id: str, compactor: str, n: int) -> tuple[Optional[
     from ..store.files import zstd
 
     z = zstd()
+    limit = 2 * MAX_SUMMARY  # (its JSON escapes: never more than this for MAX_SUMMARY of manifests)
     try:
-        raw = z.ZstdDecompressor().decompressobj().decompress(data)  # (a frame with no size given is read too)
+        with z.ZstdDecompressor().stream_reader(data, read_across_frames=True) as r:
+            raw = r.read(limit + 1)  # a bomb stops here
     except z.ZstdError:
         return None, "not a zstd frame"
-    if len(raw) > MAX_SUMMARY + (64 << 20):
-        return None, "too large"
-    try:
-        body = json.loads(raw)
-    except ValueError:
-        return None, "not JSON"
-    if not isinstance(body, dict) or body.get("format") != SUMMARY_FORMAT or body.get("version") != 1:
-        return None, "not a ctape summary"
+    body, why = layout._load(raw, SUMMARY_FORMAT, limit)
+    if body is None:
+        return None, why or "not a ctape summary"
     if body.get("tape_id") != tape_id or body.get("compactor") != compactor or body.get("n") != n:
         return None, "names another tape, compactor or number than its key"
     texts = body.get("manifests")
