@@ -168,3 +168,29 @@ def test_pull_s_of_a_copied_session_brings_what_it_refers_to(tmp_path):
     assert p.stdout.decode().count("\n") == 3 and "a1 new in chat" in p.stdout.decode()
     assert cli(b, "fsck").returncode == 0
     assert cli(b, "log", "-s", "other", check=False).returncode != 0  # what the push sent apart stays there
+
+
+def test_a_session_that_refers_to_one_held_back_before_the_compaction_waits_with_it(tmp_path):
+    """(Found in review of the fix above.) The sessions held back before the compaction
+    were not known to the check after it: a `session cp` of one went up alone, and a
+    clone could not read it."""
+    a, b, remote = tmp_path / "a", tmp_path / "b", tmp_path / "r"
+    remote.mkdir()
+    cli(tmp_path, "init", a)
+    for i in range(3):
+        cli(a, "append", "user", "--text", f"a{i}", "-s", "chat")
+    cli(a, "remote", "add", "origin", f"file://{remote}")
+    cli(a, "push")
+    cli(tmp_path, "clone", f"file://{remote}", b)
+    cli(b, "append", "user", "--text", "benign base", "-s", "other")
+    cli(b, "append", "user", "--text", AWS, "-s", "other")
+    assert cli(b, "push", check=False).returncode == 1
+    cli(a, "pull")
+    cli(a, "append", "user", "--text", "a4", "-s", "chat")
+    cli(a, "compact", "--remote", "origin", "--grace", "now")
+    cli(b, "session", "cp", "other~1", "copy")
+    p = cli(b, "push", "--json", check=False)
+    r = json.loads(p.stdout.decode().splitlines()[0])
+    assert p.returncode == 1 and sorted(r["held_back"]) == ["copy", "other"], r
+    cli(tmp_path, "clone", f"file://{remote}", tmp_path / "c")
+    assert cli(tmp_path / "c", "fsck", check=False).returncode == 0

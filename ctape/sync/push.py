@@ -134,7 +134,8 @@ def _files(todo: Iterable[tuple]) -> list[tuple[str, str]]:
 
 
 def _checked(tape, state: State, chosen: list[str], todo: list[tuple], allow_secrets: bool,
-             whole: bool = True, asked: Optional[list[str]] = None) -> tuple[Optional[dict[str, int]], dict[str, str], list[tuple]]:
+             whole: bool = True, asked: Optional[list[str]] = None,
+             held: Optional[dict[str, str]] = None) -> tuple[Optional[dict[str, int]], dict[str, str], list[tuple]]:
     """The secrets check of what this push would upload (check_secrets' ends), the sessions
     held back (session -> the line that says why) and what goes up. Damage or a finding in
     one session holds back only that session (SPEC section 14), and the others go up: a
@@ -144,8 +145,9 @@ def _checked(tape, state: State, chosen: list[str], todo: list[tuple], allow_sec
     upload refers to what a held-back one stores waits with it. When nothing is left to
     send, the push is refused as a whole, with the check's own line (unless not `whole`:
     a later round of a push that sent some already). `asked`: the sessions of `push -s`,
-    whose closure `todo` is: what it added only for a held-back one stays home too."""
-    held = _damaged_uploads(tape, todo, read=allow_secrets)
+    whose closure `todo` is: what it added only for a held-back one stays home too. `held`:
+    sessions held back already (by the check before a compaction: _refused_first)."""
+    held = {**(held or {}), **_damaged_uploads(tape, todo, read=allow_secrets)}
     rest = [p for p in todo if p[0] not in held]
     try:
         ends = check_secrets(tape, [s for s in chosen if s not in held], allow_secrets, _files(rest))
@@ -525,7 +527,6 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
         # chosen sessions is checked first (the scan cache answers for entries seen before);
         # the files the push then uploads are checked again below
         early = _refused_first(tape, chosen, allow_secrets)
-        chosen = [s for s in chosen if s not in early]
         # what replaced them comes first (the compactor's packs, other copies' files of those
         # sessions), as a pull of those sessions would bring it: this copy's compaction then
         # holds all the remote's did, and a pack equal to the remote's is already there.
@@ -535,8 +536,7 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
         # (found by an audit of a remote's age). What came is checked before the compaction
         # too: a refusal then leaves it, as a pull would have, and nothing compacted
         if _bring_in(tape, backend, name, state, sorted({key.split("/", 1)[0] for key in held}), warn):
-            early.update(_refused_first(tape, chosen, allow_secrets))
-            chosen = [s for s in chosen if s not in early]
+            early.update(_refused_first(tape, [s for s in chosen if s not in early], allow_secrets))
         warn(f"the remote's compaction deleted {len(held)} {plural(len(held), 'file', 'files')} this copy still holds; compacting this copy first, so that what it needs goes up in its packs")
         tape.compact()
         # what the compaction kept as it was (a session already in one pack with nothing
@@ -554,8 +554,9 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
     if asked:
         chosen, todo = _with_what_they_need(tape, state, chosen, todo)
     t_check = time.monotonic()
-    checked, held_back, todo = _checked(tape, state, chosen, todo, allow_secrets, asked=asked)  # before anything leaves (SPEC section 18)
-    held_back.update(early)
+    # before anything leaves (SPEC section 18); what the check before a compaction held back
+    # stays held, and what refers to it waits with it
+    checked, held_back, todo = _checked(tape, state, chosen, todo, allow_secrets, asked=asked, held=early)
     sending = {p[0] for p in todo}
     chosen = [s for s in chosen if s not in held_back and (asked is None or s in asked or s in sending)]
     more = [s for s in chosen if s not in wanted] if wanted else []
