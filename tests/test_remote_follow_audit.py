@@ -194,3 +194,23 @@ def test_a_session_that_refers_to_one_held_back_before_the_compaction_waits_with
     assert p.returncode == 1 and sorted(r["held_back"]) == ["copy", "other"], r
     cli(tmp_path, "clone", f"file://{remote}", tmp_path / "c")
     assert cli(tmp_path / "c", "fsck", check=False).returncode == 0
+
+
+def test_pull_s_of_a_copied_session_that_grew_brings_what_it_refers_to(tmp_path):
+    """(Found in review.) An append to the copy after `session cp`: its tip is in its own
+    file, its parent in the source's; the check looked at the tips only."""
+    a, b, remote = tmp_path / "a", tmp_path / "b", tmp_path / "r"
+    remote.mkdir()
+    cli(tmp_path, "init", a)
+    cli(a, "append", "user", "--text", "a0", "-s", "chat")
+    cli(a, "remote", "add", "origin", f"file://{remote}")
+    cli(a, "push")
+    cli(tmp_path, "clone", f"file://{remote}", b)
+    cli(a, "append", "user", "--text", "a1 new in chat", "-s", "chat")
+    cli(a, "session", "cp", "chat", "dup")
+    cli(a, "append", "user", "--text", "dup's own append", "-s", "dup")
+    cli(a, "push", "-s", "dup")
+    p = cli(b, "pull", "-s", "dup")
+    assert "also pulling the files of session chat" in p.stderr.decode(), p.stderr
+    assert cli(b, "log", "-s", "dup", "--oneline").stdout.decode().count("\n") == 3
+    assert cli(b, "fsck").returncode == 0

@@ -524,7 +524,7 @@ class S3Backend(Backend):
         """One line, never botocore's own text (it may echo request details)."""
         bx = self.bx
         if isinstance(e, bx.NoCredentialsError):
-            return LastingRemoteError(f"no AWS credentials for {self.where}: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE")
+            return RemoteError(f"no AWS credentials for {self.where}: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE")
         if isinstance(e, bx.ReadTimeoutError):
             return RemoteError(f"no answer from {self.where} at {self.endpoint or 'AWS'} in {self.wait:g} s ({TRIES} tries) while trying to {what}; "
                                "check --endpoint / AWS_ENDPOINT_URL and the network, or give it longer (CTAPE_REMOTE_TIMEOUT=SECONDS)")
@@ -541,6 +541,8 @@ class S3Backend(Backend):
             status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
             if code == "NoSuchBucket":
                 return LastingRemoteError(self._no_bucket())
+            if code == "RequestTimeTooSkewed":  # (a 403: a laptop's clock, just back from sleep, catches up)
+                return RemoteError(f"{self.where} refused to {what}: this machine's clock is off from the server's; check the clock")
             if code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "InvalidToken", "ExpiredToken") or status == 403:
                 return LastingRemoteError(f"access denied by {self.where} ({code or status}) while trying to {what}; check the AWS credentials")
             if isinstance(status, int) and status >= 500 or code in ("SlowDown", "InternalError", "ServiceUnavailable"):

@@ -182,7 +182,7 @@ def _load(data: bytes, fmt: str, limit: int = MAX_MANIFEST) -> tuple[Optional[di
         return None, "too large"
     try:
         m = json.loads(data)
-    except ValueError:
+    except (ValueError, RecursionError):  # (nested past the parser's depth: junk)
         return None, "not JSON"
     if not isinstance(m, dict) or m.get("format") != fmt or m.get("version") != 1:
         return None, ""
@@ -390,6 +390,7 @@ def new_manifests(store, backend: Backend, state, warn, cursor: str = "next") ->
             if found[0] is not None:
                 end = min(found[0].usable(u, n, listed), top + 1)
                 for k in range(n, end):
+                    gaps.pop(manifest_key(u, k), None)  # (restored since it was found missing)
                     yield u, k, found[0].manifests[u][k]
                     state[cursor][u] = k + 1
                 n = max(n, end)

@@ -185,8 +185,15 @@ def _pull(tape, backend: Backend, name: str, sessions: Iterable[str], warn: Call
                 warn(f"also pulling the files of session{'s' if len(extra) > 1 else ''} {', '.join(extra[:5])}{' ...' if len(extra) > 5 else ''}: "
                      "the chosen sessions refer to what they hold")
                 wanted |= set(extra)
+                branches_before.update(branches_of(tape, set(extra)))  # (a conflict made in one of them is said too)
                 more = fetch(store, backend, missing(store, state, set(extra)), warn, progress, after)
                 got, files, skipped = got + more[0], files + more[1], {k: n + more[2][k] for k, n in skipped.items()}
+            still = [s for s in sorted(wanted) if s in together and lacking(tape, s)]
+            if still:
+                # what it refers to went up with another push than its own: which session
+                # holds it, a remote does not say
+                warn(f"session{'s' if len(still) > 1 else ''} {', '.join(still[:5])} refer{'' if len(still) > 1 else 's'} to entries or "
+                     f"values that other sessions on {name} hold: pull them too (`ctape pull {name}` brings every session)")
         try:  # what salvages on other copies found lost: read as lost here too
             reports = losses.write_pulled(store, lost, name, wanted)
         except OSError as e:
@@ -207,19 +214,50 @@ def _pull(tape, backend: Backend, name: str, sessions: Iterable[str], warn: Call
 
 
 def _needed_too(tape, wanted: set[str], together: dict[str, set[str]]) -> list[str]:
-    """The sessions a push sent with the chosen ones that lack an entry their refs name."""
-    tape.store.refresh()
+    """The sessions a push sent with the chosen ones, when a chosen one refers to what this
+    copy lacks (lacking); none when nothing is lacking."""
     out: set[str] = set()
     for s in sorted(wanted & set(together)):
-        try:
-            st = tape.session(s).refs()
-        except CtapeError:
-            out |= together[s]  # (its refs cannot be read yet: what came with it is needed)
-            continue
-        tips = [*st.branches.values(), *st.tags.values(), st.head_hash]
-        if any(h is not None and not tape.has_entry(h) for h in tips):
+        if lacking(tape, s):
             out |= together[s]
     return sorted(out - wanted)
+
+
+def lacking(tape, session: str) -> bool:
+    """Does the session refer to an object this copy lacks: an entry its ref records set,
+    or the parent or a large value of an entry its files hold? (As fsck's "has not arrived
+    yet": a tip alone missed an append made after a `session cp`, found in review.) One
+    read of the session's files."""
+    from ..model.canonical import blob_refs
+    from ..model.schema import decode_entry
+    from ..store import framing
+    from ..store.files import TYPE_ENTRY
+
+    store = tape.store
+    store.refresh()
+    named: set[str] = set()
+    for rel in store.list_files(session):
+        for item in store.scan_file(rel):
+            if not isinstance(item, framing.Record):
+                continue
+            if item.type == framing.T_OBJECT and len(item.body) > 33 and item.body[32] == TYPE_ENTRY:
+                h = item.body[:32].hex()
+                try:
+                    raw = decode_entry(h, store.decode_object(h, item.body)[1])
+                except (CtapeError, ValueError, KeyError, TypeError):
+                    continue  # damage is fsck's to say
+                named.update(blob_refs([raw.get("payload"), raw.get("meta"), raw.get("delta")], []))
+                if raw.get("parent"):
+                    named.add(raw["parent"])
+            elif item.type == framing.T_REF:
+                try:
+                    rec = json.loads(item.body)
+                except ValueError:
+                    continue
+                sets = rec.get("set") if isinstance(rec, dict) else None
+                if isinstance(sets, dict):
+                    named.update(v for v in sets.values() if isinstance(v, str) and len(v) == 64)
+    return any(not store.has_object(h) for h in named)
 
 
 def branches_of(tape, sessions) -> dict[str, set[str]]:

@@ -33,7 +33,7 @@ from .backend import Backend
 SUMMARY_FORMAT = "ctape-remote-summary"
 SUMMARY_EVERY = 256  # compact --remote writes a summary once this many manifests are not in the newest
 SUMMARY_WORTH = 32  # a reader GETs the newest summary for an uploader with this many manifests to read
-MAX_SUMMARY = 512 << 20  # bytes of manifests in one summary (a reader holds them all at once)
+MAX_SUMMARY = 128 << 20  # bytes of manifests in one summary (~300,000; a reader holds them all at once)
 
 
 def summary_key(compactor: str, n: int) -> str:
