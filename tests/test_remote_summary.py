@@ -20,7 +20,7 @@ from ctape.sync.push import push
 
 from test_remote import refs_of, remote_url, s3env, seaweed  # noqa: F401
 
-VOLATILE = ("checked", "made")  # (when the state was made; equal in kind)
+VOLATILE = ("checked", "made", "summaries")  # (when the state was made; what the summaries reach: bookkeeping)
 
 
 def _tape_with_pushes(tmp_path, pushes: int):
@@ -100,6 +100,15 @@ def test_a_summary_stands_only_for_the_keys_as_they_are_now(tmp_path):
     body = json.loads(filled.read_bytes())
     body["files"] = []
     filled.write_bytes(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
+    # and one written again with other bytes of the same size (a writer that lost its newest
+    # manifests and its state reuses their numbers): only its time tells it from the copy
+    same = remote / layout.manifest_key(me, next(k for k in range(n - 1, 0, -1) if b'"blake3"' in (remote / layout.manifest_key(me, k)).read_bytes()))
+    data = same.read_bytes()
+    i = data.index(b'"blake3":"') + 10
+    changed = data[:i] + (b"0" if data[i:i + 1] != b"0" else b"1") + data[i + 1:]
+    assert len(changed) == len(data)
+    same.unlink()
+    same.write_bytes(changed)
     keys = _clone(tmp_path, url, remote, "by-keys", worth=10**9)
     summed = _clone(tmp_path, url, remote, "by-summary", worth=1)
     assert summed[:3] == keys[:3]
@@ -122,7 +131,7 @@ def test_compact_remote_writes_a_summary_now_and_then_and_keeps_two(tmp_path):
     assert all(written) and written == sorted(written), written
     names = sorted(p.name for p in (remote / "s" / a.store.writer).iterdir())
     assert names == [f"{n:020d}.json.zst" for n in (2, 3)], names  # the newest and the one before
-    newest = summary.newest(a.store, FileBackend(str(remote)), lambda m: pytest.fail(m))
+    newest = summary.Summaries(a.store, FileBackend(str(remote)), lambda m: pytest.fail(m), {}).fullest()
     assert newest.total == written[-1] and newest.key.endswith("00000000000000000003.json.zst")
     a.close()
 
@@ -146,3 +155,35 @@ def test_on_seaweedfs_a_clone_through_a_summary_learns_what_the_keys_teach(tmp_p
     out = [_clone(tmp_path, remote_url, None, name, worth) for name, worth in (("by-keys", 10**9), ("by-summary", 8))]
     assert out[0][:3] == out[1][:3] and not out[0][2]
     assert out[1][3] <= out[0][3] - 30, (out[0][3], out[1][3])
+
+
+def test_a_pull_past_what_the_summaries_hold_does_not_read_them_again(tmp_path):
+    """(Found in review.) A pull 32 manifests behind a `push --follow`, past the newest
+    summary, read the whole summary each time for nothing; how far it reaches is kept."""
+    from ctape.sync.pull import pull
+
+    a, remote, url = _tape_with_pushes(tmp_path, 20)
+    assert _summarize(a, remote)
+    _clone(tmp_path, url, remote, "b", worth=8)  # reads the summary: its reach is known there
+
+    class Counting(FileBackend):
+        summary_gets = 0
+
+        def get(self, key):
+            if key.startswith("s/"):
+                Counting.summary_gets += 1
+            return super().get(key)
+
+    for i in range(12):
+        a.session("chat").append("user", {"content": f"later {i}"})
+        push(a, FileBackend(str(remote)), "origin")
+    a.close()
+    b = Tape.open(tmp_path / "b")
+    old = summary.SUMMARY_WORTH
+    summary.SUMMARY_WORTH = 8
+    try:
+        r = pull(b, Counting(str(remote), url), "origin")
+    finally:
+        summary.SUMMARY_WORTH = old
+        b.close()
+    assert r["files"] >= 12 and Counting.summary_gets == 0, (r, Counting.summary_gets)

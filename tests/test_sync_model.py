@@ -797,7 +797,7 @@ class RemoteWorld(World):
                 if r != refs:
                     raise Failure(f"a new clone disagrees with c0: {short(r)} != {short(refs)}")
                 fsck_or_fail(t, "a new clone")
-                learnt.append({k: v for k, v in State.load(t.store, "origin", self.url).items() if k not in ("checked", "made")})
+                learnt.append({k: v for k, v in State.load(t.store, "origin", self.url).items() if k not in ("checked", "made", "summaries")})
             finally:
                 t.close()
             shutil.rmtree(dest)

@@ -116,6 +116,12 @@ class Backend:
         those after that key."""
         raise NotImplementedError
 
+    def stamped(self, prefix: str, start_after: Optional[str] = None) -> Iterator[tuple[str, int, float]]:
+        """(key, size, when it was written by the store's clock, as a timestamp) of every key
+        under prefix (no common prefixes), in key order, after `start_after`: one listing, as
+        `list` (what a summary's copy of a manifest is checked by: summary.py)."""
+        raise NotImplementedError
+
     def aged(self, prefix: str) -> Iterator[tuple[str, float]]:
         """(key, seconds since it was written) for every key under prefix, in key order: by
         the store's own clock, never this machine's. `compact --remote` deletes what is
@@ -365,6 +371,9 @@ class FileBackend(Backend):
 
     def list(self, prefix: str, delimiter: Optional[str] = None, start_after: Optional[str] = None) -> Iterator[tuple[str, int, bool]]:
         yield from sorted((k, st.st_size if st else 0, st is None) for k, st in self._walk(prefix, delimiter, start_after))
+
+    def stamped(self, prefix: str, start_after: Optional[str] = None) -> Iterator[tuple[str, int, float]]:
+        yield from sorted((k, st.st_size, max(st.st_mtime, st.st_ctime)) for k, st in self._walk(prefix, None, start_after) if st)
 
     def aged(self, prefix: str) -> Iterator[tuple[str, float]]:
         now = self._now()
@@ -621,6 +630,12 @@ class S3Backend(Backend):
             rows = [(c["Prefix"][cut:], 0, True) for c in page.get("CommonPrefixes", [])]
             rows += [(o["Key"][cut:], int(o.get("Size", 0)), False) for o in page.get("Contents", [])]
             yield from sorted(rows)
+
+    def stamped(self, prefix: str, start_after: Optional[str] = None) -> Iterator[tuple[str, int, float]]:
+        cut = len(self.prefix) + 1 if self.prefix else 0
+        for page in self._pages(prefix, None, start_after):
+            yield from sorted((o["Key"][cut:], int(o.get("Size", 0)), o["LastModified"].timestamp() if o.get("LastModified") else 0.0)
+                              for o in page.get("Contents", []))
 
     def aged(self, prefix: str) -> Iterator[tuple[str, float]]:
         """Ages by the store's clock: the time its answer to each listing is dated (HTTP

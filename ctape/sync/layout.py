@@ -313,13 +313,14 @@ def manifest_numbers(backend: Backend, uploader: str, first: int = 0) -> list[in
     return sorted(manifest_sizes(backend, uploader, first))
 
 
-def manifest_sizes(backend: Backend, uploader: str, first: int = 0) -> dict[int, int]:
-    """manifest_numbers, each with the size of its key (what a summary's copy is checked by)."""
+def manifest_sizes(backend: Backend, uploader: str, first: int = 0) -> dict[int, tuple[int, float]]:
+    """manifest_numbers, each with the size of its key and when the store wrote it (what a
+    summary's copy is checked by: summary.py)."""
     out = {}
-    for key, size, is_prefix in backend.list(f"m/{uploader}/", start_after=manifest_key(uploader, first - 1) if first > 0 else None):
+    for key, size, when in backend.stamped(f"m/{uploader}/", start_after=manifest_key(uploader, first - 1) if first > 0 else None):
         name = key.rsplit("/", 1)[-1]
-        if not is_prefix and name.endswith(".json") and name[:-5].isdigit() and key == manifest_key(uploader, int(name[:-5])):
-            out[int(name[:-5])] = size
+        if name.endswith(".json") and name[:-5].isdigit() and key == manifest_key(uploader, int(name[:-5])):
+            out[int(name[:-5])] = (size, when)
     return out
 
 
@@ -355,7 +356,7 @@ def new_manifests(store, backend: Backend, state, warn, cursor: str = "next") ->
 
     own = own_number(store, state) or 0
     names = uploaders(backend)
-    found: list = []  # the newest summary, read once, when some uploader has many manifests to read
+    summaries = None  # the newest summaries, looked at when some uploader has many manifests to read
     if own and store.writer not in names:
         names.append(store.writer)  # every manifest of this copy gone: it must look at its own
     gaps = state.setdefault("gaps", {})
@@ -385,13 +386,14 @@ def new_manifests(store, backend: Backend, state, warn, cursor: str = "next") ->
         elif top + 1 - n >= summary.SUMMARY_WORTH:
             # many to read (a clone, a copy away for long): those a summary holds as their
             # keys do are read from it, in one GET (summary.py)
-            if not found:
-                found.append(summary.newest(store, backend, warn))
-            if found[0] is not None:
-                end = min(found[0].usable(u, n, listed), top + 1)
+            if summaries is None:
+                summaries = summary.Summaries(store, backend, warn, state.setdefault("summaries", {}))
+            s = summaries.reaching(u, n)
+            if s is not None:
+                end = min(s.usable(u, n, listed), top + 1)
                 for k in range(n, end):
                     gaps.pop(manifest_key(u, k), None)  # (restored since it was found missing)
-                    yield u, k, found[0].manifests[u][k]
+                    yield u, k, s.manifests[u][k]
                     state[cursor][u] = k + 1
                 n = max(n, end)
         for k, data in zip(range(n, top + 1), gets_in_order(backend, [manifest_key(u, k) for k in range(n, top + 1)])):

@@ -186,7 +186,7 @@ def compact_remote(tape, backend: Backend, name: str, expire="90d", grace="14d",
     with held(store, name, warn):
         out = _carry_out(tape, backend, name, grace_s, before, after, redacted, warn)
     try:  # the manifests summarized for readers far behind, now and then (summary.py)
-        out["summarized"] = summary.write(store, backend, warn)
+        out["summarized"] = summary.write(store, backend, warn, known=State.load(store, name, backend.url).get("summaries"))
     except RemoteError as e:  # the compaction is done: a summary only saves readers requests
         warn(f"no summary of the manifests written ({str(e).rstrip('.')}); the next `compact --remote` writes it")
         out["summarized"] = 0

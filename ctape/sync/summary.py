@@ -44,21 +44,28 @@ class Summary:
     """One summary as read: per uploader, its manifests from 0 on, decoded, and each one's
     size as its key holds it."""
 
-    __slots__ = ("key", "manifests", "sizes", "texts")
+    __slots__ = ("key", "manifests", "sizes", "texts", "written")
 
     def __init__(self, key: str, manifests: dict[str, list[dict]], sizes: dict[str, list[int]], texts: dict[str, list[str]]):
         self.key, self.manifests, self.sizes, self.texts = key, manifests, sizes, texts
+        self.written = 0.0  # when the store wrote it (its listing's time; Summaries sets it)
 
     @property
     def total(self) -> int:
         return sum(len(rows) for rows in self.manifests.values())
 
-    def usable(self, uploader: str, n: int, listed: dict[int, int]) -> int:
+    def reach(self) -> dict[str, int]:
+        return {u: len(rows) for u, rows in self.manifests.items()}
+
+    def usable(self, uploader: str, n: int, listed: dict[int, tuple[int, float]]) -> int:
         """The end of the run of this uploader's manifests from n on that the summary may
-        stand for: each one listed on the remote now, with the size of the summary's copy."""
+        stand for: each one listed on the remote now, with the size of the summary's copy,
+        and written by the store before the summary was (a number written again since, by a
+        writer that lost its newest manifests and its state, may hold other bytes of the
+        same size: found in review)."""
         sizes = self.sizes.get(uploader, [])
         k = n
-        while k < len(sizes) and listed.get(k) == sizes[k]:
+        while k < len(sizes) and k in listed and listed[k][0] == sizes[k] and listed[k][1] < self.written:
             k += 1
         return k
 
@@ -106,37 +113,81 @@ def decode(data: bytes, tape_id: str, compactor: str, n: int) -> tuple[Optional[
     return Summary(summary_key(compactor, n), manifests, sizes, texts), ""
 
 
-def numbers(backend: Backend) -> dict[str, list[int]]:
-    """compactor -> the numbers of its summaries on the remote, in order (one listing)."""
-    out: dict[str, list[int]] = {}
-    for key, _, is_prefix in backend.list("s/"):
+def numbers(backend: Backend) -> dict[str, list[tuple[int, float]]]:
+    """compactor -> its summaries on the remote, (number, when the store wrote it), in order
+    (one listing)."""
+    out: dict[str, list[tuple[int, float]]] = {}
+    for key, _, when in backend.stamped("s/"):
         parts = key.split("/")
-        if is_prefix or len(parts) != 3 or not layout.UPLOADER.fullmatch(parts[1]) or not parts[2].endswith(".json.zst"):
+        if len(parts) != 3 or not layout.UPLOADER.fullmatch(parts[1]) or not parts[2].endswith(".json.zst"):
             continue
         digits = parts[2][:-len(".json.zst")]
         if digits.isdigit() and key == summary_key(parts[1], int(digits)):
-            out.setdefault(parts[1], []).append(int(digits))
+            out.setdefault(parts[1], []).append((int(digits), when))
     return {c: sorted(ns) for c, ns in out.items()}
 
 
-def newest(store, backend: Backend, warn: Callable[[str], None]) -> Optional[Summary]:
-    """Of each compactor's newest summary, the one that holds the most manifests (None:
-    none, or none readable). One listing, and a GET of each compactor's newest."""
-    best: Optional[Summary] = None
-    for compactor, ns in sorted(numbers(backend).items()):
-        key = summary_key(compactor, ns[-1])
-        data = backend.get(key)
-        if data is None:
-            continue  # replaced by a newer one since the listing
-        s, why = decode(data, store.tape_id, compactor, ns[-1])
-        if s is None:
-            warn(f"ignored {key} on the remote: {why}")
-        elif best is None or s.total > best.total:
-            best = s
-    return best
+class Summaries:
+    """Each compacting copy's newest summary, read only when it may reach past where a
+    reader is: how far each one reaches for each uploader is kept in `known` (the reader's
+    state of the remote: key -> {uploader: manifests}), so a pull that is behind, but past
+    what the summaries hold, does not GET them again (a pull of 40 new manifests read a
+    summary of 3,000 for nothing each time: found in review)."""
+
+    def __init__(self, store, backend: Backend, warn: Callable[[str], None], known: dict):
+        self.store, self.backend, self.warn, self.known = store, backend, warn, known
+        self.newest: Optional[dict[str, float]] = None  # key -> when written
+        self.read: dict[str, Optional[Summary]] = {}
+
+    def _listed(self) -> dict[str, float]:
+        if self.newest is None:
+            self.newest = {summary_key(c, ns[-1][0]): ns[-1][1] for c, ns in numbers(self.backend).items()}
+            for key in [k for k in self.known if k not in self.newest]:
+                del self.known[key]  # (replaced by a newer one)
+        return self.newest
+
+    def load(self, key: str) -> Optional[Summary]:
+        if key not in self.read:
+            data = self.backend.get(key)
+            s = None
+            if data is not None:  # (None: replaced by a newer one since the listing)
+                parts = key.split("/")
+                s, why = decode(data, self.store.tape_id, parts[1], int(parts[2][:-len(".json.zst")]))
+                if s is None:
+                    self.warn(f"ignored {key} on the remote: {why}")
+                else:
+                    s.written = self._listed()[key]
+                    self.known[key] = s.reach()
+            self.read[key] = s
+        return self.read[key]
+
+    def reaching(self, uploader: str, n: int) -> Optional[Summary]:
+        """The summary that holds the most of this uploader's manifests, if past n."""
+        best: Optional[Summary] = None
+        for key in sorted(self._listed()):
+            reach = self.known.get(key)
+            if reach is not None and reach.get(uploader, 0) <= n:
+                continue
+            s = self.load(key)
+            if s is not None and len(s.manifests.get(uploader, ())) > n and (best is None or len(s.manifests[uploader]) > len(best.manifests[uploader])):
+                best = s
+        return best
+
+    def fullest(self) -> Optional[Summary]:
+        """The newest summary that holds the most manifests (each read)."""
+        found = [s for s in (self.load(k) for k in sorted(self._listed())) if s is not None]
+        return max(found, key=lambda s: s.total, default=None)
 
 
-def write(store, backend: Backend, warn: Callable[[str], None], every: Optional[int] = None) -> int:
+def _run(listed: dict, k: int) -> int:
+    """How many manifests are listed one after the other from number k on."""
+    n = 0
+    while k + n in listed:
+        n += 1
+    return n
+
+
+def write(store, backend: Backend, warn: Callable[[str], None], every: Optional[int] = None, known: Optional[dict] = None) -> int:
     """compact --remote's step: a new summary, when `every` (SUMMARY_EVERY) manifests or
     more are not in the newest one; how many manifests it holds (0: none written). Built
     from the newest summary, checked against a listing of every uploader's manifests as a
@@ -144,12 +195,20 @@ def write(store, backend: Backend, warn: Callable[[str], None], every: Optional[
     summaries are then deleted, but the one before the new one (a reader that listed it a
     moment ago still finds it)."""
     every = SUMMARY_EVERY if every is None else every
-    base = newest(store, backend, warn)
+    summaries = Summaries(store, backend, warn, dict(known or {}))
+    listings = {u: layout.manifest_sizes(backend, u) for u in layout.uploaders(backend)}
+    reaches = [summaries.known.get(k) for k in summaries._listed()]
+    if all(r is not None for r in reaches):
+        # how far the summaries reach is known (this copy's pull read them): a night that
+        # writes none decides without reading them
+        reach = max(reaches, key=lambda r: sum(r.values()), default={})
+        if sum(_run(listed, reach.get(u, 0)) for u, listed in listings.items()) < every:
+            return 0
+    base = summaries.fullest()
     texts: dict[str, list[str]] = {}
-    todo: dict[str, tuple[dict[int, int], list[int]]] = {}
+    todo: dict[str, tuple[dict[int, tuple[int, float]], list[int]]] = {}
     held = 0
-    for u in layout.uploaders(backend):
-        listed = layout.manifest_sizes(backend, u)
+    for u, listed in listings.items():
         rows: list[str] = []
         if base is not None:
             rows = base.texts.get(u, [])[:base.usable(u, 0, listed)]
@@ -167,7 +226,7 @@ def write(store, backend: Backend, warn: Callable[[str], None], every: Optional[
     for u, (listed, new) in todo.items():
         rows = texts[u]
         for k, data in zip(new, layout.gets_in_order(backend, [layout.manifest_key(u, k) for k in new])):
-            if data is None or len(data) != listed[k] or held + len(data) > MAX_SUMMARY:
+            if data is None or len(data) != listed[k][0] or held + len(data) > MAX_SUMMARY:
                 break  # gone or written again since the listing: the next summary takes it
             m, _ = layout.decode_manifest(data, store.tape_id, u, k)
             try:
@@ -183,7 +242,7 @@ def write(store, backend: Backend, warn: Callable[[str], None], every: Optional[
     if added < every:
         return 0
     me = store.writer
-    mine = numbers(backend).get(me, [])
+    mine = [n for n, _ in numbers(backend).get(me, [])]
     n = mine[-1] + 1 if mine else 0
     data = encode(store, me, n, texts)
     while not backend.put_if_absent(summary_key(me, n), data):
