@@ -41,7 +41,8 @@ def _on_remote(tmp_path, remote, entry: str, session: str, name: str) -> bool:
     return run_cli("--dir", tmp_path / name, "show", entry, "-s", session).returncode == 0
 
 
-def test_a_secret_in_one_session_holds_back_only_it_when_the_push_compacts_first(tmp_path):
+def _a_pushed_and_b_cloned(tmp_path):
+    """Copy a with three appends to chat, pushed to a folder remote, and b its clone."""
     a, b, remote = tmp_path / "a", tmp_path / "b", tmp_path / "r"
     remote.mkdir()
     cli(tmp_path, "init", a)
@@ -50,6 +51,11 @@ def test_a_secret_in_one_session_holds_back_only_it_when_the_push_compacts_first
     cli(a, "remote", "add", "origin", f"file://{remote}")
     cli(a, "push")
     cli(tmp_path, "clone", f"file://{remote}", b)
+    return a, b, remote
+
+
+def test_a_secret_in_one_session_holds_back_only_it_when_the_push_compacts_first(tmp_path):
+    a, b, remote = _a_pushed_and_b_cloned(tmp_path)
     cli(b, "append", "user", "--text", AWS, "-s", "other")
     cli(b, "append", "user", "--text", "b1", "-s", "chat")
     assert cli(b, "push", check=False).returncode == 1  # other held back, chat sent
@@ -174,14 +180,7 @@ def test_a_session_that_refers_to_one_held_back_before_the_compaction_waits_with
     """(Found in review of the fix above.) The sessions held back before the compaction
     were not known to the check after it: a `session cp` of one went up alone, and a
     clone could not read it."""
-    a, b, remote = tmp_path / "a", tmp_path / "b", tmp_path / "r"
-    remote.mkdir()
-    cli(tmp_path, "init", a)
-    for i in range(3):
-        cli(a, "append", "user", "--text", f"a{i}", "-s", "chat")
-    cli(a, "remote", "add", "origin", f"file://{remote}")
-    cli(a, "push")
-    cli(tmp_path, "clone", f"file://{remote}", b)
+    a, b, remote = _a_pushed_and_b_cloned(tmp_path)
     cli(b, "append", "user", "--text", "benign base", "-s", "other")
     cli(b, "append", "user", "--text", AWS, "-s", "other")
     assert cli(b, "push", check=False).returncode == 1
