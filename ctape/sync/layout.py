@@ -332,7 +332,7 @@ def own_number(store, state) -> Optional[int]:
     return own if isinstance(own, int) and state.get("own_writer") == store.writer else None
 
 
-def new_manifests(store, backend: Backend, state, warn, cursor: str = "next") -> Iterator[tuple[str, int, dict]]:
+def new_manifests(store, backend: Backend, state, warn, cursor: str = "next", summaries=None) -> Iterator[tuple[str, int, dict]]:
     """Every manifest not read yet, uploader by uploader, in order: (uploader, n, manifest).
     Moves state[cursor] on as it goes (the caller saves the state when it is done): "next"
     for pull (whose files it brought in), "seen" for push (what it learned is there).
@@ -349,14 +349,12 @@ def new_manifests(store, backend: Backend, state, warn, cursor: str = "next") ->
     next push to learn the remote again and put back what it holds that the manifests there
     do not list (push.py): what a lost manifest listed may be held by any copy.
 
-    An uploader with SUMMARY_WORTH manifests or more to read (a clone, a copy away for
-    long, `remote show`) has those the newest summary holds as their keys do read from
-    it: one GET for them all (summary.py). This copy's own are always read from the keys."""
-    from . import summary
-
+    With `summaries` (summary.Summaries), an uploader with its `worth` manifests or more to
+    read (a clone, a copy away for long, `remote show`) has those the newest summary holds
+    as their keys do read from it: one GET for them all (summary.py). This copy's own are
+    always read from the keys."""
     own = own_number(store, state) or 0
     names = uploaders(backend)
-    summaries = None  # the newest summaries, looked at when some uploader has many manifests to read
     if own and store.writer not in names:
         names.append(store.writer)  # every manifest of this copy gone: it must look at its own
     gaps = state.setdefault("gaps", {})
@@ -383,11 +381,9 @@ def new_manifests(store, backend: Backend, state, warn, cursor: str = "next") ->
         top = max([k for k in listed if k >= n], default=n - 1)
         if u == store.writer and own:
             top = max(top, own - 1)  # this copy's own numbers past the listing went too
-        elif top + 1 - n >= summary.SUMMARY_WORTH:
+        elif summaries is not None and top + 1 - n >= summaries.worth:
             # many to read (a clone, a copy away for long): those a summary holds as their
             # keys do are read from it, in one GET (summary.py)
-            if summaries is None:
-                summaries = summary.Summaries(store, backend, warn, state.setdefault("summaries", {}))
             s = summaries.reaching(u, n)
             if s is not None:
                 end = min(s.usable(u, n, listed), top + 1)

@@ -38,7 +38,7 @@ from ..model.refs import CONFLICT
 from ..store.files import check_not_symlink, copy_bytes, fsync_dir, make_folder, storage_error, uninterrupted, write_all
 from ..store.segment import new_file_whole as _new_file
 from ..store.store import Store
-from . import layout, losses
+from . import layout, losses, summary
 from .backend import Backend, RemoteError, result_of, transfer_pool
 from .remote import State, held
 
@@ -158,7 +158,7 @@ def _pull(tape, backend: Backend, name: str, sessions: Iterable[str], warn: Call
         start_next = dict(state["next"])
         lost = []
         together: dict[str, set[str]] = {}  # (pull -s) session -> the others a push sent with it
-        for _, _, m in layout.new_manifests(store, backend, state, warn):
+        for _, _, m in layout.new_manifests(store, backend, state, warn, summaries=summary.for_reader(store, backend, state, warn)):
             layout.note_manifest(state, m)
             lost += m["lost"]
             names = {f["session"] for f in m["files"]}

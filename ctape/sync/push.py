@@ -29,7 +29,7 @@ from ..model.errors import ConflictError, CtapeError, InvalidInput
 from ..model.models import plural
 from ..store.files import open_for_reading, pread_all, storage_error
 from ..store.store import REBUILD_TRIES
-from . import layout, losses
+from . import layout, losses, summary
 from .backend import Backend, LastingRemoteError, RemoteError, result_of, transfer_pool
 from .push_check import (
     HeldBack,
@@ -85,7 +85,7 @@ def learn(store, backend: Backend, state: State, warn) -> int:
     found = 0
     if not state.get("seen"):  # from the first manifest: every salvage report is read here
         state.setdefault("lost_read", {})
-    for _, _, m in layout.new_manifests(store, backend, state, warn, cursor="seen"):
+    for _, _, m in layout.new_manifests(store, backend, state, warn, cursor="seen", summaries=summary.for_reader(store, backend, state, warn)):
         layout.note_manifest(state, m)
         found += len(m["files"])
         for x in m["lost"]:  # salvage reports, for what _bring_in brings (a pull writes them all)

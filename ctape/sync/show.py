@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import layout
+from . import layout, summary
 from .backend import Backend
 
 
@@ -15,7 +15,7 @@ def show(store, backend: Backend, name: str, warn=lambda s: None) -> dict:
     ups: dict[str, dict] = {}
     pieces = 0
     state = {"have": {}, "pieces": {}, "gone": {}}
-    for u, n, m in layout.new_manifests(store, backend, cursor, warn):
+    for u, n, m in layout.new_manifests(store, backend, cursor, warn, summaries=summary.for_reader(store, backend, cursor, warn)):
         ups[u] = {"uploader": u, "pushes": n + 1, "last_push": m.get("time")}
         layout.note_manifest(state, m)
     for k, rows in state["pieces"].items():

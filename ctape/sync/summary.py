@@ -127,6 +127,12 @@ def numbers(backend: Backend) -> dict[str, list[tuple[int, float]]]:
     return {c: sorted(ns) for c, ns in out.items()}
 
 
+def for_reader(store, backend: Backend, state, warn: Callable[[str], None]) -> "Summaries":
+    """What layout.new_manifests reads summaries through, for a reader whose state of the
+    remote is `state` (how far the summaries reach is kept there)."""
+    return Summaries(store, backend, warn, state.setdefault("summaries", {}))
+
+
 class Summaries:
     """Each compacting copy's newest summary, read only when it may reach past where a
     reader is: how far each one reaches for each uploader is kept in `known` (the reader's
@@ -136,6 +142,7 @@ class Summaries:
 
     def __init__(self, store, backend: Backend, warn: Callable[[str], None], known: dict):
         self.store, self.backend, self.warn, self.known = store, backend, warn, known
+        self.worth = SUMMARY_WORTH  # (layout.new_manifests looks only for an uploader this far behind)
         self.newest: Optional[dict[str, float]] = None  # key -> when written
         self.read: dict[str, Optional[Summary]] = {}
 
