@@ -145,3 +145,8 @@ def test_append_with_no_payload_says_so(tmp_path):
         p = run_cli("--dir", d, *args, input=stdin)
         assert p.returncode == 2 and "no payload given" in p.stderr.decode(), p.stderr
     assert snapshot(d) == before
+
+
+def test_the_misplaced_option_hint_names_the_whole_command(tmp_path):
+    p = run_cli("remote", "add", "--dir", tmp_path, "origin", "file:///x")
+    assert p.returncode == 2 and "(ctape --dir DIR remote add ...)" in p.stderr.decode(), p.stderr

@@ -200,3 +200,32 @@ def test_a_refusal_for_an_entry_on_no_branch_names_the_redaction_that_resolves_i
     assert run_cli("--dir", d, "push").returncode == 0
     p = run_cli("--dir", d, "reflog", "-s", "chat")
     assert p.returncode == 0 and len(p.stdout.decode().splitlines()) >= 3  # the ref log stays
+
+
+def test_review_mends_of_the_scanner_and_the_scrub(tmp_path):
+    """(Found in review of the fixes above.) Long tokens made Gemini's thoughtSignature and
+    an SSH public key findings; a text part under a camel-case media type that is no base64
+    of text was read as garbage (a key in it missed); the scrub zeroed nothing of a frame
+    damaged at its end, whose blocks `zstd -d` still prints."""
+    import zstandard
+
+    from ctape.ops import redact
+    from ctape.ops.detectors import Detectors
+
+    d = Detectors()
+    pub = "AAAAB3NzaC1yc2EAAAADAQABAAABAQ" + _random(340, string.ascii_letters + string.digits + "+/")
+    assert d.spans(f"ssh-rsa {pub} me@host") == [] and d.spans(f"token {pub}")
+    assert d.spans(_random(800, string.ascii_letters + string.digits + "+/"), key="thoughtSignature") == []
+    key = "AKIA" + _random(16, string.ascii_uppercase + string.digits)
+    t = tmp_path / "t"
+    with Tape.init(t) as tape:
+        tape.session("a").append("user", {"content": [{"mediaType": "text/plain", "data": key}]})
+    p = run_cli("--dir", t, "scan")
+    assert p.returncode == 1 and "aws-access-key" in p.stdout.decode(), p.stdout
+    random.seed(3)
+    words = [b"build", b"test", b"run", b"ok", b"file", b"src/main.py", b"error", b"deploy"]
+    big = b"deploy with " + key.encode() + b" please " + b" ".join(random.choice(words) for _ in range(120_000))
+    frame = bytearray(zstandard.ZstdCompressor(level=3, write_checksum=True).compress(big))
+    frame[-2] ^= 0xFF  # its checksum: every block reads, the frame fails
+    data = b"\0" * 32 + bytes(frame)
+    assert redact._frames_holding(data, {key.encode()}, zstandard) == [(32, len(data))]

@@ -53,7 +53,7 @@ class CtapeGroup(click.Group):
                 click.echo(ctx.get_help())  # bare `ctape` (or `ctape session`): the help, not an error
                 sys.exit(0)
             message = e.format_message()
-            if isinstance(e, click.NoSuchOption) and ctx is not None:
+            if isinstance(e, click.NoSuchOption) and ctx is not None and not e.possibilities:
                 hint = _misplaced_option(e.option_name, ctx)
                 message = message.rstrip(".") + hint if hint else message
             if isinstance(e, click.UsageError) and ctx is not None:
@@ -277,7 +277,12 @@ def _misplaced_option(name: str, ctx) -> str:
     """Where an option given in the wrong place goes: `--dir` before the command (it is the
     main command's), `-s` after it (each command's); click said only "No such option"."""
     if name == "--dir" and ctx.parent is not None:
-        return f" here: --dir goes before the command (ctape --dir DIR {ctx.info_name} ...)"
+        names, c = [], ctx
+        while c.parent is not None:  # (the command's words below the program's own name)
+            names.append(c.info_name)
+            c = c.parent
+        command = " ".join(reversed(names))
+        return f" here: --dir goes before the command (ctape --dir DIR {command} ...)"
     if name in ("-s", "--session") and ctx.parent is None:
         return " before the command: -s goes after it (ctape COMMAND -s SESSION)"
     return ""

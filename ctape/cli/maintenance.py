@@ -49,7 +49,8 @@ def init(ctx, path):
             # `init .` makes ./.git. Said, not refused: init PATH makes the tape at PATH
             shown = ", ".join(others[:3]) + (" ..." if len(others) > 3 else "")
             click.echo(f"ctape: warning: {os.path.abspath(target)} already held other files ({shown}): the tape's files "
-                       "are among them now; `ctape init` with no PATH makes ./.ctape instead", err=True)
+                       "are among them now (ctape.json, packs/, sessions/: remove them to undo); `ctape init` with no PATH "
+                       "makes ./.ctape instead", err=True)
         if outer is not None:
             click.echo(f"note: commands in this folder and below now use this tape, not {outer}", err=True)
     else:

@@ -17,7 +17,7 @@ import os
 import shutil
 import subprocess
 import sys
-from typing import Iterator
+from typing import Iterator, Optional
 
 import click
 
@@ -103,22 +103,29 @@ def page(lines: Iterator[str]) -> None:
     except OSError:
         _write(rest)  # a pager that cannot start: print as if there were none
         return
+    failed: Optional[BaseException] = None
     try:
-        try:
-            for piece in rest:
-                proc.stdin.write(piece.encode("utf-8", "replace"))
-        except KeyboardInterrupt:
-            # Ctrl-C while the pager shows the first pages (a pipe holds 64 KiB: the write
-            # waits for it) belongs to the pager too: the rest is not written, and ctape
-            # waits for the pager as below. It went on to exit 130 with `less` still
-            # running in the foreground, sharing the terminal with the shell (an audit)
-            pass
-        proc.stdin.close()
+        for piece in rest:
+            proc.stdin.write(piece.encode("utf-8", "replace"))
     except BrokenPipeError:
         pass  # the reader quit early (q in less): that is not an error
+    except KeyboardInterrupt:
+        # Ctrl-C while the pager shows the first pages (a pipe holds 64 KiB: the write
+        # waits for it) belongs to the pager too: the rest is not written, and ctape
+        # waits for the pager as below. It went on to exit 130 with `less` still
+        # running in the foreground, sharing the terminal with the shell (an audit)
+        pass
+    except Exception as e:  # noqa: BLE001 - an error while the lines are made: said once the pager is done
+        failed = e
+    try:
+        proc.stdin.close()
+    except BrokenPipeError:
+        pass
     while True:
         try:
             proc.wait()
-            return
+            break
         except KeyboardInterrupt:
             continue  # Ctrl-C belongs to the pager, as in git
+    if failed is not None:
+        raise failed  # (left running, the pager kept the terminal after ctape's exit: review)

@@ -28,7 +28,9 @@ ENTROPY_LIMIT = 4.5  # bits per character, detect-secrets' default for base64 st
 # ends a sentence. Up to 100 before: an AWS session token (400-1,000 characters) was no
 # finding, and pushed (found by an audit); detect-secrets' entropy plugin sets no length
 # limit. Base64 data is skipped by its key (NO_ENTROPY_KEYS) and after "base64,"
-_TOKEN = re.compile(r"(?<![A-Za-z0-9+/_.-])(?<![^A-Za-z0-9_]=)(?<!^=)(?<!base64,)[A-Za-z0-9+/_-]{24,4096}={0,2}(?![A-Za-z0-9+/=_-])(?!\.[A-Za-z0-9+/_-])")
+# an SSH public key's base64 (an authorized_keys line, `ssh-keygen -y`): public, no secret
+_PUBLIC_KEYS = "".join(f"(?<!{t} )" for t in ("ssh-rsa", "ssh-dss", "ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521"))
+_TOKEN = re.compile(r"(?<![A-Za-z0-9+/_.-])(?<![^A-Za-z0-9_]=)(?<!^=)(?<!base64,)" + _PUBLIC_KEYS + r"[A-Za-z0-9+/_-]{24,4096}={0,2}(?![A-Za-z0-9+/=_-])(?!\.[A-Za-z0-9+/_-])")
 _HEX = re.compile(r"[0-9a-fA-F]+")
 OWN = (("anthropic-key", r"sk-ant-[A-Za-z0-9_-]{32,}"),)
 # detect-secrets plugins left out: provider key=value forms that cost about a second per
@@ -45,7 +47,8 @@ def _id_key(key: Optional[str]) -> bool:
     if key is None:
         return False
     k = key.lower()
-    return k in NO_ENTROPY_KEYS or k.endswith("id") or k.endswith("_ids") or k.endswith("uuid") or k.endswith("hash")
+    return (k in NO_ENTROPY_KEYS or k.endswith("id") or k.endswith("_ids") or k.endswith("uuid") or k.endswith("hash")
+            or k.endswith("signature"))  # (Gemini's thoughtSignature: a finding once tokens could be long; review)
 
 
 MIN_GROUP = 8  # a capturing group shorter than this is a prefix or a quote, not the secret
@@ -92,7 +95,7 @@ def _high_entropy(text: str) -> Iterator[tuple[int, int]]:
 
 # -- gates: what text a pattern cannot match in, found without running it -----------------------
 #
-# Python's re runs a pattern that starts with a character class (a token of 24-100
+# Python's re runs a pattern that starts with a character class (a token of 24-4,096
 # characters, a Telegram or Discord token, a Mailchimp key) at about 100 MB/s or less, and
 # scan runs some forty of them: most of a first scan's time. Nearly every string holds
 # nothing any of them can match, and that is cheap to know from what each pattern needs:

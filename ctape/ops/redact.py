@@ -229,44 +229,80 @@ def _values_of(store, rec_body: bytes, places) -> set[bytes]:
 def _frames_holding(data: bytes, needles: set[bytes], z) -> list[tuple[int, int]]:
     """The byte ranges of the zstd frames in `data` that decompress to text holding a
     needle: alone, or with a dictionary of the file (a `Z` block's, which is a `D` record's
-    content: any frame's text is tried). Before, a `Z` block whose record check failed kept
-    a redacted text that `zstd -d -D` recovered from the quarantined file (an audit)."""
+    content: the frames' texts before it are tried, the nearest first). Before, a `Z` block
+    whose record check failed kept a redacted text that `zstd -d -D` recovered from the
+    quarantined file (an audit). A frame that no way reads whole (damaged) counts by what
+    it gives before the damage, as `zstd -d` prints it, and is zeroed to the next frame."""
     if not needles:
         return []
-    out, needing, texts = [], [], []
+    view = memoryview(data)  # (a slice of bytes copied the rest of the file for each frame)
     magic = b"\x28\xb5\x2f\xfd"
+    starts = []
     i = data.find(magic)
     while i >= 0:
-        text, used = _decompressed_at(z, data, i)
-        if text is None:
-            needing.append(i)  # compressed with a dictionary, or damaged
-        else:
-            if any(n in text for n in needles):
-                out.append((i, i + used))
-            if len(text) <= DICTIONARY_MAX:
-                texts.append(text)
+        starts.append(i)
         i = data.find(magic, i + 1)
-    for i in needing:
-        for d in texts:  # a wrong one fails: every block is written with its checksum
-            text, used = _decompressed_at(z, data, i, d)
-            if text is not None:
-                if any(n in text for n in needles):
+    out, needing, texts = [], [], []
+    for j, i in enumerate(starts):
+        text, used = _decompressed_at(z, view, i)
+        if text is None:
+            needing.append((j, i))  # compressed with a dictionary, or damaged
+            continue
+        if any(n in text for n in needles):
+            out.append((i, i + used))
+        if len(text) <= DICTIONARY_MAX:
+            texts.append((i, text))
+    dictionaries: dict[int, object] = {}
+
+    def dictionary(at: int, text: bytes):
+        if at not in dictionaries:
+            dictionaries[at] = z.ZstdCompressionDict(text, dict_type=z.DICT_TYPE_RAWCONTENT)
+        return dictionaries[at]
+
+    for j, i in needing:
+        before = sorted((t for t in texts if t[0] < i), key=lambda t: i - t[0])  # the nearest D before it first
+        for at, text in before:
+            got, used = _decompressed_at(z, view, i, dictionary(at, text))
+            if got is not None:  # a wrong one fails: every block is written with its checksum
+                if any(n in got for n in needles):
                     out.append((i, i + used))
                 break
+        else:  # damaged: what it gives before the damage, alone or with the nearest dictionary
+            nxt = starts[j + 1] if j + 1 < len(starts) else len(data)
+            parts = [_readable_part(z, view, i, nxt)] + ([_readable_part(z, view, i, nxt, dictionary(*before[0]))] if before else [])
+            if any(n in part for part in parts for n in needles):
+                out.append((i, nxt))
     return out
 
 
 DICTIONARY_MAX = 1 << 20  # a `D` record's content is 64 KiB (store/segment.py): larger texts are no dictionary
+_READ = 1 << 17
 
 
-def _decompressed_at(z, data: bytes, i: int, dictionary: Optional[bytes] = None) -> tuple[Optional[bytes], int]:
-    """The text of the zstd frame at data[i:] and its length in data, or (None, 0)."""
+def _decompressed_at(z, view, i: int, dictionary=None) -> tuple[Optional[bytes], int]:
+    """The text of the zstd frame at view[i:] and its length in the data, or (None, 0)."""
     try:
-        if dictionary is None:
-            d = z.ZstdDecompressor().decompressobj()
-        else:
-            d = z.ZstdDecompressor(dict_data=z.ZstdCompressionDict(dictionary, dict_type=z.DICT_TYPE_RAWCONTENT)).decompressobj()
-        text = d.decompress(data[i:i + (256 << 20)])
-        return text, min(len(data) - i, 256 << 20) - len(d.unused_data)
+        d = (z.ZstdDecompressor() if dictionary is None else z.ZstdDecompressor(dict_data=dictionary)).decompressobj()
+        got = bytearray()
+        pos, end = i, min(len(view), i + (256 << 20))
+        while pos < end and not d.eof:
+            got += d.decompress(view[pos:min(end, pos + _READ)])
+            pos = min(end, pos + _READ)
     except z.ZstdError:
         return None, 0
+    if not d.eof:
+        return None, 0
+    return bytes(got), pos - i - len(d.unused_data)
+
+
+def _readable_part(z, view, i: int, end: int, dictionary=None) -> bytes:
+    """What a damaged frame at view[i:end] gives before the damage, fed a byte at a time
+    (the output of the call that meets the damage is lost: this keeps it to one byte's)."""
+    d = (z.ZstdDecompressor() if dictionary is None else z.ZstdDecompressor(dict_data=dictionary)).decompressobj()
+    got = bytearray()
+    try:
+        for pos in range(i, end):
+            got += d.decompress(view[pos:pos + 1])
+    except z.ZstdError:
+        pass
+    return bytes(got)

@@ -7,7 +7,7 @@ delta, large values (blobs) included, each blob once per run. Detectors:
   keys, JWTs, npm, PyPI, SendGrid, Twilio, ...), when the optional package is installed
   (`pip install 'ctape[scan]'`); without it scan says so once and uses the rest;
 - a high-entropy token check with detect-secrets' Shannon entropy limit (4.5 bits per
-  character for base64-like tokens of 24-100 characters that mix cases and digits);
+  character for base64-like tokens of 24-4,096 characters that mix cases and digits);
 - ctape's own short list for keys detect-secrets does not know yet (Anthropic);
 - the user's patterns, kept with the allowed finding ids in this machine's settings for
   the tape (`privacy.json` in its cache folder, never synced).
@@ -190,6 +190,16 @@ def _b64_text(value: str) -> str:
         return value
 
 
+def _b64_file_text(value: str) -> str:
+    """A text file's base64 (a media part of a text type) as its text; a value that is no
+    base64 of UTF-8 text (plain text under a text media type, which happens to read as
+    base64) as it is: read as garbage, a key in it was missed (found in review)."""
+    try:
+        return base64.b64decode(value, validate=True).decode("utf-8")
+    except (binascii.Error, ValueError):
+        return value
+
+
 _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 
 
@@ -236,7 +246,7 @@ def _data_url_text(value: str) -> str:
 
 
 _DECODERS: dict[str, Callable[[str], str]] = {RAW_B64: _b64_text, RAW: _json_text, ITEM_JSON: _json_text,
-                                             _MSGPACK: _msgpack_text, _BASE64_TEXT: _b64_text}
+                                             _MSGPACK: _msgpack_text, _BASE64_TEXT: _b64_file_text}
 
 
 def _decoded(key: Optional[str], text: str) -> str:

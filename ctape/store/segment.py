@@ -667,6 +667,7 @@ class SegmentWriter(WriterView, Repeats):
                 self.dir_fd = -1
                 self.store._writers.pop(self.session, None)
                 self.locked = False
+                self.made_dir = False
             except OSError:
                 pass
 
