@@ -41,12 +41,12 @@ def _on_remote(tmp_path, remote, entry: str, session: str, name: str) -> bool:
     return run_cli("--dir", tmp_path / name, "show", entry, "-s", session).returncode == 0
 
 
-def _a_pushed_and_b_cloned(tmp_path):
-    """Copy a with three appends to chat, pushed to a folder remote, and b its clone."""
+def _a_pushed_and_b_cloned(tmp_path, appends: int = 3):
+    """Copy a with `appends` appends to chat, pushed to a folder remote, and b its clone."""
     a, b, remote = tmp_path / "a", tmp_path / "b", tmp_path / "r"
     remote.mkdir()
     cli(tmp_path, "init", a)
-    for i in range(3):
+    for i in range(appends):
         cli(a, "append", "user", "--text", f"a{i}", "-s", "chat")
     cli(a, "remote", "add", "origin", f"file://{remote}")
     cli(a, "push")
@@ -155,13 +155,7 @@ def test_pull_s_of_a_copied_session_brings_what_it_refers_to(tmp_path):
     """`push -s dup` of a session made by `session cp` sends the source's files with it;
     `pull -s dup` brought dup's alone, said "pulled 1 file", and dup could not be read
     (fsck: "has not arrived yet")."""
-    a, b, remote = tmp_path / "a", tmp_path / "b", tmp_path / "r"
-    remote.mkdir()
-    cli(tmp_path, "init", a)
-    cli(a, "append", "user", "--text", "a0", "-s", "chat")
-    cli(a, "remote", "add", "origin", f"file://{remote}")
-    cli(a, "push")
-    cli(tmp_path, "clone", f"file://{remote}", b)
+    a, b, remote = _a_pushed_and_b_cloned(tmp_path, appends=1)
     cli(a, "append", "user", "--text", "a1 new in chat", "-s", "chat")
     cli(a, "append", "user", "--text", "x" * 3000, "-s", "chat")
     cli(a, "session", "cp", "chat", "dup")
@@ -198,13 +192,7 @@ def test_a_session_that_refers_to_one_held_back_before_the_compaction_waits_with
 def test_pull_s_of_a_copied_session_that_grew_brings_what_it_refers_to(tmp_path):
     """(Found in review.) An append to the copy after `session cp`: its tip is in its own
     file, its parent in the source's; the check looked at the tips only."""
-    a, b, remote = tmp_path / "a", tmp_path / "b", tmp_path / "r"
-    remote.mkdir()
-    cli(tmp_path, "init", a)
-    cli(a, "append", "user", "--text", "a0", "-s", "chat")
-    cli(a, "remote", "add", "origin", f"file://{remote}")
-    cli(a, "push")
-    cli(tmp_path, "clone", f"file://{remote}", b)
+    a, b, remote = _a_pushed_and_b_cloned(tmp_path, appends=1)
     cli(a, "append", "user", "--text", "a1 new in chat", "-s", "chat")
     cli(a, "session", "cp", "chat", "dup")
     cli(a, "append", "user", "--text", "dup's own append", "-s", "dup")

@@ -175,8 +175,10 @@ def _pull(tape, backend: Backend, name: str, sessions: Iterable[str], warn: Call
         # made (a session new to this copy has none: a clone reads no refs here)
         branches_before = branches_of(tape, {s for s, _, _ in jobs})
         got, files, skipped = fetch(store, backend, jobs, warn, progress, after)
-        if wanted and together:
-            extra = _needed_too(tape, wanted, together)
+        # (pull -s) the chosen sessions that got files and refer to what this copy lacks
+        lack = _lacking_sessions(tape, wanted & set(together) & {s for s, _, _ in jobs}) if wanted and together else set()
+        if lack:
+            extra = sorted(set().union(*(together[s] for s in lack)) - wanted)
             if extra:
                 # `push -s` sends the files of the sessions that hold what the chosen ones
                 # refer to (a session made by `session cp`, a value stored once per tape)
@@ -188,7 +190,8 @@ def _pull(tape, backend: Backend, name: str, sessions: Iterable[str], warn: Call
                 branches_before.update(branches_of(tape, set(extra)))  # (a conflict made in one of them is said too)
                 more = fetch(store, backend, missing(store, state, set(extra)), warn, progress, after)
                 got, files, skipped = got + more[0], files + more[1], {k: n + more[2][k] for k, n in skipped.items()}
-            still = [s for s in sorted(wanted) if s in together and lacking(tape, s)]
+                lack = _lacking_sessions(tape, lack)
+            still = sorted(lack)
             if still:
                 # what it refers to went up with another push than its own: which session
                 # holds it, a remote does not say
@@ -213,14 +216,11 @@ def _pull(tape, backend: Backend, name: str, sessions: Iterable[str], warn: Call
             "conflicts": conflicts, "transfer_seconds": round(moved, 3), "index_seconds": round(time.monotonic() - t0 - moved, 3)}
 
 
-def _needed_too(tape, wanted: set[str], together: dict[str, set[str]]) -> list[str]:
-    """The sessions a push sent with the chosen ones, when a chosen one refers to what this
-    copy lacks (lacking); none when nothing is lacking."""
-    out: set[str] = set()
-    for s in sorted(wanted & set(together)):
-        if lacking(tape, s):
-            out |= together[s]
-    return sorted(out - wanted)
+def _lacking_sessions(tape, sessions: set[str]) -> set[str]:
+    """Those of the sessions that refer to what this copy lacks (lacking), its index
+    brought up to date with the files first."""
+    tape.store.refresh()
+    return {s for s in sessions if lacking(tape, s)}
 
 
 def lacking(tape, session: str) -> bool:
@@ -234,7 +234,6 @@ def lacking(tape, session: str) -> bool:
     from ..store.files import TYPE_ENTRY
 
     store = tape.store
-    store.refresh()
     named: set[str] = set()
     for rel in store.list_files(session):
         for item in store.scan_file(rel):

@@ -154,13 +154,8 @@ def _checked(tape, state: State, chosen: list[str], todo: list[tuple], allow_sec
         refusal: Optional[CtapeError] = None
     except CtapeError as e:  # a likely secret, or a value a damaged record lost (read through the index)
         refusal, ends = e, {}
-        for s in sorted({p[0] for p in rest}):
-            try:
-                ends.update(check_secrets(tape, [s], False, _files(p for p in rest if p[0] == s)) or {})
-            except HeldBack as e1:
-                held[s] = str(e1)
-            except CtapeError as e1:  # a value a damaged record lost, read through the index
-                held[s] = f"not pushing session {shown_name(tape, s)}: {e1}"
+        held.update(_one_by_one(tape, sorted({p[0] for p in rest}),
+                                lambda s: ends.update(check_secrets(tape, [s], False, _files(p for p in rest if p[0] == s)) or {})))
     if held:
         _waiting_on(tape, state, rest, held)
         rest = [p for p in rest if p[0] not in held]
@@ -191,16 +186,23 @@ def _refused_first(tape, chosen: list[str], allow_secrets: bool) -> dict[str, st
         return {}
     except CtapeError as e:
         refusal = e
-    out = {}
-    for s in chosen:
-        try:
-            check_secrets(tape, [s], False, compacting_first=True)
-        except HeldBack as e:
-            out[s] = str(e)
-        except CtapeError as e:
-            out[s] = f"not pushing session {shown_name(tape, s)}: {e}"
+    out = _one_by_one(tape, chosen, lambda s: check_secrets(tape, [s], False, compacting_first=True))
     if not out or len(out) == len(chosen):
         raise refusal
+    return out
+
+
+def _one_by_one(tape, sessions: list[str], check: Callable[[str], object]) -> dict[str, str]:
+    """After a check of several sessions refused: each checked alone (`check(session)`),
+    and those it refuses, each with why."""
+    out = {}
+    for s in sessions:
+        try:
+            check(s)
+        except HeldBack as e:
+            out[s] = str(e)
+        except CtapeError as e:  # a value a damaged record lost, read through the index
+            out[s] = f"not pushing session {shown_name(tape, s)}: {e}"
     return out
 
 
@@ -759,11 +761,11 @@ def follow(tape, backend: Backend, name: str, sessions: Iterable[str] = (), allo
     settings = remotes(tape.store).get(name)  # (None: a backend given in process, no remote of that name)
     try:
         while not stopping[0] and not (stop and stop()):
-            if settings is not None and remotes(tape.store).get(name) != settings:
+            now = remotes(tape.store).get(name) if settings is not None else None
+            if settings is not None and now != settings:
                 # `remote rm` (a bucket chosen by mistake) or a new URL for the name: the
                 # follower went on pushing there, and wrote back the state `remote rm`
                 # removed (found by an audit)
-                now = remotes(tape.store).get(name)
                 again = f" (`ctape push --follow {name}` follows it as it is now)" if now is not None else ""
                 raise RemoteError(f"remote {name} was {'removed' if now is None else 'changed'} while following it; stopped{again}")
             snap = {}
