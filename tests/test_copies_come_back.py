@@ -168,3 +168,31 @@ def test_the_stale_copy_reaches_a_third_copy_after_the_long_file(tmp_path, monke
     t.close()
     rsync(c, a)
     check(a, acked)
+
+
+def test_a_third_copy_that_gets_the_stale_copy_before_the_writer_looked_names_its_writer(tmp_path, monkeypatch):
+    """What docs/sync.md leaves ("Writers appending while rsync runs"): C gets B's stale
+    copy before A's writer wrote again or closed (nothing saw the read yet). C had read
+    the long file, so it refuses to write to the session; the refusal and fsck say what
+    happened and which machine to sync from (writer wcomeback), not the generic guess
+    (an rsync --delete or --inplace), and one sync from A makes C whole (the live model
+    found this order: seed 9504)."""
+    t, a, b, acked = stale_copy(tmp_path, monkeypatch)
+    c = str(tmp_path / "C")
+    rsync(a, c)  # C reads the long segment
+    monkeypatch.setenv("CTAPE_WRITER", "wthirdcopy")
+    with Tape.open(c) as tc:
+        assert set(acked) <= history(tc, "c")
+    rsync(b, c, "--exclude=ctape.json")  # B's shorter copy of the segment over C's
+    with Tape.open(c) as tc:
+        with pytest.raises(Exception, match=r"lost acknowledged records: sessions/c/wcomeback-\S+ is shorter than this machine "
+                                            r"had read it \(an older copy of it came from another copy of the tape; a sync from the "
+                                            r"machine that writes it \(writer wcomeback\) brings the rest back\)"):
+            tc.session("c").append("user", {"content": "refused"})
+        problems = tc.fsck()["problems"]
+        assert any("writer wcomeback" in p["problem"] for p in problems), problems
+    rsync(a, c)  # A's long file again
+    with Tape.open(c) as tc:
+        acked.append(tc.session("c").append("user", {"content": "on C, after the sync"}).hash)
+    check(c, acked)
+    t.close()

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Optional, T
 
 import copy
 import json
+import os
 import re
 import time
 
@@ -21,6 +22,7 @@ from ..model.errors import CorruptObject, CtapeError, EntryNotFound, InvalidInpu
 from ..model.models import HIDDEN, brief, check_name, check_payload, Entry, now_rfc3339, plural
 from ..model.refs import HEAD, MOVED_TRIES, RefState
 from ..store.files import TYPE_BLOB, TYPE_ENTRY
+from ..store.records import cut_cause
 from ..store.segment import SegmentWriter
 from ..model.models import kind_value as check_kind
 
@@ -169,11 +171,15 @@ class Session(Branching):
         """Refuse to write on refs that a damaged record may have changed (a damaged record
         that is not an object, or lost bytes). Reading goes on; the CLI warns."""
         damaged = [path for path, level in self.store.damage(self.name) if level >= 2]
-        lost = {p for p, _, _ in self.store.index.lost_rows()}
+        lost = {p: found for p, _, found in self.store.index.lost_rows()}
         if damaged and damaged[0] in lost:
+            rel = damaged[0]
+            gone = not os.path.lexists(os.path.join(self.store.root, rel))
+            why = (None if gone else cut_cause(rel, self.store.writer)) or \
+                "an rsync --delete or --inplace, or the folder replaced by another copy of the tape?"
             raise CorruptObject(
-                f"session {self.name!r} lost acknowledged records: {damaged[0]} is shorter than this machine had read it, or gone "
-                "(an rsync --delete or --inplace, or the folder replaced by another copy of the tape?); its branches and HEAD may be wrong, so nothing is written to it; "
+                f"session {self.name!r} lost acknowledged records: {rel} is {'gone' if gone else 'shorter than this machine had read it'} "
+                f"({why}); its branches and HEAD may be wrong, so nothing is written to it; "
                 "sync it back from a copy that has it, or run `ctape fsck --salvage` to go on without it")
         if damaged:
             from ..store.files import damage_advice

@@ -15,6 +15,7 @@ from ..store.files import PACKS_ADVICE, TYPE_ENTRY
 from ..model.models import NAME_RE, plural
 from ..model.schema import decode_entry
 from ..store.index import hash_key
+from ..store.records import cut_cause
 from ..store.store import LOST_VALUE, PENDING, QUARANTINE, REPORT, REPORT_MAX, TYPE_WITHHELD, damaged_object_names, file_header_problem, record_problem, retried, segment_writer
 
 LEFT_IN_PLACE = "(left in place: what remains is intact)"  # a salvage report's kept_at for a file cut short (salvage.py)
@@ -101,7 +102,8 @@ def _fsck(tape: "Tape") -> dict:
     for rel, expected, found in store.index.lost_rows():
         gone = not os.path.lexists(os.path.join(store.root, rel))
         what = f"the file is gone ({expected} bytes this machine had read; no other file holds its entries)" if gone else \
-            f"{expected - found} bytes shorter than this machine had read it ({found} of {expected})"
+            f"{expected - found} bytes shorter than this machine had read it ({found} of {expected}" + \
+            (f": {cause})" if (cause := cut_cause(rel, store.writer)) else ")")
         problem(rel, f"lost acknowledged data: {what}; restore it from another copy (rsync), or run `ctape fsck --salvage` to keep what is left", "lost")
     for rel, st in walk_files(tape):
         if stat.S_ISLNK(st.st_mode):

@@ -106,6 +106,19 @@ def segment_writer(rel: str) -> Optional[str]:
     return name.split("-", 1)[0] if name.endswith(".seg") else None
 
 
+def cut_cause(rel: str, this_writer: str) -> Optional[str]:
+    """The likely cause of a data file found shorter than this machine had read it, for the
+    messages that report it, when there is one to name: another machine's segment was
+    replaced by an older copy of it (a copy taken while its writer appended, which came
+    here before that writer saw the copy's read: docs/sync.md, "Writers appending while
+    rsync runs"), and a sync from the machine that writes it brings the rest."""
+    writer = segment_writer(rel)
+    if writer is None or writer == this_writer:
+        return None
+    return (f"an older copy of it came from another copy of the tape; a sync from the machine that writes it "
+            f"(writer {writer}) brings the rest back")
+
+
 def file_header_problem(rel: str, first) -> Optional[str]:
     """Why the first record of a data file (a framing.Record, or None when the file has
     none) is not the header its path calls for: the format its name says, the session
