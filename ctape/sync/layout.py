@@ -332,6 +332,13 @@ def own_number(store, state) -> Optional[int]:
     return own if isinstance(own, int) and state.get("own_writer") == store.writer else None
 
 
+def _first_unread(store, state, cursor: str, u: str, own: int) -> int:
+    """Where new_manifests lists uploader u from: the first manifest not read; for this
+    copy's own, the last it wrote (to see that one gone too)."""
+    n = int(state[cursor].get(u, 0))
+    return min(n, own - 1) if u == store.writer and own else n
+
+
 def new_manifests(store, backend: Backend, state, warn, cursor: str = "next", summaries=None) -> Iterator[tuple[str, int, dict]]:
     """Every manifest not read yet, uploader by uploader, in order: (uploader, n, manifest).
     Moves state[cursor] on as it goes (the caller saves the state when it is done): "next"
@@ -358,7 +365,12 @@ def new_manifests(store, backend: Backend, state, warn, cursor: str = "next", su
     if own and store.writer not in names:
         names.append(store.writer)  # every manifest of this copy gone: it must look at its own
     gaps = state.setdefault("gaps", {})
-    for u in names:
+    # each uploader's listing from the first not read, up to GETS_IN_FLIGHT of them under
+    # way at once: a pull lists every copy that ever pushed, one round trip each, and one
+    # after the other that was most of a pull with nothing new once a remote had dozens
+    firsts = {u: _first_unread(store, state, cursor, u, own) for u in names}
+    listings = calls_in_order(lambda u: manifest_sizes(backend, u, firsts[u]), names)
+    for u, listed in zip(names, listings):
         n = int(state[cursor].get(u, 0))
         # a lost manifest that came back (restored by hand; filled, empty, by its writer) is
         # read now: its number is behind the cursor, and what it lists was never noted
@@ -374,8 +386,7 @@ def new_manifests(store, backend: Backend, state, warn, cursor: str = "next", su
                     state.setdefault("ignored", {})[key] = why
                 else:
                     yield u, k, m
-        first = min(n, own - 1) if u == store.writer and own else n
-        listed = manifest_sizes(backend, u, first)
+        first = firsts[u]
         if u == store.writer and own and own - 1 not in listed and own - 1 >= first and backend.get(manifest_key(u, own - 1)) is None:
             state["relearn"] = True
         top = max([k for k in listed if k >= n], default=n - 1)
@@ -422,25 +433,29 @@ def gets_in_order(backend: Backend, keys: list[str]) -> Iterator[Optional[bytes]
     of `push --follow`; found by an audit of what grows with a tape's age). A few keys are
     read one after the other, as before. Manifests never change once written, so reading
     ahead sees what reading in turn would."""
-    if len(keys) <= 2:
-        for key in keys:
-            yield backend.get(key)
+    return calls_in_order(backend.get, keys)
+
+
+def calls_in_order(fn, args: list) -> Iterator:
+    """fn(a) for each a of args, in order, with up to GETS_IN_FLIGHT calls under way (each
+    a request to the remote); two or fewer are made one after the other."""
+    if len(args) <= 2:
+        for a in args:
+            yield fn(a)
         return
     from collections import deque
-    from itertools import islice
 
     # the reader that stops (an error, an interrupt, a generator closed) does not wait for
-    # the GETs under way (a hung server held a Ctrl-C for the client's timeouts; found in
-    # review). Read to the end, none is under way
-    with transfer_pool(min(GETS_IN_FLIGHT, len(keys))) as pool:
-        ahead = iter(keys)
-        under_way = deque(pool.submit(backend.get, key) for key in islice(ahead, GETS_IN_FLIGHT))
+    # the requests under way (a hung server held a Ctrl-C for the client's timeouts; found
+    # in review). Read to the end, none is under way
+    with transfer_pool(min(GETS_IN_FLIGHT, len(args))) as pool:
+        ahead = deque(args)
+        under_way = deque(pool.submit(fn, ahead.popleft()) for _ in range(min(GETS_IN_FLIGHT, len(ahead))))
         while under_way:
-            data = result_of(under_way.popleft())
-            key = next(ahead, None)
-            if key is not None:
-                under_way.append(pool.submit(backend.get, key))
-            yield data
+            out = result_of(under_way.popleft())
+            if ahead:
+                under_way.append(pool.submit(fn, ahead.popleft()))
+            yield out
 
 
 UNLISTED_WAIT = 3600.0  # s: a deletion announced with no manifest after this long was never carried out
