@@ -4,6 +4,7 @@ Selenium; .ci/run installs them). Skipped, with the reason, only when they are a
 The screenshots in docs/ come from tests/serve_screenshots.py.
 """
 
+import json
 import os
 import re
 import shutil
@@ -354,3 +355,58 @@ def test_an_anchor_shows_its_name_as_stored_and_long_words_wrap(browser, server,
     assert "Fix-PROD-Bug-MMM" in label.text
     wide, window = browser.execute_script("return [document.documentElement.scrollWidth, document.documentElement.clientWidth]")
     assert wide <= window, (wide, window)
+
+
+def test_reused_call_ids_pair_each_result_with_its_own_call_and_labels_leave_a_call(browser, server, tape_dir):
+    """A black-box audit of the web view: agents reuse call ids (SWE-agent's transcripts give
+    one id to several calls). Every call with an id showed the first result of that id (a
+    check run after a fix showed the output from before it), the real result sat below as a
+    loose box, a call still running showed "done"; and after a live append a tool call kept
+    its branch label. A result answers the nearest call before it with its id that has none
+    yet, on the page as served and as it grows; a call's label follows the branch."""
+    d, env = tape_dir
+
+    def cli(*args):
+        return run_cli("--dir", d, *args, "-s", "reuse", env=env, check=True).stdout.decode().strip()
+
+    def call(cmd):
+        return cli("append", "tool-call", json.dumps({"call_id": "x", "name": "bash", "arguments": {"cmd": cmd}}))
+
+    def result(out):
+        return cli("append", "tool-result", json.dumps({"call_id": "x", "output": out}))
+
+    cli("append", "user", "--text", "run things")
+    first = call("echo FIRST")
+    result("FIRST-OUTPUT")
+    second = call("echo SECOND")
+    result("SECOND-OUTPUT")
+    cli("append", "assistant", "--text", "done")
+    third = call("echo THIRD")  # still running
+    browser.get(server + "/s/reuse")
+
+    def inside(h):  # (badge, result text) of the call h as the page shows it
+        el = browser.find_element(By.CSS_SELECTOR, f'details.tool[data-hash="{h}"]')
+        badge = el.find_elements(By.CSS_SELECTOR, ":scope > summary .badge")
+        res = el.find_elements(By.CSS_SELECTOR, ":scope > .result")
+        return (badge[0].text if badge else ""), (res[0].get_attribute("textContent") if res else None)
+
+    assert "FIRST-OUTPUT" in inside(first)[1] and "SECOND-OUTPUT" in inside(second)[1]
+    assert inside(first)[0] == inside(second)[0] == "done"
+    assert inside(third) == ("pending", None)
+    assert not browser.find_elements(By.CSS_SELECTOR, "#entries .orphan")
+    ids = browser.execute_script("return Array.from(document.querySelectorAll('[id]')).map(e => e.id)")
+    assert len(ids) == len(set(ids))
+    # the running call's result arrives: it goes into that call, not the first with its id
+    result("THIRD-OUTPUT")
+    wait_for(browser, lambda b: inside(third)[1] is not None and "THIRD-OUTPUT" in inside(third)[1], timeout=15)
+    assert inside(third)[0] == "done" and "THIRD-OUTPUT" not in inside(first)[1]
+    # a call on the tip has the branch's label, and loses it when the branch moves on
+    fourth = call("echo FOURTH")
+
+    def labelled(h):
+        return [r.text for r in browser.find_elements(By.CSS_SELECTOR, f'[data-hash="{h}"] > summary > .ref, [data-hash="{h}"] > .meta > .ref')]
+
+    wait_for(browser, lambda b: labelled(fourth) == ["main"], timeout=15)
+    tip = cli("append", "assistant", "--text", "after the call")
+    wait_for(browser, lambda b: labelled(tip) == ["main"], timeout=15)
+    wait_for(browser, lambda b: labelled(fourth) == [], timeout=15)

@@ -15,6 +15,7 @@ characters at a time (/e/HASH/text).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from typing import Any, Callable, Iterable, Optional, Union
@@ -188,6 +189,31 @@ def _short(value: Any, n: int = 200) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
+def pair_results(entries: list[Entry]) -> dict[str, Entry]:
+    """Each call's result on this run of entries (oldest first): call hash -> result. A
+    result answers the nearest call before it with its id that no result answered yet, as
+    `status` counts pending calls (history/derived.py): agents reuse ids (SWE-agent gives
+    one id to several calls), and taking the first result of an id for every call with it
+    showed a later call with an earlier call's output, and a pending one as done."""
+    waiting: dict[str, list[str]] = {}  # call id -> the calls not answered yet, oldest first
+    out: dict[str, Entry] = {}
+    for e in entries:
+        if not e.call_id:
+            continue
+        if e.kind == "tool_call":
+            waiting.setdefault(e.call_id, []).append(e.hash)
+        elif e.kind in ("tool_result", "error") and waiting.get(e.call_id):
+            out[waiting[e.call_id].pop()] = e
+    return out
+
+
+def call_key(call_id: Optional[str]) -> str:
+    """A call id as the page's script matches a result to its call: the id itself, or a
+    digest of a long one (cut, two long ids that begin alike would match)."""
+    text = call_id if isinstance(call_id, str) else ""
+    return text if len(text) <= 200 else "blake2b:" + hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
 NAMES_SHOWN = 20  # names listed in one place (an entry's branches, a badge): the rest counted
 
 
@@ -216,7 +242,7 @@ class Renderer:
         self.link = link
         self.text_url = text_url
         self.image_url = image_url
-        self.pending = set(pending)  # call ids still pending at HEAD
+        self.pending = set(pending)  # the hashes of the calls still pending at HEAD
         self.refs = refs or {}
         self.inline = [IMAGES_INLINE]  # images this page may still inline
 
@@ -240,11 +266,7 @@ class Renderer:
 
     def entries(self, entries: list[Entry]) -> str:
         """Entries oldest first as HTML: results go inside their calls, hidden runs fold."""
-        results: dict[str, Entry] = {}
-        calls = {e.call_id for e in entries if e.kind == "tool_call" and e.call_id}
-        for e in entries:
-            if e.kind in ("tool_result", "error") and e.call_id in calls and e.call_id not in results:
-                results[e.call_id] = e
+        results = pair_results(entries)
         placed = {r.hash for r in results.values()}
         out: list[str] = []
         hidden: list[Entry] = []
@@ -283,13 +305,14 @@ class Renderer:
         return "\n".join(out)
 
     def entry(self, e: Entry, results: dict[str, Entry]) -> str:
+        """One entry as HTML; `results` maps a call's hash to the result it got (pair_results)."""
         p = e.payload if isinstance(e.payload, dict) else {"content": e.payload}
         attrs = f'id="h-{e.hash[:16]}" data-hash="{e.hash}" data-kind="{esc(e.kind)}"'
         text_url, image_url = self._urls(e)
         if e.kind == "tool_call":
-            return self._tool(e, p, results.get(e.call_id or ""), attrs)
+            return self._tool(e, p, results.get(e.hash), attrs)
         if e.kind in ("tool_result", "error"):
-            return f'<div class="msg {"error" if self._is_error(e) else "tool-result"} orphan" {attrs} data-call-id="{esc(_short(p.get("call_id") or ""))}">{self._result(e, p)}</div>'
+            return f'<div class="msg {"error" if self._is_error(e) else "tool-result"} orphan" {attrs} data-call-id="{esc(call_key(e.call_id))}">{self._result(e, p)}</div>'
         if e.kind == "anchor":
             summary = p.get("summary")
             extra = f'<div class="summary">{markdown_clipped(summary, text_url(None), SUMMARY_CHARS)}</div>' if isinstance(summary, str) else ""
@@ -325,7 +348,7 @@ class Renderer:
         text = _as_text(args) if args is not None else ""
         brief = " ".join(text[: ARGS_BRIEF * 8].split())
         if result is None:
-            state = '<span class="badge warn">pending</span>' if e.call_id in self.pending else ""
+            state = '<span class="badge warn">pending</span>' if e.hash in self.pending else ""
         elif self._is_error(result):
             state = '<span class="badge err">error</span>'
         else:
@@ -335,7 +358,7 @@ class Renderer:
             rp = result.payload if isinstance(result.payload, dict) else {}
             res = f'<div class="result {"error" if self._is_error(result) else ""}" id="h-{result.hash[:16]}" data-hash="{result.hash}">{self._result(result, rp)}</div>'
         return (
-            f'<details class="msg tool" {attrs} data-call-id="{esc(_short(e.call_id or ""))}">'
+            f'<details class="msg tool" {attrs} data-call-id="{esc(call_key(e.call_id))}">'
             f'<summary><span class="tool-name">{esc(_short(p.get("name")))}</span><code class="args">{esc(brief[:ARGS_BRIEF])}</code>{state}'
             f'{self.decorations(e.hash)}<a class="hash" href="{esc(self.link(e.hash))}">{e.hash[:10]}</a></summary>'
             f'{clipped(text, self.text_url(e.hash, None))}{res}</details>'

@@ -490,7 +490,7 @@ class Site:
         """A page of the conversation ending at tip; `status` (when following HEAD) marks
         pending calls and an unrecorded partial stream."""
         entries = self._window(tip, before)
-        pending = [c["call_id"] for c in status["pending_tool_calls"]] if status else []
+        pending = [c.get("hash") for c in status["pending_tool_calls"]] if status else []
         html = self._renderer(name, pending, self._refs_by_entry(name)).entries(entries)
         older = ""
         if entries and entries[0].parent:
@@ -620,7 +620,7 @@ class Site:
         head = sess.refs().head_hash
         st = sess.status()
         refs = self._refs_by_entry(name)
-        renderer = self._renderer(name, [c["call_id"] for c in st["pending_tool_calls"]], refs)
+        renderer = self._renderer(name, [c.get("hash") for c in st["pending_tool_calls"]], refs)
         # the header and the branch and tag labels as a reload would show them: refs move
         # without an append too (checkout, branch, tag), and an append moves its branch's
         # label off the entry before it (a black-box audit found the live page keeping

@@ -66,13 +66,17 @@
     el.scrollIntoView({ block: "center" });
   }
 
-  // a result that arrived after its call was drawn goes inside that call
+  // a result that arrived after its call was drawn goes inside that call: the nearest call
+  // before it with its id that no result answered yet, as the server pairs them (agents
+  // reuse ids: the first call with the id is not always the one answered)
   function pairResults(root) {
     root.querySelectorAll(".orphan[data-call-id]").forEach((res) => {
       const id = res.dataset.callId;
       if (!id) return;
-      const call = document.querySelector('details.tool[data-call-id="' + CSS.escape(id) + '"]');
-      if (!call || call.querySelector(".result")) return;
+      const waiting = Array.from(document.querySelectorAll('details.tool[data-call-id="' + CSS.escape(id) + '"]')).filter(
+        (c) => !c.querySelector(":scope > .result") && (c.compareDocumentPosition(res) & Node.DOCUMENT_POSITION_FOLLOWING));
+      const call = waiting[waiting.length - 1];
+      if (!call) return;
       res.classList.remove("orphan");
       res.classList.add("result");
       call.appendChild(res);
@@ -86,17 +90,20 @@
   }
 
   function relabel(decorations) {
-    // every entry shown loses its branch and tag labels, then gets those it has now
-    document.querySelectorAll("#entries [data-hash] > .meta").forEach((meta) => {
-      meta.querySelectorAll(".ref").forEach((r) => r.remove());
-      const html = decorations[meta.parentElement.dataset.hash];
+    // every entry shown loses its branch and tag labels, then gets those it has now: a
+    // message's are in its .meta line (before the time), a tool call's in its summary
+    // (before the hash)
+    const places = [["#entries [data-hash] > .meta", "time"], ["#entries details.tool[data-hash] > summary", "a.hash"]];
+    places.forEach(([where, before]) => document.querySelectorAll(where).forEach((line) => {
+      line.querySelectorAll(":scope > .ref").forEach((r) => r.remove());
+      const html = decorations[line.parentElement.dataset.hash];
       if (html) {
-        const time = meta.querySelector("time");
+        const at = line.querySelector(":scope > " + before);
         const tmp = document.createElement("span");
         tmp.innerHTML = html;
-        Array.from(tmp.childNodes).forEach((n) => meta.insertBefore(n, time));
+        Array.from(tmp.childNodes).forEach((n) => line.insertBefore(n, at));
       }
-    });
+    }));
   }
 
   function live() {
