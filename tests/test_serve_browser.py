@@ -410,3 +410,29 @@ def test_reused_call_ids_pair_each_result_with_its_own_call_and_labels_leave_a_c
     tip = cli("append", "assistant", "--text", "after the call")
     wait_for(browser, lambda b: labelled(tip) == ["main"], timeout=15)
     wait_for(browser, lambda b: labelled(fourth) == [], timeout=15)
+
+
+def test_no_page_scrolls_sideways_on_a_narrow_screen_and_thinking_reads_as_text(browser, server, tape_dir):
+    """A black-box audit at 400 px: the sessions page was 1,114 px wide, /stats 895, an
+    entry page 717 (tables, 64-hex hashes, a session name with no spaces, the tape's path);
+    and Claude Code's thinking parts showed as a JSON dump led by 1,300 characters of their
+    base64 signature. Every page fits the width now, and thinking is folded text."""
+    d, env = tape_dir
+    name = "SWE-agent__SWE-agent__function_calling_replace_from_source__marshmallow-1867-" + "x" * 40
+    signature = "EokMCkgICx" + "A" * 1300
+    h = run_cli("--dir", d, "append", "assistant", json.dumps({"content": [
+        {"type": "thinking", "thinking": "First I should read the file.\n\nThen **fix** it.", "signature": signature},
+        {"type": "text", "text": "Done."}]}), "-s", name, env=env, check=True).stdout.decode().strip()
+    browser.get(server + "/s/" + name)
+    thinking = browser.find_element(By.CSS_SELECTOR, "details.thinking")
+    thinking.find_element(By.TAG_NAME, "summary").click()
+    assert "First I should read the file." in thinking.text and "fix" in thinking.find_element(By.TAG_NAME, "strong").text
+    assert "EokMCkgICx" not in browser.find_element(By.ID, "entries").text
+    browser.set_window_size(400, 800)
+    try:
+        for path in ("/", "/stats", "/e/" + h, "/s/" + name, "/s/evil"):
+            browser.get(server + path)
+            wide, seen = browser.execute_script("return [document.documentElement.scrollWidth, document.documentElement.clientWidth]")
+            assert wide <= seen, (path, wide, seen)
+    finally:
+        browser.set_window_size(1400, 1000)

@@ -134,9 +134,17 @@ def content_html(content: Any, text_url: TextUrl, image_url: Optional[Callable[[
             text = part if isinstance(part, str) else None
             if isinstance(part, dict) and isinstance(part.get("text"), str) and part.get("type") in (None, "text", "input_text", "output_text"):
                 text = part["text"]
+            thought = _thinking(part)
             if text is not None:
                 out.append(markdown_clipped(text, text_url(i), chars=budget))
                 budget -= min(len(text), budget)
+            elif thought is not None:
+                # the model's thinking, folded as text; its signature (opaque base64 the
+                # provider checks) is on the entry's page
+                out.append(f'<details class="thinking"><summary>thinking</summary>{markdown_clipped(thought, text_url(i), chars=budget)}</details>')
+                budget -= min(len(thought), budget)
+            elif isinstance(part, dict) and part.get("type") == "redacted_thinking":
+                out.append('<p class="muted">[thinking the provider keeps encrypted]</p>')
             elif isinstance(part, dict) and part.get("type") in ("image_url", "input_image", "image"):
                 url = _image(part)
                 if url is None:
@@ -156,6 +164,13 @@ def content_html(content: Any, text_url: TextUrl, image_url: Optional[Callable[[
     if content is None:
         return ""
     return clipped(_as_text(content), text_url(None))
+
+
+def _thinking(part: Any) -> Optional[str]:
+    """The text of a thinking part (Anthropic's `{"type": "thinking", "thinking": ...}`), else None."""
+    if isinstance(part, dict) and part.get("type") == "thinking" and isinstance(part.get("thinking"), str):
+        return part["thinking"]
+    return None
 
 
 def main_value(e: Entry) -> Any:
@@ -179,6 +194,8 @@ def part_of(e: Entry, part: Part) -> Any:
     value = main_value(e)
     if isinstance(part, int) and isinstance(value, list) and 0 <= part < len(value):
         x = value[part]
+        if _thinking(x) is not None:
+            return _thinking(x)
         return x["text"] if isinstance(x, dict) and isinstance(x.get("text"), str) else x
     raise EntryNotFound(f"entry {e.hash[:12]} has no part {part!r:.40}")
 
