@@ -630,3 +630,33 @@ def test_a_stream_still_being_written_is_shown_as_such_and_a_dead_ones_as_interr
     _, _, page = get(port, "/s/chat")
     assert "the answer so far" in page and "interrupted stream, not recorded yet" in page and "being written" not in page
     t.close()
+
+
+def test_markdown_nests_lists_and_renders_quotes_tables_and_rules_escaped():
+    """An audit of the web view: a sub-list came out as a list of its own after its parent's
+    list (the sub-items no longer belonged to item 2), and tables and `>` quotes, common in
+    agents' answers, showed as raw pipes and `>`. Everything stays escaped first."""
+    out = render("2. **Combined**\n   - sub a\n   - sub b\n3. next\n\n- one\n  - nested\n    1. deep\n- back")
+    assert out == ('<ol start="2"><li><strong>Combined</strong><ul><li>sub a</li><li>sub b</li></ul></li><li>next</li></ol>\n'
+                   "<ul><li>one<ul><li>nested<ol><li>deep</li></ol></li></ul></li><li>back</li></ul>")
+    table = render("| a | b | c |\n|:--|--:|:-:|\n| <b>1</b> | `x` | [l](javascript:alert(1)) |\n| x \\| y |")
+    assert table == ('<div class="table"><table><thead><tr><th>a</th><th class="al-r">b</th><th class="al-c">c</th></tr></thead>'
+                     '<tbody><tr><td>&lt;b&gt;1&lt;/b&gt;</td><td class="al-r"><code>x</code></td><td class="al-c">[l](javascript:alert(1))</td></tr>'
+                     '<tr><td>x | y</td><td class="al-r"></td><td class="al-c"></td></tr></tbody></table></div>')
+    quote = render("> a *quote* <script>\n> > inner\n> ```py\n> x = 1\n> ```\n\nafter\n\n---\n\nend")
+    assert quote.startswith("<blockquote><p>a <em>quote</em> &lt;script&gt;</p>\n<blockquote><p>inner</p></blockquote>\n<pre class=\"code\">")
+    assert quote.endswith("</blockquote>\n<p>after</p>\n<hr>\n<p>end</p>")
+    assert render("a | b\n|---|---|x") == "<p>a | b<br>|---|---|x</p>"  # no rule under it: text
+    deep = render("> " * 50 + "x")  # nested past DEPTH: the rest is text
+    assert deep.count("<blockquote>") == 8 and "&gt; &gt;" in deep
+
+
+@pytest.mark.parametrize("shape", ['"|" * 3_000_000', '"a|b\\n" + "-|" * 1_000_000 + "x"', '"> " * 1_000_000 + "x"',
+                                   '"".join(" " * k + "- x\\n" for k in range(3000))', '("1. a\\n  - b\\n" * 100_000)', '"- " * 1_500_000 + "x"'])
+def test_markdown_takes_time_linear_in_tables_quotes_and_lists(shape):
+    """The new block shapes, at megabytes: a second or two each (linear), in a child process
+    (a regular expression holds the interpreter: a runaway one would hang the test run)."""
+    try:
+        subprocess.run([sys.executable, "-c", f"from ctape.web.markdown import render\nrender({shape})"], check=True, timeout=30)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"render of {shape} still running after 30 s: time more than linear in the input?")

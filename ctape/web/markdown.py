@@ -2,7 +2,8 @@
 
 Transcripts hold hostile strings (HTML, scripts, terminal escapes). Every piece of
 text is escaped by `esc` before it is wrapped in the few tags this module emits:
-fenced code blocks (coloured by highlight.py), headings, bullet and numbered lists, paragraphs, inline code,
+fenced code blocks (coloured by highlight.py), headings, bullet and numbered lists (nested by
+indentation), block quotes, tables (GFM's pipes), rules, paragraphs, inline code,
 **strong**, *emphasis* and [links](url) whose scheme is http, https or mailto.
 Anything else (raw HTML, images by URL, javascript: links) comes out as text.
 """
@@ -40,9 +41,12 @@ _INLINE = re.compile(
     r"|(?P<auto>https?://[^\s<>\"')\]\ue000]+)"
 )
 _HEADING = re.compile(r"^(#{1,6})\s+(.*)$")
-_BULLET = re.compile(r"^\s{0,3}[-*+]\s+(.*)$")
-_NUMBERED = re.compile(r"^\s{0,3}\d{1,9}[.)]\s+(.*)$")
-
+_ITEM = re.compile(r"^([ \t]*+)(?:([-*+])|(\d{1,9})[.)])[ \t]++(.*)$")
+_QUOTE = re.compile(r"^ {0,3}> ?(.*)$")
+_RULE = re.compile(r"^ {0,3}([-*_])(?:[ \t]*+\1){2,}+[ \t]*+$")
+_TABLE_RULE = re.compile(r"^[ \t]*+\|?[ \t]*+:?-+:?[ \t]*+(?:\|[ \t]*+:?-+:?[ \t]*+)*+\|?[ \t]*+$")
+DEPTH = 8  # lists and quotes nested deeper than this continue at this depth
+TABLE_COLUMNS = 64  # a table wider than this is left as text
 
 def _code_spans(text: str) -> list[tuple[int, int, int, int]]:
     """The code spans of a line as (start, text start, text end, end): a run of n
@@ -119,12 +123,57 @@ def _inline_text(text: str) -> str:
     return "".join(out)
 
 
-def _blocks(text: str) -> list[str]:
-    """Paragraphs, headings and lists of a stretch of text without code fences."""
+def _indent(ws: str) -> int:
+    return len(ws.expandtabs(4))
+
+
+class _List:
+    """A list being read: its items, each [text, the lists nested in it]."""
+
+    def __init__(self, indent: int, tag: str, start: int):
+        self.indent, self.tag, self.start = indent, tag, start
+        self.items: list[list] = []
+
+    def html(self) -> str:
+        start = f' start="{self.start}"' if self.tag == "ol" and self.start != 1 else ""
+        inner = "".join("<li>" + inline(text) + "".join(sub.html() for sub in subs) + "</li>" for text, subs in self.items)
+        return f"<{self.tag}{start}>{inner}</{self.tag}>"
+
+
+def _cells(line: str) -> list[str]:
+    """A table row's cells: split at `|` (not at an escaped `\\|`), the outer pipes dropped."""
+    row = line.strip()
+    if row.startswith("|"):
+        row = row[1:]
+    if row.endswith("|") and not row.endswith("\\|"):
+        row = row[:-1]
+    return [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", row)]
+
+
+def _table(lines: list[str]) -> str:
+    """A GFM table: a header row, the rule (its colons align the columns), the body rows."""
+    head = _cells(lines[0])
+    align = []
+    for c in _cells(lines[1]):
+        align.append(' class="al-c"' if c.startswith(":") and c.endswith(":") else ' class="al-r"' if c.endswith(":") else "")
+    align += [""] * (len(head) - len(align))
+
+    def row(cells: list[str], tag: str) -> str:
+        cells = (cells + [""] * len(head))[: len(head)]
+        return "<tr>" + "".join(f"<{tag}{a}>{inline(c)}</{tag}>" for c, a in zip(cells, align)) + "</tr>"
+
+    body = "".join(row(_cells(x), "td") for x in lines[2:])
+    return f'<div class="table"><table><thead>{row(head, "th")}</thead><tbody>{body}</tbody></table></div>'
+
+
+def _blocks(text: str, depth: int = 0) -> list[str]:
+    """Paragraphs, headings, lists (nested by indentation), block quotes and tables of a
+    stretch of text without code fences. Every line is looked at a bounded number of times:
+    a quote's lines are read again once for each level it is nested (at most DEPTH)."""
     out: list[str] = []
     para: list[str] = []
-    items: list[str] = []
-    list_tag = ""
+    lists: list[_List] = []  # the open lists, outermost first
+    lines = text.split("\n")
 
     def flush_para():
         if para:
@@ -132,34 +181,78 @@ def _blocks(text: str) -> list[str]:
             para.clear()
 
     def flush_list():
-        nonlocal list_tag
-        if items:
-            out.append(f"<{list_tag}>" + "".join(f"<li>{inline(x)}</li>" for x in items) + f"</{list_tag}>")
-            items.clear()
-        list_tag = ""
+        if lists:
+            out.append(lists[0].html())
+            lists.clear()
 
-    for line in text.split("\n"):
+    def add_item(indent: int, tag: str, start: int, text: str) -> None:
+        while len(lists) > 1 and indent < lists[-1].indent:
+            lists.pop()
+        top = lists[-1] if lists else None
+        if top is not None and indent > top.indent and top.items and len(lists) < DEPTH:
+            sub = _List(indent, tag, start)  # nested in the item before it
+            top.items[-1][1].append(sub)
+            lists.append(sub)
+        elif top is not None and tag != top.tag:
+            if len(lists) == 1:
+                flush_list()  # another kind of list after this one
+                lists.append(_List(indent, tag, start))
+            else:
+                lists.pop()  # a sibling list of the other kind, in the same item
+                sub = _List(indent, tag, start)
+                lists[-1].items[-1][1].append(sub)
+                lists.append(sub)
+        elif top is None:
+            lists.append(_List(indent, tag, start))
+        lists[-1].items.append([text, []])
+
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        i += 1
         if not line.strip():
             flush_para()
+            if lists and i < len(lines) and lines[i][:1] in (" ", "\t") and lines[i].strip():
+                continue  # a blank line inside a list whose item goes on, indented
             flush_list()
             continue
+        q = _QUOTE.match(line) if depth < DEPTH else None
+        if q:
+            flush_para()
+            flush_list()
+            quoted = [q.group(1)]
+            while i < len(lines) and (m := _QUOTE.match(lines[i])):
+                quoted.append(m.group(1))
+                i += 1
+            out.append("<blockquote>" + "\n".join(_render("\n".join(quoted), depth + 1)) + "</blockquote>")
+            continue
+        if "|" in line and i < len(lines) and _TABLE_RULE.match(lines[i]) and len(_cells(line)) == len(_cells(lines[i])) <= TABLE_COLUMNS:
+            flush_para()
+            flush_list()
+            rows = [line, lines[i]]
+            i += 1
+            while i < len(lines) and lines[i].strip() and "|" in lines[i]:
+                rows.append(lines[i])
+                i += 1
+            out.append(_table(rows))
+            continue
+        if _RULE.match(line):
+            flush_para()
+            flush_list()
+            out.append("<hr>")
+            continue
         h = _HEADING.match(line)
-        b = _BULLET.match(line)
-        n = None if b else _NUMBERED.match(line)
-        if h:
+        item = _ITEM.match(line)
+        if item and (lists or _indent(item.group(1)) <= 3):
+            flush_para()
+            add_item(_indent(item.group(1)), "ul" if item.group(2) else "ol", int(item.group(3) or 1), item.group(4))
+        elif h:
             flush_para()
             flush_list()
             level = min(len(h.group(1)) + 2, 6)  # inside a message: h3..h6
             out.append(f"<h{level}>{inline(h.group(2))}</h{level}>")
-        elif b or n:
-            flush_para()
-            tag = "ul" if b else "ol"
-            if list_tag and list_tag != tag:
-                flush_list()
-            list_tag = tag
-            items.append((b or n).group(1))
-        elif items and line.startswith((" ", "\t")):
-            items[-1] += " " + line.strip()  # a continuation line of the last item
+        elif lists and line[:1] in (" ", "\t"):
+            lists[-1].items[-1][0] += " " + line.strip()  # a continuation line of the last item
         else:
             flush_list()
             para.append(line)
@@ -170,10 +263,14 @@ def _blocks(text: str) -> list[str]:
 
 def render(text: str) -> str:
     """Markdown text as safe HTML."""
+    return "\n".join(_render(text, 0))
+
+
+def _render(text: str, depth: int) -> list[str]:
     out: list[str] = []
     pos = 0
     for m in _FENCE.finditer(text):
-        out += _blocks(text[pos : m.start()])
+        out += _blocks(text[pos : m.start()], depth)
         lang = m.group(2)
         cls = f' class="lang-{esc(lang)}"' if lang else ""
         code = m.group(3).rstrip("\n")
@@ -181,5 +278,5 @@ def render(text: str) -> str:
         body = highlight(code, known) if known else esc(code)
         out.append(f'<pre class="code"><code{cls}>{body}</code></pre>')
         pos = m.end()
-    out += _blocks(text[pos:])
-    return "\n".join(out)
+    out += _blocks(text[pos:], depth)
+    return out
