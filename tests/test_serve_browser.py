@@ -436,3 +436,27 @@ def test_no_page_scrolls_sideways_on_a_narrow_screen_and_thinking_reads_as_text(
             assert wide <= seen, (path, wide, seen)
     finally:
         browser.set_window_size(1400, 1000)
+
+
+def test_a_reader_at_the_bottom_stays_there_as_entries_arrive_and_one_scrolled_up_keeps_the_place(browser, server, tape_dir):
+    """An audit of the web view: with the newest entry in view, an append left the new entry
+    ending at the window's edge and the rest of the page below it. A reader at the bottom
+    stays at the very bottom, as a chat does; one scrolled up is not moved."""
+    d, env = tape_dir
+
+    def cli(*args):
+        return run_cli("--dir", d, *args, "-s", "follow", env=env, check=True).stdout.decode().strip()
+
+    for i in range(30):
+        cli("append", "user" if i % 2 else "assistant", "--text", f"message {i} " + "word " * 40)
+    browser.get(server + "/s/follow")
+    gap = "return document.documentElement.scrollHeight - window.innerHeight - window.scrollY"
+    browser.execute_script("window.scrollTo(0, document.documentElement.scrollHeight)")
+    h = cli("append", "assistant", "--text", "the newest " + "word " * 60)
+    wait_for(browser, lambda b: b.find_elements(By.CSS_SELECTOR, f'[data-hash="{h}"]'), timeout=15)
+    wait_for(browser, lambda b: b.execute_script(gap) <= 1, timeout=5)  # at the very bottom
+    browser.execute_script("window.scrollTo(0, 200)")
+    h = cli("append", "user", "--text", "another")
+    wait_for(browser, lambda b: b.find_elements(By.CSS_SELECTOR, f'[data-hash="{h}"]'), timeout=15)
+    time.sleep(0.3)
+    assert browser.execute_script("return window.scrollY") == 200

@@ -32,7 +32,8 @@ def search(ctx, query, session, kinds, since, until, limit, hidden, as_json):
     for the shell as well: '"combined-transcript-link"'). Case and accents do not
     matter, but matches written exactly as typed come first, then those in another case,
     then the same words with other punctuation (--json says which: "match"). Tool
-    outputs and large values are searched too. Without -s, every session and branch is
+    outputs and large values are searched too, each entry's first 2 MiB of text (what
+    lies past that in a larger one is not found). Without -s, every session and branch is
     searched. The search cache is brought up to date first (the first search of a large
     tape reads it all once). A query holds at most 64 different words and phrases (a
     repeat counts once) and 16,384 characters.

@@ -154,11 +154,12 @@
             const tmp = document.createElement("div");
             tmp.innerHTML = got.html;
             const added = Array.from(tmp.children);
+            // a reader at the bottom (within 400 px of it) stays at the bottom, as a chat
+            // does; one scrolled up keeps the place
+            const atBottom = window.innerHeight + window.scrollY >= document.documentElement.scrollHeight - 400;
             added.forEach((n) => { n.classList.add("fresh"); box.appendChild(n); });
             pairResults(box);
-            if (added.length && window.innerHeight + window.scrollY >= document.body.scrollHeight - 400) {
-              added[added.length - 1].scrollIntoView({ block: "end" });
-            }
+            if (added.length && atBottom) window.scrollTo(0, document.documentElement.scrollHeight);
           }
           relabel(got.decorations || {});
           body.dataset.head = got.head || "";
