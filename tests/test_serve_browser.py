@@ -460,3 +460,24 @@ def test_a_reader_at_the_bottom_stays_there_as_entries_arrive_and_one_scrolled_u
     wait_for(browser, lambda b: b.find_elements(By.CSS_SELECTOR, f'[data-hash="{h}"]'), timeout=15)
     time.sleep(0.3)
     assert browser.execute_script("return window.scrollY") == 200
+
+
+def test_the_tree_marks_the_entry_a_pinned_page_shows_and_no_label_is_cut(browser, server, tape_dir):
+    """An audit of the web view: a page pinned with ?at= to an entry between two drawn nodes
+    (a search hit) marked nothing in the tree; and labels of wide letters were cut at the
+    drawing's right edge (its width took 7 px a character)."""
+    d, env = tape_dir
+
+    def cli(*args):
+        return run_cli("--dir", d, *args, "-s", "pinned", env=env, check=True).stdout.decode().strip()
+
+    hashes = [cli("append", "user", "--text", f"m{i}") for i in range(12)]
+    cli("checkout", "-b", "WWWWWWWWWWWWMMMMMMMMMMMMMM", hashes[3])
+    cli("append", "user", "--text", "on the wide branch")
+    browser.get(server + f"/s/pinned?at={hashes[7]}")
+    marked = browser.find_elements(By.CSS_SELECTOR, "svg.tree a.node.viewing")
+    assert [a.get_attribute("data-hash") for a in marked] == [hashes[7]]
+    cut = browser.execute_script("""
+        const svg = document.querySelector('svg.tree'); const w = svg.width.baseVal.value;
+        return Array.from(svg.querySelectorAll('a.node text')).filter(t => t.getBBox().x + t.getBBox().width > w).map(t => t.textContent);""")
+    assert cut == []

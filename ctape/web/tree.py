@@ -183,9 +183,10 @@ class Drawn:
     gap: int  # entries between it and that node, not drawn
 
 
-def layout(g: Graph) -> list[Drawn]:
-    """The nodes worth drawing (roots, forks, tips, tags, anchors), each with a lane, in row
-    order. A branch gets a lane; a tag on no branch's path gets one of its own."""
+def layout(g: Graph, viewing: Optional[str] = None) -> list[Drawn]:
+    """The nodes worth drawing (roots, forks, tips, tags, anchors, and the entry the page
+    shows the path to, `viewing`), each with a lane, in row order. A branch gets a lane; a
+    tag on no branch's path gets one of its own."""
     children: dict[str, int] = {}
     for n in g.nodes.values():
         if n.parent is not None:
@@ -225,6 +226,8 @@ def layout(g: Graph) -> list[Drawn]:
     for h, labels in tagged.items():
         if h in lane_of:
             keep.setdefault(h, []).extend(labels)
+    if viewing is not None and viewing in lane_of:
+        keep.setdefault(viewing, [])  # a page pinned to an entry between two drawn nodes: marked where it is
     anchors = sorted(set(anchors), key=lambda h: g.nodes[h].seq)
     room = max(0, MAX_NODES - len(keep))
     for h in anchors[len(anchors) - room :] if room else []:
@@ -299,14 +302,16 @@ def svg(g: Graph, session: str, viewing: Optional[str], link) -> str:
 
 
 def _svg(g: Graph, session: str, viewing: Optional[str], link) -> str:
-    drawn = layout(g)
+    drawn = layout(g, viewing)
     if not drawn:
         if not g.complete:
             return f'<p class="muted loading">reading the history: {len(g.nodes):,} entries so far…</p>'
         return '<p class="muted">no entries yet</p>'
     on_path = set(g.path(viewing)) if viewing else set()
     xs, text_x = lane_xs(drawn)
-    labels = [_label(d) for d in drawn]
+    labels = [_label(d, viewing) for d in drawn]
+    # 7 px a character, a guess (no font is known here): the page's script widens the
+    # drawing to what the browser drew (labels of wide letters were cut at its edge)
     width = text_x + 8 + 7 * max(len(_clip(label, 26)) + len(f" #{d.seq}") for label, d in zip(labels, drawn))
     height = PAD * 2 + ROW * (len(drawn) - 1) + 4
     parts = [f'<svg class="tree" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" aria-label="branch tree">']
@@ -359,12 +364,14 @@ def _svg(g: Graph, session: str, viewing: Optional[str], link) -> str:
     return "".join(parts) + note
 
 
-def _label(d: Drawn) -> str:
+def _label(d: Drawn, viewing: Optional[str] = None) -> str:
     if d.labels:
         return ", ".join(d.labels)
     if "fork" in d.classes:
         return f"fork at {d.seq}"
-    return "root" if d.seq == 1 else "… older entries"
+    if d.seq == 1:
+        return "root"
+    return "shown here" if d.h == viewing else "… older entries"
 
 
 def _clip(text: str, n: int) -> str:

@@ -106,6 +106,20 @@
     }));
   }
 
+  // the branch tree's width is the server's guess of its labels' (it knows no font): made
+  // as wide as what the browser drew, so that no label is cut at its right edge
+  function fitTree() {
+    const svg = document.querySelector("svg.tree");
+    if (!svg || !svg.getBBox) return;
+    const box = svg.getBBox();
+    const need = Math.ceil(box.x + box.width) + 8;
+    const height = svg.height.baseVal.value;
+    if (need > svg.width.baseVal.value) {
+      svg.setAttribute("width", String(need));
+      svg.setAttribute("viewBox", "0 0 " + need + " " + height);
+    }
+  }
+
   function live() {
     const body = document.body;
     const session = body.dataset.session;
@@ -136,6 +150,7 @@
           const t = await fetch(base + "/tree" + (at ? "?at=" + encodeURIComponent(at) : ""), { cache: "no-store" });
           if (t.ok) {
             document.getElementById("tree-svg").innerHTML = await t.text();
+            fitTree();
             body.dataset.sig = info.sig;
           }
         }
@@ -174,6 +189,7 @@
   }
 
   document.addEventListener("DOMContentLoaded", () => {
+    fitTree();
     openAtNewest();
     revealTarget();
     live();
