@@ -660,3 +660,23 @@ def test_markdown_takes_time_linear_in_tables_quotes_and_lists(shape):
         subprocess.run([sys.executable, "-c", f"from ctape.web.markdown import render\nrender({shape})"], check=True, timeout=30)
     except subprocess.TimeoutExpired:
         pytest.fail(f"render of {shape} still running after 30 s: time more than linear in the input?")
+
+
+def test_a_result_s_page_links_the_call_it_answers_and_stats_read_as_words(tape_dir, served):
+    """An audit of the web view: a tool result's page linked only its parent, not the call
+    it answers (with reused ids, which one?), and /stats showed raw keys (`dedupe_saving
+    0.0202`). The answered call is the one pair_results gives the result."""
+    t = Tape.open(tape_dir)
+    s = t.session("calls")
+    s.append("user", {"content": "go"})
+    first = s.append("tool_call", {"call_id": "x", "name": "bash", "arguments": {"cmd": "one"}}).hash
+    s.append("tool_result", {"call_id": "x", "output": "1"})
+    second = s.append("tool_call", {"call_id": "x", "name": "bash", "arguments": {"cmd": "two"}}).hash
+    s.append("assistant", {"content": "between"})
+    answer = s.append("tool_result", {"call_id": "x", "output": "2"}).hash
+    t.close()
+    port = served()
+    status, _, page = get(port, f"/e/{answer}?s=calls")
+    assert status == 200 and f'/e/{second}?s=calls">{second}</a> (the tool call)' in page and first not in page
+    status, _, page = get(port, "/stats")
+    assert status == 200 and "saved by dedupe" in page and "dedupe_saving" not in page and "logical bytes" in page

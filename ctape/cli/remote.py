@@ -10,16 +10,8 @@ import time
 
 import click
 
-from ..model.models import plural
+from ..model.models import human_bytes, plural
 from .base import emit_json, json_option, main, open_tape
-
-
-def _human(n: int) -> str:
-    for unit in ("bytes", "KB", "MB", "GB"):
-        if n < 1000 or unit == "GB":
-            return f"{n} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
-        n /= 1000
-    return str(n)
 
 
 def _warn(msg: str) -> None:
@@ -37,7 +29,7 @@ class _Progress:
     def __call__(self, done: int, total: int) -> None:
         if sys.stderr.isatty() and time.monotonic() - self.t0 > 1:
             self.shown = True
-            click.echo(f"\r{self.verb} {_human(done)} of {_human(total)}", err=True, nl=False)
+            click.echo(f"\r{self.verb} {human_bytes(done)} of {human_bytes(total)}", err=True, nl=False)
 
     def end(self) -> None:
         if self.shown:
@@ -57,7 +49,7 @@ def _summary(verb: str, r: dict) -> str:
             return f"nothing to push: {r['remote']} is up to date ({asked})"
         return f"nothing to pull: up to date with {r['remote']} ({asked})"
     prep = "to" if verb == "pushed" else "from"
-    what = [f"{_n(r['files'], 'file')} ({_human(r['bytes'])})"] if r["files"] or r["bytes"] else []
+    what = [f"{_n(r['files'], 'file')} ({human_bytes(r['bytes'])})"] if r["files"] or r["bytes"] else []
     what += [_n(reports, "salvage report")] if reports else []
     return f"{verb} {' and '.join(what)} {prep} {r['remote']} in {asked}"
 
@@ -160,9 +152,9 @@ def remote_show(ctx, name, as_json):
     from ..ops.render import clean
 
     click.echo(f"remote {name}: {clean(rep['url'])}")
-    click.echo(f"  {_n(len(rep['sessions']), 'session')}, {_human(rep['bytes'])} in {_n(rep['objects'], 'piece')}")
+    click.echo(f"  {_n(len(rep['sessions']), 'session')}, {human_bytes(rep['bytes'])} in {_n(rep['objects'], 'piece')}")
     for s in rep["sessions"]:
-        click.echo(f"  session {s['session']}: {_n(s['files'], 'file')}, {_human(s['bytes'])}")
+        click.echo(f"  session {s['session']}: {_n(s['files'], 'file')}, {human_bytes(s['bytes'])}")
     for w in rep["uploaders"]:
         click.echo(f"  uploader {w['uploader']}: {w['pushes']} push{'' if w['pushes'] == 1 else 'es'}, last {w['last_push']}")
     if rep["writers"]:
@@ -171,7 +163,7 @@ def remote_show(ctx, name, as_json):
         click.echo(f"  deleted by compact --remote: {_n(rep['deleted_files'], 'file')}")
     for p in rep["planned_deletions"]:
         when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(p["time"]))
-        click.echo(f"  planned by {p['compactor']} at {when}: delete {_n(p['files'], 'file')} ({_human(p['bytes'])}) after the grace period")
+        click.echo(f"  planned by {p['compactor']} at {when}: delete {_n(p['files'], 'file')} ({human_bytes(p['bytes'])}) after the grace period")
 
 
 @main.command()
@@ -270,7 +262,7 @@ def pull(ctx, name, sessions, as_json):
     elif r.get("empty"):
         click.echo(f"{name} holds no tape yet; nothing to pull")
     elif any(r["skipped"].values()):  # not "up to date": some of it did not come
-        click.echo(f"pulled {_n(r['files'], 'file')} ({_human(r['bytes'])}) from {name} in {_n(r['requests'], 'request')}; "
+        click.echo(f"pulled {_n(r['files'], 'file')} ({human_bytes(r['bytes'])}) from {name} in {_n(r['requests'], 'request')}; "
                    f"{_n(sum(r['skipped'].values()), 'piece')} skipped (see the warnings)")
     else:
         click.echo(_summary("pulled", r))
@@ -331,7 +323,7 @@ def clone(url, directory, endpoint, as_json):
     if as_json:
         emit_json(r)
     elif r.get("already"):  # an earlier run of this clone finished (its end was not seen): brought up to date
-        click.echo(f"{clean(r['dir'])} already has {clean(url)} as origin (an earlier clone, or the copy that pushed there); pulled {_n(r['files'], 'file')} ({_human(r['bytes'])}) in {_n(r['requests'], 'request')}")
+        click.echo(f"{clean(r['dir'])} already has {clean(url)} as origin (an earlier clone, or the copy that pushed there); pulled {_n(r['files'], 'file')} ({human_bytes(r['bytes'])}) in {_n(r['requests'], 'request')}")
     else:
-        click.echo(f"cloned {_n(r['sessions'], 'session')}, {_n(r['files'], 'file')} ({_human(r['bytes'])}) into {clean(r['dir'])} in {_n(r['requests'], 'request')}")
+        click.echo(f"cloned {_n(r['sessions'], 'session')}, {_n(r['files'], 'file')} ({human_bytes(r['bytes'])}) into {clean(r['dir'])} in {_n(r['requests'], 'request')}")
     _fail_on_damage(r, "origin")

@@ -181,6 +181,16 @@ def plural(n: int, one: str, many: str) -> str:
     return one if n == 1 else many
 
 
+def human_bytes(n: int) -> str:
+    """A size as people read it: "812 bytes", "4.2 KB", "1.3 GB" (powers of 1,000)."""
+    x = float(n)
+    for unit in ("bytes", "KB", "MB", "GB"):
+        if x < 1000 or unit == "GB":
+            return f"{n} {unit}" if unit == "bytes" else f"{x:.1f} {unit}"
+        x /= 1000
+    return str(n)
+
+
 def now_rfc3339() -> str:
     global _second
     sec, rem = divmod(_time.time_ns(), 1_000_000_000)

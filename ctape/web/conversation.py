@@ -150,10 +150,10 @@ def content_html(content: Any, text_url: TextUrl, image_url: Optional[Callable[[
                 if url is None:
                     out.append('<p class="muted">[image not shown: not an inline raster image]</p>')
                 elif len(url) <= IMAGE_INLINE and inline[0] > 0:
-                    out.append(f'<img class="part" alt="image" src="{esc(url)}">')
+                    out.append(f'<img class="part" alt="image (part {i + 1} of the message)" src="{esc(url)}">')
                     inline[0] -= 1
                 elif image_url is not None:
-                    out.append(f'<img class="part" alt="image" loading="lazy" src="{esc(image_url(i))}">')
+                    out.append(f'<img class="part" alt="image (part {i + 1} of the message)" loading="lazy" src="{esc(image_url(i))}">')
                 else:
                     out.append('<p class="muted">[a large image: see the entry]</p>')
             else:

@@ -26,7 +26,7 @@ from urllib.parse import quote, urlencode
 
 from ..errors import CorruptObject, CtapeError, EntryNotFound, InvalidInput, RefNotFound
 from ..history.recovery import error_text
-from ..model.models import Entry, plural
+from ..model.models import Entry, human_bytes, plural
 from . import queries
 from .conversation import MESSAGE_CHARS, MESSAGE_LINES, Renderer, _short, clipped, image_bytes, listed, part_of, some
 from .markdown import esc
@@ -654,10 +654,30 @@ class Site:
         parent = f'<a class="hash" href="{esc(e_url(e.parent, session))}">{e.parent}</a>' if e.parent else "(root)"
         rows = [("hash", e.hash), ("seq", str(e.seq)), ("kind", e.kind), ("time", e.time)]
         table = "".join(f"<tr><th>{k}</th><td>{esc(v)}</td></tr>" for k, v in rows) + f"<tr><th>parent</th><td>{parent}</td></tr>"
+        call = self._answered_call(e) if e.kind in ("tool_result", "error") and e.call_id else None
+        if call is not None:
+            table += f'<tr><th>answers</th><td><a class="hash" href="{esc(e_url(call, session))}">{call}</a> (the tool call)</td></tr>'
         conv = f'<p><a href="{esc(s_url(session, at=e.hash))}#h-{e.hash[:16]}">the conversation up to this entry</a></p>' if session else ""
         raw = clipped(json.dumps(e.to_json(), ensure_ascii=False, indent=2), f"/e/{e.hash}/json")
         main = f'<h1>Entry <span class="hash">{e.hash[:12]}</span></h1>{conv}<table class="kv">{table}</table><h2>As shown</h2><div class="conversation">{r.entries([e])}</div><h2>Raw JSON</h2>{raw}'
         return self.layout(f"entry {e.hash[:12]}", main)
+
+    def _answered_call(self, result: Entry, limit: int = 10_000) -> Optional[str]:
+        """The call a result answers: the nearest before it with its call id that no result
+        in between answered (as pair_results and `status` pair them), looked for among the
+        `limit` entries before it; None when not found there."""
+        h, later, n = result.parent, 0, 0
+        while h is not None and n < limit and self.tape.has_entry(h):
+            e = self.tape.read_entry(h)
+            if e.call_id == result.call_id:
+                if e.kind == "tool_call":
+                    if later == 0:
+                        return e.hash
+                    later -= 1
+                elif e.kind in ("tool_result", "error"):
+                    later += 1
+            h, n = e.parent, n + 1
+        return None
 
     def entry_text(self, ref: str, raw: bool, q: dict) -> Page:
         """The whole text of a clipped block (`part`, see conversation.part_of), or the
@@ -719,7 +739,7 @@ class Site:
 
     def stats_page(self) -> Page:
         st = self.tape.stats()
-        rows = "".join(f"<tr><th>{esc(k)}</th><td>{esc(f'{v:,}' if isinstance(v, int) else v)}</td></tr>" for k, v in st.items())
+        rows = "".join(f"<tr><th>{esc(_STAT_NAMES.get(k, k.replace('_', ' ')))}</th><td>{esc(_stat_value(k, v))}</td></tr>" for k, v in st.items())
         srows = []
         for s in self.tape.sessions():
             link = f'<a href="{esc(s_url(s["session"]))}">{esc(s["session"])}</a>'
@@ -738,6 +758,21 @@ class Site:
             f"<h2>Usage</h2>{_usage_table(self.usage(wait=True), self._usage_failed)}"
         )
         return self.layout("stats", main)
+
+
+# `ctape stats`'s keys as the page names them (the others: their words)
+_STAT_NAMES = {"logical_bytes": "logical bytes (before dedupe and compression)", "unique_bytes": "unique bytes (after dedupe)",
+               "stored_bytes": "stored bytes (on disk)", "dedupe_saving": "saved by dedupe", "compression": "compression"}
+
+
+def _stat_value(key: str, v) -> str:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return str(v)
+    if key == "dedupe_saving" and isinstance(v, float):
+        return f"{v:.1%}"
+    if key.endswith("_bytes") and isinstance(v, int):
+        return f"{v:,} ({human_bytes(v)})"
+    return f"{v:,}" if isinstance(v, int) else f"{v:.3g}"
 
 
 def _tag_links(session: str, tags: list[tuple[str, str]], limit: int = 50) -> str:
