@@ -680,3 +680,21 @@ def test_a_result_s_page_links_the_call_it_answers_and_stats_read_as_words(tape_
     assert status == 200 and f'/e/{second}?s=calls">{second}</a> (the tool call)' in page and first not in page
     status, _, page = get(port, "/stats")
     assert status == 200 and "saved by dedupe" in page and "dedupe_saving" not in page and "logical bytes" in page
+
+
+def test_the_diff_page_pairs_results_and_marks_calls_pending_at_a_side_s_tip(tape_dir, served):
+    """An audit of the web view: on the diff page a tool call had no badge at all (a call
+    still waiting at one side's tip looked like a finished one)."""
+    t = Tape.open(tape_dir)
+    s = t.session("sides")
+    base = s.append("user", {"content": "go"}).hash
+    s.append("tool_call", {"call_id": "a", "name": "bash", "arguments": {"cmd": "left"}})
+    s.append("tool_result", {"call_id": "a", "output": "done left"})
+    s.checkout(base, new_branch="right")
+    waiting = s.append("tool_call", {"call_id": "b", "name": "bash", "arguments": {"cmd": "right"}}).hash
+    t.close()
+    port = served()
+    status, _, page = get(port, "/diff?a=sides/main&b=sides/right&s=sides")
+    assert status == 200 and 'badge ok">done' in page and "done left" in page
+    i = page.index(f'data-hash="{waiting}"')
+    assert 'badge warn">pending' in page[i: i + 800]

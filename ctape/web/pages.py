@@ -721,7 +721,10 @@ class Site:
         # the library's `ctape diff`, reading only the newest DIFF_SIDE entries of each side
         d = diff(self.tape, a, b, session, limit=DIFF_SIDE, newest=True)
         base, left, right = d.base, d.left, d.right
-        r = self._renderer(session or "", refs=self._refs_by_entry(session or ""))
+        # the calls still waiting at either side's tip are marked pending there, as a
+        # session's page marks those waiting at HEAD
+        pending = [c.get("hash") for ref in (a, b) if (tip := self.tape.resolve(ref, session)) for c in self.tape.derived(tip)["pending"]]
+        r = self._renderer(session or "", pending, refs=self._refs_by_entry(session or ""))
         if base:
             be = self.tape.read_entry(base)
             where = f'<p>They part after entry <a class="hash" href="{esc(e_url(base, session))}">{base[:12]}</a> (seq {be.seq:,}, {esc(be.kind)}).</p>'
