@@ -191,3 +191,19 @@ def test_a_tape_that_holds_the_entries_unredacted_is_told(tmp_path):
     said = (p.stdout + p.stderr).decode()
     assert "nothing new" in said and "1 entry the file shows redacted is not redacted in this tape" in said, said
     assert "new hashes" not in said
+
+
+def test_a_line_type_of_a_newer_ctape_says_so_and_changes_nothing(exported, tmp_path):
+    """An audit of mixed versions: older builds met the "redactions" line of a newer export
+    with "not a ctape entry line". A line type this ctape does not know now says the file is
+    a newer ctape's, so the next new line type reads right here."""
+    d, out = exported
+    rows = lines(out)
+    rows.insert(1, {"ctape": "annotations", "notes": []})
+    out.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    fresh = tmp_path / "fresh"
+    cli(fresh, "init")
+    p = cli(fresh, "import", out, "-s", "chat", check=False)
+    assert p.returncode == 2 and len(p.stderr.splitlines()) == 1, p
+    assert b":2: a line of type 'annotations', which this ctape does not know: the file was written by a newer ctape; upgrade ctape" in p.stderr, p
+    assert not (fresh / "sessions").exists() or not os.listdir(fresh / "sessions")

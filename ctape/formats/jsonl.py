@@ -26,7 +26,7 @@ from ..model.canonical import parse_json
 from ..errors import CtapeError, InvalidInput
 from ._common import entries_for_export, imported_names, lines_of, safe_refs
 from .reading import cannot_read, real_path
-from ..model.models import NAME_RE, check_name
+from ..model.models import NAME_RE, brief, check_name
 from ..model import redaction
 from ..model.refs import TAG
 from ..history.session import entry_hash
@@ -288,6 +288,11 @@ def _read(path: str):
                 refs = obj
             elif tag == "redactions":
                 redacted |= _redacted_objects(path, lineno, obj)
+            elif isinstance(tag, str):
+                # a line type of a later ctape's exports: say so, not "not an entry line"
+                # (an audit of mixed versions: older builds refused redacted exports so)
+                raise InvalidInput(f"{path}:{lineno}: a line of type {brief(tag, 40)}, which this ctape does not know: "
+                                   "the file was written by a newer ctape; upgrade ctape to import it")
             elif {"hash", "kind", "payload", "time"} <= obj.keys():
                 obj.setdefault("parent", None)
                 _check_links(path, lineno, obj)
