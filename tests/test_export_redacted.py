@@ -207,3 +207,15 @@ def test_a_line_type_of_a_newer_ctape_says_so_and_changes_nothing(exported, tmp_
     assert p.returncode == 2 and len(p.stderr.splitlines()) == 1, p
     assert b":2: a line of type 'annotations', which this ctape does not know: the file was written by a newer ctape; upgrade ctape" in p.stderr, p
     assert not (fresh / "sessions").exists() or not os.listdir(fresh / "sessions")
+
+
+def test_an_export_of_a_later_version_is_refused_with_why(exported, tmp_path):
+    """The export's header names its version: one this ctape does not know is a newer
+    ctape's (older builds read no version there, and misread what they did not know)."""
+    d, out = exported
+    out.write_text("".join(json.dumps({**r, "version": 2} if r.get("ctape") == "export" else r) + "\n" for r in lines(out)))
+    fresh = tmp_path / "fresh"
+    cli(fresh, "init")
+    p = cli(fresh, "import", out, "-s", "chat", check=False)
+    assert p.returncode == 2 and b":1: an export of version 2, which this ctape does not know: the file was written by a newer ctape" in p.stderr, p
+    assert not (fresh / "sessions").exists() or not os.listdir(fresh / "sessions")

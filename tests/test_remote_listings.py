@@ -65,3 +65,30 @@ def test_a_pull_lists_the_uploaders_side_by_side_and_learns_the_same(tmp_path, m
         assert here[f"s{i}"] == refs_of(tmp_path / f"c{i}")[f"s{i}"]
     with Tape.open(tmp_path / "a") as t:
         assert t.fsck()["ok"]
+
+
+def test_a_remote_made_by_a_newer_ctape_is_refused_and_nothing_changes(tmp_path):
+    """The remote's identity names its version; one this ctape does not know is refused by
+    push, pull and clone with one line (an audit of mixed versions: builds before
+    generations read no version, and misread a remote that had them without a word)."""
+    import json
+
+    from conftest import run_cli
+
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    url = f"file://{remote}"
+    a = tmp_path / "a"
+    run_cli("--dir", a, "init", check=True)
+    run_cli("--dir", a, "append", "user", "--text", "hello", "-s", "chat", check=True)
+    run_cli("--dir", a, "remote", "add", "origin", url, check=True)
+    run_cli("--dir", a, "push", check=True)
+    ident = remote / "ctape.json"
+    meta = json.loads(ident.read_text())
+    ident.write_text(json.dumps({**meta, "version": 2}))
+    before = sorted(p.name for p in remote.rglob("*"))
+    for args in (("--dir", a, "push"), ("--dir", a, "pull"), ("clone", url, tmp_path / "b")):
+        p = run_cli(*args, check=False)
+        assert p.returncode != 0 and len(p.stderr.splitlines()) == 1, p
+        assert b"was made by a newer ctape (remote version 2, this ctape knows 1); upgrade ctape to use it" in p.stderr, p
+    assert sorted(p.name for p in remote.rglob("*")) == before and not (tmp_path / "b").exists()

@@ -34,6 +34,7 @@ from ..history.session import entry_hash
 HASH_RE = re.compile(r"[0-9a-f]{64}")
 
 HEADER = "export"
+EXPORT_VERSION = 1  # the exports this ctape writes and reads; a later one raises it for what an older reader would misread
 LINE = "ctape.line"  # kept on an entry line's dict while it is read: its line number, for messages
 
 
@@ -65,7 +66,7 @@ def export(tape, ref: str, tally=None) -> Iterator[str]:
         s = tape.session(ref)
         st = s.refs()
         s.check_refs_read_back(st)  # before any line: not an export of no entries
-        yield dump({"ctape": HEADER, "version": 1, "session": ref})
+        yield dump({"ctape": HEADER, "version": EXPORT_VERSION, "session": ref})
         redacted: list[dict] = []
         for e in session_entries(tape, ref):
             yield _entry_line(tape, e, dump, redacted)
@@ -78,7 +79,7 @@ def export(tape, ref: str, tally=None) -> Iterator[str]:
         yield dump(line)
         return
     path = entries_for_export(tape, ref)  # root -> REF
-    yield dump({"ctape": HEADER, "version": 1, "ref": ref})
+    yield dump({"ctape": HEADER, "version": EXPORT_VERSION, "ref": ref})
     redacted = []
     for e in path:
         yield _entry_line(tape, e, dump, redacted)
@@ -284,6 +285,10 @@ def _read(path: str):
             tag = obj.get("ctape")
             if tag == HEADER:
                 header = obj
+                version = obj.get("version", 1)
+                if not isinstance(version, int) or isinstance(version, bool) or version > EXPORT_VERSION:
+                    raise InvalidInput(f"{path}:{lineno}: an export of version {brief(version, 20)}, which this ctape does not know: "
+                                       "the file was written by a newer ctape; upgrade ctape to import it")
             elif tag == "refs":
                 refs = obj
             elif tag == "redactions":

@@ -31,11 +31,12 @@ from typing import Iterable, Iterator, Optional
 
 from blake3 import blake3
 
-from ..model.models import NAME_RE
+from ..model.models import NAME_RE, brief
 from .backend import Backend, LastingRemoteError, RemoteError, result_of, transfer_pool
 
 IDENTITY = "ctape.json"
 IDENTITY_FORMAT = "ctape-remote"
+REMOTE_VERSION = 1  # the remotes this ctape reads and writes (read_identity refuses a later one)
 MANIFEST_FORMAT = "ctape-remote-manifest"
 DELETION_FORMAT = "ctape-remote-deletion"
 MAX_MANIFEST = 64 << 20
@@ -109,7 +110,7 @@ def identity(store) -> bytes:
     """`made`: a new random value each time a copy creates the remote, so that a remote
     emptied and pushed to again by another copy is told from the one this copy knew
     (remote.State.follow)."""
-    return (json.dumps({"format": IDENTITY_FORMAT, "version": 1, "tape_id": store.tape_id, "tape_version": 2 if store.dictionaries else 1,
+    return (json.dumps({"format": IDENTITY_FORMAT, "version": REMOTE_VERSION, "tape_id": store.tape_id, "tape_version": 2 if store.dictionaries else 1,
                         "made": secrets.token_hex(16)}, sort_keys=True) + "\n").encode()
 
 
@@ -124,6 +125,13 @@ def read_identity(backend: Backend) -> Optional[dict]:
         meta = None
     if not isinstance(meta, dict) or meta.get("format") != IDENTITY_FORMAT or not isinstance(meta.get("tape_id"), str) or not re.fullmatch(r"[0-9a-f]{1,64}", meta["tape_id"]):
         raise LastingRemoteError(f"{backend.url} holds something that is not a ctape remote ({IDENTITY} is not ctape's); use another prefix")
+    version = meta.get("version", 1)
+    if not isinstance(version, int) or isinstance(version, bool) or version > REMOTE_VERSION:
+        # a later ctape raises it when it writes what this one would misread (an audit of
+        # mixed versions: builds before generations read no version here, and misread a
+        # remote that had them without a word)
+        raise LastingRemoteError(f"{backend.url} was made by a newer ctape (remote version {brief(version, 20)}, this ctape knows {REMOTE_VERSION}); "
+                                 "upgrade ctape to use it")
     return meta
 
 
