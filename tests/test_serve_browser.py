@@ -400,13 +400,18 @@ def test_reused_call_ids_pair_each_result_with_its_own_call_and_labels_leave_a_c
     result("THIRD-OUTPUT")
     wait_for(browser, lambda b: inside(third)[1] is not None and "THIRD-OUTPUT" in inside(third)[1], timeout=15)
     assert inside(third)[0] == "done" and "THIRD-OUTPUT" not in inside(first)[1]
-    # a call on the tip has the branch's label, and loses it when the branch moves on
-    fourth = call("echo FOURTH")
-
     def labelled(h):
         return [r.text for r in browser.find_elements(By.CSS_SELECTOR, f'[data-hash="{h}"] > summary > .ref, [data-hash="{h}"] > .meta > .ref')]
 
+    # HEAD on a result, inside its call's fold: the call's summary names the branch (a
+    # reload showed no visible label at all), live and as served
+    wait_for(browser, lambda b: labelled(third) == ["main"], timeout=15)
+    browser.refresh()
+    wait_for(browser, lambda b: labelled(third) == ["main"], timeout=15)
+    # a call on the tip has the branch's label, and loses it when the branch moves on
+    fourth = call("echo FOURTH")
     wait_for(browser, lambda b: labelled(fourth) == ["main"], timeout=15)
+    assert labelled(third) == []
     tip = cli("append", "assistant", "--text", "after the call")
     wait_for(browser, lambda b: labelled(tip) == ["main"], timeout=15)
     wait_for(browser, lambda b: labelled(fourth) == [], timeout=15)

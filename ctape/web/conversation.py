@@ -377,6 +377,7 @@ class Renderer:
         return (
             f'<details class="msg tool" {attrs} data-call-id="{esc(call_key(e.call_id))}">'
             f'<summary><span class="tool-name">{esc(_short(p.get("name")))}</span><code class="args">{esc(brief[:ARGS_BRIEF])}</code>{state}'
-            f'{self.decorations(e.hash)}<a class="hash" href="{esc(self.link(e.hash))}">{e.hash[:10]}</a></summary>'
+            f'{self.decorations(e.hash)}{self.decorations(result.hash) if result is not None else ""}'
+            f'<a class="hash" href="{esc(self.link(e.hash))}">{e.hash[:10]}</a></summary>'
             f'{clipped(text, self.text_url(e.hash, None))}{res}</details>'
         )

@@ -96,7 +96,9 @@
     const places = [["#entries [data-hash] > .meta", "time"], ["#entries details.tool[data-hash] > summary", "a.hash"]];
     places.forEach(([where, before]) => document.querySelectorAll(where).forEach((line) => {
       line.querySelectorAll(":scope > .ref").forEach((r) => r.remove());
-      const html = decorations[line.parentElement.dataset.hash];
+      // a call's summary names its result's labels too: the result is inside the fold
+      const result = line.tagName === "SUMMARY" ? line.parentElement.querySelector(":scope > .result[data-hash]") : null;
+      const html = (decorations[line.parentElement.dataset.hash] || "") + (result ? decorations[result.dataset.hash] || "" : "");
       if (html) {
         const at = line.querySelector(":scope > " + before);
         const tmp = document.createElement("span");
