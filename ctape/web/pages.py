@@ -668,7 +668,10 @@ class Site:
         `limit` entries before it; None when not found there."""
         h, later, n = result.parent, 0, 0
         while h is not None and n < limit and self.tape.has_entry(h):
-            e = self.tape.read_entry(h)
+            try:
+                e = self.tape.read_entry(h)
+            except CtapeError:  # damage on the way: the page shows the rest without the link
+                return None
             if e.call_id == result.call_id:
                 if e.kind == "tool_call":
                     if later == 0:
