@@ -22,7 +22,7 @@ from .errors import (
     UnsafePath,
 )
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "Tape",
