@@ -26,7 +26,7 @@ from ..model.canonical import parse_json
 from ..errors import CtapeError, InvalidInput
 from ._common import entries_for_export, imported_names, lines_of, safe_refs
 from .reading import cannot_read, real_path
-from ..model.models import NAME_RE, brief, check_name
+from ..model.models import NAME_RE, brief, check_name, later_version
 from ..model import redaction
 from ..model.refs import TAG
 from ..history.session import entry_hash
@@ -286,7 +286,7 @@ def _read(path: str):
             if tag == HEADER:
                 header = obj
                 version = obj.get("version", 1)
-                if not isinstance(version, int) or isinstance(version, bool) or version > EXPORT_VERSION:
+                if later_version(version, EXPORT_VERSION):
                     raise InvalidInput(f"{path}:{lineno}: an export of version {brief(version, 20)}, which this ctape does not know: "
                                        "the file was written by a newer ctape; upgrade ctape to import it")
             elif tag == "refs":

@@ -171,7 +171,7 @@ class Session(Branching):
         """Refuse to write on refs that a damaged record may have changed (a damaged record
         that is not an object, or lost bytes). Reading goes on; the CLI warns."""
         damaged = [path for path, level in self.store.damage(self.name) if level >= 2]
-        lost = {p: found for p, _, found in self.store.index.lost_rows()}
+        lost = {p for p, _, _ in self.store.index.lost_rows()}
         if damaged and damaged[0] in lost:
             rel = damaged[0]
             gone = not os.path.lexists(os.path.join(self.store.root, rel))

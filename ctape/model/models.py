@@ -181,6 +181,13 @@ def plural(n: int, one: str, many: str) -> str:
     return one if n == 1 else many
 
 
+def later_version(value: Any, known: int) -> bool:
+    """Is `value`, a format's version as a file or a remote states it, one this ctape does
+    not know (past `known`, or no whole number)? A later ctape raises a version for what an
+    earlier one would misread, and the earlier one refuses it instead."""
+    return not isinstance(value, int) or isinstance(value, bool) or value > known
+
+
 def human_bytes(n: int) -> str:
     """A size as people read it: "812 bytes", "4.2 KB", "1.3 GB" (powers of 1,000)."""
     x = float(n)

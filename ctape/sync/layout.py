@@ -31,7 +31,7 @@ from typing import Iterable, Iterator, Optional
 
 from blake3 import blake3
 
-from ..model.models import NAME_RE, brief
+from ..model.models import NAME_RE, brief, later_version
 from .backend import Backend, LastingRemoteError, RemoteError, result_of, transfer_pool
 
 IDENTITY = "ctape.json"
@@ -126,7 +126,7 @@ def read_identity(backend: Backend) -> Optional[dict]:
     if not isinstance(meta, dict) or meta.get("format") != IDENTITY_FORMAT or not isinstance(meta.get("tape_id"), str) or not re.fullmatch(r"[0-9a-f]{1,64}", meta["tape_id"]):
         raise LastingRemoteError(f"{backend.url} holds something that is not a ctape remote ({IDENTITY} is not ctape's); use another prefix")
     version = meta.get("version", 1)
-    if not isinstance(version, int) or isinstance(version, bool) or version > REMOTE_VERSION:
+    if later_version(version, REMOTE_VERSION):
         # a later ctape raises it when it writes what this one would misread (an audit of
         # mixed versions: builds before generations read no version here, and misread a
         # remote that had them without a word)

@@ -194,8 +194,9 @@ def part_of(e: Entry, part: Part) -> Any:
     value = main_value(e)
     if isinstance(part, int) and isinstance(value, list) and 0 <= part < len(value):
         x = value[part]
-        if _thinking(x) is not None:
-            return _thinking(x)
+        thought = _thinking(x)
+        if thought is not None:
+            return thought
         return x["text"] if isinstance(x, dict) and isinstance(x.get("text"), str) else x
     raise EntryNotFound(f"entry {e.hash[:12]} has no part {part!r:.40}")
 

@@ -662,25 +662,15 @@ class Site:
         main = f'<h1>Entry <span class="hash">{e.hash[:12]}</span></h1>{conv}<table class="kv">{table}</table><h2>As shown</h2><div class="conversation">{r.entries([e])}</div><h2>Raw JSON</h2>{raw}'
         return self.layout(f"entry {e.hash[:12]}", main)
 
-    def _answered_call(self, result: Entry, limit: int = 10_000) -> Optional[str]:
-        """The call a result answers: the nearest before it with its call id that no result
-        in between answered (as pair_results and `status` pair them), looked for among the
-        `limit` entries before it; None when not found there."""
-        h, later, n = result.parent, 0, 0
-        while h is not None and n < limit and self.tape.has_entry(h):
-            try:
-                e = self.tape.read_entry(h)
-            except CtapeError:  # damage on the way: the page shows the rest without the link
-                return None
-            if e.call_id == result.call_id:
-                if e.kind == "tool_call":
-                    if later == 0:
-                        return e.hash
-                    later -= 1
-                elif e.kind in ("tool_result", "error"):
-                    later += 1
-            h, n = e.parent, n + 1
-        return None
+    def _answered_call(self, result: Entry) -> Optional[str]:
+        """The call a result answers: the newest call with its id still pending at its
+        parent, as `status` closes it (history/derived.py); None when none is, or the path
+        cannot be read (damage: the page shows the rest without the link)."""
+        try:
+            pending = self.tape.derived(result.parent)["pending"] if result.parent else []
+        except CtapeError:
+            return None
+        return next((c["hash"] for c in reversed(pending) if c["call_id"] == result.call_id), None)
 
     def entry_text(self, ref: str, raw: bool, q: dict) -> Page:
         """The whole text of a clipped block (`part`, see conversation.part_of), or the
@@ -768,7 +758,7 @@ class Site:
 
 # `ctape stats`'s keys as the page names them (the others: their words)
 _STAT_NAMES = {"logical_bytes": "logical bytes (before dedupe and compression)", "unique_bytes": "unique bytes (after dedupe)",
-               "stored_bytes": "stored bytes (on disk)", "dedupe_saving": "saved by dedupe", "compression": "compression"}
+               "stored_bytes": "stored bytes (on disk)", "dedupe_saving": "saved by dedupe"}
 
 
 def _stat_value(key: str, v) -> str:
