@@ -315,6 +315,50 @@ def test_new_input_instead_of_a_resume_closes_the_interrupt(tape_dir):
     saver.close()
 
 
+@pytest.mark.parametrize("durability", ["exit", "async", "sync"])
+def test_an_answered_interrupt_stops_waiting_in_every_durability_mode(tape_dir, durability):
+    # durability="exit" saves no resume write (nor new input's checkpoint): the step saved
+    # after the interrupt answers it with a note, as LangGraph lists it no more (found by an
+    # audit: three rounds left three calls waiting for good). A resume value saved (async,
+    # sync) is the answer, as before.
+    saver = TapeSaver(tape_dir)
+    g = approver(saver)
+    c = cfg(f"d-{durability}")
+    name = None
+    for i in range(3):
+        g.invoke({"messages": [HumanMessage(f"mail {i}")]}, c, durability=durability)
+        name = name or saver.session_for(f"d-{durability}")
+        s = saver.tape.session(name)
+        assert [p["name"] for p in s.status()["pending_tool_calls"]] == [WAITING]
+        assert len(g.get_state(c).interrupts) == 1
+        g.invoke(Command(resume=f"yes {i}"), c, durability=durability)
+        assert g.get_state(c).interrupts == ()
+        assert s.status()["pending_tool_calls"] == [], f"round {i}"
+    answers = [e.payload["output"] for e in s.log(kinds=["tool_result"])][::-1]
+    if durability == "exit":
+        assert answers == [lg.interrupts.NOT_SAVED] * 3
+    else:
+        assert answers == ["yes 0", "yes 1", "yes 2"]
+    saver.close()
+
+
+@pytest.mark.parametrize("durability", ["exit", "sync"])
+def test_an_interrupt_stays_waiting_across_update_state_and_its_resume_answers_it(tape_dir, durability):
+    # update_state on an interrupted thread forks a checkpoint where LangGraph's task still
+    # waits (next is the interrupted node): the call stays pending, and the resume answers it
+    saver = TapeSaver(tape_dir)
+    g = approver(saver)
+    c = cfg("upd")
+    g.invoke({"messages": [HumanMessage("mail bob")]}, c, durability=durability)
+    g.update_state(c, {"messages": [HumanMessage("and cc carol")]})
+    s = saver.tape.session(saver.session_for("upd"))
+    assert [p["name"] for p in s.status()["pending_tool_calls"]] == [WAITING]
+    out = g.invoke(Command(resume="yes"), c, durability=durability)
+    assert out["messages"][-1].content == "sent (yes)"
+    assert s.status()["pending_tool_calls"] == []
+    saver.close()
+
+
 def test_log_json_of_a_thread_shows_the_conversation(tape_dir):
     saver = TapeSaver(tape_dir)
     chat(saver).invoke({"messages": [HumanMessage("hi")]}, cfg("lj"))

@@ -15,6 +15,9 @@ from .index import KEY, _Thread
 WAITING = "waiting_for_input"  # the name of the (hidden) tool call an interrupt() makes
 _INTERRUPT, _RESUME = "__interrupt__", "__resume__"
 _NULL_TASK = "00000000-0000-0000-0000-000000000000"  # the task id of Command(resume=...) writes
+# the hidden answers of an interrupt the graph went past without a resume value on the tape
+NEW_INPUT = "[no answer: the graph was given new input]"
+NOT_SAVED = '[no answer on the tape: the graph went on past this interrupt, and durability="exit" saves no resume value]'
 
 
 class _Interrupts:

@@ -20,6 +20,7 @@ from langgraph.checkpoint.base import WRITES_IDX_MAP, ChannelVersions, Checkpoin
 from ...model.models import HIDDEN, parse_time, plural
 from .codec import _is_message, _message_entries, _shown
 from .index import KEY, TOMBSTONES, _Cp, _main_branch, _parent_ns, _Thread
+from .interrupts import NEW_INPUT, NOT_SAVED
 from .values import _MISSING, _isolated
 
 
@@ -119,9 +120,14 @@ class _Writing:
                 if joined is not None:
                     base_ids = {**base_ids, "joined": joined}
             start = tip
-            if not ns and md.get("source") == "input" and th.interrupts and tip is not None:
-                # new input instead of Command(resume=...): the interrupt will not be answered
-                tip = self._answer_interrupts(s, th, ns, cid, tip, None, written, "[no answer: the graph was given new input]")
+            if not ns and md.get("source") in ("input", "loop") and th.interrupts and tip is not None:
+                # new input instead of Command(resume=...): the interrupt will not be answered;
+                # a step of the graph saved while one waits went on past it with no resume
+                # write here: durability="exit" saves none (nor new input's own checkpoint),
+                # and LangGraph no longer lists it. (A fork by update_state keeps it waiting:
+                # a resume there answers it.)
+                note = NEW_INPUT if md.get("source") == "input" else NOT_SAVED
+                tip = self._answer_interrupts(s, th, ns, cid, tip, None, written, note)
             copies: dict[str, str] = {}  # entry -> its copy, when a rewrite wrote the line again
             if rewritten:
                 tip, hashes_after, copies = self._rewrite(s, th, ns, cid, tip, rewritten, values, time, written)
