@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+from typing import Any
 
 import pytest
 
@@ -354,3 +355,30 @@ def test_list_content_with_a_lone_surrogate_shows_as_text_not_a_repr(tmp_path):
     contents = [json.loads(x)["payload"].get("content") for x in shown.splitlines()]
     assert [{"type": "text", "text": "cut ?"}] in contents or "cut ?" in contents, contents
     assert not any(isinstance(c, str) and "'type'" in c for c in contents), contents
+
+
+class Anything(TypedDict, total=False):
+    v: Any
+
+
+def test_values_the_serde_writes_read_back_in_this_process_as_in_a_new_one(tmp_path):
+    # a lone surrogate in a plain state string and a bytearray: the process that wrote them
+    # read its own objects back ("x\ud800y", a bytearray) where SqliteSaver and a new
+    # process read "x?y" and bytes (found by an audit); also as items a list channel gains
+    def node(state):
+        return {"v": state["v"]}
+
+    def run(saver):
+        b = StateGraph(Anything)
+        b.add_node("n", node)
+        b.add_edge(START, "n")
+        g = b.compile(checkpointer=saver)
+        g.invoke({"v": {"s": "x\ud800y", "ba": bytearray(b"ab"), "ok": "plain"}}, CFG)
+        return g.get_state(CFG).values["v"]
+
+    peer = run(SqliteSaver(sqlite3.connect(str(tmp_path / "cp.db"), check_same_thread=False)))
+    saver = TapeSaver(str(tmp_path / "tape"))
+    mine = run(saver)
+    assert peer == {"s": "x?y", "ba": b"ab", "ok": "plain"} and type(peer["ba"]) is bytes
+    assert mine == peer and type(mine["ba"]) is bytes
+    saver.close()

@@ -175,9 +175,22 @@ class _Writing:
             for w in self._parked.pop((th.name, ns, cid), []):
                 self._write_entry(th, s, tid, ns, cid, self._writes_payload(th, ns, cid, w["task_id"], w["task_path"], w["writes"]))
         for ch, v in keep.items():
-            self._cache((e.hash, ch), _isolated(v))
+            self._cache((e.hash, ch), self._as_read(v, specs.get(ch)))
         th.tips = dict(s.refs().branches)
         self._save(th)
+
+    def _as_read(self, v: Any, spec: Optional[dict]) -> Any:
+        """What a new process reads of a channel value just stored: a copy of v, except
+        what the serde wrote (a lone surrogate, a bytearray, a set, a dataclass), which is
+        kept as the serde reads it back (the surrogate as "?", bytes), as SqliteSaver's
+        reads give it in this process too (found by an audit: this process read
+        "x\ud800y" where a new one read "x?y")."""
+        if spec is not None and "b" in spec.get("v", ()):
+            return self.codec.dec(spec["v"])
+        items = spec.get("append") if spec is not None else None
+        if items and any("b" in x for x in items):
+            return _isolated(v[:len(v) - len(items)]) + [self.codec.dec(x) for x in items]
+        return _isolated(v)
 
     def _hidden_on_path(self, th: _Thread, ns: str, parent_id: Optional[str], parent_entry: Optional[str], values: dict, channels: list) -> dict[str, tuple[int, list[str]]]:
         """Message channels whose messages at the parent checkpoint are hidden on the tape
