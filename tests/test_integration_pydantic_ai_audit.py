@@ -146,6 +146,24 @@ def test_what_is_not_a_message_is_refused_and_the_session_stays_readable(tmp_pat
     assert load_messages(s) == TA.validate_json(TA.dump_json(history))
 
 
+def test_a_value_with_no_json_form_in_a_message_is_refused_in_one_line(tmp_path):
+    # pydantic's own PydanticSerializationError came out (found by an audit)
+    from pydantic_ai.messages import ModelResponse, ToolCallPart, ToolReturnPart
+
+    from ctape.errors import InvalidInput
+
+    class Opaque:
+        pass
+
+    s = Tape.init(tmp_path / "t").session("chat")
+    history = [ModelRequest(parts=[UserPromptPart("hi")]), ModelResponse(parts=[ToolCallPart("f", {}, tool_call_id="c")])]
+    save_messages(s, history)
+    with pytest.raises(InvalidInput, match="cannot write as JSON .*Opaque") as e:
+        save_messages(s, history + [ModelRequest(parts=[ToolReturnPart("f", Opaque(), tool_call_id="c")])])
+    assert "\n" not in str(e.value)
+    assert len(load_messages(s)) == 2
+
+
 def test_messages_given_as_json_dicts_are_the_same_messages_and_warn_nothing(tmp_path):
     """Messages read back from a file as JSON (`ModelMessagesTypeAdapter.dump_json`, then
     `json.loads`) are the stored messages: nothing new, and no warning from pydantic."""

@@ -170,7 +170,11 @@ def save_messages(session: Session, messages: Sequence[Any], *, whole: bool = Fa
     # is refused below by validation, with one error rather than pydantic's warnings too
     if isinstance(messages, (str, bytes, dict)) or not hasattr(messages, "__iter__"):
         raise InvalidInput(f"save_messages takes a list of pydantic-ai messages (ModelRequest / ModelResponse), not {brief(messages, 40)}")
-    dumped = _adapter().dump_python(list(messages), mode="json", warnings=False)
+    try:
+        dumped = _adapter().dump_python(list(messages), mode="json", warnings=False)
+    except ValueError as e:  # pydantic_core's PydanticSerializationError: a value with no JSON form
+        raise InvalidInput(f"a message holds a value pydantic cannot write as JSON ({str(e).splitlines()[0]}); "
+                           "give tool returns and arguments JSON values, dataclasses or pydantic models") from None
     for _ in range(20):
         try:
             return _save(session, dumped, whole)
