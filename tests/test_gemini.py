@@ -94,22 +94,53 @@ def test_a_document_imported_again_adds_nothing(tape):
     assert line.startswith("nothing new") and all_hashes(tape, "s") == before
 
 
-def test_a_document_that_lost_messages_goes_beside_main(tmp_path):
-    """The document written again without its last turn (the JSON layout's rewind): main
-    keeps the longest history, the file's version is main-imported, forked where they part."""
+def test_a_rewound_document_is_the_thread_main_goes_on_with(tmp_path):
+    """The document written again without its last turn and with a new message (the JSON
+    layout's rewind): main is the document's thread, the one the agent sends next (SPEC 10),
+    and the thread before keeps a branch named as a `$rewindTo` line names it. Before
+    2026-12-07 main stayed on the abandoned thread and the document's went to
+    main-imported (found by an audit of watch)."""
     with Tape.init(tmp_path / "t") as t:
         full = writer.session(str(tmp_path), "json", steps=4)
         import_files(t, "gemini", [full.path], "s")
+        before = t.session("s").refs().branches["main"]
         doc = json.loads(Path(full.path).read_text())
-        kept = doc["messages"][:2]
-        doc["messages"] = kept + [{"id": "new-1", "timestamp": "2026-03-11T21:05:00.000Z", "type": "user", "content": [{"text": "start over"}]}]
+        gone = doc["messages"][2]["id"]
+        doc["messages"] = doc["messages"][:2] + [{"id": "new-1", "timestamp": "2026-03-11T21:05:00.000Z", "type": "user", "content": [{"text": "start over"}]}]
         Path(full.path).write_text(json.dumps(doc, indent=2))
         line = import_files(t, "gemini", [full.path], "s")[0]
-        assert "the imported one is branch main-imported" in line, line
-        b = t.session("s").refs().branches
-        view = t.session("s").context("s/main-imported", format="openai")
+        assert f"moved branch main to the imported one: the entry it named is on branch rewound-{gone[:8]}" in line, line
+        b = dict(t.session("s").refs().branches)
+        assert b[f"rewound-{gone[:8]}"] == before and "main-imported" not in b
+        view = t.session("s").context("s", format="openai")
         assert view[-1] == {"role": "user", "content": "start over"}
-        assert len(t.session("s").context("s/main", format="openai")) > len(view) - 1
+        assert len(t.session("s").context(f"s/rewound-{gone[:8]}", format="openai")) > len(view) - 1
+        # the same as a fresh import of the document
+        with Tape.init(tmp_path / "fresh") as fresh:
+            import_files(fresh, "gemini", [full.path], "s")
+            assert fresh.session("s").context("s", format="openai") == view
+        # an earlier message edited in place: its thread goes on as replaced-<id>
+        edited = doc["messages"][1]["id"]
+        doc["messages"][1] = dict(doc["messages"][1], content=[{"text": "edited"}])
+        Path(full.path).write_text(json.dumps(doc, indent=2))
+        import_files(t, "gemini", [full.path], "s")
+        b2 = dict(t.session("s").refs().branches)
+        assert b2[f"replaced-{edited[:8]}"] == b["main"]
+        assert t.session("s").context("s", format="openai")[-1] == {"role": "user", "content": "start over"}
+        # rewound again to the same message: the first rewind's branch stays where it is
+        doc["messages"] = doc["messages"][:2] + [{"id": "new-2", "timestamp": "2026-03-11T21:06:00.000Z", "type": "user", "content": [{"text": "once more"}]}]
+        Path(full.path).write_text(json.dumps(doc, indent=2))
+        import_files(t, "gemini", [full.path], "s")
+        b3 = dict(t.session("s").refs().branches)
+        assert b3[f"rewound-{gone[:8]}"] == before and b3[f"replaced-{edited[:8]}"] == b["main"]
+        assert b3["rewound-new-1"] == b2["main"]
+        assert t.session("s").context("s", format="openai")[-1] == {"role": "user", "content": "once more"}
+        # a rewind whose dropped message's id starts as an earlier rewind's: a name of its own
+        doc["messages"] = doc["messages"][:1] + [{"id": "new-3", "timestamp": "2026-03-11T21:07:00.000Z", "type": "user", "content": [{"text": "third"}]}]
+        Path(full.path).write_text(json.dumps(doc, indent=2))
+        import_files(t, "gemini", [full.path], "s")
+        b4 = dict(t.session("s").refs().branches)
+        assert b4[f"rewound-{gone[:8]}"] == before and b4[f"rewound-{gone[:8]}-2"] == b3["main"]
 
 
 def test_usage_counts_each_message_once(tape):
@@ -155,6 +186,33 @@ def test_watch_follows_a_document_written_again_in_place(tmp_path, tape_dir):
         import_files(t, "gemini", [r.path], "s")
         assert t.session("s").context(format="openai") == view
     assert all("+" in e for e in seen), seen
+
+
+def test_watch_follows_a_document_through_a_rewind(tmp_path, tape_dir):
+    """Gemini CLI's rewind writes the document again without the later messages: the next
+    pass makes its thread main (what the agent sends next: `context`), the old one a
+    `rewound-*` branch, as the JSON Lines layout's `$rewindTo` does (found by an audit:
+    main stayed on the abandoned thread, the live one went to main-imported)."""
+    chats = tmp_path / "home" / ".gemini" / "tmp" / "proj" / "chats"
+    chats.mkdir(parents=True)
+    env = {"GEMINI_CLI_HOME": str(tmp_path / "home"), "HOME": str(tmp_path / "home")}
+    r = writer.session(str(chats), "json", steps=6)
+    assert run_cli("--dir", tape_dir, "watch", "--once", env=env).returncode == 0
+    doc = json.loads(Path(r.path).read_text())
+    gone = doc["messages"][3]["id"]
+    doc["messages"] = doc["messages"][:3] + [{"id": "again-1", "timestamp": "2026-03-11T21:09:00.000Z", "type": "user", "content": [{"text": "do it differently"}]}]
+    Path(r.path).write_text(json.dumps(doc, indent=2))
+    p = run_cli("--dir", tape_dir, "watch", "--once", env=env)
+    assert p.returncode == 0 and "-imported" not in p.stderr.decode(), p.stderr
+    sid = "5d1e3a90-2b7c-4f0e-9a51-0c3b8f6d2e47"
+    with Tape.open(tape_dir) as t:
+        got = t.session(sid).refs().branches
+        assert sorted(got) == ["main", f"rewound-{gone[:8]}"]
+        view = t.session(sid).context(format="openai")
+        assert view[-1] == {"role": "user", "content": "do it differently"}
+    with Tape.init(tmp_path / "fresh") as t:
+        import_files(t, "gemini", [r.path], "s")
+        assert t.session("s").context(format="openai") == view
 
 
 def test_watch_follows_a_jsonl_file_through_a_rewind(tmp_path, tape_dir):

@@ -403,7 +403,20 @@ class Builder:
         if grows and k == len(msgs) == len(self.msgs) and rest == self.meta:
             return  # the document as the thread has it: nothing new
         if not grows:
-            self.tip, self.msgs = (self.msgs[k].base, self.msgs[:k]) if k < len(self.msgs) else (self.tip, self.msgs)
+            # rewound (Gemini CLI's rewind truncates the document) or a message before the
+            # last changed: the thread the agent goes on with is the document's, as after a
+            # `$rewindTo` line; the one before keeps a branch, named as that line names it
+            # (a name another rewind of this session took stays that one's: a document holds
+            # no history of its rewinds, so the name is made unique among the session's)
+            gone = self.msgs[k]
+            edited = k < len(msgs) and is_message(msgs[k]) and msgs[k].get("id") == gone.id
+            base = f"{'replaced' if edited else 'rewound'}-{gone.id[:8]}"
+            have = self.s.refs().branches if self.s.exists() else {}
+            name, n = base, 2
+            while have.get(name, self.tip) != self.tip:
+                name, n = f"{base}-{n}", n + 1
+            self._leave(name)
+            self.tip, self.msgs = gone.base, self.msgs[:k]
         self._put([_label(doc)], c.hidden(holder), record_time(doc), 1)
         for i in range(k, len(msgs)):
             self._document_message(msgs[i], i, skip_same=True)
