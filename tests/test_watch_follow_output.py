@@ -11,6 +11,8 @@ import sys
 import threading
 import time
 
+import pytest
+
 from ctape import Tape
 
 LINE = {"timestamp": "2026-03-01T00:00:00.000Z", "type": "session_meta", "payload": {"id": "0197a0b0-0000-7000-8000-000000000001", "base_instructions": {"text": "be brief"}}}
@@ -83,3 +85,43 @@ def test_a_history_folder_made_after_the_follower_started_is_watched_at_once(tap
         p.send_signal(signal.SIGINT)
         out = p.communicate(timeout=30)[1].decode()
     assert entries(tape_dir) == 3, f"not imported within 40 s of the folder's creation: {out}"
+
+
+@pytest.mark.parametrize("how", ["moved aside", "removed", "a subfolder moved aside"])
+def test_a_root_made_again_after_it_was_removed_or_moved_is_watched_at_once(tape_dir, tmp_path, how):
+    """A black-box audit: a watched root removed (`rm -rf ~/.codex/sessions`) or moved aside
+    and made again by the agent waited for the minute's rescan (58 s): the folder's watch
+    was gone, or followed the folder to where it was moved. The same for a folder inside
+    a root moved aside and made again. Now imported within a pass (real inotify)."""
+    root = tmp_path / "root"
+    (root / "p").mkdir(parents=True)
+    name = "rollout-2026-03-01T00-00-00-0197a0b0-0000-7000-8000-000000000001.jsonl"
+    p = subprocess.Popen([sys.executable, "-m", "ctape", "--dir", str(tape_dir), "watch", str(root)], stderr=subprocess.PIPE)
+    try:
+        time.sleep(3)  # started, its first pass found nothing
+        if how == "moved aside":
+            root.rename(tmp_path / "root-old")
+        elif how == "removed":
+            subprocess.run(["rm", "-rf", str(root)], check=True)
+        else:
+            (root / "p").rename(tmp_path / "p-old")
+        time.sleep(1)
+        (root / "p").mkdir(parents=True)
+        (root / "p" / name).write_bytes((json.dumps(LINE) + "\n").encode() + line(1) + line(2))
+        started = time.monotonic()
+        # well before the minute's rescan (60 s after the start), however loaded the machine
+        while entries(tape_dir) < 3 and time.monotonic() - started < 40:
+            time.sleep(0.2)
+        assert entries(tape_dir) == 3, f"not imported within 40 s of the folder's making again ({how})"
+        if how == "moved aside":  # the old folder's changes are not taken for the new one's
+            (tmp_path / "root-old" / "p" / "stray.jsonl").write_bytes(b"")
+        with open(root / "p" / name, "ab") as f:
+            f.write(line(3))
+        started = time.monotonic()
+        while entries(tape_dir) < 4 and time.monotonic() - started < 40:
+            time.sleep(0.2)
+        assert entries(tape_dir) == 4, "an append to the folder made again was not followed"
+    finally:
+        p.send_signal(signal.SIGINT)
+        out = p.communicate(timeout=30)[1].decode()
+    assert "Traceback" not in out, out

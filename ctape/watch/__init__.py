@@ -100,10 +100,9 @@ def _follow(w, n, paths, roots, echo, warn, on_pass, jobs) -> None:
             folders = [root for root, _ in (roots or sources.default_roots())]
         for d in folders:
             try:
-                if os.path.isdir(d):
-                    n.add_tree(d)
-                else:
-                    n.expect(d)  # a root made later (the agent's first run) is watched at once
+                # a root made later (the agent's first run), or made again after it was
+                # removed or moved aside, is watched at once (notify.Inotify.expect)
+                n.expect(d)
             except OSError as e:  # out of inotify watches: poll instead
                 (warn or echo)(f"watch: {e}; polling instead")
                 n.close()

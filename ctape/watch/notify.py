@@ -25,12 +25,13 @@ IN_MOVED_TO = 0x080
 IN_CREATE = 0x100
 IN_DELETE = 0x200
 IN_DELETE_SELF = 0x400
+IN_MOVE_SELF = 0x800
 IN_Q_OVERFLOW = 0x4000
 IN_IGNORED = 0x8000
 IN_ISDIR = 0x40000000
 IN_NONBLOCK = 0o4000
 IN_CLOEXEC = 0o2000000
-MASK = IN_MODIFY | IN_CLOSE_WRITE | IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE | IN_DELETE | IN_DELETE_SELF
+MASK = IN_MODIFY | IN_CLOSE_WRITE | IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE | IN_DELETE | IN_DELETE_SELF | IN_MOVE_SELF
 EVENT = struct.Struct("iIII")
 
 
@@ -65,6 +66,8 @@ class Inotify:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
         self._add = libc.inotify_add_watch
         self._add.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
+        self._rm = libc.inotify_rm_watch
+        self._rm.argtypes = [ctypes.c_int, ctypes.c_int]
         fd = libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
         if fd < 0:
             raise OSError(ctypes.get_errno(), "inotify_init1 failed")
@@ -74,6 +77,8 @@ class Inotify:
         self.expected: set[str] = set()  # roots that do not exist yet
         self.on_the_way: set[str] = set()  # folders watched for the next step to one
         self.trees: set[str] = set()  # folders watched for what they hold (add_tree)
+        self.roots: set[str] = set()  # every root asked for (expect), there or not
+        self.inodes: dict[int, tuple[int, int]] = {}  # watch -> the folder it was put on
 
     def add_tree(self, folder: str) -> None:
         for root, dirs, _ in os.walk(folder):
@@ -81,11 +86,13 @@ class Inotify:
             self.trees.add(root)
 
     def expect(self, folder: str) -> bool:
-        """A root that does not exist yet (the agent was never run here): its nearest
-        folder that does is watched, for the creation of the next folder on the way only
-        (not its whole tree), and so on down, so the root is watched within a pass of its
-        creation rather than at the minute's rescan. True when the root is there now."""
+        """A root: its tree is watched (add_tree). One that does not exist yet (the agent
+        was never run here), or no more (_gone): its nearest folder that does is watched,
+        for the creation of the next folder on the way only (not its whole tree), and so on
+        down, so the root is watched within a pass of its creation rather than at the
+        minute's rescan. True when the root is there now."""
         folder = os.path.abspath(folder)
+        self.roots.add(folder)
         self.expected.add(folder)
         step = folder
         while not os.path.isdir(step):
@@ -119,8 +126,45 @@ class Inotify:
             if err == errno.ENOSPC:
                 raise OSError(err, "too many inotify watches (fs.inotify.max_user_watches)")
             return  # gone meanwhile, or not readable
+        was = self.dirs.get(wd)
+        if was is not None and was != folder:  # the same folder, moved here: its old name is free
+            self.watched.discard(was)
+            self.trees.discard(was)
         self.dirs[wd] = folder
         self.watched.add(folder)
+        try:
+            st = os.stat(folder)
+            self.inodes[wd] = (st.st_dev, st.st_ino)
+        except OSError:
+            pass
+
+    def _gone(self, wd: int, folder: str) -> bool:
+        """A watched folder was deleted or moved away (a watch follows its folder: moved, it
+        would report the new place's changes under the old name). Forget it and the folders
+        under it, and wait for the roots at or under it to be made again, as for a root
+        that never was (expect): a user who empties ~/.codex/sessions, or moves it aside,
+        and the agent that makes it again are seen at once, not at the minute's rescan.
+        True when such a root is there again. Moved to a place watched too (renamed inside
+        a root), the folder is watched there already (_watch): nothing to do."""
+        try:
+            st = os.stat(folder)
+            if (st.st_dev, st.st_ino) == self.inodes.get(wd):
+                return False  # renamed inside a watched folder: already watched under its new name
+        except OSError:
+            pass
+        stale = [(w, f) for w, f in self.dirs.items() if f == folder or f.startswith(folder + os.sep)]
+        for w, f in stale:
+            del self.dirs[w]
+            self.inodes.pop(w, None)
+            self.watched.discard(f)
+            self.trees.discard(f)
+            self.on_the_way.discard(f)
+            self._rm(self.fd, w)  # (a deleted one's watch is gone already: an error, ignored)
+        back = False
+        for root in sorted(self.roots):
+            if root == folder or root.startswith(folder + os.sep):
+                back |= self.expect(root)
+        return back
 
     def wait(self, timeout: float) -> Optional[set]:
         ready, _, _ = select.select([self.fd], [], [], timeout)
@@ -145,9 +189,14 @@ class Inotify:
                 folder = self.dirs.get(wd)
                 if mask & IN_IGNORED:
                     self.dirs.pop(wd, None)
+                    self.inodes.pop(wd, None)
                     if folder:
                         self.watched.discard(folder)
                         self.trees.discard(folder)
+                    continue
+                if mask & (IN_DELETE_SELF | IN_MOVE_SELF):
+                    if folder is not None and self._gone(wd, folder):
+                        rescan = True
                     continue
                 if folder is None or not name:
                     continue
