@@ -66,6 +66,19 @@ def test_watch_still_refuses_a_named_file_that_is_no_transcript(tape_dir, tmp_pa
     assert p.returncode == 1 and b"not a transcript ctape knows" in p.stderr, p.stderr.decode()
 
 
+@pytest.mark.parametrize("content", ["{\"role\": \"user\", \"content\": \"caf\xe9\"}\n".encode("latin-1"), GARBAGE, GARBAGE * 3],
+                         ids=["latin-1", "one-garbled-line", "garbled-lines"])
+def test_watch_once_refuses_a_named_file_of_complete_lines_that_tell_nothing(tape_dir, tmp_path, content):
+    """A few complete lines that are no JSON, nothing being written after them: one pass
+    (--once) has all there is, and refuses the file as `ctape import` does (an audit found
+    it passed over in silence, exit 0, below the lines that settle a format)."""
+    f = tmp_path / "t.jsonl"
+    f.write_bytes(content)
+    p = watch(tape_dir, f)
+    assert p.returncode == 1 and b"not a transcript ctape knows" in p.stderr, p.stderr.decode()
+    assert len(p.stderr.decode().strip().splitlines()) == 1
+
+
 def test_import_still_refuses_a_broken_json_document(tmp_path):
     f = tmp_path / "chat.json"
     f.write_bytes(json.dumps([{"role": "user", "content": "hi"}], indent=1).encode()[:-3])

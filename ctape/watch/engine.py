@@ -378,8 +378,13 @@ class Watcher(_Codex, _Claude, _Whole, _Positions):
             if s.named:
                 raise NotATranscript() from None
             return None
-        if fmt is None and s.named and src_mod.judged(lines):
-            raise NotATranscript()  # (lines that cannot tell yet, a first line cut or garbage, wait for more)
+        settled = not self.keep and head.endswith(b"\n") and any(x.strip() for x in lines)
+        if fmt is None and s.named and (src_mod.judged(lines) or settled):
+            # (lines that cannot tell yet, a first line cut or garbage, wait for more; but in a
+            # single pass, --once, complete lines with none being written after them are all
+            # there is: a short file of garbled lines was passed over in silence, exit 0,
+            # where `ctape import` refuses it: found by an audit)
+            raise NotATranscript()
         return fmt
 
     def _continuable(self, s: Source, st: os.stat_result, pos: Optional[Position]) -> bool:
