@@ -131,6 +131,24 @@ def test_once_gives_the_same_entries_as_import(tape, tmp_path, home):
     assert rep.records == 0 and snapshot(tape.path) == before
 
 
+def test_records_two_files_of_a_session_share_are_counted_once(tape, tmp_path, home):
+    """A copy of a transcript and a longer copy of it, in one pass (one batch): "+N records"
+    counts what the tape did not hold, so the records the first file brought are not new
+    again in the second (an audit saw +25 and +50, "imported 75 records", for 50)."""
+    turn1 = FIXTURES / "claude-code" / "codemie-ai__codemie-code__incremental-subagents_turn-1.jsonl"
+    turn2 = FIXTURES / "claude-code" / "codemie-ai__codemie-code__incremental-subagents_turn-2.jsonl"
+    src = tmp_path / "src"
+    src.mkdir()
+    shutil.copy(turn1, src / "s1.jsonl")
+    shutil.copy(turn2, src / "s2.jsonl")
+    said: list[str] = []
+    rep = watch_once(tape, [str(src)], echo=said.append)
+    n2 = sum(1 for x in turn2.read_bytes().split(b"\n") if x.strip())
+    n1 = sum(1 for x in turn1.read_bytes().split(b"\n") if x.strip())
+    assert rep.records == n2, (rep.records, said)
+    assert [x.split(" records")[0].rsplit("+", 1)[1] for x in said if "+" in x] == [str(n1), str(n2 - n1)], said
+
+
 def test_a_compressed_transcript_without_a_last_line_end_is_read_whole(tape, tmp_path, home):
     """(audit, 2026-12-06) A `.jsonl.zst` whose last line is complete JSON without a line
     end: `watch` waited for the end of that line on every pass, as it waits for a writer

@@ -122,6 +122,7 @@ class Watcher(_Codex, _Claude, _Whole, _Positions):
         self.split: Optional[Callable[["Watcher", list, int], Optional[PassReport]]] = None
         self.reported: set = set()
         self._stack: Optional[ExitStack] = None
+        self._counted: set[str] = set()
         self._batch_bytes = 0
         self._touched: list[Position] = []
         self._said: list[str] = []  # what the batch imported, said once its fsync is done
@@ -241,6 +242,7 @@ class Watcher(_Codex, _Claude, _Whole, _Positions):
         self._stack = ExitStack()
         self._stack.enter_context(self.tape.batch())
         self._batch_bytes = 0
+        self._counted: set[str] = set()  # entries of this batch a file's "+N records" counted
 
     def _batch_full(self) -> bool:
         return self._batch_bytes >= BATCH_BYTES or len(self.tape.store.locked_writers) >= BATCH_SESSIONS
@@ -443,8 +445,13 @@ class Watcher(_Codex, _Claude, _Whole, _Positions):
             raise
 
     def _is_new(self, h: str) -> bool:
-        """Entry h was written by this batch (the tape did not hold it)."""
-        return h in self.tape.store.pending
+        """Entry h was written by this batch (the tape did not hold it), and no file before
+        in the batch counted it: two files of one session in a pass (a copy and a longer
+        copy) counted the records they share twice (found by an audit)."""
+        if h in self._counted or h not in self.tape.store.pending:
+            return False
+        self._counted.add(h)
+        return True
 
     def _note(self, pos: Position, notes: list[str]) -> None:
         """One line when the file's version did not move a branch: a shorter file, or
