@@ -149,6 +149,30 @@ def test_records_two_files_of_a_session_share_are_counted_once(tape, tmp_path, h
     assert [x.split(" records")[0].rsplit("+", 1)[1] for x in said if "+" in x] == [str(n1), str(n2 - n1)], said
 
 
+@pytest.mark.parametrize("source", [CODEX, CLAUDE], ids=["codex", "claude-code"])
+def test_kept_ahead_is_said_for_a_shorter_file_only(tape_dir, tmp_path, home, source):
+    """"kept branch main: it is ahead of the imported one" says a file got shorter. A file
+    that only grew, read on from this watcher's position while another copy of it (or
+    another watcher) had moved main further, said it too (found by an audit); a file
+    written again shorter still says it, once."""
+    lines = [x + b"\n" for x in source.read_bytes().split(b"\n") if x.strip()]
+    watched, other = tmp_path / "w" / source.name, tmp_path / "o" / source.name
+    watched.parent.mkdir()
+    other.parent.mkdir()
+    watched.write_bytes(b"".join(lines[:20]))
+    cache = {"CTAPE_CACHE_DIR": str(tmp_path / "cache-a")}
+    run_cli("--dir", tape_dir, "watch", "--once", watched, env=cache, check=True)
+    other.write_bytes(b"".join(lines))  # the whole file elsewhere moves main to its end
+    run_cli("--dir", tape_dir, "import", other, env={"CTAPE_CACHE_DIR": str(tmp_path / "cache-b")}, check=True)
+    watched.write_bytes(b"".join(lines[:40]))  # grew: read on from the position
+    p = run_cli("--dir", tape_dir, "watch", "--once", watched, env=cache, check=True)
+    assert "ahead" not in p.stderr.decode(), p.stderr.decode()
+    watched.write_bytes(b"".join(lines[:30]))  # written again, shorter
+    p = run_cli("--dir", tape_dir, "watch", "--once", watched, env=cache, check=True)
+    said = [x for x in p.stderr.decode().splitlines() if "ahead" in x]
+    assert len(said) == 1 and said[0].endswith("kept branch main: it is ahead of the imported one"), p.stderr.decode()
+
+
 def test_a_compressed_transcript_without_a_last_line_end_is_read_whole(tape, tmp_path, home):
     """(audit, 2026-12-06) A `.jsonl.zst` whose last line is complete JSON without a line
     end: `watch` waited for the end of that line on every pass, as it waits for a writer

@@ -400,7 +400,7 @@ def _replaces_tail(tape, old: str, new: str) -> bool:
     return TAIL in m and e.parent is not None and (e.parent == new or is_ancestor(tape, e.parent, new))
 
 
-def safe_refs(tape, session, wanted: dict, head: str = "@main") -> tuple[dict, list[str]]:
+def safe_refs(tape, session, wanted: dict, head: str = "@main", say_ahead: bool = True) -> tuple[dict, list[str]]:
     """The ref changes an import may make: it never removes or rewinds a ref, and never
     takes an entry off the refs (but a closing bookkeeping entry, below).
 
@@ -414,6 +414,8 @@ def safe_refs(tape, session, wanted: dict, head: str = "@main") -> tuple[dict, l
     gets its own branch), so the branch moves as a fresh import would lay it out, and no
     entry leaves the refs (every tip wanted ends on a branch, or behind one). A null asks
     to delete: it is ignored. HEAD is set only when the session has none yet.
+    `say_ahead=False` leaves out the note on a branch ahead of the imported tip (a file
+    that grew, read by a watcher behind another one that moved the branch: not shorter).
 
     A stream a dead writer left in the session is recorded first (SPEC 6: no later than the
     next write), so the changes are worked out from the refs that record moved."""
@@ -437,7 +439,7 @@ def safe_refs(tape, session, wanted: dict, head: str = "@main") -> tuple[dict, l
                     notes.append(f"branch {b} went another way: the imported one is branch {name}")
                 break
             if old == h or is_ancestor(tape, h, old):
-                if name == b and old != h:
+                if name == b and old != h and say_ahead:
                     notes.append(f"kept branch {b}: it is ahead of the imported one")
                 break
             if is_ancestor(tape, old, h) or _replaces_tail(tape, old, h):

@@ -146,7 +146,9 @@ class _Claude:
                 rest[b] = h
         for b in ours - wanted.keys():
             changes[b] = None
-        more, notes = c.safe_refs(self.tape, session, rest) if rest else ({}, [])
+        # (a file that grew is not shorter: a branch ahead of it was moved on by another
+        # process following the same file, or another copy of it, and says nothing)
+        more, notes = c.safe_refs(self.tape, session, rest, say_ahead=not grew) if rest else ({}, [])
         changes.update(more)
         if st is None or st.head is None:
             changes[HEAD] = "@main"

@@ -121,14 +121,14 @@ class _Codex:
                     queued = 0
                 if not queue:
                     pos.quiet = quiet
-                    self._codex_moved(s, pos, session, parent, clock, recent, h)
+                    self._codex_moved(s, pos, session, parent, clock, recent, h, say_ahead=False)
                     if self._checkpoint(pos):
                         return count, read  # stopped: the next pass goes on from pos
             # the end of what the file holds now; the runs go on in the next pass
             put_waiting()
             if session is not None:
                 pos.quiet = quiet
-                self._codex_moved(s, pos, session, parent, clock, recent, h)
+                self._codex_moved(s, pos, session, parent, clock, recent, h, say_ahead=full)
         voices.voiced = {n for n in voices.voiced if n > pos.line}  # those still to import
         voices.open -= {n for n in voices.open if n <= pos.line}  # decided, and imported
         if read or not full:
@@ -136,14 +136,21 @@ class _Codex:
                                      instructions=instructions))
         return count, read
 
-    def _codex_moved(self, s: Source, pos: Position, session, parent: Optional[str], clock, recent: bytes, h) -> None:
-        """The file's lines are on the tape up to pos: move `main` there, with the position."""
-        if parent == pos.tip:
+    def _codex_moved(self, s: Source, pos: Position, session, parent: Optional[str], clock, recent: bytes, h, say_ahead: bool) -> None:
+        """The file's lines are on the tape up to pos: move `main` there, with the position.
+        `say_ahead`: a `main` ahead of them is said (one line) only once a file read again
+        from its start ends behind it: it got shorter. A file read on from a position grew,
+        and one read again is behind `main` until its end: a `main` ahead there was moved on
+        by another watcher of the same file (an audit saw the line for a file that only grew)."""
+        if parent != pos.tip:
+            pos.tip, pos.time = parent, clock.last
+            self._seal(s, pos, recent, h)
+            changes, notes = c.safe_refs(self.tape, session, {"main": pos.tip}, say_ahead=say_ahead)
+            session.set_refs("import", changes, source="codex", watch=pos.record())
+        elif say_ahead and pos.tip is not None:
+            notes = c.safe_refs(self.tape, session, {"main": pos.tip})[1]  # (moved at the last chunk)
+        else:
             return
-        pos.tip, pos.time = parent, clock.last
-        self._seal(s, pos, recent, h)
-        changes, notes = c.safe_refs(self.tape, session, {"main": pos.tip})
-        session.set_refs("import", changes, source="codex", watch=pos.record())
         self._note(pos, notes)
 
     def _codex_voices(self, s: Source, pos: Position):
