@@ -117,6 +117,7 @@ def _follow(w, n, paths, roots, echo, warn, on_pass, jobs) -> None:
                 break
             if changed is None or time.monotonic() - last_full > RESCAN_EVERY:
                 changed, last_full = None, time.monotonic()
+                n.check_roots()  # a root under a folder renamed or removed: watched again
                 for d in folders:  # folders that appeared since (a new project, a new day)
                     if os.path.isdir(d):
                         n.add_tree(d)

@@ -49,6 +49,9 @@ class Polling:
     def expect(self, folder: str) -> None:
         pass  # every pass looks at every root
 
+    def check_roots(self) -> bool:
+        return False
+
     def wait(self, timeout: float) -> Optional[set]:
         time.sleep(min(timeout, self.interval))
         return None
@@ -138,6 +141,26 @@ class Inotify:
         except OSError:
             pass
 
+    def check_roots(self) -> bool:
+        """At the minute's rescan: a root whose folder is not the one watched under its name
+        (a folder above it was renamed or removed, which tells a watch nothing) is watched
+        again (_gone). True when one is."""
+        by_path = {f: w for w, f in self.dirs.items()}
+        moved = False
+        for root in sorted(self.roots):
+            wd = by_path.get(root)
+            if wd is None:
+                continue  # expected (not there yet), or gone and waited for already
+            try:
+                st = os.stat(root)
+                if (st.st_dev, st.st_ino) == self.inodes.get(wd):
+                    continue
+            except OSError:
+                pass
+            self._gone(wd, root)
+            moved = True
+        return moved
+
     def _gone(self, wd: int, folder: str) -> bool:
         """A watched folder was deleted or moved away (a watch follows its folder: moved, it
         would report the new place's changes under the old name). Forget it and the folders
@@ -148,7 +171,7 @@ class Inotify:
         a root), the folder is watched there already (_watch): nothing to do."""
         try:
             st = os.stat(folder)
-            if (st.st_dev, st.st_ino) == self.inodes.get(wd):
+            if (st.st_dev, st.st_ino) == self.inodes.get(wd) and self.dirs.get(wd) == folder:
                 return False  # renamed inside a watched folder: already watched under its new name
         except OSError:
             pass
