@@ -61,6 +61,13 @@ def test_dev_zero_is_refused(tape_dir, fmt):
 
 
 @pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f or "detected")
+def test_endless_stdin_is_refused_naming_stdin(tape_dir, fmt):
+    # docs/import.md: messages name the input as given, `stdin` for `-` (this one said `-:`)
+    err, _ = check_refused(tape_dir, fmt_args(fmt, "-"), env={"CTAPE_MAX_RECORD": str(LIMIT)}, stdin="/dev/zero")
+    assert "ctape: error: stdin: line 1 is longer than 65,536 bytes" in err, err
+
+
+@pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f or "detected")
 def test_a_file_without_line_ends_is_refused(tape_dir, tmp_path, fmt):
     src = tmp_path / "one-line.json"
     src.write_bytes(b'{"role": "user", "content": "' + b"a" * (4 * LIMIT))  # no line end, never closed

@@ -211,7 +211,7 @@ class _LineCheck:
     when they read a file (an endless line on stdin stops there, not at the copy's limit)."""
 
     def __init__(self, path: str):
-        self.path, self.limit = path, max_record()
+        self.path, self.limit = "stdin" if path == STDIN else path, max_record()  # named as the importers name it
         self.number, self.run = 1, 0
 
     def feed(self, b: bytes) -> None:
