@@ -174,7 +174,7 @@ def usage(ctx, by, since, prices, as_json):
     Several rows end with a TOTAL row. `ctape serve` shows the same figures.
 
     Read from what importers and integrations keep in each entry's meta (Claude Code,
-    Codex, pydantic-ai, or any `usage` object). Cost is an estimate from list prices
+    Codex, Gemini CLI, pydantic-ai, or any `usage` object). Cost is an estimate from list prices
     per million tokens (see docs/usage.md); models without a price show their tokens
     and no cost.
 
