@@ -415,3 +415,21 @@ def test_a_session_held_back_during_the_upload_holds_back_what_refers_to_it(tmp_
     assert p.returncode == 0, (p.stdout, p.stderr)
     assert second.encode() in cli(c, "export", "third").stdout
     assert shared.encode() in cli(c, "export", "other").stdout
+
+
+def test_a_push_refused_for_a_secret_names_the_session_in_json(tmp_path):
+    """Nothing else to send and one session held back for a likely secret: the push is
+    refused as one, and --json names the session in held_back, as for damage (it printed
+    `"held_back": {}` beside the error: found by a docs audit)."""
+    a, remote = tmp_path / "A", tmp_path / "remote"
+    remote.mkdir()
+    cli(a, "init")
+    cli(a, "append", "user", "--text", "hello", "-s", "alpha")
+    cli(a, "append", "user", "--text", "token ghp_A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8 here", "-s", "beta")
+    cli(a, "remote", "add", "origin", f"file://{remote}")
+    assert cli(a, "push", check=False).returncode == 1  # alpha goes, beta stays home
+    for args in ((), ("-s", "beta")):
+        p = cli(a, "push", "--json", *args, check=False)
+        out = json.loads(p.stdout)
+        assert p.returncode == 1 and out["files"] == 0 and list(out["held_back"]) == ["beta"], out
+        assert "likely secret" in out["held_back"]["beta"] and out["error"] == out["held_back"]["beta"], out

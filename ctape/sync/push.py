@@ -167,6 +167,8 @@ def _checked(tape, state: State, chosen: list[str], todo: list[tuple], allow_sec
     if refusal is not None and not held:
         raise refusal  # no one session is to blame: refused as one
     if refusal is not None and not rest and whole:
+        if isinstance(refusal, HeldBack):  # (push --json names them: it printed held_back {})
+            refusal.held = {shown_name(tape, s): why for s, why in held.items()}
         raise refusal  # nothing else to send: refused as one, with the check's own line
     if held and not rest and whole:
         raise HeldBack(next(iter(held.values())) if len(held) == 1 else f"{len(held)} sessions held back; first: {next(iter(held.values()))}",
