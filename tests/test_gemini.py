@@ -215,6 +215,43 @@ def test_watch_follows_a_document_through_a_rewind(tmp_path, tape_dir):
         assert t.session("s").context(format="openai") == view
 
 
+@pytest.mark.parametrize("cache", ["lost", "one pass behind"])
+def test_watch_through_a_rewind_after_a_lost_or_stale_cache(tmp_path, tape_dir, cache):
+    """A JSON Lines file read up to a point before its `$rewindTo`, then (after the cache
+    was lost, or put back one pass behind the tape: a watcher killed between a batch's sync
+    and its cache's) read whole: main is the rewound-to thread, as one import lays it out.
+    It stayed on the abandoned thread, the new one on main-imported (found by an audit)."""
+    import shutil
+
+    fixture = Path(__file__).parent / "fixtures" / "gemini" / "session-2026-03-11T21-02-7a2b9c10.jsonl"
+    lines = fixture.read_bytes().splitlines(keepends=True)
+    rewind = next(i for i, x in enumerate(lines) if b"$rewindTo" in x)
+    chats, caches = tmp_path / "chats", tmp_path / "caches"
+    chats.mkdir()
+    env = {"CTAPE_CACHE_DIR": str(caches / "live")}
+    path = chats / fixture.name
+    path.write_bytes(b"".join(lines[:rewind - 3]))  # past the request the rewind drops
+    run_cli("--dir", tape_dir, "watch", "--once", chats, env=env, check=True)
+    if cache == "one pass behind":
+        shutil.copytree(caches / "live", caches / "behind")
+        path.write_bytes(b"".join(lines[:rewind - 1]))
+        run_cli("--dir", tape_dir, "watch", "--once", chats, env=env, check=True)
+        shutil.rmtree(caches / "live")
+        shutil.copytree(caches / "behind", caches / "live")
+    else:
+        shutil.rmtree(caches / "live")
+    path.write_bytes(b"".join(lines))
+    p = run_cli("--dir", tape_dir, "watch", "--once", chats, env=env, check=True)
+    assert "-imported" not in p.stderr.decode(), p.stderr.decode()
+    sid = "7a2b9c10-4d5e-4f60-8a71-92b3c4d5e6f7"
+    with Tape.open(tape_dir) as t:
+        got, view = dict(t.session(sid).refs().branches), t.session(sid).context(format="openai")
+    with Tape.init(tmp_path / "fresh") as t:
+        import_files(t, "gemini", [str(path)], None)
+        assert dict(t.session(sid).refs().branches) == got
+        assert t.session(sid).context(format="openai") == view
+
+
 def test_watch_follows_a_jsonl_file_through_a_rewind(tmp_path, tape_dir):
     """The JSON Lines layout only grows; a `$rewindTo` line makes the new thread main (as a
     fresh import lays it out) and the old one a branch, with no `-imported` copy."""

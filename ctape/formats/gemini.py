@@ -514,9 +514,11 @@ def _read(f, path: str):
 class Layout:
     """What importing a file laid out: the session, its refs, counts, and where it ended."""
 
-    def __init__(self, name: str, refs: dict, records: int, entries: int, end: int, line: int, notes: list, new_records: int):
+    def __init__(self, name: str, refs: dict, records: int, entries: int, end: int, line: int, notes: list, new_records: int,
+                 document: bool = False):
         self.name, self.refs, self.records, self.entries = name, refs, records, entries
         self.end, self.line, self.notes, self.new_records = end, line, notes, new_records
+        self.document = document  # a JSON document (written again whole), not JSON Lines
 
 
 def layout(tape, path: str, session: Optional[str], progress: bool = False, after_line: int = 0) -> Layout:
@@ -561,7 +563,7 @@ def layout(tape, path: str, session: Optional[str], progress: bool = False, afte
             line = data[-1].number if data else 0
         bar.done()
     notes = [f"kept {raw} " + c.plural(raw, "line that is not JSON as it is", "lines that are not JSON as they are") if raw else "", note]
-    return Layout(name, b.refs(), records, b.entries, end, line, notes, new_records)
+    return Layout(name, b.refs(), records, b.entries, end, line, notes, new_records, document=kind == "document")
 
 
 def _size(f) -> int:

@@ -91,8 +91,11 @@ class _Claude:
         name = c.check_target(c.session_name(f"{base}-agent-{agent}", s.key) if agent else base)
         session = self.tape.session(name)
         if old is None or old.session != name:
-            grew = False  # another session than the position's: nothing of it is this file's yet
+            # no position of this process for this session (a lost cache, or the file went to
+            # another session): the tape's newest for the file, which it grew from when the
+            # file still begins with what that one imported
             old = latest_in_tape(session, s.key) or (old if old and old.session == name else None)
+            grew = self._grew_from(s, st, old)
         pos = Position(key=s.key, path=s.path, fmt="claude-code", session=name, dev=st.st_dev, ino=st.st_ino)
         live = Live(pos, claude_code.start_builder(session, scan.first_time or c.undated_time(self.tape, session, s.path)), set(), agent,
                     hasher=scan.hasher, verified=time.monotonic())
@@ -114,7 +117,7 @@ class _Claude:
         import found everything as it was (no record written)."""
         refs = live.builder.refs()
         session = self.tape.session(pos.session)
-        changes, notes, now = self._claude_changes(session, refs, grew, mine, had)
+        changes, notes, now = self._claude_changes(session, refs, grew, mine, had, key=pos.key)
         pos.branches = sorted(refs)
         pos.refs = {b: h for b, h in refs.items() if now.get(b) == h}
         pos.tip = live.builder.last.tip
@@ -124,13 +127,21 @@ class _Claude:
         self._note(pos, notes)
         return True
 
-    def _claude_changes(self, session, wanted: dict, grew: bool, mine: Optional[dict], had: list) -> tuple[dict, list, dict]:
+    def _claude_changes(self, session, wanted: dict, grew: bool, mine: Optional[dict], had: list,
+                        key: Optional[str] = None) -> tuple[dict, list, dict]:
         """(ref changes, notes, the branches after them). A file that grew moves the branches
         it set last time and nobody moved since as its layout says, deleting those its
         layout has no more (a thread that became main); every other branch moves as an
-        import moves it (c.safe_refs): never removed or rewound."""
+        import moves it (c.safe_refs): never removed or rewound. "Last time" is the file's
+        newest position on the tape (`key`) when branches moved since the one this process
+        holds: a cache one batch behind the tape (a watcher killed between a batch's sync
+        and its cache's), or another watcher of the same file, set them."""
         st = session.refs() if session.exists() else None
         current = dict(st.branches) if st else {}
+        if grew and key is not None and mine is not None and any(current.get(b) != h for b, h in mine.items()):
+            newest = latest_in_tape(session, key)
+            if newest is not None and newest.refs is not None:
+                mine, had = newest.refs, list(newest.branches)
         if grew:
             # positions written before they kept refs (None): the branches the file's layout had
             ours = {b for b in had if b in current} if mine is None else {b for b, h in mine.items() if current.get(b) == h}

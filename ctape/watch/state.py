@@ -43,6 +43,17 @@ class _Positions:
         self.live.pop(key, None)
         self.cache.drop(key)
 
+    def _grew_from(self, s, st: os.stat_result, pos: Optional[Position]) -> bool:
+        """Does the file begin with what pos (a position read from the tape) imported? Then
+        it only grew since (engine._resume: the same file, its prefix's digest)."""
+        if pos is None or pos.path != s.path:
+            return False
+        at = self._resume(s, st, pos)
+        if at is None:
+            return False
+        at.f.close()
+        return True
+
     def _intact(self, pos: Position) -> bool:
         """The tape still holds the last entry this position imported (it is not an older
         copy of the tape, from before that import)."""

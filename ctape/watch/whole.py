@@ -40,14 +40,19 @@ class _Whole:
                 lay = gemini.layout(self.tape, path, None, after_line=pos.line if grew else 0)
             except (gemini.Incomplete, gemini.Empty):
                 return 0, 0  # a document being written again, or no message yet: read at the next change
-        session = self.tape.session(lay.name)
-        old = pos if pos is not None and pos.session == lay.name else None
-        if old is None:
-            grew = False
-            old = latest_in_tape(session, s.key)
+            session = self.tape.session(lay.name)
+            old = pos if pos is not None and pos.session == lay.name else None
+            if old is None:
+                # no position of this process (a lost cache): the tape's newest for the file,
+                # which a JSON Lines file grew from when it still begins with what that one
+                # imported (as claude.py's); its layout again, for what is new since (counts)
+                old = latest_in_tape(session, s.key)
+                if not lay.document and self._grew_from(s, st, old):
+                    grew = True
+                    lay = gemini.layout(self.tape, path, None, after_line=old.line)
         new = Position(key=s.key, path=s.path, fmt="gemini", session=lay.name, dev=st.st_dev, ino=st.st_ino, off=lay.end, line=lay.line)
         mine, had = (old.refs, list(old.branches)) if old is not None else (None, [])
-        changes, notes, now = self._claude_changes(session, lay.refs, grew, mine, had)
+        changes, notes, now = self._claude_changes(session, lay.refs, grew, mine, had, key=s.key)
         new.branches = sorted(lay.refs)
         new.refs = {b: h for b, h in lay.refs.items() if now.get(b) == h}
         new.tip = lay.refs.get("main")
