@@ -106,7 +106,9 @@ def test_a_rewound_document_is_the_thread_main_goes_on_with(tmp_path):
         before = t.session("s").refs().branches["main"]
         doc = json.loads(Path(full.path).read_text())
         gone = doc["messages"][2]["id"]
+        older = dict(doc, messages=doc["messages"][:2])  # a backup copy of an earlier version
         doc["messages"] = doc["messages"][:2] + [{"id": "new-1", "timestamp": "2026-03-11T21:05:00.000Z", "type": "user", "content": [{"text": "start over"}]}]
+        doc["lastUpdated"] = "2026-03-11T21:05:00.000Z"  # Gemini CLI sets it at every write
         Path(full.path).write_text(json.dumps(doc, indent=2))
         line = import_files(t, "gemini", [full.path], "s")[0]
         assert f"moved branch main to the imported one: the entry it named is on branch rewound-{gone[:8]}" in line, line
@@ -122,6 +124,7 @@ def test_a_rewound_document_is_the_thread_main_goes_on_with(tmp_path):
         # an earlier message edited in place: its thread goes on as replaced-<id>
         edited = doc["messages"][1]["id"]
         doc["messages"][1] = dict(doc["messages"][1], content=[{"text": "edited"}])
+        doc["lastUpdated"] = "2026-03-11T21:06:00.000Z"
         Path(full.path).write_text(json.dumps(doc, indent=2))
         import_files(t, "gemini", [full.path], "s")
         b2 = dict(t.session("s").refs().branches)
@@ -129,6 +132,7 @@ def test_a_rewound_document_is_the_thread_main_goes_on_with(tmp_path):
         assert t.session("s").context("s", format="openai")[-1] == {"role": "user", "content": "start over"}
         # rewound again to the same message: the first rewind's branch stays where it is
         doc["messages"] = doc["messages"][:2] + [{"id": "new-2", "timestamp": "2026-03-11T21:06:00.000Z", "type": "user", "content": [{"text": "once more"}]}]
+        doc["lastUpdated"] = "2026-03-11T21:07:00.000Z"
         Path(full.path).write_text(json.dumps(doc, indent=2))
         import_files(t, "gemini", [full.path], "s")
         b3 = dict(t.session("s").refs().branches)
@@ -137,10 +141,19 @@ def test_a_rewound_document_is_the_thread_main_goes_on_with(tmp_path):
         assert t.session("s").context("s", format="openai")[-1] == {"role": "user", "content": "once more"}
         # a rewind whose dropped message's id starts as an earlier rewind's: a name of its own
         doc["messages"] = doc["messages"][:1] + [{"id": "new-3", "timestamp": "2026-03-11T21:07:00.000Z", "type": "user", "content": [{"text": "third"}]}]
+        doc["lastUpdated"] = "2026-03-11T21:08:00.000Z"
         Path(full.path).write_text(json.dumps(doc, indent=2))
         import_files(t, "gemini", [full.path], "s")
         b4 = dict(t.session("s").refs().branches)
         assert b4[f"rewound-{gone[:8]}"] == before and b4[f"rewound-{gone[:8]}-2"] == b3["main"]
+        # an older version of the document (a backup copy) is no rewind: main stays, the copy
+        # goes beside it (it moved main back, and the live file's next growth wrote its
+        # messages again: found by a review)
+        backup = tmp_path / "backup" / Path(full.path).name
+        backup.parent.mkdir()
+        backup.write_text(json.dumps(older, indent=2))
+        line = import_files(t, "gemini", [str(backup)], "s")[0]
+        assert "main-imported" in line and t.session("s").refs().branches["main"] == b4["main"], line
 
 
 def test_usage_counts_each_message_once(tape):
@@ -201,6 +214,7 @@ def test_watch_follows_a_document_through_a_rewind(tmp_path, tape_dir):
     doc = json.loads(Path(r.path).read_text())
     gone = doc["messages"][3]["id"]
     doc["messages"] = doc["messages"][:3] + [{"id": "again-1", "timestamp": "2026-03-11T21:09:00.000Z", "type": "user", "content": [{"text": "do it differently"}]}]
+    doc["lastUpdated"] = "2026-03-11T21:09:00.000Z"
     Path(r.path).write_text(json.dumps(doc, indent=2))
     p = run_cli("--dir", tape_dir, "watch", "--once", env=env)
     assert p.returncode == 0 and "-imported" not in p.stderr.decode(), p.stderr

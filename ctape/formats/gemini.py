@@ -39,6 +39,7 @@ from __future__ import annotations
 import json
 import os
 import uuid as uuidlib
+from datetime import datetime, timezone
 from typing import Any, Iterator, Optional
 
 from ..errors import InvalidInput
@@ -407,15 +408,19 @@ class Builder:
             # last changed: the thread the agent goes on with is the document's, as after a
             # `$rewindTo` line; the one before keeps a branch, named as that line names it
             # (a name another rewind of this session took stays that one's: a document holds
-            # no history of its rewinds, so the name is made unique among the session's)
+            # no history of its rewinds, so the name is made unique among the session's).
+            # Only a document written after the thread's is the agent's next step: an older
+            # one (a backup copy, an earlier version imported again) goes beside `main` as a
+            # file that went another way (`main-imported`), and `main` stays.
             gone = self.msgs[k]
-            edited = k < len(msgs) and is_message(msgs[k]) and msgs[k].get("id") == gone.id
-            base = f"{'replaced' if edited else 'rewound'}-{gone.id[:8]}"
-            have = self.s.refs().branches if self.s.exists() else {}
-            name, n = base, 2
-            while have.get(name, self.tip) != self.tip:
-                name, n = f"{base}-{n}", n + 1
-            self._leave(name)
+            if _updated(rest) is not None and _updated(self.meta) is not None and _updated(rest) > _updated(self.meta):
+                edited = k < len(msgs) and is_message(msgs[k]) and msgs[k].get("id") == gone.id
+                base = c.session_name(f"{'replaced' if edited else 'rewound'}-{gone.id[:8]}", "branch")[:120]
+                have = self.s.refs().branches if self.s.exists() else {}
+                name, n = base, 2
+                while have.get(name, self.tip) != self.tip:
+                    name, n = f"{base}-{n}", n + 1
+                self._leave(name)
             self.tip, self.msgs = gone.base, self.msgs[:k]
         self._put([_label(doc)], c.hidden(holder), record_time(doc), 1)
         for i in range(k, len(msgs)):
@@ -434,6 +439,16 @@ class Builder:
         for base, tip in self.left:
             out[c.branch_name(base, taken)] = tip
         return out
+
+
+def _updated(meta: Optional[dict]) -> Optional[datetime]:
+    """A document's `lastUpdated` (Gemini CLI sets it at every write), None without one."""
+    v = meta.get("lastUpdated") if isinstance(meta, dict) else None
+    try:
+        t = datetime.fromisoformat(v) if isinstance(v, str) else None
+    except ValueError:
+        return None
+    return t if t is None or t.tzinfo is not None else t.replace(tzinfo=timezone.utc)
 
 
 def thread_of(tape, tip: Optional[str]) -> Optional[tuple[list[_Msg], dict]]:
