@@ -99,3 +99,34 @@ def test_a_folder_renamed_inside_a_root_stays_watched_under_its_new_name(tmp_pat
     g.write_bytes(b"{}\n")
     got = changes(notifier, lambda s: source_key(str(g)) in s)
     assert got is None or source_key(str(g)) in got, got
+
+
+def test_a_folder_renamed_over_an_empty_one_is_watched_under_that_name(tmp_path, notifier):
+    # rename(2) replaces an empty folder (`mv -T a b`, a day folder written under a temporary
+    # name and renamed into place): the name stood for the doomed folder's watch, so the
+    # moved one was not watched, and the moved one's watch was then taken off (a review)
+    root = tmp_path / "r"
+    (root / "a").mkdir(parents=True)
+    (root / "b").mkdir()
+    assert notifier.expect(str(root))
+    (root / "a").rename(root / "b")
+    changes(notifier, lambda s: False, seconds=1.0)
+    f = root / "b" / "x.jsonl"
+    f.write_bytes(b"{}\n")
+    got = changes(notifier, lambda s: source_key(str(f)) in s)
+    assert got is None or source_key(str(f)) in got, got
+
+
+def test_a_root_moved_into_another_root_is_waited_for_under_its_name(tmp_path, notifier):
+    one, two = tmp_path / "codex" / "sessions", tmp_path / "claude" / "projects"
+    one.mkdir(parents=True)
+    two.mkdir(parents=True)
+    assert notifier.expect(str(one)) and notifier.expect(str(two))
+    one.rename(two / "moved")
+    changes(notifier, lambda s: False, seconds=1.0)
+    one.mkdir()
+    changes(notifier, lambda s: False, seconds=1.0)
+    f = one / "t.jsonl"
+    f.write_bytes(b"{}\n")
+    got = changes(notifier, lambda s: source_key(str(f)) in s)
+    assert got is None or source_key(str(f)) in got, got

@@ -75,7 +75,8 @@ class Inotify:
         if fd < 0:
             raise OSError(ctypes.get_errno(), "inotify_init1 failed")
         self.fd = fd
-        self.dirs: dict[int, str] = {}
+        self.dirs: dict[int, str] = {}  # watch -> the folder's name (its path)
+        self.wds: dict[str, int] = {}  # the other way
         self.watched: set[str] = set()
         self.expected: set[str] = set()  # roots that do not exist yet
         self.on_the_way: set[str] = set()  # folders watched for the next step to one
@@ -121,8 +122,13 @@ class Inotify:
         return found
 
     def _watch(self, folder: str) -> None:
-        if folder in self.watched:
-            return
+        try:
+            st = os.stat(folder)
+        except OSError:
+            return  # gone meanwhile
+        here = (st.st_dev, st.st_ino)
+        if folder in self.watched and self.inodes.get(self.wds.get(folder, -1)) == here:
+            return  # (under this name is another folder than the one watched: a folder renamed over it)
         wd = self._add(self.fd, os.fsencode(folder), MASK)
         if wd < 0:
             err = ctypes.get_errno()
@@ -131,24 +137,30 @@ class Inotify:
             return  # gone meanwhile, or not readable
         was = self.dirs.get(wd)
         if was is not None and was != folder:  # the same folder, moved here: its old name is free
-            self.watched.discard(was)
-            self.trees.discard(was)
-        self.dirs[wd] = folder
+            self._forget(was)
+        old = self.wds.get(folder)
+        if old is not None and old != wd:  # the folder that had this name is gone (replaced)
+            self.dirs.pop(old, None)
+            self.inodes.pop(old, None)
+        self.dirs[wd], self.wds[folder], self.inodes[wd] = folder, wd, here
         self.watched.add(folder)
-        try:
-            st = os.stat(folder)
-            self.inodes[wd] = (st.st_dev, st.st_ino)
-        except OSError:
-            pass
+        if was is not None and was != folder and was in self.roots:
+            self.expect(was)  # a root moved into another root: waited for under its name again
+
+    def _forget(self, folder: str) -> None:
+        """A folder's name is no longer watched (its watch may go on under another name)."""
+        self.watched.discard(folder)
+        self.trees.discard(folder)
+        self.on_the_way.discard(folder)
+        self.wds.pop(folder, None)
 
     def check_roots(self) -> bool:
         """At the minute's rescan: a root whose folder is not the one watched under its name
         (a folder above it was renamed or removed, which tells a watch nothing) is watched
         again (_gone). True when one is."""
-        by_path = {f: w for w, f in self.dirs.items()}
         moved = False
         for root in sorted(self.roots):
-            wd = by_path.get(root)
+            wd = self.wds.get(root)
             if wd is None:
                 continue  # expected (not there yet), or gone and waited for already
             try:
@@ -179,9 +191,7 @@ class Inotify:
         for w, f in stale:
             del self.dirs[w]
             self.inodes.pop(w, None)
-            self.watched.discard(f)
-            self.trees.discard(f)
-            self.on_the_way.discard(f)
+            self._forget(f)
             self._rm(self.fd, w)  # (a deleted one's watch is gone already: an error, ignored)
         back = False
         for root in sorted(self.roots):
@@ -214,8 +224,7 @@ class Inotify:
                     self.dirs.pop(wd, None)
                     self.inodes.pop(wd, None)
                     if folder:
-                        self.watched.discard(folder)
-                        self.trees.discard(folder)
+                        self._forget(folder)
                     continue
                 if mask & (IN_DELETE_SELF | IN_MOVE_SELF):
                     if folder is not None and self._gone(wd, folder):
