@@ -359,6 +359,40 @@ def test_an_interrupt_stays_waiting_across_update_state_and_its_resume_answers_i
     saver.close()
 
 
+@pytest.mark.parametrize("durability", ["sync", "async", "exit"])
+def test_a_node_that_asks_twice_waits_for_each_answer(tape_dir, durability):
+    # the task's first answer and its next question come in one payload of writes: the
+    # question was written first, then answered at once with the first answer ("B" for
+    # both, status waiting for nothing while LangGraph waited: found by a review)
+    def two(state):
+        a = interrupt("first?")
+        b = interrupt("second?")
+        return {"messages": [AIMessage(f"got {a} {b}")]}
+
+    g = StateGraph(MessagesState)
+    g.add_node("two", two)
+    g.add_edge(START, "two")
+    saver = TapeSaver(tape_dir)
+    graph = g.compile(checkpointer=saver)
+    c = cfg(f"two-{durability}")
+    graph.invoke({"messages": [HumanMessage("go")]}, c, durability=durability)
+    s = saver.tape.session(saver.session_for(f"two-{durability}"))
+
+    def waiting():
+        return [saver.tape.get(p["hash"]).payload["arguments"] for p in s.status()["pending_tool_calls"]]
+
+    assert waiting() == ["first?"]
+    graph.invoke(Command(resume="B"), c, durability=durability)
+    assert [i.value for i in graph.get_state(c).interrupts] == ["second?"]
+    assert waiting() == ["second?"]
+    out = graph.invoke(Command(resume="C"), c, durability=durability)
+    assert out["messages"][-1].content == "got B C" and waiting() == []
+    answers = [e.payload["output"] for e in s.log(kinds=["tool_result"])][::-1]
+    if durability != "exit":
+        assert answers == ["B", "C"], answers
+    saver.close()
+
+
 def test_log_json_of_a_thread_shows_the_conversation(tape_dir):
     saver = TapeSaver(tape_dir)
     chat(saver).invoke({"messages": [HumanMessage("hi")]}, cfg("lj"))

@@ -17,7 +17,7 @@ _INTERRUPT, _RESUME = "__interrupt__", "__resume__"
 _NULL_TASK = "00000000-0000-0000-0000-000000000000"  # the task id of Command(resume=...) writes
 # the hidden answers of an interrupt the graph went past without a resume value on the tape
 NEW_INPUT = "[no answer: the graph was given new input]"
-NOT_SAVED = '[no answer on the tape: the graph went on past this interrupt, and durability="exit" saves no resume value]'
+NOT_SAVED = "[no answer on the tape: the graph went on past this interrupt]"
 
 
 class _Interrupts:
@@ -62,8 +62,9 @@ class _Interrupts:
         not pending any more: nothing is written twice."""
         if type(values) is not list or not values:
             return tip
+        asked_now = {e.hash for e in written}  # the task's next interrupt(), in the same payload: not answered yet
         for c in self.tape.derived(tip)["pending"]:
-            if c.get("name") != WAITING:
+            if c.get("name") != WAITING or c["hash"] in asked_now:
                 continue
             m = self.tape.read_entry(c["hash"]).meta
             if isinstance(m, dict) and isinstance(m.get(KEY), dict) and m[KEY].get("task_id") == task_id:
