@@ -382,3 +382,27 @@ def test_values_the_serde_writes_read_back_in_this_process_as_in_a_new_one(tmp_p
     assert peer == {"s": "x?y", "ba": b"ab", "ok": "plain"} and type(peer["ba"]) is bytes
     assert mine == peer and type(mine["ba"]) is bytes
     saver.close()
+
+
+class OneMessage(TypedDict, total=False):
+    last: Any
+
+
+def test_a_lone_message_the_serde_writes_reads_back_as_a_new_process_reads_it(tmp_path):
+    # a channel holding one message with a lone surrogate: stored through the serde inside
+    # the message form ({"m1": {"b": ...}}), which the first fix did not look into (a review)
+    def node(state):
+        return {"last": AIMessage("x\ud800y", id="m1")}
+
+    def run(saver):
+        b = StateGraph(OneMessage)
+        b.add_node("n", node)
+        b.add_edge(START, "n")
+        g = b.compile(checkpointer=saver)
+        g.invoke({"last": None}, CFG)
+        return g.get_state(CFG).values["last"].content
+
+    assert run(SqliteSaver(sqlite3.connect(str(tmp_path / "cp.db"), check_same_thread=False))) == "x?y"
+    saver = TapeSaver(str(tmp_path / "tape"))
+    assert run(saver) == "x?y"
+    saver.close()

@@ -185,10 +185,10 @@ class _Writing:
         kept as the serde reads it back (the surrogate as "?", bytes), as SqliteSaver's
         reads give it in this process too (found by an audit: this process read
         "x\ud800y" where a new one read "x?y")."""
-        if spec is not None and "b" in spec.get("v", ()):
+        if spec is not None and "v" in spec and _serde_in(spec["v"]):
             return self.codec.dec(spec["v"])
         items = spec.get("append") if spec is not None else None
-        if items and any("b" in x for x in items):
+        if items and any(map(_serde_in, items)):
             return _isolated(v[:len(v) - len(items)]) + [self.codec.dec(x) for x in items]
         return _isolated(v)
 
@@ -584,3 +584,9 @@ def _entry_time(ts: Any) -> Optional[str]:
         except Exception:  # noqa: BLE001 - a checkpoint with an odd ts gets the clock
             return None
     return None
+
+
+def _serde_in(enc: dict) -> bool:
+    """Did the serde write (part of) this encoded value (_Codec.enc): the value itself, a
+    message, or a message of a list?"""
+    return "b" in enc or "b" in enc.get("m1", ()) or any("b" in m for m in enc.get("m", ()))
