@@ -79,6 +79,15 @@ def test_watch_once_refuses_a_named_file_of_complete_lines_that_tell_nothing(tap
     assert len(p.stderr.decode().strip().splitlines()) == 1
 
 
+def test_watch_once_refuses_a_named_file_whose_garbled_lines_pass_the_first_mib(tape_dir, tmp_path):
+    # the check of "nothing is being written" looked at the end of the first 1 MiB read for
+    # the format, not at the file's end: long garbled lines passed over in silence (a review)
+    f = tmp_path / "t.jsonl"
+    f.write_bytes((b'{"half a record", "' + b"x" * 600_000 + b'\n') * 3)
+    p = watch(tape_dir, f)
+    assert p.returncode == 1 and b"not a transcript ctape knows" in p.stderr, p.stderr.decode()
+
+
 def test_import_still_refuses_a_broken_json_document(tmp_path):
     f = tmp_path / "chat.json"
     f.write_bytes(json.dumps([{"role": "user", "content": "hi"}], indent=1).encode()[:-3])

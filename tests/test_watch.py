@@ -241,6 +241,19 @@ def test_a_large_pass_split_over_two_processes(tape, tmp_path, home, monkeypatch
     assert snapshot(tape.path) == before
 
 
+def test_a_split_pass_refuses_a_named_file_as_one_process_does(tape, tmp_path, home, monkeypatch):
+    # the workers of a split pass took every file for one found in a folder: a named file
+    # that is no transcript was passed over in silence (found by a review)
+    from ctape.watch import parallel
+
+    monkeypatch.setattr(parallel, "MIN_BYTES", 0)
+    shutil.copy(CODEX, tmp_path / CODEX.name)
+    junk = tmp_path / "notes.jsonl"
+    junk.write_bytes(b"hello\nworld\n")
+    rep = watch_once(tape, [str(tmp_path / CODEX.name), str(junk)], jobs=2)
+    assert any("not a transcript ctape knows" in e for e in rep.errors), rep.errors
+
+
 def test_default_roots_and_subagents(tape, home):
     sid = session_of(CLAUDE, "claude-code")
     proj = home / "claude" / "projects" / "-home-u-repo"

@@ -380,7 +380,7 @@ class Watcher(_Codex, _Claude, _Whole, _Positions):
             if s.named:
                 raise NotATranscript() from None
             return None
-        settled = not self.keep and head.endswith(b"\n") and any(x.strip() for x in lines)
+        settled = not self.keep and any(x.strip() for x in lines) and src_mod.ends_a_line(s.path)
         if fmt is None and s.named and (src_mod.judged(lines) or settled):
             # (lines that cannot tell yet, a first line cut or garbage, wait for more; but in a
             # single pass, --once, complete lines with none being written after them are all

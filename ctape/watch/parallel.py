@@ -40,7 +40,7 @@ def _worker(tape_dir: str, share: list[tuple], stop, out) -> None:
         w = Watcher(tape, keep=False, echo=lines.append)
         w.save_cache = lambda: None  # the parent writes the cache file
         w.should_stop = stop.is_set
-        mine = [Source(p, fmt) for p, fmt in share]
+        mine = [Source(p, fmt, named) for p, fmt, named in share]  # (named: refused as the parent would refuse it)
         rep = w.run_pass(sources=mine)
         keys = {s.key for s in mine}
         positions = [vars(p) for p in w.cache.positions.values() if p.key in keys]
@@ -63,7 +63,7 @@ def run(w: Watcher, todo: list[Source], jobs: int) -> Optional[PassReport]:
             pass
     ctx = multiprocessing.get_context("spawn")
     stop, out = ctx.Event(), ctx.Queue()
-    procs = [ctx.Process(target=_worker, args=(w.tape.path, [(s.path, s.fmt) for s in share], stop, out)) for share in split(todo, sizes, jobs)]
+    procs = [ctx.Process(target=_worker, args=(w.tape.path, [(s.path, s.fmt, s.named) for s in share], stop, out)) for share in split(todo, sizes, jobs)]
     for p in procs:
         p.start()
     total = PassReport()

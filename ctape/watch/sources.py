@@ -162,6 +162,22 @@ def detect(first_lines: list[bytes], path: Optional[str] = None) -> Optional[str
     return None
 
 
+def ends_a_line(path: str) -> bool:
+    """Whether the file's last byte ends a line (nothing is being written after its
+    lines), or it is compressed (a `.zst` is written whole)."""
+    if path.endswith(ZST):
+        return True
+    try:
+        with open_regular(path) as f:  # (never a FIFO: a writer would be waited for)
+            f.seek(0, os.SEEK_END)
+            if f.tell() == 0:
+                return False
+            f.seek(-1, os.SEEK_END)
+            return f.read(1) == b"\n"
+    except OSError:
+        return False
+
+
 def judged(first_lines: list[bytes]) -> bool:
     """Whether lines that `detect` found no format in say the file is no transcript, rather
     than that it cannot tell yet: it cannot while every line so far opens a bracket but is
