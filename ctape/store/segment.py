@@ -790,8 +790,9 @@ class _Dictionary:
         # level 3 for this dictionary's size, with match tables of 64 + 32 KiB instead of
         # level 3's 512 + 256: the blocks are small (a durable append's is ~1 KB), and the
         # tables, loaded for every block, had left the CPU's caches between two appends
-        # (21 µs a block in the writer against 4 in a loop; 9 µs, 7% of a durable append's
-        # CPU, saved, for 0.7% more bytes: docs/performance.md, "Smaller match tables")
+        # (18-24 µs a block in the writer against 4 in a loop; 6-8 µs of a durable append
+        # saved, 4-11% of its CPU, for 0.2-0.7% more bytes: docs/performance.md, "Smaller
+        # match tables for dictionary blocks")
         p = z.ZstdCompressionParameters.from_level(3, source_size=DICT_BLOCK_MAX, dict_size=len(content))
         p = z.ZstdCompressionParameters(
             window_log=p.window_log, hash_log=14, chain_log=13, search_log=p.search_log, min_match=p.min_match,

@@ -122,7 +122,7 @@ class Watcher(_Codex, _Claude, _Whole, _Positions):
         self.split: Optional[Callable[["Watcher", list, int], Optional[PassReport]]] = None
         self.reported: set = set()
         self._stack: Optional[ExitStack] = None
-        self._counted: set[str] = set()
+        self._counted: set[str] = set()  # (_is_new)
         self._batch_bytes = 0
         self._touched: list[Position] = []
         self._said: list[str] = []  # what the batch imported, said once its fsync is done
@@ -242,7 +242,7 @@ class Watcher(_Codex, _Claude, _Whole, _Positions):
         self._stack = ExitStack()
         self._stack.enter_context(self.tape.batch())
         self._batch_bytes = 0
-        self._counted: set[str] = set()  # entries of this batch a file's "+N records" counted
+        self._counted = set()  # entries of this batch a file's "+N records" counted
 
     def _batch_full(self) -> bool:
         return self._batch_bytes >= BATCH_BYTES or len(self.tape.store.locked_writers) >= BATCH_SESSIONS
