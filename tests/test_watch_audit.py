@@ -5,6 +5,7 @@ signals, real FIFOs."""
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -323,3 +324,38 @@ def test_a_transcript_whose_file_name_is_not_utf8_is_followed(tape_dir, tmp_path
     assert p.returncode == 0 and b"+1 record" in p.stderr, p.stderr
     p = watch(tape_dir, folder)
     assert p.returncode == 0 and p.stderr == b"", p.stderr
+
+
+HANGUP = r"""
+import os, signal, sys
+from ctape.watch import engine
+one = engine.Watcher._one
+def hangup_after_the_first_file(self, s, rep):
+    one(self, s, rep)
+    if rep.files == 1:
+        os.kill(os.getpid(), signal.SIGHUP)  # a closed terminal
+engine.Watcher._one = hangup_after_the_first_file
+from ctape.cli import main
+main(["--dir", sys.argv[1], "watch", "--once", sys.argv[2]])
+"""
+
+
+def test_sighup_ends_a_pass_after_its_file_and_says_it_stopped(tape_dir, tmp_path):
+    # SIGHUP killed watch at once (no cache written); and a pass stopped between files said
+    # "imported ... from 1 of 1 file" as if it had read them all (an audit)
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(3):
+        shutil.copy(CODEX, src / f"rollout-{i}.jsonl")
+    p = subprocess.run([sys.executable, "-c", HANGUP, str(tape_dir), str(src)], capture_output=True, timeout=120)
+    err = p.stderr.decode()
+    assert p.returncode == 0, err
+    assert "watch: stopped after 1 file (" in err and "the next pass imports the rest" in err and " of 1 file" not in err, err
+    assert watch(tape_dir, src, timeout=120).returncode == 0
+
+
+def test_quiet_still_says_a_folder_holds_no_transcript(tape_dir, tmp_path):
+    empty = tmp_path / "typo"
+    empty.mkdir()
+    p = run_cli("--dir", tape_dir, "watch", "--once", "-q", empty)
+    assert p.returncode == 0 and b"watch: no transcript in" in p.stderr, p.stderr

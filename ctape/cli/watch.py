@@ -25,8 +25,8 @@ def watch(ctx, paths, once, poll, jobs, quiet):
     .jsonl and .jsonl.zst) and Gemini CLI's ~/.gemini/tmp/*/chats ($GEMINI_CLI_HOME
     for ~). A PATH is a transcript file or a folder of them; the format is detected
     per file. Each file is imported into its own session, as `ctape import`
-    would; a rerun adds only what was appended. SIGINT/SIGTERM finish the current batch
-    and exit 0. See docs/watch.md for hooks and service files.
+    would; a rerun adds only what was appended. SIGINT/SIGTERM/SIGHUP finish the current
+    batch and exit 0. See docs/watch.md for hooks and service files.
 
     \b
     Examples:
@@ -47,11 +47,16 @@ def watch(ctx, paths, once, poll, jobs, quiet):
     errors = lambda s: click.echo(s, err=True)  # noqa: E731
 
     def summary(rep):
-        if rep.changed and not quiet:
+        if rep.stopped and not quiet:  # not "N of N files": the pass did not get to the rest
+            records = f"{rep.records} record{'s' if rep.records != 1 else ''}"
+            click.echo(f"watch: stopped after {rep.files} file{'s' if rep.files != 1 else ''} ({records} imported); "
+                       "the next pass imports the rest", err=True)
+        elif rep.changed and not quiet:
             records = f"{rep.records} record{'s' if rep.records != 1 else ''}"
             click.echo(f"watch: imported {records} from {rep.changed} of {rep.files} file{'s' if rep.files != 1 else ''}", err=True)
-        elif not rep.transcripts and not rep.errors and not quiet and (not rep.files or not any(os.path.isfile(p) for p in paths)):
-            # a wrong folder is not "nothing new" (a named file that is empty so far waits in silence)
+        elif not rep.transcripts and not rep.errors and not rep.stopped and (not rep.files or not any(os.path.isfile(p) for p in paths)):
+            # a wrong folder is not "nothing new" (a named file that is empty so far waits in
+            # silence); a problem, said with -q too (cron's `--once -q` missed a mistyped folder)
             others = f": its {rep.files} file{'s are' if rep.files != 1 else ' is'} none ctape knows, or empty" if rep.files else ""
             click.echo(f"watch: no transcript in {', '.join(watched(list(paths)))}{others} (Claude Code, Codex and the other "
                        "formats of `ctape import`); give their folder or file", err=True)

@@ -41,12 +41,15 @@ def __getattr__(name: str):
 
 @contextmanager
 def stop_on_signals(w):
-    """SIGINT and SIGTERM set w.stop: the current batch is finished, then the pass ends."""
+    """SIGINT, SIGTERM and SIGHUP (a closed terminal) set w.stop: the current batch is
+    finished, then the pass ends, and the cache is written (SIGHUP killed the process at
+    once, its split pass's workers left running: found by an audit)."""
 
     def stop(signum, frame):
         w.stop = True
 
-    old = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    sigs = (signal.SIGINT, signal.SIGTERM) + ((signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ())
+    old = {sig: signal.signal(sig, stop) for sig in sigs}
     try:
         yield
     finally:

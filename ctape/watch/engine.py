@@ -71,6 +71,7 @@ class PassReport:
     records: int = 0  # records imported that the tape did not hold
     bytes: int = 0  # source bytes read
     errors: list = field(default_factory=list)
+    stopped: bool = False  # asked to stop (SIGINT, SIGTERM, SIGHUP): sources were left for the next pass
 
 
 HEAD_BYTES = 1 << 20  # read to tell a source's format: its first lines
@@ -158,6 +159,7 @@ class Watcher(_Codex, _Claude, _Whole, _Positions):
         try:
             for s in todo:
                 if self.should_stop():
+                    rep.stopped = True
                     break
                 rep.files += 1
                 if self._stack is None:
@@ -200,6 +202,7 @@ class Watcher(_Codex, _Claude, _Whole, _Positions):
             self._layouts.pop(s.key, None)
             rep.records += e.records
             rep.changed += e.records > 0
+            rep.stopped = True
             n = f"+{e.records} record{'s' if e.records != 1 else ''}, " if e.records else ""
             self.echo(f"watch: {s.path}: {n}stopped after a batch; the next pass imports the rest")
             return

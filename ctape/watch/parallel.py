@@ -33,6 +33,7 @@ def split(todo: list[Source], sizes: dict[str, int], jobs: int) -> list[list[Sou
 def _worker(tape_dir: str, share: list[tuple], stop, out) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # (a closed terminal: the parent stops them)
     from ..tape import Tape
 
     lines: list[str] = []
@@ -89,10 +90,12 @@ def run(w: Watcher, todo: list[Source], jobs: int) -> Optional[PassReport]:
             total.records += rep.records
             total.bytes += rep.bytes
             total.errors += rep.errors
+            total.stopped = total.stopped or rep.stopped
     finally:
         for p in procs:
             p.join()
         w.save_cache()
     if got < len(procs):
         total.errors.append("watch: a worker process ended without a report; run the pass again")
+    total.stopped = total.stopped or w.stop
     return total
