@@ -69,12 +69,7 @@ class _Codex:
                 if not ln.ok:
                     pending.append(ln)
                     return
-                for bad in pending:
-                    parent, instructions = codex.put_line(session, bad.number, bad.body, False, parent, clock, instructions=instructions)
-                    count += self._is_new(parent)
-                    h.update(bad.pre + bad.raw)
-                    self._report_raw(s, bad)
-                pending = []
+                put_pending()
                 parent, instructions = codex.put_line(session, ln.number, ln.value, True, parent, clock, spoken, instructions)
                 count += self._is_new(parent)
                 h.update(ln.pre + ln.raw)
@@ -82,6 +77,23 @@ class _Codex:
                 self._batch_bytes += ln.end - pos.off
                 recent = (recent + ln.pre + ln.raw)[-ID_BYTES:]
                 pos.off, pos.line = ln.end, ln.number
+
+            def put_pending() -> None:
+                """The lines that are no JSON before a valid one, kept as they are."""
+                nonlocal parent, count, read, recent, pending, instructions
+                for bad in pending:
+                    parent, instructions = codex.put_line(session, bad.number, bad.body, False, parent, clock, instructions=instructions)
+                    count += self._is_new(parent)
+                    h.update(bad.pre + bad.raw)
+                    self._report_raw(s, bad)
+                    if not s.zst:
+                        continue
+                    # (a `.zst` ends here: its last lines wait for no valid line after them)
+                    read += bad.end - pos.off
+                    self._batch_bytes += bad.end - pos.off
+                    recent = (recent + bad.pre + bad.raw)[-ID_BYTES:]
+                    pos.off, pos.line = bad.end, bad.number
+                pending = []
 
             def put_waiting() -> None:
                 """The lines held for open runs, their events decided with what is known
@@ -126,6 +138,8 @@ class _Codex:
                         return count, read  # stopped: the next pass goes on from pos
             # the end of what the file holds now; the runs go on in the next pass
             put_waiting()
+            if s.zst and pending and session is not None:
+                put_pending()  # a `.zst` is written whole: its last lines that are no JSON are kept, as import keeps them
             if session is not None:
                 pos.quiet = quiet
                 self._codex_moved(s, pos, session, parent, clock, recent, h, say_ahead=full)
