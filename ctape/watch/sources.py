@@ -167,13 +167,11 @@ def ends_a_line(path: str) -> bool:
     lines), or it is compressed (a `.zst` is written whole)."""
     if path.endswith(ZST):
         return True
+    from ..formats._common import ends_with_newline
+
     try:
         with open_regular(path) as f:  # (never a FIFO: a writer would be waited for)
-            f.seek(0, os.SEEK_END)
-            if f.tell() == 0:
-                return False
-            f.seek(-1, os.SEEK_END)
-            return f.read(1) == b"\n"
+            return ends_with_newline(f)
     except OSError:
         return False
 
