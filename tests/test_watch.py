@@ -196,6 +196,64 @@ def test_a_compressed_transcript_without_a_last_line_end_is_read_whole(tape, tmp
         assert exported(tape, name, fmt) == expected(p.read_bytes()), name
 
 
+def _cut_mid_line(data: bytes) -> tuple[bytes, bytes]:
+    """`data` compressed (one frame, many blocks), and that frame cut where what it
+    decompresses to ends inside a line: (whole, cut)."""
+    import zstandard
+
+    z = zstandard.ZstdCompressor(level=3).compress(data)
+    for cut in range(len(z) // 2, len(z)):
+        got = zstandard.ZstdDecompressor().stream_reader(z[:cut], read_across_frames=True).read()
+        if got and not got.endswith(b"\n"):
+            return z, z[:cut]
+    raise AssertionError("no cut inside a line")
+
+
+@pytest.mark.parametrize("source,fmt", [(CODEX_BIG, "codex"), (CLAUDE, "claude-code")])
+def test_a_compressed_transcript_cut_inside_a_frame_waits_for_the_rest(tape, tmp_path, home, source, fmt):
+    """(2026-12-07) A `.zst` cut inside a frame (a copy stopped half way, a rollout still
+    being compressed): python-zstandard's reader ends there as at a true end, so `watch`
+    took the cut last line for a whole one (a `.zst` is written whole) and kept it as a
+    hidden raw entry; once the file was whole, the rest of that line became a second raw
+    entry. Now the cut is told from the frame's headers: the last line waits, as a
+    writer's half line does, one line says so, and the whole file gives what `import`
+    gives."""
+    src = tmp_path / "src"
+    src.mkdir()
+    whole, cut = _cut_mid_line(source.read_bytes())
+    path = src / (source.name + ".zst")
+    path.write_bytes(cut)
+    warned: list[str] = []
+    for _ in range(2):
+        assert not watch_once(tape, [str(path)], warn=warned.append).errors
+    name = session_of(source, fmt)
+    said = [w for w in warned if "inside a zstd frame" in w]
+    assert len(said) == 1 and said[0].startswith(f"watch: {path}: the compressed file ends inside a zstd frame"), warned
+    assert not any("not JSON" in w for w in warned), warned
+    path.write_bytes(whole)
+    assert not watch_once(tape, [str(path)], warn=warned.append).errors
+    other = Tape.init(tmp_path / "imported")
+    import_files(other, fmt, [str(path)], None)
+    assert entry_hashes(tape, name) == entry_hashes(other, name)
+    assert exported(tape, name, fmt) == expected(source.read_bytes())
+
+
+def test_import_says_a_compressed_transcript_is_cut(tape_dir, tmp_path):
+    """`import` of a `.zst` cut inside a frame imports what it holds and says so (it said
+    nothing when the cut fell between two lines, and only "the incomplete last line"
+    otherwise); a whole one says nothing of the kind."""
+    whole, cut = _cut_mid_line(CODEX_BIG.read_bytes())
+    (tmp_path / "cut.jsonl.zst").write_bytes(cut)
+    (tmp_path / "whole.jsonl.zst").write_bytes(whole)
+    p = run_cli("--dir", tape_dir, "import", "codex", tmp_path / "cut.jsonl.zst", check=True)
+    out = (p.stdout + p.stderr).decode()
+    assert f"{tmp_path / 'cut.jsonl.zst'}: the compressed file ends inside a zstd frame (cut short, or still being written); imported what it holds before the cut" in out, out
+    p = run_cli("--dir", tape_dir, "import", "codex", "-", input=cut, check=True)
+    assert "stdin: the compressed file ends inside a zstd frame" in (p.stdout + p.stderr).decode()
+    p = run_cli("--dir", tape_dir, "import", "codex", tmp_path / "whole.jsonl.zst", check=True)
+    assert b"zstd frame" not in p.stdout + p.stderr
+
+
 def test_a_rewritten_rollout_whose_first_line_is_damaged_stays_in_its_session(tape, tmp_path, home):
     """(audit, 2026-12-06) A watched rollout rewritten with its first line (session_meta,
     which names the session) damaged was imported again into a new session named after

@@ -17,6 +17,7 @@ from typing import Iterator, Optional
 
 from ..errors import InvalidInput
 
+CUT = "the compressed file ends inside a zstd frame (cut short, or still being written)"
 MODULES = {"jsonl": "jsonl", "claude-code": "claude_code", "codex": "codex", "openai": "openai", "gemini": "gemini"}
 
 
@@ -34,7 +35,8 @@ def import_files(tape, fmt: Optional[str], files: list[str], session: Optional[s
 
     try:
         with spooled(files) as readable:
-            return _import_files(tape, fmt, readable, session, progress)
+            out = _import_files(tape, fmt, readable, session, progress)
+            return out + [f"{p}: {CUT}; imported what it holds before the cut" for p in readable if getattr(p, "cut", False)]
     finally:
         seen.flush()  # what the imports made of the files, for the next import of the same ones
 

@@ -22,6 +22,7 @@ from typing import Iterator, Optional
 
 from ..errors import InvalidInput
 from ..model.canonical import max_record
+from .frames import ZSTD_MAGIC, Followed  # (ZSTD_MAGIC: the first bytes of a zstd frame)
 
 
 def cannot_read(path: str, e: OSError) -> InvalidInput:
@@ -35,7 +36,6 @@ def cannot_read(path: str, e: OSError) -> InvalidInput:
 
 ZST = ".zst"
 STDIN = "-"
-ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"  # the first bytes of a zstd frame
 CHUNK = 8 << 20  # bytes read at a time
 
 
@@ -49,13 +49,14 @@ def max_unpacked() -> int:
 class SourceName(str):
     """The name of a transcript as the user gave it (messages and session names use it),
     with `.real`: the file that holds its content (a temporary copy, for a pipe or a
-    `.zst` file)."""
+    `.zst` file) and `.cut`: the content was compressed and ended inside a frame."""
 
     real: str
+    cut: bool
 
-    def __new__(cls, shown: str, real: str):
+    def __new__(cls, shown: str, real: str, cut: bool = False):
         self = super().__new__(cls, shown)
-        self.real = real
+        self.real, self.cut = real, cut
         return self
 
 
@@ -96,10 +97,30 @@ def open_stream(path: str):
     return f if regular else _sniffed(f, f)
 
 
-def _zstd_reader(source):
-    import zstandard
+def _zstd_reader(source) -> "_Unzstd":
+    return _Unzstd(source)
 
-    return zstandard.ZstdDecompressor().stream_reader(source, read_across_frames=True)
+
+class _Unzstd:
+    """The decompressed content of a zstd stream, read front to back. Once it is read to
+    its end, `cut` says whether the stream ended inside a frame (frames.Frames): the
+    decompressor ends there as at a true end, with what it could decompress."""
+
+    def __init__(self, source):
+        import zstandard
+
+        self.source = Followed(source)
+        self.reader = zstandard.ZstdDecompressor().stream_reader(self.source, read_across_frames=True)
+
+    @property
+    def cut(self) -> bool:
+        return not self.source.frames.whole
+
+    def read(self, n: int = -1) -> bytes:
+        return self.reader.read(n)
+
+    def close(self) -> None:
+        self.reader.close()
 
 
 def _sniffed(raw, f) -> "_Closing":
@@ -137,10 +158,15 @@ class _Prefixed:
 
 
 class _Closing:
-    """A read-only stream that closes its file too."""
+    """A read-only stream that closes its file too; `cut`: a compressed one read to its
+    end ended inside a frame (_Unzstd)."""
 
     def __init__(self, reader, f):
         self.reader, self.f = reader, f
+
+    @property
+    def cut(self) -> bool:
+        return getattr(self.reader, "cut", False)
 
     def read(self, n: int = -1) -> bytes:
         if n < 0:
@@ -174,10 +200,10 @@ def needs_copy(path: str) -> bool:
         return False  # opening it says what is wrong
 
 
-def unpack(path: str, out, then: str = "nothing was imported", named: bool = True) -> int:
+def unpack(path: str, out, then: str = "nothing was imported", named: bool = True) -> bool:
     """Copy the content of `path` into the binary file `out`; refused (InvalidInput) once
     it passes max_unpacked() (the message ends with `then`; `named`: it starts with the
-    path). Returns the bytes written."""
+    path). Returns whether the content was compressed and cut inside a frame (_Unzstd)."""
     most = max_unpacked()
     lines = _LineCheck(path)
     size = 0
@@ -194,7 +220,7 @@ def unpack(path: str, out, then: str = "nothing was imported", named: bool = Tru
             except Exception as e:  # zstandard.ZstdError: not zstd, or damaged
                 raise InvalidInput(f"cannot read {path}: not a zstd file ({e}); give the file as it is, not compressed") from None
             if not b:
-                return size
+                return getattr(z, "cut", False)
             lines.feed(b)
             size += len(b)
             if size > most:
@@ -261,8 +287,8 @@ def spooled(paths: list[str]) -> Iterator[list[str]]:
             real = os.path.join(tmp, str(len(out)))
             with open(real, "wb") as f:
                 os.chmod(real, 0o600)  # transcripts hold secrets
-                unpack(p, f)
-            out.append(SourceName("stdin" if p == STDIN else p, real))
+                cut = unpack(p, f)
+            out.append(SourceName("stdin" if p == STDIN else p, real, cut))
         yield out
     finally:
         if tmp is not None:

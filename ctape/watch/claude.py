@@ -69,19 +69,23 @@ class _Claude:
         self.live.pop(s.key, None)
         # a compressed file is decompressed once, into a temporary file (bounded): its lines
         # are read from there, and the Builder reads them again there by offset
-        data = _unpacked(s) if s.zst else None
+        data, cut = _unpacked(s) if s.zst else (None, False)
+        if cut:
+            self._report_cut(s)
         try:
-            return self._claude_layout(s, st, old, data, grew)
+            return self._claude_layout(s, st, old, data, grew, final=s.zst and not cut)
         finally:
             if data is not None:
                 data.close()
 
-    def _claude_layout(self, s: Source, st: os.stat_result, old: Optional[Position], data, grew: bool) -> tuple[int, int]:
+    def _claude_layout(self, s: Source, st: os.stat_result, old: Optional[Position], data, grew: bool,
+                       final: bool = False) -> tuple[int, int]:
+        """`final`: the file is a whole `.zst` (complete_lines)."""
         from ..formats import claude_code
 
         scan = _Scan(blake3())
         with (src_mod.open_stream(s.path) if data is None else nullcontext(data)) as f:
-            for chunk in complete_lines(f, 0, 0, final=s.zst):
+            for chunk in complete_lines(f, 0, 0, final=final):
                 scan.add(chunk)
         infos = scan.infos()
         if not any(i.message for i in infos):

@@ -138,7 +138,10 @@ class _Codex:
                         return count, read  # stopped: the next pass goes on from pos
             # the end of what the file holds now; the runs go on in the next pass
             put_waiting()
-            if s.zst and pending and session is not None:
+            cut = getattr(f, "cut", False)
+            if cut:
+                self._report_cut(s)
+            if s.zst and not cut and pending and session is not None:
                 put_pending()  # a `.zst` is written whole: its last lines that are no JSON are kept, as import keeps them
             if session is not None:
                 pos.quiet = quiet

@@ -40,6 +40,7 @@ from typing import Callable, Optional
 from blake3 import blake3
 
 from ..errors import ConflictError, CtapeError, InvalidInput
+from ..formats import CUT
 from ..formats import _common as c
 from . import sources as src_mod
 from .claude import _Claude
@@ -466,6 +467,11 @@ class Watcher(_Codex, _Claude, _Whole, _Positions):
         if (pos.key, msg) not in self.reported:
             self.reported.add((pos.key, msg))
             self.warn(msg)
+
+    def _report_cut(self, s: Source) -> None:
+        if (s.key, "cut") not in self.reported:
+            self.reported.add((s.key, "cut"))
+            self.warn(f"watch: {s.path}: {CUT}; read up to the cut, the rest once the file is whole")
 
     def _report_raw(self, s: Source, ln: _Line) -> None:
         if (s.key, ln.number) not in self.reported:

@@ -45,7 +45,8 @@ def complete_lines(stream, offset: int, line: int, limit: int = src_mod.CHUNK, f
     c.max_record() bytes is refused (InvalidInput): the buffer never holds more than that
     and one read. `final`: the stream is a whole file that no one appends to (a `.zst`
     rollout, compressed once it ended), so a last line without its end is complete, as
-    `import` reads it; otherwise it waits for its end (a writer mid-line)."""
+    `import` reads it; otherwise it waits for its end (a writer mid-line), and so it does
+    in a compressed file cut inside a frame (its `cut`: still being written, or cut short)."""
     most = c.max_record()
     buf = bytearray()
     base, n = offset, line
@@ -53,7 +54,7 @@ def complete_lines(stream, offset: int, line: int, limit: int = src_mod.CHUNK, f
     while True:
         chunk = stream.read(limit)
         if not chunk:
-            if final and bytes(buf).strip():
+            if final and not getattr(stream, "cut", False) and bytes(buf).strip():
                 yield [_Line(n + 1, base, bytes(buf), pre)]
             return
         buf += chunk
@@ -89,14 +90,15 @@ def too_long(number: int, most: int) -> InvalidInput:
 
 def _unpacked(s: Source):
     """The decompressed content of a `.zst` source in a temporary file, refused (InvalidInput)
-    once it passes reading.max_unpacked(): a zstd bomb fills neither the memory nor the disk."""
+    once it passes reading.max_unpacked(): a zstd bomb fills neither the memory nor the
+    disk. Returns (the file, whether the content ended inside a frame: reading.unpack)."""
     from ..formats.reading import unpack
 
     out = tempfile.TemporaryFile(prefix="ctape-watch-")
     try:
-        unpack(s.path, out, "the file is skipped", named=False)
+        cut = unpack(s.path, out, "the file is skipped", named=False)
         out.seek(0)
-        return out
+        return out, cut
     except BaseException:
         out.close()
         raise

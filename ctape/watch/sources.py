@@ -23,7 +23,7 @@ from typing import Iterator, Optional
 from blake3 import blake3
 
 from ..errors import InvalidInput
-from ..formats.reading import CHUNK, ZST, _Closing
+from ..formats.reading import CHUNK, ZST, _Closing, _zstd_reader
 
 ID_BYTES = 4096  # how many bytes at the start (and before the position) identify a file's content
 
@@ -238,9 +238,7 @@ def open_stream(path: str):
     f = open_regular(path)
     if not path.endswith(ZST):
         return f
-    import zstandard
-
-    return _Closing(zstandard.ZstdDecompressor().stream_reader(f, read_across_frames=True), f)
+    return _Closing(_zstd_reader(f), f)
 
 
 def skip(stream, offset: int, keep_from: int = -1) -> bytes:
