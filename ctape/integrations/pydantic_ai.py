@@ -397,7 +397,7 @@ def _capability_base():
     try:
         from pydantic_ai.capabilities import AbstractCapability
     except ImportError as e:  # pydantic-ai 1.x, which the extra allowed until 2026-12-06 (an audit met it)
-        raise ImportError("TapeHistory needs pydantic-ai 2.0 or later (capabilities): pip install -U 'ctape[pydantic-ai]'") from e
+        raise ImportError("TapeHistory needs pydantic-ai 2.0 or later (capabilities): pip install -U 'pydantic-ai-slim>=2.0' (ctape's pydantic-ai extra)") from e
 
     return AbstractCapability
 

@@ -547,7 +547,7 @@ def scan(tape: "Tape", sessions: Optional[Iterable[str]] = None, *, include_allo
     own = detectors is None  # the cache is the tape's detectors' (a one-off pattern's scan keeps none)
     detectors = detectors or Detectors(settings["patterns"])
     if not detectors.have_detect_secrets and on_missing:
-        on_missing("detect-secrets is not installed: only ctape's own patterns, high-entropy strings and yours were used; pip install 'ctape[scan]'")
+        on_missing("detect-secrets is not installed: only ctape's own patterns, high-entropy strings and yours were used; pip install 'detect-secrets>=1.5' (ctape's scan extra)")
     allowed = set(settings["allowed"])
     tape.store.refresh()
     names = list(sessions) if sessions is not None else tape.session_names()

@@ -478,7 +478,7 @@ class S3Backend(Backend):
             import botocore.config
             import botocore.exceptions as bx
         except ImportError:
-            raise RemoteError("s3:// remotes need boto3: pip install 'ctape[s3]'") from None
+            raise RemoteError("s3:// remotes need boto3: pip install 'boto3>=1.35' (ctape's s3 extra)") from None
         self.bx = bx
         self.bucket, self.prefix, self.url = bucket, prefix, url
         self.where = f"remote {name!r} ({url})" if name else url
