@@ -521,7 +521,7 @@ def _as_old_chunk_rows(index, keep_newest: int = 0):
     """Turn the index cache's CHUNKS rows into rows of the first format (OLD_CHUNKS: a line
     per entry, its hash then its brief's JSON), as an earlier version wrote them; the
     newest keep_newest rows stay as they are."""
-    rows = index.db.execute("SELECT hash, parent, body FROM views WHERE name=?", (lg.CHUNKS,)).fetchall()
+    rows = [(h, p, index._unpacked(b)) for h, p, b in index.db.execute("SELECT hash, parent, body FROM views WHERE name=?", (lg.CHUNKS,))]
     rows.sort(key=lambda r: json.loads(r[2])["q"])
     old = rows[: len(rows) - keep_newest]
     lines = []

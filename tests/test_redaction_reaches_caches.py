@@ -42,7 +42,7 @@ def _derived_rows(t: Tape) -> list[str]:
     idx = t.store.index
     idx.sync()
     rows = [b for (b,) in idx.db.execute("SELECT body FROM keyframes")]
-    rows += [b or "" for (b,) in idx.db.execute("SELECT body FROM views")]
+    rows += [idx._unpacked(b) or "" for (b,) in idx.db.execute("SELECT body FROM views")]  # (long ones compressed)
     return rows
 
 

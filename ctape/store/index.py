@@ -55,7 +55,11 @@ from typing import Iterable, Optional
 
 from .index_batch import Applying, IndexBatch
 
-SCHEMA_VERSION = 17  # 15: redactions; 16: gaps (cut-off claims); 17: expired. A bump also names a new file (index_file): versions never share one
+SCHEMA_VERSION = 18  # 15: redactions; 16: gaps (cut-off claims); 17: expired; 18: view bodies compressed (VIEW_PACKED). A bump also names a new file (index_file): versions never share one
+# A views row's body longer than this is kept zstd-compressed, as a blob: the Agents SDK's
+# and LangGraph's rows hold items and checkpoints as JSON text, which made the cache 10-15 x
+# the tape it indexes (the tape's blocks are compressed; found by measuring, 2026-12-07)
+VIEW_PACKED = 256
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
@@ -76,7 +80,7 @@ CREATE TABLE IF NOT EXISTS writers(session TEXT NOT NULL, w TEXT NOT NULL, n INT
 CREATE TABLE IF NOT EXISTS lost(path TEXT PRIMARY KEY, expected INTEGER NOT NULL, found INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS repeated(path TEXT PRIMARY KEY, floor INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS views(name TEXT NOT NULL, key INTEGER NOT NULL, hash TEXT NOT NULL,
-    parent TEXT, pkey INTEGER, body TEXT, PRIMARY KEY(name, key)) WITHOUT ROWID;
+    parent TEXT, pkey INTEGER, body, PRIMARY KEY(name, key));
 CREATE TABLE IF NOT EXISTS lost_keys(path TEXT NOT NULL, key INTEGER NOT NULL, PRIMARY KEY(path, key)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS redactions(object TEXT NOT NULL, path TEXT NOT NULL, kind TEXT NOT NULL,
     PRIMARY KEY(object, path)) WITHOUT ROWID;
@@ -245,6 +249,7 @@ class Index(Applying):
         # hold the text and are computed again
         self.redaction_epoch = 0
         self._redaction_rows: Optional[int] = None  # rows of the redactions table when last read
+        self._view_zstd: Optional[tuple] = None  # (compressor, decompressor) of view bodies
         try:
             self.db = self._connect(self.path)
         except sqlite3.Error as e:
@@ -727,8 +732,24 @@ class Index(Applying):
         """Keep (entry hash, parent hash, text) rows under `name`."""
         if not rows:
             return
-        values = [(name, hash_key(h), h, p, None if p is None else hash_key(p), body) for h, p, body in rows]
+        values = [(name, hash_key(h), h, p, None if p is None else hash_key(p), self._packed(body)) for h, p, body in rows]
         self._put_derived("INSERT OR IGNORE INTO views VALUES(?,?,?,?,?,?)", values)
+
+    def _packed(self, body: Optional[str]):
+        if body is None or len(body) <= VIEW_PACKED:
+            return body
+        if self._view_zstd is None:
+            from .files import zstd
+
+            self._view_zstd = (zstd().ZstdCompressor(level=3), zstd().ZstdDecompressor())
+        return self._view_zstd[0].compress(body.encode("utf-8", "surrogatepass"))
+
+    def _unpacked(self, body):
+        if not isinstance(body, bytes):
+            return body
+        if self._view_zstd is None:
+            self._packed("x" * (VIEW_PACKED + 1))  # (makes the pair)
+        return self._view_zstd[1].decompress(body).decode("utf-8", "surrogatepass")
 
     def view_path(self, name: str, head: str, limit: int) -> list[tuple[str, Optional[str], Optional[str]]]:
         """The rows kept under `name` from `head` back along parents, newest first: at most
@@ -748,7 +769,7 @@ class Index(Applying):
         for h, p, body in rows:
             if h != want:
                 break
-            out.append((h, p, body))
+            out.append((h, p, self._unpacked(body)))
             want = p
         return out
 
