@@ -12,6 +12,11 @@ from .history import session as history
 class Session(history.Session):
     """One conversation of a tape: tape.session(name)."""
 
+    def _recorded_text(self, text: str) -> str:
+        from .ops.scan import masked
+
+        return masked(self.tape, text)
+
     def diff(self, ref1: str, ref2: str):
         """Where two histories part (ctape/ops/diff.py); bare names are this session's refs."""
         from .ops.diff import diff

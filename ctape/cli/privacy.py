@@ -23,11 +23,12 @@ def _sessions(ctx, session):
 @click.option("-s", "--session", callback=_no_empty_session,
               help="Only this session (default: every session, as `push` sends them all; $CTAPE_SESSION does not narrow it).")
 @json_option
-@click.option("--allow", "allow_id", metavar="ID", help="Mark finding ID as not a secret (kept on this machine).")
+@click.option("--allow", "allow_ids", metavar="ID", multiple=True,
+              help="Mark finding ID as not a secret (kept on this machine); may be given more than once.")
 @click.option("--add-pattern", metavar="REGEX", help="Also look for REGEX from now on (kept on this machine).")
 @click.option("--kind", default="pattern", show_default=True, help="The kind a pattern added with --add-pattern reports.")
 @click.pass_context
-def scan(ctx, session, as_json, allow_id, add_pattern, kind):
+def scan(ctx, session, as_json, allow_ids, add_pattern, kind):
     """Find likely secrets in entries: payloads, large values and meta.
 
     Prints one line per finding with its id, entry, JSON path, kind and a preview in
@@ -38,23 +39,28 @@ def scan(ctx, session, as_json, allow_id, add_pattern, kind):
     Examples:
       ctape scan
       ctape scan -s chat --json
-      ctape scan --allow 5f00c873eaf013f0
+      ctape scan --allow 5f00c873eaf013f0 --allow 0b1e5c3d9a7f2e64
       ctape scan --add-pattern 'corp-[0-9]{8}' --kind corp-ticket
     """
     from ..history.stream import is_live
     from ..ops import scan as scanmod
 
     tape = open_tape(ctx)
-    if allow_id is not None or add_pattern is not None:
-        if allow_id is not None:
-            scanmod.allow(tape, allow_id)  # (checks the id's form first)
-            click.echo(f"allowed {allow_id}")
+    if allow_ids or add_pattern is not None:
+        if allow_ids:
+            for allow_id in allow_ids:  # every id's form first: one bad id allows none (before, a repeated --allow kept the last)
+                scanmod.check_finding_id(allow_id)
+            for allow_id in allow_ids:
+                scanmod.allow(tape, allow_id)
+                click.echo(f"allowed {allow_id}")
             # an id may be allowed before its finding reaches this copy (ids are the same on
             # every copy), but a typo would leave push refusing with no clue: say so
             res = scanmod.scan(tape, None, include_allowed=True, on_missing=lambda m: None)
-            if not any(f.id == allow_id for f in res["findings"] + res["streams"]):
-                click.echo(f"ctape: warning: no finding of this copy has id {allow_id} now (allowed anyway, for one another copy "
-                           "holds); `ctape scan` lists the findings", err=True)
+            have = {f.id for f in res["findings"] + res["streams"]}
+            for allow_id in allow_ids:
+                if allow_id not in have:
+                    click.echo(f"ctape: warning: no finding of this copy has id {allow_id} now (allowed anyway, for one another copy "
+                               "holds); `ctape scan` lists the findings", err=True)
         if add_pattern is not None:
             scanmod.add_pattern(tape, add_pattern, kind)
             click.echo(f"added pattern {add_pattern!r} ({kind})")

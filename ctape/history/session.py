@@ -221,11 +221,19 @@ class Session(Branching):
             w.vouched = v is not None and w.refstate.seen.get(self.store.writer, 0) >= v
         return w.refstate
 
+    def _recorded_text(self, text: str) -> str:
+        """Typed text a ref record keeps (a checkout's REF, the session a copy came from) as
+        it is recorded: the API's Session masks what looks like a secret (ops/scan.py)."""
+        return text
+
     def _write_ref(self, w: SegmentWriter, op: str, changes: dict[str, Optional[str]], **extra: Any) -> dict:
         """Write one ref record moving `changes`. A sync conflict still open is settled
         first, by records of their own (op "settle", one per ref: the conflict branches,
         then the winner), so that deleting a conflict branch leaves nothing that keeps
         its entries from `compact`."""
+        for field in ("ref", "source"):  # text a user typed, which no redaction reaches: masked if it looks like a secret
+            if isinstance(extra.get(field), str):
+                extra[field] = self._recorded_text(extra[field])
         st = self._writer_refs(w)
         settle = {ref: v for ref, v in st.settle.items() if ref not in changes}
         old = self._old_values(st, changes)  # as the user saw them (a settle ends unsettled conflict branches)

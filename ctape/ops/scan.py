@@ -151,9 +151,13 @@ def add_pattern(tape: "Tape", regex: str, kind: str = "pattern") -> dict:
     return item
 
 
-def allow(tape: "Tape", finding_id: str) -> None:
+def check_finding_id(finding_id: str) -> None:
     if not re.fullmatch(r"[0-9a-f]{16}", finding_id or ""):
         raise InvalidInput(f"bad finding id {finding_id!r}: 16 hex digits, as `ctape scan` prints them")
+
+
+def allow(tape: "Tape", finding_id: str) -> None:
+    check_finding_id(finding_id)
     with editing(cache_folder(tape.store), SETTINGS):
         data = load_settings(tape)
         if finding_id not in data["allowed"]:
@@ -162,6 +166,18 @@ def allow(tape: "Tape", finding_id: str) -> None:
 
 
 # -- walking a session ----------------------------------------------------------------------------
+
+
+def masked(tape: "Tape", text: str) -> str:
+    """`text` with what the patterns find in it masked (`[github-token: 40 chars]`): how a
+    name or a typed REF that looks like a secret is shown, and recorded where no redaction
+    reaches (a checkout's REF, the session a copy came from: `Session._recorded_text`).
+    Patterns only (no entropy rule: names with a hash in them are common); text shorter
+    than any pattern's find is returned at once (the detectors cost ~0.1 s to load)."""
+    if len(text) < 12:
+        return text
+    found = Detectors(load_settings(tape)["patterns"], entropy=False).pattern_spans(text)
+    return preview(text, found, found[0]) if found else text
 
 
 def _strings(value, steps: list, key: Optional[str]) -> Iterator[tuple[list, Optional[str], str]]:

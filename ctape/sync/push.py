@@ -149,8 +149,21 @@ def _checked(tape, state: State, chosen: list[str], todo: list[tuple], allow_sec
     sessions held back already (by the check before a compaction: _refused_first)."""
     held = {**(held or {}), **_damaged_uploads(tape, todo, read=allow_secrets)}
     rest = [p for p in todo if p[0] not in held]
+    added_ends: dict[str, int] = {}
+    if allow_secrets and asked is not None:
+        # --allow-secrets lets through the sessions `push -s` named, not those added because
+        # they store what the named ones refer to: those are checked (before, they went up
+        # unchecked, secrets and all; found by an audit)
+        added = sorted({p[0] for p in rest} - set(asked))
+        refused = _one_by_one(tape, added, lambda s: added_ends.update(
+            check_secrets(tape, [s], False, _files(p for p in rest if p[0] == s)) or {}))
+        held.update({s: f"{why} (session {shown_name(tape, s)} stores what the chosen sessions refer to; --allow-secrets lets "
+                        "through only the sessions named with -s: name it too, or resolve its findings)" for s, why in refused.items()})
+        rest = [p for p in rest if p[0] not in held]
     try:
         ends = check_secrets(tape, [s for s in chosen if s not in held], allow_secrets, _files(rest))
+        if ends is None and added_ends:
+            ends = added_ends  # (the named sessions' files unbounded: not in it)
         refusal: Optional[CtapeError] = None
     except CtapeError as e:  # a likely secret, or a value a damaged record lost (read through the index)
         refusal, ends = e, {}

@@ -9,11 +9,13 @@ SecretsFound); push (ctape/sync/push.py) decides what goes up around that.
 
 from __future__ import annotations
 
+import re
 from typing import Optional
 
 from ..model.errors import CtapeError
 from ..model.models import plural
 from ..store import framing
+from ..store.files import CODEC_RAW
 from .remote import State
 
 
@@ -111,6 +113,8 @@ def check_secrets(tape, sessions: list[str], allow_secrets: bool, files: Optiona
     redacted = tape.redactions()
     left: set[str] = set()
     names: dict[str, set[str]] = {}  # session -> the ref names the records to upload hold
+    uploaded: dict[str, str] = {}  # large value -> the session whose file to upload holds it
+    referred: set[str] = set()  # the large values the entries to upload refer to
     damaged: dict[str, str] = {}  # session -> a file to upload with a record that fails its checks
 
     def items():
@@ -129,8 +133,10 @@ def check_secrets(tape, sessions: list[str], allow_secrets: bool, files: Optiona
                             left.add(h)
                         if rec.body[32] == TYPE_BLOB:
                             blobs[h] = rec.body
+                            uploaded.setdefault(h, s)
                         elif rec.body[32] in (TYPE_ENTRY, TYPE_WITHHELD) and h not in seen:
                             seen.add(h)
+                            referred.update(_value_refs(store, h, rec.body))
                             yield s, h, rec.body
                     elif rec.type in (framing.T_PARTIAL, framing.T_REF):
                         _note_stream(s, rec, streams, recorded, names.setdefault(s, set()))
@@ -145,6 +151,7 @@ def check_secrets(tape, sessions: list[str], allow_secrets: bool, files: Optiona
         raise _bytes_left_error(sorted(left))
     _check_names(tape, sorted({s for s, _ in files}), names)
     _check_streams(tape, streams, recorded)
+    _check_unreferred(tape, {h: s for h, s in uploaded.items() if h not in referred and h not in redacted})
     if found:
         bad = sorted({f.session for f in found})
         first = found[0]
@@ -152,6 +159,73 @@ def check_secrets(tape, sessions: list[str], allow_secrets: bool, files: Optiona
             f"not pushing: {len(found)} likely {plural(len(found), 'secret', 'secrets')} in {plural(len(bad), 'session', 'sessions')} {', '.join(bad[:5])}{' ...' if len(bad) > 5 else ''} "
             f"(first: {first.kind} in {first.hash[:12]} at {first.path}); {_way_out(tape, first)}")
     return ends
+
+
+_VALUE_REF = re.compile(rb'"\\u0000b([0-9a-f]{64})"')
+
+
+def _value_refs(store, h: str, record: bytes) -> list[str]:
+    """The large values an entry's object record refers to (`"\u0000b<hash>"` strings in
+    its canonical JSON)."""
+    try:
+        body = record[34:] if record[33] == CODEC_RAW else store.decode_object(h, record)[1]
+    except (CtapeError, ValueError):
+        return []
+    if b"\\u0000b" not in body:
+        return []
+    return [m.group(1).decode() for m in _VALUE_REF.finditer(body)]
+
+
+def _check_unreferred(tape, values: dict[str, str]) -> None:
+    """Large values in the files to upload that no entry to upload refers to (`values`: hash
+    -> session) are checked on their own: such a value is written before the entry that
+    refers to it, so an append killed between the two (or a copy taken then, or a salvage
+    that kept the value and lost the block after it) leaves one that no entry, no `scan`
+    and no redaction reaches; it went up unchecked (found by an audit). One that an entry
+    elsewhere in the session refers to is left to that entry's check (on the remote
+    already, or in a later push)."""
+    if not values:
+        return
+    from ..ops.scan import Detectors, Finding, load_settings, preview
+
+    settings = load_settings(tape)
+    det, allowed = Detectors(settings["patterns"]), set(settings["allowed"])
+    found = []
+    for h, s in sorted(values.items(), key=lambda kv: (kv[1], kv[0])):
+        try:
+            text = tape.store.get_object(h)[1].decode("utf-8", "replace")
+        except CtapeError:
+            continue
+        spans = det.spans(text)
+        finds = [f for f in (Finding(s, h, "$", sp[2], preview(text, spans, sp), at=str(sp[0]) if i else "")
+                             for i, sp in enumerate(spans)) if f.id not in allowed]
+        if finds and not _referred_in(tape, s, h):
+            found += finds
+    if found:
+        f = found[0]
+        raise SecretsFound(
+            f"not pushing: {len(found)} likely {plural(len(found), 'secret', 'secrets')} in a large value no entry refers to "
+            f"(first: {f.kind} in value {f.hash[:12]} of session {shown_name(tape, f.session)}, finding {f.id}: left by an append "
+            "that did not finish, or kept by a salvage); `ctape compact --grace now` drops such values from this copy's files, "
+            "or `ctape scan --allow ID`, or push with --allow-secrets")
+
+
+def _referred_in(tape, session: str, value: str) -> bool:
+    """Does an entry in any file of the session refer to the large value? (One read of the
+    session's files: only for a value with a likely secret that the upload's entries do
+    not refer to.)"""
+    store = tape.store
+    from ..store.files import TYPE_ENTRY
+
+    for rel in store.list_files(session):
+        try:
+            for rec in store.scan_file(rel):
+                if (isinstance(rec, framing.Record) and rec.type == framing.T_OBJECT and len(rec.body) > 33
+                        and rec.body[32] == TYPE_ENTRY and value in _value_refs(store, rec.body[:32].hex(), rec.body)):
+                    return True
+        except (OSError, CtapeError):
+            continue
+    return False
 
 
 def _way_out(tape, first) -> str:
@@ -177,10 +251,9 @@ def _way_out(tape, first) -> str:
 def shown_name(tape, name: str) -> str:
     """A session name as a message shows it: masked when it looks like a secret (the push
     holds such a session back: _check_names), so that no line or key repeats it."""
-    from ..ops.scan import Detectors, load_settings, preview
+    from ..ops.scan import masked
 
-    found = Detectors(load_settings(tape)["patterns"], entropy=False).pattern_spans(name)
-    return preview(name, found, found[0]) if found else name
+    return masked(tape, name)
 
 
 def _check_names(tape, sessions: list[str], recorded: dict[str, set[str]]) -> None:
@@ -207,19 +280,59 @@ def _check_names(tape, sessions: list[str], recorded: dict[str, set[str]]) -> No
         st = tape.session(s).refs() if s in live_sessions else None
         live = {**{b: "branch" for b in (st.branches if st else ())}, **{"tag:" + t: "tag" for t in (st.tags if st else ())}}
         for name in sorted(set(live) | recorded.get(s, set())):
-            found = det.pattern_spans(name)
+            text = name[len(TEXT):] if name.startswith(TEXT) else None
+            found = det.pattern_spans(name if text is None else text)
             if found:
                 what = live.get(name)
-                shown = preview(name, found, found[0])
-                how = (f"make a {what} of another name at it (`ctape {what} NEW REF -s {s}`) and delete this one, "
-                       f"or push with --allow-secrets") if what else f"it was deleted, but {gone}"
-                raise SecretsFound(f"not pushing: a ref of session {s} is named like a secret ({found[0][2]}): {shown!r}; {how}")
+                shown = preview(name if text is None else text, found, found[0])
+                if text is None:
+                    how = (f"make a {what} of another name at it (`ctape {what} NEW REF -s {s}`) and delete this one, "
+                           f"or push with --allow-secrets") if what else f"it was deleted, but {gone}"
+                    raise SecretsFound(f"not pushing: a ref of session {s} is named like a secret ({found[0][2]}): {shown!r}; {how}")
+                raise SecretsFound(
+                    f"not pushing: the ref log of session {s} holds text that looks like a secret ({found[0][2]}): {shown!r} (the "
+                    "name of a deleted ref, a REF typed to `checkout`, the name a session was copied from); `ctape compact --expire "
+                    f"now --grace now` drops the ref log's records from this copy's files (`ctape reflog -s {s}` shows them), or {gone}")
+
+
+# the fields of a ref record that ctape makes, never a user: the rest (a ref's name as a key
+# of set or old, `@BRANCH` as HEAD's value, the REF typed to checkout, a copied session's
+# name, a tag's message) is text a user chose, checked as names are (_check_names)
+_MADE_FIELDS = frozenset({"t", "w", "op", "lc", "n", "gap", "at", "s", "stream", "off"})
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+TEXT = "\0"  # (in `names`: a text of a ref record that is not a ref's name follows)
+
+
+def _texts_in(rec: dict, out: set) -> None:
+    """The names of the refs a ref record sets (the keys of `set` and `old`), and as TEXT +
+    text, every other string it holds (keys too) but hashes and the fields ctape makes."""
+    def walk(v) -> None:
+        if isinstance(v, dict):
+            for k, x in v.items():
+                walk(k)
+                walk(x)
+        elif isinstance(v, list):
+            for x in v:
+                walk(x)
+        elif isinstance(v, str) and not _HEX64.fullmatch(v):
+            out.add(TEXT + v)
+
+    for field, v in rec.items():
+        if field in ("set", "old") and isinstance(v, dict):
+            out.update(k for k in v if isinstance(k, str))
+            for x in v.values():
+                walk(x)  # (HEAD's `@BRANCH`)
+        elif field not in _MADE_FIELDS:
+            walk(field)
+            walk(v)
 
 
 def _note_stream(session: str, rec, streams: dict, recorded: dict, names: Optional[set] = None) -> None:
     """Keep a partial record's text (an interrupted stream's, in no entry yet), or, from a
     ref record that ended a stream (`recover`, or the stream's own end), the entries it set;
-    and in `names`, the ref names a ref record holds (in set and old)."""
+    and in `names`, the text a ref record holds that a user chose (_texts_in)."""
     import json
 
     try:
@@ -227,10 +340,7 @@ def _note_stream(session: str, rec, streams: dict, recorded: dict, names: Option
     except ValueError:
         return
     if names is not None and rec.type == framing.T_REF and isinstance(r, dict):
-        for field in ("set", "old"):
-            v = r.get(field)
-            if isinstance(v, dict):
-                names.update(k for k in v if isinstance(k, str))
+        _texts_in(r, names)
     if not isinstance(r, dict) or not isinstance(r.get("stream"), str):
         return
     key = (session, r["stream"])

@@ -1,0 +1,163 @@
+"""What a privacy audit (2026-12-07) found going up unchecked, each played as the user met
+it, against a folder remote: a large value whose entry never landed, text a user typed into
+ref records (a checkout's REF, `@BRANCH`, the session a copy came from), the sessions
+`push -s A --allow-secrets` adds, and `scan --allow` given twice."""
+
+from __future__ import annotations
+
+import base64
+import glob
+import os
+import struct
+
+from conftest import run_cli
+
+from ctape import Tape
+from ctape.store import framing
+
+KEY = "AKIAQWERTYUIOPASDFP1"
+TOKEN = "ghp_Jb8Xw3Lp9Rt2Vb7Nm4Kc1Jh6Gf5Dd0Ss3Aa7"
+
+
+def _tape(tmp_path):
+    d = tmp_path / "tape"
+    run_cli("--dir", d, "init", check=True)
+    (tmp_path / "remote").mkdir()
+    run_cli("--dir", d, "remote", "add", "origin", f"file://{tmp_path}/remote", check=True)
+    return d
+
+
+def _texts(d) -> bytes:
+    """Every record of every data file of the tape at `d`, as read (blocks decompressed)."""
+    t = Tape.open(d)
+    out = bytearray()
+    for s in t.store.sessions():
+        for rel in t.store.list_files(s):
+            for r in t.store.scan_file(rel):
+                if isinstance(r, framing.Record):
+                    body = r.body
+                    if r.type == framing.T_OBJECT and len(body) > 33:
+                        try:
+                            body = t.store.decode_object(body[:32].hex(), body)[1]
+                        except Exception:
+                            pass
+                    out += body + b"\n"
+    t.close()
+    return bytes(out)
+
+
+def _clone(tmp_path, name="clone"):
+    run_cli("clone", f"file://{tmp_path}/remote", tmp_path / name, check=True)
+    return tmp_path / name
+
+
+def test_a_large_value_whose_entry_never_landed_is_checked(tmp_path):
+    """A value of 64 KiB or more is its own record, written before the block with its entry:
+    a kill between the two (or a copy taken then) leaves a value no entry refers to, which
+    `scan` cannot see and no redaction reaches. Push sent it unchecked."""
+    d = _tape(tmp_path)
+    t = Tape.open(d)
+    s = t.session("c")
+    s.append("user", {"content": "hi"})
+    out = "\n".join(base64.b32encode(os.urandom(30)).decode() for _ in range(2000)) + f"\nAWS key {KEY}\n"
+    s.append("tool_result", {"call_id": "c", "output": out})
+    t.close()
+    seg = glob.glob(str(d / "sessions" / "c" / "*.seg"))[0]
+    data, i = open(seg, "rb").read(), 0
+    while i + 10 <= len(data):  # cut the file right after the large value's record (kill -9 then)
+        kind, n = chr(data[i + 1]), struct.unpack_from("<I", data, i + 2)[0]
+        if kind == "O":
+            open(seg, "wb").write(data[: i + 14 + n + 20])
+            break
+        i += 14 + n
+    fresh = {"CTAPE_CACHE_DIR": str(tmp_path / "cache")}  # a fresh index, as on a copy that got the file so
+    run_cli("--dir", d, "remote", "add", "origin", f"file://{tmp_path}/remote", env=fresh, check=True)  # (kept beside the index)
+    p = run_cli("--dir", d, "push", env=fresh)
+    err = p.stderr.decode()
+    assert p.returncode == 1 and "in a large value no entry refers to" in err and "compact --grace now" in err, err
+    assert KEY not in err
+    assert not (tmp_path / "remote" / "f").exists() or not os.listdir(tmp_path / "remote" / "f")
+    run_cli("--dir", d, "compact", "--grace", "now", env=fresh, check=True)  # the way out the line gives
+    run_cli("--dir", d, "push", env=fresh, check=True)
+    assert KEY.encode() not in _texts(_clone(tmp_path))
+
+
+def test_a_refs_typed_text_is_masked_when_recorded_and_checked_when_pushed(tmp_path):
+    """A token used as an anchor's name, then checked out: the checkout's ref record kept
+    the REF as typed, where `redact --scan` (which takes the anchor's name out of the
+    anchor entry) and `compact` do not reach, and push sent it. Now the text is masked in
+    the record (and any such text a record already holds stops the push)."""
+    d = _tape(tmp_path)
+    run_cli("--dir", d, "append", "user", "--text", "hello", "-s", "chat", check=True)
+    run_cli("--dir", d, "anchor", TOKEN, "-s", "chat", check=True)
+    run_cli("--dir", d, "append", "user", "--text", "after", "-s", "chat", check=True)
+    run_cli("--dir", d, "checkout", TOKEN, "-s", "chat", check=True)
+    run_cli("--dir", d, "append", "user", "--text", "fork", "-s", "chat", check=True)
+    run_cli("--dir", d, "redact", "--scan", check=True)
+    run_cli("--dir", d, "compact", check=True)
+    assert TOKEN.encode() not in _texts(d)
+    run_cli("--dir", d, "push", check=True)
+    assert TOKEN.encode() not in _texts(_clone(tmp_path))
+
+
+def test_a_deleted_branchs_name_in_heads_record_stops_the_push(tmp_path):
+    """HEAD's value names its branch (`@NAME`), in `set` and `old`; the check read only the
+    keys of those, and a branch named like a token, deleted as the refusal said, went up in
+    the record of the checkout away from it."""
+    d = _tape(tmp_path)
+    run_cli("--dir", d, "append", "user", "--text", "hello", "-s", "chat", check=True)
+    run_cli("--dir", d, "checkout", "-b", TOKEN, "-s", "chat", check=True)
+    run_cli("--dir", d, "append", "user", "--text", "on it", "-s", "chat", check=True)
+    assert run_cli("--dir", d, "push").returncode == 1
+    run_cli("--dir", d, "checkout", "main", "-s", "chat", check=True)
+    run_cli("--dir", d, "branch", "-d", TOKEN, "-s", "chat", check=True)
+    run_cli("--dir", d, "append", "user", "--text", "later", "-s", "chat", check=True)
+    run_cli("--dir", d, "compact", "--expire", "now", "--grace", "now", check=True)
+    p = run_cli("--dir", d, "push")
+    err = p.stderr.decode()
+    assert p.returncode == 1 and "the ref log of session chat holds text that looks like a secret" in err, err
+    assert TOKEN not in err
+    assert not (tmp_path / "remote" / "f").exists() or not os.listdir(tmp_path / "remote" / "f")
+
+
+def test_a_copy_of_a_session_named_like_a_secret_does_not_record_that_name(tmp_path):
+    """The refusal of a session named like a key says: copy it under another name, remove
+    it. The copy's record kept the old name (`source`), and push sent it."""
+    d = _tape(tmp_path)
+    run_cli("--dir", d, "append", "user", "--text", "hello", "-s", KEY, check=True)
+    run_cli("--dir", d, "session", "cp", KEY, "fixed", check=True)
+    assert KEY.encode() not in b"".join(
+        r.body for rel in Tape.open(d).store.list_files("fixed") for r in Tape.open(d).store.scan_file(rel)
+        if isinstance(r, framing.Record) and r.type == framing.T_REF)
+
+
+def test_push_s_allow_secrets_checks_the_sessions_it_adds(tmp_path):
+    """`push -s shared --allow-secrets`, where `shared` refers to a large value stored in
+    session `private`'s file: push added `private`'s files, unchecked, key and all."""
+    d = _tape(tmp_path)
+    t = Tape.open(d)
+    readme = "README contents\n" * 100
+    t.session("private").append("user", {"content": f"my aws key {KEY} keep it home"})
+    t.session("private").append("tool_result", {"call_id": "c", "output": readme})
+    t.session("shared").append("user", {"content": "build id Xk9fQ2mZ7pLr4TbW8vN3cY6hJ1sD5gKa"})
+    t.session("shared").append("tool_result", {"call_id": "c", "output": readme})
+    t.close()
+    p = run_cli("--dir", d, "push", "-s", "shared", "--allow-secrets")
+    err = p.stderr.decode()
+    assert p.returncode == 1 and "session private stores what the chosen sessions refer to" in err, err
+    assert not (tmp_path / "remote" / "f").exists() or not os.listdir(tmp_path / "remote" / "f")
+    run_cli("--dir", d, "push", "-s", "shared", "-s", "private", "--allow-secrets", check=True)  # named: let through
+
+
+def test_scan_allow_given_twice_allows_both(tmp_path):
+    d = _tape(tmp_path)
+    run_cli("--dir", d, "append", "user", "--text", f"one {KEY}", "-s", "a", check=True)
+    run_cli("--dir", d, "append", "user", "--text", f"two {TOKEN}", "-s", "a", check=True)
+    import json
+
+    ids = [json.loads(x)["id"] for x in run_cli("--dir", d, "scan", "--json").stdout.decode().splitlines()]
+    assert len(ids) == 2
+    p = run_cli("--dir", d, "scan", "--allow", ids[0], "--allow", "zz")
+    assert p.returncode != 0 and run_cli("--dir", d, "scan").returncode == 1  # a bad id allows none
+    run_cli("--dir", d, "scan", "--allow", ids[0], "--allow", ids[1], check=True)
+    assert run_cli("--dir", d, "scan").returncode == 0
