@@ -359,3 +359,36 @@ def test_quiet_still_says_a_folder_holds_no_transcript(tape_dir, tmp_path):
     empty.mkdir()
     p = run_cli("--dir", tape_dir, "watch", "--once", "-q", empty)
     assert p.returncode == 0 and b"watch: no transcript in" in p.stderr, p.stderr
+
+
+def test_watch_reads_again_files_whose_entries_a_replaced_tape_lacks(tmp_path):
+    """(audit, 2026-12-07) The tape replaced by an older copy (a backup restored, an rsync
+    --delete from a copy that had not imported them): `watch --once` trusted its cached
+    positions, passed over the unchanged files in silence (exit 0), and `sessions` lacked
+    theirs. A position whose tip the tape lacks is forgotten and the file read again: the
+    sessions' loss is then said as `import` says it (exit 1, nothing written), and once
+    salvaged, the files are imported again."""
+    import shutil
+
+    env = {"CTAPE_CACHE_DIR": str(tmp_path / "cache")}
+    a, t = tmp_path / "A", tmp_path / "T"
+    run_cli("--dir", a, "init", env=env, check=True)
+    run_cli("--dir", a, "append", "user", "--text", "hello", "-s", "chat", env=env, check=True)
+    shutil.copytree(a, t)
+    src = tmp_path / "src"
+    shutil.copytree(FIXTURES / "transcripts" / "codex-rollout", src)
+    run_cli("--dir", t, "watch", "--once", src, env=env, check=True)
+    before = sorted(Tape.open(t).store.sessions())
+    assert len(before) == 4
+    for child in t.iterdir():  # T's content replaced by A's, in the same folder (as `rsync -a --delete A/ T/` does)
+        shutil.rmtree(child) if child.is_dir() else child.unlink()
+    shutil.copytree(a, t, dirs_exist_ok=True)
+    p = run_cli("--dir", t, "watch", "--once", src, env=env)
+    err = p.stderr.decode()
+    assert p.returncode == 1 and err.count("lost acknowledged records") == 3, err
+    assert sorted(Tape.open(t).store.sessions()) == ["chat"], sorted(str(x.relative_to(t)) for x in t.rglob("*"))
+    run_cli("--dir", t, "fsck", "--salvage", env=env, check=True)
+    p = run_cli("--dir", t, "watch", "--once", src, env=env, check=True)
+    assert "imported 3127 records" in p.stderr.decode() + p.stdout.decode()
+    assert sorted(Tape.open(t).store.sessions()) == before
+    assert run_cli("--dir", t, "fsck", env=env).returncode == 0

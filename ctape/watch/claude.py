@@ -52,6 +52,7 @@ class _Claude:
         if live.agent and any(i.message and not i.sidechain for i in infos):
             return self._claude_full(s, st, pos, grew)  # not a subagent file after all
         fresh = live.builder.fresh
+        self.tape.session(pos.session).check_refs_intact()
         with self._checkpoints(live.builder, pos.off):
             if not claude_code.extend(live.builder, at.f, infos, live.orphans):
                 return self._claude_full(s, st, pos, grew)
@@ -94,6 +95,7 @@ class _Claude:
         base = c.session_name(scan.sid, s.key)
         name = c.check_target(c.session_name(f"{base}-agent-{agent}", s.key) if agent else base)
         session = self.tape.session(name)
+        session.check_refs_intact()  # a session that lost acknowledged records gets nothing, not even entries
         if old is None or old.session != name:
             # no position of this process for this session (a lost cache, or the file went to
             # another session): the tape's newest for the file, which it grew from when the

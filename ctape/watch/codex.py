@@ -112,6 +112,7 @@ class _Codex:
                         first = next((t for t in (codex.record_time(ln.value) for ln in chunk if ln.ok) if t), None)
                         clock = c.Clock(first or c.undated_time(self.tape, self.tape.session(pos.session), s.path))
                     session = self.tape.session(pos.session)
+                    session.check_refs_intact()  # a session that lost acknowledged records gets nothing, not even entries
                 for ln in chunk:
                     if ln.ok:
                         cls = codex.classify(ln.value)

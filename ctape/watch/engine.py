@@ -276,10 +276,23 @@ class Watcher(_Codex, _Claude, _Whole, _Positions):
         self._cache_saved = time.monotonic()
 
     def _prune(self, present: set) -> None:
-        """Forget the cached positions of files that are gone (the tape keeps their records)."""
+        """Forget the cached positions of files that are gone (the tape keeps their records),
+        and those whose entries the tape no longer holds: the tape was replaced by an older
+        copy (a backup restored, an rsync --delete from a copy that had not imported them),
+        and its file, unchanged since, was passed over in silence while `sessions` lacked
+        it (found by an audit). Such a file is read again, as on a fresh tape."""
+        lost = False
+        if self.cache.positions:
+            self.tape.store.refresh()  # (files gone since the index looked: their objects are no longer held)
         for key, p in list(self.cache.positions.items()):
             if key not in present and not os.path.exists(p.path):
                 self.cache.drop(key)
+            elif p.tip and not self.tape.has_entry(p.tip):
+                self.cache.drop(key)
+                self.live.pop(key, None)
+                lost = True
+        if lost:
+            self.cache.save()  # (the workers of a split pass read the positions from it)
 
     def save_layouts(self, idle: Optional[float] = None) -> None:
         """Keep the Claude Code layouts of the sources that changed, for the next process;
