@@ -734,3 +734,15 @@ def test_a_live_stream_is_seen_whatever_the_writers_environment(tmp_path):
         p.wait()
     with ctape.Tape.open(d) as t:
         assert t.session("s").status()["interrupted_stream"]["live"] is False
+
+
+def test_stream_of_nothing_records_nothing(tape_dir):
+    """(audit, 2026-12-07) `my-llm-client | ctape stream` with the client missing (nothing
+    on stdin): an empty assistant entry was appended, exit 0, and `context` left it out in
+    silence. Now refused as `append` with nothing on stdin is, and the tape is unchanged."""
+    from conftest import snapshot
+
+    before = snapshot(tape_dir)
+    p = run_cli("--dir", tape_dir, "stream", "-s", "chat", input=b"")
+    assert p.returncode == 2 and b"nothing arrived on stdin" in p.stderr, p.stderr
+    assert snapshot(tape_dir) == before

@@ -504,6 +504,11 @@ def run_cli_stream(session: "Session", interval: float) -> Optional[Entry]:
                     raise InvalidInput(f"stdin is not valid UTF-8 after {n}; the text before the bad byte was kept as a streaming entry, "
                                        f"since part of it was already on disk") from None
                 if not chunk:
+                    if not writer.size and writer.drop_unflushed():
+                        # (as `append` with nothing on stdin: a producer that failed before
+                        # its first byte left an empty assistant entry; found by an audit)
+                        raise InvalidInput("nothing arrived on stdin, so nothing was recorded (did the program piped in fail?); "
+                                           "`ctape append assistant --text ''` records an empty message")
                     break
     except StreamInterrupted as e:
         kept = "the partial text was recorded as a streaming entry" if writer.size else "no text had arrived, so nothing was recorded"
