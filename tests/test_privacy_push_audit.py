@@ -161,3 +161,46 @@ def test_scan_allow_given_twice_allows_both(tmp_path):
     assert p.returncode != 0 and run_cli("--dir", d, "scan").returncode == 1  # a bad id allows none
     run_cli("--dir", d, "scan", "--allow", ids[0], "--allow", ids[1], check=True)
     assert run_cli("--dir", d, "scan").returncode == 0
+
+
+def test_tokens_random_by_design_are_no_findings_and_secrets_still_are(tmp_path):
+    """(audit, 2026-12-07) The shipped transcripts gave 53 findings, all false positives:
+    ids and signatures in JSON text inside a tool's output (the key rule held for JSON
+    values only), macOS temporary folders (a path is one token of base64's alphabet); and
+    a lockfile gave one per package (SRI digests), go.sum its `h1:` digests, certificates
+    and PGP signatures theirs. A push gate that refuses every transcript is one users turn
+    off (--allow-secrets). The same shapes holding real secrets are still found."""
+    import hashlib
+    import json
+    import shutil
+
+    d = _tape(tmp_path)
+    fixtures = os.path.join(os.path.dirname(__file__), "fixtures", "transcripts")
+    for sub in ("claude-code", "codex-rollout"):
+        for name in sorted(os.listdir(os.path.join(fixtures, sub))):
+            if name.endswith(".jsonl"):
+                run_cli("--dir", d, "import", os.path.join(fixtures, sub, name))
+    sri = "sha512-" + base64.b64encode(hashlib.sha512(b"left-pad").digest()).decode()
+    cert = "-----BEGIN CERTIFICATE-----\nMIIDdzCCAl+gAwIBAgIEAgAAuTANBgkqhkiG9w0BAQUFADBaMQswCQYDVQQGEwJJ\n-----END CERTIFICATE-----"
+    t = Tape.open(d)
+    fp = t.session("fp")
+    fp.append("tool_result", {"call_id": "1", "output": f'"node_modules/left-pad": {{"integrity": "{sri}"}}'})
+    fp.append("tool_result", {"call_id": "2", "output": "tmp dir: /var/folders/4n/2f7pppjd2_n0fftzg8vrlg040000gn/T/tmpk_ntrtq3"})
+    fp.append("tool_result", {"call_id": "3", "output": "github.com/pkg/errors v0.9.1 h1:FEBLx1zS214owpjy7qsBeixbURkuhQAwrK5UwLGTwt4="})
+    fp.append("tool_result", {"call_id": "4", "output": cert})
+    fp.append("tool_result", {"call_id": "5", "output": '{"type":"tool_use","id":"toolu_01AbCdEfGh2JkLmNoPqRsTuVwX3","name":"Read"}'})
+    real = t.session("real")
+    real.append("tool_result", {"call_id": "1", "output": '{"user":"me","password":"Xk9fQ2mZ7pLr4TbW8vN3cY6hJ1sD5gKa"}'})
+    real.append("tool_result", {"call_id": "2", "output": "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCY8EXAMPLEKEY"})
+    real.append("tool_result", {"call_id": "3", "output": "cat /home/me/keys/Zk9fQ2mZ7pLr4TbW8vN3cY6hJ1sD5gKb/creds"})
+    t.close()
+    found = [json.loads(x) for x in run_cli("--dir", d, "scan", "--json").stdout.decode().splitlines()]
+    shown = [f["preview"] for f in found]
+    for bad in ('"id":"[high', '"tool_use_id":"[high', '"signature":"[high', "project_path = '[high", "integrity", "h1:["):
+        assert not [p for p in shown if bad in p], (bad, [p for p in shown if bad in p])
+    assert not [f for f in found if f["session"] == "fp"], [f["preview"] for f in found if f["session"] == "fp"]
+    assert len({f["hash"] for f in found if f["session"] == "real"}) == 3, [f["preview"] for f in found if f["session"] == "real"]
+    left = [f for f in found if f["session"] not in ("fp", "real")]
+    # (53 before; what is left is the strings of a binary a tool printed, runs of 163 and
+    # 181 characters in one output, kept as the payload and as the rollout's raw record)
+    assert len(left) <= 12 and all("[high-entropy-string: 1" in f["preview"] for f in left), [f["preview"] for f in left]

@@ -83,13 +83,60 @@ def _entropy(s: str) -> float:
 _DIGITS, _LOWER, _UPPER = frozenset(string.digits), frozenset(string.ascii_lowercase), frozenset(string.ascii_uppercase)
 
 
+# Tokens random by design that an entropy check takes for secrets (a privacy audit found 53
+# findings in the shipped transcripts, all of them these, and a lockfile one per package):
+# - the value of an id-like key in JSON text inside a string (a tool's output that is an API
+#   response: `"id":"msg_01..."`, `"tool_use_id"`, `"signature"`): _id_key as for JSON values;
+_ID_BEFORE = re.compile(r'\\?"([A-Za-z0-9_]{1,40})\\?"\s*:\s*\\?"$')
+# - a digest named by its algorithm: SRI (`sha512-...`, npm's `integrity`), go.sum's `h1:`,
+#   `sha256:` (and `sha1`, `sha384`, `md5`);
+_DIGEST = re.compile(r"(?:sha(?:1|224|256|384|512)|md5)-", re.I)
+_DIGEST_BEFORE = re.compile(r"(?:\b(?:sha(?:1|224|256|384|512)|md5|h1):)$", re.I)
+# - public PEM and PGP blocks (certificates, public keys, signatures);
+_PUBLIC_BLOCK = re.compile(r"-----BEGIN (CERTIFICATE|PUBLIC KEY|X509 CRL|CERTIFICATE REQUEST|NEW CERTIFICATE REQUEST|"
+                           r"PGP SIGNATURE|PGP PUBLIC KEY BLOCK|SSH2 PUBLIC KEY)-----.*?-----END \1-----", re.S)
+# - an absolute path (`/var/folders/4n/2f7pppjd2_.../T/tmpk_ntrtq3`, macOS's temporary
+#   folders): a token that starts with "/" and has 3 or more, judged a part at a time.
+
+
+def _public_blocks(text: str) -> list[tuple[int, int]]:
+    return [m.span() for m in _PUBLIC_BLOCK.finditer(text)] if "-----BEGIN " in text else []
+
+
+def _random_by_design(text: str, start: int, tok: str, blocks: list[tuple[int, int]]) -> bool:
+    before = text[max(0, start - 48):start]
+    if before.endswith('"'):
+        m = _ID_BEFORE.search(before)
+        if m and _id_key(m.group(1)):
+            return True
+    if _DIGEST.match(tok) or (before.endswith(":") and _DIGEST_BEFORE.search(before)):
+        return True
+    return any(a <= start < b for a, b in blocks)
+
+
+def _secret_like(tok: str) -> bool:
+    # a token is ASCII (see _TOKEN): these sets are str.isdigit/islower/isupper on it
+    if _DIGITS.isdisjoint(tok) or _LOWER.isdisjoint(tok) or _UPPER.isdisjoint(tok) or _HEX.fullmatch(tok):
+        return False  # hashes and ids are hex; words and paths lack the mix
+    return _entropy(tok) >= ENTROPY_LIMIT
+
+
 def _high_entropy(text: str) -> Iterator[tuple[int, int]]:
+    blocks: Optional[list] = None
     for m in _TOKEN.finditer(text):
         tok = m.group(0)
-        # a token is ASCII (see _TOKEN): these sets are str.isdigit/islower/isupper on it
-        if _DIGITS.isdisjoint(tok) or _LOWER.isdisjoint(tok) or _UPPER.isdisjoint(tok) or _HEX.fullmatch(tok):
-            continue  # hashes and ids are hex; words and paths lack the mix
-        if _entropy(tok) >= ENTROPY_LIMIT:
+        if tok[0] == "/" and tok.count("/") >= 3:  # an absolute path: each part alone
+            at = m.start()
+            for part in tok.split("/"):
+                if len(part) >= 24 and _secret_like(part):
+                    yield at, at + len(part)
+                at += len(part) + 1
+            continue
+        if not _secret_like(tok):
+            continue
+        if blocks is None:
+            blocks = _public_blocks(text)
+        if not _random_by_design(text, m.start(), tok, blocks):
             yield m.span()
 
 
@@ -292,7 +339,7 @@ class Detectors:
         # "keys": object keys are matched too (before, only values were); "places": a finding
         # per find, where it is (Finding.at), not one per value and kind; "decoded-text": values
         # kept escaped, as base64 or as msgpack are matched as the text they stand for
-        parts = [ds, str(self.entropy), str(ENTROPY_LIMIT), str(MIN_GROUP), str(PREVIEW_CONTEXT), _TOKEN.pattern, "strings-alone", "keys", "places", "raw-b64", "decoded-text", "whole-tokens"]
+        parts = [ds, str(self.entropy), str(ENTROPY_LIMIT), str(MIN_GROUP), str(PREVIEW_CONTEXT), _TOKEN.pattern, "strings-alone", "keys", "places", "raw-b64", "decoded-text", "whole-tokens", "random-by-design"]
         parts += [f"{k}\0{rx.pattern}\0{rx.flags}" for k, rx in self.patterns]
         return blake3("\n".join(parts).encode("utf-8", "surrogatepass")).hexdigest()  # (a pattern kept by a version that took any)
 
