@@ -285,3 +285,29 @@ def test_a_pattern_whose_group_is_a_prefix_masks_the_whole_token(tmp_path):
     for i in range(len(token) - 6):
         assert token[i:i + 6].encode() not in out, token[i:i + 6]
     assert b"GITHUB_TOKEN=" in out and b"HOME=/home/me" in out
+
+
+def test_a_redaction_whose_record_went_is_said_and_recorded_again(tmp_path):
+    """(audit, 2026-12-07) The file that recorded a redaction went (an `rsync --delete` from
+    a copy without it): this machine's index kept showing the marker while the files held
+    the text in clear (a fresh index showed it, an rsync carried it), fsck said ok, and
+    `redact` again did nothing. fsck now says so (exit 1) and `fsck --salvage` records the
+    redaction again."""
+    import shutil
+
+    env = {"CTAPE_CACHE_DIR": str(tmp_path / "cache")}
+    a, t = tmp_path / "A", tmp_path / "T"
+    run_cli("--dir", a, "init", env=env, check=True)
+    run_cli("--dir", a, "append", "user", "--text", "my password is hunter2", "-s", "chat", env=env, check=True)
+    shutil.copytree(a, t)
+    run_cli("--dir", t, "redact", "--pattern", "hunter2", "-s", "chat", env=env, check=True)
+    for f in (t / "sessions" / "chat").iterdir():  # as `rsync -a --delete A/ T/` leaves it
+        if not (a / "sessions" / "chat" / f.name).exists():
+            f.unlink()
+    p = run_cli("--dir", t, "fsck", env=env)
+    assert p.returncode == 1 and b"lost-redaction: 1 redacted place" in p.stdout, p.stdout
+    p = run_cli("--dir", t, "fsck", "--salvage", env=env, check=True)
+    assert b"chat: recorded again the redaction of 1 place" in p.stderr, p.stderr
+    fresh = {"CTAPE_CACHE_DIR": str(tmp_path / "other-cache")}
+    out = run_cli("--dir", t, "log", "-s", "chat", env=fresh, check=True).stdout
+    assert b"hunter2" not in out and b"[redacted: pattern]" in out

@@ -223,7 +223,9 @@ def fsck(ctx, salvage, as_json):
             click.echo(f"noted the loss in {rel} ({how})", err=True)
         if done["removed_temp_packs"]:
             click.echo(f"removed {done['removed_temp_packs']} unfinished {plural(done['removed_temp_packs'], 'pack', 'packs')} of a killed compaction", err=True)
-        if not (done["salvaged"] or done["truncated"] or done["removed_temp_packs"]):
+        for session, n in done.get("redactions", {}).items():
+            click.echo(f"{session}: recorded again the redaction of {n} {plural(n, 'place', 'places')} this machine knew and no file recorded", err=True)
+        if not (done["salvaged"] or done["truncated"] or done["removed_temp_packs"] or done.get("redactions")):
             click.echo("nothing to salvage: no damaged files", err=True)
     report = tape.fsck()
     if not report["ok"]:

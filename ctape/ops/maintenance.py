@@ -220,6 +220,16 @@ def _fsck(tape: "Tape") -> dict:
         if "pulled_from" in report and where != LEFT_IN_PLACE:
             kept += f" on {'copy ' + report['copy'] if report.get('copy') else 'the copy that salvaged it'}"
         warnings.append({"what": report["file"], "problem": f"salvaged on {report['time']}: {report['lost']}{gone}; {kept}"})
+    from .redact import lost_redactions
+
+    gone_red = lost_redactions(tape, [rec for _, rec in records])
+    if gone_red:
+        o, path, _ = gone_red[0]
+        problem(f"{len(gone_red)} redacted {plural(len(gone_red), 'place', 'places')}",
+                f"this machine knows {plural(len(gone_red), 'its redaction', 'their redactions')} (first: {o[:12]} at {path}), but no "
+                "file of the tape records it any more: the file that did is gone (an rsync --delete, or a backup restored, from "
+                "a copy without it?); this machine still shows the marker, another copy or a fresh index shows the text, and "
+                "a copy of the folder carries it; run `ctape fsck --salvage` to record the redaction again", "lost-redaction")
     dangling = _dangling(entry_refs, reachable_roots, objects)
     if dangling:
         warnings.append({"what": f"{len(dangling)} {plural(len(dangling), 'entry', 'entries')}", "problem": "dangling: no branch, HEAD or ref-log record reaches them (compact removes them)"})

@@ -306,3 +306,50 @@ def _readable_part(z, view, i: int, end: int, dictionary=None) -> bytes:
     except z.ZstdError:
         pass
     return bytes(got)
+
+
+def lost_redactions(tape: "Tape", records: Optional[Iterable[dict]] = None) -> list[tuple[str, str, str]]:
+    """The redacted places this machine knows (its index) that no redaction record in the
+    tape's files names any more, of objects the tape still holds: the file that recorded
+    them went (an `rsync --delete`, or a backup restored, from a copy that did not have
+    the redaction). This machine still shows the marker; another copy, or a fresh index,
+    shows the text, and an rsync of the folder carries it. `records`: the ref records of
+    every file, when the caller read them (fsck); else they are read here."""
+    import json
+
+    from ..store import framing
+
+    store = tape.store
+    if records is None:
+        records = []
+        for rel in store.list_files(None):
+            for item in store.scan_file(rel):
+                if isinstance(item, framing.Record) and item.type == framing.T_REF:
+                    try:
+                        rec = json.loads(item.body)
+                    except ValueError:
+                        continue
+                    if isinstance(rec, dict):
+                        records.append(rec)
+    named = {(o, path) for rec in records for o, path, _ in redaction.record_items(rec)}
+    return [(o, path, kind) for o, places in sorted(tape.redactions().items()) for path, kind in places
+            if (o, path) not in named and store.has_object(o)]
+
+
+def record_again(tape: "Tape", places: list[tuple[str, str, str]]) -> dict[str, int]:
+    """Write redaction records for `places` again (lost_redactions), each in the session
+    whose files hold its object: session -> places recorded."""
+    by_session: dict[str, list[dict]] = {}
+    store = tape.store
+    for o, path, kind in places:
+        loc = store.index.find_object(o)
+        rel = store.index.path_of(loc[0]) if loc is not None else None
+        parts = (rel or "").split("/")
+        if len(parts) < 3 or parts[0] != "sessions":
+            continue  # (a pack's shared folder: not placed in a session)
+        by_session.setdefault(parts[1], []).append({"object": o, "path": path, "kind": kind})
+    for s, items in by_session.items():
+        for i in range(0, len(items), RECORD_ITEMS):
+            tape.session(s).set_refs(redaction.OP, {}, redact=items[i:i + RECORD_ITEMS])
+    return {s: len(items) for s, items in by_session.items()}
+

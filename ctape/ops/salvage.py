@@ -42,6 +42,19 @@ TEMP = ".tmp-"  # a report being written
 
 
 def salvage(tape: "Tape") -> dict:
+    """_salvage, then the redactions this machine knows that no file records any more are
+    recorded again (`redactions`: session -> places; ops/redact.lost_redactions)."""
+    from .redact import lost_redactions, record_again
+
+    out = _salvage(tape)
+    lost = lost_redactions(tape)
+    if lost and not os.access(os.path.join(tape.store.root, "sessions"), os.W_OK):
+        raise StorageError(f"cannot salvage: {tape.store.root} is read-only; nothing was changed (make it writable, or salvage a writable copy)")
+    out["redactions"] = record_again(tape, lost) if lost else {}
+    return out
+
+
+def _salvage(tape: "Tape") -> dict:
     """Restartable at every instant: each damaged file's intact records go into a new pack
     (durable), then a pending report says what was lost and where the file goes (the
     intent, durable), then the file moves. The refs are settled and the report made final
