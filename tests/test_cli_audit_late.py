@@ -150,3 +150,19 @@ def test_append_with_no_payload_says_so(tmp_path):
 def test_the_misplaced_option_hint_names_the_whole_command(tmp_path):
     p = run_cli("remote", "add", "--dir", tmp_path, "origin", "file:///x")
     assert p.returncode == 2 and "(ctape --dir DIR remote add ...)" in p.stderr.decode(), p.stderr
+
+
+def test_checkout_b_starts_a_branch_at_another_sessions_branch(tape_dir):
+    """(audit, 2026-12-07) `checkout -b y other/main -s chat` was refused with "is a branch
+    of another session; check it out with -s other", where `branch y other/main -s chat`
+    and `checkout -b y other -s chat` work: with -b, REF is only where the branch starts.
+    A plain `checkout other/main -s chat` is still refused so (HEAD would attach to a
+    branch of another session)."""
+    run_cli("--dir", tape_dir, "append", "user", "--text", "a", "-s", "chat", check=True)
+    run_cli("--dir", tape_dir, "append", "user", "--text", "b", "-s", "other", check=True)
+    tip = run_cli("--dir", tape_dir, "log", "-n", "1", "--oneline", "-s", "other", check=True).stdout.split()[0]
+    run_cli("--dir", tape_dir, "checkout", "-b", "y", "other/main", "-s", "chat", check=True)
+    out = run_cli("--dir", tape_dir, "log", "-n", "1", "--oneline", "-s", "chat", check=True).stdout
+    assert out.startswith(tip) and b"HEAD -> y" in out, out
+    p = run_cli("--dir", tape_dir, "checkout", "other/main", "-s", "chat")
+    assert p.returncode == 2 and b"is a branch of another session" in p.stderr

@@ -30,7 +30,9 @@ class Branching:
         elif ref is None:
             raise InvalidInput("checkout needs a REF (or -b NAME to fork a branch at HEAD)")
         self._must_exist()
-        branch = self._branch_of_ref(ref) if ref is not None else None
+        # (with -b, REF is only where the new branch starts: another session's branch is an
+        # entry like any other there, as for `branch NAME REF`)
+        branch = self._branch_of_ref(ref) if ref is not None and new_branch is None else None
         with self._writing() as w:  # (records a stream a dead writer left first: HEAD is then its entry)
             st = self._writer_refs(w)
             if new_branch is not None:
