@@ -287,7 +287,11 @@ def _check_names(tape, sessions: list[str], recorded: dict[str, set[str]]) -> No
                 shown = preview(name if text is None else text, found, found[0])
                 if text is None:
                     how = (f"make a {what} of another name at it (`ctape {what} NEW REF -s {s}`) and delete this one, "
-                           f"or push with --allow-secrets") if what else f"it was deleted, but {gone}"
+                           f"or push with --allow-secrets") if what else (
+                        "it was deleted, and its name stays in the record of the deletion (which syncs it) until that record "
+                        f"expires: `ctape compact --expire now --grace now` drops it once a later record of session {s} exists (an "
+                        "append, a checkout: the newest record of a session is always kept); or treat the secret as leaked "
+                        "to every copy this one reached, rotate it, and push with --allow-secrets")
                     raise SecretsFound(f"not pushing: a ref of session {s} is named like a secret ({found[0][2]}): {shown!r}; {how}")
                 raise SecretsFound(
                     f"not pushing: the ref log of session {s} holds text that looks like a secret ({found[0][2]}): {shown!r} (the "
