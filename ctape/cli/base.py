@@ -37,7 +37,10 @@ class CtapeGroup(click.Group):
             except KeyboardInterrupt:  # a second Ctrl-C, while the first one was being handled
                 _interrupted()
         except SystemExit as e:
-            _leave_lingering_threads(e.code)
+            try:
+                _leave_lingering_threads(e.code)
+            except KeyboardInterrupt:  # (another Ctrl-C meanwhile: the exit already decided stands)
+                pass
             raise
         sys.exit(rv if isinstance(rv, int) else 0)
 
@@ -299,11 +302,12 @@ def _leave_lingering_threads(code) -> None:
     a program that runs the command line in its process (click's CliRunner) goes on."""
     import threading
 
-    from ..sync.backend import TRANSFER_THREADS
-
     if code in (0, None) or not OWN_PROCESS:
         return
-    if not any(t.name.startswith(TRANSFER_THREADS) and t.is_alive() for t in threading.enumerate()):
+    # (no import here: a second Ctrl-C during one printed a traceback, found by CI; a
+    # command that never loaded the transfers has none under way)
+    backend = sys.modules.get("ctape.sync.backend")
+    if backend is None or not any(t.name.startswith(backend.TRANSFER_THREADS) and t.is_alive() for t in threading.enumerate()):
         return
     for f in (sys.stdout, sys.stderr):
         try:

@@ -60,11 +60,19 @@ def _slug(name: str) -> str:
 
 def detect_secrets_patterns() -> Optional[list[tuple[str, re.Pattern]]]:
     """(kind, regex) of every regex plugin of detect-secrets, or None when not installed."""
+    import warnings
+
+    shown = warnings.showwarning
     try:
         from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
         from detect_secrets.plugins.base import RegexBasedDetector
     except ImportError:
         return None
+    finally:
+        # its import sends warnings to logging (logging.captureWarnings): ctape's own (a
+        # branch named like an entry's prefix, at `checkout -b` since checkout masks what it
+        # records) were then never printed (found by CI, 2026-12-07)
+        warnings.showwarning = shown
     out = []
     for name, cls in sorted(get_mapping_from_secret_type_to_class().items()):
         if not issubclass(cls, RegexBasedDetector) or name in SLOW_PLUGINS:

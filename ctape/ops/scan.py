@@ -176,7 +176,10 @@ def masked(tape: "Tape", text: str) -> str:
     than any pattern's find is returned at once (the detectors cost ~0.1 s to load)."""
     if len(text) < 12:
         return text
-    found = Detectors(load_settings(tape)["patterns"], entropy=False).pattern_spans(text)
+    patterns = load_settings(tape)["patterns"]
+    if not patterns and re.fullmatch(r"[0-9a-fA-F]+(?:[~^][0-9]*)*", text):
+        return text  # a hash or its prefix (no built-in pattern finds one all of hex digits)
+    found = Detectors(patterns, entropy=False).pattern_spans(text)
     return preview(text, found, found[0]) if found else text
 
 
