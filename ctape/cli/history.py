@@ -91,7 +91,7 @@ def _meta_option(metas) -> dict:
 @click.option("--meta", "metas", multiple=True, metavar="K=V", help="Add a meta field (string value); repeatable. Keys starting with ctape. are ctape's own: only ctape.hidden=true is taken (it hides the entry as bookkeeping).")
 @click.option("--delta", metavar="JSON", help="State change as a JSON merge patch.")
 @click.option("--text", "as_text", is_flag=True, help="Take PAYLOAD (or stdin) as raw text: {\"content\": TEXT} (a tool_result's output with --meta call_id=ID; an error's message).")
-@click.option("--time", "time_", metavar="RFC3339", help="Entry time (default: now).")
+@click.option("--time", "time_", metavar="RFC3339", help="Entry time (default: now); one without an offset (2024-01-01T09:00:00, 2024-01-01) is UTC, not local time.")
 @click.pass_context
 def append(ctx, kind, payload, session, metas, delta, as_text, time_):
     """Append an entry of KIND and print its hash.
