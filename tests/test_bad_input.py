@@ -758,3 +758,9 @@ def test_a_full_disk_under_the_output_is_the_outputs(chat):
     assert p.returncode == 1 and err.startswith("ctape: error: cannot write the output: no space left on the device"), err
     # a command that only reads says nothing changed (it told you to look with `ctape log`: audit)
     assert "nothing in the tape changed" in err and "ctape log" not in err, err
+
+
+def test_clone_into_an_empty_name_is_a_usage_error(tmp_path):
+    """(audit, 2026-12-07) `clone URL ''` took '' for the current folder ("not empty")."""
+    p = run_cli("clone", f"file://{tmp_path}/remote", "", cwd=tmp_path)
+    assert p.returncode == 2 and b"'DIR': is empty" in p.stderr and len(p.stderr.splitlines()) == 1, p.stderr

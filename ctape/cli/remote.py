@@ -315,6 +315,8 @@ def clone(url, directory, endpoint, as_json):
     from ..sync.backend import open_backend
     from ..sync.pull import clone as do_clone
 
+    if not directory.strip():  # ('' read as the current folder, "not empty": found by an audit)
+        raise click.BadParameter("is empty; give the folder to make the copy in (`.` for this one, when it is empty)", param_hint="'DIR'")
     backend = open_backend(url, endpoint, "origin")
     backend.warn = _warn
     bar = _Progress("cloned")
