@@ -204,3 +204,60 @@ def test_tokens_random_by_design_are_no_findings_and_secrets_still_are(tmp_path)
     # (53 before; what is left is the strings of a binary a tool printed, runs of 163 and
     # 181 characters in one output, kept as the payload and as the rollout's raw record)
     assert len(left) <= 12 and all("[high-entropy-string: 1" in f["preview"] for f in left), [f["preview"] for f in left]
+
+
+def test_the_exemptions_stop_where_their_shape_does():
+    """(review, 2026-12-07) The exemptions above, held to their shapes: a cut certificate
+    does not hide what follows it, a token after `h1:` of another length than the digest's
+    is judged, and only a path under a folder every system has is judged a part at a time
+    (a base64 secret may start with "/")."""
+    from ctape.ops.detectors import Detectors
+
+    d = Detectors([])
+    for text in ("-----BEGIN CERTIFICATE-----\nMIID\n$ cat .env\nAPI_TOKEN=Xk9fQ2mZ7pLr4TbW8vN3cY6hJ1sD5gKa\n"
+                 "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----",
+                 "login h1:Xk9fQ2mZ7pLr4TbW8vN3cY6hJ1sD5gKa",
+                 "aws_secret_access_key = /wJalrXUtnFEMI/K7MDENG/bPxRfiCY8EXAMPLEK",
+                 "SIGNING_KEY=/Xk9fQ2mZ7p/Lr4TbW8vN3cY6/hJ1sD5gKa+Qe8Rt0Lm=",
+                 "GET /api/v1/reset/Xk9fQ2mZ7pLr4TbW8vN3 HTTP/1.1"):
+        assert d.spans(text), text
+    pgp = "-----BEGIN PGP SIGNATURE-----\nVersion: GnuPG v2\n\niQEzBAABCAAdFiEEMIIDdzCCAl+gAwIBAgIEAgAAuTANBgkqhkiG9w0B\n=Ab3d\n-----END PGP SIGNATURE-----"
+    assert not d.spans(pgp)
+
+
+def test_a_watched_folder_named_like_a_users_pattern_does_not_stop_the_push(tmp_path):
+    """(review, 2026-12-07) Every string of a ref record was checked, the watch position's
+    path too: a user pattern that matched the folder of a watched transcript refused every
+    push of its session for good (no finding to allow, and a new record at every pass).
+    Only the text a user types into a record is checked."""
+    import shutil
+
+    d = _tape(tmp_path)
+    run_cli("--dir", d, "scan", "--add-pattern", "acmecorp-[a-z]+", "--kind", "internal-host", check=True)
+    src = tmp_path / "src-acmecorp-billing"
+    src.mkdir()
+    fixture = os.path.join(os.path.dirname(__file__), "fixtures", "transcripts", "codex-rollout")
+    name = sorted(f for f in os.listdir(fixture) if f.endswith(".jsonl"))[-1]
+    shutil.copy(os.path.join(fixture, name), src / name)
+    run_cli("--dir", d, "watch", "--once", src, check=True)
+    p = run_cli("--dir", d, "push")
+    assert p.returncode == 0, p.stderr
+
+
+def test_a_short_name_a_users_pattern_finds_is_masked(tmp_path):
+    """(review, 2026-12-07) Text under 12 characters was never masked, even when a pattern
+    of the user's finds it: a session `corp-1234` showed in clear in push's lines, and the
+    copy the refusal asks for recorded it as its source, so the copy was refused too."""
+    import json
+
+    d = _tape(tmp_path)
+    run_cli("--dir", d, "scan", "--add-pattern", "corp-[0-9]{4}", "--kind", "corp-ticket", check=True)
+    run_cli("--dir", d, "append", "user", "--text", "hi", "-s", "corp-1234", check=True)
+    run_cli("--dir", d, "append", "user", "--text", "hi", "-s", "other", check=True)
+    p = run_cli("--dir", d, "push", "--json")
+    assert p.returncode == 1 and b"corp-1234" not in p.stdout + p.stderr, p.stdout + p.stderr
+    assert "[corp-ticket: 9 chars]" in json.loads(p.stdout)["held_back"]
+    run_cli("--dir", d, "session", "cp", "corp-1234", "fixed", check=True)
+    refs = b"".join(r.body for rel in Tape.open(d).store.list_files("fixed") for r in Tape.open(d).store.scan_file(rel)
+                    if isinstance(r, framing.Record) and r.type == framing.T_REF)
+    assert b"corp-1234" not in refs

@@ -96,15 +96,25 @@ _DIGITS, _LOWER, _UPPER = frozenset(string.digits), frozenset(string.ascii_lower
 # - the value of an id-like key in JSON text inside a string (a tool's output that is an API
 #   response: `"id":"msg_01..."`, `"tool_use_id"`, `"signature"`): _id_key as for JSON values;
 _ID_BEFORE = re.compile(r'\\?"([A-Za-z0-9_]{1,40})\\?"\s*:\s*\\?"$')
-# - a digest named by its algorithm: SRI (`sha512-...`, npm's `integrity`), go.sum's `h1:`,
-#   `sha256:` (and `sha1`, `sha384`, `md5`);
-_DIGEST = re.compile(r"(?:sha(?:1|224|256|384|512)|md5)-", re.I)
-_DIGEST_BEFORE = re.compile(r"(?:\b(?:sha(?:1|224|256|384|512)|md5|h1):)$", re.I)
-# - public PEM and PGP blocks (certificates, public keys, signatures);
+# - a digest named by its algorithm, of that digest's base64 length: SRI (`sha512-...`,
+#   npm's `integrity`), go.sum's `h1:`, `sha256:` (a token of another length after such a
+#   label is judged as any other: `login h1:<secret>`);
+_DIGEST_LEN = {"sha1": 28, "sha224": 40, "sha256": 44, "sha384": 64, "sha512": 88, "md5": 24, "h1": 44}
+_DIGEST = re.compile(r"(sha(?:1|224|256|384|512)|md5)-", re.I)
+_DIGEST_BEFORE = re.compile(r"\b(sha(?:1|224|256|384|512)|md5|h1):$", re.I)
+# - public PEM and PGP blocks (certificates, public keys, signatures), their body armour
+#   headers (`Version: ...`) then base64 only: a block that does not end so is none (a
+#   cut certificate before a `.env` dump kept the dump's secrets out; and a body of any
+#   text made the search quadratic; both found in review);
 _PUBLIC_BLOCK = re.compile(r"-----BEGIN (CERTIFICATE|PUBLIC KEY|X509 CRL|CERTIFICATE REQUEST|NEW CERTIFICATE REQUEST|"
-                           r"PGP SIGNATURE|PGP PUBLIC KEY BLOCK|SSH2 PUBLIC KEY)-----.*?-----END \1-----", re.S)
-# - an absolute path (`/var/folders/4n/2f7pppjd2_.../T/tmpk_ntrtq3`, macOS's temporary
-#   folders): a token that starts with "/" and has 3 or more, judged a part at a time.
+                           r"PGP SIGNATURE|PGP PUBLIC KEY BLOCK|SSH2 PUBLIC KEY)-----[ \t]*\r?\n"
+                           r"(?:[A-Za-z][A-Za-z-]*: [^\n]*\r?\n)*[A-Za-z0-9+/=\s]*-----END \1-----")
+# - a path under a folder every system has (`/var/folders/4n/2f7p.../T/tmpk_ntrtq3`,
+#   macOS's temporary folders; `/Users/...`, `/home/...`) is judged a part at a time; any
+#   other token that starts with "/" whole (a base64 secret may start with one).
+_PATH_ROOTS = frozenset({"Users", "home", "var", "tmp", "private", "opt", "usr", "etc", "mnt", "srv", "root", "Library",
+                         "Volumes", "Applications", "System", "nix", "proc", "dev", "run", "snap", "media", "workspace",
+                         "workspaces", "cygdrive"})
 
 
 def _public_blocks(text: str) -> list[tuple[int, int]]:
@@ -117,7 +127,11 @@ def _random_by_design(text: str, start: int, tok: str, blocks: list[tuple[int, i
         m = _ID_BEFORE.search(before)
         if m and _id_key(m.group(1)):
             return True
-    if _DIGEST.match(tok) or (before.endswith(":") and _DIGEST_BEFORE.search(before)):
+    m = _DIGEST.match(tok)
+    if m and len(tok) - len(m.group(0)) == _DIGEST_LEN[m.group(1).lower()]:
+        return True
+    m = _DIGEST_BEFORE.search(before) if before.endswith(":") else None
+    if m and len(tok) == _DIGEST_LEN[m.group(1).lower()]:
         return True
     return any(a <= start < b for a, b in blocks)
 
@@ -133,7 +147,7 @@ def _high_entropy(text: str) -> Iterator[tuple[int, int]]:
     blocks: Optional[list] = None
     for m in _TOKEN.finditer(text):
         tok = m.group(0)
-        if tok[0] == "/" and tok.count("/") >= 3:  # an absolute path: each part alone
+        if tok[0] == "/" and tok.count("/") >= 3 and tok[1:].split("/", 1)[0] in _PATH_ROOTS:  # a path: each part alone
             at = m.start()
             for part in tok.split("/"):
                 if len(part) >= 24 and _secret_like(part):

@@ -172,13 +172,12 @@ def masked(tape: "Tape", text: str) -> str:
     """`text` with what the patterns find in it masked (`[github-token: 40 chars]`): how a
     name or a typed REF that looks like a secret is shown, and recorded where no redaction
     reaches (a checkout's REF, the session a copy came from: `Session._recorded_text`).
-    Patterns only (no entropy rule: names with a hash in them are common); text shorter
-    than any pattern's find is returned at once (the detectors cost ~0.1 s to load)."""
-    if len(text) < 12:
-        return text
+    Patterns only (no entropy rule: names with a hash in them are common); without patterns
+    of the user's, text shorter than any built-in pattern's find, or a hash, is returned at
+    once (the detectors cost ~0.1 s to load)."""
     patterns = load_settings(tape)["patterns"]
-    if not patterns and re.fullmatch(r"[0-9a-fA-F]+(?:[~^][0-9]*)*", text):
-        return text  # a hash or its prefix (no built-in pattern finds one all of hex digits)
+    if not patterns and (len(text) < 12 or re.fullmatch(r"[0-9a-fA-F]+(?:[~^][0-9]*)*", text)):
+        return text  # shorter than any built-in pattern's find, or a hash (none finds one all of hex digits)
     found = Detectors(patterns, entropy=False).pattern_spans(text)
     return preview(text, found, found[0]) if found else text
 

@@ -249,7 +249,6 @@ class Index(Applying):
         # hold the text and are computed again
         self.redaction_epoch = 0
         self._redaction_rows: Optional[int] = None  # rows of the redactions table when last read
-        self._view_zstd: Optional[tuple] = None  # (compressor, decompressor) of view bodies
         try:
             self.db = self._connect(self.path)
         except sqlite3.Error as e:
@@ -732,24 +731,22 @@ class Index(Applying):
         """Keep (entry hash, parent hash, text) rows under `name`."""
         if not rows:
             return
-        values = [(name, hash_key(h), h, p, None if p is None else hash_key(p), self._packed(body)) for h, p, body in rows]
+        from .files import zstd
+
+        cctx = zstd().ZstdCompressor(level=3)  # (one a call: an Index may be shared by threads, a context may not)
+        values = [(name, hash_key(h), h, p, None if p is None else hash_key(p), _packed(cctx, body)) for h, p, body in rows]
         self._put_derived("INSERT OR IGNORE INTO views VALUES(?,?,?,?,?,?)", values)
 
-    def _packed(self, body: Optional[str]):
-        if body is None or len(body) <= VIEW_PACKED:
-            return body
-        if self._view_zstd is None:
-            from .files import zstd
-
-            self._view_zstd = (zstd().ZstdCompressor(level=3), zstd().ZstdDecompressor())
-        return self._view_zstd[0].compress(body.encode("utf-8", "surrogatepass"))
-
-    def _unpacked(self, body):
+    @staticmethod
+    def _unpacked(body, dctx=None):
+        """A views row's body as it was put (compressed ones decompressed)."""
         if not isinstance(body, bytes):
             return body
-        if self._view_zstd is None:
-            self._packed("x" * (VIEW_PACKED + 1))  # (makes the pair)
-        return self._view_zstd[1].decompress(body).decode("utf-8", "surrogatepass")
+        if dctx is None:
+            from .files import zstd
+
+            dctx = zstd().ZstdDecompressor()
+        return dctx.decompress(body).decode("utf-8", "surrogatepass")
 
     def view_path(self, name: str, head: str, limit: int) -> list[tuple[str, Optional[str], Optional[str]]]:
         """The rows kept under `name` from `head` back along parents, newest first: at most
@@ -766,12 +763,24 @@ class Index(Applying):
         except sqlite3.OperationalError:
             return []
         out, want = [], head
+        dctx = None
         for h, p, body in rows:
             if h != want:
                 break
-            out.append((h, p, self._unpacked(body)))
+            if isinstance(body, bytes) and dctx is None:
+                from .files import zstd
+
+                dctx = zstd().ZstdDecompressor()
+            out.append((h, p, self._unpacked(body, dctx)))
             want = p
         return out
+
+
+def _packed(cctx, body: Optional[str]):
+    """A views row's body as kept: compressed past VIEW_PACKED characters."""
+    if body is None or len(body) <= VIEW_PACKED:
+        return body
+    return cctx.compress(body.encode("utf-8", "surrogatepass"))
 
 
 class IndexDegraded(Exception):

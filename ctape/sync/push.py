@@ -667,7 +667,7 @@ def _push(tape, backend: Backend, name: str, sessions: Iterable[str], allow_secr
                 break
             # the files that replaced them (what went up is noted in the state): checked, then sent
             chosen = [s for s in chosen if s not in held_back]
-            ends, newly, todo = _checked(tape, state, chosen, _todo(store, state, chosen), allow_secrets, whole=False)
+            ends, newly, todo = _checked(tape, state, chosen, _todo(store, state, chosen), allow_secrets, whole=False, asked=asked)
             held_back.update(newly)
             if checked is not None:
                 checked.update(ends or {})

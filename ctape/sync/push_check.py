@@ -299,38 +299,26 @@ def _check_names(tape, sessions: list[str], recorded: dict[str, set[str]]) -> No
                     f"now --grace now` drops the ref log's records from this copy's files (`ctape reflog -s {s}` shows them), or {gone}")
 
 
-# the fields of a ref record that ctape makes, never a user: the rest (a ref's name as a key
-# of set or old, `@BRANCH` as HEAD's value, the REF typed to checkout, a copied session's
-# name, a tag's message) is text a user chose, checked as names are (_check_names)
-_MADE_FIELDS = frozenset({"t", "w", "op", "lc", "n", "gap", "at", "s", "stream", "off"})
-_HEX64 = re.compile(r"[0-9a-f]{64}")
-
-
-TEXT = "\0"  # (in `names`: a text of a ref record that is not a ref's name follows)
+# the fields of a ref record that hold text a user typed, beside the names of the refs it
+# sets (the keys of `set` and `old`, and HEAD's `@BRANCH`): the REF given to `checkout`, the
+# session `session cp` copied. The rest is ctape's own (a watch position's path, a
+# redaction's paths and kinds, times): checked, it refused for good every push of a session
+# watched from a folder whose name a pattern of the user's matched (found in review)
+_TYPED_FIELDS = ("ref", "source")
+TEXT = "\0"  # (in `names`: a typed text that is not a ref's name follows)
 
 
 def _texts_in(rec: dict, out: set) -> None:
-    """The names of the refs a ref record sets (the keys of `set` and `old`), and as TEXT +
-    text, every other string it holds (keys too) but hashes and the fields ctape makes."""
-    def walk(v) -> None:
+    """The names of the refs a ref record sets, and as TEXT + text, HEAD's `@BRANCH` values
+    and the typed fields (_TYPED_FIELDS)."""
+    for field in ("set", "old"):
+        v = rec.get(field)
         if isinstance(v, dict):
-            for k, x in v.items():
-                walk(k)
-                walk(x)
-        elif isinstance(v, list):
-            for x in v:
-                walk(x)
-        elif isinstance(v, str) and not _HEX64.fullmatch(v):
-            out.add(TEXT + v)
-
-    for field, v in rec.items():
-        if field in ("set", "old") and isinstance(v, dict):
             out.update(k for k in v if isinstance(k, str))
-            for x in v.values():
-                walk(x)  # (HEAD's `@BRANCH`)
-        elif field not in _MADE_FIELDS:
-            walk(field)
-            walk(v)
+            out.update(TEXT + x for x in v.values() if isinstance(x, str) and x.startswith("@"))
+    for field in _TYPED_FIELDS:
+        if isinstance(rec.get(field), str):
+            out.add(TEXT + rec[field])
 
 
 def _note_stream(session: str, rec, streams: dict, recorded: dict, names: Optional[set] = None) -> None:

@@ -125,6 +125,7 @@ class Watcher(_Codex, _Claude, _Whole, _Positions):
         self.reported: set = set()
         self._stack: Optional[ExitStack] = None
         self._counted: set[str] = set()  # (_is_new)
+        self._tips_checked = -TIPS_EVERY  # when _prune last looked for positions whose tip the tape lacks
         self._batch_bytes = 0
         self._touched: list[Position] = []
         self._said: list[str] = []  # what the batch imported, said once its fsync is done
@@ -282,12 +283,15 @@ class Watcher(_Codex, _Claude, _Whole, _Positions):
         and its file, unchanged since, was passed over in silence while `sessions` lacked
         it (found by an audit). Such a file is read again, as on a fresh tape."""
         lost = False
-        if self.cache.positions:
+        # (at most once a minute: a follower without inotify makes a full pass every second)
+        tips = self.cache.positions and time.monotonic() - self._tips_checked >= TIPS_EVERY
+        if tips:
+            self._tips_checked = time.monotonic()
             self.tape.store.refresh()  # (files gone since the index looked: their objects are no longer held)
         for key, p in list(self.cache.positions.items()):
             if key not in present and not os.path.exists(p.path):
                 self.cache.drop(key)
-            elif p.tip and not self.tape.has_entry(p.tip):
+            elif tips and p.tip and not self.tape.has_entry(p.tip):
                 self.cache.drop(key)
                 self.live.pop(key, None)
                 lost = True
@@ -498,6 +502,9 @@ def _rewritten_in_place(pos: Position, st: os.stat_result) -> bool:
     (the first 4 KiB and the 4 KiB before it). Read whole again: this costs a read only
     when a file is touched without growing, never for an append."""
     return pos.size >= 0 and st.st_size <= pos.size and pos.mtime != st.st_mtime_ns
+
+
+TIPS_EVERY = 60.0  # seconds between two looks for cached positions the tape no longer holds (_prune)
 
 
 class _Batches:
