@@ -133,3 +133,22 @@ class Seaweed:
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, 9)
                 self.proc.wait()
+
+
+def started(folder: str, tries: int = 3) -> Seaweed:
+    """A SeaweedFS started in a folder under `folder` (a new one, on new ports, at each try):
+    weed once crashed at its start in a CI run (its filer, exit 255) and the session's
+    remote tests in that worker were skipped. RuntimeError with the last try's reason."""
+    err: Exception = RuntimeError("not tried")
+    for i in range(tries):
+        sub = os.path.join(folder, f"try{i}")
+        os.makedirs(sub, exist_ok=True)
+        server = Seaweed(sub)
+        try:
+            server.start()
+            return server
+        except RuntimeError as e:
+            server.stop()
+            err = e
+    raise RuntimeError(f"{err} ({tries} tries)")
+

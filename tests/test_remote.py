@@ -18,7 +18,7 @@ import pytest
 from ctape import Tape
 
 from conftest import run_cli, snapshot
-from remote_server import SECRET_KEY, Seaweed
+from remote_server import SECRET_KEY, started
 from test_sync import reached_by_refs
 
 SLOW = os.environ.get("CTAPE_SLOW") == "1"
@@ -26,9 +26,8 @@ SLOW = os.environ.get("CTAPE_SLOW") == "1"
 
 @pytest.fixture(scope="session")
 def seaweed(tmp_path_factory):
-    server = Seaweed(str(tmp_path_factory.mktemp("seaweed")))
     try:
-        server.start()
+        server = started(str(tmp_path_factory.mktemp("seaweed")))
     except RuntimeError as e:
         pytest.skip(f"SeaweedFS (weed) cannot start here: {e}")
     yield server
@@ -514,9 +513,8 @@ def test_push_follow_rides_out_a_server_that_goes_away_and_comes_back(tmp_path):
 def _pushed_to_own_server(tmp_path, bucket: str):
     """(server, its env, a remote URL on it, a tape pushed there): a SeaweedFS of the test's
     own, which it may stop and start; stopped at the end."""
-    server = Seaweed(str(tmp_path))
     try:
-        server.start()
+        server = started(str(tmp_path / "weed"))
     except RuntimeError as e:
         pytest.skip(f"SeaweedFS (weed) cannot start here: {e}")
     try:
