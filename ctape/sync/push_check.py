@@ -9,7 +9,6 @@ SecretsFound); push (ctape/sync/push.py) decides what goes up around that.
 
 from __future__ import annotations
 
-import re
 from typing import Optional
 
 from ..model.errors import CtapeError
@@ -161,19 +160,16 @@ def check_secrets(tape, sessions: list[str], allow_secrets: bool, files: Optiona
     return ends
 
 
-_VALUE_REF = re.compile(rb'"\\u0000b([0-9a-f]{64})"')
-
-
 def _value_refs(store, h: str, record: bytes) -> list[str]:
     """The large values an entry's object record refers to (`"\u0000b<hash>"` strings in
-    its canonical JSON)."""
+    its canonical JSON, as the scan's byte judge finds them: detectors._mask_json)."""
+    from ..ops.detectors import _mask_json
+
     try:
         body = record[34:] if record[33] == CODEC_RAW else store.decode_object(h, record)[1]
     except (CtapeError, ValueError):
         return []
-    if b"\\u0000b" not in body:
-        return []
-    return [m.group(1).decode() for m in _VALUE_REF.finditer(body)]
+    return _mask_json(body)[1] if b"\\u0000b" in body else []
 
 
 def _check_unreferred(tape, values: dict[str, str]) -> None:
@@ -280,12 +276,13 @@ def _check_names(tape, sessions: list[str], recorded: dict[str, set[str]]) -> No
         st = tape.session(s).refs() if s in live_sessions else None
         live = {**{b: "branch" for b in (st.branches if st else ())}, **{"tag:" + t: "tag" for t in (st.tags if st else ())}}
         for name in sorted(set(live) | recorded.get(s, set())):
-            text = name[len(TEXT):] if name.startswith(TEXT) else None
-            found = det.pattern_spans(name if text is None else text)
+            typed = name.startswith(TEXT)  # (text typed into a record, not a ref's name)
+            text = name[len(TEXT):] if typed else name
+            found = det.pattern_spans(text)
             if found:
                 what = live.get(name)
-                shown = preview(name if text is None else text, found, found[0])
-                if text is None:
+                shown = preview(text, found, found[0])
+                if not typed:
                     how = (f"make a {what} of another name at it (`ctape {what} NEW REF -s {s}`) and delete this one, "
                            f"or push with --allow-secrets") if what else (
                         "it was deleted, and its name stays in the record of the deletion (which syncs it) until that record "
