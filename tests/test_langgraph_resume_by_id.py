@@ -7,6 +7,8 @@ false "[no answer ...]", and of two parallel interrupts the one answered "A" by 
 recorded as answered by the later plain resume "B". Real LangGraph, real TapeSaver."""
 
 import operator
+import random
+import time
 from typing import Annotated, TypedDict
 
 import pytest
@@ -67,7 +69,25 @@ def _workers(tape_dir):
     return b.compile(checkpointer=TapeSaver(tape_dir))
 
 
-def test_an_interrupt_inside_a_subgraph_resumed_by_its_id_is_answered(tape_dir):
+class LateSaver(TapeSaver):
+    """A TapeSaver whose calls arrive late, as LangGraph's worker threads can deliver them:
+    `late(ns, what)` gives the seconds a call waits before it starts (what: the
+    checkpoint's source, or "writes")."""
+
+    def __init__(self, tape_dir, late):
+        super().__init__(tape_dir)
+        self.late = late
+
+    def put(self, config, checkpoint, metadata, new_versions):
+        time.sleep(self.late(config["configurable"].get("checkpoint_ns", ""), metadata.get("source")))
+        return super().put(config, checkpoint, metadata, new_versions)
+
+    def put_writes(self, config, writes, task_id, task_path=""):
+        time.sleep(self.late(config["configurable"].get("checkpoint_ns", ""), "writes"))
+        return super().put_writes(config, writes, task_id, task_path)
+
+
+def _subgraph_resumed_by_id(tape_dir, saver=None):
     inner = StateGraph(One)
     inner.add_node("ask", lambda st: {"answer": interrupt("inside?")})
     inner.add_edge(START, "ask")
@@ -76,7 +96,7 @@ def test_an_interrupt_inside_a_subgraph_resumed_by_its_id_is_answered(tape_dir):
     b.add_node("sub", inner.compile())
     b.add_edge(START, "sub")
     b.add_edge("sub", END)
-    g = b.compile(checkpointer=TapeSaver(tape_dir))
+    g = b.compile(checkpointer=saver or TapeSaver(tape_dir))
     c = {"configurable": {"thread_id": "sub"}}
     g.invoke({"answer": ""}, c)
     [i] = g.get_state(c).interrupts
@@ -85,6 +105,27 @@ def test_an_interrupt_inside_a_subgraph_resumed_by_its_id_is_answered(tape_dir):
     assert g.get_state(c).values == {"answer": "inside yes"} and g.get_state(c).interrupts == ()
     got, pending = answers(tape_dir, "lg-sub")
     assert got == {i.id: "inside yes"} and pending == []
+
+
+def test_an_interrupt_inside_a_subgraph_resumed_by_its_id_is_answered(tape_dir):
+    _subgraph_resumed_by_id(tape_dir)
+
+
+# LangGraph saves from worker threads, so the caller's checkpoint can arrive after what its
+# subgraph wrote in the same step. Seen in CI: the caller's late checkpoint closed the
+# subgraph's fresh interrupt as "went on past" it (the root's checkpoint of the step was
+# late); and a subgraph that wrote before the caller's line existed left its call on a line
+# of its own, so the caller's copy of the call (its own task id) was the one waiting, and
+# the subgraph's resume did not find it (the root's first checkpoint was late).
+@pytest.mark.parametrize("late_root", ["input", "loop"])
+def test_a_subgraph_interrupt_is_answered_when_its_callers_checkpoint_arrives_late(tape_dir, late_root):
+    _subgraph_resumed_by_id(tape_dir, LateSaver(tape_dir, lambda ns, what: 0.3 if not ns and what == late_root else 0.0))
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_subgraph_interrupt_is_answered_whatever_order_the_saves_arrive_in(tape_dir, seed):
+    rng = random.Random(seed)
+    _subgraph_resumed_by_id(tape_dir, LateSaver(tape_dir, lambda ns, what: rng.random() * 0.02))
 
 
 # Parallel workers whose interrupts sit in subgraphs are left out: LangGraph 1.2 itself

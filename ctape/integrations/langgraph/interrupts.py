@@ -47,37 +47,76 @@ class _Interrupts:
             elif ch == _RESUME and payload["task_id"] == _NULL_TASK:
                 tip = self._answer_interrupts(s, th, ns, cid, tip, self.codec.dec(enc), written, None, segment, extra)
             elif ch == _RESUME:
-                tip = self._answer_task_resume(s, ns, cid, tip, payload["task_id"], self.codec.dec(enc), written, segment, extra)
+                tip = self._answer_task_resume(s, th, ns, cid, tip, payload["task_id"], self.codec.dec(enc), written, segment, extra)
         for e in written:
             th.add(e)
         return tip
 
-    def _answer_task_resume(self, s, ns: str, cid: str, tip: str, task_id: str, values: Any, written: list, segment: str,
-                            extra: Optional[dict]) -> str:
+    def _answer_task_resume(self, s, th: _Thread, ns: str, cid: str, tip: str, task_id: str, values: Any, written: list,
+                            segment: str, extra: Optional[dict]) -> str:
         """A task's own `__resume__` write: the resume values its interrupt() calls took, in
         order, written when one takes a value. `Command(resume={interrupt_id: value})`
         answers only this way (no write of the null task), so the interrupt the task waits
         on (a task stops at its first unanswered one) is answered by the list's last value.
         One answered already (by a plain Command(resume=...), whose write comes first) is
-        not pending any more: nothing is written twice."""
+        not pending any more: nothing is written twice.
+
+        The call waiting on this line may have been written by a caller of the task's
+        subgraph (its own task id, the same interrupt id): LangGraph's writes arrive in any
+        order, and a subgraph's first entries can land before its caller's line exists, so
+        the caller's call is the one on the line. Such a call is the task's too when any
+        call the task wrote has its id."""
         if type(values) is not list or not values:
             return tip
         asked_now = {e.hash for e in written}  # the task's next interrupt(), in the same payload: not answered yet
-        for c in self.tape.derived(tip)["pending"]:
-            if c.get("name") != WAITING or c["hash"] in asked_now:
-                continue
-            m = self.tape.read_entry(c["hash"]).meta
-            if isinstance(m, dict) and isinstance(m.get(KEY), dict) and m[KEY].get("task_id") == task_id:
-                p = {"call_id": c["call_id"], "output": _readable(values[-1])}
-                meta = {HIDDEN: True, KEY: {"type": "resume", "checkpoint_ns": ns, "checkpoint_id": cid, "segment": segment or cid, **(extra or {})}}
-                e = s.put_entry("tool_result", p, meta, None, None, tip)
-                written.append(e)
-                return e.hash
-        return tip
+        waiting = [c for c in self.tape.derived(tip)["pending"] if c.get("name") == WAITING and c["hash"] not in asked_now]
+        if not waiting:
+            return tip
+        mine = [c for c in waiting if _task_of(self._brief(c["hash"])) == task_id]
+        if not mine:
+            ids = {self.tape.read_entry(h).payload.get("call_id") for h in th.asks if _task_of(self._brief(h)) == task_id}
+            mine = [c for c in waiting if c["call_id"] in ids]
+        if not mine:
+            return tip
+        p = {"call_id": mine[0]["call_id"], "output": _readable(values[-1])}
+        meta = {HIDDEN: True, KEY: {"type": "resume", "checkpoint_ns": ns, "checkpoint_id": cid, "segment": segment or cid, **(extra or {})}}
+        e = s.put_entry("tool_result", p, meta, None, None, tip)
+        written.append(e)
+        return e.hash
 
-    def _answer_interrupts(self, s, th: _Thread, ns: str, cid: str, tip: str, value: Any, written: list, note: Optional[str], segment: Optional[str] = None, extra: Optional[dict] = None) -> str:
-        """Hidden tool results for the interrupts pending at tip: the resume value, or a note."""
+    def _went_past(self, s, th: _Thread, cid: str, parent_id: Optional[str], source: str, saves_writes: bool, tip: str, written: list) -> str:
+        """Answer with a note the interrupts a new root checkpoint cid shows the graph went
+        past, pending at tip, its parent's line: LangGraph lists them no more.
+
+        - New input (source "input") instead of Command(resume=...): every interrupt asked
+          before it will not be answered.
+        - A step saved (source "loop") after the step that was interrupted: with
+          durability="exit", LangGraph saves no resume value (nor new input's checkpoint),
+          so every interrupt asked before it. Otherwise a task that takes its resume value
+          writes it for the parent checkpoint, and that write may arrive after this
+          checkpoint (saves come from worker threads): only an interrupt asked before the
+          parent, whose step the graph went on from without answering it (a fork by
+          update_state, then a run from the fork). A fork by update_state itself keeps it
+          waiting: a resume there answers it.
+
+        Checkpoint ids grow with time (LangGraph orders a thread's checkpoints by them), and
+        an interrupt's entry holds the id of the checkpoint its task ran from; a subgraph's
+        holds one of the subgraph's, made after its caller's: a subgraph run by this very
+        step may write its interrupt before the step's checkpoint arrives, and it still
+        waits."""
+        before = cid if source == "input" or not saves_writes else parent_id
+        if before is None:
+            return tip
         pending = [c for c in self.tape.derived(tip)["pending"] if c.get("name") == WAITING]
+        asked = [c for c in pending if (_lg_of(self._brief(c["hash"])).get("checkpoint_id") or "") < before]
+        note = NEW_INPUT if source == "input" else NOT_SAVED
+        return self._answer_interrupts(s, th, "", cid, tip, None, written, note, calls=asked)
+
+    def _answer_interrupts(self, s, th: _Thread, ns: str, cid: str, tip: str, value: Any, written: list, note: Optional[str], segment: Optional[str] = None, extra: Optional[dict] = None,
+                           calls: Optional[list] = None) -> str:
+        """Hidden tool results for the interrupts pending at tip (or the given calls of
+        those): the resume value, or a note."""
+        pending = calls if calls is not None else [c for c in self.tape.derived(tip)["pending"] if c.get("name") == WAITING]
         if not pending:
             return tip
         by_id = isinstance(value, dict) and value and all(k in {c["call_id"] for c in pending} for k in value)
@@ -91,6 +130,18 @@ class _Interrupts:
             written.append(e)
             tip = e.hash
         return tip
+
+
+def _lg_of(e) -> dict:
+    """LangGraph's ids of an entry (or its brief) the saver wrote; {} for another."""
+    m = e.meta
+    lg = m.get(KEY) if isinstance(m, dict) else None
+    return lg if isinstance(lg, dict) else {}
+
+
+def _task_of(e) -> Optional[str]:
+    """The task id an interrupt entry (or its brief) was written for."""
+    return _lg_of(e).get("task_id")
 
 
 def _readable(v: Any) -> Any:

@@ -20,8 +20,11 @@ from langgraph.checkpoint.base import WRITES_IDX_MAP, ChannelVersions, Checkpoin
 from ...model.models import HIDDEN, parse_time, plural
 from .codec import _is_message, _message_entries, _shown
 from .index import KEY, TOMBSTONES, _Cp, _main_branch, _parent_ns, _Thread
-from .interrupts import NEW_INPUT, NOT_SAVED
 from .values import _MISSING, _isolated
+
+# the run config's durability mode, in what LangGraph hands a saver's put (not public API:
+# when it is missing, a run is taken to save its writes, LangGraph's default)
+_DURABILITY = "__pregel_durability"
 
 
 class _Writing:
@@ -40,10 +43,11 @@ class _Writing:
         with self._lock:
             th = self._thread(tid)
             with self._forgotten_on_error(th):
-                self._put(th, tid, ns, checkpoint, md, new_versions, parent_id)
+                self._put(th, tid, ns, checkpoint, md, new_versions, parent_id, conf.get(_DURABILITY) != "exit")
         return {"configurable": {"thread_id": tid, "checkpoint_ns": ns, "checkpoint_id": cid}}
 
-    def _put(self, th: _Thread, tid: str, ns: str, checkpoint: Checkpoint, md: dict, new_versions: ChannelVersions, parent_id: Optional[str]) -> None:
+    def _put(self, th: _Thread, tid: str, ns: str, checkpoint: Checkpoint, md: dict, new_versions: ChannelVersions, parent_id: Optional[str],
+             saves_writes: bool = True) -> None:
         cid = checkpoint["id"]
         parent = th.cps.get((ns, parent_id)) if parent_id else None
         parent_entry = parent.hash if parent else None
@@ -121,13 +125,7 @@ class _Writing:
                     base_ids = {**base_ids, "joined": joined}
             start = tip
             if not ns and md.get("source") in ("input", "loop") and th.interrupts and tip is not None:
-                # new input instead of Command(resume=...): the interrupt will not be answered;
-                # a step of the graph saved while one waits went on past it with no resume
-                # write here: durability="exit" saves none (nor new input's own checkpoint),
-                # and LangGraph no longer lists it. (A fork by update_state keeps it waiting:
-                # a resume there answers it.)
-                note = NEW_INPUT if md.get("source") == "input" else NOT_SAVED
-                tip = self._answer_interrupts(s, th, ns, cid, tip, None, written, note)
+                tip = self._went_past(s, th, cid, parent_id, md.get("source"), saves_writes, tip, written)
             copies: dict[str, str] = {}  # entry -> its copy, when a rewrite wrote the line again
             if rewritten:
                 tip, hashes_after, copies = self._rewrite(s, th, ns, cid, tip, rewritten, values, time, written)
