@@ -18,6 +18,7 @@ _NULL_TASK = "00000000-0000-0000-0000-000000000000"  # the task id of Command(re
 # the hidden answers of an interrupt the graph went past without a resume value on the tape
 NEW_INPUT = "[no answer: the graph was given new input]"
 NOT_SAVED = "[no answer on the tape: the graph went on past this interrupt]"
+_NONE = object()
 
 
 class _Interrupts:
@@ -26,8 +27,16 @@ class _Interrupts:
 
     def _interrupt_entries(self, s, th: _Thread, ns: str, cid: str, segment: str, payload: dict, tip: str, extra: Optional[dict] = None) -> str:
         """An interrupt() is a hidden tool call named WAITING, its value as JSON where it can
-        be: `ctape status` lists it as pending until Command(resume=...) answers it."""
+        be: `ctape status` lists it as pending until Command(resume=...) answers it.
+
+        A task's own `__resume__` writes hold the values its interrupt() calls took, in
+        order; LangGraph writes the list again as each call reads it, so a payload can hold
+        several, the last the longest. A call records how many values its task had taken
+        when it asked ("taken"): the task's list answers it with the value at that place."""
         written: list = []
+        task = payload["task_id"]
+        lists = [self.codec.dec(enc) for _, ch, enc in payload["writes"] if ch == _RESUME and task != _NULL_TASK]
+        values = next((v for v in reversed(lists) if type(v) is list), [])
         for _, ch, enc in payload["writes"]:
             if ch == _INTERRUPT:
                 # an interrupt inside a subgraph is written by the subgraph and by each
@@ -40,49 +49,67 @@ class _Interrupts:
                         continue
                     waiting.add(call["call_id"])
                     meta = {HIDDEN: True, KEY: {"type": "interrupt", "checkpoint_ns": ns, "checkpoint_id": cid, "segment": segment,
-                                                "task_id": payload["task_id"], **(extra or {})}}
+                                                "task_id": task, "taken": len(values), **(extra or {})}}
                     e = s.put_entry("tool_call", call, meta, None, None, tip)
                     written.append(e)
                     tip = e.hash
-            elif ch == _RESUME and payload["task_id"] == _NULL_TASK:
-                tip = self._answer_interrupts(s, th, ns, cid, tip, self.codec.dec(enc), written, None, segment, extra)
-            elif ch == _RESUME:
-                tip = self._answer_task_resume(s, th, ns, cid, tip, payload["task_id"], self.codec.dec(enc), written, segment, extra)
+            elif ch == _RESUME and task == _NULL_TASK:
+                value = self.codec.dec(enc)
+                if self._taken.get((th.name, ns, cid), _NONE) == _readable(value):
+                    # Command(resume=value)'s own write, after the task that took the value:
+                    # its answer is on the tape; the call waiting now is the task's next
+                    del self._taken[(th.name, ns, cid)]
+                    continue
+                tip = self._answer_interrupts(s, th, ns, cid, tip, value, written, None, segment, extra)
+        if values:
+            tip = self._answer_task_resume(s, th, ns, cid, tip, task, values, written, segment, extra)
         for e in written:
             th.add(e)
         return tip
 
-    def _answer_task_resume(self, s, th: _Thread, ns: str, cid: str, tip: str, task_id: str, values: Any, written: list,
+    def _answer_task_resume(self, s, th: _Thread, ns: str, cid: str, tip: str, task_id: str, values: list, written: list,
                             segment: str, extra: Optional[dict]) -> str:
-        """A task's own `__resume__` write: the resume values its interrupt() calls took, in
-        order, written when one takes a value. `Command(resume={interrupt_id: value})`
-        answers only this way (no write of the null task), so the interrupt the task waits
-        on (a task stops at its first unanswered one) is answered by the list's last value.
-        One answered already (by a plain Command(resume=...), whose write comes first) is
-        not pending any more: nothing is written twice.
+        """A task's resume values (`_interrupt_entries`) answer its calls still waiting.
+        `Command(resume={interrupt_id: value})` answers only this way (no write of the null
+        task). One answered already (by a plain Command(resume=...), whose write comes
+        first) is not pending any more: nothing is written twice. A call asked in the same
+        payload has taken every value: it waits.
 
         The call waiting on this line may have been written by a caller of the task's
         subgraph (its own task id, the same interrupt id): LangGraph's writes arrive in any
         order, and a subgraph's first entries can land before its caller's line exists, so
-        the caller's call is the one on the line. Such a call is the task's too when any
-        call the task wrote has its id."""
-        if type(values) is not list or not values:
-            return tip
-        asked_now = {e.hash for e in written}  # the task's next interrupt(), in the same payload: not answered yet
-        waiting = [c for c in self.tape.derived(tip)["pending"] if c.get("name") == WAITING and c["hash"] not in asked_now]
-        if not waiting:
-            return tip
-        mine = [c for c in waiting if _task_of(self._brief(c["hash"])) == task_id]
-        if not mine:
-            ids = {self.tape.read_entry(h).payload.get("call_id") for h in th.asks if _task_of(self._brief(h)) == task_id}
-            mine = [c for c in waiting if c["call_id"] in ids]
-        if not mine:
-            return tip
-        p = {"call_id": mine[0]["call_id"], "output": _readable(values[-1])}
-        meta = {HIDDEN: True, KEY: {"type": "resume", "checkpoint_ns": ns, "checkpoint_id": cid, "segment": segment or cid, **(extra or {})}}
-        e = s.put_entry("tool_result", p, meta, None, None, tip)
-        written.append(e)
-        return e.hash
+        the caller's call is the one on the line. Such a call is the task's too when a call
+        the task wrote has its id, and has its place."""
+        waiting = [c for c in self.tape.derived(tip)["pending"] if c.get("name") == WAITING]
+        places = {}  # call id -> how many values the task had taken when it asked (None: a tape before that was kept)
+        for c in waiting:
+            lg = _lg_of(self._brief(c["hash"]))
+            if lg.get("task_id") == task_id:
+                places[c["call_id"]] = lg.get("taken")
+        if not places:
+            for h in th.asks:
+                lg = _lg_of(self._brief(h))
+                if lg.get("task_id") == task_id:
+                    places[self.tape.read_entry(h).payload.get("call_id")] = lg.get("taken")
+        asked_now = {e.hash for e in written}
+        for c in waiting:
+            if c["call_id"] not in places or c["hash"] in asked_now:
+                continue
+            at = places[c["call_id"]]
+            if at is None:
+                at = len(values) - 1
+            if at >= len(values):
+                continue
+            p = {"call_id": c["call_id"], "output": _readable(values[at])}
+            meta = {HIDDEN: True, KEY: {"type": "resume", "checkpoint_ns": ns, "checkpoint_id": cid, "segment": segment or cid, **(extra or {})}}
+            e = s.put_entry("tool_result", p, meta, None, None, tip)
+            written.append(e)
+            tip = e.hash
+            # LangGraph writes a plain Command(resume=value) first (the null task's write)
+            # and the task's list after it, from worker threads: when the task's comes
+            # first, the null task's may still arrive, and must not answer the next call
+            self._taken[(th.name, ns, cid)] = p["output"]
+        return tip
 
     def _went_past(self, s, th: _Thread, cid: str, parent_id: Optional[str], source: str, saves_writes: bool, tip: str, written: list) -> str:
         """Answer with a note the interrupts a new root checkpoint cid shows the graph went
