@@ -72,7 +72,7 @@ def _workers(tape_dir):
 class LateSaver(TapeSaver):
     """A TapeSaver whose calls arrive late, as LangGraph's worker threads can deliver them:
     `late(ns, what)` gives the seconds a call waits before it starts (what: the
-    checkpoint's source, or "writes")."""
+    checkpoint's source, "writes", or "resume" for a plain Command(resume=...)'s write)."""
 
     def __init__(self, tape_dir, late):
         super().__init__(tape_dir)
@@ -83,7 +83,8 @@ class LateSaver(TapeSaver):
         return super().put(config, checkpoint, metadata, new_versions)
 
     def put_writes(self, config, writes, task_id, task_path=""):
-        time.sleep(self.late(config["configurable"].get("checkpoint_ns", ""), "writes"))
+        plain = task_id == "00000000-0000-0000-0000-000000000000" and any(ch == "__resume__" for ch, _ in writes)
+        time.sleep(self.late(config["configurable"].get("checkpoint_ns", ""), "resume" if plain else "writes"))
         return super().put_writes(config, writes, task_id, task_path)
 
 
@@ -105,6 +106,8 @@ def _subgraph_resumed_by_id(tape_dir, saver=None):
     assert g.get_state(c).values == {"answer": "inside yes"} and g.get_state(c).interrupts == ()
     got, pending = answers(tape_dir, "lg-sub")
     assert got == {i.id: "inside yes"} and pending == []
+    with Tape.open(tape_dir) as t:
+        assert sorted(t.session("lg-sub").refs().branches) == ["main"]  # one run, one line
 
 
 def test_an_interrupt_inside_a_subgraph_resumed_by_its_id_is_answered(tape_dir):
@@ -116,7 +119,8 @@ def test_an_interrupt_inside_a_subgraph_resumed_by_its_id_is_answered(tape_dir):
 # subgraph's fresh interrupt as "went on past" it (the root's checkpoint of the step was
 # late); and a subgraph that wrote before the caller's line existed left its call on a line
 # of its own, so the caller's copy of the call (its own task id) was the one waiting, and
-# the subgraph's resume did not find it (the root's first checkpoint was late).
+# the subgraph's resume did not find it, and main started again without them (kept as a
+# `main.was-` branch) when the root's first checkpoint came (it was late).
 @pytest.mark.parametrize("late_root", ["input", "loop"])
 def test_a_subgraph_interrupt_is_answered_when_its_callers_checkpoint_arrives_late(tape_dir, late_root):
     _subgraph_resumed_by_id(tape_dir, LateSaver(tape_dir, lambda ns, what: 0.3 if not ns and what == late_root else 0.0))
@@ -145,3 +149,29 @@ def test_parallel_interrupts_keep_the_answer_each_was_given(tape_dir):
     assert sorted(g.get_state(c).values["log"]) == sorted([f"worker {ints[0].value['worker']} -> A", f"worker {ints[1].value['worker']} -> B"])
     got, pending = answers(tape_dir, "lg-p")
     assert got == {ints[0].id: "A", ints[1].id: "B"} and pending == []
+
+
+@pytest.mark.parametrize("late", ["resume", "writes"])
+def test_a_node_that_asks_twice_gets_each_answer_whichever_write_comes_first(tape_dir, late):
+    # A plain Command(resume=v) is written first, then the task's own list of the values its
+    # interrupt() calls took, from worker threads. When the list came first, the plain write
+    # answered the task's next question too ("B", "B"); and LangGraph writes the list again
+    # as each call reads it (["B"], then ["B", "C"] in one payload), whose first answered
+    # the second question with "B".
+    def two(state):
+        return {"answer": f"{interrupt('first?')} {interrupt('second?')}"}
+
+    b = StateGraph(One)
+    b.add_node("two", two)
+    b.add_edge(START, "two")
+    b.add_edge("two", END)
+    g = b.compile(checkpointer=LateSaver(tape_dir, lambda ns, what: 0.3 if what == late else 0.0))
+    c = {"configurable": {"thread_id": "two"}}
+    g.invoke({"answer": ""}, c)
+    [first] = g.get_state(c).interrupts
+    g.invoke(Command(resume="B"), c)
+    [second] = g.get_state(c).interrupts
+    assert answers(tape_dir, "lg-two") == ({first.id: "B"}, [second.id])
+    g.invoke(Command(resume="C"), c)
+    assert g.get_state(c).values == {"answer": "B C"}
+    assert answers(tape_dir, "lg-two") == ({first.id: "B", second.id: "C"}, [])

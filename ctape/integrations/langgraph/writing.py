@@ -119,6 +119,8 @@ class _Writing:
         msg_hashes: dict[str, list[str]] = {}  # per message channel, its entries at this checkpoint
         with self.tape.batch():
             tip = th.seg[(ns, parent_id)][1] if parent_id and (ns, parent_id) in th.seg else None
+            if not ns and parent_id is None:
+                tip = self._before_root(s)
             if ns:  # a subgraph's checkpoints join the root line where it ends
                 tip, joined = self._join_root(s, tip)
                 if joined is not None:
@@ -469,6 +471,15 @@ class _Writing:
         if lg.get("checkpoint_ns"):
             return lg.get("joined")
         return lg.get("segment") or lg.get("checkpoint_id")
+
+    def _before_root(self, s) -> Optional[str]:
+        """Where a thread's first root checkpoint goes: at the end of main when main holds
+        only what a subgraph wrote before it (its saves arrive from worker threads, and a
+        subgraph run by the first step can write before its caller's first checkpoint
+        lands), so the run stays one line; else it starts a line."""
+        main_tip = s.refs().branches.get("main")
+        lg = self._brief(main_tip).lg if main_tip is not None else None
+        return main_tip if lg and lg.get("checkpoint_ns") and "joined" not in lg else None
 
     def _join_root(self, s, tip: Optional[str]) -> tuple[Optional[str], Optional[str]]:
         """Where a subgraph's next entry goes: at the end of the root line (main), and the
