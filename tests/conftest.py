@@ -35,6 +35,34 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 os.environ["PYTHONPATH"] = os.pathsep.join([_ROOT, *filter(None, [os.environ.get("PYTHONPATH")])])
 
 
+def pytest_configure(config):
+    # CTAPE_LANGGRAPH_LATE=SECONDS: every TapeSaver.put / put_writes of this run starts up to
+    # that late (seeded by CTAPE_LANGGRAPH_SEED), as LangGraph's worker threads can deliver
+    # them: the LangGraph tests then run with their saves in other orders. Opt-in (a run
+    # takes twice as long); what it found has tests of its own that force the order.
+    late = float(os.environ.get("CTAPE_LANGGRAPH_LATE") or 0)
+    if late <= 0:
+        return
+    import random
+    import time
+
+    try:
+        from ctape.integrations.langgraph import TapeSaver
+    except ImportError:
+        return
+    rng = random.Random(os.environ.get("CTAPE_LANGGRAPH_SEED", "0"))
+
+    def arriving_late(call):
+        def late_call(self, *args, **kwargs):
+            time.sleep(rng.random() * late)
+            return call(self, *args, **kwargs)
+
+        return late_call
+
+    TapeSaver.put = arriving_late(TapeSaver.put)
+    TapeSaver.put_writes = arriving_late(TapeSaver.put_writes)
+
+
 def pytest_unconfigure(config):
     forkserver.stop()
     shutil.rmtree(_RUN_CACHE, ignore_errors=True)
