@@ -69,6 +69,7 @@ import pytest
 from conftest import run_cli as ctape_command
 from ctape import Tape
 from ctape.errors import CorruptObject, EntryNotFound, RefNotFound
+from ctape.store import framing
 
 pytestmark = pytest.mark.skipif(shutil.which("rsync") is None, reason="rsync is not installed (.ci/run installs it)")
 
@@ -346,6 +347,22 @@ class World:
         with writer_env(self.writers[i]):
             s.set_refs("session-rm", {**{b: None for b in st.branches}, "HEAD": None})
         self.dropped |= before - self.reachable(t)
+
+    def op_copy_session(self, i: int) -> None:
+        # `session cp` shares the source's entries, stored in its files: once the source is
+        # removed, compact moves what the copy reaches into the copy's own pack
+        t = self.tape(i)
+        src = self.pick_session(t)
+        new = f"k{self.rng.randint(1, 3)}"  # appends go to SESSIONS only: a copy stays as it was made
+        if not t.session(src).exists() or t.session(new).exists() or t.session(src).refs().head is None:
+            return
+        if t.session(src).refs().head_hash is not None and not t.has_entry(t.session(src).refs().head_hash):
+            return  # HEAD's entry has not arrived on this copy (see op_append)
+        self.note(f"session cp c{i} {src} {new}")
+        before = self.reachable(t)
+        with writer_env(self.writers[i]):
+            t.copy_session(src, new)
+        self.expect_kept(i, before, "session cp")
 
     def op_sync(self, i: int) -> None:
         j = self.rng.choice([k for k in range(len(self.dirs)) if k != i])
@@ -1239,6 +1256,32 @@ def short(refs: dict) -> dict:
     return {s: {"branches": {b: h[:8] for b, h in r["branches"].items()}, "head": (r["head"] or "")[:9]} for s, r in refs.items()}
 
 
+class CopyWorld(World):
+    """The same model with sessions copied (`session cp`) and removed more often: a copy
+    shares the source's entries, stored in the source's files, and once the source is
+    removed, compact moves what the copy reaches into the copy's own pack (the removed
+    session's folder keeps only its records)."""
+
+    OPS = World.OPS + [("copy_session", 2), ("delete_session", 1.5), ("compact", 1)]
+
+    def check(self, epoch: int, final: bool) -> None:
+        super().check(epoch, final)
+        for i in range(len(self.dirs)):  # every copy compacted once the mesh brought it all
+            self.op_compact(i)
+
+    def op_compact(self, i: int) -> None:
+        super().op_compact(i)
+        t = self.tape(i)
+        reach = self.reachable(t)
+        for name in t.store.sessions():
+            if t.session(name).exists():
+                continue
+            held = {r.body[:32].hex() for rel in t.store.list_files(name) for r in t.store.scan_file(rel)
+                    if isinstance(r, framing.Record) and r.type == framing.T_OBJECT}
+            if held & reach:
+                raise Failure(f"compact left {len(held & reach)} entries other sessions reach in removed session {name}'s files on c{i}")
+
+
 class DeleteWorld(World):
     """The same model with `rsync -a --delete` from one copy to another, on copies that
     were written to (docs/sync.md says not to; people do): the receiver loses its files
@@ -1487,6 +1530,23 @@ def test_rsync_delete_then_going_on_keeps_what_other_copies_hold(tmp_path, block
     """A short run of DeleteWorld: `rsync --delete` onto a copy that was written to, then
     a salvage or a dropped cache, and more writes; what other copies hold comes back."""
     _run_many(tmp_path, range(3000 + block * 4, 3004 + block * 4), cli=block == 0, world=DeleteWorld)
+
+
+@pytest.mark.parametrize("block", range(2))
+def test_copied_and_removed_sessions_keep_every_entry(tmp_path, block):
+    """A short run of CopyWorld: sessions copied and removed, compacted, synced (seeds
+    where a compaction found a copy's entries in a removed session's files: 5013, 5014,
+    5050 and 5051 left them there before 2026-12-07)."""
+    _run_many(tmp_path, [range(5011, 5015), range(5050, 5054)][block], cli=False, world=CopyWorld)
+
+
+@pytest.mark.skipif(not SLOW, reason="long run: CTAPE_SLOW=1")
+def test_many_sequences_with_copied_sessions(tmp_path):
+    seeds = long_seeds()
+    start = time.monotonic()
+    for seed in seeds:
+        _run_many(tmp_path, [seed], cli=None, sync=rsync if seed % 4 == 1 else copy_like_rsync, world=CopyWorld)
+    print(f"{len(seeds)} sequences with copied sessions in {time.monotonic() - start:.0f} s")
 
 
 @pytest.mark.skipif(not SLOW, reason="long run: CTAPE_SLOW=1")

@@ -40,13 +40,14 @@ from typing import Callable, Optional
 
 from ..store import framing
 from ..model.errors import CorruptObject, InvalidInput, StorageError
-from ..model.models import format_time, plural
+from ..history.sessions import is_removed
+from ..model.models import NAME_RE, format_time, plural
 from ..model.refs import CUT_KEY
 from ..store.files import room_for_open_files, zstd
 from ..store.store import Store
 from .compact_locks import _compaction_lock, _remove_stale_temp_packs, _snapshot
 from .compact_packs import _take_back, _write_pack
-from .compact_reach import Cutoff, _claims, _kept_records, _mark, _resolve, _roots  # noqa: F401 - _claims and _resolve are read from here too (tests)
+from .compact_reach import Cutoff, _claims, _kept_records, _mark, _moves, _resolve, _roots  # noqa: F401 - _claims and _resolve are read from here too (tests)
 from .compact_redacted import Redacted, _forget_freed_in_search, _scrub_caches
 from .compact_scan import Rec, _entries_of, _records, _scan
 from .compact_swap import _freeze_and_swap
@@ -133,14 +134,15 @@ def compact(tape, expire="90d", grace="14d", dry_run: bool = False, progress: Op
         if dry_run:
             report["files_after"] = _files_after(snapshot, by_session, dropped_in, kept_in, scan.file_records, kept_ids, open_streams)
             return report
+        taken, given = _moved(tape, by_session, snapshot, live, kept_records, cutoff, scan)
         written: dict[str, list[str]] = {}
         try:
             for n, (session, files) in enumerate(sorted(by_session.items()), 1):
                 say(f"compact: packing session {n}/{len(by_session)}")
-                if _already_compact(files, dropped_in, scan.file_records, kept_ids):
+                if session not in taken and session not in given and _already_compact(files, dropped_in, scan.file_records, kept_ids):
                     continue
                 pack = _write_pack(store, session, files, snapshot, ages, grace_s, live, kept_ids, open_streams, red,
-                                   scan.session_gaps(session))
+                                   scan.session_gaps(session), taken.get(session), given.get(session, frozenset()))
                 written[session] = [pack] if pack else []
         except BaseException:  # out of space, interrupted: the tape as it was
             _take_back(store, (p for packs in written.values() for p in packs))
@@ -159,6 +161,33 @@ def compact(tape, expire="90d", grace="14d", dry_run: bool = False, progress: Op
         report["files_after"] = len(store.list_files(None))
         report["removed_files"] = removed
         return report
+
+
+def _moved(tape, by_session: dict[str, list[str]], snapshot, live: set[bytes], kept: list[Rec], cutoff: Cutoff,
+           scan) -> tuple[dict[str, dict[str, set[bytes]]], dict[str, frozenset]]:
+    """The live objects removed sessions' files hold, moved to the packs of sessions that
+    reach them (compact_reach._moves): (session -> file -> the objects its pack takes
+    from that file, removed session -> the objects its pack leaves out)."""
+    held: dict[str, dict[str, set[bytes]]] = {}  # removed session -> file -> its live objects
+    for name, files in by_session.items():
+        if not NAME_RE.fullmatch(name) or not is_removed(tape.session(name).refs()):
+            continue
+        for path in files:
+            keys = {rec.body[:32] for rec in _records(tape.store, path, 0, snapshot[path]) if rec.type == framing.T_OBJECT} & live
+            if keys:
+                held.setdefault(name, {})[path] = keys
+    if not held:
+        return {}, {}
+    moves = _moves({name: set().union(*by_file.values()) for name, by_file in held.items()}, kept, cutoff, scan.graph, sorted(by_session))
+    taken: dict[str, dict[str, set[bytes]]] = {}
+    given: dict[str, set[bytes]] = {}
+    for to, keys in moves.items():
+        for name, by_file in held.items():
+            for path, there in by_file.items():
+                if there & keys:
+                    taken.setdefault(to, {})[path] = there & keys
+                    given.setdefault(name, set()).update(there & keys)
+    return taken, {name: frozenset(keys) for name, keys in given.items()}
 
 
 def _plan(store: Store, snapshot, ages, grace_s, live, red: Optional[Redacted] = None) -> dict:

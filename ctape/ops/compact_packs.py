@@ -178,12 +178,18 @@ def _pack(store: Store, session: str, gaps: Optional[dict[str, list]] = None) ->
 
 
 def _write_pack(store, session, files, snapshot, ages, grace_s, live, kept_ids, open_streams, red: Redacted,
-                gaps: Optional[dict[str, list]] = None) -> Optional[str]:
+                gaps: Optional[dict[str, list]] = None, taken: Optional[dict[str, set[bytes]]] = None,
+                given: frozenset = frozenset()) -> Optional[str]:
+    """The session's pack: what its files hold that stays, less the objects `given` to
+    another session's pack, plus `taken`: file -> objects this pack takes over from
+    another session's file (compact_reach._moves)."""
     with _pack(store, session, gaps) as pw:
         done: set[bytes] = set()
         for path in sorted(files):
             young = ages[path] < grace_s
             for rec in _records(store, path, 0, snapshot[path]):
+                if rec.type == framing.T_OBJECT and rec.body[:32] in given:
+                    continue
                 if rec.type == framing.T_OBJECT:
                     key = rec.body[:32]
                     if key in red.blobs:
@@ -202,4 +208,15 @@ def _write_pack(store, session, files, snapshot, ages, grace_s, live, kept_ids, 
                     if keep:
                         done.add(rec.body)
                         pw.add_record(rec.type, rec.body)
+        for path, keys in sorted((taken or {}).items()):
+            for rec in _records(store, path, 0, snapshot[path]):
+                key = rec.body[:32]
+                if rec.type != framing.T_OBJECT or key not in keys:
+                    continue
+                if key in red.entries:
+                    body = red.withheld(store, rec.body)
+                    if body is not None:
+                        pw.add_withheld(key.hex(), body)
+                    continue
+                pw.add_object(rec.body)
         return pw.finish()

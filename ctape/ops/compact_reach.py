@@ -180,3 +180,27 @@ def _mark(graph: dict[bytes, tuple], roots: set[bytes]) -> set[bytes]:
         live.add(h)
         stack.extend(x for x in graph.get(h, ()) if x not in live)
     return live
+
+
+def _moves(removed: dict[str, set[bytes]], kept: list[Rec], cutoff: Cutoff, graph: dict[bytes, tuple], sessions: list[str]) -> dict[str, set[bytes]]:
+    """Where the objects that removed sessions' files hold and other sessions reach go:
+    session -> the objects its pack takes over (each to the first session, by name, that
+    reaches it). `removed`: removed session -> the live objects its files hold. A copy of
+    a session (`session cp`) refers to entries stored in the first session's files; once
+    that one is removed, its folder would keep them for good, and with them its name
+    (docs/privacy.md: a session named like a secret is copied under another name, then
+    removed)."""
+    held = set().union(*removed.values()) if removed else set()
+    out: dict[str, set[bytes]] = {}
+    for name in sessions:
+        if not held:
+            break
+        if name in removed:
+            continue
+        own = [r for r in kept if r.s == name]
+        roots = _hash_values(v for r in own for _, v in r.set) | _hash_values(v for r in own if cutoff.young(r) for v in r.old)
+        reach = _mark(graph, roots) & held
+        if reach:
+            out[name] = reach
+            held -= reach
+    return out

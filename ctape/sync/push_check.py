@@ -270,8 +270,11 @@ def _check_names(tape, sessions: list[str], recorded: dict[str, set[str]]) -> No
         found = det.pattern_spans(s)
         if found:
             shown = preview(s, found, found[0])
-            how = ("copy it under another name (`ctape session cp OLD NEW`) and remove it (`ctape session rm OLD`), "
-                   "or push with --allow-secrets") if s in live_sessions else gone
+            how = ("copy it under another name (`ctape session cp OLD NEW`), remove it (`ctape session rm OLD`), run "
+                   "`ctape compact` (which moves what the copy reads into its own files) and push the copy (-s NEW); "
+                   "or push with --allow-secrets") if s in live_sessions else (
+                "it was removed, and " + gone + "; or push only the sessions you need (-s NAME) after `ctape compact`, "
+                "which moves what they read out of its files")
             raise SecretsFound(f"not pushing: the name of session {shown!r} looks like a secret ({found[0][2]}); {how}")
         st = tape.session(s).refs() if s in live_sessions else None
         live = {**{b: "branch" for b in (st.branches if st else ())}, **{"tag:" + t: "tag" for t in (st.tags if st else ())}}
