@@ -9,8 +9,10 @@
    through the records that appended them) and the start of every open stream.
 3. For each session, write one pack: the objects that are reachable, or that sit
    in a file younger than --grace, compressed together in blocks; the ref
-   records that are kept; open partial streams. Packs are written under a
-   temporary name, fsync'd, then renamed: created whole.
+   records that are kept; open partial streams. What a removed session's files
+   hold that another session reaches goes to that session's pack instead (a copy
+   made by `session cp` outlives its source: compact_reach._moves). Packs are
+   written under a temporary name, fsync'd, then renamed: created whole.
 4. Freeze writers (every session lock) for a moment: whatever was appended
    since the snapshot, to old files or new ones, is checked. New appends to a
    file about to go are copied into a rescue pack, and objects that new entries
