@@ -188,20 +188,12 @@ def _write_pack(store, session, files, snapshot, ages, grace_s, live, kept_ids, 
         for path in sorted(files):
             young = ages[path] < grace_s
             for rec in _records(store, path, 0, snapshot[path]):
-                if rec.type == framing.T_OBJECT and rec.body[:32] in given:
-                    continue
                 if rec.type == framing.T_OBJECT:
                     key = rec.body[:32]
-                    if key in red.blobs:
-                        continue  # a redacted value goes whole, young or not
-                    if not (young or key in live):
-                        continue
-                    if key in red.entries:
-                        body = red.withheld(store, rec.body)
-                        if body is not None:
-                            pw.add_withheld(key.hex(), body)
-                        continue
-                    pw.add_object(rec.body)
+                    if key in red.blobs or key in given:
+                        continue  # a redacted value goes whole, young or not; another pack takes what is given
+                    if young or key in live:
+                        _add_kept(pw, store, red, key, rec.body)
                 elif rec.type in (framing.T_REF, framing.T_PARTIAL) and rec.body not in done:
                     r = json.loads(rec.body)
                     keep = (r["s"], r["w"], r["n"]) in kept_ids if rec.type == framing.T_REF else (r["s"], r["stream"]) in open_streams
@@ -210,13 +202,16 @@ def _write_pack(store, session, files, snapshot, ages, grace_s, live, kept_ids, 
                         pw.add_record(rec.type, rec.body)
         for path, keys in sorted((taken or {}).items()):
             for rec in _records(store, path, 0, snapshot[path]):
-                key = rec.body[:32]
-                if rec.type != framing.T_OBJECT or key not in keys:
-                    continue
-                if key in red.entries:
-                    body = red.withheld(store, rec.body)
-                    if body is not None:
-                        pw.add_withheld(key.hex(), body)
-                    continue
-                pw.add_object(rec.body)
+                if rec.type == framing.T_OBJECT and rec.body[:32] in keys:
+                    _add_kept(pw, store, red, rec.body[:32], rec.body)
         return pw.finish()
+
+
+def _add_kept(pw: PackWriter, store: Store, red: Redacted, key: bytes, body: bytes) -> None:
+    """An object the pack keeps: a redacted entry in its withheld form, anything else as is."""
+    if key in red.entries:
+        withheld = red.withheld(store, body)
+        if withheld is not None:
+            pw.add_withheld(key.hex(), withheld)
+        return
+    pw.add_object(body)

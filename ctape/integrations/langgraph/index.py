@@ -106,7 +106,7 @@ class _Thread:
     unsaved: list = field(default_factory=list)  # briefs not yet in the index cache
     chunk_ends: list = field(default_factory=list)  # entries that end a CHUNKS row not known to be in the cache
     spawned: dict = field(default_factory=dict)  # subgraph namespace -> the caller's checkpoint entry it started from
-    asks: list = field(default_factory=list)  # the interrupt entries (hidden WAITING calls), any line
+    noted: set = field(default_factory=set)  # calls closed with NOT_SAVED that no late resume answered yet
 
     def add(self, e, chunked: bool = False) -> None:
         """Index one entry the saver wrote (walking finds them in any order)."""
@@ -153,8 +153,10 @@ class _Thread:
             self._bump((ns, lg.get("segment", cid)), seq, h)
         elif typ in ("interrupt", "resume"):
             self.interrupts = True
-            if typ == "interrupt":
-                self.asks.append(h)
+            if lg.get("noted"):
+                self.noted.add(lg.get("call_id"))
+            elif lg.get("late"):
+                self.noted.discard(lg.get("call_id"))
             self._bump((lg.get("checkpoint_ns", ""), lg.get("segment", lg.get("checkpoint_id"))), seq, h)
         elif typ == "tombstone":
             for ns_, cid_ in e.payload.get("delete", []):

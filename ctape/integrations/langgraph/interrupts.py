@@ -55,10 +55,10 @@ class _Interrupts:
                     tip = e.hash
             elif ch == _RESUME and task == _NULL_TASK:
                 value = self.codec.dec(enc)
-                if self._taken.get((th.name, ns, cid), _NONE) == _readable(value):
-                    # Command(resume=value)'s own write, after the task that took the value:
-                    # its answer is on the tape; the call waiting now is the task's next
-                    del self._taken[(th.name, ns, cid)]
+                if self._taken.pop(th.name, _NONE) == _readable(value):
+                    # Command(resume=value)'s own write (the root's), after the task that
+                    # took the value (maybe in a subgraph): its answer is on the tape; the
+                    # call waiting now is the task's next
                     continue
                 tip = self._answer_interrupts(s, th, ns, cid, tip, value, written, None, segment, extra)
         if values:
@@ -75,41 +75,59 @@ class _Interrupts:
         first) is not pending any more: nothing is written twice. A call asked in the same
         payload has taken every value: it waits.
 
-        The call waiting on this line may have been written by a caller of the task's
-        subgraph (its own task id, the same interrupt id): LangGraph's writes arrive in any
-        order, and a subgraph's first entries can land before its caller's line exists, so
-        the caller's call is the one on the line. Such a call is the task's too when a call
-        the task wrote has its id, and has its place."""
-        waiting = [c for c in self.tape.derived(tip)["pending"] if c.get("name") == WAITING]
-        places = {}  # call id -> how many values the task had taken when it asked (None: a tape before that was kept)
-        for c in waiting:
-            lg = _lg_of(self._brief(c["hash"]))
-            if lg.get("task_id") == task_id:
-                places[c["call_id"]] = lg.get("taken")
+        The call waiting on this line may have been written by a caller of the task (the
+        task's subgraph's caller, or a functional API entrypoint awaiting an @task): each
+        writes the interrupt with its own task id, one id, and the first to arrive is the
+        call. The task's own calls are then the ids in its own `__interrupt__` writes for
+        this checkpoint, at the places they record (`_asked_by`).
+
+        A call the saver closed with a note because a later step arrived first
+        (`_went_past`: this write came later still) is answered after the note: the tape
+        then holds both, and the answer is the last word."""
+        waiting = {c["call_id"]: c for c in self.tape.derived(tip)["pending"] if c.get("name") == WAITING}
+        places = {cid_: _lg_of(self._brief(c["hash"])).get("taken") for cid_, c in waiting.items()
+                  if _lg_of(self._brief(c["hash"])).get("task_id") == task_id}
         if not places:
-            for h in th.asks:
-                lg = _lg_of(self._brief(h))
-                if lg.get("task_id") == task_id:
-                    places[self.tape.read_entry(h).payload.get("call_id")] = lg.get("taken")
+            places = self._asked_by(th, ns, cid, task_id)
         asked_now = {e.hash for e in written}
-        for c in waiting:
-            if c["call_id"] not in places or c["hash"] in asked_now:
+        for call_id, at in places.items():
+            c = waiting.get(call_id)
+            if c is None and call_id not in th.noted:
                 continue
-            at = places[c["call_id"]]
-            if at is None:
-                at = len(values) - 1
+            if c is not None and c["hash"] in asked_now:
+                continue
+            at = len(values) - 1 if at is None else at  # (a call written before calls recorded their place)
             if at >= len(values):
                 continue
-            p = {"call_id": c["call_id"], "output": _readable(values[at])}
-            meta = {HIDDEN: True, KEY: {"type": "resume", "checkpoint_ns": ns, "checkpoint_id": cid, "segment": segment or cid, **(extra or {})}}
-            e = s.put_entry("tool_result", p, meta, None, None, tip)
+            p = {"call_id": call_id, "output": _readable(values[at])}
+            lg = {"type": "resume", "checkpoint_ns": ns, "checkpoint_id": cid, "segment": segment or cid, **(extra or {})}
+            if c is None:
+                lg.update(call_id=call_id, late=True)  # after the saver's note
+            e = s.put_entry("tool_result", p, {HIDDEN: True, KEY: lg}, None, None, tip)
             written.append(e)
+            th.add(e)
             tip = e.hash
             # LangGraph writes a plain Command(resume=value) first (the null task's write)
             # and the task's list after it, from worker threads: when the task's comes
             # first, the null task's may still arrive, and must not answer the next call
-            self._taken[(th.name, ns, cid)] = p["output"]
+            self._taken[th.name] = p["output"]
         return tip
+
+    def _asked_by(self, th: _Thread, ns: str, cid: str, task_id: str) -> dict[str, Optional[int]]:
+        """The interrupt ids a task's own `__interrupt__` writes for checkpoint (ns, cid)
+        hold, each with the number of values the task had taken when it asked."""
+        out: dict[str, Optional[int]] = {}
+        for _, h in th.writes.get((ns, cid), ()):
+            payload = self.tape.read_entry(h).payload
+            if not isinstance(payload, dict) or payload.get("task_id") != task_id:
+                continue
+            lists = [self.codec.dec(enc) for _, ch, enc in payload["writes"] if ch == _RESUME]
+            taken = len(next((v for v in reversed(lists) if type(v) is list), []))
+            for _, ch, enc in payload["writes"]:
+                if ch == _INTERRUPT:
+                    for intr in self.codec.dec(enc) or ():
+                        out.setdefault(str(getattr(intr, "id", "") or cid), taken)
+        return out
 
     def _went_past(self, s, th: _Thread, cid: str, parent_id: Optional[str], source: str, saves_writes: bool, tip: str, written: list) -> str:
         """Answer with a note the interrupts a new root checkpoint cid shows the graph went
@@ -152,7 +170,10 @@ class _Interrupts:
                 continue
             answer = value[c["call_id"]] if by_id else value
             p = {"call_id": c["call_id"], "output": _readable(answer) if note is None else note}
-            meta = {HIDDEN: True, KEY: {"type": "resume", "checkpoint_ns": ns, "checkpoint_id": cid, "segment": segment or cid, **(extra or {})}}
+            lg = {"type": "resume", "checkpoint_ns": ns, "checkpoint_id": cid, "segment": segment or cid, **(extra or {})}
+            if note == NOT_SAVED:
+                lg.update(call_id=c["call_id"], noted=True)  # a task's late resume write may still answer it
+            meta = {HIDDEN: True, KEY: lg}
             e = s.put_entry("tool_result", p, meta, None, None, tip)
             written.append(e)
             tip = e.hash

@@ -94,7 +94,7 @@ class TapeSaver(_Reading, _Writing, _Interrupts, _Values, _Index, BaseCheckpoint
         self._values: OrderedDict[tuple[str, str], Any] = OrderedDict()  # (entry, channel) -> value
         self._cache_size = cache_size
         self._parked: dict[tuple[str, str, str], list[dict]] = {}  # writes that came before their checkpoint
-        self._taken: dict[tuple[str, str, str], Any] = {}  # a resume value a task wrote before the null task's write of it
+        self._taken: dict[str, Any] = {}  # session -> the last resume value a task's list answered (the null task's write may come after)
         self._places: Optional[int] = None  # the tape's redacted places when the above were read
 
     @property
