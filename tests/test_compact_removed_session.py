@@ -8,6 +8,9 @@ no longer needs (nor names) the removed session. Before, the copy waited with it
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import sys
 
 from conftest import run_cli
 
@@ -105,3 +108,68 @@ def test_a_session_not_removed_keeps_what_its_copy_reaches(tmp_path):
     held = _objects_in(d, "first")
     run_cli("--dir", d, "compact", "--expire", "now", "--grace", "now", check=True)
     assert _objects_in(d, "first") == held and _objects_in(d, "second") == set()
+
+
+def test_a_removed_copy_takes_nothing_over(tmp_path):
+    # a removed copy's own young records reach the entries too: it was picked when its
+    # name sorted first, and kept them under its name (found by a review)
+    d = tmp_path / "tape"
+    run_cli("--dir", d, "init", check=True)
+    for text in ("one", "two"):
+        run_cli("--dir", d, "append", "user", "--text", text, "-s", TOKEN, check=True)
+    for name in ("draft", "fixed"):
+        run_cli("--dir", d, "session", "cp", TOKEN, name, check=True)
+    run_cli("--dir", d, "session", "rm", "draft", check=True)
+    run_cli("--dir", d, "session", "rm", TOKEN, check=True)
+    before = _history(d, "fixed")
+    run_cli("--dir", d, "compact", check=True)  # the default --expire: the removals are young
+    assert {h for h, _, _ in before} <= _objects_in(d, "fixed")
+    assert _objects_in(d, "draft") == set() and _objects_in(d, TOKEN) == set()
+    files = _files(d)
+    run_cli("--dir", d, "compact", check=True)
+    assert _files(d) == files
+
+
+# `ctape compact`, interrupted by a real SIGINT as SESSION's pack is about to be installed
+INTERRUPTED = """
+import os, signal, sys
+from ctape.ops import compact_packs
+finish = compact_packs.PackWriter.finish
+def interrupted(self, *args, **kwargs):
+    if self.session == os.environ["AT"]:
+        os.kill(os.getpid(), signal.SIGINT)
+    return finish(self, *args, **kwargs)
+compact_packs.PackWriter.finish = interrupted
+from ctape.__main__ import run
+sys.argv[0] = "ctape"
+run()
+"""
+
+
+def test_an_interrupted_compaction_keeps_a_pack_it_wrote_again_under_the_same_name(tmp_path):
+    # A session already in one pack is packed again when objects move to it; when that pack
+    # comes out byte for byte the same, it has the same name, and a compaction interrupted
+    # after it took it back: the session's only copy (found by a review). Here the copy
+    # "fixed" is one pack after a first compaction, and a copy of the tape from before the
+    # `session cp` brings the removed session's first file back (rsync without --delete).
+    d, old = tmp_path / "tape", tmp_path / "old"
+    run_cli("--dir", d, "init", check=True)
+    for text in ("one", "two", "three"):
+        run_cli("--dir", d, "append", "user", "--text", text, "-s", TOKEN, check=True)
+    shutil.copytree(d, old)
+    run_cli("--dir", d, "session", "cp", TOKEN, "fixed", check=True)
+    run_cli("--dir", d, "append", "user", "--text", "the copy's own", "-s", "fixed", check=True)
+    run_cli("--dir", d, "session", "rm", TOKEN, check=True)
+    run_cli("--dir", d, "compact", check=True)
+    for text in ("other", "other 2"):
+        run_cli("--dir", d, "append", "user", "--text", text, "-s", "zz", check=True)
+    shutil.copytree(old, d, dirs_exist_ok=True)
+    before = _history(d, "fixed")
+    files = _files(d)
+    env = dict(os.environ, AT="zz")
+    p = subprocess.run([sys.executable, "-c", INTERRUPTED, "--dir", str(d), "compact"], env=env, capture_output=True)
+    assert p.returncode == 130, p.stderr.decode()[-500:]
+    assert _files(d) == files  # the tape as it was
+    assert run_cli("--dir", d, "fsck").returncode == 0
+    assert _history(d, "fixed") == before
+    assert TOKEN not in run_cli("--dir", d, "sessions", check=True).stdout.decode()

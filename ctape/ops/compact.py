@@ -147,7 +147,7 @@ def compact(tape, expire="90d", grace="14d", dry_run: bool = False, progress: Op
                                    scan.session_gaps(session), taken.get(session), given.get(session, frozenset()))
                 written[session] = [pack] if pack else []
         except BaseException:  # out of space, interrupted: the tape as it was
-            _take_back(store, (p for packs in written.values() for p in packs))
+            _take_back(store, (p for packs in written.values() for p in packs), snapshot)
             raise
         # before any file goes: a look that finds the files gone may judge from rows that
         # never held the deletions dropped here (model/refs.py saw; Store._note_lost)
@@ -171,16 +171,19 @@ def _moved(tape, by_session: dict[str, list[str]], snapshot, live: set[bytes], k
     reach them (compact_reach._moves): (session -> file -> the objects its pack takes
     from that file, removed session -> the objects its pack leaves out)."""
     held: dict[str, dict[str, set[bytes]]] = {}  # removed session -> file -> its live objects
+    gone: set[str] = set()  # every removed session: none takes objects over
     for name, files in by_session.items():
         if not NAME_RE.fullmatch(name) or not is_removed(tape.session(name).refs()):
             continue
+        gone.add(name)
         for path in files:
             keys = {rec.body[:32] for rec in _records(tape.store, path, 0, snapshot[path]) if rec.type == framing.T_OBJECT} & live
             if keys:
                 held.setdefault(name, {})[path] = keys
     if not held:
         return {}, {}
-    moves = _moves({name: set().union(*by_file.values()) for name, by_file in held.items()}, kept, cutoff, scan.graph, sorted(by_session))
+    moves = _moves({name: set().union(*by_file.values()) for name, by_file in held.items()}, kept, cutoff, scan.graph,
+                   sorted(set(by_session) - gone))
     taken: dict[str, dict[str, set[bytes]]] = {}
     given: dict[str, set[bytes]] = {}
     for to, keys in moves.items():

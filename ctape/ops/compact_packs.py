@@ -140,12 +140,16 @@ def _pack_error(e: OSError, session: str) -> StorageError:
     return storage_error(e, f"a pack of session {session}", after="compact removed nothing: the tape is as it was")
 
 
-def _take_back(store: Store, packs: Iterable[Optional[str]]) -> None:
+def _take_back(store: Store, packs: Iterable[Optional[str]], snapshot) -> None:
     """Remove the packs a compaction wrote before it failed, before it removed anything:
-    what they hold is still in the files they were to replace."""
+    what they hold is still in the files they were to replace. Never a file of the
+    snapshot: a pack written again whole is named as the one it replaces (its name is its
+    content's hash), and that file is the session's only copy (found by a review: a session
+    already in one pack, rewritten because objects moved to it, lost its pack when the
+    compaction was interrupted after it)."""
     folders = set()
     for rel in packs:
-        if rel is None:
+        if rel is None or rel in snapshot:
             continue
         try:
             os.unlink(os.path.join(store.root, rel))

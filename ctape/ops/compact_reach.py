@@ -185,7 +185,9 @@ def _mark(graph: dict[bytes, tuple], roots: set[bytes]) -> set[bytes]:
 def _moves(removed: dict[str, set[bytes]], kept: list[Rec], cutoff: Cutoff, graph: dict[bytes, tuple], sessions: list[str]) -> dict[str, set[bytes]]:
     """Where the objects that removed sessions' files hold and other sessions reach go:
     session -> the objects its pack takes over (each to the first session, by name, that
-    reaches it). `removed`: removed session -> the live objects its files hold. A copy of
+    reaches it). `removed`: removed session -> the live objects its files hold; `sessions`:
+    the sessions that may take them (none removed: a removed copy's young records reach
+    them too, and it would keep them under its name). A copy of
     a session (`session cp`) refers to entries stored in the first session's files; once
     that one is removed, its folder would keep them for good, and with them its name
     (docs/privacy.md: a session named like a secret is copied under another name, then
@@ -195,8 +197,6 @@ def _moves(removed: dict[str, set[bytes]], kept: list[Rec], cutoff: Cutoff, grap
     for name in sessions:
         if not held:
             break
-        if name in removed:
-            continue
         own = [r for r in kept if r.s == name]
         roots = _hash_values(v for r in own for _, v in r.set) | _hash_values(v for r in own if cutoff.young(r) for v in r.old)
         reach = _mark(graph, roots) & held

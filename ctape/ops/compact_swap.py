@@ -66,7 +66,7 @@ def _freeze_and_swap(store: Store, snapshot, written, scan: Scan, live: set[str]
             for session, frames in by_session.items():
                 rescue_packs.append(_rescue_pack(store, session, frames))
         except BaseException:  # nothing removed yet: the tape as it was
-            _take_back(store, [*rescue_packs, *(p for packs in written.values() for p in packs)])
+            _take_back(store, [*rescue_packs, *(p for packs in written.values() for p in packs)], snapshot)
             raise
         # 4. remove what the packs replace
         for path in sorted(doomed):
