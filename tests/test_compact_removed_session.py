@@ -133,6 +133,7 @@ def test_a_removed_copy_takes_nothing_over(tmp_path):
 # `ctape compact`, interrupted by a real SIGINT as SESSION's pack is about to be installed
 INTERRUPTED = """
 import os, signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)  # (a shell's background job inherits SIGINT ignored)
 from ctape.ops import compact_packs
 finish = compact_packs.PackWriter.finish
 def interrupted(self, *args, **kwargs):
