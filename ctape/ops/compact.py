@@ -44,7 +44,7 @@ from ..store import framing
 from ..model.errors import CorruptObject, InvalidInput, StorageError
 from ..history.sessions import is_removed
 from ..model.models import NAME_RE, format_time, plural
-from ..model.refs import CUT_KEY
+from ..model.refs import CUT_KEY, HEAD
 from ..store.files import room_for_open_files, zstd
 from ..store.store import Store
 from .compact_locks import _compaction_lock, _remove_stale_temp_packs, _snapshot
@@ -172,8 +172,10 @@ def _moved(tape, by_session: dict[str, list[str]], snapshot, live: set[bytes], k
     from that file, removed session -> the objects its pack leaves out)."""
     held: dict[str, dict[str, set[bytes]]] = {}  # removed session -> file -> its live objects
     gone: set[str] = set()  # every removed session: none takes objects over
+    # (a removal sets HEAD to null: only the sessions with such a record are read whole)
+    unset = {r.s for r in kept if (HEAD, None) in r.set}
     for name, files in by_session.items():
-        if not NAME_RE.fullmatch(name) or not is_removed(tape.session(name).refs()):
+        if name not in unset or not NAME_RE.fullmatch(name) or not is_removed(tape.session(name).refs()):
             continue
         gone.add(name)
         for path in files:

@@ -193,11 +193,14 @@ def _moves(removed: dict[str, set[bytes]], kept: list[Rec], cutoff: Cutoff, grap
     (docs/privacy.md: a session named like a secret is copied under another name, then
     removed)."""
     held = set().union(*removed.values()) if removed else set()
+    by_session: dict[str, list[Rec]] = {}
+    for r in kept:
+        by_session.setdefault(r.s, []).append(r)
     out: dict[str, set[bytes]] = {}
     for name in sessions:
         if not held:
             break
-        own = [r for r in kept if r.s == name]
+        own = by_session.get(name, [])
         roots = _hash_values(v for r in own for _, v in r.set) | _hash_values(v for r in own if cutoff.young(r) for v in r.old)
         reach = _mark(graph, roots) & held
         if reach:

@@ -35,8 +35,7 @@ class _Interrupts:
         when it asked ("taken"): the task's list answers it with the value at that place."""
         written: list = []
         task = payload["task_id"]
-        lists = [self.codec.dec(enc) for _, ch, enc in payload["writes"] if ch == _RESUME and task != _NULL_TASK]
-        values = next((v for v in reversed(lists) if type(v) is list), [])
+        values = self._resume_values(payload) if task != _NULL_TASK else []
         for _, ch, enc in payload["writes"]:
             if ch == _INTERRUPT:
                 # an interrupt inside a subgraph is written by the subgraph and by each
@@ -85,8 +84,11 @@ class _Interrupts:
         (`_went_past`: this write came later still) is answered after the note: the tape
         then holds both, and the answer is the last word."""
         waiting = {c["call_id"]: c for c in self.tape.derived(tip)["pending"] if c.get("name") == WAITING}
-        places = {cid_: _lg_of(self._brief(c["hash"])).get("taken") for cid_, c in waiting.items()
-                  if _lg_of(self._brief(c["hash"])).get("task_id") == task_id}
+        places = {}  # call id -> how many values the task had taken when it asked
+        for call_id, c in waiting.items():
+            lg = _lg_of(self._brief(c["hash"]))
+            if lg.get("task_id") == task_id:
+                places[call_id] = lg.get("taken")
         if not places:
             places = self._asked_by(th, ns, cid, task_id)
         asked_now = {e.hash for e in written}
@@ -121,13 +123,19 @@ class _Interrupts:
             payload = self.tape.read_entry(h).payload
             if not isinstance(payload, dict) or payload.get("task_id") != task_id:
                 continue
-            lists = [self.codec.dec(enc) for _, ch, enc in payload["writes"] if ch == _RESUME]
-            taken = len(next((v for v in reversed(lists) if type(v) is list), []))
+            taken = len(self._resume_values(payload))
             for _, ch, enc in payload["writes"]:
                 if ch == _INTERRUPT:
                     for intr in self.codec.dec(enc) or ():
                         out.setdefault(str(getattr(intr, "id", "") or cid), taken)
         return out
+
+    def _resume_values(self, payload: dict) -> list:
+        """The values a task's interrupt() calls took, from its `__resume__` writes in one
+        payload of writes: LangGraph writes the list again as each call reads it, the last
+        the longest."""
+        lists = [self.codec.dec(enc) for _, ch, enc in payload["writes"] if ch == _RESUME]
+        return next((v for v in reversed(lists) if type(v) is list), [])
 
     def _went_past(self, s, th: _Thread, cid: str, parent_id: Optional[str], source: str, saves_writes: bool, tip: str, written: list) -> str:
         """Answer with a note the interrupts a new root checkpoint cid shows the graph went
@@ -185,11 +193,6 @@ def _lg_of(e) -> dict:
     m = e.meta
     lg = m.get(KEY) if isinstance(m, dict) else None
     return lg if isinstance(lg, dict) else {}
-
-
-def _task_of(e) -> Optional[str]:
-    """The task id an interrupt entry (or its brief) was written for."""
-    return _lg_of(e).get("task_id")
 
 
 def _readable(v: Any) -> Any:
